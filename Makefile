@@ -1,0 +1,86 @@
+# goldenimage.pipeline — developer entry points. See README.md.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV       := .venv
+PY         := $(VENV)/bin/python
+BIN        := $(VENV)/bin
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+# Debian packages the tests and the demo use (program -> package).
+DEB_TOOLS := qemu-img:qemu-utils shellcheck:shellcheck rsync:rsync git:git
+
+.PHONY: help deps venv collections setup lint unit integration molecule sanity test demo e2e bench lab-up lab-down clean
+
+help:
+	@echo "make test    lint, unit, lab integration, molecule and sanity tests (sets everything up)"
+	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them"
+	@echo "make e2e     slow tiers that boot real VMs"
+	@echo "make bench   benchmarks in bench/"
+	@echo "make lab-up / lab-down   start or stop the lab in .lab/ for manual use"
+
+deps:
+	@missing=""; for pair in $(DEB_TOOLS); do \
+	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "apt-get install:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "Missing Debian packages:$$missing"; \
+	    echo "Install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+venv: $(VENV)/.installed
+
+collections: venv
+	@PIP=$(BIN)/pip tools/install-collections.sh
+
+setup: deps venv collections
+
+lint: setup
+	tools/lint.sh
+
+unit: setup
+	$(BIN)/pytest -q tests/unit
+
+integration: setup
+	$(BIN)/pytest -q tests/conformance tests/labtests tests/integration
+
+molecule: setup
+	tools/molecule.sh
+
+sanity: setup
+	tools/sanity.sh
+
+test: setup
+	tools/lint.sh
+	$(BIN)/pytest -q tests/unit tests/conformance tests/labtests tests/integration
+	tools/molecule.sh
+	tools/sanity.sh
+
+demo: setup
+	tools/demo.sh
+
+e2e: setup
+	@echo "e2e: no VM-booting tier is defined yet; nothing to run."
+
+bench: setup
+	$(PY) bench/lab_rps.py
+
+lab-up: setup
+	$(PY) -m tests.lab up --state-dir .lab/dev
+
+lab-down:
+	$(PY) -m tests.lab down --state-dir .lab/dev
+
+clean:
+	rm -rf .cache .lab .pytest_cache .ruff_cache tests/output
