@@ -1,0 +1,120 @@
+"""Fault injection knobs: conflicts, 5xx answers, latency, dropped connections, determinism."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.lab_only
+
+
+@pytest.fixture
+def faults(lab):
+    lab.faults.reset()
+    yield lab.faults
+    lab.faults.reset()
+
+
+@pytest.fixture
+def no_retry_core(lab):
+    """A client that does not retry, so every injected fault reaches the test."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(str(lab.kubeconfig))
+    api.configuration.retries = 0
+    api.rest_client.pool_manager.connection_pool_kw["retries"] = False
+    with api:
+        yield client.CoreV1Api(api)
+
+
+def _http(lab, method, path, body=None):
+    url = urllib.parse.urlsplit(lab.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    headers = {"Authorization": f"Bearer {lab.admin_token}", "Content-Type": "application/json"}
+    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+    resp = conn.getresponse()
+    data = json.loads(resp.read() or b"{}")
+    conn.close()
+    return resp.status, data
+
+
+def test_conflict_rate(kube_namespace, faults, no_retry_core):
+    no_retry_core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "c"}})
+    faults.update({"conflict_rate": 1.0})
+    with pytest.raises(ApiException) as err:
+        no_retry_core.patch_namespaced_config_map("c", kube_namespace, {"data": {"a": "b"}})
+    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "Conflict"
+    assert (
+        no_retry_core.read_namespaced_config_map("c", kube_namespace).data is None
+    )  # reads are not affected
+
+
+def test_error_rate_alternates_500_and_503(faults, no_retry_core):
+    faults.update({"error_rate": 1.0})
+    codes = []
+    for _ in range(4):
+        with pytest.raises(ApiException) as err:
+            no_retry_core.read_namespace("default")
+        codes.append(err.value.status)
+    assert codes == [500, 503, 500, 503]
+
+
+def test_latency(faults, no_retry_core):
+    faults.update({"latency_ms": 150})
+    started = time.monotonic()
+    no_retry_core.read_namespace("default")
+    assert time.monotonic() - started >= 0.15
+
+
+def test_dropped_connections(lab, faults):
+    faults.update({"drop_rate": 1.0})
+    url = urllib.parse.urlsplit(lab.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn.request("GET", "/api/v1/namespaces", headers={"Authorization": f"Bearer {lab.admin_token}"})
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+        conn.getresponse()
+    conn.close()
+
+
+def test_seeded_rates_are_deterministic(faults, no_retry_core):
+    def sequence():
+        faults.update({"error_rate": 0.5, "seed": 7})
+        out = []
+        for _ in range(20):
+            try:
+                no_retry_core.read_namespace("default")
+                out.append(200)
+            except ApiException as exc:
+                out.append(exc.status)
+        return out
+
+    first, second = sequence(), sequence()
+    assert first == second and 200 in first and (500 in first or 503 in first)
+
+
+def test_faults_over_http_need_the_admin_token(lab, faults):
+    status, body = _http(lab, "PUT", "/lab/faults", {"latency_ms": 5, "objects": {"Job/ns/j": "fail"}})
+    assert status == 200 and body["latency_ms"] == 5
+    assert lab.faults.object_fault("Job", "ns", "j") == "fail"
+    status, body = _http(lab, "GET", "/lab/faults")
+    assert body["objects"] == {"job/ns/j": "fail"}
+    status, body = _http(lab, "PUT", "/lab/faults", {"conflict_rate": 3})
+    assert status == 400
+
+
+def test_audit_over_http(lab, faults, no_retry_core):
+    status, _ = _http(lab, "DELETE", "/lab/audit")
+    assert status == 200
+    no_retry_core.read_namespace("default")
+    status, body = _http(lab, "GET", "/lab/audit")
+    assert status == 200
+    (record,) = body["items"]
+    assert record["verb"] == "get" and record["resource"] == "namespaces" and record["name"] == "default"
+    assert record["code"] == 200 and record["user"] == "lab-admin" and record["dry_run"] is False

@@ -1,0 +1,167 @@
+"""The lab itself: bootstrap objects, controller framework, S3, TLS and the up/down command."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.lab import Lab
+from tests.lab.controllers import Controller, ControllerManager, LabContext
+from tests.lab.faults import Faults
+from tests.lab.store import Store
+
+from .conftest import unique, wait_for
+
+pytestmark = pytest.mark.lab_only
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_bootstrap_objects(kube_client):
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    classes = {sc.metadata.name: sc for sc in client.StorageV1Api(kube_client).list_storage_class().items}
+    assert classes["lab-fs"].metadata.annotations["storageclass.kubernetes.io/is-default-class"] == "true"
+    assert classes["lab-fs"].volume_binding_mode == "Immediate" and classes["lab-fs"].allow_volume_expansion
+    assert classes["lab-wffc"].volume_binding_mode == "WaitForFirstConsumer"
+    assert {c.provisioner for c in classes.values()} == {"lab.goldenimage.io/hostpath"}
+
+    dyn = DynamicClient(kube_client)
+    snapshot_classes = dyn.resources.get(api_version="snapshot.storage.k8s.io/v1", kind="VolumeSnapshotClass")
+    snap = dyn.get(snapshot_classes, name="lab-snap")
+    assert snap.driver == "lab.goldenimage.io/hostpath" and snap.deletionPolicy == "Delete"
+    assert snap.metadata.annotations["snapshot.storage.k8s.io/is-default-class"] == "true"
+    for api_version, kind in (
+        ("kubevirt.io/v1", "VirtualMachine"),
+        ("cdi.kubevirt.io/v1beta1", "DataVolume"),
+    ):
+        assert dyn.resources.get(api_version=api_version, kind=kind).namespaced
+
+
+def test_discovery_lists_subresources(kube_client):
+    def get(path):
+        return kube_client.call_api(path, "GET", auth_settings=["BearerToken"], response_type="object")[0]
+
+    names = {r["name"]: r for r in get("/api/v1")["resources"]}
+    assert names["pods/log"]["verbs"] == ["get"] and names["pods"]["shortNames"] == ["po"]
+    assert names["persistentvolumeclaims/status"]["kind"] == "PersistentVolumeClaim"
+    kubevirt = {r["name"]: r for r in get("/apis/kubevirt.io/v1")["resources"]}
+    assert (
+        "virtualmachines/status" in kubevirt
+        and kubevirt["virtualmachines"]["singularName"] == "virtualmachine"
+    )
+    groups = {g["name"]: g for g in get("/apis")["groups"]}
+    assert groups["batch"]["preferredVersion"]["version"] == "v1"
+    assert get("/version")["major"] == "1"
+
+
+def test_s3_endpoint(lab):
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=lab.s3.endpoint_url,
+        aws_access_key_id=lab.s3.access_key,
+        aws_secret_access_key=lab.s3.secret_key,
+        region_name=lab.s3.region,
+    )
+    bucket = unique("bucket")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"
+    env_file = (lab.kubeconfig.parent / "s3.env").read_text()
+    assert f"AWS_ENDPOINT_URL={lab.s3.endpoint_url}" in env_file
+
+
+class _Annotator(Controller):
+    name = "annotator"
+    watches = (("", "configmaps"),)
+    resync_seconds = 0.5
+
+    def __init__(self, lab):
+        super().__init__(lab)
+        self.deleted_names: list[str] = []
+        self.calls: dict[str, int] = {}
+
+    def reconcile(self, rt, obj):
+        name = obj["metadata"]["name"]
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if self.lab.faults.object_fault(rt.kind, obj["metadata"]["namespace"], name) == "fail":
+            obj["metadata"].setdefault("annotations", {})["state"] = "failed"
+        else:
+            obj["metadata"].setdefault("annotations", {})["state"] = "seen"
+        self.lab.store.update(rt, obj)
+        return None
+
+    def deleted(self, rt, obj):
+        self.deleted_names.append(obj["metadata"]["name"])
+
+
+def test_controller_framework(tmp_path):
+    store = Store()
+    faults = Faults(objects={"ConfigMap/default/stuck": "stuck", "ConfigMap/default/broken": "fail"})
+    manager = ControllerManager(LabContext(store, tmp_path, faults), [_Annotator])
+    rt = store.resource("", "v1", "configmaps")
+    store.create(rt, {"metadata": {"name": "before", "namespace": "default"}})
+    manager.start()
+    try:
+        for name in ("after", "stuck", "broken"):
+            store.create(rt, {"metadata": {"name": name, "namespace": "default"}})
+
+        def state(name):
+            return (store.get(rt, "default", name)["metadata"].get("annotations") or {}).get("state")
+
+        wait_for(
+            lambda: state("before") == "seen" and state("after") == "seen" and state("broken") == "failed"
+        )
+        controller = manager.controllers[0]
+        threading.Event().wait(1.2)  # two resync periods
+        assert state("stuck") is None and "stuck" not in controller.calls
+        assert controller.calls["after"] >= 2  # resync re-reconciles
+        store.delete(rt, "default", "after")
+        wait_for(lambda: "after" in controller.deleted_names)
+    finally:
+        manager.stop()
+
+
+def test_tls(tmp_path):
+    from kubernetes import client, config
+
+    with Lab(tmp_path, with_s3=False, tls=True, controllers=[]) as lab:
+        assert lab.url.startswith("https://")
+        with config.new_client_from_config(str(lab.kubeconfig)) as api:
+            names = [n.metadata.name for n in client.CoreV1Api(api).list_namespace().items]
+    assert "default" in names
+
+
+def test_up_status_down(tmp_path):
+    env = dict(os.environ)
+    env.pop("K8S_AUTH_KUBECONFIG", None)
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "tests.lab", *args, "--state-dir", str(tmp_path)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    up = cli("up", "--no-s3")
+    assert up.returncode == 0, up.stderr
+    assert str(tmp_path / "kubeconfig") in up.stdout
+    info = json.loads((tmp_path / "lab.json").read_text())
+    assert cli("status").returncode == 0
+    down = cli("down")
+    assert down.returncode == 0, down.stderr
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", info["port"])) != 0
+    assert cli("status").returncode == 3

@@ -1,0 +1,223 @@
+"""The lab: a Kubernetes API server stand-in on 127.0.0.1, with a loopback S3 server.
+
+    lab = Lab(tmp_path).start()
+    ...  # point the kubernetes client, kubernetes.core or our modules at lab.kubeconfig
+    lab.stop()
+
+See DESIGN.md ("The lab") for what it is for; tests/lab/server.py for the protocol it speaks.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import pathlib
+
+import yaml
+
+from .access import Tokens
+from .faults import Faults
+from .store import ApiError, ResourceType, Store
+
+PROVISIONER = "lab.goldenimage.io/hostpath"
+DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+DEFAULT_VSC_ANNOTATION = "snapshot.storage.k8s.io/is-default-class"
+
+
+class Lab:
+    def __init__(
+        self,
+        state_dir: pathlib.Path | str,
+        port: int = 0,
+        with_s3: bool = True,
+        dbinstance_group: str | None = None,
+        dbinstance_version: str | None = None,
+        tls: bool = False,
+        controllers: list | None = None,
+        seed: int | None = None,
+    ):
+        self.state_dir = pathlib.Path(state_dir).resolve()
+        self.port = port
+        self.with_s3 = with_s3
+        self.dbinstance_group = dbinstance_group or os.environ.get("LAB_DBINSTANCE_GROUP") or None
+        self.dbinstance_version = dbinstance_version or os.environ.get("LAB_DBINSTANCE_VERSION") or None
+        self.tls = tls
+        self._controller_classes = controllers
+        self.store = Store()
+        self.faults = Faults(seed=seed)
+        self.tokens = Tokens()
+        self.admin_token = self.tokens.admin_token
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.s3_env_file = self.state_dir / "s3.env"
+        self.s3 = None
+        self.server = None
+        self.controller_manager = None
+        self._s3_server = None
+        self._ca_path: pathlib.Path | None = None
+        self.is_lab = True
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> Lab:
+        from .controllers import ControllerManager, LabContext, default_controllers
+        from .server import LabServer
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "volumes").mkdir(exist_ok=True)
+        try:
+            self._bootstrap()
+            if self.with_s3:
+                from .s3 import S3Server
+
+                self._s3_server = S3Server()
+                self.s3 = self._s3_server.start()
+            context = None
+            if self.tls:
+                from .tls import make_certificate, server_context
+
+                self._ca_path, key_path = make_certificate(self.state_dir)
+                context = server_context(self._ca_path, key_path)
+            self.server = LabServer(
+                self.store, self.faults, port=self.port, tokens=self.tokens, ssl_context=context
+            )
+            self.server.start()
+            self.port = self.server.port
+            lab_context = LabContext(
+                store=self.store,
+                state_dir=self.state_dir,
+                faults=self.faults,
+                s3_endpoint=self.s3.endpoint_url if self.s3 else None,
+            )
+            classes = (
+                self._controller_classes if self._controller_classes is not None else default_controllers()
+            )
+            self.controller_manager = ControllerManager(lab_context, classes)
+            self.controller_manager.start()
+            self.write_kubeconfig(self.kubeconfig)
+            self._write_s3_env()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.controller_manager is not None:
+            self.controller_manager.stop()
+            self.controller_manager = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self._s3_server is not None:
+            self._s3_server.stop()
+            self._s3_server = None
+
+    def __enter__(self) -> Lab:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- bootstrap
+    def _bootstrap(self) -> None:
+        from .crdload import load_crds
+
+        crd_rt = self.store.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        db_api = {}
+        if self.dbinstance_group:
+            db_api["dbinstance_group"] = self.dbinstance_group
+        if self.dbinstance_version:
+            db_api["dbinstance_version"] = self.dbinstance_version
+        for crd in load_crds(**db_api):
+            self.apply(crd_rt, crd)
+        sc_rt = self.store.resource("storage.k8s.io", "v1", "storageclasses")
+        for name, binding, default in (
+            ("lab-fs", "Immediate", True),
+            ("lab-wffc", "WaitForFirstConsumer", False),
+        ):
+            annotations = {DEFAULT_SC_ANNOTATION: "true"} if default else {}
+            storage_class = {
+                "metadata": {"name": name, "annotations": annotations},
+                "provisioner": PROVISIONER,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": binding,
+                "allowVolumeExpansion": True,
+            }
+            self.apply(sc_rt, storage_class)
+        try:
+            vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
+        except ApiError:
+            return
+        snapshot_class = {
+            "metadata": {"name": "lab-snap", "annotations": {DEFAULT_VSC_ANNOTATION: "true"}},
+            "driver": PROVISIONER,
+            "deletionPolicy": "Delete",
+        }
+        self.apply(vsc_rt, snapshot_class)
+
+    def apply(self, rt: ResourceType, obj: dict) -> dict:
+        """Create the object, or replace the existing one with the same name."""
+        meta = obj.get("metadata") or {}
+        if self.store.exists(rt, meta.get("namespace"), meta["name"]):
+            current = self.store.get(rt, meta.get("namespace"), meta["name"])
+            return self.store.update(rt, dict(obj, metadata=dict(current["metadata"], **meta)))
+        return self.store.create(rt, obj)
+
+    # ----------------------------------------------------------------- access
+    @property
+    def url(self) -> str:
+        if self.server is None:
+            raise RuntimeError("the lab is not running")
+        return self.server.url
+
+    def add_token(self, user: str, rules: list[dict]) -> str:
+        """A token for `user` allowed only what `rules` (verbs, groups, resources, namespaces) allow."""
+        return self.tokens.add(user, rules)
+
+    def write_kubeconfig(
+        self, path: pathlib.Path | str, token: str | None = None, user: str = "lab-admin"
+    ) -> pathlib.Path:
+        path = pathlib.Path(path)
+        cluster = {"server": self.url}
+        if self._ca_path is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self._ca_path.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "lab", "cluster": cluster}],
+            "users": [{"name": user, "user": {"token": token or self.admin_token}}],
+            "contexts": [
+                {"name": "lab", "context": {"cluster": "lab", "user": user, "namespace": "default"}}
+            ],
+            "current-context": "lab",
+            "preferences": {},
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    def _write_s3_env(self) -> None:
+        if self.s3 is None:
+            self.s3_env_file.unlink(missing_ok=True)
+            return
+        self.s3_env_file.write_text("".join(f"{k}={v}\n" for k, v in self.s3.env().items()))
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (ansible-playbook, molecule) that should talk to this lab."""
+        env = {"K8S_AUTH_KUBECONFIG": str(self.kubeconfig), "KUBECONFIG": str(self.kubeconfig)}
+        if self.s3 is not None:
+            env.update(self.s3.env())
+        return env
+
+    # ------------------------------------------------------------------ audit
+    def audit(self) -> list[dict]:
+        return self.server.audit.records() if self.server else []
+
+    def clear_audit(self) -> None:
+        if self.server:
+            self.server.audit.clear()
+
+    def mutating_requests(self) -> list[dict]:
+        """Audit records of requests that changed (or would have changed, without dry-run) state."""
+        return self.server.audit.mutating() if self.server else []
+
+
+__all__ = ["Lab"]

@@ -1,0 +1,231 @@
+"""Command line: run the lab in the background or the foreground.
+
+    python -m tests.lab up [--state-dir .lab] [--port N] [--tls] [--no-s3]
+    python -m tests.lab status [--state-dir .lab]
+    python -m tests.lab down [--state-dir .lab]
+    python -m tests.lab serve [...]        # foreground; `up` starts this as a detached process
+
+The DBInstance API group and version follow --dbinstance-group/--dbinstance-version or the
+LAB_DBINSTANCE_GROUP / LAB_DBINSTANCE_VERSION environment variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT = 60.0
+SHUTDOWN_TIMEOUT = 20.0
+
+
+def _paths(state_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    return {
+        "info": state_dir / "lab.json",
+        "log": state_dir / "lab.log",
+        "kubeconfig": state_dir / "kubeconfig",
+        "s3env": state_dir / "s3.env",
+    }
+
+
+def _read_info(state_dir: pathlib.Path) -> dict | None:
+    try:
+        return json.loads(_paths(state_dir)["info"].read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _answers(info: dict) -> bool:
+    """True when the lab behind `info` answers /version with its token."""
+    request = urllib.request.Request(info["url"] + "/version")
+    request.add_header("Authorization", f"Bearer {info['token']}")
+    context = ssl._create_unverified_context() if info["url"].startswith("https") else None
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _running(state_dir: pathlib.Path) -> dict | None:
+    info = _read_info(state_dir)
+    if info and _alive(info["pid"]) and _answers(info):
+        return info
+    return None
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _describe(state_dir: pathlib.Path, info: dict) -> str:
+    paths = _paths(state_dir)
+    lines = [f"lab running at {info['url']} (pid {info['pid']})", f"KUBECONFIG={paths['kubeconfig']}"]
+    lines.append(f"K8S_AUTH_KUBECONFIG={paths['kubeconfig']}")
+    if paths["s3env"].exists():
+        lines.append(f"# S3 environment ({paths['s3env']}):")
+        lines += paths["s3env"].read_text().splitlines()
+    return "\n".join(lines)
+
+
+def _serve_args(args: argparse.Namespace) -> list[str]:
+    out = ["--state-dir", str(args.state_dir), "--port", str(args.port)]
+    if args.tls:
+        out.append("--tls")
+    if args.no_s3:
+        out.append("--no-s3")
+    if args.dbinstance_group:
+        out += ["--dbinstance-group", args.dbinstance_group]
+    if args.dbinstance_version:
+        out += ["--dbinstance-version", args.dbinstance_version]
+    return out
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir
+    state_dir.mkdir(parents=True, exist_ok=True)
+    info = _running(state_dir)
+    if info:
+        print(_describe(state_dir, info))
+        return 0
+    _paths(state_dir)["info"].unlink(missing_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    with open(_paths(state_dir)["log"], "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.lab", "serve", *_serve_args(args)],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            print(
+                f"the lab exited with status {proc.returncode}; see {_paths(state_dir)['log']}",
+                file=sys.stderr,
+            )
+            return 1
+        info = _read_info(state_dir)
+        if info and info.get("pid") == proc.pid and _answers(info):
+            print(_describe(state_dir, info))
+            return 0
+        time.sleep(0.1)
+    proc.terminate()
+    print(
+        f"the lab did not answer within {STARTUP_TIMEOUT:.0f}s; see {_paths(state_dir)['log']}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    info = _read_info(args.state_dir)
+    if not info or not _alive(info["pid"]):
+        _paths(args.state_dir)["info"].unlink(missing_ok=True)
+        print("lab not running")
+        return 0
+    os.kill(info["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + SHUTDOWN_TIMEOUT
+    while time.monotonic() < deadline and (_alive(info["pid"]) or _port_open(info["port"])):
+        time.sleep(0.1)
+    if _alive(info["pid"]):
+        os.kill(info["pid"], signal.SIGKILL)
+        while _alive(info["pid"]):
+            time.sleep(0.1)
+    _paths(args.state_dir)["info"].unlink(missing_ok=True)
+    print("lab stopped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    info = _running(args.state_dir)
+    if not info:
+        print("lab not running")
+        return 3
+    print(_describe(args.state_dir, info))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from . import Lab
+
+    lab = Lab(
+        args.state_dir,
+        port=args.port,
+        with_s3=not args.no_s3,
+        dbinstance_group=args.dbinstance_group,
+        dbinstance_version=args.dbinstance_version,
+        tls=args.tls,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    lab.start()
+    info_path = _paths(lab.state_dir)["info"]
+    try:
+        info = {"pid": os.getpid(), "url": lab.url, "port": lab.port, "token": lab.admin_token}
+        tmp = info_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.chmod(0o600)
+        tmp.replace(info_path)
+        print(f"lab serving at {lab.url}; kubeconfig {lab.kubeconfig}", flush=True)
+        while not done.wait(1.0):
+            pass
+    finally:
+        lab.stop()
+        info_path.unlink(missing_ok=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.lab", description="The lab Kubernetes API server.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, helptext in (
+        ("up", "start in the background and wait until it answers"),
+        ("down", "stop the background lab and wait until its port is closed"),
+        ("status", "say whether the lab runs (exit status 3 when not)"),
+        ("serve", "run in the foreground"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".lab"))
+        if name in ("up", "serve"):
+            p.add_argument("--port", type=int, default=0)
+            p.add_argument("--tls", action="store_true", help="serve HTTPS with a self-signed certificate")
+            p.add_argument("--no-s3", action="store_true", help="do not start the loopback S3 server")
+            p.add_argument("--dbinstance-group", default=os.environ.get("LAB_DBINSTANCE_GROUP"))
+            p.add_argument("--dbinstance-version", default=os.environ.get("LAB_DBINSTANCE_VERSION"))
+    args = parser.parse_args(argv)
+    args.state_dir = args.state_dir.resolve()
+    handlers = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "serve": cmd_serve}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Controller framework of the lab.
+
+A controller watches some resource types through the store, as a real controller watches the API, and
+reconciles one object at a time. Each controller runs in its own thread: watch events queue the object,
+`reconcile` may ask to be called again later, and every watched object is re-reconciled periodically.
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib
+import importlib.util
+import inspect
+import logging
+import pathlib
+import threading
+import time
+from dataclasses import dataclass
+
+from ..faults import Faults
+from ..store import ApiError, ResourceType, Store
+
+log = logging.getLogger(__name__)
+
+# Modules of this package whose Controller subclasses the lab runs by default.
+CONTROLLER_MODULES = ("storage", "jobs")
+CONFLICT_RETRY_SECONDS = 0.05
+
+
+@dataclass
+class LabContext:
+    store: Store
+    state_dir: pathlib.Path
+    faults: Faults
+    s3_endpoint: str | None = None
+
+    @property
+    def volumes_dir(self) -> pathlib.Path:
+        return self.state_dir / "volumes"
+
+
+class Controller:
+    name: str = ""
+    watches: tuple[tuple[str, str], ...] = ()
+    resync_seconds: float = 2.0
+
+    def __init__(self, lab: LabContext):
+        self.lab = lab
+
+    def reconcile(self, rt: ResourceType, obj: dict) -> float | None:
+        """React to the current object state; return seconds to requeue, or None."""
+        return None
+
+    def deleted(self, rt: ResourceType, obj: dict) -> None:
+        """Called with the last state of a watched object once it is gone from the store."""
+
+
+_Key = tuple[str, str, str, str]  # group, plural, namespace, name
+
+
+class _Runner:
+    """The thread driving one controller."""
+
+    def __init__(self, controller: Controller, store: Store, faults: Faults):
+        self.controller = controller
+        self.store = store
+        self.faults = faults
+        self.stopping = threading.Event()
+        self.sub = store.subscribe(set(controller.watches))
+        self.due: dict[_Key, float] = {}
+        self.heap: list[tuple[float, _Key]] = []
+        self.types: dict[_Key, ResourceType] = {}
+        name = controller.name or type(controller).__name__
+        self.thread = threading.Thread(target=self._run, name=f"lab-controller-{name}", daemon=True)
+
+    def schedule(self, rt: ResourceType, obj: dict, delay: float = 0.0) -> None:
+        meta = obj.get("metadata", {})
+        key = (rt.group, rt.plural, meta.get("namespace", ""), meta.get("name", ""))
+        when = time.monotonic() + delay
+        if key in self.due and self.due[key] <= when:
+            return
+        self.due[key] = when
+        self.types[key] = rt
+        heapq.heappush(self.heap, (when, key))
+
+    def resync(self) -> None:
+        wanted = set(self.controller.watches)
+        for rt in self.store.types():
+            if (rt.group, rt.plural) not in wanted:
+                continue
+            try:
+                entries, _, _, _ = self.store.list_page(rt)
+            except ApiError:
+                continue
+            for entry in entries:
+                self.schedule(rt, entry.obj)
+            wanted.discard((rt.group, rt.plural))
+
+    def _run(self) -> None:
+        self.resync()
+        next_resync = time.monotonic() + self.controller.resync_seconds
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            wait = min(0.2, max(0.0, next_resync - now))
+            if self.heap:
+                wait = min(wait, max(0.0, self.heap[0][0] - now))
+            event = self.sub.get_shared(timeout=wait) if wait > 0 else self.sub.get_shared(timeout=0.001)
+            while event is not None:
+                self._on_event(event)
+                event = self.sub.get_shared(timeout=0.0001) if not self.stopping.is_set() else None
+            if time.monotonic() >= next_resync:
+                self.resync()
+                next_resync = time.monotonic() + self.controller.resync_seconds
+            self._drain_due()
+
+    def _on_event(self, event) -> None:
+        if event.type == "DELETED":
+            meta = event.obj.get("metadata", {})
+            key = (event.rt.group, event.rt.plural, meta.get("namespace", ""), meta.get("name", ""))
+            self.due.pop(key, None)
+            try:
+                self.controller.deleted(event.rt, _copy(event.obj))
+            except Exception:
+                log.exception("controller %s: handling deletion failed", self.controller.name)
+            return
+        self.schedule(event.rt, event.obj)
+
+    def _drain_due(self) -> None:
+        now = time.monotonic()
+        while self.heap and self.heap[0][0] <= now and not self.stopping.is_set():
+            when, key = heapq.heappop(self.heap)
+            if self.due.get(key) != when:
+                continue  # superseded by an earlier schedule
+            del self.due[key]
+            rt = self.types.pop(key)
+            self._reconcile(rt, key)
+
+    def _reconcile(self, rt: ResourceType, key: _Key) -> None:
+        _, _, namespace, name = key
+        if self.faults.object_fault(rt.kind, namespace, name) == "stuck":
+            return
+        try:
+            obj = self.store.get(rt, namespace or None, name)
+        except ApiError:
+            return  # gone; the DELETED event reports it
+        try:
+            requeue = self.controller.reconcile(rt, obj)
+        except ApiError as exc:
+            if exc.code == 409:
+                self.schedule(rt, obj, CONFLICT_RETRY_SECONDS)
+            else:
+                log.warning(
+                    "controller %s: %s %s/%s: %s", self.controller.name, rt.kind, namespace, name, exc
+                )
+                self.schedule(rt, obj, 1.0)
+            return
+        except Exception:
+            log.exception(
+                "controller %s: reconcile of %s %s/%s failed", self.controller.name, rt.kind, namespace, name
+            )
+            self.schedule(rt, obj, 1.0)
+            return
+        if requeue is not None:
+            self.schedule(rt, obj, max(0.0, float(requeue)))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.sub.close()
+
+
+def _copy(obj: dict) -> dict:
+    from ..store import clone
+
+    return clone(obj)
+
+
+class ControllerManager:
+    def __init__(self, lab: LabContext, controllers: list[type[Controller]]):
+        self.lab = lab
+        self.controllers = [cls(lab) for cls in controllers]
+        self._runners: list[_Runner] = []
+
+    def start(self) -> None:
+        for controller in self.controllers:
+            runner = _Runner(controller, self.lab.store, self.lab.faults)
+            self._runners.append(runner)
+            runner.thread.start()
+
+    def stop(self) -> None:
+        for runner in self._runners:
+            runner.stop()
+        for runner in self._runners:
+            runner.thread.join(timeout=10)
+        self._runners = []
+
+
+def default_controllers() -> list[type[Controller]]:
+    """Controller classes of the modules in CONTROLLER_MODULES that are present, in module order."""
+    found: list[type[Controller]] = []
+    for module_name in CONTROLLER_MODULES:
+        qualified = f"{__name__}.{module_name}"
+        if importlib.util.find_spec(qualified) is None:
+            continue
+        module = importlib.import_module(qualified)
+        explicit = getattr(module, "CONTROLLERS", None)
+        if explicit is not None:
+            found.extend(explicit)
+            continue
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, Controller) and cls is not Controller and cls.__module__ == module.__name__:
+                found.append(cls)
+    return found
+
+
+__all__ = ["CONTROLLER_MODULES", "Controller", "ControllerManager", "LabContext", "default_controllers"]

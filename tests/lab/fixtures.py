@@ -1,0 +1,100 @@
+"""pytest fixtures: one lab per test session, or a real cluster when K8S_AUTH_KUBECONFIG is set.
+
+Tests marked `lab_only` need the lab's own knobs (audit log, faults, the store); they are deselected,
+not skipped, when the target is a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+from . import Lab
+
+
+@dataclass
+class RealCluster:
+    """A cluster the user pointed the tests at; it has no lab knobs."""
+
+    kubeconfig: pathlib.Path
+    is_lab: bool = False
+    s3_env: dict[str, str] = field(default_factory=dict)
+    s3 = None  # the loopback S3 server exists only in the lab; use s3_env on a real cluster
+
+    def env(self) -> dict[str, str]:
+        env = {"K8S_AUTH_KUBECONFIG": str(self.kubeconfig), "KUBECONFIG": str(self.kubeconfig)}
+        env.update(self.s3_env)
+        return env
+
+
+def _real_cluster() -> RealCluster | None:
+    kubeconfig = os.environ.get("K8S_AUTH_KUBECONFIG")
+    if not kubeconfig:
+        return None
+    names = (
+        "AWS_ENDPOINT_URL",
+        "S3_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_DEFAULT_REGION",
+    )
+    return RealCluster(pathlib.Path(kubeconfig), s3_env={k: os.environ[k] for k in names if k in os.environ})
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lab_only: needs the embedded lab; deselected on a real cluster")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _real_cluster() is None:
+        return
+    keep = [item for item in items if item.get_closest_marker("lab_only") is None]
+    dropped = [item for item in items if item.get_closest_marker("lab_only") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    real = _real_cluster()
+    if real is not None:
+        yield real
+        return
+    instance = Lab(tmp_path_factory.mktemp("lab")).start()
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_client(lab):
+    from kubernetes import config
+
+    api = config.new_client_from_config(str(lab.kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def kube_namespace(kube_client):
+    """A fresh namespace for one test, deleted afterwards."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(kube_client)
+    name = "t-" + uuid.uuid4().hex[:10]
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
