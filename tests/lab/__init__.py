@@ -21,7 +21,7 @@ from .store import ApiError, ResourceType, Store
 
 PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
-DEFAULT_VSC_ANNOTATION = "snapshot.storage.k8s.io/is-default-class"
+DEFAULT_VSC_ANNOTATION = "snapshot.storage.kubernetes.io/is-default-class"
 
 
 class Lab:

@@ -15,7 +15,7 @@ import logging
 import pathlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..faults import Faults
 from ..store import ApiError, ResourceType, Store
@@ -33,6 +33,7 @@ class LabContext:
     state_dir: pathlib.Path
     faults: Faults
     s3_endpoint: str | None = None
+    allowed_commands: set[str] = field(default_factory=set)  # extra executables Jobs may run
 
     @property
     def volumes_dir(self) -> pathlib.Path:
@@ -192,6 +193,11 @@ class ControllerManager:
         for runner in self._runners:
             runner.thread.join(timeout=10)
         self._runners = []
+        # Controllers that own work outside their loop (processes, threads) release it here.
+        for controller in self.controllers:
+            stop = getattr(controller, "stop", None)
+            if callable(stop):
+                stop()
 
 
 def default_controllers() -> list[type[Controller]]:

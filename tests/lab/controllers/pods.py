@@ -41,7 +41,7 @@ _VAR_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
 
 
 def allowed_commands(lab: LabContext) -> set[str]:
-    return ALLOWED_COMMANDS | set(getattr(lab, "allowed_commands", None) or ())
+    return ALLOWED_COMMANDS | set(lab.allowed_commands)
 
 
 class PodNotReady(Exception):
@@ -217,8 +217,14 @@ def _volume_sources(lab: LabContext, pod: dict, scratch: pathlib.Path) -> dict[s
             path = scratch / "volumes" / name
             _write_projection(lab, namespace, volume, kind, path)
             out[name] = ("Filesystem", path)
+        elif volume.get("hostPath"):
+            # The lab's only node is this machine, so a hostPath is the path itself.
+            host = pathlib.Path(volume["hostPath"].get("path", ""))
+            if not host.exists():
+                raise StartError(f'volume "{name}": hostPath {host} does not exist')
+            out[name] = ("Filesystem", host)
         else:
-            supported = "persistentVolumeClaim, emptyDir, configMap and secret"
+            supported = "persistentVolumeClaim, emptyDir, hostPath, configMap and secret"
             raise StartError(f'volume "{name}": the lab supports only {supported} volumes')
     return out
 
