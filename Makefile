@@ -50,7 +50,7 @@ lint: setup
 	tools/lint.sh
 
 unit: setup
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit tests/packaging
 
 integration: setup
 	$(BIN)/pytest -q tests/conformance tests/labtests tests/integration
@@ -63,7 +63,7 @@ sanity: setup
 
 test: setup
 	tools/lint.sh
-	$(BIN)/pytest -q tests/unit tests/conformance tests/labtests tests/integration
+	$(BIN)/pytest -q tests/unit tests/packaging tests/conformance tests/labtests tests/integration
 	tools/molecule.sh
 	tools/sanity.sh
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Requests per second of the lab API server for get and list with 1,000 ConfigMaps.
 
 Starts a lab, creates 1,000 ConfigMaps in one namespace (every 100th labelled `pick=yes`), then

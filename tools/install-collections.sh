@@ -14,10 +14,10 @@ if [ -f "$dest/kubernetes/core/MANIFEST.json" ] && [ -f "$dest/amazon/aws/MANIFE
   exit 0
 fi
 mkdir -p "$cache" "$dest/goldenimage"
-wheel=$(ls "$cache"/ansible-"$wheel_version"-*.whl 2>/dev/null | head -n1 || true)
+wheel=$(compgen -G "$cache/ansible-$wheel_version-*.whl" | head -n1 || true)
 if [ -z "$wheel" ]; then
   "$pip" download --quiet --no-deps --dest "$cache" "ansible==$wheel_version"
-  wheel=$(ls "$cache"/ansible-"$wheel_version"-*.whl | head -n1)
+  wheel=$(compgen -G "$cache/ansible-$wheel_version-*.whl" | head -n1)
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
