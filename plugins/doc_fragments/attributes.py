@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    # Every module of this collection runs on the controller and declares these three.
+    DOCUMENTATION = r"""
+options: {}
+attributes:
+  check_mode:
+    description: Can run in check mode; it then sends no mutating request and reports what would change.
+  diff_mode:
+    description: Reports what changed (or, in check mode, what would change) when run with C(--diff).
+  idempotent:
+    description: A second run with the same arguments and unchanged cluster state reports C(changed=false).
+"""
+
+    # Cluster-facing modules: their auth options can be set once for the whole group.
+    ACTIONGROUP_K8S = r"""
+options: {}
+attributes:
+  action_group:
+    description:
+      - Use C(group/goldenimage.pipeline.k8s) in C(module_defaults) to set the Kubernetes auth options once.
+    support: full
+    membership:
+      - goldenimage.pipeline.k8s
+"""
+
+    # Read-only modules.
+    INFO_MODULE = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: This module never changes anything, so it behaves the same in check mode.
+  diff_mode:
+    support: N/A
+    details: This module never changes anything.
+  idempotent:
+    support: full
+"""

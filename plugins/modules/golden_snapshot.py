@@ -1,0 +1,577 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: golden_snapshot
+short_description: Make, adopt, validate or delete a Kube-DC golden VolumeSnapshot
+version_added: 0.1.0
+description:
+  - A golden is a Ready C(VolumeSnapshot) in C(golden-images) (Filesystem) or C(golden-images-block)
+    (Block) that carries the golden contract, which is label C(kube-dc.com/golden-os) (the family),
+    annotations C(kube-dc.com/os-family-id) and C(kube-dc.com/os-name), and label and annotation
+    C(kube-dc.com/golden-mode). Tenants' VMs are clones of it.
+  - With O(state=present) the module snapshots a PersistentVolumeClaim O(pvc) into the mode's namespace,
+    stamps the contract and waits for C(readyToUse); or, with O(adopt=true), stamps an existing snapshot,
+    changing only its labels and annotations.
+  - Goldens are named by version, C(golden-<family>-<YYYYMMDD>-<first 12 hex of the digest>), so a
+    candidate sits beside the incumbent. A new golden is never active; promotion is a separate step
+    (M(goldenimage.pipeline.golden_selection)).
+  - With O(state=validated) it reports every contract key that is missing or inconsistent and changes nothing.
+  - With O(state=absent) it deletes a golden, refusing one that is active or named by a
+    C(GoldenImageSelection).
+  - Nothing producer-specific is written, only the contract keys above. The active label
+    (C(kube-dc.com/golden-active)) and C(kube-dc.com/clone-min-size) are never written by this module.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+options:
+  state:
+    description:
+      - V(present) makes the golden or stamps the existing one; V(validated) only reports problems;
+        V(absent) deletes it.
+    type: str
+    choices: [present, validated, absent]
+    default: present
+  name:
+    description:
+      - Name of the VolumeSnapshot.
+      - When omitted it is computed from O(family), O(date) and O(digest).
+      - With O(state=validated), omitting it and O(digest) validates every snapshot of O(family) (or every
+        snapshot, without O(family)) in the golden namespaces.
+    type: str
+  family:
+    description:
+      - The OS family id, for example C(ubuntu-24.04) or C(windows-11-golden). It becomes the
+        C(kube-dc.com/golden-os) label and the C(kube-dc.com/os-family-id) annotation, so it must be a
+        valid label value (and lowercase letters, digits and C(-) when it is part of a computed name).
+      - Required with O(state=present).
+    type: str
+  os_name:
+    description:
+      - Display name shown on the Admin OS Images page (annotation C(kube-dc.com/os-name)).
+      - Required with O(state=present).
+    type: str
+  mode:
+    description:
+      - V(Filesystem) or V(Block) (any casing is accepted and normalized).
+      - Selects the namespace, C(golden-images) or C(golden-images-block).
+      - Defaults to the mode of O(namespace) when that is given, else V(Filesystem). With
+        O(state=validated) and neither option, both namespaces are searched.
+    type: str
+  namespace:
+    description:
+      - Namespace of the snapshot. Must be the namespace of the mode; it is derived from O(mode) when omitted.
+    type: str
+  pvc:
+    description:
+      - Source PersistentVolumeClaim, in the snapshot's namespace. Its C(volumeMode) must match O(mode)
+        and it must be C(Bound).
+      - Required to make a new golden. An existing golden made from another PVC is refused, since a golden's
+        content never changes, make a new one under a new name.
+    type: str
+    aliases: [source_pvc]
+  snapshot_class:
+    description:
+      - C(VolumeSnapshotClass) for a new snapshot; the cluster default when omitted.
+    type: str
+    aliases: [volume_snapshot_class]
+  adopt:
+    description:
+      - Stamp the contract onto an existing snapshot that was not made by this module (no O(pvc)).
+        Only labels and annotations change.
+      - A snapshot that carries another family or mode is refused either way.
+    type: bool
+    default: false
+  date:
+    description:
+      - Date part of a computed name, C(YYYYMMDD) or C(YYYY-MM-DD). Defaults to today (UTC); pin it
+        (for example to the artifact's build date) so a re-run on another day finds the same golden.
+    type: str
+  digest:
+    description:
+      - Digest of the released artifact, C(sha256:<64 hex>). Its first 12 hex digits end a computed name.
+    type: str
+  fail_on_invalid:
+    description:
+      - With O(state=validated), fail when a golden breaks the contract. Set V(false) to only report.
+    type: bool
+    default: true
+  force:
+    description:
+      - With O(state=absent), delete even a golden that is active or selected. Projects seeded from it
+        keep their copies, but new projects of that family are no longer seeded.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.k8s_wait
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+    details:
+      - With a computed name, only while O(date) stays the same; pin it.
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - In check mode nothing is sent but reads, and nothing is waited for.
+seealso:
+  - module: kubernetes.core.k8s_info
+"""
+
+EXAMPLES = r"""
+- name: Make goldens with the cluster credentials set once
+  module_defaults:
+    group/goldenimage.pipeline.k8s:
+      kubeconfig: "{{ kubeconfig_path }}"
+  block:
+    - name: Snapshot the converted disk as a staged (not active) golden
+      goldenimage.pipeline.golden_snapshot:
+        family: ubuntu-24-04
+        os_name: Ubuntu 24.04 LTS
+        mode: Block
+        pvc: ubuntu-24-04-convert
+        date: "20260828"
+        digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+        wait_timeout: 900
+      register: golden
+
+    - name: Show where it landed
+      ansible.builtin.debug:
+        msg: "{{ golden.golden.namespace }}/{{ golden.golden.name }} ({{ golden.golden.restore_size }})"
+
+    - name: Adopt a snapshot made by hand, stamping only the contract
+      goldenimage.pipeline.golden_snapshot:
+        name: golden-windows-11-golden-2026-08-09
+        family: windows-11-golden
+        os_name: Windows 11 Enterprise Evaluation
+        adopt: true
+
+    - name: Check every Windows 11 golden against the contract, without failing
+      goldenimage.pipeline.golden_snapshot:
+        state: validated
+        family: windows-11-golden
+        fail_on_invalid: false
+      register: check
+
+    - name: Remove an old, unselected golden
+      goldenimage.pipeline.golden_snapshot:
+        state: absent
+        name: golden-ubuntu-24-04-20260101-0123456789ab
+        mode: Block
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the golden was (or, in check mode, would be) created, stamped or deleted.
+  returned: always
+  type: bool
+  sample: true
+snapshot:
+  description:
+    - The VolumeSnapshot after the task (in check mode, the predicted object); empty when absent.
+  returned: when state is present or absent, or validated with a single name
+  type: dict
+  sample:
+    apiVersion: snapshot.storage.k8s.io/v1
+    kind: VolumeSnapshot
+    metadata:
+      name: golden-ubuntu-24-04-20260828-f0dea74da9c5
+      namespace: golden-images-block
+      labels: {kube-dc.com/golden-os: ubuntu-24-04, kube-dc.com/golden-mode: Block}
+    spec: {source: {persistentVolumeClaimName: ubuntu-24-04-convert}}
+    status: {readyToUse: true, restoreSize: 10Gi}
+golden:
+  description: The golden as a consumer sees it.
+  returned: when state is present or absent, or validated with a single name
+  type: dict
+  contains:
+    name:
+      description: Snapshot name.
+      type: str
+      sample: golden-ubuntu-24-04-20260828-f0dea74da9c5
+    namespace:
+      description: Snapshot namespace.
+      type: str
+      sample: golden-images-block
+    family:
+      description: Family id (label, else the os-family-id annotation).
+      type: str
+      sample: ubuntu-24-04
+    os_name:
+      description: Display name.
+      type: str
+      sample: Ubuntu 24.04 LTS
+    mode:
+      description: V(Filesystem) or V(Block).
+      type: str
+      sample: Block
+    ready:
+      description: Whether C(status.readyToUse) is true.
+      type: bool
+      sample: true
+    restore_size:
+      description: C(status.restoreSize), the floor for a clone's size.
+      type: str
+      sample: 10Gi
+    active:
+      description: Whether it carries C(kube-dc.com/golden-active=true).
+      type: bool
+      sample: false
+    source_pvc:
+      description: Source PersistentVolumeClaim, if the snapshot was made from one.
+      type: str
+      sample: ubuntu-24-04-convert
+    content_name:
+      description: Bound C(VolumeSnapshotContent).
+      type: str
+      sample: snapcontent-5f3a
+    digest:
+      description: The O(digest) given, normalized.
+      type: str
+      returned: when O(digest) is given
+      sample: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+problems:
+  description:
+    - Contract violations, one sentence each naming the key and the rule; empty when the golden is valid.
+    - When several goldens are validated each sentence starts with C(<namespace>/<name>:).
+  returned: when state is validated
+  type: list
+  elements: str
+  sample: ["label kube-dc.com/golden-os (the family) is missing", "not Ready: status.readyToUse is false"]
+goldens:
+  description: Every golden validated, with its own problems.
+  returned: when state is validated without a single name
+  type: list
+  elements: dict
+  sample: [{name: golden-ubuntu-24-04-20260828-f0dea74da9c5, namespace: golden-images-block, problems: []}]
+action:
+  description: What was (or would be) done, V(create), V(stamp), V(delete) or V(none).
+  returned: when state is present or absent
+  type: str
+  sample: create
+progress:
+  description: Snapshot phases observed while waiting, in order (V(Pending), V(Bound), V(Ready)).
+  returned: when state is present
+  type: list
+  elements: str
+  sample: [Pending, Bound, Ready]
+duration:
+  description: Seconds spent waiting.
+  returned: always
+  type: float
+  sample: 3.2
+unknown_keys:
+  description: C(kube-dc.com/) labels or annotations on the golden that the contract does not define.
+  returned: when any are found
+  type: list
+  elements: str
+  sample: [kube-dc.com/built-by]
+diff:
+  description: Before and after of the snapshot without server-managed fields and status, with C(--diff).
+  returned: when diff mode is on and state is present or absent
+  type: dict
+  sample:
+    before: {metadata: {name: golden-ubuntu-24-04-20260828-f0dea74da9c5, labels: {}}}
+    after:
+      metadata:
+        name: golden-ubuntu-24-04-20260828-f0dea74da9c5
+        labels: {kube-dc.com/golden-os: ubuntu-24-04}
+"""
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
+
+API = golden.SNAPSHOT_API_VERSION
+KIND = golden.SNAPSHOT_KIND
+SELECTION_API = "kube-dc.com/v1"
+SELECTION_KIND = "GoldenImageSelection"
+
+
+def argument_spec():
+    return dict(
+        state=dict(type="str", choices=["present", "validated", "absent"], default="present"),
+        name=dict(type="str"),
+        family=dict(type="str"),
+        os_name=dict(type="str"),
+        mode=dict(type="str"),
+        namespace=dict(type="str"),
+        pvc=dict(type="str", aliases=["source_pvc"]),
+        snapshot_class=dict(type="str", aliases=["volume_snapshot_class"]),
+        adopt=dict(type="bool", default=False),
+        date=dict(type="str"),
+        digest=dict(type="str"),
+        fail_on_invalid=dict(type="bool", default=True),
+        force=dict(type="bool", default=False),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=300),
+        wait_sleep=dict(type="int", default=2),
+    )
+
+
+def _ready(obj):
+    if golden.is_ready(obj):
+        return True, None
+    failure = golden.snapshot_failure(obj)
+    return False, ("status.error: %s" % failure) if failure else None
+
+
+def _gone(obj):
+    return obj is None, None
+
+
+class Golden:
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.result = {"changed": False, "duration": 0.0}
+        self.digest = None
+
+    def fail(self, msg, **extra):
+        self.result.update(extra)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def placement(self):
+        try:
+            return golden.resolve_placement(self.params["mode"], self.params["namespace"])
+        except golden.GoldenError as exc:
+            self.fail(str(exc))
+
+    def name(self):
+        p = self.params
+        try:
+            if p["digest"]:
+                self.digest = golden.normalize_digest(p["digest"])
+            return golden.golden_name(p["name"], p["family"], p["date"], p["digest"])
+        except golden.GoldenError as exc:
+            self.fail(str(exc))
+
+    def summary(self, obj):
+        info = golden.summary(obj)
+        if self.digest:
+            info["digest"] = self.digest
+        return info
+
+    def warn_unknown(self, obj):
+        keys = golden.unknown_keys(obj)
+        if keys:
+            self.result["unknown_keys"] = keys
+            self.module.warn(
+                "%s carries kube-dc.com/ keys the golden contract does not define: %s"
+                % ((obj.get("metadata") or {}).get("name"), ", ".join(keys))
+            )
+
+    def set_diff(self, before, after):
+        if self.module._diff:
+            self.result["diff"] = object_diff(before, after)
+
+    # state=present -----------------------------------------------------------------------------
+
+    def present(self):
+        p = self.params
+        mode, namespace = self.placement()
+        name = self.name()
+        existing = self.module.get(API, KIND, name, namespace)
+        pvc_obj = None
+        if existing is None and p["pvc"]:
+            pvc_obj = self.module.get("v1", "PersistentVolumeClaim", p["pvc"], namespace)
+        try:
+            plan = golden.plan_golden(
+                existing,
+                name,
+                p["family"],
+                p["os_name"],
+                mode,
+                pvc=p["pvc"],
+                pvc_obj=pvc_obj,
+                adopt=p["adopt"],
+                snapshot_class=p["snapshot_class"],
+            )
+        except golden.GoldenError as exc:
+            self.fail(str(exc), snapshot=existing or {})
+        after = existing
+        if plan["action"] == "create":
+            after = self.module.create(plan["definition"])
+            self.result["changed"] = True
+        elif plan["action"] == "stamp":
+            after, changed = self.module.patch(API, KIND, name, namespace, plan["patch"], before=existing)
+            self.result["changed"] = changed
+        self.result["action"] = plan["action"]
+        self.set_diff(existing, after)
+        self.result["progress"] = [golden.phase(after)]
+        if p["wait"] and not self.module.check_mode and not golden.is_ready(after):
+            after = self.wait_ready(name, namespace, after)
+        self.result.update(snapshot=after, golden=self.summary(after))
+        self.warn_unknown(after)
+        self.module.exit_json(**self.result)
+
+    def wait_ready(self, name, namespace, current):
+        phases = self.result["progress"]
+
+        def progress(obj):
+            now = golden.phase(obj)
+            if now != phases[-1]:
+                phases.append(now)
+
+        pending = "%s %s/%s to be readyToUse" % (KIND, namespace, name)
+        try:
+            obj, duration = self.module.wait(
+                API,
+                KIND,
+                name,
+                namespace,
+                _ready,
+                golden.describe_progress,
+                pending,
+                self.params["wait_timeout"],
+                self.params["wait_sleep"],
+                progress=progress,
+            )
+        except WaitError as exc:
+            last = exc.last if exc.last is not None else current
+            self.result.update(snapshot=last, golden=self.summary(last))
+            self.module.fail_from_wait(exc, **self.result)
+        self.result["duration"] = round(duration, 3)
+        return obj
+
+    # state=validated ---------------------------------------------------------------------------
+
+    def validated(self):
+        p = self.params
+        if p["name"] or p["digest"]:
+            return self.validate_one()
+        if p["mode"] is None and p["namespace"] is None:
+            namespaces = [golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK]]
+        else:
+            namespaces = [self.placement()[1]]
+        goldens, problems = [], []
+        for namespace in namespaces:
+            for obj in self.module.list(API, KIND, namespace):
+                if p["family"] and golden.observed_family(obj) != p["family"]:
+                    continue
+                found = golden.validate_golden(obj, family=p["family"], mode=p["mode"])
+                info = self.summary(obj)
+                info["problems"] = found
+                goldens.append(info)
+                problems.extend("%s/%s: %s" % (info["namespace"], info["name"], text) for text in found)
+                self.warn_unknown(obj)
+        if p["family"] and not goldens:
+            problems.append("no snapshot of family %s in %s" % (p["family"], ", ".join(namespaces)))
+        self.result.update(goldens=goldens, problems=problems)
+        self.finish_validation(problems, "goldens in %s break" % ", ".join(namespaces))
+
+    def validate_one(self):
+        p = self.params
+        name = self.name()
+        if p["mode"] is None and p["namespace"] is None:
+            candidates = [golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK]]
+        else:
+            candidates = [self.placement()[1]]
+        obj, namespace = None, candidates[0]
+        for namespace in candidates:
+            obj = self.module.get(API, KIND, name, namespace)
+            if obj is not None:
+                break
+        if obj is None:
+            problems = ["%s %s not found in %s" % (KIND, name, " or ".join(candidates))]
+            self.result.update(snapshot={}, golden={}, problems=problems)
+        else:
+            problems = golden.validate_golden(obj, family=p["family"], mode=p["mode"])
+            self.result.update(snapshot=obj, golden=self.summary(obj), problems=problems)
+            self.warn_unknown(obj)
+        self.finish_validation(problems, "%s %s/%s breaks" % (KIND, namespace, name))
+
+    def finish_validation(self, problems, what):
+        if problems and self.params["fail_on_invalid"]:
+            self.fail("%s the golden contract: %s" % (what, "; ".join(problems)))
+        self.module.exit_json(**self.result)
+
+    # state=absent ------------------------------------------------------------------------------
+
+    def selections_naming(self, name, mode):
+        """GoldenImageSelections that serve this snapshot; none when the cluster has no such kind."""
+        if not self.module.served(SELECTION_API, SELECTION_KIND):
+            return []
+        found = []
+        for sel in self.module.list(SELECTION_API, SELECTION_KIND, golden.NAMESPACES[golden.FILESYSTEM]):
+            spec = sel.get("spec") or {}
+            try:
+                same_mode = golden.normalize_mode(spec.get("mode")) == mode
+            except golden.GoldenError:
+                same_mode = False
+            if spec.get("snapshotName") == name and same_mode:
+                found.append((sel.get("metadata") or {}).get("name"))
+        return found
+
+    def absent(self):
+        p = self.params
+        mode, namespace = self.placement()
+        name = self.name()
+        existing = self.module.get(API, KIND, name, namespace)
+        self.result.update(action="none", snapshot={}, golden={})
+        if existing is None:
+            self.module.exit_json(**self.result)
+        self.result["golden"] = self.summary(existing)
+        where = "%s %s/%s" % (KIND, namespace, name)
+        if not p["force"]:
+            if golden.is_active(existing):
+                self.fail(
+                    "refusing to delete %s: it carries %s=true, so projects of family %s are seeded from it; "
+                    "promote another golden first, or set force: true"
+                    % (where, golden.ACTIVE_LABEL, golden.observed_family(existing))
+                )
+            selected = self.selections_naming(name, mode)
+            if selected:
+                self.fail(
+                    "refusing to delete %s: GoldenImageSelection %s in %s names it; select another golden "
+                    "first (golden_selection), or set force: true"
+                    % (where, ", ".join(selected), golden.NAMESPACES[golden.FILESYSTEM])
+                )
+        changed = self.module.delete(API, KIND, name, namespace, before=existing)
+        self.result.update(changed=changed, action="delete" if changed else "none")
+        self.set_diff(existing, None)
+        if changed and p["wait"] and not self.module.check_mode:
+            try:
+                duration = self.module.wait(
+                    API,
+                    KIND,
+                    name,
+                    namespace,
+                    _gone,
+                    golden.describe_progress,
+                    "%s to be deleted" % where,
+                    p["wait_timeout"],
+                    p["wait_sleep"],
+                )[1]
+            except WaitError as exc:
+                self.module.fail_from_wait(exc, **self.result)
+            self.result["duration"] = round(duration, 3)
+        self.module.exit_json(**self.result)
+
+
+def main():
+    module = KubeModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        required_if=[("state", "present", ("family", "os_name"))],
+    )
+    if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
+        module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
+    runner = Golden(module)
+    getattr(runner, module.params["state"])()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Run a playbook against a cluster (the lab, or one named by its kubeconfig) and return per-task results.
+
+    run = run_playbook(PLAY, env=lab.env(), extra_vars={"prefix": "t-1234"})
+    assert run.ok, run.log
+    assert run["make the golden"]["changed"] is True
+
+Results are collected by a test-only callback (callback_plugins/task_results.py), so every task
+of every play is available as a dict, failures included; ``run.log`` has the human output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+COLLECTIONS = ROOT / ".collections"
+CALLBACKS = pathlib.Path(__file__).resolve().parent / "callback_plugins"
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    stdout: str
+    stderr: str
+    tasks: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def log(self) -> str:
+        return "rc=%d\n--- stdout\n%s\n--- stderr\n%s" % (self.rc, self.stdout, self.stderr)
+
+    def results(self, task: str) -> list[dict]:
+        """Every result of the task named ``task`` (one per host and per run of it)."""
+        return [entry["result"] for entry in self.tasks if entry["task"] == task]
+
+    def entry(self, task: str) -> dict:
+        found = [entry for entry in self.tasks if entry["task"] == task]
+        if len(found) != 1:
+            raise KeyError("task %r ran %d times; names: %s" % (task, len(found), self.task_names()))
+        return found[0]
+
+    def __getitem__(self, task: str) -> dict:
+        return self.entry(task)["result"]
+
+    def task_names(self) -> list[str]:
+        return [entry["task"] for entry in self.tasks]
+
+
+def run_playbook(
+    playbook: str | list | pathlib.Path,
+    env: dict[str, str] | None = None,
+    extra_vars: dict | None = None,
+    check: bool = False,
+    diff: bool = False,
+    timeout: int = 600,
+    args: list[str] | None = None,
+) -> PlaybookRun:
+    """Run ``playbook`` (a path, YAML text, or a list of plays) on localhost with this repo's venv."""
+    with tempfile.TemporaryDirectory(prefix="golden-play-") as tmp:
+        tmpdir = pathlib.Path(tmp)
+        if isinstance(playbook, pathlib.Path):
+            path = playbook
+        else:
+            path = tmpdir / "play.yml"
+            text = playbook if isinstance(playbook, str) else yaml.safe_dump(playbook, sort_keys=False)
+            path.write_text(text)
+        results = tmpdir / "results.jsonl"
+        command = [
+            str(pathlib.Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            str(path),
+        ]
+        if extra_vars:
+            command[1:1] = ["-e", json.dumps(extra_vars)]
+        if check:
+            command.append("--check")
+        if diff:
+            command.append("--diff")
+        command.extend(args or [])
+        run_env = dict(os.environ)
+        run_env.update(env or {})
+        run_env.update(
+            {
+                "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+                "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
+                "ANSIBLE_CALLBACKS_ENABLED": "task_results",
+                "ANSIBLE_LOCAL_TEMP": str(tmpdir / "local"),
+                "ANSIBLE_HOME": str(tmpdir / "home"),
+                "ANSIBLE_RETRY_FILES_ENABLED": "false",
+                "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_HOST_KEY_CHECKING": "false",
+                "GOLDEN_TEST_RESULTS": str(results),
+            }
+        )
+        proc = subprocess.run(
+            command, cwd=str(ROOT), env=run_env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        tasks = []
+        if results.exists():
+            tasks = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+        return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, tasks)

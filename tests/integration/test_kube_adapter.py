@@ -1,0 +1,156 @@
+"""The Kubernetes adapter (module_utils/_kube.py) in-process against the lab.
+
+Real requests and real Status errors.
+
+Faster than a playbook per case, and it reads the audit log to prove what was and was not sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.integration.runner import COLLECTIONS
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collection_path():
+    import sys
+
+    path = str(COLLECTIONS)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+@contextlib.contextmanager
+def module(lab, check=False, diff=False):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+
+    args = {"kubeconfig": str(lab.kubeconfig), "_ansible_check_mode": check, "_ansible_diff": diff}
+    with patch_module_args(args):
+        yield KubeModule(argument_spec={}, supports_check_mode=True)
+
+
+def config_map(namespace, name, data, labels=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "data": data,
+    }
+
+
+def failure(call, capsys):
+    with pytest.raises(SystemExit):
+        call()
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.lab_only
+def test_writes_are_skipped_when_nothing_would_change(lab, kube_namespace):
+    with module(lab) as m:
+        made = m.create(config_map(kube_namespace, "cm", {"a": "1"}, {"app": "x"}))
+        assert made["metadata"]["uid"]
+        lab.clear_audit()
+        _, changed = m.patch("v1", "ConfigMap", "cm", kube_namespace, {"data": {"a": "1"}})
+        assert changed is False
+        _, changed = m.replace(config_map(kube_namespace, "cm", {"a": "1"}, {"app": "x"}))
+        assert changed is False
+        assert lab.mutating_requests() == []
+
+        patched, changed = m.patch("v1", "ConfigMap", "cm", kube_namespace, {"data": {"b": "2"}})
+        assert changed is True
+        assert patched["data"] == {"a": "1", "b": "2"}
+        replaced, changed = m.replace(config_map(kube_namespace, "cm", {"c": "3"}, {"app": "x"}))
+        assert changed is True
+        assert replaced["data"] == {"c": "3"}
+        assert [r["verb"] for r in lab.mutating_requests()] == ["patch", "update"]
+
+        assert [i["metadata"]["name"] for i in m.list("v1", "ConfigMap", kube_namespace, "app=x")] == ["cm"]
+        assert m.list("v1", "ConfigMap", kube_namespace, "app=y") == []
+        assert m.delete("v1", "ConfigMap", "cm", kube_namespace) is True
+        assert m.delete("v1", "ConfigMap", "cm", kube_namespace) is False
+        assert m.get("v1", "ConfigMap", "cm", kube_namespace) is None
+
+
+@pytest.mark.lab_only
+def test_check_mode_predicts_and_sends_nothing(lab, kube_namespace):
+    with module(lab) as m:
+        m.create(config_map(kube_namespace, "cm", {"a": "1"}))
+    lab.clear_audit()
+    with module(lab, check=True) as m:
+        new = m.create(config_map(kube_namespace, "new", {"x": "y"}))
+        assert new["data"] == {"x": "y"}
+        predicted, changed = m.patch("v1", "ConfigMap", "cm", kube_namespace, {"data": {"a": None, "b": "2"}})
+        assert (changed, predicted["data"]) == (True, {"b": "2"})
+        replaced, changed = m.replace(config_map(kube_namespace, "cm", {"c": "3"}))
+        assert (changed, replaced["data"]) == (True, {"c": "3"})
+        assert m.delete("v1", "ConfigMap", "cm", kube_namespace) is True
+        assert m.mutations == 0
+    assert lab.mutating_requests() == []
+    assert {r["verb"] for r in lab.audit()} <= {"get", "list"}
+    with module(lab) as m:
+        assert m.get("v1", "ConfigMap", "cm", kube_namespace)["data"] == {"a": "1"}
+        assert m.get("v1", "ConfigMap", "new", kube_namespace) is None
+
+
+def test_api_errors_fail_with_the_status(lab, kube_namespace, capsys):
+    with module(lab) as m:
+        m.create(config_map(kube_namespace, "cm", {"a": "1"}))
+        result = failure(lambda: m.create(config_map(kube_namespace, "cm", {"a": "1"})), capsys)
+    assert result["failed"] is True
+    assert result["msg"] == 'create ConfigMap %s/cm: configmaps "cm" already exists (AlreadyExists, 409)' % (
+        kube_namespace
+    )
+    assert (result["reason"], result["status"]) == ("AlreadyExists", 409)
+    assert result["body"]["kind"] == "Status"
+
+
+def test_an_unserved_kind_is_named(lab, capsys):
+    with module(lab) as m:
+        assert m.served("example.com/v1", "Nothing") is False
+        assert m.served("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is True
+        result = failure(lambda: m.resource("example.com/v1", "Nothing"), capsys)
+    assert result["msg"].startswith("find Nothing in example.com/v1: the API server does not serve this kind")
+
+
+@pytest.mark.lab_only
+def test_each_kind_is_discovered_once_per_run(lab, kube_namespace):
+    with module(lab) as m:
+        lab.clear_audit()
+        for _ in range(3):
+            m.get("v1", "ConfigMap", "absent", kube_namespace)
+            m.get("snapshot.storage.k8s.io/v1", "VolumeSnapshot", "absent", kube_namespace)
+    paths = [r["path"] for r in lab.audit()]
+    discovery = [p for p in paths if p in ("/api/v1", "/apis/snapshot.storage.k8s.io/v1")]
+    assert len(discovery) <= 2, paths
+    assert len([p for p in paths if "/configmaps/" in p]) == 3
+
+
+@pytest.mark.lab_only
+def test_a_wait_rides_out_server_errors(lab, kube_namespace):
+    with module(lab) as m:
+        m.create(config_map(kube_namespace, "cm", {"a": "1"}))
+        m.resource("v1", "ConfigMap")  # discovered before the faults start
+        lab.faults.update({"error_rate": 0.6, "seed": 7})
+        try:
+            obj, duration = m.wait(
+                "v1",
+                "ConfigMap",
+                "cm",
+                kube_namespace,
+                lambda o: (o is not None, None),
+                lambda o: "present" if o else "absent",
+                "ConfigMap cm",
+                timeout=20,
+                sleep=1,
+            )
+        finally:
+            injected = lab.faults.to_dict()["injected"]["error"]
+            lab.faults.reset()
+    assert obj["data"] == {"a": "1"}
+    assert injected >= 1
+    assert duration < 20

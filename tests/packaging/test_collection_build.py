@@ -1,0 +1,68 @@
+"""The built tarball installs, carries no development files, and its modules render in ansible-doc."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _run(*args, env=None, cwd=ROOT):
+    return subprocess.run(args, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+
+
+def test_build_install_and_doc(tmp_path):
+    _run(str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path))
+    tarball = tmp_path / "goldenimage-pipeline-0.1.0.tar.gz"
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+    assert "MANIFEST.json" in names
+    for dev_only in ("tests/", "Makefile", ".ci/", "bench/", "tools/", ".venv/", ".collections/"):
+        assert not any(n == dev_only.rstrip("/") or n.startswith(dev_only) for n in names), dev_only
+
+    dest = tmp_path / "installed"
+    _run(
+        str(BIN / "ansible-galaxy"),
+        "collection",
+        "install",
+        "--no-deps",
+        "-p",
+        str(dest),
+        str(tarball),
+    )
+    installed = dest / "ansible_collections" / "goldenimage" / "pipeline"
+    manifest = json.loads((installed / "MANIFEST.json").read_text())
+    deps = manifest["collection_info"]["dependencies"]
+    assert set(deps) == {"kubernetes.core", "amazon.aws"}
+    assert all("<" in bound for bound in deps.values()), "dependencies must be bounded"
+
+    # Render every module from the INSTALLED copy (dependencies from .collections for the fragments).
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=f"{dest}:{ROOT / '.collections'}")
+    env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "false"
+    modules = sorted(p.stem for p in (installed / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+    assert modules, "the collection ships no modules"
+    for name in modules:
+        out = _run(str(BIN / "ansible-doc"), "--json", f"goldenimage.pipeline.{name}", env=env).stdout
+        doc = json.loads(out)[f"goldenimage.pipeline.{name}"]
+        assert doc["doc"]["short_description"], name
+        assert doc["examples"].strip(), name
+        assert doc["return"], name
+
+
+def test_action_group_lists_every_cluster_module():
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"] == ">=2.16.0"
+    group = runtime["action_groups"]["k8s"]
+    assert len(group) == len(set(group)), "duplicated action-group entry"
+    for name in group:
+        assert (ROOT / "plugins" / "modules" / f"{name}.py").is_file(), name
+    # Every module that takes kubernetes.core's auth options must be in the group, and only those.
+    for path in (ROOT / "plugins" / "modules").glob("*.py"):
+        takes_auth = "kubernetes.core.k8s_auth_options" in path.read_text()
+        assert takes_auth == (path.stem in group), path.stem
