@@ -8,15 +8,18 @@ py=.venv/bin/python
 
 "$py" -m tests.lab down --state-dir "$state" >/dev/null 2>&1 || true
 rm -rf "$state"
-"$py" -m tests.lab up --state-dir "$state"
+# HTTPS, so kubectl (which sends no bearer token over plain HTTP) works against it too.
+"$py" -m tests.lab up --tls --state-dir "$state"
 
-# shellcheck disable=SC1091
-source "$state/s3.env"
+set -a
+# shellcheck source=/dev/null
+. "$state/s3.env"
+set +a
 export K8S_AUTH_KUBECONFIG="$PWD/$state/kubeconfig"
 export ANSIBLE_COLLECTIONS_PATH="$PWD/.collections"
 
 .venv/bin/ansible-playbook -i localhost, -c local playbooks/demo.yml \
-  -e "demo_workdir=$PWD/$state/work" "$@"
+  -e "ansible_python_interpreter=$PWD/.venv/bin/python" -e "demo_workdir=$PWD/$state/work" "$@"
 
 cat <<MSG
 

@@ -37,7 +37,7 @@ def test_bootstrap_objects(kube_client):
     snapshot_classes = dyn.resources.get(api_version="snapshot.storage.k8s.io/v1", kind="VolumeSnapshotClass")
     snap = dyn.get(snapshot_classes, name="lab-snap")
     assert snap.driver == "lab.goldenimage.io/hostpath" and snap.deletionPolicy == "Delete"
-    assert snap.metadata.annotations["snapshot.storage.k8s.io/is-default-class"] == "true"
+    assert snap.metadata.annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
     for api_version, kind in (
         ("kubevirt.io/v1", "VirtualMachine"),
         ("cdi.kubevirt.io/v1beta1", "DataVolume"),
