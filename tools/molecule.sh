@@ -12,7 +12,9 @@ export PATH="$repo/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$repo/.collections"
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 base_config="$repo/.config/molecule/config.yml"
-lab_dir="$repo/.lab/molecule"
+# A lab of its own per run, so concurrent runs never restart each other's lab.
+mkdir -p "$repo/.lab"
+lab_dir=$(mktemp -d "$repo/.lab/molecule.XXXXXX")
 
 scenarios=()
 while IFS= read -r file; do
@@ -27,10 +29,8 @@ fi
 stop_lab() {
   echo "==> molecule: stopping the lab ($lab_dir)"
   "$python" -m tests.lab down --state-dir "$lab_dir" || true
+  rm -rf "$lab_dir"
 }
-# A fresh lab every run: stop one left behind by an interrupted run and drop its state.
-"$python" -m tests.lab down --state-dir "$lab_dir" >/dev/null 2>&1 || true
-rm -rf "$lab_dir"
 echo "==> molecule: starting the lab: python -m tests.lab up --state-dir $lab_dir"
 trap stop_lab EXIT
 "$python" -m tests.lab up --state-dir "$lab_dir"

@@ -505,14 +505,16 @@ class Golden:
         if not self.module.served(SELECTION_API, SELECTION_KIND):
             return []
         found = []
-        for sel in self.module.list(SELECTION_API, SELECTION_KIND, golden.NAMESPACES[golden.FILESYSTEM]):
-            spec = sel.get("spec") or {}
-            try:
-                same_mode = golden.normalize_mode(spec.get("mode")) == mode
-            except golden.GoldenError:
-                same_mode = False
-            if spec.get("snapshotName") == name and same_mode:
-                found.append((sel.get("metadata") or {}).get("name"))
+        # Selections govern from either golden namespace, as the per-project seeder reads them.
+        for selections_ns in (golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK]):
+            for sel in self.module.list(SELECTION_API, SELECTION_KIND, selections_ns):
+                spec = sel.get("spec") or {}
+                try:
+                    same_mode = golden.normalize_mode(spec.get("mode")) == mode
+                except golden.GoldenError:
+                    same_mode = False
+                if spec.get("snapshotName") == name and same_mode:
+                    found.append("%s/%s" % (selections_ns, (sel.get("metadata") or {}).get("name")))
         return found
 
     def absent(self):
@@ -535,9 +537,8 @@ class Golden:
             selected = self.selections_naming(name, mode)
             if selected:
                 self.fail(
-                    "refusing to delete %s: GoldenImageSelection %s in %s names it; select another golden "
-                    "first (golden_selection), or set force: true"
-                    % (where, ", ".join(selected), golden.NAMESPACES[golden.FILESYSTEM])
+                    "refusing to delete %s: GoldenImageSelection %s names it; select another golden "
+                    "first (golden_selection), or set force: true" % (where, ", ".join(selected))
                 )
         changed = self.module.delete(API, KIND, name, namespace, before=existing)
         self.result.update(changed=changed, action="delete" if changed else "none")

@@ -455,7 +455,7 @@ def test_absent_refuses_a_golden_in_service(lab, cluster):
     )
     assert run.ok, run.log
     assert "carries kube-dc.com/golden-active=true, so projects of family %s" % family in run["active"]["msg"]
-    assert "GoldenImageSelection %s-sel in golden-images names it" % cluster.prefix in run["selected"]["msg"]
+    assert "GoldenImageSelection golden-images/%s-sel names it" % cluster.prefix in run["selected"]["msg"]
     assert run["forced, predicted"]["changed"] is True
     assert run["forced, predicted"]["diff"]["after"] == {}
     assert run["forced"]["changed"] is True

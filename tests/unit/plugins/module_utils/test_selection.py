@@ -417,3 +417,9 @@ def test_project_resolutions_compare_handles_per_namespace():
     assert by_ns["p-block"]["reason"].startswith("not seeded")
     assert by_ns["p-empty"]["snapshot"] is None
     assert s.unresolved(found) == ["p-block", "p-empty", "p-nohandle", "p-unbound", "p-wrong"]
+
+
+def test_label_path_never_serves_a_golden_that_is_not_ready():
+    goldens = [golden("pending", ready=False, active=True), golden("a")]
+    got = s.resolve_serving(goldens, [], "deb", "Filesystem")
+    assert (got["snapshot"], got["conflicts"], got["candidates"]) == ("a", [], ["a"])

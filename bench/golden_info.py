@@ -1,0 +1,516 @@
+#!/usr/bin/env python3
+"""API requests and wall time of golden_info and of per-project verification over many projects.
+
+Starts a lab with the storage controllers only (the per-project copies are made here, in the
+seeder's layout, so nothing waits on a resync), makes goldens of three families (one selected, one
+on the label path with one active, one with none active) plus a Block golden, then grows the
+project count in steps. At each step it measures:
+
+- golden_info through its own list calls and golden_inventory.report, ``--repeat`` times;
+- verification of one (family, mode) the way golden_selection verifies: listed, not fetched;
+- the same verification done naively, one GET of the copy and one of its content per project,
+  for comparison;
+and at the last step runs the module once through ansible-playbook. Requests come from the lab's
+audit log. Exits non-zero when the listed approaches send more requests as projects grow.
+
+    .venv/bin/python bench/golden_info.py [--projects 50,500] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / ".collections"))
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory, selection  # noqa: E402
+from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
+
+from tests.lab import Lab  # noqa: E402
+from tests.lab.controllers import storage  # noqa: E402
+
+GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
+FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
+PROJECT_LABEL = "kube-dc.com/project"
+DRIVER = "lab.goldenimage.io/hostpath"
+# family -> (versioned name suffixes, active index or None, selected index or None)
+FAMILIES = {
+    "debian-12": (["20260101-0123456789ab", "20260828-f0dea74da9c5"], 1, None),
+    "ubuntu-24-04": (["20260301-aaaaaaaaaaaa", "20260801-bbbbbbbbbbbb", "20260901-cccccccccccc"], None, None),
+    "windows-11": (["20260809-dddddddddddd", "20260828-eeeeeeeeeeee"], None, 0),
+}
+VERIFY_FAMILY = "debian-12"
+
+
+class Lister:
+    """Just what golden_info.observe needs of a module: list and served, on the kubernetes client.
+
+    By default it lists as KubeModule.list does (the dynamic client's ResourceInstance, then
+    ``to_dict``); ``raw`` parses the response body directly, to show what that conversion costs.
+    """
+
+    def __init__(self, api_client, raw=False):
+        from kubernetes.dynamic import DynamicClient
+
+        self.dynamic = DynamicClient(api_client)
+        self.resources = {}
+        self.raw = raw
+
+    def resource(self, api_version, kind):
+        key = (api_version, kind)
+        if key not in self.resources:
+            prefix = {} if "/" in api_version else {"prefix": "api"}
+            self.resources[key] = self.dynamic.resources.get(api_version=api_version, kind=kind, **prefix)
+        return self.resources[key]
+
+    def served(self, api_version, kind):
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        try:
+            self.resource(api_version, kind)
+        except ResourceNotFoundError:
+            return False
+        return True
+
+    def list(self, api_version, kind, namespace=None, label_selector=None):
+        res = self.resource(api_version, kind)
+        params = {"label_selector": label_selector} if label_selector else {}
+        namespace = namespace if res.namespaced else None
+        if self.raw:
+            return json.loads(res.get(namespace=namespace, serialize=False, **params).data).get("items") or []
+        return res.get(namespace=namespace, **params).to_dict().get("items") or []
+
+
+class World:
+    def __init__(self, lab):
+        from kubernetes import client, config
+
+        self.lab = lab
+        self.api = config.new_client_from_config(str(lab.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.handles = {}  # golden name -> snapshot handle
+        self.goldens = {}  # family -> [names]
+        self.projects = 0
+
+    def namespace(self, name, labels=None):
+        self.core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+
+    def pvc(self, namespace, name, mode="Filesystem", source=None, storage_class=None):
+        spec = {
+            "accessModes": ["ReadWriteOnce"],
+            "volumeMode": mode,
+            "resources": {"requests": {"storage": "4Mi"}},
+        }
+        if storage_class:
+            spec["storageClassName"] = storage_class
+        if source:
+            spec["dataSource"] = {"apiGroup": GROUP, "kind": "VolumeSnapshot", "name": source}
+        self.core.create_namespaced_persistent_volume_claim(
+            namespace, {"metadata": {"name": name}, "spec": spec}
+        )
+
+    def wait(self, check, what, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.2)
+        raise SystemExit("timed out waiting for %s" % what)
+
+    def golden(self, namespace, name, family, pvc, active=False):
+        mode = "Block" if namespace == BLOCK_NS else "Filesystem"
+        labels = {"kube-dc.com/golden-os": family, "kube-dc.com/golden-mode": mode}
+        if active:
+            labels["kube-dc.com/golden-active"] = "true"
+        body = {
+            "apiVersion": "%s/%s" % (GROUP, VERSION),
+            "kind": "VolumeSnapshot",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {
+                    "kube-dc.com/os-family-id": family,
+                    "kube-dc.com/os-name": family,
+                    "kube-dc.com/golden-mode": mode,
+                },
+            },
+            "spec": {"source": {"persistentVolumeClaimName": pvc}},
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "volumesnapshots", body)
+
+    def snapshot(self, namespace, name):
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "volumesnapshots", name)
+
+    def arrange_goldens(self):
+        self.namespace(FS_NS)
+        self.namespace(BLOCK_NS)
+        self.pvc(FS_NS, "disk")
+        self.pvc(BLOCK_NS, "raw", mode="Block")
+        for family, (suffixes, active, _) in FAMILIES.items():
+            names = ["golden-%s-%s" % (family, s) for s in suffixes]
+            self.goldens[family] = names
+            for i, name in enumerate(names):
+                self.golden(FS_NS, name, family, "disk", active=(i == active))
+        self.golden(BLOCK_NS, "golden-debian-12-20260828-f0dea74da9c5", "debian-12", "raw", active=True)
+        for names in self.goldens.values():
+            for name in names:
+                self.wait(
+                    lambda n=name: (self.snapshot(FS_NS, n).get("status") or {}).get("readyToUse"), name
+                )
+                bound = self.snapshot(FS_NS, name)["status"]["boundVolumeSnapshotContentName"]
+                content = self.custom.get_cluster_custom_object(
+                    GROUP, VERSION, "volumesnapshotcontents", bound
+                )
+                self.handles[name] = content["status"]["snapshotHandle"]
+        for family, (_, _, selected) in FAMILIES.items():
+            if selected is None:
+                continue
+            body = {
+                "apiVersion": "kube-dc.com/v1",
+                "kind": "GoldenImageSelection",
+                "metadata": {"name": "%s-filesystem" % family},
+                "spec": {
+                    "family": family,
+                    "mode": "Filesystem",
+                    "snapshotName": self.goldens[family][selected],
+                },
+            }
+            self.custom.create_namespaced_custom_object(
+                "kube-dc.com", "v1", FS_NS, "goldenimageselections", body
+            )
+
+    def served(self, family):
+        """The golden the seeder would serve (bench layout: active, else selected, else first listed)."""
+        _, active, selected = FAMILIES[family]
+        index = selected if selected is not None else active if active is not None else 0
+        return self.goldens[family][index]
+
+    def seed(self, project, family, golden_name):
+        content = "kdc-%s-%s-fs" % (project, family)
+        snap = "golden-%s" % family
+        self.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "volumesnapshotcontents",
+            {
+                "apiVersion": "%s/%s" % (GROUP, VERSION),
+                "kind": "VolumeSnapshotContent",
+                "metadata": {"name": content},
+                "spec": {
+                    "deletionPolicy": "Retain",
+                    "driver": DRIVER,
+                    "source": {"snapshotHandle": self.handles[golden_name]},
+                    "volumeSnapshotRef": {"name": snap, "namespace": project},
+                },
+            },
+        )
+        body = {
+            "apiVersion": "%s/%s" % (GROUP, VERSION),
+            "kind": "VolumeSnapshot",
+            "metadata": {
+                "name": snap,
+                "labels": {"kube-dc.com/golden-os": family, "kube-dc.com/golden-mode": "Filesystem"},
+                "annotations": {
+                    "kube-dc.com/clone-min-size": "4Mi",
+                    "kube-dc.com/seeded-from": "%s/%s" % (FS_NS, golden_name),
+                },
+            },
+            "spec": {"source": {"volumeSnapshotContentName": content}},
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, project, "volumesnapshots", body)
+
+    def add_projects(self, total, threads=2):
+        """Projects up to ``total``: each seeded with every family; every 25th stale; every 10th clones."""
+        start = self.projects
+        errors = []
+
+        def work(indexes):
+            try:
+                for i in indexes:
+                    name = "proj-%04d" % i
+                    self.namespace(name, {PROJECT_LABEL: "bench"})
+                    for family in FAMILIES:
+                        served = self.served(family)
+                        stale = i % 25 == 0 and family == VERIFY_FAMILY
+                        self.seed(name, family, self.goldens[family][0] if stale else served)
+                    if i % 10 == 0:
+                        # Never bound (no such class): the report reads only the claim's source.
+                        self.pvc(
+                            name, "vm-root", source="golden-%s" % VERIFY_FAMILY, storage_class="bench-none"
+                        )
+            except BaseException as exc:
+                errors.append(exc)
+
+        chunks = [list(range(start + n, total, threads)) for n in range(threads)]
+        workers = [threading.Thread(target=work, args=(chunk,)) for chunk in chunks]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if errors:
+            raise errors[0]
+        self.projects = total
+        self.wait(self.all_bound, "project copies to bind", timeout=300)
+
+    def all_bound(self):
+        items = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, "volumesnapshots", label_selector="kube-dc.com/golden-os"
+        )["items"]
+        copies = [i for i in items if i["metadata"]["namespace"] not in (FS_NS, BLOCK_NS)]
+        return len(copies) == self.projects * len(FAMILIES) and all(
+            (i.get("status") or {}).get("readyToUse") for i in copies
+        )
+
+
+def api_span(lab):
+    """Seconds from the first to the last request in the audit log."""
+    times = [r["time"] for r in lab.audit()]
+    return max(times) - min(times) if times else 0.0
+
+
+def api_requests(lab):
+    """(API requests by verb, discovery requests) since the last clear."""
+    verbs = {}
+    discovery = 0
+    for record in lab.audit():
+        if record["resource"]:
+            verbs[record["verb"]] = verbs.get(record["verb"], 0) + 1
+        else:
+            discovery += 1
+    return verbs, discovery
+
+
+def measure(lab, fn, repeat):
+    """(median seconds, API requests by verb of one run); the first run is timed too."""
+    times = []
+    verbs = None
+    for _ in range(repeat):
+        lab.clear_audit()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+        if verbs is None:
+            verbs = api_requests(lab)[0]
+    return statistics.median(times), verbs
+
+
+def report_once(lister):
+    observed = golden_info.observe(lister, golden_inventory.golden_namespaces())
+    result = golden_inventory.report(
+        observed["snapshots"],
+        observed["contents"],
+        observed["pvcs"],
+        observed["projects"],
+        observed["selections"],
+        observed["datavolumes"],
+    )
+    return result
+
+
+def verify_listed(lister, family, mode="Filesystem"):
+    """golden_selection's verification: the served golden's handle, then every project, from lists."""
+    goldens = lister.list("%s/%s" % (GROUP, VERSION), "VolumeSnapshot", FS_NS)
+    contents = lister.list(selection.CONTENT_API_VERSION, selection.CONTENT_KIND)
+    selections = lister.list(selection.SELECTION_API_VERSION, selection.SELECTION_KIND, FS_NS)
+    served = selection.resolve_serving(goldens, selections, family, mode)["snapshot"]
+    expected = selection.golden_handle(selection.find_golden(goldens, served, mode), contents)
+    projects = [n["metadata"]["name"] for n in lister.list("v1", "Namespace", label_selector=PROJECT_LABEL)]
+    copies = lister.list(
+        "%s/%s" % (GROUP, VERSION),
+        "VolumeSnapshot",
+        label_selector=golden_inventory.snapshot_selector(family),
+    )
+    return selection.project_resolutions(projects, copies, contents, family, mode, expected)
+
+
+def verify_naive(world, lister, family, mode="Filesystem"):
+    """The same answer with one GET of the copy and one of its content per project."""
+    from kubernetes.client.rest import ApiException
+
+    goldens = lister.list("%s/%s" % (GROUP, VERSION), "VolumeSnapshot", FS_NS)
+    selections = lister.list(selection.SELECTION_API_VERSION, selection.SELECTION_KIND, FS_NS)
+    served = selection.resolve_serving(goldens, selections, family, mode)["snapshot"]
+    expected = world.handles[served]
+    projects = [n["metadata"]["name"] for n in lister.list("v1", "Namespace", label_selector=PROJECT_LABEL)]
+    name = selection.project_snapshot_name(family, mode)
+    out = []
+    for project in sorted(projects):
+        try:
+            snap = world.snapshot(project, name)
+        except ApiException:
+            snap = None
+        contents = []
+        bound = ((snap or {}).get("status") or {}).get("boundVolumeSnapshotContentName")
+        if bound:
+            contents.append(
+                world.custom.get_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents", bound)
+            )
+        out.append(selection.project_resolution(project, snap, contents, expected))
+    return out
+
+
+def run_module(lab):
+    """golden_info through ansible-playbook once: (seconds, API requests by verb, discovery, summary)."""
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "report",
+                    "goldenimage.pipeline.golden_info": {"kubeconfig": str(lab.kubeconfig)},
+                    "register": "info",
+                },
+                {"name": "summary", "ansible.builtin.debug": {"msg": "SUMMARY {{ info.summary | to_json }}"}},
+            ],
+        }
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "play.yml"
+        path.write_text(json.dumps(play))
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_NOCOLOR="1")
+        env["ANSIBLE_LOCAL_TEMP"] = str(pathlib.Path(tmp) / "local")
+        env["ANSIBLE_HOME"] = str(pathlib.Path(tmp) / "home")
+        command = [
+            str(pathlib.Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            str(path),
+        ]
+        lab.clear_audit()
+        started = time.perf_counter()
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=str(ROOT))
+        elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit("ansible-playbook failed:\n%s\n%s" % (proc.stdout, proc.stderr))
+    verbs, discovery = api_requests(lab)
+    span = api_span(lab)
+    line = next(ln for ln in proc.stdout.splitlines() if "SUMMARY" in ln)
+    summary = json.loads(line.split("SUMMARY", 1)[1].strip().rstrip('"').replace('\\"', '"'))
+    return elapsed, verbs, discovery, span, summary
+
+
+def total(verbs):
+    return sum(verbs.values())
+
+
+def fmt(verbs):
+    return ", ".join("%s %d" % (k, v) for k, v in sorted(verbs.items()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--projects", default="50,500", help="comma-separated project counts, increasing")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median is shown)")
+    args = parser.parse_args()
+    steps = sorted(int(n) for n in args.projects.split(","))
+
+    rows = []
+    listed_requests = {}
+    with (
+        tempfile.TemporaryDirectory() as state,
+        Lab(state, with_s3=False, controllers=storage.CONTROLLERS) as lab,
+    ):
+        world = World(lab)
+        started = time.perf_counter()
+        world.arrange_goldens()
+        lister = Lister(world.api)
+        raw = Lister(world.api, raw=True)
+        for each in (lister, raw):  # discovery, once
+            each.served(selection.SELECTION_API_VERSION, selection.SELECTION_KIND)
+        for count in steps:
+            world.add_projects(count)
+            result = report_once(lister)
+            summary = golden_inventory.summary(result)
+            expected_stale = len(range(0, count, 25))
+            stale = [
+                p
+                for p in result["projects"]
+                if (p["family"], p["mode"]) == (VERIFY_FAMILY, "Filesystem") and not p["match"]
+            ]
+            if len(stale) != expected_stale:
+                print(
+                    "FAIL: %d stale projects reported, %d made" % (len(stale), expected_stale),
+                    file=sys.stderr,
+                )
+                return 1
+            seconds, verbs = measure(lab, lambda: report_once(lister), args.repeat)
+            rows.append(
+                ("golden_info (module_utils)", count, verbs, seconds, "%(project_entries)d entries" % summary)
+            )
+            listed_requests.setdefault("golden_info", []).append(total(verbs))
+            same = "same report" if report_once(raw) == result else "DIFFERENT report"
+            seconds, verbs = measure(lab, lambda: report_once(raw), args.repeat)
+            rows.append(("golden_info (raw JSON lists)", count, verbs, seconds, same))
+
+            seconds, verbs = measure(lab, lambda: verify_listed(lister, VERIFY_FAMILY), args.repeat)
+            found = verify_listed(lister, VERIFY_FAMILY)
+            rows.append(
+                (
+                    "verify projects, listed",
+                    count,
+                    verbs,
+                    seconds,
+                    "%d not matching" % len(selection.unresolved(found)),
+                )
+            )
+            listed_requests.setdefault("verify", []).append(total(verbs))
+
+            seconds, verbs = measure(lab, lambda: verify_naive(world, lister, VERIFY_FAMILY), 1)
+            found = verify_naive(world, lister, VERIFY_FAMILY)
+            rows.append(
+                (
+                    "verify projects, GET each",
+                    count,
+                    verbs,
+                    seconds,
+                    "%d not matching" % len(selection.unresolved(found)),
+                )
+            )
+        seconds, verbs, discovery, span, summary = run_module(lab)
+        rows.append(
+            (
+                "golden_info (ansible-playbook)",
+                steps[-1],
+                verbs,
+                seconds,
+                "+%d discovery; requests span %.3fs; %d entries, %d clones"
+                % (discovery, span, summary["project_entries"], summary["clones"]),
+            )
+        )
+        setup = time.perf_counter() - started
+
+    print(
+        "%-32s %8s %9s %9s  %-36s %s"
+        % ("what", "projects", "requests", "seconds", "requests by verb", "result")
+    )
+    for what, count, verbs, seconds, note in rows:
+        print("%-32s %8d %9d %9.3f  %-36s %s" % (what, count, total(verbs), seconds, fmt(verbs), note))
+    print(
+        "(setup and all runs: %.1fs; module_utils and listed verification: median of %d runs)"
+        % (setup, args.repeat)
+    )
+    for what, counts in listed_requests.items():
+        if len(set(counts)) != 1:
+            print("FAIL: %s sent %s requests at %s projects" % (what, counts, steps), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

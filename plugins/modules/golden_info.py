@@ -1,0 +1,318 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: golden_info
+short_description: Report Kube-DC goldens, what each family serves, conflicts, projects and clones
+version_added: 0.1.0
+description:
+  - Read-only. Lists the goldens of each family with their candidates (date, digest, size, mode, Ready,
+    active label), and says which golden each (family, mode) serves and which path decided it, a
+    C(GoldenImageSelection) or the C(kube-dc.com/golden-active) label.
+  - Reports the conflicts the per-project seeder does not refuse, two goldens labelled active, two
+    selections naming different snapshots (the family is held), a selection naming a snapshot that
+    cannot serve (the family is skipped), zero goldens active among several (the seeder takes the
+    first the API lists, which is arbitrary and silent), and selections that govern nothing.
+  - For every project namespace (selected by O(project_selector)) reports which snapshot handle its
+    seeded copy C(golden-<family>) or C(golden-<family>-block) resolved to, which golden owns that
+    handle, and whether it is the one being served.
+  - Lists the PersistentVolumeClaims and DataVolumes that still restore from each golden, directly or
+    through a project's seeded copy, so "does anything still clone this?" is answered before a delete.
+  - The cost does not grow with the number of projects. It sends a fixed set of LIST requests, the
+    VolumeSnapshots of each golden namespace, the VolumeSnapshots carrying C(kube-dc.com/golden-os) in
+    all namespaces (the projects' seeded copies), VolumeSnapshotContents, PersistentVolumeClaims,
+    project Namespaces, GoldenImageSelections and, when CDI is installed, DataVolumes.
+author:
+  - goldenimage.pipeline maintainers
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+options:
+  family:
+    description:
+      - Report only this family (the value of the C(kube-dc.com/golden-os) label).
+    type: str
+  mode:
+    description:
+      - Report only V(Filesystem) or V(Block) (any casing is accepted).
+    type: str
+  project_selector:
+    description:
+      - Label selector of the Kube-DC project namespaces.
+    type: str
+    default: kube-dc.com/project
+  namespaces:
+    description:
+      - The namespaces that hold goldens, when a cluster does not use the contract's defaults.
+      - GoldenImageSelections are read from these namespaces too.
+    type: dict
+    suboptions:
+      filesystem:
+        description: Namespace of the Filesystem goldens.
+        type: str
+        default: golden-images
+      block:
+        description: Namespace of the Block goldens.
+        type: str
+        default: golden-images-block
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.attributes.info_module
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - A golden is a snapshot of a golden namespace carrying a family, as the label C(kube-dc.com/golden-os)
+    or the annotation C(kube-dc.com/os-family-id); a project's seeded copy is found by the label.
+  - A C(digest) is known when a C(GoldenImageSelection) names the golden (or recorded it as the previous
+    one); otherwise only C(digest_prefix), read from the versioned name, is given.
+seealso:
+  - module: goldenimage.pipeline.golden_snapshot
+  - module: goldenimage.pipeline.golden_selection
+"""
+
+EXAMPLES = r"""
+- name: Look at goldens with the cluster credentials set once
+  module_defaults:
+    group/goldenimage.pipeline.k8s:
+      kubeconfig: "{{ kubeconfig_path }}"
+  block:
+    - name: Report one family
+      goldenimage.pipeline.golden_info:
+        family: windows-11-golden
+      register: info
+
+    - name: Say what each mode serves and why
+      ansible.builtin.debug:
+        msg: "{{ item.key }}: {{ item.value.snapshot }} ({{ item.value.path }}: {{ item.value.reason }})"
+      loop: "{{ info.families[0].serving | dict2items }}"
+
+    - name: Fail when a project is not served the intended golden
+      ansible.builtin.assert:
+        that: info.projects | rejectattr('match') | list | length == 0
+        fail_msg: "{{ info.projects | rejectattr('match') | map(attribute='namespace') | list }}"
+
+    - name: Refuse to delete a golden that something still clones
+      ansible.builtin.assert:
+        that: (info.clones | selectattr('name', 'equalto', old_golden) | first).count == 0
+
+    - name: Report every family of Block goldens kept in non-default namespaces
+      goldenimage.pipeline.golden_info:
+        mode: block
+        namespaces:
+          filesystem: os-goldens
+          block: os-goldens-block
+"""
+
+RETURN = r"""
+changed:
+  description: Always false; the module changes nothing.
+  returned: always
+  type: bool
+  sample: false
+families:
+  description: One entry per family, sorted by family.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    family:
+      description: The family id.
+      type: str
+      sample: windows-11-golden
+    os_name:
+      description: Display name of the first candidate that carries one.
+      type: str
+      sample: Windows 11 Enterprise Evaluation
+    candidates:
+      description:
+        - Every golden of the family, in API list order, with V(name), V(namespace), V(mode), V(date)
+          (C(YYYYMMDD), from the versioned name, else the creation day), V(created), V(digest),
+          V(digest_prefix), V(size) (C(status.restoreSize)), V(ready), V(active), V(content), V(handle),
+          V(selected) (a selection names it), V(serving), V(problems) (contract violations) and V(clones)
+          (how many PVCs and DataVolumes restore from it).
+      type: list
+      elements: dict
+      sample:
+        - name: golden-windows-11-golden-20260828-f0dea74da9c5
+          namespace: golden-images
+          mode: Filesystem
+          date: "20260828"
+          digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+          digest_prefix: f0dea74da9c5
+          size: 75Gi
+          ready: true
+          active: false
+          selected: true
+          serving: true
+          problems: []
+          clones: 12
+    serving:
+      description:
+        - What each mode of the family serves, keyed by V(Filesystem) and V(Block), with V(snapshot) (None
+          when nothing is served), V(namespace), V(path) (V(selection), V(label) or V(none), what decided),
+          V(selection), V(held) (the seeder skips the family and projects keep their copy), V(reason),
+          V(handle), V(conflicts) (their types) and V(order) (the candidates in the seeder's order).
+      type: dict
+      sample:
+        Filesystem:
+          snapshot: golden-windows-11-golden-20260828-f0dea74da9c5
+          namespace: golden-images
+          path: selection
+          selection: windows-11-golden-filesystem
+          held: false
+          reason: >-
+            GoldenImageSelection golden-images/windows-11-golden-filesystem selects
+            golden-windows-11-golden-20260828-f0dea74da9c5
+          handle: snapshot-3b0c
+          conflicts: []
+conflicts:
+  description:
+    - Every conflict found, with V(type) (V(two_active), V(zero_active), V(two_selections),
+      V(broken_selection) or V(governs_nothing)), V(family), V(mode), V(names) (the goldens or
+      selections involved) and V(message).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - type: zero_active
+      family: debian-12
+      mode: Filesystem
+      names: [golden-debian-12-20260101-0123456789ab, golden-debian-12-20260828-f0dea74da9c5]
+      message: "none of the 2 goldens of debian-12/Filesystem carries kube-dc.com/golden-active=true: ..."
+projects:
+  description:
+    - One entry per project namespace and (family, mode), sorted by namespace, with V(namespace),
+      V(family), V(mode), V(snapshot) (the seeded copy, None when not seeded), V(content), V(handle)
+      (the handle it resolved to), V(golden) (C(<namespace>/<name>) of the golden owning that handle,
+      None when no listed golden does), V(seeded_from) (the seeder's annotation), V(serving), V(expected)
+      (the serving golden's handle), V(match), V(held) and V(reason).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: shop-prod
+      family: windows-11-golden
+      mode: Filesystem
+      snapshot: golden-windows-11-golden
+      content: kdc-shop-prod-windows-11-golden-fs
+      handle: snapshot-3b0c
+      golden: golden-images/golden-windows-11-golden-20260828-f0dea74da9c5
+      seeded_from: golden-images/golden-windows-11-golden-20260828-f0dea74da9c5
+      serving: golden-images/golden-windows-11-golden-20260828-f0dea74da9c5
+      expected: snapshot-3b0c
+      match: true
+      held: false
+      reason: resolved to the intended handle
+clones:
+  description:
+    - One entry per golden (V(count) 0 when nothing restores from it), plus one per snapshot handle that
+      no listed golden owns any more but that something still restores from (V(golden) is then None).
+    - V(pvcs) and V(datavolumes) name each consumer and V(via), V(golden) for a direct restore or the
+      project's seeded copy C(<namespace>/<name>) it went through.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - golden: golden-images/golden-windows-11-golden-20260828-f0dea74da9c5
+      namespace: golden-images
+      name: golden-windows-11-golden-20260828-f0dea74da9c5
+      family: windows-11-golden
+      mode: Filesystem
+      handle: null
+      count: 1
+      pvcs: [{namespace: shop-prod, name: vm-1-root, via: shop-prod/golden-windows-11-golden}]
+      datavolumes: []
+summary:
+  description: Counts over the report.
+  returned: always
+  type: dict
+  sample: {families: 2, conflicts: 1, project_entries: 500, matching: 498, not_matching: 2, clones: 40}
+"""
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, golden_inventory, selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+
+
+def argument_spec():
+    return dict(
+        family=dict(type="str"),
+        mode=dict(type="str"),
+        project_selector=dict(type="str", default=selection.PROJECT_SELECTOR),
+        namespaces=dict(
+            type="dict",
+            options=dict(
+                filesystem=dict(type="str", default=golden.NAMESPACES[golden.FILESYSTEM]),
+                block=dict(type="str", default=golden.NAMESPACES[golden.BLOCK]),
+            ),
+        ),
+    )
+
+
+def observe(module, namespaces, family=None, project_selector=selection.PROJECT_SELECTOR):
+    """One LIST per kind (and per golden namespace), whatever the number of projects.
+
+    Goldens are listed whole from their namespaces, so the report sees them in the order and with
+    the family annotation the seeder sees; project copies come from one labelled list of all namespaces.
+    """
+    api = golden.SNAPSHOT_API_VERSION
+    golden_spaces = sorted(set(namespaces.values()))
+    snapshots = []
+    for namespace in golden_spaces:
+        snapshots.extend(module.list(api, golden.SNAPSHOT_KIND, namespace))
+    labelled = module.list(
+        api, golden.SNAPSHOT_KIND, label_selector=golden_inventory.snapshot_selector(family)
+    )
+    snapshots.extend(s for s in labelled if (s.get("metadata") or {}).get("namespace") not in golden_spaces)
+    observed = {
+        "snapshots": snapshots,
+        "contents": module.list(selection.CONTENT_API_VERSION, selection.CONTENT_KIND),
+        "pvcs": module.list("v1", "PersistentVolumeClaim"),
+        "projects": module.list("v1", "Namespace", label_selector=project_selector),
+        "selections": [],
+        "datavolumes": [],
+    }
+    if module.served(selection.SELECTION_API_VERSION, selection.SELECTION_KIND):
+        observed["selections"] = module.list(selection.SELECTION_API_VERSION, selection.SELECTION_KIND)
+    if module.served(golden_inventory.DATAVOLUME_API_VERSION, golden_inventory.DATAVOLUME_KIND):
+        observed["datavolumes"] = module.list(
+            golden_inventory.DATAVOLUME_API_VERSION, golden_inventory.DATAVOLUME_KIND
+        )
+    return observed
+
+
+def main():
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    try:
+        mode = golden.normalize_mode(p["mode"]) if p["mode"] else None
+        if p["family"]:
+            golden.validate_family(p["family"])
+    except golden.GoldenError as exc:
+        module.fail_json(msg=str(exc))
+    chosen = p["namespaces"] or {}
+    namespaces = golden_inventory.golden_namespaces(chosen.get("filesystem"), chosen.get("block"))
+    observed = observe(module, namespaces, p["family"], p["project_selector"])
+    result = golden_inventory.report(
+        observed["snapshots"],
+        observed["contents"],
+        observed["pvcs"],
+        observed["projects"],
+        observed["selections"],
+        observed["datavolumes"],
+        namespaces=namespaces,
+        family=p["family"],
+        mode=mode,
+    )
+    for conflict in result["conflicts"]:
+        module.warn(conflict["message"])
+    module.exit_json(changed=False, summary=golden_inventory.summary(result), **result)
+
+
+if __name__ == "__main__":
+    main()

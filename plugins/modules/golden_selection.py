@@ -1,0 +1,681 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: golden_selection
+short_description: Promote or roll back the golden a Kube-DC family serves, failing closed
+version_added: 0.1.0
+description:
+  - Chooses which golden VolumeSnapshot the projects of a family are seeded from, for one mode
+    (V(Filesystem) or V(Block)).
+  - With O(method=selection) (the default) it writes one C(GoldenImageSelection) per family and mode
+    (C(spec.family), C(spec.mode), C(spec.snapshotName), C(spec.releaseDigest)). Promotion and rollback
+    are the same single write, with no intermediate state. A selection that already governs the family
+    and mode is updated; otherwise one named C(<family>-<mode lowercased>) is created.
+  - Before writing anything it proves the named snapshot exists, is Ready, carries the family and the
+    mode and keeps the whole golden contract; otherwise it refuses and writes nothing. It never picks
+    a sibling.
+  - Two selections naming different snapshots for the family and mode hold the family; the module refuses
+    to write until one is removed and names both. A selection whose family or mode matches no golden is
+    reported as governing nothing.
+  - The snapshot a promotion replaces is recorded on the selection (annotations
+    C(goldenimage.pipeline/previous-snapshot) and C(goldenimage.pipeline/previous-release-digest)), so
+    O(rollback=true) restores it.
+  - With O(method=label) it uses the legacy C(kube-dc.com/golden-active) label instead, the least bad way;
+    the label is removed from the incumbent and added to the candidate back to back, then exactly one active
+    golden per family is verified and the length of the window between the two writes is reported. Neither
+    intermediate state is safe, the result explains why, and the selection path is recommended.
+  - With O(verify_projects=true) it then waits until every project namespace resolved to the snapshot
+    handle of the selected golden (seeded VolumeSnapshot, its bound content, the content's handle) and
+    fails listing those that did not within O(verify_timeout).
+author:
+  - goldenimage.pipeline maintainers
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+options:
+  family:
+    description:
+      - The OS family id (the C(kube-dc.com/golden-os) label of its goldens).
+    type: str
+    required: true
+  mode:
+    description:
+      - V(Filesystem) or V(Block). Other casings are accepted and written as V(Filesystem) or V(Block).
+      - Goldens of the mode live in C(golden-images) or C(golden-images-block).
+    type: str
+    default: Filesystem
+  snapshot:
+    description:
+      - Name of the golden to serve, in the namespace of O(mode).
+      - Required unless O(rollback=true). With O(rollback=true) it may be given to make sure the recorded
+        previous snapshot is the one expected; a different one is refused.
+    type: str
+  release_digest:
+    description:
+      - Digest of the released artifact behind O(snapshot), C(sha256:<64 hex>), written as
+        C(spec.releaseDigest).
+      - When the selected snapshot changes without a digest, the old digest is removed, since it
+        describes another snapshot.
+      - Ignored with O(method=label) and with O(rollback=true) (the recorded digest is restored).
+    type: str
+  method:
+    description:
+      - V(selection) writes a C(GoldenImageSelection) (one write, fails closed).
+      - V(label) moves the legacy C(kube-dc.com/golden-active) label. It is refused while a selection governs
+        the family and mode, because the label then has no effect.
+    type: str
+    choices: [selection, label]
+    default: selection
+  rollback:
+    description:
+      - Restore the snapshot recorded as previous by the last promotion, instead of O(snapshot).
+      - Refused, writing nothing, when no previous snapshot is recorded.
+    type: bool
+    default: false
+  verify_projects:
+    description:
+      - After the write, wait until every project namespace (see O(project_selector)) resolved to the snapshot
+        handle of the selected golden, and fail listing the projects that did not.
+      - Kube-DC re-seeds projects on its resync (every 15 minutes by default), so O(verify_timeout) must
+        cover it.
+      - In check mode nothing is waited for; each project's current resolution is reported once.
+    type: bool
+    default: false
+  verify_timeout:
+    description:
+      - Seconds to wait for every project to resolve to the selected handle.
+    type: int
+    default: 1200
+  verify_interval:
+    description:
+      - Longest pause, in seconds, between two checks of the projects.
+    type: int
+    default: 15
+  namespace:
+    description:
+      - Namespace of the C(GoldenImageSelection) objects. Defaults to the golden namespace of O(mode).
+    type: str
+  project_selector:
+    description:
+      - Label selector of the project namespaces to verify.
+    type: str
+    default: kube-dc.com/project
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Sends no mutating request; reports the change it would make and, with O(verify_projects=true),
+        what each project resolves to now.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+    details:
+      - Selecting the snapshot already selected changes nothing. O(rollback=true) is not idempotent by design,
+        each run swaps the selected and the recorded previous snapshot.
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - Refusals (missing, unready, wrong family or mode, conflicting selections, nothing to roll back) write
+    nothing.
+seealso:
+  - module: goldenimage.pipeline.golden_snapshot
+  - module: goldenimage.pipeline.golden_info
+"""
+
+EXAMPLES = r"""
+- name: Promote a gated candidate and wait for every project to be served it
+  goldenimage.pipeline.golden_selection:
+    family: ubuntu-24-04
+    mode: Block
+    snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
+    release_digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+    verify_projects: true
+    verify_timeout: 1200
+  register: promoted
+
+- name: Show what each project resolved to
+  ansible.builtin.debug:
+    msg: "{{ item.namespace }}: {{ item.handle }} (match: {{ item.match }})"
+  loop: "{{ promoted.projects }}"
+
+- name: Roll back to the snapshot the last promotion replaced
+  goldenimage.pipeline.golden_selection:
+    family: ubuntu-24-04
+    mode: Block
+    rollback: true
+
+- name: Promote on a cluster without the GoldenImageSelection CRD (legacy label, reported as unsafe)
+  goldenimage.pipeline.golden_selection:
+    family: windows-11-golden
+    snapshot: golden-windows-11-golden-20260828-f0dea74da9c5
+    method: label
+    verify_projects: true
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the selection or a label was (or, in check mode, would be) written.
+  returned: always
+  type: bool
+  sample: true
+method:
+  description: The path used, V(selection) or V(label).
+  returned: always
+  type: str
+  sample: selection
+previous:
+  description: What the family and mode served before the task, and which path decided it.
+  returned: always
+  type: dict
+  contains:
+    snapshot:
+      description: Name of the golden served before, or null.
+      type: str
+      sample: golden-ubuntu-24-04-20260101-0123456789ab
+    release_digest:
+      description: C(spec.releaseDigest) of the selection before, when there was one.
+      type: str
+      sample: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    path:
+      description: V(selection), V(label) or V(none).
+      type: str
+      sample: label
+selected:
+  description: The golden served after the task.
+  returned: always
+  type: dict
+  contains:
+    snapshot:
+      description: Name of the golden.
+      type: str
+      sample: golden-ubuntu-24-04-20260828-f0dea74da9c5
+    namespace:
+      description: Its namespace.
+      type: str
+      sample: golden-images-block
+    release_digest:
+      description: The digest written with it (selection path).
+      type: str
+      sample: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+    selection:
+      description: C(<namespace>/<name>) of the GoldenImageSelection written (selection path).
+      type: str
+      sample: golden-images-block/ubuntu-24-04-block
+    handle:
+      description: Snapshot handle of the golden's bound content, what every project should resolve to.
+      type: str
+      sample: lab-snap-3f1c
+selection:
+  description: The GoldenImageSelection after the task (in check mode, the predicted object).
+  returned: with method selection
+  type: dict
+labels:
+  description: The label writes, C(removed) (golden names, in order) then C(added).
+  returned: with method label
+  type: dict
+  sample:
+    removed: [golden-ubuntu-24-04-20260101-0123456789ab]
+    added: golden-ubuntu-24-04-20260828-f0dea74da9c5
+window_seconds:
+  description:
+    - Seconds between the first and the last label write, during which zero goldens of the family were active.
+    - 0 when there was one write or none.
+  returned: with method label
+  type: float
+  sample: 0.012
+explanation:
+  description: Why neither intermediate state of the label path is safe; recommends the selection path.
+  returned: with method label
+  type: str
+conflicts:
+  description:
+    - Conflicts found before the write (C(two_selections), C(broken_selection), C(two_active),
+      C(zero_active)), each with C(type), C(family), C(mode), C(names) and C(message).
+  returned: always
+  type: list
+  elements: dict
+governs_nothing:
+  description: Selections of the family whose family or mode matches no golden, each with a C(message).
+  returned: always
+  type: list
+  elements: dict
+projects:
+  description:
+    - Per project namespace, sorted, what it resolved to; empty without O(verify_projects).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: Project namespace.
+      type: str
+    snapshot:
+      description: The seeded VolumeSnapshot (C(golden-<family>) or C(golden-<family>-block)), or null.
+      type: str
+    content:
+      description: Its bound VolumeSnapshotContent.
+      type: str
+    handle:
+      description: The snapshot handle the project resolved to.
+      type: str
+    expected:
+      description: The handle of the selected golden.
+      type: str
+    match:
+      description: Whether the two handles are equal.
+      type: bool
+    seeded_from:
+      description: The C(kube-dc.com/seeded-from) annotation of the project snapshot.
+      type: str
+    reason:
+      description: One sentence on the outcome.
+      type: str
+unresolved:
+  description: Project namespaces that did not resolve to the selected handle.
+  returned: always
+  type: list
+  elements: str
+duration:
+  description: Seconds spent verifying projects.
+  returned: always
+  type: float
+diff:
+  description: Before and after of the selection, or a list of them, one per golden relabelled.
+  returned: when diff mode is on
+  type: raw
+"""
+
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as rules
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+    FIRST_POLL,
+    KubeModule,
+    is_transient,
+    object_diff,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+
+API = golden.SNAPSHOT_API_VERSION
+KIND = golden.SNAPSHOT_KIND
+
+
+def argument_spec():
+    return dict(
+        family=dict(type="str", required=True),
+        mode=dict(type="str", default=golden.FILESYSTEM),
+        snapshot=dict(type="str"),
+        release_digest=dict(type="str"),
+        method=dict(type="str", choices=["selection", "label"], default="selection"),
+        rollback=dict(type="bool", default=False),
+        verify_projects=dict(type="bool", default=False),
+        verify_timeout=dict(type="int", default=1200),
+        verify_interval=dict(type="int", default=15),
+        namespace=dict(type="str"),
+        project_selector=dict(type="str", default=rules.PROJECT_SELECTOR),
+    )
+
+
+def _name(obj):
+    return ((obj or {}).get("metadata") or {}).get("name")
+
+
+def _ns(obj):
+    return ((obj or {}).get("metadata") or {}).get("namespace")
+
+
+class Promotion:
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.result = {
+            "changed": False,
+            "method": self.params["method"],
+            "previous": {},
+            "selected": {},
+            "conflicts": [],
+            "governs_nothing": [],
+            "projects": [],
+            "unresolved": [],
+            "duration": 0.0,
+        }
+        self.family = None
+        self.mode = None
+        self.golden_ns = None
+        self.selection_ns = None
+
+    def fail(self, msg, **extra):
+        self.result.update(extra)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def prepare(self):
+        p = self.params
+        try:
+            self.family = golden.validate_family(p["family"])
+            self.mode = golden.normalize_mode(p["mode"])
+            if p["release_digest"]:
+                golden.normalize_digest(p["release_digest"])
+        except golden.GoldenError as exc:
+            self.fail(str(exc))
+        if not p["rollback"] and not p["snapshot"]:
+            self.fail(
+                "snapshot is required to promote; set rollback: true to restore the recorded previous one"
+            )
+        self.result["mode"] = self.mode
+        self.result["family"] = self.family
+        self.golden_ns = golden.namespace_for(self.mode)
+        self.selection_ns = p["namespace"] or self.golden_ns
+
+    def read(self):
+        goldens = self.module.list(API, KIND, self.golden_ns)
+        selections = []
+        if self.module.served(rules.SELECTION_API_VERSION, rules.SELECTION_KIND):
+            # The consumer reads the selections of both golden namespaces: a conflict may sit in either.
+            spaces = [golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK]]
+            if self.selection_ns not in spaces:
+                spaces.append(self.selection_ns)
+            for namespace in spaces:
+                selections.extend(
+                    self.module.list(rules.SELECTION_API_VERSION, rules.SELECTION_KIND, namespace)
+                )
+        elif self.params["method"] == "selection":
+            self.fail(
+                "the cluster does not serve %s %s (is the Kube-DC CRD installed?); install it, or use "
+                "method: label" % (rules.SELECTION_API_VERSION, rules.SELECTION_KIND)
+            )
+        return goldens, selections
+
+    def report_state(self, goldens, selections):
+        before = rules.resolve_serving(goldens, selections, self.family, self.mode)
+        self.result["conflicts"] = before["conflicts"]
+        own = [s for s in selections if ((s.get("spec") or {}).get("family")) == self.family]
+        self.result["governs_nothing"] = rules.idle_selections(own, goldens)
+        for idle in self.result["governs_nothing"]:
+            self.module.warn(idle["message"])
+        return before
+
+    def check_candidate(self, goldens, name):
+        try:
+            rules.refuse_candidate(
+                rules.find_golden(goldens, name, self.mode), name, self.golden_ns, self.family, self.mode
+            )
+        except rules.SelectionError as exc:
+            self.fail(str(exc))
+        return rules.find_golden(goldens, name, self.mode)
+
+    def check_expected(self, target):
+        expected = self.params["snapshot"]
+        if self.params["rollback"] and expected and expected != target:
+            self.fail(
+                "refusing to roll back: the recorded previous snapshot is %s, not %s as given; "
+                "writing nothing" % (target, expected)
+            )
+
+    # method=selection ----------------------------------------------------------------------------
+
+    def by_selection(self):
+        p = self.params
+        goldens, selections = self.read()
+        before = self.report_state(goldens, selections)
+        try:
+            existing = rules.governing_selection(selections, self.family, self.mode)
+        except rules.SelectionError as exc:
+            self.fail(str(exc))
+        wanted_name = rules.selection_name(self.family, self.mode)
+        if existing is None:
+            existing = next(
+                (s for s in selections if _name(s) == wanted_name and _ns(s) == self.selection_ns), None
+            )
+        spec = (existing or {}).get("spec") or {}
+        self.result["previous"] = {
+            "snapshot": before["snapshot"]
+            if before["path"] != rules.PATH_SELECTION
+            else spec.get("snapshotName"),
+            "release_digest": spec.get("releaseDigest"),
+            "path": before["path"],
+        }
+        if p["rollback"]:
+            if existing is None:
+                self.fail(
+                    "refusing to roll back: no GoldenImageSelection governs %s/%s in %s, so no previous "
+                    "snapshot is recorded; writing nothing" % (self.family, self.mode, self.selection_ns)
+                )
+            try:
+                target, digest = rules.rollback_target(
+                    existing, "GoldenImageSelection %s/%s" % (_ns(existing), _name(existing))
+                )
+            except rules.SelectionError as exc:
+                self.fail(str(exc))
+            self.check_expected(target)
+        else:
+            target, digest = p["snapshot"], p["release_digest"]
+        candidate = self.check_candidate(goldens, target)
+
+        if existing is None:
+            previous = before["snapshot"] if before["snapshot"] != target else None
+            after = self.module.create(
+                rules.selection_definition(
+                    wanted_name, self.selection_ns, self.family, self.mode, target, digest, (previous, None)
+                )
+            )
+            changed = True
+        else:
+            patch = rules.plan_selection(existing, self.family, self.mode, target, digest)
+            after, changed = existing, False
+            if patch:
+                after, changed = self.module.patch(
+                    rules.SELECTION_API_VERSION,
+                    rules.SELECTION_KIND,
+                    _name(existing),
+                    _ns(existing),
+                    patch,
+                    before=existing,
+                )
+        self.result["changed"] = changed
+        self.result["selection"] = after
+        if self.module._diff:
+            self.result["diff"] = object_diff(existing, after)
+        after_spec = after.get("spec") or {}
+        self.result["selected"] = {
+            "snapshot": target,
+            "namespace": self.golden_ns,
+            "release_digest": after_spec.get("releaseDigest"),
+            "selection": "%s/%s" % (_ns(after) or self.selection_ns, _name(after)),
+        }
+        self.verify(candidate)
+
+    # method=label --------------------------------------------------------------------------------
+
+    def by_label(self):
+        p = self.params
+        goldens, selections = self.read()
+        before = self.report_state(goldens, selections)
+        governing = rules.selections_for(selections, self.family, self.mode)
+        if governing:
+            self.fail(
+                "refusing to move %s: GoldenImageSelection %s governs %s/%s, so the label has no "
+                "effect; use method: selection (writing nothing)"
+                % (
+                    golden.ACTIVE_LABEL,
+                    ", ".join("%s/%s" % (_ns(s), _name(s)) for s in governing),
+                    self.family,
+                    self.mode,
+                )
+            )
+        self.result["explanation"] = rules.UNSAFE_LABEL_PATH
+        incumbent = rules.active_golden(goldens, self.family, self.mode)
+        self.result["previous"] = {
+            "snapshot": before["snapshot"],
+            "release_digest": None,
+            "path": before["path"],
+        }
+        if p["rollback"]:
+            if incumbent is None:
+                self.fail(
+                    "refusing to roll back: %s/%s has no single active golden to read the recorded previous "
+                    "snapshot from (%s); writing nothing" % (self.family, self.mode, before["reason"])
+                )
+            try:
+                target, _ = rules.rollback_target(
+                    incumbent, "%s %s/%s" % (KIND, self.golden_ns, _name(incumbent))
+                )
+            except rules.SelectionError as exc:
+                self.fail(str(exc))
+            self.check_expected(target)
+        else:
+            target = p["snapshot"]
+        candidate = self.check_candidate(goldens, target)
+        plan = rules.label_plan(goldens, self.family, self.mode, target)
+        original = {_name(g): g for g in goldens}
+        diffs, by_name = [], dict(original)
+        removed, first_write, last_write = [], None, None
+        for name in plan["remove"]:
+            first_write = first_write or time.monotonic()
+            after, _ = self.module.patch(
+                API,
+                KIND,
+                name,
+                self.golden_ns,
+                {"metadata": {"labels": {golden.ACTIVE_LABEL: None}}},
+                by_name[name],
+            )
+            last_write = time.monotonic()
+            by_name[name] = after
+            removed.append(name)
+            diffs.append(object_diff(original[name], after))
+        if plan["add"]:
+            meta = {"labels": {golden.ACTIVE_LABEL: "true"}}
+            if incumbent is not None and _name(incumbent) != target:
+                meta["annotations"] = rules.previous_annotations((_name(incumbent), None))
+            first_write = first_write or time.monotonic()
+            after, _ = self.module.patch(API, KIND, target, self.golden_ns, {"metadata": meta}, candidate)
+            last_write = time.monotonic()
+            diffs.append(object_diff(candidate, after))
+            by_name[target] = after
+            candidate = after
+        self.result["changed"] = bool(removed or plan["add"])
+        self.result["labels"] = {"removed": removed, "added": plan["add"]}
+        self.result["window_seconds"] = round(last_write - first_write, 3) if removed and plan["add"] else 0.0
+        if self.module._diff:
+            self.result["diff"] = diffs
+        if self.result["changed"]:
+            self.module.warn(rules.UNSAFE_LABEL_PATH)
+        # Re-read: another writer may have moved a label meanwhile; in check mode use the prediction.
+        current = (
+            list(by_name.values()) if self.module.check_mode else self.module.list(API, KIND, self.golden_ns)
+        )
+        problems = rules.active_problems(current, self.family, self.mode, target)
+        self.result["selected"] = {"snapshot": target, "namespace": self.golden_ns}
+        if problems:
+            self.fail("after moving %s: %s" % (golden.ACTIVE_LABEL, "; ".join(problems)))
+        self.verify(candidate)
+
+    # Projects ------------------------------------------------------------------------------------
+
+    def expected_handle(self, candidate):
+        bound = (candidate.get("status") or {}).get("boundVolumeSnapshotContentName")
+        content = self.module.get(rules.CONTENT_API_VERSION, rules.CONTENT_KIND, bound) if bound else None
+        return rules.content_handle(content)
+
+    def resolutions(self, expected):
+        p = self.params
+        projects = [
+            _name(ns) for ns in self.module.list("v1", "Namespace", label_selector=p["project_selector"])
+        ]
+        snapshots = self.module.list(API, KIND, label_selector="%s=%s" % (golden.FAMILY_LABEL, self.family))
+        wanted = rules.project_snapshot_name(self.family, self.mode)
+        names = {
+            ((s.get("status") or {}).get("boundVolumeSnapshotContentName"))
+            for s in snapshots
+            if _name(s) == wanted
+        }
+        # Few projects: read their contents one by one; many: one list is cheaper.
+        if len(names) <= 20:
+            contents = [
+                c
+                for c in (
+                    self.module.get(rules.CONTENT_API_VERSION, rules.CONTENT_KIND, n) for n in names if n
+                )
+                if c
+            ]
+        else:
+            contents = self.module.list(rules.CONTENT_API_VERSION, rules.CONTENT_KIND)
+        return rules.project_resolutions(projects, snapshots, contents, self.family, self.mode, expected)
+
+    def verify(self, candidate):
+        p = self.params
+        if not p["verify_projects"]:
+            self.module.exit_json(**self.result)
+        expected = self.expected_handle(candidate)
+        self.result["selected"]["handle"] = expected
+        if expected is None:
+            self.fail(
+                "cannot verify projects: %s %s/%s has no bound content with a snapshot handle"
+                % (KIND, self.golden_ns, _name(candidate))
+            )
+        if self.module.check_mode:
+            found = self.resolutions(expected)
+            self.result.update(projects=found, unresolved=rules.unresolved(found))
+            self.module.exit_json(**self.result)
+
+        def describe(found):
+            missing = rules.unresolved(found or [])
+            return "%d of %d projects resolved; unresolved: %s" % (
+                len(found or []) - len(missing),
+                len(found or []),
+                ", ".join(missing) or "none",
+            )
+
+        try:
+            found, duration = wait_for(
+                lambda: self.resolutions(expected),
+                lambda found: (not rules.unresolved(found), None),
+                p["verify_timeout"],
+                p["verify_interval"],
+                describe=describe,
+                pending="every project to resolve to %s (the handle of %s)" % (expected, _name(candidate)),
+                transient=is_transient,
+                first_sleep=FIRST_POLL,
+            )
+        except WaitTimeout as exc:
+            last = exc.last or []
+            missing = rules.unresolved(last)
+            self.result.update(projects=last, unresolved=missing, duration=round(exc.elapsed, 3))
+            self.fail(
+                "%d project(s) did not resolve to %s (snapshot %s) within %ss: %s"
+                % (
+                    len(missing),
+                    expected,
+                    _name(candidate),
+                    p["verify_timeout"],
+                    "; ".join("%s: %s" % (e["namespace"], e["reason"]) for e in last if not e["match"]),
+                ),
+                stuck=exc.stuck,
+            )
+        self.result.update(projects=found, unresolved=[], duration=round(duration, 3))
+        self.module.exit_json(**self.result)
+
+
+def main():
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    runner = Promotion(module)
+    runner.prepare()
+    if module.params["method"] == "label":
+        runner.by_label()
+    else:
+        runner.by_selection()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: os_mirror_catalog
+short_description: Rebuild the OS mirror's catalog document from what the bucket holds
+version_added: 0.1.0
+description:
+  - Lists the mirror bucket, reads the metadata of every object under the mirror layout
+    C(<family>/<version>/sha256-<hex>/<filename>) with a HEAD, and writes the catalog the UI reads
+    (O(catalog_key), C(catalog.json) at the bucket root by default).
+  - The catalog is JSON, per family the C(latest) version and every version with its C(key), C(filename),
+    C(size), C(sha256), C(source_url) and C(mirrored_at). Families are in name order, versions in natural
+    order (C(9) before C(10)), and the keys of each object are sorted, so the same bucket always gives the
+    same bytes.
+  - The catalog is written only when its content differs from what the bucket holds.
+  - An object whose C(sha256) metadata does not match the digest in its key is left out and reported in
+    RV(problems); keys outside the layout are reported in RV(ignored). Temporary keys under C(.incoming/) are
+    never listed.
+author:
+  - goldenimage.pipeline maintainers
+options:
+  bucket:
+    description:
+      - Name of the mirror bucket.
+    type: str
+    required: true
+  catalog_key:
+    description:
+      - Key the catalog document is written to.
+    type: str
+    default: catalog.json
+extends_documentation_fragment:
+  - goldenimage.pipeline.s3
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+seealso:
+  - module: goldenimage.pipeline.os_mirror_object
+"""
+
+EXAMPLES = r"""
+- name: Rebuild the catalog the UI dropdown reads
+  goldenimage.pipeline.os_mirror_catalog:
+    bucket: cdi-os-images
+    endpoint_url: https://s3.example.com
+  register: catalog
+
+- name: Show the latest version of each family
+  ansible.builtin.debug:
+    msg: "{{ catalog.catalog.families | dict2items | map(attribute='value.latest') | list }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the catalog was (or, in check mode, would be) written.
+  returned: always
+  type: bool
+  sample: true
+key:
+  description: The catalog's key.
+  returned: always
+  type: str
+  sample: catalog.json
+catalog:
+  description: The catalog document.
+  returned: success
+  type: dict
+  sample:
+    schema: goldenimage.pipeline/os-mirror-catalog/v1
+    bucket: cdi-os-images
+    families:
+      ubuntu-24.04:
+        latest: "20260801"
+        versions:
+          - version: "20260801"
+            filename: n.img
+            key: >-
+              ubuntu-24.04/20260801/sha256-5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80/n.img
+            size: 614465536
+            sha256: 5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80
+            source_url: https://cloud-images.ubuntu.com/noble/20260801/noble-server-cloudimg-amd64.img
+            mirrored_at: "2026-08-01T04:00:12Z"
+entries:
+  description: Number of images in the catalog.
+  returned: success
+  type: int
+  sample: 12
+ignored:
+  description: Keys outside the mirror layout (not in the catalog).
+  returned: success
+  type: list
+  elements: str
+  sample: [README.txt]
+problems:
+  description: Objects left out because their metadata does not prove their digest.
+  returned: success
+  type: list
+  elements: str
+  sample: ["debian-12/1/sha256-0123.../d.qcow2: metadata sha256 is None, not the sha256 in its key"]
+"""
+
+import hashlib
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    S3_ARG_SPEC,
+    error_code,
+    s3_client_for_module,
+)
+
+
+def argument_spec():
+    spec = dict(
+        bucket=dict(type="str", required=True),
+        catalog_key=dict(type="str", default=mirror.DEFAULT_CATALOG_KEY, no_log=False),
+    )
+    spec.update(S3_ARG_SPEC)
+    return spec
+
+
+def _parse(body):
+    try:
+        return json.loads(body.decode("utf-8"))
+    except ValueError:
+        return {"unreadable": body[:200].decode("utf-8", "replace")}
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    bucket, key = module.params["bucket"], module.params["catalog_key"]
+    result = {"changed": False, "key": key}
+    client = s3_client_for_module(module)
+    action = "list s3://%s" % bucket
+    try:
+        objects = []
+        for obj in transfer.list_objects(client, bucket):
+            if mirror.parse_key(obj["key"]) is not None:
+                action = "read the metadata of s3://%s/%s" % (bucket, obj["key"])
+                obj["metadata"] = (transfer.head(client, bucket, obj["key"]) or {}).get("Metadata") or {}
+            objects.append(obj)
+        document, ignored, problems = mirror.catalog_from_listing(bucket, objects, key)
+        body = mirror.render_catalog(document)
+        action = "read s3://%s/%s" % (bucket, key)
+        current = transfer.read_object(client, bucket, key)
+        result.update(catalog=document, ignored=ignored, problems=problems)
+        result["entries"] = sum(len(family["versions"]) for family in document["families"].values())
+        if current != body:
+            result["changed"] = True
+            if not module.check_mode:
+                action = "write s3://%s/%s" % (bucket, key)
+                client.put_object(
+                    Bucket=bucket,
+                    Key=key,
+                    Body=body,
+                    ContentType="application/json",
+                    CacheControl="no-cache",
+                    ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
+                )
+    except Exception as exc:
+        code = error_code(exc)
+        module.fail_json(msg="%s: %s" % (action, exc), error_code=code, **result)
+    if module._diff:
+        result["diff"] = {"before": _parse(current) if current is not None else {}, "after": document}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,432 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: os_mirror_object
+short_description: Copy one upstream OS image into the mirror bucket by digest, verified
+version_added: 0.1.0
+description:
+  - Copies an image from a local O(path) or an http(s) O(url) into O(bucket) under the immutable key
+    C(<family>/<version>/sha256-<hex>/<filename>), so a VM import never depends on the upstream being up.
+  - Skips the copy when the key already holds an object whose C(sha256) metadata matches; that is decided
+    by a listing and a HEAD, nothing is downloaded from the bucket.
+  - A (family, version, filename) holds one digest for ever. When the source has changed, the module refuses,
+    naming the existing key, its digest and the new one; publish the changed image under a new O(version).
+  - The source is read once, as a stream. The sha256 is computed while the bytes go up as a multipart upload
+    of O(part_size) parts, O(concurrency) at a time, to a temporary key under C(.incoming/). The server's md5
+    and sha256 of every part are compared with what was sent; only then is the object copied, server side,
+    to its final key with the C(sha256), C(source-url) and C(mirrored-at) metadata, and verified again.
+  - Any failure aborts the multipart upload and deletes the temporary key, so a failed run leaves no partial
+    object under a final key and no pending upload.
+author:
+  - goldenimage.pipeline maintainers
+options:
+  bucket:
+    description:
+      - Name of the mirror bucket. It must exist (the C(goldenimage.pipeline.os_mirror) role creates it).
+    type: str
+    required: true
+  family:
+    description:
+      - OS family id, the first key segment, for example C(ubuntu-24.04) or C(windows-11).
+      - Lowercase letters, digits, C(.), C(_) and C(-).
+    type: str
+    required: true
+  version:
+    description:
+      - Version of the image within the family, the second key segment, for example C(20260801).
+    type: str
+    required: true
+  filename:
+    description:
+      - Last key segment. Defaults to the last segment of O(path) or of O(url)'s path.
+    type: str
+  path:
+    description:
+      - Local file to mirror, on the controller. Exactly one of O(path) and O(url) is required.
+    type: path
+  url:
+    description:
+      - http or https URL of the upstream image. It is streamed; a response shorter than its
+        C(Content-Length) fails the run.
+    type: str
+  sha256:
+    description:
+      - Expected sha256 of the image (C(sha256:<hex>) or C(<hex>)).
+      - When given, an already mirrored image is skipped without reading the source at all, and a source whose
+        bytes do not match is refused before anything reaches a final key.
+      - Without it, the source is hashed before deciding only when the version already holds this filename.
+    type: str
+  concurrency:
+    description:
+      - Parts uploaded at the same time. Memory used is about O(part_size) times (O(concurrency) + 1).
+    type: int
+    default: 4
+  part_size:
+    description:
+      - Size of a multipart part, as bytes or with a unit (V(16M), V(64MB)).
+      - Raised to 8 MiB at least, and as far as needed to keep within the 10,000 parts S3 allows.
+    type: raw
+    default: 16M
+  content_type:
+    description:
+      - C(Content-Type) of the final object.
+    type: str
+    default: application/octet-stream
+  url_timeout:
+    description:
+      - Seconds to wait for the upstream server to answer or send more bytes.
+    type: int
+    default: 60
+  url_validate_certs:
+    description:
+      - Verify the upstream server's TLS certificate.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - goldenimage.pipeline.s3
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads only (a listing and HEADs; the source is hashed when that decides the answer). O(key) is empty
+        when the digest is neither given nor needed.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - Temporary keys live under C(.incoming/) of the bucket. A process killed outright cannot clean up after
+    itself; a bucket lifecycle rule that aborts incomplete multipart uploads after a day covers that case.
+seealso:
+  - module: goldenimage.pipeline.os_mirror_catalog
+  - module: amazon.aws.s3_bucket
+"""
+
+EXAMPLES = r"""
+- name: Mirror the Ubuntu 24.04 cloud image, pinned by digest
+  goldenimage.pipeline.os_mirror_object:
+    bucket: cdi-os-images
+    family: ubuntu-24.04
+    version: "20260801"
+    url: https://cloud-images.ubuntu.com/noble/20260801/noble-server-cloudimg-amd64.img
+    sha256: "sha256:5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80"
+    endpoint_url: https://s3.example.com
+    access_key: "{{ mirror_access_key }}"
+    secret_key: "{{ mirror_secret_key }}"
+  register: mirrored
+
+- name: Mirror a locally built image with eight parts in flight
+  goldenimage.pipeline.os_mirror_object:
+    bucket: cdi-os-images
+    family: windows-11
+    version: "2026-08-09"
+    path: /srv/build/windows11-x64-golden.qcow2
+    concurrency: 8
+    part_size: 64M
+
+- name: Show the transfer
+  ansible.builtin.debug:
+    msg: "{{ mirrored.key }}: {{ mirrored.bytes_moved }} bytes at {{ mirrored.throughput_mib_s }} MiB/s"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether an object was (or, in check mode, would be) written.
+  returned: always
+  type: bool
+  sample: true
+action:
+  description: V(upload) or V(skip).
+  returned: success
+  type: str
+  sample: upload
+skipped:
+  description:
+    - Whether the final key already held the same bytes, so nothing was written.
+    - When true, Ansible shows the task (or the loop item) as skipped. Read it from a registered
+      variable, or use RV(action).
+  returned: success
+  type: bool
+  sample: false
+key:
+  description: The final key; empty in check mode when the digest is not known without reading the source.
+  returned: success
+  type: str
+  sample: ubuntu-24.04/20260801/sha256-5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80/n.img
+sha256:
+  description: sha256 of the image (hex); empty in check mode when it is not known.
+  returned: success
+  type: str
+  sample: 5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80
+size:
+  description: Size in bytes, when known.
+  returned: success
+  type: int
+  sample: 614465536
+bytes_moved:
+  description: Bytes uploaded by this run; 0 when skipped and in check mode.
+  returned: always
+  type: int
+  sample: 614465536
+seconds:
+  description: Wall time of the transfer, from opening the source to the verified final object.
+  returned: always
+  type: float
+  sample: 4.21
+throughput_mib_s:
+  description: O(bytes_moved) in MiB per second of O(seconds).
+  returned: always
+  type: float
+  sample: 139.2
+parts:
+  description: Multipart parts uploaded (predicted in check mode when the size is known).
+  returned: when an upload is done or predicted
+  type: int
+  sample: 37
+part_size:
+  description: Part size used, in bytes.
+  returned: when an upload is done or predicted
+  type: int
+  sample: 16777216
+verified_by:
+  description: The comparisons that proved the stored bytes equal the bytes read.
+  returned: when uploaded
+  type: list
+  elements: str
+  sample: ["md5 of every part (ETag)", "sha256 of the final object (ChecksumSHA256)"]
+cleanup:
+  description: On failure, what was aborted or deleted so nothing partial remains.
+  returned: on failure of a transfer
+  type: list
+  elements: str
+  sample: ["abort the upload of .incoming/4f2c.../noble.img"]
+"""
+
+import datetime
+import os
+import time
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.formatters import human_to_bytes
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    S3_ARG_SPEC,
+    error_code,
+    s3_client_for_module,
+)
+
+
+def argument_spec():
+    spec = dict(
+        bucket=dict(type="str", required=True),
+        family=dict(type="str", required=True),
+        version=dict(type="str", required=True),
+        filename=dict(type="str"),
+        path=dict(type="path"),
+        url=dict(type="str"),
+        sha256=dict(type="str"),
+        concurrency=dict(type="int", default=4),
+        part_size=dict(type="raw", default="16M"),
+        content_type=dict(type="str", default="application/octet-stream"),
+        url_timeout=dict(type="int", default=60),
+        url_validate_certs=dict(type="bool", default=True),
+    )
+    spec.update(S3_ARG_SPEC)
+    return spec
+
+
+class MirrorObject:
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
+        self.started = time.monotonic()
+
+    def fail(self, msg, **extra):
+        self.result.update(extra)
+        self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def fail_call(self, action, exc):
+        """One path for S3 and source errors: "<action>: <cause>", with the S3 error code."""
+        code = error_code(exc)
+        extra = {"error_code": code} if code else {}
+        if code == "NoSuchBucket":
+            self.fail(
+                "%s: bucket %s does not exist; create it first" % (action, self.params["bucket"]), **extra
+            )
+        self.fail("%s: %s" % (action, exc), **extra)
+
+    def inputs(self):
+        p = self.params
+        try:
+            filename = p["filename"] or mirror.filename_from_source(p["path"], p["url"])
+            mirror.check_filename(filename)
+            mirror.version_prefix(p["family"], p["version"])
+            expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
+            requested = human_to_bytes(str(p["part_size"]))
+        except (mirror.MirrorError, ValueError) as exc:
+            self.fail(str(exc))
+        if p["concurrency"] < 1:
+            self.fail("concurrency must be 1 or more, not %d" % p["concurrency"])
+        if p["url"] and not p["url"].lower().startswith(("http://", "https://")):
+            self.fail("url %s is not http(s); use path for a local file" % p["url"])
+        if p["path"] and not os.path.isfile(p["path"]):
+            self.fail("path %s is not a file on the controller" % p["path"])
+        return filename, expected, requested
+
+    def existing(self, client, filename):
+        """Objects of this version holding ``filename``, with the sha256 metadata from a HEAD of each."""
+        p = self.params
+        prefix = mirror.version_prefix(p["family"], p["version"])
+        try:
+            listed = transfer.list_objects(client, p["bucket"], prefix)
+            found = []
+            for obj in listed:
+                parsed = mirror.parse_key(obj["key"])
+                if parsed is None or parsed["filename"] != filename:
+                    continue
+                answer = transfer.head(client, p["bucket"], obj["key"]) or {}
+                parsed.update(
+                    key=obj["key"],
+                    size=answer.get("ContentLength", obj["size"]),
+                    metadata_sha256=(answer.get("Metadata") or {}).get(mirror.META_SHA256),
+                    source_url=(answer.get("Metadata") or {}).get(mirror.META_SOURCE),
+                )
+                found.append(parsed)
+        except Exception as exc:
+            self.fail_call("list s3://%s/%s" % (p["bucket"], prefix), exc)
+        return found
+
+    def open_source(self):
+        p = self.params
+        try:
+            return transfer.open_source(
+                path=p["path"], url=p["url"], timeout=p["url_timeout"], validate_certs=p["url_validate_certs"]
+            )
+        except transfer.SourceError as exc:
+            self.fail(str(exc))
+
+    def hash_source(self):
+        source = self.open_source()
+        try:
+            return transfer.hash_source(source)
+        except transfer.SourceError as exc:
+            self.fail("hash %s: %s" % (source.name, exc))
+        finally:
+            source.close()
+
+    def plan(self, filename, digest, existing):
+        p = self.params
+        try:
+            return mirror.plan_object(p["family"], p["version"], filename, digest, existing)
+        except mirror.MirrorError as exc:
+            self.fail(
+                str(exc), key=mirror.object_key(p["family"], p["version"], digest, filename), sha256=digest
+            )
+
+    def set_diff(self, before, after):
+        if self.module._diff:
+            self.result["diff"] = {"before": before or {}, "after": after or {}}
+
+    def run(self):
+        p = self.params
+        filename, expected, requested = self.inputs()
+        source_name = p["url"] or p["path"]
+        client = s3_client_for_module(self.module, max_pool_connections=max(10, p["concurrency"] + 2))
+        existing = self.existing(client, filename)
+        digest, size = expected, (os.path.getsize(p["path"]) if p["path"] else None)
+        if digest is None and existing:
+            # Only the digest tells "already mirrored" from "changed upstream".
+            digest, size = self.hash_source()
+        key = None
+        if digest is not None:
+            plan = self.plan(filename, digest, existing)
+            key = plan["key"]
+            if plan["action"] == "skip":
+                held = next(obj for obj in existing if obj["key"] == key)
+                summary = mirror.object_summary(key, held["size"], digest, held.get("source_url"))
+                self.result.update(action="skip", skipped=True, key=key, sha256=digest, size=held["size"])
+                self.set_diff(summary, summary)
+                self.finish()
+        part_size = mirror.plan_part_size(size, requested)
+        self.result.update(
+            action="upload", skipped=False, key=key or "", sha256=digest or "", part_size=part_size
+        )
+        if size is not None:
+            self.result.update(size=size, parts=mirror.part_count(size, part_size))
+        if self.module.check_mode:
+            self.set_diff({}, mirror.object_summary(key or "", size, digest or "", source_name))
+            self.result["changed"] = True
+            self.finish()
+        self.upload(client, filename, expected, requested, source_name)
+
+    def upload(self, client, filename, expected, requested, source_name):
+        p = self.params
+        source = self.open_source()
+        part_size = mirror.plan_part_size(source.size, requested)
+        mirrored_at = mirror.timestamp(datetime.datetime.now(datetime.timezone.utc))
+
+        def destination(digest):
+            key = mirror.object_key(p["family"], p["version"], digest, filename)
+            return key, mirror.final_metadata(digest, p["url"] or os.path.abspath(p["path"]), mirrored_at)
+
+        job = transfer.Upload(
+            client,
+            p["bucket"],
+            mirror.incoming_key(uuid.uuid4().hex, filename),
+            source,
+            destination,
+            part_size,
+            p["concurrency"],
+            content_type=p["content_type"],
+            expected_sha256=expected,
+        )
+        started = time.monotonic()
+        try:
+            report = job.run()
+        except transfer.TransferError as exc:
+            self.fail(str(exc), cleanup=exc.cleanup, part_size=part_size)
+        finally:
+            source.close()
+        seconds = time.monotonic() - started
+        for warning in report.pop("warnings"):
+            self.module.warn(warning)
+        report.pop("temp_key")
+        self.result.update(report)
+        self.result.update(
+            changed=True,
+            seconds=round(seconds, 3),
+            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
+        )
+        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
+        self.module.exit_json(**self.result)
+
+    def finish(self):
+        self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        self.module.exit_json(**self.result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        mutually_exclusive=[("path", "url")],
+        required_one_of=[("path", "url")],
+    )
+    MirrorObject(module).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,378 @@
+"""os_mirror_object, os_mirror_catalog and the os_mirror role against a loopback S3 server (moto).
+
+Images are real qcow2 files made by qemu-img from random data, so every digest is a real one. The
+S3 server runs in this process; its request log tells which writes each playbook run made. A small
+http.server serves images as an upstream would, and can drop the connection mid-stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import logging
+import os
+import pathlib
+import re
+import subprocess
+import threading
+import uuid
+
+import pytest
+
+from tests.integration.runner import run_playbook
+from tests.lab.s3 import S3Server
+
+MIB = 1024 * 1024
+OBJECT = "goldenimage.pipeline.os_mirror_object"
+CATALOG = "goldenimage.pipeline.os_mirror_catalog"
+FAMILY, VERSION = "debian-12", "20260801"
+WRITES = ("PUT", "POST", "DELETE")
+
+
+class RequestLog(logging.Handler):
+    """Every request the S3 server answered, as (method, path)."""
+
+    LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP')
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.requests = []
+
+    def emit(self, record):
+        match = self.LINE.search(record.getMessage())
+        if match:
+            self.requests.append((match.group(1), match.group(2)))
+
+    def mark(self):
+        return len(self.requests)
+
+    def since(self, mark, methods=WRITES):
+        return self.between(mark, len(self.requests), methods)
+
+    def between(self, first, last, methods=WRITES):
+        return [(m, p) for m, p in self.requests[first:last] if m in methods]
+
+    def find_all(self, text, start=0):
+        """Indexes of the requests from ``start`` on whose path contains ``text``."""
+        return [i for i, (_, path) in enumerate(self.requests) if i >= start and text in path]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    endpoint = server.start()
+    log = RequestLog()
+    werkzeug = logging.getLogger("werkzeug")
+    werkzeug.setLevel(logging.INFO)
+    werkzeug.addHandler(log)
+    werkzeug.propagate = False
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint.endpoint_url,
+        aws_access_key_id=endpoint.access_key,
+        aws_secret_access_key=endpoint.secret_key,
+        region_name=endpoint.region,
+    )
+    try:
+        yield endpoint, client, log
+    finally:
+        werkzeug.removeHandler(log)
+        werkzeug.propagate = True
+        server.stop()
+
+
+def _qcow2(directory: pathlib.Path, name: str, mib: int) -> pathlib.Path:
+    raw = directory / (name + ".raw")
+    with raw.open("wb") as stream:
+        for _ in range(mib):
+            stream.write(os.urandom(MIB))
+    image = directory / (name + ".qcow2")
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(image)], check=True)
+    raw.unlink()
+    return image
+
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(MIB), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """Three real qcow2 images of random data: the one mirrored, a changed one, and one served by URL."""
+    directory = tmp_path_factory.mktemp("images")
+    return {
+        "disk": _qcow2(directory, "disk", 40),
+        "changed": _qcow2(directory, "changed", 12),
+        "remote": _qcow2(directory, "remote", 20),
+    }
+
+
+class Upstream(http.server.BaseHTTPRequestHandler):
+    """GET /full/<name> serves a file; GET /drop/<name> announces it all and hangs up after 12 MiB."""
+
+    directory: pathlib.Path
+    drop_after = 12 * MIB
+
+    def do_GET(self):
+        _, mode, name = self.path.split("/", 2)
+        path = self.directory / name
+        if mode not in ("full", "drop") or not path.is_file():
+            self.send_error(404)
+            return
+        size = path.stat().st_size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        limit = size if mode == "full" else self.drop_after
+        with path.open("rb") as stream:
+            self.wfile.write(stream.read(limit))
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def upstream(images):
+    handler = type("Handler", (Upstream,), {"directory": images["remote"].parent})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield "http://127.0.0.1:%d" % server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def bucket(s3):
+    _, client, _ = s3
+    name = "mirror-" + uuid.uuid4().hex[:10]
+    client.create_bucket(Bucket=name)
+    return name
+
+
+def _env(endpoint):
+    # Pipelining spares a temporary file per task; these plays run many short module tasks.
+    return dict(endpoint.env(), ANSIBLE_PIPELINING="true")
+
+
+def play(*tasks):
+    return [{"name": "os_mirror", "hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}]
+
+
+def mirror_task(title, bucket, **params):
+    extra = {k: params.pop(k) for k in ("check_mode", "ignore_errors") if k in params}
+    params.setdefault("family", FAMILY)
+    params.setdefault("version", VERSION)
+    return dict({"name": title, OBJECT: dict(params, bucket=bucket, part_size="8M")}, **extra)
+
+
+def catalog_task(title, bucket):
+    return {"name": title, CATALOG: {"bucket": bucket}}
+
+
+def keys(client, bucket, prefix=""):
+    answer = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return sorted(obj["Key"] for obj in answer.get("Contents") or [])
+
+
+def key_of(path, digest, name=None):
+    return "%s/%s/sha256-%s/%s" % (FAMILY, VERSION, digest, name or path.name)
+
+
+def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
+    """One play, three phases: check mode, the real copy, the same again.
+
+    Each image task starts with one listing of its version prefix, so the third and fifth of those
+    listings split the server's request log into the three phases.
+    """
+    endpoint, client, log = s3
+    disk, remote = images["disk"], images["remote"]
+    disk_sha, remote_sha = _sha256(disk), _sha256(remote)
+    remote_url = "%s/full/%s" % (upstream, remote.name)
+
+    def phase(name, **extra):
+        return [
+            dict(mirror_task(name + ": local image", bucket, path=str(disk)), **extra),
+            dict(
+                mirror_task(name + ": remote image", bucket, url=remote_url, sha256="sha256:" + remote_sha),
+                **extra,
+            ),
+            dict(catalog_task(name + ": catalog", bucket), **extra),
+        ]
+
+    mark = log.mark()
+    run = run_playbook(
+        play(*phase("check", check_mode=True, diff=True), *phase("real", diff=True), *phase("again")),
+        env=_env(endpoint),
+    )
+    assert run.ok, run.log
+    listings = log.find_all("prefix=%s/%s/" % (FAMILY, VERSION), mark)
+    assert len(listings) == 6, log.requests[mark:]
+    bounds = [listings[0], listings[2], listings[4], len(log.requests)]
+    check_writes, real_writes, again_writes = (log.between(bounds[i], bounds[i + 1]) for i in range(3))
+
+    # Check mode predicts and writes nothing.
+    assert run["check: local image"]["changed"] is True
+    assert run["check: local image"]["parts"] == 6  # 40 MiB of data and the qcow2 header in 8 MiB parts
+    assert run["check: local image"]["key"] == ""  # digest unknown and not needed: the file is not read
+    assert run["check: remote image"]["key"] == key_of(remote, remote_sha)
+    assert run["check: remote image"]["diff"]["after"]["sha256"] == remote_sha
+    assert run["check: catalog"]["changed"] is True and run["check: catalog"]["entries"] == 0
+    assert check_writes == []
+
+    # The real run: multipart uploads, verified, published under the digest keys; the catalog lists both.
+    local = run["real: local image"]
+    assert local["changed"] is True and local["action"] == "upload"
+    assert local["key"] == key_of(disk, disk_sha)
+    size = disk.stat().st_size
+    assert (local["sha256"], local["size"], local["bytes_moved"]) == (disk_sha, size, size)
+    assert local["parts"] == 6 and local["part_size"] == 8 * MIB
+    assert local["throughput_mib_s"] > 0 and local["seconds"] > 0
+    assert "md5 of every part (ETag)" in local["verified_by"]
+    assert "sha256 of the final object (ChecksumSHA256)" in local["verified_by"]
+    assert run["real: remote image"]["key"] == key_of(remote, remote_sha)
+    part_puts = [p for m, p in real_writes if m == "PUT" and "partNumber=" in p]
+    assert len(part_puts) == 6 + run["real: remote image"]["parts"]
+    assert all("/.incoming/" in p for p in part_puts)  # parts only ever go to a temporary key
+    assert keys(client, bucket) == sorted(
+        [key_of(disk, disk_sha), key_of(remote, remote_sha), "catalog.json"]
+    )
+    for path, digest in ((disk, disk_sha), (remote, remote_sha)):
+        stored = client.get_object(Bucket=bucket, Key=key_of(path, digest))
+        assert hashlib.sha256(stored["Body"].read()).hexdigest() == digest
+        assert stored["Metadata"]["sha256"] == digest
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
+    document = json.loads(client.get_object(Bucket=bucket, Key="catalog.json")["Body"].read())
+    versions = document["families"][FAMILY]["versions"]
+    assert [v["filename"] for v in versions] == sorted([disk.name, remote.name])
+    assert {v["source_url"] for v in versions} == {str(disk), remote_url}
+    assert run["real: catalog"]["diff"]["after"] == document
+
+    # Again: everything skipped after a listing and a HEAD; not one write, not one object read.
+    for title in ("local image", "remote image", "catalog"):
+        assert run["again: " + title]["changed"] is False, title
+    assert run["again: local image"]["action"] == "skip" and run["again: local image"]["bytes_moved"] == 0
+    assert run["again: remote image"]["action"] == "skip"
+    assert again_writes == []
+    reads = log.between(bounds[2], bounds[3], ("GET",))
+    assert reads and not [p for _, p in reads if "/sha256-" in p]
+
+
+def test_refusals_and_failures_leave_nothing_behind(s3, bucket, images, upstream):
+    """A changed image under a mirrored version, a dropped download and a wrong digest all fail clean."""
+    endpoint, client, log = s3
+    disk, changed, remote = images["disk"], images["changed"], images["remote"]
+    disk_sha, changed_sha, remote_sha = _sha256(disk), _sha256(changed), _sha256(remote)
+    # An image mirrored earlier: the layout and metadata are all the module relies on.
+    client.put_object(
+        Bucket=bucket, Key=key_of(disk, disk_sha), Body=disk.read_bytes(), Metadata={"sha256": disk_sha}
+    )
+    before = client.head_object(Bucket=bucket, Key=key_of(disk, disk_sha))
+    objects_before = keys(client, bucket)
+
+    mark = log.mark()
+    run = run_playbook(
+        play(
+            mirror_task("changed image", bucket, path=str(changed), filename=disk.name, ignore_errors=True),
+            mirror_task(
+                "dropped download",
+                bucket,
+                url="%s/drop/%s" % (upstream, remote.name),
+                version="20260901",
+                ignore_errors=True,
+            ),
+            mirror_task(
+                "wrong digest",
+                bucket,
+                url="%s/full/%s" % (upstream, remote.name),
+                version="20260902",
+                sha256="0" * 64,
+                ignore_errors=True,
+            ),
+        ),
+        env=_env(endpoint),
+    )
+    assert [run.entry(t)["status"] for t in ("changed image", "dropped download", "wrong digest")] == [
+        "ignored"
+    ] * 3
+    refused = run["changed image"]
+    for text in (key_of(disk, disk_sha), disk_sha, changed_sha, "immutable", "new version"):
+        assert text in refused["msg"], refused["msg"]
+    dropped = run["dropped download"]
+    assert "ended after %d of the %d bytes" % (12 * MIB, remote.stat().st_size) in dropped["msg"], dropped[
+        "msg"
+    ]
+    assert any(step.startswith("abort the upload of .incoming/") for step in dropped["cleanup"])
+    wrong = run["wrong digest"]
+    assert remote_sha in wrong["msg"] and "0" * 64 in wrong["msg"]
+    assert "nothing was written under a final key" in wrong["msg"]
+
+    # The mirrored object is untouched, nothing new is under a final key, nothing pending or temporary.
+    after = client.head_object(Bucket=bucket, Key=key_of(disk, disk_sha))
+    assert (after["ETag"], after["LastModified"], after["Metadata"]) == (
+        before["ETag"],
+        before["LastModified"],
+        before["Metadata"],
+    )
+    assert keys(client, bucket) == objects_before
+    assert keys(client, bucket, ".incoming/") == []
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
+    writes = log.since(mark)
+    assert not [p for _, p in writes if not p.startswith("/%s/.incoming/" % bucket)], writes
+    # The dropped download did upload parts (and aborted them); the refused change never started one.
+    assert len([p for m, p in writes if m == "POST" and p.endswith("?uploads")]) == 2
+
+
+def test_role_mirrors_and_catalogs(s3, images, upstream):
+    """The role creates the bucket, mirrors a file and a URL, rebuilds the catalog and sums it up.
+
+    Its second run (nothing copied, catalog unchanged) is the Molecule scenario's idempotence step.
+    """
+    endpoint, client, _ = s3
+    disk, remote = images["disk"], images["remote"]
+    bucket = "role-" + uuid.uuid4().hex[:10]
+    role = {
+        "name": "os_mirror role",
+        "ansible.builtin.include_role": {"name": "goldenimage.pipeline.os_mirror"},
+        "vars": {
+            "os_mirror_bucket": bucket,
+            "os_mirror_part_size": "8M",
+            "os_mirror_concurrency": 3,
+            "os_mirror_images": [
+                {"family": "debian-12", "version": "20260801", "path": str(disk)},
+                {
+                    "family": "ubuntu-24.04",
+                    "version": "20260715",
+                    "url": "%s/full/%s" % (upstream, remote.name),
+                    "filename": "noble.qcow2",
+                },
+            ],
+        },
+    }
+    run = run_playbook(play(role), env=_env(endpoint))
+    assert run.ok, run.log
+    report = run["Record the totals of this run"]["ansible_facts"]["os_mirror_report"]
+    assert report["copied"] == 2 and report["skipped"] == 0
+    assert report["bytes_moved"] == disk.stat().st_size + remote.stat().st_size
+    assert report["throughput_mib_s"] > 0
+    assert report["catalog_changed"] is True and report["catalog_entries"] == 2
+    summary = run["Summarise the mirror run"]["msg"]
+    assert summary[0].startswith("2 copied, 0 skipped: %d bytes moved at " % report["bytes_moved"])
+    assert summary[0].endswith("lists 2 images (rewritten)")
+    assert len(summary) == 3 and all(" parts at " in line for line in summary[1:])
+    document = json.loads(client.get_object(Bucket=bucket, Key="catalog.json")["Body"].read())
+    assert sorted(document["families"]) == ["debian-12", "ubuntu-24.04"]
+    assert document["families"]["ubuntu-24.04"]["versions"][0]["filename"] == "noble.qcow2"
+    assert document["families"]["ubuntu-24.04"]["versions"][0]["sha256"] == _sha256(remote)
+    assert endpoint.secret_key not in run.stdout
