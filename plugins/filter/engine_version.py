@@ -1,0 +1,28 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""The engine-version rule for playbooks; documented in engine_version.yml beside this file."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+
+
+def engine_version(doc, requested=None, today=None):
+    """The PostgreSQL major a new database gets from ``doc`` (a catalog dict or its YAML text)."""
+    try:
+        if isinstance(doc, str):
+            doc = catalog.load(doc)
+        return catalog.resolve_engine_version(doc, requested, today=today)
+    except (catalog.CatalogError, ValueError) as exc:
+        raise AnsibleFilterError("engine_version: %s" % exc) from exc
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"engine_version": engine_version}

@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Where the catalog lives: a ConfigMap (key ``catalog.yaml``) or a YAML file (to keep it in Git).
+
+Writers are safe against each other: a change is read-modify-write with the ConfigMap's
+resourceVersion, and a 409 (someone wrote in between) re-reads and re-applies the change, which
+may then be refused by the rules on the newer document. In check mode nothing is written.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import tempfile
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import ref, status_code
+
+ATTEMPTS = 20
+MANAGED_BY = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
+
+
+def catalog_options():
+    """The ``catalog`` option of the modules that read or write the catalog."""
+    return dict(
+        type="dict",
+        options=dict(
+            namespace=dict(type="str"),
+            name=dict(type="str"),
+            path=dict(type="path"),
+        ),
+        mutually_exclusive=[("path", "name"), ("path", "namespace")],
+        required_one_of=[("path", "name")],
+        required_together=[("namespace", "name")],
+    )
+
+
+def describe(spec):
+    if spec.get("path"):
+        return "catalog file %s" % spec["path"]
+    return "catalog ConfigMap %s/%s" % (spec["namespace"], spec["name"])
+
+
+class CatalogStore:
+    def __init__(self, module, spec):
+        self.module = module
+        self.spec = spec
+        self.where = describe(spec)
+
+    # --- reads
+    def read(self):
+        """The catalog document (empty when the ConfigMap or file does not exist yet)."""
+        if self.spec.get("path"):
+            return catalog.load(self._read_file())
+        return catalog.load(self._configmap_text(self._get_configmap()))
+
+    def _read_file(self):
+        path = self.spec["path"]
+        if not os.path.exists(path):
+            return ""
+        with open(path, "r") as handle:
+            return handle.read()
+
+    def _get_configmap(self):
+        return self.module.get("v1", "ConfigMap", self.spec["name"], self.spec["namespace"])
+
+    @staticmethod
+    def _configmap_text(obj):
+        return ((obj or {}).get("data") or {}).get(catalog.DATA_KEY, "")
+
+    # --- read-modify-write
+    def update(self, change):
+        """Apply ``change(doc) -> (new_doc, changed)``; returns ``(before, after, changed)``.
+
+        ``change`` raises ``catalog.CatalogError`` to refuse; it may run more than once when
+        another writer wins a race, always on the newest document.
+        """
+        if self.spec.get("path"):
+            return self._update_file(change)
+        for attempt in range(ATTEMPTS):
+            current = self._get_configmap()
+            before = catalog.load(self._configmap_text(current))
+            after, changed = change(before)
+            if not changed or self.module.check_mode:
+                return before, after, changed
+            if self._write_configmap(current, catalog.dump(after)):
+                return before, after, True
+            time.sleep(min(0.05 * (attempt + 1), 0.5))
+        self.module.fail_json(
+            msg="update %s: still conflicting after %d attempts (other writers keep changing it)"
+            % (self.where, ATTEMPTS)
+        )
+
+    def _write_configmap(self, current, text):
+        """Create or replace with the read resourceVersion; False on a 409 (retry on newer data)."""
+        namespace, name = self.spec["namespace"], self.spec["name"]
+        res = self.module.resource("v1", "ConfigMap")
+        self.module.mutations += 1
+        try:
+            if current is None:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+                    "data": {catalog.DATA_KEY: text},
+                }
+                res.create(body=body, namespace=namespace)
+            else:
+                body = dict(current)
+                body["data"] = dict(current.get("data") or {}, **{catalog.DATA_KEY: text})
+                res.replace(body=body, name=name, namespace=namespace)
+        except Exception as exc:
+            if status_code(exc) == 409:
+                return False
+            self.module.fail_from_exception("write %s" % ref("ConfigMap", name, namespace), exc)
+        return True
+
+    def _update_file(self, change):
+        before = catalog.load(self._read_file())
+        after, changed = change(before)
+        if changed and not self.module.check_mode:
+            write_file(self.spec["path"], catalog.dump(after))
+        return before, after, changed
+
+
+def write_file(path, text):
+    """Write atomically: a reader never sees half a catalog."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        os.makedirs(directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".catalog-")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except Exception:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

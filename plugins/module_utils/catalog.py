@@ -1,0 +1,324 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""The baked image catalog: every revision ever registered, the tip of each OS stream, the default stream.
+
+Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versioned YAML:
+
+    version: 1
+    default_stream: "22.04"
+    streams:
+      "22.04": {tip: v20260615, validated: true}
+    images:
+      v20260615:
+        os_version: "22.04"
+        pg_versions: ["15", "16", "17"]
+        build_date: "2026-06-15"
+        checksum: <sha512 hex>
+        source: <download URL, or upload:<file name>>
+        image: {namespace: harvester-public, name: ubuntu-2204-postgres-v20260615}
+        storage_class: lh-<uid>
+        imported: true
+
+Images are never removed and never change their content: registering a revision again with another
+checksum or source is refused ("build a new revision"). The default stream is always validated, so an
+untested image cannot reach new databases by accident. Every function returns a new document and
+leaves its input alone.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, revision
+
+CATALOG_VERSION = 1
+DATA_KEY = "catalog.yaml"
+IDENTITY = ("os_version", "pg_versions", "checksum", "source")
+_ENTRY_ORDER = (
+    "os_version",
+    "pg_versions",
+    "build_date",
+    "checksum",
+    "source",
+    "image",
+    "storage_class",
+    "imported",
+)
+
+
+class CatalogError(ValueError):
+    """A catalog change or lookup that the rules refuse; the message says why and what to do."""
+
+
+def empty():
+    return {"version": CATALOG_VERSION, "default_stream": None, "streams": {}, "images": {}}
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _yaml():
+    import yaml
+
+    return yaml
+
+
+def load(text):
+    """Parse catalog YAML (empty text is an empty catalog) and check its shape."""
+    if text is None or not str(text).strip():
+        return empty()
+    try:
+        doc = _yaml().safe_load(text)
+    except Exception as exc:
+        raise CatalogError("the catalog is not valid YAML: %s" % exc) from exc
+    return normalize(doc)
+
+
+def normalize(doc):
+    """A checked, normalized copy of a catalog given as a dict."""
+    if doc is None:
+        return empty()
+    if not isinstance(doc, dict):
+        raise CatalogError("the catalog must be a mapping with version, default_stream, streams and images")
+    version = doc.get("version", CATALOG_VERSION)
+    if version != CATALOG_VERSION:
+        raise CatalogError(
+            "catalog version %r is not understood by this collection (it reads version %d)"
+            % (version, CATALOG_VERSION)
+        )
+    result = empty()
+    for name, entry in (doc.get("images") or {}).items():
+        if not isinstance(entry, dict):
+            raise CatalogError("catalog image %s must be a mapping" % name)
+        item = copy.deepcopy(entry)
+        item["os_version"] = revision.validate_stream(item.get("os_version"))
+        item["pg_versions"] = _majors(item.get("pg_versions") or [])
+        item["imported"] = bool(item.get("imported", False))
+        result["images"][str(name)] = item
+    for stream, entry in (doc.get("streams") or {}).items():
+        entry = entry or {}
+        result["streams"][revision.validate_stream(stream)] = {
+            "tip": entry.get("tip"),
+            "validated": bool(entry.get("validated", False)),
+        }
+    default = doc.get("default_stream")
+    result["default_stream"] = revision.validate_stream(default) if default else None
+    return result
+
+
+def dump(doc):
+    """Deterministic YAML: fixed key order, revisions and streams sorted, so Git diffs stay small."""
+    doc = normalize(doc)
+    streams = {}
+    for name in sorted(doc["streams"]):
+        streams[name] = {"tip": doc["streams"][name]["tip"], "validated": doc["streams"][name]["validated"]}
+    images = {}
+    for name in sorted(doc["images"], key=_revision_key):
+        entry = doc["images"][name]
+        ordered = {key: entry[key] for key in _ENTRY_ORDER if key in entry}
+        ordered.update((k, entry[k]) for k in sorted(entry) if k not in ordered)
+        images[name] = ordered
+    out = {
+        "version": doc["version"],
+        "default_stream": doc["default_stream"],
+        "streams": streams,
+        "images": images,
+    }
+    return _yaml().safe_dump(out, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _revision_key(name):
+    try:
+        return (0, revision.revision_sort_key(name))
+    except ValueError:
+        return (1, name)
+
+
+def _majors(values):
+    try:
+        majors = sorted({eol.normalize_pg_major(v) for v in values}, key=int)
+    except ValueError as exc:
+        raise CatalogError(str(exc)) from exc
+    return majors
+
+
+# ---------------------------------------------------------------------------- images
+
+
+def register_image(doc, name, os_version, pg_versions, checksum, source, image=None, **extra):
+    """Record revision ``name``; returns ``(new_doc, changed)``.
+
+    A revision already registered with another OS, PG set, checksum or source is refused: its content
+    is fixed once published. Other fields (``image``, ``storage_class``, ``imported``) are updated.
+    """
+    doc = normalize(doc)
+    try:
+        rev = revision.validate_revision(name, os_version)
+    except ValueError as exc:
+        raise CatalogError(str(exc)) from exc
+    if not pg_versions:
+        raise CatalogError("revision %s: pg_versions is empty; an image carries at least one major" % name)
+    wanted = {
+        "os_version": rev.os_stream,
+        "pg_versions": _majors(pg_versions),
+        "checksum": str(checksum or "").strip().lower() or None,
+        "source": source,
+    }
+    current = doc["images"].get(name)
+    if current is not None:
+        differs = [k for k in IDENTITY if wanted[k] is not None and current.get(k) != wanted[k]]
+        if differs:
+            detail = "; ".join("%s %r, now %r" % (k, current.get(k), wanted[k]) for k in differs)
+            raise CatalogError(
+                "revision %s is already in the catalog with other content (%s); published images are "
+                "immutable: build a new revision" % (name, detail)
+            )
+        updated = dict(current)
+    else:
+        updated = dict(wanted, build_date=rev.date.isoformat())
+    if image is not None:
+        updated["image"] = dict(image)
+    for key, value in extra.items():
+        if value is not None:
+            updated[key] = value
+    updated.setdefault("imported", False)
+    if current == updated:
+        return doc, False
+    doc["images"][name] = updated
+    return doc, True
+
+
+def mark_imported(doc, name):
+    """Note that the cluster reports revision ``name`` imported; returns ``(new_doc, changed)``."""
+    doc = normalize(doc)
+    entry = doc["images"].get(name)
+    if entry is None or entry.get("imported"):
+        return doc, False
+    doc["images"][name] = dict(entry, imported=True)
+    return doc, True
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def set_stream(doc, os_version, tip=None, validated=None, default=None, imported=None):
+    """Move a stream's tip, set ``validated``, make it the default; returns ``(new_doc, changed)``.
+
+    ``imported`` is what the cluster says about ``tip`` right now (None: trust the catalog). Moving
+    the tip resets ``validated`` to false unless it is given: the sign-off belongs to a revision.
+    """
+    doc = normalize(doc)
+    stream = revision.validate_stream(os_version)
+    before = doc["streams"].get(stream)
+    entry = dict(before or {"tip": None, "validated": False})
+    if tip is not None and tip != entry["tip"]:
+        _check_tip(doc, stream, tip, imported)
+        entry = {"tip": tip, "validated": False}
+    elif tip is not None:
+        _check_tip(doc, stream, tip, imported)
+    if entry["tip"] is None:
+        raise CatalogError("stream %s has no tip yet; give the revision to put at its tip" % stream)
+    if validated is not None:
+        entry["validated"] = bool(validated)
+    is_default = doc["default_stream"] == stream
+    if default is True and not entry["validated"]:
+        raise CatalogError(
+            "stream %s (tip %s) is not validated and cannot become the default OS stream; test it and set "
+            "validated: true first" % (stream, entry["tip"])
+        )
+    if default is False and is_default:
+        raise CatalogError(
+            "stream %s is the default OS stream; make another validated stream the default instead" % stream
+        )
+    if is_default and not entry["validated"]:
+        raise CatalogError(
+            "stream %s is the default OS stream, so its tip must stay validated: move the tip to %s with "
+            "validated: true once it is tested, or make another validated stream the default first"
+            % (stream, entry["tip"])
+        )
+    doc["streams"][stream] = entry
+    if default is True:
+        doc["default_stream"] = stream
+    changed = before != entry or (default is True and not is_default)
+    return doc, changed
+
+
+def _check_tip(doc, stream, tip, imported):
+    image = doc["images"].get(tip)
+    if image is None:
+        raise CatalogError(
+            "revision %s is not in the catalog; register it with goldenimage.pipeline.baked_image first" % tip
+        )
+    if image["os_version"] != stream:
+        raise CatalogError(
+            "revision %s is an Ubuntu %s image and cannot be the tip of stream %s"
+            % (tip, image["os_version"], stream)
+        )
+    done = image.get("imported") if imported is None else imported
+    if not done:
+        raise CatalogError(
+            "revision %s is not imported yet (its VirtualMachineImage is not Imported=True); wait for the "
+            "import to finish before moving a stream to it" % tip
+        )
+
+
+# ------------------------------------------------------------------- engine versions
+
+
+def default_tip(doc):
+    """``(stream, revision name, image entry)`` of the default stream's tip; refuses a catalog without one."""
+    doc = normalize(doc)
+    stream = doc["default_stream"]
+    if not stream:
+        raise CatalogError("the catalog has no default OS stream; set one with baked_image_stream")
+    entry = doc["streams"].get(stream) or {}
+    tip = entry.get("tip")
+    if not tip or tip not in doc["images"]:
+        raise CatalogError("the default OS stream %s has no registered tip revision" % stream)
+    if not entry.get("validated"):
+        raise CatalogError("the default OS stream %s (tip %s) is not validated" % (stream, tip))
+    return stream, tip, doc["images"][tip]
+
+
+def supported_engine_versions(doc, today=None, eol_table=None):
+    """PG majors new databases may ask for: in the default stream's tip and not past EOL, oldest first."""
+    _, _, image = default_tip(doc)
+    day = eol.parse_today(today)
+    refused = {v["version"] for v in eol.check_eol(image["pg_versions"], None, day, eol_table)}
+    return [major for major in image["pg_versions"] if major not in refused]
+
+
+def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
+    """The PG major a new database gets: empty -> the newest supported major of the default stream's
+    tip; a major not in that tip, or past its EOL, is refused with the supported list."""
+    stream, tip, image = default_tip(doc)
+    day = eol.parse_today(today)
+    supported = supported_engine_versions(doc, day, eol_table)
+    listing = ", ".join(supported) or "none"
+    if requested is None or str(requested).strip() == "":
+        if not supported:
+            raise CatalogError(
+                "no supported PostgreSQL major in %s (default stream %s): every major it carries is past "
+                "end of life" % (tip, stream)
+            )
+        return supported[-1]
+    try:
+        major = eol.normalize_pg_major(requested)
+    except ValueError as exc:
+        raise CatalogError("engineVersion %r: %s; supported: %s" % (requested, exc, listing)) from exc
+    if major not in image["pg_versions"]:
+        raise CatalogError(
+            "engineVersion %s is not in revision %s (default stream %s); supported: %s"
+            % (major, tip, stream, listing)
+        )
+    violations = eol.check_eol([major], None, day, eol_table)
+    if violations:
+        raise CatalogError(
+            "engineVersion %s reached end of life on %s; supported: %s"
+            % (major, violations[0]["eol"], listing)
+        )
+    return major

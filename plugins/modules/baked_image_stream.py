@@ -1,0 +1,185 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: baked_image_stream
+short_description: Move the tip of a baked image OS stream, validate it, make it the default
+version_added: 0.1.0
+description:
+  - Each OS stream of the baked image catalog (C(22.04), C(24.04)) has a tip revision and a C(validated)
+    flag; one stream is the default, the one new databases get.
+  - O(revision) moves the tip. The revision must be in the catalog (registered by
+    M(goldenimage.pipeline.baked_image)), imported (the catalog says so, or its C(VirtualMachineImage) is
+    C(Imported=True) now), and of the stream's OS. Moving the tip resets C(validated) to false unless
+    O(validated) is given, since the sign-off belongs to a revision.
+  - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
+    validated. The default stream always stays validated, so its tip moves only with O(validated=true).
+  - Concurrent writers are safe (resourceVersion, retried on a conflict).
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+options:
+  os_version:
+    description: The OS stream, C(22.04) or C(24.04).
+    type: str
+    required: true
+  revision:
+    description: The revision to put at the tip of the stream, for example C(v20261201-2404).
+    type: str
+  validated:
+    description: Whether the tip revision passed testing. Omitted keeps it (or resets it when the tip moves).
+    type: bool
+  default:
+    description:
+      - V(true) makes this stream the default OS stream. V(false) is refused for the current default (make
+        another stream the default instead) and changes nothing otherwise.
+    type: bool
+  catalog:
+    description: The catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file (O(catalog.path)).
+    type: dict
+    required: true
+    suboptions:
+      namespace:
+        description: Namespace of the catalog ConfigMap.
+        type: str
+      name:
+        description: Name of the catalog ConfigMap (key C(catalog.yaml)).
+        type: str
+      path:
+        description: A catalog YAML file instead of a ConfigMap.
+        type: path
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The diff is the catalog YAML before and after.
+  idempotent:
+    support: full
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+seealso:
+  - module: goldenimage.pipeline.baked_image
+"""
+
+EXAMPLES = r"""
+- name: Put the new 24.04 build at the tip of its stream, not validated yet
+  goldenimage.pipeline.baked_image_stream:
+    os_version: "24.04"
+    revision: v20261201-2404
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+
+- name: After testing, sign it off and make 24.04 the default stream
+  goldenimage.pipeline.baked_image_stream:
+    os_version: "24.04"
+    validated: true
+    default: true
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the catalog was (or, in check mode, would be) changed.
+  returned: always
+  type: bool
+stream:
+  description: The stream after the task.
+  returned: success
+  type: dict
+  sample: {tip: v20261201-2404, validated: false}
+default_stream:
+  description: The default OS stream after the task.
+  returned: success
+  type: str
+  sample: "22.04"
+catalog:
+  description: The whole catalog document after the task (in check mode, the prediction).
+  returned: success
+  type: dict
+diff:
+  description: The catalog YAML before and after, with C(--diff).
+  returned: when diff mode is on
+  type: dict
+"""
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import harvester_image
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+    CatalogStore,
+    catalog_options,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+
+
+def argument_spec():
+    options = catalog_options()
+    options["required"] = True
+    return dict(
+        os_version=dict(type="str", required=True),
+        revision=dict(type="str"),
+        validated=dict(type="bool"),
+        default=dict(type="bool"),
+        catalog=options,
+    )
+
+
+def observed_import(module, doc, name):
+    """True when the tip's VirtualMachineImage is Imported=True now; None when the catalog already
+    says so or does not know the image (the rules then decide from the catalog)."""
+    entry = doc["images"].get(name) if name else None
+    if not entry or entry.get("imported") or not entry.get("image"):
+        return None
+    ref = entry["image"]
+    obj = module.get(harvester_image.API_VERSION, harvester_image.KIND, ref.get("name"), ref.get("namespace"))
+    return obj is not None and harvester_image.is_true(obj, "Imported")
+
+
+def main():
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    store = CatalogStore(module, p["catalog"])
+    try:
+        stream = revision.validate_stream(p["os_version"])
+        imported = observed_import(module, store.read(), p["revision"])
+
+        def change(doc):
+            marked = False
+            if imported:
+                doc, marked = catalog.mark_imported(doc, p["revision"])
+            doc, moved = catalog.set_stream(
+                doc,
+                stream,
+                tip=p["revision"],
+                validated=p["validated"],
+                default=p["default"],
+                imported=imported,
+            )
+            return doc, marked or moved
+
+        before, after, changed = store.update(change)
+    except (catalog.CatalogError, ValueError) as exc:
+        module.fail_json(msg="%s: %s" % (store.where, exc))
+    result = {
+        "changed": changed,
+        "stream": after["streams"].get(stream, {}),
+        "default_stream": after["default_stream"],
+        "catalog": after,
+    }
+    if module._diff:
+        result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

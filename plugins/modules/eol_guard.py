@@ -1,0 +1,167 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: eol_guard
+short_description: Refuse PostgreSQL majors and Ubuntu streams that are past end of life
+version_added: 0.1.0
+description:
+  - Checks every requested PostgreSQL major and the OS stream against the end-of-life table, with
+    O(today) as the build date. A version is supported on its EOL date and refused the day after.
+  - Fails with a message naming each refused version, its EOL date and the supported set, so a
+    build that would bake a past-EOL version stops before anything is built.
+  - The table holds the PostgreSQL final-release dates and Ubuntu LTS end of standard support. Ubuntu
+    publishes a month (C(2027-04)); a month means its last day.
+  - A version the table does not know is refused too; add it with O(eol_overrides).
+  - Pure check; it talks to no cluster and changes nothing.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  pg_versions:
+    description:
+      - PostgreSQL majors to be built, for example V([15, 16, 17]).
+    type: list
+    elements: str
+    required: true
+  os_version:
+    description:
+      - Ubuntu LTS stream of the image, for example V(22.04). Omit it to check PostgreSQL only.
+    type: str
+  today:
+    description:
+      - Build date, C(YYYY-MM-DD) or C(YYYYMMDD). Defaults to today (UTC).
+    type: str
+  eol_overrides:
+    description:
+      - 'Dates that add to or replace the built-in table, as
+        C({"postgresql": {"19": "2031-11-13"}, "ubuntu": {"26.04": "2031-04"}}).'
+      - Values are C(YYYY-MM-DD) or C(YYYY-MM) (the month's last day).
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+    details: The check is the same in check mode.
+  diff_mode:
+    support: N/A
+    details: This module never changes anything.
+  idempotent:
+    support: full
+notes:
+  - Pure; it can run on any host, and the roles run it on the controller.
+"""
+
+EXAMPLES = r"""
+- name: Stop before Packer when a requested version is past end of life
+  goldenimage.pipeline.eol_guard:
+    pg_versions: [15, 16, 17]
+    os_version: "22.04"
+    today: "2026-11-29"
+
+- name: Add a PostgreSQL major the built-in table does not know yet
+  goldenimage.pipeline.eol_guard:
+    pg_versions: [17, 18, 19]
+    os_version: "24.04"
+    eol_overrides:
+      postgresql:
+        "19": "2031-11-13"
+"""
+
+RETURN = r"""
+today:
+  description: The build date the check used.
+  returned: always
+  type: str
+  sample: "2026-11-29"
+pg_versions:
+  description: The requested PostgreSQL majors, normalized.
+  returned: success
+  type: list
+  elements: str
+  sample: ["15", "16", "17"]
+pg_supported:
+  description: Every PostgreSQL major in support on O(today), oldest first.
+  returned: always
+  type: list
+  elements: str
+  sample: ["15", "16", "17", "18"]
+os_supported:
+  description: Every Ubuntu stream in support on O(today), oldest first.
+  returned: always
+  type: list
+  elements: str
+  sample: ["22.04", "24.04"]
+violations:
+  description: Each refused version with its kind (C(postgresql) or C(ubuntu)), EOL date, reason
+    (C(past_eol) or C(unknown)) and message.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - kind: postgresql
+      version: "13"
+      eol: "2025-11-13"
+      reason: past_eol
+      supported: ["15", "16", "17", "18"]
+      message: "PostgreSQL 13 reached end of life on 2025-11-13; supported: 15, 16, 17, 18"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol
+
+
+def argument_spec():
+    return dict(
+        pg_versions=dict(type="list", elements="str", required=True),
+        os_version=dict(type="str"),
+        today=dict(type="str"),
+        eol_overrides=dict(type="dict", default={}),
+    )
+
+
+def run(params):
+    """Return ``(failed, result)`` for the module's parameters; raises ValueError on bad input."""
+    today = eol.parse_today(params["today"])
+    table = params["eol_overrides"] or None
+    majors = [eol.normalize_pg_major(v) for v in params["pg_versions"]]
+    if not majors:
+        raise ValueError("pg_versions is empty: name at least one PostgreSQL major")
+    result = dict(
+        changed=False,
+        today=today.isoformat(),
+        pg_versions=majors,
+        pg_supported=eol.supported_pg_majors(today, table),
+        os_supported=eol.supported_os_streams(today, table),
+        violations=[],
+    )
+    try:
+        eol.eol_guard(majors, params["os_version"], today, table)
+    except eol.EOLViolation as exc:
+        result["violations"] = exc.violations
+        result["msg"] = str(exc)
+        return True, result
+    return False, result
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    try:
+        failed, result = run(module.params)
+    except ValueError as exc:
+        module.fail_json(msg="eol_guard: %s" % exc)
+    if failed:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

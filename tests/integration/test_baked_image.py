@@ -1,0 +1,286 @@
+"""baked_image on the lab: a real small qcow2 in the loopback S3 bucket, imported by the lab's Harvester
+image controller. Each test works under a random prefix (its own namespace and catalog)."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import subprocess
+import uuid
+
+import pytest
+import yaml
+
+from tests.integration.runner import run_playbook
+
+MODULE = "goldenimage.pipeline.baked_image"
+H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
+
+
+def play(*tasks):
+    auth = {"kubeconfig": "{{ lookup('env', 'KUBECONFIG') }}"}
+    return [
+        {
+            "name": "baked_image",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "module_defaults": {
+                MODULE: auth,
+                "goldenimage.pipeline.baked_image_stream": auth,
+                "kubernetes.core.k8s_info": auth,
+                "kubernetes.core.k8s": auth,
+            },
+            "tasks": list(tasks),
+        }
+    ]
+
+
+def task(title, /, *, check=None, ignore_errors=False, module=MODULE, register=None, **params):
+    entry = {"name": title, module: params}
+    if check is not None:
+        entry["check_mode"] = check
+    if ignore_errors:
+        entry["ignore_errors"] = True
+    if register:
+        entry["register"] = register
+    return entry
+
+
+def refused(run, title):
+    """The result of a task that failed (with ignore_errors), or an assertion naming what it did."""
+    entry = run.entry(title)
+    assert entry["status"] == "ignored", (title, entry["result"])
+    return entry["result"]
+
+
+@pytest.fixture(scope="module")
+def qcow2(tmp_path_factory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("baked") / "ubuntu-2404-postgres-v20261201-2404.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(path), "32M"], check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mirror(lab, qcow2):
+    """The image in a bucket of the loopback S3 server, readable by URL as a mirror bucket is."""
+    import boto3
+
+    env = lab.env()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+    bucket = "mirror-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="baked/" + qcow2.name, Body=qcow2.read_bytes(), ACL="public-read")
+    return {
+        "url": "%s/%s/baked/%s" % (env["AWS_ENDPOINT_URL"], bucket, qcow2.name),
+        "sha512": hashlib.sha512(qcow2.read_bytes()).hexdigest(),
+        "base": "%s/%s/baked/" % (env["AWS_ENDPOINT_URL"], bucket),
+    }
+
+
+def catalog_of(kube_client, namespace):
+    from kubernetes import client
+
+    cm = client.CoreV1Api(kube_client).read_namespaced_config_map("catalog", namespace)
+    return yaml.safe_load(cm.data["catalog.yaml"])
+
+
+def test_register_check_real_idempotent_and_immutable(lab, kube_client, kube_namespace, mirror):
+    base = dict(
+        name="v20261201-2404",
+        namespace=kube_namespace,
+        url=mirror["url"],
+        checksum=mirror["sha512"],
+        os_version="24.04",
+        pg_versions=["15", "16", "17"],
+        replicas=4,
+        catalog={"namespace": kube_namespace, "name": "catalog"},
+        wait_timeout=30,
+        wait_sleep=1,
+    )
+    image_name = "ubuntu-2404-postgres-v20261201-2404"
+    run = run_playbook(
+        play(
+            task("check", check=True, **base),
+            task(
+                "look",
+                module="kubernetes.core.k8s_info",
+                api_version=f"{H}/{V}",
+                kind="VirtualMachineImage",
+                namespace=kube_namespace,
+            ),
+            task("real", **base),
+            task("again", **base),
+            task("changed source", ignore_errors=True, **dict(base, checksum="c" * 128)),
+            task("bad revision", ignore_errors=True, **dict(base, name="v20261201")),
+        ),
+        env=lab.env(),
+        diff=True,
+    )
+    assert run["check"]["changed"] is True, run.log
+    headers = [d.get("before_header") for d in run["check"]["diff"]]
+    assert headers == [
+        f"VirtualMachineImage {kube_namespace}/{image_name}",
+        f"catalog ConfigMap {kube_namespace}/catalog",
+    ]
+    assert "v20261201-2404:" in run["check"]["diff"][1]["after"]
+    assert run["look"]["resources"] == []
+    real = run["real"]
+    assert real["changed"] is True and not real.get("failed"), run.log
+    assert real["progress"] == 100 and real["replicas_in_force"] == 4
+    uid = real["image"]["metadata"]["uid"]
+    assert real["storage_class"] == f"lh-{uid}"
+    labels = real["image"]["metadata"]["labels"]
+    assert (
+        labels["goldenimage.io/revision"] == "v20261201-2404"
+        and labels["goldenimage.io/pg-majors"] == "15-16-17"
+    )
+    assert real["image"]["spec"]["displayName"] == image_name
+    assert real["revision"]["imported"] is True and real["revision"]["storage_class"] == f"lh-{uid}"
+    assert run["again"]["changed"] is False, run["again"]
+    assert "build a new revision" in refused(run, "changed source")["msg"]
+    assert "24.04" in refused(run, "bad revision")["msg"]
+    doc = catalog_of(kube_client, kube_namespace)
+    entry = doc["images"]["v20261201-2404"]
+    assert entry["checksum"] == mirror["sha512"] and entry["image"] == {
+        "namespace": kube_namespace,
+        "name": image_name,
+    }
+
+
+@pytest.mark.lab_only
+def test_replica_trap_failed_and_stuck_imports_upload_and_absent(
+    lab, kube_client, kube_namespace, mirror, qcow2
+):
+    from kubernetes import client
+
+    storage = client.StorageV1Api(kube_client)
+    template = "tmpl-" + kube_namespace
+    storage.create_storage_class(
+        {
+            "metadata": {"name": template},
+            "provisioner": "driver.longhorn.io",
+            "parameters": {"numberOfReplicas": "2", "staleReplicaTimeout": "30"},
+        }
+    )
+    lab.faults.update(
+        {"objects": {f"VirtualMachineImage/{kube_namespace}/ubuntu-2204-postgres-v20260703": "stuck"}}
+    )
+    common = dict(namespace=kube_namespace, os_version="22.04", pg_versions=["16", "17"], wait_sleep=1)
+    absent = dict(name="v20260704", namespace=kube_namespace, state="absent", wait_timeout=10, wait_sleep=1)
+    try:
+        run = run_playbook(
+            play(
+                task(
+                    "trap",
+                    ignore_errors=True,
+                    name="v20260701",
+                    url=mirror["url"],
+                    checksum=mirror["sha512"],
+                    replicas=4,
+                    storage_class=template,
+                    **common,
+                ),
+                task(
+                    "failed",
+                    ignore_errors=True,
+                    name="v20260702",
+                    url=mirror["base"] + "missing.qcow2",
+                    retry=0,
+                    **common,
+                ),
+                task(
+                    "stuck", ignore_errors=True, name="v20260703", url=mirror["url"], wait_timeout=3, **common
+                ),
+                task(
+                    "upload",
+                    name="v20260704",
+                    src=str(qcow2),
+                    replicas=3,
+                    wait_timeout=30,
+                    register="up",
+                    **common,
+                ),
+                task(
+                    "disk",
+                    module="kubernetes.core.k8s",
+                    definition={
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": "pg-1-os", "namespace": kube_namespace},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "{{ up.storage_class }}",
+                            "resources": {"requests": {"storage": "32Mi"}},
+                        },
+                    },
+                ),
+                task("refused", ignore_errors=True, **absent),
+                task(
+                    "no disk",
+                    module="kubernetes.core.k8s",
+                    state="absent",
+                    kind="PersistentVolumeClaim",
+                    namespace=kube_namespace,
+                    name="pg-1-os",
+                    wait=True,
+                ),
+                task("check absent", check=True, **absent),
+                task("gone", **absent),
+                task("gone again", **absent),
+            ),
+            env=lab.env(),
+        )
+    finally:
+        lab.faults.update({"objects": {}})
+        storage.delete_storage_class(template, _preload_content=False)
+    trap = refused(run, "trap")
+    assert "asked for 4 copies" in trap["msg"] and template in trap["msg"], run.log
+    assert "harvesterhci.io/storageClassName" in trap["msg"] and trap["replicas_in_force"] == 2
+    failed = refused(run, "failed")
+    assert "RetryLimitExceeded" in failed["msg"] and "404" in failed["msg"]
+    stuck = refused(run, "stuck")
+    assert stuck["stuck"] is True and "timed out" in stuck["msg"]
+    assert "no conditions yet" in stuck["msg"]
+    upload = run["upload"]
+    assert upload["changed"] and upload["progress"] == 100 and upload["replicas_in_force"] == 3, run.log
+    assert upload["image"]["spec"]["sourceType"] == "upload"
+    assert refused(run, "refused")["pvcs"] == [f"{kube_namespace}/pg-1-os"]
+    assert run["check absent"]["changed"] and run["gone"]["changed"], run.log
+    assert not run["gone again"]["changed"]
+
+
+def test_concurrent_catalog_writers(lab, kube_client, kube_namespace, mirror):
+    """Two registrations at once into one catalog ConfigMap: both land (resourceVersion + retry)."""
+    import threading
+
+    results = {}
+
+    def register(revision):
+        body = dict(
+            name=revision,
+            namespace=kube_namespace,
+            url=mirror["url"],
+            checksum=mirror["sha512"],
+            os_version="22.04",
+            pg_versions=["16", "17"],
+            catalog={"namespace": kube_namespace, "name": "catalog"},
+            wait_timeout=30,
+            wait_sleep=1,
+        )
+        results[revision] = run_playbook(play(task("register", **body)), env=lab.env())
+
+    threads = [threading.Thread(target=register, args=(r,)) for r in ("v20260801", "v20260802")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for revision, run in results.items():
+        assert run.ok and run["register"]["catalog_changed"], (revision, run.log)
+    doc = catalog_of(kube_client, kube_namespace)
+    assert {"v20260801", "v20260802"} <= set(doc["images"])

@@ -1,0 +1,217 @@
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, harvester_image
+
+SUM_A = "a" * 128
+SUM_B = "b" * 128
+TODAY = "2026-12-01"
+
+
+def registered(*entries):
+    """A catalog holding (name, os, pg majors, imported) entries."""
+    doc = catalog.empty()
+    for name, os_version, majors, imported in entries:
+        doc, _ = catalog.register_image(
+            doc, name, os_version, majors, SUM_A + name[-1], "s3://mirror/" + name, imported=imported
+        )
+    return doc
+
+
+def seeded():
+    """The seed's example: 22.04 validated and default, 24.04 in testing."""
+    doc = registered(
+        ("v20260615", "22.04", ["15", "16", "17"], True),
+        ("v20261201-2404", "24.04", ["15", "16", "17"], True),
+        ("v20270301-2404", "24.04", ["15", "16", "17", "18"], False),
+    )
+    doc, _ = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
+    doc, _ = catalog.set_stream(doc, "24.04", tip="v20261201-2404")
+    return doc
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def test_dump_is_deterministic_and_round_trips():
+    doc = seeded()
+    text = catalog.dump(doc)
+    assert catalog.dump(catalog.load(text)) == text
+    assert text.splitlines()[0] == "version: 1"
+    # revisions sorted by date, whatever the insertion order
+    assert text.index("v20260615:") < text.index("v20261201-2404:") < text.index("v20270301-2404:")
+    assert catalog.load(text) == catalog.normalize(doc)
+
+
+def test_load_empty_and_refuses_other_versions():
+    assert catalog.load("") == catalog.empty()
+    with pytest.raises(catalog.CatalogError, match="version 2 is not understood"):
+        catalog.load("version: 2\nimages: {}\n")
+    with pytest.raises(catalog.CatalogError, match="mapping"):
+        catalog.load("- a list\n")
+
+
+# ---------------------------------------------------------------------------- images
+
+
+def test_register_is_idempotent_and_never_changes_content():
+    doc = registered(("v20260615", "22.04", [17, "15", "16"], False))
+    entry = doc["images"]["v20260615"]
+    assert entry["pg_versions"] == ["15", "16", "17"]
+    assert entry["build_date"] == "2026-06-15"
+    same, changed = catalog.register_image(
+        doc, "v20260615", "22.04", ["15", "16", "17"], SUM_A + "5", entry["source"]
+    )
+    assert not changed and same == doc
+    with pytest.raises(catalog.CatalogError, match="build a new revision"):
+        catalog.register_image(doc, "v20260615", "22.04", ["15", "16", "17"], SUM_B, entry["source"])
+    with pytest.raises(catalog.CatalogError, match="build a new revision"):
+        catalog.register_image(doc, "v20260615", "22.04", ["15", "16", "17"], SUM_A + "5", "s3://elsewhere")
+
+
+def test_register_updates_mutable_fields_and_refuses_bad_names():
+    doc = registered(("v20260615", "22.04", ["16"], False))
+    doc, changed = catalog.register_image(
+        doc, "v20260615", "22.04", ["16"], None, None, storage_class="lh-1", imported=True
+    )
+    assert changed and doc["images"]["v20260615"]["imported"] is True
+    with pytest.raises(catalog.CatalogError, match=r"belongs to OS stream 22\.04"):
+        catalog.register_image(doc, "v20260615", "24.04", ["16"], SUM_A, "x")
+    with pytest.raises(catalog.CatalogError, match="pg_versions is empty"):
+        catalog.register_image(doc, "v20260616", "22.04", [], SUM_A, "x")
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def test_tip_must_be_registered():
+    with pytest.raises(catalog.CatalogError, match="not in the catalog; register it"):
+        catalog.set_stream(seeded(), "22.04", tip="v20990101")
+
+
+def test_tip_must_be_imported_unless_the_cluster_says_so():
+    doc = seeded()
+    with pytest.raises(catalog.CatalogError, match="not imported yet"):
+        catalog.set_stream(doc, "24.04", tip="v20270301-2404")
+    moved, changed = catalog.set_stream(doc, "24.04", tip="v20270301-2404", imported=True)
+    assert changed and moved["streams"]["24.04"] == {"tip": "v20270301-2404", "validated": False}
+
+
+def test_tip_must_match_the_stream_os():
+    with pytest.raises(
+        catalog.CatalogError, match=r"Ubuntu 24\.04 image and cannot be the tip of stream 22\.04"
+    ):
+        catalog.set_stream(seeded(), "22.04", tip="v20261201-2404")
+
+
+def test_unvalidated_stream_cannot_become_default():
+    with pytest.raises(catalog.CatalogError, match="not validated and cannot become the default"):
+        catalog.set_stream(seeded(), "24.04", default=True)
+    doc, changed = catalog.set_stream(seeded(), "24.04", validated=True, default=True)
+    assert changed and doc["default_stream"] == "24.04"
+
+
+def test_default_stream_stays_validated():
+    doc = registered(("v20260615", "22.04", ["16"], True), ("v20260701", "22.04", ["16", "17"], True))
+    doc, _ = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
+    with pytest.raises(catalog.CatalogError, match="must stay validated"):
+        catalog.set_stream(doc, "22.04", tip="v20260701")
+    with pytest.raises(catalog.CatalogError, match="must stay validated"):
+        catalog.set_stream(doc, "22.04", validated=False)
+    with pytest.raises(catalog.CatalogError, match="make another validated stream the default"):
+        catalog.set_stream(doc, "22.04", default=False)
+    moved, changed = catalog.set_stream(doc, "22.04", tip="v20260701", validated=True)
+    assert changed and moved["streams"]["22.04"]["tip"] == "v20260701"
+
+
+def test_moving_the_tip_resets_validated_and_reruns_are_unchanged():
+    doc, _ = catalog.set_stream(seeded(), "24.04", validated=True)
+    again, changed = catalog.set_stream(doc, "24.04", tip="v20261201-2404", validated=True)
+    assert not changed and again == doc
+    doc, _ = catalog.register_image(
+        doc, "v20270301-2404", "24.04", ["15", "16", "17", "18"], None, None, imported=True
+    )
+    moved, changed = catalog.set_stream(doc, "24.04", tip="v20270301-2404")
+    assert changed and moved["streams"]["24.04"]["validated"] is False
+
+
+def test_new_stream_needs_a_tip():
+    with pytest.raises(catalog.CatalogError, match="has no tip yet"):
+        catalog.set_stream(catalog.empty(), "24.04", validated=True)
+
+
+def test_mark_imported():
+    doc, changed = catalog.mark_imported(seeded(), "v20270301-2404")
+    assert changed and doc["images"]["v20270301-2404"]["imported"] is True
+    assert catalog.mark_imported(doc, "v20270301-2404")[1] is False
+
+
+# -------------------------------------------------------------------- engine versions
+
+
+def test_empty_engine_version_is_the_newest_major_of_the_default_tip():
+    assert catalog.resolve_engine_version(seeded(), "", today=TODAY) == "17"
+    assert catalog.resolve_engine_version(seeded(), None, today=TODAY) == "17"
+    assert catalog.resolve_engine_version(seeded(), 16, today=TODAY) == "16"
+
+
+def test_engine_version_not_in_the_tip_is_refused_with_the_supported_list():
+    with pytest.raises(catalog.CatalogError, match=r"18 is not in revision v20260615.*supported: 15, 16, 17"):
+        catalog.resolve_engine_version(seeded(), "18", today=TODAY)
+    with pytest.raises(catalog.CatalogError, match="not a major version"):
+        catalog.resolve_engine_version(seeded(), "16.4", today=TODAY)
+
+
+def test_engine_version_past_eol_is_refused():
+    with pytest.raises(
+        catalog.CatalogError, match=r"15 reached end of life on 2027-11-11; supported: 16, 17"
+    ):
+        catalog.resolve_engine_version(seeded(), "15", today="2027-11-12")
+    assert catalog.supported_engine_versions(seeded(), today="2027-11-12") == ["16", "17"]
+    # the day of EOL is still supported
+    assert catalog.resolve_engine_version(seeded(), "15", today="2027-11-11") == "15"
+
+
+def test_engine_version_needs_a_validated_default_stream():
+    doc = registered(("v20260615", "22.04", ["16"], True))
+    with pytest.raises(catalog.CatalogError, match="no default OS stream"):
+        catalog.resolve_engine_version(doc, "", today=TODAY)
+
+
+# ---------------------------------------------------------------- Harvester image rules
+
+
+def test_checksum_must_be_sha512():
+    assert harvester_image.normalize_checksum("SHA512:" + "A" * 128) == "a" * 128
+    with pytest.raises(harvester_image.ImageError, match="SHA-512"):
+        harvester_image.normalize_checksum("sha256:" + "a" * 64)
+
+
+def test_image_definition_names_and_labels():
+    obj = harvester_image.definition(
+        "hp", "v20261201-2404", "24.04", ["17", "15", "16"], SUM_A, url="http://x", replicas=4
+    )
+    assert obj["metadata"]["name"] == obj["spec"]["displayName"] == "ubuntu-2404-postgres-v20261201-2404"
+    labels = obj["metadata"]["labels"]
+    assert labels["goldenimage.io/pg-majors"] == "15-16-17" and labels["pg.goldenimage.io/17"] == "true"
+    assert obj["spec"]["storageClassParameters"] == {"numberOfReplicas": "4"}
+    assert obj["spec"]["sourceType"] == "download"
+
+
+def test_replica_trap_names_the_winning_class():
+    longhorn = {"metadata": {"name": "harvester-longhorn"}, "provisioner": "driver.longhorn.io"}
+    default = dict(
+        longhorn,
+        metadata={
+            "name": "harvester-longhorn",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+    )
+    image = {"metadata": {"annotations": {}}}
+    assert harvester_image.winning_template(image, [default]) == (
+        "harvester-longhorn",
+        "the cluster default StorageClass",
+    )
+    named = {"metadata": {"annotations": {harvester_image.SC_ANNOTATION: "harvester-longhorn"}}}
+    template, why = harvester_image.winning_template(named, [longhorn])
+    message = harvester_image.replica_trap(4, "2", "lh-1", template, why)
+    assert "harvester-longhorn" in message and "annotation" in message and "asked for 4" in message
+    assert harvester_image.replica_trap(4, "4", "lh-1", None, None) is None

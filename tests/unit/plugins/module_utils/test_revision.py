@@ -1,0 +1,78 @@
+import datetime
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision as r
+
+
+def test_revision_names_match_the_catalog():
+    assert r.revision_name("20260615", "22.04") == "v20260615"
+    assert r.revision_name(datetime.date(2026, 12, 1), "24.04") == "v20261201-2404"
+    assert r.revision_name("2027-03-01", "24.04") == "v20270301-2404"
+    # Another naming default moves the suffix, never the date.
+    assert r.revision_name("20270301", "24.04", default_stream="24.04") == "v20270301"
+
+
+def test_artifact_names():
+    assert r.artifact_file_name("20260615", "22.04") == "ubuntu-2204-postgres-v20260615.qcow2"
+    assert r.artifact_file_name("20261201", "24.04") == "ubuntu-2404-postgres-v20261201-2404.qcow2"
+    assert r.artifact_name("v20261201-2404") == "ubuntu-2404-postgres-v20261201-2404.qcow2"
+
+
+def test_parse_revision():
+    rev = r.parse_revision("v20261201-2404")
+    assert rev == r.Revision("v20261201-2404", datetime.date(2026, 12, 1), "24.04", True)
+    assert r.parse_revision("v20260615").os_stream == "22.04"
+
+
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("20260615", "expected v<YYYYMMDD>"),
+        ("v2026061", "expected v<YYYYMMDD>"),
+        ("v20260615-24.04", "expected v<YYYYMMDD>"),
+        ("v20260230", "not a calendar date"),
+        ("v20260615-2204", "named without a suffix"),
+        (None, "expected v<YYYYMMDD>"),
+    ],
+)
+def test_parse_revision_refuses(name, match):
+    with pytest.raises(ValueError, match=match):
+        r.parse_revision(name)
+
+
+def test_validate_revision_against_stream():
+    assert r.validate_revision("v20261201-2404", "24.04").date == datetime.date(2026, 12, 1)
+    with pytest.raises(ValueError, match=r"belongs to OS stream 22\.04, not 24\.04.*v20260615-2404"):
+        r.validate_revision("v20260615", "24.04")
+
+
+@pytest.mark.parametrize("stream", ["22.4", "2204", "jammy", "", None])
+def test_stream_refused(stream):
+    with pytest.raises(ValueError, match="OS stream"):
+        r.revision_name("20260615", stream)
+
+
+@pytest.mark.parametrize("value", ["2026-13-01", "yesterday", "2026061"])
+def test_build_date_refused(value):
+    with pytest.raises(ValueError, match="build date"):
+        r.revision_name(value, "22.04")
+
+
+def test_parse_artifact_name():
+    assert r.parse_artifact_name("ubuntu-2404-postgres-v20261201-2404.qcow2").os_stream == "24.04"
+    with pytest.raises(ValueError, match="belongs to OS stream"):
+        r.parse_artifact_name("ubuntu-2404-postgres-v20261201.qcow2")
+    with pytest.raises(ValueError, match="expected ubuntu-"):
+        r.parse_artifact_name("ubuntu-2204-postgres-v20260615.img")
+
+
+def test_ordering():
+    names = ["v20270301-2404", "v20260615", "v20261201-2404", "v20261201"]
+    assert r.sort_revisions(names) == ["v20260615", "v20261201", "v20261201-2404", "v20270301-2404"]
+    assert r.latest_revision(names) == "v20270301-2404"
+    assert r.latest_revision(names, "22.04") == "v20261201"
+    assert r.latest_revision(names, "26.04") is None
+    assert r.is_newer("v20261201", "v20260615")
+    assert not r.is_newer("v20261201", "v20261201-2404")
+    with pytest.raises(ValueError):
+        r.sort_revisions(["v20260615", "latest"])
