@@ -71,10 +71,12 @@ demo: setup
 	tools/demo.sh
 
 e2e: setup
-	@echo "e2e: no VM-booting tier is defined yet; nothing to run."
+	tools/e2e.sh
 
 bench: setup
 	$(PY) bench/lab_rps.py
+	$(PY) bench/golden_info.py
+	$(PY) bench/os_mirror.py
 
 lab-up: setup
 	$(PY) -m tests.lab up --state-dir .lab/dev

@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Filters for producer playbooks: the golden's versioned name and the pinned CDI source.
+
+Documentation lives next to this file, one YAML file per filter (golden_name.yml, ...). The rules
+are the collection's own (module_utils/golden.py and linux_golden.py); these filters only expose them.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, linux_golden
+
+
+def _raising(func, *args):
+    try:
+        return func(*args)
+    except golden.GoldenError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def golden_name(family, date=None, digest=None):
+    """``golden-<family>-<YYYYMMDD>-<12 hex>``; an empty date means today (UTC)."""
+    return _raising(golden.versioned_name, family, date or None, digest)
+
+
+def pinned_source(source):
+    """The DataVolume ``spec.source`` block for a digest-pinned registry or checksummed http source."""
+    return _raising(linux_golden.pinned_source, source)
+
+
+def source_digest(source):
+    """``sha256:<hex>`` naming the artifact of a source (registry digest or http checksum)."""
+    return _raising(linux_golden.source_digest, source)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "golden_name": golden_name,
+            "pinned_source": pinned_source,
+            "source_digest": source_digest,
+        }

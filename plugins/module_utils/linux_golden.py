@@ -1,0 +1,150 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""What the Linux conversion producer accepts as a source, and the CDI source it becomes.
+
+Pure: no I/O. A golden is rebuilt on every cluster from the same inputs, so an input must name
+exactly one artifact for ever: a containerdisk pinned by digest (a tag can move), or a bucket
+object with its sha256 checksum (CDI verifies the bytes it downloads). Anything else is refused
+with the reference, the rule and the supported move.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+
+_REGISTRY = re.compile(r"^docker://(?P<repo>[^@\s]+?)(?::(?P<tag>[^:/@\s]+))?(?:@(?P<digest>\S+))?$")
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+_HTTP = re.compile(r"^https?://\S+$")
+_KINDS = ("registry", "http")
+
+_HTTP_KEYS = {
+    "url": "url",
+    "checksum": "checksum",
+    "secret_ref": "secretRef",
+    "cert_config_map": "certConfigMap",
+}
+_REGISTRY_KEYS = {"url": "url", "secret_ref": "secretRef", "cert_config_map": "certConfigMap"}
+_PULL_METHODS = ("pod", "node")
+
+
+class SourceError(golden.GoldenError):
+    """A source that would not name one immutable artifact; the message names the supported move."""
+
+
+def _kind(source):
+    if not isinstance(source, dict):
+        raise SourceError(
+            "source %r is not a mapping: give {registry: docker://<repo>@sha256:<digest>} or "
+            "{http: {url: ..., checksum: sha256:<hex>}}" % (source,)
+        )
+    kinds = [k for k in _KINDS if source.get(k)]
+    others = sorted(k for k in source if k not in _KINDS)
+    if others:
+        raise SourceError(
+            "source keys %s are not supported: the Linux producer imports from registry (a digest-pinned "
+            "containerdisk) or http (a bucket object with a sha256 checksum)" % ", ".join(others)
+        )
+    if len(kinds) != 1:
+        raise SourceError(
+            "source must have exactly one of registry or http, got %s" % (", ".join(kinds) or "neither")
+        )
+    return kinds[0]
+
+
+def _settings(value, keys, kind):
+    """A registry or http source as a dict of snake_case keys (a bare string is the url)."""
+    if isinstance(value, str):
+        value = {"url": value}
+    if not isinstance(value, dict):
+        raise SourceError("source.%s must be a URL or a mapping with url, got %r" % (kind, value))
+    known = set(keys) | ({"pull_method"} if kind == "registry" else set())
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise SourceError(
+            "source.%s keys %s are not supported (known: %s)"
+            % (kind, ", ".join(unknown), ", ".join(sorted(known)))
+        )
+    return value
+
+
+def registry_digest(url):
+    """``sha256:<hex>`` of a ``docker://<repo>[:tag]@sha256:<hex>`` reference; refuses anything else."""
+    text = str(url or "").strip()
+    match = _REGISTRY.match(text)
+    if not match:
+        raise SourceError(
+            "registry source %r is not a containerdisk reference: use docker://<registry>/<repo>@sha256:<digest>"
+            % (url,)
+        )
+    digest = match.group("digest")
+    if not digest:
+        raise SourceError(
+            "registry source %s has no digest: a tag can be moved to other bytes, so clusters would not "
+            "build the same golden; pin it as docker://%s@sha256:<digest>" % (text, match.group("repo"))
+        )
+    if not _SHA256.match(digest):
+        raise SourceError(
+            "registry source %s: digest %s is not sha256:<64 lowercase hex digits>; pin it as "
+            "docker://%s@sha256:<digest>" % (text, digest, match.group("repo"))
+        )
+    return digest
+
+
+def http_checksum(url, checksum):
+    """The ``sha256:<hex>`` checksum an http source must carry, normalized."""
+    if not checksum:
+        raise SourceError(
+            "http source %s has no checksum: without one the bytes CDI downloads are not verified and "
+            "clusters may build different goldens; add checksum: sha256:<hex of the object>" % (url,)
+        )
+    text = str(checksum).strip()
+    algo = text.split(":", 1)[0].lower() if ":" in text else ""
+    if algo and algo != "sha256":
+        raise SourceError(
+            "http source %s: checksum %s uses %s; the golden is named by its sha256, so give "
+            "checksum: sha256:<hex>" % (url, text, algo)
+        )
+    try:
+        return golden.normalize_digest(text if algo else "sha256:" + text)
+    except golden.GoldenError:
+        raise SourceError("http source %s: checksum %s is not sha256:<64 hex digits>" % (url, text)) from None
+
+
+def pinned_source(source):
+    """The CDI DataVolume ``spec.source`` for a validated source (camelCase keys, as CDI spells them)."""
+    kind = _kind(source)
+    if kind == "registry":
+        value = _settings(source["registry"], _REGISTRY_KEYS, kind)
+        registry_digest(value.get("url"))
+        out = {cdi: value[key] for key, cdi in _REGISTRY_KEYS.items() if value.get(key)}
+        method = value.get("pull_method")
+        if method:
+            if method not in _PULL_METHODS:
+                raise SourceError(
+                    "source.registry.pull_method %r is not %s" % (method, " or ".join(_PULL_METHODS))
+                )
+            out["pullMethod"] = method
+        out["url"] = str(out["url"]).strip()
+        return {"registry": out}
+    value = _settings(source["http"], _HTTP_KEYS, kind)
+    url = str(value.get("url") or "").strip()
+    if not _HTTP.match(url):
+        raise SourceError("http source %r is not an http(s) URL" % (value.get("url"),))
+    out = {cdi: value[key] for key, cdi in _HTTP_KEYS.items() if value.get(key)}
+    out["url"] = url
+    out["checksum"] = http_checksum(url, value.get("checksum"))
+    return {"http": out}
+
+
+def source_digest(source):
+    """The digest that names the artifact: the registry digest, or the http object's sha256."""
+    block = pinned_source(source)
+    if "registry" in block:
+        return registry_digest(block["registry"]["url"])
+    return block["http"]["checksum"]

@@ -1,0 +1,52 @@
+import datetime
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.goldenimage.pipeline.plugins.filter import golden as filters
+
+HEX = "f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+
+
+def test_the_filters_are_registered():
+    assert sorted(filters.FilterModule().filters()) == ["golden_name", "pinned_source", "source_digest"]
+
+
+def test_golden_name_uses_the_contract_naming():
+    assert filters.golden_name("ubuntu-24-04", "2026-08-28", "sha256:" + HEX) == (
+        "golden-ubuntu-24-04-20260828-f0dea74da9c5"
+    )
+    assert filters.golden_name("ubuntu-24-04", "20260828", HEX) == "golden-ubuntu-24-04-20260828-f0dea74da9c5"
+
+
+def test_golden_name_without_a_date_is_today_utc():
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d")
+    assert filters.golden_name("debian-12", "", HEX) == "golden-debian-12-%s-f0dea74da9c5" % today
+
+
+@pytest.mark.parametrize(
+    "family,date,digest,text",
+    [
+        ("Ubuntu_24", "20260828", HEX, "makes the invalid snapshot name"),
+        ("debian-12", "28/08/2026", HEX, "is not a date"),
+        ("debian-12", "20260828", "latest", "is not a sha256 digest"),
+    ],
+)
+def test_golden_name_refusals_are_filter_errors(family, date, digest, text):
+    with pytest.raises(AnsibleFilterError) as err:
+        filters.golden_name(family, date, digest)
+    assert text in str(err.value)
+
+
+def test_pinned_source_and_digest():
+    ref = "docker://quay.io/containerdisks/debian@sha256:" + HEX
+    assert filters.pinned_source({"registry": ref}) == {"registry": {"url": ref}}
+    assert filters.source_digest({"registry": ref}) == "sha256:" + HEX
+
+
+def test_pinned_source_refusals_are_filter_errors():
+    with pytest.raises(AnsibleFilterError) as err:
+        filters.pinned_source({"registry": "docker://quay.io/containerdisks/debian:12"})
+    assert "pin it as docker://quay.io/containerdisks/debian@sha256:<digest>" in str(err.value)
+    with pytest.raises(AnsibleFilterError) as err:
+        filters.source_digest({"http": {"url": "http://s3/b/k.qcow2"}})
+    assert "http source http://s3/b/k.qcow2 has no checksum" in str(err.value)
