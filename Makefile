@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # Debian packages the tests and the demo use (program -> package).
-DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client shellcheck:shellcheck rsync:rsync git:git
+DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs shellcheck:shellcheck rsync:rsync git:git
 
 .PHONY: help deps venv collections setup lint unit integration molecule sanity test demo e2e bench lab-up lab-down clean
 
@@ -77,6 +77,7 @@ bench: setup
 	$(PY) bench/lab_rps.py
 	$(PY) bench/golden_info.py
 	$(PY) bench/os_mirror.py
+	$(PY) bench/seal_verify.py
 
 lab-up: setup
 	$(PY) -m tests.lab up --state-dir .lab/dev

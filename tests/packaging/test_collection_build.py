@@ -14,7 +14,9 @@ BIN = Path(sys.executable).parent
 
 
 def _run(*args, env=None, cwd=ROOT):
-    return subprocess.run(args, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    proc = subprocess.run(args, cwd=cwd, env=env, check=False, capture_output=True, text=True)
+    assert proc.returncode == 0, "%s failed:\n%s%s" % (" ".join(args), proc.stdout, proc.stderr)
+    return proc
 
 
 def test_build_install_and_doc(tmp_path):

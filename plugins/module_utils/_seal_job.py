@@ -1,0 +1,240 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Run the seal verifier in a Job next to a PersistentVolumeClaim and read its verdict from the log.
+
+The verifier's three files travel in a ConfigMap mounted at /verifier, so the Job runs exactly the rules
+of the module that started it, whatever the image. The Job, its pod and the ConfigMap are deleted
+afterwards, also on failure and timeout: a finished pod still holds its claim.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import uuid
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, seal, seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import status_code
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
+
+MOUNT = "/verifier"
+PACKAGE = "ansible_collections/goldenimage/pipeline/plugins/module_utils"
+DISK_DIR = "/disk"
+DISK_FILE = "disk.img"
+BLOCK_DEVICE = "/dev/golden-disk"
+LABELS = {"app.kubernetes.io/name": "seal-verify", "app.kubernetes.io/managed-by": "goldenimage.pipeline"}
+LOG_TAIL_LINES = 20
+
+
+def _source(module):
+    loader = getattr(module, "__loader__", None)
+    if loader is not None and hasattr(loader, "get_source"):
+        text = loader.get_source(module.__name__)
+        if text:
+            return text
+    with open(module.__file__) as fh:
+        return fh.read()
+
+
+def verifier_files():
+    """ConfigMap data: the verifier and its two siblings, under their module file names."""
+    return {"%s.py" % m.__name__.rsplit(".", 1)[-1]: _source(m) for m in (seal, _disk, seal_cli)}
+
+
+def configmap_definition(name, namespace, files):
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(LABELS)},
+        "data": files,
+    }
+
+
+def verifier_args(options):
+    args = []
+    if options.get("os_name"):
+        args += ["--os", options["os_name"]]
+    if options.get("partition") is not None:
+        args += ["--partition", str(options["partition"])]
+    args += [
+        "--build-failed",
+        options["build_failed"],
+        "--bootstrap-script",
+        options["bootstrap_script"],
+        "--bootstrap-log",
+        options["bootstrap_log"],
+        "--final-line",
+        options["final_line"],
+        "--max-log-bytes",
+        str(options["max_log_bytes"]),
+    ]
+    return args
+
+
+def job_definition(name, namespace, pvc, volume_mode, image, command, options, timeout, files):
+    """The verifier Job: the claim read-only, as a file (Filesystem) or a device (Block)."""
+    container = {
+        "name": "verify",
+        "image": image,
+        "command": list(command),
+        "env": [{"name": "PYTHONPATH", "value": MOUNT}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "volumeMounts": [{"name": "verifier", "mountPath": MOUNT, "readOnly": True}],
+    }
+    if volume_mode == "Block":
+        device = BLOCK_DEVICE
+        container["volumeDevices"] = [{"name": "disk", "devicePath": BLOCK_DEVICE}]
+    else:
+        device = "%s/%s" % (DISK_DIR, DISK_FILE)
+        container["volumeMounts"].append({"name": "disk", "mountPath": DISK_DIR, "readOnly": True})
+    container["args"] = [device] + verifier_args(options)
+    items = [{"key": key, "path": "%s/%s" % (PACKAGE, key)} for key in sorted(files)]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(LABELS)},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(timeout)),
+            "template": {
+                "metadata": {"labels": dict(LABELS)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "verifier", "configMap": {"name": name, "items": items}},
+                        {"name": "disk", "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def parse_log(text):
+    """The verdict the verifier printed, or None when it printed none."""
+    for line in reversed((text or "").splitlines()):
+        if line.startswith(seal_cli.MARKER):
+            try:
+                return json.loads(line[len(seal_cli.MARKER) :])
+            except ValueError:
+                return None
+    return None
+
+
+def job_finished(job):
+    """Wait predicate: done when the Job completed or failed (the log says which verdict)."""
+    status = (job or {}).get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return True, None
+    return bool(status.get("succeeded") or status.get("failed")), None
+
+
+def describe_job(job):
+    if job is None:
+        return "Job not found"
+    status = job.get("status") or {}
+    return "active=%s succeeded=%s failed=%s" % (
+        status.get("active", 0),
+        status.get("succeeded", 0),
+        status.get("failed", 0),
+    )
+
+
+class VerifierJob:
+    def __init__(self, module, namespace, pvc):
+        self.module = module
+        self.namespace = namespace
+        self.pvc = pvc
+        self.name = "seal-verify-%s" % uuid.uuid4().hex[:8]
+        self.cleaned = False
+
+    def fail(self, msg, **extra):
+        self.module.fail_json(msg=msg, job={"name": self.name, "namespace": self.namespace}, **extra)
+
+    def run(self, image, command, options):
+        claim = self.module.get("v1", "PersistentVolumeClaim", self.pvc, self.namespace)
+        if claim is None:
+            self.fail("PersistentVolumeClaim %s/%s not found" % (self.namespace, self.pvc))
+        mode = (claim.get("spec") or {}).get("volumeMode") or "Filesystem"
+        files = verifier_files()
+        params = self.module.params
+        job = job_definition(
+            self.name, self.namespace, self.pvc, mode, image, command, options, params["wait_timeout"], files
+        )
+        try:
+            self.module.create(configmap_definition(self.name, self.namespace, files))
+            self.module.create(job)
+            return self.verdict(params["wait_timeout"], params["wait_sleep"])
+        finally:
+            self.cleanup()
+
+    def verdict(self, timeout, sleep):
+        try:
+            finished, duration = self.module.wait(
+                "batch/v1",
+                "Job",
+                self.name,
+                self.namespace,
+                job_finished,
+                describe_job,
+                "the verifier Job %s/%s to finish" % (self.namespace, self.name),
+                timeout,
+                sleep,
+            )
+        except WaitError as exc:
+            self.cleanup()
+            self.module.fail_from_wait(exc, job={"name": self.name, "namespace": self.namespace})
+        pod, log = self.pod_log()
+        info = {"name": self.name, "namespace": self.namespace, "pod": pod, "duration": round(duration, 3)}
+        result = parse_log(log)
+        tail = "\n".join((log or "").splitlines()[-LOG_TAIL_LINES:])
+        if result is None:
+            self.cleanup()
+            self.fail(
+                "the verifier Job %s/%s printed no verdict (%s); its log ends with:\n%s"
+                % (self.namespace, self.name, describe_job(finished), tail or "(empty)"),
+                log=tail,
+            )
+        if result.get("error"):
+            self.cleanup()
+            self.fail(
+                "cannot verify PersistentVolumeClaim %s/%s: %s" % (self.namespace, self.pvc, result["error"]),
+                log=tail,
+            )
+        result["job"] = info
+        return result
+
+    def pod_log(self):
+        pods = self.module.list("v1", "Pod", self.namespace, label_selector="job-name=%s" % self.name)
+        if not pods:
+            return None, ""
+        pod = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
+        name = pod["metadata"]["name"]
+        try:
+            response = self.module.resource("v1", "Pod").log.get(
+                name=name, namespace=self.namespace, serialize=False
+            )
+        except Exception as exc:
+            self.cleanup()
+            self.module.fail_from_exception("read the log of Pod %s/%s" % (self.namespace, name), exc)
+        data = response.data
+        return name, data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+    def cleanup(self):
+        """Delete the Job with its pods (the API orphans them by default) and the ConfigMap."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        jobs = self.module.resource("batch/v1", "Job")
+        try:
+            jobs.delete(name=self.name, namespace=self.namespace, body={"propagationPolicy": "Background"})
+        except Exception as exc:
+            if status_code(exc) != 404:
+                self.module.fail_from_exception("delete Job %s/%s" % (self.namespace, self.name), exc)
+        for pod in self.module.list("v1", "Pod", self.namespace, label_selector="job-name=%s" % self.name):
+            self.module.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, before=pod)
+        self.module.delete("v1", "ConfigMap", self.name, self.namespace)

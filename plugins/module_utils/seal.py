@@ -1,0 +1,448 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Whether a golden's disk is sealed: "Stopped" is not "sealed".
+
+Pure: the rules read a filesystem through a small view and the partition table as plain dicts, so
+they run the same on a qcow2 on the controller, inside a Job next to a PVC, and in unit tests.
+
+A view has ``case_insensitive`` (NTFS: True) and ``is_dir(path)``, ``exists(path)``,
+``list(path)`` (names, or None when not a directory), ``size(path)`` (None when absent) and
+``read(path, offset, length)``. Paths are ``/``-separated from the volume root.
+
+Every check is ``{"name", "passed", "evidence"}``; the evidence is a sentence an operator can act on.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import codecs
+import re
+
+NTFS_OEM = b"NTFS    "
+BITLOCKER_OEM = b"-FVE-FS-"
+WINDOWS_DATA_GPT = "ebd0a0a2-b9e5-4433-87c0-68b6b72699c7"
+WINDOWS_RECOVERY_GPT = "de94bba4-06d1-4d40-a16a-bfd50179d6ac"
+
+DEFAULT_BUILD_FAILED = "C:\\BUILD_FAILED"
+DEFAULT_BOOTSTRAP_SCRIPT = "C:\\kube-dc-bootstrap.ps1"
+DEFAULT_BOOTSTRAP_LOG = "C:\\bootstrap.log"
+DEFAULT_FINAL_LINE = "sysprep /generalize /oobe /shutdown"
+DEFAULT_MAX_LOG_BYTES = 1024 * 1024
+# Enough of a log's end to hold its last line; the rest of the file is never read.
+LOG_TAIL_BYTES = 64 * 1024
+
+WINDOWS_CHECKS = (
+    "ntfs_boot_sector",
+    "build_failed_absent",
+    "bootstrap_script_absent",
+    "bootstrap_log_final_line",
+    "nothing_after_windows_partition",
+)
+LINUX_CHECKS = (
+    "machine_id_empty",
+    "ssh_host_keys_absent",
+    "cloud_init_instance_absent",
+    "build_authorized_keys_absent",
+    "core_dumps_absent",
+    "var_log_small",
+)
+
+
+class SealError(Exception):
+    """The disk cannot be judged (no Windows partition, unknown layout); the message says why."""
+
+
+def check(name, passed, evidence):
+    return {"name": name, "passed": bool(passed), "evidence": evidence}
+
+
+def verdict(checks):
+    """``(sealed, failed check names)``: sealed only when there is at least one check and all pass."""
+    failed = [c["name"] for c in checks if not c["passed"]]
+    return bool(checks) and not failed, failed
+
+
+def human_size(size):
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return ("%d %s" % (value, unit)) if unit == "B" else ("%.1f %s" % (value, unit))
+        value /= 1024.0
+    return "%d B" % size
+
+
+# Windows paths ----------------------------------------------------------------------------------
+
+
+def volume_path(windows_path):
+    """``C:\\Dir\\file`` -> ``/Dir/file`` (the drive is the partition being read)."""
+    path = windows_path.strip().replace("\\", "/")
+    if re.match(r"^[A-Za-z]:", path):
+        path = path[2:]
+    return "/" + path.strip("/")
+
+
+def _split(path):
+    return [part for part in path.split("/") if part]
+
+
+def find(view, path):
+    """The path as stored on the volume, or None. On NTFS every component matches case-insensitively."""
+    found = "/"
+    for part in _split(path):
+        names = view.list(found)
+        if names is None:
+            return None
+        if view.case_insensitive:
+            matches = [n for n in names if n.casefold() == part.casefold()]
+        else:
+            matches = [n for n in names if n == part]
+        if not matches:
+            return None
+        found = found.rstrip("/") + "/" + matches[0]
+    return found
+
+
+# Partition layout -------------------------------------------------------------------------------
+
+
+def describe_partition(part):
+    label = " %r" % part["name"] if part.get("name") else ""
+    return "partition %s%s (%s, %s at offset %d)" % (
+        part["number"],
+        label,
+        part.get("type_name") or part.get("type"),
+        human_size(part["size"]),
+        part["offset"],
+    )
+
+
+def pick_windows_partition(partitions, index=None):
+    """The partition numbered ``index``, else the largest basic-data (GPT) or NTFS (MBR) one."""
+    if index is not None:
+        for part in partitions:
+            if part["number"] == index:
+                return part
+        numbers = ", ".join(str(p["number"]) for p in partitions) or "none"
+        raise SealError("the disk has no partition %s (partitions: %s)" % (index, numbers))
+    candidates = [p for p in partitions if _is_windows_data(p)]
+    if not candidates:
+        raise SealError(
+            "no Windows partition: no GPT basic data (%s) or MBR NTFS (0x07) partition in %s; "
+            "name it with the partition option" % (WINDOWS_DATA_GPT, _layout(partitions))
+        )
+    return max(candidates, key=lambda p: p["size"])
+
+
+def _is_windows_data(part):
+    return str(part.get("type", "")).lower() in (WINDOWS_DATA_GPT, "0x07")
+
+
+def detect_os(partitions):
+    """``windows`` when a partition holds NTFS or BitLocker, ``linux`` when one holds ext, else None."""
+    found = set(p.get("filesystem") for p in partitions)
+    if found & {"ntfs", "bitlocker"}:
+        return "windows"
+    if "ext" in found:
+        return "linux"
+    return None
+
+
+def pick_linux_partition(partitions, index=None):
+    """The Linux root: the partition numbered ``index``, else the largest one holding ext."""
+    if index is not None:
+        return pick_windows_partition(partitions, index)
+    candidates = [p for p in partitions if p.get("filesystem") == "ext"]
+    if not candidates:
+        raise SealError(
+            "no ext2/3/4 filesystem in %s; name the partition with the partition option" % _layout(partitions)
+        )
+    return max(candidates, key=lambda p: p["size"])
+
+
+def _layout(partitions):
+    return "; ".join(describe_partition(p) for p in partitions) or "an empty partition table"
+
+
+def check_nothing_after(partitions, windows):
+    """Link 2 of disk growth: Windows cannot extend C: past a partition that follows it (WinRE)."""
+    after = sorted((p for p in partitions if p["offset"] > windows["offset"]), key=lambda p: p["offset"])
+    if after:
+        names = "; ".join(describe_partition(p) for p in after)
+        return check(
+            "nothing_after_windows_partition",
+            False,
+            "%s follows the Windows partition %s: C: cannot grow past it, so every byte a clone adds "
+            "beyond it is stranded; remove it before sysprep (reagentc /disable, then delete the "
+            "partition)" % (names, windows["number"]),
+        )
+    return check(
+        "nothing_after_windows_partition",
+        True,
+        "the Windows partition %s is the last partition, so C: can grow to the end of the disk"
+        % windows["number"],
+    )
+
+
+# Windows assertions -----------------------------------------------------------------------------
+
+
+def check_boot_sector(boot_sector):
+    """Assertion 1: the partition starts with an NTFS boot sector, not BitLocker's ``-FVE-FS-``."""
+    oem = bytes(boot_sector[3:11])
+    if oem == NTFS_OEM:
+        return check("ntfs_boot_sector", True, "the boot sector carries the NTFS signature")
+    if oem == BITLOCKER_OEM:
+        return check(
+            "ntfs_boot_sector",
+            False,
+            "the boot sector carries -FVE-FS-: the volume is BitLocker-encrypted, and a TPM-sealed "
+            "golden boots on no clone; keep PreventDeviceEncryption in the answer file",
+        )
+    return check(
+        "ntfs_boot_sector",
+        False,
+        "the boot sector carries %r, not the NTFS signature" % oem.decode("latin-1"),
+    )
+
+
+def check_absent(view, name, windows_path, why):
+    found = find(view, volume_path(windows_path))
+    if found is None:
+        return check(name, True, "%s is absent" % windows_path)
+    size = view.size(found)
+    shown = windows_path[:2] + found.replace("/", "\\") if re.match(r"^[A-Za-z]:", windows_path) else found
+    detail = " (%s)" % human_size(size) if size is not None else ""
+    return check(name, False, "%s is present as %s%s: %s" % (windows_path, shown, detail, why))
+
+
+def decode_log(head, tail, tail_offset):
+    """Text of a log's tail: UTF-16 (with a BOM, or LE without one) or UTF-8 (with or without a BOM)."""
+    if head.startswith(codecs.BOM_UTF16_LE):
+        encoding, skip = "utf-16-le", 2
+    elif head.startswith(codecs.BOM_UTF16_BE):
+        encoding, skip = "utf-16-be", 2
+    elif head.startswith(codecs.BOM_UTF8):
+        encoding, skip = "utf-8", 3
+    elif _looks_utf16le(head):
+        encoding, skip = "utf-16-le", 0
+    else:
+        encoding, skip = "utf-8", 0
+    data = tail
+    if tail_offset < skip:
+        data = data[skip - tail_offset :]
+    elif encoding.startswith("utf-16") and (tail_offset - skip) % 2:
+        data = data[1:]  # stay on a code unit boundary
+    text = data.decode(encoding, errors="replace")
+    if tail_offset > skip:
+        # The first line of a tail that starts mid-file is partial.
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    return text
+
+
+def _looks_utf16le(head):
+    sample = head[:64]
+    if len(sample) < 4:
+        return False
+    return sample[1::2].count(0) >= len(sample[1::2]) * 3 // 4 and sample[0::2].count(0) == 0
+
+
+def last_line(text):
+    """The last line that is not blank, after CRLF/CR line ends are normalized."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for line in reversed(lines):
+        stripped = line.strip().lstrip("\ufeff").strip()
+        if stripped:
+            return stripped
+    return ""
+
+
+def _token(word):
+    word = word.strip("\"'").casefold()
+    word = word.replace("/", "\\").rsplit("\\", 1)[-1] if not word.startswith("/") else word
+    return word[:-4] if word.endswith(".exe") else word
+
+
+def ends_on(line, expected):
+    """Whether ``line`` runs ``expected``: its words in order (the program by its base name, with or
+    without ``.exe``), followed by nothing but more switches."""
+    want = [_token(w) for w in expected.split()]
+    have = [_token(w) for w in line.split()]
+    if not want:
+        return False
+    for start in range(len(have) - len(want) + 1):
+        if have[start : start + len(want)] == want:
+            rest = have[start + len(want) :]
+            if all(word.startswith("/") for word in rest):
+                return True
+    return False
+
+
+def check_log_final_line(view, log_path, expected):
+    found = find(view, volume_path(log_path))
+    name = "bootstrap_log_final_line"
+    if found is None:
+        return check(name, False, "%s is absent, so nothing shows that sysprep ran" % log_path)
+    size = view.size(found) or 0
+    head = view.read(found, 0, min(size, 64))
+    offset = max(0, size - LOG_TAIL_BYTES)
+    tail = view.read(found, offset, size - offset)
+    line = last_line(decode_log(head, tail, offset))
+    if not line:
+        return check(name, False, "%s is empty: nothing shows that sysprep ran" % log_path)
+    shown = line if len(line) <= 200 else line[:197] + "..."
+    if ends_on(line, expected):
+        return check(name, True, "%s ends on %r" % (log_path, shown))
+    return check(
+        name,
+        False,
+        "%s ends on %r, not on the %r line: the build stopped before sysprep" % (log_path, shown, expected),
+    )
+
+
+def windows_checks(
+    boot_sector,
+    view,
+    partitions,
+    windows,
+    build_failed=DEFAULT_BUILD_FAILED,
+    bootstrap_script=DEFAULT_BOOTSTRAP_SCRIPT,
+    bootstrap_log=DEFAULT_BOOTSTRAP_LOG,
+    final_line=DEFAULT_FINAL_LINE,
+    unreadable=None,
+):
+    """The four assertions and the partition-after-C: rule. ``view`` is None when NTFS cannot be read
+    (BitLocker); ``unreadable`` then says why, and the file assertions fail with it as evidence."""
+    checks = [check_boot_sector(boot_sector)]
+    if view is None:
+        why = "cannot be checked: %s" % (unreadable or "the volume cannot be read as NTFS")
+        checks.append(check("build_failed_absent", False, "%s %s" % (build_failed, why)))
+        checks.append(check("bootstrap_script_absent", False, "%s %s" % (bootstrap_script, why)))
+        checks.append(check("bootstrap_log_final_line", False, "%s %s" % (bootstrap_log, why)))
+    else:
+        checks.append(check_absent(view, "build_failed_absent", build_failed, "the build failed and said so"))
+        checks.append(
+            check_absent(
+                view,
+                "bootstrap_script_absent",
+                bootstrap_script,
+                "the reboot-resume task must not ship in the golden",
+            )
+        )
+        checks.append(check_log_final_line(view, bootstrap_log, final_line))
+    checks.append(check_nothing_after(partitions, windows))
+    return checks
+
+
+# Linux hygiene ----------------------------------------------------------------------------------
+
+
+def check_machine_id(view):
+    name = "machine_id_empty"
+    if not view.exists("/etc/machine-id"):
+        return check(name, True, "/etc/machine-id is absent; systemd makes a fresh one at first boot")
+    content = view.read("/etc/machine-id", 0, 128).strip()
+    if not content or content == b"uninitialized":
+        return check(name, True, "/etc/machine-id is empty; every clone gets its own at first boot")
+    return check(
+        name,
+        False,
+        "/etc/machine-id holds %s: every clone would share it (DHCP leases, journald); truncate it"
+        % content.decode("latin-1")[:40],
+    )
+
+
+def check_host_keys(view):
+    names = view.list("/etc/ssh") or []
+    keys = sorted(
+        n for n in names if n.startswith("ssh_host_") and (n.endswith("_key") or n.endswith(".pub"))
+    )
+    if keys:
+        return check(
+            "ssh_host_keys_absent",
+            False,
+            "/etc/ssh holds %s: every clone would share the build's host keys" % ", ".join(keys),
+        )
+    return check("ssh_host_keys_absent", True, "no /etc/ssh/ssh_host_* keys")
+
+
+def check_cloud_init(view):
+    found = []
+    if view.exists("/var/lib/cloud/data/instance-id"):
+        found.append("/var/lib/cloud/data/instance-id")
+    for entry in view.list("/var/lib/cloud/instances") or []:
+        found.append("/var/lib/cloud/instances/%s" % entry)
+    if view.exists("/var/lib/cloud/instance"):
+        found.append("/var/lib/cloud/instance")
+    if found:
+        return check(
+            "cloud_init_instance_absent",
+            False,
+            "cloud-init instance data is left: %s; clones would skip first-boot configuration "
+            "(run cloud-init clean)" % ", ".join(found),
+        )
+    return check("cloud_init_instance_absent", True, "no cloud-init instance data")
+
+
+def check_authorized_keys(view):
+    homes = ["/root"] + ["/home/%s" % n for n in sorted(view.list("/home") or [])]
+    found = []
+    for home in homes:
+        path = home + "/.ssh/authorized_keys"
+        size = view.size(path)
+        if size:
+            found.append("%s (%s)" % (path, human_size(size)))
+    if found:
+        return check(
+            "build_authorized_keys_absent",
+            False,
+            "authorized_keys left from the build: %s; clones would let the build key in" % ", ".join(found),
+        )
+    return check("build_authorized_keys_absent", True, "no authorized_keys in /root or /home/*")
+
+
+def check_core_dumps(view):
+    found = []
+    for folder in ("/var/crash", "/var/lib/systemd/coredump"):
+        for entry in view.list(folder) or []:
+            found.append("%s/%s" % (folder, entry))
+    if found:
+        return check("core_dumps_absent", False, "core dumps are left: %s" % ", ".join(sorted(found)[:10]))
+    return check("core_dumps_absent", True, "no core dumps in /var/crash or /var/lib/systemd/coredump")
+
+
+def tree_size(view, path):
+    """Bytes of the regular files under ``path`` (metadata only: no file is read)."""
+    total = 0
+    pending = [path]
+    while pending:
+        current = pending.pop()
+        for entry in view.list(current) or []:
+            child = current.rstrip("/") + "/" + entry
+            if view.is_dir(child):
+                pending.append(child)
+            else:
+                total += view.size(child) or 0
+    return total
+
+
+def check_var_log(view, max_bytes=DEFAULT_MAX_LOG_BYTES):
+    total = tree_size(view, "/var/log")
+    evidence = "/var/log holds %s (limit %s)" % (human_size(total), human_size(max_bytes))
+    if total > max_bytes:
+        return check("var_log_small", False, evidence + ": the build's logs ship in every clone")
+    return check("var_log_small", True, evidence)
+
+
+def linux_checks(view, max_log_bytes=DEFAULT_MAX_LOG_BYTES):
+    return [
+        check_machine_id(view),
+        check_host_keys(view),
+        check_cloud_init(view),
+        check_authorized_keys(view),
+        check_core_dumps(view),
+        check_var_log(view, max_log_bytes),
+    ]

@@ -1,0 +1,374 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: seal_verify
+short_description: Verify offline that a golden's disk is sealed
+version_added: 0.1.0
+description:
+  - A VM that reached C(Stopped) may have died with C(C:\BUILD_FAILED) on its disk. This module reads the
+    disk itself, offline, with no mount, no loop device and no root, and says whether it is sealed.
+  - The disk is a raw or qcow2 file on the controller (O(path); compressed clusters and backing chains
+    included), or a PersistentVolumeClaim (O(pvc)). For a claim the module runs the same verifier in a
+    Job next to the volume, so a 60 GiB disk never crosses the network, reads the verdict from the Job's
+    log and deletes the Job.
+  - It reads the partition table, boot sectors, filesystem metadata and the few files the checks need,
+    never the disk; RV(bytes_read) says how much.
+  - "Windows: the Windows partition (the largest GPT basic data or MBR NTFS partition, or O(partition))
+    must start with an NTFS boot sector, not C(-FVE-FS-) (BitLocker); O(build_failed_path) and
+    O(bootstrap_script_path) must be absent; O(bootstrap_log_path) must end on the O(final_line) line
+    (UTF-16 or UTF-8, with or without a BOM, CRLF, trailing blank lines); and no partition may sit after
+    the Windows partition (the WinRE trap that stops every clone from growing C:). Names match
+    case-insensitively, as NTFS does."
+  - "Linux: the image-hygiene rules: empty C(/etc/machine-id), no C(/etc/ssh/ssh_host_*) keys, no
+    cloud-init instance data, no C(authorized_keys) in C(/root) or C(/home/*), no core dumps, and a small
+    C(/var/log) (O(max_log_bytes)), read from ext2/3/4."
+  - The module fails when the disk is not sealed, unless O(fail_on_unsealed=false).
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - dissect.hypervisor, dissect.volume, dissect.ntfs and dissect.extfs (on the controller, for O(path))
+  - kubernetes >= 24.2.0 (on the controller, for O(pvc))
+options:
+  path:
+    description:
+      - A raw or qcow2 disk image (or a block device) on the controller.
+      - A qcow2 backing file is looked up relative to the overlay's directory, as qemu does.
+      - Exactly one of O(path) and O(pvc) is required.
+    type: path
+  pvc:
+    description:
+      - A PersistentVolumeClaim holding the disk, in O(namespace). A C(Filesystem) claim holds it as
+        C(disk.img) (the KubeVirt and CDI convention); a C(Block) claim is the disk.
+      - The claim is mounted read-only. A ReadWriteOnce claim must not be in use by a running VM.
+    type: str
+  namespace:
+    description:
+      - Namespace of O(pvc); the verifier Job runs there. Required with O(pvc).
+    type: str
+  os:
+    description:
+      - Which rules apply. Detected from the partitions when omitted (NTFS or BitLocker means V(windows),
+        ext means V(linux)).
+    type: str
+    choices: [windows, linux]
+  partition:
+    description:
+      - Number of the partition to verify (as the partition table numbers it; V(0) is a disk that is one
+        filesystem). Found by type and size when omitted.
+    type: int
+  fail_on_unsealed:
+    description:
+      - Fail when a check does not pass. Set V(false) to only report.
+    type: bool
+    default: true
+  build_failed_path:
+    description:
+      - The marker a failed Windows build leaves. Must be absent.
+    type: str
+    default: C:\BUILD_FAILED
+  bootstrap_script_path:
+    description:
+      - The reboot-resume script of the bake. Must be absent, it must not ship in the golden.
+    type: str
+    default: C:\kube-dc-bootstrap.ps1
+  bootstrap_log_path:
+    description:
+      - The bake's log. Must exist and end on the O(final_line) line.
+    type: str
+    default: C:\bootstrap.log
+  final_line:
+    description:
+      - The command the log's last non-blank line must run. The line passes when it holds these words in
+        order, the program by its base name with or without C(.exe) and a path, followed by nothing but
+        more switches; a timestamp or prefix before them is allowed.
+    type: str
+    default: sysprep /generalize /oobe /shutdown
+  max_log_bytes:
+    description:
+      - Linux only. Largest total size of the files under C(/var/log).
+    type: int
+    default: 1048576
+  verifier_image:
+    description:
+      - Container image of the verifier Job (O(pvc) only). It needs C(python3); when it lacks the dissect
+        packages, the default O(verifier_command) installs the pinned versions with pip into scratch space,
+        which needs access to a Python package index. On an air-gapped cluster, use an image that has them.
+      - The verifier's code is not part of the image, the module ships it in a ConfigMap mounted at
+        C(/verifier), so the Job always runs the same rules as this module.
+    type: str
+    default: docker.io/library/python:3.12-slim
+  verifier_command:
+    description:
+      - Command of the verifier container. The disk's device path and the options are appended as arguments.
+      - C(PYTHONPATH) is set to C(/verifier).
+    type: list
+    elements: str
+    default:
+      - python3
+      - -m
+      - ansible_collections.goldenimage.pipeline.plugins.module_utils.seal_cli
+      - --install-missing
+  wait_timeout:
+    description:
+      - Seconds to wait for the verifier Job (O(pvc) only). The Job is deleted when the time is up.
+    type: int
+    default: 300
+  wait_sleep:
+    description:
+      - Longest pause, in seconds, between two polls of the Job.
+    type: int
+    default: 2
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - With O(path), full; the module only reads the file.
+      - With O(pvc), the verifier Job cannot run without being created, so the task is skipped and says so.
+  diff_mode:
+    support: N/A
+    details: Nothing is changed.
+  idempotent:
+    support: full
+    details:
+      - With O(pvc), a Job and a ConfigMap exist while the verifier runs and are always deleted afterwards,
+        so the task reports C(changed=false).
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - Verify a VM's disk only while the VM is stopped; a running guest changes it under the reader.
+seealso:
+  - module: goldenimage.pipeline.golden_snapshot
+"""
+
+EXAMPLES = r"""
+- name: Verify a Windows golden exported to a qcow2 on the controller
+  goldenimage.pipeline.seal_verify:
+    path: /srv/goldens/windows11-x64-golden.qcow2
+  register: seal
+
+- name: Verify the baked disk in the cluster, next to the volume
+  module_defaults:
+    group/goldenimage.pipeline.k8s:
+      kubeconfig: "{{ kubeconfig_path }}"
+  goldenimage.pipeline.seal_verify:
+    pvc: win11-build-disk
+    namespace: golden-images-build
+    os: windows
+    verifier_image: registry.example.com/tools/seal-verifier:1
+    wait_timeout: 600
+
+- name: Report on a Linux image without failing, with a larger log budget
+  goldenimage.pipeline.seal_verify:
+    path: /srv/goldens/debian-12.raw
+    os: linux
+    max_log_bytes: 4194304
+    fail_on_unsealed: false
+  register: hygiene
+
+- name: Show what failed
+  ansible.builtin.debug:
+    msg: "{{ hygiene.checks | rejectattr('passed') | map(attribute='evidence') | list }}"
+"""
+
+RETURN = r"""
+sealed:
+  description: Whether every check passed.
+  returned: unless skipped in check mode
+  type: bool
+  sample: false
+checks:
+  description: Every check, in order, with its evidence.
+  returned: unless skipped in check mode
+  type: list
+  elements: dict
+  contains:
+    name:
+      description:
+        - V(ntfs_boot_sector), V(build_failed_absent), V(bootstrap_script_absent),
+          V(bootstrap_log_final_line), V(nothing_after_windows_partition) for Windows;
+          V(machine_id_empty), V(ssh_host_keys_absent), V(cloud_init_instance_absent),
+          V(build_authorized_keys_absent), V(core_dumps_absent), V(var_log_small) for Linux.
+      type: str
+      sample: build_failed_absent
+    passed:
+      description: Whether the check passed.
+      type: bool
+      sample: false
+    evidence:
+      description: What was found, in a sentence.
+      type: str
+      sample: "C:\\BUILD_FAILED is present as C:\\build_failed (12 B): the build failed and said so"
+failed_checks:
+  description: Names of the checks that did not pass.
+  returned: unless skipped in check mode
+  type: list
+  elements: str
+  sample: [build_failed_absent]
+os:
+  description: The rules applied, V(windows) or V(linux).
+  returned: unless skipped in check mode
+  type: str
+  sample: windows
+detected_os:
+  description: The OS the partitions suggest (V(null) when none).
+  returned: unless skipped in check mode
+  type: str
+  sample: windows
+partition:
+  description: Number of the partition verified.
+  returned: unless skipped in check mode
+  type: int
+  sample: 3
+partitions:
+  description: The partition table, in disk order.
+  returned: unless skipped in check mode
+  type: list
+  elements: dict
+  sample:
+    - {number: 3, offset: 44040192, size: 67108864, type: ebd0a0a2-b9e5-4433-87c0-68b6b72699c7,
+       type_name: Windows Basic data partition, name: Basic data partition, filesystem: ntfs}
+format:
+  description: Format of the image file, V(raw) or V(qcow2).
+  returned: unless skipped in check mode
+  type: str
+  sample: qcow2
+chain:
+  description: The files the disk was read from, the image first, then its backing files.
+  returned: unless skipped in check mode
+  type: list
+  elements: dict
+  sample: [{path: /srv/goldens/top.qcow2, format: qcow2}, {path: /srv/goldens/base.qcow2, format: qcow2}]
+virtual_size:
+  description: Size of the virtual disk in bytes.
+  returned: unless skipped in check mode
+  type: int
+  sample: 68719476736
+bytes_read:
+  description: Bytes read from the image files (the chain included) to reach the verdict.
+  returned: unless skipped in check mode
+  type: int
+  sample: 108036
+seconds:
+  description: Time the verification took (for O(pvc), inside the Job).
+  returned: unless skipped in check mode
+  type: float
+  sample: 0.04
+job:
+  description: The verifier Job, already deleted.
+  returned: with O(pvc), unless skipped in check mode
+  type: dict
+  sample: {name: seal-verify-3f2a9c1e, namespace: golden-images-build, pod: seal-verify-3f2a9c1e-x7k2p,
+           duration: 4.2}
+skipped:
+  description: True in check mode with O(pvc), where the verifier Job cannot run.
+  returned: in check mode with O(pvc)
+  type: bool
+  sample: true
+"""
+
+import traceback
+
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, seal, seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import VerifierJob
+
+DISSECT_REASON = (
+    "to read disk images offline. Modules of goldenimage.pipeline run on the Ansible controller: "
+    "install it there and use delegate_to: localhost (or connection: local) for these tasks"
+)
+
+
+def argument_spec():
+    return dict(
+        path=dict(type="path"),
+        pvc=dict(type="str"),
+        namespace=dict(type="str"),
+        os=dict(type="str", choices=["windows", "linux"]),
+        partition=dict(type="int"),
+        fail_on_unsealed=dict(type="bool", default=True),
+        build_failed_path=dict(type="str", default=seal.DEFAULT_BUILD_FAILED),
+        bootstrap_script_path=dict(type="str", default=seal.DEFAULT_BOOTSTRAP_SCRIPT),
+        bootstrap_log_path=dict(type="str", default=seal.DEFAULT_BOOTSTRAP_LOG),
+        final_line=dict(type="str", default=seal.DEFAULT_FINAL_LINE),
+        max_log_bytes=dict(type="int", default=seal.DEFAULT_MAX_LOG_BYTES),
+        verifier_image=dict(type="str", default="docker.io/library/python:3.12-slim"),
+        verifier_command=dict(
+            type="list",
+            elements="str",
+            default=["python3", "-m", seal_cli.__name__, "--install-missing"],
+        ),
+        wait_timeout=dict(type="int", default=300),
+        wait_sleep=dict(type="int", default=2),
+    )
+
+
+def rule_options(params):
+    return dict(
+        os_name=params["os"],
+        partition=params["partition"],
+        build_failed=params["build_failed_path"],
+        bootstrap_script=params["bootstrap_script_path"],
+        bootstrap_log=params["bootstrap_log_path"],
+        final_line=params["final_line"],
+        max_log_bytes=params["max_log_bytes"],
+    )
+
+
+def verify_file(module):
+    try:
+        return seal_cli.verify(module.params["path"], **rule_options(module.params))
+    except _disk.MissingLibrary as exc:
+        module.fail_json(
+            msg=missing_required_lib(exc.name, reason=DISSECT_REASON), exception=traceback.format_exc()
+        )
+    except (seal.SealError, _disk.DiskError) as exc:
+        module.fail_json(msg="cannot verify %s: %s" % (module.params["path"], exc))
+
+
+def finish(module, result, what):
+    result["changed"] = False
+    if not result["sealed"] and module.params["fail_on_unsealed"]:
+        failed = [c for c in result["checks"] if not c["passed"]]
+        reasons = "; ".join("%s: %s" % (c["name"], c["evidence"]) for c in failed)
+        module.fail_json(msg="%s is not sealed: %s" % (what, reasons), **result)
+    module.exit_json(**result)
+
+
+def main():
+    module = KubeModule(
+        argument_spec=argument_spec(),
+        required_one_of=[("path", "pvc")],
+        mutually_exclusive=[("path", "pvc")],
+        required_by={"pvc": "namespace"},
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["path"]:
+        finish(module, verify_file(module), p["path"])
+    what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
+    if module.check_mode:
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            msg="check mode: %s was not verified, because the verifier Job would have to be created "
+            "to read it; run without --check to verify it" % what,
+        )
+    job = VerifierJob(module, p["namespace"], p["pvc"])
+    verdict = job.run(p["verifier_image"], p["verifier_command"], rule_options(p))
+    finish(module, verdict, what)
+
+
+if __name__ == "__main__":
+    main()
