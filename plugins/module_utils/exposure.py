@@ -1,0 +1,186 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Is a bucket object readable by anyone? The verdict from anonymous answers, and the BYOL rule.
+
+Pure functions; the unsigned requests live in the bucket_exposure module. Only the answers count: a
+key prefix such as ``private/`` is a naming convention, so the key is never part of the verdict.
+
+An anonymous read is *allowed* when the server served it (2xx, 304, a 416 for a range past the end
+of an empty object) or looked for the object on the caller's behalf and found none (404
+``NoSuchKey``). It is *denied* on 401/403. Anything else (no answer, 5xx, a redirect, a missing
+bucket) says nothing, and a licensed image is never uploaded on an answer that says nothing.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from urllib.parse import unquote, urlsplit
+
+ALLOWED = "allowed"
+DENIED = "denied"
+UNKNOWN = "unknown"
+
+PUBLIC = "public"
+PRIVATE = "private"
+
+# License states of an image. Only the first group may go to a bucket anyone can read (BYOL: the
+# tenant brings the licence; the golden holds no key and is not activated).
+UNLICENSED = ("none", "byol", "evaluation")
+LICENSED = ("volume", "kms", "key", "activated")
+LICENSE_CHOICES = UNLICENSED + LICENSED
+LICENSE_WORDS = {
+    "volume": "volume-licensed",
+    "kms": "KMS-configured",
+    "key": "key-bearing",
+    "activated": "activated",
+}
+
+_SERVED = (200, 204, 206, 304, 416)
+_REFUSED = (401, 403)
+_MISSING_KEY = ("NoSuchKey", "NotFound", "404")
+
+
+class ExposureError(Exception):
+    """An input that cannot be probed, or a refusal; the message says what to change."""
+
+
+# Where to look ---------------------------------------------------------------------------------
+
+
+def parse_url(url):
+    """``(endpoint_url or None, bucket, key)`` of ``s3://bucket/key`` or a path-style http(s) URL."""
+    parts = urlsplit(str(url or ""))
+    scheme = parts.scheme.lower()
+    if scheme == "s3":
+        bucket, key = parts.netloc, unquote(parts.path.lstrip("/"))
+        endpoint = None
+    elif scheme in ("http", "https"):
+        bucket, _slash, key = unquote(parts.path.lstrip("/")).partition("/")
+        endpoint = "%s://%s" % (scheme, parts.netloc)
+    else:
+        raise ExposureError(
+            "url %r is neither s3://<bucket>/<key> nor a path-style http(s)://<host>/<bucket>/<key>" % url
+        )
+    if not bucket or not key:
+        raise ExposureError("url %r names no bucket and key: expected .../<bucket>/<key>" % url)
+    return endpoint, bucket, key
+
+
+def key_prefix(key):
+    """The prefix an object sits under: everything up to its last ``/`` (empty at the bucket root)."""
+    head, slash, _name = str(key).rpartition("/")
+    return head + slash
+
+
+# Reading the answers ---------------------------------------------------------------------------
+
+
+def classify(status, code=None):
+    """ALLOWED, DENIED or UNKNOWN for one anonymous answer (HTTP status, S3 error code)."""
+    try:
+        status = int(status or 0)
+    except (TypeError, ValueError):
+        return UNKNOWN
+    if status in _SERVED:
+        return ALLOWED
+    if status in _REFUSED:
+        return DENIED
+    # A 404 from a HEAD carries no body: unless the GET said NoSuchBucket, it is a missing key.
+    if status == 404 and (code is None or str(code) in _MISSING_KEY):
+        return ALLOWED
+    return UNKNOWN
+
+
+def verdict(answers):
+    """The verdict of ``answers``: a dict of probe name -> ``(status, code)``.
+
+    Returns ``{"exposed", "verdict", "allowed", "denied", "unknown"}``; ``verdict`` is PUBLIC when
+    any anonymous read is allowed, PRIVATE when every probe was refused, UNKNOWN otherwise.
+    """
+    classes = {name: classify(*answer) for name, answer in answers.items()}
+    allowed = sorted(name for name, found in classes.items() if found == ALLOWED)
+    denied = sorted(name for name, found in classes.items() if found == DENIED)
+    unknown = sorted(name for name, found in classes.items() if found == UNKNOWN)
+    if allowed:
+        state = PUBLIC
+    elif denied and not unknown:
+        state = PRIVATE
+    else:
+        state = UNKNOWN
+    return {
+        "exposed": bool(allowed),
+        "verdict": state,
+        "allowed": allowed,
+        "denied": denied,
+        "unknown": unknown,
+    }
+
+
+# BYOL ------------------------------------------------------------------------------------------
+
+
+def normalize_license(value):
+    """The license state in lowercase; ExposureError for a value that is not documented."""
+    text = str(value if value is not None else "none").strip().lower()
+    if text not in LICENSE_CHOICES:
+        raise ExposureError(
+            "license %r is not one of %s; an image carrying any licence (%s) must say so"
+            % (value, ", ".join(LICENSE_CHOICES), ", ".join(LICENSED))
+        )
+    return text
+
+
+def is_licensed(value):
+    return normalize_license(value) in LICENSED
+
+
+def remedy(bucket, prefix, allowed):
+    """What to add so anonymous reads of ``prefix`` in ``bucket`` are refused."""
+    actions = []
+    if any(name != "list" for name in allowed):
+        actions.append("s3:GetObject on arn:aws:s3:::%s/%s*" % (bucket, prefix))
+    if "list" in allowed:
+        actions.append("s3:ListBucket on arn:aws:s3:::%s" % bucket)
+    return (
+        "Block public access on bucket %s (PutPublicAccessBlock with BlockPublicAcls, IgnorePublicAcls, "
+        "BlockPublicPolicy and RestrictPublicBuckets all true), or give it a bucket policy with no statement "
+        'allowing Principal "*" and no public-read ACL, so that anonymous %s is refused; then import with a '
+        "CDI secretRef. A key prefix such as private/ is a name, not protection, and a Rook "
+        "ObjectBucketClaim drops a hand-applied bucket policy when it reconciles"
+        % (bucket, " and ".join(actions) or "reads are")
+    )
+
+
+def byol_refusal(license_state, bucket, key, prefix, result, statuses):
+    """None when the image may go to ``bucket``; else the refusal message (naming bucket and remedy).
+
+    ``result`` is a ``verdict()``; ``statuses`` maps probe name -> HTTP status for the message.
+    """
+    state = normalize_license(license_state)
+    if state not in LICENSED:
+        return None
+    if result["verdict"] == PRIVATE:
+        return None
+    seen = ", ".join("%s %s" % (name, statuses.get(name)) for name in sorted(statuses))
+    target = "s3://%s/%s" % (bucket, key)
+    if result["verdict"] == PUBLIC:
+        return (
+            "refusing to upload a %s image to %s: anonymous reads succeed there (%s; anonymous answers: %s). "
+            "A licensed image never goes where anyone can read it. %s."
+            % (
+                LICENSE_WORDS[state],
+                target,
+                ", ".join(result["allowed"]),
+                seen,
+                remedy(bucket, prefix, result["allowed"]),
+            )
+        )
+    return (
+        "refusing to upload a %s image to %s: the anonymous probes did not prove that bucket %s refuses "
+        "anonymous reads (%s; anonymous answers: %s). Check that the endpoint answers and the bucket exists; "
+        "a licensed image is uploaded only where every anonymous read is refused with 401/403."
+        % (LICENSE_WORDS[state], target, bucket, ", ".join(result["unknown"]) or "no answer", seen)
+    )

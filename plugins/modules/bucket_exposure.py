@@ -1,0 +1,330 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: bucket_exposure
+short_description: Tell whether anyone can read a bucket object, by asking anonymously
+version_added: 0.1.0
+description:
+  - Makes three unsigned (anonymous) requests, as anyone on the network could, and reports what the server
+    answered, a GET of the first byte of the object, a HEAD of the object and a listing (ListObjectsV2) of
+    its prefix.
+  - RV(exposed) is true when any of them is allowed, that is served (2xx, 304, 416) or answered with
+    C(NoSuchKey) (the server looked for the object on the caller's behalf). Only 401 and 403 count as
+    refused. A key prefix named C(private/) is not protection; the module never reads meaning into a key.
+  - When the object does not exist yet and credentials are available, one object that does exist under the
+    prefix (or, failing that, anywhere in the bucket) is found with a signed listing and probed anonymously
+    too, because a bucket whose policy grants anonymous C(s3:GetObject) but not C(s3:ListBucket) answers 403
+    for a missing key while serving every existing one.
+  - With O(license) set to a licensed value, the module is the BYOL guard, it fails unless every anonymous
+    read is refused, naming the bucket and the public access block or bucket policy to add.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  url:
+    description:
+      - The object as C(s3://<bucket>/<key>) or a path-style C(http(s)://<host>/<bucket>/<key>) URL; the
+        latter also sets O(endpoint_url).
+      - Give either O(url), or O(bucket) and O(key).
+    type: str
+  bucket:
+    description:
+      - Bucket of the object.
+    type: str
+  key:
+    description:
+      - Key of the object. It need not exist yet (probe the key an upload is about to write).
+    type: str
+  prefix:
+    description:
+      - Prefix to list anonymously. Defaults to the key up to its last C(/).
+    type: str
+  probe_existing:
+    description:
+      - When the object does not exist, also probe an existing object under the prefix (found with a signed
+        listing, so only when credentials are available).
+    type: bool
+    default: true
+  license:
+    description:
+      - License state of the image about to be uploaded there. V(none), V(byol) and V(evaluation) only report.
+      - V(volume), V(kms), V(key) and V(activated) make the module fail unless every anonymous read is refused
+        (an answer that proves nothing, such as a connection error, fails too).
+    type: str
+    choices: [none, byol, evaluation, volume, kms, key, activated]
+    default: none
+  timeout:
+    description:
+      - Seconds to wait for each anonymous answer.
+    type: int
+    default: 20
+extends_documentation_fragment:
+  - goldenimage.pipeline.s3
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads only, in check mode as in a normal run.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - The credentials options are used only to find an existing object for O(probe_existing); the three probes
+    are never signed.
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+seealso:
+  - module: goldenimage.pipeline.golden_export_object
+"""
+
+EXAMPLES = r"""
+- name: Who can read the export prefix?
+  goldenimage.pipeline.bucket_exposure:
+    bucket: cdi-os-images
+    key: private/windows/11/2026-08-27/windows11-x64-golden.qcow2
+    endpoint_url: https://s3.stage.example.com
+  register: exposure
+
+- name: BYOL guard before uploading a KMS-configured image
+  goldenimage.pipeline.bucket_exposure:
+    url: https://s3.example.com/licensed-images/windows/11/2026-08-27/windows11-x64-golden.qcow2
+    license: kms
+"""
+
+RETURN = r"""
+exposed:
+  description: Whether any anonymous read was allowed.
+  returned: always
+  type: bool
+  sample: true
+verdict:
+  description: V(public) (a read was allowed), V(private) (every probe refused with 401/403) or V(unknown).
+  returned: always
+  type: str
+  sample: public
+get_status:
+  description: HTTP status of the anonymous ranged GET of the object; 0 when there was no answer.
+  returned: always
+  type: int
+  sample: 206
+head_status:
+  description: HTTP status of the anonymous HEAD of the object.
+  returned: always
+  type: int
+  sample: 200
+list_status:
+  description: HTTP status of the anonymous listing of the prefix.
+  returned: always
+  type: int
+  sample: 403
+errors:
+  description: S3 error code (or the connection error) of each probe that was not served.
+  returned: always
+  type: dict
+  sample: {"list": "AccessDenied"}
+allowed:
+  description: The probes that were allowed (V(get), V(head), V(list), V(sample_get), V(sample_head)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["get", "head"]
+bucket:
+  description: The bucket probed.
+  returned: always
+  type: str
+  sample: cdi-os-images
+key:
+  description: The key probed.
+  returned: always
+  type: str
+  sample: private/windows/11/2026-08-27/windows11-x64-golden.qcow2
+prefix:
+  description: The prefix listed.
+  returned: always
+  type: str
+  sample: private/windows/11/2026-08-27/
+sample_key:
+  description: The existing object also probed when the key was absent; empty when none was.
+  returned: always
+  type: str
+  sample: private/windows/11/2026-08-01/windows11-x64-golden.qcow2
+sample_status:
+  description: HTTP status of the anonymous GET of RV(sample_key); 0 when none was probed.
+  returned: always
+  type: int
+  sample: 206
+licensed:
+  description: Whether O(license) marks a licensed image.
+  returned: always
+  type: bool
+  sample: false
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    S3_ARG_SPEC,
+    MissingBoto3,
+    error_code,
+    s3_client_from_params,
+)
+
+
+def argument_spec():
+    spec = dict(
+        url=dict(type="str"),
+        bucket=dict(type="str"),
+        key=dict(type="str", no_log=False),
+        prefix=dict(type="str"),
+        probe_existing=dict(type="bool", default=True),
+        license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
+        timeout=dict(type="int", default=20),
+    )
+    spec.update(S3_ARG_SPEC)
+    return spec
+
+
+def anonymous_client(params, endpoint_url):
+    """An S3 client that signs nothing: its requests are what anyone on the network can send."""
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    options = {
+        "signature_version": UNSIGNED,
+        "retries": {"mode": "standard", "total_max_attempts": 2},
+        "connect_timeout": params["timeout"],
+        "read_timeout": params["timeout"],
+    }
+    region = params.get("region")
+    if endpoint_url:
+        options["s3"] = {"addressing_style": "path"}
+        region = region or "us-east-1"
+    verify = False if params["validate_certs"] is False else (params.get("ca_bundle") or True)
+    session = boto3.session.Session(region_name=region or None)
+    return session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=Config(**options))
+
+
+def answer_of(call):
+    """``(status, code)`` of one request; status 0 with the error text when nothing answered."""
+    try:
+        response = call()
+    except Exception as exc:
+        metadata = (getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}
+        status = metadata.get("HTTPStatusCode")
+        if status is None:
+            return 0, "%s: %s" % (type(exc).__name__, exc)
+        return int(status), error_code(exc) or str(status)
+    else:
+        body = response.get("Body")
+        if body is not None:
+            body.close()
+        return int(response["ResponseMetadata"]["HTTPStatusCode"]), None
+
+
+def probe_object(client, bucket, key):
+    get = answer_of(lambda: client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0"))
+    head = answer_of(lambda: client.head_object(Bucket=bucket, Key=key))
+    if head[0] == 404 and get[1] == "NoSuchBucket":
+        head = (404, "NoSuchBucket")  # a HEAD has no body to say which is missing; the GET said
+    return get, head
+
+
+def existing_sample(params, bucket, prefix):
+    """A key that exists under ``prefix`` (else anywhere in the bucket), found with a signed listing."""
+    signed = s3_client_from_params(params, max_attempts=2)
+    for where in (prefix, "") if prefix else ("",):
+        page = signed.list_objects_v2(Bucket=bucket, Prefix=where, MaxKeys=5)
+        for obj in page.get("Contents") or []:
+            if not obj["Key"].endswith("/"):
+                return obj["Key"]
+    return None
+
+
+def has_credentials(params):
+    if params.get("access_key") and params.get("secret_key"):
+        return True
+    try:
+        import boto3
+
+        return boto3.session.Session().get_credentials() is not None
+    except Exception:
+        return False
+
+
+def run(module):
+    p = module.params
+    endpoint = p["endpoint_url"]
+    bucket, key = p["bucket"], p["key"]
+    try:
+        if p["url"]:
+            url_endpoint, bucket, key = exposure.parse_url(p["url"])
+            endpoint = url_endpoint or endpoint
+        licensed = exposure.is_licensed(p["license"])
+    except exposure.ExposureError as exc:
+        module.fail_json(msg=str(exc))
+    prefix = p["prefix"] if p["prefix"] is not None else exposure.key_prefix(key)
+    try:
+        client = anonymous_client(p, endpoint)
+    except ImportError:
+        module.fail_json(msg=str(MissingBoto3("boto3 is required to probe a bucket")))
+    get, head = probe_object(client, bucket, key)
+    listing = answer_of(lambda: client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1))
+    answers = {"get": get, "head": head, "list": listing}
+    result = dict(
+        changed=False,
+        bucket=bucket,
+        key=key,
+        prefix=prefix,
+        get_status=get[0],
+        head_status=head[0],
+        list_status=listing[0],
+        sample_key="",
+        sample_status=0,
+        licensed=licensed,
+    )
+    absent = get[0] in (403, 404) and head[0] in (403, 404)
+    if p["probe_existing"] and absent and has_credentials(p):
+        try:
+            sample = existing_sample(p, bucket, prefix)
+        except Exception as exc:
+            module.warn("could not list s3://%s/%s with the credentials: %s" % (bucket, prefix, exc))
+            sample = None
+        if sample:
+            sample_get, sample_head = probe_object(client, bucket, sample)
+            answers.update(sample_get=sample_get, sample_head=sample_head)
+            result.update(sample_key=sample, sample_status=sample_get[0])
+    found = exposure.verdict(answers)
+    result.update(
+        exposed=found["exposed"],
+        verdict=found["verdict"],
+        allowed=found["allowed"],
+        errors={name: answer[1] for name, answer in answers.items() if answer[1]},
+    )
+    statuses = {name: answer[0] for name, answer in answers.items()}
+    refusal = exposure.byol_refusal(p["license"], bucket, key, prefix, found, statuses)
+    if refusal:
+        module.fail_json(msg=refusal, **result)
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        mutually_exclusive=[("url", "bucket"), ("url", "key")],
+        required_one_of=[("url", "bucket")],
+        required_together=[("bucket", "key")],
+    )
+    run(module)
+
+
+if __name__ == "__main__":
+    main()

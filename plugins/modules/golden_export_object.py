@@ -1,0 +1,315 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: golden_export_object
+short_description: Upload an exported golden image to a chosen bucket key, verified, with its sha256
+version_added: 0.1.0
+description:
+  - Uploads a local file (an exported golden, for example C(windows11-x64-golden.qcow2)) to O(key) of
+    O(bucket) with the mirror's upload path. The file's sha256 is known before the first byte goes up (from
+    O(sha256), else from a first read); the bytes then go to O(key) as a multipart upload, every part sent
+    with its Content-MD5 and its ETag compared, while the sha256 is computed again. Only when it matches is
+    the upload completed (with C(If-None-Match) so an object that appeared meanwhile is never replaced), with
+    the C(sha256), C(source-url) and C(mirrored-at) metadata, and the stored object is checked with a HEAD.
+  - A failure aborts the upload, leaving nothing under O(key) and no pending upload.
+  - O(key) holds one content for ever. When it already holds an object whose C(sha256) metadata matches the
+    file, nothing is written; when it holds anything else, the module refuses. Export a changed image under a
+    new key (a new date).
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  bucket:
+    description:
+      - Bucket to upload to. It must exist.
+    type: str
+    required: true
+  key:
+    description:
+      - Final key of the object, for example C(windows/11/2026-08-09/windows11-x64-golden.qcow2).
+    type: str
+    required: true
+  path:
+    description:
+      - The file to upload, on the host the module runs on.
+    type: path
+    required: true
+  sha256:
+    description:
+      - Expected sha256 of the file (C(sha256:<hex>) or C(<hex>)); a file that does not match is refused
+        before anything reaches O(key).
+    type: str
+  source:
+    description:
+      - What the file was exported from, recorded as the C(source-url) metadata (for example
+        C(pvc://golden-images-build/win11-sealed)). Defaults to O(path).
+    type: str
+  concurrency:
+    description:
+      - Parts uploaded at the same time.
+    type: int
+    default: 4
+  part_size:
+    description:
+      - Size of a multipart part, as bytes or with a unit (V(16M), V(64MB)); at least 8 MiB.
+    type: raw
+    default: 16M
+  content_type:
+    description:
+      - C(Content-Type) of the object.
+    type: str
+    default: application/octet-stream
+extends_documentation_fragment:
+  - goldenimage.pipeline.s3
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - A HEAD of O(key); the file is hashed only when O(key) already exists and O(sha256) is not given.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - Runs where the file is; the k8s modules of a play usually run on the controller.
+seealso:
+  - module: goldenimage.pipeline.os_mirror_object
+  - module: goldenimage.pipeline.bucket_exposure
+"""
+
+EXAMPLES = r"""
+- name: Upload the exported Windows golden
+  goldenimage.pipeline.golden_export_object:
+    bucket: cdi-os-images
+    key: windows/11/2026-08-09/windows11-x64-golden.qcow2
+    path: /srv/export/windows11-x64-golden.qcow2
+    source: pvc://golden-images-build/win11-sealed
+    endpoint_url: https://s3.example.com
+  register: exported
+"""
+
+RETURN = r"""
+action:
+  description: V(upload) or V(skip) (the key already holds these bytes).
+  returned: success
+  type: str
+  sample: upload
+key:
+  description: The key written (or found).
+  returned: success
+  type: str
+  sample: windows/11/2026-08-09/windows11-x64-golden.qcow2
+sha256:
+  description: sha256 of the file (hex); empty in check mode when it is not known without reading the file.
+  returned: success
+  type: str
+  sample: 5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80
+size:
+  description: Size in bytes.
+  returned: success
+  type: int
+  sample: 6818156544
+bytes_moved:
+  description: Bytes uploaded by this run.
+  returned: always
+  type: int
+  sample: 6818156544
+seconds:
+  description: Wall time of the run.
+  returned: always
+  type: float
+  sample: 41.2
+throughput_mib_s:
+  description: RV(bytes_moved) in MiB per second.
+  returned: always
+  type: float
+  sample: 157.8
+parts:
+  description: Multipart parts uploaded (predicted in check mode).
+  returned: when an upload is done or predicted
+  type: int
+  sample: 407
+verified_by:
+  description: The comparisons that proved the stored bytes equal the bytes read.
+  returned: when uploaded
+  type: list
+  elements: str
+  sample:
+    - sha256 of the whole stream (computed while it was sent)
+    - ETag of the stored object (md5 of its parts)
+cleanup:
+  description: On a failed transfer, what was aborted or deleted.
+  returned: on failure of a transfer
+  type: list
+  elements: str
+  sample: ["abort the upload to windows/11/2026-08-09/windows11-x64-golden.qcow2"]
+"""
+
+import datetime
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.formatters import human_to_bytes
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    S3_ARG_SPEC,
+    error_code,
+    s3_client_for_module,
+)
+
+
+def argument_spec():
+    spec = dict(
+        bucket=dict(type="str", required=True),
+        key=dict(type="str", required=True, no_log=False),
+        path=dict(type="path", required=True),
+        sha256=dict(type="str"),
+        source=dict(type="str"),
+        concurrency=dict(type="int", default=4),
+        part_size=dict(type="raw", default="16M"),
+        content_type=dict(type="str", default="application/octet-stream"),
+    )
+    spec.update(S3_ARG_SPEC)
+    return spec
+
+
+class ExportObject:
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.started = time.monotonic()
+        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
+
+    def fail(self, msg, **extra):
+        self.result.update(extra)
+        self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def finish(self):
+        self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        self.module.exit_json(**self.result)
+
+    def inputs(self):
+        p = self.params
+        key = p["key"]
+        if not key or key.startswith("/") or key.endswith("/") or "//" in key:
+            self.fail("key %r is not an object key: no leading or trailing '/', no empty segment" % key)
+        if not os.path.isfile(p["path"]):
+            self.fail("path %s is not a file" % p["path"])
+        if p["concurrency"] < 1:
+            self.fail("concurrency must be 1 or more, not %d" % p["concurrency"])
+        try:
+            expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
+            requested = human_to_bytes(str(p["part_size"]))
+        except (mirror.MirrorError, ValueError) as exc:
+            self.fail(str(exc))
+        return expected, requested
+
+    def hash_file(self):
+        try:
+            source = transfer.open_source(path=self.params["path"])
+            try:
+                return transfer.hash_source(source)[0]
+            finally:
+                source.close()
+        except transfer.SourceError as exc:
+            self.fail("hash %s: %s" % (self.params["path"], exc))
+
+    def run(self):
+        p = self.params
+        expected, requested = self.inputs()
+        client = s3_client_for_module(self.module, max_pool_connections=max(10, p["concurrency"] + 2))
+        try:
+            held = transfer.head(client, p["bucket"], p["key"])
+        except Exception as exc:
+            code = error_code(exc)
+            hint = "; create the bucket first" if code in ("NoSuchBucket", "404") else ""
+            self.fail("HEAD s3://%s/%s: %s%s" % (p["bucket"], p["key"], exc, hint), error_code=code)
+        size = os.path.getsize(p["path"])
+        part_size = mirror.plan_part_size(size, requested)
+        self.result.update(key=p["key"], size=size)
+        if held is not None:
+            digest = expected or self.hash_file()
+            recorded = (held.get("Metadata") or {}).get(mirror.META_SHA256)
+            if recorded != digest:
+                self.fail(
+                    "refusing to overwrite s3://%s/%s: it holds sha256 %s (metadata), the file has %s; an "
+                    "exported key is immutable, so export the changed image under a new key (a new date)"
+                    % (p["bucket"], p["key"], recorded or "(none)", digest),
+                    sha256=digest,
+                )
+            self.result.update(action="skip", sha256=digest, size=held.get("ContentLength", size))
+            self.set_diff(
+                mirror.object_summary(p["key"], size, digest), mirror.object_summary(p["key"], size, digest)
+            )
+            self.finish()
+        self.result.update(
+            action="upload",
+            sha256=expected or "",
+            parts=mirror.part_count(size, part_size),
+            part_size=part_size,
+        )
+        if self.module.check_mode:
+            self.result["changed"] = True
+            self.set_diff({}, mirror.object_summary(p["key"], size, expected or ""))
+            self.finish()
+        self.upload(client, expected, part_size)
+
+    def upload(self, client, expected, part_size):
+        p = self.params
+        source_name = p["source"] or os.path.abspath(p["path"])
+        exported_at = mirror.timestamp(datetime.datetime.now(datetime.timezone.utc))
+        try:
+            source = transfer.open_source(path=p["path"])
+        except transfer.SourceError as exc:
+            self.fail(str(exc))
+        job = transfer.Upload(
+            client,
+            p["bucket"],
+            source,
+            lambda digest: (p["key"], mirror.final_metadata(digest, source_name, exported_at)),
+            part_size,
+            p["concurrency"],
+            content_type=p["content_type"],
+            expected_sha256=expected,
+        )
+        started = time.monotonic()
+        try:
+            report = job.run()
+        except (transfer.TransferError, mirror.MirrorError) as exc:
+            self.fail(str(exc), cleanup=getattr(exc, "cleanup", []))
+        finally:
+            source.close()
+        seconds = time.monotonic() - started
+        for warning in report.pop("warnings", None) or []:
+            self.module.warn(warning)
+        self.result.update(report)
+        self.result.update(
+            changed=True,
+            seconds=round(seconds, 3),
+            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
+        )
+        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
+        self.module.exit_json(**self.result)
+
+    def set_diff(self, before, after):
+        if self.module._diff:
+            self.result["diff"] = {"before": before or {}, "after": after or {}}
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    ExportObject(module).run()
+
+
+if __name__ == "__main__":
+    main()
