@@ -1,0 +1,256 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Pure rules of the clone gate: what a tenant's clone is made of and how its boot is judged.
+
+The gate boots a clone of a candidate golden the way a tenant would and judges it in two phases:
+the guest agent connecting (the earliest proof that the OS booted), then the remote port answering
+from where tenants reach it. A guest whose agent connected but whose port did not answer booted; the
+verdict says so instead of calling it a boot failure.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+PASSED = "passed"
+NO_BOOT = "no_boot"
+PORT_UNREACHABLE = "port_unreachable"
+INCONCLUSIVE = "inconclusive"
+
+OS_PORTS = {"windows": 3389, "linux": 22}
+# The catalog's minimum memory per OS; a clone below it fails for reasons that say nothing of the image.
+MIN_MEMORY = {"windows": "4Gi", "linux": "1Gi"}
+
+SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
+VM_API = "kubevirt.io/v1"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "goldenimage.pipeline.clone_gate"
+GATE_LABEL = "goldenimage.pipeline/clone-gate"
+CLONE_MIN_SIZE = "kube-dc.com/clone-min-size"
+FORWARDED_PREFIX = "lab.goldenimage.io/forwarded-"
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i|[kMGTPE])?$")
+_FACTORS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+class GateError(Exception):
+    """A gate that cannot run as asked; the message says why."""
+
+
+def parse_quantity(value):
+    """Bytes in a Kubernetes quantity such as ``8Gi``, ``512Mi`` or ``4G``."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise GateError("%r is not a Kubernetes quantity (for example 8Gi)" % (value,))
+    number, suffix = match.group(1), match.group(2) or ""
+    whole, frac = (number.split(".") + [""])[:2]
+    scale = 10 ** len(frac)
+    return -(-(int(whole + frac) * _FACTORS[suffix]) // scale)
+
+
+def port_for(os_name):
+    if os_name not in OS_PORTS:
+        raise GateError("os must be one of %s, not %r" % (", ".join(sorted(OS_PORTS)), os_name))
+    return OS_PORTS[os_name]
+
+
+def memory_problem(memory, min_memory):
+    """Why ``memory`` makes the gate inconclusive (below the catalog minimum), or None."""
+    have, need = parse_quantity(memory), parse_quantity(min_memory)
+    if have < need:
+        return (
+            "memory %s is below the catalog minimum %s: a clone that fails with too little memory proves "
+            "nothing about the image, so the gate is inconclusive and does not run" % (memory, min_memory)
+        )
+    return None
+
+
+def verdict(agent_connected, port_answered):
+    """``passed`` / ``no_boot`` (the agent never connected) / ``port_unreachable`` (booted, port silent)."""
+    if not agent_connected:
+        return NO_BOOT
+    return PASSED if port_answered else PORT_UNREACHABLE
+
+
+def explain(result, os_name, port, probe):
+    if result == PASSED:
+        return "the clone booted (guest agent connected) and port %d answered at %s" % (port, probe)
+    if result == NO_BOOT:
+        return "the clone did not boot: the guest agent never connected"
+    return (
+        "the clone booted (guest agent connected) but port %d (%s remote access) did not answer at %s: "
+        "the image boots; look at the guest's firewall or remote-access service, not at its boot"
+        % (port, "RDP" if os_name == "windows" else "SSH", probe)
+    )
+
+
+def clone_size(restore_size, clone_min_size=None):
+    """The clone's size: the snapshot's restoreSize, or the seeder's clone-min-size when larger."""
+    sizes = [s for s in (restore_size, clone_min_size) if s]
+    if not sizes:
+        raise GateError("the snapshot reports no restoreSize; it is not ready to clone")
+    return max(sizes, key=parse_quantity)
+
+
+def gate_labels(run_id):
+    return {MANAGED_BY: MANAGER, GATE_LABEL: run_id}
+
+
+def object_name(run_id, suffix=""):
+    return ("gate-%s%s" % (run_id, suffix))[:63]
+
+
+def content_definition(name, handle, driver, mode, snapshot_name, namespace, run_id):
+    """A pre-provisioned, Retain content on the candidate's handle, as the per-project seeder makes them."""
+    spec = {
+        "deletionPolicy": "Retain",
+        "driver": driver,
+        "source": {"snapshotHandle": handle},
+        "sourceVolumeMode": mode,
+        "volumeSnapshotRef": {
+            "apiVersion": SNAPSHOT_API,
+            "kind": "VolumeSnapshot",
+            "name": snapshot_name,
+            "namespace": namespace,
+        },
+    }
+    return {
+        "apiVersion": SNAPSHOT_API,
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": name, "labels": gate_labels(run_id)},
+        "spec": spec,
+    }
+
+
+def snapshot_definition(name, namespace, content_name, run_id):
+    return {
+        "apiVersion": SNAPSHOT_API,
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name, "namespace": namespace, "labels": gate_labels(run_id)},
+        "spec": {"source": {"volumeSnapshotContentName": content_name}},
+    }
+
+
+def pvc_definition(name, namespace, snapshot_name, size, mode, storage_class, run_id):
+    spec = {
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": mode,
+        "resources": {"requests": {"storage": size}},
+        "dataSource": {
+            "apiGroup": "snapshot.storage.k8s.io",
+            "kind": "VolumeSnapshot",
+            "name": snapshot_name,
+        },
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": gate_labels(run_id)},
+        "spec": spec,
+    }
+
+
+def vm_definition(name, namespace, claim, memory, run_id, annotations=None):
+    """A VM booting the clone as a tenant's would: the claim as boot disk, the agent channel, pod network."""
+    disk = {"name": "boot", "bootOrder": 1, "disk": {"bus": "virtio"}}
+    labels = gate_labels(run_id)
+    return {
+        "apiVersion": VM_API,
+        "kind": "VirtualMachine",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {
+            "runStrategy": "Always",
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "domain": {
+                        "devices": {
+                            "disks": [disk],
+                            "interfaces": [{"name": "default", "masquerade": {}}],
+                        },
+                        "memory": {"guest": memory},
+                        "resources": {"requests": {"memory": memory}},
+                    },
+                    "networks": [{"name": "default", "pod": {}}],
+                    "volumes": [{"name": "boot", "persistentVolumeClaim": {"claimName": claim}}],
+                },
+            },
+        },
+    }
+
+
+def condition(obj, ctype):
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def agent_connected(vmi):
+    return (condition(vmi, "AgentConnected") or {}).get("status") == "True"
+
+
+def vmi_ip(vmi):
+    interfaces = ((vmi or {}).get("status") or {}).get("interfaces") or []
+    return (interfaces[0].get("ipAddress") if interfaces else None) or None
+
+
+def probe_address(port_probe, vmi, port):
+    """``(host, port)`` to probe, or None while the VMI has no address yet.
+
+    ``auto``: a port-forward the platform recorded on the VMI (annotation
+    ``lab.goldenimage.io/forwarded-<port>``, reached on the VMI's address), else the VMI's address
+    and the guest port. Anything else is a ``host:port`` template with ``{ip}``, ``{port}``,
+    ``{name}`` and ``{namespace}`` filled in (for example a Service or a load balancer).
+    """
+    meta = (vmi or {}).get("metadata") or {}
+    ip = vmi_ip(vmi)
+    if port_probe in (None, "", "auto"):
+        if ip is None:
+            return None
+        forwarded = (meta.get("annotations") or {}).get(FORWARDED_PREFIX + str(port))
+        return (ip, int(forwarded)) if forwarded else (ip, port)
+    if "{ip}" in port_probe and ip is None:
+        return None
+    text = port_probe.format(
+        ip=ip or "", port=port, name=meta.get("name", ""), namespace=meta.get("namespace", "")
+    )
+    host, sep, number = text.rpartition(":")
+    if not sep or not number.isdigit():
+        raise GateError("port_probe must be 'auto' or a host:port template, got %r" % port_probe)
+    return host.strip("[]"), int(number)
+
+
+def describe_vmi(vmi):
+    if vmi is None:
+        return "no VirtualMachineInstance yet"
+    status = vmi.get("status") or {}
+    conds = ", ".join(
+        "%s=%s" % (c.get("type"), c.get("status")) for c in status.get("conditions") or () if c.get("type")
+    )
+    return "phase %s%s" % (status.get("phase") or "(none)", " (%s)" % conds if conds else "")

@@ -1,0 +1,514 @@
+"""KubeVirt of the lab: VirtualMachines start and stop VirtualMachineInstances that "boot" for real.
+
+A VM whose run strategy wants it running (`Always`, `RerunOnFailure`, `Once`, or legacy `spec.running:
+true`) gets a VMI of the same name that it controls; `Halted` (or `running: false`) deletes it. The VMI
+goes Pending (its claims must exist and bind; a WaitForFirstConsumer claim binds now) -> Scheduled ->
+Running. Whether the guest then boots is decided from the boot disk's real bytes by bootdisk.py and from
+its memory (`domain.memory.guest`, else `resources.requests.memory`).
+
+A guest that does not boot looks as it does in KubeVirt: the VMI is Running and Ready (QEMU runs, the
+firmware loops on "no bootable device"), but `AgentConnected` never appears. The lab adds a Warning Event
+`GuestNotBooting` and the annotation `lab.goldenimage.io/boot` saying why, for diagnosis only. A guest
+that boots gets `AgentConnected` after LAB_KUBEVIRT_AGENT_DELAY_SECONDS (default 0.5).
+
+The remote port (3389 for Windows, 22 for Linux): `status.interfaces[0].ipAddress` is 127.0.0.1 and,
+unless the VM (or its template) carries `lab.goldenimage.io/port-open: "false"`, the lab opens a real
+TCP listener on a free loopback port once the agent connects and records it in the VMI annotation
+`lab.goldenimage.io/forwarded-<guest port>: "<host port>"`, the way a port-forward would. On a real
+cluster the port is reached at the VMI's pod IP or through a Service instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from ..store import ApiError, ResourceType, now_rfc3339
+from . import Controller, LabContext
+from .bootdisk import inspect
+from .kit import condition, modify, record_event
+from .storage import ensure_bound
+from .volumes import core_types, disk_image_path, parse_quantity
+
+GROUP = "kubevirt.io"
+API_VERSION = "kubevirt.io/v1"
+COMPONENT = "virt-controller"
+HANDLER = "virt-handler"
+NODE = "lab-node"
+LAB_PREFIX = "lab.goldenimage.io/"
+PORT_OPEN = LAB_PREFIX + "port-open"
+FORWARDED = LAB_PREFIX + "forwarded-"
+BOOT_NOTE = LAB_PREFIX + "boot"
+AGENT_DELAY_ENV = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
+GUEST_PORTS = {"windows": 3389, "linux": 22}
+GUEST_OS = {
+    "windows": {"id": "mswindows", "name": "Microsoft Windows", "prettyName": "Windows (lab guest)"},
+    "linux": {"id": "linux", "name": "Linux", "prettyName": "Linux (lab guest)"},
+}
+# Below this the guest does not get past early boot.
+MIN_BOOT_MEMORY = {"windows": 2 * 2**30, "linux": 256 * 2**20}
+RUNNING_STRATEGIES = ("Always", "RerunOnFailure", "Once")
+
+
+def run_strategy(vm: dict) -> str:
+    spec = vm.get("spec") or {}
+    if spec.get("runStrategy"):
+        return spec["runStrategy"]
+    if spec.get("running") is True:
+        return "Always"
+    return "Halted"
+
+
+def guest_memory(spec: dict) -> int:
+    domain = spec.get("domain") or {}
+    value = (domain.get("memory") or {}).get("guest")
+    if value is None:
+        value = ((domain.get("resources") or {}).get("requests") or {}).get("memory")
+    try:
+        return parse_quantity(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def _claim_of(volume: dict) -> str | None:
+    if volume.get("persistentVolumeClaim"):
+        return volume["persistentVolumeClaim"].get("claimName")
+    if volume.get("dataVolume"):
+        return volume["dataVolume"].get("name")  # a DataVolume's claim has its name
+    return None
+
+
+def _boot_volume(spec: dict) -> str | None:
+    """The volume the firmware boots: the disk with the lowest bootOrder, else the first disk."""
+    disks = ((spec.get("domain") or {}).get("devices") or {}).get("disks") or []
+    ordered = sorted((d for d in disks if d.get("bootOrder") is not None), key=lambda d: d["bootOrder"])
+    chosen = ordered[0] if ordered else (disks[0] if disks else None)
+    if chosen is None:
+        vols = spec.get("volumes") or []
+        return vols[0]["name"] if vols else None
+    return chosen.get("name")
+
+
+class _Listener:
+    """A real TCP port on 127.0.0.1 standing for the guest's remote-access service."""
+
+    def __init__(self, banner: bytes):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.banner = banner
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name=f"lab-guest-port-{self.port}", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _addr = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            try:
+                if self.banner:
+                    conn.sendall(self.banner)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=2)
+        self.sock.close()
+
+
+class VirtController(Controller):
+    """virt-controller and virt-handler in one: VM -> VMI lifecycle, boot decision, agent, guest port."""
+
+    name = "virt-controller"
+    watches = ((GROUP, "virtualmachines"), (GROUP, "virtualmachineinstances"))
+    resync_seconds = 1.0
+
+    def __init__(self, lab: LabContext):
+        super().__init__(lab)
+        self._listeners: dict[str, _Listener] = {}  # VMI uid -> listener
+        self._running_since: dict[str, float] = {}  # VMI uid -> when the guest was powered on
+        self._lock = threading.Lock()
+
+    def types(self) -> tuple[ResourceType, ResourceType]:
+        store = self.lab.store
+        return store.resource(GROUP, "v1", "virtualmachines"), store.resource(
+            GROUP, "v1", "virtualmachineinstances"
+        )
+
+    def reconcile(self, rt: ResourceType, obj: dict) -> float | None:
+        if rt.plural == "virtualmachines":
+            return self._reconcile_vm(obj)
+        requeue = self._reconcile_vmi(obj)
+        for ref in obj["metadata"].get("ownerReferences") or ():
+            if ref.get("kind") == "VirtualMachine" and ref.get("controller"):
+                self._vm_by_name(obj["metadata"]["namespace"], ref["name"])
+        return requeue
+
+    def _vm_by_name(self, namespace: str, name: str) -> None:
+        vm_rt = self.types()[0]
+        try:
+            self._reconcile_vm(self.lab.store.get(vm_rt, namespace, name))
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+    # --- VirtualMachine --------------------------------------------------------------------------
+
+    def _reconcile_vm(self, vm: dict) -> float | None:
+        vmi_rt = self.types()[1]
+        meta = vm["metadata"]
+        if meta.get("deletionTimestamp"):
+            return None
+        namespace, name = meta["namespace"], meta["name"]
+        strategy = run_strategy(vm)
+        vmi = self._get(vmi_rt, namespace, name)
+        if vmi is not None and not any(
+            r.get("uid") == meta["uid"] for r in vmi["metadata"].get("ownerReferences") or ()
+        ):
+            vmi = None  # not ours: KubeVirt would not adopt it either
+        phase = ((vmi or {}).get("status") or {}).get("phase")
+        if strategy in RUNNING_STRATEGIES:
+            finished = phase in ("Succeeded", "Failed")
+            restart = finished and (
+                strategy == "Always" or (strategy == "RerunOnFailure" and phase == "Failed")
+            )
+            if vmi is not None and restart and not vmi["metadata"].get("deletionTimestamp"):
+                self._delete(vmi_rt, namespace, name)
+            elif vmi is None and not (strategy == "Once" and (vm.get("status") or {}).get("created")):
+                vmi = self._create_vmi(vm)
+                record_event(
+                    self.lab.store,
+                    vm,
+                    "Normal",
+                    "SuccessfulCreate",
+                    f"Started the virtual machine by creating the new virtual machine instance {name}",
+                    COMPONENT,
+                )
+        elif strategy == "Halted" and vmi is not None and not vmi["metadata"].get("deletionTimestamp"):
+            self._delete(vmi_rt, namespace, name)
+            self._close(vmi["metadata"]["uid"])  # the guest is powered off with its instance
+            vmi = self._get(vmi_rt, namespace, name)
+            record_event(
+                self.lab.store,
+                vm,
+                "Normal",
+                "SuccessfulDelete",
+                f"Stopped the virtual machine by deleting the virtual machine instance {meta['uid']}",
+                COMPONENT,
+            )
+        self._vm_status(vm, vmi, strategy)
+        return None
+
+    def _create_vmi(self, vm: dict) -> dict:
+        vmi_rt = self.types()[1]
+        meta = vm["metadata"]
+        template = (vm.get("spec") or {}).get("template") or {}
+        tmeta = template.get("metadata") or {}
+        labels = dict(tmeta.get("labels") or {})
+        labels["kubevirt.io/vm"] = meta["name"]
+        notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(LAB_PREFIX)}
+        notes.update(tmeta.get("annotations") or {})
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "VirtualMachineInstance",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "labels": labels,
+                "annotations": notes,
+                "ownerReferences": [
+                    {
+                        "apiVersion": API_VERSION,
+                        "kind": "VirtualMachine",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": dict(template.get("spec") or {}),
+        }
+        try:
+            return self.lab.store.create(vmi_rt, body)
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            return self.lab.store.get(vmi_rt, meta["namespace"], meta["name"])
+
+    def _vm_status(self, vm: dict, vmi: dict | None, strategy: str) -> None:
+        vm_rt = self.types()[0]
+        vstatus = (vmi or {}).get("status") or {}
+        phase = vstatus.get("phase") or ""
+        synced = condition(vmi or {}, "Synchronized") or {}
+        ready = bool(vmi) and (condition(vmi, "Ready") or {}).get("status") == "True"
+        if vmi is None:
+            printable = "Starting" if strategy in RUNNING_STRATEGIES and strategy != "Once" else "Stopped"
+        elif vmi["metadata"].get("deletionTimestamp") or strategy == "Halted":
+            printable = "Stopping"
+        elif synced.get("reason") == "FailedPvcNotFound":
+            printable = "ErrorPvcNotFound"
+        elif synced.get("reason") == "PvcNotBound":
+            printable = "WaitingForVolumeBinding"
+        elif phase == "Running":
+            printable = "Running"
+        elif phase == "Failed":
+            printable = "CrashLoopBackOff" if strategy != "Once" else "Stopped"
+        elif phase == "Succeeded":
+            printable = "Stopped"
+        else:
+            printable = "Starting"
+        now = now_rfc3339()
+        reason = "" if ready else ("VMINotExists" if vmi is None else "VMINotReady")
+        wanted = {"printableStatus": printable, "created": vmi is not None, "runStrategy": strategy}
+        if ready:
+            wanted["ready"] = True  # KubeVirt omits ready (and created) when false
+        meta = vm["metadata"]
+
+        def write(obj: dict) -> bool:
+            status = obj.setdefault("status", {})
+            old = condition(obj, "Ready") or {}
+            same = (
+                all(status.get(k) == v for k, v in wanted.items())
+                and bool(status.get("ready")) == ready
+                and old.get("status") == ("True" if ready else "False")
+            )
+            if same:
+                return False
+            status.update(wanted)
+            if not ready:
+                status.pop("ready", None)
+            cond = {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now}
+            if reason:
+                cond["reason"] = reason
+            others = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
+            status["conditions"] = [cond, *others]
+            return True
+
+        try:
+            modify(self.lab.store, vm_rt, meta["namespace"], meta["name"], write, status=True)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+    # --- VirtualMachineInstance -----------------------------------------------------------------
+
+    def _reconcile_vmi(self, vmi: dict) -> float | None:
+        meta = vmi["metadata"]
+        if meta.get("deletionTimestamp"):
+            self._close(meta["uid"])
+            return None
+        phase = (vmi.get("status") or {}).get("phase") or ""
+        if phase == "":
+            self._set_vmi(vmi, phase="Pending", conditions=[])
+            return 0.0
+        if phase == "Pending":
+            return self._schedule(vmi)
+        if phase == "Scheduled":
+            return self._start(vmi)
+        if phase == "Running":
+            return self._agent(vmi)
+        return None
+
+    def _set_vmi(self, vmi: dict, phase: str | None = None, conditions: list | None = None, **extra) -> dict:
+        vmi_rt = self.types()[1]
+        meta = vmi["metadata"]
+        annotations = extra.pop("annotations", None)
+
+        def write(obj: dict) -> bool:
+            status = obj.setdefault("status", {})
+            before = repr((status, obj["metadata"].get("annotations")))
+            if phase is not None and status.get("phase") != phase:
+                status["phase"] = phase
+                stamps = status.setdefault("phaseTransitionTimestamps", [])
+                stamps.append({"phase": phase, "phaseTransitionTimestamp": now_rfc3339()})
+            for cond in conditions or ():
+                kept = [c for c in status.get("conditions") or [] if c.get("type") != cond["type"]]
+                status["conditions"] = [*kept, dict(cond, lastTransitionTime=now_rfc3339())]
+            status.update(extra)
+            if annotations:
+                obj["metadata"].setdefault("annotations", {}).update(annotations)
+            return repr((status, obj["metadata"].get("annotations"))) != before
+
+        return modify(self.lab.store, vmi_rt, meta["namespace"], meta["name"], write)
+
+    def _drop_condition(self, vmi: dict, ctype: str) -> dict:
+        vmi_rt = self.types()[1]
+        meta = vmi["metadata"]
+
+        def write(obj: dict) -> bool:
+            conds = (obj.get("status") or {}).get("conditions") or []
+            kept = [c for c in conds if c.get("type") != ctype]
+            if len(kept) == len(conds):
+                return False
+            obj["status"]["conditions"] = kept
+            return True
+
+        return modify(self.lab.store, vmi_rt, meta["namespace"], meta["name"], write)
+
+    def _schedule(self, vmi: dict) -> float | None:
+        namespace = vmi["metadata"]["namespace"]
+        pvc_rt = core_types(self.lab)["pvc"]
+        for volume in (vmi.get("spec") or {}).get("volumes") or []:
+            claim = _claim_of(volume)
+            if not claim:
+                continue
+            if not self.lab.store.exists(pvc_rt, namespace, claim):
+                msg = f"PVC {namespace}/{claim} does not exist, waiting for it to appear"
+                cond = {
+                    "type": "Synchronized",
+                    "status": "False",
+                    "reason": "FailedPvcNotFound",
+                    "message": msg,
+                }
+                vmi = self._set_vmi(vmi, conditions=[cond])
+                record_event(self.lab.store, vmi, "Warning", "FailedPvcNotFound", msg, COMPONENT)
+                return 1.0
+            pvc = ensure_bound(self.lab, namespace, claim, consumer=True)
+            if (pvc.get("status") or {}).get("phase") != "Bound":
+                msg = f"PVC {namespace}/{claim} is not bound yet"
+                cond = {"type": "Synchronized", "status": "False", "reason": "PvcNotBound", "message": msg}
+                self._set_vmi(vmi, conditions=[cond])
+                return 0.5
+        vmi = self._drop_condition(vmi, "Synchronized")
+        self._set_vmi(vmi, phase="Scheduled", nodeName=NODE)
+        return 0.0
+
+    def _start(self, vmi: dict) -> float | None:
+        spec = vmi.get("spec") or {}
+        namespace = vmi["metadata"]["namespace"]
+        boot = self._boot_check(namespace, spec)
+        memory = guest_memory(spec)
+        status = {
+            "nodeName": NODE,
+            "interfaces": [
+                {
+                    "name": "default",
+                    "interfaceName": "eth0",
+                    "ipAddress": "127.0.0.1",
+                    "ipAddresses": ["127.0.0.1"],
+                    "infoSource": "domain",
+                }
+            ],
+            "memory": {
+                "guestRequested": str(memory),
+                "guestAtBoot": str(memory),
+                "guestCurrent": str(memory),
+            },
+        }
+        ready = {"type": "Ready", "status": "True"}
+        vmi = self._set_vmi(vmi, phase="Running", conditions=[ready], annotations={BOOT_NOTE: boot}, **status)
+        self._running_since[vmi["metadata"]["uid"]] = time.monotonic()
+        if not boot.startswith(("windows", "linux")):
+            record_event(self.lab.store, vmi, "Warning", "GuestNotBooting", boot, HANDLER)
+        return self._agent_delay()
+
+    def _boot_check(self, namespace: str, spec: dict) -> str:
+        """ "windows: ..." / "linux: ..." when the guest boots, else why not."""
+        name = _boot_volume(spec)
+        volume = next((v for v in spec.get("volumes") or [] if v.get("name") == name), None)
+        claim = _claim_of(volume) if volume else None
+        if not claim:
+            return "no bootable device: the boot disk is not a persistent volume"
+        try:
+            pvc = self.lab.store.get(core_types(self.lab)["pvc"], namespace, claim)
+            image = disk_image_path(self.lab, pvc)
+        except (ApiError, ValueError) as exc:
+            return f"no bootable device: claim {claim}: {exc}"
+        if not image.exists() or image.is_dir():
+            return f"no bootable device: claim {claim} holds no disk image"
+        result = inspect(image)
+        if not result.boots:
+            return result.reason
+        memory = guest_memory(spec)
+        if memory < MIN_BOOT_MEMORY[result.guest]:
+            return f"no boot: {memory} bytes of memory is too little for the {result.guest} guest"
+        return f"{result.guest}: {result.reason}"
+
+    def _agent_delay(self) -> float:
+        try:
+            return max(0.0, float(os.environ.get(AGENT_DELAY_ENV, "0.5")))
+        except ValueError:
+            return 0.5
+
+    def _agent(self, vmi: dict) -> float | None:
+        meta = vmi["metadata"]
+        boot = (meta.get("annotations") or {}).get(BOOT_NOTE, "")
+        guest = boot.split(":", 1)[0]
+        if guest not in GUEST_PORTS:
+            return None  # the firmware loops; no agent will ever connect
+        if (condition(vmi, "AgentConnected") or {}).get("status") == "True":
+            return None
+        since = self._running_since.get(meta["uid"])
+        wait = self._agent_delay() - (time.monotonic() - since) if since is not None else 0.0
+        if wait > 0:
+            return max(0.05, wait)
+        annotations = {}
+        if (meta.get("annotations") or {}).get(PORT_OPEN, "true").lower() != "false":
+            port = GUEST_PORTS[guest]
+            listener = self._open(meta["uid"], b"SSH-2.0-lab\r\n" if guest == "linux" else b"")
+            annotations[FORWARDED + str(port)] = str(listener.port)
+        cond = {"type": "AgentConnected", "status": "True"}
+        self._set_vmi(vmi, conditions=[cond], guestOSInfo=dict(GUEST_OS[guest]), annotations=annotations)
+        return None
+
+    # --- guest ports ----------------------------------------------------------------------------
+
+    def _open(self, uid: str, banner: bytes) -> _Listener:
+        with self._lock:
+            listener = self._listeners.get(uid)
+            if listener is None:
+                listener = self._listeners[uid] = _Listener(banner)
+            return listener
+
+    def _close(self, uid: str) -> None:
+        with self._lock:
+            listener = self._listeners.pop(uid, None)
+            self._running_since.pop(uid, None)
+        if listener is not None:
+            listener.close()
+
+    def deleted(self, rt: ResourceType, obj: dict) -> None:
+        if rt.plural == "virtualmachineinstances":
+            self._close(obj["metadata"]["uid"])
+            for ref in obj["metadata"].get("ownerReferences") or ():
+                if ref.get("kind") == "VirtualMachine":
+                    self._vm_by_name(obj["metadata"]["namespace"], ref["name"])
+
+    def stop(self) -> None:
+        with self._lock:
+            listeners, self._listeners = list(self._listeners.values()), {}
+        for listener in listeners:
+            listener.close()
+
+    # --- store helpers --------------------------------------------------------------------------
+
+    def _get(self, rt: ResourceType, namespace: str, name: str) -> dict | None:
+        try:
+            return self.lab.store.get(rt, namespace, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            return None
+
+    def _delete(self, rt: ResourceType, namespace: str, name: str) -> None:
+        try:
+            self.lab.store.delete(rt, namespace, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+
+CONTROLLERS = [VirtController]
+
+__all__ = ["CONTROLLERS", "FORWARDED", "PORT_OPEN", "VirtController", "guest_memory", "run_strategy"]

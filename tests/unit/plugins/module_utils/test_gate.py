@@ -1,0 +1,101 @@
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+
+
+@pytest.mark.parametrize(
+    "agent,port,expected",
+    [
+        (True, True, "passed"),
+        (True, False, "port_unreachable"),
+        (False, False, "no_boot"),
+        (False, True, "no_boot"),
+    ],
+)
+def test_verdict(agent, port, expected):
+    assert gate.verdict(agent, port) == expected
+
+
+def test_port_unreachable_is_not_called_a_boot_failure():
+    text = gate.explain(gate.PORT_UNREACHABLE, "windows", 3389, "10.0.0.7:3389")
+    assert "booted" in text and "RDP" in text and "boot failure" not in text
+    assert "did not boot" in gate.explain(gate.NO_BOOT, "linux", 22, "-")
+
+
+@pytest.mark.parametrize(
+    "value,size",
+    [("8Gi", 8 * 2**30), ("512Mi", 512 * 2**20), ("4G", 4 * 10**9), ("1.5Gi", 3 * 2**29), ("1024", 1024)],
+)
+def test_parse_quantity(value, size):
+    assert gate.parse_quantity(value) == size
+
+
+def test_parse_quantity_rejects_junk():
+    with pytest.raises(gate.GateError, match="not a Kubernetes quantity"):
+        gate.parse_quantity("eight gigs")
+
+
+def test_memory_below_the_catalog_minimum_is_inconclusive():
+    assert gate.memory_problem("8Gi", "8Gi") is None
+    assert gate.memory_problem("9000Mi", "8Gi") is None
+    problem = gate.memory_problem("4Gi", "8Gi")
+    assert "below the catalog minimum 8Gi" in problem and "inconclusive" in problem
+
+
+def test_os_ports_and_minimums():
+    assert (gate.port_for("windows"), gate.port_for("linux")) == (3389, 22)
+    assert gate.MIN_MEMORY == {"windows": "4Gi", "linux": "1Gi"}
+    with pytest.raises(gate.GateError):
+        gate.port_for("plan9")
+
+
+def test_clone_size_takes_the_larger_floor():
+    assert gate.clone_size("10Gi", "64Gi") == "64Gi"
+    assert gate.clone_size("10Gi", None) == "10Gi"
+    assert gate.clone_size("70G", "64Gi") == "70G"
+    with pytest.raises(gate.GateError):
+        gate.clone_size(None, None)
+
+
+def vmi(ip="10.0.3.7", notes=None):
+    return {
+        "metadata": {"name": "gate-1", "namespace": "acme", "annotations": notes or {}},
+        "status": {"interfaces": [{"ipAddress": ip}] if ip else []},
+    }
+
+
+def test_probe_address():
+    assert gate.probe_address("auto", vmi(), 3389) == ("10.0.3.7", 3389)
+    forwarded = vmi("127.0.0.1", {"lab.goldenimage.io/forwarded-3389": "40123"})
+    assert gate.probe_address("auto", forwarded, 3389) == ("127.0.0.1", 40123)
+    assert gate.probe_address("auto", vmi(ip=None), 22) is None
+    assert gate.probe_address("rdp-{name}.{namespace}.example.net:{port}", vmi(), 3389) == (
+        "rdp-gate-1.acme.example.net",
+        3389,
+    )
+    assert gate.probe_address("{ip}:2222", vmi(ip=None), 22) is None
+    with pytest.raises(gate.GateError, match="host:port"):
+        gate.probe_address("just-a-host", vmi(), 22)
+
+
+def test_definitions():
+    content = gate.content_definition("gate-acme-1", "snap-h", "drv", "Block", "gate-1", "acme", "1")
+    assert content["spec"]["deletionPolicy"] == "Retain"
+    assert content["spec"]["source"] == {"snapshotHandle": "snap-h"}
+    assert content["spec"]["volumeSnapshotRef"]["namespace"] == "acme"
+    snap = gate.snapshot_definition("gate-1", "acme", "gate-acme-1", "1")
+    assert snap["spec"] == {"source": {"volumeSnapshotContentName": "gate-acme-1"}}
+    pvc = gate.pvc_definition("gate-1", "acme", "gate-1", "64Gi", "Block", None, "1")
+    assert pvc["spec"]["dataSource"]["kind"] == "VolumeSnapshot" and "storageClassName" not in pvc["spec"]
+    vm = gate.vm_definition("gate-1", "acme", "gate-1", "8Gi", "1", {"a": "b"})
+    spec = vm["spec"]["template"]["spec"]
+    assert vm["spec"]["runStrategy"] == "Always"
+    assert spec["domain"]["memory"]["guest"] == "8Gi"
+    assert spec["volumes"] == [{"name": "boot", "persistentVolumeClaim": {"claimName": "gate-1"}}]
+    assert vm["metadata"]["labels"][gate.GATE_LABEL] == "1"
+
+
+def test_agent_connected():
+    assert gate.agent_connected({"status": {"conditions": [{"type": "AgentConnected", "status": "True"}]}})
+    assert not gate.agent_connected({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    assert not gate.agent_connected(None)
+    assert gate.describe_vmi(None) == "no VirtualMachineInstance yet"
