@@ -2,25 +2,34 @@
 """os_mirror upload throughput against a loopback S3 server, compared with one plain put_object.
 
 Writes a file of random bytes (256 MiB by default), starts moto's S3 server in its own process on
-127.0.0.1, then times:
+127.0.0.1, then times, each --repeat times (the median is printed, the server emptied between runs):
 
-  mirror   the os_mirror_object upload path: sha256 while streaming, multipart parts (16 MiB, 4 at a
-           time) to a temporary key, every part verified, server-side copy to the digest key,
-           final object verified, temporary key deleted;
-  put      a single-stream boto3 put_object of the same file to another key;
-  skip     the second run of the mirror: a listing and a HEAD decide nothing needs moving.
+  given    the os_mirror_object upload path with the sha256 given: the file is read once; parts
+           (Content-MD5 each, ETag compared) go straight to the digest key's multipart upload while
+           the whole sha256 is computed, then CompleteMultipartUpload with If-None-Match and a HEAD;
+  hashed   the same without the sha256: the file is read once to hash it first (the key holds it);
+  put      a single-stream boto3 put_object of the same file, nothing verified;
+  skip     a second mirror run: a listing and a HEAD decide nothing needs moving.
 
-    .venv/bin/python bench/os_mirror.py [--size-mib 256] [--part-mib 16] [--concurrency 4]
+"complete" is the time of CompleteMultipartUpload alone: moto copies every part into one buffer and
+stores the object again, in Python (S3 itself completes without moving the bytes).
+
+--matrix times the "given" path for every --part-mib x --concurrency pair instead.
+
+    .venv/bin/python bench/os_mirror.py [--size-mib 256] [--part-mib 64] [--concurrency 2] [--repeat 3]
+    .venv/bin/python bench/os_mirror.py --matrix --part-mib 16 32 64 --concurrency 1 2 4
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,6 +40,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3_client  # noqa: E402
 
 MIB = 1024 * 1024
+# The module's defaults (plugins/modules/os_mirror_object.py).
+DEFAULT_PART = 16 * MIB
+DEFAULT_CONCURRENCY = 4
 BUCKET = "bench-os-mirror"
 SERVER = """
 import logging, sys
@@ -58,7 +70,9 @@ def write_random(path: pathlib.Path, size_mib: int) -> None:
             stream.write(os.urandom(MIB))
 
 
-def run_mirror(client, path, part_size, concurrency):
+def run_mirror(client, path, part_size, concurrency, sha256=None):
+    """One upload the way os_mirror_object does it; ``(report, seconds)``."""
+    started = time.monotonic()
     source = transfer.open_source(path=str(path))
 
     def destination(digest):
@@ -69,17 +83,23 @@ def run_mirror(client, path, part_size, concurrency):
         job = transfer.Upload(
             client,
             BUCKET,
-            mirror.incoming_key("bench", path.name),
             source,
             destination,
             mirror.plan_part_size(source.size, part_size),
             concurrency,
+            expected_sha256=sha256,
         )
-        started = time.monotonic()
         report = job.run()
         return report, time.monotonic() - started
     finally:
         source.close()
+
+
+def run_put(client, path):
+    started = time.monotonic()
+    with path.open("rb") as body:
+        client.put_object(Bucket=BUCKET, Key="plain/" + path.name, Body=body)
+    return time.monotonic() - started
 
 
 def run_skip(client, path, digest):
@@ -95,59 +115,134 @@ def run_skip(client, path, digest):
     return plan, time.monotonic() - started
 
 
+class CallClock:
+    """Seconds spent in each S3 operation (botocore events), to show where the server spends the time."""
+
+    def __init__(self, client):
+        self.spent = {}
+        self.local = threading.local()
+        client.meta.events.register("before-call.s3", self.before)
+        client.meta.events.register("after-call.s3", self.after)
+
+    def before(self, model, **kwargs):
+        self.local.started = time.monotonic()
+
+    def after(self, model, **kwargs):
+        self.spent.setdefault(model.name, []).append(time.monotonic() - self.local.started)
+
+    def take(self, name):
+        return self.spent.pop(name, [])
+
+
+def empty(client):
+    """Delete every object, so each timed run starts from the same server state."""
+    for obj in transfer.list_objects(client, BUCKET):
+        client.delete_object(Bucket=BUCKET, Key=obj["key"])
+
+
+def median_complete(clock, repeat):
+    """Median seconds of the CompleteMultipartUpload calls of the last ``repeat`` uploads."""
+    spent = clock.take("CompleteMultipartUpload")[-repeat:]
+    return sorted(spent)[len(spent) // 2] if spent else 0.0
+
+
+def timed(client, repeat, call):
+    """Median seconds of ``repeat`` runs of ``call()`` (which returns seconds or (report, seconds))."""
+    runs = []
+    for _ in range(repeat):
+        empty(client)
+        runs.append(call())
+    pairs = [run if isinstance(run, tuple) else (None, run) for run in runs]
+    return sorted(pairs, key=lambda pair: pair[1])[len(pairs) // 2]
+
+
+def describe(label, size, report, seconds, concurrency, complete):
+    return "%-7s %8.1f MiB/s  %6.2f s  %s %d x %d MiB  concurrency %d  sha256 %s  (complete: %.2f s)" % (
+        label,
+        mirror.throughput_mib_s(size, seconds),
+        seconds,
+        report["method"],
+        report["parts"],
+        report["part_size"] // MIB,
+        concurrency,
+        report["digest_from"],
+        complete,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=256)
-    parser.add_argument("--part-mib", type=int, default=16)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--part-mib", type=int, nargs="+", default=[DEFAULT_PART // MIB])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[DEFAULT_CONCURRENCY])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--matrix", action="store_true")
     args = parser.parse_args()
 
     proc, endpoint = start_server()
+    lines, ok = [], True
     try:
         client = s3_client(
             endpoint_url=endpoint,
             access_key="bench",
             secret_key="bench",
-            max_pool_connections=max(10, args.concurrency + 2),
+            max_pool_connections=max(10, max(args.concurrency) + 2),
         )
         client.create_bucket(Bucket=BUCKET)
+        clock = CallClock(client)
         with tempfile.TemporaryDirectory(prefix="os-mirror-bench-") as tmp:
             path = pathlib.Path(tmp) / "random.img"
             write_random(path, args.size_mib)
             size = path.stat().st_size
-
-            report, mirror_seconds = run_mirror(client, path, args.part_mib * MIB, args.concurrency)
-            started = time.monotonic()
-            with path.open("rb") as body:
-                client.put_object(Bucket=BUCKET, Key="plain/random.img", Body=body)
-            put_seconds = time.monotonic() - started
-            plan, skip_seconds = run_skip(client, path, report["sha256"])
+            digest = transfer.hash_source(transfer.open_source(path=str(path)))[0]
+            pairs = [(p, c) for p in args.part_mib for c in args.concurrency]
+            if not args.matrix:
+                pairs = pairs[:1]
+            for part_mib, concurrency in pairs:
+                report, seconds = timed(
+                    client,
+                    args.repeat,
+                    functools.partial(run_mirror, client, path, part_mib * MIB, concurrency, digest),
+                )
+                ok = ok and report["bytes_moved"] == size and report["sha256"] == digest
+                lines.append(
+                    describe("given", size, report, seconds, concurrency, median_complete(clock, args.repeat))
+                )
+            if not args.matrix:
+                part_mib, concurrency = pairs[0]
+                report, seconds = timed(
+                    client, args.repeat, lambda: run_mirror(client, path, part_mib * MIB, concurrency)
+                )
+                ok = ok and report["sha256"] == digest
+                lines.append(
+                    describe(
+                        "hashed", size, report, seconds, concurrency, median_complete(clock, args.repeat)
+                    )
+                )
+                lines.append(
+                    "verified: " + "; ".join(report["verified_by"]),
+                )
+                seconds = timed(client, args.repeat, lambda: run_put(client, path))[1]
+                lines.append(
+                    "put     %8.1f MiB/s  %6.2f s  single stream, nothing verified"
+                    % (mirror.throughput_mib_s(size, seconds), seconds)
+                )
+                run_mirror(client, path, part_mib * MIB, concurrency, digest)
+                plan, seconds = run_skip(client, path, digest)
+                ok = ok and plan["action"] == "skip"
+                lines.append(
+                    "skip    %8s        %6.3f s  action %s (listing + HEAD)" % ("-", seconds, plan["action"])
+                )
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
 
-    print("file: %d MiB of random bytes; server: moto on %s (own process)" % (size // MIB, endpoint))
     print(
-        "mirror  %8.1f MiB/s  %6.2f s  bytes moved %d  parts %d x %d MiB  concurrency %d  verified: %s"
-        % (
-            mirror.throughput_mib_s(report["bytes_moved"], mirror_seconds),
-            mirror_seconds,
-            report["bytes_moved"],
-            report["parts"],
-            report["part_size"] // MIB,
-            args.concurrency,
-            "; ".join(report["verified_by"]),
-        )
+        "file: %d MiB of random bytes; server: moto on %s (own process); median of %d runs"
+        % (size // MIB, endpoint, args.repeat)
     )
-    print(
-        "put     %8.1f MiB/s  %6.2f s  bytes moved %d  single stream, no verification"
-        % (mirror.throughput_mib_s(size, put_seconds), put_seconds, size)
-    )
-    print(
-        "skip    %8s        %6.3f s  bytes moved 0  action %s (listing + HEAD)"
-        % ("-", skip_seconds, plan["action"])
-    )
-    return 0 if plan["action"] == "skip" and report["bytes_moved"] == size else 1
+    print("\n".join(lines))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

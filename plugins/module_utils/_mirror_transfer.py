@@ -2,13 +2,21 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""Mirror I/O: read a source (file or URL) once, upload it in parallel parts, verify, then publish.
+"""Mirror I/O: read a source (file or URL), upload it straight to its final key, verify, then publish.
 
-The bytes go to a temporary key under ``.incoming/`` as a multipart upload; each part carries its md5
-and sha256 so the server checks what it received, and the answers are compared with what was sent.
-Only when the whole upload is verified is it copied, server side, to its final key, and the final
-object is verified again. Any failure aborts the upload and deletes the temporary key (and a final
-object that failed verification), so no partial object is ever left under a final key.
+The final key holds the sha256 of the content, so the digest is known before the first byte is sent:
+given by the caller, or read from a local file in a first pass, or taken while a stream is spooled to
+a temporary file. The bytes then go to the final key as a multipart upload (parts in parallel, each
+with its Content-MD5, each ETag compared with the md5 sent) while the sha256 of the whole stream is
+computed again; only when that digest matches is the upload completed, with ``If-None-Match: *`` so
+an existing object is never replaced. Until CompleteMultipartUpload there is no object under the key
+at all, so any failure just aborts the upload. An image smaller than one part is a single PutObject
+with its Content-MD5 and sha256 checksum. The stored object is then checked with a HEAD (size,
+ETag, metadata) without reading it back; one that fails is deleted.
+
+Servers without conditional writes ignore ``If-None-Match``. The window it closes is the time between
+the HEAD before the upload and its completion; as the key names the sha256 that was verified before
+completion, a write in that window can only put the same bytes back (with its own ``mirrored-at``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,6 +25,7 @@ __metaclass__ = type
 
 import hashlib
 import os
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +34,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import er
 
 READ_CHUNK = 8 * mirror.MIB
 _MISSING = ("404", "NoSuchKey", "NotFound")
+# An object appeared under the key (412), or another conditional write to it is in flight (409).
+_EXISTS = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
 class SourceError(Exception):
@@ -37,6 +48,17 @@ class TransferError(Exception):
     def __init__(self, msg, cleanup=None):
         super().__init__(msg)
         self.cleanup = cleanup or []
+
+
+class KeyExists(TransferError):
+    """The final key holds an object already (found by the HEAD, or refused by ``If-None-Match``)."""
+
+    def __init__(self, bucket, key, when, cleanup=None):
+        super().__init__(
+            "s3://%s/%s %s; mirrored keys are never overwritten, nothing was written" % (bucket, key, when),
+            cleanup,
+        )
+        self.key = key
 
 
 # Sources -------------------------------------------------------------------------------------------
@@ -71,6 +93,15 @@ class Source:
                 "%s ended after %d of the %d bytes it announced" % (self.name, self.read_bytes, self.size)
             )
         return data
+
+    def rewind(self):
+        """Start again from the first byte; False when the stream cannot seek (an HTTP response)."""
+        seekable = getattr(self.stream, "seekable", None)
+        if not (seekable and seekable()):
+            return False
+        self.stream.seek(0)
+        self.read_bytes = 0
+        return True
 
     def close(self):
         self.stream.close()
@@ -112,6 +143,27 @@ def hash_source(source):
             return digest.hexdigest(), source.read_bytes
 
 
+def spool_source(source, directory=None):
+    """Copy a stream to an unnamed temporary file while hashing it: ``(Source of the copy, sha256 hex)``.
+
+    The copy is what gets uploaded, so the bytes sent are the bytes hashed, and the upstream is read once.
+    """
+    stream = tempfile.TemporaryFile(prefix="os-mirror-", dir=directory)  # noqa: SIM115 - returned open
+    digest = hashlib.sha256()
+    try:
+        while True:
+            chunk = source.read(READ_CHUNK)
+            digest.update(chunk)
+            stream.write(chunk)
+            if len(chunk) < READ_CHUNK:
+                break
+        stream.seek(0)
+    except BaseException:
+        stream.close()
+        raise
+    return Source(stream, source.read_bytes, source.name), digest.hexdigest()
+
+
 # Bucket reads --------------------------------------------------------------------------------------
 
 
@@ -149,8 +201,8 @@ def read_object(client, bucket, key):
         raise
 
 
-def pending_uploads(client, bucket, prefix=mirror.INCOMING_PREFIX):
-    """Multipart uploads not completed nor aborted under ``prefix``."""
+def pending_uploads(client, bucket, prefix=""):
+    """Keys of the multipart uploads under ``prefix`` that were neither completed nor aborted."""
     answer = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
     return [upload["Key"] for upload in answer.get("Uploads") or []]
 
@@ -159,88 +211,160 @@ def pending_uploads(client, bucket, prefix=mirror.INCOMING_PREFIX):
 
 
 class Upload:
-    """One verified publication of a source into the bucket; ``run()`` returns the transfer report."""
+    """One verified publication of a source under its final key; ``run()`` returns the transfer report.
 
-    def __init__(self, client, bucket, temp_key, source, destination, part_size, concurrency=4, **options):
+    ``destination(sha256 hex) -> (key, metadata)`` names the key. ``options``: ``expected_sha256`` (the
+    digest when known: the source is then read once), ``content_type``, ``spool_dir`` (where a stream
+    without a known digest is copied first; the default temporary directory otherwise).
+    """
+
+    def __init__(self, client, bucket, source, destination, part_size, concurrency=4, **options):
         self.client = client
         self.bucket = bucket
-        self.temp_key = temp_key
         self.source = source
-        # destination(sha256 hex) -> (final key, metadata); the key depends on the digest streamed.
         self.destination = destination
-        self.part_size = part_size
+        self.part_size = int(part_size)
         self.concurrency = max(1, int(concurrency))
         self.content_type = options.get("content_type") or "application/octet-stream"
-        self.expected = options.get("expected_sha256")
-        self.copy_limit = options.get("copy_limit") or mirror.MAX_COPY_SIZE
+        expected = options.get("expected_sha256")
+        self.expected = mirror.normalize_sha256(expected) if expected else None
+        self.spool_dir = options.get("spool_dir")
+        self.key = None
         self.upload_id = None
-        self.final_upload_id = None
-        self.temp_written = False
-        self.temp_etag = None
-        self.final_key = None
-        self.final_written = False
-        self.final_verified = False
+        self.completed = False
+        self.written = False
+        self.verified = False
         self.parts = []
         self.verified_by = []
         self.action = "start the upload"
+        self._spool = None
 
     def run(self):
         try:
-            report = self._run()
+            return self._run()
         except BaseException as exc:
             cleanup = self.cleanup()
+            if isinstance(exc, KeyExists):
+                exc.cleanup = cleanup
+                raise
             if not isinstance(exc, Exception):
                 raise
             raise TransferError("%s: %s" % (self.action, exc), cleanup) from exc
-        warnings = self._delete_temp()
-        report["warnings"] = warnings
-        return report
+        finally:
+            if self._spool is not None:
+                self._spool.close()
 
     def _run(self):
-        self.action = "upload %s to s3://%s/%s" % (self.source.name, self.bucket, self.temp_key)
-        whole, size = self._upload_parts()
-        digest = whole.hexdigest()
-        self.action = "verify %s" % self.source.name
-        mirror.check_digest(self.source.name, self.expected, digest)
-        self._complete()
-        self._verify_temp(size)
-        self.final_key, metadata = self.destination(digest)
-        self.action = "copy s3://%s/%s to %s" % (self.bucket, self.temp_key, self.final_key)
-        if size > self.copy_limit:
-            self._copy_in_parts(metadata)
+        source, digest, digest_from = self._digest_first()
+        self.key, metadata = self.destination(digest)
+        where = "s3://%s/%s" % (self.bucket, self.key)
+        self.action = "check " + where
+        if head(self.client, self.bucket, self.key) is not None:
+            raise KeyExists(self.bucket, self.key, "already exists")
+        self.action = "upload %s to %s" % (source.name, where)
+        first = source.read(self.part_size)
+        if len(first) < self.part_size or source.size == len(first):
+            method = "put"
+            self._put(source, first, digest, metadata)
         else:
-            self.client.copy_object(
-                Bucket=self.bucket,
-                Key=self.final_key,
-                CopySource={"Bucket": self.bucket, "Key": self.temp_key},
-                CopySourceIfMatch=self.temp_etag,
-                MetadataDirective="REPLACE",
-                Metadata=metadata,
-                ContentType=self.content_type,
-                ChecksumAlgorithm="SHA256",
-            )
-        self.final_written = True
-        self.action = "verify s3://%s/%s" % (self.bucket, self.final_key)
-        self._verify_final(size, whole.digest(), digest)
-        self.final_verified = True
+            method = "multipart"
+            self._multipart(source, first, digest, metadata)
         return {
-            "key": self.final_key,
+            "key": self.key,
             "sha256": digest,
-            "size": size,
-            "parts": len(self.parts),
+            "size": source.read_bytes,
+            "method": method,
+            "parts": max(1, len(self.parts)),
             "part_size": self.part_size,
-            "bytes_moved": size,
-            "temp_key": self.temp_key,
+            "bytes_moved": source.read_bytes,
+            "digest_from": digest_from,
             "verified_by": self.verified_by,
         }
 
-    # parts -------------------------------------------------------------------------------------
+    def _digest_first(self):
+        """``(source to upload, sha256 hex, how the digest was known)``: the key needs it up front."""
+        if self.expected:
+            return self.source, self.expected, "given"
+        name = self.source.name
+        if self.source.rewind():
+            self.action = "hash " + name
+            digest = hash_source(self.source)[0]
+            self.source.rewind()
+            return self.source, digest, "read first"
+        self.action = "copy %s to a temporary file" % name
+        self._spool, digest = spool_source(self.source, self.spool_dir)
+        return self._spool, digest, "spooled"
 
-    def _upload_parts(self):
+    def _check_streamed(self, source, digest, streamed):
+        """The sha256 of the bytes sent must be the one in the key, before anything is published."""
+        self.action = "verify %s" % source.name
+        if self.expected:
+            mirror.check_digest(source.name, self.expected, streamed)
+        elif streamed != digest:
+            raise TransferError(
+                "%s changed while it was uploaded: sha256 %s before, %s now; nothing was written under a "
+                "final key" % (source.name, digest, streamed)
+            )
+        self._verified("sha256 of the whole stream (computed while it was sent)")
+
+    # one PutObject ------------------------------------------------------------------------------
+
+    def _put(self, source, body, digest, metadata):
+        md5 = hashlib.md5(body, usedforsecurity=False).digest()
+        sha = hashlib.sha256(body).digest()
+        self._check_streamed(source, digest, sha.hex())
+        self.action = "put s3://%s/%s" % (self.bucket, self.key)
+        try:
+            answer = self.client.put_object(
+                Bucket=self.bucket,
+                Key=self.key,
+                Body=body,
+                ContentMD5=mirror.b64(md5),
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=mirror.b64(sha),
+                Metadata=metadata,
+                ContentType=self.content_type,
+                IfNoneMatch="*",
+            )
+        except Exception as exc:
+            if error_code(exc) in _EXISTS:
+                raise KeyExists(self.bucket, self.key, "appeared during the upload (If-None-Match)") from exc
+            raise
+        self.written = True
+        self._check_etag(answer.get("ETag"), md5.hex(), "the object")
+        checksum = answer.get("ChecksumSHA256")
+        if checksum and mirror.checksum_value(checksum) != mirror.b64(sha):
+            raise TransferError("the server stored sha256 %s, not the %s sent" % (checksum, mirror.b64(sha)))
+        self._verify(len(body), md5.hex(), digest, sha)
+
+    # multipart ----------------------------------------------------------------------------------
+
+    def _multipart(self, source, first, digest, metadata):
         answer = self.client.create_multipart_upload(
-            Bucket=self.bucket, Key=self.temp_key, ContentType=self.content_type, ChecksumAlgorithm="SHA256"
+            Bucket=self.bucket, Key=self.key, Metadata=metadata, ContentType=self.content_type
         )
         self.upload_id = answer["UploadId"]
+        whole = self._upload_parts(source, first)
+        self._check_streamed(source, digest, whole.hexdigest())
+        self.action = "complete the upload of s3://%s/%s" % (self.bucket, self.key)
+        parts = [{"PartNumber": p["number"], "ETag": p["etag"]} for p in self.parts]
+        try:
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
+            )
+        except Exception as exc:
+            if error_code(exc) in _EXISTS:
+                raise KeyExists(self.bucket, self.key, "appeared during the upload (If-None-Match)") from exc
+            raise
+        self.completed = self.written = True
+        self._verify(source.read_bytes, mirror.multipart_etag([p["md5"] for p in self.parts]), digest)
+
+    def _upload_parts(self, source, first):
+        """Upload ``first`` and the rest of ``source`` as parts; the sha256 of everything read."""
         whole = hashlib.sha256()
         # At most `concurrency` parts uploading and one being read: memory stays (concurrency+1) parts.
         slots = threading.Semaphore(self.concurrency + 1)
@@ -253,20 +377,14 @@ class Upload:
 
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="os-mirror-part")
         try:
-            number = 0
-            while True:
-                slots.acquire()
-                if failures:
-                    raise failures[0]
-                chunk = self.source.read(self.part_size)
-                if number and not chunk:
-                    slots.release()
-                    break
+            slots.acquire()
+            chunk, number = first, 0
+            while chunk:
                 number += 1
                 if number > mirror.MAX_PARTS:
                     raise TransferError(
                         "%s is larger than %d parts of %d bytes; set a larger part_size"
-                        % (self.source.name, mirror.MAX_PARTS, self.part_size)
+                        % (source.name, mirror.MAX_PARTS, self.part_size)
                     )
                 whole.update(chunk)
                 future = pool.submit(self._upload_part, number, chunk)
@@ -274,177 +392,84 @@ class Upload:
                 futures.append(future)
                 if len(chunk) < self.part_size:
                     break
+                slots.acquire()
+                if failures:
+                    raise failures[0]
+                chunk = source.read(self.part_size)
+                if not chunk:
+                    slots.release()
             self.parts = [future.result() for future in futures]
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-        return whole, self.source.read_bytes
+        return whole
 
     def _upload_part(self, number, chunk):
         md5 = hashlib.md5(chunk, usedforsecurity=False).digest()
-        sha = hashlib.sha256(chunk).digest()
+        # The server refuses a part whose bytes do not match Content-MD5 (BadDigest).
         answer = self.client.upload_part(
             Bucket=self.bucket,
-            Key=self.temp_key,
+            Key=self.key,
             UploadId=self.upload_id,
             PartNumber=number,
             Body=chunk,
             ContentMD5=mirror.b64(md5),
-            ChecksumSHA256=mirror.b64(sha),
         )
         etag = answer["ETag"]
-        if mirror.is_md5_etag(etag) and mirror.etag_value(etag) != md5.hex():
-            raise TransferError(
-                "part %d: the server stored md5 %s, not the %s sent" % (number, etag, md5.hex())
-            )
-        checksum = answer.get("ChecksumSHA256")
-        if checksum and mirror.checksum_value(checksum) != mirror.b64(sha):
-            raise TransferError(
-                "part %d: the server stored sha256 %s, not the %s sent" % (number, checksum, mirror.b64(sha))
-            )
-        return {"number": number, "etag": etag, "md5": md5, "sha256": sha, "size": len(chunk)}
+        self._check_etag(etag, md5.hex(), "part %d" % number)
+        return {"number": number, "etag": etag, "md5": md5, "size": len(chunk)}
 
-    def _complete(self):
-        self.action = "complete the upload of s3://%s/%s" % (self.bucket, self.temp_key)
-        parts = [
-            {"PartNumber": p["number"], "ETag": p["etag"], "ChecksumSHA256": mirror.b64(p["sha256"])}
-            for p in self.parts
-        ]
-        self.client.complete_multipart_upload(
-            Bucket=self.bucket, Key=self.temp_key, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
-        )
-        self.temp_written = True
+    # verification -------------------------------------------------------------------------------
 
-    # verification ------------------------------------------------------------------------------
+    def _check_etag(self, etag, expected, what):
+        # An encrypted (SSE-KMS, SSE-C) object's ETag is not its md5; Content-MD5 was checked anyway.
+        if mirror.is_md5_etag(etag):
+            if mirror.etag_value(etag) != expected:
+                raise TransferError("%s: the server stored md5 %s, not the %s sent" % (what, etag, expected))
+            self._verified("md5 of every part (Content-MD5 sent, ETag compared)")
+        else:
+            self._verified("md5 of every part (Content-MD5, checked by the server)")
 
-    def _verify_temp(self, size):
-        self.action = "verify s3://%s/%s" % (self.bucket, self.temp_key)
-        answer = head(self.client, self.bucket, self.temp_key)
+    def _verify(self, size, etag, digest, raw_sha256=None):
+        """A HEAD of the stored object: size, ETag from the parts' md5s, sha256 metadata, checksum."""
+        where = "s3://%s/%s" % (self.bucket, self.key)
+        self.action = "verify " + where
+        answer = head(self.client, self.bucket, self.key)
         if answer is None:
-            raise TransferError("the completed upload is not there")
-        self._check_size(answer, size)
-        self.temp_etag = answer["ETag"]
-        self._check_parts(answer, "uploaded")
-
-    def _check_parts(self, answer, what):
-        """Compare a multipart object's ETag and composite checksum with the parts' digests."""
-        etag = mirror.etag_value(answer.get("ETag"))
-        if mirror.is_md5_etag(etag) and "-" in etag:
-            expected = mirror.multipart_etag([p["md5"] for p in self.parts])
-            if etag != expected:
-                raise TransferError(
-                    "%s object has ETag %s, expected %s from its parts" % (what, etag, expected)
-                )
-            self._verified("md5 of every part (ETag)")
-        checksum = answer.get("ChecksumSHA256")
-        if checksum:
-            expected = mirror.composite_sha256([p["sha256"] for p in self.parts])
-            if mirror.checksum_value(checksum) != expected:
-                raise TransferError("%s object has checksum %s, expected %s" % (what, checksum, expected))
-            self._verified("sha256 of every part (ChecksumSHA256)")
-
-    def _verify_final(self, size, raw_sha256, digest):
-        answer = head(self.client, self.bucket, self.final_key)
-        if answer is None:
-            raise TransferError("the copied object is not there")
-        self._check_size(answer, size)
+            raise TransferError("the completed object is not there")
+        if answer.get("ContentLength") != size:
+            raise TransferError("it holds %s bytes, not the %d sent" % (answer.get("ContentLength"), size))
+        stored = answer.get("ETag")
+        if mirror.is_md5_etag(stored):
+            if mirror.etag_value(stored) != etag:
+                raise TransferError("its ETag is %s, not %s from the md5 of what was sent" % (stored, etag))
+            self._verified("ETag of the stored object (md5 of its parts)")
         recorded = (answer.get("Metadata") or {}).get(mirror.META_SHA256)
         if recorded != digest:
-            raise TransferError("metadata %s is %r, not %s" % (mirror.META_SHA256, recorded, digest))
+            raise TransferError("its metadata %s is %r, not %s" % (mirror.META_SHA256, recorded, digest))
         checksum = answer.get("ChecksumSHA256")
-        if self.final_upload_id is not None:
-            self._check_parts(answer, "copied")
-        elif checksum:
+        if raw_sha256 is not None and checksum:
             if mirror.checksum_value(checksum) != mirror.b64(raw_sha256):
-                raise TransferError("the server's sha256 of the copy is %s, not %s" % (checksum, digest))
-            self._verified("sha256 of the final object (ChecksumSHA256)")
-        if not checksum:
-            self._read_back(digest)
-
-    def _read_back(self, digest):
-        """Without a server checksum, read the final object and hash it."""
-        body = self.client.get_object(Bucket=self.bucket, Key=self.final_key)["Body"]
-        hasher = hashlib.sha256()
-        for chunk in iter(lambda: body.read(READ_CHUNK), b""):
-            hasher.update(chunk)
-        if hasher.hexdigest() != digest:
-            raise TransferError(
-                "reading the copy back gives sha256 %s, not %s" % (hasher.hexdigest(), digest)
-            )
-        self._verified("sha256 of the final object (read back)")
-
-    def _check_size(self, answer, size):
-        if answer.get("ContentLength") != size:
-            raise TransferError(
-                "the object holds %s bytes, not the %d read" % (answer.get("ContentLength"), size)
-            )
+                raise TransferError("the server's sha256 of it is %s, not %s" % (checksum, digest))
+            self._verified("sha256 of the stored object (ChecksumSHA256)")
+        self.verified = True
 
     def _verified(self, what):
         if what not in self.verified_by:
             self.verified_by.append(what)
 
-    # copy of an object over 5 GiB ----------------------------------------------------------------
-
-    def _copy_in_parts(self, metadata):
-        answer = self.client.create_multipart_upload(
-            Bucket=self.bucket,
-            Key=self.final_key,
-            Metadata=metadata,
-            ContentType=self.content_type,
-            ChecksumAlgorithm="SHA256",
-        )
-        self.final_upload_id = answer["UploadId"]
-        offsets, start = [], 0
-        for part in self.parts:
-            offsets.append((part, start, start + part["size"] - 1))
-            start += part["size"]
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="os-mirror-copy") as pool:
-            copied = list(pool.map(lambda item: self._copy_part(*item), offsets))
-        self.client.complete_multipart_upload(
-            Bucket=self.bucket,
-            Key=self.final_key,
-            UploadId=self.final_upload_id,
-            MultipartUpload={"Parts": copied},
-        )
-        self.final_written = True
-
-    def _copy_part(self, part, first, last):
-        answer = self.client.upload_part_copy(
-            Bucket=self.bucket,
-            Key=self.final_key,
-            UploadId=self.final_upload_id,
-            PartNumber=part["number"],
-            CopySource={"Bucket": self.bucket, "Key": self.temp_key},
-            CopySourceIfMatch=self.temp_etag,
-            CopySourceRange="bytes=%d-%d" % (first, last),
-        )["CopyPartResult"]
-        etag = answer["ETag"]
-        if mirror.is_md5_etag(etag) and mirror.etag_value(etag) != part["md5"].hex():
-            raise TransferError(
-                "copied part %d has md5 %s, not %s" % (part["number"], etag, part["md5"].hex())
-            )
-        return {"PartNumber": part["number"], "ETag": etag, "ChecksumSHA256": mirror.b64(part["sha256"])}
-
-    # cleanup -----------------------------------------------------------------------------------
+    # cleanup ------------------------------------------------------------------------------------
 
     def cleanup(self):
-        """Abort and delete whatever this upload left; returns one line per thing removed or not."""
-        done = []
+        """Abort or delete whatever this upload left; returns one line per thing removed or not."""
         steps = []
-        if self.upload_id is not None and not self.temp_written:
-            steps.append(
-                ("abort the upload of " + self.temp_key, self._abort, (self.temp_key, self.upload_id))
-            )
-        if self.temp_written:
-            steps.append(("delete " + self.temp_key, self._delete, (self.temp_key,)))
-        if self.final_upload_id is not None and not self.final_verified:
-            steps.append(
-                ("abort the copy to " + self.final_key, self._abort, (self.final_key, self.final_upload_id))
-            )
-        if self.final_written and not self.final_verified:
-            steps.append(("delete unverified " + self.final_key, self._delete, (self.final_key,)))
-        for what, call, args in steps:
+        if self.upload_id is not None and not self.completed:
+            steps.append(("abort the upload to " + self.key, self._abort))
+        if self.written and not self.verified:
+            steps.append(("delete unverified " + self.key, self._delete))
+        done = []
+        for what, call in steps:
             try:
-                call(*args)
+                call()
                 done.append(what)
             except Exception as exc:
                 if error_code(exc) in _MISSING + ("NoSuchUpload",):
@@ -452,15 +477,8 @@ class Upload:
                 done.append("could not %s: %s" % (what, exc))
         return done
 
-    def _abort(self, key, upload_id):
-        self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+    def _abort(self):
+        self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
 
-    def _delete(self, key):
-        self.client.delete_object(Bucket=self.bucket, Key=key)
-
-    def _delete_temp(self):
-        try:
-            self._delete(self.temp_key)
-        except Exception as exc:
-            return ["the final object is verified, but deleting %s failed: %s" % (self.temp_key, exc)]
-        return []
+    def _delete(self):
+        self.client.delete_object(Bucket=self.bucket, Key=self.key)

@@ -27,10 +27,7 @@ MIN_PART_SIZE = 8 * MIB
 MAX_PART_SIZE = 5 * 1024 * MIB
 MAX_PARTS = 10000
 MAX_OBJECT_SIZE = 5 * 1024 * 1024 * MIB
-# The largest object a single CopyObject may copy; bigger ones are copied part by part.
-MAX_COPY_SIZE = 5 * 1024 * MIB
 
-INCOMING_PREFIX = ".incoming/"
 DEFAULT_CATALOG_KEY = "catalog.json"
 CATALOG_SCHEMA = "goldenimage.pipeline/os-mirror-catalog/v1"
 
@@ -110,11 +107,6 @@ def parse_key(key):
     if not (match and _FAMILY.match(family) and _VERSION.match(version) and _FILENAME.match(filename)):
         return None
     return {"family": family, "version": version, "sha256": match.group(1), "filename": filename}
-
-
-def incoming_key(token, filename):
-    """Temporary key an upload is written to before it is verified: ``.incoming/<token>/<filename>``."""
-    return "%s%s/%s" % (INCOMING_PREFIX, token, check_filename(filename))
 
 
 def filename_from_source(path=None, url=None):
@@ -222,7 +214,7 @@ def is_md5_etag(etag):
 
 def checksum_value(checksum):
     """A ChecksumSHA256 without the ``-<parts>`` suffix some servers add to a composite."""
-    return str(checksum or "").split("-")[0]
+    return str(checksum or "").split("-", maxsplit=1)[0]
 
 
 def throughput_mib_s(bytes_moved, seconds):
@@ -303,7 +295,7 @@ def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY):
     entries, ignored, problems = [], [], []
     for obj in objects:
         key = obj["key"]
-        if key == catalog_key or key.startswith(INCOMING_PREFIX):
+        if key == catalog_key:
             continue
         entry, problem = catalog_entry(key, obj["size"], obj.get("metadata"))
         if entry is not None:

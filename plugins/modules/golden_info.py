@@ -29,7 +29,7 @@ description:
     all namespaces (the projects' seeded copies), VolumeSnapshotContents, PersistentVolumeClaims,
     project Namespaces, GoldenImageSelections and, when CDI is installed, DataVolumes.
 author:
-  - goldenimage.pipeline maintainers
+  - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
   - kubernetes >= 24.2.0 (on the controller)
 options:

@@ -35,7 +35,7 @@ description:
     handle of the selected golden (seeded VolumeSnapshot, its bound content, the content's handle) and
     fails listing those that did not within O(verify_timeout).
 author:
-  - goldenimage.pipeline maintainers
+  - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
   - kubernetes >= 24.2.0 (on the controller)
 options:

@@ -21,10 +21,9 @@ description:
     same bytes.
   - The catalog is written only when its content differs from what the bucket holds.
   - An object whose C(sha256) metadata does not match the digest in its key is left out and reported in
-    RV(problems); keys outside the layout are reported in RV(ignored). Temporary keys under C(.incoming/) are
-    never listed.
+    RV(problems); keys outside the layout are reported in RV(ignored).
 author:
-  - goldenimage.pipeline maintainers
+  - goldenimage.pipeline maintainers (@goldenimage)
 options:
   bucket:
     description:

@@ -18,14 +18,22 @@ description:
     by a listing and a HEAD, nothing is downloaded from the bucket.
   - A (family, version, filename) holds one digest for ever. When the source has changed, the module refuses,
     naming the existing key, its digest and the new one; publish the changed image under a new O(version).
-  - The source is read once, as a stream. The sha256 is computed while the bytes go up as a multipart upload
-    of O(part_size) parts, O(concurrency) at a time, to a temporary key under C(.incoming/). The server's md5
-    and sha256 of every part are compared with what was sent; only then is the object copied, server side,
-    to its final key with the C(sha256), C(source-url) and C(mirrored-at) metadata, and verified again.
-  - Any failure aborts the multipart upload and deletes the temporary key, so a failed run leaves no partial
-    object under a final key and no pending upload.
+  - The final key holds the sha256, so the digest is known before the first byte goes up. It comes from
+    O(sha256) (the source is then read once), else from a first read of a local O(path), else by copying
+    the O(url) to a temporary file on the controller while hashing it (that copy is uploaded, then deleted).
+  - The bytes go straight to the final key as a multipart upload of O(part_size) parts, O(concurrency) at
+    a time, each sent with its Content-MD5 and its ETag compared with it, while the sha256 of the whole
+    stream is computed again. The C(sha256), C(source-url) and C(mirrored-at) metadata are set when the
+    upload starts. Only when the sha256 matches is the upload completed, with an C(If-None-Match) header of
+    C(*) so an object that appeared under the key meanwhile is never replaced. An image smaller than one
+    part is one PutObject with its Content-MD5 and sha256 checksum, under the same condition.
+  - The stored object is then checked with a HEAD (size, ETag from the md5 of every part, metadata),
+    without reading it back.
+  - Until the upload is completed no object exists under its key, so a failed run (a download that stops
+    short, a digest that does not match, an S3 error) aborts the upload and leaves neither an object nor a
+    pending upload; a stored object that fails the HEAD check is deleted.
 author:
-  - goldenimage.pipeline maintainers
+  - goldenimage.pipeline maintainers (@goldenimage)
 options:
   bucket:
     description:
@@ -72,6 +80,7 @@ options:
     description:
       - Size of a multipart part, as bytes or with a unit (V(16M), V(64MB)).
       - Raised to 8 MiB at least, and as far as needed to keep within the 10,000 parts S3 allows.
+      - An image smaller than one part is uploaded with a single PutObject.
     type: raw
     default: 16M
   content_type:
@@ -89,6 +98,11 @@ options:
       - Verify the upstream server's TLS certificate.
     type: bool
     default: true
+  spool_dir:
+    description:
+      - Directory for the temporary copy of an O(url) whose O(sha256) is not given (it needs as much free
+        space as the image). Defaults to the controller's temporary directory (C(TMPDIR)).
+    type: path
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
@@ -96,7 +110,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reads only (a listing and HEADs; the source is hashed when that decides the answer). O(key) is empty
+      - Reads only (a listing and HEADs; the source is hashed when that decides the answer). RV(key) is empty
         when the digest is neither given nor needed.
   diff_mode:
     support: full
@@ -104,8 +118,12 @@ attributes:
     support: full
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
-  - Temporary keys live under C(.incoming/) of the bucket. A process killed outright cannot clean up after
-    itself; a bucket lifecycle rule that aborts incomplete multipart uploads after a day covers that case.
+  - C(If-None-Match) on PutObject and CompleteMultipartUpload is an S3 conditional write (AWS since 2024;
+    MinIO, Ceph RGW and moto support it). A server without it ignores the header. The race it closes is
+    another writer storing the same key between this module's HEAD and its completion; as the key names
+    the sha256 verified before completion, such a write can only put the same bytes back.
+  - A process killed outright cannot abort its upload. It leaves no object, only a pending multipart
+    upload; a bucket lifecycle rule that aborts incomplete multipart uploads after a day removes it.
 seealso:
   - module: goldenimage.pipeline.os_mirror_catalog
   - module: amazon.aws.s3_bucket
@@ -183,12 +201,24 @@ seconds:
   type: float
   sample: 4.21
 throughput_mib_s:
-  description: O(bytes_moved) in MiB per second of O(seconds).
+  description: RV(bytes_moved) in MiB per second of RV(seconds).
   returned: always
   type: float
   sample: 139.2
+method:
+  description: V(multipart), or V(put) for an image smaller than one part.
+  returned: when uploaded
+  type: str
+  sample: multipart
+digest_from:
+  description:
+    - How the sha256 was known before the upload started. V(given) (O(sha256)), V(read first) (a local file
+      read once to hash it), or V(spooled) (a URL copied to a temporary file while it was hashed).
+  returned: when uploaded
+  type: str
+  sample: given
 parts:
-  description: Multipart parts uploaded (predicted in check mode when the size is known).
+  description: Parts uploaded, 1 for a single PutObject (predicted in check mode when the size is known).
   returned: when an upload is done or predicted
   type: int
   sample: 37
@@ -202,19 +232,21 @@ verified_by:
   returned: when uploaded
   type: list
   elements: str
-  sample: ["md5 of every part (ETag)", "sha256 of the final object (ChecksumSHA256)"]
+  sample:
+    - sha256 of the whole stream (computed while it was sent)
+    - md5 of every part (Content-MD5 sent, ETag compared)
+    - ETag of the stored object (md5 of its parts)
 cleanup:
   description: On failure, what was aborted or deleted so nothing partial remains.
   returned: on failure of a transfer
   type: list
   elements: str
-  sample: ["abort the upload of .incoming/4f2c.../noble.img"]
+  sample: ["abort the upload to ubuntu-24.04/20260801/sha256-5e6b.../noble.img"]
 """
 
 import datetime
 import os
 import time
-import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.formatters import human_to_bytes
@@ -241,6 +273,7 @@ def argument_spec():
         content_type=dict(type="str", default="application/octet-stream"),
         url_timeout=dict(type="int", default=60),
         url_validate_certs=dict(type="bool", default=True),
+        spool_dir=dict(type="path"),
     )
     spec.update(S3_ARG_SPEC)
     return spec
@@ -370,40 +403,41 @@ class MirrorObject:
             self.set_diff({}, mirror.object_summary(key or "", size, digest or "", source_name))
             self.result["changed"] = True
             self.finish()
-        self.upload(client, filename, expected, requested, source_name)
+        self.upload(client, filename, digest, requested, source_name)
 
-    def upload(self, client, filename, expected, requested, source_name):
+    def upload(self, client, filename, digest, requested, source_name):
         p = self.params
         source = self.open_source()
         part_size = mirror.plan_part_size(source.size, requested)
         mirrored_at = mirror.timestamp(datetime.datetime.now(datetime.timezone.utc))
 
-        def destination(digest):
-            key = mirror.object_key(p["family"], p["version"], digest, filename)
-            return key, mirror.final_metadata(digest, p["url"] or os.path.abspath(p["path"]), mirrored_at)
+        def destination(sha256):
+            key = mirror.object_key(p["family"], p["version"], sha256, filename)
+            return key, mirror.final_metadata(sha256, p["url"] or os.path.abspath(p["path"]), mirrored_at)
 
         job = transfer.Upload(
             client,
             p["bucket"],
-            mirror.incoming_key(uuid.uuid4().hex, filename),
             source,
             destination,
             part_size,
             p["concurrency"],
             content_type=p["content_type"],
-            expected_sha256=expected,
+            expected_sha256=digest,
+            spool_dir=p["spool_dir"],
         )
         started = time.monotonic()
         try:
             report = job.run()
+        except transfer.KeyExists as exc:
+            self.written_meanwhile(client, filename, exc)
         except transfer.TransferError as exc:
             self.fail(str(exc), cleanup=exc.cleanup, part_size=part_size)
         finally:
             source.close()
         seconds = time.monotonic() - started
-        for warning in report.pop("warnings"):
-            self.module.warn(warning)
-        report.pop("temp_key")
+        if digest and not p["sha256"]:
+            report["digest_from"] = "read first"  # hashed above to decide between skip and refuse
         self.result.update(report)
         self.result.update(
             changed=True,
@@ -412,6 +446,20 @@ class MirrorObject:
         )
         self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
         self.module.exit_json(**self.result)
+
+    def written_meanwhile(self, client, filename, exc):
+        """The key was stored by someone else during this run: decide again, as a rerun would."""
+        digest = mirror.parse_key(exc.key)["sha256"]
+        existing = self.existing(client, filename)
+        plan = self.plan(filename, digest, existing)
+        held = next((obj for obj in existing if obj["key"] == plan["key"]), None)
+        if plan["action"] != "skip" or held is None:
+            self.fail(str(exc), cleanup=exc.cleanup, key=exc.key, sha256=digest)
+        self.module.warn("%s was stored by another writer during this run; it holds the same bytes" % exc.key)
+        self.result.update(
+            action="skip", skipped=True, changed=False, key=exc.key, sha256=digest, size=held["size"]
+        )
+        self.finish()
 
     def finish(self):
         self.result["seconds"] = round(time.monotonic() - self.started, 3)

@@ -1,4 +1,5 @@
-"""os_mirror_object, os_mirror_catalog and the os_mirror role against a loopback S3 server (moto).
+"""os_mirror_object, os_mirror_catalog, the os_mirror role and the upload itself against a loopback S3
+server (moto).
 
 Images are real qcow2 files made by qemu-img from random data, so every digest is a real one. The
 S3 server runs in this process; its request log tells which writes each playbook run made. A small
@@ -19,6 +20,14 @@ import threading
 import uuid
 
 import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import (
+    KeyExists,
+    Source,
+    TransferError,
+    Upload,
+    open_source,
+)
 
 from tests.integration.runner import run_playbook
 from tests.lab.s3 import S3Server
@@ -55,7 +64,7 @@ class RequestLog(logging.Handler):
 
     def find_all(self, text, start=0):
         """Indexes of the requests from ``start`` on whose path contains ``text``."""
-        return [i for i, (_, path) in enumerate(self.requests) if i >= start and text in path]
+        return [i for i, request in enumerate(self.requests) if i >= start and text in request[1]]
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +96,7 @@ def s3():
 def _qcow2(directory: pathlib.Path, name: str, mib: int) -> pathlib.Path:
     raw = directory / (name + ".raw")
     with raw.open("wb") as stream:
-        for _ in range(mib):
-            stream.write(os.urandom(MIB))
+        stream.write(os.urandom(mib * MIB))
     image = directory / (name + ".qcow2")
     subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(image)], check=True)
     raw.unlink()
@@ -105,12 +113,13 @@ def _sha256(path: pathlib.Path) -> str:
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    """Three real qcow2 images of random data: the one mirrored, a changed one, and one served by URL."""
+    """Real qcow2 images of random data: the one mirrored, a changed one, one served by URL, a small one."""
     directory = tmp_path_factory.mktemp("images")
     return {
         "disk": _qcow2(directory, "disk", 40),
         "changed": _qcow2(directory, "changed", 12),
         "remote": _qcow2(directory, "remote", 20),
+        "small": _qcow2(directory, "small", 2),
     }
 
 
@@ -121,7 +130,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
     drop_after = 12 * MIB
 
     def do_GET(self):
-        _, mode, name = self.path.split("/", 2)
+        mode, name = self.path.split("/", 2)[1:]
         path = self.directory / name
         if mode not in ("full", "drop") or not path.is_file():
             self.send_error(404)
@@ -155,7 +164,7 @@ def upstream(images):
 
 @pytest.fixture
 def bucket(s3):
-    _, client, _ = s3
+    client = s3[1]
     name = "mirror-" + uuid.uuid4().hex[:10]
     client.create_bucket(Bucket=name)
     return name
@@ -231,20 +240,31 @@ def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
     assert run["check: catalog"]["changed"] is True and run["check: catalog"]["entries"] == 0
     assert check_writes == []
 
-    # The real run: multipart uploads, verified, published under the digest keys; the catalog lists both.
+    # The real run: multipart uploads straight to the digest keys, verified; the catalog lists both.
     local = run["real: local image"]
     assert local["changed"] is True and local["action"] == "upload"
     assert local["key"] == key_of(disk, disk_sha)
     size = disk.stat().st_size
     assert (local["sha256"], local["size"], local["bytes_moved"]) == (disk_sha, size, size)
-    assert local["parts"] == 6 and local["part_size"] == 8 * MIB
+    assert (local["method"], local["parts"], local["part_size"]) == ("multipart", 6, 8 * MIB)
+    assert local["digest_from"] == "read first"  # the key needs the digest before the first part
     assert local["throughput_mib_s"] > 0 and local["seconds"] > 0
-    assert "md5 of every part (ETag)" in local["verified_by"]
-    assert "sha256 of the final object (ChecksumSHA256)" in local["verified_by"]
-    assert run["real: remote image"]["key"] == key_of(remote, remote_sha)
+    assert set(local["verified_by"]) == {
+        "md5 of every part (Content-MD5 sent, ETag compared)",
+        "sha256 of the whole stream (computed while it was sent)",
+        "ETag of the stored object (md5 of its parts)",
+    }
+    remote_result = run["real: remote image"]
+    assert remote_result["key"] == key_of(remote, remote_sha)
+    assert (remote_result["method"], remote_result["digest_from"]) == ("multipart", "given")
     part_puts = [p for m, p in real_writes if m == "PUT" and "partNumber=" in p]
-    assert len(part_puts) == 6 + run["real: remote image"]["parts"]
-    assert all("/.incoming/" in p for p in part_puts)  # parts only ever go to a temporary key
+    assert len(part_puts) == 6 + remote_result["parts"]
+    final_paths = ("/%s/%s?" % (bucket, local["key"]), "/%s/%s?" % (bucket, remote_result["key"]))
+    assert all(p.startswith(final_paths) for p in part_puts)  # parts go straight to the final keys
+    # One upload per image, each completed once; no copy, no temporary key, nothing deleted.
+    assert len([p for m, p in real_writes if m == "POST" and p.endswith("?uploads")]) == 2
+    assert len([p for m, p in real_writes if m == "POST" and "uploadId=" in p]) == 2
+    assert [p for m, p in real_writes if m == "DELETE" or ".incoming" in p] == []
     assert keys(client, bucket) == sorted(
         [key_of(disk, disk_sha), key_of(remote, remote_sha), "catalog.json"]
     )
@@ -266,7 +286,7 @@ def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
     assert run["again: remote image"]["action"] == "skip"
     assert again_writes == []
     reads = log.between(bounds[2], bounds[3], ("GET",))
-    assert reads and not [p for _, p in reads if "/sha256-" in p]
+    assert reads and not [request for request in reads if "/sha256-" in request[1]]
 
 
 def test_refusals_and_failures_leave_nothing_behind(s3, bucket, images, upstream):
@@ -293,6 +313,14 @@ def test_refusals_and_failures_leave_nothing_behind(s3, bucket, images, upstream
                 ignore_errors=True,
             ),
             mirror_task(
+                "interrupted upload",
+                bucket,
+                url="%s/drop/%s" % (upstream, remote.name),
+                version="20260903",
+                sha256=remote_sha,
+                ignore_errors=True,
+            ),
+            mirror_task(
                 "wrong digest",
                 bucket,
                 url="%s/full/%s" % (upstream, remote.name),
@@ -303,22 +331,29 @@ def test_refusals_and_failures_leave_nothing_behind(s3, bucket, images, upstream
         ),
         env=_env(endpoint),
     )
-    assert [run.entry(t)["status"] for t in ("changed image", "dropped download", "wrong digest")] == [
-        "ignored"
-    ] * 3
+    titles = ("changed image", "dropped download", "interrupted upload", "wrong digest")
+    assert [run.entry(t)["status"] for t in titles] == ["ignored"] * 4
     refused = run["changed image"]
     for text in (key_of(disk, disk_sha), disk_sha, changed_sha, "immutable", "new version"):
         assert text in refused["msg"], refused["msg"]
+    short = "ended after %d of the %d bytes" % (12 * MIB, remote.stat().st_size)
+    # Without a digest the download is copied to a temporary file first: it fails before any upload.
     dropped = run["dropped download"]
-    assert "ended after %d of the %d bytes" % (12 * MIB, remote.stat().st_size) in dropped["msg"], dropped[
-        "msg"
-    ]
-    assert any(step.startswith("abort the upload of .incoming/") for step in dropped["cleanup"])
+    assert short in dropped["msg"] and dropped["msg"].startswith("copy "), dropped["msg"]
+    assert dropped["cleanup"] == []
+    # With the digest given the parts go up as they arrive: the cut aborts the upload of the final key.
+    interrupted = run["interrupted upload"]
+    interrupted_key = "%s/20260903/sha256-%s/%s" % (FAMILY, remote_sha, remote.name)
+    assert short in interrupted["msg"], interrupted["msg"]
+    assert interrupted["cleanup"] == ["abort the upload to " + interrupted_key]
     wrong = run["wrong digest"]
     assert remote_sha in wrong["msg"] and "0" * 64 in wrong["msg"]
     assert "nothing was written under a final key" in wrong["msg"]
+    assert wrong["cleanup"] == [
+        "abort the upload to %s/20260902/sha256-%s/%s" % (FAMILY, "0" * 64, remote.name)
+    ]
 
-    # The mirrored object is untouched, nothing new is under a final key, nothing pending or temporary.
+    # The mirrored object is untouched, nothing new is under any key, no upload is pending.
     after = client.head_object(Bucket=bucket, Key=key_of(disk, disk_sha))
     assert (after["ETag"], after["LastModified"], after["Metadata"]) == (
         before["ETag"],
@@ -326,12 +361,16 @@ def test_refusals_and_failures_leave_nothing_behind(s3, bucket, images, upstream
         before["Metadata"],
     )
     assert keys(client, bucket) == objects_before
-    assert keys(client, bucket, ".incoming/") == []
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
+    # The only writes: two uploads started, their parts, their aborts. No PutObject, no completion.
     writes = log.since(mark)
-    assert not [p for _, p in writes if not p.startswith("/%s/.incoming/" % bucket)], writes
-    # The dropped download did upload parts (and aborted them); the refused change never started one.
-    assert len([p for m, p in writes if m == "POST" and p.endswith("?uploads")]) == 2
+    starts = [p for m, p in writes if m == "POST" and p.endswith("?uploads")]
+    parts = [p for m, p in writes if m == "PUT" and "partNumber=" in p]
+    aborts = [p for m, p in writes if m == "DELETE" and "uploadId=" in p]
+    assert len(starts) == 2 and len(aborts) == 2 and len(starts) + len(parts) + len(aborts) == len(writes), (
+        writes
+    )
+    assert [p for p in parts if p.startswith("/%s/%s?" % (bucket, interrupted_key))]  # it did send parts
 
 
 def test_role_mirrors_and_catalogs(s3, images, upstream):
@@ -339,7 +378,7 @@ def test_role_mirrors_and_catalogs(s3, images, upstream):
 
     Its second run (nothing copied, catalog unchanged) is the Molecule scenario's idempotence step.
     """
-    endpoint, client, _ = s3
+    endpoint, client = s3[:2]
     disk, remote = images["disk"], images["remote"]
     bucket = "role-" + uuid.uuid4().hex[:10]
     role = {
@@ -376,3 +415,99 @@ def test_role_mirrors_and_catalogs(s3, images, upstream):
     assert document["families"]["ubuntu-24.04"]["versions"][0]["filename"] == "noble.qcow2"
     assert document["families"]["ubuntu-24.04"]["versions"][0]["sha256"] == _sha256(remote)
     assert endpoint.secret_key not in run.stdout
+
+
+# The upload itself, without Ansible: what a playbook cannot stage.
+
+
+class OtherWriter(Source):
+    """A local file whose last read lets another writer store the same key, as a parallel run would."""
+
+    def __init__(self, path, client, bucket):
+        super().__init__(path.open("rb"), path.stat().st_size, str(path))
+        self.client, self.bucket, self.key, self.stored = client, bucket, None, False
+
+    def read(self, count):
+        data = super().read(count)
+        # The key is set once the digest is known, so the read that hashes the file first stores nothing.
+        if self.key and self.read_bytes == self.size and not self.stored:
+            self.client.put_object(Bucket=self.bucket, Key=self.key, Body=b"theirs")
+            self.stored = True
+        return data
+
+
+class ChangedAfterHashing(Source):
+    """A local file that is rewritten between the read that hashes it and the upload."""
+
+    def __init__(self, path):
+        super().__init__(path.open("rb"), path.stat().st_size, str(path))
+        self.path, self.rewinds = path, 0
+
+    def rewind(self):
+        self.rewinds += 1
+        if self.rewinds == 2:
+            with self.path.open("r+b") as stream:
+                stream.write(b"\0" * 4096)
+        return super().rewind()
+
+
+def _upload(client, bucket, source, **options):
+    def destination(digest):
+        key = mirror.object_key(FAMILY, VERSION, digest, pathlib.Path(source.name).name)
+        if isinstance(source, OtherWriter):
+            source.key = key
+        return key, mirror.final_metadata(digest, source.name, "2026-08-01T00:00:00Z")
+
+    return Upload(client, bucket, source, destination, 8 * MIB, 2, **options)
+
+
+def test_small_image_is_one_verified_put(s3, bucket, images):
+    client, log = s3[1:]
+    small = images["small"]
+    digest = _sha256(small)
+    mark = log.mark()
+    report = _upload(client, bucket, open_source(path=str(small)), expected_sha256=digest).run()
+    assert (report["method"], report["parts"], report["digest_from"]) == ("put", 1, "given")
+    assert report["key"] == key_of(small, digest) and report["size"] == small.stat().st_size
+    assert "sha256 of the stored object (ChecksumSHA256)" in report["verified_by"]
+    assert "ETag of the stored object (md5 of its parts)" in report["verified_by"]
+    assert [m for m, p in log.since(mark)] == ["PUT"]
+    stored = client.head_object(Bucket=bucket, Key=report["key"])
+    assert stored["Metadata"]["sha256"] == digest and stored["ContentLength"] == report["size"]
+
+
+@pytest.mark.parametrize("name", ["small", "disk"])
+def test_a_key_stored_during_the_upload_is_never_replaced(s3, bucket, images, name):
+    """If-None-Match: * on PutObject (small) and CompleteMultipartUpload (disk) refuses the write."""
+    client = s3[1]
+    path = images[name]
+    source = OtherWriter(path, client, bucket)
+    with pytest.raises(KeyExists) as caught:
+        _upload(client, bucket, source).run()
+    key = key_of(path, _sha256(path))
+    assert caught.value.key == key and "If-None-Match" in str(caught.value)
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == b"theirs"
+    assert caught.value.cleanup == ([] if name == "small" else ["abort the upload to " + key])
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
+
+
+def test_an_existing_key_is_refused_before_any_upload(s3, bucket, images):
+    client, log = s3[1:]
+    small = images["small"]
+    key = key_of(small, _sha256(small))
+    client.put_object(Bucket=bucket, Key=key, Body=b"older")
+    mark = log.mark()
+    with pytest.raises(KeyExists, match="already exists"):
+        _upload(client, bucket, open_source(path=str(small))).run()
+    assert log.since(mark) == []
+
+
+def test_a_file_changed_after_hashing_is_not_published(s3, bucket, tmp_path, images):
+    client = s3[1]
+    path = tmp_path / images["disk"].name
+    path.write_bytes(images["disk"].read_bytes())
+    with pytest.raises(TransferError, match="changed while it was uploaded") as caught:
+        _upload(client, bucket, ChangedAfterHashing(path)).run()
+    assert caught.value.cleanup and caught.value.cleanup[0].startswith("abort the upload to ")
+    assert keys(client, bucket) == []
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
