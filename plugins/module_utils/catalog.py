@@ -286,7 +286,7 @@ def default_tip(doc):
 
 def supported_engine_versions(doc, today=None, eol_table=None):
     """PG majors new databases may ask for: in the default stream's tip and not past EOL, oldest first."""
-    _, _, image = default_tip(doc)
+    image = default_tip(doc)[2]
     day = eol.parse_today(today)
     refused = {v["version"] for v in eol.check_eol(image["pg_versions"], None, day, eol_table)}
     return [major for major in image["pg_versions"] if major not in refused]

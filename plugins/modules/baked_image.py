@@ -534,7 +534,7 @@ class BakedImage:
             ]
         if changed and p["wait"] and not self.module.check_mode:
             try:
-                _, duration = self.module.wait(
+                _observed, duration = self.module.wait(
                     API,
                     KIND,
                     name,

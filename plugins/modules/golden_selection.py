@@ -527,7 +527,7 @@ class Promotion:
                     "snapshot from (%s); writing nothing" % (self.family, self.mode, before["reason"])
                 )
             try:
-                target, _ = rules.rollback_target(
+                target, _digest = rules.rollback_target(
                     incumbent, "%s %s/%s" % (KIND, self.golden_ns, _name(incumbent))
                 )
             except rules.SelectionError as exc:
@@ -542,7 +542,7 @@ class Promotion:
         removed, first_write, last_write = [], None, None
         for name in plan["remove"]:
             first_write = first_write or time.monotonic()
-            after, _ = self.module.patch(
+            after, _changed = self.module.patch(
                 API,
                 KIND,
                 name,
@@ -559,7 +559,8 @@ class Promotion:
             if incumbent is not None and _name(incumbent) != target:
                 meta["annotations"] = rules.previous_annotations((_name(incumbent), None))
             first_write = first_write or time.monotonic()
-            after, _ = self.module.patch(API, KIND, target, self.golden_ns, {"metadata": meta}, candidate)
+            patch = {"metadata": meta}
+            after, _changed = self.module.patch(API, KIND, target, self.golden_ns, patch, candidate)
             last_write = time.monotonic()
             diffs.append(object_diff(candidate, after))
             by_name[target] = after

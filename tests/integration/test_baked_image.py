@@ -3,11 +3,6 @@ image controller. Each test works under a random prefix (its own namespace and c
 
 from __future__ import annotations
 
-import hashlib
-import pathlib
-import subprocess
-import uuid
-
 import pytest
 import yaml
 
@@ -53,36 +48,6 @@ def refused(run, title):
     return entry["result"]
 
 
-@pytest.fixture(scope="module")
-def qcow2(tmp_path_factory) -> pathlib.Path:
-    path = tmp_path_factory.mktemp("baked") / "ubuntu-2404-postgres-v20261201-2404.qcow2"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(path), "32M"], check=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def mirror(lab, qcow2):
-    """The image in a bucket of the loopback S3 server, readable by URL as a mirror bucket is."""
-    import boto3
-
-    env = lab.env()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
-    bucket = "mirror-" + uuid.uuid4().hex[:8]
-    s3.create_bucket(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key="baked/" + qcow2.name, Body=qcow2.read_bytes(), ACL="public-read")
-    return {
-        "url": "%s/%s/baked/%s" % (env["AWS_ENDPOINT_URL"], bucket, qcow2.name),
-        "sha512": hashlib.sha512(qcow2.read_bytes()).hexdigest(),
-        "base": "%s/%s/baked/" % (env["AWS_ENDPOINT_URL"], bucket),
-    }
-
-
 def catalog_of(kube_client, namespace):
     from kubernetes import client
 
@@ -116,8 +81,8 @@ def test_register_check_real_idempotent_and_immutable(lab, kube_client, kube_nam
             ),
             task("real", **base),
             task("again", **base),
-            task("changed source", ignore_errors=True, **dict(base, checksum="c" * 128)),
-            task("bad revision", ignore_errors=True, **dict(base, name="v20261201")),
+            task("changed source", ignore_errors=True, **{**base, "checksum": "c" * 128}),
+            task("bad revision", ignore_errors=True, **{**base, "name": "v20261201"}),
         ),
         env=lab.env(),
         diff=True,

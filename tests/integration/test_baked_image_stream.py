@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.integration.runner import run_playbook
-from tests.integration.test_baked_image import mirror, play, qcow2, refused, task  # noqa: F401
+from tests.integration.test_baked_image import play, refused, task
 
 MODULE = "goldenimage.pipeline.baked_image_stream"
 H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
@@ -41,7 +41,7 @@ def seed_catalog(namespace, live_image):
     return yaml.safe_dump({"version": 1, "default_stream": None, "streams": {}, "images": images})
 
 
-def live_imported_image(kube_client, namespace, mirror):  # noqa: F811
+def live_imported_image(kube_client, namespace, mirror):
     """A VirtualMachineImage the catalog does not know is imported yet."""
     from kubernetes import client
 
@@ -64,7 +64,7 @@ def live_imported_image(kube_client, namespace, mirror):  # noqa: F811
 
 
 @pytest.mark.lab_only
-def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_namespace, mirror, tmp_path):  # noqa: F811
+def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_namespace, mirror, tmp_path):
     from kubernetes import client
 
     live = live_imported_image(kube_client, kube_namespace, mirror)
@@ -85,8 +85,10 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
                 task("check", check=True, module=MODULE, **first),
                 task("real", module=MODULE, **first),
                 task("again", module=MODULE, **first),
-                task("missing", ignore_errors=True, module=MODULE, **dict(first, revision="v20990101")),
-                task("wrong os", ignore_errors=True, module=MODULE, **dict(first, revision="v20261201-2404")),
+                task("missing", ignore_errors=True, module=MODULE, **{**first, "revision": "v20990101"}),
+                task(
+                    "wrong os", ignore_errors=True, module=MODULE, **{**first, "revision": "v20261201-2404"}
+                ),
                 task(
                     "not imported",
                     ignore_errors=True,

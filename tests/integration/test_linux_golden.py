@@ -112,7 +112,7 @@ class Env:
             "volumesnapshotcontents",
             snap["status"]["boundVolumeSnapshotContentName"],
         )
-        path, _ = snapshot_data(self.lab, content["status"]["snapshotHandle"])
+        path, _size = snapshot_data(self.lab, content["status"]["snapshotHandle"])
         return (path / "disk.img" if path.is_dir() else path).read_bytes()
 
     def names(self, kind_list, namespace):
@@ -257,7 +257,7 @@ def test_refusals_write_nothing(env):
 
 
 def test_failed_imports_stop_with_the_cdi_message(env):
-    _, qcow2 = make_disk(env.tmp, 2)
+    _raw, qcow2 = make_disk(env.tmp, 2)
     faulty, mismatched = "%s-fault" % env.prefix, "%s-sum" % env.prefix
     url, digest = env.upload(qcow2, faulty)
     wrong = hashlib.sha256(b"other bytes").hexdigest()

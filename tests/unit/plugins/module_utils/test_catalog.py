@@ -10,7 +10,7 @@ def registered(*entries):
     """A catalog holding (name, os, pg majors, imported) entries."""
     doc = catalog.empty()
     for name, os_version, majors, imported in entries:
-        doc, _ = catalog.register_image(
+        doc, _changed = catalog.register_image(
             doc, name, os_version, majors, SUM_A + name[-1], "s3://mirror/" + name, imported=imported
         )
     return doc
@@ -23,8 +23,8 @@ def seeded():
         ("v20261201-2404", "24.04", ["15", "16", "17"], True),
         ("v20270301-2404", "24.04", ["15", "16", "17", "18"], False),
     )
-    doc, _ = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
-    doc, _ = catalog.set_stream(doc, "24.04", tip="v20261201-2404")
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
+    doc, _changed = catalog.set_stream(doc, "24.04", tip="v20261201-2404")
     return doc
 
 
@@ -111,7 +111,7 @@ def test_unvalidated_stream_cannot_become_default():
 
 def test_default_stream_stays_validated():
     doc = registered(("v20260615", "22.04", ["16"], True), ("v20260701", "22.04", ["16", "17"], True))
-    doc, _ = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
     with pytest.raises(catalog.CatalogError, match="must stay validated"):
         catalog.set_stream(doc, "22.04", tip="v20260701")
     with pytest.raises(catalog.CatalogError, match="must stay validated"):
@@ -123,10 +123,10 @@ def test_default_stream_stays_validated():
 
 
 def test_moving_the_tip_resets_validated_and_reruns_are_unchanged():
-    doc, _ = catalog.set_stream(seeded(), "24.04", validated=True)
+    doc, _changed = catalog.set_stream(seeded(), "24.04", validated=True)
     again, changed = catalog.set_stream(doc, "24.04", tip="v20261201-2404", validated=True)
     assert not changed and again == doc
-    doc, _ = catalog.register_image(
+    doc, _changed = catalog.register_image(
         doc, "v20270301-2404", "24.04", ["15", "16", "17", "18"], None, None, imported=True
     )
     moved, changed = catalog.set_stream(doc, "24.04", tip="v20270301-2404")

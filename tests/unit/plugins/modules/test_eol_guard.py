@@ -37,7 +37,8 @@ def test_os_stream_past_eol():
 
 
 def test_overrides_reach_the_table():
-    failed, _ = eol_guard.run(params(pg_versions=["19"], eol_overrides={"postgresql": {"19": "2031-11-13"}}))
+    overrides = {"postgresql": {"19": "2031-11-13"}}
+    failed, _result = eol_guard.run(params(pg_versions=["19"], eol_overrides=overrides))
     assert not failed
 
 
