@@ -1,0 +1,541 @@
+"""The Windows bake: remaster a real UDF/ISO9660 hybrid ISO, render and check the answer file, and run
+the role against the lab's KubeVirt, playing the guest's part (sysprep's power-off) through the API.
+
+A real Windows install cannot run here. What the guest would do is reduced to what the role can see:
+the VMI ending (phase Succeeded, so the VM reads Stopped) and the disk it leaves behind, a real NTFS
+disk made by tests/integration/disks.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+import jinja2
+import pytest
+import yaml
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso
+
+from tests.integration import disks
+from tests.integration.runner import ROOT, run_playbook
+
+ROLE_DIR = ROOT / "roles" / "windows_bake"
+ROLE = "goldenimage.pipeline.windows_bake"
+MIB = 1024 * 1024
+# Microsoft's ISO9660 side carries this kind of notice where UDF carries the files.
+STUB = (
+    b'This disc contains a "UDF" file system and requires an operating system that supports the '
+    b'ISO-13346 "UDF" file system specification. \r\n'
+)
+PASSWORD = "Bake-Pw<&>'\"-7f3a9c1e"
+NS = {"u": "urn:schemas-microsoft-com:unattend"}
+WCM = "{http://schemas.microsoft.com/WMIConfig/2002/State}action"
+
+
+# The ISO --------------------------------------------------------------------------------------------
+
+
+def hybrid_iso(path: pathlib.Path, wim_size: int) -> pathlib.Path:
+    """A UDF 2.60 + ISO9660 hybrid laid out like a Windows installer: the ISO9660 side holds the README
+    stub, also under the install image's name; the UDF side holds the real tree."""
+    import pycdlib
+
+    image = pycdlib.PyCdlib()
+    image.new(interchange_level=3, joliet=3, udf="2.60", vol_ident="CCCOMA_X64FRE")
+    image.add_fp(io.BytesIO(STUB), len(STUB), iso_path="/README.TXT;1", joliet_path="/README.TXT")
+    image.add_directory(iso_path="/SOURCES", joliet_path="/sources")
+    image.add_fp(
+        io.BytesIO(STUB), len(STUB), iso_path="/SOURCES/INSTALL.WIM;1", joliet_path="/sources/install.wim"
+    )
+    for folder in ("/sources", "/boot", "/efi", "/efi/microsoft", "/efi/microsoft/boot"):
+        image.add_directory(udf_path=folder)
+    files = {
+        "/sources/install.wim": b"MSWIM\0\0\0" + os.urandom(64) + b"\0" * (wim_size - 72),
+        "/boot/etfsboot.com": b"\xfa" * 4096,
+        "/efi/microsoft/boot/efisys_noprompt.bin": b"\0" * 1474560,
+        "/efi/microsoft/boot/efisys.bin": b"\1" * 1474560,
+        "/setup.exe": b"MZ" + b"\0" * 1022,
+    }
+    for name, data in files.items():
+        image.add_fp(io.BytesIO(data), len(data), udf_path=name)
+    image.write(str(path))
+    image.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def source_iso(tmp_path_factory):
+    return hybrid_iso(tmp_path_factory.mktemp("iso") / "win11.iso", 2 * MIB)
+
+
+def test_xorriso_extract_yields_the_stub_where_udf_holds_the_image(source_iso, tmp_path):
+    iso9660 = tmp_path / "iso9660"
+    subprocess.run(
+        ["xorriso", "-osirrox", "on", "-indev", str(source_iso), "-extract", "/", str(iso9660)],
+        check=True,
+        capture_output=True,
+    )
+    assert (iso9660 / "sources" / "install.wim").stat().st_size == 135
+    for reader in ("pycdlib", "7z"):
+        udf = tmp_path / reader
+        udf.mkdir()
+        _iso.extract(str(source_iso), str(udf), reader)
+        assert (udf / "sources" / "install.wim").stat().st_size == 2 * MIB, reader
+        assert (udf / "efi" / "microsoft" / "boot" / "efisys_noprompt.bin").is_file()
+
+
+def plain_iso(tmp_path):
+    """An ISO9660-only image with the stub as its install image."""
+    flat = tmp_path / "flat"
+    (flat / "sources").mkdir(parents=True)
+    (flat / "sources" / "install.wim").write_bytes(STUB)
+    plain = tmp_path / "plain.iso"
+    subprocess.run(
+        ["xorriso", "-as", "mkisofs", "-o", str(plain), str(flat)], check=True, capture_output=True
+    )
+    return plain
+
+
+def _remaster(name, **args):
+    return {"name": name, "goldenimage.pipeline.windows_iso": args}
+
+
+def test_remaster_module(source_iso, tmp_path):
+    out, refused = tmp_path / "noprompt.iso", tmp_path / "refused.iso"
+    common = {"src": str(source_iso), "min_image_size": MIB}
+    tasks = [
+        dict(_remaster("predict", dest=str(out), **common), check_mode=True),
+        _remaster("remaster", dest=str(out), **common),
+        _remaster("again", dest=str(out), **common),
+        dict(_remaster("default threshold", src=str(source_iso), dest=str(refused)), ignore_errors=True),
+        dict(_remaster("iso9660 only", src=str(plain_iso(tmp_path)), dest=str(refused)), ignore_errors=True),
+    ]
+    run = run_playbook([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}])
+    assert run.entry("remaster")["status"] == "ok", run.log
+
+    assert run["predict"]["changed"] is True and "would be rebuilt" in run["predict"]["msg"]
+    first = run["remaster"]
+    assert first["changed"] is True
+    assert first["install_image"] == {"path": "sources/install.wim", "size": 2 * MIB}
+    assert first["sha256"] == _iso.sha256_file(str(out))
+    assert first["source_sha256"] == _iso.sha256_file(str(source_iso))
+    assert run["again"]["changed"] is False and run["again"]["sha256"] == first["sha256"]
+
+    report = subprocess.run(
+        ["xorriso", "-indev", str(out), "-report_el_torito", "plain"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    boot_lines = [line.split() for line in report.splitlines() if line.startswith("El Torito boot img")]
+    assert [(fields[6], fields[7], fields[8]) for fields in boot_lines] == [
+        ("BIOS", "y", "none"),
+        ("UEFI", "y", "none"),
+    ], report
+    assert "/efi/microsoft/boot/efisys_noprompt.bin" in report and "/boot/etfsboot.com" in report
+    assert [e["platform"] for e in first["el_torito"]] == ["BIOS", "UEFI"]
+    # The rebuilt ISO9660 side now holds the real image: the trap is gone for every later reader.
+    again = tmp_path / "rebuilt"
+    subprocess.run(
+        ["xorriso", "-osirrox", "on", "-indev", str(out), "-extract", "/sources", str(again)],
+        check=True,
+        capture_output=True,
+    )
+    assert (again / "install.wim").stat().st_size == 2 * MIB
+
+    denied = run["default threshold"]
+    assert run.entry("default threshold")["status"] == "ignored"
+    assert "sources/install.wim is 2097152 bytes, below the 104857600 bytes" in denied["msg"]
+    assert "UDF/ISO9660 hybrid" in denied["msg"]
+    assert "has no UDF file system" in run["iso9660 only"]["msg"]
+    assert not refused.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".windows-iso-")) == []
+
+
+# The answer file -----------------------------------------------------------------------------------
+
+
+def role_vars(**overrides) -> dict:
+    values = yaml.safe_load((ROLE_DIR / "defaults" / "main.yml").read_text())
+    values.update(yaml.safe_load((ROLE_DIR / "vars" / "main.yml").read_text()))
+    values.update(windows_bake_admin_password=PASSWORD, **overrides)
+    return values
+
+
+def render(**overrides) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROLE_DIR / "templates")), undefined=jinja2.StrictUndefined
+    )
+    return env.get_template("autounattend.xml.j2").render(**role_vars(**overrides))
+
+
+def check_answer_file(text: str, apply_updates: bool) -> None:
+    root = ET.fromstring(text.encode())
+    assert root.tag == "{urn:schemas-microsoft-com:unattend}unattend"
+    passes = {s.get("pass"): s for s in root.findall("u:settings", NS)}
+    assert list(passes) == ["windowsPE", "specialize", "oobeSystem"]
+    for component in root.iter("{urn:schemas-microsoft-com:unattend}component"):
+        assert {"name", "processorArchitecture", "publicKeyToken", "language", "versionScope"} <= set(
+            component.attrib
+        )
+    # BYOL: no key anywhere.
+    assert not [el for el in root.iter() if el.tag.endswith("ProductKey")]
+    assert "ProductKey" not in text
+
+    setup = passes["windowsPE"].find("u:component[@name='Microsoft-Windows-Setup']", NS)
+    assert setup.find("u:ImageInstall/u:OSImage/u:InstallTo/u:PartitionID", NS).text == "3"
+    assert setup.find("u:UserData/u:AcceptEula", NS).text == "true"
+    for item in setup.iter():
+        if item.tag.endswith(("}Disk", "}CreatePartition", "}ModifyPartition", "}MetaData")):
+            assert item.get(WCM) == "add"
+
+    special = passes["specialize"].find("u:component[@name='Microsoft-Windows-Deployment']", NS)
+    sync = [
+        c.find("u:Path", NS).text for c in special.findall("u:RunSynchronous/u:RunSynchronousCommand", NS)
+    ]
+    assert any(
+        "HKLM\\SYSTEM\\CurrentControlSet\\Control\\BitLocker" in p
+        and "/v PreventDeviceEncryption /t REG_DWORD /d 1" in p
+        for p in sync
+    ), sync
+
+    shell = passes["oobeSystem"].find("u:component[@name='Microsoft-Windows-Shell-Setup']", NS)
+    assert shell.find("u:UserAccounts/u:AdministratorPassword/u:Value", NS).text == PASSWORD
+    assert shell.find("u:AutoLogon/u:Password/u:Value", NS).text == PASSWORD
+    commands = shell.findall("u:FirstLogonCommands/u:SynchronousCommand", NS)
+    assert [int(c.find("u:Order", NS).text) for c in commands] == list(range(1, len(commands) + 1))
+    lines = [c.find("u:CommandLine", NS).text for c in commands]
+    joined = "\n".join(lines)
+
+    def first(needle):
+        return next(i for i, line in enumerate(lines) if needle in line)
+
+    assert first("qemu-ga-x86_64.msi") < first("reagentc.exe /disable")
+    assert first("OpenSSH-Win64.msi") < first("reagentc.exe /disable")
+    assert first("reagentc.exe /disable") < first("Remove-Partition") < first("sysprep.exe") == len(lines) - 1
+    assert "{de94bba4-06d1-4d40-a16a-bfd50179d6ac}" in lines[first("Remove-Partition")]
+    plugins = lines[first("cloudbase-init-unattend.conf")]
+    assert "'cloudbase-init-unattend.conf', 'cloudbase-init.conf'" in plugins
+    assert "cloudbaseinit.plugins.windows.extendvolumes.ExtendVolumesPlugin" in plugins
+    assert "RUN_SERVICE_AS_LOCAL_SYSTEM=1" in lines[first("CloudbaseInitSetup_x64.msi")]
+    assert ("Install-WindowsUpdate" in joined) is apply_updates
+    # Every step leaves the failure marker and powers off on error; the seal's log line comes last.
+    assert all("New-Item -ItemType File -Force C:\\BUILD_FAILED" in line for line in lines[:-1])
+    assert "sysprep /generalize /oobe /shutdown')" in lines[-1]
+    # Bodies sit inside -Command "...": only the outer pair of double quotes.
+    assert all(line.count('"') == 2 for line in lines)
+    assert PASSWORD not in joined
+
+
+@pytest.mark.parametrize("apply_updates", [False, True])
+def test_answer_file_renders_valid(apply_updates):
+    check_answer_file(render(windows_bake_apply_updates=apply_updates), apply_updates)
+
+
+def test_updates_are_off_by_default():
+    defaults = yaml.safe_load((ROLE_DIR / "defaults" / "main.yml").read_text())
+    assert defaults["windows_bake_apply_updates"] is False
+    assert "ExtendVolumesPlugin" in " ".join(defaults["windows_bake_cloudbase_plugins"])
+
+
+# The role in the lab -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def venv_python_first(monkeypatch):
+    """The lab's Jobs run host executables from PATH: the verifier needs the python with dissect."""
+    monkeypatch.setenv("PATH", "%s:%s" % (pathlib.Path(sys.executable).parent, os.environ.get("PATH", "")))
+
+
+@pytest.fixture(scope="module")
+def windows_disks(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bake-disks")
+    return {
+        "sealed": disks.windows_disk(folder / "sealed.raw", disks.sealed_windows_files())["path"],
+        "failed": disks.windows_disk(
+            folder / "failed.raw", disks.sealed_windows_files({"BUILD_FAILED": "step failed\r\n"})
+        )["path"],
+    }
+
+
+class Cluster:
+    def __init__(self, lab, api_client, namespace):
+        from kubernetes import client
+
+        self.lab, self.namespace = lab, namespace
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.storage = client.StorageV1Api(api_client)
+        for claim in ("win11-noprompt-iso", "win11-bake-tools"):
+            self.claim(claim)
+
+    def claim(self, name, labels=None):
+        body = {
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+        self.core.create_namespaced_persistent_volume_claim(self.namespace, body)
+
+    def vmi(self, name):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.custom.get_namespaced_custom_object(
+                "kubevirt.io", "v1", self.namespace, "virtualmachineinstances", name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def vm_or_none(self, name):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.vm(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def vm(self, name):
+        return self.custom.get_namespaced_custom_object(
+            "kubevirt.io", "v1", self.namespace, "virtualmachines", name
+        )
+
+    def guest_seals(self, name, disk: pathlib.Path, errors: list, timeout=180.0):
+        """Play the guest: once the VMI runs, leave ``disk`` on the build claim and power off."""
+        from tests.lab.controllers.volumes import disk_image_path
+
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                vm = self.vm_or_none(name)
+                if vm and (vm.get("status") or {}).get("printableStatus") == "Running":
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError("VM %s never ran" % name)
+            running_since = time.time()
+            # Power off only after the role has read the VM as Running, so its progress shows it.
+            while time.monotonic() < deadline and not any(
+                r["resource"] == "virtualmachines"
+                and r["namespace"] == self.namespace
+                and r["verb"] in ("get", "list")
+                and r["time"] > running_since
+                for r in self.lab.audit()
+            ):
+                time.sleep(0.2)
+            store = self.lab.controller_manager.lab.store
+            pvc = store.get(
+                store.resource("", "v1", "persistentvolumeclaims"), self.namespace, name + "-disk"
+            )
+            target = disk_image_path(self.lab.controller_manager.lab, pvc)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            disks.run("cp", "--sparse=always", disk, target)
+            # VMIs have no status subresource: the guest's end is written on the object itself.
+            self.custom.patch_namespaced_custom_object(
+                "kubevirt.io",
+                "v1",
+                self.namespace,
+                "virtualmachineinstances",
+                name,
+                {"status": {"phase": "Succeeded"}},
+            )
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+
+
+def bake_play(namespace, tasks_from="main", **overrides):
+    role_vars_ = {
+        "windows_bake_namespace": namespace,
+        "windows_bake_admin_password": PASSWORD,
+        "windows_bake_poll_interval": 1,
+        "windows_bake_timeout": 90,
+        "windows_bake_seal_verify_options": {"wait_timeout": 60, "wait_sleep": 1},
+    }
+    role_vars_.update(overrides)
+    kubeconfig = {"kubeconfig": "{{ lookup('env', 'KUBECONFIG') }}"}
+    return {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "module_defaults": {
+            "group/kubernetes.core.k8s": kubeconfig,
+            "group/goldenimage.pipeline.k8s": kubeconfig,
+        },
+        "tasks": [
+            {
+                "name": "bake",
+                "ansible.builtin.include_role": {"name": ROLE, "tasks_from": tasks_from},
+                "vars": role_vars_,
+            },
+            {
+                "name": "result",
+                "ansible.builtin.debug": {"var": "windows_bake_result | default(windows_bake_cleaned)"},
+            },
+        ],
+    }
+
+
+def assert_password_never_shown(run):
+    everything = run.stdout + run.stderr + json.dumps(run.tasks)
+    for form in (PASSWORD, PASSWORD.replace("<", "&lt;").replace("&", "&amp;")):
+        assert form not in everything
+
+
+@pytest.mark.lab_only
+def test_bake_seals_in_the_lab(lab, kube_client, kube_namespace, windows_disks, venv_python_first):
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    errors: list = []
+    guest = threading.Thread(target=cluster.guest_seals, args=("bake-ok", windows_disks["sealed"], errors))
+    guest.start()
+    run = run_playbook([bake_play(kube_namespace, windows_bake_name="bake-ok")], env=lab.env(), args=["-v"])
+    guest.join()
+    assert not errors, errors
+    assert run.ok, run.log
+    assert_password_never_shown(run)
+
+    result = run["result"]["windows_bake_result | default(windows_bake_cleaned)"]
+    assert result["sealed"] is True and result["disk"] == "bake-ok-disk"
+    assert {c["name"] for c in result["checks"] if c["passed"]} >= {"ntfs_boot_sector", "build_failed_absent"}
+    # Progress was shown from what is observable: each status once, with the elapsed time.
+    progress = [r["msg"] for r in run.results("Show the bake's progress")]
+    assert progress[-1].startswith("VM %s/bake-ok: Stopped after " % kube_namespace), progress
+    assert any(": Running after " in line for line in progress), progress
+
+    vm = cluster.vm("bake-ok")
+    assert vm["metadata"]["labels"]["goldenimage.pipeline/bake-state"] == "sealed"
+    spec = vm["spec"]["template"]["spec"]
+    boot = {d["name"]: d.get("bootOrder") for d in spec["domain"]["devices"]["disks"]}
+    assert boot["rootdisk"] == 1 and boot["installer"] == 2
+    assert (
+        "disk" in spec["domain"]["devices"]["disks"][0] and "cdrom" in spec["domain"]["devices"]["disks"][1]
+    )
+    assert spec["domain"]["memory"]["guest"] == "8Gi"
+    assert {"name": "sysprep", "sysprep": {"secret": {"name": "bake-ok-sysprep"}}} in spec["volumes"]
+
+    secret = cluster.core.read_namespaced_secret("bake-ok-sysprep", kube_namespace)
+    text = base64.b64decode(secret.data["autounattend.xml"]).decode()
+    check_answer_file(text, apply_updates=False)
+    assert base64.b64decode(secret.data["apply-updates.enabled"]) == b"0"
+    annotations = secret.metadata.annotations or {}
+    assert not any(PASSWORD in value for value in annotations.values())
+
+
+@pytest.mark.lab_only
+def test_unsealed_bake_keeps_the_disk_then_cleanup(
+    lab, kube_client, kube_namespace, windows_disks, venv_python_first
+):
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    # A golden's source claim and an unrelated claim must survive the cleanup.
+    cluster.claim(
+        "keep-golden",
+        {
+            "app.kubernetes.io/part-of": "windows-bake",
+            "goldenimage.pipeline/bake-state": "failed",
+            "kube-dc.com/golden-os": "w11",
+        },
+    )
+    cluster.claim("keep-other", {"goldenimage.pipeline/bake-state": "failed"})
+    errors: list = []
+    guest = threading.Thread(target=cluster.guest_seals, args=("bake-bad", windows_disks["failed"], errors))
+    guest.start()
+    run = run_playbook([bake_play(kube_namespace, windows_bake_name="bake-bad")], env=lab.env())
+    guest.join()
+    assert not errors, errors
+    assert not run.ok
+    assert_password_never_shown(run)
+    message = run["Report the failed bake"]["msg"]
+    assert "stopped but its disk is not sealed" in message and "BUILD_FAILED" in message.upper()
+    assert "%s/bake-bad-disk" % kube_namespace in message and "kept for diagnosis" in message
+    pvc = cluster.core.read_namespaced_persistent_volume_claim("bake-bad-disk", kube_namespace)
+    assert pvc.metadata.labels["goldenimage.pipeline/bake-state"] == "failed"
+    assert cluster.vm("bake-bad")["metadata"]["labels"]["goldenimage.pipeline/bake-state"] == "failed"
+
+    clean = run_playbook([bake_play(kube_namespace, tasks_from="cleanup_failed")], env=lab.env())
+    assert clean.ok, clean.log
+    cleaned = clean["result"]["windows_bake_result | default(windows_bake_cleaned)"]
+    assert sorted(cleaned) == ["PersistentVolumeClaim/bake-bad-disk", "VirtualMachine/bake-bad"]
+    left = {
+        p.metadata.name
+        for p in cluster.core.list_namespaced_persistent_volume_claim(kube_namespace).items
+        if not p.metadata.deletion_timestamp
+    }
+    assert {"keep-golden", "keep-other", "win11-noprompt-iso", "win11-bake-tools"} <= left
+    assert "bake-bad-disk" not in left
+
+
+@pytest.mark.lab_only
+def test_wait_times_out_naming_the_last_status(lab, kube_client, kube_namespace):
+    Cluster(lab, kube_client, kube_namespace)
+    run = run_playbook(
+        [bake_play(kube_namespace, windows_bake_name="bake-slow", windows_bake_timeout=4)], env=lab.env()
+    )
+    assert not run.ok
+    message = run["Report the failed bake"]["msg"]
+    assert "timed out after 4s waiting for VM %s/bake-slow to stop" % kube_namespace in message, message
+    assert "last seen status Running" in message and "kept for diagnosis" in message
+
+
+@pytest.mark.lab_only
+def test_refusals_before_anything_is_written(lab, kube_client, kube_namespace):
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    slow = "slow-%s" % kube_namespace
+    cluster.storage.create_storage_class(
+        {
+            "metadata": {"name": slow, "annotations": {"goldenimage.pipeline/slow": "true"}},
+            "provisioner": "lab.goldenimage.io/hostpath",
+        }
+    )
+    try:
+        cases = {
+            "low memory": {"windows_bake_memory": "4Gi"},
+            "slow class": {"windows_bake_storage_class": slow},
+            "no password": {"windows_bake_admin_password": ""},
+            "missing class": {"windows_bake_storage_class": "nope"},
+        }
+        play = bake_play(kube_namespace)
+        bake = play["tasks"][0]
+        play["tasks"] = [
+            {
+                "name": "case %s" % name,
+                "block": [dict(bake, vars=dict(bake["vars"], **extra))],
+                "rescue": [
+                    {"name": name, "ansible.builtin.debug": {"msg": "{{ ansible_failed_result.msg }}"}}
+                ],
+            }
+            for name, extra in cases.items()
+        ]
+        run = run_playbook([play], env=lab.env())
+        assert run.ok, run.log
+        assert "windows_bake_memory 4Gi is below the catalog minimum 8Gi" in run["low memory"]["msg"]
+        assert (
+            "StorageClass %s is marked slow (goldenimage.pipeline/slow=true)" % slow
+            in run["slow class"]["msg"]
+        )
+        assert "windows_bake_admin_password" in run["no password"]["msg"]
+        assert "StorageClass nope does not exist" in run["missing class"]["msg"]
+        assert cluster.core.list_namespaced_secret(kube_namespace).items == []
+        assert (
+            cluster.custom.list_namespaced_custom_object(
+                "kubevirt.io", "v1", kube_namespace, "virtualmachines"
+            )["items"]
+            == []
+        )
+
+        allowed = bake_play(
+            kube_namespace, windows_bake_storage_class=slow, windows_bake_allow_slow_storage=True
+        )
+        allowed["tasks"][0]["ansible.builtin.include_role"]["tasks_from"] = "preflight"
+        run = run_playbook([allowed], env=lab.env())
+        assert run.ok, run.log
+    finally:
+        cluster.storage.delete_storage_class(slow, _preload_content=False)
