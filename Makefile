@@ -53,7 +53,7 @@ unit: setup
 	$(BIN)/pytest -q tests/unit tests/packaging
 
 integration: setup
-	$(BIN)/pytest -q tests/conformance tests/labtests tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile tests/conformance tests/labtests tests/integration
 
 molecule: setup
 	tools/molecule.sh
@@ -63,7 +63,7 @@ sanity: setup
 
 test: setup
 	tools/lint.sh
-	$(BIN)/pytest -q tests/unit tests/packaging tests/conformance tests/labtests tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile tests/unit tests/packaging tests/conformance tests/labtests tests/integration
 	tools/molecule.sh
 	tools/sanity.sh
 
