@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run every Molecule scenario of every role (roles/*/molecule/*/) against the lab.
-# The lab is started here and stopped on exit, whatever happens. The scenarios inherit
-# .config/molecule/config.yml, which takes the target from K8S_AUTH_KUBECONFIG and AWS_*.
+# Each scenario gets a lab of its own (started here, stopped when it ends, whatever happens), so
+# scenarios run side by side (MOLECULE_JOBS at a time, default 2) without seeing each other's
+# objects. The scenarios inherit .config/molecule/config.yml, which takes the target from
+# K8S_AUTH_KUBECONFIG and AWS_*.
 #   tools/molecule.sh                 every scenario
 #   tools/molecule.sh ROLE [SCENARIO] one role, or one scenario of it
 set -euo pipefail
@@ -12,9 +14,7 @@ export PATH="$repo/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$repo/.collections"
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 base_config="$repo/.config/molecule/config.yml"
-# A lab of its own per run, so concurrent runs never restart each other's lab.
-mkdir -p "$repo/.lab"
-lab_dir=$(mktemp -d "$repo/.lab/molecule.XXXXXX")
+jobs=${MOLECULE_JOBS:-2}
 
 scenarios=()
 while IFS= read -r file; do
@@ -26,34 +26,59 @@ if [ ${#scenarios[@]} -eq 0 ]; then
   exit 1
 fi
 
-stop_lab() {
-  echo "==> molecule: stopping the lab ($lab_dir)"
-  "$python" -m tests.lab down --state-dir "$lab_dir" || true
-  rm -rf "$lab_dir"
+mkdir -p "$repo/.lab"
+runs=$(mktemp -d "$repo/.lab/molecule.XXXXXX")
+cleanup() {
+  for state in "$runs"/*/lab; do
+    if [ -d "$state" ]; then
+      "$python" -m tests.lab down --state-dir "$state" >/dev/null 2>&1 || true
+    fi
+  done
+  rm -rf "$runs"
 }
-echo "==> molecule: starting the lab: python -m tests.lab up --state-dir $lab_dir"
-trap stop_lab EXIT
-"$python" -m tests.lab up --state-dir "$lab_dir"
+trap cleanup EXIT
 
-export K8S_AUTH_KUBECONFIG="$lab_dir/kubeconfig"
-# AWS_* for the loopback S3 server, as the lab writes them.
-if [ -f "$lab_dir/s3.env" ]; then
-  set -a
-  # shellcheck source=/dev/null
-  . "$lab_dir/s3.env"
-  set +a
-fi
+# One scenario against its own lab; its output goes to $runs/<n>/log, its verdict to $runs/<n>/rc.
+run_scenario() {
+  local n=$1 scenario=$2 dir="$runs/$1"
+  local role_dir=${scenario%/molecule/*} name=${scenario##*/} status=0
+  mkdir -p "$dir"
+  (
+    set -e
+    echo "==> molecule: $role_dir: molecule test --scenario-name $name"
+    "$python" -m tests.lab up --state-dir "$dir/lab" >/dev/null
+    export K8S_AUTH_KUBECONFIG="$dir/lab/kubeconfig"
+    set -a
+    # shellcheck source=/dev/null
+    . "$dir/lab/s3.env"
+    set +a
+    cd "$role_dir"
+    molecule --base-config "$base_config" test --scenario-name "$name"
+  ) >"$dir/log" 2>&1 || status=$?
+  echo "$status" >"$dir/rc"
+  "$python" -m tests.lab down --state-dir "$dir/lab" >/dev/null 2>&1 || true
+}
+
+n=0
+for scenario in "${scenarios[@]}"; do
+  n=$((n + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+    wait -n || true
+  done
+  run_scenario "$n" "$scenario" &
+done
+wait
 
 failed=()
+n=0
 for scenario in "${scenarios[@]}"; do
-  role_dir=${scenario%/molecule/*}
-  name=${scenario##*/}
-  echo "==> molecule: $role_dir: molecule test --scenario-name $name"
-  if (cd "$role_dir" && molecule --base-config "$base_config" test --scenario-name "$name"); then
-    echo "    ok: $role_dir/$name"
+  n=$((n + 1))
+  cat "$runs/$n/log"
+  if [ "$(cat "$runs/$n/rc" 2>/dev/null || echo 1)" = 0 ]; then
+    echo "    ok: $scenario"
   else
-    echo "    FAILED: $role_dir/$name" >&2
-    failed+=("$role_dir/$name")
+    echo "    FAILED: $scenario" >&2
+    failed+=("$scenario")
   fi
 done
 
