@@ -34,6 +34,7 @@ def test_build_install_and_doc(tmp_path):
         "collection",
         "install",
         "--no-deps",
+        "--force",
         "-p",
         str(dest),
         str(tarball),
