@@ -48,6 +48,8 @@ run_scenario() {
     echo "==> molecule: $role_dir: molecule test --scenario-name $name"
     "$python" -m tests.lab up --state-dir "$dir/lab" >/dev/null
     export K8S_AUTH_KUBECONFIG="$dir/lab/kubeconfig"
+    # Molecule's own state (e.g. "already prepared") starts empty on every run.
+    export MOLECULE_EPHEMERAL_DIRECTORY="$dir/molecule"
     set -a
     # shellcheck source=/dev/null
     . "$dir/lab/s3.env"
