@@ -171,7 +171,9 @@ seal() {
   apt-get -q clean
   rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/* /var/tmp/*
   find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
-  find /var/log -type f -exec truncate -s 0 {} +
+  # --no-create: opening another user's file with O_CREAT in a sticky directory such as
+  # /var/log/postgresql is refused even to root (fs.protected_regular).
+  find /var/log -type f -exec truncate --no-create -s 0 {} +
   if command -v journalctl >/dev/null 2>&1; then
     journalctl --rotate >/dev/null 2>&1 || true
     journalctl --vacuum-time=1s >/dev/null 2>&1 || true
