@@ -13,13 +13,9 @@ import json
 import shutil
 import subprocess
 
-import pytest
-
 from tests.integration.runner import run_playbook
 
 ROLE = "goldenimage.pipeline.packer_build"
-
-pytestmark = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="qemu-img (qemu-utils) is required")
 
 
 def play(*role_vars):
