@@ -10,6 +10,7 @@ import codecs
 import os
 import pathlib
 import sys
+import time
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import seal_cli
@@ -241,7 +242,14 @@ def _claim(kube_client, lab, namespace, name, mode, content: pathlib.Path):
         },
     }
     core.create_namespaced_persistent_volume_claim(namespace, body)
-    claim = core.read_namespaced_persistent_volume_claim(name, namespace).to_dict()
+    # The lab's storage controller binds the claim asynchronously, as a real provisioner does.
+    deadline = time.monotonic() + 30
+    while True:
+        claim = core.read_namespaced_persistent_volume_claim(name, namespace).to_dict()
+        if claim["spec"]["volume_name"]:
+            break
+        assert time.monotonic() < deadline, "PVC %s/%s did not bind" % (namespace, name)
+        time.sleep(0.1)
     claim = {
         "kind": "PersistentVolumeClaim",
         "metadata": claim["metadata"],
