@@ -10,7 +10,8 @@ import random
 import threading
 from typing import Any
 
-OBJECT_FAULTS = ("stuck", "fail")
+# "stop-hangs", "swap-conflict" and "no-agent" are the repave faults of VMs and DBInstances.
+OBJECT_FAULTS = ("stuck", "fail", "stop-hangs", "swap-conflict", "no-agent")
 _FIELDS = ("conflict_rate", "error_rate", "latency_ms", "drop_rate", "seed")
 
 
