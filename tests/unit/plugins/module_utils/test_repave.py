@@ -1,0 +1,301 @@
+import itertools
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
+
+TODAY = "2026-12-20"
+VERDICTS = {
+    "Current": None,
+    "OSUpdateAvailable": "os-repave",
+    "PGVersionEOL": "pg-major-migration",
+    "InvalidOSStream": None,
+}
+
+
+def fleet_catalog(tip_2204="v20261215"):
+    """22.04 (validated, default) with an old revision carrying 15-17 and a newer one dropping 15;
+    24.04 registered but still in testing."""
+    doc = catalog.empty()
+    for name, stream, majors in (
+        ("v20260615", "22.04", ["15", "16", "17"]),
+        ("v20261215", "22.04", ["16", "17"]),
+        ("v20261201-2404", "24.04", ["15", "16", "17"]),
+    ):
+        doc, _changed = catalog.register_image(
+            doc,
+            name,
+            stream,
+            majors,
+            "a" * 127 + name[-1],
+            "s3://mirror/" + name,
+            image={"namespace": "harvester-public", "name": "ubuntu-postgres-" + name},
+            storage_class="lh-" + name,
+            imported=True,
+        )
+    doc, _changed = catalog.set_stream(doc, "22.04", tip=tip_2204, validated=True, default=True)
+    doc, _changed = catalog.set_stream(doc, "24.04", tip="v20261201-2404")
+    return doc
+
+
+def db(name="db-1", revision="v20260615", engine="16", stream=None, phase="Available", **extra):
+    inst = {
+        "name": name,
+        "namespace": "tenant-a",
+        "revision": revision,
+        "engine_version": engine,
+        "os_stream": stream,
+        "phase": phase,
+        "available": phase == "Available",
+        "operator": {},
+    }
+    inst.update(extra)
+    return inst
+
+
+# ------------------------------------------------------------------------------ target
+
+
+def test_target_is_the_tip_of_the_instance_stream_or_the_default_stream():
+    doc = fleet_catalog()
+    assert repave.target_stream(db(), doc) == "22.04"
+    assert repave.target_stream(db(stream="24.04"), doc) == "24.04"
+    target = repave.target_of(db(), doc)
+    assert target == {
+        "revision": "v20261215",
+        "os_stream": "22.04",
+        "image": {"namespace": "harvester-public", "name": "ubuntu-postgres-v20261215"},
+        "storage_class": "lh-v20261215",
+        "pg_versions": ["16", "17"],
+        "build_date": "2026-12-15",
+    }
+    # an explicit older revision (a rollback) is allowed: it is in the catalog and its stream validated
+    assert repave.target_of(db(revision="v20261215"), doc, "v20260615")["revision"] == "v20260615"
+
+
+@pytest.mark.parametrize(
+    "instance, revision, problem",
+    [
+        (db(stream="20.04"), None, "OS stream 20.04 is not in the catalog"),
+        (db(stream="24.04"), None, "OS stream 24.04 is not validated"),
+        (db(), "v20250101", "revision v20250101 is not in the catalog"),
+        (db(), "v20261201-2404", "OS stream 24.04 is not validated"),
+    ],
+)
+def test_target_refuses_unknown_or_unvalidated_streams(instance, revision, problem):
+    with pytest.raises(repave.RepaveRefused) as refused:
+        repave.target_of(instance, fleet_catalog(), revision)
+    assert refused.value.reason == "InvalidOSStream"
+    assert refused.value.name == "db-1"
+    message = str(refused.value)
+    assert message.startswith("tenant-a/db-1 cannot be repaved (InvalidOSStream): ")
+    assert problem in message
+    # the supported move: a validated stream, or a registered revision
+    assert "22.04" in message or "v20261215" in message
+
+
+def test_target_refuses_a_stream_without_tip_and_a_catalog_without_default():
+    doc = fleet_catalog()
+    doc["streams"]["26.04"] = {"tip": None, "validated": False}
+    with pytest.raises(
+        repave.RepaveRefused, match=r"OS stream 26.04 has no tip revision.*validated stream \(22.04"
+    ):
+        repave.target_of(db(stream="26.04"), doc)
+    with pytest.raises(repave.RepaveRefused, match="names no OS stream and the catalog has no default"):
+        repave.target_of(db(), catalog.empty())
+
+
+# ------------------------------------------------------------------------------- drift
+
+
+def test_current_when_on_the_tip_with_a_supported_major():
+    verdict = repave.drift(
+        db(revision="v20261215"), fleet_catalog(), TODAY, policy={"auto_apply_after_days": 7}
+    )
+    assert verdict["verdict"] == "Current"
+    assert verdict["action"] is None
+    assert verdict["target"] == "v20261215"
+    assert verdict["auto_apply_after"] is None and verdict["forced_apply"] is None
+    assert verdict["eol_date"] == "2028-11-09"
+    assert "v20261215" in verdict["description"] and "2028-11-09" in verdict["description"]
+
+
+def test_os_update_when_the_tip_carries_the_major_with_policy_dates_from_the_build_date():
+    policy = {"auto_apply_after_days": 7, "forced_apply_after_days": 30}
+    verdict = repave.drift(db(), fleet_catalog(), TODAY, policy=policy)
+    assert verdict["verdict"] == "OSUpdateAvailable"
+    assert verdict["action"] == "os-repave"
+    assert verdict["target"] == "v20261215"
+    assert verdict["auto_apply_after"] == "2026-12-22"
+    assert verdict["forced_apply"] == "2027-01-14"
+    assert "from v20260615 to v20261215" in verdict["description"]
+    # without a policy there are no dates
+    plain = repave.drift(db(), fleet_catalog(), TODAY)
+    assert plain["auto_apply_after"] is None and plain["forced_apply"] is None
+
+
+def test_pg_eol_when_the_tip_does_not_carry_the_major():
+    verdict = repave.drift(db(engine="15"), fleet_catalog(), TODAY, policy={"auto_apply_after_days": 7})
+    assert verdict["verdict"] == "PGVersionEOL"
+    assert verdict["action"] == "pg-major-migration"
+    assert verdict["auto_apply_after"] is None
+    assert verdict["eol_date"] == "2027-11-11"
+    assert verdict["description"] == (
+        "revision v20261215 does not carry PostgreSQL 15: a repave cannot change the major; pg_dump and "
+        "restore into a DBInstance with engineVersion 16 or 17"
+    )
+
+
+def test_pg_eol_by_date_even_when_the_tip_carries_the_major_and_the_instance_is_on_it():
+    doc = fleet_catalog(tip_2204="v20260615")
+    on_tip = db(engine="15", revision="v20260615")
+    # supported on its EOL date, refused the day after
+    assert repave.drift(on_tip, doc, "2027-11-11")["verdict"] == "Current"
+    verdict = repave.drift(on_tip, doc, "2027-11-12")
+    assert verdict["verdict"] == "PGVersionEOL"
+    assert verdict["description"].startswith("PostgreSQL 15 is past end of life on 2027-11-11")
+    assert verdict["description"].endswith("engineVersion 16 or 17")
+    # an EOL override moves the date
+    moved = repave.drift(
+        db(revision="v20261215"), fleet_catalog(), TODAY, {"postgresql": {"16": "2026-12-01"}}
+    )
+    assert moved["verdict"] == "PGVersionEOL"
+    assert moved["eol_date"] == "2026-12-01"
+    assert moved["description"].endswith("engineVersion 17")
+
+
+def test_unknown_engine_version_is_never_offered_a_repave():
+    verdict = repave.drift(db(engine=None), fleet_catalog(), TODAY)
+    assert verdict["verdict"] == "PGVersionEOL"
+    assert "major is unknown" in verdict["description"]
+
+
+@pytest.mark.parametrize("stream", ["20.04", "24.04"])
+def test_invalid_stream_has_no_target_and_no_action(stream):
+    verdict = repave.drift(db(stream=stream), fleet_catalog(), TODAY)
+    assert verdict["verdict"] == "InvalidOSStream"
+    assert verdict["target"] is None and verdict["action"] is None
+    assert stream in verdict["description"] and "validated stream (22.04)" in verdict["description"]
+    fix = "validate 24.04" if stream == "24.04" else "register and validate a 20.04 image"
+    assert fix in verdict["description"]
+
+
+def test_verdicts_are_mutually_exclusive_and_match_their_action():
+    docs = [fleet_catalog(), fleet_catalog(tip_2204="v20260615")]
+    grid = itertools.product(
+        docs,
+        ["v20260615", "v20261215", None],
+        ["15", "16", "17", "18"],
+        ["2026-12-20", "2027-12-01"],
+        [None, "24.04"],
+    )
+    seen = set()
+    for doc, rev, engine, today, stream in grid:
+        verdict = repave.drift(db(revision=rev, engine=engine, stream=stream), doc, today)
+        seen.add(verdict["verdict"])
+        assert VERDICTS[verdict["verdict"]] == verdict["action"]
+        if verdict["verdict"] == "OSUpdateAvailable":
+            tip = doc["images"][verdict["target"]]
+            assert engine in tip["pg_versions"] and verdict["target"] != rev
+            assert not (engine == "15" and today == "2027-12-01")
+    assert seen == set(VERDICTS)
+
+
+def test_policy_is_checked():
+    with pytest.raises(ValueError, match="unknown key"):
+        repave.drift(db(), fleet_catalog(), TODAY, policy={"auto_apply_days": 3})
+    with pytest.raises(ValueError, match="forced_apply_after_days -1"):
+        repave.drift(db(), fleet_catalog(), TODAY, policy={"forced_apply_after_days": -1})
+
+
+# -------------------------------------------------------------------- operator's view
+
+
+def conditions(os_update=None, pg_eol=None):
+    found = {}
+    if os_update is not None:
+        found["OSUpdateAvailable"] = {"status": os_update, "reason": "x", "message": ""}
+    if pg_eol is not None:
+        found["PGVersionEOL"] = {"status": pg_eol, "reason": "y", "message": ""}
+    return found
+
+
+def test_operator_agreement():
+    assert repave.operator_disagreement("OSUpdateAvailable", conditions("True", "False")) is None
+    assert repave.operator_disagreement("PGVersionEOL", conditions("False", "True")) is None
+    assert repave.operator_disagreement("Current", conditions("False", "False")) is None
+    # an operator that set only one condition leaves the other False
+    assert repave.operator_disagreement("PGVersionEOL", conditions(pg_eol="True")) is None
+    # nothing said (direct mode, or not reconciled yet)
+    assert repave.operator_disagreement("OSUpdateAvailable", {}) is None
+    assert repave.operator_disagreement("OSUpdateAvailable", conditions("Unknown")) is None
+
+
+def test_operator_disagreement_says_both_sides():
+    message = repave.operator_disagreement("PGVersionEOL", conditions("True", "False"))
+    assert message.startswith("the operator says OSUpdateAvailable=True, PGVersionEOL=False")
+    assert "this catalog says PGVersionEOL" in message
+    assert repave.operator_disagreement("Current", conditions(os_update="True"))
+    assert repave.operator_disagreement("InvalidOSStream", conditions("True", "False"))
+    assert repave.operator_disagreement("OSUpdateAvailable", conditions("False", "False"))
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def refusal(instance, target=None, doc=None, today=TODAY, table=None):
+    doc = doc or fleet_catalog()
+    with pytest.raises(repave.RepaveRefused) as refused:
+        repave.preflight(instance, doc, target, today, table)
+    return refused.value
+
+
+def test_preflight_passes_a_safe_repave_and_a_rollback():
+    doc = fleet_catalog()
+    assert repave.preflight(db(), doc, repave.target_of(db(), doc), TODAY) is None
+    assert repave.preflight(db(), doc, None, TODAY) is None
+    rollback = repave.target_of(db(revision="v20261215"), doc, "v20260615")
+    assert repave.preflight(db(revision="v20261215", engine="15"), doc, rollback, TODAY) is None
+
+
+def test_preflight_refuses_an_invalid_stream_first():
+    refused = refusal(db(stream="24.04", engine="15", phase="Failed"))
+    assert refused.reason == "InvalidOSStream"
+    assert str(refused).startswith("tenant-a/db-1 cannot be repaved (InvalidOSStream): OS stream 24.04")
+    assert "validated stream (22.04)" in str(refused)
+    # an explicit target whose stream is no longer validated is refused too
+    doc = fleet_catalog()
+    target = {"revision": "v20261201-2404"}
+    assert refusal(db(), target, doc).reason == "InvalidOSStream"
+
+
+def test_preflight_refuses_a_target_without_the_major_then_an_eol_major():
+    refused = refusal(db(engine="15", phase="Repaving"))
+    assert refused.reason == "RepaveBlockedPGVersionEOL"
+    assert refused.name == "db-1"
+    assert str(refused) == (
+        "tenant-a/db-1 cannot be repaved (RepaveBlockedPGVersionEOL): revision v20261215 does not carry "
+        "PostgreSQL 15 and a repave cannot change the major; pg_dump and restore into a DBInstance with "
+        "engineVersion 16 or 17"
+    )
+    doc = fleet_catalog(tip_2204="v20260615")
+    past = refusal(db(engine="15", revision="v20250101"), doc=doc, today="2027-11-12")
+    assert past.reason == "RepaveBlockedPGVersionEOL"
+    assert "PostgreSQL 15 is past end of life on 2027-11-11" in str(past)
+    newest = refusal(db(engine="17"), doc=doc, today="2029-12-01")
+    assert "carries no newer supported major: register a newer image first" in str(newest)
+
+
+@pytest.mark.parametrize("phase", ["Repaving", "Failed", "Provisioning", None])
+def test_preflight_refuses_an_instance_that_is_not_available(phase):
+    refused = refusal(db(phase=phase))
+    assert refused.reason == "NotAvailable"
+    assert "its phase is %s, not Available" % (phase or "unknown") in str(refused)
+    assert "wait until it is Available again" in str(refused)
+
+
+def test_is_current():
+    target = {"revision": "v20261215"}
+    assert repave.is_current(db(revision="v20261215"), target)
+    assert not repave.is_current(db(), target)
+    assert not repave.is_current(db(revision=None), target)
+    assert not repave.is_current(db(), None)
