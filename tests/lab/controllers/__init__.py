@@ -23,7 +23,16 @@ from ..store import ApiError, ResourceType, Store
 log = logging.getLogger(__name__)
 
 # Modules of this package whose Controller subclasses the lab runs by default.
-CONTROLLER_MODULES = ("storage", "jobs", "cdi", "kubedc", "harvester", "harvester_vm", "kubevirt", "dbinstance")
+CONTROLLER_MODULES = (
+    "storage",
+    "jobs",
+    "cdi",
+    "kubedc",
+    "harvester",
+    "harvester_vm",
+    "kubevirt",
+    "dbinstance",
+)
 CONFLICT_RETRY_SECONDS = 0.05
 
 

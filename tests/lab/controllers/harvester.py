@@ -220,6 +220,13 @@ def upload_payload(headers, raw: bytes) -> bytes:
 # ------------------------------------------------------------------------------ controller
 
 
+def backing_image_path(lab: LabContext, image: dict) -> pathlib.Path:
+    """Where the data of an image's backing image lives in the volume store."""
+    root = volumes_dir(lab) / "backingimages"
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"{image['metadata']['uid']}.img"
+
+
 class HarvesterImageController(Controller):
     name = "harvester-image"
     watches = ((GROUP, PLURAL),)
@@ -239,9 +246,7 @@ class HarvesterImageController(Controller):
         return self.lab.store.resource(GROUP, VERSION, PLURAL)
 
     def data_path(self, image: dict) -> pathlib.Path:
-        root = volumes_dir(self.lab) / "backingimages"
-        root.mkdir(parents=True, exist_ok=True)
-        return root / f"{image['metadata']['uid']}.img"
+        return backing_image_path(self.lab, image)
 
     def _fault(self, namespace: str, name: str) -> str | None:
         return self.lab.faults.object_fault(KIND, namespace, name)

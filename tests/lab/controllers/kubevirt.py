@@ -16,6 +16,11 @@ unless the VM (or its template) carries `lab.goldenimage.io/port-open: "false"`,
 TCP listener on a free loopback port once the agent connects and records it in the VMI annotation
 `lab.goldenimage.io/forwarded-<guest port>: "<host port>"`, the way a port-forward would. On a real
 cluster the port is reached at the VMI's pod IP or through a Service instead.
+
+Faults on `VirtualMachine/<ns>/<name>`: `stop-hangs` keeps the VMI Running when the VM is halted (its
+`Stopping` condition says the shutdown hangs) until the fault is cleared; `no-agent` keeps
+`AgentConnected` away from a guest that boots; `swap-conflict` answers 409 Conflict to every write that
+changes the VM's spec other than its run strategy (a disk swap conflicts, stop and start go through).
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ import socket
 import threading
 import time
 
-from ..store import ApiError, ResourceType, now_rfc3339
+from ..faults import Faults
+from ..store import ApiError, ResourceType, Store, TypeHooks, conflict, now_rfc3339
 from . import Controller, LabContext
 from .bootdisk import inspect
+from .console import ConsoleController
 from .kit import condition, modify, record_event
 from .storage import ensure_bound
 from .volumes import core_types, disk_image_path, parse_quantity
@@ -50,6 +57,7 @@ GUEST_OS = {
 # Below this the guest does not get past early boot.
 MIN_BOOT_MEMORY = {"windows": 2 * 2**30, "linux": 256 * 2**20}
 RUNNING_STRATEGIES = ("Always", "RerunOnFailure", "Once")
+STOP_HANGS = "stopping hangs: the guest does not shut down (lab fault stop-hangs)"
 
 
 def run_strategy(vm: dict) -> str:
@@ -89,6 +97,67 @@ def _boot_volume(spec: dict) -> str | None:
         vols = spec.get("volumes") or []
         return vols[0]["name"] if vols else None
     return chosen.get("name")
+
+
+class ChainedHooks(TypeHooks):
+    """Hooks for a type that already may have some: the store keeps one per type, so they chain."""
+
+    def __init__(self, inner: TypeHooks | None = None):
+        self.inner = inner
+
+    def prepare_create(self, store: Store, rt: ResourceType, obj: dict) -> None:
+        if self.inner:
+            self.inner.prepare_create(store, rt, obj)
+
+    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
+        if self.inner:
+            self.inner.prepare_update(store, rt, old, new)
+
+    def after_write(self, store: Store, rt: ResourceType, obj: dict) -> None:
+        if self.inner:
+            self.inner.after_write(store, rt, obj)
+
+    def after_delete(self, store: Store, rt: ResourceType, obj: dict) -> None:
+        if self.inner:
+            self.inner.after_delete(store, rt, obj)
+
+
+def install_hooks(store: Store, group: str, plural: str, cls: type[ChainedHooks], **kwargs) -> None:
+    """Put hooks of `cls` in front of those the type has, once per store."""
+    current = store.hooks.get((group, plural))
+    link = current
+    while isinstance(link, ChainedHooks):
+        if type(link) is cls:
+            return
+        link = link.inner
+    store.hooks[(group, plural)] = cls(current, **kwargs)
+
+
+def _spec_but_run_strategy(vm: dict) -> dict:
+    spec = dict(vm.get("spec") or {})
+    spec.pop("runStrategy", None)
+    spec.pop("running", None)
+    return spec
+
+
+class VMFaultHooks(ChainedHooks):
+    """The `swap-conflict` fault: the API refuses spec changes of that VM with 409 Conflict."""
+
+    def __init__(self, inner: TypeHooks | None, faults: Faults):
+        super().__init__(inner)
+        self.faults = faults
+
+    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
+        super().prepare_update(store, rt, old, new)
+        meta = new.get("metadata") or {}
+        fault = self.faults.object_fault("VirtualMachine", meta.get("namespace"), meta.get("name", ""))
+        if fault == "swap-conflict" and _spec_but_run_strategy(old) != _spec_but_run_strategy(new):
+            raise conflict(
+                rt,
+                meta.get("name", ""),
+                "the object has been modified; please apply your changes to the latest version and try "
+                "again (lab fault swap-conflict)",
+            )
 
 
 class _Listener:
@@ -138,6 +207,7 @@ class VirtController(Controller):
         self._listeners: dict[str, _Listener] = {}  # VMI uid -> listener
         self._running_since: dict[str, float] = {}  # VMI uid -> when the guest was powered on
         self._lock = threading.Lock()
+        install_hooks(lab.store, GROUP, "virtualmachines", VMFaultHooks, faults=lab.faults)
 
     def types(self) -> tuple[ResourceType, ResourceType]:
         store = self.lab.store
@@ -195,6 +265,10 @@ class VirtController(Controller):
                     COMPONENT,
                 )
         elif strategy == "Halted" and vmi is not None and not vmi["metadata"].get("deletionTimestamp"):
+            if self._fault(namespace, name) == "stop-hangs":
+                self._hang(vmi)
+                self._vm_status(vm, vmi, strategy)
+                return None
             self._delete(vmi_rt, namespace, name)
             self._close(vmi["metadata"]["uid"])  # the guest is powered off with its instance
             vmi = self._get(vmi_rt, namespace, name)
@@ -208,6 +282,18 @@ class VirtController(Controller):
             )
         self._vm_status(vm, vmi, strategy)
         return None
+
+    def _fault(self, namespace: str, name: str) -> str | None:
+        return self.lab.faults.object_fault("VirtualMachine", namespace, name)
+
+    def _hang(self, vmi: dict) -> None:
+        """A shutdown that never completes: the VMI keeps running and says so."""
+        found = condition(vmi, "Stopping") or {}
+        if found.get("status") == "True" and found.get("message") == STOP_HANGS:
+            return
+        cond = {"type": "Stopping", "status": "True", "reason": "ShutdownHangs", "message": STOP_HANGS}
+        vmi = self._set_vmi(vmi, conditions=[cond])
+        record_event(self.lab.store, vmi, "Warning", "ShutdownHangs", STOP_HANGS, HANDLER)
 
     def _create_vmi(self, vm: dict) -> dict:
         vmi_rt = self.types()[1]
@@ -449,6 +535,8 @@ class VirtController(Controller):
             return None  # the firmware loops; no agent will ever connect
         if (condition(vmi, "AgentConnected") or {}).get("status") == "True":
             return None
+        if self._fault(meta["namespace"], meta["name"]) == "no-agent":
+            return None  # the guest runs, its agent never reports; the resync looks again
         since = self._running_since.get(meta["uid"])
         wait = self._agent_delay() - (time.monotonic() - since) if since is not None else 0.0
         if wait > 0:
@@ -509,6 +597,18 @@ class VirtController(Controller):
                 raise
 
 
-CONTROLLERS = [VirtController]
+# virt-api's VNC screenshot subresource (console.py) comes with KubeVirt.
+CONTROLLERS = [VirtController, ConsoleController]
 
-__all__ = ["CONTROLLERS", "FORWARDED", "PORT_OPEN", "VirtController", "guest_memory", "run_strategy"]
+__all__ = [
+    "CONTROLLERS",
+    "FORWARDED",
+    "PORT_OPEN",
+    "STOP_HANGS",
+    "ChainedHooks",
+    "VMFaultHooks",
+    "VirtController",
+    "guest_memory",
+    "install_hooks",
+    "run_strategy",
+]

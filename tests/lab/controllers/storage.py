@@ -4,17 +4,23 @@ Claims bind as Kubernetes binds them: to a matching static PersistentVolume, or 
 provisioned one `pvc-<uid>` whose data is a real file or directory in the volume store (volumes.py).
 WaitForFirstConsumer classes wait for a Pod, a Job or any caller of `ensure_bound`. VolumeSnapshots are
 handled by snapshots.py; this module lists that controller too so the lab runs all storage controllers.
+
+A Longhorn class with `parameters.backingImage` (the `lh-...` class of a Harvester image) provisions
+from the image's file: a sparse raw copy (qcow2 is converted), so the volume reads as the raw disk
+Longhorn presents to a VM. An image that is not imported yet keeps the claim Pending with an Event.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
 import threading
 from dataclasses import dataclass
 
 from ..store import ApiError, ResourceType
 from . import Controller, LabContext
-from .kit import CORE, SNAPSHOT_GROUP, modify, record_event
+from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .snapshots import SnapshotController
 from .volumes import (
     copy_data,
@@ -36,6 +42,9 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 BETA_DEFAULT_CLASS_ANNOTATION = "storageclass.beta.kubernetes.io/is-default-class"
 MODE_CHANGE_ANNOTATION = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
+LONGHORN = "driver.longhorn.io"
+IMAGE_ID_ANNOTATION = "harvesterhci.io/imageId"
+QCOW2_MAGIC = b"QFI\xfb"
 WFFC_MESSAGE = "waiting for first consumer to be created before binding"
 
 # Bindings run from several controller threads (and the Job runner); one lock keeps them from racing.
@@ -56,6 +65,7 @@ class _NotYet(Exception):
 class _Seed:
     path: pathlib.Path
     mode: str
+    backing_image: bool = False  # a disk image file to lay out as the volume's disk
 
 
 def ensure_bound(lab: LabContext, namespace: str, claim: str, consumer: bool = True) -> dict:
@@ -305,7 +315,10 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
         path = volumes_dir(lab) / (f"{pv_name}.img" if mode == "Block" else pv_name)
         remove_data(lab, path)  # left over from an attempt that failed half way
         try:
-            fill_volume(path, mode, want, seed.path if seed else None)
+            if seed is not None and seed.backing_image:
+                _fill_from_image(path, mode, want, seed.path)
+            else:
+                fill_volume(path, mode, want, seed.path if seed else None)
         except OSError as exc:
             remove_data(lab, path)
             raise _NotYet("Warning", "ProvisioningFailed", f"failed to provision volume: {exc}", 5.0) from exc
@@ -341,6 +354,8 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
 def _data_source(lab: LabContext, pvc: dict, want: int, mode: str, sc: dict) -> _Seed | None:
     spec = pvc.get("spec") or {}
     source = spec.get("dataSourceRef") or spec.get("dataSource")
+    if sc.get("provisioner") == LONGHORN and (sc.get("parameters") or {}).get("backingImage"):
+        return _backing_image_seed(lab, want, sc)
     if not source:
         return None
     kind, group = source.get("kind"), source.get("apiGroup") or ""
@@ -426,6 +441,69 @@ def _clone_seed(lab: LabContext, pvc: dict, name: str, want: int, mode: str, sc:
         msg = f"{prefix}: requested volume size {want} is less than the size {size} for the source PVC {name}"
         raise _NotYet("Warning", "ProvisioningFailed", msg, 5.0)
     return _Seed(volume_path(lab, source), src_mode)
+
+
+def _backing_image(lab: LabContext, sc: dict) -> dict | None:
+    """The Harvester image behind a backing-image class: named by the class's imageId annotation, else
+    the image whose `<namespace>-<name>` is the backing image's name."""
+    rt = lab.store.resource("harvesterhci.io", "v1beta1", "virtualmachineimages")
+    image_id = (sc["metadata"].get("annotations") or {}).get(IMAGE_ID_ANNOTATION) or ""
+    if image_id.count("/") == 1:
+        namespace, name = image_id.split("/")
+        try:
+            return lab.store.get(rt, namespace, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            return None
+    wanted = sc["parameters"]["backingImage"]
+    images, _ = lab.store.list(rt)
+    found = [i for i in images if f"{i['metadata']['namespace']}-{i['metadata']['name']}" == wanted]
+    return found[0] if found else None
+
+
+def _backing_image_seed(lab: LabContext, want: int, sc: dict) -> _Seed:
+    """Longhorn's rule: the backing image must be ready and no larger than the volume."""
+    from .harvester import backing_image_path, is_true
+
+    name = sc["parameters"]["backingImage"]
+    image = _backing_image(lab, sc)
+    if image is None:
+        msg = f"failed to provision volume: backing image {name} not found"
+        raise _NotYet("Warning", "ProvisioningFailed", msg, 2.0)
+    if not is_true(image, "Imported"):
+        imported = condition(image, "Imported") or {}
+        detail = imported.get("message") or imported.get("reason") or "not imported yet"
+        msg = f"failed to provision volume: backing image {name} is not ready: {detail}"
+        raise _NotYet("Warning", "ProvisioningFailed", msg, 1.0)
+    size = int((image.get("status") or {}).get("virtualSize") or 0)
+    if want < size:
+        msg = f"failed to provision volume: size {want} is smaller than backing image {name} ({size} bytes)"
+        raise _NotYet("Warning", "ProvisioningFailed", msg, 5.0)
+    path = backing_image_path(lab, image)
+    if not path.exists():
+        msg = f"failed to provision volume: the data of backing image {name} is missing"
+        raise _NotYet("Warning", "ProvisioningFailed", msg, 5.0)
+    return _Seed(path, "Block", backing_image=True)
+
+
+def _fill_from_image(dst: pathlib.Path, mode: str, size: int, image: pathlib.Path) -> None:
+    """The volume as a raw disk holding the image: a Block file, or `disk.img` in a Filesystem volume."""
+    target = dst
+    if mode != "Block":
+        dst.mkdir(parents=True)
+        target = dst / "disk.img"
+    with open(image, "rb") as fh:
+        qcow2 = fh.read(4) == QCOW2_MAGIC
+    if qcow2:
+        argv = ["qemu-img", "convert", "-q", "-f", "qcow2", "-O", "raw", str(image), str(target)]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise OSError(f"converting backing image {image.name} failed: {result.stderr.strip()}")
+    else:
+        copy_data(image, target)
+    if mode == "Block" and target.stat().st_size < size:
+        os.truncate(target, size)
 
 
 def _consumers(lab: LabContext, pvc: dict) -> bool:
