@@ -78,6 +78,7 @@ bench: setup
 	$(PY) bench/golden_info.py
 	$(PY) bench/os_mirror.py
 	$(PY) bench/seal_verify.py
+	$(PY) bench/repave_report.py
 
 lab-up: setup
 	$(PY) -m tests.lab up --state-dir .lab/dev

@@ -1,0 +1,248 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""DBInstances repaved by their operator: read them with one LIST, trigger with an annotation, watch.
+
+The operator does the repave (stop, swap the OS disk, start, delete the old disk) when the trigger
+annotation says ``now``, and clears it when done or when its own pre-flight refuses. This driver only
+ever sets the trigger on an instance it saw Available and not on the target, with the resourceVersion
+it saw: a trigger never lands on a state it did not check, and never twice on one instance in a run.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+    MERGE_PATCH,
+    is_transient,
+    ref,
+    status_code,
+)
+
+OPT_IN_ANNOTATION = "goldenimage.pipeline/repave-opt-in"
+TRIGGER_VALUE = "now"
+AVAILABLE, REPAVING, FAILED = "Available", "Repaving", "Failed"
+# Seen this many polls in a row before "finished on another revision" is believed (a status
+# write may trail the annotation's).
+SETTLED_POLLS = 2
+
+
+def _meta(obj):
+    return (obj or {}).get("metadata") or {}
+
+
+def conditions_by_type(obj):
+    """``{type: {status, reason, message}}`` of the CR's own conditions."""
+    found = {}
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type"):
+            found[cond["type"]] = {
+                "status": cond.get("status"),
+                "reason": cond.get("reason"),
+                "message": cond.get("message"),
+            }
+    return found
+
+
+def describe_conditions(operator):
+    parts = []
+    for kind in sorted(operator):
+        cond = operator[kind]
+        text = "%s=%s" % (kind, cond.get("status"))
+        detail = ": ".join(str(v) for v in (cond.get("reason"), cond.get("message")) if v)
+        parts.append("%s (%s)" % (text, detail) if detail else text)
+    return "; ".join(parts) or "none"
+
+
+class OperatorDriver:
+    def __init__(self, module, client, params):
+        self.module = module
+        self.client = client
+        self.api_version = params["api_version"]
+        self.kind = params["kind"]
+        self.namespace = params.get("namespace")
+        self.trigger = params["trigger_annotation"]
+        self._triggered = set()
+        self._settled = {}
+        self._objects = {}
+
+    # --- reads
+
+    def require_served(self):
+        if not self.module.served(self.api_version, self.kind):
+            self.module.fail_json(
+                msg="the cluster does not serve kind %s in %s (is the DBInstance CRD installed? check the "
+                "api_version and kind options)" % (self.kind, self.api_version)
+            )
+
+    def list(self, names, label_selector):
+        """Every instance in scope from one LIST; ``names`` filter the listed ones, never GET each."""
+        self.require_served()
+        items = self.module.list(self.api_version, self.kind, self.namespace, label_selector=label_selector)
+        wanted = set(names or [])
+        found = []
+        for obj in items:
+            if wanted and _meta(obj).get("name") not in wanted:
+                continue
+            inst = self.view(obj)
+            self._objects[self._key(inst)] = obj
+            found.append(inst)
+        return sorted(found, key=lambda i: (i["namespace"] or "", i["name"]))
+
+    def view(self, obj):
+        meta = _meta(obj)
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        applied = status.get("appliedSpec") or {}
+        annotations = dict(meta.get("annotations") or {})
+        phase = status.get("phase")
+        return {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "revision": applied.get("imageRevision"),
+            # The running major is what a repave must keep; the spec's is what was asked for.
+            "engine_version": str(applied.get("engineVersion") or spec.get("engineVersion") or "") or None,
+            "os_stream": spec.get("osVersion") or None,
+            "applied_os_stream": applied.get("osVersion"),
+            "phase": phase,
+            "available": phase == AVAILABLE,
+            "operator": conditions_by_type(obj),
+            "opt_in": annotations.get(OPT_IN_ANNOTATION),
+            "annotations": annotations,
+            "labels": dict(meta.get("labels") or {}),
+            "resource_version": meta.get("resourceVersion"),
+            "trigger": annotations.get(self.trigger),
+            "repave": status.get("repave") or {},
+            "reason": status.get("reason"),
+            "message": status.get("message"),
+        }
+
+    def in_flight(self, inst):
+        """Repaving, or asked to (an earlier run set the trigger): to be waited on, not triggered."""
+        return inst.get("trigger") == TRIGGER_VALUE or inst.get("phase") == REPAVING
+
+    @staticmethod
+    def _key(inst):
+        return (inst.get("namespace"), inst.get("name"))
+
+    def where(self, inst):
+        return ref(self.kind, inst["name"], inst.get("namespace"))
+
+    # --- writes
+
+    def _patch(self, inst, patch, action):
+        """Merge patch; None on a 409 or a transient error (the caller looks again), else the object."""
+        res = self.module.resource(self.api_version, self.kind)
+        self.module.mutations += 1
+        try:
+            return res.patch(
+                body=patch, name=inst["name"], namespace=inst.get("namespace"), content_type=MERGE_PATCH
+            ).to_dict()
+        except Exception as exc:
+            if status_code(exc) == 409 or is_transient(exc):
+                return None
+            self.module.fail_from_exception("%s on %s" % (action, self.where(inst)), exc)
+
+    def set_opt_in(self, inst, value):
+        """Record (or with None remove) the opt-in annotation; True when it changes."""
+        if (inst.get("annotations") or {}).get(OPT_IN_ANNOTATION) == value:
+            return False
+        if self.module.check_mode:
+            return True
+        action = "set %s" % OPT_IN_ANNOTATION if value else "remove %s" % OPT_IN_ANNOTATION
+        patch = {"metadata": {"annotations": {OPT_IN_ANNOTATION: value}}}
+        for _attempt in range(5):
+            if self._patch(inst, patch, action) is not None:
+                inst.setdefault("annotations", {})
+                if value is None:
+                    inst["annotations"].pop(OPT_IN_ANNOTATION, None)
+                else:
+                    inst["annotations"][OPT_IN_ANNOTATION] = value
+                inst["opt_in"] = value
+                return True
+        self.module.fail_json(msg="%s on %s: still conflicting after 5 attempts" % (action, self.where(inst)))
+
+    def advance(self, inst, target):
+        """Look at the instance once and take the next step toward ``target["revision"]``."""
+        key = self._key(inst)
+        if self.in_flight(inst):
+            self._triggered.add(key)
+        try:
+            obj = self.module.fetch(self.api_version, self.kind, inst["name"], inst.get("namespace"))
+        except Exception as exc:
+            if is_transient(exc):
+                return self._state("working", "unknown", "last read failed: %s" % exc)
+            self.module.fail_from_exception("get %s" % self.where(inst), exc)
+        if obj is None:
+            return self._state("failed", "deleted", "%s was deleted during the repave" % self.where(inst))
+        now = self.view(obj)
+        self._objects[key] = obj
+        wanted = target["revision"]
+        phase, triggered = now["phase"], now["trigger"] == TRIGGER_VALUE
+        conditions = "conditions: %s" % describe_conditions(now["operator"])
+        if phase == AVAILABLE and now["revision"] == wanted and not triggered:
+            return self._state("done", AVAILABLE, "running %s" % wanted, step=None)
+        if phase == FAILED:
+            why = "%s: %s" % (now["reason"] or "Failed", now["message"] or "no message")
+            if not triggered:
+                return self._state("failed", FAILED, "the operator failed the repave: %s" % why)
+            # Stop/swap/start failures keep the trigger: the operator retries them by itself.
+            return self._state("working", FAILED, "retrying after %s; %s" % (why, conditions))
+        if phase == REPAVING:
+            repave = now["repave"]
+            step = repave.get("step")
+            text = "repave step %s toward %s" % (step or "(none yet)", repave.get("targetRevision") or wanted)
+            if repave.get("startedAt"):
+                text += " since %s" % repave["startedAt"]
+            message = "; ".join(m for m in (now["message"], conditions) if m)
+            return self._state("working", REPAVING, "%s; %s" % (text, message), step=step)
+        if triggered:
+            return self._state(
+                "working",
+                phase or "unknown",
+                "waiting for the operator to pick up the trigger; %s" % conditions,
+            )
+        if key in self._triggered:
+            # The operator cleared the trigger and is Available, but not on our target.
+            seen = self._settled.get(key, 0) + 1
+            self._settled[key] = seen
+            if seen < SETTLED_POLLS:
+                return self._state("working", phase or "unknown", "the trigger was cleared; %s" % conditions)
+            return self._state(
+                "failed",
+                phase or "unknown",
+                "the operator cleared %s but runs %s, not %s (its catalog may differ from this one); %s"
+                % (self.trigger, now["revision"], wanted, conditions),
+            )
+        if phase != AVAILABLE:
+            return self._state(
+                "failed",
+                phase or "unknown",
+                "not triggered: phase is %s, not Available (%s)" % (phase, now["message"] or conditions),
+            )
+        patch = {
+            "metadata": {
+                "annotations": {self.trigger: TRIGGER_VALUE},
+                # Only the state just checked: a 409 means look again.
+                "resourceVersion": now["resource_version"],
+            }
+        }
+        after = self._patch(now, patch, "set %s=%s" % (self.trigger, TRIGGER_VALUE))
+        if after is None:
+            return self._state("working", phase, "the object changed while triggering; looking again")
+        self._triggered.add(key)
+        self._objects[key] = after
+        return self._state("working", AVAILABLE, "set %s=%s" % (self.trigger, TRIGGER_VALUE), changed=True)
+
+    @staticmethod
+    def _state(state, phase, message, changed=False, step=None):
+        return {"state": state, "phase": phase, "message": message, "changed": changed, "step": step}
+
+    def teardown(self, inst, purge_data):
+        self.module.fail_json(
+            msg="state absent with strategy operator: delete the %s and let the operator tear it down "
+            "(its disks included); this module deletes Harvester VMs only with strategy direct"
+            % self.where(inst)
+        )

@@ -1,0 +1,324 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Running a repave plan: batches through a driver, never more than max_unavailable down, inside the window.
+
+The plan itself is pure (rollout.py); this file owns the clock and the waits. Before a batch starts the
+scope is listed again and only as many instances are triggered as the budget allows right now (an
+instance that failed or went down meanwhile counts), so the limit holds even when the world moved since
+the plan was made. Instances already repaving (an interrupted run) are waited on, never triggered.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import FIRST_POLL, is_transient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+
+FINISHED = ("done", "failed")
+
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def iso(when):
+    return when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z") if when else None
+
+
+def window_view(window, now):
+    """What the result says about the window at ``now``."""
+    if window is None:
+        return None
+    closes = window.closes_at(now)
+    return {
+        "spec": window.to_dict(),
+        "describe": window.describe(),
+        "open": closes is not None,
+        "closes_at": iso(closes),
+        "next_open": iso(window.next_open(now)),
+    }
+
+
+class Rollout:
+    """``runner`` is the module's runner: its ``module``, ``driver``, ``params``, ``result``, ``entries``
+    (key -> result entry), ``key(inst)``, ``scope()`` (a fresh list of the instances) and ``record_write``."""
+
+    def __init__(self, runner, instances, targets, in_flight, limit, window):
+        self.runner = runner
+        self.module = runner.module
+        self.driver = runner.driver
+        self.p = runner.params
+        self.instances = {runner.key(i): i for i in instances}
+        self.targets = targets
+        self.in_flight = set(in_flight)
+        self.limit = limit
+        self.shown_window = window
+        # opt_in immediate applies now, outside any window (RDS's immediate does the same).
+        self.window = window if self.p["opt_in"] != "immediate" else None
+        self.durations = []
+        self.started = time.monotonic()
+        self.done = 0
+        self.total = 0
+        self.last_seen = {}
+        self.queue = []
+
+    # --- the plan
+
+    def plan(self, candidates):
+        """Batches of keys: instances in flight lead, other down instances shrink the first batch."""
+        keyed = [dict(i, name=self.runner.key(i)) for i in self.instances.values()]
+        wanted = set(candidates) | self.in_flight
+        targets = {k: t for k, t in self.targets.items() if k in wanted}
+        scope = [i for i in keyed if i["name"] in wanted or i.get("available") is False]
+        batches = rollout.plan(scope, targets, self.limit, self.p["order"] or None)
+        self.total = sum(len(b) for b in batches)
+        return [b for b in batches if b]
+
+    def fits_now(self, now):
+        """``(True, None)`` when a batch may start now, else ``(False, next opening)``."""
+        if self.window is None:
+            return True, None
+        estimate = rollout.estimate_batch_seconds(self.durations, self.p["batch_estimate"])
+        if self.window.fits(now, estimate):
+            return True, None
+        following = self.window.next_fit(now, estimate)
+        if following is None:
+            self.module.warn(
+                "a batch is expected to take %ds, longer than the window %s is open: no batch will start in "
+                "it; widen the window or lower batch_estimate" % (estimate, self.window.describe())
+            )
+            return False, self.window.next_open(now)
+        return False, following
+
+    def predict(self, batches):
+        """Check mode: what would start now, and when the rest would."""
+        now = utcnow()
+        fits, next_window = self.fits_now(now)
+        first = batches[0] if batches else []
+        self.runner.result.update(
+            starts_now=[k for k in first if k not in self.in_flight] if fits else [],
+            next_window=iso(next_window),
+            window=window_view(self.shown_window, now),
+        )
+        for index, batch in enumerate(batches):
+            for key in batch:
+                entry = self.runner.entries[key]
+                entry["batch"] = index
+                if key in self.in_flight:
+                    entry["result"] = "in-flight"
+                else:
+                    entry["result"] = "would-repave" if fits else "pending"
+                    self.runner.record_write(self.instances[key], self.targets[key])
+
+    # --- the run
+
+    def run(self, batches):
+        """Run every batch that may start; returns the keys left pending (window closed)."""
+        queue = self.queue = [list(b) for b in batches]
+        for index, batch in enumerate(queue):
+            for key in batch:
+                self.runner.entries[key]["batch"] = index
+        pending = []
+        first = True
+        while queue:
+            batch = queue.pop(0)
+            if not first and self.p["batch_pause"]:
+                time.sleep(self.p["batch_pause"])
+            first = False
+            fits, next_window = self.fits_now(utcnow())
+            if not fits:
+                # Nothing new starts; repaves an earlier run started are still seen through.
+                rest = batch + [k for b in queue for k in b]
+                self.run_batch([k for k in rest if k in self.in_flight])
+                pending = [k for k in rest if k not in self.in_flight]
+                self.runner.result["next_window"] = iso(next_window)
+                break
+            batch, deferred = self.admit(batch)
+            if deferred:
+                queue.insert(0, deferred)
+            self.run_batch(batch)
+        for key in pending:
+            self.runner.entries[key]["result"] = "pending"
+        self.runner.result["window"] = window_view(self.shown_window, utcnow())
+        return pending
+
+    def down_now(self):
+        fresh = self.runner.scope()
+        for inst in fresh:
+            key = self.runner.key(inst)
+            if key in self.instances:
+                self.instances[key] = inst
+        return [self.runner.key(i) for i in fresh if not i.get("available")]
+
+    def admit(self, batch):
+        """``(start now, deferred)``: as many new triggers as the budget allows at this moment."""
+        down = set(self.down_now())
+        new = [k for k in batch if k not in self.in_flight and k not in down]
+        room = self.limit - len(down)
+        if len(new) <= room:
+            return batch, []
+        if room < 1 and len(new) == len(batch):
+            down = set(self.wait_for_room())
+            room = self.limit - len(down)
+            new = [k for k in batch if k not in down]
+        keep = set(new[: max(room, 0)])
+        return [k for k in batch if k not in new or k in keep], [k for k in new if k not in keep]
+
+    def wait_for_room(self):
+        """Poll until fewer than max_unavailable instances are down; fail naming them otherwise."""
+
+        def describe(down):
+            return "down: %s" % (", ".join(sorted(down or [])) or "none")
+
+        try:
+            down = wait_for(
+                self.down_now,
+                lambda down: (len(down) < self.limit, None),
+                self.p["wait_timeout"],
+                self.p["wait_sleep"],
+                describe=describe,
+                pending="fewer than %d instance(s) to be unavailable (max_unavailable)" % self.limit,
+                transient=is_transient,
+                first_sleep=FIRST_POLL,
+            )
+        except WaitTimeout as exc:
+            self.halt(
+                "max_unavailable is %d and %d instance(s) stayed unavailable, so nothing more may start: %s"
+                % (self.limit, len(exc.last or []), exc)
+            )
+        return down
+
+    def run_batch(self, batch):
+        if not batch:
+            return
+        insts = [self.instances[k] for k in batch]
+        states = {}
+        since = {}
+
+        def poll():
+            for inst in insts:
+                key = self.runner.key(inst)
+                if (states.get(key) or {}).get("state") in FINISHED:
+                    continue
+                since.setdefault(key, time.monotonic())
+                state = self.driver.advance(inst, self.targets[key])
+                if state.get("changed"):
+                    self.runner.result["changed"] = True
+                    self.runner.record_write(inst, self.targets[key])
+                if state["state"] in FINISHED:
+                    seconds = time.monotonic() - since[key]
+                    if state["state"] == "done":
+                        self.durations.append(seconds)
+                    self.finish(key, state, seconds)
+                states[key] = state
+                self.progress(key, state)
+            return states
+
+        def describe(found):
+            busy = [(k, s) for k, s in sorted((found or {}).items()) if s["state"] not in FINISHED]
+            return "; ".join("%s: %s, %s" % (k, s["phase"], s["message"]) for k, s in busy) or "settled"
+
+        try:
+            wait_for(
+                poll,
+                lambda found: (all(s["state"] in FINISHED for s in found.values()), None),
+                self.p["wait_timeout"],
+                self.p["wait_sleep"],
+                describe=describe,
+                pending="the repave of %s" % ", ".join(batch),
+                transient=is_transient,
+                first_sleep=FIRST_POLL,
+            )
+        except WaitTimeout as exc:
+            self.timed_out(insts, states, exc)
+        failed = [k for k in batch if states[k]["state"] == "failed"]
+        if failed and self.p["halt_on_failure"]:
+            self.halt(
+                "repave failed, halting the roll-out (halt_on_failure): %s"
+                % "; ".join("%s: %s" % (k, states[k]["message"]) for k in failed)
+            )
+        for key in failed:
+            self.module.warn("repave of %s failed: %s" % (key, states[key]["message"]))
+
+    def halt(self, msg):
+        """Fail the module; what had not started yet is reported pending."""
+        for batch in self.queue:
+            for key in batch:
+                self.runner.entries[key]["result"] = "pending"
+        self.runner.fail(msg)
+
+    def finish(self, key, state, seconds):
+        entry = self.runner.entries[key]
+        entry["duration"] = round(seconds, 3)
+        if state["state"] == "done":
+            self.done += 1
+            entry["result"] = "repaved"
+            entry["phase"] = state.get("phase") or entry.get("phase")
+            inst = self.instances[key]
+            if inst.get("opt_in") and self.runner.set_opt_in(inst, None):
+                # The opt-in belonged to this pending repave, which is applied now (as RDS clears it).
+                entry["opt_in"] = None
+        else:
+            entry["result"] = "failed"
+            entry["message"] = state["message"]
+
+    def progress(self, key, state):
+        seen = (state["state"], state["phase"], state.get("step"))
+        if self.last_seen.get(key) == seen:
+            return
+        self.last_seen[key] = seen
+        percent = int(100 * self.done / self.total) if self.total else 100
+        record = {
+            "seconds": round(time.monotonic() - self.started, 3),
+            "name": key,
+            "state": state["state"],
+            "phase": state["phase"],
+            "step": state.get("step"),
+            "done": self.done,
+            "total": self.total,
+            "percent": percent,
+        }
+        self.runner.result["progress"].append(record)
+        self.module.debug(
+            "repave %s: %s, %s (step %s); fleet %d/%d done (%d%%)"
+            % (key, state["state"], state["phase"], state.get("step"), self.done, self.total, percent)
+        )
+
+    def timed_out(self, insts, states, exc):
+        stuck = []
+        for inst in insts:
+            key = self.runner.key(inst)
+            state = states.get(key) or {"state": "working", "phase": "unknown", "message": "never observed"}
+            if state["state"] in FINISHED:
+                continue
+            entry = self.runner.entries[key]
+            entry["result"] = "timed-out"
+            entry["message"] = state["message"]
+            text = "%s (target %s): phase %s, %s" % (
+                key,
+                self.targets[key]["revision"],
+                state["phase"],
+                state["message"],
+            )
+            hint = getattr(self.driver, "failure_hint", None)
+            if hint is not None:
+                advice = hint(inst, self.targets[key])
+                if advice:
+                    text += "; %s" % advice
+            stuck.append(text)
+        self.halt(
+            "timed out after %ss waiting for the repave of %d instance(s) (%s): %s"
+            % (
+                self.p["wait_timeout"],
+                len(stuck),
+                "stuck" if exc.stuck else "still working",
+                "; ".join(stuck),
+            )
+        )

@@ -1,0 +1,815 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: dbinstance_repave
+short_description: Report DBInstance drift from the baked image catalog and repave a fleet safely
+version_added: 0.1.0
+description:
+  - Compares every DBInstance in scope with the baked image catalog (the tip of its OS stream, the PostgreSQL
+    majors each revision carries, end-of-life dates) and, with O(state=repaved), brings them to the tip.
+  - "Verdicts: V(Current); V(OSUpdateAvailable) (action C(os-repave): the tip carries the instance's
+    engineVersion, so replacing the OS disk keeps pgdata and the major); V(PGVersionEOL) (action
+    C(pg-major-migration): the tip does not carry the major or it is past end of life, so a repave would make
+    the data unreadable and is never offered: pg_dump and restore into a supported major); V(InvalidOSStream)
+    (the stream is not in the catalog or not validated)."
+  - Like RDS pending maintenance, each entry carries its action, a description, and with
+    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the target's build date.
+    The operator's own C(OSUpdateAvailable)/C(PGVersionEOL) conditions are shown, and any disagreement with
+    this catalog is flagged.
+  - O(state=report) lists the scope with one LIST and reads the catalog once, whatever the number of
+    instances, and never changes anything.
+  - O(state=repaved) with O(strategy=operator) refuses, before writing anything, every instance whose
+    stream is not validated (C(InvalidOSStream)), whose target does not carry its major or whose major is
+    past end of life (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a
+    refused instance gets no annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
+    and waits until the operator reports phase C(Available), C(status.appliedSpec.imageRevision) equals the
+    target and the annotation is cleared.
+  - A fleet is repaved in batches, never with more than O(max_unavailable) instances unavailable at once
+    (instances already unavailable count), in O(order), inside O(window). Before each batch the scope is
+    listed again and only as many instances start as the budget allows at that moment. An instance already
+    repaving (an interrupted run) is waited on and never triggered again; instances already on the target
+    are skipped, so a rerun continues where the last run stopped.
+  - With O(strategy=direct) the module swaps the OS disk of a Harvester VM itself (stop, new OS disk named
+    after the revision, start, wait for the guest agent, delete the old OS disk); pgdata is never touched.
+    O(state=absent) tears such a VM down with every disk it declared.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+options:
+  state:
+    description:
+      - V(report) reports drift and changes nothing.
+      - V(repaved) brings every instance in scope to its target revision.
+      - V(absent) deletes a direct-mode VM and every OS and data disk it declared (O(strategy=direct) only;
+        with the operator, delete the DBInstance and let the operator tear it down).
+    type: str
+    choices: [report, repaved, absent]
+    default: report
+  namespace:
+    description:
+      - Namespace of the instances. Omitted, every namespace (not with O(strategy=direct)); instance names in
+        the result are then C(<namespace>/<name>).
+    type: str
+  names:
+    description:
+      - Only these instances. Required with O(state=absent).
+    type: list
+    elements: str
+  label_selector:
+    description: Only instances matching this label selector.
+    type: str
+  catalog:
+    description:
+      - The baked image catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file
+        (O(catalog.path)).
+      - Required unless O(state=absent).
+    type: dict
+    suboptions:
+      namespace:
+        description: Namespace of the catalog ConfigMap.
+        type: str
+      name:
+        description: Name of the catalog ConfigMap (key C(catalog.yaml)).
+        type: str
+      path:
+        description: A catalog YAML file instead of a ConfigMap.
+        type: path
+  strategy:
+    description:
+      - V(operator) triggers the DBInstance operator and waits for it.
+      - V(direct) swaps the OS disk of Harvester VMs (C(kubevirt.io/v1) VirtualMachines named after the
+        instances) without an operator.
+    type: str
+    choices: [operator, direct]
+    default: operator
+  revision:
+    description:
+      - An explicit target revision instead of the tip of each instance's stream, for example the previous
+        revision to roll back a direct swap. It must be in the catalog and its stream validated.
+      - With O(strategy=operator) only the tip is possible (the operator repaves to its catalog's tip).
+    type: str
+  max_unavailable:
+    description:
+      - How many instances may be unavailable at once, a count (V(2)) or a percentage of the instances in
+        scope (V(10%), rounded down, at least 1). Instances already unavailable count.
+    type: raw
+    default: 1
+  window:
+    description:
+      - A weekly maintenance window. No batch starts outside it, and a batch whose estimated duration does not
+        fit before the window closes does not start either; the module then ends without failing, with the
+        instances left reported as V(pending) and RV(next_window).
+      - Ignored with O(opt_in=immediate).
+    type: dict
+    suboptions:
+      days:
+        description: Weekdays the window opens on (V(mon) ... V(sun)); all days when omitted.
+        type: list
+        elements: str
+      start:
+        description: Wall-clock opening time, C(HH:MM).
+        type: str
+        required: true
+      end:
+        description: Wall-clock closing time, C(HH:MM); before O(window.start) it closes the next day.
+        type: str
+        required: true
+      timezone:
+        description: IANA time zone of the wall clock, for example C(Europe/Berlin); daylight saving counts.
+        type: str
+        default: UTC
+  batch_estimate:
+    description:
+      - Seconds a batch is expected to take before any repave of this run has been measured; later batches
+        use the longest repave measured in the run. Decides whether a batch fits the rest of O(window).
+    type: int
+    default: 600
+  batch_pause:
+    description: Seconds to wait between two batches.
+    type: float
+    default: 0
+  order:
+    description:
+      - Groups repaved first, in this order (for example standbys before primaries); instances matching no
+        group come last, by name.
+    type: list
+    elements: dict
+    suboptions:
+      label_selector:
+        description: Label selector of the group.
+        type: str
+        required: true
+  opt_in:
+    description:
+      - Like RDS C(apply-pending-maintenance-action). V(immediate) repaves now, outside any window.
+        V(next-maintenance) repaves inside O(window) (required). Both record the choice in the annotation
+        C(goldenimage.pipeline/repave-opt-in) of each instance with a pending repave, which the report shows
+        and which is removed once the repave is applied. V(undo-opt-in) removes the annotation and repaves
+        nothing.
+      - Only with O(state=repaved).
+    type: str
+    choices: [immediate, next-maintenance, undo-opt-in]
+  halt_on_failure:
+    description:
+      - Fail before writing anything when an instance is refused, and stop the roll-out after a batch in which
+        a repave failed.
+      - V(false) reports refused and failed instances and goes on with the others.
+    type: bool
+    default: true
+  purge_data:
+    description:
+      - With O(state=absent), also delete data disks (pgdata). Without it the module refuses, deleting
+        nothing, and lists them.
+    type: bool
+    default: false
+  wait_timeout:
+    description:
+      - Seconds to wait for one batch to be repaved. On timeout the module fails naming each instance still
+        repaving, its phase, its repave step and its condition messages.
+    type: int
+    default: 900
+  wait_sleep:
+    description:
+      - Longest pause, in seconds, between two polls. Polling starts after a quarter of a second and doubles
+        up to this.
+    type: float
+    default: 2
+  api_version:
+    description: API version of the DBInstance custom resource.
+    type: str
+    default: db.goldenimage.io/v1alpha1
+  kind:
+    description: Kind of the DBInstance custom resource.
+    type: str
+    default: DBInstance
+  trigger_annotation:
+    description: The annotation the operator repaves on when it says C(now), and clears when done.
+    type: str
+    default: repave-trigger
+  maintenance_policy:
+    description:
+      - When pending OS repaves are applied automatically, counted in days from the target revision's build
+        date, reported as RV(instances[].auto_apply_after) and RV(instances[].forced_apply).
+    type: dict
+    suboptions:
+      auto_apply_after_days:
+        description: Days after the build date from which the repave may be applied automatically.
+        type: int
+      forced_apply_after_days:
+        description: Days after the build date by which the repave is applied whatever the opt-in.
+        type: int
+  today:
+    description:
+      - The date end-of-life is judged on, C(YYYY-MM-DD); today (UTC) when omitted.
+    type: str
+  os_volume:
+    description: With O(strategy=direct), the name of the VM's OS volume.
+    type: str
+    default: rootdisk
+  data_volume:
+    description: With O(strategy=direct), the name of the VM's data (pgdata) volume, which is never detached.
+    type: str
+    default: pgdata
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Writes nothing; returns the plan (RV(batches), RV(order), RV(window), RV(starts_now)) and C(changed)
+        when anything would be repaved or an opt-in would change.
+  diff_mode:
+    support: full
+    details:
+      - The annotation changes per instance (the trigger and the opt-in; the applied revision in direct mode).
+  idempotent:
+    support: full
+    details: Instances already on their target are not touched.
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - The report sends one LIST of the instances and one read of the catalog, whatever the fleet size.
+  - A stop, swap or start failure the operator retries by itself (it keeps the trigger) is waited through; a
+    failure that clears the trigger ends the repave of that instance with the operator's reason.
+seealso:
+  - module: goldenimage.pipeline.baked_image_stream
+  - module: goldenimage.pipeline.eol_guard
+"""
+
+EXAMPLES = r"""
+- name: Which databases run an old image, and what to do about each
+  goldenimage.pipeline.dbinstance_repave:
+    namespace: customers
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+    maintenance_policy: {auto_apply_after_days: 14, forced_apply_after_days: 45}
+  register: drift
+
+- name: Show the databases that need a PostgreSQL major migration, never a repave
+  ansible.builtin.debug:
+    msg: "{{ drift.instances | selectattr('verdict', 'equalto', 'PGVersionEOL') | map(attribute='name') }}"
+
+- name: Repave one database now and wait for it
+  goldenimage.pipeline.dbinstance_repave:
+    state: repaved
+    namespace: customers
+    names: [orders-db]
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+    wait_timeout: 600
+
+- name: Roll the fleet, standbys first, 10% at a time, Sunday night Berlin time
+  goldenimage.pipeline.dbinstance_repave:
+    state: repaved
+    namespace: customers
+    label_selector: tier=production
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+    max_unavailable: 10%
+    order:
+      - label_selector: role=standby
+    window: {days: [sun], start: "01:00", end: "05:00", timezone: Europe/Berlin}
+    opt_in: next-maintenance
+    batch_pause: 60
+
+- name: Tear down a Harvester VM database with its disks
+  goldenimage.pipeline.dbinstance_repave:
+    state: absent
+    strategy: direct
+    namespace: customers
+    names: [scratch-db]
+    purge_data: true
+"""
+
+RETURN = r"""
+changed:
+  description: Whether an annotation (in direct mode, a VM or disk) was, or in check mode would be, written.
+  returned: always
+  type: bool
+instances:
+  description: One entry per instance in scope, as found, with what the task did.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The instance (C(<namespace>/<name>) when O(namespace) is omitted).
+      type: str
+      sample: orders-db
+    namespace:
+      description: Its namespace.
+      type: str
+    revision:
+      description: The image revision it runs (C(status.appliedSpec.imageRevision)).
+      type: str
+      sample: v20260615
+    target:
+      description: The revision it should run, or null when its stream is invalid.
+      type: str
+      sample: v20260815
+    verdict:
+      description: V(Current), V(OSUpdateAvailable), V(PGVersionEOL) or V(InvalidOSStream).
+      type: str
+    action:
+      description: V(os-repave), V(pg-major-migration) or null.
+      type: str
+    description:
+      description: One sentence on the verdict and the supported move.
+      type: str
+    engine_version:
+      description: The PostgreSQL major it runs.
+      type: str
+      sample: "16"
+    os_stream:
+      description: The OS stream it should run (its own or the catalog's default).
+      type: str
+      sample: "22.04"
+    phase:
+      description: C(status.phase).
+      type: str
+      sample: Available
+    operator:
+      description:
+        - The CR's own conditions by type, each with C(status), C(reason), C(message) (empty in direct mode).
+      type: dict
+    disagreement:
+      description: Why the operator's drift conditions disagree with this catalog, or null.
+      type: str
+    opt_in:
+      description: The recorded opt-in (V(immediate), V(next-maintenance)) or null.
+      type: str
+    auto_apply_after:
+      description: From O(maintenance_policy), the date from which the repave may be applied automatically.
+      type: str
+      sample: "2026-08-29"
+    forced_apply:
+      description: From O(maintenance_policy), the date by which the repave is applied.
+      type: str
+    eol_date:
+      description: End-of-life date of its PostgreSQL major.
+      type: str
+      sample: "2028-11-09"
+    result:
+      description:
+        - What the task did, null for O(state=report). V(current), V(repaved), V(refused), V(failed),
+          V(timed-out), V(pending) (left for the next window), V(in-flight) and V(would-repave) (check mode),
+          V(opt-in) (only the opt-in changed), V(deleted) and V(absent) (O(state=absent)).
+      type: str
+    reason:
+      description: The refusal rule (V(InvalidOSStream), V(RepaveBlockedPGVersionEOL), V(NotAvailable)).
+      type: str
+      returned: when refused
+    message:
+      description: Why it was refused or failed.
+      type: str
+      returned: when refused or failed
+    batch:
+      description: Index of its batch in RV(batches).
+      type: int
+      returned: when planned
+    duration:
+      description: Seconds its repave took.
+      type: float
+      returned: when repaved or failed
+summary:
+  description: Number of instances per verdict.
+  returned: always
+  type: dict
+  sample: {Current: 40, OSUpdateAvailable: 9, PGVersionEOL: 1}
+missing:
+  description: Names given in O(names) that were not found.
+  returned: always
+  type: list
+  elements: str
+batches:
+  description: The roll-out plan, lists of instance names in order; instances already repaving lead the first.
+  returned: with state repaved
+  type: list
+  elements: list
+  sample: [[standby-1, standby-2], [primary-1, primary-2]]
+order:
+  description: The planned instances in the order they are repaved.
+  returned: with state repaved
+  type: list
+  elements: str
+max_unavailable:
+  description: O(max_unavailable) resolved to a count.
+  returned: with state repaved
+  type: int
+starts_now:
+  description: The instances the first batch would trigger now (check mode).
+  returned: with state repaved in check mode
+  type: list
+  elements: str
+resumes:
+  description: Instances found repaving (an interrupted run) that are waited on, never triggered again.
+  returned: with state repaved
+  type: list
+  elements: str
+pending:
+  description: Instances not started because the window closed or the next batch would not fit in it.
+  returned: with state repaved
+  type: list
+  elements: str
+window:
+  description: The window and whether it is open (C(spec), C(describe), C(open), C(closes_at), C(next_open)).
+  returned: with state repaved and a window
+  type: dict
+next_window:
+  description: When the pending instances can start (UTC, ISO 8601), or null.
+  returned: with state repaved
+  type: str
+  sample: "2026-08-30T23:00:00Z"
+progress:
+  description:
+    - Each change of an instance during the roll-out (C(seconds), C(name), C(state), C(phase), C(step)) with
+      the fleet's progress (C(done), C(total), C(percent)).
+  returned: always
+  type: list
+  elements: dict
+diff:
+  description: Per instance, the watched annotations before and after.
+  returned: when diff mode is on
+  type: list
+"""
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+    CatalogStore,
+    catalog_options,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_operator import (
+    OPT_IN_ANNOTATION,
+    OperatorDriver,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_rollout import Rollout
+
+REVISION_ANNOTATION = "goldenimage.pipeline/image-revision"
+
+
+def argument_spec():
+    catalog_spec = catalog_options()
+    return dict(
+        state=dict(type="str", choices=["report", "repaved", "absent"], default="report"),
+        namespace=dict(type="str"),
+        names=dict(type="list", elements="str"),
+        label_selector=dict(type="str"),
+        catalog=catalog_spec,
+        strategy=dict(type="str", choices=["operator", "direct"], default="operator"),
+        revision=dict(type="str"),
+        max_unavailable=dict(type="raw", default=1),
+        window=dict(
+            type="dict",
+            options=dict(
+                days=dict(type="list", elements="str"),
+                start=dict(type="str", required=True),
+                end=dict(type="str", required=True),
+                timezone=dict(type="str", default="UTC"),
+            ),
+        ),
+        batch_estimate=dict(type="int", default=600),
+        batch_pause=dict(type="float", default=0),
+        order=dict(
+            type="list", elements="dict", options=dict(label_selector=dict(type="str", required=True))
+        ),
+        opt_in=dict(type="str", choices=["immediate", "next-maintenance", "undo-opt-in"]),
+        halt_on_failure=dict(type="bool", default=True),
+        purge_data=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=900),
+        wait_sleep=dict(type="float", default=2),
+        api_version=dict(type="str", default="db.goldenimage.io/v1alpha1"),
+        kind=dict(type="str", default="DBInstance"),
+        trigger_annotation=dict(type="str", default="repave-trigger"),
+        maintenance_policy=dict(
+            type="dict",
+            options=dict(
+                auto_apply_after_days=dict(type="int"),
+                forced_apply_after_days=dict(type="int"),
+            ),
+        ),
+        today=dict(type="str"),
+        os_volume=dict(type="str", default="rootdisk"),
+        data_volume=dict(type="str", default="pgdata"),
+    )
+
+
+def make_driver(module):
+    if module.params["strategy"] == "direct":
+        try:
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import (
+                DirectDriver,
+            )
+        except ImportError as exc:
+            module.fail_json(msg="strategy direct is not available in this installation: %s" % exc)
+        return DirectDriver(module, module.client, module.params)
+    return OperatorDriver(module, module.client, module.params)
+
+
+class Repave:
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.result = {"changed": False, "instances": [], "summary": {}, "missing": [], "progress": []}
+        self.entries = {}
+        self.diffs = {}
+        self.doc = None
+        self.driver = None
+
+    # --- plumbing shared with the roll-out
+
+    def key(self, inst):
+        if self.params["namespace"]:
+            return inst["name"]
+        return "%s/%s" % (inst.get("namespace"), inst["name"])
+
+    def scope(self):
+        return self.driver.list(self.params["names"], self.params["label_selector"])
+
+    def fail(self, msg, **extra):
+        self.finish()
+        self.result.update(extra)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def finish(self):
+        self.result["instances"] = list(self.entries.values())
+        summary = {}
+        for entry in self.entries.values():
+            if entry.get("verdict"):
+                summary[entry["verdict"]] = summary.get(entry["verdict"], 0) + 1
+        self.result["summary"] = summary
+        if self.module._diff:
+            self.result["diff"] = list(self.diffs.values())
+
+    def note(self, inst, changes):
+        """Note annotation writes for --diff; ``changes`` maps an annotation to its value (None: removed)."""
+        key = self.key(inst)
+        diff = self.diffs.get(key)
+        if diff is None:
+            watched = (OPT_IN_ANNOTATION, self.params["trigger_annotation"], REVISION_ANNOTATION)
+            found = inst.get("annotations") or {}
+            before = {k: found[k] for k in watched if k in found}
+            where = "%s %s" % (self.params["kind"], key)
+            diff = {"before_header": where, "after_header": where, "before": before, "after": dict(before)}
+            self.diffs[key] = diff
+        for name, value in changes.items():
+            if value is None:
+                diff["after"].pop(name, None)
+            else:
+                diff["after"][name] = value
+
+    def record_write(self, inst, target):
+        if self.params["strategy"] == "operator":
+            self.note(inst, {self.params["trigger_annotation"]: "now"})
+        else:
+            self.note(inst, {REVISION_ANNOTATION: target["revision"]})
+
+    def set_opt_in(self, inst, value):
+        if self.driver.set_opt_in(inst, value):
+            self.result["changed"] = True
+            self.note(inst, {OPT_IN_ANNOTATION: value})
+            return True
+        return False
+
+    def in_flight(self, inst):
+        check = getattr(self.driver, "in_flight", None)
+        return check(inst) if check is not None else inst.get("phase") == "Repaving"
+
+    # --- reading
+
+    def prepare(self):
+        p = self.params
+        if p["opt_in"] and p["state"] != "repaved":
+            self.module.fail_json(
+                msg="opt_in records a choice about a pending repave: use it with state repaved"
+            )
+        if p["opt_in"] == "next-maintenance" and not p["window"]:
+            self.module.fail_json(
+                msg="opt_in next-maintenance repaves inside the maintenance window: set window"
+            )
+        if p["state"] == "absent":
+            if p["strategy"] == "operator":
+                self.module.fail_json(
+                    msg="state absent is for strategy direct: with the operator, delete the %s and let the "
+                    "operator tear it down (its disks included)" % p["kind"]
+                )
+            if not p["names"]:
+                self.module.fail_json(msg="state absent needs names: the instances to tear down")
+        elif not p["catalog"]:
+            self.module.fail_json(msg="catalog is required with state %s" % p["state"])
+        if p["strategy"] == "direct" and not p["namespace"]:
+            self.module.fail_json(msg="strategy direct needs namespace (the VMs' namespace)")
+        try:
+            self.window = rollout.parse_window(
+                {k: v for k, v in p["window"].items() if v is not None} if p["window"] else None
+            )
+            rollout.parse_max_unavailable(p["max_unavailable"], 1)
+        except ValueError as exc:
+            self.module.fail_json(msg=str(exc))
+        if p["batch_estimate"] <= 0:
+            self.module.fail_json(msg="batch_estimate %r: expected seconds > 0" % p["batch_estimate"])
+        self.driver = make_driver(self.module)
+        if p["state"] != "absent":
+            self.doc = self.read_catalog()
+
+    def read_catalog(self):
+        store = CatalogStore(self.module, self.params["catalog"])
+        try:
+            doc = store.read()
+        except catalog.CatalogError as exc:
+            self.module.fail_json(msg="read %s: %s" % (store.where, exc))
+        if not doc["streams"]:
+            self.module.fail_json(
+                msg="%s has no OS streams (it is missing or empty): register images with baked_image and set "
+                "a stream tip with baked_image_stream" % store.where
+            )
+        return doc
+
+    def observe(self):
+        p = self.params
+        instances = self.scope()
+        self.result["missing"] = sorted(set(p["names"] or []) - {i["name"] for i in instances})
+        policy = {k: v for k, v in (p["maintenance_policy"] or {}).items() if v is not None}
+        for inst in instances:
+            try:
+                found = repave.drift(inst, self.doc, p["today"], None, policy)
+            except ValueError as exc:
+                self.fail(str(exc))
+            operator = inst.get("operator") or {}
+            disagreement = None
+            if p["strategy"] == "operator":
+                disagreement = repave.operator_disagreement(found["verdict"], operator)
+            self.entries[self.key(inst)] = {
+                "name": self.key(inst),
+                "namespace": inst.get("namespace"),
+                "revision": inst.get("revision"),
+                "target": found["target"],
+                "verdict": found["verdict"],
+                "action": found["action"],
+                "description": found["description"],
+                "engine_version": inst.get("engine_version"),
+                "os_stream": repave.target_stream(inst, self.doc),
+                "phase": inst.get("phase"),
+                "operator": operator,
+                "disagreement": disagreement,
+                "opt_in": inst.get("opt_in"),
+                "auto_apply_after": found["auto_apply_after"],
+                "forced_apply": found["forced_apply"],
+                "eol_date": found["eol_date"],
+                "result": None,
+            }
+            if disagreement:
+                self.module.warn("%s: %s" % (self.key(inst), disagreement))
+        return instances
+
+    # --- state=report
+
+    def report(self):
+        self.observe()
+        for name in self.result["missing"]:
+            self.module.warn("%s %s was not found" % (self.params["kind"], name))
+        self.finish()
+        self.module.exit_json(**self.result)
+
+    # --- state=repaved
+
+    def classify(self, instances):
+        """``(targets, in_flight, candidates, refused)``; current instances are marked on their entry."""
+        p = self.params
+        targets, in_flight, candidates, refused = {}, [], [], []
+        for inst in instances:
+            key = self.key(inst)
+            entry = self.entries[key]
+            try:
+                target = repave.target_of(inst, self.doc, p["revision"])
+                if p["revision"] and p["strategy"] == "operator":
+                    self.require_tip(inst, target)
+                if repave.is_current(inst, target):
+                    entry["result"] = "current"
+                    continue
+                entry["target"] = target["revision"]
+                if self.in_flight(inst):
+                    targets[key] = target
+                    in_flight.append(key)
+                    continue
+                repave.preflight(inst, self.doc, target, p["today"])
+            except repave.RepaveRefused as exc:
+                entry.update(result="refused", reason=exc.reason, message=str(exc))
+                refused.append(exc)
+                continue
+            targets[key] = target
+            candidates.append(key)
+        return targets, in_flight, candidates, refused
+
+    def require_tip(self, inst, target):
+        tip = repave.target_of(inst, self.doc)["revision"]
+        if tip != target["revision"]:
+            self.fail(
+                "revision %s is not the tip of OS stream %s (%s): the operator repaves to its catalog's tip; "
+                "roll back with strategy direct, or move the tip with baked_image_stream"
+                % (target["revision"], target["os_stream"], tip)
+            )
+
+    def repaved(self):
+        p = self.params
+        instances = self.observe()
+        if self.result["missing"]:
+            self.fail(
+                "%s not found%s: %s"
+                % (
+                    p["kind"],
+                    " in namespace %s" % p["namespace"] if p["namespace"] else "",
+                    ", ".join(self.result["missing"]),
+                )
+            )
+        by_key = {self.key(i): i for i in instances}
+        if p["opt_in"] == "undo-opt-in":
+            for inst in instances:
+                changed = self.set_opt_in(inst, None)
+                self.entries[self.key(inst)].update(opt_in=None, result="opt-in" if changed else "unchanged")
+            self.finish()
+            self.module.exit_json(**self.result)
+        try:
+            limit = rollout.parse_max_unavailable(p["max_unavailable"], len(instances))
+        except ValueError as exc:
+            self.fail(str(exc))
+        targets, in_flight, candidates, refused = self.classify(instances)
+        if refused:
+            if p["halt_on_failure"]:
+                self.fail(
+                    "refusing to repave %d instance(s), nothing written (halt_on_failure): %s"
+                    % (len(refused), "; ".join(str(exc) for exc in refused))
+                )
+            for exc in refused:
+                self.module.warn("skipped: %s" % exc)
+        if p["opt_in"] in ("immediate", "next-maintenance"):
+            for key in candidates:
+                if self.set_opt_in(by_key[key], p["opt_in"]):
+                    self.entries[key]["opt_in"] = p["opt_in"]
+        plan = Rollout(self, instances, targets, in_flight, limit, self.window)
+        try:
+            batches = plan.plan(candidates)
+        except ValueError as exc:  # an order group's selector it cannot read
+            self.fail(str(exc))
+        self.result.update(
+            batches=batches,
+            order=[k for b in batches for k in b],
+            max_unavailable=limit,
+            resumes=sorted(in_flight),
+            pending=[],
+            next_window=None,
+        )
+        if self.module.check_mode:
+            plan.predict(batches)
+            if self.result["starts_now"]:
+                self.result["changed"] = True
+        else:
+            self.result["pending"] = plan.run(batches)
+        self.finish()
+        self.module.exit_json(**self.result)
+
+    # --- state=absent (direct)
+
+    def absent(self):
+        p = self.params
+        found = {i["name"]: i for i in self.scope()}
+        for name in p["names"]:
+            inst = found.get(name) or {
+                "name": name,
+                "namespace": p["namespace"],
+                "annotations": {},
+                "labels": {},
+                "available": False,
+            }
+            outcome = dict(self.driver.teardown(inst, p["purge_data"]) or {})
+            if outcome.get("failed"):
+                self.fail(outcome.get("msg") or "teardown of %s failed" % name, teardown=outcome)
+            changed = bool(outcome.pop("changed", False))
+            self.result["changed"] = self.result["changed"] or changed
+            entry = {"name": name, "namespace": p["namespace"], "result": "deleted" if changed else "absent"}
+            entry.update(outcome)
+            self.entries[name] = entry
+        self.finish()
+        self.module.exit_json(**self.result)
+
+
+def main():
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    runner = Repave(module)
+    runner.prepare()
+    if module.params["state"] == "report":
+        runner.report()
+    elif module.params["state"] == "repaved":
+        runner.repaved()
+    else:
+        runner.absent()
+
+
+if __name__ == "__main__":
+    main()
