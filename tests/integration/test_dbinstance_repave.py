@@ -665,3 +665,40 @@ def test_clear_errors(lab, kube_client, fleet):
     absent = failed(run, "operator absent")["msg"]
     assert "delete the DBInstance and let the operator tear it down" in absent
     assert not fleet.writes()
+
+
+# ------------------------------------------------------------------------------------------- playbook
+
+
+def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
+    names = ["db-%d" % i for i in range(6)]
+    for i, name in enumerate(names):
+        fleet.create(name, labels={"role": "standby" if i % 2 else "primary"})
+    fleet.create("legacy", engine="15")  # the tip does not carry 15: a migration, never a repave
+    fleet.settle(names + ["legacy"])
+    extra = {
+        "repave_namespace": fleet.namespace,
+        "repave_catalog": fleet.catalog,
+        "repave_max_unavailable": 2,
+        "repave_batch_pause": 0,
+        "repave_wait_timeout": 60,
+        "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
+    }
+    playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
+    # Report only: the table and the plan, no write.
+    lab.clear_audit()
+    run = run_playbook(playbook, env=lab.env(), extra_vars=dict(extra, repave_report_only=True))
+    assert run.ok, run.log
+    assert fleet.writes() == []
+    assert "legacy | %s | %s | PGVersionEOL | pg-major-migration" % (OLD, TIP) in run.stdout
+    assert "legacy: " in run.stdout and "pg_dump" in run.stdout
+    plan = run["Repave the fleet"]["batches"]
+    assert plan == [["db-1", "db-3"], ["db-5", "db-0"], ["db-2", "db-4"]]  # standbys first
+
+    run = run_playbook(playbook, env=lab.env(), extra_vars=extra)
+    assert run.ok, run.log
+    assert {n: fleet.revision(n) for n in names} == {n: TIP for n in names}
+    assert fleet.revision("legacy") == OLD and fleet.repaves("legacy") == 0
+    started = [h[2] for h in fleet.history("RepaveStarted")]
+    assert set(started[:3]) == {"db-1", "db-3", "db-5"}  # standbys first
+    assert fleet.operator.repaving_at_once(fleet.namespace) <= 2
