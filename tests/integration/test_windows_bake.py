@@ -311,8 +311,9 @@ class Cluster:
             "kubevirt.io", "v1", self.namespace, "virtualmachines", name
         )
 
-    def guest_seals(self, name, disk: pathlib.Path, errors: list, timeout=180.0):
-        """Play the guest: once the VMI runs, leave ``disk`` on the build claim and power off."""
+    def guest_seals(self, name, disk: pathlib.Path, errors: list, timeout=180.0, screenshot=False):
+        """Play the guest: once the VMI runs, leave ``disk`` on the build claim and power off (with
+        ``screenshot``, only after the role has read the console)."""
         from tests.lab.controllers.volumes import disk_image_path
 
         try:
@@ -326,6 +327,8 @@ class Cluster:
                 raise AssertionError("VM %s never ran" % name)
             running_since = time.time()
             # Power off only after the role has read the VM as Running, so its progress shows it.
+            while time.monotonic() < deadline and screenshot and not self.screenshots(name):
+                time.sleep(0.2)
             while time.monotonic() < deadline and not any(
                 r["resource"] == "virtualmachines"
                 and r["namespace"] == self.namespace
@@ -349,6 +352,55 @@ class Cluster:
                 "virtualmachineinstances",
                 name,
                 {"status": {"phase": "Succeeded"}},
+            )
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+
+    def screenshots(self, name):
+        """Screenshots of VM ``name`` the lab has served so far."""
+        path = "/virtualmachineinstances/%s/vnc/screenshot" % name
+        return sum(1 for r in self.lab.audit() if r["resource"].endswith(path) and r["code"] == 200)
+
+    def console_shows(self, name, screens, errors, timeout=120.0):
+        """Play the guest's screen: show each of ``screens`` once the role has taken a new screenshot."""
+        from tests.lab.controllers.console import CONSOLE
+
+        try:
+            deadline = time.monotonic() + timeout
+            for screen in screens:
+                seen = self.screenshots(name)
+                while self.screenshots(name) <= seen:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("no new screenshot of %s before showing %s" % (name, screen))
+                    time.sleep(0.1)
+                self.custom.patch_namespaced_custom_object(
+                    "kubevirt.io",
+                    "v1",
+                    self.namespace,
+                    "virtualmachines",
+                    name,
+                    {"metadata": {"annotations": {CONSOLE: screen}}},
+                )
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+
+    def console_breaks(self, name, errors, timeout=60.0):
+        """Make the lab's console answer errors as soon as the role has created VM ``name``."""
+        from tests.lab.controllers.console import CONSOLE
+
+        try:
+            deadline = time.monotonic() + timeout
+            while self.vm_or_none(name) is None:
+                if time.monotonic() > deadline:
+                    raise AssertionError("VM %s never created" % name)
+                time.sleep(0.1)
+            self.custom.patch_namespaced_custom_object(
+                "kubevirt.io",
+                "v1",
+                self.namespace,
+                "virtualmachines",
+                name,
+                {"metadata": {"annotations": {CONSOLE: "garbled"}}},
             )
         except Exception as exc:  # reported by the test
             errors.append(exc)
@@ -446,9 +498,15 @@ def test_unsealed_bake_keeps_the_disk_then_cleanup(
     )
     cluster.claim("keep-other", {"goldenimage.pipeline/bake-state": "failed"})
     errors: list = []
-    guest = threading.Thread(target=cluster.guest_seals, args=("bake-bad", windows_disks["failed"], errors))
+    guest = threading.Thread(
+        target=cluster.guest_seals,
+        args=("bake-bad", windows_disks["failed"], errors),
+        kwargs={"screenshot": True},
+    )
     guest.start()
-    run = run_playbook([bake_play(kube_namespace, windows_bake_name="bake-bad")], env=lab.env())
+    # With console screenshots: the VM's power-off ends the console's watch, and the seal is checked.
+    play = bake_play(kube_namespace, windows_bake_name="bake-bad", windows_bake_console_screenshots=True)
+    run = run_playbook([play], env=lab.env())
     guest.join()
     assert not errors, errors
     assert not run.ok
@@ -456,6 +514,9 @@ def test_unsealed_bake_keeps_the_disk_then_cleanup(
     message = run["Report the failed bake"]["msg"]
     assert "stopped but its disk is not sealed" in message and "BUILD_FAILED" in message.upper()
     assert "%s/bake-bad-disk" % kube_namespace in message and "kept for diagnosis" in message
+    progress = [r["msg"] for r in run.results("Show the bake's progress")]
+    assert any(", console graphical (" in line for line in progress), progress
+    assert progress[-1].startswith("VM %s/bake-bad: Stopped" % kube_namespace), progress
     pvc = cluster.core.read_namespaced_persistent_volume_claim("bake-bad-disk", kube_namespace)
     assert pvc.metadata.labels["goldenimage.pipeline/bake-state"] == "failed"
     assert cluster.vm("bake-bad")["metadata"]["labels"]["goldenimage.pipeline/bake-state"] == "failed"
@@ -539,3 +600,87 @@ def test_refusals_before_anything_is_written(lab, kube_client, kube_namespace):
         assert run.ok, run.log
     finally:
         cluster.storage.delete_storage_class(slow, _preload_content=False)
+
+
+def console_bake(lab, cluster, name, screens, tmp_path):
+    """A bake with console screenshots while the guest's screen goes through ``screens``."""
+    errors: list = []
+    guest = threading.Thread(target=cluster.console_shows, args=(name, screens, errors))
+    guest.start()
+    play = bake_play(
+        cluster.namespace,
+        windows_bake_name=name,
+        windows_bake_console_screenshots=True,
+        windows_bake_console_dir=str(tmp_path / "console"),
+    )
+    run = run_playbook([play], env=lab.env())
+    guest.join()
+    assert not errors, errors
+    assert not run.ok, run.log
+    progress = [r["msg"] for r in run.results("Show the bake's progress")]
+    message = run["Report the failed bake"]["msg"]
+    assert "%s/%s-disk" % (cluster.namespace, name) in message and "kept for diagnosis" in message
+    assert "Verify the seal of the disk" not in run.task_names()
+    pvc = cluster.core.read_namespaced_persistent_volume_claim(name + "-disk", cluster.namespace)
+    assert pvc.metadata.labels["goldenimage.pipeline/bake-state"] == "failed"
+    return progress, message
+
+
+@pytest.mark.lab_only
+def test_a_stop_error_on_the_console_fails_the_bake(lab, kube_client, kube_namespace, tmp_path):
+    from tests.lab.controllers.console import render
+
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    progress, message = console_bake(lab, cluster, "bake-crash", ["stop-error"], tmp_path)
+    assert "bake-crash shows a Windows stop error on its console" in message
+    assert "the stop code is on the screen, saved in %s" % (tmp_path / "console") in message
+    prefix = "VM %s/bake-crash: Running, console " % kube_namespace
+    assert [line.split(" (")[0] for line in progress if line.startswith(prefix)] == [
+        prefix + "graphical",
+        prefix + "stop-error",
+    ], progress
+    assert progress[0].startswith("VM %s/bake-crash: " % kube_namespace) and "console" not in progress[0]
+    saved = sorted((tmp_path / "console").glob("bake-crash-*s.png"))
+    assert len(saved) == 2 and saved[-1].read_bytes() == render("stop-error"), saved
+
+
+@pytest.mark.lab_only
+def test_console_text_after_a_reboot_fails_the_bake(lab, kube_client, kube_namespace, tmp_path):
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    progress, message = console_bake(lab, cluster, "bake-loop", ["blank", "text"], tmp_path)
+    assert "bake-loop shows console text again after a reboot" in message
+    assert "the installer CD is booting before the disk" in message and "bootOrder 1" in message
+    classes = [line.split(", console ")[1].split(" (")[0] for line in progress if ", console " in line]
+    assert classes == ["graphical", "blank", "text-console", "text-console"], progress
+
+
+@pytest.mark.lab_only
+def test_an_unreadable_console_leaves_the_status_watch(lab, kube_client, kube_namespace):
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    errors: list = []
+    guest = threading.Thread(target=cluster.console_breaks, args=("bake-dark", errors))
+    guest.start()
+    play = bake_play(
+        kube_namespace,
+        windows_bake_name="bake-dark",
+        windows_bake_console_screenshots=True,
+        windows_bake_timeout=30,
+    )
+    run = run_playbook([play], env=lab.env())
+    guest.join()
+    assert not errors, errors
+    progress = [r["msg"] for r in run.results("Show the bake's progress")]
+    unreadable = [line for line in progress if ", console unreadable (" in line]
+    assert [line.split(", console unreadable (")[1][:6] for line in unreadable] == [
+        "1 of 3",
+        "2 of 3",
+        "3 of 3",
+    ]
+    assert "read the console of VirtualMachineInstance %s/bake-dark: lab: " % kube_namespace in unreadable[0]
+    name = "Go on without screenshots when the console cannot be read or followed"
+    [notice] = [e["result"]["msg"] for e in run.tasks if e["task"] == name and e["status"] == "ok"]
+    assert notice.endswith("no more console screenshots, the last 3 failed; waiting for the VM's status only")
+    # Then the status alone is watched, to the timeout, which fails the bake as usual.
+    message = run["Report the failed bake"]["msg"]
+    assert "timed out after 30s waiting for VM %s/bake-dark to stop" % kube_namespace in message
+    assert "kept for diagnosis" in message

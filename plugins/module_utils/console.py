@@ -1,0 +1,250 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""What a VM's console shows, judged from its pixels alone: no OCR, no I/O.
+
+The console_screenshot module decodes the PNG and hands a small RGB frame (a few hundred pixels wide,
+box-averaged) to ``judge``. The classes are the ones a bake can honestly tell apart by colour and layout:
+
+``blank``
+    almost every pixel black: no signal, powered off, or the gap between two boots.
+``text-console``
+    mostly black with a little grey or white text that starts at the left margin: firmware messages,
+    or "Press any key to boot from CD or DVD". Windows' own dark screens (the boot logo, "Getting
+    ready") draw their content centred or in colour, so they count as ``graphical``.
+``stop-error``
+    one flat blue covering most of the screen: a Windows stop error.
+``graphical``
+    anything richer: Setup, OOBE, a desktop.
+``match:<name>``
+    the caller's reference image ``name`` has an average hash within a Hamming distance.
+
+The fingerprint is a 64-bit average hash (8x8 cells, each bit "brighter than the mean"): it tells
+layouts apart and ignores small changes, so a progress counter does not change it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+BLANK = "blank"
+TEXT = "text-console"
+STOP_ERROR = "stop-error"
+GRAPHICAL = "graphical"
+CLASSES = (BLANK, TEXT, STOP_ERROR, GRAPHICAL)
+MATCH_PREFIX = "match:"
+
+HASH_SIDE = 8
+DEFAULT_MATCH_DISTANCE = 6
+
+# Luma thresholds, for box-averaged frames: a 1-pixel text stroke averaged into a 4x4 box still
+# reaches LIT, while the noise of a black screen stays under DARK.
+DARK = 40
+LIT = 56
+# Share of the screen that may be lit for it to count as black (a blinking cursor, a stray pixel).
+BLANK_LIT_SHARE = 0.0005
+# A text console is at least this dark, its lit pixels mostly grey or white, and they start this
+# close to the left edge.
+TEXT_DARK_SHARE = 0.85
+TEXT_GREY_SHARE = 0.7
+TEXT_LEFT_MARGIN = 0.15
+GREY_SPREAD = 60
+# A stop error: this share of blue pixels, and one flat colour (the blue) covering this share.
+STOP_BLUE_SHARE = 0.6
+STOP_FLAT_SHARE = 0.5
+
+
+class Frame(object):
+    """``width`` x ``height`` pixels as packed RGB bytes, row by row."""
+
+    def __init__(self, width, height, rgb):
+        width, height = int(width), int(height)
+        if width < 1 or height < 1:
+            raise ValueError("a frame needs at least one pixel, got %dx%d" % (width, height))
+        if len(rgb) != width * height * 3:
+            raise ValueError(
+                "a %dx%d RGB frame holds %d bytes, got %d" % (width, height, width * height * 3, len(rgb))
+            )
+        self.width, self.height, self.rgb = width, height, bytes(rgb)
+
+    def _triples(self):
+        data = self.rgb
+        return (data[index : index + 3] for index in range(0, len(data), 3))
+
+    def colours(self):
+        """``{rgb: count}`` of the frame's pixels, each colour as 3 bytes."""
+        counts = {}
+        for colour in self._triples():
+            counts[colour] = counts.get(colour, 0) + 1
+        return counts
+
+    def luma_plane(self, colours=None):
+        """One luma byte per pixel, row by row (computed once per distinct colour)."""
+        table = {c: luma(*c) for c in (colours or self.colours())}
+        return bytes(table[c] for c in self._triples())
+
+
+def luma(r, g, b):
+    return (299 * r + 587 * g + 114 * b) // 1000
+
+
+def is_blue(r, g, b):
+    """Saturated blue, from a stop error's light blue (0, 120, 215) to the classic (0, 0, 170)."""
+    high, low = max(r, g, b), min(r, g, b)
+    if high != b or high < 80 or (high - low) < 0.5 * high:
+        return False
+    # Hue in degrees of a pixel whose largest channel is blue: 180 (cyan) to 300 (magenta).
+    hue = 240 + 60 * (r - g) / float(high - low)
+    return 195 <= hue <= 250
+
+
+_LIT_MASK = bytes(1 if value >= LIT else 0 for value in range(256))
+
+
+def _lit_span(frame, plane):
+    """Leftmost and rightmost column holding a lit pixel, or None."""
+    mask = plane.translate(_LIT_MASK)
+    left, right = frame.width, -1
+    for row in range(0, len(mask), frame.width):
+        line = mask[row : row + frame.width]
+        first = line.find(1)
+        if first >= 0:
+            left, right = min(left, first), max(right, line.rfind(1))
+    return (left, right) if right >= 0 else None
+
+
+def measure(frame, colours=None, plane=None):
+    """The shares and positions the classes are decided on."""
+    colours = colours or frame.colours()
+    plane = plane or frame.luma_plane(colours)
+    total = float(frame.width * frame.height)
+    dark = lit = grey = blue = 0
+    flat = {}
+    for (r, g, b), count in colours.items():
+        value = luma(r, g, b)
+        if value < DARK:
+            dark += count
+        elif value >= LIT:
+            lit += count
+            if max(r, g, b) - min(r, g, b) <= GREY_SPREAD:
+                grey += count
+        if is_blue(r, g, b):
+            blue += count
+        key = (r >> 4, g >> 4, b >> 4)
+        flat[key] = flat.get(key, 0) + count
+    top = max(flat.items(), key=lambda item: (item[1], item[0]))
+    span = _lit_span(frame, plane)
+    left, right = span if span else (frame.width, frame.width)
+    return {
+        "dark": round(dark / total, 4),
+        "lit": round(lit / total, 4),
+        "lit_grey": round(grey / float(lit), 4) if lit else 0.0,
+        "lit_left": round(left / float(frame.width), 4),
+        "lit_centre": round((left + right) / 2.0 / frame.width, 4) if span else 0.5,
+        "blue": round(blue / total, 4),
+        "flat": round(top[1] / total, 4),
+        "flat_is_blue": is_blue(*[c * 16 + 8 for c in top[0]]),
+        "lit_pixels": lit,
+    }
+
+
+def _sure(value, threshold, span):
+    """0.5 at the threshold, 1.0 ``span`` beyond it: how clearly a measure passed its test."""
+    return round(0.5 + 0.5 * max(0.0, min(1.0, abs(value - threshold) / float(span))), 3)
+
+
+def classify(features):
+    """``(class, confidence)`` from ``measure``'s features."""
+    f = features
+    if f["flat_is_blue"] and f["flat"] >= STOP_FLAT_SHARE and f["blue"] >= STOP_BLUE_SHARE:
+        return STOP_ERROR, _sure(f["blue"], STOP_BLUE_SHARE, 0.3)
+    if f["lit"] < BLANK_LIT_SHARE and f["dark"] >= 0.99:
+        return BLANK, _sure(f["lit"], BLANK_LIT_SHARE, BLANK_LIT_SHARE)
+    if (
+        f["dark"] >= TEXT_DARK_SHARE
+        and f["lit_grey"] >= TEXT_GREY_SHARE
+        and f["lit_left"] <= TEXT_LEFT_MARGIN
+    ):
+        return TEXT, min(
+            _sure(f["dark"], TEXT_DARK_SHARE, 0.1),
+            _sure(f["lit_left"], TEXT_LEFT_MARGIN, TEXT_LEFT_MARGIN),
+        )
+    # Rich content is clear; a dark screen with centred or coloured content is graphical, less surely.
+    return GRAPHICAL, _sure(f["dark"], TEXT_DARK_SHARE, 0.5) if f["dark"] < TEXT_DARK_SHARE else 0.6
+
+
+def average_hash(frame, plane=None):
+    """64-bit average hash as 16 hex digits: each of 8x8 cells brighter than the cells' mean or not."""
+    plane = plane or frame.luma_plane()
+    width, height = frame.width, frame.height
+    cols = [x * width // HASH_SIDE for x in range(HASH_SIDE + 1)]
+    sums = [0] * (HASH_SIDE * HASH_SIDE)
+    counts = [0] * (HASH_SIDE * HASH_SIDE)
+    for y in range(height):
+        base = (y * HASH_SIDE // height) * HASH_SIDE
+        row = plane[y * width : (y + 1) * width]
+        for cell in range(HASH_SIDE):
+            sums[base + cell] += sum(row[cols[cell] : cols[cell + 1]])
+            counts[base + cell] += cols[cell + 1] - cols[cell]
+    means = [sums[i] / float(counts[i]) if counts[i] else 0.0 for i in range(len(sums))]
+    average = sum(means) / len(means)
+    bits = 0
+    for value in means:
+        bits = (bits << 1) | (1 if value > average else 0)
+    return "%016x" % bits
+
+
+def hamming(first, second):
+    """Bits that differ between two fingerprints."""
+    return bin(int(first, 16) ^ int(second, 16)).count("1")
+
+
+def best_match(fingerprint, references, max_distance=DEFAULT_MATCH_DISTANCE):
+    """``(name, distance)`` of the nearest reference within ``max_distance``, else ``(None, None)``."""
+    found = sorted((hamming(fingerprint, print_), name) for name, print_ in (references or {}).items())
+    if found and found[0][0] <= max_distance:
+        return found[0][1], found[0][0]
+    return None, None
+
+
+def unchanged(fingerprint, previous, previous_time, now, stuck_after):
+    """How long the console has shown the same fingerprint.
+
+    ``previous_time`` is when ``previous`` was first seen. Returns ``unchanged_for`` (seconds),
+    ``since`` (when the current fingerprint was first seen) and ``stuck`` (``stuck_after`` > 0 and
+    reached).
+    """
+    if previous and fingerprint == previous and previous_time is not None:
+        since = float(previous_time)
+    else:
+        since = float(now)
+    held = max(0.0, float(now) - since)
+    return {
+        "unchanged_for": int(held),
+        "since": since,
+        "stuck": bool(stuck_after and stuck_after > 0 and held >= stuck_after),
+    }
+
+
+def judge(frame, references=None, max_distance=DEFAULT_MATCH_DISTANCE):
+    """Class, confidence and fingerprint of a frame; a reference within reach names the class."""
+    colours = frame.colours()
+    plane = frame.luma_plane(colours)
+    features = measure(frame, colours, plane)
+    base, confidence = classify(features)
+    fingerprint = average_hash(frame, plane)
+    name, distance = best_match(fingerprint, references, max_distance)
+    verdict = {
+        "class": base,
+        "base_class": base,
+        "confidence": confidence,
+        "fingerprint": fingerprint,
+        "features": features,
+        "match": name or "",
+        "distance": distance,
+    }
+    if name is not None:
+        verdict["class"] = MATCH_PREFIX + name
+        verdict["confidence"] = round(1.0 - distance / float(HASH_SIDE * HASH_SIDE), 3)
+    return verdict

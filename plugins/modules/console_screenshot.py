@@ -1,0 +1,424 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: console_screenshot
+short_description: Take a KubeVirt VM's console screenshot and say what it shows
+version_added: 0.1.0
+description:
+  - Reads the VNC screenshot of a running VirtualMachineInstance from KubeVirt's subresource
+    C(/apis/subresources.kubevirt.io/v1/namespaces/<namespace>/virtualmachineinstances/<name>/vnc/screenshot),
+    a PNG, with the same authentication as the other cluster-facing modules, and classifies it from its
+    pixels alone (no OCR).
+  - V(blank) is a screen almost all black (no signal, powered off, between two boots).
+    V(text-console) is mostly black with a little grey or white text from the left margin (firmware
+    messages, or C(Press any key to boot from CD or DVD)). V(stop-error) is one flat blue over most of the
+    screen (a Windows stop error). V(graphical) is richer content (Setup, OOBE, a desktop, and also Windows'
+    dark screens whose content is centred or coloured, such as the boot logo). V(match:<name>) names one of
+    O(references) whose average hash is within O(match_distance).
+  - RV(fingerprint) is a 64-bit average hash of the screen. Given the previous fingerprint and when it was
+    first seen, the module says how long the screen has not changed (RV(unchanged_for)) and whether that
+    reaches O(stuck_after). The hash ignores small changes such as a progress counter, so a long static
+    phase also reads as unchanged.
+  - The module only reads. It never reports a change, even when it writes O(dest).
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+  - Pillow (on the controller), to decode the PNG
+options:
+  name:
+    description:
+      - Name of the VirtualMachineInstance; a VirtualMachine's instance has the VM's name.
+    type: str
+    required: true
+  namespace:
+    description:
+      - Namespace of the VirtualMachineInstance.
+    type: str
+    required: true
+  dest:
+    description:
+      - Save the screenshot, as received, to this path on the controller (parent directories are created).
+        Not written in check mode.
+    type: path
+  references:
+    description:
+      - Reference screenshots, a name to a PNG path on the controller. When one's average hash is within
+        O(match_distance) of the screenshot's, the class is V(match:<name>) (the nearest wins).
+    type: dict
+    default: {}
+  match_distance:
+    description:
+      - Largest Hamming distance, in bits out of 64, between fingerprints that still match a reference.
+    type: int
+    default: 6
+  previous_fingerprint:
+    description:
+      - RV(fingerprint) of the previous screenshot. With O(previous_time), the module returns
+        RV(unchanged_for), RV(since) and RV(stuck).
+    type: str
+  previous_time:
+    description:
+      - When O(previous_fingerprint) was first seen, in seconds since the epoch (RV(since) of the previous
+        run).
+    type: float
+  stuck_after:
+    description:
+      - Seconds of an unchanged fingerprint after which RV(stuck) is true. V(0) never reports stuck.
+    type: int
+    default: 1800
+  move_cursor:
+    description:
+      - Ask KubeVirt to move the pointer before the screenshot (C(moveCursor=true)), which wakes a display the
+        guest has put to sleep, so that a sleeping screen does not read as V(blank).
+    type: bool
+    default: false
+  timeout:
+    description:
+      - Seconds to wait for the screenshot. KubeVirt itself gives up on the VNC server after 2 seconds.
+    type: int
+    default: 30
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads and classifies in check mode too; only O(dest) is not written.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Reads only; the result depends on what the guest shows.
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - "The RBAC it needs: get C(virtualmachineinstances) in C(kubevirt.io), and get
+    C(virtualmachineinstances/vnc/screenshot) in C(subresources.kubevirt.io)."
+  - The module fails when the instance does not exist or is not C(Running); RV(vmi_phase) then says which.
+seealso:
+  - module: goldenimage.pipeline.clone_gate
+"""
+
+EXAMPLES = r"""
+- name: What does the build VM show?
+  goldenimage.pipeline.console_screenshot:
+    name: win11-bake
+    namespace: golden-images-build
+    dest: /var/tmp/bake/console.png
+  register: shot
+
+- name: Has it changed since the last look?
+  goldenimage.pipeline.console_screenshot:
+    name: win11-bake
+    namespace: golden-images-build
+    move_cursor: true
+    previous_fingerprint: "{{ shot.fingerprint }}"
+    previous_time: "{{ shot.since }}"
+    stuck_after: 3600
+    references:
+      edk2-boot-manager: files/screens/edk2-boot-manager.png
+  register: again
+
+- name: Say so
+  ansible.builtin.debug:
+    msg: "{{ again['class'] }}, unchanged for {{ again.unchanged_for }}s"
+"""
+
+RETURN = r"""
+class:
+  description: V(blank), V(text-console), V(stop-error), V(graphical), or V(match:<name>) for a reference.
+  returned: success
+  type: str
+  sample: graphical
+base_class:
+  description: The class from the pixels, even when a reference matched.
+  returned: success
+  type: str
+  sample: text-console
+confidence:
+  description:
+    - From 0.5 (at a threshold) to 1.0 (far past it); for a match, the share of the 64 hash bits that agree.
+  returned: success
+  type: float
+  sample: 0.93
+fingerprint:
+  description: Average hash of the screen, 16 hex digits.
+  returned: success
+  type: str
+  sample: 00003e7e7e7e0000
+match:
+  description: Name of the matching reference; empty when none matched.
+  returned: success
+  type: str
+  sample: ""
+distance:
+  description: Hamming distance to the matching reference.
+  returned: when a reference matched
+  type: int
+  sample: 2
+references:
+  description: Hamming distance to each reference.
+  returned: success
+  type: dict
+  sample: {"edk2-boot-manager": 23}
+features:
+  description: The measures the class was decided on (shares of dark, lit, grey and blue pixels, ...).
+  returned: success
+  type: dict
+  sample: {"dark": 0.983, "lit": 0.012, "lit_grey": 1.0, "lit_left": 0.0, "blue": 0.0, "flat": 0.975}
+width:
+  description: Width of the screenshot in pixels.
+  returned: success
+  type: int
+  sample: 1024
+height:
+  description: Height of the screenshot in pixels.
+  returned: success
+  type: int
+  sample: 768
+taken:
+  description: When the screenshot was taken, in seconds since the epoch.
+  returned: success
+  type: float
+  sample: 1764421923.52
+unchanged_for:
+  description: Seconds the screen has shown the same fingerprint (0 when it changed).
+  returned: when O(previous_fingerprint) and O(previous_time) are given
+  type: int
+  sample: 1260
+since:
+  description: When the current fingerprint was first seen; pass it as O(previous_time) next time.
+  returned: success
+  type: float
+  sample: 1764420663.1
+stuck:
+  description: Whether RV(unchanged_for) reached O(stuck_after).
+  returned: when O(previous_fingerprint) and O(previous_time) are given
+  type: bool
+  sample: false
+vmi_phase:
+  description: Phase of the VirtualMachineInstance; empty when it does not exist.
+  returned: always, unless the instance could not be read
+  type: str
+  sample: Running
+dest:
+  description: Where the screenshot was saved.
+  returned: when O(dest) is given and not in check mode
+  type: str
+  sample: /var/tmp/bake/console.png
+"""
+
+import io
+import os
+import tempfile
+import time
+import traceback
+
+from ansible.module_utils.basic import missing_required_lib
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+
+API_VERSION = "kubevirt.io/v1"
+KIND = "VirtualMachineInstance"
+SCREENSHOT_PATH = (
+    "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/vnc/screenshot"
+)
+# Frames are box-averaged down to this size before classification: enough for text strokes to survive.
+FRAME_SIZE = (256, 192)
+PILLOW_REASON = "to decode the console screenshot; install Pillow (pip install Pillow) on the controller"
+
+
+class MissingPillow(Exception):
+    pass
+
+
+class NotAnImage(Exception):
+    pass
+
+
+def pillow_image():
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise MissingPillow(str(exc)) from exc
+    return Image
+
+
+def frame_from_png(data):
+    """``(Frame, (width, height))`` of a PNG: RGB, box-averaged to at most FRAME_SIZE."""
+    image_module = pillow_image()
+    try:
+        with image_module.open(io.BytesIO(data)) as image:
+            if image.format != "PNG":
+                raise NotAnImage("a %s image, not a PNG" % image.format)
+            rgb = image.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise NotAnImage(str(exc) or type(exc).__name__) from exc
+    size = rgb.size
+    factor = max(1, -(-size[0] // FRAME_SIZE[0]), -(-size[1] // FRAME_SIZE[1]))
+    if factor > 1:
+        rgb = rgb.reduce(factor)
+    return console.Frame(rgb.width, rgb.height, rgb.tobytes()), size
+
+
+def argument_spec():
+    return dict(
+        name=dict(type="str", required=True),
+        namespace=dict(type="str", required=True),
+        dest=dict(type="path"),
+        references=dict(type="dict", default={}),
+        match_distance=dict(type="int", default=console.DEFAULT_MATCH_DISTANCE),
+        previous_fingerprint=dict(type="str"),
+        previous_time=dict(type="float"),
+        stuck_after=dict(type="int", default=1800),
+        move_cursor=dict(type="bool", default=False),
+        timeout=dict(type="int", default=30),
+    )
+
+
+def save(path, data):
+    """Write ``data`` to ``path`` whole or not at all."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        os.makedirs(folder)
+    handle, partial = tempfile.mkstemp(prefix=".console-", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.rename(partial, path)
+    except Exception:
+        if os.path.exists(partial):
+            os.unlink(partial)
+        raise
+
+
+class Screenshot(object):
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.where = "%s/%s" % (self.p["namespace"], self.p["name"])
+
+    def fail(self, msg, **extra):
+        self.module.fail_json(msg=msg, **extra)
+
+    def decode(self, data, what, **extra):
+        try:
+            return frame_from_png(data)
+        except MissingPillow:
+            self.module.fail_json(
+                msg=missing_required_lib("Pillow", reason=PILLOW_REASON),
+                exception=traceback.format_exc(),
+                **extra,
+            )
+        except NotAnImage as exc:
+            self.fail("%s is not a PNG image: %s" % (what, exc), **extra)
+
+    def reference_prints(self, **extra):
+        prints = {}
+        for name, path in sorted((self.p["references"] or {}).items()):
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except (IOError, OSError) as exc:
+                self.fail("reference %s: cannot read %s: %s" % (name, path, exc), **extra)
+            frame, _size = self.decode(data, "reference %s (%s)" % (name, path), **extra)
+            prints[name] = console.average_hash(frame)
+        return prints
+
+    def read_instance(self):
+        try:
+            vmi = self.module.fetch(API_VERSION, KIND, self.p["name"], self.p["namespace"])
+        except Exception as exc:
+            self.module.fail_from_exception("get %s %s" % (KIND, self.where), exc)
+        if vmi is None:
+            self.fail(
+                "%s %s does not exist: the VM is not running, so there is no console to read"
+                % (KIND, self.where),
+                vmi_phase="",
+            )
+        phase = (vmi.get("status") or {}).get("phase") or ""
+        if phase != "Running":
+            self.fail(
+                "%s %s is %s, not Running: there is no console to read"
+                % (KIND, self.where, phase or "pending"),
+                vmi_phase=phase,
+            )
+        return phase
+
+    def fetch_png(self, phase):
+        api = self.module.client.client.client  # kubernetes.client.ApiClient, configured like every module
+        query = [("moveCursor", "true")] if self.p["move_cursor"] else []
+        try:
+            response = api.call_api(
+                SCREENSHOT_PATH,
+                "GET",
+                path_params={"namespace": self.p["namespace"], "name": self.p["name"]},
+                query_params=query,
+                header_params={"Accept": "image/png"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _preload_content=False,
+                _request_timeout=self.p["timeout"],
+            )
+            return response.data
+        except Exception as exc:
+            self.module.fail_from_exception(
+                "read the console of %s %s" % (KIND, self.where), exc, vmi_phase=phase
+            )
+
+    def run(self):
+        p = self.p
+        phase = self.read_instance()
+        data = self.fetch_png(phase)
+        taken = time.time()
+        frame, (width, height) = self.decode(data, "the screenshot of %s" % self.where, vmi_phase=phase)
+        prints = self.reference_prints(vmi_phase=phase)
+        verdict = console.judge(frame, prints, p["match_distance"])
+        result = dict(
+            changed=False,
+            vmi_phase=phase,
+            width=width,
+            height=height,
+            taken=round(taken, 3),
+            references={name: console.hamming(verdict["fingerprint"], fp) for name, fp in prints.items()},
+        )
+        result.update((key, value) for key, value in verdict.items() if key != "distance")
+        if verdict["distance"] is not None:
+            result["distance"] = verdict["distance"]
+        held = console.unchanged(
+            verdict["fingerprint"], p["previous_fingerprint"], p["previous_time"], taken, p["stuck_after"]
+        )
+        result["since"] = round(held["since"], 3)
+        if p["previous_fingerprint"] is not None and p["previous_time"] is not None:
+            result.update(unchanged_for=held["unchanged_for"], stuck=held["stuck"])
+        if p["dest"] and not self.module.check_mode:
+            try:
+                save(p["dest"], data)
+            except (IOError, OSError) as exc:
+                self.fail("cannot write the screenshot to %s: %s" % (p["dest"], exc), **result)
+            result["dest"] = p["dest"]
+        self.module.exit_json(**result)
+
+
+def main():
+    module = KubeModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        required_together=[("previous_fingerprint", "previous_time")],
+    )
+    if module.params["match_distance"] < 0 or module.params["timeout"] < 1:
+        module.fail_json(msg="match_distance must be at least 0 and timeout at least 1 (seconds)")
+    Screenshot(module).run()
+
+
+if __name__ == "__main__":
+    main()

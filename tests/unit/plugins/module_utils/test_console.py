@@ -1,0 +1,288 @@
+"""Console classification on screens drawn here with Pillow, at the resolutions firmware and Windows use,
+through the module's own PNG decoding: each class, the dark screens that are not console text,
+references, and the stuck signal."""
+
+import io
+import sys
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
+from ansible_collections.goldenimage.pipeline.plugins.modules import console_screenshot as module
+from PIL import Image, ImageDraw, ImageFont
+
+WHITE, GREY, BLACK = (255, 255, 255), (170, 170, 170), (0, 0, 0)
+
+
+def font(size):
+    return ImageFont.load_default(size=size)
+
+
+def png(image):
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def judge(image, references=None, distance=console.DEFAULT_MATCH_DISTANCE):
+    frame, _size = module.frame_from_png(png(image))
+    prints = {
+        name: console.average_hash(module.frame_from_png(png(ref))[0])
+        for name, ref in (references or {}).items()
+    }
+    return console.judge(frame, prints, distance)
+
+
+def screen(size, colour=BLACK):
+    image = Image.new("RGB", size, colour)
+    return image, ImageDraw.Draw(image)
+
+
+# Screens -------------------------------------------------------------------------------------------
+
+
+def black(size=(1024, 768), cursor=False):
+    image, draw = screen(size)
+    if cursor:  # the firmware's blinking cursor, top left
+        draw.rectangle((0, 14, 7, 15), fill=GREY)
+    return image
+
+
+def firmware_text(size, lines, colour=GREY, pitch=19, size_px=15):
+    image, draw = screen(size)
+    for row, line in enumerate(lines):
+        draw.text((0, row * pitch), line, fill=colour, font=font(size_px))
+    return image
+
+
+PROMPT = ["Press any key to boot from CD or DVD...."]
+BDS = [
+    'BdsDxe: loading Boot0001 "UEFI QEMU HARDDISK QM00001 " from PciRoot(0x0)/Pci(0x1F,0x2)',
+    'BdsDxe: starting Boot0001 "UEFI QEMU HARDDISK QM00001 " from PciRoot(0x0)/Pci(0x1F,0x2)',
+    "",
+    "Boot Failed. EFI Hard Drive",
+    "Press any key to boot from CD or DVD....",
+]
+
+
+def stop_error(size, blue, text=WHITE, progress="0% complete"):
+    image, draw = screen(size, blue)
+    width, height = size
+    x = width // 8
+    draw.text((x, height // 8), ":(", fill=text, font=font(height // 6))
+    lines = ("Your device ran into a problem and needs to restart.", "", progress)
+    for row, line in enumerate(lines):
+        draw.text((x, height * 4 // 10 + row * height // 20), line, fill=text, font=font(height // 28))
+    draw.rectangle((x, height * 7 // 10, x + height // 8, height * 7 // 10 + height // 8), fill=text)
+    return image
+
+
+def classic_stop(size):
+    image, draw = screen(size, (0, 0, 170))
+    lines = [
+        "A problem has been detected and Windows has been shut down to prevent damage",
+        "to your computer.",
+        "",
+        "INACCESSIBLE_BOOT_DEVICE",
+        "",
+        "Technical information:",
+        "*** STOP: 0x0000007B (0xFFFFF880009A97E8,0xFFFFFFFFC0000034,0x0000000000000000)",
+    ]
+    for row, line in enumerate(lines):
+        draw.text((8, 8 + row * 16), line, fill=GREY, font=font(13))
+    return image
+
+
+def setup_window(size, progress=42):
+    image, draw = screen(size)
+    width, height = size
+    for y in range(height):
+        draw.line(
+            (0, y, width, y), fill=(30 + 40 * y // height, 30 + 50 * y // height, 100 + 90 * y // height)
+        )
+    left, top = width // 5, height // 4
+    draw.rectangle((left, top, width - left, height - top), fill=(240, 240, 240))
+    draw.text((left + 20, top + 20), "Windows Setup", fill=(10, 10, 10), font=font(18))
+    draw.text((left + 20, top + 60), "Installing Windows %d%%" % progress, fill=(10, 10, 10), font=font(16))
+    draw.rectangle((left + 20, top + 120, left + 20 + 3 * progress, top + 135), fill=(0, 120, 215))
+    return image
+
+
+def desktop(size):
+    image, draw = screen(size)
+    width, height = size
+    for x in range(width):
+        draw.line((x, 0, x, height), fill=(0, 60 + 100 * x // width, 140 + 80 * x // width))
+    draw.rectangle((0, height - 48, width, height), fill=(32, 32, 32))
+    for index in range(6):
+        draw.rectangle(
+            (width // 2 - 150 + index * 50, height - 40, width // 2 - 118 + index * 50, height - 8),
+            fill=WHITE,
+        )
+    draw.rectangle((40, 40, 420, 300), fill=WHITE)
+    draw.text((60, 60), "Administrator: Windows PowerShell", fill=BLACK, font=font(14))
+    return image
+
+
+def boot_logo(size):
+    """Windows' own dark boot screen: a centred blue logo and white spinner dots."""
+    image, draw = screen(size)
+    width, height = size
+    cx, cy, side = width // 2, height * 2 // 5, height // 12
+    for dx in (-side - 4, 4):
+        for dy in (-side - 4, 4):
+            draw.rectangle((cx + dx, cy + dy, cx + dx + side, cy + dy + side), fill=(0, 120, 215))
+    for index in range(5):
+        x = cx - 30 + index * 14
+        draw.ellipse((x, height * 3 // 4, x + 5, height * 3 // 4 + 5), fill=WHITE)
+    return image
+
+
+def getting_ready(size):
+    """Specialize/OOBE's dark screen: centred white text and a spinner."""
+    image, draw = screen(size)
+    width, height = size
+    text = "Getting ready"
+    draw.text((width // 2 - 60, height * 3 // 5), text, fill=WHITE, font=font(22))
+    for index in range(5):
+        draw.ellipse(
+            (width // 2 - 20 + index * 9, height // 2, width // 2 - 16 + index * 9, height // 2 + 4),
+            fill=WHITE,
+        )
+    return image
+
+
+CASES = {
+    "black": (black(), console.BLANK),
+    "black 800x600 with cursor": (black((800, 600), cursor=True), console.BLANK),
+    "prompt 800x600": (firmware_text((800, 600), PROMPT), console.TEXT),
+    "prompt 1024x768 white": (firmware_text((1024, 768), PROMPT, WHITE), console.TEXT),
+    "firmware 1280x800": (firmware_text((1280, 800), BDS), console.TEXT),
+    "firmware 640x480": (firmware_text((640, 480), BDS, pitch=16, size_px=12), console.TEXT),
+    "stop error 1024x768": (stop_error((1024, 768), (0, 120, 215)), console.STOP_ERROR),
+    "stop error 1280x800 darker": (
+        stop_error((1280, 800), (16, 113, 170), progress="100% complete"),
+        console.STOP_ERROR,
+    ),
+    "classic stop 640x480": (classic_stop((640, 480)), console.STOP_ERROR),
+    "setup 1024x768": (setup_window((1024, 768)), console.GRAPHICAL),
+    "setup 800x600": (setup_window((800, 600), 80), console.GRAPHICAL),
+    "desktop 1280x800": (desktop((1280, 800)), console.GRAPHICAL),
+    "boot logo": (boot_logo((1024, 768)), console.GRAPHICAL),
+    "getting ready": (getting_ready((1024, 768)), console.GRAPHICAL),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_class(name):
+    image, expected = CASES[name]
+    verdict = judge(image)
+    assert verdict["class"] == expected == verdict["base_class"], (name, verdict["features"])
+    assert 0.5 <= verdict["confidence"] <= 1.0
+    assert verdict["match"] == "" and verdict["distance"] is None
+
+
+def test_text_far_from_the_left_margin_is_not_console_text():
+    image, draw = screen((1024, 768))
+    draw.text((400, 300), "Press any key to boot from CD or DVD....", fill=GREY, font=font(15))
+    assert judge(image)["class"] == console.GRAPHICAL
+
+
+def test_a_blue_backdrop_with_a_window_is_not_a_stop_error():
+    image, draw = screen((1024, 768), (0, 120, 215))
+    draw.rectangle((150, 120, 874, 648), fill=(240, 240, 240))
+    assert judge(image)["class"] == console.GRAPHICAL
+
+
+def test_sure_cases_are_surer_than_borderline_ones():
+    assert judge(black())["confidence"] == 1.0
+    assert judge(stop_error((1024, 768), (0, 120, 215)))["confidence"] >= 0.9
+    assert judge(boot_logo((1024, 768)))["confidence"] < judge(desktop((1280, 800)))["confidence"]
+
+
+# Fingerprints and references -----------------------------------------------------------------------
+
+
+def test_fingerprint_ignores_a_progress_counter_and_tells_screens_apart():
+    first, later = judge(setup_window((1024, 768), 41)), judge(setup_window((1024, 768), 42))
+    assert console.hamming(first["fingerprint"], later["fingerprint"]) <= 2
+    prints = {judge(image)["fingerprint"] for image, _ in CASES.values()}
+    assert len(prints) >= 10
+    assert judge(black())["fingerprint"] == "0000000000000000"
+
+
+def test_references_name_the_nearest_match_within_reach():
+    refs = {"setup": setup_window((1024, 768), 10), "stop": stop_error((1024, 768), (0, 120, 215))}
+    near = judge(setup_window((1024, 768), 55), refs)
+    assert near["class"] == "match:setup" and near["base_class"] == console.GRAPHICAL
+    assert near["match"] == "setup" and near["distance"] <= 2
+    assert near["confidence"] == round(1 - near["distance"] / 64.0, 3)
+    # A different resolution of the same layout still matches: the hash is taken on 8x8 cells.
+    assert judge(stop_error((800, 600), (0, 120, 215)), refs)["class"] == "match:stop"
+    far = judge(desktop((1280, 800)), refs)
+    assert far["class"] == console.GRAPHICAL and far["match"] == ""
+    # Every fingerprint is within 64 bits of every other.
+    assert judge(desktop((1280, 800)), refs, distance=64)["class"].startswith("match:")
+
+
+def test_best_match_prefers_the_nearest_then_the_name():
+    prints = {"b": "00000000000000ff", "a": "00000000000000ff", "c": "0000000000000000"}
+    assert console.best_match("00000000000000ff", prints) == ("a", 0)
+    assert console.best_match("ffffffffffffffff", prints) == (None, None)
+    assert console.best_match("000000000000000f", prints, max_distance=4) == ("a", 4)
+    assert console.best_match("0000000000000000", {}) == (None, None)
+    assert console.hamming("ff", "0f") == 4
+
+
+# Stuck -------------------------------------------------------------------------------------------
+
+
+def test_unchanged_counts_from_when_the_fingerprint_was_first_seen():
+    held = console.unchanged("abcd", "abcd", 1000.0, 1900.0, stuck_after=900)
+    assert held == {"unchanged_for": 900, "since": 1000.0, "stuck": True}
+    assert console.unchanged("abcd", "abcd", 1000.0, 1899.0, 900)["stuck"] is False
+    moved = console.unchanged("abce", "abcd", 1000.0, 1900.0, 900)
+    assert moved == {"unchanged_for": 0, "since": 1900.0, "stuck": False}
+    assert console.unchanged("abcd", None, None, 1900.0, 900)["since"] == 1900.0
+    assert console.unchanged("abcd", "abcd", 0.0, 99999.0, 0)["stuck"] is False
+
+
+def test_a_static_screen_is_stuck_and_a_new_one_is_not():
+    first = judge(firmware_text((1024, 768), BDS))
+    again = judge(firmware_text((1024, 768), BDS))
+    held = console.unchanged(again["fingerprint"], first["fingerprint"], 100.0, 100.0 + 1800, 1800)
+    assert held["stuck"] is True and held["unchanged_for"] == 1800
+    other = judge(setup_window((1024, 768)))
+    assert (
+        console.unchanged(other["fingerprint"], first["fingerprint"], 100.0, 1900.0, 1800)["stuck"] is False
+    )
+
+
+# Decoding ---------------------------------------------------------------------------------------
+
+
+def test_frames_are_reduced_and_checked():
+    frame, size = module.frame_from_png(png(black((1280, 800))))
+    assert size == (1280, 800) and (frame.width, frame.height) == (256, 160)
+    frame, size = module.frame_from_png(png(black((200, 100))))
+    assert (frame.width, frame.height) == (200, 100)
+    with pytest.raises(ValueError, match="holds 12 bytes, got 3"):
+        console.Frame(2, 2, b"\0\0\0")
+    with pytest.raises(ValueError, match="at least one pixel"):
+        console.Frame(0, 1, b"")
+
+
+def test_what_is_not_a_png_is_refused():
+    jpeg = io.BytesIO()
+    black((64, 48)).save(jpeg, format="JPEG")
+    with pytest.raises(module.NotAnImage, match="a JPEG image, not a PNG"):
+        module.frame_from_png(jpeg.getvalue())
+    with pytest.raises(module.NotAnImage):
+        module.frame_from_png(b'{"kind":"Status"}')
+
+
+def test_without_pillow_the_message_says_install_it(monkeypatch):
+    data = png(black((8, 8)))
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(module.MissingPillow):
+        module.frame_from_png(data)
+    assert "install Pillow" in module.PILLOW_REASON
