@@ -31,7 +31,8 @@ def test_bootstrap_objects(kube_client):
     assert classes["lab-fs"].metadata.annotations["storageclass.kubernetes.io/is-default-class"] == "true"
     assert classes["lab-fs"].volume_binding_mode == "Immediate" and classes["lab-fs"].allow_volume_expansion
     assert classes["lab-wffc"].volume_binding_mode == "WaitForFirstConsumer"
-    assert {c.provisioner for c in classes.values()} == {"lab.goldenimage.io/hostpath"}
+    # Other tests on the shared lab add classes of their own (Harvester's Longhorn ones); the lab's are these.
+    assert {classes[n].provisioner for n in ("lab-fs", "lab-wffc")} == {"lab.goldenimage.io/hostpath"}
 
     dyn = DynamicClient(kube_client)
     snapshot_classes = dyn.resources.get(api_version="snapshot.storage.k8s.io/v1", kind="VolumeSnapshotClass")
