@@ -9,14 +9,17 @@ disk made by tests/integration/disks.py.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
 import time
+import uuid
 import xml.etree.ElementTree as ET
 
 import jinja2
@@ -444,16 +447,46 @@ def assert_password_never_shown(run):
 
 
 @pytest.mark.lab_only
-def test_bake_seals_in_the_lab(lab, kube_client, kube_namespace, windows_disks, venv_python_first):
+def test_bake_seals_in_the_lab(
+    lab, kube_client, kube_namespace, windows_disks, venv_python_first, source_iso, iso_bucket, tmp_path
+):
     cluster = Cluster(lab, kube_client, kube_namespace)
     errors: list = []
     guest = threading.Thread(target=cluster.guest_seals, args=("bake-ok", windows_disks["sealed"], errors))
     guest.start()
-    run = run_playbook([bake_play(kube_namespace, windows_bake_name="bake-ok")], env=lab.env(), args=["-v"])
+    # The whole role: remaster, the remastered ISO imported into its claim, answer file, VM, wait, seal.
+    remastered = tmp_path / "noprompt.iso"
+    play = bake_play(
+        kube_namespace,
+        windows_bake_name="bake-ok",
+        windows_bake_iso_src=str(source_iso),
+        windows_bake_iso_dest=str(remastered),
+        windows_bake_iso_min_image_size=MIB,
+        windows_bake_iso_pvc="bake-ok-iso",
+        **iso_vars(iso_bucket[1], iso_bucket[2]),
+    )
+    run = run_playbook([play], env=lab.env(), args=["-v"])
     guest.join()
     assert not errors, errors
     assert run.ok, run.log
     assert_password_never_shown(run)
+    assert_reader_secret_never_shown(run)
+
+    # The remaster's digest is the one imported (the ISO is not hashed again), and the VM boots the claim.
+    digest = sha256_of(remastered)
+    imported = run["Record the ISO's claim"]["ansible_facts"]["windows_bake_iso_import"]
+    assert imported["action"] == "imported" and imported["sha256"] == digest
+    assert "checksum" not in run["Read the ISO %s" % remastered]["stat"]
+    assert (
+        claim_data(lab, kube_namespace, "bake-ok-iso")[: remastered.stat().st_size] == remastered.read_bytes()
+    )
+    iso_claim = cluster.core.read_namespaced_persistent_volume_claim("bake-ok-iso", kube_namespace)
+    assert iso_claim.metadata.annotations["goldenimage.pipeline/iso-sha256"] == digest
+    shown = [r["msg"] for r in run.results("Show the ISO import's phase and progress")]
+    assert shown[-1].startswith(
+        "DataVolume %s/bake-ok-iso (ISO sha256 %s): phase Succeeded, progress 100.0%%"
+        % (kube_namespace, digest[:12])
+    ), shown
 
     result = run["result"]["windows_bake_result | default(windows_bake_cleaned)"]
     assert result["sealed"] is True and result["disk"] == "bake-ok-disk"
@@ -473,6 +506,7 @@ def test_bake_seals_in_the_lab(lab, kube_client, kube_namespace, windows_disks, 
     )
     assert spec["domain"]["memory"]["guest"] == "8Gi"
     assert {"name": "sysprep", "sysprep": {"secret": {"name": "bake-ok-sysprep"}}} in spec["volumes"]
+    assert {"name": "installer", "persistentVolumeClaim": {"claimName": "bake-ok-iso"}} in spec["volumes"]
 
     secret = cluster.core.read_namespaced_secret("bake-ok-sysprep", kube_namespace)
     text = base64.b64decode(secret.data["autounattend.xml"]).decode()
@@ -684,3 +718,234 @@ def test_an_unreadable_console_leaves_the_status_watch(lab, kube_client, kube_na
     message = run["Report the failed bake"]["msg"]
     assert "timed out after 30s waiting for VM %s/bake-dark to stop" % kube_namespace in message
     assert "kept for diagnosis" in message
+
+
+# The ISO's import ------------------------------------------------------------------------------------
+
+ISO_CLAIM = "bake-iso"
+READER_KEY = "iso-reader-key"
+READER_SECRET = "iso-reader-Secret-5d1c9e0b"
+
+
+def tiny_iso(path: pathlib.Path, text: str) -> pathlib.Path:
+    """A small real ISO9660 image holding one file."""
+    tree = path.parent / (path.stem + "-tree")
+    tree.mkdir(parents=True)
+    (tree / "README.TXT").write_text(text)
+    subprocess.run(
+        ["xorriso", "-as", "mkisofs", "-quiet", "-V", "BAKEISO", "-o", str(path), str(tree)],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+@pytest.fixture
+def iso_bucket(lab):
+    """A private bucket on the lab's S3 endpoint: (client, name, endpoint)."""
+    import boto3
+
+    env = lab.env()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+    name = "isos-%s" % uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=name)
+    return s3, name, env["AWS_ENDPOINT_URL"]
+
+
+def iso_vars(bucket, endpoint, **overrides) -> dict:
+    values = {
+        "windows_bake_iso_bucket": bucket,
+        "windows_bake_iso_endpoint_url": endpoint,
+        "windows_bake_iso_secret_ref": "iso-reader",
+        "windows_bake_iso_import_access_key_id": READER_KEY,
+        "windows_bake_iso_import_secret_key": READER_SECRET,
+        "windows_bake_iso_poll_interval": 1,
+    }
+    values.update(overrides)
+    return values
+
+
+def iso_steps(namespace, iso_bucket, steps) -> dict:
+    """One play running the role's iso_import once per step ``(name, iso, overrides)``. A failing step
+    leaves its message in the task ``<name> failed``; every step ends with the task ``<name>`` showing
+    windows_bake_iso_import."""
+    _, bucket, endpoint = iso_bucket
+    play = bake_play(namespace)
+    base = play["tasks"][0]["vars"]
+    play["tasks"] = []
+    for name, iso, overrides in steps:
+        role_vars_ = dict(base, **iso_vars(bucket, endpoint, windows_bake_iso_pvc=ISO_CLAIM))
+        role_vars_.update(windows_bake_iso_dest=str(iso), **overrides)
+        include = {
+            "name": "iso import",
+            "ansible.builtin.include_role": {"name": ROLE, "tasks_from": "iso_import"},
+        }
+        play["tasks"].append(
+            {
+                "name": "step %s" % name,
+                "block": [dict(include, vars=role_vars_)],
+                "rescue": [
+                    {
+                        "name": name + " failed",
+                        "ansible.builtin.debug": {"msg": "{{ ansible_failed_result.msg }}"},
+                    }
+                ],
+                "always": [{"name": name, "ansible.builtin.debug": {"var": "windows_bake_iso_import"}}],
+            }
+        )
+    return play
+
+
+def step_entries(run, name) -> list:
+    """The task entries of step ``name``, its closing task excluded."""
+    entries = []
+    for entry in run.tasks:
+        if "windows_bake_iso_import" in entry["result"]:  # the task closing a step
+            if entry["task"] == name:
+                return entries
+            entries = []
+        else:
+            entries.append(entry)
+    raise KeyError(name)
+
+
+def claim_data(lab, namespace, name) -> bytes:
+    from tests.lab.controllers.volumes import disk_image_path
+
+    store = lab.controller_manager.lab.store
+    pvc = store.get(store.resource("", "v1", "persistentvolumeclaims"), namespace, name)
+    return disk_image_path(lab.controller_manager.lab, pvc).read_bytes()
+
+
+def sha256_of(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def writes_since(lab, namespace, since) -> list:
+    return [
+        "%s %s" % (r["verb"], r["resource"])
+        for r in lab.mutating_requests()
+        if r["namespace"] == namespace and r["time"] > since
+    ]
+
+
+def keys_in(iso_bucket) -> list:
+    s3, bucket, _ = iso_bucket
+    return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+
+
+def assert_reader_secret_never_shown(run):
+    assert READER_SECRET not in run.stdout + run.stderr + json.dumps(run.tasks)
+
+
+@pytest.mark.lab_only
+def test_iso_import_into_the_claim(lab, kube_client, kube_namespace, iso_bucket, tmp_path, monkeypatch):
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(kube_client), client.CustomObjectsApi(kube_client)
+    iso = tiny_iso(tmp_path / "noprompt.iso", "first remaster\n")
+    digest = sha256_of(iso)
+    key = "windows/iso/%s/noprompt.iso" % digest
+    upload_task = "Upload the ISO to s3://%s/%s" % (iso_bucket[1], key)
+    create_task = "Create the DataVolume that imports the ISO, %s" % ISO_CLAIM
+    # Eight seconds for the import: a 1 s timeout catches it halfway, and the next step sees it finish.
+    monkeypatch.setenv("LAB_CDI_IMPORT_BYTES_PER_SECOND", str(iso.stat().st_size // 8))
+
+    # Check mode predicts the upload and the DataVolume, and writes nothing.
+    since = time.time()
+    run = run_playbook(
+        [iso_steps(kube_namespace, iso_bucket, [("predict", iso, {})])], env=lab.env(), check=True
+    )
+    assert run.ok, run.log
+    assert run["predict"]["windows_bake_iso_import"]["action"] == "predicted"
+    assert run[upload_task]["changed"] is True and run[upload_task]["action"] == "upload"
+    assert run[create_task]["changed"] is True
+    assert writes_since(lab, kube_namespace, since) == [] and keys_in(iso_bucket) == []
+
+    # The import outlives a timeout, which names its phase and progress, and the next run waits for it.
+    # Then the same ISO again: reused, nothing changes. Then another ISO for the same claim: refused
+    # before anything is uploaded.
+    other = tiny_iso(tmp_path / "other" / "noprompt.iso", "second remaster\n")
+    steps = [
+        ("timeout", iso, {"windows_bake_iso_import_timeout": 1}),
+        ("import", iso, {}),
+        ("again", iso, {}),
+        ("other", other, {}),
+    ]
+    since = time.time()
+    run = run_playbook([iso_steps(kube_namespace, iso_bucket, steps)], env=lab.env())
+    assert run.ok, run.log
+    # The only writes: the credentials, the DataVolume, the digest on the claim it made.
+    assert writes_since(lab, kube_namespace, since) == [
+        "create secrets",
+        "create datavolumes",
+        "patch persistentvolumeclaims",
+    ]
+    assert keys_in(iso_bucket) == [key]
+    assert_reader_secret_never_shown(run)
+    message = run["timeout failed"]["msg"]
+    assert "timed out after 1s waiting for DataVolume %s/%s" % (kube_namespace, ISO_CLAIM) in message
+    assert re.search(r"last seen phase ImportInProgress, progress [0-9.]+%, restartCount 0", message), message
+    assert "The import goes on: run again" in message
+    shown = "Show the ISO import's phase and progress"
+    progress = [e["result"]["msg"] for e in step_entries(run, "timeout") if e["task"] == shown]
+    assert re.search(r": phase ImportInProgress, progress [0-9.]+%, restarts 0 after [0-9.]+s$", progress[-1])
+    assert [e["status"] for e in step_entries(run, "timeout") if e["task"] in (upload_task, create_task)] == [
+        "ok",
+        "ok",
+    ]
+
+    result = run["import"]["windows_bake_iso_import"]
+    assert result["action"] == "reused" and result["sha256"] == digest and result["key"] == key
+    # Found importing (or, on a slow machine, already done): nothing is uploaded or created again, and
+    # the import is waited for until it has Succeeded.
+    entries = step_entries(run, "import")
+    assert [e["status"] for e in entries if e["task"] in (upload_task, create_task)] == ["skipped", "skipped"]
+    progress = [e["result"]["msg"] for e in entries if e["task"] == shown]
+    found = run.results("Look for the DataVolume that fills it")[1]["resources"][0]
+    assert progress or found["status"]["phase"] == "Succeeded", found
+    assert not progress or progress[-1].startswith(
+        "DataVolume %s/%s (ISO sha256 %s): phase Succeeded, progress 100.0%%"
+        % (kube_namespace, ISO_CLAIM, digest[:12])
+    ), progress
+
+    # After all four steps the claim holds the first ISO's bytes (CDI pads a raw image with zeros to the
+    # volume's size) and digest: the refused ISO changed nothing.
+    data = claim_data(lab, kube_namespace, ISO_CLAIM)
+    assert data[: iso.stat().st_size] == iso.read_bytes()
+    assert data[iso.stat().st_size :].strip(b"\0") == b""
+    pvc = core.read_namespaced_persistent_volume_claim(ISO_CLAIM, kube_namespace)
+    assert pvc.metadata.annotations["goldenimage.pipeline/iso-sha256"] == digest
+    dv = custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", kube_namespace, "datavolumes", ISO_CLAIM
+    )
+    assert dv["spec"]["contentType"] == "kubevirt"
+    assert dv["spec"]["source"]["http"] == {
+        "url": "%s/%s/%s" % (iso_bucket[2], iso_bucket[1], key),
+        "checksum": "sha256:" + digest,
+        "secretRef": "iso-reader",
+    }
+    assert dv["metadata"]["annotations"]["goldenimage.pipeline/iso-sha256"] == digest
+    head = iso_bucket[0].head_object(Bucket=iso_bucket[1], Key=key)
+    assert head["Metadata"]["sha256"] == digest and head["ContentLength"] == iso.stat().st_size
+    secret = core.read_namespaced_secret("iso-reader", kube_namespace)
+    assert base64.b64decode(secret.data["secretKey"]).decode() == READER_SECRET
+
+    # Again and another ISO: no task changed anything.
+    assert run["again"]["windows_bake_iso_import"]["action"] == "reused"
+    assert [e["task"] for e in step_entries(run, "again") + step_entries(run, "other") if e["changed"]] == []
+    message = run["other failed"]["msg"]
+    assert (
+        "already holds an ISO with sha256 %s, not the remastered noprompt.iso with sha256 %s"
+        % (digest, sha256_of(other))
+        in message
+    ), message
+    assert (
+        "never overwritten: delete it (and its DataVolume) or choose another windows_bake_iso_pvc" in message
+    )
