@@ -65,7 +65,6 @@ sanity: setup
 test: setup
 	tools/lint.sh
 	$(BIN)/pytest -q -n 2 --dist loadfile tests/unit tests/packaging tests/conformance tests/labtests tests/integration
-	tools/molecule.sh
 
 demo: setup
 	tools/demo.sh

@@ -205,7 +205,7 @@ def test_sure_cases_are_surer_than_borderline_ones():
 def test_fingerprint_ignores_a_progress_counter_and_tells_screens_apart():
     first, later = judge(setup_window((1024, 768), 41)), judge(setup_window((1024, 768), 42))
     assert console.hamming(first["fingerprint"], later["fingerprint"]) <= 2
-    prints = {judge(image)["fingerprint"] for image, _ in CASES.values()}
+    prints = {judge(image)["fingerprint"] for image, _class in CASES.values()}
     assert len(prints) >= 10
     assert judge(black())["fingerprint"] == "0000000000000000"
 
