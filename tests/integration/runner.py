@@ -115,3 +115,15 @@ def run_playbook(
         if results.exists():
             tasks = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
         return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, tasks)
+
+
+def module_task(module: str, title: str, /, *, check=None, diff=None, ignore_errors=False, **params) -> dict:
+    """A task named ``title`` calling ``module`` with ``params``; the keywords set the task's own options."""
+    entry = {"name": title, module: params}
+    if check is not None:
+        entry["check_mode"] = check
+    if diff is not None:
+        entry["diff"] = diff
+    if ignore_errors:
+        entry["ignore_errors"] = True
+    return entry

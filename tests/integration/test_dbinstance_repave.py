@@ -9,6 +9,7 @@ monotonic time), not from the module's result, so the module cannot grade its ow
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import pathlib
 import signal
@@ -21,7 +22,7 @@ import time
 import pytest
 import yaml
 
-from tests.integration.runner import COLLECTIONS, ROOT, run_playbook
+from tests.integration.runner import COLLECTIONS, ROOT, module_task, run_playbook
 from tests.lab.controllers.dbinstance import (
     CATALOG_ENV,
     INITIAL_REVISION,
@@ -198,15 +199,7 @@ def play(*tasks):
     return [{"name": "dbinstance_repave", "hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}]
 
 
-def task(title, /, *, check=None, diff=None, ignore_errors=False, **params):
-    entry = {"name": title, MODULE: params}
-    if check is not None:
-        entry["check_mode"] = check
-    if diff is not None:
-        entry["diff"] = diff
-    if ignore_errors:
-        entry["ignore_errors"] = True
-    return entry
+task = functools.partial(module_task, MODULE)
 
 
 def failed(run, title):

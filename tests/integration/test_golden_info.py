@@ -7,12 +7,13 @@ test makes them itself, in the seeder's layout.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 
 import pytest
 
-from tests.integration.runner import run_playbook
+from tests.integration.runner import module_task, run_playbook
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -34,11 +35,7 @@ def play(*tasks):
     ]
 
 
-def task(title, /, *, check=None, **params):
-    entry = {"name": title, MODULE: params}
-    if check is not None:
-        entry["check_mode"] = check
-    return entry
+task = functools.partial(module_task, MODULE)
 
 
 class Arranged:

@@ -8,12 +8,13 @@ verification must catch what the seeder does silently. Each test labels its own 
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 
 import pytest
 
-from tests.integration.runner import run_playbook
+from tests.integration.runner import module_task, run_playbook
 from tests.integration.test_golden_snapshot import DIGEST, FS_NS, GROUP, VERSION
 from tests.integration.test_golden_snapshot import Cluster as SnapshotCluster
 
@@ -26,15 +27,7 @@ def play(*tasks):
     return [{"name": "golden_selection", "hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}]
 
 
-def task(title, /, *, check=None, diff=None, ignore_errors=False, **params):
-    entry = {"name": title, MODULE: params}
-    if check is not None:
-        entry["check_mode"] = check
-    if diff is not None:
-        entry["diff"] = diff
-    if ignore_errors:
-        entry["ignore_errors"] = True
-    return entry
+task = functools.partial(module_task, MODULE)
 
 
 class Cluster(SnapshotCluster):

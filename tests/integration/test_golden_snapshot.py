@@ -7,12 +7,13 @@ marked ``lab_only``.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 
 import pytest
 
-from tests.integration.runner import run_playbook
+from tests.integration.runner import module_task, run_playbook
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -35,15 +36,7 @@ def play(*tasks):
     ]
 
 
-def task(title, /, *, check=None, diff=None, ignore_errors=False, **params):
-    entry = {"name": title, MODULE: params}
-    if check is not None:
-        entry["check_mode"] = check
-    if diff is not None:
-        entry["diff"] = diff
-    if ignore_errors:
-        entry["ignore_errors"] = True
-    return entry
+task = functools.partial(module_task, MODULE)
 
 
 class Cluster:

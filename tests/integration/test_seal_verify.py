@@ -7,6 +7,7 @@ Every case runs through the verifier the module runs; the module itself runs onc
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import pathlib
 import sys
@@ -16,7 +17,7 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import seal_cli
 
 from tests.integration import disks
-from tests.integration.runner import run_playbook
+from tests.integration.runner import module_task, run_playbook
 
 MODULE = "goldenimage.pipeline.seal_verify"
 OTHER_LAST_LINE = "2026-08-09 10:02:40 bootstrap: cloudbase-init installed\r\n\r\n"
@@ -176,13 +177,7 @@ def play(*tasks):
     return [{"name": "seal_verify", "hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}]
 
 
-def task(title, /, *, check=None, ignore_errors=False, **params):
-    entry = {"name": title, MODULE: params}
-    if check is not None:
-        entry["check_mode"] = check
-    if ignore_errors:
-        entry["ignore_errors"] = True
-    return entry
+task = functools.partial(module_task, MODULE)
 
 
 def test_module_on_files(made):
