@@ -445,6 +445,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     catalog_options,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import DirectDriver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_operator import (
     OPT_IN_ANNOTATION,
     OperatorDriver,
@@ -501,15 +502,8 @@ def argument_spec():
 
 
 def make_driver(module):
-    if module.params["strategy"] == "direct":
-        try:
-            from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import (
-                DirectDriver,
-            )
-        except ImportError as exc:
-            module.fail_json(msg="strategy direct is not available in this installation: %s" % exc)
-        return DirectDriver(module, module.client, module.params)
-    return OperatorDriver(module, module.client, module.params)
+    driver = DirectDriver if module.params["strategy"] == "direct" else OperatorDriver
+    return driver(module, module.client, module.params)
 
 
 class Repave:
