@@ -775,7 +775,7 @@ def iso_steps(namespace, iso_bucket, steps) -> dict:
     """One play running the role's iso_import once per step ``(name, iso, overrides)``. A failing step
     leaves its message in the task ``<name> failed``; every step ends with the task ``<name>`` showing
     windows_bake_iso_import."""
-    _, bucket, endpoint = iso_bucket
+    bucket, endpoint = iso_bucket[1:]
     play = bake_play(namespace)
     base = play["tasks"][0]["vars"]
     play["tasks"] = []
@@ -836,7 +836,7 @@ def writes_since(lab, namespace, since) -> list:
 
 
 def keys_in(iso_bucket) -> list:
-    s3, bucket, _ = iso_bucket
+    s3, bucket = iso_bucket[:2]
     return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
 
 
