@@ -322,7 +322,8 @@ def test_pvc_and_snapshot_clones(lab, images):
     assert_same_disk(disk_of(lab, "same"), images["raw"], 8 * MIB)
     copied = wait_dv(lab, "other", "Succeeded")
     assert copied["metadata"]["annotations"][CLONE_TYPE] == "copy"
-    assert reasons(lab, "other")[-1] == "CloneSucceeded"
+    # The Event follows the status write, as in CDI: wait for it rather than read it at once.
+    lab.wait(CDI, "datavolumes", "other", lambda d: reasons(lab, "other")[-1:] == ["CloneSucceeded"])
     assert disk_of(lab, "other").read_bytes() == disk_of(lab, "src").read_bytes()
     small = lab.wait(CDI, "datavolumes", "small", lambda d: "CloneValidationFailed" in reasons(lab, "small"))
     assert small["status"]["phase"] == "Pending"
