@@ -34,6 +34,7 @@ CONTROLLER_MODULES = (
     "dbinstance",
 )
 CONFLICT_RETRY_SECONDS = 0.05
+EVENT_BATCH_SECONDS = 0.05  # longest a runner takes watch events before it reconciles what is due
 
 
 @dataclass
@@ -107,21 +108,35 @@ class _Runner:
             wanted.discard((rt.group, rt.plural))
 
     def _run(self) -> None:
-        self.resync()
-        next_resync = time.monotonic() + self.controller.resync_seconds
+        next_resync = 0.0
         while not self.stopping.is_set():
-            now = time.monotonic()
-            wait = min(0.2, max(0.0, next_resync - now))
-            if self.heap:
-                wait = min(wait, max(0.0, self.heap[0][0] - now))
-            event = self.sub.get_shared(timeout=wait) if wait > 0 else self.sub.get_shared(timeout=0.001)
-            while event is not None:
-                self._on_event(event)
-                event = self.sub.get_shared(timeout=0.0001) if not self.stopping.is_set() else None
-            if time.monotonic() >= next_resync:
-                self.resync()
-                next_resync = time.monotonic() + self.controller.resync_seconds
-            self._drain_due()
+            try:
+                if time.monotonic() >= next_resync:
+                    self.resync()
+                    next_resync = time.monotonic() + self.controller.resync_seconds
+                self._take_events(next_resync)
+                self._drain_due()
+            except Exception:
+                # A dead runner would silently stop its controller for the rest of the lab's life.
+                log.exception("controller %s: runner loop failed; going on", self.controller.name)
+                time.sleep(0.05)
+
+    def _take_events(self, next_resync: float) -> None:
+        """Queue what the watch delivered, waiting at most until the next due reconcile or resync.
+
+        Taking events is bounded in time so that a steady stream of them cannot hold back requeued work.
+        """
+        now = time.monotonic()
+        wait = min(0.2, max(0.0, next_resync - now))
+        if self.heap:
+            wait = min(wait, max(0.0, self.heap[0][0] - now))
+        event = self.sub.get_shared(timeout=max(wait, 0.001))
+        until = time.monotonic() + EVENT_BATCH_SECONDS
+        while event is not None:
+            self._on_event(event)
+            if self.stopping.is_set() or time.monotonic() >= until:
+                return
+            event = self.sub.get_shared(timeout=0.0001)
 
     def _on_event(self, event) -> None:
         if event.type == "DELETED":

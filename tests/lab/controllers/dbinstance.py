@@ -545,6 +545,7 @@ class DBInstanceOperator(Controller):
             def advance(s: dict) -> None:
                 s["repave"] = dict(s.get("repave") or repave, step=following)
                 s["message"] = message
+                set_conditions(s, {"Ready": ("False", "Repaving", message)})
 
             self._write(rt, obj, advance)
             self._since[meta["uid"]] = (following, time.monotonic())
