@@ -142,6 +142,7 @@ def s3_client(
     ca_bundle=None,
     max_attempts=5,
     max_pool_connections=10,
+    signature_version=None,
 ):
     """A boto3 S3 client with standard-mode retries; path-style addressing for a custom endpoint.
 
@@ -159,6 +160,8 @@ def s3_client(
         "read_timeout": 120,
         "max_pool_connections": max_pool_connections,
     }
+    if signature_version:
+        options["signature_version"] = signature_version
     if endpoint_url:
         # Virtual-host style needs DNS per bucket, which S3-compatible servers rarely have.
         options["s3"] = {"addressing_style": "path"}

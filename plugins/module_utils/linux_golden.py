@@ -63,7 +63,7 @@ def _settings(value, keys, kind):
         value = {"url": value}
     if not isinstance(value, dict):
         raise SourceError("source.%s must be a URL or a mapping with url, got %r" % (kind, value))
-    known = set(keys) | ({"pull_method"} if kind == "registry" else set())
+    known = set(keys) | ({"pull_method"} if kind == "registry" else {"presign"})
     unknown = sorted(set(value) - known)
     if unknown:
         raise SourceError(
@@ -136,6 +136,15 @@ def pinned_source(source):
     url = str(value.get("url") or "").strip()
     if not _HTTP.match(url):
         raise SourceError("http source %r is not an http(s) URL" % (value.get("url"),))
+    presign = value.get("presign", False)
+    if not isinstance(presign, bool):
+        raise SourceError("source.http.presign of %s must be true or false, got %r" % (url, presign))
+    if presign and value.get("secret_ref"):
+        raise SourceError(
+            "source.http of %s sets both presign and secret_ref: CDI sends a secretRef as HTTP basic auth, "
+            "which S3 and RGW refuse, while presign signs the URL itself; keep presign for an S3 bucket, or "
+            "secret_ref for a server that takes basic auth" % url
+        )
     out = {cdi: value[key] for key, cdi in _HTTP_KEYS.items() if value.get(key)}
     out["url"] = url
     out["checksum"] = http_checksum(url, value.get("checksum"))

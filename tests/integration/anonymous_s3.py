@@ -6,7 +6,10 @@ moto's own application (the same in-process backend as the lab's S3 server) and,
 requests only, applies S3's rules to the state moto keeps: a bucket policy statement for
 Principal "*" (Deny wins, then Allow), then the ACLs (AllUsers READ on the bucket lists it, on an
 object reads it). A refused request gets 403 AccessDenied; a missing key is 404 only for a caller
-allowed to list the bucket, else 403. Signed requests go to moto untouched.
+allowed to list the bucket, else 403. Signed requests go to moto untouched, except that presigned
+URLs are verified (signature and expiry, tests/integration/sigv4.py) when the endpoint is given the
+secret keys, and an Authorization header that is not an AWS signature (HTTP basic auth) gets S3's
+400 InvalidArgument "Unsupported Authorization Type".
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from moto.moto_server.werkzeug_app import (
 from moto.s3.models import s3_backends
 from werkzeug.serving import make_server
 
+from tests.integration.sigv4 import Refused, check_presigned
+
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 # moto reads the service and region from an Authorization header; it checks no signature.
 ANONYMOUS_AUTHORIZATION = (
@@ -35,6 +40,7 @@ DENIED_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
     b"<Message>Access Denied</Message></Error>"
 )
+AWS_SCHEMES = ("AWS4-HMAC-SHA256 ", "AWS ")
 
 
 def _list(value):
@@ -82,10 +88,33 @@ def _signed(environ) -> bool:
 class AnonymousRules:
     """WSGI middleware deciding unsigned bucket and object reads from moto's state."""
 
-    def __init__(self, app):
+    def __init__(self, app, secrets=None):
         self.app = app
+        self.secrets = secrets  # access key -> secret key: presigned URLs are verified
 
     def __call__(self, environ, start_response):
+        authorization = environ.get("HTTP_AUTHORIZATION", "")
+        if authorization and not authorization.startswith(AWS_SCHEMES):
+            return self._error(
+                environ,
+                start_response,
+                "400 Bad Request",
+                "InvalidArgument",
+                "Unsupported Authorization Type",
+            )
+        if self.secrets is not None and "X-Amz-Signature=" in environ.get("QUERY_STRING", ""):
+            raw_path = (environ.get("RAW_URI") or environ.get("REQUEST_URI") or "").partition("?")[0]
+            try:
+                check_presigned(
+                    environ["REQUEST_METHOD"],
+                    raw_path,
+                    environ["QUERY_STRING"],
+                    {"host": environ.get("HTTP_HOST", "")},
+                    self.secrets,
+                )
+            except Refused as exc:
+                return self._error(environ, start_response, "403 Forbidden", exc.code, exc.message)
+            return self.app(environ, start_response)
         if _signed(environ) or environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return self.app(environ, start_response)
         bucket_name, _slash, key = unquote(environ.get("PATH_INFO", "")).lstrip("/").partition("/")
@@ -124,17 +153,27 @@ class AnonymousRules:
         )
         return [body]
 
+    @staticmethod
+    def _error(environ, start_response, status, code, message):
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
+            % (code, message)
+        ).encode()
+        start_response(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+        return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else body]
+
 
 class AnonymousAwareS3:
     """``start()`` -> endpoint URL on 127.0.0.1; ``stop()`` closes it."""
 
-    def __init__(self):
+    def __init__(self, secrets=None):
         self._server = None
         self._thread = None
         self.endpoint_url = None
+        self.secrets = secrets
 
     def start(self) -> str:
-        app = AnonymousRules(DomainDispatcherApplication(create_backend_app))
+        app = AnonymousRules(DomainDispatcherApplication(create_backend_app), self.secrets)
         self._server = make_server("127.0.0.1", 0, app, True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

@@ -65,7 +65,7 @@ def test_register_check_real_idempotent_and_immutable(lab, kube_client, kube_nam
         pg_versions=["15", "16", "17"],
         replicas=4,
         catalog={"namespace": kube_namespace, "name": "catalog"},
-        wait_timeout=30,
+        wait_timeout=120,
         wait_sleep=1,
     )
     image_name = "ubuntu-2404-postgres-v20261201-2404"
@@ -137,7 +137,7 @@ def test_replica_trap_failed_and_stuck_imports_upload_and_absent(
         {"objects": {f"VirtualMachineImage/{kube_namespace}/ubuntu-2204-postgres-v20260703": "stuck"}}
     )
     common = dict(namespace=kube_namespace, os_version="22.04", pg_versions=["16", "17"], wait_sleep=1)
-    absent = dict(name="v20260704", namespace=kube_namespace, state="absent", wait_timeout=10, wait_sleep=1)
+    absent = dict(name="v20260704", namespace=kube_namespace, state="absent", wait_timeout=120, wait_sleep=1)
     try:
         run = run_playbook(
             play(
@@ -167,7 +167,7 @@ def test_replica_trap_failed_and_stuck_imports_upload_and_absent(
                     name="v20260704",
                     src=str(qcow2),
                     replicas=3,
-                    wait_timeout=30,
+                    wait_timeout=120,
                     register="up",
                     **common,
                 ),
@@ -235,7 +235,7 @@ def test_concurrent_catalog_writers(lab, kube_client, kube_namespace, mirror):
             os_version="22.04",
             pg_versions=["16", "17"],
             catalog={"namespace": kube_namespace, "name": "catalog"},
-            wait_timeout=30,
+            wait_timeout=120,
             wait_sleep=1,
         )
         results[revision] = run_playbook(play(task("register", **body)), env=lab.env())

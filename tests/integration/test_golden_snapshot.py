@@ -68,7 +68,7 @@ class Cluster:
             },
         }
         self.core.create_namespaced_persistent_volume_claim(namespace, body)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             phase = self.core.read_namespaced_persistent_volume_claim(name, namespace).status.phase
             if phase == "Bound":
@@ -109,7 +109,7 @@ class Cluster:
                 return None
             raise
 
-    def wait_snapshot_ready(self, namespace, name, timeout=30):
+    def wait_snapshot_ready(self, namespace, name, timeout=120):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             obj = self.get_snapshot(namespace, name) or {}
@@ -435,7 +435,7 @@ def test_absent_refuses_a_golden_in_service(lab, cluster):
     cluster.golden(active, pvc, family, active=True)
     cluster.golden(selected, pvc, family)
     cluster.selection("%s-sel" % cluster.prefix, family, "filesystem", selected)
-    gone = {"state": "absent", "name": selected, "wait_timeout": 30, "wait_sleep": 1}
+    gone = {"state": "absent", "name": selected, "wait_timeout": 120, "wait_sleep": 1}
     run = run_playbook(
         play(
             task("active", ignore_errors=True, **{**gone, "name": active}),
@@ -469,7 +469,7 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
         run = run_playbook(
             play(
                 task("stuck", ignore_errors=True, name=stuck, wait_timeout=3, **common),
-                task("failed", ignore_errors=True, name=failed, wait_timeout=30, **common),
+                task("failed", ignore_errors=True, name=failed, wait_timeout=120, **common),
             ),
             env=lab.env(),
         )

@@ -13,8 +13,11 @@ import pathlib
 import subprocess
 import uuid
 
+import boto3
 import pytest
+from botocore.config import Config
 
+from tests.integration.anonymous_s3 import AnonymousAwareS3
 from tests.integration.runner import ROOT, run_playbook
 from tests.lab.controllers.cdi import publish_container_disk
 from tests.lab.controllers.volumes import snapshot_data
@@ -158,6 +161,28 @@ def env(lab, kube_client, tmp_path):
     finally:
         lab.faults.reset()
         arranged.cleanup()
+
+
+@pytest.fixture(scope="module")
+def checking_s3():
+    """A private bucket on an endpoint that verifies presigned URLs and answers basic auth as S3 does."""
+    access, secret = "import-key", "import-secret"
+    server = AnonymousAwareS3(secrets={access: secret})
+    endpoint = server.start()
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    bucket = "licensed-%s" % uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    try:
+        yield {"endpoint": endpoint, "client": client, "bucket": bucket, "access": access, "secret": secret}
+    finally:
+        server.stop()
 
 
 def image(env, family, source, size=SIZE):
@@ -343,3 +368,67 @@ def test_distribute_from_a_private_bucket_and_a_registry_source(env):
     reg_name = golden_name(from_registry, pinned[len("sha256:") :])
     assert env.snapshot(BLOCK_NS, reg_name)["status"]["readyToUse"] is True
     assert env.golden_bytes(BLOCK_NS, reg_name) == raw2.read_bytes()
+
+
+def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_s3):
+    s3 = checking_s3
+    raw, qcow2 = make_disk(env.tmp, 5)
+    digest = sha256(qcow2)
+    key = "%s/20260828/disk.qcow2" % env.prefix
+    s3["client"].upload_file(str(qcow2), s3["bucket"], key)
+    url = "%s/%s/%s" % (s3["endpoint"], s3["bucket"], key)
+    signed, basic = "%s-psg" % env.prefix, "%s-bas" % env.prefix
+    credentials = {
+        "linux_golden_bucket_access_key_id": s3["access"],
+        "linux_golden_bucket_secret_key": s3["secret"],
+    }
+
+    def artifact(family, **http):
+        return image(env, family, {"http": dict({"url": url, "checksum": "sha256:" + digest}, **http)})
+
+    run = run_playbook(
+        role_play(
+            include(
+                "presigned",
+                tasks_from="distribute",
+                linux_golden_artifacts=[artifact(signed, presign=True)],
+                linux_golden_presign_expiry=600,
+                **credentials,
+            ),
+            include(
+                "basic auth",
+                tasks_from="distribute",
+                rescue_name="basic auth refused",
+                linux_golden_artifacts=[artifact(basic, secret_ref="%s-basic" % env.prefix)],
+                **credentials,
+            ),
+            include(
+                "both",
+                tasks_from="distribute",
+                rescue_name="both refused",
+                linux_golden_artifacts=[artifact("%s-both" % env.prefix, presign=True, secret_ref="x")],
+            ),
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert run.ok, run.log
+    assert s3["secret"] not in run.stdout and "X-Amz-Signature" not in run.stdout
+
+    name = golden_name(signed, digest)
+    assert env.snapshot(FS_NS, name)["status"]["readyToUse"] is True
+    assert env.golden_bytes(FS_NS, name) == raw.read_bytes()
+    dv = env.custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", FS_NS, "datavolumes", name + "-disk"
+    )
+    http = dv["spec"]["source"]["http"]
+    assert sorted(http) == ["checksum", "url"] and http["checksum"] == "sha256:" + digest  # no secretRef
+    assert http["url"].startswith(url + "?") and "X-Amz-Expires=600" in http["url"]
+
+    # CDI sends a secretRef as basic auth: S3 answers 400 and the import fails with CDI's words.
+    refused = run["basic auth refused"]["msg"]
+    assert "failed to import" in refused and "got 400" in refused, refused
+    assert env.snapshot(FS_NS, golden_name(basic, digest)) is None
+    planned = [t for t in run.tasks if t["task"].startswith("Plan each artifact")]
+    assert planned[-1]["status"] == "failed"  # the third include: refused before anything is written
+    assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]

@@ -176,17 +176,22 @@ class Stage:
                 return None
             raise
 
+    def gate_vars(self):
+        return {
+            "golden_promote_gate_project_namespace": self.gate_project,
+            "golden_promote_gate_agent_timeout": 10,
+            "golden_promote_gate_port_timeout": 5,
+            "golden_promote_gate_provision_timeout": 30,
+            "golden_promote_gate_poll_interval": 1,
+        }
+
     def promote(self, role, check=False, **extra):
         extra_vars = {
             "golden_promote_family": self.family,
             "golden_promote_mode": "Filesystem",
             "golden_promote_snapshot": self.goldens[role],
             "golden_promote_release_digest": self.digests[role],
-            "golden_promote_gate_project_namespace": self.gate_project,
-            "golden_promote_gate_agent_timeout": 10,
-            "golden_promote_gate_port_timeout": 5,
-            "golden_promote_gate_provision_timeout": 30,
-            "golden_promote_gate_poll_interval": 1,
+            **self.gate_vars(),
             "golden_promote_project_selector": self.selector,
             "golden_promote_verify_timeout": 30,
             "golden_promote_verify_interval": 1,
@@ -194,7 +199,7 @@ class Stage:
         extra_vars.update(extra)
         return run_playbook(PROMOTE, env=self.lab.env(), extra_vars=extra_vars, check=check, timeout=180)
 
-    def rollback(self):
+    def rollback(self, gated=False):
         extra_vars = {
             "golden_promote_family": self.family,
             "golden_promote_mode": "filesystem",
@@ -202,6 +207,8 @@ class Stage:
             "golden_promote_verify_timeout": 30,
             "golden_promote_verify_interval": 1,
         }
+        if gated:
+            extra_vars.update(self.gate_vars(), golden_promote_rollback_gate=True)
         return run_playbook(ROLLBACK, env=self.lab.env(), extra_vars=extra_vars, timeout=180)
 
     def cleanup(self):
@@ -271,6 +278,10 @@ def promoted(lab, kube_client, tmp_path_factory):
         story["again audit"] = lab.audit()
         story["rollback"] = stage.rollback()
         story["after rollback"] = stage.selection()
+        lab.clear_audit()
+        story["gated rollback"] = stage.rollback(gated=True)
+        story["gated rollback audit"] = lab.audit()
+        story["after gated rollback"] = stage.selection()
         yield story
     finally:
         stage.cleanup()
@@ -390,3 +401,20 @@ def test_rollback_restores_the_previous_golden(promoted):
     assert run[SUMMARY]["golden_promote_summary"][0].startswith(
         "%s/Filesystem serves %s" % (stage.family, stage.goldens["incumbent"])
     )
+
+
+def test_a_gated_rollback_boots_the_restored_golden_before_writing(promoted):
+    stage, run = promoted["stage"], promoted["gated rollback"]
+    assert run.ok, run.log
+    # The first rollback recorded the candidate as previous: the gated one restores it, booted first.
+    gate = run[GATE]
+    assert gate["verdict"] == "passed", gate
+    assert gate["invocation"]["module_args"]["snapshot"] == stage.goldens["candidate"]
+    written = run[WRITE]
+    assert written["changed"] is True
+    assert written["previous"]["snapshot"] == stage.goldens["incumbent"]
+    assert promoted["after gated rollback"]["spec"]["snapshotName"] == stage.goldens["candidate"]
+    assert_projects_served(run, stage, "candidate")
+    # Besides the gate's clone (created and removed), the one write is the selection.
+    writes = writes_outside_the_gate(promoted["gated rollback audit"], stage)
+    assert [(w["verb"], w["resource"]) for w in writes] == [("patch", "goldenimageselections")], writes

@@ -62,6 +62,26 @@ def test_http_source_with_checksum():
     assert lg.source_digest({"http": {"url": URL, "checksum": HEX}}) == "sha256:" + HEX
 
 
+def test_presign_is_the_role_s_not_cdi_s():
+    # The role signs the URL before the DataVolume is written; CDI never sees the flag.
+    source = {"http": {"url": URL, "checksum": HEX, "presign": True}}
+    assert lg.pinned_source(source) == {"http": {"url": URL, "checksum": "sha256:" + HEX}}
+    assert lg.source_digest(source) == "sha256:" + HEX
+
+
+@pytest.mark.parametrize(
+    "http,text",
+    [
+        ({"presign": True, "secret_ref": "bucket"}, "sets both presign and secret_ref"),
+        ({"presign": "yes"}, "presign of %s must be true or false" % URL),
+    ],
+)
+def test_presign_refusals(http, text):
+    with pytest.raises(lg.SourceError) as err:
+        lg.pinned_source({"http": dict({"url": URL, "checksum": HEX}, **http)})
+    assert text in str(err.value)
+
+
 @pytest.mark.parametrize(
     "checksum,text",
     [

@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: bucket_object_url
+short_description: Sign a time-limited download URL for a private bucket object, for a CDI http import
+version_added: 0.1.0
+description:
+  - Turns the URL of an object in a private S3-compatible bucket (Ceph RGW, MinIO, AWS S3) into a presigned
+    URL (AWS Signature Version 4 in the query string) that CDI's C(http) source downloads with no
+    credentials, keeping its C(checksum).
+  - A C(secretRef) on the http source does not open such a bucket. CDI sends the Secret's C(accessKeyId)
+    and C(secretKey) as HTTP basic auth, which S3 and RGW refuse; they accept a presigned URL.
+  - Signing is done locally and writes nothing. The URL is signed for the host in O(url), the one the
+    importer pod reaches (often an in-cluster service name the controller cannot reach), so no request is
+    needed; O(check_object=true) reads the object first through O(endpoint_url) and refuses a missing one.
+  - The signed URL is a bearer credential until it expires. Keep O(expiry) as short as the import needs;
+    CDI's importer starts downloading right after the DataVolume is created and retries inside that time.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  url:
+    description:
+      - The object's path-style URL as the importer reaches it, C(<scheme>://<host>[:port]/<bucket>/<key>),
+        for example C(http://rook-ceph-rgw-my-store.rook-ceph.svc/licensed-images/windows/11/golden.qcow2).
+      - A URL that already carries a query string is refused (it may already be signed).
+    type: str
+    required: true
+  expiry:
+    description:
+      - Seconds the URL stays valid, from 1 to 604800 (seven days, the most Signature Version 4 allows).
+    type: int
+    default: 3600
+  check_object:
+    description:
+      - Read the object's metadata first (a HEAD through O(endpoint_url), or through the host of O(url) when
+        O(endpoint_url) is not set) and fail when it is missing or unreadable with these credentials.
+      - Returns its size and the C(sha256) metadata the mirror and export modules store.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - goldenimage.pipeline.s3
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Signing changes nothing, so check mode signs too.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - Never changes anything. Each run signs a new URL (the signing time is part of it).
+notes:
+  - O(endpoint_url) is only the route for O(check_object); the URL is always signed for the host in O(url).
+  - The region signed for is O(region), else C(us-east-1); RGW and MinIO accept their default region.
+seealso:
+  - module: goldenimage.pipeline.bucket_exposure
+  - module: goldenimage.pipeline.golden_export_object
+  - name: CDI DataVolume http source
+    description: The fields of an http import (url, checksum, secretRef, certConfigMap).
+    link: https://github.com/kubevirt/containerized-data-importer/blob/main/doc/datavolumes.md
+"""
+
+EXAMPLES = r"""
+- name: Sign the Windows golden's URL for a one-hour import
+  goldenimage.pipeline.bucket_object_url:
+    url: http://rook-ceph-rgw-my-store.rook-ceph.svc/licensed-images/windows/11/20260828/windows11-x64-golden.qcow2
+    access_key: "{{ vault_licensed_images_access_key }}"
+    secret_key: "{{ vault_licensed_images_secret_key }}"
+  register: signed
+  no_log: true
+
+- name: Import it with CDI, checksum kept
+  kubernetes.core.k8s:
+    state: present
+    definition:
+      apiVersion: cdi.kubevirt.io/v1beta1
+      kind: DataVolume
+      metadata:
+        name: windows-11-golden-disk
+        namespace: golden-images
+      spec:
+        source:
+          http:
+            url: "{{ signed.url }}"
+            checksum: sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018
+        storage:
+          resources:
+            requests:
+              storage: 75Gi
+
+- name: Check the object exists first, through the controller's own route to the bucket
+  goldenimage.pipeline.bucket_object_url:
+    url: http://rook-ceph-rgw-my-store.rook-ceph.svc/cdi-os-images/debian-12/debian-12.qcow2
+    endpoint_url: https://s3.example.com
+    check_object: true
+    expiry: 900
+  register: signed
+  no_log: true
+"""
+
+RETURN = r"""
+url:
+  description: The presigned URL; a bearer credential until RV(expires_at).
+  returned: success
+  type: str
+  sample: http://rgw.example/licensed-images/w.qcow2?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature=...
+expires_at:
+  description: When the URL stops working (UTC, RFC 3339).
+  returned: success
+  type: str
+  sample: "2026-08-28T13:04:05Z"
+bucket:
+  description: The bucket, from the path of O(url).
+  returned: success
+  type: str
+  sample: licensed-images
+key:
+  description: The object key, from the path of O(url).
+  returned: success
+  type: str
+  sample: windows/11/20260828/windows11-x64-golden.qcow2
+endpoint:
+  description: The endpoint the URL is signed for (scheme and host of O(url)).
+  returned: success
+  type: str
+  sample: http://rook-ceph-rgw-my-store.rook-ceph.svc
+size:
+  description: The object's size in bytes.
+  returned: with O(check_object=true)
+  type: int
+  sample: 6818156544
+sha256:
+  description: The object's C(sha256) metadata (hex), empty when it has none.
+  returned: with O(check_object=true)
+  type: str
+  sample: f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018
+"""
+
+import datetime
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.parse import unquote, urlsplit
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    S3_ARG_SPEC,
+    MissingBoto3,
+    error_code,
+    s3_client,
+)
+
+MAX_EXPIRY = 7 * 24 * 3600  # Signature Version 4 refuses anything longer
+
+
+def split_object_url(url):
+    """(endpoint, bucket, key) of a path-style object URL; ValueError naming what is wrong."""
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("url %r is not an http(s) URL" % url)
+    if parts.query or parts.fragment:
+        raise ValueError("url %r already has a query string (a signed URL?): give the plain object URL" % url)
+    bucket, _sep, key = parts.path.lstrip("/").partition("/")
+    if not bucket or not key or key.endswith("/"):
+        raise ValueError(
+            "url %r does not name an object: the path must be /<bucket>/<key> (path-style)" % url
+        )
+    return "%s://%s" % (parts.scheme, parts.netloc), unquote(bucket), unquote(key)
+
+
+def run(module):
+    p = module.params
+    try:
+        endpoint, bucket, key = split_object_url(p["url"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    if not 1 <= p["expiry"] <= MAX_EXPIRY:
+        module.fail_json(
+            msg="expiry %s is out of range: a presigned URL lives 1 to %d seconds" % (p["expiry"], MAX_EXPIRY)
+        )
+    if not p.get("access_key") or not p.get("secret_key"):
+        module.fail_json(
+            msg="signing s3://%s/%s needs access_key and secret_key (or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY): a URL signed with no credentials opens nothing" % (bucket, key)
+        )
+    credentials = {name: p.get(name) for name in ("access_key", "secret_key", "session_token", "region")}
+    tls = {"validate_certs": p["validate_certs"], "ca_bundle": p.get("ca_bundle")}
+    result = {"changed": False, "bucket": bucket, "key": key, "endpoint": endpoint}
+    try:
+        if p["check_object"]:
+            reader = s3_client(endpoint_url=p.get("endpoint_url") or endpoint, **dict(credentials, **tls))
+            result.update(head(module, reader, bucket, key))
+        signer = s3_client(endpoint_url=endpoint, signature_version="s3v4", **dict(credentials, **tls))
+    except MissingBoto3 as exc:
+        module.fail_json(msg=str(exc))
+    signed_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    result["url"] = signer.generate_presigned_url(
+        "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=p["expiry"]
+    )
+    expires = signed_at + datetime.timedelta(seconds=p["expiry"])
+    result["expires_at"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    module.exit_json(**result)
+
+
+def head(module, client, bucket, key):
+    try:
+        found = client.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:
+        code = error_code(exc)
+        if code in ("404", "NoSuchKey", "NoSuchBucket"):
+            module.fail_json(
+                msg="s3://%s/%s does not exist: nothing to import; no URL was signed" % (bucket, key)
+            )
+        module.fail_json(
+            msg="reading s3://%s/%s failed (%s): check the credentials and endpoint_url; no URL was signed"
+            % (bucket, key, code or exc)
+        )
+    metadata = found.get("Metadata") or {}
+    return {"size": found.get("ContentLength"), "sha256": metadata.get(mirror.META_SHA256, "")}
+
+
+def argument_spec():
+    spec = dict(
+        url=dict(type="str", required=True),
+        expiry=dict(type="int", default=3600),
+        check_object=dict(type="bool", default=False),
+    )
+    spec.update(S3_ARG_SPEC)
+    return spec
+
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
+
+
+if __name__ == "__main__":
+    main()
