@@ -949,3 +949,59 @@ def test_iso_import_into_the_claim(lab, kube_client, kube_namespace, iso_bucket,
     assert (
         "never overwritten: delete it (and its DataVolume) or choose another windows_bake_iso_pvc" in message
     )
+
+
+@pytest.mark.lab_only
+def test_iso_import_from_a_private_s3_bucket_with_a_presigned_url(lab, kube_client, kube_namespace, tmp_path):
+    """The endpoint verifies the URL's signature as S3 does and refuses basic auth, so only the
+    presigned import can fill the claim."""
+    import boto3
+    from kubernetes import client
+
+    from tests.integration.anonymous_s3 import AnonymousAwareS3
+
+    server = AnonymousAwareS3(secrets={READER_KEY: READER_SECRET})
+    endpoint = server.start()
+    try:
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=READER_KEY,
+            aws_secret_access_key=READER_SECRET,
+            region_name="us-east-1",
+        )
+        bucket = "isos-%s" % uuid.uuid4().hex[:8]
+        s3.create_bucket(Bucket=bucket)
+        iso = tiny_iso(tmp_path / "noprompt.iso", "presigned remaster\n")
+        signed = {
+            "windows_bake_iso_presign": True,
+            "windows_bake_iso_presign_expiry": 600,
+            "windows_bake_iso_secret_ref": "",
+            "windows_bake_iso_import_access_key_id": "",
+            "windows_bake_iso_access_key": READER_KEY,
+            "windows_bake_iso_secret_key": READER_SECRET,
+        }
+        steps = [
+            ("both", iso, dict(signed, windows_bake_iso_secret_ref="iso-reader")),
+            ("signed", iso, signed),
+        ]
+        run = run_playbook([iso_steps(kube_namespace, (s3, bucket, endpoint), steps)], env=lab.env())
+    finally:
+        server.stop()
+    assert run.ok, run.log
+    assert "windows_bake_iso_presign and windows_bake_iso_secret_ref" in run["both failed"]["msg"]
+    assert_reader_secret_never_shown(run)
+    assert "X-Amz-Signature" not in run.stdout
+
+    assert run["signed"]["windows_bake_iso_import"]["action"] == "imported"
+    data = claim_data(lab, kube_namespace, ISO_CLAIM)
+    assert data[: iso.stat().st_size] == iso.read_bytes()
+    dv = client.CustomObjectsApi(kube_client).get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", kube_namespace, "datavolumes", ISO_CLAIM
+    )
+    http = dv["spec"]["source"]["http"]
+    assert sorted(http) == ["checksum", "url"] and http["checksum"] == "sha256:" + sha256_of(iso)
+    plain = "%s/%s/windows/iso/%s/noprompt.iso" % (endpoint, bucket, sha256_of(iso))
+    assert http["url"].startswith(plain + "?") and "X-Amz-Expires=600" in http["url"]
+    secrets = client.CoreV1Api(kube_client).list_namespaced_secret(kube_namespace).items
+    assert [s.metadata.name for s in secrets if s.metadata.name == "iso-reader"] == []
