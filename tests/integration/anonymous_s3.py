@@ -181,6 +181,20 @@ class AnonymousAwareS3:
         self.endpoint_url = "http://%s:%d" % (host, port)
         return self.endpoint_url
 
+    def client(self, access_key: str, secret_key: str):
+        """A boto3 client of this endpoint with path-style addressing."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

@@ -16,9 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from tests.integration.anonymous_s3 import AnonymousAwareS3
 from tests.integration.runner import module_task, run_playbook
@@ -35,14 +33,7 @@ task = functools.partial(module_task, MODULE)
 def s3():
     server = AnonymousAwareS3(secrets={ACCESS: SECRET})
     endpoint = server.start()
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=ACCESS,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    client = server.client(ACCESS, SECRET)
     bucket = "licensed-%s" % uuid.uuid4().hex[:8]
     client.create_bucket(Bucket=bucket)
     client.put_object(

@@ -13,9 +13,7 @@ import pathlib
 import subprocess
 import uuid
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from tests.integration.anonymous_s3 import AnonymousAwareS3
 from tests.integration.runner import ROOT, run_playbook
@@ -169,14 +167,7 @@ def checking_s3():
     access, secret = "import-key", "import-secret"
     server = AnonymousAwareS3(secrets={access: secret})
     endpoint = server.start()
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=access,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    client = server.client(access, secret)
     bucket = "licensed-%s" % uuid.uuid4().hex[:8]
     client.create_bucket(Bucket=bucket)
     try:

@@ -955,7 +955,6 @@ def test_iso_import_into_the_claim(lab, kube_client, kube_namespace, iso_bucket,
 def test_iso_import_from_a_private_s3_bucket_with_a_presigned_url(lab, kube_client, kube_namespace, tmp_path):
     """The endpoint verifies the URL's signature as S3 does and refuses basic auth, so only the
     presigned import can fill the claim."""
-    import boto3
     from kubernetes import client
 
     from tests.integration.anonymous_s3 import AnonymousAwareS3
@@ -963,13 +962,7 @@ def test_iso_import_from_a_private_s3_bucket_with_a_presigned_url(lab, kube_clie
     server = AnonymousAwareS3(secrets={READER_KEY: READER_SECRET})
     endpoint = server.start()
     try:
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=READER_KEY,
-            aws_secret_access_key=READER_SECRET,
-            region_name="us-east-1",
-        )
+        s3 = server.client(READER_KEY, READER_SECRET)
         bucket = "isos-%s" % uuid.uuid4().hex[:8]
         s3.create_bucket(Bucket=bucket)
         iso = tiny_iso(tmp_path / "noprompt.iso", "presigned remaster\n")
