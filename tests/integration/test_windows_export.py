@@ -2,7 +2,7 @@
 qemu-img compressing it in a Job, the upload with its sha256, the BYOL guard, and the receiving import.
 
 The bucket endpoint the role talks to answers anonymous requests as S3 does (anonymous_s3.py); it
-serves the same in-process moto backend as the lab's S3 endpoint, which CDI reads with a secretRef.
+serves the same in-process moto backend as the lab's S3 endpoint, which CDI reads from a presigned URL.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def test_export_upload_and_import_a_kms_image_from_a_private_bucket(env):
         windows_export_license="kms",
         windows_export_import=True,
         windows_export_import_url_base=env.lab.s3.endpoint_url,
-        windows_export_import_secret_ref="win-bucket-" + env.tag,
+        windows_export_import_presign=True,
         windows_export_import_access_key_id=env.lab.s3.access_key,
         windows_export_import_secret_key=env.lab.s3.secret_key,
         windows_export_import_size="64Mi",
@@ -257,8 +257,10 @@ def test_export_upload_and_import_a_kms_image_from_a_private_bucket(env):
     dv = env.custom.get_namespaced_custom_object(
         "cdi.kubevirt.io", "v1beta1", GOLDEN_NS, "datavolumes", golden + "-disk"
     )
-    assert dv["spec"]["source"]["http"]["secretRef"] == "win-bucket-" + env.tag
-    assert dv["spec"]["source"]["http"]["checksum"] == "sha256:" + digest
+    http = dv["spec"]["source"]["http"]
+    assert sorted(http) == ["checksum", "url"] and http["checksum"] == "sha256:" + digest
+    assert http["url"].startswith("%s/%s/%s?" % (env.lab.s3.endpoint_url, env.private, key))
+    assert "X-Amz-Signature=" in http["url"] and "X-Amz-Signature" not in run.stdout
     content = env.custom.get_cluster_custom_object(
         "snapshot.storage.k8s.io",
         "v1",
