@@ -148,8 +148,8 @@ sha256:
 import datetime
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.parse import unquote, urlsplit
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     S3_ARG_SPEC,
     MissingBoto3,
@@ -161,18 +161,20 @@ MAX_EXPIRY = 7 * 24 * 3600  # Signature Version 4 refuses anything longer
 
 
 def split_object_url(url):
-    """(endpoint, bucket, key) of a path-style object URL; ValueError naming what is wrong."""
+    """(endpoint, bucket, key) of a path-style http(s) object URL; ValueError naming what is wrong."""
     parts = urlsplit(url or "")
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError("url %r is not an http(s) URL" % url)
     if parts.query or parts.fragment:
         raise ValueError("url %r already has a query string (a signed URL?): give the plain object URL" % url)
-    bucket, _sep, key = parts.path.lstrip("/").partition("/")
-    if not bucket or not key or key.endswith("/"):
+    try:
+        endpoint, bucket, key = exposure.parse_url(url)
+    except exposure.ExposureError as exc:
+        raise ValueError("url %r does not name an object: %s" % (url, exc)) from exc
+    if endpoint is None:
         raise ValueError(
-            "url %r does not name an object: the path must be /<bucket>/<key> (path-style)" % url
+            "url %r has no host to sign for: give the http(s) URL the importer reaches, "
+            "<scheme>://<host>/<bucket>/<key>" % url
         )
-    return "%s://%s" % (parts.scheme, parts.netloc), unquote(bucket), unquote(key)
+    return endpoint, bucket, key
 
 
 def run(module):

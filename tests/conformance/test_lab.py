@@ -64,15 +64,7 @@ def test_discovery_lists_subresources(kube_client):
 
 
 def test_s3_endpoint(lab):
-    import boto3
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=lab.s3.endpoint_url,
-        aws_access_key_id=lab.s3.access_key,
-        aws_secret_access_key=lab.s3.secret_key,
-        region_name=lab.s3.region,
-    )
+    s3 = lab.s3.client()
     bucket = unique("bucket")
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="k", Body=b"data")

@@ -29,6 +29,7 @@ from moto.s3.models import s3_backends
 from werkzeug.serving import make_server
 
 from tests.integration.sigv4 import Refused, check_presigned
+from tests.lab.s3 import S3Endpoint
 
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 # moto reads the service and region from an Authorization header; it checks no signature.
@@ -183,17 +184,7 @@ class AnonymousAwareS3:
 
     def client(self, access_key: str, secret_key: str):
         """A boto3 client of this endpoint with path-style addressing."""
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key,
-            region_name="us-east-1",
-            config=Config(s3={"addressing_style": "path"}),
-        )
+        return S3Endpoint(self.endpoint_url, access_key, secret_key).client()
 
     def stop(self) -> None:
         if self._server is not None:

@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from tests.lab.s3 import s3_client
+
 
 @pytest.fixture(scope="module")
 def qcow2(tmp_path_factory) -> pathlib.Path:
@@ -20,16 +22,8 @@ def qcow2(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def mirror(lab, qcow2):
     """The image in a bucket of the loopback S3 server, readable by URL as a mirror bucket is."""
-    import boto3
-
     env = lab.env()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
+    s3 = s3_client(env)
     bucket = "mirror-" + uuid.uuid4().hex[:8]
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="baked/" + qcow2.name, Body=qcow2.read_bytes(), ACL="public-read")

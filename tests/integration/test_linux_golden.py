@@ -74,16 +74,7 @@ class Env:
                 raise
 
     def _s3(self):
-        import boto3
-
-        env = self.lab.s3.env()
-        return boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            region_name=env["AWS_DEFAULT_REGION"],
-        )
+        return self.lab.s3.client()
 
     def upload(self, path: pathlib.Path, family: str, public: bool = True) -> tuple[str, str]:
         """(url, sha256 hex) of the object under the mirror's digest key; anonymously readable if public."""

@@ -80,16 +80,7 @@ class Stage:
 
     def bucket_urls(self, images):
         """Upload each disk under its digest into a bucket of the loopback S3 server: {role: (url, hex)}."""
-        import boto3
-
-        env = self.lab.s3.env()
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            region_name=env["AWS_DEFAULT_REGION"],
-        )
+        s3 = self.lab.s3.client()
         bucket = "%s-mirror" % self.prefix
         s3.create_bucket(Bucket=bucket)
         urls = {}

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.integration.runner import ROOT, run_playbook
+from tests.lab.s3 import s3_client
 
 PLAYBOOK = ROOT / "playbooks" / "publish_baked_image.yml"
 REVISION = "v20261129"
@@ -47,16 +48,7 @@ def qcow2(path, megabytes=2):
 
 @pytest.fixture
 def s3(lab):
-    import boto3
-
-    env = lab.env()
-    return boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
+    return s3_client(lab.env())
 
 
 def empty_bucket(s3, bucket):

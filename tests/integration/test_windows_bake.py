@@ -29,6 +29,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso
 
 from tests.integration import disks
 from tests.integration.runner import ROOT, run_playbook
+from tests.lab.s3 import s3_client
 
 ROLE_DIR = ROOT / "roles" / "windows_bake"
 ROLE = "goldenimage.pipeline.windows_bake"
@@ -743,16 +744,8 @@ def tiny_iso(path: pathlib.Path, text: str) -> pathlib.Path:
 @pytest.fixture
 def iso_bucket(lab):
     """A private bucket on the lab's S3 endpoint: (client, name, endpoint)."""
-    import boto3
-
     env = lab.env()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
+    s3 = s3_client(env)
     name = "isos-%s" % uuid.uuid4().hex[:8]
     s3.create_bucket(Bucket=name)
     return s3, name, env["AWS_ENDPOINT_URL"]

@@ -22,6 +22,24 @@ class S3Endpoint:
             "AWS_DEFAULT_REGION": self.region,
         }
 
+    def client(self):
+        return s3_client(self.env())
+
+
+def s3_client(env: dict[str, str]):
+    """A boto3 S3 client (path-style) from AWS_* variables such as S3Endpoint.env() or lab.env() give."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
 
 class S3Server:
     def __init__(self, port: int = 0):

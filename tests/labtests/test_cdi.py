@@ -11,7 +11,6 @@ import re
 import subprocess
 import uuid
 
-import boto3
 import pytest
 
 from tests.lab.controllers import ControllerManager, LabContext, cdi, storage
@@ -70,13 +69,7 @@ def images(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bucket(s3, images):
     """Objects in a public-read bucket and in a private one; returns their URLs."""
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3.endpoint_url,
-        aws_access_key_id=s3.access_key,
-        aws_secret_access_key=s3.secret_key,
-        region_name=s3.region,
-    )
+    client = s3.client()
     client.create_bucket(Bucket="os-images")
     client.create_bucket(Bucket="private-images")
     for key, path in (

@@ -279,16 +279,9 @@ def test_upload_endpoint_and_delete_webhook(lab, kube_client, kube_namespace, qc
 
 @pytest.mark.lab_only
 def test_download_from_the_loopback_bucket(lab, kube_client, kube_namespace, qcow2):
-    import boto3
     from kubernetes import client
 
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=lab.s3.endpoint_url,
-        aws_access_key_id=lab.s3.access_key,
-        aws_secret_access_key=lab.s3.secret_key,
-        region_name=lab.s3.region,
-    )
+    s3 = lab.s3.client()
     bucket = "mirror-" + uuid.uuid4().hex[:6]
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="baked/small.qcow2", Body=qcow2.read_bytes())
