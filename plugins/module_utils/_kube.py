@@ -23,7 +23,8 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 # Fields the server owns: comparing them would report a change on every run.
 SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink")
@@ -166,6 +167,25 @@ def is_transient(exc):
     return status_code(exc) in TRANSIENT_STATUS or _is_connection_error(exc)
 
 
+class KubeError(PipelineError):
+    """An API request that failed: ``msg`` is "<action>: <cause> (<reason>, <code>)", the Status attached."""
+
+    @classmethod
+    def from_exception(cls, action, exc, **extra):
+        msg, details = failure_message(action, exc)
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        error = cls(
+            msg,
+            reason=details["reason"],
+            status=details["status"],
+            body=details["body"],
+            exception=tb,
+            **extra,
+        )
+        error.cause = exc
+        return error
+
+
 def ref(kind, name, namespace=None):
     return "%s %s/%s" % (kind, namespace, name) if namespace else "%s %s" % (kind, name)
 
@@ -173,7 +193,8 @@ def ref(kind, name, namespace=None):
 class KubeModule(AnsibleModule):
     """AnsibleModule with kubernetes.core's auth options, one lazily built client and a resource cache.
 
-    The helpers fail the module through ``fail_from_exception`` so every API error reads the same.
+    The helpers raise ``KubeError`` (a ``PipelineError``) so every API error reads the same and the
+    module's one exit turns it into ``fail_json``; they never exit themselves.
     """
 
     def __init__(self, argument_spec=None, **kwargs):
@@ -195,18 +216,18 @@ class KubeModule(AnsibleModule):
         try:
             requires(dependency, minimum, reason=reason)
         except Exception as exc:
-            self.fail_json(msg=str(exc))
+            raise PipelineError(str(exc)) from exc
 
     @property
     def client(self):
         if self._kube_client is None:
             try:
                 import kubernetes  # noqa: F401
-            except ImportError:
-                self.fail_json(
-                    msg=missing_required_lib("kubernetes", reason=KUBERNETES_REASON),
+            except ImportError as exc:
+                raise PipelineError(
+                    missing_required_lib("kubernetes", reason=KUBERNETES_REASON),
                     exception=traceback.format_exc(),
-                )
+                ) from exc
             from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
             try:
@@ -243,24 +264,16 @@ class KubeModule(AnsibleModule):
         return True
 
     def fail_from_exception(self, action, exc, **extra):
-        msg, details = failure_message(action, exc)
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.fail_json(
-            msg=msg,
-            reason=details["reason"],
-            status=details["status"],
-            body=details["body"],
-            exception=tb,
-            **extra,
-        )
+        """Raise ``KubeError`` for a failed request (never exits: the module's one exit does)."""
+        if isinstance(exc, PipelineError):
+            exc.fields.update(extra)
+            raise exc
+        raise KubeError.from_exception(action, exc, **extra)
 
     def fail_from_wait(self, exc, **extra):
-        """Fail with a wait's message; ``stuck`` says whether anything moved before the timeout."""
-        result = {"duration": round(exc.elapsed, 3), "last_state": exc.state}
-        if isinstance(exc, WaitTimeout):
-            result["stuck"] = exc.stuck
-        result.update(extra)
-        self.fail_json(msg=str(exc), **result)
+        """Raise a wait's error with ``extra`` result fields added; ``stuck`` says whether anything moved."""
+        exc.fields.update(extra)
+        raise exc
 
     # Reads -----------------------------------------------------------------------------------
 

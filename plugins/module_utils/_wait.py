@@ -16,12 +16,17 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-class WaitError(Exception):
-    """Base of wait outcomes other than success; carries the last object and its description."""
+
+class WaitError(PipelineError):
+    """Base of wait outcomes other than success; carries the last object and its description.
+
+    Its result fields are ``duration`` and ``last_state`` (and ``stuck`` for a timeout).
+    """
 
     def __init__(self, message, last=None, state=None, elapsed=0.0):
-        super(WaitError, self).__init__(message)
+        super(WaitError, self).__init__(message, duration=round(elapsed, 3), last_state=state)
         self.last = last
         self.state = state
         self.elapsed = elapsed
@@ -32,6 +37,7 @@ class WaitTimeout(WaitError):
 
     def __init__(self, message, last=None, state=None, elapsed=0.0, stuck=False, since_change=0.0):
         super(WaitTimeout, self).__init__(message, last, state, elapsed)
+        self.fields["stuck"] = stuck
         self.stuck = stuck
         self.since_change = since_change
 

@@ -227,6 +227,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 hi = harvester_image
 API = hi.API_VERSION
@@ -559,10 +560,13 @@ def main():
         mutually_exclusive=[("url", "src")],
         required_if=[("state", "present", ("url", "src"), True)],
     )
-    if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
-        module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
-    runner = BakedImage(module)
-    getattr(runner, module.params["state"])()
+    try:
+        if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
+            module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
+        runner = BakedImage(module)
+        getattr(runner, module.params["state"])()
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

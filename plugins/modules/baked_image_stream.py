@@ -120,6 +120,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     catalog_options,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def argument_spec():
@@ -147,38 +148,41 @@ def observed_import(module, doc, name):
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    store = CatalogStore(module, p["catalog"])
     try:
-        stream = revision.validate_stream(p["os_version"])
-        imported = observed_import(module, store.read(), p["revision"])
+        p = module.params
+        store = CatalogStore(module, p["catalog"])
+        try:
+            stream = revision.validate_stream(p["os_version"])
+            imported = observed_import(module, store.read(), p["revision"])
 
-        def change(doc):
-            marked = False
-            if imported:
-                doc, marked = catalog.mark_imported(doc, p["revision"])
-            doc, moved = catalog.set_stream(
-                doc,
-                stream,
-                tip=p["revision"],
-                validated=p["validated"],
-                default=p["default"],
-                imported=imported,
-            )
-            return doc, marked or moved
+            def change(doc):
+                marked = False
+                if imported:
+                    doc, marked = catalog.mark_imported(doc, p["revision"])
+                doc, moved = catalog.set_stream(
+                    doc,
+                    stream,
+                    tip=p["revision"],
+                    validated=p["validated"],
+                    default=p["default"],
+                    imported=imported,
+                )
+                return doc, marked or moved
 
-        before, after, changed = store.update(change)
-    except (catalog.CatalogError, ValueError) as exc:
-        module.fail_json(msg="%s: %s" % (store.where, exc))
-    result = {
-        "changed": changed,
-        "stream": after["streams"].get(stream, {}),
-        "default_stream": after["default_stream"],
-        "catalog": after,
-    }
-    if module._diff:
-        result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
-    module.exit_json(**result)
+            before, after, changed = store.update(change)
+        except (catalog.CatalogError, ValueError) as exc:
+            module.fail_json(msg="%s: %s" % (store.where, exc))
+        result = {
+            "changed": changed,
+            "stream": after["streams"].get(stream, {}),
+            "default_stream": after["default_stream"],
+            "catalog": after,
+        }
+        if module._diff:
+            result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
+        module.exit_json(**result)
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

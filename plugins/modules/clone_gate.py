@@ -264,6 +264,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import 
     WaitFailed,
     WaitTimeout,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 SNAP = gate.SNAPSHOT_API
 VM = gate.VM_API
@@ -650,10 +651,13 @@ class Gate:
 
 def main():
     module = GateModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    if p["poll_interval"] < 1 or min(p["agent_timeout"], p["port_timeout"], p["provision_timeout"]) < 0:
-        module.fail_json(msg="poll_interval must be at least 1 and the timeouts at least 0 (seconds)")
-    Gate(module).run()
+    try:
+        p = module.params
+        if p["poll_interval"] < 1 or min(p["agent_timeout"], p["port_timeout"], p["provision_timeout"]) < 0:
+            module.fail_json(msg="poll_interval must be at least 1 and the timeouts at least 0 (seconds)")
+        Gate(module).run()
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

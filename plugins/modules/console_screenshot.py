@@ -226,6 +226,7 @@ import traceback
 from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 API_VERSION = "kubevirt.io/v1"
 KIND = "VirtualMachineInstance"
@@ -415,9 +416,12 @@ def main():
         supports_check_mode=True,
         required_together=[("previous_fingerprint", "previous_time")],
     )
-    if module.params["match_distance"] < 0 or module.params["timeout"] < 1:
-        module.fail_json(msg="match_distance must be at least 0 and timeout at least 1 (seconds)")
-    Screenshot(module).run()
+    try:
+        if module.params["match_distance"] < 0 or module.params["timeout"] < 1:
+            module.fail_json(msg="match_distance must be at least 0 and timeout at least 1 (seconds)")
+        Screenshot(module).run()
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

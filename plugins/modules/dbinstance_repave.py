@@ -451,6 +451,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_opera
     OperatorDriver,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_rollout import Rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 REVISION_ANNOTATION = "goldenimage.pipeline/image-revision"
 
@@ -795,14 +796,17 @@ class Repave:
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    runner = Repave(module)
-    runner.prepare()
-    if module.params["state"] == "report":
-        runner.report()
-    elif module.params["state"] == "repaved":
-        runner.repaved()
-    else:
-        runner.absent()
+    try:
+        runner = Repave(module)
+        runner.prepare()
+        if module.params["state"] == "report":
+            runner.report()
+        elif module.params["state"] == "repaved":
+            runner.repaved()
+        else:
+            runner.absent()
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

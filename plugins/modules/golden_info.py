@@ -237,6 +237,7 @@ summary:
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, golden_inventory, selection
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def argument_spec():
@@ -288,30 +289,33 @@ def observe(module, namespaces, family=None, project_selector=selection.PROJECT_
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
     try:
-        mode = golden.normalize_mode(p["mode"]) if p["mode"] else None
-        if p["family"]:
-            golden.validate_family(p["family"])
-    except golden.GoldenError as exc:
-        module.fail_json(msg=str(exc))
-    chosen = p["namespaces"] or {}
-    namespaces = golden_inventory.golden_namespaces(chosen.get("filesystem"), chosen.get("block"))
-    observed = observe(module, namespaces, p["family"], p["project_selector"])
-    result = golden_inventory.report(
-        observed["snapshots"],
-        observed["contents"],
-        observed["pvcs"],
-        observed["projects"],
-        observed["selections"],
-        observed["datavolumes"],
-        namespaces=namespaces,
-        family=p["family"],
-        mode=mode,
-    )
-    for conflict in result["conflicts"]:
-        module.warn(conflict["message"])
-    module.exit_json(changed=False, summary=golden_inventory.summary(result), **result)
+        p = module.params
+        try:
+            mode = golden.normalize_mode(p["mode"]) if p["mode"] else None
+            if p["family"]:
+                golden.validate_family(p["family"])
+        except golden.GoldenError as exc:
+            module.fail_json(msg=str(exc))
+        chosen = p["namespaces"] or {}
+        namespaces = golden_inventory.golden_namespaces(chosen.get("filesystem"), chosen.get("block"))
+        observed = observe(module, namespaces, p["family"], p["project_selector"])
+        result = golden_inventory.report(
+            observed["snapshots"],
+            observed["contents"],
+            observed["pvcs"],
+            observed["projects"],
+            observed["selections"],
+            observed["datavolumes"],
+            namespaces=namespaces,
+            family=p["family"],
+            mode=mode,
+        )
+        for conflict in result["conflicts"]:
+            module.warn(conflict["message"])
+        module.exit_json(changed=False, summary=golden_inventory.summary(result), **result)
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

@@ -306,6 +306,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     object_diff,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND
@@ -670,12 +671,15 @@ class Promotion:
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    runner = Promotion(module)
-    runner.prepare()
-    if module.params["method"] == "label":
-        runner.by_label()
-    else:
-        runner.by_selection()
+    try:
+        runner = Promotion(module)
+        runner.prepare()
+        if module.params["method"] == "label":
+            runner.by_label()
+        else:
+            runner.by_selection()
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

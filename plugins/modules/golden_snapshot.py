@@ -293,6 +293,7 @@ diff:
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND
@@ -568,10 +569,13 @@ def main():
         supports_check_mode=True,
         required_if=[("state", "present", ("family", "os_name"))],
     )
-    if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
-        module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
-    runner = Golden(module)
-    getattr(runner, module.params["state"])()
+    try:
+        if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
+            module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
+        runner = Golden(module)
+        getattr(runner, module.params["state"])()
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

@@ -283,6 +283,7 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, seal, seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import VerifierJob
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 DISSECT_REASON = (
     "to read disk images offline. Modules of goldenimage.pipeline run on the Ansible controller: "
@@ -354,20 +355,23 @@ def main():
         required_by={"pvc": "namespace"},
         supports_check_mode=True,
     )
-    p = module.params
-    if p["path"]:
-        finish(module, verify_file(module), p["path"])
-    what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
-    if module.check_mode:
-        module.exit_json(
-            changed=False,
-            skipped=True,
-            msg="check mode: %s was not verified, because the verifier Job would have to be created "
-            "to read it; run without --check to verify it" % what,
-        )
-    job = VerifierJob(module, p["namespace"], p["pvc"])
-    verdict = job.run(p["verifier_image"], p["verifier_command"], rule_options(p))
-    finish(module, verdict, what)
+    try:
+        p = module.params
+        if p["path"]:
+            finish(module, verify_file(module), p["path"])
+        what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
+        if module.check_mode:
+            module.exit_json(
+                changed=False,
+                skipped=True,
+                msg="check mode: %s was not verified, because the verifier Job would have to be created "
+                "to read it; run without --check to verify it" % what,
+            )
+        job = VerifierJob(module, p["namespace"], p["pvc"])
+        verdict = job.run(p["verifier_image"], p["verifier_command"], rule_options(p))
+        finish(module, verdict, what)
+    except PipelineError as exc:
+        module.fail_json(**exc.result)
 
 
 if __name__ == "__main__":

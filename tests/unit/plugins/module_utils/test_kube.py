@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, errors
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".collections"))
@@ -191,11 +191,18 @@ def test_auth_options_are_kubernetes_core_s():
     assert spec["proxy_headers"]["options"]["basic_auth"]["no_log"] is True
 
 
-def test_fail_from_exception_returns_the_status(api, capsys):
+def test_fail_from_exception_raises_the_status_and_the_one_exit_reports_it(api, capsys):
     exc = raised(lambda: api.read_namespaced_persistent_volume_claim("missing", "ns"))
-    with patch_module_args({}), pytest.raises(SystemExit):
+    with patch_module_args({}):
         module = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
-        module.fail_from_exception("get PersistentVolumeClaim ns/missing", exc, snapshot={})
+        with pytest.raises(_kube.KubeError) as error:
+            module.fail_from_exception("get PersistentVolumeClaim ns/missing", exc, snapshot={})
+        assert error.value.cause is exc
+        with pytest.raises(SystemExit):
+            errors.run_module(
+                module,
+                lambda: module.fail_from_exception("get PersistentVolumeClaim ns/missing", exc, snapshot={}),
+            )
     result = json.loads(capsys.readouterr().out)
     assert result["failed"] is True
     assert result["msg"].endswith("(NotFound, 404)")
@@ -226,9 +233,10 @@ def test_missing_kubernetes_gives_the_standard_message():
         "sys.modules['kubernetes'] = None  # what an interpreter without the library sees\n"
         "from ansible.module_utils.testing import patch_module_args\n"
         "from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule\n"
+        "from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module\n"
         "with patch_module_args({}):\n"
         "    module = KubeModule(argument_spec={})\n"
-        "    module.client\n"
+        "    run_module(module, lambda: module.client)\n"
     )
     result = json.loads(proc.stdout)
     assert result["failed"] is True

@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Input rules every module shares, checked before anything is written.
+
+Pure: no I/O. Each rule raises ``Refusal`` naming the option, the rule and the supported move:
+durations (timeouts, intervals, pauses) must be positive; a version is a string, never a YAML float
+(``1.10`` reaches a module as ``1.1``); an object key is one S3 accepts and that cannot climb out of
+its prefix.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+# S3's limit on an object key, in UTF-8 bytes.
+MAX_KEY_BYTES = 1024
+
+# The wait options every waiting module takes (documented by the k8s_wait doc fragment).
+WAIT_ARG_SPEC = {
+    "wait": {"type": "bool", "default": True},
+    "wait_timeout": {"type": "int", "default": 300},
+    "wait_sleep": {"type": "int", "default": 2},
+}
+
+
+def positive(value, option, allow_none=False):
+    """A timeout, interval or pause: a number greater than zero. Returns it."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Refusal(
+            "option %s" % option, "%r is not a number of seconds" % (value,), "give a positive number"
+        )
+    if value <= 0:
+        raise Refusal(
+            "option %s" % option,
+            "%s is not a duration: it must be greater than zero, checked before anything is written" % value,
+            "give a positive number of seconds",
+        )
+    return value
+
+
+def positive_all(params, options):
+    """``positive`` for each named option present in ``params`` (None means not given)."""
+    for option in options:
+        if params.get(option) is not None:
+            positive(params[option], option)
+
+
+def version_string(value, option, required=False):
+    """A version given as a string. A YAML float (``1.10`` read as ``1.1``) is refused: quote it."""
+    if value is None:
+        if required:
+            raise Refusal("option %s" % option, "a version is required", "give it as a quoted string")
+        return None
+    if isinstance(value, bool):
+        raise Refusal("option %s" % option, "%r is a boolean, not a version" % value, "quote the version")
+    if isinstance(value, float):
+        raise Refusal(
+            "option %s" % option,
+            "%r arrived as a YAML number, and a number loses digits (1.10 becomes 1.1)" % value,
+            'quote it: %s: "%s"' % (option, value),
+        )
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise Refusal("option %s" % option, "%r is not a version string" % (value,), "quote the version")
+    return value
+
+
+def object_key(key, option="key"):
+    """An S3 object key this collection may write: 1-1024 UTF-8 bytes, a clean relative path.
+
+    Refused: an empty key, a leading ``/``, empty, ``.`` or ``..`` segments (a key that reads like a
+    path escaping its prefix is one a later reader will resolve wrongly), control characters and
+    backslashes, and keys over S3's 1,024 bytes.
+    """
+    subject = "option %s (%r)" % (
+        option,
+        key if not isinstance(key, str) or len(key) <= 80 else key[:80] + "...",
+    )
+    if not isinstance(key, str) or not key:
+        raise Refusal(
+            subject,
+            "an object key must be a non-empty string",
+            "give the key as a path such as family/version/file.qcow2",
+        )
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise Refusal(
+            subject,
+            "the key is %d bytes and S3 allows at most %d" % (size, MAX_KEY_BYTES),
+            "use a shorter key",
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in key) or "\\" in key:
+        raise Refusal(subject, "the key holds control characters or a backslash", "use plain path segments")
+    if key.startswith("/"):
+        raise Refusal(subject, "the key starts with '/'", "drop the leading slash")
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise Refusal(
+                subject,
+                "the key has an empty, '.' or '..' segment, so it does not name one place under its prefix",
+                "use plain path segments",
+            )
+    return key

@@ -1,0 +1,66 @@
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors, inputs
+
+
+@pytest.mark.parametrize("value", [0, -1, -0.5, "10", True, None])
+def test_positive_refuses_what_is_not_a_duration(value):
+    with pytest.raises(errors.Refusal) as exc:
+        inputs.positive(value, "wait_timeout")
+    assert "option wait_timeout" in exc.value.msg
+
+
+def test_positive_accepts_and_allows_none_when_asked():
+    assert inputs.positive(0.25, "wait_sleep") == 0.25
+    assert inputs.positive(None, "wait_sleep", allow_none=True) is None
+
+
+def test_positive_all_names_the_option():
+    with pytest.raises(errors.Refusal) as exc:
+        inputs.positive_all(
+            {"wait_timeout": 10, "poll_interval": -3, "other": None},
+            ["wait_timeout", "poll_interval", "other"],
+        )
+    assert exc.value.msg.startswith("option poll_interval: -3")
+
+
+def test_version_string_refuses_a_yaml_float():
+    with pytest.raises(errors.Refusal) as exc:
+        inputs.version_string(1.1, "version")
+    assert "quote it" in exc.value.msg and 'version: "1.1"' in exc.value.msg
+
+
+@pytest.mark.parametrize("value, expected", [("1.10", "1.10"), (16, "16"), (None, None)])
+def test_version_string_accepts(value, expected):
+    assert inputs.version_string(value, "version") == expected
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "/abs/k",
+        "../escape.qcow2",
+        "windows/../../b.qcow2",
+        "a//b",
+        "a/./b",
+        "a/",
+        "x" * 1025,
+        "a\\b",
+        "a\nb",
+        None,
+    ],
+)
+def test_object_key_refuses(key):
+    with pytest.raises(errors.Refusal):
+        inputs.object_key(key)
+
+
+def test_object_key_counts_bytes_not_characters():
+    inputs.object_key("k" * 1024)
+    with pytest.raises(errors.Refusal) as exc:
+        inputs.object_key("é" * 513)
+    assert "1026 bytes" in exc.value.msg
+
+
+def test_object_key_accepts_a_plain_path():
+    assert inputs.object_key("windows-11/2026-08-28/disk.qcow2") == "windows-11/2026-08-28/disk.qcow2"
