@@ -705,6 +705,7 @@ class KubeModule(AnsibleModule):
         timeout=None,
         retry=None,
         mutating=None,
+        action=None,
     ):
         """Send one HTTP request with the cluster's credentials; return the streaming response.
 
@@ -712,8 +713,9 @@ class KubeModule(AnsibleModule):
         object, an iterable of bytes, or a callable returning one of these (called again for each
         attempt, so a retried upload starts from the beginning). The response is not read: iterate
         ``stream_to`` or ``response.stream()`` and close it (it is a context manager). A non-2xx answer
-        raises ``KubeError`` with the server's Status. GET and HEAD are retried on transient errors;
-        other methods only with ``retry=True`` (a body given as a callable).
+        raises ``KubeError`` with the server's Status, its message starting with ``action`` (default:
+        the method and URL without its query). GET and HEAD are retried on transient errors; other
+        methods only with ``retry=True`` (a body given as a callable).
         """
         import urllib3
         from kubernetes.client.exceptions import ApiException
@@ -751,13 +753,12 @@ class KubeModule(AnsibleModule):
             )
             if not 200 <= response.status < 300:
                 try:
-                    response.read(STREAM_CHUNK)
-                    raise ApiException(http_resp=_ErrorResponse(response))
+                    raise ApiException(http_resp=_ErrorResponse(response, response.read(STREAM_CHUNK)))
                 finally:
                     response.release_conn()
             return response
 
-        action = "%s %s" % (method, strip_query(url))
+        action = action or "%s %s" % (method, strip_query(url))
         if retry:
             return self._retrying(action, send)
         try:
@@ -767,30 +768,42 @@ class KubeModule(AnsibleModule):
         except Exception as exc:
             raise KubeError.from_exception(action, exc) from exc
 
-    def download(self, path, handle, query=None, headers=None, timeout=None, limit=None):
+    def download(self, path, handle, query=None, headers=None, timeout=None, limit=None, action=None):
         """GET ``path`` into the open binary ``handle`` chunk by chunk; returns the bytes written.
 
         Never holds more than one chunk in memory; ``limit`` (bytes) stops a runaway answer.
         """
-        response = self.request("GET", path, query=query, headers=headers, timeout=timeout)
+        action = action or "GET %s" % path
+        response = self.request("GET", path, query=query, headers=headers, timeout=timeout, action=action)
         written = 0
         try:
             for chunk in response.stream(STREAM_CHUNK):
                 written += len(chunk)
                 if limit is not None and written > limit:
                     raise PipelineError(
-                        "GET %s: the answer is larger than %d bytes; refusing to read on" % (path, limit)
+                        "%s: the answer is larger than %d bytes; not reading on" % (action, limit)
                     )
                 handle.write(chunk)
         except PipelineError:
             raise
         except Exception as exc:
-            raise KubeError.from_exception("GET %s" % path, exc) from exc
+            raise KubeError.from_exception(action, exc) from exc
         finally:
             response.release_conn()
         return written
 
-    def upload(self, method, path, src, field=None, query=None, headers=None, base_url=None, timeout=None):
+    def upload(
+        self,
+        method,
+        path,
+        src,
+        field=None,
+        query=None,
+        headers=None,
+        base_url=None,
+        timeout=None,
+        action=None,
+    ):
         """Send the file ``src`` as the body (or as the multipart form field ``field``), streamed.
 
         The Content-Length is computed up front, so the file is never read into memory. Returns the
@@ -826,7 +839,14 @@ class KubeModule(AnsibleModule):
             yield closing
 
         response = self.request(
-            method, path, query=query, headers=sent, body=chunks, base_url=base_url, timeout=timeout
+            method,
+            path,
+            query=query,
+            headers=sent,
+            body=chunks,
+            base_url=base_url,
+            timeout=timeout,
+            action=action,
         )
         try:
             data = response.read()
@@ -859,10 +879,10 @@ class KubeModule(AnsibleModule):
 class _ErrorResponse(object):
     """What ``ApiException(http_resp=...)`` reads, from a raw urllib3 response already read."""
 
-    def __init__(self, response):
+    def __init__(self, response, data):
         self.status = response.status
         self.reason = response.reason
-        self.data = response.data
+        self.data = data
         self._headers = response.headers
 
     def getheaders(self):

@@ -248,6 +248,9 @@ class LabRequestHandler(BaseHTTPRequestHandler):
             route = route_for(lab.store, path)
             if route is not None:  # a platform endpoint a controller added (extensions.py)
                 record.update(verb=_ROUTE_VERBS.get(method, "get"), resource=path)
+                endpoint = _Request()
+                endpoint.verb, endpoint.plural = record["verb"], path
+                self._inject_faults(endpoint)  # platform endpoints fail like the rest of the API
                 code, content_type, answer = route(method, path, query, self.headers, raw, identity)
                 self._send(code, answer, content_type)
                 return
