@@ -6,6 +6,8 @@ answer), ``drop`` (close without doing anything), ``503`` and ``429``. Nothing i
 ``kubernetes`` client and kubernetes.core's client factory do the talking.
 """
 
+import hashlib
+import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,10 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, errors
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
 
 NS = "ns"
+BLOB_BYTES = 4 * 1024 * 1024
 BASE = "/api/v1/namespaces/%s/configmaps" % NS
 
 
@@ -90,8 +93,46 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.shutdown(2)
 
     def _body(self):
+        if self.path.startswith("/upload"):
+            return None
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length)) if length else None
+
+    def _upload(self):
+        """Read the body in pieces and say what arrived: length, content type, sha256, the token."""
+        length = int(self.headers.get("Content-Length") or 0)
+        digest, received = hashlib.sha256(), 0
+        while received < length:
+            piece = self.rfile.read(min(65536, length - received))
+            if not piece:
+                break
+            digest.update(piece)
+            received += len(piece)
+        self.api.log.append(("upload", self.path, received))
+        self._send(
+            200,
+            {
+                "bytes": received,
+                "sha256": digest.hexdigest(),
+                "content_type": self.headers.get("Content-Type"),
+                "authorization": self.headers.get("Authorization"),
+                "chunked": self.headers.get("Transfer-Encoding"),
+            },
+        )
+
+    def _blob(self):
+        fault = self.api.fault_for("blob")
+        if fault == "500":
+            return self._send(500, status(500, "InternalError", "injected"))
+        if fault == "403":
+            return self._send(403, status(403, "Forbidden", "may not read the blob"))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(BLOB_BYTES))
+        self.end_headers()
+        block = b"\x89" * 65536
+        for _ in range(BLOB_BYTES // len(block)):
+            self.wfile.write(block)
 
     def _handle(self, method):
         api = self.api
@@ -105,6 +146,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"kind": "APIGroupList", "groups": []})
         if path == "/api/v1":
             return self._send(200, RESOURCE_LIST)
+        if path == "/upload":
+            return self._upload()
+        if path == "/blob":
+            return self._blob()
         name = path[len(BASE) + 1 :] if path.startswith(BASE + "/") else ""
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
         verb = verb or ("get" if name else "list")
@@ -188,6 +233,7 @@ def server(tmp_path_factory):
     handler = type("ScriptedHandler", (Handler,), {"api": None})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
+    httpd.handle_error = lambda request, address: None  # a client that stops reading is a test case
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
@@ -454,3 +500,36 @@ def test_delete_and_wait_returns_when_gone(api, module):
     api.objects["a"] = api.bump(cm("a", {"k": "v"}))
     assert module.delete_and_wait("v1", "ConfigMap", "a", NS, timeout=5, sleep=0.1) is True
     assert module.delete_and_wait("v1", "ConfigMap", "a", NS, timeout=5, sleep=0.1) is False
+
+
+# --- raw requests ------------------------------------------------------------------------------
+
+
+def test_upload_streams_a_file_with_a_known_length(api, module, tmp_path):
+    src = tmp_path / "disk.qcow2"
+    data = bytes(range(256)) * 20000
+    src.write_bytes(data)
+    raw = module.upload("POST", "/upload", str(src), query=[("size", str(len(data)))])
+    assert raw["bytes"] == len(data) and raw["sha256"] == hashlib.sha256(data).hexdigest()
+    assert raw["authorization"] == "Bearer t" and raw["chunked"] is None
+    form = module.upload("POST", "/upload", str(src), field="chunk")
+    assert form["content_type"].startswith("multipart/form-data; boundary=")
+    assert form["bytes"] > len(data)
+    assert module.mutations == 2
+
+
+def test_download_writes_chunks_and_rides_out_a_5xx(api, module):
+    api.script = [("blob", "500")]
+    out = io.BytesIO()
+    assert module.download("/blob", out) == BLOB_BYTES
+    assert out.getvalue()[:2] == b"\x89\x89" and len(out.getvalue()) == BLOB_BYTES
+    assert module.mutations == 0
+
+
+def test_download_stops_at_the_limit_and_names_the_action(api, module):
+    with pytest.raises(errors.PipelineError, match="read the blob: the answer is larger than 1048576 bytes"):
+        module.download("/blob", io.BytesIO(), limit=1024 * 1024, action="read the blob")
+    api.script = [("blob", "403")]
+    with pytest.raises(_kube.KubeError) as err:
+        module.download("/blob", io.BytesIO(), action="read the blob")
+    assert err.value.msg == "read the blob: may not read the blob (Forbidden, 403)"
