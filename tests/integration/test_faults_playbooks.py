@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_linux_golden import BLOCK_NS, Env, golden_name, image, make_disk, publish
+from tests.integration import test_linux_golden as linux_golden
+from tests.integration.test_linux_golden import BLOCK_NS, golden_name, image, make_disk, publish
 
 pytestmark = [pytest.mark.lab_only, pytest.mark.faults]
 
 RATES = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05}
 
 
-@pytest.fixture
-def env(lab, kube_client, tmp_path):
-    lab.faults.reset()
-    arranged = Env(lab, kube_client, tmp_path)
-    try:
-        yield arranged
-    finally:
-        lab.faults.reset()
-        arranged.cleanup()
+# The producer's own arrangement (a bucket, the golden namespaces, cleanup and a fault reset afterwards).
+env = linux_golden.env
 
 
 @pytest.mark.xfail(
