@@ -50,6 +50,8 @@ RETRY_SECONDS = 60.0
 RETRY_BASE = 0.2
 RETRY_CAP = 5.0
 STREAM_CHUNK = 1024 * 1024
+# Set on a create that has only generateName: the retry after a lost reply finds its object by it.
+CREATE_REQUEST_LABEL = "goldenimage.pipeline/create-request"
 KUBERNETES_REASON = (
     "to talk to the Kubernetes API. Modules of goldenimage.pipeline run on the Ansible controller: "
     "install it there and use delegate_to: localhost (or connection: local) for these tasks"
@@ -509,19 +511,34 @@ class KubeModule(AnsibleModule):
         A 409 reads the object back: when it holds every field sent (an earlier attempt's reply was
         lost after the server committed it, or an identical object was made meanwhile) it is the
         result; when it differs, a conflict names the fields; when it is not there, the create is
-        sent again.
+        sent again. A definition with only ``generateName`` carries a per-request label
+        (``CREATE_REQUEST_LABEL``), so a retry after a lost reply finds the object the server named
+        instead of making a second one.
         """
         meta = definition.get("metadata") or {}
         kind, name, namespace = definition.get("kind"), meta.get("name"), meta.get("namespace")
         if self.check_mode:
             return copy.deepcopy(definition)
-        res = self.resource(definition["apiVersion"], kind)
-        what = ref(kind, name, namespace)
+        api_version = definition["apiVersion"]
+        res = self.resource(api_version, kind)
+        what = ref(kind, name or "%s*" % (meta.get("generateName") or ""), namespace)
+        marker = None
+        if not name:
+            marker = "%016x" % random.getrandbits(64)
+            definition = copy.deepcopy(definition)
+            definition["metadata"].setdefault("labels", {})[CREATE_REQUEST_LABEL] = marker
 
         def read_back(exc, attempts):
-            if status_code(exc) != 409 or not name:
+            if marker is not None:
+                if not is_transient(exc) and status_code(exc) != 409:
+                    return None
+                found = self.list(
+                    api_version, kind, namespace, label_selector="%s=%s" % (CREATE_REQUEST_LABEL, marker)
+                )
+                return (True, found[0]) if found else (False, None)
+            if status_code(exc) != 409:
                 return None
-            current = self.fetch(definition["apiVersion"], kind, name, namespace)
+            current = self.fetch(api_version, kind, name, namespace)
             if current is None:
                 return False, None  # refused before it was written, or deleted since: send it again
             differ = differences(sent_fields(definition), current)

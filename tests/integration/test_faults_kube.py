@@ -126,3 +126,23 @@ def test_someone_elses_object_is_a_conflict_even_under_faults(lab, kube_namespac
         faults.reset()
         assert m.get("v1", "ConfigMap", "taken", kube_namespace)["data"] == {"owner": "other"}
     assert "it already exists and is not the object this run sent (it differs at data.owner)" in err.value.msg
+
+
+def test_a_generated_name_is_created_once_when_its_reply_is_lost(lab, kube_namespace, faults):
+    with kube(lab) as m:
+        m.resource("v1", "ConfigMap")
+        body = config_map(kube_namespace, None, {"a": "1"})
+        del body["metadata"]["name"]
+        body["metadata"]["generateName"] = "gen-"
+        faults.update({"commit_drop_rate": 1.0})
+        made = m.create(body)
+        faults.update({"commit_drop_rate": 0, "conflict_rate": 0.5, "seed": 4})
+        other = m.create(body)
+        faults.reset()
+        found = m.list("v1", "ConfigMap", kube_namespace, "suite=faults")
+    assert (
+        made["metadata"]["name"].startswith("gen-") and other["metadata"]["name"] != made["metadata"]["name"]
+    )
+    assert sorted(i["metadata"]["name"] for i in found) == sorted(
+        [made["metadata"]["name"], other["metadata"]["name"]]
+    )
