@@ -15,8 +15,9 @@ description:
   - Each OS stream of the baked image catalog (C(22.04), C(24.04)) has a tip revision and a C(validated)
     flag; one stream is the default, the one new databases get.
   - O(revision) moves the tip. The revision must be in the catalog (registered by
-    M(goldenimage.pipeline.baked_image)), imported (the catalog says so, or its C(VirtualMachineImage) is
-    C(Imported=True) now), and of the stream's OS. Moving the tip resets C(validated) to false unless
+    M(goldenimage.pipeline.baked_image)), imported (its C(VirtualMachineImage) is C(Imported=True) now
+    when the catalog names the image, whatever the catalog says; else the catalog says so), and of the
+    stream's OS. Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
     validated. The default stream always stays validated, so its tip moves only with O(validated=true).
@@ -125,10 +126,11 @@ def argument_spec():
 
 
 def observed_import(module, doc, name):
-    """True when the tip's VirtualMachineImage is Imported=True now; None when the catalog already
-    says so or does not know the image (the rules then decide from the catalog)."""
+    """Whether the tip's VirtualMachineImage is Imported=True now; None when the catalog names no image
+    (the rules then decide from the catalog). An image the catalog says is imported but that is gone
+    (or failed) is not: a stream never moves onto a stale ``imported: true``."""
     entry = doc["images"].get(name) if name else None
-    if not entry or entry.get("imported") or not entry.get("image"):
+    if not entry or not entry.get("image"):
         return None
     ref = entry["image"]
     obj = module.get(harvester_image.API_VERSION, harvester_image.KIND, ref.get("name"), ref.get("namespace"))

@@ -45,3 +45,21 @@ def test_refusals_name_the_catalog(tmp_path):
 def test_a_float_stream_is_refused_with_quote_it(tmp_path, stream):
     with pytest.raises(errors.Refusal, match="quote it"):
         run(catalog_file(tmp_path), os_version=stream, revision="v20260615")
+
+
+def test_a_stale_imported_true_does_not_move_the_tip(tmp_path):
+    path = tmp_path / "catalog.yaml"
+    doc, _ = catalog.register_image(
+        catalog.empty(),
+        "v20260615",
+        "22.04",
+        ["16"],
+        "a" * 128,
+        "upload",
+        image={"namespace": "hp", "name": "ubuntu-2204-postgres-v20260615"},
+        imported=True,
+    )
+    path.write_text(catalog.dump(doc))
+    with pytest.raises(errors.PipelineError, match="not imported yet"):
+        run(path, os_version="22.04", revision="v20260615")
+    assert yaml.safe_load(path.read_text())["streams"] == {}
