@@ -218,3 +218,36 @@ def test_eol_refusal_stops_before_anything_is_uploaded(lab, kube_namespace, s3, 
         assert not (tmp_path / "out").exists()
     finally:
         empty_bucket(s3, bucket)
+
+
+@pytest.mark.lab_only
+def test_the_presigned_url_is_never_printed_or_stored(lab, kube_client, kube_namespace, s3, tmp_path):
+    """A -vvv publish: the signature Harvester downloads with appears only in the image's own spec."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
+    from kubernetes import client
+
+    bucket = "baked-" + kube_namespace
+    try:
+        run = publish(lab, inputs(tmp_path, kube_namespace, bucket), "-vvv")
+        assert run.ok, run.log
+        custom = client.CustomObjectsApi(kube_client)
+        image = custom.get_namespaced_custom_object(
+            "harvesterhci.io", "v1beta1", kube_namespace, "virtualmachineimages", IMAGE
+        )
+        signature = parse_qs(urlsplit(image["spec"]["url"]).query)["X-Amz-Signature"][0]
+        core = client.CoreV1Api(kube_client)
+        left = [run.stdout, run.stderr, json.dumps(run.tasks)]
+        left.append(json.dumps(core.read_namespaced_config_map("catalog", kube_namespace).data))
+        left.append(
+            json.dumps(
+                client.ApiClient().sanitize_for_serialization(core.list_namespaced_event(kube_namespace))
+            )
+        )
+        left.extend(p.read_text(errors="replace") for p in (tmp_path / "out").glob("*.json"))
+        text = "\n".join(left)
+        for form in redact.secret_forms(signature):
+            assert form not in text, "the signature leaked as %r" % form
+    finally:
+        empty_bucket(s3, bucket)
