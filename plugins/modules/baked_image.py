@@ -204,8 +204,8 @@ revision:
   type: dict
   sample: {os_version: "24.04", pg_versions: ["15", "16", "17"], imported: true}
 catalog_changed:
-  description: Whether the catalog was (or would be) changed.
-  returned: when O(catalog) is given
+  description: Whether a catalog (with O(state=absent), any catalog recording the image) was changed.
+  returned: when O(catalog) is given, or a catalog was updated
   type: bool
 pvcs:
   description: PersistentVolumeClaims (C(namespace/name)) that use the image's StorageClass.
@@ -245,7 +245,9 @@ duration:
   returned: always
   type: float
 diff:
-  description: Before and after of the image (server fields removed) and of the catalog YAML, with C(--diff).
+  description:
+    - Before and after of the image (server fields removed, the URL redacted) and of each catalog YAML that
+      changed, with C(--diff).
   returned: when diff mode is on
   type: list
   elements: dict
@@ -646,7 +648,7 @@ class BakedImage:
                 continue
             store = self.store if given else CatalogStore(self.module, spec)
             try:
-                _before, _after, changed = store.update(
+                before, after, changed = store.update(
                     lambda d: catalog.mark_imported(d, self.p["name"], False)
                 )
             except PipelineError as exc:
@@ -670,6 +672,14 @@ class BakedImage:
                 ) from None
             if changed:
                 updated.append(describe(spec))
+                if self.module._diff:
+                    self.result.setdefault("diff", []).append(
+                        dict(
+                            before_header=describe(spec),
+                            before=catalog.dump(before),
+                            after=catalog.dump(after),
+                        )
+                    )
         self.result["catalogs_updated"] = updated
         if updated:
             self.result["changed"] = True

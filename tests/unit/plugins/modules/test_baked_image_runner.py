@@ -203,3 +203,13 @@ def test_absent_finds_catalog_configmaps_nobody_named(tmp_path):
     with pytest.raises(errors.Refusal, match=r"ConfigMap ops/cat \(stream 22.04"):
         run(kube)
     assert any("catalog ConfigMap ops/bad" in w for w in kube.warnings)
+
+
+def test_absent_shows_the_image_and_the_catalog_in_the_diff(tmp_path):
+    kube, catalog_file = _registered(tmp_path, tip=False)
+    kube._diff = True
+    result = run(kube)
+    headers = [d["before_header"] for d in result["diff"]]
+    assert headers == ["VirtualMachineImage %s/%s" % (NS, IMAGE), "catalog file %s" % catalog_file]
+    assert "imported: true" in result["diff"][1]["before"] and "imported: false" in result["diff"][1]["after"]
+    assert "feedface" not in json.dumps(result["diff"])
