@@ -440,3 +440,69 @@ def replica_trap(requested, in_force, storage_class_name, template, why):
         cause,
         fix,
     )
+
+
+# ------------------------------------------------------------------- half-done work, said as it is
+
+
+def _retry_move(missing_permission):
+    if missing_permission:
+        return "grant %s, then run the task again" % missing_permission
+    return "run the task again"
+
+
+def not_recorded(image, revision_name, where, cause, missing_permission=None, fields=None):
+    """The image is registered but the catalog write failed: say both, and how a rerun completes it.
+    ``fields`` are the result fields the failure carries (the image, progress, ...)."""
+    state = "Imported=True" if imported(image) else "not imported yet"
+    fields = dict(fields or {}, registered=True, catalog_written=False)
+    if missing_permission:
+        fields["missing_permission"] = missing_permission
+    return PipelineError(
+        "%s %s is registered (%s, StorageClass %s) but revision %s is not recorded in %s: %s. Nothing was "
+        "rolled back; %s: it finds the image and only records it"
+        % (
+            KIND,
+            kinds.ref(image),
+            state,
+            storage_class_of(image) or "not known yet",
+            revision_name,
+            where,
+            cause,
+            _retry_move(missing_permission),
+        ),
+        **fields,
+    )
+
+
+def still_imported(ref, deleted, revision_name, where, cause, missing_permission=None, fields=None):
+    """The image is gone but a catalog still says ``imported: true``: say so and how a rerun fixes it."""
+    fields = dict(fields or {}, catalog_written=False)
+    if missing_permission:
+        fields["missing_permission"] = missing_permission
+    return PipelineError(
+        "%s %s/%s is %s, but %s still says revision %s is imported: %s; %s"
+        % (
+            KIND,
+            ref["namespace"],
+            ref["name"],
+            "deleted by this run" if deleted else "already gone",
+            where,
+            revision_name,
+            cause,
+            _retry_move(missing_permission),
+        ),
+        **fields,
+    )
+
+
+def left_behind(exc, image, created, where=None, check_mode=False):
+    """``exc`` (a failure after the image was written) told with what this run leaves in place."""
+    what = "%s %s" % (KIND, kinds.ref(image)) if image else "the VirtualMachineImage"
+    note = "%s exists (%s)" % (what, "created by this run" if created else "registered before this run")
+    if where:
+        note += "; the revision is not recorded in %s" % where
+    exc.msg = "%s [%s]" % (exc.msg, note)
+    exc.fields.setdefault("registered", not check_mode)
+    exc.fields.setdefault("catalog_written", False)
+    return exc

@@ -431,20 +431,13 @@ class BakedImage:
         return self.result
 
     def left_behind(self, exc, created):
-        """``exc`` saying what this run leaves in place: the image, and that the catalog was not written."""
-        image = self.result.get("image") or {}
-        what = "%s %s" % (KIND, kinds.ref(image)) if image else "the VirtualMachineImage"
-        state = "created by this run" if created else "registered before this run"
-        note = "%s exists (%s)" % (what, state)
-        if self.store is not None:
-            note += "; the revision is not recorded in %s" % self.store.where
-        exc.msg = "%s [%s]" % (exc.msg, note)
-        fields = dict(self.result, registered=not self.module.check_mode, catalog_written=False)
+        fields = dict(self.result)
         fields.update(exc.fields)
         if exc.fields.get("status") == FORBIDDEN:
             fields.setdefault("missing_permission", forbidden_detail(exc))
         exc.fields = fields
-        return exc
+        where = self.store.where if self.store is not None else None
+        return hi.left_behind(exc, self.result.get("image"), created, where, self.module.check_mode)
 
     def record(self, desired, obj, storage_class):
         """Record the revision in the catalog: the last write, so a failure leaves only the image."""
@@ -453,29 +446,10 @@ class BakedImage:
                 lambda doc: self.register(doc, desired, obj, storage_class)
             )
         except PipelineError as exc:
-            image = "%s %s" % (KIND, kinds.ref(obj))
-            state = "Imported=True" if hi.imported(obj) else "not imported yet"
-            fields = dict(self.result)
-            fields.update(exc.fields)
-            fields.update(registered=True, catalog_written=False)
-            move = "run the task again"
-            if exc.fields.get("status") == FORBIDDEN:
-                fields["missing_permission"] = self.store.missing_permission()
-                move = "grant %s, then run the task again" % fields["missing_permission"]
-            raise PipelineError(
-                "%s is registered (%s, StorageClass %s) but revision %s is not recorded in %s: %s. "
-                "Nothing was rolled back; %s: it finds the image and only records it"
-                % (
-                    image,
-                    state,
-                    storage_class or "not known yet",
-                    self.p["name"],
-                    self.store.where,
-                    exc.msg,
-                    move,
-                ),
-                **fields,
-            ) from None
+            fields = dict(self.result, **exc.fields)
+            missing = self.store.missing_permission() if exc.fields.get("status") == FORBIDDEN else None
+            fields.pop("missing_permission", None)
+            raise hi.not_recorded(obj, self.p["name"], self.store.where, exc.msg, missing, fields) from None
         self.result["catalog_changed"] = changed
         self.result["changed"] = self.result["changed"] or changed
         self.result["revision"] = after["images"].get(self.p["name"], {})
@@ -652,23 +626,11 @@ class BakedImage:
                     lambda d: catalog.mark_imported(d, self.p["name"], False)
                 )
             except PipelineError as exc:
-                what = "deleted by this run" if deleted else "already gone"
-                fields = dict(self.result, catalogs_updated=updated, catalog_written=False)
-                if exc.fields.get("status") == FORBIDDEN:
-                    fields["missing_permission"] = store.missing_permission()
-                raise PipelineError(
-                    "%s %s/%s is %s, but %s still says revision %s is imported: %s; run the task again%s"
-                    % (
-                        KIND,
-                        ref["namespace"],
-                        ref["name"],
-                        what,
-                        describe(spec),
-                        self.p["name"],
-                        exc.msg,
-                        " with %s" % fields["missing_permission"] if "missing_permission" in fields else "",
-                    ),
-                    **fields,
+                missing = store.missing_permission() if exc.fields.get("status") == FORBIDDEN else None
+                fields = dict(self.result, catalogs_updated=updated)
+                rev = self.p["name"]
+                raise hi.still_imported(
+                    ref, deleted, rev, describe(spec), exc.msg, missing, **fields
                 ) from None
             if changed:
                 updated.append(describe(spec))

@@ -209,3 +209,47 @@ def test_import_state_reads_through_the_shared_accessors():
     ]
     assert hi.imported(obj) and hi.initialized(obj)
     assert not hi.imported(None) and hi.storage_class_of(None) is None
+
+
+# ----------------------------------------------------------------------------- half-done work
+
+
+def test_a_registered_but_unrecorded_image_is_said_with_the_grant_that_completes_it():
+    obj = image()
+    obj["status"]["conditions"] = [{"type": "Imported", "status": "True"}]
+    grant = "get, create and update on configmaps in namespace dbaas"
+    error = hi.not_recorded(
+        obj, REV, "catalog ConfigMap dbaas/c", "write: forbidden (403)", grant, {"progress": 100}
+    )
+    assert error.msg == (
+        "VirtualMachineImage %s/%s is registered (Imported=True, StorageClass %s) but revision %s is not "
+        "recorded in catalog ConfigMap dbaas/c: write: forbidden (403). Nothing was rolled back; grant %s, "
+        "then run the task again: it finds the image and only records it" % (NS, NAME, SC, REV, grant)
+    )
+    assert error.result["registered"] is True and error.result["catalog_written"] is False
+    assert error.result["missing_permission"] == grant and error.result["progress"] == 100
+    assert "grant" not in hi.not_recorded(obj, REV, "f", "conflict").msg
+
+
+def test_a_gone_image_still_recorded_as_imported_is_said():
+    ref = {"namespace": NS, "name": NAME}
+    error = hi.still_imported(ref, True, REV, "catalog ConfigMap ops/c", "forbidden", "update on configmaps")
+    assert error.msg.startswith(
+        "VirtualMachineImage %s/%s is deleted by this run, but catalog ConfigMap ops/c" % (NS, NAME)
+    )
+    assert error.msg.endswith("grant update on configmaps, then run the task again")
+    assert error.result["catalog_written"] is False
+    assert "already gone" in hi.still_imported(ref, False, REV, "f", "x").msg
+
+
+def test_a_failure_after_the_write_says_what_it_leaves():
+    exc = errors.PipelineError("timed out waiting", stuck=True)
+    told = hi.left_behind(exc, image(), True, "catalog file /c.yaml")
+    assert told is exc and told.msg == (
+        "timed out waiting [VirtualMachineImage %s/%s exists (created by this run); the revision is not "
+        "recorded in catalog file /c.yaml]" % (NS, NAME)
+    )
+    assert told.result["stuck"] is True and told.result["registered"] is True
+    assert hi.left_behind(errors.PipelineError("x"), {}, False).msg == (
+        "x [the VirtualMachineImage exists (registered before this run)]"
+    )
