@@ -14,12 +14,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     MERGE_PATCH,
     is_transient,
     ref,
     status_code,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 OPT_IN_ANNOTATION = "goldenimage.pipeline/repave-opt-in"
 TRIGGER_VALUE = "now"
@@ -29,14 +31,10 @@ AVAILABLE, REPAVING, FAILED = "Available", "Repaving", "Failed"
 SETTLED_POLLS = 2
 
 
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
-
-
 def conditions_by_type(obj):
     """``{type: {status, reason, message}}`` of the CR's own conditions."""
     found = {}
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+    for cond in kinds.status(obj).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type"):
             found[cond["type"]] = {
                 "status": cond.get("status"),
@@ -72,9 +70,10 @@ class OperatorDriver:
 
     def require_served(self):
         if not self.module.served(self.api_version, self.kind):
-            self.module.fail_json(
-                msg="the cluster does not serve kind %s in %s (is the DBInstance CRD installed? check the "
-                "api_version and kind options)" % (self.kind, self.api_version)
+            raise Refusal(
+                "kind %s in %s" % (self.kind, self.api_version),
+                "the cluster does not serve kind %s in %s" % (self.kind, self.api_version),
+                "is the DBInstance CRD installed? check the api_version and kind options",
             )
 
     def list(self, names, label_selector):
@@ -84,7 +83,7 @@ class OperatorDriver:
         wanted = set(names or [])
         found = []
         for obj in items:
-            if wanted and _meta(obj).get("name") not in wanted:
+            if wanted and kinds.name(obj) not in wanted:
                 continue
             inst = self.view(obj)
             self._objects[self._key(inst)] = obj
@@ -92,9 +91,9 @@ class OperatorDriver:
         return sorted(found, key=lambda i: (i["namespace"] or "", i["name"]))
 
     def view(self, obj):
-        meta = _meta(obj)
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
+        meta = kinds.meta(obj)
+        spec = kinds.spec(obj)
+        status = kinds.status(obj)
         applied = status.get("appliedSpec") or {}
         annotations = dict(meta.get("annotations") or {})
         phase = status.get("phase")
@@ -117,6 +116,7 @@ class OperatorDriver:
             "repave": status.get("repave") or {},
             "reason": status.get("reason"),
             "message": status.get("message"),
+            "in_flight": annotations.get(self.trigger) == TRIGGER_VALUE or phase == REPAVING,
         }
 
     def in_flight(self, inst):
@@ -162,7 +162,7 @@ class OperatorDriver:
                     inst["annotations"][OPT_IN_ANNOTATION] = value
                 inst["opt_in"] = value
                 return True
-        self.module.fail_json(msg="%s on %s: still conflicting after 5 attempts" % (action, self.where(inst)))
+        raise PipelineError("%s on %s: still conflicting after 5 attempts" % (action, self.where(inst)))
 
     def advance(self, inst, target):
         """Look at the instance once and take the next step toward ``target["revision"]``."""
@@ -241,8 +241,8 @@ class OperatorDriver:
         return {"state": state, "phase": phase, "message": message, "changed": changed, "step": step}
 
     def teardown(self, inst, purge_data):
-        self.module.fail_json(
-            msg="state absent with strategy operator: delete the %s and let the operator tear it down "
-            "(its disks included); this module deletes Harvester VMs only with strategy direct"
-            % self.where(inst)
+        raise Refusal(
+            "state absent with strategy operator",
+            "this module deletes Harvester VMs only with strategy direct",
+            "delete the %s and let the operator tear it down (its disks included)" % self.where(inst),
         )
