@@ -37,17 +37,10 @@ VM_KIND = "VirtualMachine"
 VMI_KIND = "VirtualMachineInstance"
 PVC_KIND = "PersistentVolumeClaim"
 IMAGE_KIND = "VirtualMachineImage"
-PREFIX = "goldenimage.pipeline/"
-REVISION = repave_steps.REVISION
-ENGINE = PREFIX + "engine-version"
-STREAM = repave_steps.STREAM
-OPT_IN = PREFIX + "repave-opt-in"
+OPT_IN = repave_steps.OPT_IN
 TARGET = repave_steps.TARGET
-PREVIOUS = repave.PREVIOUS
 TEARDOWN = repave.TEARDOWN
 TEARDOWN_ROLE = repave.TEARDOWN_ROLE
-STOPPING, SWAPPING = repave_steps.STOPPING, repave_steps.SWAPPING
-STARTING, DELETING = repave_steps.STARTING, repave_steps.DELETING
 _REVISION = r"v\d{8}(?:-\d{4})?"
 
 
@@ -150,52 +143,7 @@ class DirectDriver:
         return self.module.list("v1" if kind == PVC_KIND else VM_API, kind, self.namespace)
 
     def view(self, vm, vmi, claims):
-        meta = kinds.meta(vm)
-        notes = dict(meta.get("annotations") or {})
-        volumes = repave.claims_of(vm)
-        target = notes.get(TARGET)
-        available = kinds.agent_connected(vmi)
-        if target:
-            phase = "Repaving"
-        elif available:
-            phase = "Available"
-        elif vmi is None:
-            phase = "Stopped" if repave_steps.run_strategy(vm) == "Halted" else "Starting"
-        else:
-            phase = "NotReady"
-        os_claim = volumes.get(self.os_volume)
-        progress = {}
-        if target:
-            step = STOPPING if vmi is not None else SWAPPING
-            if os_claim == repave_steps.os_disk_name(meta.get("name"), target):
-                step = DELETING if available else STARTING
-            progress = {"targetRevision": target, "step": step, "from": notes.get(REVISION)}
-        disks = {}
-        for claim in (os_claim, volumes.get(self.data_volume)):
-            if claim:
-                disks[claim] = kinds.status(claims.get(claim)).get("phase") or "Missing"
-        return {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            # While a repave is in flight no revision is applied: the run resumes, or a rollback
-            # to the previous revision is not mistaken for "already current".
-            "revision": None if target else notes.get(REVISION),
-            "applied_revision": notes.get(REVISION),
-            "engine_version": notes.get(ENGINE),
-            "os_stream": notes.get(STREAM) or None,
-            "phase": phase,
-            "available": available,
-            "operator": {},
-            "opt_in": notes.get(OPT_IN),
-            "annotations": notes,
-            "labels": dict(meta.get("labels") or {}),
-            "resource_version": meta.get("resourceVersion"),
-            "os_disk": os_claim,
-            "data_disk": volumes.get(self.data_volume),
-            "disks": disks,
-            "repave": progress,
-            "in_flight": bool(target),
-        }
+        return repave_steps.instance_view(vm, vmi, claims, self.os_volume, self.data_volume)
 
     def in_flight(self, inst):
         """A repave an earlier run started (its target is recorded on the VM): resumed, not restarted."""

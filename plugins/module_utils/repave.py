@@ -272,6 +272,29 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
     return result
 
 
+def entry(instance, name, doc, found, disagreement=None):
+    """The result entry of one instance: as found, with its drift verdict ``found`` (``drift``)."""
+    return {
+        "name": name,
+        "namespace": instance.get("namespace"),
+        "revision": instance.get("revision"),
+        "target": found["target"],
+        "verdict": found["verdict"],
+        "action": found["action"],
+        "description": found["description"],
+        "engine_version": instance.get("engine_version"),
+        "os_stream": target_stream(instance, doc),
+        "phase": instance.get("phase"),
+        "operator": instance.get("operator") or {},
+        "disagreement": disagreement,
+        "opt_in": instance.get("opt_in"),
+        "auto_apply_after": found["auto_apply_after"],
+        "forced_apply": found["forced_apply"],
+        "eol_date": found["eol_date"],
+        "result": None,
+    }
+
+
 def operator_disagreement(verdict, operator_conditions):
     """None when the CR's own ``OSUpdateAvailable``/``PGVersionEOL`` conditions agree with ``verdict``
     (or the operator has set neither yet); otherwise a message saying what each side says."""

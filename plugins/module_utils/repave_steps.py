@@ -36,6 +36,8 @@ PREFIX = "goldenimage.pipeline/"
 REVISION = PREFIX + "image-revision"
 STREAM = PREFIX + "os-version"
 TARGET = PREFIX + "repave-target"
+ENGINE = PREFIX + "engine-version"
+OPT_IN = PREFIX + "repave-opt-in"
 PREVIOUS = repave.PREVIOUS
 TEMPLATES = repave.TEMPLATES
 IMAGE_ID = repave.IMAGE_ID
@@ -53,6 +55,57 @@ def run_strategy(vm):
     if spec.get("runStrategy"):
         return spec["runStrategy"]
     return "Always" if spec.get("running") is True else "Halted"
+
+
+def instance_view(vm, vmi, claims, os_volume, data_volume):
+    """What a run reads of one VM: the instance dict the rules take (phase, revision, disks, the repave
+    in flight), from the VM, its VMI (or None) and the claims of its namespace."""
+    meta = kinds.meta(vm)
+    notes = dict(meta.get("annotations") or {})
+    volumes = repave.claims_of(vm)
+    target = notes.get(TARGET)
+    available = kinds.agent_connected(vmi)
+    if target:
+        phase = "Repaving"
+    elif available:
+        phase = "Available"
+    elif vmi is None:
+        phase = "Stopped" if run_strategy(vm) == "Halted" else "Starting"
+    else:
+        phase = "NotReady"
+    os_claim = volumes.get(os_volume)
+    progress = {}
+    if target:
+        step = STOPPING if vmi is not None else SWAPPING
+        if os_claim == os_disk_name(meta.get("name"), target):
+            step = DELETING if available else STARTING
+        progress = {"targetRevision": target, "step": step, "from": notes.get(REVISION)}
+    disks = {}
+    for claim in (os_claim, volumes.get(data_volume)):
+        if claim:
+            disks[claim] = kinds.status(claims.get(claim)).get("phase") or "Missing"
+    return {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        # While a repave is in flight no revision is applied: the run resumes, or a rollback
+        # to the previous revision is not mistaken for "already current".
+        "revision": None if target else notes.get(REVISION),
+        "applied_revision": notes.get(REVISION),
+        "engine_version": notes.get(ENGINE),
+        "os_stream": notes.get(STREAM) or None,
+        "phase": phase,
+        "available": available,
+        "operator": {},
+        "opt_in": notes.get(OPT_IN),
+        "annotations": notes,
+        "labels": dict(meta.get("labels") or {}),
+        "resource_version": meta.get("resourceVersion"),
+        "os_disk": os_claim,
+        "data_disk": volumes.get(data_volume),
+        "disks": disks,
+        "repave": progress,
+        "in_flight": bool(target),
+    }
 
 
 def state(status, phase, message, step=None, write=None):
@@ -376,3 +429,92 @@ def failure_hint(name, vm, target, os_volume):
         "is" if len(kept) == 1 else "are",
         previous,
     )
+
+
+# ------------------------------------------------------------------ the operator's repave, watched
+
+AVAILABLE, REPAVING, FAILED = "Available", "Repaving", "Failed"
+TRIGGER_VALUE = "now"
+# Seen this many polls in a row before "finished on another revision" is believed (a status
+# write may trail the annotation's).
+SETTLED_POLLS = 2
+
+
+def describe_conditions(operator):
+    parts = []
+    for kind in sorted(operator):
+        cond = operator[kind]
+        text = "%s=%s" % (kind, cond.get("status"))
+        detail = ": ".join(str(v) for v in (cond.get("reason"), cond.get("message")) if v)
+        parts.append("%s (%s)" % (text, detail) if detail else text)
+    return "; ".join(parts) or "none"
+
+
+def operator_step(now, wanted, trigger, triggered_before, settled):
+    """The next step toward ``wanted`` for a DBInstance the operator repaves, from its view ``now``.
+
+    ``triggered_before``: this run set (or found) the trigger on it; ``settled``: how many polls in a row
+    it was seen cleared and Available on another revision. Returns a state (``working``, ``done``,
+    ``failed``) with ``write`` (the trigger patch, with the resourceVersion just seen) or None, and
+    ``settled`` True when this poll counts as one more such sighting.
+    """
+    phase, triggered = now["phase"], now["trigger"] == TRIGGER_VALUE
+    conditions = "conditions: %s" % describe_conditions(now["operator"])
+
+    def result(status, at, message, step=None, write=None, seen=False):
+        return {
+            "state": status,
+            "phase": at,
+            "message": message,
+            "step": step,
+            "write": write,
+            "settled": seen,
+        }
+
+    if phase == AVAILABLE and now["revision"] == wanted and not triggered:
+        return result("done", AVAILABLE, "running %s" % wanted)
+    if phase == FAILED:
+        why = "%s: %s" % (now["reason"] or "Failed", now["message"] or "no message")
+        if not triggered:
+            return result("failed", FAILED, "the operator failed the repave: %s" % why)
+        # Stop/swap/start failures keep the trigger: the operator retries them by itself.
+        return result("working", FAILED, "retrying after %s; %s" % (why, conditions))
+    if phase == REPAVING:
+        progress = now["repave"]
+        step = progress.get("step")
+        text = "repave step %s toward %s" % (step or "(none yet)", progress.get("targetRevision") or wanted)
+        if progress.get("startedAt"):
+            text += " since %s" % progress["startedAt"]
+        message = "; ".join(m for m in (now["message"], conditions) if m)
+        return result("working", REPAVING, "%s; %s" % (text, message), step)
+    if triggered:
+        return result(
+            "working", phase or "unknown", "waiting for the operator to pick up the trigger; %s" % conditions
+        )
+    if triggered_before:
+        # The operator cleared the trigger and is Available, but not on our target.
+        if settled + 1 < SETTLED_POLLS:
+            return result(
+                "working", phase or "unknown", "the trigger was cleared; %s" % conditions, seen=True
+            )
+        return result(
+            "failed",
+            phase or "unknown",
+            "the operator cleared %s but runs %s, not %s (its catalog may differ from this one); %s"
+            % (trigger, now["revision"], wanted, conditions),
+            seen=True,
+        )
+    if phase != AVAILABLE:
+        return result(
+            "failed",
+            phase or "unknown",
+            "not triggered: phase is %s, not Available (%s)" % (phase, now["message"] or conditions),
+        )
+    patch = {
+        "metadata": {
+            "annotations": {trigger: TRIGGER_VALUE},
+            # Only the state just checked: a 409 means look again.
+            "resourceVersion": now["resource_version"],
+        }
+    }
+    return result("working", AVAILABLE, "set %s=%s" % (trigger, TRIGGER_VALUE), write=patch)

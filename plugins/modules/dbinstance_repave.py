@@ -693,25 +693,7 @@ class Repave:
             disagreement = None
             if p["strategy"] == "operator":
                 disagreement = repave.operator_disagreement(found["verdict"], operator)
-            self.entries[self.key(inst)] = {
-                "name": self.key(inst),
-                "namespace": inst.get("namespace"),
-                "revision": inst.get("revision"),
-                "target": found["target"],
-                "verdict": found["verdict"],
-                "action": found["action"],
-                "description": found["description"],
-                "engine_version": inst.get("engine_version"),
-                "os_stream": repave.target_stream(inst, self.doc),
-                "phase": inst.get("phase"),
-                "operator": operator,
-                "disagreement": disagreement,
-                "opt_in": inst.get("opt_in"),
-                "auto_apply_after": found["auto_apply_after"],
-                "forced_apply": found["forced_apply"],
-                "eol_date": found["eol_date"],
-                "result": None,
-            }
+            self.entries[self.key(inst)] = repave.entry(inst, self.key(inst), self.doc, found, disagreement)
             if disagreement:
                 self.module.warn("%s: %s" % (self.key(inst), disagreement))
         if not instances and not p["names"]:

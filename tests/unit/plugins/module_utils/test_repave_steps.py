@@ -234,3 +234,74 @@ def test_failure_hint_names_the_kept_disk_and_the_rollback():
         % (NEW, OLD, OLD)
     )
     assert "keeps its OS disk" in repave_steps.failure_hint("db", machine(), TARGET, "rootdisk")
+
+
+# -------------------------------------------------------------------------------- the view
+
+
+def test_instance_view_reads_phase_revision_and_the_repave_in_flight():
+    claims_found = {"db-os-%s" % OLD: {"status": {"phase": "Bound"}}}
+    view = repave_steps.instance_view(machine(), vmi(), claims_found, "rootdisk", "pgdata")
+    assert (view["phase"], view["revision"], view["available"], view["in_flight"]) == (
+        "Available",
+        OLD,
+        True,
+        False,
+    )
+    assert view["disks"] == {"db-os-%s" % OLD: "Bound", "db-pgdata": "Missing"}
+    moving = repave_steps.instance_view(swapped(), None, {}, "rootdisk", "pgdata")
+    assert (moving["phase"], moving["revision"], moving["in_flight"]) == ("Repaving", None, True)
+    assert moving["repave"] == {"targetRevision": NEW, "step": "StartingVM", "from": OLD}
+    stopped = machine()
+    stopped["spec"]["runStrategy"] = "Halted"
+    assert repave_steps.instance_view(stopped, None, {}, "rootdisk", "pgdata")["phase"] == "Stopped"
+
+
+# ---------------------------------------------------------------------- the operator's repave
+
+
+def operated(phase="Available", revision=OLD, trigger=None, **extra):
+    view = {
+        "phase": phase,
+        "revision": revision,
+        "trigger": trigger,
+        "operator": {"Ready": {"status": "True", "reason": "Available", "message": None}},
+        "repave": {},
+        "reason": None,
+        "message": None,
+        "resource_version": "9",
+    }
+    view.update(extra)
+    return view
+
+
+def operator_step(view, before=False, settled=0):
+    return repave_steps.operator_step(view, NEW, "repave-trigger", before, settled)
+
+
+def test_operator_step_triggers_only_an_available_instance_on_the_version_seen():
+    found = operator_step(operated())
+    assert found["state"] == "working" and found["write"] == {
+        "metadata": {"annotations": {"repave-trigger": "now"}, "resourceVersion": "9"}
+    }
+    refused = operator_step(operated(phase="Failed", reason="X", message="broken"))
+    assert refused["state"] == "failed" and refused["write"] is None
+    assert "not triggered" in operator_step(operated(phase="Provisioning"))["message"]
+
+
+def test_operator_step_waits_retries_and_finishes():
+    assert operator_step(operated(trigger="now"))["message"].startswith("waiting for the operator")
+    repaving = operated(phase="Repaving", repave={"step": "SwappingOSDisk", "targetRevision": NEW})
+    assert operator_step(repaving)["step"] == "SwappingOSDisk"
+    retry = operator_step(operated(phase="Failed", trigger="now", reason="StopFailed", message="x"))
+    assert (retry["state"], retry["write"]) == ("working", None) and "retrying after StopFailed" in retry[
+        "message"
+    ]
+    assert operator_step(operated(revision=NEW))["state"] == "done"
+
+
+def test_operator_step_believes_another_revision_only_after_two_sightings():
+    first = operator_step(operated(), before=True)
+    assert (first["state"], first["settled"], first["write"]) == ("working", True, None)
+    second = operator_step(operated(), before=True, settled=1)
+    assert second["state"] == "failed" and "cleared repave-trigger but runs %s" % OLD in second["message"]
