@@ -732,3 +732,43 @@ def test_a_vm_left_with_its_data_swapped_out_gets_it_back_and_is_repaved(
     assert deletes(lab, kube_namespace, {"sw-pgdata"}) == []
     # Only the old OS disk was ever deleted.
     assert {r["name"] for r in deletes(lab, kube_namespace)} == {f"sw-os-{OLD}"}
+
+
+def test_a_data_disk_carrying_an_image_annotation_is_still_data(lab, kube_client, kube_namespace, catalog):
+    """An imageId alone proves nothing: a data claim with one (copied from an OS template) is on a class
+    that is not the image's, and attached as the second disk."""
+    from tests.lab.controllers.volumes import volume_path
+
+    body = vm_body("fg", catalog)
+    templates = json.loads(body["metadata"]["annotations"][TEMPLATES])
+    templates[1]["metadata"]["annotations"] = dict(templates[0]["metadata"]["annotations"])
+    body["metadata"]["annotations"][TEMPLATES] = json.dumps(templates)
+    custom_api(kube_client).create_namespaced_custom_object(*KV, kube_namespace, "virtualmachines", body)
+    wait("fg to boot", lambda: agent_up(get(lab, "virtualmachineinstances", kube_namespace, "fg")))
+    data = wait("fg-pgdata bound", lambda: bound(pvc(lab, kube_namespace, "fg-pgdata")))
+    (volume_path(lab.controller_manager.lab, data) / "PG_VERSION").write_text("16 fg\n")
+    assert IMAGE_ID in data["metadata"]["annotations"]
+    common = {"namespace": kube_namespace, "names": ["fg"], **FAST}
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("teardown", ignore_errors=True, state="absent", **common),
+            task(
+                "repave",
+                ignore_errors=True,
+                state="repaved",
+                os_volume="pgdata",
+                catalog={"path": catalog["path"]},
+                **common,
+            ),
+        ),
+        env=lab.env(),
+    )
+    teardown = failed(run, "teardown")
+    assert "fg-pgdata (data: its StorageClass lab-fs is not the class of image" in teardown["msg"], teardown[
+        "msg"
+    ]
+    repave = failed(run, "repave")
+    assert "backed by claim fg-pgdata, which is data: its StorageClass lab-fs" in repave["msg"], repave["msg"]
+    assert writes(lab, kube_namespace) == [] and deletes(lab, kube_namespace) == []
+    assert marker(lab, pvc(lab, kube_namespace, "fg-pgdata")) == "16 fg\n"
