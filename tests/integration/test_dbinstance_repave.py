@@ -777,3 +777,22 @@ def test_bad_durations_an_empty_scope_and_a_malformed_engine_version(lab, fleet)
     assert odd["verdict"] == "PGVersionEOL"
     assert "engineVersion '16.x' is set but is not a major version" in odd["description"]
     assert "not set" not in odd["description"]
+
+
+def test_wait_false_triggers_what_may_start_and_a_rerun_finishes(lab, fleet):
+    fleet.create("n1")
+    fleet.create("n2")
+    fleet.settle(["n1", "n2"])
+    args = fleet.args(state="repaved", max_unavailable=1)
+    lab.clear_audit()
+    run = run_playbook(play(task("start", **dict(args, wait=False))), env=lab.env())
+    assert run.ok, run.log
+    started = run["start"]
+    assert started["changed"] is True and started["pending"] == ["n2"]
+    assert {n: e["result"] for n, e in by_name(started).items()} == {"n1": "in-flight", "n2": "pending"}
+    assert [(w["verb"], w["name"]) for w in fleet.writes()] == [("patch", "n1")]
+    run = run_playbook(play(task("finish", **args)), env=lab.env())
+    assert run.ok, run.log
+    assert run["finish"]["resumes"] in (["n1"], [])  # still repaving, or already done
+    assert fleet.revision("n1") == TIP and fleet.revision("n2") == TIP
+    assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 1
