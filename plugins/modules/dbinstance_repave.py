@@ -791,8 +791,8 @@ class Repave:
             return self.finish()
         try:
             events = plan.run(batches)
-        except RolloutHalted as exc:
-            self.apply(exc.events, plan.instances, targets)
+        except PipelineError as exc:  # halted, or a request failed: what happened until then is reported
+            self.apply(exc.events if isinstance(exc, RolloutHalted) else plan.take(), plan.instances, targets)
             raise
         self.apply(events, plan.instances, targets)
         return self.finish()

@@ -197,3 +197,19 @@ def test_missing_names_and_bad_combinations_are_refused():
     ):
         with pytest.raises(Refusal, match=text):
             repave.check_request(defaults(**params))
+
+
+def test_a_request_failing_mid_run_fails_with_what_happened_until_then():
+    class Failing(Driver):
+        def advance(self, inst, target):
+            if inst["name"] == "b":
+                raise PipelineError("patch DBInstance t/b: Forbidden (403)")
+            return super().advance(inst, target)
+
+    driver = Failing(db("a"), db("b"))
+    with pytest.raises(PipelineError) as failed:
+        run(driver, max_unavailable=1)
+    result = failed.value.result
+    assert result["msg"] == "patch DBInstance t/b: Forbidden (403)" and result["changed"] is True
+    assert {e["name"]: e.get("result") for e in result["instances"]}["a"] == "repaved"
+    assert result["progress"][0]["name"] == "a"
