@@ -179,6 +179,7 @@ options:
       - With V(false), take one step for each instance the first batch may start (set the trigger; in
         direct mode, the first step of the swap) and return with them as V(in-flight) and the others
         RV(pending); running the module again continues (instances in flight are never triggered twice).
+      - Only with O(state=repaved); O(state=absent) always waits until the VM and its disks are gone.
     type: bool
     default: true
   wait_timeout:
