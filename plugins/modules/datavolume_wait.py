@@ -205,7 +205,9 @@ class DataVolumeWait(object):
                 error = None
                 seen = datavolume.observe(dv)
                 absent_since = (absent_since or now) if not seen["exists"] else None
-                news = rounds.see(datavolume.state_key(seen), now)
+                # The first state of a wait is shown with the first change, or when the round is over.
+                first = rounds.last_state is None
+                news = rounds.see(datavolume.state_key(seen), now) and not first
                 done, failure = datavolume.verdict(
                     seen, now - absent_since if absent_since else 0.0, p["absent_timeout"]
                 )

@@ -290,7 +290,7 @@ class VolumeJob(object):
         job = self.client.job(p["namespace"], p["name"])
         result = {"changed": False, "job": ref}
         if job is None:
-            if p["started"] is not None:
+            if p["last_state"] is not None:
                 raise PipelineError(jobs.absent_message(p["namespace"], p["name"]), job=ref)
             definition, command = self.definition()
             result.update(changed=True, command=command, diff=object_diff(None, definition))

@@ -18,6 +18,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -33,6 +35,8 @@ class PollingAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(PollingAction, self).run(tmp, task_vars)
         args = dict(self._task.args)
+        # The wait's clock starts when the task does, not when the first module call has started up.
+        args.setdefault("started", time.time())
         lines = []
         rounds = 0
         changed, diff = False, None

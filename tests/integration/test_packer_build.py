@@ -197,3 +197,44 @@ def test_post_processing_refuses_a_build_missing_a_major(tmp_path):
         "['16', '17'] were requested" in run["Refuse a build that lacks a requested PostgreSQL major"]["msg"]
     )
     assert not (out / "ubuntu-2204-postgres-v20261201.manifest.json").exists()
+
+
+def test_disk_image_module_check_mode_then_write_then_again(tmp_path):
+    from tests.integration.runner import module_task
+
+    image = qcow2(tmp_path / "raw.qcow2", megabytes=2)
+    dest = tmp_path / "artifact.qcow2"
+    args = {"src": str(image), "dest": str(dest), "compression": "zlib"}
+    tasks = [
+        module_task("goldenimage.pipeline.disk_image", "predict", check=True, **args),
+        module_task("goldenimage.pipeline.disk_image", "write", **args),
+        module_task("goldenimage.pipeline.disk_image", "again", **args),
+        module_task(
+            "goldenimage.pipeline.disk_image",
+            "refused",
+            ignore_errors=True,
+            **dict(args, src=str(tmp_path / "none")),
+        ),
+    ]
+    run = run_playbook([{"name": "disk_image", "hosts": "localhost", "gather_facts": False, "tasks": tasks}])
+    assert run.ok, run.log
+    assert run["predict"]["changed"] is True and run["predict"]["compression"] == "zlib"
+    assert run["write"]["changed"] is True and run["again"]["changed"] is False
+    assert (
+        run["again"]["checksums"]
+        == run["write"]["checksums"]
+        == {
+            "sha256": sha256(dest),
+            "sha512": hashlib.sha512(dest.read_bytes()).hexdigest(),
+        }
+    )
+    assert run["write"]["sizes"]["saved_bytes"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "artifact.qcow2",
+        "artifact.qcow2.sha256",
+        "artifact.qcow2.sha512",
+        "raw.qcow2",
+    ]
+    assert run["refused"]["msg"] == "image %s: it does not exist or is not a file; build it first" % (
+        tmp_path / "none"
+    )

@@ -117,7 +117,7 @@ def test_a_missing_claim_is_refused_before_anything_is_written():
 
 def test_a_job_gone_in_a_later_round_fails_naming_it():
     with pytest.raises(PipelineError, match="Job ns/j does not exist although it was created"):
-        volume_job.VolumeJob(params(started=1.0), Cluster(claims())).run()
+        volume_job.VolumeJob(params(started=1.0, last_state="running"), Cluster(claims())).run()
 
 
 def test_check_mode_predicts_the_create():
