@@ -151,11 +151,13 @@ stuck:
   type: bool
 """
 
-import time
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import datavolume
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, is_transient
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import (
+    RoundRunner,
+    run_object_wait,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 
 API_VERSION = "cdi.kubevirt.io/v1beta1"
@@ -175,19 +177,11 @@ def argument_spec():
     return spec
 
 
-class DataVolumeWait(object):
-    """One round of the wait. ``fetch()`` returns the DataVolume or None; ``transient(exc)`` is ridden out."""
-
-    def __init__(self, params, fetch, check_mode=False, transient=None, clock=time.time, sleeper=time.sleep):
-        self.params = params
-        self.fetch = fetch
-        self.check_mode = check_mode
-        self.transient = transient or (lambda exc: False)
-        self.clock = clock
-        self.sleeper = sleeper
+class DataVolumeWait(RoundRunner):
+    """One round of the wait. ``fetch()`` returns the DataVolume or None."""
 
     def run(self):
-        p = self.params
+        p = self.p
         now = self.clock()
         rounds = rounds_.from_params(p, now, ("absent_timeout",))
         absent_since = p["absent_since"]
@@ -233,7 +227,7 @@ class DataVolumeWait(object):
             self.sleeper(rounds.pause(p["wait_sleep"], now))
 
     def fields(self, seen, rounds, now):
-        p = self.params
+        p = self.p
         return {
             "phase": seen["phase"],
             "progress": seen["progress"],
@@ -246,7 +240,7 @@ class DataVolumeWait(object):
         }
 
     def failure(self, failure, seen, rounds, now, absent_since):
-        p = self.params
+        p = self.p
         if failure == "absent":
             msg = datavolume.absent_message(p["namespace"], p["name"], now - absent_since, p["failed_hint"])
         else:
@@ -263,20 +257,7 @@ class DataVolumeWait(object):
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-
-    def fetch():
-        return module.fetch(API_VERSION, "DataVolume", p["name"], p["namespace"])
-
-    def runner():
-        try:
-            return DataVolumeWait(p, fetch, module.check_mode, transient=is_transient).run()
-        except PipelineError:
-            raise
-        except Exception as exc:
-            module.fail_from_exception("read DataVolume %s/%s" % (p["namespace"], p["name"]), exc)
-
-    run_module(module, runner)
+    run_object_wait(module, DataVolumeWait, API_VERSION, "DataVolume")
 
 
 if __name__ == "__main__":

@@ -47,16 +47,17 @@ class PollingAction(ActionBase):
                 # The first round may create what the later ones wait for: keep its change and diff.
                 changed = changed or bool(out.get("changed"))
                 diff = diff or out.get("diff")
-                line = out.get("line")
-                if line:
-                    lines.append(line)
-                    display.display(line)
+                for line in [out.get("line")] + list(out.get("notes") or []):
+                    if line:
+                        lines.append(line)
+                        display.display(line)
                 if out.get("failed") or out.get("done") or out.get("skipped") or self._task.check_mode:
                     break
                 resume = out.get("resume")
                 if not isinstance(resume, dict):
                     break
                 args.update(resume)
+                self.between(out, args, task_vars)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(out)
@@ -66,3 +67,6 @@ class PollingAction(ActionBase):
         result["lines"] = lines
         result["rounds"] = rounds
         return result
+
+    def between(self, out, args, task_vars):
+        """What runs between two rounds, changing ``args`` of the next (nothing by default)."""
