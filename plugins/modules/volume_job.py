@@ -245,9 +245,14 @@ class VolumeJob(object):
 
     def claims(self):
         p = self.p
+        self.predicted = []
         found = []
         for role, path, read_only in (("source", SOURCE_PATH, True), ("dest", DEST_PATH, False)):
             claim = self.client.claim(p["namespace"], p[role]["claim"])
+            if claim is None and self.check_mode:
+                # Check mode: an earlier task of the same run would have created it (Filesystem assumed).
+                claim = {"metadata": {"name": p[role]["claim"], "namespace": p["namespace"]}, "spec": {}}
+                self.predicted.append(p[role]["claim"])
             if claim is None:
                 raise Refusal(
                     "PersistentVolumeClaim %s/%s (%s)" % (p["namespace"], p[role]["claim"], role),
@@ -296,6 +301,8 @@ class VolumeJob(object):
             result.update(changed=True, command=command, diff=object_diff(None, definition))
             if self.check_mode:
                 line = "Job %s/%s: would be created (check mode)" % (p["namespace"], p["name"])
+                if self.predicted:
+                    line += "; claims not there yet: %s" % ", ".join(self.predicted)
                 return dict(result, done=False, line=line, progress=None)
             job = self.client.create(definition)
         else:

@@ -455,3 +455,17 @@ def test_creates_survive_injected_conflicts(env):
     assert dv["status"]["phase"] == "Succeeded"
     assert env.core.read_namespaced_persistent_volume_claim(item["pvc"], BLOCK_NS).spec.volume_mode == "Block"
     assert "phase Succeeded" in run["Show the import's phase and progress"]["msg"]
+
+
+def test_a_zero_timeout_is_refused_before_anything_is_written(env):
+    family = "%s-zero" % env.prefix
+    _raw, qcow2 = make_disk(env.tmp, 7)
+    url, digest = env.upload(qcow2, family)
+    env.lab.clear_audit()
+    images = [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
+    run = publish(env, images, linux_golden_import_timeout=0)
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    refused = run["Refuse zero or negative timeouts and intervals before anything is written"]
+    messages = [r.get("msg", "") for r in refused["results"] if r.get("failed")]
+    assert messages and "option linux_golden_import_timeout: 0 is not a duration" in messages[0], messages

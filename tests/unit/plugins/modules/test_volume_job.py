@@ -129,3 +129,11 @@ def test_check_mode_predicts_the_create():
 def test_zero_timeout_is_refused_before_anything_is_read():
     with pytest.raises(Refusal, match="option wait_timeout"):
         volume_job.VolumeJob(params(wait_timeout=0), None).run()
+
+
+def test_check_mode_predicts_with_a_claim_an_earlier_task_would_create():
+    cluster = Cluster({"imp": claims()["imp"]})
+    result = volume_job.VolumeJob(
+        params(dest={"claim": "disk", "file": "x.qcow2"}), cluster, check_mode=True
+    ).run()
+    assert result["changed"] is True and result["line"].endswith("claims not there yet: disk")
