@@ -1,27 +1,16 @@
 """The bake wait's runner with parameters, a sequence of observed VMs and the screenshots it asked for."""
 
 import pytest
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import bake_wait
 
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
+from tests.unit.plugins.modules import support
+from tests.unit.plugins.modules.support import Clock
 
 
 def params(**overrides):
     base = {"name": "vm", "namespace": "ns", "wait_sleep": 1}
-    validated = ArgumentSpecValidator(bake_wait.argument_spec()).validate(dict(base, **overrides))
-    assert not validated.error_messages, validated.error_messages
-    return validated.validated_parameters
+    return support.validated(bake_wait.argument_spec(), dict(base, **overrides))
 
 
 def vm(status):

@@ -1,28 +1,20 @@
 """The DataVolume wait's runner, called with parameters and a sequence of observed DataVolumes."""
 
 import pytest
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import datavolume_wait
 
+from tests.unit.plugins.modules import support
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
 
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
+def Clock():
+    return support.Clock(1000.0)
 
 
 def params(**overrides):
-    validated = ArgumentSpecValidator(datavolume_wait.argument_spec()).validate(
-        dict({"name": "x", "namespace": "ns"}, **overrides)
+    return support.validated(
+        datavolume_wait.argument_spec(), dict({"name": "x", "namespace": "ns"}, **overrides)
     )
-    assert not validated.error_messages, validated.error_messages
-    return validated.validated_parameters
 
 
 def dv(phase, progress="N/A", restarts=0, message=None):

@@ -1,20 +1,11 @@
 """The volume Job runner with parameters and observed claims and Jobs (a stand-in for its adapter)."""
 
 import pytest
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import volume_job
 
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
+from tests.unit.plugins.modules import support
+from tests.unit.plugins.modules.support import Clock
 
 
 class Cluster:
@@ -40,9 +31,7 @@ class Cluster:
 
 def params(**overrides):
     base = {"name": "j", "namespace": "ns", "source": {"claim": "imp"}, "dest": {"claim": "disk"}}
-    validated = ArgumentSpecValidator(volume_job.argument_spec()).validate(dict(base, **overrides))
-    assert not validated.error_messages, validated.error_messages
-    return validated.validated_parameters
+    return support.validated(volume_job.argument_spec(), dict(base, **overrides))
 
 
 def claims():
