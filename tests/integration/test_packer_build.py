@@ -251,7 +251,7 @@ elif command == "build":
     config = json.load(open("build.pkrvars.json"))
     steps = (
         ("qemu: Starting VM, booting from CD-ROM", 1),
-        ("qemu: Waiting for SSH to become available...", 4),
+        ("qemu: Waiting for SSH to become available...", 12),
         ("qemu: Provisioning with shell script", 1),
     )
     for step, pause in steps:
