@@ -14,28 +14,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.goldenimage.pipeline.plugins.plugin_utils._progress import PollingAction
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 SCREENSHOT = "goldenimage.pipeline.console_screenshot"
 # What of a screenshot's result the console rules read.
 SHOT_KEYS = ("class", "base_class", "confidence", "fingerprint", "since", "stuck", "unchanged_for", "msg")
-AUTH_KEYS = (
-    "kubeconfig",
-    "context",
-    "host",
-    "api_key",
-    "username",
-    "password",
-    "validate_certs",
-    "ca_cert",
-    "client_cert",
-    "client_key",
-    "proxy",
-    "no_proxy",
-    "proxy_headers",
-    "persist_config",
-    "impersonate_user",
-    "impersonate_groups",
-)
+# The Kubernetes auth options, exactly kubernetes.core's, handed on to the screenshot.
+AUTH_KEYS = tuple(sorted(AUTH_ARG_SPEC))
 
 
 class ActionModule(PollingAction):
