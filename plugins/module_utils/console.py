@@ -293,3 +293,123 @@ def running_phase(kind, where, instance):
             vmi_phase=phase,
         )
     return phase
+
+
+# The bake's console rules -----------------------------------------------------------------------------
+# While a bake's VM runs, the bake wait follows its console in rounds: screenshots (one every poll) until
+# there is news, then one line of progress. What follows decides news, what is fatal and what is kept.
+
+# Failed screenshots in a row, and console rounds, after which the wait goes on without screenshots.
+MAX_SCREEN_ERRORS = 3
+MAX_SCREEN_ROUNDS = 100
+
+
+def bake_memory(enabled):
+    """What the bake wait remembers of the console between rounds."""
+    return {
+        "enabled": bool(enabled),
+        "class": "",
+        "base": "",
+        "print": "",
+        "since": 0.0,
+        "stuck": False,
+        "drawn": False,
+        "errors": 0,
+        "rounds": 0,
+        "round_started": None,
+        "round_dest": None,
+    }
+
+
+def shot_fatal(memory, shot):
+    """``stop-error``, ``reinstall`` or None.
+
+    Console text in two screenshots in a row, after Windows had drawn its own screens, means the machine
+    went back to its firmware: the CD booting before the disk (Setup starts over for ever), or a disk that
+    does not boot. One screenshot of text is not enough: the firmware prints a line on every boot.
+    """
+    base = shot.get("base_class") or ""
+    if base == STOP_ERROR:
+        return "stop-error"
+    if base == TEXT and memory["base"] == TEXT and memory["drawn"]:
+        return "reinstall"
+    return None
+
+
+def shot_news(memory, shot, now, stuck_after, deadline):
+    """Whether this screenshot ends the console round.
+
+    News: a screenshot that failed, a new class, a fatal screen, a first "unchanged" notice, or a new
+    picture once half of ``stuck_after`` has passed in the round (the screenshot compares with the picture
+    the round started from, so a picture that changes and then freezes needs a new round), or the deadline.
+    """
+    if not shot.get("fingerprint"):
+        return True
+    if (shot.get("class") or "") != memory["class"] or shot_fatal(memory, shot):
+        return True
+    if shot.get("stuck") and not memory["stuck"]:
+        return True
+    started = memory["round_started"] if memory["round_started"] is not None else now
+    moved = shot["fingerprint"] != memory["print"]
+    if stuck_after and stuck_after > 0 and moved and now - started >= stuck_after / 2.0:
+        return True
+    return now >= deadline
+
+
+def remember(memory, shot, running):
+    """The memory after a round that ended with ``shot`` (``running``: the VM's status is Running)."""
+    kept = dict(memory)
+    base = shot.get("base_class") or ""
+    kept["class"] = shot.get("class") or memory["class"]
+    kept["base"] = base or memory["base"]
+    if shot.get("fingerprint"):
+        kept["print"] = shot["fingerprint"]
+        kept["since"] = shot.get("since", memory["since"])
+        kept["stuck"] = bool(shot.get("stuck", memory["stuck"]))
+    kept["drawn"] = memory["drawn"] or base in (GRAPHICAL, STOP_ERROR)
+    kept["errors"] = 0 if shot.get("fingerprint") or not running else memory["errors"] + 1
+    kept["rounds"] = memory["rounds"] + 1
+    return kept
+
+
+def give_up(memory):
+    """Why the wait stops reading the console, or None."""
+    if memory["errors"] >= MAX_SCREEN_ERRORS:
+        return "the last %d failed" % MAX_SCREEN_ERRORS
+    if memory["rounds"] >= MAX_SCREEN_ROUNDS:
+        return "the console changed %d times" % memory["rounds"]
+    return None
+
+
+def note(shot, memory, running):
+    """What the progress line says of the console after a round."""
+    if shot.get("fingerprint"):
+        words = "console %s (%s)" % (shot.get("class"), shot.get("confidence"))
+        if shot.get("stuck"):
+            words += ", unchanged for %ss" % shot.get("unchanged_for")
+        return words
+    if running:
+        return "console unreadable (%d of %d): %s" % (
+            memory["errors"] + 1,
+            MAX_SCREEN_ERRORS,
+            shot.get("msg") or "no answer",
+        )
+    return ""
+
+
+def stop_error_message(vm, elapsed, console_dir=""):
+    saved = (", saved in %s" % console_dir) if console_dir else ""
+    return (
+        "VM %s shows a Windows stop error on its console after %ds: Windows crashed during the install "
+        "(a driver, the disk controller, memory) and the bake will not finish; the stop code is on the "
+        "screen%s." % (vm, elapsed, saved)
+    )
+
+
+def reinstall_message(vm, elapsed):
+    return (
+        'VM %s shows console text again after a reboot (%ds in; firmware lines or "Press any key to boot '
+        'from CD or DVD"), in two screenshots in a row: the installer CD is booting before the disk, so '
+        "Setup starts over instead of continuing from the disk (it reinstalls for ever), or the disk does "
+        "not boot. The disk must have bootOrder 1 and the CD bootOrder 2." % (vm, elapsed)
+    )

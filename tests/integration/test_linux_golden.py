@@ -414,3 +414,58 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_
     planned = [t for t in run.tasks if t["task"].startswith("Plan each artifact")]
     assert planned[-1]["status"] == "failed"  # the third include: refused before anything is written
     assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]
+
+
+def test_creates_survive_injected_conflicts(env):
+    """A 409 on create reads as "unchanged" through kubernetes.core.k8s: the role goes round until the
+    server has both objects, and the import is waited for; no wait runs on an object that does not exist."""
+    family = "%s-409" % env.prefix
+    _raw, qcow2 = make_disk(env.tmp, 6)
+    url, digest = env.upload(qcow2, family)
+    name = golden_name(family, digest)
+    item = {
+        "golden": name,
+        "datavolume": name + "-import",
+        "pvc": name + "-disk",
+        "size": str(SIZE),
+        "source": {"http": {"url": url, "checksum": "sha256:" + digest}},
+    }
+    env.lab.clear_audit()
+    # A fixed sequence in which the first write (the DataVolume's create) is refused with a 409.
+    env.lab.faults.update({"conflict_rate": 0.3, "seed": 3})
+    try:
+        run = run_playbook(
+            role_play(include("import", tasks_from="import", _linux_golden_item=item)),
+            env=env.lab.env(),
+            timeout=240,
+        )
+        injected = env.lab.faults.to_dict()["injected"]["conflict"]
+    finally:
+        env.lab.faults.update({"conflict_rate": 0.0})
+    assert run.ok, run.log
+    refused = [
+        r
+        for r in env.lab.audit()
+        if r.get("code") == 409 and r.get("verb") == "create" and r.get("namespace") == BLOCK_NS
+    ]
+    assert injected >= 1 and refused, (injected, refused)
+    dv = env.custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", BLOCK_NS, "datavolumes", item["datavolume"]
+    )
+    assert dv["status"]["phase"] == "Succeeded"
+    assert env.core.read_namespaced_persistent_volume_claim(item["pvc"], BLOCK_NS).spec.volume_mode == "Block"
+    assert "phase Succeeded" in run["Show the import's phase and progress"]["msg"]
+
+
+def test_a_zero_timeout_is_refused_before_anything_is_written(env):
+    family = "%s-zero" % env.prefix
+    _raw, qcow2 = make_disk(env.tmp, 7)
+    url, digest = env.upload(qcow2, family)
+    env.lab.clear_audit()
+    images = [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
+    run = publish(env, images, linux_golden_import_timeout=0)
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    refused = run["Refuse zero or negative timeouts and intervals before anything is written"]
+    messages = [r.get("msg", "") for r in refused["results"] if r.get("failed")]
+    assert messages and "option linux_golden_import_timeout: 0 is not a duration" in messages[0], messages

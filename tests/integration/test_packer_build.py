@@ -197,3 +197,121 @@ def test_post_processing_refuses_a_build_missing_a_major(tmp_path):
         "['16', '17'] were requested" in run["Refuse a build that lacks a requested PostgreSQL major"]["msg"]
     )
     assert not (out / "ubuntu-2204-postgres-v20261201.manifest.json").exists()
+
+
+def test_disk_image_module_check_mode_then_write_then_again(tmp_path):
+    from tests.integration.runner import module_task
+
+    image = qcow2(tmp_path / "raw.qcow2", megabytes=2)
+    dest = tmp_path / "artifact.qcow2"
+    args = {"src": str(image), "dest": str(dest), "compression": "zlib"}
+    tasks = [
+        module_task("goldenimage.pipeline.disk_image", "predict", check=True, **args),
+        module_task("goldenimage.pipeline.disk_image", "write", **args),
+        module_task("goldenimage.pipeline.disk_image", "again", **args),
+        module_task(
+            "goldenimage.pipeline.disk_image",
+            "refused",
+            ignore_errors=True,
+            **dict(args, src=str(tmp_path / "none")),
+        ),
+    ]
+    run = run_playbook([{"name": "disk_image", "hosts": "localhost", "gather_facts": False, "tasks": tasks}])
+    assert run.ok, run.log
+    assert run["predict"]["changed"] is True and run["predict"]["compression"] == "zlib"
+    assert run["write"]["changed"] is True and run["again"]["changed"] is False
+    assert (
+        run["again"]["checksums"]
+        == run["write"]["checksums"]
+        == {
+            "sha256": sha256(dest),
+            "sha512": hashlib.sha512(dest.read_bytes()).hexdigest(),
+        }
+    )
+    assert run["write"]["sizes"]["saved_bytes"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "artifact.qcow2",
+        "artifact.qcow2.sha256",
+        "artifact.qcow2.sha512",
+        "raw.qcow2",
+    ]
+    assert run["refused"]["msg"] == "image %s: it does not exist or is not a file; build it first" % (
+        tmp_path / "none"
+    )
+
+
+FAKE_PACKER = r'''#!%(python)s
+"""A stand-in for packer: version, validate, init, and a build that takes a while and prints its steps."""
+import json, os, subprocess, sys, time
+
+command = sys.argv[1]
+if command == "version":
+    print("Packer v1.6.6")
+elif command == "build":
+    config = json.load(open("build.pkrvars.json"))
+    steps = (
+        ("qemu: Starting VM, booting from CD-ROM", 1),
+        ("qemu: Waiting for SSH to become available...", 12),
+        ("qemu: Provisioning with shell script", 1),
+    )
+    for step, pause in steps:
+        print("==> " + step, flush=True)
+        time.sleep(pause)
+    if %(fail)s:
+        print("Build 'qemu' errored: provisioning failed", flush=True)
+        sys.exit(1)
+    os.makedirs(config["output_directory"])  # packer makes it, and refuses one that exists
+    image = config["output_directory"] + "/" + config["vm_name"]
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", image, "2M"], check=True)
+    majors = {m: {"minor": m + ".1", "package_version": m + ".1-1"} for m in config["pg_versions"]}
+    json.dump({"postgresql": majors, "kernel": "6.8.0"}, open(config["build_manifest"], "w"))
+    print("==> Builds finished. The artifacts of successful builds are:", flush=True)
+'''
+
+
+def fake_packer(path, fail=False):
+    import sys
+
+    path.write_text(FAKE_PACKER % {"python": sys.executable, "fail": fail})
+    path.chmod(0o755)
+    return path
+
+
+def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_path):
+    base = qcow2(tmp_path / "base.qcow2", megabytes=1)
+    common = {
+        "packer_build_base_image": str(base),
+        "packer_build_base_image_checksum": "sha256:" + sha256(base),
+        "packer_build_date": "20261201",
+        "packer_build_accelerator": "tcg",
+    }
+    ok = dict(
+        common,
+        packer_build_output_dir=str(tmp_path / "ok"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+    )
+    run = run_playbook(play(ok))
+    assert run.ok, run.log
+    build = run["Run Packer (boots the build VM, provisions and seals it)"]
+    assert build["changed"] is True and build["rc"] == 0
+    assert any("qemu: Waiting for SSH to become available... after " in line for line in build["lines"]), (
+        build["lines"]
+    )
+    assert build["lines"][-1].startswith("Packer build in ") and "Builds finished" in build["lines"][-1]
+    assert "qemu: Waiting for SSH to become available..." in run.stdout  # printed while it ran
+    facts = run["Publish the result for later steps (packer_build_result)"]["ansible_facts"][
+        "packer_build_result"
+    ]
+    assert facts["built"] is True and facts["manifest"]["checksums"]["sha256"]
+
+    bad = dict(
+        common,
+        packer_build_output_dir=str(tmp_path / "bad"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer-bad", fail=True)),
+    )
+    run = run_playbook(play(bad))
+    assert not run.ok
+    msg = run["Run Packer (boots the build VM, provisions and seals it)"]["msg"]
+    assert "failed (rc 1) at qemu: Provisioning with shell script" in msg and "provisioning failed" in msg, (
+        msg
+    )

@@ -1,0 +1,55 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    # Modules that wait in rounds: the action plugin of the same name calls them again and prints a line.
+    DOCUMENTATION = r"""
+options:
+  wait:
+    description:
+      - Wait for the outcome. V(false) reads once and reports; nothing is waited for in check mode either.
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - How many seconds to wait in total, counted from O(started). Zero or negative is refused before
+        anything is read or written.
+      - On time-out the task fails naming the last observed state and whether it was C(stuck) (nothing
+        changed since the wait began) or C(still working).
+    type: int
+    default: 1800
+  wait_sleep:
+    description: Seconds between two reads of the object waited for.
+    type: int
+    default: 5
+  report_every:
+    description:
+      - Longest time, in seconds, one call of the module waits before it returns a progress C(line); it
+        returns sooner when the observed state changes. The action plugin calls it again with C(resume) and
+        prints each line, so a wait prints a line at least this often.
+    type: int
+    default: 20
+  started:
+    description:
+      - When the wait began, in seconds since the epoch. Set by the action plugin from C(resume); leave it out
+        to start now.
+    type: float
+  last_state:
+    description: The state the previous round reported (from C(resume)); set by the action plugin.
+    type: str
+  changed_at:
+    description:
+      - When the observed state last changed, in seconds since the epoch (from C(resume)); set by the action
+        plugin.
+    type: float
+attributes:
+  action:
+    support: full
+    details: The action plugin calls the module round after round and prints each round's line as it comes.
+"""

@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""A Job that works on PersistentVolumeClaims: how it is laid out, how it ended, what it says.
+
+Pure: no I/O. A claim is presented by its ``volumeMode``: a Block claim as a device at ``path``, a
+Filesystem claim as a directory mounted at ``path`` (its image is the file ``file`` in it). The one
+qemu-img conversion of the collection (a golden's raw source onto its Block volume, a sealed disk into a
+compressed qcow2) is ``convert_command``; its ``-p`` progress in the pod log becomes the wait's percent.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+COMPLETE = "Complete"
+FAILED = "Failed"
+FORMATS = ("raw", "qcow2")
+LOG_TAIL_CHARS = 4000
+# qemu-img convert -p rewrites "    (45.20/100%)" on one line.
+_PROGRESS = re.compile(r"\((\d+(?:\.\d+)?)/100%\)")
+
+
+def claim_mode(claim):
+    return kinds.spec(claim).get("volumeMode") or "Filesystem"
+
+
+def present(volume, claim):
+    """Where the container sees ``volume``'s image: ``(image_path, mount, device)`` by the claim's mode."""
+    name, path = volume["name"], volume["path"].rstrip("/")
+    if claim_mode(claim) == "Block":
+        return path, None, {"name": name, "devicePath": path}
+    if not volume.get("file"):
+        raise Refusal(
+            "PersistentVolumeClaim %s/%s" % (kinds.namespace(claim), kinds.name(claim)),
+            "it is a Filesystem volume and the Job was not told which file in it holds the image",
+            "give the volume's file",
+        )
+    mount = {"name": name, "mountPath": path}
+    if volume.get("read_only"):
+        mount["readOnly"] = True
+    return "%s/%s" % (path, volume["file"]), mount, None
+
+
+def convert_command(source, dest, dest_format, compress=False, dest_is_device=False):
+    """The qemu-img argv: raw in, ``dest_format`` out; onto a device it writes in place (``-n``)."""
+    if dest_format not in FORMATS:
+        raise Refusal("option format", "%r is not one of %s" % (dest_format, ", ".join(FORMATS)), "pick one")
+    if compress and dest_format != "qcow2":
+        raise Refusal("option compress", "only a qcow2 output can be compressed", "use format qcow2")
+    argv = ["qemu-img", "convert", "-p", "-f", "raw", "-O", dest_format]
+    if compress:
+        argv.append("-c")
+    if dest_is_device:
+        argv.append("-n")
+    return argv + [source, dest]
+
+
+def security_context(privileged):
+    if privileged:
+        return {"privileged": True}
+    return {"allowPrivilegeEscalation": False, "runAsUser": 0, "capabilities": {"drop": ["ALL"]}}
+
+
+def job_definition(
+    name, namespace, labels, image, command, volumes, deadline, backoff_limit, privileged=False
+):
+    """``volumes``: ``[(volume, claim, mount, device)]``, as ``present`` laid them out."""
+    container = {
+        "name": "run",
+        "image": image,
+        "command": list(command),
+        "securityContext": security_context(privileged),
+    }
+    mounts = [m for _v, _c, m, _d in volumes if m]
+    devices = [d for _v, _c, _m, d in volumes if d]
+    if mounts:
+        container["volumeMounts"] = mounts
+    if devices:
+        container["volumeDevices"] = devices
+    pod_volumes = []
+    for volume, claim, _m, _d in volumes:
+        source = {"claimName": kinds.name(claim)}
+        if volume.get("read_only"):
+            source["readOnly"] = True
+        pod_volumes.append({"name": volume["name"], "persistentVolumeClaim": source})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "backoffLimit": int(backoff_limit),
+            "activeDeadlineSeconds": max(1, int(deadline)),
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {"restartPolicy": "Never", "containers": [container], "volumes": pod_volumes},
+            },
+        },
+    }
+
+
+def outcome(job):
+    """``(Complete|Failed|"", condition)`` from the Job's True Complete/Failed condition."""
+    for cond in kinds.status(job).get("conditions") or []:
+        if cond.get("type") in (COMPLETE, FAILED) and cond.get("status") == "True":
+            return cond["type"], cond
+    return "", None
+
+
+def counts(job):
+    status = kinds.status(job)
+    return "active=%s succeeded=%s failed=%s" % (
+        status.get("active", 0),
+        status.get("succeeded", 0),
+        status.get("failed", 0),
+    )
+
+
+def log_progress(log):
+    """The last percent qemu-img -p printed, as ``45.20%``, or None."""
+    found = _PROGRESS.findall(log or "")
+    return "%.2f%%" % float(found[-1]) if found else None
+
+
+def log_tail(log):
+    """The end of a pod log, its progress rewrites dropped (each is a carriage-return overwrite)."""
+    text = _PROGRESS.sub("", (log or "").replace("\r", "\n"))
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines)[-LOG_TAIL_CHARS:] or "(no log)"
+
+
+def state_key(job, percent):
+    if job is None:
+        return "absent"
+    return "%s/%s/%s" % (outcome(job)[0], counts(job), percent or "")
+
+
+def line(namespace, name, job, percent, elapsed):
+    if job is None:
+        what = "not found"
+    else:
+        done = outcome(job)[0]
+        what = (done or "running") + ", " + counts(job)
+        if percent:
+            what += ", progress " + percent
+    return "Job %s/%s: %s after %.1fs" % (namespace, name, what, elapsed)
+
+
+def failed_message(namespace, name, job, log, hint=""):
+    _kind, cond = outcome(job)
+    cond = cond or {}
+    msg = "Job %s/%s failed: %s: %s." % (namespace, name, cond.get("reason") or "", cond.get("message") or "")
+    if hint:
+        msg += " " + hint
+    return "%s Log of the last pod: %s" % (msg, log_tail(log))
+
+
+def absent_message(namespace, name):
+    return (
+        "Job %s/%s does not exist although it was created: it was deleted while it ran (a lost create would "
+        "have been created again); run again to start it anew" % (namespace, name)
+    )
+
+
+def timeout_message(namespace, name, job, percent, timeout, words, log, hint=""):
+    msg = "timed out after %ss waiting for Job %s/%s to complete (%s): last seen %s%s." % (
+        timeout,
+        namespace,
+        name,
+        words,
+        counts(job) if job else "not found",
+        (", progress " + percent) if percent else "",
+    )
+    if hint:
+        msg += " " + hint
+    return "%s Log of the last pod: %s" % (msg, log_tail(log))

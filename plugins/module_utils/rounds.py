@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""One long wait cut into short rounds, so the role can print a line after each.
+
+Pure: the clock is a parameter. A wait starts at ``started`` and ends at ``started + timeout``. A round
+(one module call) ends at the first news (the observed state differs from the one reported last), at
+``report_every`` seconds, or at the deadline, whichever comes first. ``resume()`` is what the next
+round needs to continue the same wait: the start, the state reported last and when the state last
+changed, so a time-out can tell "stuck" (nothing moved since the wait began) from "still working".
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import (
+    WAIT_ARG_SPEC,
+    positive,
+    positive_all,
+)
+
+# A round returns after this many seconds at most, so a line is printed at least this often.
+REPORT_EVERY = 20
+
+# The options of a module that waits in rounds (documented by the wait_rounds doc fragment): the shared
+# wait options, and what the action plugin threads from one round to the next.
+ROUND_ARG_SPEC = dict(
+    WAIT_ARG_SPEC,
+    wait_timeout={"type": "int", "default": 1800},
+    wait_sleep={"type": "int", "default": 5},
+    report_every={"type": "int", "default": REPORT_EVERY},
+    started={"type": "float"},
+    last_state={"type": "str"},
+    changed_at={"type": "float"},
+)
+
+
+def from_params(params, now, durations=()):
+    """The ``Rounds`` of a module's parameters; every duration is checked before anything is read."""
+    positive_all(params, ("wait_timeout", "wait_sleep", "report_every") + tuple(durations))
+    return Rounds(
+        now,
+        params["wait_timeout"],
+        params["started"],
+        params["report_every"],
+        params["last_state"],
+        params["changed_at"],
+    )
+
+
+class Rounds(object):
+    def __init__(
+        self, now, timeout, started=None, report_every=REPORT_EVERY, last_state=None, changed_at=None
+    ):
+        positive(timeout, "wait_timeout")
+        positive(report_every, "report_every")
+        self.started = float(now if started is None else started)
+        self.timeout = timeout
+        self.deadline = self.started + timeout
+        self.round_end = min(self.deadline, float(now) + report_every)
+        self.last_state = last_state
+        self.changed_at = changed_at
+
+    def see(self, state, now):
+        """Record an observed state; True when it is news (the first one, or one that differs)."""
+        if state == self.last_state:
+            return False
+        if self.last_state is not None:
+            self.changed_at = float(now)
+        self.last_state = state
+        return True
+
+    def expired(self, now):
+        return now >= self.deadline
+
+    def over(self, now):
+        """The round is over: report what was seen, and let the caller call again."""
+        return now >= self.round_end
+
+    def elapsed(self, now):
+        return max(0.0, float(now) - self.started)
+
+    def pause(self, sleep, now):
+        """How long to sleep before the next poll: never past the round's end."""
+        return max(0.0, min(float(sleep), self.round_end - float(now)))
+
+    def verdict(self, now):
+        """``(stuck, words)`` for a time-out."""
+        if self.changed_at is None:
+            return True, "stuck: the state did not change in %ds" % int(self.elapsed(now))
+        return False, "still working: the state last changed %.1fs ago" % (float(now) - self.changed_at)
+
+    def resume(self):
+        return {"started": self.started, "last_state": self.last_state, "changed_at": self.changed_at}

@@ -1,0 +1,245 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: packer_run
+short_description: Run Packer in a work directory, a build printing its step while it runs
+version_added: 0.2.0
+description:
+  - V(version) reads Packer's version and whether it has C(packer init) (1.7.0 and later).
+  - V(init) installs the plugins the template declares; it reports a change when one was installed.
+  - V(validate) checks the template with the variable file O(var_file); a template Packer refuses fails the
+    task with Packer's output.
+  - V(build) runs C(packer build). A build takes tens of minutes, so it runs detached, with its output in
+    C(packer-build.log) in O(chdir); each call waits at most O(report_every) seconds and returns the build's
+    last step (its last C(==>) line) and the elapsed time, and the action plugin of the same name calls it
+    again and prints each line until Packer has exited or O(wait_timeout) has passed, when the build is
+    stopped and the task fails naming its last step.
+  - Runs on the controller (or wherever the task is delegated) and needs Packer there.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - packer
+options:
+  command:
+    description: What to run.
+    type: str
+    choices: [version, init, validate, build]
+    required: true
+  chdir:
+    description: The work directory holding the template; required for V(init), V(validate) and V(build).
+    type: path
+  var_file:
+    description: Variable file passed as C(-var-file) to V(validate) and V(build).
+    type: str
+  binary:
+    description: The Packer executable.
+    type: str
+    default: packer
+  environment:
+    description: Environment variables for Packer.
+    type: dict
+    default: {}
+  job:
+    description: The running build (its process id), from C(resume); set by the action plugin.
+    type: int
+  wait_timeout:
+    description: Seconds a V(build) may take before it is stopped and the task fails.
+    type: int
+    default: 7200
+extends_documentation_fragment:
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.wait_rounds
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - V(version) and V(validate) run in check mode (they change nothing); V(init) and V(build) report
+        what they would do.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    details: V(build) builds every time it is asked; the role asks only when the revision has no manifest yet.
+"""
+
+EXAMPLES = r"""
+- name: Run Packer (boots the build VM, provisions and seals it), printing its step at least every 20 s
+  goldenimage.pipeline.packer_run:
+    command: build
+    chdir: /srv/baked-images/.work-v20261201-2404
+    var_file: build.pkrvars.json
+    environment:
+      CHECKPOINT_DISABLE: "1"
+    wait_timeout: 7200
+"""
+
+RETURN = r"""
+version:
+  description: Packer's version (V(version)).
+  returned: with O(command=version)
+  type: str
+  sample: 1.6.6
+has_init:
+  description: Whether this Packer has C(packer init) (V(version)).
+  returned: with O(command=version)
+  type: bool
+stdout:
+  description: Packer's output (V(version), V(init), V(validate)), or the end of a build's output.
+  returned: always
+  type: str
+rc:
+  description: Packer's exit status.
+  returned: when Packer has exited
+  type: int
+done:
+  description: Whether the build has finished (V(build)).
+  returned: with O(command=build)
+  type: bool
+line:
+  description: The build's progress line of the last round.
+  returned: with O(command=build)
+  type: str
+  sample: "Packer build in /srv/work: qemu: Waiting for SSH to become available... after 95s"
+resume:
+  description: The options that continue the wait for the build in another call.
+  returned: while the build runs
+  type: dict
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import packer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._packer import Packer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
+
+
+def argument_spec():
+    spec = dict(rounds_.ROUND_ARG_SPEC)
+    spec.update(
+        command={"type": "str", "choices": ["version", "init", "validate", "build"], "required": True},
+        chdir={"type": "path"},
+        var_file={"type": "str"},
+        binary={"type": "str", "default": "packer"},
+        environment={"type": "dict", "default": {}},
+        job={"type": "int"},
+        wait_timeout={"type": "int", "default": 7200},
+    )
+    return spec
+
+
+class PackerRun(object):
+    def __init__(self, params, tool, check_mode=False, clock=time.time, sleeper=time.sleep):
+        self.p = params
+        self.tool = tool
+        self.check_mode = check_mode
+        self.clock = clock
+        self.sleeper = sleeper
+
+    def run(self):
+        p = self.p
+        if p["command"] != "version" and not p["chdir"]:
+            raise Refusal("option chdir", "packer %s needs the work directory" % p["command"], "give chdir")
+        return getattr(self, p["command"])()
+
+    def short(self, args):
+        rc, out, err = self.tool.run(args)
+        if rc != 0:
+            raise PipelineError(
+                "packer %s failed (rc %d): %s" % (" ".join(args), rc, (err or out).strip()), rc=rc, stdout=out
+            )
+        return out
+
+    def var_args(self):
+        return ["-var-file=%s" % self.p["var_file"]] if self.p["var_file"] else []
+
+    def version(self):
+        out = self.short(["version"])
+        semver = packer.version(out)
+        return {
+            "changed": False,
+            "version": semver,
+            "has_init": packer.has_init(semver),
+            "stdout": out,
+            "rc": 0,
+        }
+
+    def init(self):
+        if self.check_mode:
+            return {"changed": False, "stdout": "", "skipped_in_check_mode": True}
+        out = self.short(["init", "."])
+        return {"changed": "Installed plugin" in out, "stdout": out, "rc": 0}
+
+    def validate(self):
+        out = self.short(["validate"] + self.var_args() + ["."])
+        return {"changed": False, "stdout": out, "rc": 0}
+
+    def build(self):
+        p = self.p
+        now = self.clock()
+        rounds = rounds_.from_params(p, now)
+        if self.check_mode:
+            return {
+                "changed": True,
+                "done": False,
+                "line": "Packer build in %s: would run (check mode)" % p["chdir"],
+            }
+        job = p["job"]
+        if job is None:
+            job = self.tool.start(["build", "-color=false"] + self.var_args() + ["."])
+        while True:
+            rc, log = self.tool.state()
+            now = self.clock()
+            line = packer.line(p["chdir"], log, rounds.elapsed(now), running=rc is None)
+            news = rounds.see(packer.phase(log) or "", now)
+            if rc is not None:
+                if rc != 0:
+                    raise PipelineError(
+                        packer.failed_message(p["chdir"], rc, log), rc=rc, line=line, stdout=packer.tail(log)
+                    )
+                return {"changed": True, "done": True, "rc": 0, "line": line, "stdout": packer.tail(log)}
+            if not self.tool.alive(job):
+                raise PipelineError(
+                    "packer build in %s stopped without an exit status (its process %d is gone); "
+                    "output ends with:\n%s" % (p["chdir"], job, packer.tail(log)),
+                    line=line,
+                )
+            if rounds.expired(now):
+                self.tool.stop(job)
+                _stuck, words = rounds.verdict(now)
+                raise PipelineError(
+                    packer.timeout_message(p["chdir"], p["wait_timeout"], words, log),
+                    line=line,
+                    stdout=packer.tail(log),
+                )
+            if news or rounds.over(now):
+                return {
+                    "changed": True,
+                    "done": False,
+                    "line": line,
+                    "resume": dict(rounds.resume(), job=job),
+                }
+            self.sleeper(rounds.pause(p["wait_sleep"], now))
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    tool = Packer(module, p["binary"], p["chdir"], p["environment"])
+    run_module(module, lambda: PackerRun(p, tool, module.check_mode).run())
+
+
+if __name__ == "__main__":
+    main()

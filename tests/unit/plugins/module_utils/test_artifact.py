@@ -1,0 +1,42 @@
+"""The artifact's rules: the compression picked, the qcow2 options, sizes and checksum lines."""
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+
+def test_auto_is_zstd_where_qemu_img_writes_it_else_zlib():
+    assert artifact.pick_compression("auto", True) == "zstd"
+    assert artifact.pick_compression("auto", False, "Invalid parameter") == "zlib"
+    assert artifact.pick_compression("zlib", True) == "zlib"
+    assert artifact.pick_compression("none", False) == "none"
+
+
+def test_zstd_is_refused_where_qemu_img_cannot_write_it():
+    with pytest.raises(Refusal) as caught:
+        artifact.pick_compression("zstd", False, "Invalid parameter 'compression_type'\n")
+    assert caught.value.msg == (
+        "option compression: it is zstd but this qemu-img cannot write zstd qcow2 "
+        "(Invalid parameter 'compression_type'); use auto or zlib"
+    )
+
+
+def test_convert_options():
+    assert artifact.convert_options("zstd") == ["-O", "qcow2", "-c", "-o", "compression_type=zstd"]
+    assert artifact.convert_options("zlib") == ["-O", "qcow2", "-c"]
+    assert artifact.convert_options("none") == ["-O", "qcow2"]
+
+
+def test_sizes_and_checksum_files():
+    size = artifact.sizes({"actual-size": 1000}, {"actual-size": 300, "virtual-size": 4096})
+    assert size == {
+        "virtual_bytes": 4096,
+        "allocated_bytes": 300,
+        "uncompressed_allocated_bytes": 1000,
+        "saved_bytes": 700,
+    }
+    line = artifact.checksum_line("ab" * 32, "x.qcow2")
+    assert line == "%s  x.qcow2\n" % ("ab" * 32)
+    assert artifact.recorded_digest(line, "x.qcow2") == "ab" * 32
+    assert artifact.recorded_digest(line, "y.qcow2") is None
+    assert "after zstd compression (saved 700 bytes, 70.0%)" in artifact.report("x.qcow2", size, "zstd")

@@ -1,0 +1,99 @@
+"""The claim Job's layout, the one qemu-img conversion, how a Job ended, and qemu-img's percent."""
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import jobs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+
+def claim(name, mode=None):
+    spec = {"volumeMode": mode} if mode else {}
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+
+def test_claims_are_presented_by_their_volume_mode():
+    image, mount, device = jobs.present(
+        {"name": "source", "path": "/source", "file": "disk.img", "read_only": True}, claim("a")
+    )
+    assert (image, mount, device) == (
+        "/source/disk.img",
+        {"name": "source", "mountPath": "/source", "readOnly": True},
+        None,
+    )
+    image, mount, device = jobs.present({"name": "dest", "path": "/dev/dest"}, claim("b", "Block"))
+    assert (image, mount, device) == ("/dev/dest", None, {"name": "dest", "devicePath": "/dev/dest"})
+    with pytest.raises(Refusal, match="PersistentVolumeClaim ns/c: it is a Filesystem volume"):
+        jobs.present({"name": "dest", "path": "/dest"}, claim("c"))
+
+
+def test_the_one_conversion():
+    assert jobs.convert_command("/source/disk.img", "/dev/dest", "raw", dest_is_device=True) == [
+        "qemu-img",
+        "convert",
+        "-p",
+        "-f",
+        "raw",
+        "-O",
+        "raw",
+        "-n",
+        "/source/disk.img",
+        "/dev/dest",
+    ]
+    assert jobs.convert_command("/dev/source", "/dest/x.qcow2", "qcow2", compress=True) == [
+        "qemu-img",
+        "convert",
+        "-p",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        "-c",
+        "/dev/source",
+        "/dest/x.qcow2",
+    ]
+    with pytest.raises(Refusal, match="only a qcow2 output can be compressed"):
+        jobs.convert_command("a", "b", "raw", compress=True)
+
+
+def test_job_definition_mounts_and_devices():
+    src = (
+        {"name": "source", "read_only": True},
+        claim("imp"),
+        {"name": "source", "mountPath": "/source", "readOnly": True},
+        None,
+    )
+    dst = ({"name": "dest"}, claim("disk", "Block"), None, {"name": "dest", "devicePath": "/dev/dest"})
+    job = jobs.job_definition("j", "ns", {"a": "b"}, "img", ["qemu-img"], [src, dst], 30, 2)
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["activeDeadlineSeconds"] == 30 and job["spec"]["backoffLimit"] == 2
+    assert pod["volumes"] == [
+        {"name": "source", "persistentVolumeClaim": {"claimName": "imp", "readOnly": True}},
+        {"name": "dest", "persistentVolumeClaim": {"claimName": "disk"}},
+    ]
+    container = pod["containers"][0]
+    assert container["volumeDevices"] == [{"name": "dest", "devicePath": "/dev/dest"}]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_outcome_counts_and_progress():
+    running = {"status": {"active": 1}}
+    failed = {
+        "status": {
+            "failed": 2,
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "too many"}
+            ],
+        }
+    }
+    assert jobs.outcome(running) == ("", None)
+    assert jobs.outcome(failed)[0] == "Failed"
+    log = "    (0.00/100%)\r    (12.50/100%)\r    (45.20/100%)\r"
+    assert jobs.log_progress(log) == "45.20%" and jobs.log_progress("") is None
+    assert (
+        jobs.line("ns", "j", running, "45.20%", 3)
+        == "Job ns/j: running, active=1 succeeded=0 failed=0, progress 45.20% after 3.0s"
+    )
+    msg = jobs.failed_message("ns", "j", failed, "qemu-img: Could not open\n", "No golden was made.")
+    assert (
+        msg == "Job ns/j failed: BackoffLimitExceeded: too many. No golden was made. "
+        "Log of the last pod: qemu-img: Could not open"
+    )

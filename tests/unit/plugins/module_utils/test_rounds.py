@@ -1,0 +1,30 @@
+"""A long wait in short rounds: the deadline, the round's end, news, and stuck versus still working."""
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
+
+
+def test_a_round_ends_at_report_every_or_the_deadline():
+    rounds = Rounds(now=100.0, timeout=60, report_every=20)
+    assert rounds.deadline == 160.0 and rounds.round_end == 120.0
+    assert rounds.pause(5, 118.0) == 2.0
+    late = Rounds(now=150.0, timeout=60, started=100.0, report_every=20)
+    assert late.round_end == 160.0 and not late.expired(159.9) and late.expired(160.0)
+
+
+def test_news_and_the_verdict():
+    rounds = Rounds(now=0.0, timeout=100)
+    assert rounds.see("a", 0.0) is True  # the first state is shown
+    assert rounds.see("a", 5.0) is False
+    assert rounds.verdict(100.0) == (True, "stuck: the state did not change in 100s")
+    assert rounds.see("b", 40.0) is True
+    assert rounds.verdict(100.0) == (False, "still working: the state last changed 60.0s ago")
+    resumed = Rounds(now=50.0, timeout=100, **rounds.resume())
+    assert resumed.started == 0.0 and resumed.see("b", 50.0) is False and resumed.changed_at == 40.0
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_zero_and_negative_timeouts_are_refused(timeout):
+    with pytest.raises(Refusal, match="option wait_timeout"):
+        Rounds(now=0.0, timeout=timeout)

@@ -1,0 +1,33 @@
+"""A role's README keeps one option table, and it is the one tools/role_options.py renders from
+meta/argument_specs.yml: an option added, renamed or re-documented in the specs shows up as a failure here
+until the README is regenerated (tools/role_options.py --write <role>)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("role_options", ROOT / "tools" / "role_options.py")
+role_options = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(role_options)
+
+ROLES = ["linux_golden", "packer_build", "windows_bake", "windows_export"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_readme_table_is_the_one_rendered_from_the_specs(role):
+    readme = (ROOT / "roles" / role / "README.md").read_text()
+    assert readme.count(role_options.BEGIN) == 1, "%s: README.md needs exactly one option table" % role
+    assert role_options.current(role) == role_options.render(role), (
+        "%s: README.md's option table differs from meta/argument_specs.yml; "
+        "run tools/role_options.py --write %s" % (role, role)
+    )
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_second_hand_written_option_table(role):
+    readme = (ROOT / "roles" / role / "README.md").read_text()
+    outside = readme.replace(role_options.current(role), "")
+    rows = [line for line in outside.splitlines() if line.startswith("| `%s_" % role)]
+    assert not rows, "%s: option rows outside the generated table: %s" % (role, rows)
