@@ -159,6 +159,7 @@ class ApiServer:
                 "--token-auth-file=%s" % tokens,
                 "--authentication-token-webhook-config-file=%s" % webhook,
                 "--authentication-token-webhook-cache-ttl=1s",
+                "--authentication-token-webhook-version=v1",
                 "--authorization-mode=RBAC",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-account-key-file=%s" % sa_key,
