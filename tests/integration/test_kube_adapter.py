@@ -43,9 +43,12 @@ def config_map(namespace, name, data, labels=None):
     }
 
 
-def failure(call, capsys):
+def failure(module, call, capsys):
+    """What the module's one exit reports when ``call`` raises (the adapter never exits itself)."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
+
     with pytest.raises(SystemExit):
-        call()
+        run_module(module, call)
     return json.loads(capsys.readouterr().out)
 
 
@@ -100,7 +103,7 @@ def test_check_mode_predicts_and_sends_nothing(lab, kube_namespace):
 def test_api_errors_fail_with_the_status(lab, kube_namespace, capsys):
     with module(lab) as m:
         m.create(config_map(kube_namespace, "cm", {"a": "1"}))
-        result = failure(lambda: m.create(config_map(kube_namespace, "cm", {"a": "1"})), capsys)
+        result = failure(m, lambda: m.create(config_map(kube_namespace, "cm", {"a": "1"})), capsys)
     assert result["failed"] is True
     assert result["msg"] == 'create ConfigMap %s/cm: configmaps "cm" already exists (AlreadyExists, 409)' % (
         kube_namespace
@@ -113,7 +116,7 @@ def test_an_unserved_kind_is_named(lab, capsys):
     with module(lab) as m:
         assert m.served("example.com/v1", "Nothing") is False
         assert m.served("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is True
-        result = failure(lambda: m.resource("example.com/v1", "Nothing"), capsys)
+        result = failure(m, lambda: m.resource("example.com/v1", "Nothing"), capsys)
     assert result["msg"].startswith("find Nothing in example.com/v1: the API server does not serve this kind")
 
 
