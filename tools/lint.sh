@@ -31,7 +31,7 @@ run ruff-format "$bin/ruff" format --check .
 run yamllint "$bin/yamllint" --strict .
 
 lint_targets=()
-for dir in roles playbooks; do
+for dir in roles playbooks awx; do
   if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
     lint_targets+=("$dir")
   fi

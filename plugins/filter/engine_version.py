@@ -11,16 +11,22 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def engine_version(doc, requested=None, today=None):
-    """The PostgreSQL major a new database gets from ``doc`` (a catalog dict or its YAML text)."""
+    """The PostgreSQL major a new database gets from ``doc`` (a catalog dict or its YAML text).
+
+    The error is stated once: the cause is not chained (Ansible would print it again after it).
+    """
     try:
         if isinstance(doc, str):
             doc = catalog.load(doc)
         return catalog.resolve_engine_version(doc, requested, today=today)
-    except (catalog.CatalogError, ValueError) as exc:
-        raise AnsibleFilterError("engine_version: %s" % exc) from exc
+    except PipelineError as exc:
+        raise AnsibleFilterError("engine_version: %s" % exc.msg) from None
+    except ValueError as exc:
+        raise AnsibleFilterError("engine_version: %s" % exc) from None
 
 
 class FilterModule(object):

@@ -10,22 +10,42 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def _wrap(function):
     def filter_function(*args, **kwargs):
         try:
             return function(*args, **kwargs)
+        except PipelineError as exc:
+            raise AnsibleFilterError("%s: %s" % (function.__name__.strip("_"), exc.msg)) from None
         except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
+            raise AnsibleFilterError("%s: %s" % (function.__name__.strip("_"), exc)) from None
 
     filter_function.__name__ = function.__name__
     return filter_function
 
 
-def _parse(name, default_stream=revision.DEFAULT_STREAM):
-    rev = revision.parse_revision(name, default_stream)
+def _stream(value, option):
+    """An OS stream argument: a YAML float (24.10 read as 24.1) is refused with "quote it"."""
+    return inputs.version_string(value, option)
+
+
+def revision_name(date, os_stream, default_stream=revision.DEFAULT_STREAM):
+    return revision.revision_name(
+        date, _stream(os_stream, "os_stream"), _stream(default_stream, "default_stream")
+    )
+
+
+def artifact_name(name, os_stream=None, default_stream=revision.DEFAULT_STREAM):
+    return revision.artifact_name(
+        name, _stream(os_stream, "os_stream"), _stream(default_stream, "default_stream")
+    )
+
+
+def parse_revision(name, default_stream=revision.DEFAULT_STREAM):
+    rev = revision.parse_revision(name, _stream(default_stream, "default_stream"))
     return {
         "name": rev.name,
         "date": rev.date.isoformat(),
@@ -37,7 +57,7 @@ def _parse(name, default_stream=revision.DEFAULT_STREAM):
 class FilterModule(object):
     def filters(self):
         return {
-            "revision_name": _wrap(revision.revision_name),
-            "artifact_name": _wrap(revision.artifact_name),
-            "parse_revision": _wrap(_parse),
+            "revision_name": _wrap(revision_name),
+            "artifact_name": _wrap(artifact_name),
+            "parse_revision": _wrap(parse_revision),
         }

@@ -19,6 +19,7 @@ import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import ref, status_code
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 ATTEMPTS = 20
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
@@ -45,11 +46,46 @@ def describe(spec):
     return "catalog ConfigMap %s/%s" % (spec["namespace"], spec["name"])
 
 
+def locate(spec):
+    """``(kind, namespace, name)`` of a catalog: the record shape a consumer names it with."""
+    if spec.get("path"):
+        return ("catalog file", None, spec["path"])
+    return ("ConfigMap", spec["namespace"], spec["name"])
+
+
+def find_catalogs(module):
+    """Every ConfigMap in the cluster holding a catalog (key ``catalog.yaml``): ``[(spec, doc)]``.
+
+    Whoever wrote it (this collection, kubectl, the operator's chart), an image recorded there may be
+    handed to new databases, so a delete asks all of them. A ConfigMap whose ``catalog.yaml`` does not
+    read as a catalog is reported by name in ``unreadable`` rather than skipped silently.
+    """
+    found, unreadable = [], []
+    for obj in module.list("v1", "ConfigMap"):
+        text = ((obj.get("data") or {}).get(catalog.DATA_KEY)) if isinstance(obj.get("data"), dict) else None
+        if text is None:
+            continue
+        meta = obj.get("metadata") or {}
+        spec = {"namespace": meta.get("namespace"), "name": meta.get("name")}
+        try:
+            found.append((spec, catalog.load(text)))
+        except catalog.CatalogError as exc:
+            unreadable.append("%s: %s" % (describe(spec), exc.msg))
+    return found, unreadable
+
+
 class CatalogStore:
     def __init__(self, module, spec):
         self.module = module
         self.spec = spec
         self.where = describe(spec)
+        self.locator = locate(spec)
+
+    def missing_permission(self):
+        """The grant a write of this catalog needs, as an RBAC rule reads."""
+        if self.spec.get("path"):
+            return "write access to the file %s" % self.spec["path"]
+        return "get, create and update on configmaps in namespace %s" % self.spec["namespace"]
 
     # --- reads
     def read(self):
@@ -90,8 +126,8 @@ class CatalogStore:
             if self._write_configmap(current, catalog.dump(after)):
                 return before, after, True
             time.sleep(min(0.05 * (attempt + 1), 0.5))
-        self.module.fail_json(
-            msg="update %s: still conflicting after %d attempts (other writers keep changing it)"
+        raise PipelineError(
+            "update %s: still conflicting after %d attempts (other writers keep changing it)"
             % (self.where, ATTEMPTS)
         )
 

@@ -10,6 +10,13 @@ a controller without it gets the standard "requires kubernetes" message.
 
 Check mode is predicted here, client side: in check mode no mutating request (not even a
 server-side dry run) is sent, and the helpers return what the object would become.
+
+Every request rides on one retry layer (``Backoff``): throttling, 5xx and dropped connections are
+retried with jittered exponential backoff, bounded in attempts and in time. What a retry may not
+repeat blindly is decided by the write's own rule: a create that meets 409 reads the object back and
+keeps it only when it is the one it sent (the reply of an earlier attempt was lost after the server
+committed it), an update that meets 409 re-reads and re-applies, a delete that meets 404 on a retry
+is done.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +25,8 @@ __metaclass__ = type
 
 import copy
 import json
+import random
+import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -25,6 +34,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import strip_query
 
 # Fields the server owns: comparing them would report a change on every run.
 SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink")
@@ -33,6 +43,15 @@ TRANSIENT_STATUS = (429, 500, 502, 503, 504)
 MERGE_PATCH = "application/merge-patch+json"
 # Waits poll after a quarter second first, then back off to the module's wait_sleep.
 FIRST_POLL = 0.25
+# The retry bound of one request: this many attempts, and no new attempt after this many seconds.
+RETRY_ATTEMPTS = 8
+RETRY_SECONDS = 60.0
+# Backoff: full jitter over base * 2**n, capped (a Retry-After from the server is honoured up to the cap).
+RETRY_BASE = 0.2
+RETRY_CAP = 5.0
+STREAM_CHUNK = 1024 * 1024
+# Set on a create that has only generateName: the retry after a lost reply finds its object by it.
+CREATE_REQUEST_LABEL = "goldenimage.pipeline/create-request"
 KUBERNETES_REASON = (
     "to talk to the Kubernetes API. Modules of goldenimage.pipeline run on the Ansible controller: "
     "install it there and use delegate_to: localhost (or connection: local) for these tasks"
@@ -167,8 +186,124 @@ def is_transient(exc):
     return status_code(exc) in TRANSIENT_STATUS or _is_connection_error(exc)
 
 
+def retry_after(exc):
+    """Seconds from a Retry-After header of the error, or None."""
+    headers = getattr(exc, "headers", None)
+    value = None
+    if headers is not None:
+        try:
+            value = headers.get("Retry-After")
+        except AttributeError:
+            value = None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class Backoff(object):
+    """The bound and the pauses of one request's retries: jittered exponential, in count and in time.
+
+    ``next_pause(exc)`` is the pause before the next attempt, or None when the bound is reached (the
+    caller then raises the last error). The clock, the sleeper and the random source are parameters.
+    """
+
+    def __init__(
+        self,
+        attempts=RETRY_ATTEMPTS,
+        seconds=RETRY_SECONDS,
+        base=RETRY_BASE,
+        cap=RETRY_CAP,
+        clock=time.monotonic,
+        sleeper=time.sleep,
+        rand=random.random,
+    ):
+        self.attempts = attempts
+        self.seconds = seconds
+        self.base = base
+        self.cap = cap
+        self.clock = clock
+        self.sleeper = sleeper
+        self.rand = rand
+
+    def start(self):
+        return _Attempts(self)
+
+
+class _Attempts(object):
+    def __init__(self, policy):
+        self.policy = policy
+        self.started = policy.clock()
+        self.tried = 1
+        self.retries = []
+
+    def retry(self, exc, why=None):
+        """Sleep before the next attempt and return True, or return False when the bound is reached."""
+        p = self.policy
+        elapsed = p.clock() - self.started
+        if self.tried >= p.attempts or elapsed >= p.seconds:
+            return False
+        pause = p.rand() * min(p.cap, p.base * (2 ** (self.tried - 1)))
+        hinted = retry_after(exc)
+        if hinted is not None:
+            pause = max(pause, min(hinted, p.cap))
+        pause = max(0.0, min(pause, p.seconds - elapsed))
+        self.retries.append(why or error_details(exc)["reason"])
+        self.tried += 1
+        p.sleeper(pause)
+        return True
+
+    def note(self):
+        """``" (after N attempts: reasons)"`` for a failure message, empty without retries."""
+        if not self.retries:
+            return ""
+        return " (after %d attempts; retried on: %s)" % (self.tried, ", ".join(self.retries))
+
+
+def differences(desired, actual, path=""):
+    """Paths where ``actual`` does not hold what ``desired`` says (fields the server added are fine).
+
+    Dicts: every key of ``desired`` must be in ``actual`` with a matching value; lists: the same length,
+    item by item; anything else: equal. This is how a create recognises the object it sent.
+    """
+    if isinstance(desired, dict):
+        if not isinstance(actual, dict):
+            return [path or "."]
+        out = []
+        for key, value in desired.items():
+            child = "%s.%s" % (path, key) if path else str(key)
+            if key not in actual:
+                if value in (None, {}, []):
+                    continue
+                out.append(child)
+            else:
+                out.extend(differences(value, actual[key], child))
+        return out
+    if isinstance(desired, list):
+        if not isinstance(actual, list) or len(actual) != len(desired):
+            return [path or "."]
+        out = []
+        for index, want in enumerate(desired):
+            out.extend(differences(want, actual[index], "%s[%d]" % (path, index)))
+        return out
+    return [] if desired == actual else [path or "."]
+
+
+def sent_fields(definition):
+    """What of a definition a read-back must show: the definition without server-set or naming fields."""
+    desired = strip_server_fields(definition)
+    meta = desired.get("metadata") or {}
+    meta.pop("generateName", None)
+    return desired
+
+
 class KubeError(PipelineError):
     """An API request that failed: ``msg`` is "<action>: <cause> (<reason>, <code>)", the Status attached."""
+
+    @property
+    def status(self):
+        """The HTTP code, so ``status_code()`` reads a KubeError as it reads the client's errors."""
+        return self.fields.get("status")
 
     @classmethod
     def from_exception(cls, action, exc, **extra):
@@ -194,7 +329,8 @@ class KubeModule(AnsibleModule):
     """AnsibleModule with kubernetes.core's auth options, one lazily built client and a resource cache.
 
     The helpers raise ``KubeError`` (a ``PipelineError``) so every API error reads the same and the
-    module's one exit turns it into ``fail_json``; they never exit themselves.
+    module's one exit turns it into ``fail_json``; they never exit themselves. Every request they send
+    rides on ``self.backoff`` (see ``Backoff``); ``self.retried`` counts the retries of the run.
     """
 
     def __init__(self, argument_spec=None, **kwargs):
@@ -204,6 +340,8 @@ class KubeModule(AnsibleModule):
         self._kube_client = None
         self._resources = {}
         self.mutations = 0
+        self.retried = 0
+        self.backoff = Backoff()
 
     # kubernetes.core's client factory asks its module for these two.
     @property
@@ -230,11 +368,48 @@ class KubeModule(AnsibleModule):
                 ) from exc
             from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
-            try:
-                self._kube_client = get_api_client(module=self)
-            except Exception as exc:
-                self.fail_from_exception("connect to the Kubernetes API", exc)
+            self._kube_client = self._retrying(
+                "connect to the Kubernetes API", lambda: get_api_client(module=self)
+            )
         return self._kube_client
+
+    @property
+    def api_client(self):
+        """The ``kubernetes.client.ApiClient`` behind the dynamic client, configured like every request."""
+        return self.client.client.client
+
+    # The retry layer ---------------------------------------------------------------------------
+
+    def _retrying(self, action, call, recover=None, attempts=None):
+        """``call()`` until it returns, riding out transient errors within ``self.backoff``'s bound.
+
+        ``recover(exc, attempts)`` sees every other error first: it returns ``(True, value)`` to end
+        with ``value``, ``(False, None)`` to retry, or None to fail with the error.
+        """
+        attempts = attempts or self.backoff.start()
+        while True:
+            try:
+                return call()
+            except PipelineError:
+                raise
+            except Exception as exc:
+                if recover is not None:
+                    outcome = recover(exc, attempts)
+                    if outcome is not None:
+                        done, value = outcome
+                        if done:
+                            return value
+                        if attempts.retry(exc):
+                            self.retried += 1
+                            continue
+                        self._give_up(action, exc, attempts)
+                if is_transient(exc) and attempts.retry(exc):
+                    self.retried += 1
+                    continue
+                self._give_up(action, exc, attempts)
+
+    def _give_up(self, action, exc, attempts):
+        raise KubeError.from_exception(action + attempts.note(), exc, attempts=attempts.tried)
 
     def _discover(self, api_version, kind):
         # A bare version is the core group: say so, or discovery walks every group that has a "v1".
@@ -245,22 +420,25 @@ class KubeModule(AnsibleModule):
         """The API resource for (apiVersion, kind), discovered once per run."""
         key = (api_version, kind)
         if key not in self._resources:
-            try:
-                self._resources[key] = self._discover(api_version, kind)
-            except Exception as exc:
-                self.fail_from_exception("find %s in %s" % (kind, api_version), exc)
+            self._resources[key] = self._retrying(
+                "find %s in %s" % (kind, api_version), lambda: self._discover(api_version, kind)
+            )
         return self._resources[key]
 
     def served(self, api_version, kind):
         """Whether the cluster serves (apiVersion, kind), for kinds whose CRD a cluster may lack."""
         if (api_version, kind) in self._resources:
             return True
-        try:
-            self._resources[(api_version, kind)] = self._discover(api_version, kind)
-        except Exception as exc:
-            if type(exc).__name__ == "ResourceNotFoundError":
-                return False
-            self.fail_from_exception("find %s in %s" % (kind, api_version), exc)
+
+        def unserved(exc, _attempts):
+            return (True, None) if type(exc).__name__ == "ResourceNotFoundError" else None
+
+        found = self._retrying(
+            "find %s in %s" % (kind, api_version), lambda: self._discover(api_version, kind), unserved
+        )
+        if found is None:
+            return False
+        self._resources[(api_version, kind)] = found
         return True
 
     def fail_from_exception(self, action, exc, **extra):
@@ -277,8 +455,7 @@ class KubeModule(AnsibleModule):
 
     # Reads -----------------------------------------------------------------------------------
 
-    def fetch(self, api_version, kind, name, namespace=None):
-        """The object as a dict, or None when it does not exist. Other errors raise."""
+    def _read(self, api_version, kind, name, namespace):
         res = self.resource(api_version, kind)
         try:
             return res.get(name=name, namespace=namespace if res.namespaced else None).to_dict()
@@ -287,11 +464,17 @@ class KubeModule(AnsibleModule):
                 return None
             raise
 
+    def fetch(self, api_version, kind, name, namespace=None):
+        """The object as a dict, or None when it does not exist; transient errors are retried.
+
+        Other errors (and a transient one past the bound) raise ``KubeError``.
+        """
+        return self._retrying(
+            "get %s" % ref(kind, name, namespace), lambda: self._read(api_version, kind, name, namespace)
+        )
+
     def get(self, api_version, kind, name, namespace=None):
-        try:
-            return self.fetch(api_version, kind, name, namespace)
-        except Exception as exc:
-            self.fail_from_exception("get %s" % ref(kind, name, namespace), exc)
+        return self.fetch(api_version, kind, name, namespace)
 
     def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None):
         res = self.resource(api_version, kind)
@@ -300,41 +483,93 @@ class KubeModule(AnsibleModule):
             params["label_selector"] = label_selector
         if field_selector:
             params["field_selector"] = field_selector
-        try:
-            items = res.get(namespace=namespace if res.namespaced else None, **params).to_dict().get("items")
-        except Exception as exc:
-            if status_code(exc) == 404 and namespace:
-                return []
-            where = " in %s" % namespace if namespace else ""
-            self.fail_from_exception("list %s%s" % (kind, where), exc)
-        for item in items or []:
+
+        def absent_namespace(exc, _attempts):
+            return (True, {"items": []}) if status_code(exc) == 404 and namespace else None
+
+        where = " in %s" % namespace if namespace else ""
+        answer = self._retrying(
+            "list %s%s" % (kind, where),
+            lambda: res.get(namespace=namespace if res.namespaced else None, **params).to_dict(),
+            absent_namespace,
+        )
+        items = answer.get("items") or []
+        for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
-        return items or []
+        return items
 
     # Writes: each predicts in check mode and sends nothing -----------------------------------
 
-    def _send(self, action, call):
+    def _send(self, call):
         self.mutations += 1
-        try:
-            return call().to_dict()
-        except Exception as exc:
-            self.fail_from_exception(action, exc)
+        return call().to_dict()
 
     def create(self, definition):
-        """Create ``definition``; in check mode return it as the prediction."""
+        """Create ``definition``; in check mode return it as the prediction.
+
+        A 409 reads the object back: when it holds every field sent (an earlier attempt's reply was
+        lost after the server committed it, or an identical object was made meanwhile) it is the
+        result; when it differs, a conflict names the fields; when it is not there, the create is
+        sent again. A definition with only ``generateName`` carries a per-request label
+        (``CREATE_REQUEST_LABEL``), so a retry after a lost reply finds the object the server named
+        instead of making a second one.
+        """
         meta = definition.get("metadata") or {}
         kind, name, namespace = definition.get("kind"), meta.get("name"), meta.get("namespace")
         if self.check_mode:
             return copy.deepcopy(definition)
-        res = self.resource(definition["apiVersion"], kind)
-        return self._send(
-            "create %s" % ref(kind, name, namespace),
-            lambda: res.create(body=definition, namespace=namespace if res.namespaced else None),
+        api_version = definition["apiVersion"]
+        res = self.resource(api_version, kind)
+        what = ref(kind, name or "%s*" % (meta.get("generateName") or ""), namespace)
+        marker = None
+        if not name:
+            marker = "%016x" % random.getrandbits(64)
+            definition = copy.deepcopy(definition)
+            definition["metadata"].setdefault("labels", {})[CREATE_REQUEST_LABEL] = marker
+
+        def read_back(exc, attempts):
+            if marker is not None:
+                if not is_transient(exc) and status_code(exc) != 409:
+                    return None
+                found = self.list(
+                    api_version, kind, namespace, label_selector="%s=%s" % (CREATE_REQUEST_LABEL, marker)
+                )
+                return (True, found[0]) if found else (False, None)
+            if status_code(exc) != 409:
+                return None
+            current = self.fetch(api_version, kind, name, namespace)
+            if current is None:
+                return False, None  # refused before it was written, or deleted since: send it again
+            differ = differences(sent_fields(definition), current)
+            if not differ:
+                return True, current
+            raise KubeError(
+                "create %s: it already exists and is not the object this run sent (it differs at %s)%s; "
+                "it was made by something else: remove it or choose another name"
+                % (what, ", ".join(differ[:10]), attempts.note()),
+                reason="AlreadyExists",
+                status=409,
+                conflict=differ,
+                existing=current,
+            )
+
+        return self._retrying(
+            "create %s" % what,
+            lambda: self._send(
+                lambda: res.create(body=definition, namespace=namespace if res.namespaced else None)
+            ),
+            read_back,
         )
 
     def patch(self, api_version, kind, name, namespace, patch, before=None):
-        """Merge-patch an object. Returns ``(after, changed)``; no request when nothing would change."""
+        """Merge-patch an object. Returns ``(after, changed)``; no request when nothing would change.
+
+        A 409 or a lost reply re-reads the object and re-applies the patch (a merge patch is
+        idempotent); when the object already shows the patch, that is the result. A patch that
+        carries ``metadata.resourceVersion`` is a guarded write: when the object moved on, the 409
+        is raised for the caller to decide on newer data.
+        """
         if before is None:
             before = self.get(api_version, kind, name, namespace)
         predicted = merge_patch(before, patch)
@@ -343,23 +578,50 @@ class KubeModule(AnsibleModule):
         if self.check_mode:
             return predicted, True
         res = self.resource(api_version, kind)
-        after = self._send(
-            "patch %s" % ref(kind, name, namespace),
-            lambda: res.patch(
-                body=patch,
-                name=name,
-                namespace=namespace if res.namespaced else None,
-                content_type=MERGE_PATCH,
-            ),
-        )
+        guard = ((patch.get("metadata") or {}) if isinstance(patch, dict) else {}).get("resourceVersion")
+        state = {"sent": 0}
+
+        def send():
+            state["sent"] += 1
+            return self._send(
+                lambda: res.patch(
+                    body=patch,
+                    name=name,
+                    namespace=namespace if res.namespaced else None,
+                    content_type=MERGE_PATCH,
+                )
+            )
+
+        def reread(exc, _attempts):
+            code = status_code(exc)
+            if code != 409 and not (is_transient(exc) and state["sent"]):
+                return None
+            current = self.fetch(api_version, kind, name, namespace)
+            if current is None:
+                return None
+            if same_object(current, merge_patch(current, patch)):
+                return True, current  # the patch shows: an earlier attempt committed it
+            if guard and (current.get("metadata") or {}).get("resourceVersion") != guard:
+                return None  # a guarded write on an object that moved on: the caller decides
+            return False, None
+
+        after = self._retrying("patch %s" % ref(kind, name, namespace), send, reread)
         return after, not same_object(before, after)
 
     def replace(self, definition, before=None):
-        """Replace an object (optimistic: uses ``before``'s resourceVersion). Returns ``(after, changed)``."""
+        """Replace an object (optimistic: uses ``before``'s resourceVersion). Returns ``(after, changed)``.
+
+        A 409 re-reads the object: when it already equals the definition (an earlier attempt
+        committed), that is the result, otherwise the replace is sent again on the new
+        resourceVersion. A definition that names its own resourceVersion is a guarded write: a 409 on
+        an object that moved on is raised.
+        """
         meta = definition.get("metadata") or {}
         kind, name, namespace = definition.get("kind"), meta.get("name"), meta.get("namespace")
+        api_version = definition["apiVersion"]
         if before is None:
-            before = self.get(definition["apiVersion"], kind, name, namespace)
+            before = self.get(api_version, kind, name, namespace)
+        guard = meta.get("resourceVersion")
         desired = copy.deepcopy(definition)
         if before is not None:
             if same_object(before, desired):
@@ -369,15 +631,36 @@ class KubeModule(AnsibleModule):
             )
         if self.check_mode:
             return desired, True
-        res = self.resource(definition["apiVersion"], kind)
-        after = self._send(
-            "replace %s" % ref(kind, name, namespace),
-            lambda: res.replace(body=desired, name=name, namespace=namespace if res.namespaced else None),
-        )
+        res = self.resource(api_version, kind)
+
+        def send():
+            return self._send(
+                lambda: res.replace(body=desired, name=name, namespace=namespace if res.namespaced else None)
+            )
+
+        def reread(exc, _attempts):
+            if status_code(exc) != 409 and not is_transient(exc):
+                return None
+            current = self.fetch(api_version, kind, name, namespace)
+            if current is None:
+                return None
+            if same_object(current, definition):
+                return True, current
+            version = (current.get("metadata") or {}).get("resourceVersion")
+            if guard and version != guard:
+                return None
+            desired["metadata"]["resourceVersion"] = version
+            return False, None
+
+        after = self._retrying("replace %s" % ref(kind, name, namespace), send, reread)
         return after, not same_object(before, after)
 
-    def delete(self, api_version, kind, name, namespace=None, before=None):
-        """Delete an object. Returns True when it existed (and, outside check mode, was deleted)."""
+    def delete(self, api_version, kind, name, namespace=None, before=None, propagation=None):
+        """Delete an object. Returns True when it existed (and, outside check mode, was deleted).
+
+        ``propagation`` is the propagationPolicy (``Background``, ``Foreground``, ``Orphan``). A 404
+        after an earlier attempt was sent means that attempt deleted it: done.
+        """
         if before is None:
             before = self.get(api_version, kind, name, namespace)
         if before is None:
@@ -385,14 +668,208 @@ class KubeModule(AnsibleModule):
         if self.check_mode:
             return True
         res = self.resource(api_version, kind)
-        self.mutations += 1
-        try:
-            res.delete(name=name, namespace=namespace if res.namespaced else None)
-        except Exception as exc:
+        extra = {"body": {"propagationPolicy": propagation}} if propagation else {}
+
+        def send():
+            self.mutations += 1
+            res.delete(name=name, namespace=namespace if res.namespaced else None, **extra)
+            return True
+
+        def gone(exc, _attempts):
             if status_code(exc) == 404:
-                return False
-            self.fail_from_exception("delete %s" % ref(kind, name, namespace), exc)
+                return True, True  # it existed when read; an earlier attempt (ours or the client's) took it
+            if status_code(exc) == 409:
+                return False, None
+            return None
+
+        return self._retrying("delete %s" % ref(kind, name, namespace), send, gone)
+
+    def delete_and_wait(
+        self, api_version, kind, name, namespace, timeout, sleep, before=None, propagation=None, progress=None
+    ):
+        """Delete, then wait until the object is gone. Returns whether it existed.
+
+        A timeout raises ``WaitTimeout`` naming the object and what still holds it (finalizers,
+        deletionTimestamp). Check mode sends nothing and does not wait.
+        """
+        existed = self.delete(api_version, kind, name, namespace, before=before, propagation=propagation)
+        if not existed or self.check_mode:
+            return existed
+        self.wait(
+            api_version,
+            kind,
+            name,
+            namespace,
+            lambda obj: (obj is None, None),
+            describe_deleting,
+            "%s to be deleted" % ref(kind, name, namespace),
+            timeout,
+            sleep,
+            progress=progress,
+        )
         return True
+
+    # Raw requests: subresources and uploads that the dynamic client does not model ----------------
+
+    def request(
+        self,
+        method,
+        path,
+        query=None,
+        headers=None,
+        body=None,
+        base_url=None,
+        timeout=None,
+        retry=None,
+        mutating=None,
+        action=None,
+    ):
+        """Send one HTTP request with the cluster's credentials; return the streaming response.
+
+        ``path`` is appended to ``base_url`` (default: the API server). ``body`` is bytes, a file
+        object, an iterable of bytes, or a callable returning one of these (called again for each
+        attempt, so a retried upload starts from the beginning). The response is not read: iterate
+        ``stream_to`` or ``response.stream()`` and close it (it is a context manager). A non-2xx answer
+        raises ``KubeError`` with the server's Status, its message starting with ``action`` (default:
+        the method and URL without its query). GET and HEAD are retried on transient errors; other
+        methods only with ``retry=True`` (a body given as a callable).
+        """
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        api = self.api_client
+        method = method.upper()
+        if retry is None:
+            retry = method in ("GET", "HEAD")
+        if mutating is None:
+            mutating = method not in ("GET", "HEAD")
+        url = (base_url or api.configuration.host).rstrip("/") + path
+        params = list(query or [])
+        if params:
+            from urllib.parse import urlencode
+
+            url += "?" + urlencode(params)
+        if timeout is not None and not isinstance(timeout, urllib3.Timeout):
+            timeout = urllib3.Timeout(connect=min(timeout, 30), read=timeout)
+
+        def send():
+            sent = dict(headers or {})
+            api.update_params_for_auth(sent, [], ["BearerToken"])
+            data = body() if callable(body) else body
+            if mutating:
+                self.mutations += 1
+            response = api.rest_client.pool_manager.urlopen(
+                method,
+                url,
+                body=data,
+                headers=sent,
+                preload_content=False,
+                timeout=timeout,
+                retries=False,
+                redirect=False,
+            )
+            if not 200 <= response.status < 300:
+                try:
+                    raise ApiException(http_resp=_ErrorResponse(response, response.read(STREAM_CHUNK)))
+                finally:
+                    response.release_conn()
+            return response
+
+        action = action or "%s %s" % (method, strip_query(url))
+        if retry:
+            return self._retrying(action, send)
+        try:
+            return send()
+        except PipelineError:
+            raise
+        except Exception as exc:
+            raise KubeError.from_exception(action, exc) from exc
+
+    def download(self, path, handle, query=None, headers=None, timeout=None, limit=None, action=None):
+        """GET ``path`` into the open binary ``handle`` chunk by chunk; returns the bytes written.
+
+        Never holds more than one chunk in memory; ``limit`` (bytes) stops a runaway answer.
+        """
+        action = action or "GET %s" % path
+        response = self.request("GET", path, query=query, headers=headers, timeout=timeout, action=action)
+        written = 0
+        try:
+            for chunk in response.stream(STREAM_CHUNK):
+                written += len(chunk)
+                if limit is not None and written > limit:
+                    raise PipelineError(
+                        "%s: the answer is larger than %d bytes; not reading on" % (action, limit)
+                    )
+                handle.write(chunk)
+        except PipelineError:
+            raise
+        except Exception as exc:
+            raise KubeError.from_exception(action, exc) from exc
+        finally:
+            response.release_conn()
+        return written
+
+    def upload(
+        self,
+        method,
+        path,
+        src,
+        field=None,
+        query=None,
+        headers=None,
+        base_url=None,
+        timeout=None,
+        action=None,
+    ):
+        """Send the file ``src`` as the body (or as the multipart form field ``field``), streamed.
+
+        The Content-Length is computed up front, so the file is never read into memory. Returns the
+        response's JSON (or text, or None when empty). Not retried: an upload is not idempotent.
+        """
+        import os
+
+        size = os.path.getsize(src)
+        sent = dict(headers or {})
+        if field:
+            boundary = "goldenimage-%s" % "".join(random.choice("0123456789abcdef") for _ in range(24))
+            opening = (
+                '--%s\r\nContent-Disposition: form-data; name="%s"; filename="%s"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n" % (boundary, field, os.path.basename(src))
+            ).encode()
+            closing = ("\r\n--%s--\r\n" % boundary).encode()
+            sent["Content-Type"] = "multipart/form-data; boundary=%s" % boundary
+            length = len(opening) + size + len(closing)
+        else:
+            opening = closing = b""
+            sent.setdefault("Content-Type", "application/octet-stream")
+            length = size
+        sent["Content-Length"] = str(length)
+
+        def chunks():
+            yield opening
+            with open(src, "rb") as handle:
+                while True:
+                    block = handle.read(STREAM_CHUNK)
+                    if not block:
+                        break
+                    yield block
+            yield closing
+
+        response = self.request(
+            method,
+            path,
+            query=query,
+            headers=sent,
+            body=chunks,
+            base_url=base_url,
+            timeout=timeout,
+            action=action,
+        )
+        try:
+            data = response.read()
+        finally:
+            response.release_conn()
+        return _parse_body(data) if data else None
 
     # Waits -----------------------------------------------------------------------------------
 
@@ -404,7 +881,7 @@ class KubeModule(AnsibleModule):
         Throttling, 5xx and dropped connections during the poll are ridden out, not fatal.
         """
         return wait_for(
-            lambda: self.fetch(api_version, kind, name, namespace),
+            lambda: self._read(api_version, kind, name, namespace),
             predicate,
             timeout,
             sleep,
@@ -414,3 +891,31 @@ class KubeModule(AnsibleModule):
             transient=is_transient,
             first_sleep=FIRST_POLL,
         )
+
+
+class _ErrorResponse(object):
+    """What ``ApiException(http_resp=...)`` reads, from a raw urllib3 response already read."""
+
+    def __init__(self, response, data):
+        self.status = response.status
+        self.reason = response.reason
+        self.data = data
+        self._headers = response.headers
+
+    def getheaders(self):
+        return self._headers
+
+    def getheader(self, name, default=None):
+        return self._headers.get(name, default)
+
+
+def describe_deleting(obj):
+    """A deleting object's state: gone, or what still holds it."""
+    if obj is None:
+        return "deleted"
+    meta = obj.get("metadata") or {}
+    finalizers = meta.get("finalizers") or []
+    if meta.get("deletionTimestamp"):
+        held = "; finalizers: %s" % ", ".join(finalizers) if finalizers else ""
+        return "deletion requested at %s%s" % (meta["deletionTimestamp"], held)
+    return "still present (no deletion requested)"

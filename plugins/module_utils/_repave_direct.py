@@ -2,34 +2,26 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""Harvester VMs repaved without an operator: the module swaps the OS disk itself, one step at a time.
+"""Harvester VMs repaved without an operator: the driver that observes a VM and applies the steps
+``repave_steps.next_step`` decides (stop, swap the OS disk, start, delete the old OS disk), one at a
+time, and tears a VM down with the disks it declared.
 
 The instance is a ``kubevirt.io/v1`` VirtualMachine. Its disks are declared in the annotation
 ``harvesterhci.io/volumeClaimTemplates``; Harvester creates each claim named there, without
-ownerReferences, so a deleted VM leaves its disks behind. Every step below is decided from what the
-cluster shows, so a killed run resumes wherever it stopped:
-
-1. stop: ``runStrategy: Halted`` with the target in ``goldenimage.pipeline/repave-target`` (one write),
-   then wait until the VMI is gone;
-2. swap: the new OS disk ``<instance>-os-<revision>`` (never a reused name) joins the annotation with the
-   target image's StorageClass and imageId, the OS volume's claimName points at it, and the disk it
-   leaves is recorded in ``goldenimage.pipeline/previous-os-disks`` (one write, resourceVersion checked);
-3. start: ``runStrategy: Always``, then wait for the VMI Running with ``AgentConnected`` on the new disk;
-4. only then the previous OS disks leave the annotation (Harvester would recreate a declared claim),
-   are deleted, and a last write removes the markers and records the applied revision.
-
-The data volume is never detached, renamed or deleted. A new disk that does not boot leaves the VM on it
-and the old disk kept; the same module with the previous revision rolls back by the same steps.
-Teardown deletes the VM and then, explicitly, every claim it declared, and verifies none remain.
+ownerReferences, so a deleted VM leaves its disks behind. Which claim is an OS disk and which is data is
+decided by ``repave.classify_claims`` from the claims themselves (the image they were made from, its
+StorageClass, the VM's boot disk, their own markers), never from an option: a data claim is never
+swapped out, and never deleted without purge_data. Teardown deletes the VM and then, explicitly, every
+claim it declared, and verifies none remain.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave, repave_steps
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     MERGE_PATCH,
     error_details,
@@ -38,110 +30,18 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     status_code,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-VM_API = "kubevirt.io/v1"
+VM_API = kinds.KUBEVIRT
 VM_KIND = "VirtualMachine"
 VMI_KIND = "VirtualMachineInstance"
 PVC_KIND = "PersistentVolumeClaim"
-PREFIX = "goldenimage.pipeline/"
-REVISION = PREFIX + "image-revision"
-ENGINE = PREFIX + "engine-version"
-STREAM = PREFIX + "os-version"
-OPT_IN = PREFIX + "repave-opt-in"
-TARGET = PREFIX + "repave-target"
-PREVIOUS = PREFIX + "previous-os-disks"
-# On claims being torn down, so a teardown killed after the VM was deleted still finds them.
-TEARDOWN = PREFIX + "teardown"
-TEARDOWN_ROLE = PREFIX + "teardown-role"
-TEMPLATES = "harvesterhci.io/volumeClaimTemplates"
-IMAGE_ID = "harvesterhci.io/imageId"
-RUNNING_STRATEGIES = ("Always", "RerunOnFailure", "Once")
-STOPPING, SWAPPING, STARTING, DELETING = "StoppingVM", "SwappingOSDisk", "StartingVM", "DeletingOldDisk"
+IMAGE_KIND = "VirtualMachineImage"
+OPT_IN = repave_steps.OPT_IN
+TARGET = repave_steps.TARGET
+TEARDOWN = repave.TEARDOWN
+TEARDOWN_ROLE = repave.TEARDOWN_ROLE
 _REVISION = r"v\d{8}(?:-\d{4})?"
-
-
-# ------------------------------------------------------------------------------ reading a VM
-
-
-def os_disk_name(instance, revision):
-    return "%s-os-%s" % (instance, revision)
-
-
-def meta_of(obj):
-    return (obj or {}).get("metadata") or {}
-
-
-def annotations_of(obj):
-    return meta_of(obj).get("annotations") or {}
-
-
-def run_strategy(vm):
-    spec = vm.get("spec") or {}
-    if spec.get("runStrategy"):
-        return spec["runStrategy"]
-    return "Always" if spec.get("running") is True else "Halted"
-
-
-def claim_templates(vm):
-    """The claim bodies declared in the annotation; ValueError when it is not a JSON list."""
-    text = annotations_of(vm).get(TEMPLATES) or ""
-    if not text:
-        return []
-    try:
-        items = json.loads(text)
-    except ValueError as exc:
-        raise ValueError("annotation %s is not valid JSON: %s" % (TEMPLATES, exc)) from exc
-    if not isinstance(items, list) or not all(isinstance(i, dict) and meta_of(i).get("name") for i in items):
-        raise ValueError("annotation %s is not a list of named PersistentVolumeClaims" % TEMPLATES)
-    return items
-
-
-def volumes_of(vm):
-    return (((vm.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes") or []
-
-
-def claims_of(vm):
-    """``{volume name: claim name}`` for volumes backed by a claim (or a DataVolume's claim)."""
-    found = {}
-    for volume in volumes_of(vm):
-        source = volume.get("persistentVolumeClaim") or volume.get("dataVolume") or {}
-        claim = source.get("claimName") or (source.get("name") if volume.get("dataVolume") else None)
-        if claim:
-            found[volume.get("name")] = claim
-    return found
-
-
-def split_names(text):
-    return [n for n in (text or "").split(",") if n]
-
-
-def condition(obj, ctype):
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return cond
-    return None
-
-
-def agent_connected(vmi):
-    if not vmi or meta_of(vmi).get("deletionTimestamp"):
-        return False
-    running = (vmi.get("status") or {}).get("phase") == "Running"
-    return running and (condition(vmi, "AgentConnected") or {}).get("status") == "True"
-
-
-def describe_vmi(vmi):
-    """``VMI Running; Ready=True; Paused=False (reason: message)``: the state a timeout names."""
-    if not vmi:
-        return "no VMI"
-    status = vmi.get("status") or {}
-    parts = ["VMI %s" % (status.get("phase") or "without a phase")]
-    if meta_of(vmi).get("deletionTimestamp"):
-        parts[0] += " (terminating)"
-    for cond in status.get("conditions") or []:
-        text = "%s=%s" % (cond.get("type"), cond.get("status"))
-        detail = ": ".join(str(v) for v in (cond.get("reason"), cond.get("message")) if v)
-        parts.append("%s (%s)" % (text, detail) if detail else text)
-    return "; ".join(parts)
 
 
 def _state(state, phase, message, step=None, changed=False):
@@ -161,6 +61,8 @@ class DirectDriver:
         self.data_volume = params.get("data_volume") or "pgdata"
         self.timeout = params.get("wait_timeout") or 900
         self.sleep = params.get("wait_sleep") or 2
+        self._seen = {}
+        self._images = {}
 
     # --- plumbing
 
@@ -168,7 +70,7 @@ class DirectDriver:
         return inst.get("namespace") or self.namespace, inst["name"]
 
     def _fetch(self, api_version, kind, name, namespace):
-        """The object or None; a transient error raises _Conflict, others fail the module."""
+        """The object or None; a transient error raises _Conflict, others raise KubeError."""
         try:
             return self.module.fetch(api_version, kind, name, namespace)
         except Exception as exc:
@@ -178,7 +80,7 @@ class DirectDriver:
 
     def _patch(self, obj, patch, action, api_version=VM_API, kind=VM_KIND):
         """Merge-patch ``obj``; a 409 or a transient error raises _Conflict with the server's words."""
-        meta = meta_of(obj)
+        meta = kinds.meta(obj)
         res = self.module.resource(api_version, kind)
         self.module.mutations += 1
         try:
@@ -192,76 +94,81 @@ class DirectDriver:
                 "%s on %s" % (action, ref(kind, meta["name"], meta.get("namespace"))), exc
             )
 
+    def _claims(self, namespace):
+        """``{name: claim}`` of the namespace, from one LIST."""
+        return {kinds.name(c): c for c in self.module.list("v1", PVC_KIND, namespace)}
+
+    def _image_objects(self, vm, claims):
+        """``{namespace/name: VirtualMachineImage or None}`` for the images the disks name (read once)."""
+        found = {}
+        for image_id in repave.image_ids(vm, claims):
+            if image_id not in self._images:
+                parts = image_id.split("/")
+                image = None
+                if len(parts) == 2 and all(parts):
+                    try:
+                        image = self.module.fetch(kinds.HARVESTER, IMAGE_KIND, parts[1], parts[0])
+                    except Exception as exc:
+                        if is_transient(exc):
+                            raise _Conflict("reading image %s failed: %s" % (image_id, exc)) from exc
+                        self.module.fail_from_exception("get %s %s" % (IMAGE_KIND, image_id), exc)
+                self._images[image_id] = image
+            found[image_id] = self._images[image_id]
+        return found
+
+    def roles(self, vm, claims):
+        """What each claim of ``vm`` is (``repave.classify_claims``), with the images read."""
+        return repave.classify_claims(vm, claims, self._image_objects(vm, claims))
+
     # --- list
 
     def list(self, names, label_selector):
         """The VMs in scope with one LIST each of VMs, VMIs and claims; never a GET per instance."""
         vms = self.module.list(VM_API, VM_KIND, self.namespace, label_selector=label_selector)
-        vmis = {(meta_of(o).get("namespace"), meta_of(o).get("name")): o for o in self._list(VMI_KIND)}
-        claims = {(meta_of(o).get("namespace"), meta_of(o).get("name")): o for o in self._list(PVC_KIND)}
+        vmis = {(kinds.namespace(o), kinds.name(o)): o for o in self._list(VMI_KIND)}
+        claims = {}
+        for claim in self._list(PVC_KIND):
+            claims.setdefault(kinds.namespace(claim), {})[kinds.name(claim)] = claim
         wanted = set(names or [])
         found = []
         for vm in vms:
-            meta = meta_of(vm)
-            if wanted and meta.get("name") not in wanted:
+            key = (kinds.namespace(vm), kinds.name(vm))
+            if wanted and key[1] not in wanted:
                 continue
-            found.append(self.view(vm, vmis.get((meta.get("namespace"), meta.get("name"))), claims))
+            self._seen[key] = (vm, claims.get(key[0]) or {})
+            found.append(self.view(vm, vmis.get(key), claims.get(key[0]) or {}))
         return sorted(found, key=lambda i: (i["namespace"] or "", i["name"]))
 
     def _list(self, kind):
         return self.module.list("v1" if kind == PVC_KIND else VM_API, kind, self.namespace)
 
     def view(self, vm, vmi, claims):
-        meta = meta_of(vm)
-        notes = dict(meta.get("annotations") or {})
-        volumes = claims_of(vm)
-        target = notes.get(TARGET)
-        available = agent_connected(vmi)
-        if target:
-            phase = "Repaving"
-        elif available:
-            phase = "Available"
-        elif vmi is None:
-            phase = "Stopped" if run_strategy(vm) == "Halted" else "Starting"
-        else:
-            phase = "NotReady"
-        os_claim = volumes.get(self.os_volume)
-        repave = {}
-        if target:
-            step = STOPPING if vmi is not None else SWAPPING
-            if os_claim == os_disk_name(meta.get("name"), target):
-                step = DELETING if available else STARTING
-            repave = {"targetRevision": target, "step": step, "from": notes.get(REVISION)}
-        disks = {}
-        for claim in (os_claim, volumes.get(self.data_volume)):
-            found = claims.get((meta.get("namespace"), claim)) if claim else None
-            if claim:
-                disks[claim] = ((found or {}).get("status") or {}).get("phase") or "Missing"
-        return {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            # While a repave is in flight no revision is applied: the run resumes, or a rollback
-            # to the previous revision is not mistaken for "already current".
-            "revision": None if target else notes.get(REVISION),
-            "applied_revision": notes.get(REVISION),
-            "engine_version": notes.get(ENGINE),
-            "os_stream": notes.get(STREAM) or None,
-            "phase": phase,
-            "available": available,
-            "operator": {},
-            "opt_in": notes.get(OPT_IN),
-            "annotations": notes,
-            "labels": dict(meta.get("labels") or {}),
-            "resource_version": meta.get("resourceVersion"),
-            "os_disk": os_claim,
-            "data_disk": volumes.get(self.data_volume),
-            "disks": disks,
-            "repave": repave,
-        }
+        return repave_steps.instance_view(vm, vmi, claims, self.os_volume, self.data_volume)
 
     def in_flight(self, inst):
         """A repave an earlier run started (its target is recorded on the VM): resumed, not restarted."""
         return bool((inst.get("annotations") or {}).get(TARGET))
+
+    def preflight(self, inst):
+        """Refuse, before anything is written, a repave whose os_volume is not backed by a proven OS disk
+        (``RepaveRefused`` NotAnOSDisk, naming the claim and why it is data)."""
+        namespace, name = self._where(inst)
+        vm, claims = self._seen.get((namespace, name)) or (None, {})
+        if vm is None:
+            return
+        try:
+            roles = self.roles(vm, claims)
+        except _Conflict as exc:
+            raise PipelineError("%s; nothing was written, run again" % exc) from exc
+        except ValueError as exc:
+            raise repave.RepaveRefused(
+                repave.NOT_OS_DISK,
+                name,
+                "%s: cannot tell its disks: %s" % (ref(VM_KIND, name, namespace), exc),
+            ) from exc
+        if repave.swapped_out_data(vm, roles, claims):
+            return  # an earlier run swapped data out: the first step puts it back
+        repave.check_os_volume(inst, vm, roles, self.os_volume)
 
     # --- opt-in
 
@@ -283,220 +190,49 @@ class DirectDriver:
                 notes[OPT_IN] = value
             inst["opt_in"] = value
             return True
-        self.module.fail_json(msg="record %s on %s: still conflicting after 5 attempts" % (OPT_IN, name))
+        raise PipelineError("record %s on %s: still conflicting after 5 attempts" % (OPT_IN, name))
 
-    # --- the swap
+    # --- the swap: observe, decide (repave_steps), apply
+
+    def observe(self, inst):
+        namespace, name = self._where(inst)
+        vm = self._fetch(VM_API, VM_KIND, name, namespace)
+        observed = {"name": name, "namespace": namespace, "vm": vm, "vmi": None, "claims": {}, "images": {}}
+        if vm is None:
+            return observed
+        observed["vmi"] = self._fetch(VM_API, VMI_KIND, name, namespace)
+        observed["claims"] = self._claims(namespace)
+        observed["images"] = self._image_objects(vm, observed["claims"])
+        return observed
 
     def advance(self, inst, target):
-        """Look at the VM once and take the next step toward ``target["revision"]``."""
-        namespace, name = self._where(inst)
-        disk = os_disk_name(name, target["revision"])
+        """Look at the VM once and apply the next step toward ``target["revision"]``."""
         try:
-            vm = self._fetch(VM_API, VM_KIND, name, namespace)
-            if vm is None:
-                return _state("failed", "deleted", "%s does not exist" % ref(VM_KIND, name, namespace))
-            try:
-                templates = claim_templates(vm)
-            except ValueError as exc:
-                return _state("failed", "invalid", "%s: %s" % (ref(VM_KIND, name, namespace), exc))
-            current = claims_of(vm).get(self.os_volume)
-            if current is None:
-                return _state(
-                    "failed",
-                    "invalid",
-                    "%s has no volume %s backed by a claim (os_volume)"
-                    % (ref(VM_KIND, name, namespace), self.os_volume),
-                )
-            if disk == claims_of(vm).get(self.data_volume):
-                return _state("failed", "invalid", "the new OS disk %s is the data volume's claim" % disk)
-            vmi = self._fetch(VM_API, VMI_KIND, name, namespace)
-            if current != disk:
-                return self._toward(vm, vmi, templates, current, disk, target)
-            return self._settle(vm, vmi, templates, disk, target)
+            observed = self.observe(inst)
+            step = repave_steps.next_step(observed, target, self.os_volume)
+            return self.apply(observed, step)
         except _Conflict as exc:
             return _state("working", "looking again", "%s; the next step looks again" % exc)
 
-    def _toward(self, vm, vmi, templates, current, disk, target):
-        """Steps 1 and 2: stop, then point the OS volume at the new disk."""
-        notes = annotations_of(vm)
-        if notes.get(TARGET) != target["revision"] or run_strategy(vm) != "Halted":
-            patch = {
-                "metadata": {"annotations": {TARGET: target["revision"]}},
-                "spec": {"runStrategy": "Halted"},
-            }
-            if "running" in (vm.get("spec") or {}):
-                patch["spec"]["running"] = None  # KubeVirt refuses running and runStrategy together
-            self._patch(vm, patch, "stop the VM")
-            return _state(
-                "working",
-                "stopping the VM",
-                "runStrategy Halted; the VM keeps %s until the VMI is gone" % current,
-                STOPPING,
-                True,
-            )
-        if vmi is not None:
-            return _state("working", "waiting for the VM to stop", describe_vmi(vmi), STOPPING)
-        namespace = meta_of(vm).get("namespace")
-        declared = [meta_of(t)["name"] for t in templates]
-        existing = self._fetch("v1", PVC_KIND, disk, namespace)
-        if existing is not None:
-            if meta_of(existing).get("deletionTimestamp"):
-                return _state(
-                    "working",
-                    "waiting for the old claim %s to go" % disk,
-                    "its name is used again only once it is deleted",
-                    SWAPPING,
-                )
-            if disk not in declared and disk not in split_names(notes.get(PREVIOUS)):
-                return _state(
-                    "failed",
-                    "swapping the OS disk",
-                    "claim %s/%s exists but the VM does not declare it (left by an earlier VM of this "
-                    "name?): nothing was swapped; check what it holds and delete it" % (namespace, disk),
-                    SWAPPING,
-                )
-        if disk not in declared:
-            templates = templates + [self._template(vm, templates, current, disk, target)]
-        volumes = []
-        for volume in volumes_of(vm):
-            volume = dict(volume)
-            if volume.get("name") == self.os_volume:
-                volume.pop("dataVolume", None)
-                volume["persistentVolumeClaim"] = dict(
-                    volume.get("persistentVolumeClaim") or {}, claimName=disk
-                )
-            volumes.append(volume)
-        previous = [d for d in split_names(notes.get(PREVIOUS)) + [current] if d != disk]
-        patch = {
-            "metadata": {
-                # Only onto the state just checked: a 409 means look again.
-                "resourceVersion": meta_of(vm).get("resourceVersion"),
-                "annotations": {
-                    TEMPLATES: json.dumps(templates, sort_keys=True),
-                    PREVIOUS: ",".join(sorted(set(previous), key=previous.index)),
-                },
-            },
-            "spec": {"template": {"spec": {"volumes": volumes}}},
-        }
+    def apply(self, observed, step):
+        write = step.pop("write", None)
+        result = dict(step, changed=False)
+        if not write:
+            return result
+        if "delete" in write:
+            for claim in write["delete"]:
+                before = observed["claims"].get(claim)
+                if self.module.delete("v1", PVC_KIND, claim, observed["namespace"], before=before):
+                    result["changed"] = True
+            return result
         try:
-            self._patch(vm, patch, "swap the OS disk")
+            self._patch(observed["vm"], write["patch"], write["action"])
         except _Conflict as exc:
-            return _state("working", "swapping the OS disk to %s" % disk, "%s; looking again" % exc, SWAPPING)
-        return _state(
-            "working",
-            "swapped the OS disk to %s" % disk,
-            "%s is kept until %s boots" % (current, disk),
-            SWAPPING,
-            True,
-        )
-
-    def _template(self, vm, templates, current, disk, target):
-        """The new disk's claim: the current OS disk's shape, the target image's class and imageId."""
-        image = target.get("image") or {}
-        if not target.get("storage_class") or not image.get("name"):
-            self.module.fail_json(
-                msg="catalog entry %s has no image or storage_class (is it imported?): the new OS disk needs "
-                "both" % target["revision"]
-            )
-        base = next((t for t in templates if meta_of(t)["name"] == current), None)
-        if base is None:
-            claim = self._fetch("v1", PVC_KIND, current, meta_of(vm).get("namespace")) or {}
-            base = {
-                "spec": {
-                    k: v for k, v in (claim.get("spec") or {}).items() if k in ("accessModes", "resources")
-                }
-            }
-        spec = dict(base.get("spec") or {})
-        spec.setdefault("accessModes", ["ReadWriteMany"])
-        spec.setdefault("resources", {"requests": {"storage": "10Gi"}})
-        spec.update(volumeMode="Block", storageClassName=target["storage_class"])
-        for key in ("volumeName", "dataSource", "dataSourceRef"):
-            spec.pop(key, None)
-        annotations = dict(meta_of(base).get("annotations") or {})
-        annotations[IMAGE_ID] = "%s/%s" % (
-            image.get("namespace") or meta_of(vm).get("namespace"),
-            image["name"],
-        )
-        return {"metadata": {"name": disk, "annotations": annotations}, "spec": spec}
-
-    def _settle(self, vm, vmi, templates, disk, target):
-        """Steps 3 and 4 on the new disk: start, wait for the agent, delete the old disks, record."""
-        notes = annotations_of(vm)
-        wanted = target["revision"]
-        in_use = set(claims_of(vm).values())
-        previous = [d for d in split_names(notes.get(PREVIOUS)) if d not in in_use]
-        stream = target.get("os_stream")
-        unfinished = (
-            notes.get(TARGET)
-            or previous
-            or notes.get(REVISION) != wanted
-            or (stream and notes.get(STREAM) != stream)
-        )
-        if not unfinished:
-            return _state("done", "current", "runs %s on %s" % (wanted, disk))
-        if run_strategy(vm) not in RUNNING_STRATEGIES:
-            patch = {"spec": {"runStrategy": "Always"}}
-            if "running" in (vm.get("spec") or {}):
-                patch["spec"]["running"] = None
-            self._patch(vm, patch, "start the VM")
-            return _state("working", "starting the VM on %s" % disk, "runStrategy Always", STARTING, True)
-        if not (agent_connected(vmi) and self._boots_from(vmi, disk)):
-            return _state("working", "waiting for the guest agent on %s" % disk, describe_vmi(vmi), STARTING)
-        kept = [t for t in templates if meta_of(t)["name"] not in previous]
-        if len(kept) != len(templates):
-            # Undeclared first: Harvester recreates a declared claim that goes missing.
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta_of(vm).get("resourceVersion"),
-                    "annotations": {TEMPLATES: json.dumps(kept, sort_keys=True)},
-                }
-            }
-            try:
-                self._patch(vm, patch, "drop the old OS disk from %s" % TEMPLATES)
-            except _Conflict as exc:
-                return _state("working", "releasing the old OS disk", "%s; looking again" % exc, DELETING)
-            return _state(
-                "working",
-                "releasing the old OS disk %s" % ", ".join(previous),
-                "%s boots with its guest agent connected; the old disk is no longer declared" % disk,
-                DELETING,
-                True,
-            )
-        namespace = meta_of(vm).get("namespace")
-        deleted, remaining = [], []
-        for old in previous:
-            claim = self._fetch("v1", PVC_KIND, old, namespace)
-            if claim is None:
-                continue
-            remaining.append(old)
-            if not meta_of(claim).get("deletionTimestamp") and self.module.delete(
-                "v1", PVC_KIND, old, namespace, before=claim
-            ):
-                deleted.append(old)
-        if remaining:
-            return _state(
-                "working",
-                "deleting the old OS disk %s" % ", ".join(remaining),
-                "%s boots with its guest agent connected" % disk,
-                DELETING,
-                bool(deleted),
-            )
-        record = {REVISION: wanted, TARGET: None, PREVIOUS: None}
-        if stream:
-            record[STREAM] = stream
-        patch = {"metadata": {"resourceVersion": meta_of(vm).get("resourceVersion"), "annotations": record}}
-        try:
-            self._patch(vm, patch, "record the applied revision")
-        except _Conflict as exc:
-            return _state("working", "recording %s" % wanted, "%s; looking again" % exc, DELETING)
-        gone = "; deleted %s" % ", ".join(previous) if previous else ""
-        return _state("done", "repaved", "runs %s on %s%s" % (wanted, disk, gone), None, True)
-
-    def _boots_from(self, vmi, disk):
-        """The VMI was started from the swapped spec (not one left from before the stop)."""
-        volumes = (vmi.get("spec") or {}).get("volumes") or []
-        claims = claims_of({"spec": {"template": {"spec": {"volumes": volumes}}}})
-        return claims.get(self.os_volume) == disk
+            if write.get("conflict") is None:
+                raise
+            return _state("working", write["conflict"], "%s; looking again" % exc, step.get("step"))
+        result["changed"] = True
+        return result
 
     def failure_hint(self, inst, target):
         """How to get back when the repave stopped: the disk the VM is on, the one kept, the rollback."""
@@ -505,48 +241,46 @@ class DirectDriver:
             vm = self._fetch(VM_API, VM_KIND, name, namespace)
         except _Conflict:
             return None
-        if vm is None:
-            return None
-        notes = annotations_of(vm)
-        current = claims_of(vm).get(self.os_volume)
-        kept = [d for d in split_names(notes.get(PREVIOUS)) if d != current]
-        if current != os_disk_name(name, target["revision"]) or not kept:
-            return "the VM keeps its OS disk %s; run the module again to resume the repave" % current
-        previous = notes.get(REVISION) or "<the previous revision>"
-        return "the VM runs on %s; %s %s kept; roll back with state=repaved strategy=direct revision=%s" % (
-            current,
-            ", ".join(kept),
-            "is" if len(kept) == 1 else "are",
-            previous,
-        )
+        return repave_steps.failure_hint(name, vm, target, self.os_volume)
 
     # --- teardown
 
     def teardown(self, inst, purge_data):
-        """Delete the VM, then every claim it declared, explicitly (Harvester leaves them behind)."""
+        """Delete the VM, then every claim it declared, explicitly (Harvester leaves them behind). Data
+        claims (every claim not proven to be an OS disk) are deleted only with ``purge_data``."""
         namespace, name = self._where(inst)
         vm = self.module.get(VM_API, VM_KIND, name, namespace)
-        roles = self._disks_of(vm, name, namespace)
-        data = sorted(n for n, role in roles.items() if role == "data")
-        outcome = {"vm": name if vm else None, "pvcs": sorted(roles), "data_pvcs": data}
-        what = ", ".join(
-            ([ref(VM_KIND, name, namespace)] if vm else []) + ["PVC %s" % n for n in sorted(roles)]
-        )
-        if data and not purge_data:
-            outcome.update(
-                failed=True,
-                changed=False,
-                msg="refusing to tear down %s: it would delete the data volume(s) %s; nothing was deleted. "
-                "Set purge_data: true to delete them with the VM (their data is lost)"
-                % (ref(VM_KIND, name, namespace), ", ".join(data)),
-            )
-            return outcome
+        where = ref(VM_KIND, name, namespace)
+        claims = self._claims(namespace)
+        pattern = re.compile(r"^%s-(?:os-%s|pgdata)$" % (re.escape(name), _REVISION))
+        try:
+            owned = repave.instance_claims(name, vm, claims, pattern)
+        except ValueError as exc:
+            raise PipelineError("cannot tell the disks of %s: %s" % (where, exc)) from exc
+        owned = {n for n in owned if n in claims}
+        mine = {n: claims[n] for n in owned}
+        try:
+            roles = repave.classify_claims(vm, mine, self._image_objects(vm, mine), names=owned)
+        except _Conflict as exc:
+            raise PipelineError("cannot tell the disks of %s: %s" % (where, exc)) from exc
+        data = repave.data_claims(roles)
+        outcome = {
+            "vm": name if vm else None,
+            "pvcs": sorted(roles),
+            "data_pvcs": data,
+            "disk_roles": {n: dict(r) for n, r in roles.items()},
+        }
+        refusal = repave.teardown_refusal(where, roles, purge_data)
+        if refusal is not None:
+            refusal.fields.update(outcome, changed=False, teardown=dict(outcome, changed=False))
+            raise refusal
+        what = ", ".join(([where] if vm else []) + ["PVC %s" % n for n in sorted(roles)])
         if vm is None and not roles:
             return dict(outcome, changed=False, msg="nothing left of %s" % name)
         if self.module.check_mode:
             return dict(outcome, changed=True, msg="would delete %s" % what)
-        for claim, role in sorted(roles.items()):
-            self._mark(claim, namespace, name, role)
+        for claim in sorted(roles):
+            self._mark(claim, namespace, name, roles[claim]["role"])
         try:
             if vm is not None:
                 self.module.delete(VM_API, VM_KIND, name, namespace, before=vm)
@@ -556,62 +290,30 @@ class DirectDriver:
                 self.module.delete("v1", PVC_KIND, claim, namespace)
             self._wait_claims_gone(sorted(roles), namespace)
         except WaitError as exc:
-            return dict(outcome, failed=True, changed=True, msg="teardown of %s: %s" % (name, exc))
+            raise PipelineError(
+                "teardown of %s: %s" % (name, exc), teardown=dict(outcome, changed=True)
+            ) from exc
         return dict(outcome, changed=True, msg="deleted %s" % what)
-
-    def _disks_of(self, vm, name, namespace):
-        """``{claim: "os" | "data"}`` of the claims that exist: declared by the VM, marked by an earlier
-        teardown, or (the VM being gone) named as this collection names them."""
-        declared = {}
-        if vm is not None:
-            try:
-                templates = claim_templates(vm)
-            except ValueError as exc:
-                self.module.fail_json(
-                    msg="cannot tell the disks of %s: %s" % (ref(VM_KIND, name, namespace), exc)
-                )
-            volumes = claims_of(vm)
-            os_disks = set(split_names(annotations_of(vm).get(PREVIOUS)))
-            os_disks.add(volumes.get(self.os_volume))
-            os_disks.update(meta_of(t)["name"] for t in templates if annotations_of(t).get(IMAGE_ID))
-            for claim in [meta_of(t)["name"] for t in templates] + list(volumes.values()):
-                declared[claim] = "os" if claim in os_disks else "data"
-        pattern = re.compile(r"^%s-(?:(os)-%s|(pgdata))$" % (re.escape(name), _REVISION))
-        found = {}
-        for claim in self.module.list("v1", PVC_KIND, namespace):
-            meta = meta_of(claim)
-            claim_name = meta.get("name")
-            if claim_name in declared:
-                found[claim_name] = declared[claim_name]
-            elif (meta.get("labels") or {}).get(TEARDOWN) == name:
-                found[claim_name] = (meta.get("annotations") or {}).get(TEARDOWN_ROLE) or "data"
-            elif vm is None:
-                match = pattern.match(claim_name or "")
-                if match:
-                    found[claim_name] = "os" if match.group(1) else "data"
-        return found
 
     def _mark(self, claim, namespace, name, role):
         patch = {"metadata": {"labels": {TEARDOWN: name}, "annotations": {TEARDOWN_ROLE: role}}}
         obj = {"metadata": {"name": claim, "namespace": namespace}}
+        last = None
         for _attempt in range(5):
             try:
                 self._patch(obj, patch, "mark PVC %s for teardown" % claim, "v1", PVC_KIND)
                 return
             except _Conflict as exc:
                 last = exc
-        self.module.fail_json(msg="%s (still failing after 5 attempts)" % last)
+        raise PipelineError("%s (still failing after 5 attempts)" % last)
 
     def _wait_gone(self, kind, name, namespace):
         def describe(obj):
             if obj is None:
                 return "gone"
-            return (
-                describe_vmi(obj)
-                if kind == VMI_KIND
-                else "still there (%s)"
-                % ("terminating" if meta_of(obj).get("deletionTimestamp") else "not deleted")
-            )
+            if kind == VMI_KIND:
+                return kinds.describe_vmi(obj)
+            return "still there (%s)" % ("terminating" if kinds.terminating(obj) else "not deleted")
 
         self.module.wait(
             VM_API,
@@ -629,9 +331,7 @@ class DirectDriver:
         wanted = set(claims)
 
         def remaining():
-            return sorted(
-                wanted & {meta_of(c).get("name") for c in self.module.list("v1", PVC_KIND, namespace)}
-            )
+            return sorted(wanted & set(self._claims(namespace)))
 
         wait_for(
             remaining,

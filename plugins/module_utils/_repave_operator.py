@@ -14,29 +14,24 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave_steps
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     MERGE_PATCH,
     is_transient,
     ref,
     status_code,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 OPT_IN_ANNOTATION = "goldenimage.pipeline/repave-opt-in"
-TRIGGER_VALUE = "now"
-AVAILABLE, REPAVING, FAILED = "Available", "Repaving", "Failed"
-# Seen this many polls in a row before "finished on another revision" is believed (a status
-# write may trail the annotation's).
-SETTLED_POLLS = 2
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
+TRIGGER_VALUE = repave_steps.TRIGGER_VALUE
+AVAILABLE, REPAVING = repave_steps.AVAILABLE, repave_steps.REPAVING
 
 
 def conditions_by_type(obj):
     """``{type: {status, reason, message}}`` of the CR's own conditions."""
     found = {}
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+    for cond in kinds.status(obj).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type"):
             found[cond["type"]] = {
                 "status": cond.get("status"),
@@ -44,16 +39,6 @@ def conditions_by_type(obj):
                 "message": cond.get("message"),
             }
     return found
-
-
-def describe_conditions(operator):
-    parts = []
-    for kind in sorted(operator):
-        cond = operator[kind]
-        text = "%s=%s" % (kind, cond.get("status"))
-        detail = ": ".join(str(v) for v in (cond.get("reason"), cond.get("message")) if v)
-        parts.append("%s (%s)" % (text, detail) if detail else text)
-    return "; ".join(parts) or "none"
 
 
 class OperatorDriver:
@@ -72,9 +57,10 @@ class OperatorDriver:
 
     def require_served(self):
         if not self.module.served(self.api_version, self.kind):
-            self.module.fail_json(
-                msg="the cluster does not serve kind %s in %s (is the DBInstance CRD installed? check the "
-                "api_version and kind options)" % (self.kind, self.api_version)
+            raise Refusal(
+                "kind %s in %s" % (self.kind, self.api_version),
+                "the cluster does not serve kind %s in %s" % (self.kind, self.api_version),
+                "is the DBInstance CRD installed? check the api_version and kind options",
             )
 
     def list(self, names, label_selector):
@@ -84,7 +70,7 @@ class OperatorDriver:
         wanted = set(names or [])
         found = []
         for obj in items:
-            if wanted and _meta(obj).get("name") not in wanted:
+            if wanted and kinds.name(obj) not in wanted:
                 continue
             inst = self.view(obj)
             self._objects[self._key(inst)] = obj
@@ -92,9 +78,9 @@ class OperatorDriver:
         return sorted(found, key=lambda i: (i["namespace"] or "", i["name"]))
 
     def view(self, obj):
-        meta = _meta(obj)
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
+        meta = kinds.meta(obj)
+        spec = kinds.spec(obj)
+        status = kinds.status(obj)
         applied = status.get("appliedSpec") or {}
         annotations = dict(meta.get("annotations") or {})
         phase = status.get("phase")
@@ -117,6 +103,7 @@ class OperatorDriver:
             "repave": status.get("repave") or {},
             "reason": status.get("reason"),
             "message": status.get("message"),
+            "in_flight": annotations.get(self.trigger) == TRIGGER_VALUE or phase == REPAVING,
         }
 
     def in_flight(self, inst):
@@ -162,7 +149,7 @@ class OperatorDriver:
                     inst["annotations"][OPT_IN_ANNOTATION] = value
                 inst["opt_in"] = value
                 return True
-        self.module.fail_json(msg="%s on %s: still conflicting after 5 attempts" % (action, self.where(inst)))
+        raise PipelineError("%s on %s: still conflicting after 5 attempts" % (action, self.where(inst)))
 
     def advance(self, inst, target):
         """Look at the instance once and take the next step toward ``target["revision"]``."""
@@ -179,70 +166,28 @@ class OperatorDriver:
             return self._state("failed", "deleted", "%s was deleted during the repave" % self.where(inst))
         now = self.view(obj)
         self._objects[key] = obj
-        wanted = target["revision"]
-        phase, triggered = now["phase"], now["trigger"] == TRIGGER_VALUE
-        conditions = "conditions: %s" % describe_conditions(now["operator"])
-        if phase == AVAILABLE and now["revision"] == wanted and not triggered:
-            return self._state("done", AVAILABLE, "running %s" % wanted, step=None)
-        if phase == FAILED:
-            why = "%s: %s" % (now["reason"] or "Failed", now["message"] or "no message")
-            if not triggered:
-                return self._state("failed", FAILED, "the operator failed the repave: %s" % why)
-            # Stop/swap/start failures keep the trigger: the operator retries them by itself.
-            return self._state("working", FAILED, "retrying after %s; %s" % (why, conditions))
-        if phase == REPAVING:
-            repave = now["repave"]
-            step = repave.get("step")
-            text = "repave step %s toward %s" % (step or "(none yet)", repave.get("targetRevision") or wanted)
-            if repave.get("startedAt"):
-                text += " since %s" % repave["startedAt"]
-            message = "; ".join(m for m in (now["message"], conditions) if m)
-            return self._state("working", REPAVING, "%s; %s" % (text, message), step=step)
-        if triggered:
-            return self._state(
-                "working",
-                phase or "unknown",
-                "waiting for the operator to pick up the trigger; %s" % conditions,
-            )
-        if key in self._triggered:
-            # The operator cleared the trigger and is Available, but not on our target.
-            seen = self._settled.get(key, 0) + 1
-            self._settled[key] = seen
-            if seen < SETTLED_POLLS:
-                return self._state("working", phase or "unknown", "the trigger was cleared; %s" % conditions)
-            return self._state(
-                "failed",
-                phase or "unknown",
-                "the operator cleared %s but runs %s, not %s (its catalog may differ from this one); %s"
-                % (self.trigger, now["revision"], wanted, conditions),
-            )
-        if phase != AVAILABLE:
-            return self._state(
-                "failed",
-                phase or "unknown",
-                "not triggered: phase is %s, not Available (%s)" % (phase, now["message"] or conditions),
-            )
-        patch = {
-            "metadata": {
-                "annotations": {self.trigger: TRIGGER_VALUE},
-                # Only the state just checked: a 409 means look again.
-                "resourceVersion": now["resource_version"],
-            }
-        }
+        step = repave_steps.operator_step(
+            now, target["revision"], self.trigger, key in self._triggered, self._settled.get(key, 0)
+        )
+        if step.pop("settled", False):
+            self._settled[key] = self._settled.get(key, 0) + 1
+        patch = step.pop("write", None)
+        if patch is None:
+            return dict(step, changed=False)
         after = self._patch(now, patch, "set %s=%s" % (self.trigger, TRIGGER_VALUE))
         if after is None:
-            return self._state("working", phase, "the object changed while triggering; looking again")
+            return self._state("working", now["phase"], "the object changed while triggering; looking again")
         self._triggered.add(key)
         self._objects[key] = after
-        return self._state("working", AVAILABLE, "set %s=%s" % (self.trigger, TRIGGER_VALUE), changed=True)
+        return dict(step, changed=True)
 
     @staticmethod
     def _state(state, phase, message, changed=False, step=None):
         return {"state": state, "phase": phase, "message": message, "changed": changed, "step": step}
 
     def teardown(self, inst, purge_data):
-        self.module.fail_json(
-            msg="state absent with strategy operator: delete the %s and let the operator tear it down "
-            "(its disks included); this module deletes Harvester VMs only with strategy direct"
-            % self.where(inst)
+        raise Refusal(
+            "state absent with strategy operator",
+            "this module deletes Harvester VMs only with strategy direct",
+            "delete the %s and let the operator tear it down (its disks included)" % self.where(inst),
         )

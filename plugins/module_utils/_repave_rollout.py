@@ -20,6 +20,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import FIRST_POLL, is_transient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 FINISHED = ("done", "failed")
 
@@ -46,34 +47,66 @@ def window_view(window, now):
     }
 
 
-class Rollout:
-    """``runner`` is the module's runner: its ``module``, ``driver``, ``params``, ``result``, ``entries``
-    (key -> result entry), ``key(inst)``, ``scope()`` (a fresh list of the instances) and ``record_write``."""
+class RolloutHalted(PipelineError):
+    """The roll-out stopped (a failed repave with halt_on_failure, a timeout, no room); ``events`` says
+    what happened before it did."""
 
-    def __init__(self, runner, instances, targets, in_flight, limit, window):
-        self.runner = runner
-        self.module = runner.module
-        self.driver = runner.driver
-        self.p = runner.params
-        self.instances = {runner.key(i): i for i in instances}
+    def __init__(self, msg, events):
+        super(RolloutHalted, self).__init__(msg)
+        self.events = events
+
+
+def entry(key, **fields):
+    return {"event": "entry", "key": key, "fields": fields}
+
+
+class Rollout:
+    """Runs a plan through a driver and returns what happened as events, never writing into its caller.
+
+    ``instances`` are the listed instances, ``key(inst)`` names one, ``scope()`` lists them again,
+    ``targets`` maps a key to its target, ``in_flight`` are keys an earlier run started. Events (dicts
+    with ``event``): ``entry`` (``key``, ``fields`` for its result entry), ``write`` (``key``: a write
+    toward the target was made, or in check mode would be), ``opt-in`` (``key``, ``value``: the opt-in
+    annotation changed), ``progress`` (``record``), ``warning`` (``text``) and ``result`` (``fields`` of
+    the run's result). ``log`` (optional) is called with each progress line as it happens."""
+
+    def __init__(self, driver, params, instances, key, scope, targets, in_flight, limit, window, log=None):
+        self.driver = driver
+        self.p = params
+        self.key = key
+        self.scope = scope
+        self.instances = {key(i): i for i in instances}
         self.targets = targets
         self.in_flight = set(in_flight)
         self.limit = limit
         self.shown_window = window
         # opt_in immediate applies now, outside any window (RDS's immediate does the same).
         self.window = window if self.p["opt_in"] != "immediate" else None
+        self.log = log
         self.durations = []
         self.started = time.monotonic()
         self.done = 0
         self.total = 0
         self.last_seen = {}
         self.queue = []
+        self.events = []
+
+    def emit(self, event, **fields):
+        fields["event"] = event
+        self.events.append(fields)
+
+    def set_entry(self, key, **fields):
+        self.events.append(entry(key, **fields))
+
+    def take(self):
+        events, self.events = self.events, []
+        return events
 
     # --- the plan
 
     def plan(self, candidates):
         """Batches of keys: instances in flight lead, other down instances shrink the first batch."""
-        keyed = [dict(i, name=self.runner.key(i)) for i in self.instances.values()]
+        keyed = [dict(i, name=self.key(i)) for i in self.instances.values()]
         wanted = set(candidates) | self.in_flight
         targets = {k: t for k, t in self.targets.items() if k in wanted}
         scope = [i for i in keyed if i["name"] in wanted or i.get("available") is False]
@@ -90,41 +123,45 @@ class Rollout:
             return True, None
         following = self.window.next_fit(now, estimate)
         if following is None:
-            self.module.warn(
-                "a batch is expected to take %ds, longer than the window %s is open: no batch will start in "
-                "it; widen the window or lower batch_estimate" % (estimate, self.window.describe())
+            self.emit(
+                "warning",
+                text="a batch is expected to take %ds, longer than the window %s is open: no batch will "
+                "start in it; widen the window or lower batch_estimate" % (estimate, self.window.describe()),
             )
             return False, self.window.next_open(now)
         return False, following
 
     def predict(self, batches):
-        """Check mode: what would start now, and when the rest would."""
+        """Check mode: what would start now, and when the rest would. Returns the events."""
         now = utcnow()
         fits, next_window = self.fits_now(now)
         first = batches[0] if batches else []
-        self.runner.result.update(
-            starts_now=[k for k in first if k not in self.in_flight] if fits else [],
-            next_window=iso(next_window),
-            window=window_view(self.shown_window, now),
+        self.emit(
+            "result",
+            fields={
+                "starts_now": [k for k in first if k not in self.in_flight] if fits else [],
+                "next_window": iso(next_window),
+                "window": window_view(self.shown_window, now),
+            },
         )
         for index, batch in enumerate(batches):
             for key in batch:
-                entry = self.runner.entries[key]
-                entry["batch"] = index
                 if key in self.in_flight:
-                    entry["result"] = "in-flight"
+                    self.set_entry(key, batch=index, result="in-flight")
                 else:
-                    entry["result"] = "would-repave" if fits else "pending"
-                    self.runner.record_write(self.instances[key], self.targets[key])
+                    self.set_entry(key, batch=index, result="would-repave" if fits else "pending")
+                    self.emit("write", key=key, predicted=True)
+        return self.take()
 
     # --- the run
 
     def run(self, batches):
-        """Run every batch that may start; returns the keys left pending (window closed)."""
+        """Run every batch that may start; returns the events, the last a ``result`` with ``pending``
+        (the keys left for the next window). Raises ``RolloutHalted`` (with the events) when it stops."""
         queue = self.queue = [list(b) for b in batches]
         for index, batch in enumerate(queue):
             for key in batch:
-                self.runner.entries[key]["batch"] = index
+                self.set_entry(key, batch=index)
         pending = []
         first = True
         while queue:
@@ -138,24 +175,29 @@ class Rollout:
                 rest = batch + [k for b in queue for k in b]
                 self.run_batch([k for k in rest if k in self.in_flight])
                 pending = [k for k in rest if k not in self.in_flight]
-                self.runner.result["next_window"] = iso(next_window)
+                self.emit("result", fields={"next_window": iso(next_window)})
                 break
             batch, deferred = self.admit(batch)
             if deferred:
                 queue.insert(0, deferred)
+            if not self.p.get("wait", True):
+                # Start what may start now and return; a later run with the same options continues.
+                self.start_batch(batch)
+                pending = [k for b in queue for k in b]
+                break
             self.run_batch(batch)
         for key in pending:
-            self.runner.entries[key]["result"] = "pending"
-        self.runner.result["window"] = window_view(self.shown_window, utcnow())
-        return pending
+            self.set_entry(key, result="pending")
+        self.emit("result", fields={"window": window_view(self.shown_window, utcnow()), "pending": pending})
+        return self.take()
 
     def down_now(self):
-        fresh = self.runner.scope()
+        fresh = self.scope()
         for inst in fresh:
-            key = self.runner.key(inst)
+            key = self.key(inst)
             if key in self.instances:
                 self.instances[key] = inst
-        return [self.runner.key(i) for i in fresh if not i.get("available")]
+        return [self.key(i) for i in fresh if not i.get("available")]
 
     def admit(self, batch):
         """``(start now, deferred)``: as many new triggers as the budget allows at this moment."""
@@ -172,7 +214,7 @@ class Rollout:
         return [k for k in batch if k not in new or k in keep], [k for k in new if k not in keep]
 
     def wait_for_room(self):
-        """Poll until fewer than max_unavailable instances are down; fail naming them otherwise."""
+        """Poll until fewer than max_unavailable instances are down; halt naming them otherwise."""
 
         def describe(down):
             return "down: %s" % (", ".join(sorted(down or [])) or "none")
@@ -204,14 +246,13 @@ class Rollout:
 
         def poll():
             for inst in insts:
-                key = self.runner.key(inst)
+                key = self.key(inst)
                 if (states.get(key) or {}).get("state") in FINISHED:
                     continue
                 since.setdefault(key, time.monotonic())
                 state = self.driver.advance(inst, self.targets[key])
                 if state.get("changed"):
-                    self.runner.result["changed"] = True
-                    self.runner.record_write(inst, self.targets[key])
+                    self.emit("write", key=key)
                 if state["state"] in FINISHED:
                     seconds = time.monotonic() - since[key]
                     if state["state"] == "done":
@@ -245,29 +286,47 @@ class Rollout:
                 % "; ".join("%s: %s" % (k, states[k]["message"]) for k in failed)
             )
         for key in failed:
-            self.module.warn("repave of %s failed: %s" % (key, states[key]["message"]))
+            self.emit("warning", text="repave of %s failed: %s" % (key, states[key]["message"]))
+
+    def start_batch(self, batch):
+        """wait=false: one step for each instance of the batch, no waiting."""
+        failed = []
+        for key in batch:
+            state = self.driver.advance(self.instances[key], self.targets[key])
+            if state.get("changed"):
+                self.emit("write", key=key)
+            if state["state"] in FINISHED:
+                self.finish(key, state, 0.0)
+                if state["state"] == "failed":
+                    failed.append(key)
+            else:
+                self.set_entry(key, result="in-flight", message=state["message"])
+            self.progress(key, state)
+        if failed and self.p["halt_on_failure"]:
+            self.halt("repave failed (halt_on_failure): %s" % "; ".join(failed))
 
     def halt(self, msg):
-        """Fail the module; what had not started yet is reported pending."""
+        """Stop the roll-out; what had not started yet is reported pending."""
         for batch in self.queue:
             for key in batch:
-                self.runner.entries[key]["result"] = "pending"
-        self.runner.fail(msg)
+                self.set_entry(key, result="pending")
+        raise RolloutHalted(msg, self.take())
 
     def finish(self, key, state, seconds):
-        entry = self.runner.entries[key]
-        entry["duration"] = round(seconds, 3)
+        fields = {"duration": round(seconds, 3)}
         if state["state"] == "done":
             self.done += 1
-            entry["result"] = "repaved"
-            entry["phase"] = state.get("phase") or entry.get("phase")
+            fields["result"] = "repaved"
+            if state.get("phase"):
+                fields["phase"] = state["phase"]
             inst = self.instances[key]
-            if inst.get("opt_in") and self.runner.set_opt_in(inst, None):
+            if inst.get("opt_in") and self.driver.set_opt_in(inst, None):
                 # The opt-in belonged to this pending repave, which is applied now (as RDS clears it).
-                entry["opt_in"] = None
+                fields["opt_in"] = None
+                self.emit("opt-in", key=key, value=None)
         else:
-            entry["result"] = "failed"
-            entry["message"] = state["message"]
+            fields.update(result="failed", message=state["message"])
+        self.set_entry(key, **fields)
 
     def progress(self, key, state):
         seen = (state["state"], state["phase"], state.get("step"))
@@ -285,22 +344,21 @@ class Rollout:
             "total": self.total,
             "percent": percent,
         }
-        self.runner.result["progress"].append(record)
-        self.module.debug(
-            "repave %s: %s, %s (step %s); fleet %d/%d done (%d%%)"
-            % (key, state["state"], state["phase"], state.get("step"), self.done, self.total, percent)
-        )
+        self.emit("progress", record=record)
+        if self.log is not None:
+            self.log(
+                "repave %s: %s, %s (step %s); fleet %d/%d done (%d%%)"
+                % (key, state["state"], state["phase"], state.get("step"), self.done, self.total, percent)
+            )
 
     def timed_out(self, insts, states, exc):
         stuck = []
         for inst in insts:
-            key = self.runner.key(inst)
+            key = self.key(inst)
             state = states.get(key) or {"state": "working", "phase": "unknown", "message": "never observed"}
             if state["state"] in FINISHED:
                 continue
-            entry = self.runner.entries[key]
-            entry["result"] = "timed-out"
-            entry["message"] = state["message"]
+            self.set_entry(key, result="timed-out", message=state["message"])
             text = "%s (target %s): phase %s, %s" % (
                 key,
                 self.targets[key]["revision"],

@@ -4,21 +4,23 @@
 
 """Run the seal verifier in a Job next to a PersistentVolumeClaim and read its verdict from the log.
 
-The verifier's three files travel in a ConfigMap mounted at /verifier, so the Job runs exactly the rules
-of the module that started it, whatever the image. The Job, its pod and the ConfigMap are deleted
-afterwards, also on failure and timeout: a finished pod still holds its claim.
+The verifier's files travel in a ConfigMap mounted at /verifier, so the Job runs exactly the rules of
+the module that started it, whatever the image. The Job, its pod and the ConfigMap are deleted
+afterwards, also on failure and timeout (a finished pod still holds its claim); what could not be
+deleted is reported by name with the command that removes it.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import io
 import json
 import uuid
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, seal, seal_cli
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import status_code
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, errors, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MOUNT = "/verifier"
 PACKAGE = "ansible_collections/goldenimage/pipeline/plugins/module_utils"
@@ -27,6 +29,8 @@ DISK_FILE = "disk.img"
 BLOCK_DEVICE = "/dev/golden-disk"
 LABELS = {"app.kubernetes.io/name": "seal-verify", "app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 LOG_TAIL_LINES = 20
+# The verifier prints one line of JSON; a log far larger than this is not a verifier's.
+MAX_LOG_BYTES = 16 * 1024 * 1024
 
 
 def _source(module):
@@ -40,8 +44,8 @@ def _source(module):
 
 
 def verifier_files():
-    """ConfigMap data: the verifier and its two siblings, under their module file names."""
-    return {"%s.py" % m.__name__.rsplit(".", 1)[-1]: _source(m) for m in (seal, _disk, seal_cli)}
+    """ConfigMap data: the verifier and its siblings, under their module file names."""
+    return {"%s.py" % m.__name__.rsplit(".", 1)[-1]: _source(m) for m in (seal, _disk, errors, seal_cli)}
 
 
 def configmap_definition(name, namespace, files):
@@ -145,20 +149,22 @@ def describe_job(job):
 
 
 class VerifierJob:
+    """The Job's life: create, wait, read the verdict, delete. Raises PipelineError; never exits."""
+
     def __init__(self, module, namespace, pvc):
         self.module = module
         self.namespace = namespace
         self.pvc = pvc
         self.name = "seal-verify-%s" % uuid.uuid4().hex[:8]
-        self.cleaned = False
+        self.job = {"name": self.name, "namespace": namespace}
 
-    def fail(self, msg, **extra):
-        self.module.fail_json(msg=msg, job={"name": self.name, "namespace": self.namespace}, **extra)
+    def error(self, msg, **extra):
+        return PipelineError(msg, job=dict(self.job), **extra)
 
     def run(self, image, command, options):
         claim = self.module.get("v1", "PersistentVolumeClaim", self.pvc, self.namespace)
         if claim is None:
-            self.fail("PersistentVolumeClaim %s/%s not found" % (self.namespace, self.pvc))
+            raise self.error("PersistentVolumeClaim %s/%s not found" % (self.namespace, self.pvc))
         mode = (claim.get("spec") or {}).get("volumeMode") or "Filesystem"
         files = verifier_files()
         params = self.module.params
@@ -168,9 +174,22 @@ class VerifierJob:
         try:
             self.module.create(configmap_definition(self.name, self.namespace, files))
             self.module.create(job)
-            return self.verdict(params["wait_timeout"], params["wait_sleep"])
-        finally:
-            self.cleanup()
+            result = self.verdict(params["wait_timeout"], params["wait_sleep"])
+        except PipelineError as exc:
+            left = self.cleanup()
+            if left:
+                exc.fields["left_behind"] = left
+                exc.msg += "; %s" % self.leftover_note(left)
+            raise
+        left = self.cleanup()
+        if left:
+            fields = dict(result, left_behind=left)
+            raise PipelineError(
+                "verified PersistentVolumeClaim %s/%s, but %s"
+                % (self.namespace, self.pvc, self.leftover_note(left)),
+                **fields,
+            )
+        return result
 
     def verdict(self, timeout, sleep):
         try:
@@ -185,23 +204,21 @@ class VerifierJob:
                 timeout,
                 sleep,
             )
-        except WaitError as exc:
-            self.cleanup()
-            self.module.fail_from_wait(exc, job={"name": self.name, "namespace": self.namespace})
+        except PipelineError as exc:
+            exc.fields["job"] = dict(self.job)
+            raise
         pod, log = self.pod_log()
         info = {"name": self.name, "namespace": self.namespace, "pod": pod, "duration": round(duration, 3)}
         result = parse_log(log)
         tail = "\n".join((log or "").splitlines()[-LOG_TAIL_LINES:])
         if result is None:
-            self.cleanup()
-            self.fail(
+            raise self.error(
                 "the verifier Job %s/%s printed no verdict (%s); its log ends with:\n%s"
                 % (self.namespace, self.name, describe_job(finished), tail or "(empty)"),
                 log=tail,
             )
         if result.get("error"):
-            self.cleanup()
-            self.fail(
+            raise self.error(
                 "cannot verify PersistentVolumeClaim %s/%s: %s" % (self.namespace, self.pvc, result["error"]),
                 log=tail,
             )
@@ -214,27 +231,55 @@ class VerifierJob:
             return None, ""
         pod = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
         name = pod["metadata"]["name"]
-        try:
-            response = self.module.resource("v1", "Pod").log.get(
-                name=name, namespace=self.namespace, serialize=False
-            )
-        except Exception as exc:
-            self.cleanup()
-            self.module.fail_from_exception("read the log of Pod %s/%s" % (self.namespace, name), exc)
-        data = response.data
-        return name, data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        out = io.BytesIO()
+        self.module.download(
+            "/api/v1/namespaces/%s/pods/%s/log" % (self.namespace, name),
+            out,
+            limit=MAX_LOG_BYTES,
+            action="read the log of Pod %s/%s" % (self.namespace, name),
+        )
+        return name, out.getvalue().decode("utf-8", "replace")
 
     def cleanup(self):
-        """Delete the Job with its pods (the API orphans them by default) and the ConfigMap."""
-        if self.cleaned:
-            return
-        self.cleaned = True
-        jobs = self.module.resource("batch/v1", "Job")
+        """Delete the Job, its pods (the API orphans them by default) and the ConfigMap.
+
+        Each delete rides the adapter's retries; what still cannot be deleted is returned by name.
+        """
+        left = []
+        timeout, sleep = self.module.params["wait_timeout"], self.module.params["wait_sleep"]
+
+        def attempt(kind, call):
+            try:
+                call()
+            except PipelineError as exc:
+                left.append({"kind": kind, "name": self.name, "error": exc.msg})
+
+        attempt(
+            "Job",
+            lambda: self.module.delete(
+                "batch/v1", "Job", self.name, self.namespace, propagation="Background"
+            ),
+        )
         try:
-            jobs.delete(name=self.name, namespace=self.namespace, body={"propagationPolicy": "Background"})
-        except Exception as exc:
-            if status_code(exc) != 404:
-                self.module.fail_from_exception("delete Job %s/%s" % (self.namespace, self.name), exc)
-        for pod in self.module.list("v1", "Pod", self.namespace, label_selector="job-name=%s" % self.name):
-            self.module.delete("v1", "Pod", pod["metadata"]["name"], self.namespace, before=pod)
-        self.module.delete("v1", "ConfigMap", self.name, self.namespace)
+            pods = self.module.list("v1", "Pod", self.namespace, label_selector="job-name=%s" % self.name)
+        except PipelineError as exc:
+            pods = []
+            left.append({"kind": "Pod", "name": "job-name=%s" % self.name, "error": exc.msg})
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            try:
+                # A pod that still exists still holds the claim: wait until it is gone.
+                self.module.delete_and_wait("v1", "Pod", name, self.namespace, timeout, sleep, before=pod)
+            except PipelineError as exc:
+                left.append({"kind": "Pod", "name": name, "error": exc.msg})
+        attempt("ConfigMap", lambda: self.module.delete("v1", "ConfigMap", self.name, self.namespace))
+        return left
+
+    def leftover_note(self, left):
+        names = ", ".join("%s %s/%s" % (item["kind"], self.namespace, item["name"]) for item in left)
+        objects = " ".join("%s/%s" % (item["kind"].lower(), item["name"]) for item in left)
+        return "could not delete %s; remove them with: kubectl -n %s delete %s" % (
+            names,
+            self.namespace,
+            objects,
+        )

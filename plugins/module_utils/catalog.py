@@ -16,13 +16,15 @@ Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versio
         pg_versions: ["15", "16", "17"]
         build_date: "2026-06-15"
         checksum: <sha512 hex>
-        source: <download URL, or upload:<file name>>
+        source: <download URL without credentials or signature, or upload>
         image: {namespace: harvester-public, name: ubuntu-2204-postgres-v20260615}
         storage_class: lh-<uid>
         imported: true
 
 Images are never removed and never change their content: registering a revision again with another
-checksum or source is refused ("build a new revision"). The default stream is always validated, so an
+checksum or source is refused ("build a new revision"). No secret is ever stored: a source URL
+is kept without its user-info and without a signed query (a presigned URL is a bearer
+credential). The default stream is always validated, so an
 untested image cannot reach new databases by accident. Every function returns a new document and
 leaves its input alone.
 """
@@ -33,7 +35,8 @@ __metaclass__ = type
 
 import copy
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs, redact, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 CATALOG_VERSION = 1
 DATA_KEY = "catalog.yaml"
@@ -50,8 +53,12 @@ _ENTRY_ORDER = (
 )
 
 
-class CatalogError(ValueError):
+class CatalogError(PipelineError, ValueError):
     """A catalog change or lookup that the rules refuse; the message says why and what to do."""
+
+    def __init__(self, msg, **fields):
+        fields.setdefault("refused", True)
+        super(CatalogError, self).__init__(msg, **fields)
 
 
 def empty():
@@ -166,10 +173,11 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
         "os_version": rev.os_stream,
         "pg_versions": _majors(pg_versions),
         "checksum": str(checksum or "").strip().lower() or None,
-        "source": source,
+        "source": storable_source(source),
     }
     current = doc["images"].get(name)
     if current is not None:
+        current = dict(current, source=storable_source(current.get("source")))
         differs = [k for k in IDENTITY if wanted[k] is not None and current.get(k) != wanted[k]]
         if differs:
             detail = "; ".join("%s %r, now %r" % (k, current.get(k), wanted[k]) for k in differs)
@@ -186,20 +194,57 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
         if value is not None:
             updated[key] = value
     updated.setdefault("imported", False)
-    if current == updated:
+    if doc["images"].get(name) == updated:
         return doc, False
     doc["images"][name] = updated
     return doc, True
 
 
-def mark_imported(doc, name):
-    """Note that the cluster reports revision ``name`` imported; returns ``(new_doc, changed)``."""
+def storable_source(source):
+    """A source as the catalog may hold it: a signed query stripped, user-info masked."""
+    if not source or source == "upload" or not isinstance(source, str):
+        return source
+    if redact.signed(source):
+        return redact.strip_query(source)
+    return redact.redact_url(source)
+
+
+def mark_imported(doc, name, imported=True):
+    """Note what the cluster reports about revision ``name``'s image; returns ``(new_doc, changed)``.
+
+    ``imported=False`` is for an image found missing or deleted: the catalog never keeps saying
+    ``imported: true`` for an image that is gone.
+    """
     doc = normalize(doc)
     entry = doc["images"].get(name)
-    if entry is None or entry.get("imported"):
+    if entry is None or bool(entry.get("imported")) == bool(imported):
         return doc, False
-    doc["images"][name] = dict(entry, imported=True)
+    doc["images"][name] = dict(entry, imported=bool(imported))
     return doc, True
+
+
+def records_image(entry, name, image):
+    """Whether catalog entry ``entry`` of revision ``name`` stands for the VirtualMachineImage ``image``
+    (``{namespace, name}``): it names it, or names no image at all (then nobody can say it does not)."""
+    recorded = (entry or {}).get("image")
+    if not recorded:
+        return True
+    return recorded.get("namespace") == image.get("namespace") and recorded.get("name") == image.get("name")
+
+
+def tips_using(doc, name, image):
+    """``[(stream, why)]`` for each stream whose tip is revision ``name`` recorded as ``image``."""
+    doc = normalize(doc)
+    found = []
+    for stream in sorted(doc["streams"]):
+        entry = doc["streams"][stream]
+        if entry.get("tip") != name or not records_image(doc["images"].get(name), name, image):
+            continue
+        notes = ["validated" if entry.get("validated") else "not validated"]
+        if doc["default_stream"] == stream:
+            notes.append("the default stream, which new databases get")
+        found.append((stream, "its tip is %s (%s)" % (name, ", ".join(notes))))
+    return found
 
 
 # --------------------------------------------------------------------------- streams
@@ -299,7 +344,7 @@ def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
     day = eol.parse_today(today)
     supported = supported_engine_versions(doc, day, eol_table)
     listing = ", ".join(supported) or "none"
-    if requested is None or str(requested).strip() == "":
+    if requested is None or requested == "":
         if not supported:
             raise CatalogError(
                 "no supported PostgreSQL major in %s (default stream %s): every major it carries is past "
@@ -307,9 +352,16 @@ def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
             )
         return supported[-1]
     try:
-        major = eol.normalize_pg_major(requested)
-    except ValueError as exc:
-        raise CatalogError("engineVersion %r: %s; supported: %s" % (requested, exc, listing)) from exc
+        text = inputs.version_string(requested, "engineVersion")
+    except PipelineError as exc:
+        raise CatalogError("%s; supported: %s" % (exc.msg, listing)) from None
+    try:
+        major = eol.normalize_pg_major(text)
+    except ValueError:
+        raise CatalogError(
+            "engineVersion %r is set but is not a major version number (such as 16); supported: %s"
+            % (requested, listing)
+        ) from None
     if major not in image["pg_versions"]:
         raise CatalogError(
             "engineVersion %s is not in revision %s (default stream %s); supported: %s"

@@ -28,6 +28,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
 BLANK = "blank"
 TEXT = "text-console"
 STOP_ERROR = "stop-error"
@@ -248,3 +251,45 @@ def judge(frame, references=None, max_distance=DEFAULT_MATCH_DISTANCE):
         verdict["class"] = MATCH_PREFIX + name
         verdict["confidence"] = round(1.0 - distance / float(HASH_SIDE * HASH_SIDE), 3)
     return verdict
+
+
+# A VNC screenshot is a few hundred KiB; anything far larger is not one.
+MAX_SCREENSHOT_BYTES = 64 * 1024 * 1024
+
+
+def check_options(match_distance, timeout, stuck_after):
+    """Refuse options that cannot describe a screenshot request, before anything is read."""
+    if isinstance(match_distance, bool) or not isinstance(match_distance, int) or match_distance < 0:
+        raise Refusal(
+            "option match_distance",
+            "%r is not a Hamming distance: it counts differing bits, 0 to %d"
+            % (match_distance, HASH_SIDE * HASH_SIDE),
+            "give 0 for an exact match, or the default %d" % DEFAULT_MATCH_DISTANCE,
+        )
+    inputs.positive(timeout, "timeout")
+    if stuck_after is not None and (isinstance(stuck_after, bool) or stuck_after < 0):
+        raise Refusal(
+            "option stuck_after",
+            "%r is not a number of seconds" % (stuck_after,),
+            "give 0 to never report stuck, or the seconds after which an unchanged screen is",
+        )
+
+
+def running_phase(kind, where, instance):
+    """The phase of an instance whose console can be read; refuses one that is absent or not Running."""
+    if instance is None:
+        raise Refusal(
+            "%s %s" % (kind, where),
+            "does not exist: the VM is not running, so there is no console to read",
+            "start the VM (runStrategy Always) and ask again",
+            vmi_phase="",
+        )
+    phase = (instance.get("status") or {}).get("phase") or ""
+    if phase != "Running":
+        raise Refusal(
+            "%s %s" % (kind, where),
+            "is %s, not Running: there is no console to read" % (phase or "pending"),
+            "wait until it runs",
+            vmi_phase=phase,
+        )
+    return phase

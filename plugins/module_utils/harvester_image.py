@@ -18,14 +18,24 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    catalog,
+    eol,
+    kinds,
+    redact,
+    revision,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
-API_VERSION = "harvesterhci.io/v1beta1"
+API_VERSION = kinds.HARVESTER
 KIND = "VirtualMachineImage"
 LONGHORN = "driver.longhorn.io"
 SC_ANNOTATION = "harvesterhci.io/storageClassName"
+IMAGE_ID_ANNOTATION = "harvesterhci.io/imageId"  # "<ns>/<image>" on the OS disk claims of a VM
+VCT_ANNOTATION = "harvesterhci.io/volumeClaimTemplates"  # a VM's disks, a JSON list of claims
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
@@ -38,8 +48,12 @@ UPLOAD_PATH = "/v1/harvester/harvesterhci.io.virtualmachineimages/%s/%s"
 _SHA512 = re.compile(r"^[0-9a-f]{128}$")
 
 
-class ImageError(ValueError):
+class ImageError(PipelineError, ValueError):
     """A request the rules refuse; the message names the field and the fix."""
+
+    def __init__(self, msg, **fields):
+        fields.setdefault("refused", True)
+        super(ImageError, self).__init__(msg, **fields)
 
 
 def normalize_checksum(value):
@@ -100,59 +114,266 @@ def definition(
 
 
 def source_of(obj):
-    """What the catalog records as the source: the download URL, or ``upload``."""
-    spec = (obj or {}).get("spec") or {}
-    return spec.get("url") if spec.get("sourceType") == "download" else "upload"
+    """What the catalog records as the source: the download URL, or ``upload``.
+
+    A presigned URL is a bearer credential until it expires and differs on every signing: the catalog
+    keeps the object's URL without its query (bucket, key and the checksum identify the bytes).
+    """
+    spec = kinds.spec(obj)
+    if spec.get("sourceType") != "download":
+        return "upload"
+    return stored_url(spec.get("url"))
+
+
+def stored_url(url):
+    """The form of a download URL that may be stored: a signed query stripped, anything else redacted."""
+    if url and redact.signed(url):
+        return redact.strip_query(url)
+    return redact.redact_url(url)
+
+
+def same_url(old, new):
+    """Two download URLs name the same object: equal, or equal once a signature is stripped."""
+    if (old or "") == (new or ""):
+        return True
+    if redact.signed(old) or redact.signed(new):
+        return redact.strip_query(old or "") == redact.strip_query(new or "")
+    return False
+
+
+def check_url(url):
+    """Refuse a download URL with credentials in it, before anything is written."""
+    if url:
+        redact.refuse_credentials(
+            url,
+            "url",
+            "keep the bucket private and give Harvester a presigned URL (the harvester_upload role's "
+            "harvester_upload_url_mode: presigned, or goldenimage.pipeline.bucket_object_url), or upload the "
+            "file with src",
+        )
+    return url
+
+
+def check_request(revision_name, replicas, retry):
+    """The numeric options of a registration, refused before anything is written."""
+    subject = "revision %s" % revision_name
+    if replicas is not None and replicas < 1:
+        raise Refusal(
+            subject, "replicas is %s; an image needs at least one copy" % replicas, "give 1 or more"
+        )
+    if not 0 <= retry <= 10:
+        raise Refusal(subject, "retry is %s, outside Harvester's range 0 to 10" % retry, "give 0 to 10")
+
+
+def check_src_checksum(src, actual, given):
+    """The checksum of an uploaded file: computed from it, and equal to the one given if any."""
+    if given and given != actual:
+        raise Refusal(
+            "src %s" % src,
+            "its SHA-512 is %s, not the checksum given (%s)" % (actual, given),
+            "give the file's checksum, or the file the checksum belongs to",
+        )
+    return actual
 
 
 def identity_changes(existing, desired):
-    """Immutable fields in which ``existing`` differs from ``desired`` (``[(field, old, new)]``)."""
-    old, new = existing.get("spec") or {}, desired.get("spec") or {}
+    """Immutable fields in which ``existing`` differs from ``desired`` (``[(field, old, new)]``).
+
+    URLs are compared (and reported) without their signature: signing the same object again is the
+    same source.
+    """
+    old, new = kinds.spec(existing), kinds.spec(desired)
     changes = []
-    for key in ("sourceType", "url", "displayName"):
+    for key in ("sourceType", "displayName"):
         if (old.get(key) or "") != (new.get(key) or ""):
             changes.append((key, old.get(key), new.get(key)))
+    if not same_url(old.get("url"), new.get("url")):
+        changes.append(("url", redact.redact_url(old.get("url")), redact.redact_url(new.get("url"))))
     if new.get("checksum") and (old.get("checksum") or "").lower() != new["checksum"]:
         changes.append(("checksum", old.get("checksum"), new["checksum"]))
-    wanted = ((desired.get("metadata") or {}).get("annotations") or {}).get(SC_ANNOTATION)
-    have = ((existing.get("metadata") or {}).get("annotations") or {}).get(SC_ANNOTATION)
+    wanted = kinds.annotations(desired).get(SC_ANNOTATION)
+    have = kinds.annotations(existing).get(SC_ANNOTATION)
     if wanted and wanted != have:
         changes.append(("storage class", have, wanted))
     return changes
 
 
-# ------------------------------------------------------------------------- import state
+def refuse_changed_source(existing, desired, revision_name):
+    """Refuse registering ``revision_name`` again with another source: images are immutable."""
+    changes = identity_changes(existing, desired)
+    if changes:
+        detail = "; ".join("%s is %r, asked %r" % change for change in changes)
+        raise Refusal(
+            "%s %s (revision %s)" % (KIND, kinds.ref(existing), revision_name),
+            "it exists with another source: %s. Images are immutable" % detail,
+            "build a new revision",
+            image=printable(existing),
+        )
 
 
-def condition(obj, ctype):
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == ctype:
-            return cond
+def printable(obj):
+    """A copy of an image as it may be printed or returned: its download URL redacted."""
+    if not obj:
+        return obj or {}
+    url = kinds.spec(obj).get("url")
+    if not url or redact.redact_url(url) == url:
+        return obj
+    result = dict(obj, spec=dict(obj["spec"], url=redact.redact_url(url)))
+    status = kinds.status(obj)
+    if status.get("appliedUrl"):
+        result["status"] = dict(status, appliedUrl=redact.redact_url(status["appliedUrl"]))
+    return result
+
+
+# ------------------------------------------------------------------------------ consumers
+
+
+def consumer(kind, namespace, name, why):
+    """One thing that uses an image: the record every delete guard of the collection speaks."""
+    return {"kind": kind, "namespace": namespace, "name": name, "why": why}
+
+
+def _uses_image(claim, image_id, storage_class):
+    if kinds.annotations(claim).get(IMAGE_ID_ANNOTATION) == image_id:
+        return "its annotation %s names the image" % IMAGE_ID_ANNOTATION
+    if storage_class and kinds.spec(claim).get("storageClassName") == storage_class:
+        return "it uses the image's StorageClass %s" % storage_class
     return None
 
 
-def is_true(obj, ctype):
-    cond = condition(obj, ctype)
-    return bool(cond) and cond.get("status") == "True"
+def image_consumers(image, revision_name, catalogs=(), dbinstances=(), claims=(), vms=()):
+    """Who uses ``image`` (the VirtualMachineImage of ``revision_name``): ``[{kind, namespace, name, why}]``.
+
+    The reference rules, decided here once:
+    - a catalog (``[(where, doc)]``, ``where`` = ``(kind, namespace, name)``) whose stream tip is this
+      revision and records this image (or no image at all): the operator gives it to new databases;
+    - a DBInstance whose ``status.appliedSpec.imageRevision`` is the revision, or that is repaving onto it
+      (``status.repave.targetRevision``): its OS disk was or is being made from the image;
+    - a PersistentVolumeClaim on the image's StorageClass or carrying its ``harvesterhci.io/imageId``
+      (Harvester itself refuses the delete while one exists);
+    - a VirtualMachine whose ``harvesterhci.io/volumeClaimTemplates`` name the image or its class, or whose
+      annotation cannot be read (then nobody can say it does not).
+    """
+    ref = {"namespace": kinds.namespace(image), "name": kinds.name(image)}
+    image_id = "%s/%s" % (ref["namespace"], ref["name"])
+    storage_class = storage_class_of(image)
+    found = []
+    for (kind, namespace, name), doc in catalogs:
+        for stream, why in catalog.tips_using(doc, revision_name, ref):
+            found.append(consumer(kind, namespace, name, "stream %s: %s" % (stream, why)))
+    for db in dbinstances:
+        state = kinds.status(db)
+        applied = (state.get("appliedSpec") or {}).get("imageRevision")
+        target = (state.get("repave") or {}).get("targetRevision")
+        why = None
+        if applied == revision_name:
+            why = "its applied revision is %s (phase %s)" % (applied, state.get("phase") or "unknown")
+        elif target == revision_name:
+            why = "it is repaving onto %s" % target
+        if why:
+            found.append(consumer(db.get("kind") or "DBInstance", kinds.namespace(db), kinds.name(db), why))
+    for claim in claims:
+        why = _uses_image(claim, image_id, storage_class)
+        if why:
+            found.append(consumer("PersistentVolumeClaim", kinds.namespace(claim), kinds.name(claim), why))
+    for vm in vms:
+        text = kinds.annotations(vm).get(VCT_ANNOTATION)
+        if not text:
+            continue
+        try:
+            templates = json.loads(text)
+            if not isinstance(templates, list):
+                raise ValueError("not a list")
+        except ValueError:
+            found.append(
+                consumer(
+                    "VirtualMachine",
+                    kinds.namespace(vm),
+                    kinds.name(vm),
+                    "its annotation %s does not parse, so it may declare a disk of the image"
+                    % VCT_ANNOTATION,
+                )
+            )
+            continue
+        for template in templates:
+            why = _uses_image(template if isinstance(template, dict) else {}, image_id, storage_class)
+            if why:
+                found.append(
+                    consumer(
+                        "VirtualMachine",
+                        kinds.namespace(vm),
+                        kinds.name(vm),
+                        "its disk %s in %s: %s" % (kinds.name(template), VCT_ANNOTATION, why),
+                    )
+                )
+                break
+    return found
+
+
+def describe_consumer(record):
+    where = "%s/%s" % (record["namespace"], record["name"]) if record.get("namespace") else record["name"]
+    return "%s %s (%s)" % (record["kind"], where, record["why"])
+
+
+def refuse_delete(image, revision_name, consumers):
+    """Refuse deleting an image something uses, naming each consumer; None when nothing does."""
+    if not consumers:
+        return None
+    pvcs = sorted(
+        "%s/%s" % (c["namespace"], c["name"]) for c in consumers if c["kind"] == "PersistentVolumeClaim"
+    )
+    return Refusal(
+        "refusing to delete %s %s (revision %s)" % (KIND, kinds.ref(image), revision_name),
+        "it is in use by %s" % "; ".join(describe_consumer(c) for c in consumers),
+        "move the stream tip to another revision (goldenimage.pipeline.baked_image_stream), repave those "
+        "databases (goldenimage.pipeline.dbinstance_repave) and delete the disks and VMs left on it first",
+        consumers=consumers,
+        pvcs=pvcs,
+    )
+
+
+# ------------------------------------------------------------------------- import state
+
+
+def imported(obj):
+    """Harvester reports the image ``Imported=True``: its backing image is ready for disks."""
+    return kinds.condition_true(obj, "Imported")
+
+
+def initialized(obj):
+    return kinds.condition_true(obj, "Initialized")
+
+
+def storage_class_of(obj):
+    """``status.storageClassName``: the image's own StorageClass (never computed)."""
+    return kinds.status(obj).get("storageClassName")
 
 
 def progress(obj):
-    value = ((obj or {}).get("status") or {}).get("progress")
+    value = kinds.status(obj).get("progress")
     return int(value) if isinstance(value, int) else 0
 
 
 def failure(obj):
     """Why the import will not finish by itself, or None while it may."""
-    if is_true(obj, "RetryLimitExceeded"):
-        cond = condition(obj, "RetryLimitExceeded")
+    if kinds.condition_true(obj, "RetryLimitExceeded"):
+        cond = kinds.condition(obj, "RetryLimitExceeded")
         return "RetryLimitExceeded after %s failed attempts: %s" % (
-            ((obj.get("status") or {}).get("failed")),
-            cond.get("message") or "no message",
+            kinds.status(obj).get("failed"),
+            _scrub(obj, cond.get("message") or "no message"),
         )
-    imported = condition(obj, "Imported")
-    if imported and imported.get("status") == "False" and imported.get("reason") == "UploadFailed":
-        return "upload failed: %s" % (imported.get("message") or "no message")
+    done = kinds.condition(obj, "Imported")
+    if done and done.get("status") == "False" and done.get("reason") == "UploadFailed":
+        return "upload failed: %s" % _scrub(obj, done.get("message") or "no message")
     return None
+
+
+def _scrub(obj, text):
+    """A controller message with the image's own URL in it, as it may be printed (redacted)."""
+    url = kinds.spec(obj).get("url")
+    if url and isinstance(text, str) and url in text:
+        return text.replace(url, redact.redact_url(url))
+    return text
 
 
 def describe(obj):
@@ -165,7 +386,7 @@ def describe(obj):
     parts = []
     for cond in status["conditions"]:
         text = "%s=%s" % (cond.get("type"), cond.get("status"))
-        detail = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
+        detail = ": ".join(_scrub(obj, x) for x in (cond.get("reason"), cond.get("message")) if x)
         parts.append("%s (%s)" % (text, detail) if detail else text)
     failed = " failed %s," % status["failed"] if status.get("failed") else ""
     return "progress %d%%,%s conditions %s" % (progress(obj), failed, ", ".join(parts))
@@ -175,13 +396,13 @@ def describe(obj):
 
 
 def is_default_class(storage_class):
-    notes = ((storage_class or {}).get("metadata") or {}).get("annotations") or {}
+    notes = kinds.annotations(storage_class)
     return any(notes.get(key) == "true" for key in DEFAULT_CLASS_ANNOTATIONS)
 
 
 def winning_template(image, classes):
     """``(class name, why)`` of the template whose parameters Harvester used, or ``(None, None)``."""
-    named = (((image or {}).get("metadata") or {}).get("annotations") or {}).get(SC_ANNOTATION)
+    named = kinds.annotations(image).get(SC_ANNOTATION)
     by_name = dict(((c.get("metadata") or {}).get("name"), c) for c in classes)
     if named:
         found = by_name.get(named)
@@ -219,3 +440,69 @@ def replica_trap(requested, in_force, storage_class_name, template, why):
         cause,
         fix,
     )
+
+
+# ------------------------------------------------------------------- half-done work, said as it is
+
+
+def _retry_move(missing_permission):
+    if missing_permission:
+        return "grant %s, then run the task again" % missing_permission
+    return "run the task again"
+
+
+def not_recorded(image, revision_name, where, cause, missing_permission=None, fields=None):
+    """The image is registered but the catalog write failed: say both, and how a rerun completes it.
+    ``fields`` are the result fields the failure carries (the image, progress, ...)."""
+    state = "Imported=True" if imported(image) else "not imported yet"
+    fields = dict(fields or {}, registered=True, catalog_written=False)
+    if missing_permission:
+        fields["missing_permission"] = missing_permission
+    return PipelineError(
+        "%s %s is registered (%s, StorageClass %s) but revision %s is not recorded in %s: %s. Nothing was "
+        "rolled back; %s: it finds the image and only records it"
+        % (
+            KIND,
+            kinds.ref(image),
+            state,
+            storage_class_of(image) or "not known yet",
+            revision_name,
+            where,
+            cause,
+            _retry_move(missing_permission),
+        ),
+        **fields,
+    )
+
+
+def still_imported(ref, deleted, revision_name, where, cause, missing_permission=None, fields=None):
+    """The image is gone but a catalog still says ``imported: true``: say so and how a rerun fixes it."""
+    fields = dict(fields or {}, catalog_written=False)
+    if missing_permission:
+        fields["missing_permission"] = missing_permission
+    return PipelineError(
+        "%s %s/%s is %s, but %s still says revision %s is imported: %s; %s"
+        % (
+            KIND,
+            ref["namespace"],
+            ref["name"],
+            "deleted by this run" if deleted else "already gone",
+            where,
+            revision_name,
+            cause,
+            _retry_move(missing_permission),
+        ),
+        **fields,
+    )
+
+
+def left_behind(exc, image, created, where=None, check_mode=False):
+    """``exc`` (a failure after the image was written) told with what this run leaves in place."""
+    what = "%s %s" % (KIND, kinds.ref(image)) if image else "the VirtualMachineImage"
+    note = "%s exists (%s)" % (what, "created by this run" if created else "registered before this run")
+    if where:
+        note += "; the revision is not recorded in %s" % where
+    exc.msg = "%s [%s]" % (exc.msg, note)
+    exc.fields.setdefault("registered", not check_mode)
+    exc.fields.setdefault("catalog_written", False)
+    return exc

@@ -19,8 +19,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import json
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    eol,
+    inputs,
+    kinds,
+    revision,
+    rollout,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 CURRENT = "Current"
 OS_UPDATE = "OSUpdateAvailable"
@@ -40,20 +48,26 @@ _EXPECTED = {
 }
 
 
-class RepaveRefused(ValueError):
+class RepaveRefused(Refusal, ValueError):
     """A repave the rules refuse. ``reason`` is the status reason (``InvalidOSStream``, ...), ``name`` the
     instance; the message names the instance, the rule and the move that is supported instead."""
 
-    def __init__(self, reason, name, message):
-        super().__init__(message)
+    def __init__(self, reason, name, message, subject=None, problem=None, move=None):
+        Refusal.__init__(self, subject, problem or message, move, reason=reason)
+        self.msg = message
+        self.args = (message,)
         self.reason = reason
         self.name = name
+
+    def __str__(self):
+        return self.msg
 
 
 def _refused(instance, reason, problem, move):
     name = instance.get("name") or "?"
     who = "%s/%s" % (instance["namespace"], name) if instance.get("namespace") else name
-    return RepaveRefused(reason, name, "%s cannot be repaved (%s): %s; %s" % (who, reason, problem, move))
+    subject = "%s cannot be repaved (%s)" % (who, reason)
+    return RepaveRefused(reason, name, "%s: %s; %s" % (subject, problem, move), subject, problem, move)
 
 
 def _either(values):
@@ -147,6 +161,17 @@ def _major(instance):
         return None
 
 
+def _unknown_major(instance):
+    """Why the major is unknown: not set at all, or set to something that is not a major."""
+    value = instance.get("engine_version")
+    if value is None or not str(value).strip():
+        return "its PostgreSQL major is unknown (engineVersion is not set)"
+    return (
+        "its PostgreSQL major is unknown (engineVersion %r is set but is not a major version such as 16)"
+        % (value,)
+    )
+
+
 def _major_state(instance, today, eol_table):
     """``(major or None, its EOL date or None, past EOL?, day, table)``."""
     day = eol.parse_today(today)
@@ -156,10 +181,10 @@ def _major_state(instance, today, eol_table):
     return major, date, bool(date and date < day), day, table
 
 
-def _blocked(major, date, past, target, day, table):
+def _blocked(major, date, past, target, day, table, instance=None):
     """``(why, move)`` when a repave cannot keep the major in ``target``; None when it can."""
     if major is None:
-        why = "its PostgreSQL major is unknown (engineVersion is not set)"
+        why = _unknown_major(instance or {})
     elif past:
         why = "PostgreSQL %s is past end of life on %s" % (major, date.isoformat())
     elif major not in target["pg_versions"]:
@@ -223,7 +248,7 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
         return result
     auto, forced = _policy_dates(target, policy)
     result["target"] = target["revision"]
-    blocked = _blocked(major, date, past, target, day, table)
+    blocked = _blocked(major, date, past, target, day, table, instance)
     until = " until %s" % date.isoformat() if date else ""
     if blocked:
         description = "%s: a repave cannot change the major; %s" % blocked
@@ -245,6 +270,29 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
             % (instance.get("revision") or "none", target["revision"], target["os_stream"], major, until),
         )
     return result
+
+
+def entry(instance, name, doc, found, disagreement=None):
+    """The result entry of one instance: as found, with its drift verdict ``found`` (``drift``)."""
+    return {
+        "name": name,
+        "namespace": instance.get("namespace"),
+        "revision": instance.get("revision"),
+        "target": found["target"],
+        "verdict": found["verdict"],
+        "action": found["action"],
+        "description": found["description"],
+        "engine_version": instance.get("engine_version"),
+        "os_stream": target_stream(instance, doc),
+        "phase": instance.get("phase"),
+        "operator": instance.get("operator") or {},
+        "disagreement": disagreement,
+        "opt_in": instance.get("opt_in"),
+        "auto_apply_after": found["auto_apply_after"],
+        "forced_apply": found["forced_apply"],
+        "eol_date": found["eol_date"],
+        "result": None,
+    }
 
 
 def operator_disagreement(verdict, operator_conditions):
@@ -280,7 +328,7 @@ def preflight(instance, doc, target, today=None, eol_table=None):
     is past EOL), ``NotAvailable`` (phase is not Available), in that order. ``target`` None: the tip."""
     target = target_of(instance, doc, target["revision"] if target else None)
     major, date, past, day, table = _major_state(instance, today, eol_table)
-    blocked = _blocked(major, date, past, target, day, table)
+    blocked = _blocked(major, date, past, target, day, table, instance)
     if blocked:
         raise _refused(
             instance, BLOCKED_EOL, "%s and a repave cannot change the major" % blocked[0], blocked[1]
@@ -293,3 +341,428 @@ def preflight(instance, doc, target, today=None, eol_table=None):
             "its phase is %s, not Available" % phase,
             "wait until it is Available again (a Failed instance: fix the cause in status.reason first)",
         )
+
+
+# ------------------------------------------------------------------ the disks of a Harvester VM
+#
+# A direct-mode instance is a kubevirt.io/v1 VirtualMachine whose claims Harvester creates from the
+# annotation harvesterhci.io/volumeClaimTemplates. Which of them is an OS disk (replaceable) and which
+# holds data (never deleted without purge_data) is read from the claims and the VM, never from a name a
+# caller passes: a disk is an OS disk only when it is proven to be one, everything else is data.
+
+TEMPLATES = "harvesterhci.io/volumeClaimTemplates"
+IMAGE_ID = "harvesterhci.io/imageId"
+PREVIOUS = "goldenimage.pipeline/previous-os-disks"
+# On claims being torn down (label: the instance; annotation: the role), so a teardown killed after the
+# VM was deleted still finds them.
+TEARDOWN = "goldenimage.pipeline/teardown"
+TEARDOWN_ROLE = "goldenimage.pipeline/teardown-role"
+# A claim's own marker (label or annotation): "data" makes it data whatever else it carries.
+DISK_ROLE = "goldenimage.pipeline/disk-role"
+OS_DISK, DATA_DISK = "os", "data"
+NOT_OS_DISK = "NotAnOSDisk"
+DATA_SWAPPED_OUT = "DataDiskSwappedOut"
+
+
+def claim_templates(vm):
+    """The claim bodies the VM declares in its annotation; ValueError when it is not a JSON list of named
+    claims."""
+    text = kinds.annotations(vm).get(TEMPLATES) or ""
+    if not text:
+        return []
+    try:
+        items = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("annotation %s is not valid JSON: %s" % (TEMPLATES, exc)) from exc
+    if not isinstance(items, list) or not all(isinstance(i, dict) and kinds.name(i) for i in items):
+        raise ValueError("annotation %s is not a list of named PersistentVolumeClaims" % TEMPLATES)
+    return items
+
+
+def volumes_of(vm):
+    return (kinds.spec(kinds.spec(vm).get("template")).get("volumes")) or []
+
+
+def claims_of(vm):
+    """``{volume name: claim name}`` for the VM's volumes backed by a claim (or a DataVolume's claim)."""
+    found = {}
+    for volume in volumes_of(vm):
+        source = volume.get("persistentVolumeClaim") or volume.get("dataVolume") or {}
+        claim = source.get("claimName") or (source.get("name") if volume.get("dataVolume") else None)
+        if claim:
+            found[volume.get("name")] = claim
+    return found
+
+
+def split_names(text):
+    return [n for n in (text or "").split(",") if n]
+
+
+def boot_volume(vm):
+    """The volume the VM boots from: the disk with the lowest bootOrder, else the first disk listed
+    (KubeVirt boots its disks in the order they are listed when none has a bootOrder)."""
+    domain = kinds.spec(kinds.spec(vm).get("template")).get("domain") or {}
+    devices = domain.get("devices") or {}
+    disks = [d for d in devices.get("disks") or [] if d.get("name") and "cdrom" not in d]
+    ordered = [d for d in disks if isinstance(d.get("bootOrder"), int)]
+    if ordered:
+        return min(ordered, key=lambda d: d["bootOrder"])["name"]
+    return disks[0]["name"] if disks else None
+
+
+def instance_claims(name, vm, claims, pattern=None):
+    """The names of the claims that belong to instance ``name``: declared or attached by its VM, recorded
+    as its previous OS disks, marked by an earlier teardown of it (label ``teardown``), or, the VM being
+    gone, named as this collection names them (``pattern``, a compiled regex). ``claims`` maps every claim
+    of the namespace to its object."""
+    owned = set()
+    if vm is not None:
+        owned.update(kinds.name(t) for t in claim_templates(vm))
+        owned.update(claims_of(vm).values())
+        owned.update(split_names(kinds.annotations(vm).get(PREVIOUS)))
+    for claim_name, claim in claims.items():
+        marked = kinds.labels(claim).get(TEARDOWN) == name
+        named = vm is None and pattern is not None and bool(pattern.match(claim_name or ""))
+        if marked or named:
+            owned.add(claim_name)
+    return owned
+
+
+def image_ids(vm, claims):
+    """The Harvester images (``namespace/name``) the VM's templates and the given claims name."""
+    found = set()
+    sources = list(claims.values())
+    if vm is not None:
+        try:
+            sources += claim_templates(vm)
+        except ValueError:
+            pass
+    for obj in sources:
+        image = kinds.annotations(obj).get(IMAGE_ID)
+        if image:
+            found.add(image)
+    return sorted(found)
+
+
+def _marked_data(sources):
+    for obj in sources:
+        for where, marks in (("label", kinds.labels(obj)), ("annotation", kinds.annotations(obj))):
+            for key in (DISK_ROLE, TEARDOWN_ROLE):
+                if str(marks.get(key) or "").strip().lower() == DATA_DISK:
+                    return "its %s %s says data" % (where, key)
+    return None
+
+
+def _disk_role(claim_name, template, claim, attached_as, boot, images):
+    """``(role, why)`` of one claim from its template, its object, the volume it is attached as and the
+    images it may come from."""
+    sources = [obj for obj in (template, claim) if obj]
+    if not sources:
+        return DATA_DISK, "neither a claim nor a template shows what it holds"
+    marked = _marked_data(sources)
+    if marked:
+        return DATA_DISK, marked
+    ids = sorted({kinds.annotations(o).get(IMAGE_ID) for o in sources} - {None, ""})
+    if not ids:
+        return (
+            DATA_DISK,
+            "it carries no %s annotation, which only a disk made from an image (an OS disk) has" % (IMAGE_ID),
+        )
+    if len(ids) > 1:
+        return DATA_DISK, "its claim and its template name different images (%s)" % ", ".join(ids)
+    image_id = ids[0]
+    if image_id not in images or images[image_id] is None:
+        return DATA_DISK, "the image %s it names was not found, so it cannot be proven to be an OS disk" % (
+            image_id
+        )
+    image_class = kinds.status(images[image_id]).get("storageClassName")
+    classes = sorted({kinds.spec(o).get("storageClassName") or "" for o in sources})
+    if not image_class:
+        return DATA_DISK, "the image %s has no StorageClass yet, so its disks cannot be recognised" % image_id
+    if classes != [image_class]:
+        return DATA_DISK, "its StorageClass %s is not the class of image %s (%s)" % (
+            " / ".join(c or "(none)" for c in classes),
+            image_id,
+            image_class,
+        )
+    if attached_as is not None and attached_as != boot:
+        return DATA_DISK, "the VM attaches it as volume %s, which is not its boot disk (%s)" % (
+            attached_as,
+            boot or "none",
+        )
+    return OS_DISK, "made from image %s (%s) on that image's StorageClass %s" % (
+        image_id,
+        IMAGE_ID,
+        image_class,
+    )
+
+
+def classify_claims(vm, claims, images, names=None):
+    """``{claim: {"role": "os" | "data", "why": ...}}`` for every claim of a Harvester VM.
+
+    ``vm`` is the VirtualMachine (None when it is gone), ``claims`` maps claim names to the claims that
+    exist, ``images`` maps ``namespace/name`` to the VirtualMachineImage (None: not found). Covered: the
+    names in ``names``, else every claim the VM declares, attaches or recorded as a previous OS disk, and
+    every claim given.
+
+    A claim is an OS disk only when all of these hold: nothing marks it as data (label or annotation
+    ``goldenimage.pipeline/disk-role: data``, or an earlier teardown's role ``data``); when attached, it
+    is the VM's boot disk; it carries ``harvesterhci.io/imageId`` naming one existing image; and its
+    StorageClass is that image's class. Anything not proven so is data. No option a caller passes
+    takes part.
+    """
+    templates = {}
+    attached = {}
+    boot = None
+    if vm is not None:
+        templates = {kinds.name(t): t for t in claim_templates(vm)}
+        for volume, claim in claims_of(vm).items():
+            attached.setdefault(claim, volume)
+        boot = boot_volume(vm)
+    if names is None:
+        names = set(templates) | set(attached) | set(claims)
+        if vm is not None:
+            names.update(split_names(kinds.annotations(vm).get(PREVIOUS)))
+    roles = {}
+    for claim_name in sorted(names):
+        role, why = _disk_role(
+            claim_name,
+            templates.get(claim_name),
+            claims.get(claim_name),
+            attached.get(claim_name),
+            boot,
+            images,
+        )
+        roles[claim_name] = {"role": role, "why": why}
+    return roles
+
+
+def data_claims(roles):
+    return sorted(n for n, r in roles.items() if r["role"] != OS_DISK)
+
+
+def os_claims(roles):
+    return sorted(n for n, r in roles.items() if r["role"] == OS_DISK)
+
+
+def _os_volume_move(vm, roles):
+    proven = [
+        "%s (claim %s)" % (v, c)
+        for v, c in sorted(claims_of(vm).items())
+        if roles.get(c, {}).get("role") == OS_DISK
+    ]
+    if proven:
+        return "set os_volume to the VM's OS volume: %s" % ", ".join(proven)
+    return (
+        "no volume of this VM is proven to be an OS disk (a claim made from a Harvester image, with that "
+        "image's StorageClass, attached as the boot disk): check the VM's disks before repaving it"
+    )
+
+
+def check_os_volume(instance, vm, roles, os_volume):
+    """Refuse (``NotAnOSDisk``) a repave whose ``os_volume`` is missing or backed by a claim not proven to
+    be an OS disk, before anything is written. Returns the OS claim."""
+    claim = claims_of(vm).get(os_volume)
+    if claim is None:
+        raise _refused(
+            instance,
+            NOT_OS_DISK,
+            "the VM has no volume %s backed by a claim (os_volume); nothing was written" % os_volume,
+            _os_volume_move(vm, roles),
+        )
+    role = roles.get(claim) or {"role": DATA_DISK, "why": "it was not classified"}
+    if role["role"] != OS_DISK:
+        raise _refused(
+            instance,
+            NOT_OS_DISK,
+            "os_volume %s is backed by claim %s, which is data: %s; a repave would detach it, so nothing "
+            "was written" % (os_volume, claim, role["why"]),
+            _os_volume_move(vm, roles),
+        )
+    return claim
+
+
+def swapped_out_data(vm, roles, claims):
+    """The data claims an earlier repave swapped out of their slot: recorded as previous OS disks, no
+    longer attached, not proven OS disks and not made from any image (a previous OS disk whose image is
+    gone is unproven, and kept, but was never data in a slot; one neither declared nor existing is an old
+    OS disk already deleted)."""
+    previous = split_names(kinds.annotations(vm).get(PREVIOUS))
+    in_use = set(claims_of(vm).values())
+    templates = {kinds.name(t): t for t in claim_templates(vm)}
+    found = []
+    for claim in previous:
+        if claim in in_use or (roles.get(claim) or {}).get("role") == OS_DISK:
+            continue
+        sources = [o for o in (templates.get(claim), claims.get(claim)) if o]
+        if not sources:
+            continue  # gone and undeclared: an old OS disk already deleted
+        if _marked_data(sources) or not any(kinds.annotations(o).get(IMAGE_ID) for o in sources):
+            found.append(claim)
+    return found
+
+
+def teardown_refusal(where, roles, purge_data):
+    """The refusal of a teardown that would delete data claims without ``purge_data``, or None."""
+    data = data_claims(roles)
+    if not data or purge_data:
+        return None
+    return Refusal(
+        "refusing to tear down %s" % where,
+        "it would delete the data volume(s) %s; nothing was deleted"
+        % "; ".join("%s (data: %s)" % (n, roles[n]["why"]) for n in data),
+        "Set purge_data: true to delete them with the VM (their data is lost)",
+        data_pvcs=data,
+    )
+
+
+# ----------------------------------------------------------------------- the request itself
+
+# Durations checked before anything is written: a zero or negative one is refused.
+DURATIONS = ("wait_timeout", "wait_sleep", "batch_estimate")
+
+
+def check_request(params):
+    """Refuse a request whose options contradict each other or are out of range, before any read or
+    write. ``params`` are the module's parameters; raises ``Refusal``."""
+    p = params
+    if p.get("opt_in") and p.get("state") != "repaved":
+        raise Refusal(
+            "option opt_in", "it records a choice about a pending repave", "use it with state repaved"
+        )
+    if p.get("opt_in") == "next-maintenance" and not p.get("window"):
+        raise Refusal(
+            "opt_in next-maintenance",
+            "it repaves inside the maintenance window, and none is set",
+            "set window",
+        )
+    if p.get("state") == "absent":
+        if p.get("strategy") != "direct":
+            raise Refusal(
+                "state absent",
+                "it is for strategy direct",
+                "with the operator, delete the %s and let the operator tear it down (its disks included)"
+                % p.get("kind", "DBInstance"),
+            )
+        if not p.get("names"):
+            raise Refusal("state absent", "it needs names", "list the instances to tear down in names")
+    elif not p.get("catalog"):
+        raise Refusal(
+            "state %s" % p.get("state"),
+            "catalog is required",
+            "give the catalog ConfigMap (namespace, name) or a catalog path",
+        )
+    if p.get("strategy") == "direct" and not p.get("namespace"):
+        raise Refusal("strategy direct", "it needs namespace", "give the VMs' namespace")
+    inputs.positive_all(p, DURATIONS)
+    pause = p.get("batch_pause")
+    if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float)) or pause < 0):
+        raise Refusal(
+            "option batch_pause",
+            "%r is not a pause: it must be zero (no pause) or a positive number of seconds" % (pause,),
+            "give 0 or a positive number",
+        )
+    try:
+        window = rollout.parse_window(
+            {k: v for k, v in p["window"].items() if v is not None} if p.get("window") else None
+        )
+        rollout.parse_max_unavailable(p.get("max_unavailable", 1), 1)
+    except ValueError as exc:
+        raise Refusal(None, str(exc)) from exc
+    return window
+
+
+def require_tip(instance, doc, target):
+    """The operator repaves to its catalog's tip: an explicit other revision is refused."""
+    tip = target_of(instance, doc)["revision"]
+    if tip != target["revision"]:
+        raise Refusal(
+            "revision %s" % target["revision"],
+            "it is not the tip of OS stream %s (%s), and the operator repaves to its catalog's tip"
+            % (target["os_stream"], tip),
+            "roll back with strategy direct, or move the tip with baked_image_stream",
+        )
+
+
+def missing_refusal(kind, namespace, missing):
+    where = " in namespace %s" % namespace if namespace else ""
+    return Refusal(
+        "%s not found%s" % (kind, where),
+        ", ".join(missing),
+        "check names (nothing was written)",
+    )
+
+
+def refused_all(refused):
+    """The one failure of a run that halts on refused instances (halt_on_failure): nothing is written."""
+    return Refusal(
+        None,
+        "refusing to repave %d instance(s), nothing written (halt_on_failure): %s"
+        % (len(refused), "; ".join(str(exc) for exc in refused)),
+    )
+
+
+def empty_scope(params):
+    """What a repave with no instance in scope says (a result, not a failure: nothing to do)."""
+    parts = []
+    if params.get("namespace"):
+        parts.append("namespace %s" % params["namespace"])
+    else:
+        parts.append("any namespace")
+    if params.get("label_selector"):
+        parts.append("label selector %s" % params["label_selector"])
+    if params.get("names"):
+        parts.append("names %s" % ", ".join(params["names"]))
+    return "no %s in scope (%s): nothing to repave; check namespace, names and label_selector" % (
+        params.get("kind") if params.get("strategy") != "direct" else "VirtualMachine",
+        "; ".join(parts),
+    )
+
+
+def empty_catalog(where):
+    return Refusal(
+        None,
+        "%s has no OS streams (it is missing or empty)" % where,
+        "register images with baked_image and set a stream tip with baked_image_stream",
+    )
+
+
+def classify(instances, doc, key, revision=None, operator=False, today=None, vetoes=None):
+    """What a repave run does with each instance, before anything is written.
+
+    ``key(inst)`` names an instance in the result; an instance's ``in_flight`` (set by its driver) says an
+    earlier run started its repave; ``vetoes`` maps a key to the ``RepaveRefused`` its driver raised for
+    it (direct mode: its os_volume is not a proven OS disk). Returns ``{targets, in_flight, candidates,
+    refused, entries}``: ``targets`` key -> target, ``in_flight`` keys to wait on (never triggered again),
+    ``candidates`` keys to repave, ``refused`` the ``RepaveRefused`` of each refused instance, and
+    ``entries`` key -> the result fields to set (``result: current``, the target, or the refusal).
+    An explicit ``revision`` with the operator must be the tip (``require_tip``).
+    """
+    found = {"targets": {}, "in_flight": [], "candidates": [], "refused": [], "entries": {}}
+    vetoes = vetoes or {}
+    for inst in instances:
+        name = key(inst)
+        try:
+            target = target_of(inst, doc, revision)
+            if revision and operator:
+                require_tip(inst, doc, target)
+            if is_current(inst, target):
+                found["entries"][name] = {"result": "current"}
+                continue
+            found["entries"][name] = {"target": target["revision"]}
+            if inst.get("in_flight"):
+                found["targets"][name] = target
+                found["in_flight"].append(name)
+                continue
+            preflight(inst, doc, target, today)
+            if vetoes.get(name) is not None:
+                raise vetoes[name]
+        except RepaveRefused as exc:
+            found["entries"].setdefault(name, {}).update(
+                result="refused", reason=exc.reason, message=str(exc)
+            )
+            found["refused"].append(exc)
+            continue
+        found["targets"][name] = target
+        found["candidates"].append(name)
+    return found

@@ -20,8 +20,6 @@ import datetime
 import re
 import zoneinfo
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave
-
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _UTC = datetime.timezone.utc
@@ -271,7 +269,10 @@ def plan(instances, targets, max_unavailable, groups=None):
             "max_unavailable %r: expected a count >= 1 (see parse_max_unavailable)" % (max_unavailable,)
         )
     ordered = order_instances(instances, groups)
-    pending = [i for i in ordered if targets.get(i["name"]) and not repave.is_current(i, targets[i["name"]])]
+    # Already current (on its target's revision): nothing to plan.
+    pending = [
+        i for i in ordered if targets.get(i["name"]) and i.get("revision") != targets[i["name"]]["revision"]
+    ]
     names = [i["name"] for i in pending if i.get("available") is False]
     names += [i["name"] for i in pending if i.get("available") is not False]
     planned = set(names)

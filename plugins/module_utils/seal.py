@@ -21,6 +21,8 @@ __metaclass__ = type
 import codecs
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
 NTFS_OEM = b"NTFS    "
 BITLOCKER_OEM = b"-FVE-FS-"
 WINDOWS_DATA_GPT = "ebd0a0a2-b9e5-4433-87c0-68b6b72699c7"
@@ -53,6 +55,33 @@ LINUX_CHECKS = (
 
 class SealError(Exception):
     """The disk cannot be judged (no Windows partition, unknown layout); the message says why."""
+
+
+def refuse_unsealed(result, what, fail_on_unsealed=True):
+    """Refuse a verdict that is not sealed (unless the caller only wants the report); returns ``result``.
+
+    The message names each failed check with its evidence; the result fields go with it.
+    """
+    if result.get("sealed") or not fail_on_unsealed:
+        return result
+    failed = [c for c in result.get("checks") or [] if not c.get("passed")]
+    reasons = "; ".join("%s: %s" % (c["name"], c["evidence"]) for c in failed) or "no check ran"
+    raise Refusal(
+        what,
+        "is not sealed: %s" % reasons,
+        "do not publish it: rebuild the image, or set fail_on_unsealed: false to only report",
+        **result,
+    )
+
+
+def check_mode_skip(what):
+    """The check-mode result for a claim: verifying it would create the verifier Job."""
+    return {
+        "changed": False,
+        "skipped": True,
+        "msg": "check mode: %s was not verified, because the verifier Job would have to be created to "
+        "read it; run without --check to verify it" % what,
+    }
 
 
 def check(name, passed, evidence):

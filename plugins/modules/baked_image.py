@@ -24,8 +24,21 @@ description:
     C(storageClassParameters.numberOfReplicas) when a Longhorn template class applies (the class named by the
     annotation C(harvesterhci.io/storageClassName), or the cluster default). When the replica count in force
     differs from O(replicas) the module fails, naming the class that won and how to fix it.
-  - With O(state=absent) the image is deleted unless a PersistentVolumeClaim uses its StorageClass; those
-    claims are named. The catalog keeps the revision (it keeps every revision ever registered).
+  - With O(state=absent) the module first asks who uses the image, and refuses naming each. Users are a
+    catalog (O(catalog) and every ConfigMap in the cluster holding a C(catalog.yaml)) whose stream tip is
+    the revision, a DBInstance (any API group serving the kind) whose C(status.appliedSpec.imageRevision)
+    is the revision or that is repaving onto it, a PersistentVolumeClaim on the image's StorageClass or
+    carrying its C(harvesterhci.io/imageId), and a VirtualMachine whose
+    C(harvesterhci.io/volumeClaimTemplates) declare such a disk. There is no C(force); move the tip,
+    repave, and delete the disks first.
+  - After the image is deleted, or found missing, every catalog that records this image says
+    C(imported=false) (the revision itself stays, as the catalog keeps every revision ever registered).
+  - A URL with credentials in it (C(https://user:password@host/...)) is refused before anything is written; a
+    presigned URL is passed to Harvester but stored in the catalog without its query, and every URL the module
+    prints is redacted.
+  - When a write is refused half way (for example a token that may create images but not update the catalog
+    ConfigMap), the failure says what exists (the image, whether the catalog was written) and which permission
+    is missing; running the task again with the permission completes it.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
@@ -46,6 +59,9 @@ options:
       - Where Harvester downloads the qcow2 from (C(sourceType=download)), for example the mirror
         bucket's URL.
       - Mutually exclusive with O(src).
+      - Must not carry credentials (C(user:password@)); use a presigned URL (the C(harvester_upload) role's
+        C(harvester_upload_url_mode=presigned), or M(goldenimage.pipeline.bucket_object_url)) or O(src).
+        The URL is C(no_log), since a presigned URL is a credential until it expires.
     type: str
   src:
     description:
@@ -61,11 +77,14 @@ options:
     description:
       - The Ubuntu LTS stream of the image, C(22.04) or C(24.04). Must agree with the revision name.
       - Required with O(state=present); with O(state=absent) it is taken from the revision name.
-    type: str
+      - Give it as a quoted string; an unquoted YAML number (C(24.10) reads as C(24.1)) is refused.
+    type: raw
   pg_versions:
-    description: The PostgreSQL majors baked into the image. Required with O(state=present).
+    description:
+      - The PostgreSQL majors baked into the image. Required with O(state=present).
+      - Whole numbers (C(16)) or strings; a YAML float (C(16.0)) is refused with "quote it".
     type: list
-    elements: str
+    elements: raw
   replicas:
     description:
       - How many nodes must hold a copy of the backing image (C(storageClassParameters.numberOfReplicas)).
@@ -87,28 +106,16 @@ options:
     description: How many failed import attempts Harvester retries (C(spec.retry), 0 to 10).
     type: int
     default: 3
-  catalog:
-    description:
-      - Where the revision is recorded, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file
-        (O(catalog.path)). Omit it to register the image only.
-    type: dict
-    suboptions:
-      namespace:
-        description: Namespace of the catalog ConfigMap.
-        type: str
-      name:
-        description: Name of the catalog ConfigMap (key C(catalog.yaml)); created when missing.
-        type: str
-      path:
-        description: A catalog YAML file instead of a ConfigMap.
-        type: path
   state:
-    description: V(present) registers the revision; V(absent) deletes its VirtualMachineImage.
+    description:
+      - V(present) registers the revision and records it in O(catalog) when given.
+      - V(absent) deletes its VirtualMachineImage when nothing uses it, then records C(imported=false).
     type: str
     choices: [present, absent]
     default: present
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.catalog
   - goldenimage.pipeline.k8s_wait
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
@@ -197,12 +204,40 @@ revision:
   type: dict
   sample: {os_version: "24.04", pg_versions: ["15", "16", "17"], imported: true}
 catalog_changed:
-  description: Whether the catalog was (or would be) changed.
-  returned: when O(catalog) is given
+  description: Whether a catalog (with O(state=absent), any catalog recording the image) was changed.
+  returned: when O(catalog) is given, or a catalog was updated
   type: bool
 pvcs:
   description: PersistentVolumeClaims (C(namespace/name)) that use the image's StorageClass.
   returned: when state is absent and the deletion is refused
+  type: list
+  elements: str
+consumers:
+  description: Everything that uses the image, each with C(kind), C(namespace), C(name) and C(why).
+  returned: when state is absent and the deletion is refused
+  type: list
+  elements: dict
+  sample:
+    - kind: DBInstance
+      namespace: orders
+      name: pg-1
+      why: its applied revision is v20260615 (phase Available)
+registered:
+  description: Whether the VirtualMachineImage exists when the task failed after writing it.
+  returned: on a failure after the image was written
+  type: bool
+catalog_written:
+  description: Whether the catalog holds the result of this task, on a failure after the image was written.
+  returned: on a failure after the image was written
+  type: bool
+missing_permission:
+  description: The RBAC grant whose absence stopped the task half way.
+  returned: when a write was forbidden after the image was written
+  type: str
+  sample: get, create and update on configmaps in namespace dbaas-system
+catalogs_updated:
+  description: Catalogs (their description) whose entry now says C(imported=false).
+  returned: when state is absent
   type: list
   elements: str
 duration:
@@ -210,49 +245,59 @@ duration:
   returned: always
   type: float
 diff:
-  description: Before and after of the image (server fields removed) and of the catalog YAML, with C(--diff).
+  description:
+    - Before and after of the image (server fields removed, the URL redacted) and of each catalog YAML that
+      changed, with C(--diff).
   returned: when diff mode is on
   type: list
   elements: dict
 """
 
+import copy
 import hashlib
 import os
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, revision
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import harvester_image
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    catalog,
+    harvester_image,
+    inputs,
+    kinds,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
     catalog_options,
+    describe,
+    find_catalogs,
+    locate,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 hi = harvester_image
 API = hi.API_VERSION
 KIND = hi.KIND
+FORBIDDEN = 403
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         name=dict(type="str", required=True),
         namespace=dict(type="str", default="default"),
-        url=dict(type="str"),
+        url=dict(type="str", no_log=True),
         src=dict(type="path"),
         harvester_url=dict(type="str"),
-        os_version=dict(type="str"),
-        pg_versions=dict(type="list", elements="str"),
+        os_version=dict(type="raw"),
+        pg_versions=dict(type="list", elements="raw"),
         replicas=dict(type="int"),
         storage_class=dict(type="str"),
         checksum=dict(type="str", no_log=False),
         retry=dict(type="int", default=3),
         catalog=catalog_options(),
         state=dict(type="str", choices=["present", "absent"], default="present"),
-        wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=300),
-        wait_sleep=dict(type="int", default=2),
     )
+    spec.update(copy.deepcopy(inputs.WAIT_ARG_SPEC))
+    return spec
 
 
 def _sha512(path):
@@ -263,115 +308,101 @@ def _sha512(path):
     return digest.hexdigest()
 
 
+def checked_inputs(p):
+    """The options as the rules read them, every input refusal raised before anything is read or written."""
+    inputs.positive_all(p, ("wait_timeout", "wait_sleep"))
+    stream = inputs.version_string(p["os_version"], "os_version")
+    majors = [inputs.version_string(v, "pg_versions") for v in p["pg_versions"] or []]
+    hi.check_url(p["url"])
+    if p["state"] == "present":
+        if not majors:
+            raise PipelineError("revision %s: pg_versions is required with state=present" % p["name"])
+        if not stream:
+            raise PipelineError("revision %s: os_version is required with state=present" % p["name"])
+        hi.check_request(p["name"], p["replicas"], p["retry"])
+    try:
+        if stream:
+            stream = revision.validate_revision(p["name"], stream).os_stream
+        else:
+            stream = revision.parse_revision(p["name"]).os_stream
+    except ValueError as exc:
+        raise PipelineError(str(exc)) from None
+    return stream, majors
+
+
 class BakedImage:
+    """Register (or delete) one revision's VirtualMachineImage; ``run()`` returns the result."""
+
     def __init__(self, module):
         self.module = module
         self.p = module.params
         self.result = {"changed": False, "duration": 0.0, "image": {}}
         self.store = CatalogStore(module, self.p["catalog"]) if self.p["catalog"] else None
+        self.os_version, self.pg_versions = None, None
 
-    def fail(self, msg, **extra):
-        self.result.update(extra)
-        self.module.fail_json(msg=msg, **self.result)
+    def run(self):
+        self.os_version, self.pg_versions = checked_inputs(self.p)
+        return self.present() if self.p["state"] == "present" else self.absent()
 
-    def os_version(self):
-        try:
-            if self.p["os_version"]:
-                return revision.validate_revision(self.p["name"], self.p["os_version"]).os_stream
-            return revision.parse_revision(self.p["name"]).os_stream
-        except ValueError as exc:
-            self.fail(str(exc))
+    def _ref(self, name, namespace):
+        return "%s %s/%s" % (KIND, namespace, name)
 
     # state=present -----------------------------------------------------------------------------
 
-    def desired(self, os_version):
+    def desired(self):
         p = self.p
-        if p["replicas"] is not None and p["replicas"] < 1:
-            self.fail("replicas must be at least 1")
-        if not 0 <= p["retry"] <= 10:
-            self.fail("retry must be between 0 and 10 (Harvester's range)")
-        try:
-            checksum = hi.normalize_checksum(p["checksum"])
-            if p["src"]:
-                if not os.path.isfile(p["src"]):
-                    self.fail("src %s is not a file" % p["src"])
-                actual = _sha512(p["src"])
-                if checksum and checksum != actual:
-                    self.fail(
-                        "src %s has SHA-512 %s, not the checksum given (%s)" % (p["src"], actual, checksum)
-                    )
-                checksum = actual
-            elif not checksum:
-                self.module.warn("no checksum given: Harvester cannot verify the download")
-            return hi.definition(
-                p["namespace"],
-                p["name"],
-                os_version,
-                p["pg_versions"],
-                checksum,
-                url=p["url"],
-                replicas=p["replicas"],
-                retry=p["retry"],
-                storage_class=p["storage_class"],
-            )
-        except ValueError as exc:
-            self.fail(str(exc))
+        checksum = hi.normalize_checksum(p["checksum"])
+        if p["src"]:
+            if not os.path.isfile(p["src"]):
+                raise PipelineError("src %s is not a file" % p["src"])
+            checksum = hi.check_src_checksum(p["src"], _sha512(p["src"]), checksum)
+        elif not checksum:
+            self.module.warn("no checksum given: Harvester cannot verify the download")
+        return hi.definition(
+            p["namespace"],
+            p["name"],
+            self.os_version,
+            self.pg_versions,
+            checksum,
+            url=p["url"],
+            replicas=p["replicas"],
+            retry=p["retry"],
+            storage_class=p["storage_class"],
+        )
 
-    def record(self, desired, obj, storage_class):
-        """Register the revision in the catalog (refusals come from catalog.py)."""
-        spec = desired["spec"]
+    def register(self, doc, desired, obj=None, storage_class=None):
         meta = desired["metadata"]
-
-        def change(doc):
-            return catalog.register_image(
-                doc,
-                self.p["name"],
-                self.p["os_version"],
-                self.p["pg_versions"],
-                spec.get("checksum"),
-                hi.source_of(desired),
+        extra = {}
+        if obj is not None:
+            extra = dict(
                 image={"namespace": meta["namespace"], "name": meta["name"]},
                 storage_class=storage_class,
-                imported=obj is not None and hi.is_true(obj, "Imported"),
+                imported=hi.imported(obj),
             )
-
-        return self.store.update(change)
+        return catalog.register_image(
+            doc,
+            self.p["name"],
+            self.os_version,
+            self.pg_versions,
+            desired["spec"].get("checksum"),
+            hi.source_of(desired),
+            **extra,
+        )
 
     def present(self):
-        p = self.p
-        if not p["pg_versions"]:
-            self.fail("pg_versions is required with state=present")
-        if not p["os_version"]:
-            self.fail("os_version is required with state=present")
-        os_version = self.os_version()
-        desired = self.desired(os_version)
-        name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
+        desired = self.desired()
+        name, namespace = kinds.name(desired), kinds.namespace(desired)
         if self.store is not None:  # refuse a changed source before touching the cluster
             try:
-                catalog.register_image(
-                    self.store.read(),
-                    p["name"],
-                    os_version,
-                    p["pg_versions"],
-                    desired["spec"].get("checksum"),
-                    hi.source_of(desired),
-                )
+                self.register(self.store.read(), desired)
             except catalog.CatalogError as exc:
-                self.fail("%s: %s" % (self.store.where, exc))
+                raise PipelineError("%s: %s" % (self.store.where, exc.msg), refused=True) from None
         existing = self.module.get(API, KIND, name, namespace)
         after = existing
         if existing is not None:
-            changes = hi.identity_changes(existing, desired)
-            if changes:
-                detail = "; ".join("%s is %r, asked %r" % change for change in changes)
-                self.fail(
-                    "%s %s/%s (revision %s) exists with another source: %s. Images are immutable: "
-                    "build a new revision" % (KIND, namespace, name, p["name"], detail),
-                    image=existing,
-                )
-            wanted = desired["metadata"]["labels"]
-            have = (existing.get("metadata") or {}).get("labels") or {}
-            if any(have.get(k) != v for k, v in wanted.items()):
+            hi.refuse_changed_source(existing, desired, self.p["name"])
+            wanted = kinds.labels(desired)
+            if any(kinds.labels(existing).get(k) != v for k, v in wanted.items()):
                 after, changed = self.module.patch(
                     API, KIND, name, namespace, {"metadata": {"labels": wanted}}, before=existing
                 )
@@ -380,107 +411,116 @@ class BakedImage:
             after = self.module.create(desired)
             self.result["changed"] = True
         if self.module._diff:
-            self.result["diff"] = [
-                dict(object_diff(existing, after), before_header="%s %s/%s" % (KIND, namespace, name))
-            ]
+            before, now = hi.printable(existing), hi.printable(after)
+            self.result["diff"] = [dict(object_diff(before, now), before_header=self._ref(name, namespace))]
         seen = [hi.progress(after)]
-        if not self.module.check_mode:
-            if p["src"] and not hi.is_true(after, "Imported") and not hi.failure(after):
-                after = self.upload(name, namespace, after)
-            if p["wait"] and not hi.is_true(after, "Imported"):
-                after = self.wait_imported(name, namespace, after, seen)
-        self.result.update(image=after, progress=hi.progress(after), progress_seen=seen)
-        storage_class = ((after or {}).get("status") or {}).get("storageClassName")
-        if storage_class:
-            self.check_replicas(after, storage_class)
+        try:
+            if not self.module.check_mode:
+                if self.p["src"] and not hi.imported(after) and not hi.failure(after):
+                    after = self.upload(name, namespace, after)
+                if self.p["wait"] and not hi.imported(after):
+                    after = self.wait_imported(name, namespace, after, seen)
+            self.result.update(image=hi.printable(after), progress=hi.progress(after), progress_seen=seen)
+            storage_class = hi.storage_class_of(after)
+            if storage_class:
+                self.check_replicas(after, storage_class)
+        except PipelineError as exc:
+            raise self.left_behind(exc, existing is None) from None
         if self.store is not None:
-            try:
-                before_doc, after_doc, changed = self.record(desired, after, storage_class)
-            except catalog.CatalogError as exc:
-                self.fail("%s: %s" % (self.store.where, exc))
-            self.result["catalog_changed"] = changed
-            self.result["changed"] = self.result["changed"] or changed
-            self.result["revision"] = after_doc["images"].get(p["name"], {})
-            if self.module._diff:
-                self.result.setdefault("diff", []).append(
-                    {
-                        "before_header": self.store.where,
-                        "before": catalog.dump(before_doc),
-                        "after": catalog.dump(after_doc),
-                    }
-                )
-        self.module.exit_json(**self.result)
+            self.record(desired, after, storage_class)
+        return self.result
+
+    def left_behind(self, exc, created):
+        fields = dict(self.result)
+        fields.update(exc.fields)
+        if exc.fields.get("status") == FORBIDDEN:
+            fields.setdefault("missing_permission", forbidden_detail(exc))
+        exc.fields = fields
+        where = self.store.where if self.store is not None else None
+        return hi.left_behind(exc, self.result.get("image"), created, where, self.module.check_mode)
+
+    def record(self, desired, obj, storage_class):
+        """Record the revision in the catalog: the last write, so a failure leaves only the image."""
+        try:
+            before, after, changed = self.store.update(
+                lambda doc: self.register(doc, desired, obj, storage_class)
+            )
+        except PipelineError as exc:
+            fields = dict(self.result, **exc.fields)
+            missing = self.store.missing_permission() if exc.fields.get("status") == FORBIDDEN else None
+            fields.pop("missing_permission", None)
+            raise hi.not_recorded(obj, self.p["name"], self.store.where, exc.msg, missing, fields) from None
+        self.result["catalog_changed"] = changed
+        self.result["changed"] = self.result["changed"] or changed
+        self.result["revision"] = after["images"].get(self.p["name"], {})
+        if self.module._diff:
+            self.result.setdefault("diff", []).append(
+                {
+                    "before_header": self.store.where,
+                    "before": catalog.dump(before),
+                    "after": catalog.dump(after),
+                }
+            )
 
     def check_replicas(self, image, storage_class):
         self.result["storage_class"] = storage_class
-        found = self.module.get("storage.k8s.io/v1", "StorageClass", storage_class)
+        found = self.module.get(kinds.STORAGE, "StorageClass", storage_class)
         if found is None:
-            self.fail(
+            raise PipelineError(
                 "StorageClass %s named by the image's status.storageClassName does not exist" % storage_class
             )
         in_force = (found.get("parameters") or {}).get("numberOfReplicas")
         self.result["replicas_in_force"] = int(in_force) if str(in_force or "").isdigit() else in_force
         if self.p["replicas"] is None or str(in_force) == str(self.p["replicas"]):
             return
-        classes = self.module.list("storage.k8s.io/v1", "StorageClass")
-        template, why = hi.winning_template(image, classes)
-        self.fail(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
+        template, why = hi.winning_template(image, self.module.list(kinds.STORAGE, "StorageClass"))
+        raise PipelineError(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
 
-    def _pending(self, name, namespace, what):
-        return "%s %s/%s to be %s" % (KIND, namespace, name, what)
+    def _wait(self, name, namespace, predicate, what, progress=None):
+        obj, duration = self.module.wait(
+            API,
+            KIND,
+            name,
+            namespace,
+            predicate,
+            hi.describe,
+            "%s to be %s" % (self._ref(name, namespace), what),
+            self.p["wait_timeout"],
+            self.p["wait_sleep"],
+            progress=progress,
+        )
+        self.result["duration"] = round(self.result["duration"] + duration, 3)
+        return obj
 
     def wait_imported(self, name, namespace, current, seen):
-        def imported(obj):
-            if hi.is_true(obj, "Imported"):
-                return True, None
-            return False, hi.failure(obj)
-
         def progress(obj):
             value = hi.progress(obj)
             if obj is not None and value != seen[-1]:
                 seen.append(value)
 
         try:
-            obj, duration = self.module.wait(
-                API,
-                KIND,
-                name,
-                namespace,
-                imported,
-                hi.describe,
-                self._pending(name, namespace, "Imported=True"),
-                self.p["wait_timeout"],
-                self.p["wait_sleep"],
-                progress=progress,
+            return self._wait(
+                name, namespace, lambda obj: (hi.imported(obj), hi.failure(obj)), "Imported=True", progress
             )
-        except WaitError as exc:
-            last = exc.last if exc.last is not None else current
-            self.result.update(image=last or {}, progress=hi.progress(last), progress_seen=seen)
-            storage_class = ((last or {}).get("status") or {}).get("storageClassName")
-            if storage_class:
-                self.result["storage_class"] = storage_class
-            self.module.fail_from_wait(exc, **self.result)
-        self.result["duration"] = round(self.result["duration"] + duration, 3)
-        return obj
+        except PipelineError as exc:
+            last = getattr(exc, "last", None) or current
+            self.result.update(image=hi.printable(last), progress=hi.progress(last), progress_seen=seen)
+            if hi.storage_class_of(last):
+                self.result["storage_class"] = hi.storage_class_of(last)
+            raise
 
     def upload(self, name, namespace, current):
         """POST the file to Harvester's upload action once the image is initialized."""
         try:
-            current, duration = self.module.wait(
-                API,
-                KIND,
+            current = self._wait(
                 name,
                 namespace,
-                lambda obj: (hi.is_true(obj, "Initialized"), hi.failure(obj)),
-                hi.describe,
-                self._pending(name, namespace, "Initialized=True before the upload"),
-                self.p["wait_timeout"],
-                self.p["wait_sleep"],
+                lambda obj: (hi.initialized(obj), hi.failure(obj)),
+                "Initialized=True before the upload",
             )
-        except WaitError as exc:
-            self.result.update(image=exc.last or current or {})
-            self.module.fail_from_wait(exc, **self.result)
-        self.result["duration"] = round(duration, 3)
+        except PipelineError as exc:
+            self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
+            raise
         api = self.module.client.client.client
         base = (self.p["harvester_url"] or api.configuration.host).rstrip("/")
         headers = {"Content-Type": "multipart/form-data", "Accept": "application/json"}
@@ -499,58 +539,135 @@ class BakedImage:
             )
         except Exception as exc:
             self.module.fail_from_exception(
-                "upload %s to %s %s/%s" % (self.p["src"], KIND, namespace, name), exc
+                "upload %s to %s" % (self.p["src"], self._ref(name, namespace)), exc
             )
         return self.module.get(API, KIND, name, namespace) or current
 
     # state=absent ------------------------------------------------------------------------------
 
+    def catalogs(self):
+        """``[(locator, spec, doc)]``: the catalog given and every catalog ConfigMap in the cluster."""
+        found = []
+        if self.store is not None:
+            found.append((self.store.locator, self.p["catalog"], self.store.read()))
+        others, unreadable = find_catalogs(self.module)
+        for spec, doc in others:
+            where = locate(spec)
+            if not found or where != found[0][0]:
+                found.append((where, spec, doc))
+        for text in unreadable:
+            self.module.warn("not a readable baked image catalog, so not asked who uses the image: %s" % text)
+        return found
+
+    def dbinstances(self):
+        """Every DBInstance of every API group that serves the kind (found by discovery, not by name)."""
+        items = []
+        for api_version in served_versions(self.module, "DBInstance"):
+            items.extend(self.module.list(api_version, "DBInstance"))
+        return items
+
+    def consumers(self, image, catalogs):
+        vms = []
+        if self.module.served(kinds.KUBEVIRT, "VirtualMachine"):
+            vms = self.module.list(kinds.KUBEVIRT, "VirtualMachine")
+        return hi.image_consumers(
+            image,
+            self.revision_of(image),
+            catalogs=[(where, doc) for where, _spec, doc in catalogs],
+            dbinstances=self.dbinstances(),
+            claims=self.module.list(kinds.CORE, "PersistentVolumeClaim"),
+            vms=vms,
+        )
+
+    def revision_of(self, image):
+        return kinds.labels(image).get(hi.REVISION_LABEL) or self.p["name"]
+
     def absent(self):
-        p = self.p
-        name, namespace = hi.image_name(p["name"], self.os_version()), p["namespace"]
+        name, namespace = hi.image_name(self.p["name"], self.os_version), self.p["namespace"]
+        ref = {"namespace": namespace, "name": name}
         existing = self.module.get(API, KIND, name, namespace)
-        if existing is None:
-            self.module.exit_json(**self.result)
-        self.result["image"] = existing
-        storage_class = (existing.get("status") or {}).get("storageClassName")
-        if storage_class:
-            self.result["storage_class"] = storage_class
-            users = sorted(
-                "%s/%s" % (c["metadata"]["namespace"], c["metadata"]["name"])
-                for c in self.module.list("v1", "PersistentVolumeClaim")
-                if (c.get("spec") or {}).get("storageClassName") == storage_class
+        catalogs = self.catalogs()
+        if existing is not None:
+            self.result["image"] = hi.printable(existing)
+            if hi.storage_class_of(existing):
+                self.result["storage_class"] = hi.storage_class_of(existing)
+            refusal = hi.refuse_delete(
+                existing, self.revision_of(existing), self.consumers(existing, catalogs)
             )
-            if users:
-                self.fail(
-                    "refusing to delete %s %s/%s (revision %s): PersistentVolumeClaim %s use its "
-                    "StorageClass %s; repave or delete those disks first"
-                    % (KIND, namespace, name, p["name"], ", ".join(users), storage_class),
-                    pvcs=users,
-                )
-        changed = self.module.delete(API, KIND, name, namespace, before=existing)
-        self.result["changed"] = changed
-        if self.module._diff:
-            self.result["diff"] = [
-                dict(object_diff(existing, None), before_header="%s %s/%s" % (KIND, namespace, name))
-            ]
-        if changed and p["wait"] and not self.module.check_mode:
+            if refusal is not None:
+                refusal.fields = dict(self.result, **refusal.fields)
+                raise refusal
+            self.result["changed"] = self.module.delete(API, KIND, name, namespace, before=existing)
+            if self.module._diff:
+                self.result["diff"] = [
+                    dict(object_diff(hi.printable(existing), None), before_header=self._ref(name, namespace))
+                ]
+            if self.result["changed"] and self.p["wait"] and not self.module.check_mode:
+                self._wait(name, namespace, lambda obj: (obj is None, None), "deleted")
+            self.result["image"] = {}
+        self.forget(catalogs, ref, existing is not None)
+        return self.result
+
+    def forget(self, catalogs, ref, deleted):
+        """Every catalog recording this image says ``imported: false`` now that it is gone."""
+        updated = []
+        for where, spec, doc in catalogs:
+            entry = doc["images"].get(self.p["name"])
+            given = self.store is not None and where == self.store.locator
+            if not entry or not entry.get("imported"):
+                continue
+            if not (
+                entry.get("image") == ref or (given and catalog.records_image(entry, self.p["name"], ref))
+            ):
+                continue
+            store = self.store if given else CatalogStore(self.module, spec)
             try:
-                _observed, duration = self.module.wait(
-                    API,
-                    KIND,
-                    name,
-                    namespace,
-                    lambda obj: (obj is None, None),
-                    hi.describe,
-                    self._pending(name, namespace, "deleted"),
-                    p["wait_timeout"],
-                    p["wait_sleep"],
+                before, after, changed = store.update(
+                    lambda d: catalog.mark_imported(d, self.p["name"], False)
                 )
-            except WaitError as exc:
-                self.module.fail_from_wait(exc, **self.result)
-            self.result["duration"] = round(duration, 3)
-        self.result["image"] = {}
-        self.module.exit_json(**self.result)
+            except PipelineError as exc:
+                missing = store.missing_permission() if exc.fields.get("status") == FORBIDDEN else None
+                fields = dict(self.result, catalogs_updated=updated)
+                rev = self.p["name"]
+                raise hi.still_imported(
+                    ref, deleted, rev, describe(spec), exc.msg, missing, **fields
+                ) from None
+            if changed:
+                updated.append(describe(spec))
+                if self.module._diff:
+                    self.result.setdefault("diff", []).append(
+                        dict(
+                            before_header=describe(spec),
+                            before=catalog.dump(before),
+                            after=catalog.dump(after),
+                        )
+                    )
+        self.result["catalogs_updated"] = updated
+        if updated:
+            self.result["changed"] = True
+            self.result["catalog_changed"] = True
+
+
+def forbidden_detail(exc):
+    """What a 403 says was refused (the Status message names the verb, the resource and the namespace)."""
+    body = exc.fields.get("body")
+    return (body.get("message") if isinstance(body, dict) else None) or exc.msg
+
+
+def served_versions(module, kind):
+    """``group/version`` of each API group that serves ``kind``, its preferred version, from discovery."""
+    try:
+        found = module.client.resources.search(kind=kind)
+    except Exception as exc:
+        module.fail_from_exception("discover the API groups that serve %s" % kind, exc)
+    versions = {}
+    for res in found or ():
+        if "/" in (getattr(res, "name", "") or ""):
+            continue  # a subresource (status, scale) of the kind
+        group = getattr(res, "group", "") or ""
+        if group not in versions or getattr(res, "preferred", False):
+            versions[group] = res.group_version
+    return [versions[group] for group in sorted(versions)]
 
 
 def main():
@@ -560,13 +677,7 @@ def main():
         mutually_exclusive=[("url", "src")],
         required_if=[("state", "present", ("url", "src"), True)],
     )
-    try:
-        if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
-            module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
-        runner = BakedImage(module)
-        getattr(runner, module.params["state"])()
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: BakedImage(module).run())
 
 
 if __name__ == "__main__":

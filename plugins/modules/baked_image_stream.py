@@ -15,8 +15,9 @@ description:
   - Each OS stream of the baked image catalog (C(22.04), C(24.04)) has a tip revision and a C(validated)
     flag; one stream is the default, the one new databases get.
   - O(revision) moves the tip. The revision must be in the catalog (registered by
-    M(goldenimage.pipeline.baked_image)), imported (the catalog says so, or its C(VirtualMachineImage) is
-    C(Imported=True) now), and of the stream's OS. Moving the tip resets C(validated) to false unless
+    M(goldenimage.pipeline.baked_image)), imported (its C(VirtualMachineImage) is C(Imported=True) now
+    when the catalog names the image, whatever the catalog says; else the catalog says so), and of the
+    stream's OS. Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
     validated. The default stream always stays validated, so its tip moves only with O(validated=true).
@@ -27,8 +28,10 @@ requirements:
   - kubernetes >= 24.2.0 (on the controller)
 options:
   os_version:
-    description: The OS stream, C(22.04) or C(24.04).
-    type: str
+    description:
+      - The OS stream, C(22.04) or C(24.04).
+      - Give it as a quoted string; an unquoted YAML number (C(24.10) reads as C(24.1)) is refused.
+    type: raw
     required: true
   revision:
     description: The revision to put at the tip of the stream, for example C(v20261201-2404).
@@ -41,22 +44,9 @@ options:
       - V(true) makes this stream the default OS stream. V(false) is refused for the current default (make
         another stream the default instead) and changes nothing otherwise.
     type: bool
-  catalog:
-    description: The catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file (O(catalog.path)).
-    type: dict
-    required: true
-    suboptions:
-      namespace:
-        description: Namespace of the catalog ConfigMap.
-        type: str
-      name:
-        description: Name of the catalog ConfigMap (key C(catalog.yaml)).
-        type: str
-      path:
-        description: A catalog YAML file instead of a ConfigMap.
-        type: path
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.catalog.required
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
 attributes:
@@ -113,21 +103,21 @@ diff:
   type: dict
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, revision
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import harvester_image
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, harvester_image, inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
     catalog_options,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 
 def argument_spec():
     options = catalog_options()
     options["required"] = True
     return dict(
-        os_version=dict(type="str", required=True),
+        os_version=dict(type="raw", required=True),
         revision=dict(type="str"),
         validated=dict(type="bool"),
         default=dict(type="bool"),
@@ -136,53 +126,55 @@ def argument_spec():
 
 
 def observed_import(module, doc, name):
-    """True when the tip's VirtualMachineImage is Imported=True now; None when the catalog already
-    says so or does not know the image (the rules then decide from the catalog)."""
+    """Whether the tip's VirtualMachineImage is Imported=True now; None when the catalog names no image
+    (the rules then decide from the catalog). An image the catalog says is imported but that is gone
+    (or failed) is not: a stream never moves onto a stale ``imported: true``."""
     entry = doc["images"].get(name) if name else None
-    if not entry or entry.get("imported") or not entry.get("image"):
+    if not entry or not entry.get("image"):
         return None
     ref = entry["image"]
     obj = module.get(harvester_image.API_VERSION, harvester_image.KIND, ref.get("name"), ref.get("namespace"))
-    return obj is not None and harvester_image.is_true(obj, "Imported")
+    return obj is not None and harvester_image.imported(obj)
+
+
+def run(module):
+    """Move the stream as asked; returns the result, raises PipelineError for a refusal."""
+    p = module.params
+    store = CatalogStore(module, p["catalog"])
+    text = inputs.version_string(p["os_version"], "os_version")
+    try:
+        stream = revision.validate_stream(text)
+    except ValueError as exc:
+        raise PipelineError("%s: %s" % (store.where, exc), refused=True) from None
+    imported = observed_import(module, store.read(), p["revision"])
+
+    def change(doc):
+        marked = False
+        if imported:
+            doc, marked = catalog.mark_imported(doc, p["revision"])
+        doc, moved = catalog.set_stream(
+            doc, stream, tip=p["revision"], validated=p["validated"], default=p["default"], imported=imported
+        )
+        return doc, marked or moved
+
+    try:
+        before, after, changed = store.update(change)
+    except catalog.CatalogError as exc:
+        raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
+    result = {
+        "changed": changed,
+        "stream": after["streams"].get(stream, {}),
+        "default_stream": after["default_stream"],
+        "catalog": after,
+    }
+    if module._diff:
+        result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
+    return result
 
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        p = module.params
-        store = CatalogStore(module, p["catalog"])
-        try:
-            stream = revision.validate_stream(p["os_version"])
-            imported = observed_import(module, store.read(), p["revision"])
-
-            def change(doc):
-                marked = False
-                if imported:
-                    doc, marked = catalog.mark_imported(doc, p["revision"])
-                doc, moved = catalog.set_stream(
-                    doc,
-                    stream,
-                    tip=p["revision"],
-                    validated=p["validated"],
-                    default=p["default"],
-                    imported=imported,
-                )
-                return doc, marked or moved
-
-            before, after, changed = store.update(change)
-        except (catalog.CatalogError, ValueError) as exc:
-            module.fail_json(msg="%s: %s" % (store.where, exc))
-        result = {
-            "changed": changed,
-            "stream": after["streams"].get(stream, {}),
-            "default_stream": after["default_stream"],
-            "catalog": after,
-        }
-        if module._diff:
-            result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
-        module.exit_json(**result)
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: run(module))
 
 
 if __name__ == "__main__":

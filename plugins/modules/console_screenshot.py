@@ -226,7 +226,7 @@ import traceback
 from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 API_VERSION = "kubevirt.io/v1"
 KIND = "VirtualMachineInstance"
@@ -255,10 +255,10 @@ def pillow_image():
 
 
 def frame_from_png(data):
-    """``(Frame, (width, height))`` of a PNG: RGB, box-averaged to at most FRAME_SIZE."""
+    """``(Frame, (width, height))`` of a PNG (bytes, or a path): RGB, box-averaged to at most FRAME_SIZE."""
     image_module = pillow_image()
     try:
-        with image_module.open(io.BytesIO(data)) as image:
+        with image_module.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
             if image.format != "PNG":
                 raise NotAnImage("a %s image, not a PNG" % image.format)
             rgb = image.convert("RGB")
@@ -286,102 +286,86 @@ def argument_spec():
     )
 
 
-def save(path, data):
-    """Write ``data`` to ``path`` whole or not at all."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        os.makedirs(folder)
-    handle, partial = tempfile.mkstemp(prefix=".console-", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.rename(partial, path)
-    except Exception:
-        if os.path.exists(partial):
-            os.unlink(partial)
-        raise
-
-
 class Screenshot(object):
+    """Read one instance's console into a file, judge it, and return the result (never exits)."""
+
     def __init__(self, module):
         self.module = module
         self.p = module.params
         self.where = "%s/%s" % (self.p["namespace"], self.p["name"])
 
-    def fail(self, msg, **extra):
-        self.module.fail_json(msg=msg, **extra)
-
-    def decode(self, data, what, **extra):
+    def decode(self, source, what, **extra):
         try:
-            return frame_from_png(data)
-        except MissingPillow:
-            self.module.fail_json(
-                msg=missing_required_lib("Pillow", reason=PILLOW_REASON),
+            return frame_from_png(source)
+        except MissingPillow as exc:
+            raise PipelineError(
+                missing_required_lib("Pillow", reason=PILLOW_REASON),
                 exception=traceback.format_exc(),
                 **extra,
-            )
+            ) from exc
         except NotAnImage as exc:
-            self.fail("%s is not a PNG image: %s" % (what, exc), **extra)
+            raise PipelineError("%s is not a PNG image: %s" % (what, exc), **extra) from exc
 
     def reference_prints(self, **extra):
         prints = {}
         for name, path in sorted((self.p["references"] or {}).items()):
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except (IOError, OSError) as exc:
-                self.fail("reference %s: cannot read %s: %s" % (name, path, exc), **extra)
-            frame, _size = self.decode(data, "reference %s (%s)" % (name, path), **extra)
+            if not os.path.isfile(path):
+                raise PipelineError("reference %s: cannot read %s: no such file" % (name, path), **extra)
+            frame, _size = self.decode(path, "reference %s (%s)" % (name, path), **extra)
             prints[name] = console.average_hash(frame)
         return prints
 
-    def read_instance(self):
-        try:
-            vmi = self.module.fetch(API_VERSION, KIND, self.p["name"], self.p["namespace"])
-        except Exception as exc:
-            self.module.fail_from_exception("get %s %s" % (KIND, self.where), exc)
-        if vmi is None:
-            self.fail(
-                "%s %s does not exist: the VM is not running, so there is no console to read"
-                % (KIND, self.where),
-                vmi_phase="",
-            )
-        phase = (vmi.get("status") or {}).get("phase") or ""
-        if phase != "Running":
-            self.fail(
-                "%s %s is %s, not Running: there is no console to read"
-                % (KIND, self.where, phase or "pending"),
-                vmi_phase=phase,
-            )
-        return phase
-
-    def fetch_png(self, phase):
-        api = self.module.client.client.client  # kubernetes.client.ApiClient, configured like every module
+    def fetch_png(self, handle, phase):
+        """Stream the screenshot into ``handle``: it never sits whole in memory."""
         query = [("moveCursor", "true")] if self.p["move_cursor"] else []
         try:
-            response = api.call_api(
-                SCREENSHOT_PATH,
-                "GET",
-                path_params={"namespace": self.p["namespace"], "name": self.p["name"]},
-                query_params=query,
-                header_params={"Accept": "image/png"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _preload_content=False,
-                _request_timeout=self.p["timeout"],
+            self.module.download(
+                SCREENSHOT_PATH.format(namespace=self.p["namespace"], name=self.p["name"]),
+                handle,
+                query=query,
+                headers={"Accept": "image/png"},
+                timeout=self.p["timeout"],
+                limit=console.MAX_SCREENSHOT_BYTES,
+                action="read the console of %s %s" % (KIND, self.where),
             )
-            return response.data
-        except Exception as exc:
-            self.module.fail_from_exception(
-                "read the console of %s %s" % (KIND, self.where), exc, vmi_phase=phase
-            )
+        except PipelineError as exc:
+            exc.fields["vmi_phase"] = phase
+            raise
 
     def run(self):
         p = self.p
-        phase = self.read_instance()
-        data = self.fetch_png(phase)
-        taken = time.time()
-        frame, (width, height) = self.decode(data, "the screenshot of %s" % self.where, vmi_phase=phase)
+        console.check_options(p["match_distance"], p["timeout"], p["stuck_after"])
+        vmi = self.module.get(API_VERSION, KIND, p["name"], p["namespace"])
+        phase = console.running_phase(KIND, self.where, vmi)
+        keep = bool(p["dest"]) and not self.module.check_mode
+        folder = os.path.dirname(os.path.abspath(p["dest"])) if keep else None
+        if folder and not os.path.isdir(folder):
+            try:
+                os.makedirs(folder)
+            except OSError as exc:
+                raise PipelineError("cannot write the screenshot to %s: %s" % (p["dest"], exc)) from exc
+        handle, partial = tempfile.mkstemp(prefix=".console-", suffix=".png", dir=folder)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                self.fetch_png(out, phase)
+            taken = time.time()
+            result = self.judge(partial, taken, phase)
+            if keep:
+                try:
+                    os.rename(partial, p["dest"])
+                except OSError as exc:
+                    raise PipelineError(
+                        "cannot write the screenshot to %s: %s" % (p["dest"], exc), **result
+                    ) from exc
+                result["dest"] = p["dest"]
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        return result
+
+    def judge(self, path, taken, phase):
+        p = self.p
+        frame, (width, height) = self.decode(path, "the screenshot of %s" % self.where, vmi_phase=phase)
         prints = self.reference_prints(vmi_phase=phase)
         verdict = console.judge(frame, prints, p["match_distance"])
         result = dict(
@@ -401,13 +385,7 @@ class Screenshot(object):
         result["since"] = round(held["since"], 3)
         if p["previous_fingerprint"] is not None and p["previous_time"] is not None:
             result.update(unchanged_for=held["unchanged_for"], stuck=held["stuck"])
-        if p["dest"] and not self.module.check_mode:
-            try:
-                save(p["dest"], data)
-            except (IOError, OSError) as exc:
-                self.fail("cannot write the screenshot to %s: %s" % (p["dest"], exc), **result)
-            result["dest"] = p["dest"]
-        self.module.exit_json(**result)
+        return result
 
 
 def main():
@@ -416,12 +394,7 @@ def main():
         supports_check_mode=True,
         required_together=[("previous_fingerprint", "previous_time")],
     )
-    try:
-        if module.params["match_distance"] < 0 or module.params["timeout"] < 1:
-            module.fail_json(msg="match_distance must be at least 0 and timeout at least 1 (seconds)")
-        Screenshot(module).run()
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: Screenshot(module).run())
 
 
 if __name__ == "__main__":

@@ -128,12 +128,13 @@ options:
         default: UTC
   batch_estimate:
     description:
-      - Seconds a batch is expected to take before any repave of this run has been measured; later batches
-        use the longest repave measured in the run. Decides whether a batch fits the rest of O(window).
+      - Seconds a batch is expected to take before any repave of this run has been measured, greater than
+        zero; later batches use the longest repave measured in the run. Decides whether a batch fits the
+        rest of O(window).
     type: int
     default: 600
   batch_pause:
-    description: Seconds to wait between two batches.
+    description: Seconds to wait between two batches; V(0) for no pause. A negative pause is refused.
     type: float
     default: 0
   order:
@@ -166,20 +167,32 @@ options:
     default: true
   purge_data:
     description:
-      - With O(state=absent), also delete data disks (pgdata). Without it the module refuses, deleting
-        nothing, and lists them.
+      - With O(state=absent), also delete data disks. Without it the module refuses, deleting nothing, and
+        lists them with why each is data.
+      - A claim is a data disk unless it is proven to be an OS disk (see O(os_volume)); the options naming
+        volumes play no part in this.
     type: bool
     default: false
+  wait:
+    description:
+      - With V(true), wait for every batch that may start to be repaved.
+      - With V(false), take one step for each instance the first batch may start (set the trigger; in
+        direct mode, the first step of the swap) and return with them as V(in-flight) and the others
+        RV(pending); running the module again continues (instances in flight are never triggered twice).
+      - Only with O(state=repaved); O(state=absent) always waits until the VM and its disks are gone.
+    type: bool
+    default: true
   wait_timeout:
     description:
-      - Seconds to wait for one batch to be repaved. On timeout the module fails naming each instance still
-        repaving, its phase, its repave step and its condition messages.
+      - Seconds to wait for one batch to be repaved, greater than zero (zero or negative is refused before
+        anything is written). On timeout the module fails naming each instance still repaving, its phase,
+        its repave step and its condition messages.
     type: int
     default: 900
   wait_sleep:
     description:
-      - Longest pause, in seconds, between two polls. Polling starts after a quarter of a second and doubles
-        up to this.
+      - Longest pause, in seconds, between two polls, greater than zero. Polling starts after a quarter of
+        a second and doubles up to this.
     type: float
     default: 2
   api_version:
@@ -211,11 +224,22 @@ options:
       - The date end-of-life is judged on, C(YYYY-MM-DD); today (UTC) when omitted.
     type: str
   os_volume:
-    description: With O(strategy=direct), the name of the VM's OS volume.
+    description:
+      - With O(strategy=direct), the name of the VM's OS volume, the one whose claim is replaced.
+      - It may only name a volume backed by a claim proven to be an OS disk. A claim is an OS disk when
+        nothing marks it as data (label or annotation C(goldenimage.pipeline/disk-role=data)), it carries
+        the Harvester annotation C(harvesterhci.io/imageId) naming an existing image, its StorageClass is
+        that image's class, and it is attached as the VM's boot disk. Any other claim is data. A volume
+        backed by a data claim is refused (C(NotAnOSDisk)) before anything is written, naming the claim,
+        why it is data and the VM's OS volume.
+      - A VM found with a data claim swapped out of its slot (recorded as a previous OS disk by an earlier
+        run) first gets its original claim back.
     type: str
     default: rootdisk
   data_volume:
-    description: With O(strategy=direct), the name of the VM's data (pgdata) volume, which is never detached.
+    description:
+      - With O(strategy=direct), the volume reported as RV(instances[].data_disk). Which claims hold data
+        is decided from the claims themselves (see O(os_volume)), never from this name.
     type: str
     default: pgdata
 extends_documentation_fragment:
@@ -362,7 +386,9 @@ instances:
           V(opt-in) (only the opt-in changed), V(deleted) and V(absent) (O(state=absent)).
       type: str
     reason:
-      description: The refusal rule (V(InvalidOSStream), V(RepaveBlockedPGVersionEOL), V(NotAvailable)).
+      description:
+        - The refusal rule (V(InvalidOSStream), V(RepaveBlockedPGVersionEOL), V(NotAvailable); in direct
+          mode V(NotAnOSDisk)).
       type: str
       returned: when refused
     message:
@@ -377,6 +403,25 @@ instances:
       description: Seconds its repave took.
       type: float
       returned: when repaved or failed
+    pvcs:
+      description: The claims of the VM (O(state=absent)).
+      type: list
+      elements: str
+      returned: with state absent
+    data_pvcs:
+      description: The claims that are data (not proven to be OS disks), deleted only with O(purge_data).
+      type: list
+      elements: str
+      returned: with state absent
+    disk_roles:
+      description: Per claim, its C(role) (V(os) or V(data)) and C(why) (what proves or fails to prove it).
+      type: dict
+      returned: with state absent
+msg:
+  description: With no instance in scope, says so (the namespace, selector and names it looked in).
+  returned: when no instance is in scope
+  type: str
+  sample: "no DBInstance in scope (namespace customers; label selector tier=prod): nothing to repave"
 summary:
   description: Number of instances per verdict.
   returned: always
@@ -413,7 +458,9 @@ resumes:
   type: list
   elements: str
 pending:
-  description: Instances not started because the window closed or the next batch would not fit in it.
+  description:
+    - Instances not started because the window closed or the next batch would not fit in it, or (with
+      O(wait=false)) because they are in a later batch.
   returned: with state repaved
   type: list
   elements: str
@@ -450,20 +497,26 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_opera
     OPT_IN_ANNOTATION,
     OperatorDriver,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_rollout import Rollout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_rollout import (
+    Rollout,
+    RolloutHalted,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
 
 REVISION_ANNOTATION = "goldenimage.pipeline/image-revision"
 
 
 def argument_spec():
-    catalog_spec = catalog_options()
     return dict(
         state=dict(type="str", choices=["report", "repaved", "absent"], default="report"),
         namespace=dict(type="str"),
         names=dict(type="list", elements="str"),
         label_selector=dict(type="str"),
-        catalog=catalog_spec,
+        catalog=catalog_options(),
         strategy=dict(type="str", choices=["operator", "direct"], default="operator"),
         revision=dict(type="str"),
         max_unavailable=dict(type="raw", default=1),
@@ -484,6 +537,7 @@ def argument_spec():
         opt_in=dict(type="str", choices=["immediate", "next-maintenance", "undo-opt-in"]),
         halt_on_failure=dict(type="bool", default=True),
         purge_data=dict(type="bool", default=False),
+        wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=900),
         wait_sleep=dict(type="float", default=2),
         api_version=dict(type="str", default="db.goldenimage.io/v1alpha1"),
@@ -508,14 +562,40 @@ def make_driver(module):
 
 
 class Repave:
-    def __init__(self, module):
+    """The module's runner: ``run()`` returns the result or raises a ``PipelineError`` carrying it.
+
+    ``driver`` (the operator or the direct driver) and ``doc`` (the catalog) are built from the module
+    when not given, so a test can run it with observed state of its own."""
+
+    def __init__(self, module, driver=None, doc=None):
         self.module = module
         self.params = module.params
         self.result = {"changed": False, "instances": [], "summary": {}, "missing": [], "progress": []}
         self.entries = {}
         self.diffs = {}
-        self.doc = None
-        self.driver = None
+        self.doc = doc
+        self.driver = driver
+        self.window = None
+
+    def run(self):
+        try:
+            self.window = repave.check_request(self.params)
+            if self.driver is None:
+                self.driver = make_driver(self.module)
+            if self.params["state"] != "absent" and self.doc is None:
+                self.doc = self.read_catalog()
+            state = self.params["state"]
+            return (
+                self.report()
+                if state == "report"
+                else self.repaved()
+                if state == "repaved"
+                else self.absent()
+            )
+        except PipelineError as exc:
+            for name, value in self.finish().items():
+                exc.fields.setdefault(name, value)
+            raise
 
     # --- plumbing shared with the roll-out
 
@@ -527,11 +607,6 @@ class Repave:
     def scope(self):
         return self.driver.list(self.params["names"], self.params["label_selector"])
 
-    def fail(self, msg, **extra):
-        self.finish()
-        self.result.update(extra)
-        self.module.fail_json(msg=msg, **self.result)
-
     def finish(self):
         self.result["instances"] = list(self.entries.values())
         summary = {}
@@ -541,6 +616,7 @@ class Repave:
         self.result["summary"] = summary
         if self.module._diff:
             self.result["diff"] = list(self.diffs.values())
+        return self.result
 
     def note(self, inst, changes):
         """Note annotation writes for --diff; ``changes`` maps an annotation to its value (None: removed)."""
@@ -572,58 +648,36 @@ class Repave:
             return True
         return False
 
-    def in_flight(self, inst):
-        check = getattr(self.driver, "in_flight", None)
-        return check(inst) if check is not None else inst.get("phase") == "Repaving"
+    def apply(self, events, instances, targets):
+        """Take in what the roll-out reports (see ``Rollout``)."""
+        for event in events:
+            kind, key = event["event"], event.get("key")
+            if kind == "entry":
+                self.entries[key].update(event["fields"])
+            elif kind == "write":
+                if not event.get("predicted"):
+                    self.result["changed"] = True
+                self.record_write(instances[key], targets[key])
+            elif kind == "opt-in":
+                self.result["changed"] = True
+                self.note(instances[key], {OPT_IN_ANNOTATION: event["value"]})
+            elif kind == "progress":
+                self.result["progress"].append(event["record"])
+            elif kind == "warning":
+                self.module.warn(event["text"])
+            elif kind == "result":
+                self.result.update(event["fields"])
 
     # --- reading
-
-    def prepare(self):
-        p = self.params
-        if p["opt_in"] and p["state"] != "repaved":
-            self.module.fail_json(
-                msg="opt_in records a choice about a pending repave: use it with state repaved"
-            )
-        if p["opt_in"] == "next-maintenance" and not p["window"]:
-            self.module.fail_json(
-                msg="opt_in next-maintenance repaves inside the maintenance window: set window"
-            )
-        if p["state"] == "absent":
-            if p["strategy"] == "operator":
-                self.module.fail_json(
-                    msg="state absent is for strategy direct: with the operator, delete the %s and let the "
-                    "operator tear it down (its disks included)" % p["kind"]
-                )
-            if not p["names"]:
-                self.module.fail_json(msg="state absent needs names: the instances to tear down")
-        elif not p["catalog"]:
-            self.module.fail_json(msg="catalog is required with state %s" % p["state"])
-        if p["strategy"] == "direct" and not p["namespace"]:
-            self.module.fail_json(msg="strategy direct needs namespace (the VMs' namespace)")
-        try:
-            self.window = rollout.parse_window(
-                {k: v for k, v in p["window"].items() if v is not None} if p["window"] else None
-            )
-            rollout.parse_max_unavailable(p["max_unavailable"], 1)
-        except ValueError as exc:
-            self.module.fail_json(msg=str(exc))
-        if p["batch_estimate"] <= 0:
-            self.module.fail_json(msg="batch_estimate %r: expected seconds > 0" % p["batch_estimate"])
-        self.driver = make_driver(self.module)
-        if p["state"] != "absent":
-            self.doc = self.read_catalog()
 
     def read_catalog(self):
         store = CatalogStore(self.module, self.params["catalog"])
         try:
             doc = store.read()
         except catalog.CatalogError as exc:
-            self.module.fail_json(msg="read %s: %s" % (store.where, exc))
+            raise PipelineError("read %s: %s" % (store.where, exc)) from exc
         if not doc["streams"]:
-            self.module.fail_json(
-                msg="%s has no OS streams (it is missing or empty): register images with baked_image and set "
-                "a stream tip with baked_image_stream" % store.where
-            )
+            raise repave.empty_catalog(store.where)
         return doc
 
     def observe(self):
@@ -635,32 +689,16 @@ class Repave:
             try:
                 found = repave.drift(inst, self.doc, p["today"], None, policy)
             except ValueError as exc:
-                self.fail(str(exc))
+                raise Refusal(None, str(exc)) from exc
             operator = inst.get("operator") or {}
             disagreement = None
             if p["strategy"] == "operator":
                 disagreement = repave.operator_disagreement(found["verdict"], operator)
-            self.entries[self.key(inst)] = {
-                "name": self.key(inst),
-                "namespace": inst.get("namespace"),
-                "revision": inst.get("revision"),
-                "target": found["target"],
-                "verdict": found["verdict"],
-                "action": found["action"],
-                "description": found["description"],
-                "engine_version": inst.get("engine_version"),
-                "os_stream": repave.target_stream(inst, self.doc),
-                "phase": inst.get("phase"),
-                "operator": operator,
-                "disagreement": disagreement,
-                "opt_in": inst.get("opt_in"),
-                "auto_apply_after": found["auto_apply_after"],
-                "forced_apply": found["forced_apply"],
-                "eol_date": found["eol_date"],
-                "result": None,
-            }
+            self.entries[self.key(inst)] = repave.entry(inst, self.key(inst), self.doc, found, disagreement)
             if disagreement:
                 self.module.warn("%s: %s" % (self.key(inst), disagreement))
+        if not instances and not p["names"]:
+            self.result["msg"] = repave.empty_scope(p)
         return instances
 
     # --- state=report
@@ -669,89 +707,76 @@ class Repave:
         self.observe()
         for name in self.result["missing"]:
             self.module.warn("%s %s was not found" % (self.params["kind"], name))
-        self.finish()
-        self.module.exit_json(**self.result)
+        return self.finish()
 
     # --- state=repaved
 
-    def classify(self, instances):
-        """``(targets, in_flight, candidates, refused)``; current instances are marked on their entry."""
-        p = self.params
-        targets, in_flight, candidates, refused = {}, [], [], []
-        for inst in instances:
-            key = self.key(inst)
-            entry = self.entries[key]
+    def vetoes(self, instances):
+        """The driver's own refusals (direct mode: an os_volume that is not a proven OS disk)."""
+        check = getattr(self.driver, "preflight", None)
+        found = {}
+        for inst in instances if check is not None else ():
             try:
-                target = repave.target_of(inst, self.doc, p["revision"])
-                if p["revision"] and p["strategy"] == "operator":
-                    self.require_tip(inst, target)
-                if repave.is_current(inst, target):
-                    entry["result"] = "current"
-                    continue
-                entry["target"] = target["revision"]
-                if self.in_flight(inst):
-                    targets[key] = target
-                    in_flight.append(key)
-                    continue
-                repave.preflight(inst, self.doc, target, p["today"])
+                check(inst)
             except repave.RepaveRefused as exc:
-                entry.update(result="refused", reason=exc.reason, message=str(exc))
-                refused.append(exc)
-                continue
-            targets[key] = target
-            candidates.append(key)
-        return targets, in_flight, candidates, refused
-
-    def require_tip(self, inst, target):
-        tip = repave.target_of(inst, self.doc)["revision"]
-        if tip != target["revision"]:
-            self.fail(
-                "revision %s is not the tip of OS stream %s (%s): the operator repaves to its catalog's tip; "
-                "roll back with strategy direct, or move the tip with baked_image_stream"
-                % (target["revision"], target["os_stream"], tip)
-            )
+                found[self.key(inst)] = exc
+        return found
 
     def repaved(self):
         p = self.params
         instances = self.observe()
         if self.result["missing"]:
-            self.fail(
-                "%s not found%s: %s"
-                % (
-                    p["kind"],
-                    " in namespace %s" % p["namespace"] if p["namespace"] else "",
-                    ", ".join(self.result["missing"]),
-                )
-            )
+            raise repave.missing_refusal(p["kind"], p["namespace"], self.result["missing"])
+        if not instances:
+            self.module.warn(self.result["msg"])
+            return self.finish()
         by_key = {self.key(i): i for i in instances}
         if p["opt_in"] == "undo-opt-in":
             for inst in instances:
                 changed = self.set_opt_in(inst, None)
                 self.entries[self.key(inst)].update(opt_in=None, result="opt-in" if changed else "unchanged")
-            self.finish()
-            self.module.exit_json(**self.result)
+            return self.finish()
         try:
             limit = rollout.parse_max_unavailable(p["max_unavailable"], len(instances))
         except ValueError as exc:
-            self.fail(str(exc))
-        targets, in_flight, candidates, refused = self.classify(instances)
-        if refused:
+            raise Refusal(None, str(exc)) from exc
+        found = repave.classify(
+            instances,
+            self.doc,
+            self.key,
+            p["revision"],
+            p["strategy"] == "operator",
+            p["today"],
+            self.vetoes(instances),
+        )
+        for key, fields in found["entries"].items():
+            self.entries[key].update(fields)
+        if found["refused"]:
             if p["halt_on_failure"]:
-                self.fail(
-                    "refusing to repave %d instance(s), nothing written (halt_on_failure): %s"
-                    % (len(refused), "; ".join(str(exc) for exc in refused))
-                )
-            for exc in refused:
+                raise repave.refused_all(found["refused"])
+            for exc in found["refused"]:
                 self.module.warn("skipped: %s" % exc)
         if p["opt_in"] in ("immediate", "next-maintenance"):
-            for key in candidates:
+            for key in found["candidates"]:
                 if self.set_opt_in(by_key[key], p["opt_in"]):
                     self.entries[key]["opt_in"] = p["opt_in"]
-        plan = Rollout(self, instances, targets, in_flight, limit, self.window)
+        targets, in_flight = found["targets"], found["in_flight"]
+        plan = Rollout(
+            self.driver,
+            p,
+            instances,
+            self.key,
+            self.scope,
+            targets,
+            in_flight,
+            limit,
+            self.window,
+            log=self.module.debug,
+        )
         try:
-            batches = plan.plan(candidates)
+            batches = plan.plan(found["candidates"])
         except ValueError as exc:  # an order group's selector it cannot read
-            self.fail(str(exc))
+            raise Refusal(None, str(exc)) from exc
         self.result.update(
             batches=batches,
             order=[k for b in batches for k in b],
@@ -761,13 +786,17 @@ class Repave:
             next_window=None,
         )
         if self.module.check_mode:
-            plan.predict(batches)
+            self.apply(plan.predict(batches), by_key, targets)
             if self.result["starts_now"]:
                 self.result["changed"] = True
-        else:
-            self.result["pending"] = plan.run(batches)
-        self.finish()
-        self.module.exit_json(**self.result)
+            return self.finish()
+        try:
+            events = plan.run(batches)
+        except PipelineError as exc:  # halted, or a request failed: what happened until then is reported
+            self.apply(exc.events if isinstance(exc, RolloutHalted) else plan.take(), plan.instances, targets)
+            raise
+        self.apply(events, plan.instances, targets)
+        return self.finish()
 
     # --- state=absent (direct)
 
@@ -783,30 +812,17 @@ class Repave:
                 "available": False,
             }
             outcome = dict(self.driver.teardown(inst, p["purge_data"]) or {})
-            if outcome.get("failed"):
-                self.fail(outcome.get("msg") or "teardown of %s failed" % name, teardown=outcome)
             changed = bool(outcome.pop("changed", False))
             self.result["changed"] = self.result["changed"] or changed
             entry = {"name": name, "namespace": p["namespace"], "result": "deleted" if changed else "absent"}
             entry.update(outcome)
             self.entries[name] = entry
-        self.finish()
-        self.module.exit_json(**self.result)
+        return self.finish()
 
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        runner = Repave(module)
-        runner.prepare()
-        if module.params["state"] == "report":
-            runner.report()
-        elif module.params["state"] == "repaved":
-            runner.repaved()
-        else:
-            runner.absent()
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: Repave(module).run())
 
 
 if __name__ == "__main__":

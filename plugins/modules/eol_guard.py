@@ -26,13 +26,15 @@ options:
   pg_versions:
     description:
       - PostgreSQL majors to be built, for example V([15, 16, 17]).
+      - Whole numbers or strings; a YAML float (C(16.0)) is refused with "quote it".
     type: list
-    elements: str
+    elements: raw
     required: true
   os_version:
     description:
       - Ubuntu LTS stream of the image, for example V(22.04). Omit it to check PostgreSQL only.
-    type: str
+      - Give it as a quoted string; an unquoted YAML number (C(24.10) reads as C(24.1)) is refused.
+    type: raw
   today:
     description:
       - Build date, C(YYYY-MM-DD) or C(YYYYMMDD). Defaults to today (UTC).
@@ -116,23 +118,26 @@ violations:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 
 def argument_spec():
     return dict(
-        pg_versions=dict(type="list", elements="str", required=True),
-        os_version=dict(type="str"),
+        pg_versions=dict(type="list", elements="raw", required=True),
+        os_version=dict(type="raw"),
         today=dict(type="str"),
         eol_overrides=dict(type="dict", default={}),
     )
 
 
 def run(params):
-    """Return ``(failed, result)`` for the module's parameters; raises ValueError on bad input."""
+    """Return ``(failed, result)`` for the module's parameters; raises ValueError on bad input
+    (a Refusal, which is also a PipelineError, for a version given as a YAML float)."""
     today = eol.parse_today(params["today"])
     table = params["eol_overrides"] or None
-    majors = [eol.normalize_pg_major(v) for v in params["pg_versions"]]
+    os_version = inputs.version_string(params["os_version"], "os_version")
+    majors = [eol.normalize_pg_major(inputs.version_string(v, "pg_versions")) for v in params["pg_versions"]]
     if not majors:
         raise ValueError("pg_versions is empty: name at least one PostgreSQL major")
     result = dict(
@@ -144,7 +149,7 @@ def run(params):
         violations=[],
     )
     try:
-        eol.eol_guard(majors, params["os_version"], today, table)
+        eol.eol_guard(majors, os_version, today, table)
     except eol.EOLViolation as exc:
         result["violations"] = exc.violations
         result["msg"] = str(exc)
@@ -152,15 +157,23 @@ def run(params):
     return False, result
 
 
+def check(params):
+    """The module's runner: the result when every version is supported, else a PipelineError."""
+    try:
+        failed, result = run(params)
+    except PipelineError:
+        raise
+    except ValueError as exc:
+        raise PipelineError("eol_guard: %s" % exc) from None
+    if failed:
+        fields = dict(result)
+        raise PipelineError(fields.pop("msg"), **fields)
+    return result
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        failed, result = run(module.params)
-    except ValueError as exc:
-        module.fail_json(msg="eol_guard: %s" % exc)
-    if failed:
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(module, lambda: check(module.params))
 
 
 if __name__ == "__main__":

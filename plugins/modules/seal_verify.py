@@ -113,7 +113,7 @@ options:
     default:
       - python3
       - -m
-      - ansible_collections.goldenimage.pipeline.plugins.module_utils.seal_cli
+      - ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_cli
       - --install-missing
   wait_timeout:
     description:
@@ -280,10 +280,11 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, seal, seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, inputs, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import VerifierJob
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 DISSECT_REASON = (
     "to read disk images offline. Modules of goldenimage.pipeline run on the Ansible controller: "
@@ -327,24 +328,38 @@ def rule_options(params):
     )
 
 
-def verify_file(module):
+def verify_file(path, params):
     try:
-        return seal_cli.verify(module.params["path"], **rule_options(module.params))
+        return seal_cli.verify(path, **rule_options(params))
     except _disk.MissingLibrary as exc:
-        module.fail_json(
-            msg=missing_required_lib(exc.name, reason=DISSECT_REASON), exception=traceback.format_exc()
-        )
+        raise PipelineError(
+            missing_required_lib(exc.name, reason=DISSECT_REASON), exception=traceback.format_exc()
+        ) from exc
     except (seal.SealError, _disk.DiskError) as exc:
-        module.fail_json(msg="cannot verify %s: %s" % (module.params["path"], exc))
+        raise PipelineError("cannot verify %s: %s" % (path, exc)) from exc
 
 
-def finish(module, result, what):
-    result["changed"] = False
-    if not result["sealed"] and module.params["fail_on_unsealed"]:
-        failed = [c for c in result["checks"] if not c["passed"]]
-        reasons = "; ".join("%s: %s" % (c["name"], c["evidence"]) for c in failed)
-        module.fail_json(msg="%s is not sealed: %s" % (what, reasons), **result)
-    module.exit_json(**result)
+class SealVerify(object):
+    """Verify a file or a claim and return the verdict; an unsealed disk is refused (seal.py's rule)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+
+    def run(self):
+        p = self.p
+        inputs.positive_all(p, ("wait_timeout", "wait_sleep"))
+        if p["path"]:
+            result = verify_file(p["path"], p)
+            what = p["path"]
+        else:
+            what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
+            if self.module.check_mode:
+                return seal.check_mode_skip(what)
+            job = VerifierJob(self.module, p["namespace"], p["pvc"])
+            result = job.run(p["verifier_image"], p["verifier_command"], rule_options(p))
+        result["changed"] = False
+        return seal.refuse_unsealed(result, what, p["fail_on_unsealed"])
 
 
 def main():
@@ -355,23 +370,7 @@ def main():
         required_by={"pvc": "namespace"},
         supports_check_mode=True,
     )
-    try:
-        p = module.params
-        if p["path"]:
-            finish(module, verify_file(module), p["path"])
-        what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
-        if module.check_mode:
-            module.exit_json(
-                changed=False,
-                skipped=True,
-                msg="check mode: %s was not verified, because the verifier Job would have to be created "
-                "to read it; run without --check to verify it" % what,
-            )
-        job = VerifierJob(module, p["namespace"], p["pvc"])
-        verdict = job.run(p["verifier_image"], p["verifier_command"], rule_options(p))
-        finish(module, verdict, what)
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: SealVerify(module).run())
 
 
 if __name__ == "__main__":

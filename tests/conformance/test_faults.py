@@ -118,3 +118,75 @@ def test_audit_over_http(lab, faults, no_retry_core):
     (record,) = body["items"]
     assert record["verb"] == "get" and record["resource"] == "namespaces" and record["name"] == "default"
     assert record["code"] == 200 and record["user"] == "lab-admin" and record["dry_run"] is False
+
+
+def test_commit_then_drop_applies_the_write_and_loses_the_reply(lab, kube_namespace, faults):
+    faults.update({"commit_drop_rate": 1.0})
+    url = urllib.parse.urlsplit(lab.url)
+    headers = {"Authorization": f"Bearer {lab.admin_token}", "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    body = {"metadata": {"name": "lost-reply"}, "data": {"a": "1"}}
+    conn.request("POST", f"/api/v1/namespaces/{kube_namespace}/configmaps", json.dumps(body), headers)
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+        conn.getresponse()
+    conn.close()
+    assert faults.to_dict()["injected"]["commit_drop"] == 1
+    faults.update({"commit_drop_rate": 0})
+    status, obj = _http(lab, "GET", f"/api/v1/namespaces/{kube_namespace}/configmaps/lost-reply")
+    assert status == 200 and obj["data"] == {"a": "1"}  # committed although no answer came
+    (record,) = [r for r in lab.audit() if r["verb"] == "create" and r["name"] == "" and r.get("committed")]
+    assert record["code"] == 201 and record["dropped"] is True
+
+
+def test_commit_then_drop_spares_reads_dry_runs_and_refused_writes(
+    lab, kube_namespace, faults, no_retry_core
+):
+    no_retry_core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "c"}})
+    faults.update({"commit_drop_rate": 1.0})
+    assert no_retry_core.read_namespaced_config_map("c", kube_namespace).metadata.name == "c"
+    dry = no_retry_core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "d"}}, dry_run="All"
+    )
+    assert dry.metadata.name == "d"
+    with pytest.raises(ApiException) as err:  # a write the server refuses is answered: nothing committed
+        no_retry_core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "c"}})
+    assert err.value.status == 409
+    assert faults.to_dict()["injected"]["commit_drop"] == 0
+
+
+def test_commit_drop_rate_is_a_knob_like_the_others(lab, faults):
+    status, body = _http(lab, "PUT", "/lab/faults", {"commit_drop_rate": 0.05, "seed": 3})
+    assert status == 200 and body["commit_drop_rate"] == 0.05 and body["injected"]["commit_drop"] == 0
+    status, _ = _http(lab, "PUT", "/lab/faults", {"commit_drop_rate": 1.5})
+    assert status == 400
+    faults.reset()
+    assert faults.to_dict()["commit_drop_rate"] == 0
+
+
+def test_the_faults_command_sets_and_shows_the_knobs(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.lab import Lab
+    from tests.lab.__main__ import REPO
+
+    state = tmp_path / "state"
+    with Lab(state, with_s3=False) as other:
+        info = {
+            "pid": __import__("os").getpid(),
+            "url": other.url,
+            "port": other.port,
+            "token": other.admin_token,
+        }
+        (state / "lab.json").write_text(json.dumps(info))
+        run = [sys.executable, "-m", "tests.lab", "faults", "--state-dir", str(state)]
+        proc = subprocess.run(
+            [*run, "commit_drop_rate=0.25", "seed=9"], cwd=REPO, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["commit_drop_rate"] == 0.25
+        assert other.faults.commit_drop_rate == 0.25 and other.faults.seed == 9
+        proc = subprocess.run([*run, "--reset"], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 0 and other.faults.commit_drop_rate == 0
+        proc = subprocess.run([*run, "drop_rate=2"], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 1 and "between 0 and 1" in proc.stderr

@@ -168,8 +168,8 @@ def test_a_vm_that_does_not_run_is_a_clear_error(lab, vms, kube_namespace, kube_
     assert [entry["status"] for entry in run.tasks] == ["ignored"] * 3, run.log
     absent = run["nothing"]
     assert absent["vmi_phase"] == ""
-    assert "VirtualMachineInstance %s/nothing does not exist" % kube_namespace in absent["msg"]
-    assert "no console to read" in absent["msg"]
+    assert "VirtualMachineInstance %s/nothing: does not exist" % kube_namespace in absent["msg"]
+    assert "no console to read" in absent["msg"] and absent["refused"] is True
     pending = run["vm-pending"]
     assert pending["vmi_phase"] == "Pending"
     assert "is Pending, not Running: there is no console to read" in pending["msg"]
@@ -214,3 +214,36 @@ def test_screen_changes_are_seen_and_rbac_applies(lab, vms, kube_namespace, tmp_
     assert result["vmi_phase"] == "Running"
     assert result["msg"].startswith("read the console of VirtualMachineInstance %s/vm-text:" % kube_namespace)
     assert "Forbidden" in result["msg"] and "403" in result["msg"]
+
+
+def test_the_screenshot_rides_out_server_errors_and_lost_connections(lab, vms, kube_namespace, tmp_path):
+    dest = tmp_path / "shot.png"
+    lab.faults.update({"error_rate": 0.5, "drop_rate": 0.2, "seed": 7})
+    try:
+        run = run_playbook([play([shot("vm-text", kube_namespace, dest=str(dest))])], env=lab.env())
+        injected = lab.faults.to_dict()["injected"]
+    finally:
+        lab.faults.reset()
+    assert run.ok, run.log
+    assert run["vm-text"]["class"] == "text-console"
+    assert dest.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert injected["error"] + injected["drop"] >= 1
+    assert [p.name for p in tmp_path.iterdir()] == ["shot.png"]  # no partial file left behind
+
+
+def test_bad_options_are_refused_before_any_request(lab, kube_namespace):
+    lab.clear_audit()
+    run = run_playbook(
+        [
+            play(
+                [
+                    shot("vm-text", kube_namespace, "zero", timeout=0),
+                    shot("vm-text", kube_namespace, "neg", match_distance=-1),
+                ]
+            )
+        ],
+        env=lab.env(),
+    )
+    assert run["zero"]["msg"].startswith("option timeout: 0 is not a duration") and run["zero"]["refused"]
+    assert run["neg"]["msg"].startswith("option match_distance: -1 is not a Hamming distance")
+    assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []

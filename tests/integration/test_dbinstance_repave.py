@@ -733,3 +733,66 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
     started = [h[2] for h in fleet.history("RepaveStarted")]
     assert set(started[:3]) == {"db-1", "db-3", "db-5"}  # standbys first
     assert fleet.operator.repaving_at_once(fleet.namespace) <= 2
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def test_bad_durations_an_empty_scope_and_a_malformed_engine_version(lab, fleet):
+    fleet.create("target")
+    fleet.create("odd", engine="16.x")  # set, but not a major
+    fleet.settle(["target", "odd"])
+    one = fleet.args(state="repaved", names=["target"])
+    bad = [
+        ("wait_timeout", -1),
+        ("wait_timeout", 0),
+        ("wait_sleep", 0),
+        ("batch_estimate", -5),
+        ("batch_pause", -1),
+    ]
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            *[task("%s %s" % pair, ignore_errors=True, **dict(one, **{pair[0]: pair[1]})) for pair in bad],
+            task("nothing in scope", **fleet.args(state="repaved", label_selector="fleet=none")),
+            task("report", **fleet.args(names=["odd"])),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    for option, value in bad:
+        msg = failed(run, "%s %s" % (option, value))["msg"]
+        if option == "batch_pause":
+            assert "option batch_pause: -1.0 is not a pause: it must be zero (no pause)" in msg, msg
+        else:
+            assert msg.startswith("option %s: " % option) and "before anything is written" in msg, msg
+    assert fleet.writes() == [] and TRIGGER not in fleet.annotations("target")
+    empty = run["nothing in scope"]
+    assert empty["changed"] is False and empty["instances"] == []
+    assert (
+        "no DBInstance in scope (namespace %s; label selector fleet=none)" % fleet.namespace in empty["msg"]
+    )
+    assert any("nothing to repave" in w for w in empty["warnings"])
+    odd = by_name(run["report"])["odd"]
+    assert odd["verdict"] == "PGVersionEOL"
+    assert "engineVersion '16.x' is set but is not a major version" in odd["description"]
+    assert "not set" not in odd["description"]
+
+
+def test_wait_false_triggers_what_may_start_and_a_rerun_finishes(lab, fleet):
+    fleet.create("n1")
+    fleet.create("n2")
+    fleet.settle(["n1", "n2"])
+    args = fleet.args(state="repaved", max_unavailable=1)
+    lab.clear_audit()
+    run = run_playbook(play(task("start", **dict(args, wait=False))), env=lab.env())
+    assert run.ok, run.log
+    started = run["start"]
+    assert started["changed"] is True and started["pending"] == ["n2"]
+    assert {n: e["result"] for n, e in by_name(started).items()} == {"n1": "in-flight", "n2": "pending"}
+    assert [(w["verb"], w["name"]) for w in fleet.writes()] == [("patch", "n1")]
+    run = run_playbook(play(task("finish", **args)), env=lab.env())
+    assert run.ok, run.log
+    assert run["finish"]["resumes"] in (["n1"], [])  # still repaving, or already done
+    assert fleet.revision("n1") == TIP and fleet.revision("n2") == TIP
+    assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 1

@@ -564,3 +564,211 @@ def test_driver_lists_with_three_lists_records_opt_in_and_refuses_a_leftover_dis
         assert refused["state"] == "failed" and "does not declare it" in refused["message"], refused
     vm = get(lab, "virtualmachines", kube_namespace, "c")
     assert vm["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == f"c-os-{OLD}"
+
+
+# ----------------------------------------------------------------------------------- data loss
+#
+# Every destructive request the direct paths can send, with the volume options swapped or mistyped:
+# the data claims are counted out of the lab's audit log (a delete request, whatever its answer, counts).
+
+
+def deletes(lab, namespace, names=None):
+    """Audit records of DELETE requests on claims of `namespace` (only `names` when given)."""
+    return [
+        r
+        for r in lab.audit()
+        if r["verb"] in ("delete", "deletecollection")
+        and r["resource"] == "persistentvolumeclaims"
+        and r["namespace"] == namespace
+        and (names is None or r["name"] in names)
+    ]
+
+
+def writes(lab, namespace):
+    return [r for r in lab.mutating_requests() if r["namespace"] == namespace]
+
+
+def volumes_of(lab, namespace, name):
+    vm = get(lab, "virtualmachines", namespace, name)
+    return {
+        v["name"]: v["persistentVolumeClaim"]["claimName"] for v in vm["spec"]["template"]["spec"]["volumes"]
+    }
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"os_volume": "pgdata"},  # the seed: a swapped name
+        {"os_volume": "pgdata", "data_volume": "rootdisk"},  # both swapped
+        {"os_volume": "rootdsk"},  # a typo
+        {"data_volume": "pgdta"},  # a typo on the other one
+    ],
+    ids=["os-volume-pgdata", "both-swapped", "os-volume-typo", "data-volume-typo"],
+)
+def test_teardown_without_purge_never_deletes_data_whatever_the_volume_options(
+    lab, kube_client, kube_namespace, catalog, options
+):
+    data = create_instance(lab, kube_client, kube_namespace, "tv", catalog)
+    common = {"namespace": kube_namespace, "names": ["tv"], "state": "absent", **FAST, **options}
+    lab.clear_audit()
+    run = run_playbook(play(task("teardown", ignore_errors=True, **common)), env=lab.env())
+    result = failed(run, "teardown")
+    assert "tv-pgdata (data: it carries no harvesterhci.io/imageId" in result["msg"], result["msg"]
+    assert "nothing was deleted" in result["msg"] and "purge_data" in result["msg"]
+    assert result["data_pvcs"] == ["tv-pgdata"]
+    assert result["disk_roles"][f"tv-os-{OLD}"]["role"] == "os"
+    assert writes(lab, kube_namespace) == []
+    assert deletes(lab, kube_namespace) == []
+    kept = pvc(lab, kube_namespace, "tv-pgdata")
+    assert kept["metadata"]["uid"] == data["metadata"]["uid"] and marker(lab, kept) == "16 tv\n"
+    assert get(lab, "virtualmachines", kube_namespace, "tv") is not None
+
+
+@pytest.mark.parametrize(
+    "options, why",
+    [
+        ({"os_volume": "pgdata"}, "os_volume pgdata is backed by claim rp-pgdata, which is data"),
+        ({"os_volume": "pgdata", "data_volume": "rootdisk"}, "backed by claim rp-pgdata, which is data"),
+        ({"os_volume": "rootdsk"}, "has no volume rootdsk backed by a claim"),
+    ],
+    ids=["os-volume-pgdata", "both-swapped", "os-volume-typo"],
+)
+def test_repave_naming_a_data_volume_is_refused_before_the_first_write(
+    lab, kube_client, kube_namespace, catalog, options, why
+):
+    data = create_instance(lab, kube_client, kube_namespace, "rp", catalog)
+    common = {"namespace": kube_namespace, "names": ["rp"], "catalog": {"path": catalog["path"]}, **FAST}
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("refused", ignore_errors=True, state="repaved", **common, **options),
+            task("check", check=True, ignore_errors=True, state="repaved", **common, **options),
+        ),
+        env=lab.env(),
+    )
+    for title in ("refused", "check"):
+        result = failed(run, title)
+        assert "rp cannot be repaved (NotAnOSDisk)" in result["msg"] and why in result["msg"], result["msg"]
+        assert "nothing was written" in result["msg"]
+        assert f"set os_volume to the VM's OS volume: rootdisk (claim rp-os-{OLD})" in result["msg"]
+        assert result["instances"][0]["result"] == "refused"
+    assert writes(lab, kube_namespace) == []
+    assert volumes_of(lab, kube_namespace, "rp") == {"rootdisk": f"rp-os-{OLD}", "pgdata": "rp-pgdata"}
+    assert agent_up(get(lab, "virtualmachineinstances", kube_namespace, "rp"))
+    assert pvc(lab, kube_namespace, "rp-pgdata")["metadata"]["uid"] == data["metadata"]["uid"]
+
+
+def break_like_the_seed(lab, kube_client, namespace, name, catalog):
+    """What a run given `os_volume: pgdata` left: the VM stopped, the new OS disk in the pgdata slot, the
+    data claim recorded as the previous OS disk."""
+    api = custom_api(kube_client)
+    api.patch_namespaced_custom_object(
+        *KV,
+        namespace,
+        "virtualmachines",
+        name,
+        {"metadata": {"annotations": {TARGET: NEW}}, "spec": {"runStrategy": "Halted"}},
+    )
+    wait(f"{name} to stop", lambda: get(lab, "virtualmachineinstances", namespace, name) is None)
+    vm = get(lab, "virtualmachines", namespace, name)
+    entry = catalog["doc"]["images"][NEW]
+    templates = json.loads(vm["metadata"]["annotations"][TEMPLATES])
+    templates.append(
+        {
+            "metadata": {
+                "name": f"{name}-os-{NEW}",
+                "annotations": {IMAGE_ID: "%s/%s" % (entry["image"]["namespace"], entry["image"]["name"])},
+            },
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "64Mi"}},
+                "volumeMode": "Block",
+                "storageClassName": entry["storage_class"],
+            },
+        }
+    )
+    volumes = [
+        {"name": "rootdisk", "persistentVolumeClaim": {"claimName": f"{name}-os-{OLD}"}},
+        {"name": "pgdata", "persistentVolumeClaim": {"claimName": f"{name}-os-{NEW}"}},
+    ]
+    patch = {
+        "metadata": {"annotations": {TEMPLATES: json.dumps(templates), PREVIOUS: f"{name}-pgdata"}},
+        "spec": {"template": {"spec": {"volumes": volumes}}},
+    }
+    api.patch_namespaced_custom_object(*KV, namespace, "virtualmachines", name, patch)
+    wait(f"{name}-os-{NEW}", lambda: pvc(lab, namespace, f"{name}-os-{NEW}"))
+
+
+def test_a_vm_left_with_its_data_swapped_out_gets_it_back_and_is_repaved(
+    lab, kube_client, kube_namespace, catalog
+):
+    data = create_instance(lab, kube_client, kube_namespace, "sw", catalog)
+    break_like_the_seed(lab, kube_client, kube_namespace, "sw", catalog)
+    common = {"namespace": kube_namespace, "names": ["sw"], "catalog": {"path": catalog["path"]}, **FAST}
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("teardown", ignore_errors=True, state="absent", **common),
+            # The same mistake again: the data is put back, then the wrong volume is refused.
+            task("again wrong", ignore_errors=True, state="repaved", os_volume="pgdata", **common),
+            task("repave", state="repaved", **common),
+            task("report", **common),
+        ),
+        env=lab.env(),
+    )
+    teardown = failed(run, "teardown")
+    assert "sw-pgdata (data:" in teardown["msg"] and "nothing was deleted" in teardown["msg"]
+    wrong = failed(run, "again wrong")
+    assert (
+        "os_volume pgdata of VirtualMachine %s/sw is backed by claim sw-pgdata, which is data"
+        % kube_namespace
+        in (wrong["msg"])
+    ), wrong["msg"]
+    steps = [p["step"] for p in wrong["progress"]]
+    assert steps[0] == "RestoringDataDisk", wrong["progress"]
+    assert run["repave"]["instances"][0]["result"] == "repaved", run.log
+    assert run["report"]["instances"][0]["verdict"] == "Current"
+    assert_repaved(lab, kube_namespace, "sw", data)
+    assert deletes(lab, kube_namespace, {"sw-pgdata"}) == []
+    # Only the old OS disk was ever deleted.
+    assert {r["name"] for r in deletes(lab, kube_namespace)} == {f"sw-os-{OLD}"}
+
+
+def test_a_data_disk_carrying_an_image_annotation_is_still_data(lab, kube_client, kube_namespace, catalog):
+    """An imageId alone proves nothing: a data claim with one (copied from an OS template) is on a class
+    that is not the image's, and attached as the second disk."""
+    from tests.lab.controllers.volumes import volume_path
+
+    body = vm_body("fg", catalog)
+    templates = json.loads(body["metadata"]["annotations"][TEMPLATES])
+    templates[1]["metadata"]["annotations"] = dict(templates[0]["metadata"]["annotations"])
+    body["metadata"]["annotations"][TEMPLATES] = json.dumps(templates)
+    custom_api(kube_client).create_namespaced_custom_object(*KV, kube_namespace, "virtualmachines", body)
+    wait("fg to boot", lambda: agent_up(get(lab, "virtualmachineinstances", kube_namespace, "fg")))
+    data = wait("fg-pgdata bound", lambda: bound(pvc(lab, kube_namespace, "fg-pgdata")))
+    (volume_path(lab.controller_manager.lab, data) / "PG_VERSION").write_text("16 fg\n")
+    assert IMAGE_ID in data["metadata"]["annotations"]
+    common = {"namespace": kube_namespace, "names": ["fg"], **FAST}
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("teardown", ignore_errors=True, state="absent", **common),
+            task(
+                "repave",
+                ignore_errors=True,
+                state="repaved",
+                os_volume="pgdata",
+                catalog={"path": catalog["path"]},
+                **common,
+            ),
+        ),
+        env=lab.env(),
+    )
+    teardown = failed(run, "teardown")
+    assert "fg-pgdata (data: its StorageClass lab-fs is not the class of image" in teardown["msg"], teardown[
+        "msg"
+    ]
+    repave = failed(run, "repave")
+    assert "backed by claim fg-pgdata, which is data: its StorageClass lab-fs" in repave["msg"], repave["msg"]
+    assert writes(lab, kube_namespace) == [] and deletes(lab, kube_namespace) == []
+    assert marker(lab, pvc(lab, kube_namespace, "fg-pgdata")) == "16 fg\n"

@@ -12,6 +12,7 @@ import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors
 
 from tests.integration.runner import COLLECTIONS
 
@@ -43,12 +44,9 @@ def config_map(namespace, name, data, labels=None):
     }
 
 
-def failure(module, call, capsys):
-    """What the module's one exit reports when ``call`` raises (the adapter never exits itself)."""
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
-
+def failure(call, capsys):
     with pytest.raises(SystemExit):
-        run_module(module, call)
+        call()
     return json.loads(capsys.readouterr().out)
 
 
@@ -102,21 +100,39 @@ def test_check_mode_predicts_and_sends_nothing(lab, kube_namespace):
 
 def test_api_errors_fail_with_the_status(lab, kube_namespace, capsys):
     with module(lab) as m:
-        m.create(config_map(kube_namespace, "cm", {"a": "1"}))
-        result = failure(m, lambda: m.create(config_map(kube_namespace, "cm", {"a": "1"})), capsys)
+        result = failure(
+            lambda: errors.run_module(m, lambda: m.create(config_map("absent-ns", "cm", {}))), capsys
+        )
     assert result["failed"] is True
-    assert result["msg"] == 'create ConfigMap %s/cm: configmaps "cm" already exists (AlreadyExists, 409)' % (
-        kube_namespace
-    )
-    assert (result["reason"], result["status"]) == ("AlreadyExists", 409)
+    assert result["msg"] == 'create ConfigMap absent-ns/cm: namespaces "absent-ns" not found (NotFound, 404)'
+    assert (result["reason"], result["status"]) == ("NotFound", 404)
     assert result["body"]["kind"] == "Status"
+
+
+def test_a_create_that_meets_another_object_names_the_difference(lab, kube_namespace, capsys):
+    with module(lab) as m:
+        m.create(config_map(kube_namespace, "cm", {"a": "1"}))
+        again = m.create(config_map(kube_namespace, "cm", {"a": "1"}))  # the same object: it is the result
+        assert again["data"] == {"a": "1"}
+        result = failure(
+            lambda: errors.run_module(m, lambda: m.create(config_map(kube_namespace, "cm", {"a": "2"}))),
+            capsys,
+        )
+    assert result["msg"] == (
+        "create ConfigMap %s/cm: it already exists and is not the object this run sent "
+        "(it differs at data.a); it was made by something else: remove it or choose another name"
+        % kube_namespace
+    )
+    assert (result["reason"], result["status"], result["conflict"]) == ("AlreadyExists", 409, ["data.a"])
 
 
 def test_an_unserved_kind_is_named(lab, capsys):
     with module(lab) as m:
         assert m.served("example.com/v1", "Nothing") is False
         assert m.served("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is True
-        result = failure(m, lambda: m.resource("example.com/v1", "Nothing"), capsys)
+        result = failure(
+            lambda: errors.run_module(m, lambda: m.resource("example.com/v1", "Nothing")), capsys
+        )
     assert result["msg"].startswith("find Nothing in example.com/v1: the API server does not serve this kind")
 
 

@@ -138,7 +138,9 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
 
         doc = catalog_of(kube_client, kube_namespace)
         entry = doc["images"][REVISION]
-        assert entry["imported"] is True and entry["source"] == url and entry["checksum"] == sums["sha512"]
+        # The catalog keeps the object's URL, never the signature (a presigned URL is a credential).
+        assert entry["imported"] is True and entry["checksum"] == sums["sha512"]
+        assert entry["source"] == url.split("?")[0] and "Signature" not in json.dumps(doc)
         assert entry["pg_versions"] == ["15", "16", "17"]
         assert doc["streams"] == {"22.04": {"tip": REVISION, "validated": False}}
         summary = first["Summarise what changed"]["msg"]
@@ -214,5 +216,38 @@ def test_eol_refusal_stops_before_anything_is_uploaded(lab, kube_namespace, s3, 
         assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []
         assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
         assert not (tmp_path / "out").exists()
+    finally:
+        empty_bucket(s3, bucket)
+
+
+@pytest.mark.lab_only
+def test_the_presigned_url_is_never_printed_or_stored(lab, kube_client, kube_namespace, s3, tmp_path):
+    """A -vvv publish: the signature Harvester downloads with appears only in the image's own spec."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
+    from kubernetes import client
+
+    bucket = "baked-" + kube_namespace
+    try:
+        run = publish(lab, inputs(tmp_path, kube_namespace, bucket), "-vvv")
+        assert run.ok, run.log
+        custom = client.CustomObjectsApi(kube_client)
+        image = custom.get_namespaced_custom_object(
+            "harvesterhci.io", "v1beta1", kube_namespace, "virtualmachineimages", IMAGE
+        )
+        signature = parse_qs(urlsplit(image["spec"]["url"]).query)["X-Amz-Signature"][0]
+        core = client.CoreV1Api(kube_client)
+        left = [run.stdout, run.stderr, json.dumps(run.tasks)]
+        left.append(json.dumps(core.read_namespaced_config_map("catalog", kube_namespace).data))
+        left.append(
+            json.dumps(
+                client.ApiClient().sanitize_for_serialization(core.list_namespaced_event(kube_namespace))
+            )
+        )
+        left.extend(p.read_text(errors="replace") for p in (tmp_path / "out").glob("*.json"))
+        text = "\n".join(left)
+        for form in redact.secret_forms(signature):
+            assert form not in text, "the signature leaked as %r" % form
     finally:
         empty_bucket(s3, bucket)

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 
 from tests.integration import disks
 from tests.integration.runner import module_task, run_playbook
@@ -313,3 +313,69 @@ def test_module_on_claims(lab, kube_client, kube_namespace, made, venv_python_fi
     # Check mode sent nothing that mutates: the first mutation is the filesystem task's ConfigMap.
     first = next(r for r in lab.mutating_requests() if r["namespace"] == kube_namespace)
     assert first["resource"] == "configmaps", first
+
+
+def _claim_play(namespace, kubeconfig="{{ lookup('env', 'KUBECONFIG') }}", **args):
+    return [
+        {
+            "name": "seal_verify on a claim",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "module_defaults": {"group/goldenimage.pipeline.k8s": {"kubeconfig": kubeconfig}},
+            "tasks": [
+                task("claim", pvc="golden-fs", namespace=namespace, wait_timeout=60, wait_sleep=1, **args)
+            ],
+        }
+    ]
+
+
+@pytest.mark.lab_only
+def test_a_claim_is_verified_under_faults_and_nothing_is_left(
+    lab, kube_client, kube_namespace, made, venv_python_first
+):
+    from kubernetes import client
+
+    _claim(kube_client, lab, kube_namespace, "golden-fs", "Filesystem", made["qcow2-compressed"])
+    lab.faults.update(
+        {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.1, "seed": 5}
+    )
+    try:
+        run = run_playbook(_claim_play(kube_namespace), env=lab.env())
+        injected = lab.faults.to_dict()["injected"]
+    finally:
+        lab.faults.reset()
+    assert run.entry("claim")["status"] == "ok", run.log
+    assert run["claim"]["sealed"] is True
+    assert sum(injected.values()) >= 1, injected
+    core, batch = client.CoreV1Api(kube_client), client.BatchV1Api(kube_client)
+    assert batch.list_namespaced_job(kube_namespace).items == []
+    assert core.list_namespaced_pod(kube_namespace).items == []
+    assert [
+        c.metadata.name
+        for c in core.list_namespaced_config_map(kube_namespace).items
+        if c.metadata.name.startswith("seal-verify-")
+    ] == []
+
+
+@pytest.mark.lab_only
+def test_a_token_that_cannot_delete_reports_what_it_left(
+    lab, kube_client, kube_namespace, made, tmp_path, venv_python_first
+):
+    _claim(kube_client, lab, kube_namespace, "golden-fs", "Filesystem", made["qcow2-compressed"])
+    rules = [
+        {
+            "verbs": ["get", "list", "watch", "create"],
+            "groups": ["", "batch"],
+            "resources": ["persistentvolumeclaims", "configmaps", "jobs", "pods", "pods/log"],
+        },
+    ]
+    token = lab.add_token("no-delete", rules)
+    kubeconfig = lab.write_kubeconfig(tmp_path / "no-delete.kubeconfig", token, "no-delete")
+    run = run_playbook(_claim_play(kube_namespace, str(kubeconfig), ignore_errors=True), env=lab.env())
+    result = run["claim"]
+    assert "job" in result, result
+    name = result["job"]["name"]
+    assert result["sealed"] is True  # the verdict is there, and so is what could not be removed
+    assert {(i["kind"], i["name"]) for i in result["left_behind"]} >= {("Job", name), ("ConfigMap", name)}
+    assert "could not delete Job %s/%s" % (kube_namespace, name) in result["msg"]
+    assert "kubectl -n %s delete job/%s" % (kube_namespace, name) in result["msg"]

@@ -4,6 +4,7 @@
     python -m tests.lab status [--state-dir .lab]
     python -m tests.lab down [--state-dir .lab]
     python -m tests.lab serve [...]        # foreground; `up` starts this as a detached process
+    python -m tests.lab faults [--state-dir .lab] [--reset] [KNOB=VALUE ...]   # show or set fault knobs
 
 The DBInstance API group and version follow --dbinstance-group/--dbinstance-version or the
 LAB_DBINSTANCE_GROUP / LAB_DBINSTANCE_VERSION environment variables.
@@ -207,6 +208,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _knob(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KNOB=VALUE (e.g. commit_drop_rate=0.05)")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    """Show the fault knobs of the running lab, or set some (PUT /lab/faults with the admin token)."""
+    info = _running(args.state_dir)
+    if not info:
+        print("lab not running", file=sys.stderr)
+        return 3
+    knobs = dict(args.knobs)
+    if args.reset:
+        knobs = {
+            "conflict_rate": 0,
+            "error_rate": 0,
+            "latency_ms": 0,
+            "drop_rate": 0,
+            "commit_drop_rate": 0,
+            "objects": {},
+            **knobs,
+        }
+    request = urllib.request.Request(
+        info["url"] + "/lab/faults",
+        data=json.dumps(knobs).encode() if knobs else None,
+        method="PUT" if knobs else "GET",
+        headers={"Authorization": f"Bearer {info['token']}", "Content-Type": "application/json"},
+    )
+    context = ssl._create_unverified_context() if info["url"].startswith("https") else None
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+            print(json.dumps(json.loads(resp.read()), indent=2, sort_keys=True))
+    except urllib.error.HTTPError as exc:
+        print(
+            f"the lab refused the knobs: {json.loads(exc.read() or b'{}').get('message', exc)}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.lab", description="The lab Kubernetes API server.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         ("down", "stop the background lab and wait until its port is closed"),
         ("status", "say whether the lab runs (exit status 3 when not)"),
         ("serve", "run in the foreground"),
+        ("faults", "show or set the fault knobs of the running lab"),
     ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".lab"))
@@ -230,9 +278,20 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-s3", action="store_true", help="do not start the loopback S3 server")
             p.add_argument("--dbinstance-group", default=os.environ.get("LAB_DBINSTANCE_GROUP"))
             p.add_argument("--dbinstance-version", default=os.environ.get("LAB_DBINSTANCE_VERSION"))
+        if name == "faults":
+            p.add_argument(
+                "--reset", action="store_true", help="clear every knob (then apply the given ones)"
+            )
+            p.add_argument("knobs", nargs="*", type=_knob, metavar="KNOB=VALUE")
     args = parser.parse_args(argv)
     args.state_dir = args.state_dir.resolve()
-    handlers = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "serve": cmd_serve}
+    handlers = {
+        "up": cmd_up,
+        "down": cmd_down,
+        "status": cmd_status,
+        "serve": cmd_serve,
+        "faults": cmd_faults,
+    }
     return handlers[args.command](args)
 
 

@@ -12,12 +12,15 @@ from typing import Any
 
 # "stop-hangs", "swap-conflict" and "no-agent" are the repave faults of VMs and DBInstances.
 OBJECT_FAULTS = ("stuck", "fail", "stop-hangs", "swap-conflict", "no-agent")
-_FIELDS = ("conflict_rate", "error_rate", "latency_ms", "drop_rate", "seed")
+_FIELDS = ("conflict_rate", "error_rate", "latency_ms", "drop_rate", "commit_drop_rate", "seed")
+_RATES = ("conflict_rate", "error_rate", "drop_rate", "commit_drop_rate")
 
 
 class Faults:
-    """Knobs: conflict_rate, error_rate (500 and 503 alternating), latency_ms, drop_rate, and
-    objects: "<kind>/<namespace>/<name>" -> "stuck" | "fail" (namespace empty for cluster scope)."""
+    """Knobs: conflict_rate, error_rate (500 and 503 alternating), latency_ms, drop_rate,
+    commit_drop_rate (a mutating request is applied, then its connection is closed before the answer:
+    the lost reply after a commit), and objects: "<kind>/<namespace>/<name>" -> "stuck" | "fail"
+    (namespace empty for cluster scope)."""
 
     def __init__(
         self,
@@ -25,6 +28,7 @@ class Faults:
         error_rate: float = 0.0,
         latency_ms: int = 0,
         drop_rate: float = 0.0,
+        commit_drop_rate: float = 0.0,
         objects: dict[str, str] | None = None,
         seed: int | None = None,
     ):
@@ -33,11 +37,12 @@ class Faults:
         self.error_rate = error_rate
         self.latency_ms = latency_ms
         self.drop_rate = drop_rate
+        self.commit_drop_rate = commit_drop_rate
         self.objects: dict[str, str] = {}
         self.seed = seed
         self._rng = random.Random(seed)
         self._next_error = 500
-        self.injected = {"conflict": 0, "error": 0, "drop": 0}
+        self.injected = {"conflict": 0, "error": 0, "drop": 0, "commit_drop": 0}
         for key, value in (objects or {}).items():
             self.set_object(key, value)
 
@@ -49,6 +54,7 @@ class Faults:
                 "error_rate": self.error_rate,
                 "latency_ms": self.latency_ms,
                 "drop_rate": self.drop_rate,
+                "commit_drop_rate": self.commit_drop_rate,
                 "seed": self.seed,
                 "objects": dict(self.objects),
                 "injected": dict(self.injected),
@@ -59,7 +65,7 @@ class Faults:
         unknown = set(data) - set(_FIELDS) - {"objects", "injected"}
         if unknown:
             raise ValueError(f"unknown fault knobs: {', '.join(sorted(unknown))}")
-        rates = {k: data[k] for k in ("conflict_rate", "error_rate", "drop_rate") if k in data}
+        rates = {k: data[k] for k in _RATES if k in data}
         for key, value in rates.items():
             if not isinstance(value, int | float) or not 0 <= value <= 1:
                 raise ValueError(f"{key} must be a number between 0 and 1")
@@ -91,12 +97,13 @@ class Faults:
                 "error_rate": 0,
                 "latency_ms": 0,
                 "drop_rate": 0,
+                "commit_drop_rate": 0,
                 "objects": {},
                 "seed": None,
             }
         )
         with self._lock:
-            self.injected = {"conflict": 0, "error": 0, "drop": 0}
+            self.injected = {"conflict": 0, "error": 0, "drop": 0, "commit_drop": 0}
 
     def set_object(self, key: str, fault: str | None) -> None:
         """Set or clear (fault None) the fault of one object, key "<kind>/<namespace>/<name>"."""
@@ -114,17 +121,29 @@ class Faults:
             return None
         return self.objects.get(_norm_key(f"{kind}/{namespace or ''}/{name}"))
 
-    def _roll(self, rate: float, counter: str) -> bool:
+    def _roll(self, rate: float, counter: str | None) -> bool:
         if rate <= 0:
             return False
         with self._lock:
             hit = self._rng.random() < rate
-            if hit:
+            if hit and counter:
                 self.injected[counter] += 1
             return hit
 
+    def count(self, counter: str) -> None:
+        """Count a fault the server injected after the roll (a reply lost after its commit)."""
+        with self._lock:
+            self.injected[counter] += 1
+
     def should_drop(self) -> bool:
         return self._roll(self.drop_rate, "drop")
+
+    def should_commit_drop(self) -> bool:
+        """Apply this mutating request, then close the connection instead of answering.
+
+        Counted by the server when it drops the answer: a write the store refuses is answered.
+        """
+        return self._roll(self.commit_drop_rate, None)
 
     def should_conflict(self) -> bool:
         return self._roll(self.conflict_rate, "conflict")

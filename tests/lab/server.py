@@ -47,6 +47,9 @@ class _Dropped(Exception):
     """The fault injector closed the connection without an answer."""
 
 
+_WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
 class _Request:
     """What a request addresses, parsed from its path and query."""
 
@@ -154,6 +157,15 @@ class LabRequestHandler(BaseHTTPRequestHandler):
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
             f"Cache-Control: no-cache, private\r\n{extra}\r\n"
         )
+        if self._commit_drop and 200 <= code < 300:
+            # The write is committed; the answer is lost (what a client sees when the server or a proxy
+            # dies between commit and reply). The audit log records the code and the lost reply.
+            self._commit_drop = False
+            self.server.lab.faults.count("commit_drop")
+            if self._record is not None:
+                self._record.update(dropped=True, committed=True)
+            self._audit(code)
+            raise _Dropped()
         self._audit(code)
         self.wfile.write(head.encode() + body)
 
@@ -220,6 +232,7 @@ class LabRequestHandler(BaseHTTPRequestHandler):
             "name": "",
         }
         self._record = record
+        self._commit_drop = False
         raw = b""
         try:
             raw = self._read_body()
@@ -235,6 +248,9 @@ class LabRequestHandler(BaseHTTPRequestHandler):
             route = route_for(lab.store, path)
             if route is not None:  # a platform endpoint a controller added (extensions.py)
                 record.update(verb=_ROUTE_VERBS.get(method, "get"), resource=path)
+                endpoint = _Request()
+                endpoint.verb, endpoint.plural = record["verb"], path
+                self._inject_faults(endpoint)  # platform endpoints fail like the rest of the API
                 code, content_type, answer = route(method, path, query, self.headers, raw, identity)
                 self._send(code, answer, content_type)
                 return
@@ -337,10 +353,7 @@ class LabRequestHandler(BaseHTTPRequestHandler):
             raise ApiError(500, "InternalError", "Internal error occurred: injected fault")
         if code == 503:
             raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request")
-        if (
-            req.verb in ("create", "update", "patch", "delete", "deletecollection")
-            and faults.should_conflict()
-        ):
+        if req.verb in _WRITES and faults.should_conflict():
             rt_name = f"{req.plural}.{req.group}" if req.group else req.plural
             raise ApiError(
                 409,
@@ -349,6 +362,8 @@ class LabRequestHandler(BaseHTTPRequestHandler):
                 "please apply your changes to the latest version and try again",
                 {"name": req.name, "group": req.group, "kind": req.plural},
             )
+        if req.verb in _WRITES and not _dry_run(req.query) and faults.should_commit_drop():
+            self._commit_drop = True
 
     # ----------------------------------------------------------- lab endpoints
     def _lab_endpoint(self, method: str, parts: list[str], raw: bytes, identity: Identity) -> None:

@@ -215,3 +215,64 @@ def test_replica_trap_names_the_winning_class():
     message = harvester_image.replica_trap(4, "2", "lh-1", template, why)
     assert "harvester-longhorn" in message and "annotation" in message and "asked for 4" in message
     assert harvester_image.replica_trap(4, "4", "lh-1", None, None) is None
+
+
+# ----------------------------------------------------------------- guards of issue-level rules
+
+
+def test_a_presigned_source_is_stored_without_its_signature_and_old_entries_heal():
+    signed = "https://s3.example/b/k.qcow2?X-Amz-Signature=feedface&X-Amz-Expires=60"
+    doc, changed = catalog.register_image(catalog.empty(), "v20260615", "22.04", ["16"], SUM_A, signed)
+    assert changed and doc["images"]["v20260615"]["source"] == "https://s3.example/b/k.qcow2"
+    resigned = signed.replace("feedface", "cafebabe")
+    assert catalog.register_image(doc, "v20260615", "22.04", ["16"], SUM_A, resigned)[1] is False
+    # An entry written before keeps its content and loses the signature on the next registration.
+    old = catalog.normalize(doc)
+    old["images"]["v20260615"]["source"] = signed
+    healed, changed = catalog.register_image(old, "v20260615", "22.04", ["16"], SUM_A, resigned)
+    assert changed and "feedface" not in catalog.dump(healed)
+    assert catalog.storable_source("http://u:p@h/x") == "http://REDACTED@h/x"
+    assert catalog.storable_source("upload") == "upload"
+
+
+def test_imported_follows_the_cluster_both_ways():
+    doc = registered(("v20260615", "22.04", ["16"], True))
+    doc, changed = catalog.mark_imported(doc, "v20260615", False)
+    assert changed and doc["images"]["v20260615"]["imported"] is False
+    assert catalog.mark_imported(doc, "v20260615", False)[1] is False
+    assert catalog.mark_imported(doc, "v20260615")[0]["images"]["v20260615"]["imported"] is True
+    assert catalog.mark_imported(doc, "v20990101", False)[1] is False
+
+
+def test_tips_using_names_each_stream_whose_tip_is_the_image():
+    doc = seeded()
+    ref = {"namespace": "hp", "name": "ubuntu-2204-postgres-v20260615"}
+    assert catalog.tips_using(doc, "v20260615", ref) == [
+        ("22.04", "its tip is v20260615 (validated, the default stream, which new databases get)")
+    ]
+    assert catalog.tips_using(doc, "v20270301-2404", ref) == []
+    doc["images"]["v20260615"]["image"] = {"namespace": "hp", "name": "elsewhere"}
+    assert catalog.tips_using(doc, "v20260615", ref) == []
+    assert catalog.records_image({}, "v20260615", ref) is True
+
+
+@pytest.mark.parametrize(
+    ("requested", "text"),
+    [
+        (16.0, 'quote it: engineVersion: "16.0"'),
+        ("  ", "option engineVersion: '  ' is not a version string"),
+        ("sixteen", "is set but is not a major version number"),
+    ],
+)
+def test_a_set_but_malformed_engine_version_is_never_reported_as_not_set(requested, text):
+    with pytest.raises(catalog.CatalogError) as exc:
+        catalog.resolve_engine_version(seeded(), requested, today=TODAY)
+    assert text in exc.value.msg and "not set" not in exc.value.msg
+    assert "supported: 15, 16, 17" in exc.value.msg
+    assert catalog.resolve_engine_version(seeded(), 16, today=TODAY) == "16"
+
+
+def test_catalog_refusals_are_pipeline_errors():
+    with pytest.raises(catalog.CatalogError) as exc:
+        catalog.set_stream(catalog.empty(), "22.04")
+    assert isinstance(exc.value, ValueError) and exc.value.result["refused"] is True

@@ -286,3 +286,46 @@ def test_without_pillow_the_message_says_install_it(monkeypatch):
     with pytest.raises(module.MissingPillow):
         module.frame_from_png(data)
     assert "install Pillow" in module.PILLOW_REASON
+
+
+@pytest.mark.parametrize(
+    "options, option",
+    [
+        ((-1, 30, 1800), "match_distance"),
+        ((True, 30, 1800), "match_distance"),
+        ((6, 0, 1800), "timeout"),
+        ((6, -5, 1800), "timeout"),
+        ((6, 30, -1), "stuck_after"),
+    ],
+)
+def test_options_that_cannot_describe_a_screenshot_are_refused(options, option):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+    with pytest.raises(Refusal) as err:
+        console.check_options(*options)
+    assert err.value.msg.startswith("option %s: " % option)
+    assert err.value.move
+
+
+def test_good_options_pass():
+    console.check_options(0, 1, 0)
+    console.check_options(6, 30, None)
+
+
+def test_only_a_running_instance_has_a_console():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+    with pytest.raises(Refusal) as err:
+        console.running_phase("VirtualMachineInstance", "ns/vm", None)
+    assert err.value.msg.startswith("VirtualMachineInstance ns/vm: does not exist: the VM is not running")
+    assert err.value.fields["vmi_phase"] == ""
+    with pytest.raises(Refusal) as err:
+        console.running_phase("VirtualMachineInstance", "ns/vm", {"status": {"phase": "Scheduling"}})
+    assert "is Scheduling, not Running: there is no console to read" in err.value.msg
+    assert err.value.fields["vmi_phase"] == "Scheduling"
+    with pytest.raises(Refusal, match="is pending, not Running"):
+        console.running_phase("VirtualMachineInstance", "ns/vm", {"status": {}})
+    assert (
+        console.running_phase("VirtualMachineInstance", "ns/vm", {"status": {"phase": "Running"}})
+        == "Running"
+    )

@@ -294,3 +294,30 @@ def test_empty_authorized_keys_and_log_budget():
 def test_no_checks_is_not_sealed():
     assert seal.verdict([]) == (False, [])
     assert seal.human_size(0) == "0 B" and seal.human_size(1536) == "1.5 KiB"
+
+
+def test_an_unsealed_verdict_is_refused_naming_each_failed_check():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+    result = {
+        "sealed": False,
+        "checks": [
+            seal.check("ntfs_boot_sector", True, "ok"),
+            seal.check("build_failed_absent", False, "C:\\BUILD_FAILED exists (12 bytes)"),
+        ],
+    }
+    with pytest.raises(Refusal) as err:
+        seal.refuse_unsealed(result, "PersistentVolumeClaim ns/golden")
+    assert err.value.msg.startswith(
+        "PersistentVolumeClaim ns/golden: is not sealed: build_failed_absent: C:\\BUILD_FAILED exists"
+    )
+    assert "ntfs_boot_sector" not in err.value.msg
+    assert err.value.fields["sealed"] is False and err.value.fields["refused"] is True
+    assert seal.refuse_unsealed(result, "x", fail_on_unsealed=False) is result
+    assert seal.refuse_unsealed({"sealed": True, "checks": []}, "x")["sealed"] is True
+
+
+def test_check_mode_does_not_verify_a_claim():
+    result = seal.check_mode_skip("PersistentVolumeClaim ns/golden")
+    assert result["skipped"] is True and result["changed"] is False
+    assert "PersistentVolumeClaim ns/golden was not verified" in result["msg"]

@@ -1,4 +1,5 @@
 import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import eol_guard
 
 
@@ -46,3 +47,21 @@ def test_overrides_reach_the_table():
 def test_bad_input_raises(bad):
     with pytest.raises(ValueError):
         eol_guard.run(params(**bad))
+
+
+def test_the_runner_returns_or_raises_and_never_exits():
+    result = eol_guard.check(params())
+    assert result["violations"] == [] and "msg" not in result
+    with pytest.raises(PipelineError) as exc:
+        eol_guard.check(params(pg_versions=["13", "16"]))
+    assert exc.value.msg.startswith("EOL guard (build date 2026-11-29): PostgreSQL 13")
+    assert exc.value.result["violations"][0]["version"] == "13"
+    with pytest.raises(PipelineError, match="eol_guard: pg_versions is empty"):
+        eol_guard.check(params(pg_versions=[]))
+
+
+@pytest.mark.parametrize(("option", "value"), [("os_version", 24.1), ("pg_versions", [16.0, 17])])
+def test_a_yaml_float_version_is_refused_with_quote_it(option, value):
+    with pytest.raises(Refusal, match="quote it") as exc:
+        eol_guard.check(params(**{option: value}))
+    assert "option %s" % option in exc.value.msg

@@ -2,13 +2,16 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""The seal verifier: one disk image in, one verdict out. The module calls ``verify`` for a file; the
-verifier Job runs this file as a command next to the volume, so a disk never crosses the network:
+"""The seal verifier's adapter: one disk image in, one verdict out. It does the I/O (reads the image,
+installs dissect when asked) and leaves every rule to ``seal``. The module calls ``verify`` for a
+file; the verifier Job runs this file as a command next to the volume, so a disk never crosses the
+network:
 
-    python3 -m ansible_collections.goldenimage.pipeline.plugins.module_utils.seal_cli /disk/disk.img
+    python3 -m ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_cli /disk/disk.img
 
 It prints one line, ``SEAL_VERIFY_RESULT <json>``, and exits 0 with a verdict (sealed or not) or 2
-when the disk cannot be judged. It imports nothing from Ansible, only its two siblings and dissect.
+when the disk cannot be judged. It imports nothing from Ansible, only its siblings (``seal``, ``_disk``,
+``errors``) and dissect.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -127,7 +130,7 @@ def _install_missing():
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        prog="seal_cli", description="Verify offline that a disk image is sealed."
+        prog="_seal_cli", description="Verify offline that a disk image is sealed."
     )
     parser.add_argument("path", help="raw or qcow2 image, or a block device")
     parser.add_argument("--os", dest="os_name", choices=["windows", "linux"])

@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+_CATALOG = r"""
+options:
+  catalog:
+    description:
+      - The baked image catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file
+        (O(catalog.path)). Writers are safe against each other (resourceVersion, retried on a conflict).
+    type: dict
+    required: %s
+    suboptions:
+      namespace:
+        description: Namespace of the catalog ConfigMap.
+        type: str
+      name:
+        description: Name of the catalog ConfigMap (key C(catalog.yaml)); created when missing.
+        type: str
+      path:
+        description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).
+        type: path
+"""
+
+
+class ModuleDocFragment(object):
+    # The baked image catalog where a module can do without it (goldenimage.pipeline.catalog).
+    DOCUMENTATION = _CATALOG % "false"
+
+    # The same option where the module needs it (goldenimage.pipeline.catalog.required).
+    REQUIRED = _CATALOG % "true"

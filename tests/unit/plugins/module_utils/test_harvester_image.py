@@ -1,0 +1,255 @@
+import json
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, errors, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import harvester_image as hi
+
+NS = "harvester-public"
+NAME = "ubuntu-2204-postgres-v20260615"
+REV = "v20260615"
+SC = "lh-1234"
+SIGNED = "https://s3.example/b/k.qcow2?X-Amz-Expires=60&X-Amz-Signature=feedface"
+
+
+def image(url="https://mirror.example/b/k.qcow2", storage_class=SC):
+    obj = hi.definition(NS, REV, "22.04", ["16", "17"], "a" * 128, url=url)
+    obj["status"] = {"storageClassName": storage_class, "appliedUrl": url}
+    return obj
+
+
+def db(name, applied=None, target=None, phase="Available"):
+    status = {"phase": phase}
+    if applied:
+        status["appliedSpec"] = {"imageRevision": applied}
+    if target:
+        status["repave"] = {"targetRevision": target}
+    return {"kind": "DBInstance", "metadata": {"namespace": "orders", "name": name}, "status": status}
+
+
+def claim(name, storage_class=None, image_id=None):
+    meta = {"namespace": "orders", "name": name}
+    if image_id:
+        meta["annotations"] = {hi.IMAGE_ID_ANNOTATION: image_id}
+    return {"metadata": meta, "spec": {"storageClassName": storage_class}}
+
+
+def vm(name, annotation):
+    return {"metadata": {"namespace": "orders", "name": name, "annotations": {hi.VCT_ANNOTATION: annotation}}}
+
+
+def tip_catalog(tip=REV, image_ref=None, default=True):
+    doc = catalog.empty()
+    doc, _ = catalog.register_image(
+        doc, tip, "22.04", ["16"], "a" * 128, "upload", image=image_ref, imported=True
+    )
+    doc, _ = catalog.set_stream(doc, "22.04", tip=tip, validated=True, default=default)
+    return doc
+
+
+# ----------------------------------------------------------------------------- consumers
+
+
+def test_nothing_uses_an_image_nobody_names():
+    others = [db("a", applied="v20260101"), claim("p", storage_class="lh-other")]
+    assert hi.image_consumers(image(), REV, dbinstances=others[:1], claims=others[1:]) == []
+    assert hi.refuse_delete(image(), REV, []) is None
+
+
+def test_every_kind_of_consumer_is_named_with_why():
+    ref = {"namespace": NS, "name": NAME}
+    catalogs = [(("ConfigMap", "dbaas", "catalog"), tip_catalog(image_ref=ref))]
+    found = hi.image_consumers(
+        image(),
+        REV,
+        catalogs=catalogs,
+        dbinstances=[db("pg-1", applied=REV), db("pg-2", applied="v20260101", target=REV)],
+        claims=[claim("os-by-class", storage_class=SC), claim("os-by-id", image_id="%s/%s" % (NS, NAME))],
+        vms=[
+            vm(
+                "vm-1",
+                json.dumps(
+                    [{"metadata": {"name": "d", "annotations": {hi.IMAGE_ID_ANNOTATION: NS + "/" + NAME}}}]
+                ),
+            ),
+            vm("vm-2", "{not json"),
+            vm("vm-3", json.dumps([{"metadata": {"name": "d"}, "spec": {"storageClassName": "lh-other"}}])),
+        ],
+    )
+    names = [(c["kind"], c["namespace"], c["name"]) for c in found]
+    assert names == [
+        ("ConfigMap", "dbaas", "catalog"),
+        ("DBInstance", "orders", "pg-1"),
+        ("DBInstance", "orders", "pg-2"),
+        ("PersistentVolumeClaim", "orders", "os-by-class"),
+        ("PersistentVolumeClaim", "orders", "os-by-id"),
+        ("VirtualMachine", "orders", "vm-1"),
+        ("VirtualMachine", "orders", "vm-2"),
+    ]
+    assert all(set(c) == {"kind", "namespace", "name", "why"} for c in found)
+    assert "default stream" in found[0]["why"] and "validated" in found[0]["why"]
+    assert found[1]["why"] == "its applied revision is v20260615 (phase Available)"
+    assert found[2]["why"] == "it is repaving onto v20260615"
+    assert "does not parse" in found[6]["why"]
+
+
+def test_a_catalog_tip_counts_unless_it_records_another_image():
+    other = {"namespace": NS, "name": "somewhere-else"}
+    assert (
+        hi.image_consumers(image(), REV, catalogs=[(("ConfigMap", "a", "c"), tip_catalog(image_ref=other))])
+        == []
+    )
+    # A tip that names no image at all cannot be told apart: it counts (fail closed).
+    assert len(hi.image_consumers(image(), REV, catalogs=[(("ConfigMap", "a", "c"), tip_catalog())])) == 1
+    # A registered revision that is not a tip is history, not a consumer.
+    doc = tip_catalog(tip="v20260701")
+    doc, _ = catalog.register_image(doc, REV, "22.04", ["16"], "a" * 128, "upload", imported=True)
+    assert hi.image_consumers(image(), REV, catalogs=[(("ConfigMap", "a", "c"), doc)]) == []
+
+
+def test_refusal_names_each_consumer_and_the_supported_move():
+    found = [
+        hi.consumer("DBInstance", "orders", "pg-1", "its applied revision is v20260615 (phase Available)")
+    ]
+    found.append(
+        hi.consumer("PersistentVolumeClaim", "orders", "pg-1-os", "it uses the image's StorageClass lh-1")
+    )
+    refusal = hi.refuse_delete(image(), REV, found)
+    assert isinstance(refusal, errors.Refusal)
+    assert refusal.msg.startswith(
+        "refusing to delete VirtualMachineImage %s/%s (revision %s): it is in use by " % (NS, NAME, REV)
+    )
+    assert "DBInstance orders/pg-1 (its applied revision" in refusal.msg
+    assert "baked_image_stream" in refusal.msg and "dbinstance_repave" in refusal.msg
+    assert refusal.result["consumers"] == found and refusal.result["pvcs"] == ["orders/pg-1-os"]
+    assert refusal.result["refused"] is True
+
+
+# ----------------------------------------------------------------------------- sources and secrets
+
+
+def test_a_password_in_the_url_is_refused_naming_the_alternatives():
+    with pytest.raises(errors.Refusal) as exc:
+        hi.check_url("http://user:hunter2@mirror.example/k.qcow2")
+    assert "hunter2" not in exc.value.msg
+    assert "presigned" in exc.value.msg and "src" in exc.value.msg and "bucket_object_url" in exc.value.msg
+    assert hi.check_url(SIGNED) == SIGNED and hi.check_url(None) is None
+
+
+def test_the_catalog_source_of_a_presigned_url_has_no_signature():
+    assert hi.source_of(image(url=SIGNED)) == "https://s3.example/b/k.qcow2"
+    assert hi.source_of(image(url=None)) == "upload"
+    assert hi.stored_url("https://mirror.example/k.qcow2") == "https://mirror.example/k.qcow2"
+
+
+def test_signing_the_same_object_again_is_the_same_source():
+    resigned = SIGNED.replace("feedface", "cafebabe")
+    assert hi.identity_changes(image(url=SIGNED), image(url=resigned)) == []
+    changes = hi.identity_changes(
+        image(url=SIGNED), image(url="https://s3.example/b/other.qcow2?Signature=x")
+    )
+    assert changes and changes[0][0] == "url" and "feedface" not in json.dumps(changes)
+    with pytest.raises(errors.Refusal, match="build a new revision") as exc:
+        hi.refuse_changed_source(image(url=SIGNED), image(url="https://s3.example/b/other.qcow2"), REV)
+    assert "feedface" not in exc.value.msg and "feedface" not in json.dumps(exc.value.result)
+
+
+def test_printable_images_carry_no_signature_and_leave_the_input_alone():
+    obj = image(url=SIGNED)
+    shown = hi.printable(obj)
+    assert "feedface" not in json.dumps(shown) and obj["spec"]["url"] == SIGNED
+    plain = image()
+    assert hi.printable(plain) is plain and hi.printable(None) == {}
+
+
+def test_controller_messages_are_scrubbed_of_the_signed_url():
+    obj = image(url=SIGNED)
+    obj["status"].update(
+        failed=4,
+        conditions=[
+            {
+                "type": "RetryLimitExceeded",
+                "status": "True",
+                "message": "failed to download %s: 403" % SIGNED,
+            },
+            {"type": "Imported", "status": "False", "message": "failed to download %s" % SIGNED},
+        ],
+    )
+    assert "feedface" not in hi.failure(obj) and redact.MASK in hi.failure(obj)
+    assert "feedface" not in hi.describe(obj)
+
+
+# ----------------------------------------------------------------------------- request checks
+
+
+@pytest.mark.parametrize(
+    ("replicas", "retry", "text"),
+    [(0, 3, "replicas is 0"), (-2, 3, "replicas is -2"), (None, 11, "retry is 11"), (3, -1, "retry is -1")],
+)
+def test_request_numbers_are_refused(replicas, retry, text):
+    with pytest.raises(errors.Refusal, match=text):
+        hi.check_request(REV, replicas, retry)
+
+
+def test_request_numbers_in_range_pass():
+    assert hi.check_request(REV, None, 0) is None and hi.check_request(REV, 4, 10) is None
+
+
+def test_an_uploaded_file_must_match_the_checksum_given():
+    assert hi.check_src_checksum("/tmp/x", "a" * 128, None) == "a" * 128
+    with pytest.raises(errors.Refusal, match="not the checksum given"):
+        hi.check_src_checksum("/tmp/x", "a" * 128, "b" * 128)
+
+
+def test_import_state_reads_through_the_shared_accessors():
+    obj = image()
+    assert not hi.imported(obj) and hi.storage_class_of(obj) == SC
+    obj["status"]["conditions"] = [
+        {"type": "Imported", "status": "True"},
+        {"type": "Initialized", "status": "True"},
+    ]
+    assert hi.imported(obj) and hi.initialized(obj)
+    assert not hi.imported(None) and hi.storage_class_of(None) is None
+
+
+# ----------------------------------------------------------------------------- half-done work
+
+
+def test_a_registered_but_unrecorded_image_is_said_with_the_grant_that_completes_it():
+    obj = image()
+    obj["status"]["conditions"] = [{"type": "Imported", "status": "True"}]
+    grant = "get, create and update on configmaps in namespace dbaas"
+    error = hi.not_recorded(
+        obj, REV, "catalog ConfigMap dbaas/c", "write: forbidden (403)", grant, {"progress": 100}
+    )
+    assert error.msg == (
+        "VirtualMachineImage %s/%s is registered (Imported=True, StorageClass %s) but revision %s is not "
+        "recorded in catalog ConfigMap dbaas/c: write: forbidden (403). Nothing was rolled back; grant %s, "
+        "then run the task again: it finds the image and only records it" % (NS, NAME, SC, REV, grant)
+    )
+    assert error.result["registered"] is True and error.result["catalog_written"] is False
+    assert error.result["missing_permission"] == grant and error.result["progress"] == 100
+    assert "grant" not in hi.not_recorded(obj, REV, "f", "conflict").msg
+
+
+def test_a_gone_image_still_recorded_as_imported_is_said():
+    ref = {"namespace": NS, "name": NAME}
+    error = hi.still_imported(ref, True, REV, "catalog ConfigMap ops/c", "forbidden", "update on configmaps")
+    assert error.msg.startswith(
+        "VirtualMachineImage %s/%s is deleted by this run, but catalog ConfigMap ops/c" % (NS, NAME)
+    )
+    assert error.msg.endswith("grant update on configmaps, then run the task again")
+    assert error.result["catalog_written"] is False
+    assert "already gone" in hi.still_imported(ref, False, REV, "f", "x").msg
+
+
+def test_a_failure_after_the_write_says_what_it_leaves():
+    exc = errors.PipelineError("timed out waiting", stuck=True)
+    told = hi.left_behind(exc, image(), True, "catalog file /c.yaml")
+    assert told is exc and told.msg == (
+        "timed out waiting [VirtualMachineImage %s/%s exists (created by this run); the revision is not "
+        "recorded in catalog file /c.yaml]" % (NS, NAME)
+    )
+    assert told.result["stuck"] is True and told.result["registered"] is True
+    assert hi.left_behind(errors.PipelineError("x"), {}, False).msg == (
+        "x [the VirtualMachineImage exists (registered before this run)]"
+    )

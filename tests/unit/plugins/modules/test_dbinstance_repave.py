@@ -1,0 +1,215 @@
+"""The dbinstance_repave runner with observed state of its own: parameters in, a result (or a
+PipelineError carrying it) out, no SystemExit, and no write when the request is refused."""
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.modules import dbinstance_repave
+
+OLD, TIP = "v20260615", "v20260815"
+
+
+def defaults(**overrides):
+    params = {name: spec.get("default") for name, spec in dbinstance_repave.argument_spec().items()}
+    params.update(namespace="t", catalog={"path": "/unused"}, state="repaved", today="2026-12-01")
+    params.update(overrides)
+    return params
+
+
+class Module:
+    def __init__(self, params, check_mode=False):
+        self.params = params
+        self.check_mode = check_mode
+        self._diff = True
+        self.warnings = []
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    def debug(self, text):
+        pass
+
+
+class Driver:
+    """Instances in memory; every write is recorded, a repave finishes on the second look."""
+
+    def __init__(self, *instances, vetoes=None):
+        self.instances = {i["name"]: i for i in instances}
+        self.writes = []
+        self.looks = {}
+        self.vetoes = vetoes or {}
+        if vetoes is not None:
+            self.preflight = self._preflight
+
+    def list(self, names, label_selector):
+        return [dict(i) for n, i in sorted(self.instances.items()) if not names or n in names]
+
+    def set_opt_in(self, inst, value):
+        self.writes.append(("opt-in", inst["name"], value))
+        return True
+
+    def advance(self, inst, target):
+        seen = self.looks[inst["name"]] = self.looks.get(inst["name"], 0) + 1
+        if seen == 1:
+            self.writes.append(("trigger", inst["name"], target["revision"]))
+            return {
+                "state": "working",
+                "phase": "Available",
+                "message": "triggered",
+                "changed": True,
+                "step": None,
+            }
+        self.instances[inst["name"]]["revision"] = target["revision"]
+        return {"state": "done", "phase": "Available", "message": "running", "changed": False, "step": None}
+
+    def _preflight(self, inst):
+        if inst["name"] in self.vetoes:
+            raise repave.RepaveRefused(repave.NOT_OS_DISK, inst["name"], self.vetoes[inst["name"]])
+
+
+def doc():
+    found = catalog.empty()
+    for name in (OLD, TIP):
+        found, _changed = catalog.register_image(
+            found, name, "22.04", ["15", "16", "17"], "a" * 127 + name[-1], "s3://m/" + name, imported=True
+        )
+    found, _changed = catalog.set_stream(found, "22.04", tip=TIP, validated=True, default=True)
+    return found
+
+
+def db(name, revision=OLD, engine="16", phase="Available"):
+    return {
+        "name": name,
+        "namespace": "t",
+        "revision": revision,
+        "engine_version": engine,
+        "os_stream": None,
+        "phase": phase,
+        "available": phase == "Available",
+        "operator": {},
+        "annotations": {},
+        "labels": {},
+    }
+
+
+def run(driver, check_mode=False, **params):
+    module = Module(defaults(**params), check_mode)
+    return dbinstance_repave.Repave(module, driver, doc()).run(), module
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("wait_timeout", -1),
+        ("wait_timeout", 0),
+        ("wait_sleep", 0),
+        ("wait_sleep", -0.5),
+        ("batch_estimate", 0),
+        ("batch_pause", -1),
+    ],
+)
+def test_zero_or_negative_durations_are_refused_before_anything(option, value):
+    driver = Driver(db("a"))
+    with pytest.raises(Refusal) as refused:
+        run(driver, **{option: value})
+    assert "option %s" % option in refused.value.msg
+    assert driver.writes == [] and driver.looks == {}
+
+
+def test_a_repave_with_nothing_in_scope_says_so():
+    result, module = run(Driver(), label_selector="tier=prod")
+    assert result["changed"] is False and result["instances"] == []
+    assert result["msg"] == (
+        "no DBInstance in scope (namespace t; label selector tier=prod): nothing to repave; check namespace, "
+        "names and label_selector"
+    )
+    assert module.warnings == [result["msg"]]
+
+
+def test_repave_returns_its_result_and_the_rerun_writes_nothing():
+    driver = Driver(db("a"), db("b", revision=TIP))
+    result, _module = run(driver)
+    assert result["changed"] is True
+    assert {e["name"]: e["result"] for e in result["instances"]} == {"a": "repaved", "b": "current"}
+    assert result["diff"] == [
+        {
+            "before_header": "DBInstance a",
+            "after_header": "DBInstance a",
+            "before": {},
+            "after": {"repave-trigger": "now"},
+        }
+    ]
+    assert driver.writes == [("trigger", "a", TIP)]
+    again, _module = run(driver)
+    assert again["changed"] is False and driver.writes == [("trigger", "a", TIP)]
+
+
+def test_check_mode_plans_and_writes_nothing():
+    driver = Driver(db("a"))
+    result, _module = run(driver, check_mode=True)
+    assert result["changed"] is True and result["starts_now"] == ["a"] and driver.writes == []
+
+
+def test_wait_false_starts_and_returns():
+    driver = Driver(db("a"), db("b"))
+    result, _module = run(driver, wait=False, max_unavailable=1)
+    results = {e["name"]: e["result"] for e in result["instances"]}
+    assert results == {"a": "in-flight", "b": "pending"} and result["pending"] == ["b"]
+    assert driver.writes == [("trigger", "a", TIP)]
+
+
+def test_a_refused_instance_halts_with_the_result_and_nothing_written():
+    driver = Driver(db("a"), db("pg14", engine="14"), db("odd", engine="16.x"))
+    with pytest.raises(PipelineError) as halted:
+        run(driver)
+    result = halted.value.result
+    assert "nothing written" in result["msg"] and driver.writes == []
+    entries = {e["name"]: e for e in result["instances"]}
+    assert entries["pg14"]["reason"] == "RepaveBlockedPGVersionEOL"
+    assert "engineVersion '16.x' is set but is not a major version" in entries["odd"]["message"]
+    assert "not set" not in entries["odd"]["message"]
+
+
+def test_the_drivers_veto_refuses_before_any_write():
+    driver = Driver(
+        db("a"), db("b"), vetoes={"a": "t/a cannot be repaved (NotAnOSDisk): os_volume pgdata ..."}
+    )
+    with pytest.raises(PipelineError) as halted:
+        run(driver)
+    assert "NotAnOSDisk" in halted.value.result["msg"] and driver.writes == []
+    result, module = run(driver, halt_on_failure=False)
+    assert {e["name"]: e["result"] for e in result["instances"]} == {"a": "refused", "b": "repaved"}
+    assert driver.writes == [("trigger", "b", TIP)] and module.warnings[0].startswith("skipped: ")
+
+
+def test_missing_names_and_bad_combinations_are_refused():
+    with pytest.raises(Refusal, match="DBInstance not found in namespace t: nope"):
+        run(Driver(db("a")), names=["nope"])
+    for params, text in (
+        ({"opt_in": "immediate", "state": "report"}, "use it with state repaved"),
+        ({"opt_in": "next-maintenance"}, "set window"),
+        ({"state": "absent", "names": ["a"]}, "delete the DBInstance and let the operator tear it down"),
+        ({"state": "absent", "strategy": "direct"}, "list the instances to tear down"),
+        ({"catalog": None}, "catalog is required"),
+        ({"strategy": "direct", "namespace": None}, "give the VMs' namespace"),
+        ({"max_unavailable": "0%"}, "between 1% and 100%"),
+        ({"window": {"start": "25:00", "end": "01:00"}}, "window.start"),
+    ):
+        with pytest.raises(Refusal, match=text):
+            repave.check_request(defaults(**params))
+
+
+def test_a_request_failing_mid_run_fails_with_what_happened_until_then():
+    class Failing(Driver):
+        def advance(self, inst, target):
+            if inst["name"] == "b":
+                raise PipelineError("patch DBInstance t/b: Forbidden (403)")
+            return super().advance(inst, target)
+
+    driver = Failing(db("a"), db("b"))
+    with pytest.raises(PipelineError) as failed:
+        run(driver, max_unavailable=1)
+    result = failed.value.result
+    assert result["msg"] == "patch DBInstance t/b: Forbidden (403)" and result["changed"] is True
+    assert {e["name"]: e.get("result") for e in result["instances"]}["a"] == "repaved"
+    assert result["progress"][0]["name"] == "a"
