@@ -146,7 +146,10 @@ class _Handler(BaseHTTPRequestHandler):
             if ref["resource"] == "pods" and ref["subresource"] == "log" and method == "GET":
                 self._pod_log(ref)
                 return
-            self._forward(method, raw, verb)
+            commit_drop = (
+                verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
+            )
+            self._forward(method, raw, verb, ref, commit_drop)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -200,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return False
 
-    def _forward(self, method: str, raw: bytes, verb: str) -> None:
+    def _forward(self, method: str, raw: bytes, verb: str, ref: dict, commit_drop: bool = False) -> None:
         front = self.server
         conn = http.client.HTTPSConnection(
             "127.0.0.1", front.upstream_port, context=front.upstream_tls, timeout=600
@@ -212,9 +215,17 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             conn.request(method, self.path, body=raw or None, headers=headers)
             reply = conn.getresponse()
-            drop_after_commit = verb in MUTATING_VERBS and front.faults_commit_then_drop()
-            if drop_after_commit:
-                reply.read()
+            if commit_drop and 200 <= reply.status < 300:
+                # The API server committed the write; its answer is lost on the way back.
+                answer = reply.read()
+                front.faults.count("commit_drop")
+                record = dict(ref, verb=verb, path=self.path, user="", dry_run=False, injected=True)
+                if not record["name"]:
+                    try:
+                        record["name"] = json.loads(answer)["metadata"]["name"]
+                    except (ValueError, KeyError, TypeError):
+                        pass
+                front.record(dict(record, code=reply.status, dropped=True, committed=True))
                 self._drop()
                 return
             self.send_response(reply.status, reply.reason)
@@ -348,10 +359,6 @@ class FrontServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return "https://127.0.0.1:%d" % self.port
-
-    def faults_commit_then_drop(self) -> bool:
-        roll = getattr(self.faults, "should_drop_after_commit", None)
-        return bool(roll and roll())
 
     def token_review(self, review: dict) -> dict:
         """The API server's token webhook: tokens ``Lab.add_token`` handed out, by the user they name."""

@@ -177,3 +177,16 @@ def _exists(call):
             return False
         raise
     return True
+
+
+def test_a_committed_write_whose_answer_is_lost(real_lab, api, namespace):
+    core = client.CoreV1Api(api)
+    api.configuration.retries = 0
+    real_lab.faults.update({"commit_drop_rate": 1.0})
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - the connection closes without an answer
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": "lost"}}, _request_timeout=10)
+    finally:
+        real_lab.faults.reset()
+    assert core.read_namespaced_config_map("lost", namespace).metadata.name == "lost"
+    assert [r for r in real_lab.audit() if r.get("committed") and r["name"] == "lost"]
