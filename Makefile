@@ -10,9 +10,9 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # Debian packages the tests and the demo use (program -> package).
-DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git
+DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git kubectl:kubernetes-client
 
-.PHONY: help deps venv collections setup lint unit integration faults molecule sanity test demo e2e bench lab-up lab-down clean
+.PHONY: help deps venv collections lab-binaries setup lint unit integration faults molecule sanity test demo e2e bench lab-up lab-down clean
 
 help:
 	@echo "make test    lint, unit, lab integration and molecule tests (sets everything up)"
@@ -46,7 +46,12 @@ venv: $(VENV)/.installed
 collections: venv
 	@PIP=$(BIN)/pip tools/install-collections.sh
 
-setup: deps venv collections
+# kube-apiserver, kube-controller-manager and etcd for the lab's apiserver backend, built from their Go
+# modules into ~/.cache/goldenimage-lab (reused when present; minutes on a cold cache).
+lab-binaries:
+	@tools/build-apiserver.sh >/dev/null
+
+setup: deps venv collections lab-binaries
 
 lint: setup
 	tools/lint.sh

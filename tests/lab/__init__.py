@@ -35,13 +35,19 @@ class Lab:
         tls: bool = False,
         controllers: list | None = None,
         seed: int | None = None,
+        backend: str | None = None,
     ):
         self.state_dir = pathlib.Path(state_dir).resolve()
         self.port = port
         self.with_s3 = with_s3
         self.dbinstance_group = dbinstance_group or os.environ.get("LAB_DBINSTANCE_GROUP") or None
         self.dbinstance_version = dbinstance_version or os.environ.get("LAB_DBINSTANCE_VERSION") or None
-        self.tls = tls
+        # "builtin": the in-process server of this package; "apiserver": a real kube-apiserver and etcd
+        # (tools/build-apiserver.sh) behind the lab's front (front.py), with the same controllers.
+        self.backend = backend or os.environ.get("LAB_BACKEND") or "builtin"
+        if self.backend not in ("builtin", "apiserver"):
+            raise ValueError(f"unknown lab backend {self.backend!r}: use builtin or apiserver")
+        self.tls = tls or self.backend == "apiserver"
         self._controller_classes = controllers
         self.store = Store()
         self.faults = Faults(seed=seed)
@@ -54,6 +60,7 @@ class Lab:
         self.controller_manager = None
         self._s3_server = None
         self._ca_path: pathlib.Path | None = None
+        self.apiserver = None
         self.is_lab = True
 
     # ---------------------------------------------------------------- lifecycle
@@ -64,22 +71,26 @@ class Lab:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "volumes").mkdir(exist_ok=True)
         try:
-            self._bootstrap()
+            if self.backend == "apiserver":
+                self._start_apiserver()
+            else:
+                self._bootstrap()
             if self.with_s3:
                 from .s3 import S3Server
 
                 self._s3_server = S3Server()
                 self.s3 = self._s3_server.start()
-            context = None
-            if self.tls:
-                from .tls import make_certificate, server_context
+            if self.backend == "builtin":
+                context = None
+                if self.tls:
+                    from .tls import make_certificate, server_context
 
-                self._ca_path, key_path = make_certificate(self.state_dir)
-                context = server_context(self._ca_path, key_path)
-            self.server = LabServer(
-                self.store, self.faults, port=self.port, tokens=self.tokens, ssl_context=context
-            )
-            self.server.start()
+                    self._ca_path, key_path = make_certificate(self.state_dir)
+                    context = server_context(self._ca_path, key_path)
+                self.server = LabServer(
+                    self.store, self.faults, port=self.port, tokens=self.tokens, ssl_context=context
+                )
+                self.server.start()
             self.port = self.server.port
             lab_context = LabContext(
                 store=self.store,
@@ -91,6 +102,8 @@ class Lab:
                 self._controller_classes if self._controller_classes is not None else default_controllers()
             )
             self.controller_manager = ControllerManager(lab_context, classes)
+            if self.apiserver is not None:
+                self.apiserver.register_admission(self.store)
             self.controller_manager.start()
             self.write_kubeconfig(self.kubeconfig)
             self._write_s3_env()
@@ -109,6 +122,10 @@ class Lab:
         if self._s3_server is not None:
             self._s3_server.stop()
             self._s3_server = None
+        if self.apiserver is not None:
+            self.store.close()
+            self.apiserver.stop()
+            self.apiserver = None
 
     def __enter__(self) -> Lab:
         return self.start()
@@ -117,6 +134,21 @@ class Lab:
         self.stop()
 
     # ---------------------------------------------------------------- bootstrap
+    def _start_apiserver(self) -> None:
+        """kube-apiserver, etcd and kube-controller-manager, the front before them, then the fixtures."""
+        from .apiserver import ApiServer
+        from .tls import make_certificate
+
+        self._ca_path, key_path = make_certificate(self.state_dir)
+        self.apiserver = ApiServer(
+            self.state_dir, self.tokens, self.faults, self._ca_path, key_path, port=self.port
+        )
+        self.apiserver.start()
+        self.store = self.apiserver.store
+        self.server = self.apiserver.front
+        self._bootstrap()
+        self.apiserver.wait_for_crds(self.store)
+
     def _bootstrap(self) -> None:
         from .crdload import load_crds
 
@@ -169,8 +201,15 @@ class Lab:
         return self.server.url
 
     def add_token(self, user: str, rules: list[dict]) -> str:
-        """A token for `user` allowed only what `rules` (verbs, groups, resources, namespaces) allow."""
-        return self.tokens.add(user, rules)
+        """A token for `user` allowed only what `rules` (verbs, groups, resources, namespaces) allow.
+
+        On the real API server the token is authenticated by the lab's token webhook and the rules
+        become ClusterRoles/Roles bound to the user: RBAC decides, not the lab.
+        """
+        token = self.tokens.add(user, rules)
+        if self.apiserver is not None:
+            self.apiserver.grant(self.store, user, rules)
+        return token
 
     def write_kubeconfig(
         self, path: pathlib.Path | str, token: str | None = None, user: str = "lab-admin"
@@ -209,15 +248,21 @@ class Lab:
 
     # ------------------------------------------------------------------ audit
     def audit(self) -> list[dict]:
+        if self.apiserver is not None:
+            return self.apiserver.audit_records()
         return self.server.audit.records() if self.server else []
 
     def clear_audit(self) -> None:
-        if self.server:
+        if self.apiserver is not None:
+            self.apiserver.clear_audit()
+        elif self.server:
             self.server.audit.clear()
 
     def mutating_requests(self) -> list[dict]:
         """Audit records of requests that changed (or would have changed, without dry-run) state."""
-        return self.server.audit.mutating() if self.server else []
+        from .access import MUTATING_VERBS
+
+        return [r for r in self.audit() if r["verb"] in MUTATING_VERBS and not r["dry_run"]]
 
 
 __all__ = ["Lab"]

@@ -96,6 +96,8 @@ def _serve_args(args: argparse.Namespace) -> list[str]:
     out = ["--state-dir", str(args.state_dir), "--port", str(args.port)]
     if args.tls:
         out.append("--tls")
+    if args.backend:
+        out += ["--backend", args.backend]
     if args.no_s3:
         out.append("--no-s3")
     if args.dbinstance_group:
@@ -184,6 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dbinstance_group=args.dbinstance_group,
         dbinstance_version=args.dbinstance_version,
         tls=args.tls,
+        backend=args.backend,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -266,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("up", "serve"):
             p.add_argument("--port", type=int, default=0)
             p.add_argument("--tls", action="store_true", help="serve HTTPS with a self-signed certificate")
+            p.add_argument(
+                "--backend",
+                choices=("builtin", "apiserver"),
+                default=os.environ.get("LAB_BACKEND"),
+                help="builtin (this package's server) or apiserver (a real kube-apiserver and etcd)",
+            )
             p.add_argument("--no-s3", action="store_true", help="do not start the loopback S3 server")
             p.add_argument("--dbinstance-group", default=os.environ.get("LAB_DBINSTANCE_GROUP"))
             p.add_argument("--dbinstance-version", default=os.environ.get("LAB_DBINSTANCE_VERSION"))

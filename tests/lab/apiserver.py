@@ -1,0 +1,498 @@
+"""etcd, kube-apiserver and kube-controller-manager, built from their Go modules, on loopback.
+
+The binaries come from tools/build-apiserver.sh (cached outside the work tree). The API server serves
+HTTPS on a random port with a self-signed certificate, authenticates a static token file (the lab's
+admin is in system:masters) and ServiceAccount tokens, authorizes with RBAC, and writes its audit log as
+JSON lines into the state directory. kube-controller-manager runs only the controllers the lab relies
+on from a cluster: namespace finalization, owner-reference garbage collection and ServiceAccounts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+import secrets
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+
+import yaml
+
+BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-apiserver.sh"
+KCM_CONTROLLERS = "namespace,garbagecollector,serviceaccount"
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def binaries() -> pathlib.Path:
+    """The directory holding kube-apiserver, etcd and kube-controller-manager (built when missing)."""
+    override = os.environ.get("LAB_APISERVER_BIN")
+    if override:
+        return pathlib.Path(override)
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError("tools/build-apiserver.sh failed:\n%s" % proc.stderr[-4000:])
+    return pathlib.Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _service_account_key(path: pathlib.Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    path.chmod(0o600)
+
+
+class ApiServer:
+    """The three processes, the lab's front before them and the files they share (``<state>/apiserver``).
+
+    Tokens: the admin and the controllers are static (a token file; both in system:masters); tokens the
+    tests add (``Lab.add_token``) are authenticated by the front's token webhook and authorized by RBAC
+    objects this class writes. The controllers' own requests are left out of ``audit_records``: the
+    audit log is what clients of the lab did, as it was with the built-in server.
+    """
+
+    CONTROLLER_USER = "lab-controllers"
+
+    def __init__(
+        self, state_dir, tokens, faults, ca_path: pathlib.Path, key_path: pathlib.Path, port: int = 0
+    ):
+        self.dir = pathlib.Path(state_dir) / "apiserver"
+        self.tokens = tokens
+        self.faults = faults
+        self.admin_token = tokens.admin_token
+        self.controller_token = new_token()
+        self.kcm_token = new_token()
+        self.ca_path = ca_path
+        self.key_path = key_path
+        self.front_port = port
+        self.port = 0
+        self.audit_path = self.dir / "audit.log"
+        self._audit_offset = 0
+        self._procs: list[tuple[str, subprocess.Popen]] = []
+        self.store = None
+        self.front = None
+
+    @property
+    def url(self) -> str:
+        return "https://127.0.0.1:%d" % self.port
+
+    def start(self, timeout: float = 90.0) -> ApiServer:
+        from .apistore import ApiStore
+        from .front import FrontServer
+        from .tls import server_context
+
+        bin_dir = binaries()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        etcd_port, peer_port, self.port = free_port(), free_port(), free_port()
+        self.store = ApiStore("https://127.0.0.1:%d" % self.port, self.controller_token, self.ca_path)
+        self.front = FrontServer(
+            self.store,
+            self.faults,
+            self.port,
+            self.ca_path,
+            server_context(self.ca_path, self.key_path),
+            self.authenticate,
+            self.audit_records,
+            self.clear_audit,
+            port=self.front_port,
+            tokens=self.tokens,
+        ).start()
+        sa_key = self.dir / "sa.key"
+        _service_account_key(sa_key)
+        tokens = self.dir / "tokens.csv"
+        # kube-controller-manager has an identity of its own, so its requests (namespace cleanup lists
+        # every kind) are not mistaken for a client's in the audit.
+        tokens.write_text(
+            '%s,lab-admin,lab-admin-uid,"system:masters"\n'
+            '%s,%s,lab-controllers-uid,"system:masters"\n'
+            '%s,system:kube-controller-manager,kcm-uid,"system:masters"\n'
+            % (self.admin_token, self.controller_token, self.CONTROLLER_USER, self.kcm_token)
+        )
+        tokens.chmod(0o600)
+        webhook = self.write_kubeconfig(
+            self.dir / "authn-webhook.kubeconfig", server=self.front.url + "/lab/authenticate"
+        )
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        self.audit_path.write_text("")
+        self._spawn(
+            "etcd",
+            [
+                str(bin_dir / "etcd"),
+                "--data-dir=%s" % (self.dir / "etcd"),
+                "--listen-client-urls=http://127.0.0.1:%d" % etcd_port,
+                "--advertise-client-urls=http://127.0.0.1:%d" % etcd_port,
+                "--listen-peer-urls=http://127.0.0.1:%d" % peer_port,
+                "--initial-advertise-peer-urls=http://127.0.0.1:%d" % peer_port,
+                "--initial-cluster=default=http://127.0.0.1:%d" % peer_port,
+                "--unsafe-no-fsync",  # a throwaway store: durability would only cost time
+                "--quota-backend-bytes=%d" % (4 << 30),
+                "--log-level=warn",
+            ],
+        )
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(bin_dir / "kube-apiserver"),
+                "--etcd-servers=http://127.0.0.1:%d" % etcd_port,
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--secure-port=%d" % self.port,
+                "--tls-cert-file=%s" % self.ca_path,
+                "--tls-private-key-file=%s" % self.key_path,
+                "--client-ca-file=%s" % self.ca_path,
+                "--token-auth-file=%s" % tokens,
+                "--authentication-token-webhook-config-file=%s" % webhook,
+                "--authentication-token-webhook-cache-ttl=1s",
+                "--authentication-token-webhook-version=v1",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--service-account-key-file=%s" % sa_key,
+                "--service-account-signing-key-file=%s" % sa_key,
+                "--service-cluster-ip-range=10.96.0.0/24",
+                "--audit-policy-file=%s" % policy,
+                "--audit-log-path=%s" % self.audit_path,
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxsize=0",
+                "--enable-priority-and-fairness=false",
+                "--max-requests-inflight=2000",
+                "--max-mutating-requests-inflight=1000",
+                "--watch-cache=true",
+                "--v=0",
+            ],
+        )
+        self._wait_ready(timeout)
+        kubeconfig = self.write_kubeconfig(self.dir / "kcm.kubeconfig", token=self.kcm_token)
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(bin_dir / "kube-controller-manager"),
+                "--kubeconfig=%s" % kubeconfig,
+                "--authentication-kubeconfig=%s" % kubeconfig,
+                "--authorization-kubeconfig=%s" % kubeconfig,
+                "--controllers=%s" % KCM_CONTROLLERS,
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=%d" % free_port(),
+                "--concurrent-gc-syncs=5",
+                "--concurrent-namespace-syncs=5",
+                "--v=0",
+            ],
+        )
+        return self
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        with open(self.dir / ("%s.log" % name), "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._procs.append((name, proc))
+
+    def _wait_ready(self, timeout: float) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_path))
+        request = urllib.request.Request(
+            self.url + "/readyz", headers={"Authorization": "Bearer " + self.admin_token}
+        )
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            for name, proc in self._procs:
+                if proc.poll() is not None:
+                    tail = (self.dir / ("%s.log" % name)).read_text(errors="replace")[-3000:]
+                    raise RuntimeError("%s exited with %s:\n%s" % (name, proc.returncode, tail))
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=5) as reply:
+                    if reply.status == 200:
+                        return
+            except Exception as exc:  # not listening yet, or not ready
+                last = exc
+            time.sleep(0.2)
+        raise RuntimeError("kube-apiserver not ready after %.0fs: %s" % (timeout, last))
+
+    def write_kubeconfig(
+        self, path: pathlib.Path, token: str | None = None, server: str | None = None
+    ) -> pathlib.Path:
+        ca = base64.b64encode(self.ca_path.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "lab", "cluster": {"server": server or self.url, "certificate-authority-data": ca}}
+            ],
+            "users": [{"name": "lab-admin", "user": {"token": token or self.admin_token}}],
+            "contexts": [
+                {"name": "lab", "context": {"cluster": "lab", "user": "lab-admin", "namespace": "default"}}
+            ],
+            "current-context": "lab",
+        }
+        path = pathlib.Path(path)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    # ------------------------------------------------------------ identities
+    def authenticate(self, authorization: str | None):
+        """The identity behind a bearer token, as the API server sees it (for the front's own routes)."""
+        from .front import RemoteIdentity
+
+        if not authorization or not authorization.startswith("Bearer "):
+            return None
+        token = authorization[7:].strip()
+        if token == self.admin_token:
+            return RemoteIdentity("lab-admin", ["system:masters"], self.store)
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        rt = self.store.resource("authentication.k8s.io", "v1", "tokenreviews")
+        status = self.store.create(rt, review).get("status") or {}
+        if not status.get("authenticated"):
+            return None
+        user = status.get("user") or {}
+        return RemoteIdentity(user.get("username", ""), user.get("groups") or [], self.store)
+
+    def grant(self, store, user: str, rules: list[dict]) -> None:
+        """RBAC for a lab user: a ClusterRole per cluster-wide rule, a Role per namespace otherwise."""
+        from .access import Rule
+
+        rbac = "rbac.authorization.k8s.io"
+        safe = "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in user.lower()).strip("-.") or "user"
+        cluster, per_namespace = [], {}
+        for raw in rules:
+            rule = raw if isinstance(raw, Rule) else Rule.from_dict(raw)
+            policy = {
+                "apiGroups": [g if g != "*" else "*" for g in rule.groups],
+                "resources": rule.resources,
+                "verbs": rule.verbs,
+            }
+            if not rule.namespaces or "*" in rule.namespaces:
+                cluster.append(policy)
+            else:
+                for namespace in rule.namespaces:
+                    per_namespace.setdefault(namespace, []).append(policy)
+        subject = [{"kind": "User", "apiGroup": rbac, "name": user}]
+        name = "lab-user-" + safe
+        if cluster:
+            _apply(
+                store,
+                store.resource(rbac, "v1", "clusterroles"),
+                {"metadata": {"name": name}, "rules": cluster},
+            )
+            _apply(
+                store,
+                store.resource(rbac, "v1", "clusterrolebindings"),
+                {
+                    "metadata": {"name": name},
+                    "subjects": subject,
+                    "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+                },
+            )
+        for namespace, policies in per_namespace.items():
+            _ensure_namespace(store, namespace)
+            meta = {"name": name, "namespace": namespace}
+            _apply(store, store.resource(rbac, "v1", "roles"), {"metadata": meta, "rules": policies})
+            _apply(
+                store,
+                store.resource(rbac, "v1", "rolebindings"),
+                {
+                    "metadata": meta,
+                    "subjects": subject,
+                    "roleRef": {"apiGroup": rbac, "kind": "Role", "name": name},
+                },
+            )
+
+    # ------------------------------------------------------------ admission
+    def register_admission(self, store) -> None:
+        """A ValidatingWebhookConfiguration for every admission check a controller registered."""
+        from .extensions import extensions
+
+        checks = extensions(store).admission
+        ca = base64.b64encode(self.ca_path.read_bytes()).decode()
+        mutating = []
+        for group, plural in sorted(store.hooks):
+            mutating.append(
+                {
+                    "name": "%s.%s.mutate.lab.goldenimage.io" % (plural, group or "core"),
+                    "clientConfig": {
+                        "url": "%s/lab/mutate/%s/%s" % (self.front.url, group or "core", plural),
+                        "caBundle": ca,
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [group],
+                            "apiVersions": ["*"],
+                            "resources": [plural],
+                            "operations": ["CREATE", "UPDATE"],
+                        }
+                    ],
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail",
+                    "reinvocationPolicy": "Never",
+                    "timeoutSeconds": 10,
+                }
+            )
+        if mutating:
+            rt = store.resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+            _apply(store, rt, {"metadata": {"name": "lab-controllers"}, "webhooks": mutating})
+        if not checks:
+            return
+        webhooks = []
+        for group, plural in sorted(checks):
+            webhooks.append(
+                {
+                    "name": "%s.%s.lab.goldenimage.io" % (plural, group or "core"),
+                    "clientConfig": {
+                        "url": "%s/lab/admission/%s/%s" % (self.front.url, group or "core", plural),
+                        "caBundle": ca,
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [group],
+                            "apiVersions": ["*"],
+                            "resources": [plural],
+                            "operations": ["CREATE", "UPDATE", "DELETE"],
+                        }
+                    ],
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 10,
+                }
+            )
+        rt = store.resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
+        _apply(store, rt, {"metadata": {"name": "lab-controllers"}, "webhooks": webhooks})
+
+    def wait_for_crds(self, store, timeout: float = 60.0) -> None:
+        """Until every CRD is Established and discovery serves it."""
+        rt = store.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        deadline = time.monotonic() + timeout
+        while True:
+            crds, _ = store.list(rt)
+            pending = [
+                c["metadata"]["name"]
+                for c in crds
+                if not any(
+                    cond.get("type") == "Established" and cond.get("status") == "True"
+                    for cond in (c.get("status") or {}).get("conditions") or ()
+                )
+            ]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("CRDs not established after %.0fs: %s" % (timeout, ", ".join(pending)))
+            time.sleep(0.1)
+        store.discover()
+
+    # ----------------------------------------------------------------- audit
+    def audit_records(self) -> list[dict]:
+        """The API server's audit events as the lab's records, plus the front's injected faults."""
+        from urllib.parse import parse_qs, urlsplit
+
+        records = []
+        with open(self.audit_path, "rb") as log:
+            log.seek(self._audit_offset)
+            for line in log:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("stage") != "ResponseComplete":
+                    continue
+                user = (event.get("user") or {}).get("username", "")
+                if user == self.CONTROLLER_USER or user.startswith("system:"):
+                    continue
+                ref = event.get("objectRef") or {}
+                query = parse_qs(urlsplit(event.get("requestURI", "")).query)
+                records.append(
+                    {
+                        "time": _epoch(event.get("requestReceivedTimestamp")),
+                        "verb": event.get("verb", ""),
+                        "path": event.get("requestURI", ""),
+                        "user": user,
+                        "dry_run": "All" in query.get("dryRun", []),
+                        "code": (event.get("responseStatus") or {}).get("code", 0),
+                        "namespace": ref.get("namespace", ""),
+                        "group": ref.get("apiGroup", ""),
+                        "resource": ref.get("resource", ""),
+                        "subresource": ref.get("subresource", ""),
+                        "name": ref.get("name", ""),
+                    }
+                )
+        with self.front._lock:
+            injected = [dict(r) for r in self.front.injected]
+        merged = sorted(records + injected, key=lambda r: r["time"])
+        for seq, record in enumerate(merged, 1):
+            record["seq"] = seq
+        return merged
+
+    def clear_audit(self) -> None:
+        self._audit_offset = self.audit_path.stat().st_size
+        with self.front._lock:
+            self.front.injected.clear()
+
+    def stop(self) -> None:
+        if self.front is not None:
+            self.front.stop()
+        for _, proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc in reversed(self._procs):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs = []
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _epoch(stamp: str | None) -> float:
+    import datetime
+
+    if not stamp:
+        return time.time()
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _apply(store, rt, obj: dict) -> dict:
+    from .store import ApiError
+
+    meta = obj["metadata"]
+    try:
+        current = store.get(rt, meta.get("namespace"), meta["name"])
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+        return store.create(rt, obj)
+    merged = dict(current, **{k: v for k, v in obj.items() if k != "metadata"})
+    return store.update(rt, merged)
+
+
+def _ensure_namespace(store, name: str) -> None:
+    from .store import ApiError
+
+    try:
+        store.create(store.resource("", "v1", "namespaces"), {"metadata": {"name": name}})
+    except ApiError as exc:
+        if exc.code != 409:
+            raise

@@ -1,0 +1,459 @@
+"""The lab's front door to a real kube-apiserver: fault injection and the platform endpoints.
+
+Clients of the lab (modules, kubectl, tests) talk to this loopback HTTPS listener; it forwards every API
+request to kube-apiserver unchanged and streams the answer back (watches included). In between it does
+what the lab promises and a bare API server does not:
+
+- fault injection (409 on writes, 500/503, latency, connections dropped without an answer, and writes
+  committed by the API server whose answer is then dropped), from the same ``Faults`` knobs;
+- platform endpoints outside the Kubernetes API that controllers register (extensions.py: Harvester's
+  upload action, KubeVirt's VNC screenshot), after the API server authenticated the caller;
+- the lab's control endpoints (``/lab/faults``, ``/lab/audit``) for the admin.
+
+The API server's own audit log is the record of what reached it; requests the front answered itself
+(an injected fault) are recorded here and merged into ``Lab.audit()``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+from .access import MUTATING_VERBS
+from .extensions import route_for
+from .faults import Faults
+
+HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+)
+_ROUTE_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def request_verb(method: str, path: str, query: dict) -> tuple[str, dict]:
+    """The Kubernetes verb and object reference of an API path (what the audit log names)."""
+    parts = [p for p in path.split("/") if p]
+    ref = {"namespace": "", "group": "", "resource": "", "subresource": "", "name": ""}
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        ref["group"] = parts[1]
+        rest = parts[3:]
+    else:
+        return "get", ref
+    # Kubernetes' request-info rule: /namespaces/<ns>/<resource>... is namespaced, except a
+    # namespace's own status and finalize subresources.
+    if rest[:1] == ["namespaces"] and len(rest) >= 2:
+        ref["namespace"] = rest[1]
+        if len(rest) > 2 and rest[2] not in ("status", "finalize"):
+            rest = rest[2:]
+    if rest:
+        ref["resource"] = rest[0]
+    if len(rest) >= 2:
+        ref["name"] = rest[1]
+    if len(rest) >= 3:
+        ref["subresource"] = "/".join(rest[2:])
+    if method == "GET":
+        verb = "get" if ref["name"] else ("watch" if query.get("watch") in ("1", "true") else "list")
+    elif method == "DELETE":
+        verb = "delete" if ref["name"] else "deletecollection"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    return verb, ref
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FrontServer
+
+    def log_message(self, fmt, *args):  # quiet: the audit log is the record
+        pass
+
+    def do_GET(self):
+        self._handle("GET")
+
+    def do_POST(self):
+        self._handle("POST")
+
+    def do_PUT(self):
+        self._handle("PUT")
+
+    def do_PATCH(self):
+        self._handle("PATCH")
+
+    def do_DELETE(self):
+        self._handle("DELETE")
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _reply(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _status(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+        if details:
+            body["details"] = details
+        self._reply(code, json.dumps(body).encode())
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _handle(self, method: str) -> None:
+        front = self.server
+        split = urlsplit(self.path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        raw = self._body()
+        parts = [p for p in split.path.split("/") if p]
+        try:
+            if parts[:1] == ["lab"]:
+                self._lab(method, parts, raw)
+                return
+            route = route_for(front.store, split.path)
+            if route is not None:
+                user = front.authenticate(self.headers.get("Authorization"))
+                if user is None:
+                    self._status(401, "Unauthorized", "Unauthorized")
+                    return
+                code, content_type, answer = route(method, split.path, query, self.headers, raw, user)
+                self._reply(code, answer, content_type)
+                return
+            verb, ref = request_verb(method, split.path, query)
+            if self._inject(method, verb, ref, raw):
+                return
+            if ref["resource"] == "pods" and ref["subresource"] == "log" and method == "GET":
+                self._pod_log(ref)
+                return
+            commit_drop = (
+                verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
+            )
+            self._forward(method, raw, verb, ref, commit_drop)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _pod_log(self, ref: dict) -> None:
+        """Pods in the lab have no kubelet to stream from: the front answers for it, after RBAC."""
+        identity = self.server.authenticate(self.headers.get("Authorization"))
+        if identity is None:
+            self._status(401, "Unauthorized", "Unauthorized")
+            return
+        if not identity.allows("get", "", "pods/log", ref["namespace"]):
+            self._status(
+                403,
+                "Forbidden",
+                'pods "%s" is forbidden: User "%s" cannot get resource "pods/log" '
+                'in API group "" in the namespace "%s"' % (ref["name"], identity.user, ref["namespace"]),
+            )
+            return
+        self._reply(200, self.server.store.pod_log(ref["namespace"], ref["name"]).encode(), "text/plain")
+
+    def _inject(self, method: str, verb: str, ref: dict, raw: bytes) -> bool:
+        """Answer with an injected fault, or return False to let the request through."""
+        faults: Faults = self.server.faults
+        if not ref["resource"]:
+            return False
+        if faults.latency_ms:
+            time.sleep(faults.latency_ms / 1000.0)
+        record = dict(ref, verb=verb, path=self.path, user="", dry_run="dryRun=" in self.path, injected=True)
+        if faults.should_drop():
+            self.server.record(dict(record, code=0, dropped=True))
+            self._drop()
+            return True
+        code = faults.error_code()
+        if code:
+            self.server.record(dict(record, code=code))
+            self._status(
+                code,
+                "InternalError" if code == 500 else "ServiceUnavailable",
+                "Internal error occurred: injected fault",
+            )
+            return True
+        if verb in MUTATING_VERBS and faults.should_conflict():
+            self.server.record(dict(record, code=409))
+            kind = "%s.%s" % (ref["resource"], ref["group"]) if ref["group"] else ref["resource"]
+            self._status(
+                409,
+                "Conflict",
+                'Operation cannot be fulfilled on %s "%s": the object has been modified; please '
+                "apply your changes to the latest version and try again" % (kind, ref["name"]),
+                {"name": ref["name"], "group": ref["group"], "kind": ref["resource"]},
+            )
+            return True
+        return False
+
+    def _forward(self, method: str, raw: bytes, verb: str, ref: dict, commit_drop: bool = False) -> None:
+        front = self.server
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", front.upstream_port, context=front.upstream_tls, timeout=600
+        )
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS and k.lower() != "host"
+        }
+        headers["Host"] = "127.0.0.1:%d" % front.upstream_port
+        try:
+            conn.request(method, self.path, body=raw or None, headers=headers)
+            reply = conn.getresponse()
+            if commit_drop and 200 <= reply.status < 300:
+                # The API server committed the write; its answer is lost on the way back.
+                answer = reply.read()
+                front.faults.count("commit_drop")
+                record = dict(ref, verb=verb, path=self.path, user="", dry_run=False, injected=True)
+                if not record["name"]:
+                    try:
+                        record["name"] = json.loads(answer)["metadata"]["name"]
+                    except (ValueError, KeyError, TypeError):
+                        pass
+                front.record(dict(record, code=reply.status, dropped=True, committed=True))
+                self._drop()
+                return
+            self.send_response(reply.status, reply.reason)
+            streaming = reply.getheader("Content-Length") is None
+            for key, value in reply.getheaders():
+                if key.lower() in HOP_HEADERS:
+                    continue
+                self.send_header(key, value)
+            if streaming:
+                self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if not streaming:
+                self.wfile.write(reply.read())
+                return
+            while True:
+                chunk = reply.read1(65536)
+                if not chunk:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        finally:
+            conn.close()
+
+    def _lab(self, method: str, parts: list[str], raw: bytes) -> None:
+        front = self.server
+        if parts[1:2] == ["authenticate"] and method == "POST":
+            self._reply(200, json.dumps(front.token_review(json.loads(raw or b"{}"))).encode())
+            return
+        if parts[1:2] == ["mutate"] and len(parts) == 4 and method == "POST":
+            group = "" if parts[2] == "core" else parts[2]
+            self._reply(200, json.dumps(front.mutation_review(group, parts[3], json.loads(raw))).encode())
+            return
+        if parts[1:2] == ["admission"] and len(parts) == 4 and method == "POST":
+            group = "" if parts[2] == "core" else parts[2]
+            self._reply(200, json.dumps(front.admission_review(group, parts[3], json.loads(raw))).encode())
+            return
+        identity = front.authenticate(self.headers.get("Authorization"))
+        if identity is None or identity.user != "lab-admin":
+            self._status(403, "Forbidden", "only the lab's admin may use the lab control endpoints")
+            return
+        what = parts[1] if len(parts) == 2 else ""
+        if what == "faults" and method == "GET":
+            self._reply(200, json.dumps(front.faults.to_dict()).encode())
+        elif what == "faults" and method in ("PUT", "PATCH", "POST"):
+            try:
+                front.faults.update(json.loads(raw or b"{}"))
+            except ValueError as exc:
+                self._status(400, "BadRequest", str(exc))
+                return
+            self._reply(200, json.dumps(front.faults.to_dict()).encode())
+        elif what == "audit" and method == "GET":
+            self._reply(200, json.dumps({"items": front.audit_records()}).encode())
+        elif what == "audit" and method == "DELETE":
+            front.clear_audit()
+            self._reply(200, b'{"items": []}')
+        else:
+            self._status(404, "NotFound", "the server could not find the requested resource")
+
+
+class RemoteIdentity:
+    """Who called a front route, and what RBAC lets them do (a SubjectAccessReview per question)."""
+
+    def __init__(self, user: str, groups: list[str], store):
+        self.user = user
+        self.groups = groups
+        self._store = store
+
+    @property
+    def is_admin(self) -> bool:
+        return "system:masters" in self.groups
+
+    def allows(self, verb: str, group: str, resource: str, namespace: str) -> bool:
+        if self.is_admin:
+            return True
+        plural, _, sub = resource.partition("/")
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": self.user,
+                "groups": self.groups,
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": plural,
+                    "subresource": sub,
+                    "namespace": namespace,
+                },
+            },
+        }
+        rt = self._store.resource("authorization.k8s.io", "v1", "subjectaccessreviews")
+        return bool((self._store.create(rt, review).get("status") or {}).get("allowed"))
+
+
+class FrontServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        store,
+        faults: Faults,
+        upstream_port: int,
+        ca_path,
+        tls_context: ssl.SSLContext,
+        authenticate,
+        audit_records,
+        clear_audit,
+        port: int = 0,
+        tokens=None,
+    ):
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.socket = tls_context.wrap_socket(self.socket, server_side=True)
+        self.store = store
+        self.faults = faults
+        self.upstream_port = upstream_port
+        self.upstream_tls = ssl.create_default_context(cafile=str(ca_path))
+        self.authenticate = authenticate
+        self.audit_records = audit_records
+        self.clear_audit = clear_audit
+        self.tokens = tokens
+        self.injected: list[dict] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, name="lab-front", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return "https://127.0.0.1:%d" % self.port
+
+    def token_review(self, review: dict) -> dict:
+        """The API server's token webhook: tokens ``Lab.add_token`` handed out, by the user they name."""
+        token = (review.get("spec") or {}).get("token", "")
+        identity = self.tokens.identify("Bearer " + token) if self.tokens else None
+        status = {"authenticated": False}
+        if identity is not None and not identity.is_admin:
+            status = {
+                "authenticated": True,
+                "user": {"username": identity.user, "groups": ["system:authenticated"]},
+            }
+        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}
+
+    def mutation_review(self, group: str, plural: str, review: dict) -> dict:
+        """A mutating webhook call: the TypeHooks a controller installed for the kind, as a JSON patch."""
+        import base64
+        import copy
+
+        from .store import ApiError
+
+        request = review.get("request") or {}
+        response = {"uid": request.get("uid"), "allowed": True}
+        hooks = self.store.hooks.get((group, plural))
+        operation = request.get("operation")
+        if hooks is None or operation not in ("CREATE", "UPDATE"):
+            return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        obj = request.get("object") or {}
+        new = copy.deepcopy(obj)
+        try:
+            rt = self.store.resource(group, (request.get("resource") or {}).get("version", ""), plural)
+            if operation == "CREATE":
+                hooks.prepare_create(self.store, rt, new)
+            else:
+                hooks.prepare_update(self.store, rt, request.get("oldObject") or {}, new)
+        except ApiError as exc:
+            response = {
+                "uid": request.get("uid"),
+                "allowed": False,
+                "status": {
+                    "code": exc.code,
+                    "reason": exc.reason,
+                    "message": exc.message,
+                    "details": exc.details,
+                },
+            }
+            return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        patch = []
+        for key in sorted(set(obj) | set(new)):
+            if key not in new:
+                patch.append({"op": "remove", "path": "/" + key})
+            elif obj.get(key) != new[key]:
+                patch.append({"op": "replace" if key in obj else "add", "path": "/" + key, "value": new[key]})
+        if patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+    def admission_review(self, group: str, plural: str, review: dict) -> dict:
+        """A validating webhook call: run the admission checks controllers registered for the kind."""
+        from .extensions import admit
+        from .store import ApiError
+
+        request = review.get("request") or {}
+        verb = {"CREATE": "create", "UPDATE": "update", "DELETE": "delete"}.get(request.get("operation"), "")
+        resource = request.get("resource") or {}
+        response = {"uid": request.get("uid"), "allowed": True}
+        try:
+            rt = self.store.resource(group, resource.get("version", ""), plural)
+            body = request.get("object") if verb != "delete" else request.get("options")
+            admit(
+                self.store,
+                verb,
+                rt,
+                request.get("namespace") or "",
+                request.get("name") or "",
+                body,
+                bool(request.get("dryRun")),
+            )
+        except ApiError as exc:
+            response = {
+                "uid": request.get("uid"),
+                "allowed": False,
+                "status": {"code": exc.code, "reason": exc.reason, "message": exc.message},
+            }
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+    def record(self, record: dict) -> None:
+        record.setdefault("time", time.time())
+        with self._lock:
+            self.injected.append(record)
+
+    def start(self) -> FrontServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
