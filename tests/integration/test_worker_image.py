@@ -303,6 +303,14 @@ def test_refusals_write_nothing_and_say_why(lab, world):
     assert run.ok, run.log
     world.wait_phase(world.ns, "talos-worker-%s-v1.12.0" % SCHEMATIC, "Failed")
 
+    world.create_dv(
+        {
+            "apiVersion": "%s/%s" % (CDI, CDI_V),
+            "kind": "DataVolume",
+            "metadata": {"name": "plain", "namespace": world.ns},
+            "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Mi"}}}},
+        }
+    )
     bad = functools.partial(task, ignore_errors=True, namespace=world.ns)
     lab.clear_audit()
     run = run_playbook(
@@ -319,6 +327,17 @@ def test_refusals_write_nothing_and_say_why(lab, world):
             bad("disk too small", state="rendered", pool=pool(world, version, diskSize="63Mi")),
             bad("forbidden", state="rendered", pool=pool(world, version, namespace=world.other_tenant)),
             bad("bad pool version", state="rendered", pool=pool(world, "1.13")),
+            bad(
+                "bad pool schematic",
+                state="rendered",
+                pool=pool(world, version, osImage={"builtin": {"schematicID": "A_B", "version": version}}),
+            ),
+            bad("duplicate entries", images=[world.entry(version), world.entry(version, storage="128Mi")]),
+            bad("name too long", images=[world.entry(version, schematic="a" * 240)]),
+            bad("bad sha256", images=[world.entry(version, sha256="abc")]),
+            bad("zero timeout", images=[world.entry(version)], wait_timeout=0),
+            bad("no image", state="rendered", pool={"name": "md0", "namespace": world.tenant}),
+            bad("not a golden", state="absent", name="plain"),
         ),
         env=lab.env(),
     )
@@ -406,6 +425,35 @@ def test_refusals_write_nothing_and_say_why(lab, world):
         "v, for example "
         'version: "v1.13.0"' % p,
     }
+    subject = "images[0] (schematicID '%s', version 'v1.13.1')" % SCHEMATIC
+    long_name = "talos-worker-%s-v1.13.1" % ("a" * 240)
+    expected.update(
+        {
+            "bad pool schematic": "%s osImage.builtin: schematicID 'A_B' does not match "
+            "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$; it becomes part of the DataVolume name "
+            "talos-worker-<schematicID>-<version> and of the image URL, so it must be a plain lowercase "
+            "alphanumeric identifier; give the schematic ID exactly as the Image Factory returned it "
+            "(lowercase hex)" % p,
+            "duplicate entries": "images[1] (schematicID '%s', version 'v1.13.1'): it names the same "
+            "golden %s "
+            "as images[0]; keep one entry per (schematicID, version)" % (SCHEMATIC, name),
+            "name too long": "images[0] (schematicID '%s', version 'v1.13.1'): the golden's name %s is %d "
+            "characters, over the 253 a DataVolume name may have; use a shorter schematic ID or version"
+            % ("a" * 240, long_name, len(long_name)),
+            "bad sha256": "%s: sha256 'abc' is not 64 hexadecimal digits; give the digest os_mirror recorded "
+            "for the mirrored raw.xz (sha256:<hex>)" % subject,
+            "zero timeout": "option wait_timeout: 0 is not a duration: it must be greater than zero, checked "
+            "before anything is written; give a positive number of seconds",
+            "no image": "%s: it has no osImage and no imageURL, so there is nothing for its disk to import; "
+            "give osImage.builtin to clone a golden, or imageURL for the HTTP import" % p,
+            "not a golden": "DataVolume %s/plain: it is not a worker golden (it carries no "
+            "kubernetes-worker-image.cozystack.io/schematic-id / "
+            "kubernetes-worker-image.cozystack.io/talos-version "
+            "annotations); name a golden talos-worker-<schematicID>-<version>; other DataVolumes are "
+            "not this "
+            "module's to delete" % world.ns,
+        }
+    )
     for title, msg in expected.items():
         result = run[title]
         assert run.entry(title)["status"] == "ignored", (title, result)
@@ -530,8 +578,20 @@ def test_twenty_workers_cost_one_import(lab, world):
     assert obj["metadata"]["annotations"]["cdi.kubevirt.io/cloneType"] == "copy"
     assert cdi.http_bytes(url) - before == golden_bytes
 
+    second = json.loads(json.dumps(cross))
+    second["metadata"]["name"] = "md0-cross-2-disk-system"
+    second["spec"]["storage"]["storageClassName"] = world.cls
+    world.create_dv(second)
+    world.wait_phase(world.tenant, "md0-cross-2-disk-system")
     run = run_playbook(
         play(
+            task(
+                "pool on two classes",
+                ignore_errors=True,
+                state="rendered",
+                namespace=world.ns,
+                pool=pool(world, version, name="cross", storageClass=""),
+            ),
             task("who clones", state="info", namespace=world.ns),
             task("delete in use", ignore_errors=True, state="absent", name=name, namespace=world.ns),
         ),
@@ -539,15 +599,18 @@ def test_twenty_workers_cost_one_import(lab, world):
     )
     info = next(g for g in run["who clones"]["goldens"] if g["name"] == name)
     assert info["consumers"]["pools"] == ["%s/cross" % world.tenant, "%s/md0" % world.tenant]
-    assert len(info["consumers"]["disks"]) == 21
-    msg = run["delete in use"]["msg"]
-    assert msg.startswith(
-        "golden DataVolume %s/%s: 21 worker disk(s) still clone it: %s/md0-00-disk-system, "
-        % (world.ns, name, world.tenant)
+    assert len(info["consumers"]["disks"]) == 22
+    assert run["pool on two classes"]["msg"] == (
+        "pool %s/cross: its bound disks are on several StorageClasses (lab-fs, %s) and the pool names none; "
+        "set the pool's storageClass to the class its disks should be on" % (world.tenant, world.cls)
     )
-    assert msg.endswith(
-        "; move those pools to another golden (or remove their osImage) and let their disks be "
-        "replaced, then delete it"
+    disks = sorted(
+        "%s/%s" % (world.tenant, n) for n in names + ["md0-cross-disk-system", "md0-cross-2-disk-system"]
+    )
+    assert run["delete in use"]["msg"] == (
+        "golden DataVolume %s/%s: 22 worker disk(s) still clone it: %s; move those pools to another golden "
+        "(or remove their osImage) and let their disks be replaced, then delete it"
+        % (world.ns, name, ", ".join(disks))
     )
     assert world.golden(name) is not None
 
@@ -700,3 +763,44 @@ def test_mirror_digest_pinning(lab, world):
     assert "failed to import" in failed["msg"] and "checksum mismatch" in failed["msg"], failed["msg"]
     gold = next(g for g in failed["goldens"] if g["version"] == tampered)
     assert gold["phase"] == "Failed" and "checksum mismatch" in gold["reason"]
+
+
+def test_no_default_class_to_resolve_an_empty_one(lab, world):
+    """An empty class with no cluster default cannot be resolved: refused, not guessed."""
+    version = "v1.13.0"
+    world.publish(SCHEMATIC, version)
+    run = run_playbook(
+        play(task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180)),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    mark = "storageclass.kubernetes.io/is-default-class"
+    defaults = [
+        sc.metadata.name
+        for sc in world.storage.list_storage_class().items
+        if (sc.metadata.annotations or {}).get(mark) == "true"
+    ]
+    for name in defaults:
+        world.storage.patch_storage_class(name, {"metadata": {"annotations": {mark: "false"}}})
+    try:
+        run = run_playbook(
+            play(
+                task(
+                    "empty class, no default",
+                    ignore_errors=True,
+                    state="rendered",
+                    namespace=world.ns,
+                    pool=pool(world, version, name="md7", storageClass=""),
+                )
+            ),
+            env=lab.env(),
+        )
+    finally:
+        for name in defaults:
+            world.storage.patch_storage_class(name, {"metadata": {"annotations": {mark: "true"}}})
+    assert run["empty class, no default"]["msg"] == (
+        "pool %s/md7: the pool has an empty StorageClass, which means the cluster default, and the "
+        "cluster has "
+        "no default StorageClass (none is annotated storageclass.kubernetes.io/is-default-class); set "
+        "storageClass explicitly on the pool and on the catalog entry" % world.tenant
+    )
