@@ -19,7 +19,7 @@ import math
 import re
 from fractions import Fraction
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 NAMESPACE = "cozy-public"
@@ -50,7 +50,6 @@ VERSION_PATTERN = r"^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?$"
 _SCHEMATIC = re.compile(SCHEMATIC_PATTERN)
 _VERSION = re.compile(VERSION_PATTERN)
 _FACTORY = re.compile(r"^https?://[^/\s?#@]+(/[^\s?#]*)?$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _QUANTITY = re.compile(
     r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?$"
 )
@@ -164,17 +163,15 @@ def quantity_bytes(value, subject="quantity"):
 
 
 def normalize_sha256(value, subject):
-    text = str(value or "").strip().lower()
-    for prefix in ("sha256:", "sha256-"):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-    if not _HEX64.match(text):
+    """The mirror's digest rule (``sha256:<hex>``, ``sha256-<hex>`` or ``<hex>``), refused as a Refusal."""
+    try:
+        return mirror.normalize_sha256(value)
+    except mirror.MirrorError as exc:
         raise Refusal(
             subject,
             "sha256 %r is not 64 hexadecimal digits" % (value,),
             "give the digest os_mirror recorded for the mirrored raw.xz (sha256:<hex>)",
-        )
-    return text
+        ) from exc
 
 
 # The catalog ----------------------------------------------------------------------------------------
@@ -237,6 +234,14 @@ def catalog(images):
     return entries
 
 
+def _storage_request(size, storage_class):
+    """``spec.storage``: the size, and the class only when one is named (empty: the cluster's default)."""
+    storage = {"resources": {"requests": {"storage": size}}}
+    if storage_class:
+        storage["storageClassName"] = storage_class
+    return storage
+
+
 def render_golden(entry, namespace=NAMESPACE, checksum=None):
     """The golden DataVolume of a catalog entry (``checksum`` pins the import to a sha256)."""
     http = {"url": entry["url"]}
@@ -244,9 +249,7 @@ def render_golden(entry, namespace=NAMESPACE, checksum=None):
         http["certConfigMap"] = entry["certConfigMap"]
     if checksum:
         http["checksum"] = "sha256:%s" % checksum
-    storage = {"resources": {"requests": {"storage": entry["storage"]}}}
-    if entry.get("storageClass"):
-        storage["storageClassName"] = entry["storageClass"]
+    storage = _storage_request(entry["storage"], entry.get("storageClass"))
     return {
         "apiVersion": kinds.CDI,
         "kind": "DataVolume",
@@ -666,9 +669,7 @@ def render_http_disk(pool):
     Nothing here depends on the catalog or on cluster state, so the render of a pool without osImage
     is byte-identical before and after the feature is adopted and no worker is rolled.
     """
-    storage = {"resources": {"requests": {"storage": pool["diskSize"]}}}
-    if pool.get("storageClass"):
-        storage["storageClassName"] = pool["storageClass"]
+    storage = _storage_request(pool["diskSize"], pool.get("storageClass"))
     return {
         "apiVersion": kinds.CDI,
         "kind": "DataVolume",
