@@ -128,8 +128,8 @@ options:
       - Accept a clone strategy of V(copy) (a host-assisted copy over the pod network) instead of refusing it.
     type: bool
     default: false
-  validate_certs:
-    description: Verify TLS when reading the mirrored object's digest.
+  url_validate_certs:
+    description: Verify TLS when reading the mirrored object's recorded digest (a HEAD of the image URL).
     type: bool
     default: true
 extends_documentation_fragment:
@@ -311,7 +311,7 @@ def argument_spec():
             ),
         ),
         allow_host_assisted=dict(type="bool", default=False),
-        validate_certs=dict(type="bool", default=True),
+        url_validate_certs=dict(type="bool", default=True),
     )
     spec.update(WAIT_ARG_SPEC)
     return spec
@@ -380,7 +380,7 @@ class Runner:
 
     def _pin(self, entry):
         """The sha256 the golden is pinned to: the entry's, checked against what the mirror recorded."""
-        observed, error = self.digest_of(entry["url"], self.p["validate_certs"])
+        observed, error = self.digest_of(entry["url"], self.p["url_validate_certs"])
         if error and entry["sha256"]:
             self.warnings.append(
                 "%s: could not read the recorded sha256 of %s (%s); the golden is pinned to the "

@@ -58,7 +58,7 @@ class Observed:
             "name": None,
             "pool": None,
             "allow_host_assisted": False,
-            "validate_certs": True,
+            "url_validate_certs": True,
             "wait": False,
             "wait_timeout": 300,
             "wait_sleep": 2,
