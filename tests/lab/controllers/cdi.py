@@ -33,6 +33,7 @@ from ..store import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .storage import (
+    BETA_DEFAULT_CLASS_ANNOTATION,
     DEFAULT_CLASS_ANNOTATION,
     copy_data,
     ensure_bound,
@@ -208,6 +209,18 @@ class DataVolumeController(Controller):
         super().__init__(lab)
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
+        self._http_bytes: dict[str, int] = {}  # URL -> bytes an HTTP import read from it
+
+    def http_bytes(self, url: str | None = None) -> int | dict[str, int]:
+        """Bytes read over HTTP by imports, for one URL or (without it) a copy of the per-URL table."""
+        with self._lock:
+            if url is not None:
+                return self._http_bytes.get(url, 0)
+            return dict(self._http_bytes)
+
+    def _count_http(self, url: str, size: int) -> None:
+        with self._lock:
+            self._http_bytes[url] = self._http_bytes.get(url, 0) + size
 
     # --- types
     def _rt(self, group: str, plural: str, version: str = "v1") -> ResourceType:
@@ -492,10 +505,11 @@ class DataVolumeController(Controller):
     # --- the claim
     def _default_class(self) -> str | None:
         classes = self.lab.store.list(self._rt("storage.k8s.io", "storageclasses"))[0]
+        marks = (DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION)
         defaults = [
             sc
             for sc in classes
-            if (sc["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"
+            if any((sc["metadata"].get("annotations") or {}).get(mark) == "true" for mark in marks)
         ]
         if not defaults:
             return None
@@ -559,15 +573,30 @@ class DataVolumeController(Controller):
             return "copy" if override == "copy" or plan.source_driver != provisioner else "snapshot"
         if plan.source_class != target_class or not provisioner:
             return "copy"
-        if override == "csi-clone":
+        strategy = override or self._profile_strategy(target_class)
+        if strategy == "csi-clone":
             return "csi-clone"
-        if override == "copy":
+        if strategy == "copy":
             return "copy"
         try:
             classes = store.list(self._rt(SNAPSHOT_GROUP, "volumesnapshotclasses"))[0]
         except ApiError:
             classes = []
         return "snapshot" if any(c.get("driver") == provisioner for c in classes) else "copy"
+
+    def _profile_strategy(self, storage_class: str) -> str:
+        """The StorageProfile's clone strategy for a class (spec first, then status), or ""."""
+        try:
+            profile = self.lab.store.get(
+                self._rt(CDI_GROUP, "storageprofiles", CDI_VERSION), None, storage_class
+            )
+        except ApiError:
+            return ""
+        return (
+            (profile.get("spec") or {}).get("cloneStrategy")
+            or (profile.get("status") or {}).get("cloneStrategy")
+            or ""
+        )
 
     def _claim(self, dv: dict, plan: _Plan) -> dict:
         store, meta = self.lab.store, dv["metadata"]
@@ -875,6 +904,7 @@ class DataVolumeController(Controller):
                         break
                     out.write(chunk)
                     done += len(chunk)
+                    self._count_http(url, len(chunk))
                     if digest is not None:
                         digest.update(chunk)
                     if rate:

@@ -11,6 +11,15 @@ from tests.lab.schema import apply_defaults, prune, validate
 
 # kind -> (group, version, plural, singular, shortNames, scope, has status subresource)
 EXPECTED = {
+    "StorageProfile": (
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "storageprofiles",
+        "storageprofile",
+        [],
+        "Cluster",
+        False,
+    ),
     "VirtualMachineImage": (
         "harvesterhci.io",
         "v1beta1",
@@ -396,7 +405,21 @@ DBINSTANCE = {
     "status": {"phase": "Ready", "conditions": [{"type": "OSUpdateAvailable", "status": "True"}]},
 }
 
+STORAGE_PROFILE = {
+    "apiVersion": "cdi.kubevirt.io/v1beta1",
+    "kind": "StorageProfile",
+    "metadata": {"name": "replicated"},
+    "spec": {"cloneStrategy": "csi-clone"},
+    "status": {
+        "storageClass": "replicated",
+        "provisioner": "linstor.csi.linbit.com",
+        "cloneStrategy": "csi-clone",
+        "claimPropertySets": [{"accessModes": ["ReadWriteMany"], "volumeMode": "Block"}],
+    },
+}
+
 GOOD = {
+    "StorageProfile": STORAGE_PROFILE,
     "VirtualMachineImage": VMIMAGE,
     "VirtualMachine": VM,
     "VirtualMachineInstance": VMI,

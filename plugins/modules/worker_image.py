@@ -1,0 +1,526 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: worker_image
+short_description: Cozystack worker images, one golden DataVolume per Talos flavour, cloned by every pool
+version_added: 0.1.0
+description:
+  - Keeps the Cozystack worker image catalog. Every O(images) entry becomes one golden C(DataVolume)
+    C(talos-worker-<schematicID>-<version>) in O(namespace) that imports the Talos openstack raw image
+    from the Image Factory once; every worker disk of every tenant pool then clones it on the storage
+    layer instead of importing the same image over HTTP again.
+  - O(state=present) validates the whole catalog first and writes nothing when any entry is refused. It
+    creates the goldens that do not exist and refuses an entry edited after its golden exists (a
+    DataVolume spec cannot be changed in place). Removing an entry stops managing its golden; this
+    module never deletes a golden for that.
+  - O(state=absent) deletes the golden O(name), refused while any worker disk still clones it.
+  - O(state=info) answers, for every golden, its phase and progress and which pools and disks clone it.
+  - O(state=rendered) returns the worker disk of O(pool). With C(osImage) it is a clone of the golden
+    (C(source.pvc)) on the StorageClass the guards checked; without it, the HTTP import exactly as it
+    rendered before this feature, so adopting it rolls no worker. It writes nothing, and refuses rather
+    than degrading into a host-assisted copy.
+  - Before a clone is rendered it checks what makes a CSI clone real on this cluster, the clone strategy
+    (C(CDI.spec.cloneStrategyOverride), else the StorageProfile's) and, with a C(SubjectAccessReview),
+    that the pool's service accounts may create C(datavolumes/source) in O(namespace).
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
+options:
+  state:
+    description:
+      - V(present) imports the catalog; V(absent) deletes one golden; V(info) reports; V(rendered)
+        renders a pool's worker disk.
+    type: str
+    choices: [present, absent, info, rendered]
+    default: present
+  images:
+    description:
+      - The catalog, one entry per golden. Required with O(state=present). With O(state=rendered), when
+        given, a pool whose golden has no entry is refused.
+      - C(schematicID) must match C(^[a-z0-9]([-a-z0-9]*[a-z0-9])?$) and C(version)
+        C(^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?$); both end up in a DataVolume name and an image URL.
+    type: list
+    elements: dict
+    suboptions:
+      schematicID:
+        description: The Image Factory schematic ID (lowercase hex).
+        type: str
+        required: true
+      version:
+        description: The Talos release, for example V(v1.13.0). Quote it.
+        type: str
+        required: true
+      imageFactoryURL:
+        description:
+          - Base URL of the Image Factory, or of a mirror bucket holding the same paths
+            C(image/<schematicID>/<version>/openstack-amd64.raw.xz). A trailing C(/) is trimmed.
+          - When the object there carries the mirror's C(sha256) metadata, the golden is pinned to it
+            (C(source.http.checksum)).
+        type: str
+        default: https://factory.talos.dev
+      storage:
+        description:
+          - Size of the golden. A Talos openstack raw image is about 4.15 GiB virtual; 4Gi fails.
+        type: str
+        default: 6Gi
+      storageClass:
+        description:
+          - StorageClass of the golden; it must be the worker disks' class and able to CSI-clone. An empty
+            string means the cluster default.
+        type: str
+        default: replicated
+      certConfigMap:
+        description: ConfigMap in O(namespace) with the CA of a factory behind an internal CA.
+        type: str
+      sha256:
+        description:
+          - The digest C(os_mirror) recorded for the mirrored raw.xz. The golden is pinned to it and an
+            object whose recorded sha256 differs is refused before anything is written.
+        type: str
+  namespace:
+    description: Namespace of the goldens.
+    type: str
+    default: cozy-public
+  name:
+    description: The golden to delete with O(state=absent).
+    type: str
+  pool:
+    description:
+      - The worker pool to render with O(state=rendered).
+    type: dict
+    suboptions:
+      name:
+        description: The pool's name (written on its disks as the pool annotation).
+        type: str
+        required: true
+      namespace:
+        description: The tenant namespace of the pool's disks.
+        type: str
+        required: true
+      osImage:
+        description:
+          - "C({builtin: {schematicID, version}}) to clone the golden of that entry. Absent for the HTTP
+            import."
+        type: dict
+      storageClass:
+        description:
+          - The pool's StorageClass; empty means the cluster default (or, for a pool that has cloned
+            already, the class its bound disks are on).
+        type: str
+        default: ""
+      diskSize:
+        description: Size of each worker disk; at least the golden's storage.
+        type: str
+        default: 20Gi
+      imageURL:
+        description: The image the pool's disks import over HTTP when O(pool.osImage) is absent.
+        type: str
+  allow_host_assisted:
+    description:
+      - Accept a clone strategy of V(copy) (a host-assisted copy over the pod network) instead of refusing it.
+    type: bool
+    default: false
+  url_validate_certs:
+    description: Verify TLS when reading the mirrored object's recorded digest (a HEAD of the image URL).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.k8s_wait
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The golden DataVolumes created or deleted.
+  idempotent:
+    support: full
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - A golden that is still importing is not an error anywhere; only phase C(Failed) is, reported with
+    the importer's reason. With O(wait), O(state=present) waits for every golden to import; on timeout
+    the result carries C(timed_out) and the goldens' progress, so a role can poll in short calls.
+  - The StorageClass comparison resolves an empty class to the cluster default (the class annotated
+    C(storageclass.kubernetes.io/is-default-class) or its beta form, the newest when several), reads the
+    golden's class from its bound claim and a pool that has cloned from its own bound disks.
+  - A C(SubjectAccessReview) stores nothing; it is sent even in check mode.
+seealso:
+  - module: goldenimage.pipeline.os_mirror_object
+"""
+
+EXAMPLES = r"""
+- name: Worker images with the cluster credentials set once
+  module_defaults:
+    group/goldenimage.pipeline.k8s:
+      kubeconfig: "{{ kubeconfig_path }}"
+  block:
+    - name: Import one golden per Talos flavour
+      goldenimage.pipeline.worker_image:
+        images:
+          - schematicID: 376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
+            version: v1.13.0
+        wait_timeout: 900
+
+    - name: Render a pool's worker disk as a clone of its golden
+      goldenimage.pipeline.worker_image:
+        state: rendered
+        pool:
+          name: md0
+          namespace: tenant-acme
+          osImage:
+            builtin:
+              schematicID: 376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
+              version: v1.13.0
+          storageClass: replicated
+          diskSize: 20Gi
+      register: disk
+
+    - name: Who clones what
+      goldenimage.pipeline.worker_image:
+        state: info
+      register: catalog
+
+    - name: Retire a golden nothing clones any more
+      goldenimage.pipeline.worker_image:
+        state: absent
+        name: talos-worker-376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba-v1.12.4
+"""
+
+RETURN = r"""
+changed:
+  description: Whether a golden was (or, in check mode, would be) created or deleted.
+  returned: always
+  type: bool
+  sample: true
+goldens:
+  description: Every golden of O(namespace) (with O(state=present), the catalog's), with who clones it.
+  returned: when state is present, absent or info
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The golden's DataVolume name.
+      type: str
+      sample: talos-worker-376567988ad3-v1.13.0
+    namespace:
+      description: Its namespace.
+      type: str
+      sample: cozy-public
+    phase:
+      description: CDI's phase (only C(Failed) is terminal).
+      type: str
+      sample: ImportInProgress
+    progress:
+      description: CDI's progress, C("45.20%") or C(N/A).
+      type: str
+      sample: "45.20%"
+    storage_class:
+      description: The class of its bound claim, else the class its spec asks for (empty means the default).
+      type: str
+      sample: replicated
+    checksum:
+      description: The pinned C(sha256:<hex>), when the golden is pinned.
+      type: str
+    reason:
+      description: The importer's reason when the import failed.
+      type: str
+    consumers:
+      description: C(disks) (namespace/name) and C(pools) (namespace/pool) that clone the golden.
+      type: dict
+      sample: {disks: [tenant-acme/md0-0-disk-system], pools: [tenant-acme/md0]}
+data_volume:
+  description: The worker disk DataVolume of the pool.
+  returned: when state is rendered
+  type: dict
+clone_strategy:
+  description:
+    - The clone strategy the worker disk will get (V(null) for the HTTP path), and where it came from.
+  returned: when state is rendered
+  type: dict
+  sample: {strategy: csi-clone, source: CDI cdi spec.cloneStrategyOverride, storage_class: replicated}
+progress_log:
+  description: One line per change of a golden's phase or progress while waiting, with the elapsed time.
+  returned: when state is present and wait is true
+  type: list
+  elements: str
+duration:
+  description: Seconds spent waiting.
+  returned: when state is present and the module waited
+  type: float
+timed_out:
+  description: True when the wait ended by its timeout (the module then fails).
+  returned: on a wait timeout
+  type: bool
+"""
+
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_digest import object_sha256
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, WaitTimeout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import WAIT_ARG_SPEC, positive_all
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_url
+
+DV = ("cdi.kubevirt.io/v1beta1", "DataVolume")
+PVC = ("v1", "PersistentVolumeClaim")
+SC = ("storage.k8s.io/v1", "StorageClass")
+CDI_CR = ("cdi.kubevirt.io/v1beta1", "CDI")
+PROFILE = ("cdi.kubevirt.io/v1beta1", "StorageProfile")
+REVIEW = ("authorization.k8s.io/v1", "SubjectAccessReview")
+
+
+def argument_spec():
+    spec = dict(
+        state=dict(type="str", default="present", choices=["present", "absent", "info", "rendered"]),
+        images=dict(
+            type="list",
+            elements="dict",
+            options=dict(
+                schematicID=dict(type="str", required=True),
+                version=dict(type="str", required=True),
+                imageFactoryURL=dict(type="str", default=worker.FACTORY),
+                storage=dict(type="str", default=worker.STORAGE),
+                storageClass=dict(type="str", default=worker.STORAGE_CLASS),
+                certConfigMap=dict(type="str"),
+                sha256=dict(type="str"),
+            ),
+        ),
+        namespace=dict(type="str", default=worker.NAMESPACE),
+        name=dict(type="str"),
+        pool=dict(
+            type="dict",
+            options=dict(
+                name=dict(type="str", required=True),
+                namespace=dict(type="str", required=True),
+                osImage=dict(type="dict"),
+                storageClass=dict(type="str", default=""),
+                diskSize=dict(type="str", default=worker.DISK_SIZE),
+                imageURL=dict(type="str"),
+            ),
+        ),
+        allow_host_assisted=dict(type="bool", default=False),
+        url_validate_certs=dict(type="bool", default=True),
+    )
+    spec.update(WAIT_ARG_SPEC)
+    return spec
+
+
+class Runner:
+    """observe (the module's reads) -> decide (worker.py) -> apply (the module's writes)."""
+
+    def __init__(self, module, digest_of=object_sha256, clock=time.monotonic):
+        self.module = module
+        self.p = module.params
+        self.ns = self.p["namespace"]
+        self.digest_of = digest_of
+        self.clock = clock
+        self.warnings = []
+
+    def run(self):
+        positive_all(self.p, ["wait_timeout", "wait_sleep"])
+        return getattr(self, self.p["state"])()
+
+    # --- reads
+    def _all_datavolumes(self):
+        return self.module.list(*DV)
+
+    def _goldens(self, datavolumes):
+        return [dv for dv in datavolumes if kinds.namespace(dv) == self.ns and worker.is_golden(dv)]
+
+    def _summaries(self, goldens, datavolumes):
+        pvcs = {kinds.name(p): p for p in self.module.list(*PVC, namespace=self.ns)}
+        return [
+            worker.golden_summary(dv, pvcs.get(kinds.name(dv)), datavolumes, self.ns)
+            for dv in sorted(goldens, key=kinds.name)
+        ]
+
+    # --- state=present
+    def present(self):
+        if self.p["images"] is None:
+            raise Refusal("option images", "state=present needs the catalog", "give images (it may be empty)")
+        entries = worker.catalog(self.p["images"])
+        live = {e["name"]: self.module.get(*DV, name=e["name"], namespace=self.ns) for e in entries}
+        to_create = []
+        for entry in entries:  # every refusal before the first write
+            if live[entry["name"]] is not None:
+                worker.refuse_edited(entry, live[entry["name"]], self.ns)
+                continue
+            to_create.append(worker.render_golden(entry, self.ns, self._pin(entry)))
+        created = [self.module.create(body) for body in to_create]
+        result = {"changed": bool(created)}
+        if created:
+            result["diff"] = {
+                "before": {"goldens": []},
+                "after": {"goldens": [object_diff(None, dv)["after"] for dv in created]},
+            }
+        if self.p["wait"] and not self.module.check_mode and entries:
+            self._wait(entries, result)
+        datavolumes = self._all_datavolumes()
+        names = {e["name"] for e in entries}
+        if self.module.check_mode:
+            datavolumes = datavolumes + [
+                dv for dv in created if kinds.name(dv) not in {kinds.name(d) for d in datavolumes}
+            ]
+        result["goldens"] = self._summaries(
+            [dv for dv in self._goldens(datavolumes) if kinds.name(dv) in names], datavolumes
+        )
+        return self._done(result)
+
+    def _pin(self, entry):
+        """The sha256 the golden is pinned to: the entry's, checked against what the mirror recorded."""
+        observed, error = self.digest_of(entry["url"], self.p["url_validate_certs"])
+        if error and entry["sha256"]:
+            self.warnings.append(
+                "%s: could not read the recorded sha256 of %s (%s); the golden is pinned to the "
+                "entry's sha256 "
+                "and CDI verifies it while importing" % (entry["subject"], redact_url(entry["url"]), error)
+            )
+        worker.refuse_digest(entry, observed, redact_url(entry["url"]))
+        return entry["sha256"] or observed
+
+    def _wait(self, entries, result):
+        log = result.setdefault("progress_log", [])
+        start = self.clock()
+        last = {}
+
+        def reporter(name):
+            def progress(dv):
+                state = worker.describe_import(dv) if dv is not None else "%s: no DataVolume yet" % name
+                if last.get(name) != state:
+                    last[name] = state
+                    log.append("%s after %.1fs" % (state, self.clock() - start))
+
+            return progress
+
+        try:
+            for entry in entries:
+                remaining = max(0.0, self.p["wait_timeout"] - (self.clock() - start))
+                self.module.wait(
+                    DV[0],
+                    DV[1],
+                    entry["name"],
+                    self.ns,
+                    worker.import_state,
+                    worker.describe_import,
+                    "the golden %s/%s to import" % (self.ns, entry["name"]),
+                    remaining,
+                    self.p["wait_sleep"],
+                    progress=reporter(entry["name"]),
+                )
+        except WaitError as exc:
+            datavolumes = self._all_datavolumes()
+            names = {e["name"] for e in entries}
+            extra = dict(result)
+            extra["goldens"] = self._summaries(
+                [dv for dv in self._goldens(datavolumes) if kinds.name(dv) in names], datavolumes
+            )
+            if isinstance(exc, WaitTimeout):
+                extra["timed_out"] = True
+            if self.warnings:
+                extra["warnings"] = list(self.warnings)
+            exc.fields.update(extra)
+            raise
+        result["duration"] = round(self.clock() - start, 3)
+
+    # --- state=absent
+    def absent(self):
+        if not self.p["name"]:
+            raise Refusal("option name", "state=absent needs the golden's name", "give name")
+        name = self.p["name"]
+        dv = self.module.get(*DV, name=name, namespace=self.ns)
+        if dv is None:
+            return self._done({"changed": False, "goldens": []})
+        worker.refuse_not_golden(self.ns, name, dv)
+        datavolumes = self._all_datavolumes()
+        worker.refuse_delete_in_use(self.ns, name, datavolumes)
+        summary = self._summaries([dv], datavolumes)
+        self.module.delete(*DV, name=name, namespace=self.ns, before=dv)
+        return self._done({"changed": True, "goldens": summary, "diff": object_diff(dv, None)})
+
+    # --- state=info
+    def info(self):
+        datavolumes = self._all_datavolumes()
+        return self._done(
+            {"changed": False, "goldens": self._summaries(self._goldens(datavolumes), datavolumes)}
+        )
+
+    # --- state=rendered
+    def rendered(self):
+        if not self.p["pool"]:
+            raise Refusal("option pool", "state=rendered needs the pool", "give pool {name, namespace, ...}")
+        pool = worker.pool_request(self.p["pool"])
+        if not pool["golden"]:
+            return self._done(
+                {"changed": False, "data_volume": worker.render_http_disk(pool), "clone_strategy": None}
+            )
+        entries = worker.catalog(self.p["images"]) if self.p["images"] is not None else None
+        golden = self.module.get(*DV, name=pool["golden"], namespace=self.ns)
+        worker.refuse_missing_golden(pool, golden, self.ns, entries)
+        ref = "%s/%s" % (self.ns, pool["golden"])
+        golden_pvc = self.module.get(*PVC, name=pool["golden"], namespace=self.ns)
+        default = worker.default_class(self.module.list(*SC))
+        gold_cls = worker.golden_class(golden, golden_pvc, default)
+        disks = [
+            dv
+            for dv in self.module.list(*DV, namespace=pool["namespace"])
+            if kinds.annotations(dv).get(worker.POOL_ANNOTATION) == pool["name"]
+        ]
+        names = {kinds.name(dv) for dv in disks}
+        disk_pvcs = [p for p in self.module.list(*PVC, namespace=pool["namespace"]) if kinds.name(p) in names]
+        pool_cls, pool_source = worker.pool_class(pool, disk_pvcs, default)
+        worker.refuse_unresolved(pool, pool_cls, gold_cls, ref)
+        worker.refuse_class_mismatch(pool, pool_cls, pool_source, gold_cls, ref)
+        worker.refuse_disk_size(pool, pool["diskSize"], worker.golden_size(golden, golden_pvc), ref)
+        cdis = self.module.list(*CDI_CR) if self.module.served(*CDI_CR) else []
+        profile = self.module.get(*PROFILE, name=pool_cls) if self.module.served(*PROFILE) else None
+        strategy, source = worker.clone_strategy(cdis, profile)
+        worker.refuse_host_assisted(pool, strategy, source, pool_cls, self.p["allow_host_assisted"])
+        review = self._review(worker.access_review(pool["namespace"], self.ns, pool["golden"]))
+        worker.refuse_clone_forbidden(pool, review, self.ns)
+        return self._done(
+            {
+                "changed": False,
+                "data_volume": worker.render_clone_disk(pool, self.ns, pool_cls),
+                "clone_strategy": {"strategy": strategy, "source": source, "storage_class": pool_cls},
+            }
+        )
+
+    def _review(self, body):
+        """Send a SubjectAccessReview (a question: it stores nothing, so check mode sends it too)."""
+        res = self.module.resource(*REVIEW)
+        try:
+            answer = res.create(body=body)
+        except Exception as exc:
+            self.module.fail_from_exception("create a SubjectAccessReview for %s" % body["spec"]["user"], exc)
+        answer = answer.to_dict() if hasattr(answer, "to_dict") else answer
+        return (answer or {}).get("status") or {}
+
+    def _done(self, result):
+        if self.warnings:
+            result["warnings"] = list(self.warnings)
+        return result
+
+
+def main():
+    module = KubeModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        required_if=[("state", "absent", ("name",)), ("state", "rendered", ("pool",))],
+    )
+    run_module(module, lambda: Runner(module).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import worker as w
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+NAME = "talos-worker-%s-v1.13.0" % SCHEMATIC
+
+
+def entry(**overrides):
+    raw = {"schematicID": SCHEMATIC, "version": "v1.13.0"}
+    raw.update(overrides)
+    return w.catalog([raw])[0]
+
+
+def sc(name, default=False, beta=False, created="2026-01-01T00:00:00Z"):
+    notes = {}
+    if default:
+        notes[w.DEFAULT_CLASS] = "true"
+    if beta:
+        notes[w.BETA_DEFAULT_CLASS] = "true"
+    return {"metadata": {"name": name, "annotations": notes, "creationTimestamp": created}}
+
+
+def pvc(name, cls, phase="Bound", capacity=None):
+    obj = {"metadata": {"name": name}, "spec": {"storageClassName": cls}, "status": {"phase": phase}}
+    if capacity:
+        obj["status"]["capacity"] = {"storage": capacity}
+    return obj
+
+
+def pool(**overrides):
+    raw = {
+        "name": "md0",
+        "namespace": "tenant-a",
+        "osImage": {"builtin": {"schematicID": SCHEMATIC, "version": "v1.13.0"}},
+        "storageClass": "",
+        "diskSize": "20Gi",
+    }
+    raw.update(overrides)
+    return w.pool_request(raw)
+
+
+# --- names and patterns
+
+
+def test_catalog_defaults_and_name():
+    e = entry()
+    assert e["name"] == NAME
+    assert e["imageFactoryURL"] == "https://factory.talos.dev"
+    assert e["storage"] == "6Gi" and e["storageClass"] == "replicated"
+    assert e["url"] == "https://factory.talos.dev/image/%s/v1.13.0/openstack-amd64.raw.xz" % SCHEMATIC
+
+
+def test_factory_trailing_slash_trimmed():
+    assert entry(imageFactoryURL="https://f.example/talos/")["url"].startswith(
+        "https://f.example/talos/image/"
+    )
+
+
+@pytest.mark.parametrize("bad", ["ABC", "-abc", "abc-", "a_b", "a.b", "", None])
+def test_schematic_pattern_refused_with_why(bad):
+    with pytest.raises(Refusal) as exc:
+        entry(schematicID=bad)
+    assert exc.value.msg == (
+        "images[0] (schematicID %r, version 'v1.13.0'): schematicID %r does not match "
+        "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$; it becomes part of the DataVolume name "
+        "talos-worker-<schematicID>-<version> and of the image URL, so it must be a plain lowercase "
+        "alphanumeric identifier; give the schematic ID exactly as the Image Factory returned it "
+        "(lowercase hex)" % (bad, bad)
+    )
+
+
+@pytest.mark.parametrize("bad", ["1.13.0", "v1.13", "v1.13.0_rc", "V1.13.0", "v1.13.0-RC1", 1.13])
+def test_version_pattern_refused(bad):
+    with pytest.raises(Refusal) as exc:
+        entry(version=bad)
+    assert "version %r does not match ^v[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9a-z.]+)?$" % (bad,) in exc.value.msg
+    assert exc.value.msg.startswith("images[0] (schematicID")
+
+
+def test_prerelease_version_accepted():
+    assert entry(version="v1.14.0-alpha.1")["name"].endswith("-v1.14.0-alpha.1")
+
+
+@pytest.mark.parametrize("bad", ["ftp://f", "factory.talos.dev", "https://u:p@f.example", "https://f/x?y=1"])
+def test_factory_refused(bad):
+    with pytest.raises(Refusal) as exc:
+        entry(imageFactoryURL=bad)
+    assert "is not an http(s) URL of the form https://host[/path]" in exc.value.msg
+    assert "u:p" not in exc.value.msg
+
+
+def test_pool_side_uses_the_same_patterns():
+    with pytest.raises(Refusal) as exc:
+        pool(osImage={"builtin": {"schematicID": "Bad", "version": "v1.13.0"}})
+    assert exc.value.msg.startswith("pool tenant-a/md0 osImage.builtin: schematicID 'Bad' does not match")
+    with pytest.raises(Refusal) as exc:
+        pool(osImage={"builtin": {"schematicID": SCHEMATIC, "version": "1.13.0"}})
+    assert exc.value.msg.startswith("pool tenant-a/md0 osImage.builtin: version '1.13.0' does not match")
+
+
+def test_duplicate_entries_refused():
+    raw = {"schematicID": SCHEMATIC, "version": "v1.13.0"}
+    with pytest.raises(Refusal) as exc:
+        w.catalog([raw, dict(raw, storage="8Gi")])
+    assert "it names the same golden %s as images[0]" % NAME in exc.value.msg
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("6Gi", 6 * 2**30),
+        ("6144Mi", 6 * 2**30),
+        ("6442450944", 6 * 2**30),
+        ("6G", 6 * 10**9),
+        ("1e3", 1000),
+        ("1.5Ki", 1536),
+    ],
+)
+def test_quantity_bytes(text, expected):
+    assert w.quantity_bytes(text) == expected
+
+
+def test_quantity_refused():
+    with pytest.raises(Refusal):
+        w.quantity_bytes("six gigs", "diskSize")
+
+
+# --- the golden
+
+
+def test_render_golden():
+    dv = w.render_golden(entry(certConfigMap="factory-ca"), checksum="ab" * 32)
+    meta = dv["metadata"]
+    assert meta["name"] == NAME and meta["namespace"] == "cozy-public"
+    assert meta["labels"] == {"app.kubernetes.io/managed-by": "cozystack"}
+    assert meta["annotations"] == {
+        "helm.sh/resource-policy": "keep",
+        "cdi.kubevirt.io/storage.bind.immediate.requested": "true",
+        "cdi.kubevirt.io/storage.usePopulator": "true",
+        "kubernetes-worker-image.cozystack.io/schematic-id": SCHEMATIC,
+        "kubernetes-worker-image.cozystack.io/talos-version": "v1.13.0",
+    }
+    assert dv["spec"] == {
+        "contentType": "kubevirt",
+        "source": {
+            "http": {
+                "url": "https://factory.talos.dev/image/%s/v1.13.0/openstack-amd64.raw.xz" % SCHEMATIC,
+                "certConfigMap": "factory-ca",
+                "checksum": "sha256:" + "ab" * 32,
+            }
+        },
+        "storage": {"resources": {"requests": {"storage": "6Gi"}}, "storageClassName": "replicated"},
+    }
+
+
+def test_empty_class_is_left_to_the_cluster():
+    assert "storageClassName" not in w.render_golden(entry(storageClass=""))["spec"]["storage"]
+
+
+def test_unchanged_entry_is_not_an_edit_and_sizes_compare_as_bytes():
+    live = w.render_golden(entry(storage="6144Mi"))
+    w.refuse_edited(entry(), live)  # 6Gi == 6144Mi
+
+
+def test_edited_entry_refused_with_each_field():
+    live = w.render_golden(entry())
+    with pytest.raises(Refusal) as exc:
+        w.refuse_edited(entry(storage="8Gi", storageClass="fast", imageFactoryURL="https://m.example"), live)
+    assert exc.value.msg == (
+        "images[0] (schematicID %r, version 'v1.13.0'): the entry was edited after its golden DataVolume "
+        "cozy-public/%s exists (source URL https://factory.talos.dev/image/%s/v1.13.0/openstack-amd64.raw.xz "
+        "-> https://m.example/image/%s/v1.13.0/openstack-amd64.raw.xz, storage 6Gi -> 8Gi, storageClass "
+        "replicated -> fast), and a DataVolume spec cannot be changed in place; add a new "
+        "(schematicID, version) "
+        "entry with the new values, move the pools to it, then remove the old entry (that stops managing the "
+        "old golden; it is never deleted)" % (SCHEMATIC, NAME, SCHEMATIC, SCHEMATIC)
+    )
+
+
+def test_an_empty_live_class_is_a_value():
+    live = w.render_golden(entry(storageClass=""))
+    with pytest.raises(Refusal) as exc:
+        w.refuse_edited(entry(), live)
+    assert "storageClass '' -> replicated" in exc.value.msg
+
+
+def test_digest_refused_when_the_object_differs():
+    e = entry(sha256="sha256:" + "a" * 64)
+    w.refuse_digest(e, "a" * 64, "u")
+    w.refuse_digest(e, None, "u")
+    with pytest.raises(Refusal) as exc:
+        w.refuse_digest(e, "b" * 64, "https://mirror/x")
+    assert "the object at https://mirror/x has sha256 %s, not the sha256 %s the entry pins" % (
+        "b" * 64,
+        "a" * 64,
+    ) in (exc.value.msg)
+
+
+def test_bad_digest_refused():
+    with pytest.raises(Refusal):
+        entry(sha256="abc")
+
+
+# --- consumers and deletes
+
+
+def disk(name, ns="tenant-a", golden=NAME, pool_name="md0", annotate=True):
+    notes = {w.GOLDEN_ANNOTATION: golden, w.POOL_ANNOTATION: pool_name} if annotate else {}
+    return {
+        "metadata": {"name": name, "namespace": ns, "annotations": notes},
+        "spec": {"source": {"pvc": {"namespace": "cozy-public", "name": golden}}},
+    }
+
+
+def test_consumers_by_annotation_and_source():
+    dvs = [disk("a"), disk("b", annotate=False), disk("c", golden="other"), w.render_golden(entry())]
+    assert w.consumers("cozy-public", NAME, dvs) == {
+        "disks": ["tenant-a/a", "tenant-a/b"],
+        "pools": ["tenant-a/md0"],
+    }
+
+
+def test_delete_refused_while_cloned():
+    with pytest.raises(Refusal) as exc:
+        w.refuse_delete_in_use("cozy-public", NAME, [disk("a")])
+    assert exc.value.msg == (
+        "golden DataVolume cozy-public/%s: 1 worker disk(s) still clone it: tenant-a/a; move those pools to "
+        "another golden (or remove their osImage) and let their disks be replaced, then delete it" % NAME
+    )
+    w.refuse_delete_in_use("cozy-public", NAME, [disk("a", golden="other")])
+
+
+def test_delete_of_a_non_golden_refused():
+    with pytest.raises(Refusal) as exc:
+        w.refuse_not_golden("cozy-public", "x", {"metadata": {"name": "x"}})
+    assert "it is not a worker golden" in exc.value.msg
+
+
+# --- default classes
+
+
+def test_default_class_newest_of_several_and_beta():
+    classes = [
+        sc("old", default=True, created="2026-01-01T00:00:00Z"),
+        sc("new", beta=True, created="2026-02-01T00:00:00Z"),
+        sc("plain", created="2026-03-01T00:00:00Z"),
+    ]
+    assert w.default_class(classes) == "new"
+    assert w.default_class([sc("plain")]) is None
+
+
+def test_golden_class_from_its_bound_claim_first():
+    golden = w.render_golden(entry(storageClass=""))
+    assert w.golden_class(golden, pvc(NAME, "was-default"), "now-default") == "was-default"
+    assert w.golden_class(golden, pvc(NAME, "x", phase="Pending"), "now-default") == "now-default"
+    assert w.golden_class(w.render_golden(entry()), None, "now-default") == "replicated"
+
+
+def test_pool_class_empty_means_default_unless_it_has_cloned():
+    assert w.pool_class(pool(), [], "lab-fs") == ("lab-fs", "the cluster default StorageClass")
+    assert w.pool_class(pool(), [pvc("d", "old-default")], "new-default") == (
+        "old-default",
+        "the pool's bound disks",
+    )
+    assert w.pool_class(pool(storageClass="fast"), [pvc("d", "old")], "new") == (
+        "fast",
+        "the pool's storageClass",
+    )
+
+
+def test_default_moved_after_a_pool_cloned_does_not_fail_it():
+    golden = w.render_golden(entry(storageClass=""))
+    gold = w.golden_class(golden, pvc(NAME, "a"), "b")
+    mine, source = w.pool_class(pool(), [pvc("d0", "a")], "b")
+    w.refuse_class_mismatch(pool(), mine, source, gold, "cozy-public/" + NAME)
+
+
+def test_class_mismatch_names_both_and_three_ways_out():
+    with pytest.raises(Refusal) as exc:
+        w.refuse_class_mismatch(
+            pool(), "lab-fs", "the cluster default StorageClass", "replicated", "cozy-public/g"
+        )
+    assert exc.value.msg == (
+        "pool tenant-a/md0: its StorageClass lab-fs (the cluster default StorageClass) differs from "
+        "the golden "
+        "cozy-public/g's StorageClass replicated; CDI cannot CSI-clone across classes and would fall "
+        "back to a "
+        "host-assisted copy over the pod network; set the pool's storageClass to replicated, or add "
+        "a catalog "
+        "entry (a new schematicID/version) whose storageClass is lab-fs and point the pool at it, or remove "
+        "osImage so the pool imports over HTTP"
+    )
+
+
+def test_no_default_to_resolve_an_empty_class():
+    with pytest.raises(Refusal) as exc:
+        w.refuse_unresolved(pool(), None, "replicated", "cozy-public/g")
+    assert (
+        "the pool has an empty StorageClass, which means the cluster default, and the cluster has no default"
+        in (exc.value.msg)
+    )
+
+
+# --- sizes
+
+
+def test_disk_size_compared_as_bytes():
+    w.refuse_disk_size(pool(diskSize="6144Mi"), "6144Mi", "6Gi", "cozy-public/g")
+    with pytest.raises(Refusal) as exc:
+        w.refuse_disk_size(pool(diskSize="6000Mi"), "6000Mi", "6Gi", "cozy-public/g")
+    assert exc.value.msg == (
+        "pool tenant-a/md0: diskSize 6000Mi (6291456000 bytes) is below the golden cozy-public/g's "
+        "storage 6Gi "
+        "(6442450944 bytes), and a clone target cannot be smaller than its source; set diskSize to "
+        "at least 6Gi"
+    )
+
+
+def test_golden_size_prefers_the_bound_capacity():
+    golden = w.render_golden(entry())
+    assert w.golden_size(golden, pvc(NAME, "r", capacity="7Gi")) == "7Gi"
+    assert w.golden_size(golden, None) == "6Gi"
+
+
+# --- clone strategy and permission
+
+
+def test_clone_strategy_override_then_profile_then_default():
+    cdi = {"metadata": {"name": "cdi"}, "spec": {"cloneStrategyOverride": "csi-clone"}}
+    profile = {"metadata": {"name": "replicated"}, "status": {"cloneStrategy": "copy"}}
+    assert w.clone_strategy([cdi], profile)[0] == "csi-clone"
+    assert w.clone_strategy([{"metadata": {"name": "cdi"}, "spec": {}}], profile) == (
+        "copy",
+        "StorageProfile replicated status.cloneStrategy",
+    )
+    assert w.clone_strategy([], None)[0] == "snapshot"
+
+
+def test_host_assisted_refused_unless_allowed():
+    with pytest.raises(Refusal) as exc:
+        w.refuse_host_assisted(pool(), "copy", "CDI cdi spec.cloneStrategyOverride", "replicated", False)
+    assert exc.value.msg == (
+        "pool tenant-a/md0: the clone strategy for StorageClass replicated is copy (CDI cdi "
+        "spec.cloneStrategyOverride), a host-assisted copy of the whole golden over the pod network, the "
+        "transfer cloning from a golden exists to remove; set CDI spec.cloneStrategyOverride (or the "
+        "StorageProfile's cloneStrategy) to csi-clone, or pass allow_host_assisted=true to accept the copy"
+    )
+    w.refuse_host_assisted(pool(), "copy", "x", "replicated", True)
+    w.refuse_host_assisted(pool(), "csi-clone", "x", "replicated", False)
+
+
+def test_access_review_asks_for_the_pool_service_account():
+    review = w.access_review("tenant-a", "cozy-public", NAME)
+    assert review["spec"]["user"] == "system:serviceaccount:tenant-a:default"
+    assert "system:serviceaccounts" in review["spec"]["groups"]
+    assert review["spec"]["resourceAttributes"] == {
+        "namespace": "cozy-public",
+        "verb": "create",
+        "group": "cdi.kubevirt.io",
+        "resource": "datavolumes",
+        "subresource": "source",
+        "name": NAME,
+    }
+
+
+def test_clone_forbidden_refused():
+    w.refuse_clone_forbidden(pool(), {"allowed": True}, "cozy-public")
+    with pytest.raises(Refusal) as exc:
+        w.refuse_clone_forbidden(pool(), {"allowed": False}, "cozy-public")
+    assert exc.value.msg == (
+        "pool tenant-a/md0: service accounts of namespace tenant-a may not create datavolumes/source in "
+        "cozy-public (no RBAC rule allows it), so CDI would refuse the clone when the worker disk is "
+        "created; "
+        "bind the ClusterRole cdi-copy-dv (create on datavolumes/source) to the group "
+        "system:serviceaccounts:tenant-a, or to system:serviceaccounts, in cozy-public"
+    )
+
+
+# --- the pool's disk
+
+
+def test_missing_golden_refusals():
+    with pytest.raises(Refusal) as exc:
+        w.refuse_missing_golden(pool(), None, "cozy-public", entries=[])
+    assert exc.value.msg.startswith(
+        "pool tenant-a/md0: its osImage names the golden cozy-public/%s, which has no entry in the "
+        "worker image "
+        "catalog; add an images[] entry with this schematicID and version" % NAME
+    )
+    assert (
+        "or remove osImage from the pool so its disks import the factory image over HTTP as before"
+        in exc.value.msg
+    )
+    with pytest.raises(Refusal) as exc:
+        w.refuse_missing_golden(pool(), None, "cozy-public")
+    assert "which does not exist (is the worker image catalog enabled with this entry?)" in exc.value.msg
+    failed = w.render_golden(entry())
+    failed["status"] = {
+        "phase": "Failed",
+        "conditions": [
+            {"type": "Running", "status": "False", "reason": "Error", "message": "x509: unknown authority"}
+        ],
+    }
+    with pytest.raises(Refusal) as exc:
+        w.refuse_missing_golden(pool(), failed, "cozy-public")
+    assert exc.value.msg == (
+        "pool tenant-a/md0: its golden cozy-public/%s failed to import (Error: x509: unknown "
+        "authority); check "
+        "the importer (the DataVolume's events and the importer pod's log), fix the cause, then delete the "
+        "DataVolume cozy-public/%s so the catalog imports it again" % (NAME, NAME)
+    )
+    mid = w.render_golden(entry())
+    mid["status"] = {"phase": "ImportInProgress", "progress": "12.00%"}
+    w.refuse_missing_golden(pool(), mid, "cozy-public")
+
+
+def test_clone_disk_writes_the_resolved_class():
+    dv = w.render_clone_disk(pool(), "cozy-public", "replicated")
+    assert dv["metadata"]["annotations"] == {w.GOLDEN_ANNOTATION: NAME, w.POOL_ANNOTATION: "md0"}
+    assert dv["spec"] == {
+        "source": {"pvc": {"namespace": "cozy-public", "name": NAME}},
+        "storage": {"resources": {"requests": {"storage": "20Gi"}}, "storageClassName": "replicated"},
+    }
+
+
+def test_http_disk_is_the_pre_feature_render():
+    p = w.pool_request(
+        {"name": "md0", "namespace": "tenant-a", "imageURL": "https://f/i.raw.xz", "diskSize": "20Gi"}
+    )
+    assert w.render_http_disk(p) == {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {
+            "name": "md0-disk-system",
+            "namespace": "tenant-a",
+            "annotations": {"cdi.kubevirt.io/storage.usePopulator": "false"},
+        },
+        "spec": {
+            "source": {"http": {"url": "https://f/i.raw.xz"}},
+            "storage": {"resources": {"requests": {"storage": "20Gi"}}},
+        },
+    }
+
+
+def test_pool_without_any_image_refused():
+    with pytest.raises(Refusal) as exc:
+        w.pool_request({"name": "md0", "namespace": "tenant-a"})
+    assert "it has no osImage and no imageURL" in exc.value.msg
+
+
+def test_import_state_only_failed_is_terminal():
+    assert w.import_state(None) == (False, None)
+    assert w.import_state({"status": {"phase": "ImportInProgress"}}) == (False, None)
+    assert w.import_state({"status": {"phase": "Succeeded"}}) == (True, None)
+    done, failed = w.import_state(
+        {"metadata": {"name": "g", "namespace": "cozy-public"}, "status": {"phase": "Failed"}}
+    )
+    assert not done and "failed to import" in failed
