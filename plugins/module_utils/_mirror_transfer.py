@@ -29,8 +29,13 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import error_code, jittered_backoff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    error_code,
+    jittered_backoff,
+    redact_message,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 READ_CHUNK = 8 * mirror.MIB
 _MISSING = ("404", "NoSuchKey", "NotFound")
@@ -38,16 +43,23 @@ _MISSING = ("404", "NoSuchKey", "NotFound")
 _EXISTS = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
-class SourceError(Exception):
+class SourceError(PipelineError):
     """The upstream image could not be read completely."""
 
 
-class TransferError(Exception):
-    """An upload failed; ``cleanup`` says what was removed so nothing partial remains."""
+class TransferError(PipelineError):
+    """An upload failed; ``cleanup`` (a result field) says what was removed so nothing partial remains."""
 
-    def __init__(self, msg, cleanup=None):
-        super().__init__(msg)
-        self.cleanup = cleanup or []
+    def __init__(self, msg, cleanup=None, **fields):
+        super().__init__(msg, cleanup=cleanup or [], **fields)
+
+    @property
+    def cleanup(self):
+        return self.fields["cleanup"]
+
+    @cleanup.setter
+    def cleanup(self, value):
+        self.fields["cleanup"] = value or []
 
 
 class KeyExists(TransferError):
@@ -57,6 +69,7 @@ class KeyExists(TransferError):
         super().__init__(
             "s3://%s/%s %s; mirrored keys are never overwritten, nothing was written" % (bucket, key, when),
             cleanup,
+            key=key,
         )
         self.key = key
 
@@ -65,12 +78,15 @@ class KeyExists(TransferError):
 
 
 class Source:
-    """A readable upstream image; ``read(n)`` returns exactly n bytes until the end."""
+    """A readable upstream image; ``read(n)`` returns exactly n bytes until the end.
+
+    ``name`` is how messages call it: a URL is redacted (no user-info, no signature) before it is kept.
+    """
 
     def __init__(self, stream, size, name):
         self.stream = stream
         self.size = size
-        self.name = name
+        self.name = redact.redact_url(name)
         self.read_bytes = 0
 
     def read(self, count):
@@ -80,7 +96,8 @@ class Source:
                 piece = self.stream.read(wanted)
             except Exception as exc:  # http.client.IncompleteRead, a reset connection, a read timeout
                 raise SourceError(
-                    "reading %s failed after %d bytes: %s" % (self.name, self.read_bytes, exc)
+                    "reading %s failed after %d bytes: %s"
+                    % (self.name, self.read_bytes, redact_message(str(exc)))
                 ) from exc
             if not piece:
                 break
@@ -128,7 +145,7 @@ def open_source(path=None, url=None, timeout=60, validate_certs=True, headers=No
             http_agent="goldenimage.pipeline-os-mirror",
         )
     except Exception as exc:  # HTTPError, URLError, socket errors: all mean "cannot read the source"
-        raise SourceError("GET %s: %s" % (url, exc)) from exc
+        raise SourceError("GET %s: %s" % (redact.redact_url(url), redact_message(str(exc)))) from exc
     length = response.headers.get("Content-Length")
     return Source(response, int(length) if length and length.isdigit() else None, url)
 
@@ -249,7 +266,7 @@ class Upload:
                 raise
             if not isinstance(exc, Exception):
                 raise
-            raise TransferError("%s: %s" % (self.action, exc), cleanup) from exc
+            raise TransferError("%s: %s" % (self.action, redact_message(str(exc))), cleanup) from exc
         finally:
             if self._spool is not None:
                 self._spool.close()
