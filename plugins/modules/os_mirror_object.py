@@ -68,8 +68,9 @@ options:
         C(Content-Length) fails the run.
       - A URL with credentials in it (C(https://user:password@host/...)) is refused before anything is
         read, because the URL is recorded in the object's C(source-url) metadata and the catalog, and
-        printed in messages. For a private upstream give a presigned URL (its signature and token query values are redacted
-        wherever the URL is recorded or printed), or download the image and mirror it with O(path).
+        printed in messages. For a private upstream give a presigned URL (its signature and token query
+        values are redacted wherever the URL is recorded or printed), or download the image and mirror it
+        with O(path).
     type: str
   sha256:
     description:
