@@ -27,6 +27,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror, redact
@@ -499,3 +500,55 @@ class Upload:
 
     def _delete(self):
         self.client.delete_object(Bucket=self.bucket, Key=self.key)
+
+
+# The runner both upload modules share -------------------------------------------------------------
+
+
+class UploadRun:
+    """A module run around one Upload: the result with its timings, returned or attached to the error.
+
+    Subclasses write ``_run()`` (observe, decide with ``mirror``, upload); ``run()`` returns the result,
+    and a PipelineError leaves with the result fields (``changed``, ``bytes_moved``, ``seconds``) added.
+    """
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
+        self.started = time.monotonic()
+        self.transfer_seconds = None
+
+    def _run(self):
+        raise NotImplementedError
+
+    def run(self):
+        try:
+            self._run()
+        except PipelineError as exc:
+            self.stamp()
+            for name, value in self.result.items():
+                exc.fields.setdefault(name, value)
+            raise
+        return self.stamp()
+
+    def stamp(self):
+        """The result with its ``seconds``: the transfer's when there was one, else the whole run's."""
+        if self.transfer_seconds is None:
+            self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        return self.result
+
+    def set_diff(self, before, after):
+        if self.module._diff:
+            self.result["diff"] = {"before": before or {}, "after": after or {}}
+
+    def uploaded(self, report, seconds, source_name):
+        """Record a finished Upload's report, its time and throughput, and the diff of the new object."""
+        self.result.update(report)
+        self.transfer_seconds = round(seconds, 3)
+        self.result.update(
+            changed=True,
+            seconds=self.transfer_seconds,
+            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
+        )
+        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))

@@ -175,7 +175,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
-    PipelineError,
     Refusal,
     run_module,
 )
@@ -202,30 +201,8 @@ def build_module():
     return module
 
 
-class ExportObject:
+class ExportObject(transfer.UploadRun):
     """HEAD the key, decide with ``mirror.plan_export``, upload with ``transfer.Upload``."""
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.started = time.monotonic()
-        self.transfer_seconds = None
-        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
-
-    def run(self):
-        try:
-            self._run()
-        except PipelineError as exc:
-            self.stamp()
-            for name, value in self.result.items():
-                exc.fields.setdefault(name, value)
-            raise
-        return self.stamp()
-
-    def stamp(self):
-        if self.transfer_seconds is None:
-            self.result["seconds"] = round(time.monotonic() - self.started, 3)
-        return self.result
 
     def inputs(self):
         """Every input rule, before the first request."""
@@ -303,18 +280,7 @@ class ExportObject:
         seconds = time.monotonic() - started
         for warning in report.pop("warnings", None) or []:
             self.module.warn(warning)
-        self.result.update(report)
-        self.result.update(
-            changed=True,
-            seconds=round(seconds, 3),
-            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
-        )
-        self.transfer_seconds = self.result["seconds"]
-        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
-
-    def set_diff(self, before, after):
-        if self.module._diff:
-            self.result["diff"] = {"before": before or {}, "after": after or {}}
+        self.uploaded(report, seconds, source_name)
 
 
 def main():

@@ -269,7 +269,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
-    PipelineError,
     Refusal,
     run_module,
 )
@@ -307,31 +306,8 @@ def build_module():
     return module
 
 
-class MirrorObject:
+class MirrorObject(transfer.UploadRun):
     """Observe the version prefix, decide with ``mirror.plan_object``, upload with ``transfer.Upload``."""
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
-        self.started = time.monotonic()
-        self.transfer_seconds = None
-
-    def run(self):
-        try:
-            self._run()
-        except PipelineError as exc:
-            self.stamp()
-            for name, value in self.result.items():
-                exc.fields.setdefault(name, value)
-            raise
-        return self.stamp()
-
-    def stamp(self):
-        """The result with its ``seconds``: the transfer's when there was one, else the whole run's."""
-        if self.transfer_seconds is None:
-            self.result["seconds"] = round(time.monotonic() - self.started, 3)
-        return self.result
 
     def inputs(self):
         """Every input rule, before the first request."""
@@ -397,10 +373,6 @@ class MirrorObject:
                 key=mirror.object_key(p["family"], p["version"], digest, filename), sha256=digest
             )
             raise
-
-    def set_diff(self, before, after):
-        if self.module._diff:
-            self.result["diff"] = {"before": before or {}, "after": after or {}}
 
     def _run(self):
         p = self.params
@@ -468,14 +440,7 @@ class MirrorObject:
         seconds = time.monotonic() - started
         if digest and not p["sha256"]:
             report["digest_from"] = "read first"  # hashed above to decide between skip and refuse
-        self.result.update(report)
-        self.result.update(
-            changed=True,
-            seconds=round(seconds, 3),
-            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
-        )
-        self.transfer_seconds = self.result["seconds"]
-        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
+        self.uploaded(report, seconds, source_name)
 
     def written_meanwhile(self, client, filename, exc):
         """The key was stored by someone else during this run: decide again, as a rerun would."""

@@ -6,9 +6,9 @@ No boto3 double: every runner talks S3 to a real protocol server on 127.0.0.1.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import uuid
 
+import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from tests.lab.s3 import S3Server
@@ -16,18 +16,19 @@ from tests.lab.s3 import S3Server
 _SHARED = {}
 
 
-@contextlib.contextmanager
-def s3_lab():
+@pytest.fixture(name="s3")
+def s3_fixture():
     """``(endpoint, client)`` of the loopback S3 server, started once per test process.
 
-    Every test makes its own bucket (``new_bucket``), so the modules' tests share one server.
+    Every test makes its own bucket (``new_bucket``), so the modules' tests share one server. Test
+    files import this fixture.
     """
     if "server" not in _SHARED:
         server = S3Server()
         endpoint = server.start()
         _SHARED.update(server=server, lab=(endpoint, endpoint.client()))
         atexit.register(server.stop)
-    yield _SHARED["lab"]
+    return _SHARED["lab"]
 
 
 def new_bucket(client, prefix="unit"):

@@ -6,15 +6,15 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_export_object as module_file
 
-from tests.unit.plugins.modules._bucket_lab import build, connection, keys, new_bucket, s3_lab
+from tests.unit.plugins.modules._bucket_lab import (
+    build,
+    connection,
+    keys,
+    new_bucket,
+    s3_fixture,  # noqa: F401 - the s3 fixture
+)
 
 KEY = "windows/11/2026-08-09/windows11-x64-golden.qcow2"
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_lab() as lab:
-        yield lab
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import os_mirror_object as module_file
 
-from tests.unit.plugins.modules._bucket_lab import build, connection, keys, new_bucket, s3_lab
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_lab() as lab:
-        yield lab
+from tests.unit.plugins.modules._bucket_lab import (
+    build,
+    connection,
+    keys,
+    new_bucket,
+    s3_fixture,  # noqa: F401 - the s3 fixture
+)
 
 
 @pytest.fixture
