@@ -58,3 +58,8 @@ def build(module_file, check=False, diff=False, **args):
 
 def keys(client, bucket):
     return sorted(obj["Key"] for obj in client.list_objects_v2(Bucket=bucket).get("Contents") or [])
+
+
+def run_against(module_file, s3, check=False, **params):
+    """``module_file.run(module)`` for a module built from ``params`` and the lab's S3 connection."""
+    return module_file.run(build(module_file, check=check, **dict(connection(s3[0]), **params)))

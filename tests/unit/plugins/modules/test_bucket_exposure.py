@@ -5,15 +5,14 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 from ansible_collections.goldenimage.pipeline.plugins.modules import bucket_exposure as module_file
 
 from tests.unit.plugins.modules._bucket_lab import (
-    build,
-    connection,
     new_bucket,
+    run_against,
     s3_fixture,  # noqa: F401 - the s3 fixture
 )
 
 
 def run(s3, **params):
-    return module_file.run(build(module_file, **dict(connection(s3[0]), **params)))
+    return run_against(module_file, s3, **params)
 
 
 def test_a_public_read_object_is_exposed_and_a_licensed_upload_refused(s3):

@@ -7,18 +7,17 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 from ansible_collections.goldenimage.pipeline.plugins.modules import os_mirror_catalog as module_file
 
 from tests.unit.plugins.modules._bucket_lab import (
-    build,
-    connection,
     keys,
     new_bucket,
+    run_against,
     s3_fixture,  # noqa: F401 - the s3 fixture
 )
 
 HEX = "a" * 64
 
 
-def run(s3, check=False, **params):
-    return module_file.run(build(module_file, check=check, **dict(connection(s3[0]), **params)))
+def run(s3, **params):
+    return run_against(module_file, s3, **params)
 
 
 def test_catalog_is_written_once_with_source_urls_redacted(s3):
