@@ -61,6 +61,15 @@ EXAMPLES = r"""
     endpoint_url: https://s3.example.com
   register: catalog
 
+- name: Rebuild it with the endpoint and keys set once for every module of the s3 group
+  module_defaults:
+    group/goldenimage.pipeline.s3:
+      endpoint_url: https://s3.example.com
+      access_key: "{{ mirror_access_key }}"
+      secret_key: "{{ mirror_secret_key }}"
+  goldenimage.pipeline.os_mirror_catalog:
+    bucket: cdi-os-images
+
 - name: Show the latest version of each family
   ansible.builtin.debug:
     msg: "{{ catalog.catalog.families | dict2items | map(attribute='value.latest') | list }}"
