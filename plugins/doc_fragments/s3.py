@@ -9,10 +9,15 @@ __metaclass__ = type
 
 class ModuleDocFragment(object):
     DOCUMENTATION = r"""
+notes:
+  - This module is in the C(goldenimage.pipeline.s3) action group. Set the endpoint and credentials once for
+    every module of the group with C(module_defaults), under C(group/goldenimage.pipeline.s3).
 options:
   endpoint_url:
     description:
       - URL of an S3-compatible endpoint (Ceph RGW, MinIO, a loopback test server). Omit for AWS S3.
+      - An endpoint URL with user-info (C(https://key:secret@host)) is refused before any request; give the
+        keys in O(access_key) and O(secret_key).
       - When set, requests use path-style addressing (C(https://host/bucket/key)), which every
         S3-compatible server accepts.
       - Falls back to the E(AWS_ENDPOINT_URL_S3), then E(AWS_ENDPOINT_URL) environment variable.

@@ -27,10 +27,16 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import error_code, jittered_backoff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    error_code,
+    jittered_backoff,
+    redact_message,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 READ_CHUNK = 8 * mirror.MIB
 _MISSING = ("404", "NoSuchKey", "NotFound")
@@ -38,16 +44,23 @@ _MISSING = ("404", "NoSuchKey", "NotFound")
 _EXISTS = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
-class SourceError(Exception):
+class SourceError(PipelineError):
     """The upstream image could not be read completely."""
 
 
-class TransferError(Exception):
-    """An upload failed; ``cleanup`` says what was removed so nothing partial remains."""
+class TransferError(PipelineError):
+    """An upload failed; ``cleanup`` (a result field) says what was removed so nothing partial remains."""
 
-    def __init__(self, msg, cleanup=None):
-        super().__init__(msg)
-        self.cleanup = cleanup or []
+    def __init__(self, msg, cleanup=None, **fields):
+        super().__init__(msg, cleanup=cleanup or [], **fields)
+
+    @property
+    def cleanup(self):
+        return self.fields["cleanup"]
+
+    @cleanup.setter
+    def cleanup(self, value):
+        self.fields["cleanup"] = value or []
 
 
 class KeyExists(TransferError):
@@ -57,6 +70,7 @@ class KeyExists(TransferError):
         super().__init__(
             "s3://%s/%s %s; mirrored keys are never overwritten, nothing was written" % (bucket, key, when),
             cleanup,
+            key=key,
         )
         self.key = key
 
@@ -65,12 +79,15 @@ class KeyExists(TransferError):
 
 
 class Source:
-    """A readable upstream image; ``read(n)`` returns exactly n bytes until the end."""
+    """A readable upstream image; ``read(n)`` returns exactly n bytes until the end.
+
+    ``name`` is how messages call it: a URL is redacted (no user-info, no signature) before it is kept.
+    """
 
     def __init__(self, stream, size, name):
         self.stream = stream
         self.size = size
-        self.name = name
+        self.name = redact.redact_url(name)
         self.read_bytes = 0
 
     def read(self, count):
@@ -80,7 +97,8 @@ class Source:
                 piece = self.stream.read(wanted)
             except Exception as exc:  # http.client.IncompleteRead, a reset connection, a read timeout
                 raise SourceError(
-                    "reading %s failed after %d bytes: %s" % (self.name, self.read_bytes, exc)
+                    "reading %s failed after %d bytes: %s"
+                    % (self.name, self.read_bytes, redact_message(str(exc)))
                 ) from exc
             if not piece:
                 break
@@ -128,7 +146,7 @@ def open_source(path=None, url=None, timeout=60, validate_certs=True, headers=No
             http_agent="goldenimage.pipeline-os-mirror",
         )
     except Exception as exc:  # HTTPError, URLError, socket errors: all mean "cannot read the source"
-        raise SourceError("GET %s: %s" % (url, exc)) from exc
+        raise SourceError("GET %s: %s" % (redact.redact_url(url), redact_message(str(exc)))) from exc
     length = response.headers.get("Content-Length")
     return Source(response, int(length) if length and length.isdigit() else None, url)
 
@@ -249,7 +267,7 @@ class Upload:
                 raise
             if not isinstance(exc, Exception):
                 raise
-            raise TransferError("%s: %s" % (self.action, exc), cleanup) from exc
+            raise TransferError("%s: %s" % (self.action, redact_message(str(exc))), cleanup) from exc
         finally:
             if self._spool is not None:
                 self._spool.close()
@@ -482,3 +500,55 @@ class Upload:
 
     def _delete(self):
         self.client.delete_object(Bucket=self.bucket, Key=self.key)
+
+
+# The runner both upload modules share -------------------------------------------------------------
+
+
+class UploadRun:
+    """A module run around one Upload: the result with its timings, returned or attached to the error.
+
+    Subclasses write ``_run()`` (observe, decide with ``mirror``, upload); ``run()`` returns the result,
+    and a PipelineError leaves with the result fields (``changed``, ``bytes_moved``, ``seconds``) added.
+    """
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
+        self.started = time.monotonic()
+        self.transfer_seconds = None
+
+    def _run(self):
+        raise NotImplementedError
+
+    def run(self):
+        try:
+            self._run()
+        except PipelineError as exc:
+            self.stamp()
+            for name, value in self.result.items():
+                exc.fields.setdefault(name, value)
+            raise
+        return self.stamp()
+
+    def stamp(self):
+        """The result with its ``seconds``: the transfer's when there was one, else the whole run's."""
+        if self.transfer_seconds is None:
+            self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        return self.result
+
+    def set_diff(self, before, after):
+        if self.module._diff:
+            self.result["diff"] = {"before": before or {}, "after": after or {}}
+
+    def uploaded(self, report, seconds, source_name):
+        """Record a finished Upload's report, its time and throughput, and the diff of the new object."""
+        self.result.update(report)
+        self.transfer_seconds = round(seconds, 3)
+        self.result.update(
+            changed=True,
+            seconds=self.transfer_seconds,
+            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
+        )
+        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))

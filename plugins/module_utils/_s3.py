@@ -2,12 +2,17 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""S3 adapter: one boto3 client factory and a jittered backoff for eventual consistency.
+"""S3 adapter: the boto3 client factories (signed and anonymous) and a jittered backoff.
 
-boto3 is imported on first use. botocore's "standard" retry mode already retries throttling and
-5xx answers; ``jittered_backoff`` adds the codes an S3-compatible store returns for a while right
-after a write (a bucket that was just created answers NoSuchBucket), with full jitter so parallel
-workers do not retry in lockstep.
+boto3 is imported on first use. ``s3_client`` signs with the caller's credentials;
+``anonymous_client`` signs nothing, so its requests are what anyone on the network can send (the
+bucket exposure probes). An endpoint URL that carries user-info is refused before either is built:
+the URL is printed and recorded, and S3 takes its keys from ``access_key``/``secret_key``. Failures
+raise ``S3Error`` (a PipelineError), so a module fails with them in one place.
+
+botocore's "standard" retry mode already retries throttling and 5xx answers; ``jittered_backoff``
+adds the codes an S3-compatible store returns for a while right after a write (a bucket that was
+just created answers NoSuchBucket), with full jitter so parallel workers do not retry in lockstep.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,9 +21,14 @@ __metaclass__ = type
 
 import functools
 import random
+import re
 import time
 
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
 from ansible.module_utils.basic import env_fallback, missing_required_lib
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 S3_ARG_SPEC = {
     "endpoint_url": {
@@ -80,8 +90,73 @@ RETRYABLE_CODES = frozenset(
 EVENTUAL_CONSISTENCY_CODES = ("NoSuchBucket",)
 
 
-class MissingBoto3(Exception):
+# What to do instead of putting keys in the endpoint URL.
+ENDPOINT_MOVE = (
+    "give the endpoint without user-info and the keys in access_key/secret_key (or AWS_ACCESS_KEY_ID/"
+    "AWS_SECRET_ACCESS_KEY), which are never logged"
+)
+
+
+class S3Error(PipelineError):
+    """An S3 call failed: ``msg`` is "<action>: <cause>"; ``error_code`` is the S3 code when there is one."""
+
+    def __init__(self, msg, **fields):
+        super(S3Error, self).__init__(msg, **fields)
+
+
+class MissingBoto3(S3Error):
     """boto3 is not importable on the controller; the message is Ansible's standard one."""
+
+
+def call_failed(action, exc, bucket=None, **fields):
+    """The error to raise for ``exc`` met while doing ``action``: "<action>: <cause>", URLs redacted.
+
+    A PipelineError passes through. With ``bucket``, a missing bucket says to create it first.
+    """
+    if isinstance(exc, PipelineError):
+        return exc
+    code = error_code(exc)
+    if code:
+        fields.setdefault("error_code", code)
+    if bucket and code == "NoSuchBucket":
+        return S3Error("%s: bucket %s does not exist; create it first" % (action, bucket), **fields)
+    return S3Error("%s: %s" % (action, redact_message(str(exc))), **fields)
+
+
+def redact_message(text):
+    """Foreign error text with every URL in it redacted (a client error may quote the request URL)."""
+    return re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+", lambda m: redact.redact_url(m.group(0)), text)
+
+
+def check_endpoint(endpoint_url, option="endpoint_url"):
+    """Refuse an endpoint URL with user-info (a key in the URL is printed wherever the URL is)."""
+    if endpoint_url:
+        redact.refuse_credentials(endpoint_url, option, ENDPOINT_MOVE)
+    return endpoint_url
+
+
+def url_secrets(url):
+    """The parts of ``url`` that are secrets: the user-info password and signature/token query values."""
+    found = []
+    try:
+        parts = urlsplit(url or "")
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        password = parts.password
+    except (TypeError, ValueError):
+        return found
+    if password:
+        found.extend({password, unquote(password), quote(unquote(password), safe="")})
+    found.extend(value for name, value in pairs if value and name.lower() in redact.SECRET_QUERY)
+    return found
+
+
+def hide_url_secrets(module, options):
+    """Mask the secret parts of the URL options in every output of ``module`` (invocation included)."""
+    for option in options:
+        value = module.params.get(option)
+        if isinstance(value, str):
+            for secret in url_secrets(value):
+                module.no_log_values.add(secret)
 
 
 def error_code(exc):
@@ -149,11 +224,8 @@ def s3_client(
     ``max_pool_connections`` bounds the HTTP connections; raise it to at least the number of threads
     that share the client (concurrent multipart uploads), or they queue for a connection.
     """
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:
-        raise MissingBoto3(missing_required_lib("boto3", reason="to talk to S3")) from exc
+    check_endpoint(endpoint_url)
+    boto3, Config = _boto3()
     options = {
         "retries": {"mode": "standard", "total_max_attempts": max_attempts},
         "connect_timeout": 10,
@@ -176,15 +248,50 @@ def s3_client(
     return session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=Config(**options))
 
 
+def _boto3():
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:
+        raise MissingBoto3(missing_required_lib("boto3", reason="to talk to S3")) from exc
+    return boto3, Config
+
+
+def anonymous_client(endpoint_url=None, region=None, validate_certs=True, ca_bundle=None, timeout=20):
+    """An S3 client that signs nothing: its requests are what anyone on the network can send.
+
+    Two attempts at most, each bounded by ``timeout`` seconds, so a probe that gets no answer ends.
+    """
+    check_endpoint(endpoint_url)
+    boto3, Config = _boto3()
+    from botocore import UNSIGNED
+
+    options = {
+        "signature_version": UNSIGNED,
+        "retries": {"mode": "standard", "total_max_attempts": 2},
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+    }
+    if endpoint_url:
+        options["s3"] = {"addressing_style": "path"}
+        region = region or "us-east-1"
+    verify = False if validate_certs is False else (ca_bundle or True)
+    session = boto3.session.Session(region_name=region or None)
+    return session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=Config(**options))
+
+
+def has_credentials(params):
+    """Whether signed requests are possible: keys in the parameters, or boto3's credential chain."""
+    if params.get("access_key") and params.get("secret_key"):
+        return True
+    try:
+        boto3, _config = _boto3()
+        return boto3.session.Session().get_credentials() is not None
+    except Exception:
+        return False
+
+
 def s3_client_from_params(params, **options):
     """A client from a module's (or a role's) S3_ARG_SPEC parameters; ``options`` go to s3_client."""
     connection = {key: params.get(key) for key in S3_ARG_SPEC if key in params}
     return s3_client(**dict(connection, **options))
-
-
-def s3_client_for_module(module, **options):
-    """Like s3_client_from_params, failing ``module`` with the standard message when boto3 is missing."""
-    try:
-        return s3_client_from_params(module.params, **options)
-    except MissingBoto3 as exc:
-        module.fail_json(msg=str(exc))

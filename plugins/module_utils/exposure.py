@@ -4,8 +4,11 @@
 
 """Is a bucket object readable by anyone? The verdict from anonymous answers, and the BYOL rule.
 
-Pure functions; the unsigned requests live in the bucket_exposure module. Only the answers count: a
-key prefix such as ``private/`` is a naming convention, so the key is never part of the verdict.
+Also the rules of a presigned object URL (what may be signed, for how long), used by bucket_object_url.
+
+Pure functions; the unsigned requests are made by the bucket_exposure module through ``_s3.py``.
+Only the answers count: a key prefix such as ``private/`` is a naming convention, so the key is
+never part of the verdict.
 
 An anonymous read is *allowed* when the server served it (2xx, 304, a 416 for a range past the end
 of an empty object) or looked for the object on the caller's behalf and found none (404
@@ -18,6 +21,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from urllib.parse import unquote, urlsplit
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 ALLOWED = "allowed"
 DENIED = "denied"
@@ -43,15 +49,34 @@ _REFUSED = (401, 403)
 _MISSING_KEY = ("NoSuchKey", "NotFound", "404")
 
 
-class ExposureError(Exception):
+# Signature Version 4 refuses a presigned URL that lives longer than seven days.
+MAX_EXPIRY = 7 * 24 * 3600
+# What to do instead of writing keys into an object URL.
+URL_CREDENTIALS_MOVE = (
+    "give the plain object URL; the keys go in access_key/secret_key (or AWS_ACCESS_KEY_ID/"
+    "AWS_SECRET_ACCESS_KEY), which are never logged"
+)
+PRESIGN_CREDENTIALS_MOVE = (
+    "give the plain object URL and the keys in access_key/secret_key; this module presigns it, and "
+    "CDI's http source cannot use user-info or basic auth against S3 anyway"
+)
+
+
+class ExposureError(PipelineError):
     """An input that cannot be probed, or a refusal; the message says what to change."""
 
 
 # Where to look ---------------------------------------------------------------------------------
 
 
-def parse_url(url):
-    """``(endpoint_url or None, bucket, key)`` of ``s3://bucket/key`` or a path-style http(s) URL."""
+def parse_url(url, option="url", move=URL_CREDENTIALS_MOVE):
+    """``(endpoint_url or None, bucket, key)`` of ``s3://bucket/key`` or a path-style http(s) URL.
+
+    A URL with user-info is refused (``move`` names what to do instead): the endpoint taken from it
+    would carry the credentials into every message and result.
+    """
+    redact.refuse_credentials(url, option, move)
+    shown = redact.redact_url(url)
     parts = urlsplit(str(url or ""))
     scheme = parts.scheme.lower()
     if scheme == "s3":
@@ -62,11 +87,64 @@ def parse_url(url):
         endpoint = "%s://%s" % (scheme, parts.netloc)
     else:
         raise ExposureError(
-            "url %r is neither s3://<bucket>/<key> nor a path-style http(s)://<host>/<bucket>/<key>" % url
+            "url %r is neither s3://<bucket>/<key> nor a path-style http(s)://<host>/<bucket>/<key>" % shown
         )
     if not bucket or not key:
-        raise ExposureError("url %r names no bucket and key: expected .../<bucket>/<key>" % url)
+        raise ExposureError("url %r names no bucket and key: expected .../<bucket>/<key>" % shown)
     return endpoint, bucket, key
+
+
+def presign_target(url):
+    """``(endpoint, bucket, key)`` of the plain path-style http(s) object URL a presigned URL is made from.
+
+    Refused: credentials in it, a query string or fragment (it may be signed already), no host, no key.
+    """
+    redact.refuse_credentials(url, "url", PRESIGN_CREDENTIALS_MOVE)
+    shown = redact.redact_url(url)
+    parts = urlsplit(url or "")
+    if parts.query or parts.fragment:
+        raise Refusal(
+            "url %r" % shown, "it already has a query string (a signed URL?)", "give the plain object URL"
+        )
+    try:
+        endpoint, bucket, key = parse_url(url)
+    except ExposureError as exc:
+        raise Refusal("url %r" % shown, "it does not name an object: %s" % exc.msg, None) from exc
+    if endpoint is None:
+        raise Refusal(
+            "url %r" % shown,
+            "it has no host to sign for",
+            "give the http(s) URL the importer reaches, <scheme>://<host>/<bucket>/<key>",
+        )
+    return endpoint, bucket, key
+
+
+def check_expiry(expiry, option="expiry"):
+    """Seconds a presigned URL lives: more than zero, at most the seven days Signature Version 4 allows."""
+    inputs.positive(expiry, option)
+    if expiry > MAX_EXPIRY:
+        raise Refusal(
+            "option %s" % option,
+            "%s is out of range: a presigned URL lives 1 to %d seconds" % (expiry, MAX_EXPIRY),
+            "keep it as short as the import needs",
+        )
+    return expiry
+
+
+def check_signing_keys(access_key, secret_key, bucket, key):
+    """Presigning needs a key pair: a URL signed with no credentials opens nothing."""
+    if not access_key or not secret_key:
+        raise Refusal(
+            "signing s3://%s/%s" % (bucket, key),
+            "it needs access_key and secret_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY): a URL "
+            "signed with no credentials opens nothing",
+            "give the keys of an identity that may read the object",
+        )
+
+
+def signed_result(url):
+    """What a module returns for a presigned URL: ``url`` (a bearer credential) and ``url_redacted``."""
+    return {"url": url, "url_redacted": redact.redact_url(url)}
 
 
 def key_prefix(key):
@@ -135,6 +213,11 @@ def normalize_license(value):
 
 def is_licensed(value):
     return normalize_license(value) in LICENSED
+
+
+def worth_sampling(get, head):
+    """Whether the object's answers leave open a bucket that serves existing keys (403/404 for both)."""
+    return get[0] in (403, 404) and head[0] in (403, 404)
 
 
 def remedy(bucket, prefix, allowed):

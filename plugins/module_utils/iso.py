@@ -18,6 +18,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 MIB = 1024 * 1024
 DEFAULT_MIN_IMAGE_SIZE = 100 * MIB
 IMAGE_FILES = ("sources/install.wim", "sources/install.esd")
@@ -28,7 +30,7 @@ BIOS_LOAD_SECTORS = 8
 VOLUME_ID_MAX = 32
 
 
-class IsoError(Exception):
+class IsoError(PipelineError):
     """The ISO cannot be remastered; the message says which file and why."""
 
 

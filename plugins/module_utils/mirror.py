@@ -4,7 +4,7 @@
 
 """The OS image mirror's rules: key layout, immutability, the skip decision, part sizes, the catalog.
 
-Pure functions; the S3 calls live in ``_mirror_transfer.py`` and the modules.
+Pure functions; the S3 calls live in ``_mirror_transfer.py``.
 
 An image lives under ``<family>/<version>/sha256-<hex>/<filename>``. The digest is part of the key, so
 a key can only ever hold one content, and one (family, version, filename) holds one digest: a changed
@@ -21,6 +21,10 @@ import json
 import posixpath
 import re
 from urllib.parse import unquote, urlsplit
+
+from ansible.module_utils.common.text.formatters import human_to_bytes
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 8 * MIB
@@ -43,7 +47,15 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST_DIR = re.compile(r"^sha256-([0-9a-f]{64})$")
 
 
-class MirrorError(Exception):
+# The supported moves for a source URL that carries a password.
+SOURCE_URL_MOVE = (
+    "give the URL without user-info; for a private upstream, mirror a presigned URL (its signature is "
+    "redacted wherever the URL is recorded) or download it first and mirror the file with path"
+)
+EXPORT_SOURCE_MOVE = "record where the image came from without credentials (pvc://<namespace>/<claim>)"
+
+
+class MirrorError(PipelineError):
     """A refusal or an invalid input; the message names the object, the rule and the supported move."""
 
 
@@ -84,17 +96,65 @@ def check_filename(filename):
 
 
 def version_prefix(family, version):
-    """Prefix of every object of one version: ``<family>/<version>/``."""
-    return "%s/%s/" % (check_family(family), check_version(str(version)))
+    """Prefix of every object of one version: ``<family>/<version>/``.
+
+    A version that reached the module as a YAML float (``1.10`` read as ``1.1``) is refused: quote it.
+    """
+    if not isinstance(version, str):
+        version = inputs.version_string(version, "version")
+    return "%s/%s/" % (check_family(family), check_version(version))
 
 
 def object_key(family, version, sha256, filename):
-    """The immutable key ``<family>/<version>/sha256-<hex>/<filename>``."""
-    return "%ssha256-%s/%s" % (
+    """The immutable key ``<family>/<version>/sha256-<hex>/<filename>``, checked by the one key rule."""
+    key = "%ssha256-%s/%s" % (
         version_prefix(family, version),
         normalize_sha256(sha256),
         check_filename(filename),
     )
+    return inputs.object_key(key, "key")
+
+
+def check_source_url(url, option="url"):
+    """An upstream URL the mirror may read and record: http(s), with no credentials in it."""
+    if url is None:
+        return None
+    redact.refuse_credentials(url, option, SOURCE_URL_MOVE)
+    if not str(url).lower().startswith(("http://", "https://")):
+        raise Refusal(
+            "option %s (%s)" % (option, redact.redact_url(url)),
+            "it is not an http(s) URL",
+            "use path for a local file",
+        )
+    return url
+
+
+def check_export_source(source, option="source"):
+    """What an export records as its origin (``source-url``): no credentials in it."""
+    if source:
+        redact.refuse_credentials(source, option, EXPORT_SOURCE_MOVE)
+    return source
+
+
+def check_concurrency(value, option="concurrency"):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Refusal("option %s" % option, "%r parts at a time uploads nothing" % (value,), "give 1 or more")
+    return value
+
+
+def part_size_bytes(value, option="part_size"):
+    """A part size given as bytes or with a unit (``16M``), in bytes; zero or negative is refused."""
+    try:
+        size = human_to_bytes(str(value).strip())
+    except (TypeError, ValueError):
+        size = None
+    if size is None or size <= 0:
+        raise Refusal(
+            "option %s (%r)" % (option, value),
+            "a part size must be a positive number of bytes, checked before anything is written",
+            "give bytes or a size with a unit, such as 16M",
+        )
+    return size
 
 
 def parse_key(key):
@@ -153,6 +213,22 @@ def plan_object(family, version, filename, sha256, existing):
             )
         return {"action": "skip", "key": key}
     return {"action": "upload", "key": key}
+
+
+def plan_export(bucket, key, recorded, digest):
+    """``"skip"`` when ``key`` already holds ``digest`` (its ``sha256`` metadata), else a refusal.
+
+    An exported key holds one content for ever; ``recorded`` is the metadata of what the key holds now.
+    """
+    if recorded != digest:
+        raise Refusal(
+            "s3://%s/%s" % (bucket, key),
+            "refusing to overwrite it: it holds sha256 %s (metadata), the file has %s, and an exported key "
+            "is immutable" % (recorded or "(none)", digest),
+            "export the changed image under a new key (a new date)",
+            sha256=digest,
+        )
+    return "skip"
 
 
 def check_digest(key_or_source, expected, actual):
@@ -227,12 +303,17 @@ def object_summary(key, size, sha256, source=None):
     """What --diff shows of an object."""
     summary = {"key": key, "size": size, "sha256": sha256}
     if source:
-        summary["source_url"] = source
+        summary["source_url"] = redact.redact_url(source)
     return summary
 
 
 def final_metadata(sha256, source, mirrored_at):
-    return {META_SHA256: normalize_sha256(sha256), META_SOURCE: source or "", META_MIRRORED_AT: mirrored_at}
+    """The metadata of a final object; the source URL as it may be stored (redacted)."""
+    return {
+        META_SHA256: normalize_sha256(sha256),
+        META_SOURCE: redact.redact_url(source or ""),
+        META_MIRRORED_AT: mirrored_at,
+    }
 
 
 def timestamp(moment):
@@ -265,7 +346,8 @@ def catalog_entry(key, size, metadata):
     entry.update(
         key=key,
         size=int(size),
-        source_url=(metadata or {}).get(META_SOURCE) or None,
+        # Redacted again: an object stored before the rule held must not leak through the catalog.
+        source_url=redact.redact_url((metadata or {}).get(META_SOURCE)) or None,
         mirrored_at=(metadata or {}).get(META_MIRRORED_AT) or None,
     )
     return entry, None

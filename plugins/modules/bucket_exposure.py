@@ -32,6 +32,8 @@ options:
       - The object as C(s3://<bucket>/<key>) or a path-style C(http(s)://<host>/<bucket>/<key>) URL; the
         latter also sets O(endpoint_url).
       - Give either O(url), or O(bucket) and O(key).
+      - A URL with credentials in it (C(https://user:password@host/...)) is refused; give the keys in
+        O(access_key) and O(secret_key). The probes are anonymous anyway.
     type: str
   bucket:
     description:
@@ -61,7 +63,7 @@ options:
     default: none
   timeout:
     description:
-      - Seconds to wait for each anonymous answer.
+      - Seconds to wait for each anonymous answer. Zero or less is refused.
     type: int
     default: 20
 extends_documentation_fragment:
@@ -168,13 +170,18 @@ licensed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     S3_ARG_SPEC,
-    MissingBoto3,
+    anonymous_client,
+    check_endpoint,
     error_code,
+    has_credentials,
+    hide_url_secrets,
+    redact_message,
     s3_client_from_params,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 
 def argument_spec():
@@ -191,25 +198,16 @@ def argument_spec():
     return spec
 
 
-def anonymous_client(params, endpoint_url):
-    """An S3 client that signs nothing: its requests are what anyone on the network can send."""
-    import boto3
-    from botocore import UNSIGNED
-    from botocore.config import Config
-
-    options = {
-        "signature_version": UNSIGNED,
-        "retries": {"mode": "standard", "total_max_attempts": 2},
-        "connect_timeout": params["timeout"],
-        "read_timeout": params["timeout"],
-    }
-    region = params.get("region")
-    if endpoint_url:
-        options["s3"] = {"addressing_style": "path"}
-        region = region or "us-east-1"
-    verify = False if params["validate_certs"] is False else (params.get("ca_bundle") or True)
-    session = boto3.session.Session(region_name=region or None)
-    return session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=Config(**options))
+def build_module():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        mutually_exclusive=[("url", "bucket"), ("url", "key")],
+        required_one_of=[("url", "bucket")],
+        required_together=[("bucket", "key")],
+    )
+    hide_url_secrets(module, ("url", "endpoint_url"))
+    return module
 
 
 def answer_of(call):
@@ -220,7 +218,7 @@ def answer_of(call):
         metadata = (getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}
         status = metadata.get("HTTPStatusCode")
         if status is None:
-            return 0, "%s: %s" % (type(exc).__name__, exc)
+            return 0, "%s: %s" % (type(exc).__name__, redact_message(str(exc)))
         return int(status), error_code(exc) or str(status)
     else:
         body = response.get("Body")
@@ -248,33 +246,20 @@ def existing_sample(params, bucket, prefix):
     return None
 
 
-def has_credentials(params):
-    if params.get("access_key") and params.get("secret_key"):
-        return True
-    try:
-        import boto3
-
-        return boto3.session.Session().get_credentials() is not None
-    except Exception:
-        return False
-
-
 def run(module):
+    """Probe anonymously, classify with ``exposure.verdict``, apply the BYOL rule; returns the result."""
     p = module.params
-    endpoint = p["endpoint_url"]
+    endpoint = check_endpoint(p["endpoint_url"])
     bucket, key = p["bucket"], p["key"]
-    try:
-        if p["url"]:
-            url_endpoint, bucket, key = exposure.parse_url(p["url"])
-            endpoint = url_endpoint or endpoint
-        licensed = exposure.is_licensed(p["license"])
-    except exposure.ExposureError as exc:
-        module.fail_json(msg=str(exc))
+    if p["url"]:
+        url_endpoint, bucket, key = exposure.parse_url(p["url"])
+        endpoint = url_endpoint or endpoint
+    licensed = exposure.is_licensed(p["license"])
+    inputs.positive(p["timeout"], "timeout")
     prefix = p["prefix"] if p["prefix"] is not None else exposure.key_prefix(key)
-    try:
-        client = anonymous_client(p, endpoint)
-    except ImportError:
-        module.fail_json(msg=str(MissingBoto3("boto3 is required to probe a bucket")))
+    client = anonymous_client(
+        endpoint, p.get("region"), p["validate_certs"], p.get("ca_bundle"), timeout=p["timeout"]
+    )
     get, head = probe_object(client, bucket, key)
     listing = answer_of(lambda: client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1))
     answers = {"get": get, "head": head, "list": listing}
@@ -290,12 +275,14 @@ def run(module):
         sample_status=0,
         licensed=licensed,
     )
-    absent = get[0] in (403, 404) and head[0] in (403, 404)
-    if p["probe_existing"] and absent and has_credentials(p):
+    if p["probe_existing"] and exposure.worth_sampling(get, head) and has_credentials(p):
         try:
             sample = existing_sample(p, bucket, prefix)
         except Exception as exc:
-            module.warn("could not list s3://%s/%s with the credentials: %s" % (bucket, prefix, exc))
+            module.warn(
+                "could not list s3://%s/%s with the credentials: %s"
+                % (bucket, prefix, redact_message(str(exc)))
+            )
             sample = None
         if sample:
             sample_get, sample_head = probe_object(client, bucket, sample)
@@ -311,19 +298,13 @@ def run(module):
     statuses = {name: answer[0] for name, answer in answers.items()}
     refusal = exposure.byol_refusal(p["license"], bucket, key, prefix, found, statuses)
     if refusal:
-        module.fail_json(msg=refusal, **result)
-    module.exit_json(**result)
+        raise PipelineError(refusal, refused=True, **result)
+    return result
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
-        mutually_exclusive=[("url", "bucket"), ("url", "key")],
-        required_one_of=[("url", "bucket")],
-        required_together=[("bucket", "key")],
-    )
-    run(module)
+    module = build_module()
+    run_module(module, lambda: run(module))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ description:
     needed; O(check_object=true) reads the object first through O(endpoint_url) and refuses a missing one.
   - The signed URL is a bearer credential until it expires. Keep O(expiry) as short as the import needs;
     CDI's importer starts downloading right after the DataVolume is created and retries inside that time.
+  - "The result is handled as C(no_log): whether or not the task sets C(no_log: true), its output (the
+    task line, C(-vvv), callbacks such as a job log) shows only that the result was hidden. The registered
+    variable keeps RV(url) for the task that uses it; show RV(url_redacted) when a person needs to see what
+    was signed. Do not put RV(url) in a fact, a file or an object that outlives the import."
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -30,11 +34,14 @@ options:
       - The object's path-style URL as the importer reaches it, C(<scheme>://<host>[:port]/<bucket>/<key>),
         for example C(http://rook-ceph-rgw-my-store.rook-ceph.svc/licensed-images/windows/11/golden.qcow2).
       - A URL that already carries a query string is refused (it may already be signed).
+      - A URL with credentials in it (C(http://user:password@host/...)) is refused before anything is signed;
+        give the keys in O(access_key) and O(secret_key).
     type: str
     required: true
   expiry:
     description:
-      - Seconds the URL stays valid, from 1 to 604800 (seven days, the most Signature Version 4 allows).
+      - Seconds the URL stays valid, from 1 to 604800 (seven days, the most Signature Version 4 allows). Zero
+        or less is refused.
     type: int
     default: 3600
   check_object:
@@ -76,7 +83,10 @@ EXAMPLES = r"""
     access_key: "{{ vault_licensed_images_access_key }}"
     secret_key: "{{ vault_licensed_images_secret_key }}"
   register: signed
-  no_log: true
+
+- name: Say what was signed, without the signature
+  ansible.builtin.debug:
+    msg: "{{ signed.url_redacted }} until {{ signed.expires_at }}"
 
 - name: Import it with CDI, checksum kept
   kubernetes.core.k8s:
@@ -104,15 +114,21 @@ EXAMPLES = r"""
     check_object: true
     expiry: 900
   register: signed
-  no_log: true
 """
 
 RETURN = r"""
 url:
-  description: The presigned URL; a bearer credential until RV(expires_at).
+  description:
+    - The presigned URL; a bearer credential until RV(expires_at). The task's output is hidden because of it
+      (see the description); read it from the registered variable.
   returned: success
   type: str
   sample: http://rgw.example/licensed-images/w.qcow2?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature=...
+url_redacted:
+  description: RV(url) with its credential and signature query values masked, safe to print.
+  returned: success
+  type: str
+  sample: http://rgw.example/licensed-images/w.qcow2?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=REDACTED&X-Amz-Signature=REDACTED
 expires_at:
   description: When the URL stops working (UTC, RFC 3339).
   returned: success
@@ -148,84 +164,16 @@ sha256:
 import datetime
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     S3_ARG_SPEC,
-    MissingBoto3,
+    S3Error,
+    check_endpoint,
     error_code,
+    hide_url_secrets,
     s3_client,
 )
-
-MAX_EXPIRY = 7 * 24 * 3600  # Signature Version 4 refuses anything longer
-
-
-def split_object_url(url):
-    """(endpoint, bucket, key) of a path-style http(s) object URL; ValueError naming what is wrong."""
-    parts = urlsplit(url or "")
-    if parts.query or parts.fragment:
-        raise ValueError("url %r already has a query string (a signed URL?): give the plain object URL" % url)
-    try:
-        endpoint, bucket, key = exposure.parse_url(url)
-    except exposure.ExposureError as exc:
-        raise ValueError("url %r does not name an object: %s" % (url, exc)) from exc
-    if endpoint is None:
-        raise ValueError(
-            "url %r has no host to sign for: give the http(s) URL the importer reaches, "
-            "<scheme>://<host>/<bucket>/<key>" % url
-        )
-    return endpoint, bucket, key
-
-
-def run(module):
-    p = module.params
-    try:
-        endpoint, bucket, key = split_object_url(p["url"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    if not 1 <= p["expiry"] <= MAX_EXPIRY:
-        module.fail_json(
-            msg="expiry %s is out of range: a presigned URL lives 1 to %d seconds" % (p["expiry"], MAX_EXPIRY)
-        )
-    if not p.get("access_key") or not p.get("secret_key"):
-        module.fail_json(
-            msg="signing s3://%s/%s needs access_key and secret_key (or AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY): a URL signed with no credentials opens nothing" % (bucket, key)
-        )
-    credentials = {name: p.get(name) for name in ("access_key", "secret_key", "session_token", "region")}
-    tls = {"validate_certs": p["validate_certs"], "ca_bundle": p.get("ca_bundle")}
-    result = {"changed": False, "bucket": bucket, "key": key, "endpoint": endpoint}
-    try:
-        if p["check_object"]:
-            reader = s3_client(endpoint_url=p.get("endpoint_url") or endpoint, **dict(credentials, **tls))
-            result.update(head(module, reader, bucket, key))
-        signer = s3_client(endpoint_url=endpoint, signature_version="s3v4", **dict(credentials, **tls))
-    except MissingBoto3 as exc:
-        module.fail_json(msg=str(exc))
-    signed_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    result["url"] = signer.generate_presigned_url(
-        "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=p["expiry"]
-    )
-    expires = signed_at + datetime.timedelta(seconds=p["expiry"])
-    result["expires_at"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
-    module.exit_json(**result)
-
-
-def head(module, client, bucket, key):
-    try:
-        found = client.head_object(Bucket=bucket, Key=key)
-    except Exception as exc:
-        code = error_code(exc)
-        if code in ("404", "NoSuchKey", "NoSuchBucket"):
-            module.fail_json(
-                msg="s3://%s/%s does not exist: nothing to import; no URL was signed" % (bucket, key)
-            )
-        module.fail_json(
-            msg="reading s3://%s/%s failed (%s): check the credentials and endpoint_url; no URL was signed"
-            % (bucket, key, code or exc)
-        )
-    metadata = found.get("Metadata") or {}
-    return {"size": found.get("ContentLength"), "sha256": metadata.get(mirror.META_SHA256, "")}
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
 
 def argument_spec():
@@ -238,8 +186,59 @@ def argument_spec():
     return spec
 
 
+def build_module():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    hide_url_secrets(module, ("url", "endpoint_url"))
+    return module
+
+
+def head(client, bucket, key):
+    """Size and sha256 metadata of the object; S3Error when it is missing or unreadable."""
+    try:
+        found = client.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:
+        code = error_code(exc)
+        if code in ("404", "NoSuchKey", "NoSuchBucket"):
+            raise S3Error(
+                "s3://%s/%s does not exist: nothing to import; no URL was signed" % (bucket, key),
+                error_code=code,
+            ) from exc
+        raise S3Error(
+            "reading s3://%s/%s failed (%s): check the credentials and endpoint_url; no URL was signed"
+            % (bucket, key, code or type(exc).__name__),
+            error_code=code,
+        ) from exc
+    metadata = found.get("Metadata") or {}
+    return {"size": found.get("ContentLength"), "sha256": metadata.get(mirror.META_SHA256, "")}
+
+
+def run(module):
+    """Check the inputs (``exposure`` presign rules), optionally HEAD the object, sign; returns the result."""
+    p = module.params
+    endpoint, bucket, key = exposure.presign_target(p["url"])
+    exposure.check_expiry(p["expiry"])
+    exposure.check_signing_keys(p.get("access_key"), p.get("secret_key"), bucket, key)
+    check_endpoint(p.get("endpoint_url"))
+    credentials = {name: p.get(name) for name in ("access_key", "secret_key", "session_token", "region")}
+    tls = {"validate_certs": p["validate_certs"], "ca_bundle": p.get("ca_bundle")}
+    result = {"changed": False, "bucket": bucket, "key": key, "endpoint": endpoint}
+    if p["check_object"]:
+        reader = s3_client(endpoint_url=p.get("endpoint_url") or endpoint, **dict(credentials, **tls))
+        result.update(head(reader, bucket, key))
+    signer = s3_client(endpoint_url=endpoint, signature_version="s3v4", **dict(credentials, **tls))
+    signed_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    url = signer.generate_presigned_url(
+        "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=p["expiry"]
+    )
+    result.update(exposure.signed_result(url))
+    expires = signed_at + datetime.timedelta(seconds=p["expiry"])
+    result["expires_at"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return result
+
+
 def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
+    module = build_module()
+    run_module(module, lambda: run(module))
 
 
 if __name__ == "__main__":

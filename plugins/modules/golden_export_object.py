@@ -33,6 +33,9 @@ options:
   key:
     description:
       - Final key of the object, for example C(windows/11/2026-08-09/windows11-x64-golden.qcow2).
+      - It follows the collection's one key rule, checked before anything is read or written; at most
+        1,024 bytes (the S3 limit), no leading C(/), no empty, C(.) or C(..) segment (C(../escape.qcow2)
+        and C(windows/../../b.qcow2) are refused), no control characters or backslashes.
     type: str
     required: true
   path:
@@ -49,15 +52,19 @@ options:
     description:
       - What the file was exported from, recorded as the C(source-url) metadata (for example
         C(pvc://golden-images-build/win11-sealed)). Defaults to O(path).
+      - A value with credentials in it (C(https://user:password@host/...)) is refused; it would be stored in
+        the object's metadata, which anyone who can read the object can read. Any signature or token
+        query values are redacted before the value is stored or printed.
     type: str
   concurrency:
     description:
-      - Parts uploaded at the same time.
+      - Parts uploaded at the same time, 1 or more.
     type: int
     default: 4
   part_size:
     description:
-      - Size of a multipart part, as bytes or with a unit (V(16M), V(64MB)); at least 8 MiB.
+      - Size of a multipart part, as bytes or with a unit (V(16M), V(64MB)); raised to 8 MiB at least.
+        Zero or less is refused.
     type: raw
     default: 16M
   content_type:
@@ -157,13 +164,19 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.formatters import human_to_bytes
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     S3_ARG_SPEC,
-    error_code,
-    s3_client_for_module,
+    call_failed,
+    check_endpoint,
+    hide_url_secrets,
+    s3_client_from_params,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    Refusal,
+    run_module,
 )
 
 
@@ -182,76 +195,56 @@ def argument_spec():
     return spec
 
 
-class ExportObject:
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.started = time.monotonic()
-        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
+def build_module():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    hide_url_secrets(module, ("source", "endpoint_url"))
+    return module
 
-    def fail(self, msg, **extra):
-        self.result.update(extra)
-        self.result["seconds"] = round(time.monotonic() - self.started, 3)
-        self.module.fail_json(msg=msg, **self.result)
 
-    def finish(self):
-        self.result["seconds"] = round(time.monotonic() - self.started, 3)
-        self.module.exit_json(**self.result)
+class ExportObject(transfer.UploadRun):
+    """HEAD the key, decide with ``mirror.plan_export``, upload with ``transfer.Upload``."""
 
     def inputs(self):
+        """Every input rule, before the first request."""
         p = self.params
-        key = p["key"]
-        if not key or key.startswith("/") or key.endswith("/") or "//" in key:
-            self.fail("key %r is not an object key: no leading or trailing '/', no empty segment" % key)
+        inputs.object_key(p["key"], "key")
+        check_endpoint(p["endpoint_url"])
+        mirror.check_export_source(p["source"])
+        mirror.check_concurrency(p["concurrency"])
+        requested = mirror.part_size_bytes(p["part_size"])
+        expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
         if not os.path.isfile(p["path"]):
-            self.fail("path %s is not a file" % p["path"])
-        if p["concurrency"] < 1:
-            self.fail("concurrency must be 1 or more, not %d" % p["concurrency"])
-        try:
-            expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
-            requested = human_to_bytes(str(p["part_size"]))
-        except (mirror.MirrorError, ValueError) as exc:
-            self.fail(str(exc))
+            raise Refusal("option path (%s)" % p["path"], "it is not a file", "give the exported image file")
         return expected, requested
 
     def hash_file(self):
+        source = transfer.open_source(path=self.params["path"])
         try:
-            source = transfer.open_source(path=self.params["path"])
-            try:
-                return transfer.hash_source(source)[0]
-            finally:
-                source.close()
+            return transfer.hash_source(source)[0]
         except transfer.SourceError as exc:
-            self.fail("hash %s: %s" % (self.params["path"], exc))
+            raise transfer.SourceError("hash %s: %s" % (self.params["path"], exc.msg)) from exc
+        finally:
+            source.close()
 
-    def run(self):
+    def _run(self):
         p = self.params
         expected, requested = self.inputs()
-        client = s3_client_for_module(self.module, max_pool_connections=max(10, p["concurrency"] + 2))
+        client = s3_client_from_params(p, max_pool_connections=max(10, p["concurrency"] + 2))
         try:
             held = transfer.head(client, p["bucket"], p["key"])
         except Exception as exc:
-            code = error_code(exc)
-            hint = "; create the bucket first" if code in ("NoSuchBucket", "404") else ""
-            self.fail("HEAD s3://%s/%s: %s%s" % (p["bucket"], p["key"], exc, hint), error_code=code)
+            raise call_failed("HEAD s3://%s/%s" % (p["bucket"], p["key"]), exc, bucket=p["bucket"]) from exc
         size = os.path.getsize(p["path"])
         part_size = mirror.plan_part_size(size, requested)
         self.result.update(key=p["key"], size=size)
         if held is not None:
             digest = expected or self.hash_file()
             recorded = (held.get("Metadata") or {}).get(mirror.META_SHA256)
-            if recorded != digest:
-                self.fail(
-                    "refusing to overwrite s3://%s/%s: it holds sha256 %s (metadata), the file has %s; an "
-                    "exported key is immutable, so export the changed image under a new key (a new date)"
-                    % (p["bucket"], p["key"], recorded or "(none)", digest),
-                    sha256=digest,
-                )
-            self.result.update(action="skip", sha256=digest, size=held.get("ContentLength", size))
-            self.set_diff(
-                mirror.object_summary(p["key"], size, digest), mirror.object_summary(p["key"], size, digest)
-            )
-            self.finish()
+            self.result["action"] = mirror.plan_export(p["bucket"], p["key"], recorded, digest)
+            self.result.update(sha256=digest, size=held.get("ContentLength", size))
+            summary = mirror.object_summary(p["key"], size, digest)
+            self.set_diff(summary, summary)
+            return
         self.result.update(
             action="upload",
             sha256=expected or "",
@@ -261,17 +254,14 @@ class ExportObject:
         if self.module.check_mode:
             self.result["changed"] = True
             self.set_diff({}, mirror.object_summary(p["key"], size, expected or ""))
-            self.finish()
+            return
         self.upload(client, expected, part_size)
 
     def upload(self, client, expected, part_size):
         p = self.params
         source_name = p["source"] or os.path.abspath(p["path"])
         exported_at = mirror.timestamp(datetime.datetime.now(datetime.timezone.utc))
-        try:
-            source = transfer.open_source(path=p["path"])
-        except transfer.SourceError as exc:
-            self.fail(str(exc))
+        source = transfer.open_source(path=p["path"])
         job = transfer.Upload(
             client,
             p["bucket"],
@@ -285,30 +275,17 @@ class ExportObject:
         started = time.monotonic()
         try:
             report = job.run()
-        except (transfer.TransferError, mirror.MirrorError) as exc:
-            self.fail(str(exc), cleanup=getattr(exc, "cleanup", []))
         finally:
             source.close()
         seconds = time.monotonic() - started
         for warning in report.pop("warnings", None) or []:
             self.module.warn(warning)
-        self.result.update(report)
-        self.result.update(
-            changed=True,
-            seconds=round(seconds, 3),
-            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
-        )
-        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
-        self.module.exit_json(**self.result)
-
-    def set_diff(self, before, after):
-        if self.module._diff:
-            self.result["diff"] = {"before": before or {}, "after": after or {}}
+        self.uploaded(report, seconds, source_name)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    ExportObject(module).run()
+    module = build_module()
+    run_module(module, lambda: ExportObject(module).run())
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ description:
   - The catalog is written only when its content differs from what the bucket holds.
   - An object whose C(sha256) metadata does not match the digest in its key is left out and reported in
     RV(problems); keys outside the layout are reported in RV(ignored).
+  - Each C(source_url) is written redacted (no user-info, no signature or token query values), also for
+    an object stored before the mirror refused such URLs.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -32,7 +34,8 @@ options:
     required: true
   catalog_key:
     description:
-      - Key the catalog document is written to.
+      - Key the catalog document is written to. It follows the collection's one key rule (at most 1,024
+        bytes, no leading C(/), no empty, C(.) or C(..) segment), checked before anything is read.
     type: str
     default: catalog.json
 extends_documentation_fragment:
@@ -57,6 +60,15 @@ EXAMPLES = r"""
     bucket: cdi-os-images
     endpoint_url: https://s3.example.com
   register: catalog
+
+- name: Rebuild it with the endpoint and keys set once for every module of the s3 group
+  module_defaults:
+    group/goldenimage.pipeline.s3:
+      endpoint_url: https://s3.example.com
+      access_key: "{{ mirror_access_key }}"
+      secret_key: "{{ mirror_secret_key }}"
+  goldenimage.pipeline.os_mirror_catalog:
+    bucket: cdi-os-images
 
 - name: Show the latest version of each family
   ansible.builtin.debug:
@@ -118,11 +130,15 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     S3_ARG_SPEC,
-    error_code,
-    s3_client_for_module,
+    call_failed,
+    check_endpoint,
+    hide_url_secrets,
+    s3_client_from_params,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 
 def argument_spec():
@@ -134,6 +150,12 @@ def argument_spec():
     return spec
 
 
+def build_module():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    hide_url_secrets(module, ("endpoint_url",))
+    return module
+
+
 def _parse(body):
     try:
         return json.loads(body.decode("utf-8"))
@@ -141,13 +163,16 @@ def _parse(body):
         return {"unreadable": body[:200].decode("utf-8", "replace")}
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    bucket, key = module.params["bucket"], module.params["catalog_key"]
+def run(module):
+    """List and HEAD the bucket, build the catalog (``mirror.catalog_from_listing``), write it if changed."""
+    p = module.params
+    bucket = p["bucket"]
+    key = inputs.object_key(p["catalog_key"], "catalog_key")
+    check_endpoint(p["endpoint_url"])
     result = {"changed": False, "key": key}
-    client = s3_client_for_module(module)
     action = "list s3://%s" % bucket
     try:
+        client = s3_client_from_params(p)
         objects = []
         for obj in transfer.list_objects(client, bucket):
             if mirror.parse_key(obj["key"]) is not None:
@@ -173,11 +198,20 @@ def main():
                     ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
                 )
     except Exception as exc:
-        code = error_code(exc)
-        module.fail_json(msg="%s: %s" % (action, exc), error_code=code, **result)
+        error = call_failed(action, exc)
+        if not isinstance(exc, PipelineError):
+            error.fields.setdefault("error_code", None)
+        for name, value in result.items():
+            error.fields.setdefault(name, value)
+        raise error from exc
     if module._diff:
         result["diff"] = {"before": _parse(current) if current is not None else {}, "after": document}
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    module = build_module()
+    run_module(module, lambda: run(module))
 
 
 if __name__ == "__main__":

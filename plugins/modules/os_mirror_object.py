@@ -23,10 +23,11 @@ description:
     the O(url) to a temporary file on the controller while hashing it (that copy is uploaded, then deleted).
   - The bytes go straight to the final key as a multipart upload of O(part_size) parts, O(concurrency) at
     a time, each sent with its Content-MD5 and its ETag compared with it, while the sha256 of the whole
-    stream is computed again. The C(sha256), C(source-url) and C(mirrored-at) metadata are set when the
-    upload starts. Only when the sha256 matches is the upload completed, with an C(If-None-Match) header of
-    C(*) so an object that appeared under the key meanwhile is never replaced. An image smaller than one
-    part is one PutObject with its Content-MD5 and sha256 checksum, under the same condition.
+    stream is computed again. The C(sha256), C(source-url) (redacted, see O(url)) and C(mirrored-at)
+    metadata are set when the upload starts. Only when the sha256 matches is the upload completed, with an
+    C(If-None-Match) header of C(*) so an object that appeared under the key meanwhile is never replaced.
+    An image smaller than one part is one PutObject with its Content-MD5 and sha256 checksum, under the
+    same condition.
   - The stored object is then checked with a HEAD (size, ETag from the md5 of every part, metadata),
     without reading it back.
   - Until the upload is completed no object exists under its key, so a failed run (a download that stops
@@ -49,7 +50,9 @@ options:
   version:
     description:
       - Version of the image within the family, the second key segment, for example C(20260801).
-    type: str
+      - Give it as a quoted string. A YAML number is refused, because C(1.10) reaches the module as C(1.1) and
+        would be stored under the wrong, immutable key.
+    type: raw
     required: true
   filename:
     description:
@@ -63,6 +66,11 @@ options:
     description:
       - http or https URL of the upstream image. It is streamed; a response shorter than its
         C(Content-Length) fails the run.
+      - A URL with credentials in it (C(https://user:password@host/...)) is refused before anything is
+        read, because the URL is recorded in the object's C(source-url) metadata and the catalog, and
+        printed in messages. For a private upstream give a presigned URL (its signature and token query
+        values are redacted wherever the URL is recorded or printed), or download the image and mirror it
+        with O(path).
     type: str
   sha256:
     description:
@@ -79,7 +87,8 @@ options:
   part_size:
     description:
       - Size of a multipart part, as bytes or with a unit (V(16M), V(64MB)).
-      - Raised to 8 MiB at least, and as far as needed to keep within the 10,000 parts S3 allows.
+      - Raised to 8 MiB at least, and as far as needed to keep within the 10,000 parts S3 allows. Zero or less
+        is refused.
       - An image smaller than one part is uploaded with a single PutObject.
     type: raw
     default: 16M
@@ -90,7 +99,7 @@ options:
     default: application/octet-stream
   url_timeout:
     description:
-      - Seconds to wait for the upstream server to answer or send more bytes.
+      - Seconds to wait for the upstream server to answer or send more bytes. Zero or less is refused.
     type: int
     default: 60
   url_validate_certs:
@@ -249,13 +258,19 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.formatters import human_to_bytes
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     S3_ARG_SPEC,
-    error_code,
-    s3_client_for_module,
+    call_failed,
+    check_endpoint,
+    hide_url_secrets,
+    s3_client_from_params,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    Refusal,
+    run_module,
 )
 
 
@@ -263,7 +278,8 @@ def argument_spec():
     spec = dict(
         bucket=dict(type="str", required=True),
         family=dict(type="str", required=True),
-        version=dict(type="str", required=True),
+        # raw, so that a YAML float (1.10 read as 1.1) reaches the version rule and is refused.
+        version=dict(type="raw", required=True),
         filename=dict(type="str"),
         path=dict(type="path"),
         url=dict(type="str"),
@@ -279,44 +295,35 @@ def argument_spec():
     return spec
 
 
-class MirrorObject:
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
-        self.started = time.monotonic()
+def build_module():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        mutually_exclusive=[("path", "url")],
+        required_one_of=[("path", "url")],
+    )
+    hide_url_secrets(module, ("url", "endpoint_url"))
+    return module
 
-    def fail(self, msg, **extra):
-        self.result.update(extra)
-        self.result["seconds"] = round(time.monotonic() - self.started, 3)
-        self.module.fail_json(msg=msg, **self.result)
 
-    def fail_call(self, action, exc):
-        """One path for S3 and source errors: "<action>: <cause>", with the S3 error code."""
-        code = error_code(exc)
-        extra = {"error_code": code} if code else {}
-        if code == "NoSuchBucket":
-            self.fail(
-                "%s: bucket %s does not exist; create it first" % (action, self.params["bucket"]), **extra
-            )
-        self.fail("%s: %s" % (action, exc), **extra)
+class MirrorObject(transfer.UploadRun):
+    """Observe the version prefix, decide with ``mirror.plan_object``, upload with ``transfer.Upload``."""
 
     def inputs(self):
+        """Every input rule, before the first request."""
         p = self.params
-        try:
-            filename = p["filename"] or mirror.filename_from_source(p["path"], p["url"])
-            mirror.check_filename(filename)
-            mirror.version_prefix(p["family"], p["version"])
-            expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
-            requested = human_to_bytes(str(p["part_size"]))
-        except (mirror.MirrorError, ValueError) as exc:
-            self.fail(str(exc))
-        if p["concurrency"] < 1:
-            self.fail("concurrency must be 1 or more, not %d" % p["concurrency"])
-        if p["url"] and not p["url"].lower().startswith(("http://", "https://")):
-            self.fail("url %s is not http(s); use path for a local file" % p["url"])
+        check_endpoint(p["endpoint_url"])
+        mirror.check_source_url(p["url"])
+        p["version"] = inputs.version_string(p["version"], "version", required=True)
+        filename = p["filename"] or mirror.filename_from_source(p["path"], p["url"])
+        mirror.check_filename(filename)
+        mirror.version_prefix(p["family"], p["version"])
+        expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
+        requested = mirror.part_size_bytes(p["part_size"])
+        mirror.check_concurrency(p["concurrency"])
+        inputs.positive(p["url_timeout"], "url_timeout")
         if p["path"] and not os.path.isfile(p["path"]):
-            self.fail("path %s is not a file on the controller" % p["path"])
+            raise Refusal("option path (%s)" % p["path"], "it is not a file on the controller", "give a file")
         return filename, expected, requested
 
     def existing(self, client, filename):
@@ -339,24 +346,21 @@ class MirrorObject:
                 )
                 found.append(parsed)
         except Exception as exc:
-            self.fail_call("list s3://%s/%s" % (p["bucket"], prefix), exc)
+            raise call_failed("list s3://%s/%s" % (p["bucket"], prefix), exc, bucket=p["bucket"]) from exc
         return found
 
     def open_source(self):
         p = self.params
-        try:
-            return transfer.open_source(
-                path=p["path"], url=p["url"], timeout=p["url_timeout"], validate_certs=p["url_validate_certs"]
-            )
-        except transfer.SourceError as exc:
-            self.fail(str(exc))
+        return transfer.open_source(
+            path=p["path"], url=p["url"], timeout=p["url_timeout"], validate_certs=p["url_validate_certs"]
+        )
 
     def hash_source(self):
         source = self.open_source()
         try:
             return transfer.hash_source(source)
         except transfer.SourceError as exc:
-            self.fail("hash %s: %s" % (source.name, exc))
+            raise transfer.SourceError("hash %s: %s" % (source.name, exc.msg)) from exc
         finally:
             source.close()
 
@@ -365,19 +369,16 @@ class MirrorObject:
         try:
             return mirror.plan_object(p["family"], p["version"], filename, digest, existing)
         except mirror.MirrorError as exc:
-            self.fail(
-                str(exc), key=mirror.object_key(p["family"], p["version"], digest, filename), sha256=digest
+            exc.fields.update(
+                key=mirror.object_key(p["family"], p["version"], digest, filename), sha256=digest
             )
+            raise
 
-    def set_diff(self, before, after):
-        if self.module._diff:
-            self.result["diff"] = {"before": before or {}, "after": after or {}}
-
-    def run(self):
+    def _run(self):
         p = self.params
         filename, expected, requested = self.inputs()
         source_name = p["url"] or p["path"]
-        client = s3_client_for_module(self.module, max_pool_connections=max(10, p["concurrency"] + 2))
+        client = s3_client_from_params(p, max_pool_connections=max(10, p["concurrency"] + 2))
         existing = self.existing(client, filename)
         digest, size = expected, (os.path.getsize(p["path"]) if p["path"] else None)
         if digest is None and existing:
@@ -392,7 +393,7 @@ class MirrorObject:
                 summary = mirror.object_summary(key, held["size"], digest, held.get("source_url"))
                 self.result.update(action="skip", skipped=True, key=key, sha256=digest, size=held["size"])
                 self.set_diff(summary, summary)
-                self.finish()
+                return
         part_size = mirror.plan_part_size(size, requested)
         self.result.update(
             action="upload", skipped=False, key=key or "", sha256=digest or "", part_size=part_size
@@ -402,7 +403,7 @@ class MirrorObject:
         if self.module.check_mode:
             self.set_diff({}, mirror.object_summary(key or "", size, digest or "", source_name))
             self.result["changed"] = True
-            self.finish()
+            return
         self.upload(client, filename, digest, requested, source_name)
 
     def upload(self, client, filename, digest, requested, source_name):
@@ -430,22 +431,16 @@ class MirrorObject:
         try:
             report = job.run()
         except transfer.KeyExists as exc:
-            self.written_meanwhile(client, filename, exc)
+            return self.written_meanwhile(client, filename, exc)
         except transfer.TransferError as exc:
-            self.fail(str(exc), cleanup=exc.cleanup, part_size=part_size)
+            exc.fields.setdefault("part_size", part_size)
+            raise
         finally:
             source.close()
         seconds = time.monotonic() - started
         if digest and not p["sha256"]:
             report["digest_from"] = "read first"  # hashed above to decide between skip and refuse
-        self.result.update(report)
-        self.result.update(
-            changed=True,
-            seconds=round(seconds, 3),
-            throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
-        )
-        self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
-        self.module.exit_json(**self.result)
+        self.uploaded(report, seconds, source_name)
 
     def written_meanwhile(self, client, filename, exc):
         """The key was stored by someone else during this run: decide again, as a rerun would."""
@@ -454,26 +449,17 @@ class MirrorObject:
         plan = self.plan(filename, digest, existing)
         held = next((obj for obj in existing if obj["key"] == plan["key"]), None)
         if plan["action"] != "skip" or held is None:
-            self.fail(str(exc), cleanup=exc.cleanup, key=exc.key, sha256=digest)
+            exc.fields.update(sha256=digest)
+            raise exc
         self.module.warn("%s was stored by another writer during this run; it holds the same bytes" % exc.key)
         self.result.update(
             action="skip", skipped=True, changed=False, key=exc.key, sha256=digest, size=held["size"]
         )
-        self.finish()
-
-    def finish(self):
-        self.result["seconds"] = round(time.monotonic() - self.started, 3)
-        self.module.exit_json(**self.result)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
-        mutually_exclusive=[("path", "url")],
-        required_one_of=[("path", "url")],
-    )
-    MirrorObject(module).run()
+    module = build_module()
+    run_module(module, lambda: MirrorObject(module).run())
 
 
 if __name__ == "__main__":

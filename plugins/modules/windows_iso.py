@@ -114,6 +114,28 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso, iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
+
+
+def argument_spec():
+    return {
+        "src": {"type": "path", "required": True},
+        "dest": {"type": "path", "required": True},
+        "workdir": {"type": "path"},
+        "reader": {"type": "str", "choices": ["auto", "pycdlib", "7z"], "default": "auto"},
+        "min_image_size": {"type": "int", "default": iso.DEFAULT_MIN_IMAGE_SIZE},
+        "efi_boot_image": {"type": "str", "default": iso.EFI_NOPROMPT_IMAGE},
+        "bios_boot_image": {"type": "str", "default": iso.BIOS_BOOT_IMAGE},
+        "volume_id": {"type": "str"},
+    }
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
 def settings_of(params):
@@ -125,7 +147,8 @@ def settings_of(params):
     }
 
 
-def rebuild(module, params, source_sha256):
+def rebuild(params, source_sha256):
+    """Extract (``_iso``), check the tree (``iso`` rules), rebuild, check the El Torito entries, rename."""
     dest = params["dest"]
     parent = params["workdir"] or os.path.dirname(os.path.abspath(dest))
     work = tempfile.mkdtemp(prefix=".windows-iso-", dir=parent)
@@ -150,45 +173,41 @@ def rebuild(module, params, source_sha256):
     return {"sha256": digest, "install_image": image, "el_torito": entries}
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "src": {"type": "path", "required": True},
-            "dest": {"type": "path", "required": True},
-            "workdir": {"type": "path"},
-            "reader": {"type": "str", "choices": ["auto", "pycdlib", "7z"], "default": "auto"},
-            "min_image_size": {"type": "int", "default": iso.DEFAULT_MIN_IMAGE_SIZE},
-            "efi_boot_image": {"type": "str", "default": iso.EFI_NOPROMPT_IMAGE},
-            "bios_boot_image": {"type": "str", "default": iso.BIOS_BOOT_IMAGE},
-            "volume_id": {"type": "str"},
-        },
-        supports_check_mode=True,
-    )
+def run(module):
+    """Skip when the record proves ``dest`` current, predict in check mode, else rebuild."""
     params = module.params
     if not os.path.isfile(params["src"]):
-        module.fail_json(msg="source ISO %s does not exist" % params["src"])
-    if not module.check_mode and not module.get_bin_path("xorriso"):
-        module.fail_json(msg="xorriso is required to rebuild the ISO (Debian package xorriso)")
+        raise Refusal("source ISO %s" % params["src"], "it does not exist", "give the installer ISO's path")
+    xorriso = module.get_bin_path("xorriso")
+    if not module.check_mode and not xorriso:
+        raise Refusal(
+            "rebuilding %s" % params["dest"], "xorriso is required to rebuild the ISO", "install xorriso"
+        )
     source_sha256 = _iso.sha256_file(params["src"])
     dest = params["dest"]
     current = _iso.sha256_file(dest) if os.path.isfile(dest) else None
     result = {"dest": dest, "source_sha256": source_sha256}
     if iso.up_to_date(_iso.read_record(dest), source_sha256, settings_of(params), current):
-        entries = iso.el_torito_entries(_iso.el_torito_report(dest)) if module.get_bin_path("xorriso") else []
-        module.exit_json(changed=False, sha256=current, el_torito=entries, **result)
+        entries = iso.el_torito_entries(_iso.el_torito_report(dest)) if xorriso else []
+        return dict(result, changed=False, sha256=current, el_torito=entries)
     if module.check_mode:
-        module.exit_json(
-            changed=True, msg="check mode: %s would be rebuilt from %s" % (dest, params["src"]), **result
+        return dict(
+            result, changed=True, msg="check mode: %s would be rebuilt from %s" % (dest, params["src"])
         )
     try:
-        result.update(rebuild(module, params, source_sha256))
+        result.update(rebuild(params, source_sha256))
     except iso.IsoError as exc:
-        module.fail_json(msg="%s: %s" % (params["src"], exc), **result)
+        raise PipelineError("%s: %s" % (params["src"], exc), **result) from exc
     except OSError as exc:
-        module.fail_json(
-            msg="remastering %s: %s" % (params["src"], exc), exception=traceback.format_exc(), **result
-        )
-    module.exit_json(changed=True, **result)
+        raise PipelineError(
+            "remastering %s: %s" % (params["src"], exc), exception=traceback.format_exc(), **result
+        ) from exc
+    return dict(result, changed=True)
+
+
+def main():
+    module = build_module()
+    run_module(module, lambda: run(module))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure as ex
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 
 @pytest.mark.parametrize(
@@ -152,3 +153,54 @@ def test_the_key_never_decides():
     assert ex.verdict(answers) == PUBLIC
     for key in ("private/w.qcow2", "public/w.qcow2"):
         assert ex.byol_refusal("volume", "b", key, ex.key_prefix(key), PUBLIC, STATUSES) is not None
+
+
+# credentials and presigning ------------------------------------------------------------------------
+
+
+def test_parse_url_refuses_credentials_without_echoing_them():
+    with pytest.raises(Refusal) as caught:
+        ex.parse_url("https://key:s3cr3t@s3.example.com/imgs/w.qcow2")
+    assert "s3cr3t" not in caught.value.msg and "access_key/secret_key" in caught.value.msg
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("http://key:s3cr3t@rgw.example/b/k", "carries credentials"),
+        ("http://rgw.example/b/k?X-Amz-Signature=s1g", "already has a query string"),
+        ("http://rgw.example/b/", "does not name an object"),
+        ("s3://b/k", "no host to sign for"),
+    ],
+)
+def test_presign_target_refusals(url, words):
+    with pytest.raises(Refusal) as caught:
+        ex.presign_target(url)
+    assert words in caught.value.msg
+    assert "s3cr3t" not in caught.value.msg and "s1g" not in caught.value.msg
+
+
+def test_presign_target():
+    assert ex.presign_target("http://rgw.svc:8080/b/w/k.qcow2") == ("http://rgw.svc:8080", "b", "w/k.qcow2")
+
+
+@pytest.mark.parametrize(
+    "expiry, words", [(0, "greater than zero"), (-1, "greater than zero"), (604801, "out of range")]
+)
+def test_expiry_rules(expiry, words):
+    with pytest.raises(Refusal, match=words):
+        ex.check_expiry(expiry)
+    assert ex.check_expiry(604800) == 604800
+
+
+def test_signing_needs_keys_and_the_result_has_a_redacted_form():
+    with pytest.raises(Refusal, match="needs access_key and secret_key"):
+        ex.check_signing_keys("a", "", "b", "k")
+    signed = ex.signed_result("http://h/b/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=s1g")
+    assert signed["url"].endswith("s1g") and "s1g" not in signed["url_redacted"]
+
+
+def test_worth_sampling():
+    assert ex.worth_sampling((403, "AccessDenied"), (403, None))
+    assert ex.worth_sampling((404, "NoSuchKey"), (404, None))
+    assert not ex.worth_sampling((206, None), (200, None))

@@ -7,6 +7,7 @@ import random
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 HEX_A = "a" * 64
 HEX_B = "b" * 64
@@ -265,3 +266,68 @@ def test_empty_catalog():
     document, ignored, problems = mirror.catalog_from_listing("b", [])
     assert document == {"schema": mirror.CATALOG_SCHEMA, "bucket": "b", "families": {}}
     assert ignored == [] and problems == []
+
+
+# input rules and redaction ------------------------------------------------------------------------
+
+
+def test_a_source_url_with_credentials_is_refused_naming_the_moves():
+    with pytest.raises(Refusal) as caught:
+        mirror.check_source_url("https://mirror:hunter2@up.example/d.qcow2")
+    assert "hunter2" not in caught.value.msg and "presigned URL" in caught.value.msg
+    assert mirror.check_source_url("https://up.example/d.qcow2?X-Amz-Signature=abc")
+    with pytest.raises(Refusal, match="not an http"):
+        mirror.check_source_url("file:///etc/passwd")
+
+
+def test_export_source_with_credentials_is_refused():
+    with pytest.raises(Refusal, match="carries credentials"):
+        mirror.check_export_source("https://u:p@build.example/win11")
+    assert mirror.check_export_source("pvc://golden-images-build/win11-sealed")
+
+
+def test_stored_forms_of_a_url_are_redacted():
+    metadata = mirror.final_metadata(HEX_A, "https://u:pw@up.example/d?token=t0k", "2026-08-01T00:00:00Z")
+    assert metadata["source-url"] == "https://REDACTED@up.example/d?token=REDACTED"
+    summary = mirror.object_summary("k", 1, HEX_A, "https://up.example/d?X-Amz-Signature=s1g")
+    assert "s1g" not in summary["source_url"]
+    key = mirror.object_key("debian-12", "1", HEX_A, "d.qcow2")
+    entry, problem = mirror.catalog_entry(key, 1, {"sha256": HEX_A, "source-url": "http://a:b@h/x"})
+    assert problem is None and entry["source_url"] == "http://REDACTED@h/x"
+
+
+def test_a_yaml_float_version_is_refused_quote_it():
+    with pytest.raises(Refusal, match="quote it"):
+        mirror.object_key("debian-12", 1.1, HEX_A, "d.qcow2")
+    assert mirror.version_prefix("debian-12", 20260801) == "debian-12/20260801/"
+
+
+@pytest.mark.parametrize("value", [0, "0", "-1M", "lots", None])
+def test_part_size_must_be_positive(value):
+    with pytest.raises(Refusal, match="positive number of bytes"):
+        mirror.part_size_bytes(value)
+
+
+def test_part_size_units():
+    assert mirror.part_size_bytes("16M") == 16 * MIB and mirror.part_size_bytes(8388608) == 8 * MIB
+
+
+@pytest.mark.parametrize("value", [0, -2, True, "4"])
+def test_concurrency_must_be_one_or_more(value):
+    with pytest.raises(Refusal):
+        mirror.check_concurrency(value)
+
+
+def test_export_plan_skips_the_same_bytes_and_refuses_others():
+    assert mirror.plan_export("b", "w/k.qcow2", HEX_A, HEX_A) == "skip"
+    with pytest.raises(Refusal) as caught:
+        mirror.plan_export("b", "w/k.qcow2", HEX_B, HEX_A)
+    assert caught.value.msg.startswith("s3://b/w/k.qcow2: refusing to overwrite it")
+    assert caught.value.msg.endswith("export the changed image under a new key (a new date)")
+    assert caught.value.result["sha256"] == HEX_A
+    with pytest.raises(Refusal, match=r"holds sha256 \(none\)"):
+        mirror.plan_export("b", "w/k.qcow2", None, HEX_A)
+
+
+def test_mirror_errors_are_pipeline_errors():
+    assert issubclass(mirror.MirrorError, PipelineError)

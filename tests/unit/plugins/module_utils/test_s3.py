@@ -133,3 +133,45 @@ def test_client_from_params_and_certificate_options(endpoint):
     assert insecure._endpoint.http_session._verify is False
     pinned = s3_client(endpoint_url="https://127.0.0.1:1", ca_bundle="/etc/ssl/certs/ca-certificates.crt")
     assert pinned._endpoint.http_session._verify == "/etc/ssl/certs/ca-certificates.crt"
+
+
+def test_endpoint_with_user_info_is_refused_by_every_factory():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+    for build in (
+        lambda: s3_client(endpoint_url="http://key:s3cr3t@127.0.0.1:1"),
+        lambda: _s3.anonymous_client("http://key:s3cr3t@127.0.0.1:1"),
+        lambda: _s3.s3_client_from_params({"endpoint_url": "http://key:s3cr3t@127.0.0.1:1"}),
+    ):
+        with pytest.raises(Refusal) as caught:
+            build()
+        assert "s3cr3t" not in caught.value.msg and "access_key/secret_key" in caught.value.msg
+
+
+def test_anonymous_client_signs_nothing(endpoint, s3):
+    from botocore import UNSIGNED
+
+    s3.create_bucket(Bucket="open")
+    s3.put_object(Bucket="open", Key="k", Body=b"x", ACL="public-read")
+    anonymous = _s3.anonymous_client(endpoint, timeout=3)
+    assert anonymous.meta.config.signature_version is UNSIGNED
+    assert anonymous.meta.config.retries == {"mode": "standard", "total_max_attempts": 2}
+    assert anonymous.get_object(Bucket="open", Key="k")["Body"].read() == b"x"
+
+
+def test_errors_are_pipeline_errors_with_urls_redacted(s3):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+    assert issubclass(_s3.S3Error, PipelineError) and issubclass(_s3.MissingBoto3, PipelineError)
+    with pytest.raises(Exception) as caught:
+        s3.list_objects_v2(Bucket="never-made")
+    missing = _s3.call_failed("list s3://never-made", caught.value, bucket="never-made")
+    assert missing.msg == "list s3://never-made: bucket never-made does not exist; create it first"
+    assert missing.result["error_code"] == "NoSuchBucket"
+    text = _s3.redact_message('Could not connect to "http://u:pw@h:1/b/k?X-Amz-Signature=s1g"')
+    assert "pw" not in text and "s1g" not in text and "http://REDACTED@h:1/b/k" in text
+
+
+def test_url_secrets_are_what_masking_needs():
+    assert set(_s3.url_secrets("http://u:p%40ss@h/b?token=t0k&X-Amz-Date=1")) == {"p%40ss", "p@ss", "t0k"}
+    assert _s3.url_secrets("http://h/b") == []
