@@ -295,6 +295,11 @@ class Registry:
         query = {"service": params.get("service", ""), "scope": params.get("scope") or scope}
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
         auth = self._basic() if self.username else None
+        if auth and not realm.startswith("https://"):
+            raise RegistryError(
+                "registry %s: the token service %s is plain HTTP and would receive the password; "
+                "serve it over https" % (self.host, realm)
+            )
         try:
             response = self._open("GET", url, auth=auth)
             body = json.loads(response.read().decode("utf-8"))
@@ -340,15 +345,14 @@ class Registry:
                         status=401,
                     ) from exc
                 if exc.code == 401:
+                    if self.username:
+                        why = (
+                            "the credentials of %s were refused; check username and password" % self.username
+                        )
+                    else:
+                        why = "anonymous access is not allowed; set username and password"
                     raise RegistryError(
-                        "registry %s: %s %s: HTTP 401, the credentials%s were refused; check username and "
-                        "password"
-                        % (
-                            self.host,
-                            method,
-                            path.split("?")[0],
-                            " of %s" % self.username if self.username else "",
-                        ),
+                        "registry %s: %s %s: HTTP 401, %s" % (self.host, method, path.split("?")[0], why),
                         status=401,
                     ) from exc
                 detail = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -178,8 +179,11 @@ def free_port() -> int:
 class Registry:
     """``docker-registry serve`` on loopback with its own storage, plain or TLS + htpasswd."""
 
-    def __init__(self, workdir: pathlib.Path, tls: bool = False, users: dict | None = None):
+    def __init__(
+        self, workdir: pathlib.Path, tls: bool = False, users: dict | None = None, token: bool = False
+    ):
         self.workdir = workdir
+        self.token_server = None
         self.port = free_port()
         self.host = "127.0.0.1:%d" % self.port
         self.tls = tls
@@ -202,7 +206,17 @@ class Registry:
                 "    certificate: %s" % (workdir / "server.pem"),
                 "    key: %s" % (workdir / "server.key"),
             ]
-        if users:
+        if token:
+            self.token_server = TokenServer(workdir, users or {}, self.ca)
+            config += [
+                "auth:",
+                "  token:",
+                "    realm: %s" % self.token_server.realm,
+                "    service: %s" % TokenServer.SERVICE,
+                "    issuer: %s" % TokenServer.ISSUER,
+                "    rootcertbundle: %s" % (workdir / "server.pem"),
+            ]
+        elif users:
             import warnings
 
             with warnings.catch_warnings():
@@ -320,6 +334,8 @@ class Registry:
             return exc.code
 
     def stop(self) -> None:
+        if self.token_server:
+            self.token_server.stop()
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
@@ -404,3 +420,86 @@ def describe_tree(root: pathlib.Path, owners: dict | None = None, skip=()) -> di
             else:
                 found[rel] = ("other", oct(mode))
     return found
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenServer:
+    """A token service as the Docker token-auth spec describes it, over TLS on loopback: it checks the
+    basic credentials a client sends to the realm and issues a JWT (RS256, ``x5c`` header with the
+    certificate the registry trusts) granting the scope asked for."""
+
+    SERVICE = "microvm-registry"
+    ISSUER = "microvm-test-issuer"
+
+    def __init__(self, workdir: pathlib.Path, users: dict, ca: pathlib.Path):
+        import http.server
+        import ssl
+        import threading
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        cert = x509.load_pem_x509_certificate((workdir / "server.pem").read_bytes())
+        key = serialization.load_pem_private_key((workdir / "server.key").read_bytes(), password=None)
+        chain = [base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()]
+        self.requests = []
+        server_self = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                import urllib.parse
+
+                query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+                header = self.headers.get("Authorization", "")
+                user = None
+                if header.startswith("Basic "):
+                    name, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                    if users.get(name) != password:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    user = name
+                server_self.requests.append({"user": user, "scope": query.get("scope")})
+                access = []
+                if query.get("scope") and user:
+                    kind, name, actions = query["scope"].split(":")
+                    access.append({"type": kind, "name": name, "actions": actions.split(",")})
+                now = int(time.time())
+                claims = {
+                    "iss": TokenServer.ISSUER,
+                    "sub": user or "",
+                    "aud": query.get("service"),
+                    "exp": now + 300,
+                    "nbf": now - 10,
+                    "iat": now,
+                    "jti": os.urandom(8).hex(),
+                    "access": access,
+                }
+                head = {"typ": "JWT", "alg": "RS256", "x5c": chain}
+                signing = _b64url(json.dumps(head).encode()) + "." + _b64url(json.dumps(claims).encode())
+                signature = key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+                body = json.dumps({"token": signing + "." + _b64url(signature)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(workdir / "server.pem"), str(workdir / "server.key"))
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.realm = "https://127.0.0.1:%d/token" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -12,6 +12,7 @@ import pathlib
 import shutil
 
 import pytest
+import yaml
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
 
@@ -381,3 +382,50 @@ def test_tls_basic_auth_ca_bundle_and_no_log(made, tmp_path):
     finally:
         reg.stop()
         shutil.rmtree(tmp_path / "tls", ignore_errors=True)
+
+
+def test_token_auth_push_and_rerun(made, tmp_path):
+    """A registry with token auth: the module answers the Bearer challenge at the realm (TLS, verified
+    with ca_bundle) with the basic credentials, and retries with the token it gets."""
+    reg = parts.Registry(tmp_path / "token", tls=True, users={"pusher": "t0ken-pw"}, token=True)
+    try:
+        base = dict(src=str(made["gpt"]), registry=reg.host, repository="lm/ubuntu", ca_bundle=str(reg.ca))
+        with pytest.raises(
+            PipelineError, match="HTTP 401, anonymous access is not allowed; set username and password"
+        ):
+            run(**base)
+        first = run(username="pusher", password="t0ken-pw", **base)
+        assert first["pushed"] == {"kernel": True, "modules": True, "rootfs": True}
+        scopes = {r["scope"] for r in reg.token_server.requests if r["user"] == "pusher"}
+        assert "repository:lm/ubuntu/rootfs:pull,push" in scopes
+        again = run(username="pusher", password="t0ken-pw", **base)
+        assert again["changed"] is False and again["rootfs"]["digest"] == first["rootfs"]["digest"]
+        assert "t0ken-pw" not in json.dumps(first)
+    finally:
+        reg.stop()
+
+
+def test_publish_playbook_end_to_end(made, registry, tmp_path):
+    playbook = pathlib.Path(__file__).resolve().parents[2] / "playbooks" / "publish_microvm_images.yml"
+    extra = {
+        "microvm_images_src": str(made["qcow2"]),
+        "microvm_images_registry": registry.url,
+        "microvm_images_repository": "playbook/ubuntu",
+        "microvm_fragments_dir": str(tmp_path),
+    }
+    first = run_playbook(playbook, extra_vars=extra)
+    assert first.ok, first.log
+    result = first["Build the kernel, modules and root filesystem images and publish them"]
+    assert result["changed"] is True and result["removed"]["docs"] > 0
+    report = first["Size report"]["msg"]
+    assert any(line.startswith("without slim: ") and "not measured" not in line for line in report)
+    spec = yaml.safe_load((tmp_path / "spec.yml").read_text())
+    assert spec["kernel"]["image"] == "%s/playbook/ubuntu/kernel:%s" % (registry.host, V)
+    assert spec["additional_volumes"][0]["mount_point"] == "/lib/modules/" + V
+    assert (
+        yaml.safe_load((tmp_path / "capmvm.yml").read_text())["volumes"][0]["mountPoint"]
+        == "/lib/modules/" + V
+    )
+    again = run_playbook(playbook, extra_vars=extra)
+    assert again.ok, again.log
+    assert again["Build the kernel, modules and root filesystem images and publish them"]["changed"] is False
