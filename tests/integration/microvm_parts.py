@@ -53,6 +53,11 @@ def kernel_bytes(version: str = VERSION, size: int = 64 * 1024) -> bytes:
     return body
 
 
+def module_files(version: str = VERSION) -> list[str]:
+    base = "usr/lib/modules/%s/" % version
+    return [base + "kernel/fs/ext4/ext4.ko", base + "kernel/drivers/net/virtio_net.ko", base + "modules.dep"]
+
+
 def root_tree(root: pathlib.Path, version: str = VERSION, changes: dict | None = None) -> pathlib.Path:
     """A merged-/usr Linux root: kernel, config and modules for ``version``, slim targets, and
     symlinks (relative and absolute), hard links, setuid/setgid/sticky modes and a fifo."""
@@ -130,7 +135,7 @@ def ext4_root(tree: pathlib.Path, image: pathlib.Path, size: int = 48 * MIB) -> 
     return image
 
 
-def gpt_disk(path: pathlib.Path, root: pathlib.Path, names=("root",)) -> dict:
+def gpt_disk(path: pathlib.Path, root: pathlib.Path, names=("root",), kind: str = "8300") -> dict:
     """ESP, then one Linux partition per name, each holding ``root``."""
     size = root.stat().st_size
     sectors = size // disks.SECTOR
@@ -142,7 +147,7 @@ def gpt_disk(path: pathlib.Path, root: pathlib.Path, names=("root",)) -> dict:
             "-n",
             "%d:%d:%d" % (number, start, start + sectors - 1),
             "-t",
-            "%d:8300" % number,
+            "%d:%s" % (number, kind),
             "-c",
             "%d:%s" % (number, name),
         ]

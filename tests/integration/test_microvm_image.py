@@ -280,6 +280,17 @@ def test_two_module_versions_refused_then_chosen(made, tmp_path):
     refused(tmp_path, r"/lib/modules: holds more than one kernel version: 5.10.77, 5.15.65", src=str(image))
     chosen = run(src=str(image), dest=str(tmp_path / "chosen"), kernel_version=V)
     assert chosen["kernel_version"] == V
+    refused(
+        tmp_path,
+        r"kernel_version 6.1.0: has no /lib/modules/6.1.0 \(the image holds: 5.10.77, 5.15.65\)",
+        src=str(image),
+        kernel_version="6.1.0",
+    )
+
+
+def test_an_image_without_modules_is_refused(made, tmp_path):
+    image = variant(made, "nomodules", {p: None for p in parts.module_files()})
+    refused(tmp_path, r"root filesystem: has no /lib/modules/<version> directory", src=str(image))
 
 
 def test_kernel_and_modules_versions_must_match(made, tmp_path):
@@ -319,6 +330,11 @@ def test_partition_selection_refusals(made, tmp_path):
     )
     twins = parts.gpt_disk(made["work"] / "twins.raw", made["root"], names=("root-a", "root-b"))["path"]
     refused(tmp_path, r"more than one Linux partition could be the root", src=str(twins))
+    windows = parts.gpt_disk(made["work"] / "basic-data.raw", made["root"], kind="0700")["path"]
+    refused(tmp_path, r"no Linux partition holds an ext4 filesystem", src=str(windows))
+    assert (
+        run(src=str(windows), dest=str(tmp_path / "by-label"), partition="root")["partition"]["number"] == 2
+    )
     picked = run(src=str(twins), dest=str(tmp_path / "picked"), partition="root-b")
     assert picked["partition"]["number"] == 3
 
@@ -396,8 +412,12 @@ def test_token_auth_push_and_rerun(made, tmp_path):
             run(**base)
         first = run(username="pusher", password="t0ken-pw", **base)
         assert first["pushed"] == {"kernel": True, "modules": True, "rootfs": True}
-        scopes = {r["scope"] for r in reg.token_server.requests if r["user"] == "pusher"}
-        assert "repository:lm/ubuntu/rootfs:pull,push" in scopes
+        granted = {
+            (r["scope"].rsplit(":", 1)[0], frozenset(r["scope"].rsplit(":", 1)[1].split(",")))
+            for r in reg.token_server.requests
+            if r["user"] == "pusher"
+        }
+        assert ("repository:lm/ubuntu/rootfs", frozenset({"pull", "push"})) in granted
         again = run(username="pusher", password="t0ken-pw", **base)
         assert again["changed"] is False and again["rootfs"]["digest"] == first["rootfs"]["digest"]
         assert "t0ken-pw" not in json.dumps(first)
