@@ -236,7 +236,7 @@ def _challenge(header):
     """``(scheme, {param: value})`` of a WWW-Authenticate header."""
     if not header:
         return None, {}
-    scheme, _, rest = header.strip().partition(" ")
+    scheme, _sep, rest = header.strip().partition(" ")
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
 
 

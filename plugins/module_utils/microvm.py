@@ -385,7 +385,7 @@ def slim_roots(tree, groups, keep_locales=DEFAULT_KEEP_LOCALES):
             raise Refusal(
                 "slim group %r" % group,
                 "is not a slim group",
-                "choose from: %s" % ", ".join(name for name, _ in SLIM_GROUPS),
+                "choose from: %s" % ", ".join(group[0] for group in SLIM_GROUPS),
             )
         found = []
         for root in wanted[group]:
@@ -421,7 +421,7 @@ def split(
     ``path`` is the name inside the image, plus ``removed`` (bytes per slim group) and ``dropped``
     (what the rootfs leaves out because it ships separately).
     """
-    modules_root, _ = module_versions(tree)
+    modules_root = module_versions(tree)[0]
     version_dir = modules_root + "/" + version
     kernel = _parents(kernel_arcname)
     kernel.append(_renamed(tree[kernel_real], kernel_arcname))

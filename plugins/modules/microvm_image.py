@@ -542,7 +542,7 @@ class Runner:
         kernel_real = microvm.locate_kernel(tree, params.get("kernel_path"), params["hypervisor"])
         head, banner = self._kernel_facts(fs, kernel_real)
         microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"])
-        _, modules = microvm.module_versions(tree)
+        modules = microvm.module_versions(tree)[1]
         configs = microvm.config_versions(tree)
         version = microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
