@@ -1,0 +1,765 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: microvm_image
+short_description: Turn a raw or qcow2 disk into flintlock's kernel, modules and root filesystem OCI images
+version_added: 0.2.0
+description:
+  - Reads the disk's partition table itself (GPT or MBR, from the image's bytes), picks the root
+    filesystem partition and reads its ext4 filesystem without mounting it, without a loop device
+    and without root. A qcow2 is read through its clusters, never converted.
+  - Builds three OCI images, each one deterministic layer. C(kernel) holds the kernel (C(boot/vmlinux)
+    for Firecracker, C(boot/vmlinux.bin) for Cloud Hypervisor) and C(boot/config-<version>) when the
+    image has it. C(modules) holds the contents of C(/lib/modules/<version>) at its root, because
+    flintlock mounts the volume's image root at C(/lib/modules/<version>), so the guest sees
+    C(/lib/modules/<version>/kernel/...). C(rootfs) holds the root filesystem without the kernel and
+    without C(/lib/modules) contents (they ship in the other two), keeping owners, modes
+    (setuid/setgid/sticky), symlinks, hard links (as tar links) and portable extended attributes.
+  - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
+    must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
+    without O(kernel_version) is refused listing them.
+  - With O(slim), the root filesystem drops what a micro-VM does not need (apt caches and lists, docs
+    and man pages, locales beyond O(keep_locales), kernel images and headers, firmware, and with
+    O(slim_container_images) the baked container images), and the result reports the bytes each group
+    removed.
+  - Checks the root filesystem's sealing hygiene with the rules M(goldenimage.pipeline.seal_verify)
+    uses for Linux (empty machine-id, no SSH host keys, no cloud-init instance state, no build
+    authorized_keys, no core dumps, small C(/var/log)) and reports them; O(require_sealed) refuses an
+    unsealed image.
+  - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
+    distribution API. A rerun that finds the same digests writes and pushes nothing.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  src:
+    description:
+      - The disk image, raw (for example image-builder's C(build-raw-*) output) or qcow2.
+    type: path
+    required: true
+  partition:
+    description:
+      - The root filesystem's partition, as its number or its label (the GPT partition name or the
+        ext4 volume label).
+      - Omitted, the largest ext partition of a Linux type is taken (a discoverable-root GPT type before
+        the generic Linux filesystem type); a tie is refused.
+    type: str
+  kernel_version:
+    description:
+      - The kernel release to ship, the name of its C(/lib/modules/<version>) directory. Detected when
+        the image holds one version. Quote it.
+    type: raw
+  hypervisor:
+    description:
+      - Which layout the kernel image follows.
+    type: str
+    choices: [firecracker, cloudhypervisor]
+    default: firecracker
+  kernel_path:
+    description:
+      - Where the kernel is in the root filesystem, and its name in the kernel image and in
+        C(kernel.filename). Defaults to C(boot/vmlinux) (Firecracker) or C(boot/vmlinux.bin) (Cloud
+        Hypervisor). It must be an uncompressed ELF kernel.
+    type: str
+  slim:
+    description:
+      - Remove what a micro-VM does not need from the root filesystem and report bytes per group.
+    type: bool
+    default: false
+  slim_groups:
+    description:
+      - The groups O(slim) removes.
+    type: list
+    elements: str
+    choices: [apt, docs, locales, kernel, firmware]
+    default: [apt, docs, locales, kernel, firmware]
+  slim_container_images:
+    description:
+      - With O(slim), also remove baked container images (C(/var/lib/containerd), C(/var/lib/docker)).
+    type: bool
+    default: false
+  keep_locales:
+    description:
+      - Locales O(slim) keeps under C(/usr/share/locale); a language keeps its regional variants.
+    type: list
+    elements: str
+    default: [C, en, en_US]
+  deterministic:
+    description:
+      - Sorted entries, file mtimes clamped to O(source_date_epoch), the config's C(created) set to it,
+        and gzip without a timestamp, so the same input gives the same digests.
+    type: bool
+    default: true
+  source_date_epoch:
+    description:
+      - The fixed time (seconds since 1970) O(deterministic) uses. Defaults to E(SOURCE_DATE_EPOCH) on the
+        controller, else 0.
+    type: int
+  devices:
+    description:
+      - Archive device nodes (character and block). They are skipped by default and listed in
+        RV(left_out).
+    type: bool
+    default: false
+  compression_level:
+    description:
+      - gzip level of the layers (1 fastest, 9 smallest).
+    type: int
+    default: 6
+  architecture:
+    description:
+      - The OCI platform architecture recorded in each image's config.
+    type: str
+    default: amd64
+  require_sealed:
+    description:
+      - Refuse a root filesystem that fails a sealing hygiene check, before anything is written.
+    type: bool
+    default: false
+  modules_volume_id:
+    description:
+      - The volume id of the modules volume in RV(spec) and RV(capmvm).
+    type: str
+    default: modules
+  dest:
+    description:
+      - An OCI image layout directory; each image is a tag in it (O(tags)). Created when missing. A
+        non-empty directory that is not an OCI layout is refused.
+    type: path
+  tags:
+    description:
+      - The tag of each image in O(dest), and the name of its repository under O(repository) when
+        pushing, as C({kernel, modules, rootfs}) keys.
+    type: dict
+  registry:
+    description:
+      - The registry to push to, C(host[:port]) (HTTPS) or C(http://host:port) for a plain HTTP registry.
+        Credentials in it are refused.
+    type: str
+  repository:
+    description:
+      - The repository prefix in O(registry); the images go to C(<repository>/kernel),
+        C(<repository>/modules) and C(<repository>/rootfs) (names from O(tags)).
+    type: str
+  tag:
+    description:
+      - The tag of the three images in the registry. Defaults to the kernel version.
+    type: str
+  username:
+    description:
+      - Registry user, for basic auth or for the token service of a Bearer challenge.
+    type: str
+  password:
+    description:
+      - Registry password or token.
+    type: str
+  validate_certs:
+    description:
+      - Verify the registry's TLS certificate.
+    type: bool
+    default: true
+  ca_bundle:
+    description:
+      - A PEM file of CA certificates to verify the registry with.
+    type: path
+  timeout:
+    description:
+      - Seconds one registry request may take.
+    type: int
+    default: 60
+extends_documentation_fragment:
+  - goldenimage.pipeline.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the disk, computes every digest, reads the layout and registry; writes and pushes nothing.
+  diff_mode:
+    support: full
+    details: Shows each tag's digest before and after, in the layout and in the registry.
+  idempotent:
+    support: full
+    details: With O(deterministic), a rerun finds the same digests and reports C(changed=false).
+notes:
+  - Runs on the controller (or wherever the disk is); it needs C(dissect.extfs) and C(dissect.hypervisor)
+    there, as M(goldenimage.pipeline.seal_verify) does.
+  - C(/lost+found) at the filesystem root is not archived; sockets never are.
+seealso:
+  - module: goldenimage.pipeline.seal_verify
+"""
+
+EXAMPLES = r"""
+- name: Three images from image-builder's raw output, pushed for flintlock
+  goldenimage.pipeline.microvm_image:
+    src: /srv/images/ubuntu-2204-kube-v1.30.4.raw
+    slim: true
+    dest: /srv/oci/ubuntu-2204
+    registry: registry.example.com
+    repository: liquidmetal/ubuntu-2204
+    username: "{{ registry_user }}"
+    password: "{{ registry_password }}"
+  register: microvm
+
+- name: A Cloud Hypervisor kernel from a qcow2 with two kernels installed
+  goldenimage.pipeline.microvm_image:
+    src: /srv/images/custom.qcow2
+    hypervisor: cloudhypervisor
+    kernel_version: "5.15.65"
+    dest: /srv/oci/custom
+"""
+
+RETURN = r"""
+kernel_version:
+  description: The kernel release the kernel and modules images ship.
+  returned: success
+  type: str
+  sample: "5.10.77"
+partition:
+  description: The partition read as the root filesystem.
+  returned: success
+  type: dict
+  sample:
+    number: 2
+    offset: 9437184
+    size: 2138046464
+    type: 0fc63daf-8483-4772-8e79-3d69d8477de4
+    name: root
+    label: cloudimg-rootfs
+kernel:
+  description:
+    - The kernel image. C(digest) is the manifest's, C(size) the compressed layer's, C(content_bytes) the
+      file data it carries, C(entries) its tar members; C(reference) is the pushed reference, or the layout
+      tag without O(registry).
+  returned: success
+  type: dict
+  sample:
+    digest: "sha256:5b0c3e..."
+    size: 11534336
+    content_bytes: 41943040
+    layer_digest: "sha256:8f1d..."
+    diff_id: "sha256:77aa..."
+    config_digest: "sha256:c0de..."
+    entries: 3
+    reference: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77
+modules:
+  description: The modules image, same fields as RV(kernel).
+  returned: success
+  type: dict
+  sample:
+    digest: "sha256:..."
+    size: 52428800
+    reference: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77
+rootfs:
+  description: The root filesystem image, same fields as RV(kernel).
+  returned: success
+  type: dict
+  sample:
+    digest: "sha256:..."
+    size: 402653184
+    reference: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77
+removed:
+  description: Bytes of file data O(slim) removed, per group (empty without O(slim)).
+  returned: success
+  type: dict
+  sample: {apt: 104857600, docs: 52428800, locales: 41943040, kernel: 0, firmware: 367001600}
+sizes:
+  description:
+    - C(source_bytes) is the root filesystem's file data before O(slim), C(rootfs_bytes) after,
+      C(removed_bytes) their difference, and C(shipped_separately) what the kernel and modules images carry.
+  returned: success
+  type: dict
+  sample:
+    source_bytes: 1363148800
+    rootfs_bytes: 797966336
+    removed_bytes: 565182464
+    shipped_separately: 94371840
+hygiene:
+  description: The sealing hygiene checks of the root filesystem (name, passed, evidence) and the verdict.
+  returned: success
+  type: dict
+  sample:
+    sealed: false
+    failed: [ssh_host_keys_absent]
+    checks:
+      - {name: machine_id_empty, passed: true, evidence: /etc/machine-id is empty}
+left_out:
+  description: Entries not archived (sockets, device nodes without O(devices)) and xattrs not copied.
+  returned: success
+  type: dict
+  sample: {entries: ["dev/console (char)"], xattrs: ["/usr/bin/x system.posix_acl_access"]}
+spec:
+  description: The flintlock C(MicroVMSpec) fields the images fill (proto names), to merge into a full spec.
+  returned: success
+  type: dict
+  sample:
+    kernel:
+      image: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77
+      filename: boot/vmlinux
+      add_network_config: true
+    root_volume:
+      id: root
+      is_read_only: false
+      source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
+    additional_volumes:
+      - id: modules
+        is_read_only: false
+        mount_point: /lib/modules/5.10.77
+        source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77}
+capmvm:
+  description: The CAPMVM C(MicrovmMachineTemplate) C(spec.template.spec) fields.
+  returned: success
+  type: dict
+  sample:
+    kernel: {image: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77, filename: boot/vmlinux}
+    rootVolume: {id: root, image: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
+    volumes:
+      - id: modules
+        image: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77
+        mountPoint: /lib/modules/5.10.77
+layout:
+  description: What the layout held and holds per tag (C(before), C(after)), and whether it changed.
+  returned: when O(dest) is set
+  type: dict
+  sample:
+    path: /srv/oci/ubuntu-2204
+    changed: false
+    before: {kernel: "sha256:5b0c3e..."}
+    after: {kernel: "sha256:5b0c3e..."}
+pushed:
+  description: Per image, whether its manifest was pushed (false when the tag already held this digest).
+  returned: when O(registry) is set
+  type: dict
+  sample: {kernel: false, modules: false, rootfs: true}
+progress:
+  description: Progress lines (elapsed, phase, counts, bytes), one per blob and per chunk of a large layer.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "12.0 s: rootfs layer: 40213/81920 entries, 612.0 MiB"
+    - "14.2 s: blob liquidmetal/ubuntu-2204/rootfs@5b0c3e: 16.0/380.0 MiB (4%), 0.3 s"
+"""
+
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import microvm, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive, version_string
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import refuse_credentials
+
+SLIM_CHOICES = ["apt", "docs", "locales", "kernel", "firmware"]
+
+
+def argument_spec():
+    return dict(
+        src=dict(type="path", required=True),
+        partition=dict(type="str"),
+        kernel_version=dict(type="raw"),
+        hypervisor=dict(type="str", choices=["firecracker", "cloudhypervisor"], default="firecracker"),
+        kernel_path=dict(type="str"),
+        slim=dict(type="bool", default=False),
+        slim_groups=dict(type="list", elements="str", choices=SLIM_CHOICES, default=list(SLIM_CHOICES)),
+        slim_container_images=dict(type="bool", default=False),
+        keep_locales=dict(type="list", elements="str", default=["C", "en", "en_US"]),
+        deterministic=dict(type="bool", default=True),
+        source_date_epoch=dict(type="int"),
+        devices=dict(type="bool", default=False),
+        compression_level=dict(type="int", default=6),
+        architecture=dict(type="str", default="amd64"),
+        require_sealed=dict(type="bool", default=False),
+        modules_volume_id=dict(type="str", default="modules"),
+        dest=dict(type="path"),
+        tags=dict(type="dict"),
+        registry=dict(type="str"),
+        repository=dict(type="str"),
+        tag=dict(type="str"),
+        username=dict(type="str"),
+        password=dict(type="str", no_log=True),
+        validate_certs=dict(type="bool", default=True),
+        ca_bundle=dict(type="path"),
+        timeout=dict(type="int", default=60),
+    )
+
+
+def check_inputs(params, environ=None):
+    """Every parameter rule, before the disk is opened. Returns the normalized settings."""
+    environ = os.environ if environ is None else environ
+    if not params.get("dest") and not params.get("registry"):
+        raise Refusal(
+            "microvm_image %s" % params["src"],
+            "has nowhere to put the images",
+            "set dest (an OCI layout directory) and/or registry with repository",
+        )
+    if params.get("registry") and not params.get("repository"):
+        raise Refusal("registry %s" % params["registry"], "needs a repository to push to", "set repository")
+    if bool(params.get("username")) != bool(params.get("password")):
+        raise Refusal("registry credentials", "username and password go together", "set both or neither")
+    if not 1 <= params["compression_level"] <= 9:
+        raise Refusal(
+            "compression_level %s" % params["compression_level"],
+            "is not a gzip level",
+            "use 1 (fastest) to 9",
+        )
+    positive(params["timeout"], "timeout")
+    settings = {
+        "kernel_version": version_string(params.get("kernel_version"), "kernel_version"),
+        "names": microvm.layout_tags(params.get("tags")),
+        "scheme": None,
+        "host": None,
+    }
+    epoch = params.get("source_date_epoch")
+    if epoch is None:
+        raw = environ.get("SOURCE_DATE_EPOCH", "0") or "0"
+        if not raw.isdigit():
+            raise Refusal(
+                "SOURCE_DATE_EPOCH %r" % raw,
+                "is not a number of seconds",
+                "unset it or set source_date_epoch",
+            )
+        epoch = int(raw)
+    if epoch < 0:
+        raise Refusal("source_date_epoch %s" % epoch, "is before 1970", "give seconds since 1970")
+    settings["epoch"] = epoch
+    if params.get("registry"):
+        refuse_credentials(
+            "https://%s/" % params["registry"].split("://")[-1], "registry", "set username and password"
+        )
+        settings["scheme"], settings["host"] = microvm.parse_registry(
+            params["registry"], bool(params.get("username"))
+        )
+        settings["repository"] = microvm.check_repository(params["repository"])
+    if params.get("tag") is not None:
+        microvm.layout_tags({"kernel": params["tag"]})  # the same tag rule
+    groups = []
+    if params["slim"]:
+        groups = list(params["slim_groups"]) + (
+            ["container_images"] if params["slim_container_images"] else []
+        )
+    settings["slim_groups"] = groups
+    return settings
+
+
+class Runner:
+    def __init__(self, module, adapters=None):
+        self.module = module
+        self.params = module.params
+        self.check = module.check_mode
+        self.progress = []
+        self.started = time.monotonic()
+        if adapters is None:
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+                _disk,
+                _ext4,
+                _oci,
+                _partitions,
+            )
+
+            adapters = {"disk": _disk, "ext4": _ext4, "oci": _oci, "partitions": _partitions}
+        self.io = adapters
+
+    def log(self, line):
+        line = "%.1f s: %s" % (time.monotonic() - self.started, line)
+        self.progress.append(line)
+        if hasattr(self.module, "log"):
+            self.module.log(line)
+
+    # observe ---------------------------------------------------------------------------------------
+
+    def _open(self):
+        src = self.params["src"]
+        try:
+            image = self.io["disk"].Image(src)
+        except self.io["disk"].DiskError as exc:
+            raise PipelineError("microvm_image %s: %s" % (src, exc)) from exc
+        try:
+            parts = self.io["partitions"].read_partitions(image.read, src)
+        except self.io["partitions"].PartitionTableError as exc:
+            image.close()
+            raise PipelineError(str(exc)) from exc
+        for part in parts:
+            if part["size"] is None:
+                part["size"] = image.virtual_size
+        return image, parts
+
+    def _kernel_facts(self, fs, real):
+        """``(head, banner version)`` of the kernel file, read in chunks (a vmlinux is tens of MiB)."""
+        fh = fs.open(fs_entry_inum(self.tree, real))
+        head = fh.read(4096)
+        banner = microvm.banner_version(head)
+        tail = head[-256:]
+        while banner is None:
+            chunk = fh.read(4 * 1024 * 1024)
+            if not chunk:
+                break
+            banner = microvm.banner_version(tail + chunk)
+            tail = chunk[-256:]
+        return head, banner
+
+    # run -------------------------------------------------------------------------------------------
+
+    def run(self):
+        params = self.params
+        settings = check_inputs(params)
+        layout = None
+        if params.get("dest"):
+            layout = self.io["oci"].Layout(params["dest"])
+            listing = layout.listing()
+            if listing and not layout.exists():
+                raise Refusal(
+                    "dest %s" % params["dest"],
+                    "is a non-empty directory that is not an OCI image layout (it holds %s)"
+                    % ", ".join(listing[:5]),
+                    "point dest at an empty or new directory, or at an existing OCI layout",
+                )
+        image, parts = self._open()
+        try:
+            return self._run(settings, layout, image, parts)
+        finally:
+            image.close()
+
+    def _run(self, settings, layout, image, parts):
+        params = self.params
+        part = microvm.choose_partition(params["src"], parts, params.get("partition"))
+        fs = self.io["ext4"].Ext4Tree(image, part)
+        self.log("reading ext4 on %s" % microvm.describe(part))
+        self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
+        self.log("walked %d entries" % len(tree))
+
+        kernel_arcname = microvm.kernel_path_for(params["hypervisor"], params.get("kernel_path"))
+        kernel_real = microvm.locate_kernel(tree, params.get("kernel_path"), params["hypervisor"])
+        head, banner = self._kernel_facts(fs, kernel_real)
+        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"])
+        modules = microvm.module_versions(tree)[1]
+        configs = microvm.config_versions(tree)
+        version = microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
+
+        checks = seal.linux_checks(fs.view)
+        sealed, failed = seal.verdict(checks)
+        if params["require_sealed"] and not sealed:
+            raise Refusal(
+                "root filesystem of %s" % params["src"],
+                "fails the sealing checks %s: %s"
+                % (", ".join(failed), "; ".join(c["evidence"] for c in checks if not c["passed"])),
+                "seal the image (truncate machine-id, remove host keys, cloud-init clean) and rebuild it",
+                hygiene={"sealed": sealed, "failed": failed, "checks": checks},
+            )
+
+        parts_of = microvm.split(
+            tree,
+            version,
+            kernel_real,
+            kernel_arcname,
+            configs.get(version),
+            settings["slim_groups"],
+            tuple(params["keep_locales"]),
+        )
+        mount_point = "/lib/modules/%s" % version
+        microvm.check_modules_layout(parts_of["modules"], version, mount_point)
+
+        tag = params.get("tag") or version
+        host = settings["host"]
+        repository = settings.get("repository")
+        names = settings["names"]
+        refs = microvm.references(host, repository, tag, names)
+
+        scratch = None
+        writes = not self.check
+        built = {}
+        skipped = []
+        try:
+            if writes and layout is None:
+                scratch = tempfile.mkdtemp(prefix="microvm-image-")
+            for name in microvm.IMAGE_NAMES:
+                members, left_out = microvm.tar_members(
+                    parts_of[name], params["deterministic"], settings["epoch"], params["devices"]
+                )
+                skipped.extend(left_out)
+                built[name] = self._build(name, members, fs, layout, scratch, writes, settings)
+
+            result = {
+                "changed": False,
+                "kernel_version": version,
+                "partition": dict(
+                    (k, part[k]) for k in ("number", "offset", "size", "type", "name", "label")
+                ),
+                "removed": parts_of["removed"],
+                "hygiene": {"sealed": sealed, "failed": failed, "checks": checks},
+                "left_out": {"entries": skipped, "xattrs": sorted(fs.skipped_xattrs)},
+            }
+            rootfs_bytes = built["rootfs"]["content_bytes"]
+            removed_bytes = sum(parts_of["removed"].values())
+            result["sizes"] = {
+                "source_bytes": rootfs_bytes + removed_bytes,
+                "rootfs_bytes": rootfs_bytes,
+                "removed_bytes": removed_bytes,
+                "shipped_separately": built["kernel"]["content_bytes"] + built["modules"]["content_bytes"],
+            }
+            diff = {"before": {}, "after": {}}
+            if layout is not None:
+                result["layout"] = self._layout(layout, built, names, writes)
+                result["changed"] = result["changed"] or result["layout"]["changed"]
+                diff["before"]["layout"] = result["layout"]["before"]
+                diff["after"]["layout"] = result["layout"]["after"]
+            if host:
+                pushed, before = self._push(settings, repository, tag, names, built, scratch, layout, writes)
+                result["pushed"] = pushed
+                result["changed"] = result["changed"] or any(pushed.values())
+                diff["before"]["registry"] = before
+                diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in microvm.IMAGE_NAMES)
+        finally:
+            if scratch:
+                for entry in os.listdir(scratch):
+                    os.unlink(os.path.join(scratch, entry))
+                os.rmdir(scratch)
+
+        for name in microvm.IMAGE_NAMES:
+            public = dict((k, v) for k, v in built[name].items() if not k.startswith("_"))
+            public["reference"] = refs[name]
+            result[name] = public
+        result["spec"] = microvm.microvm_spec(refs, kernel_arcname, version, params["modules_volume_id"])
+        result["capmvm"] = microvm.capmvm_template(refs, kernel_arcname, version, params["modules_volume_id"])
+        if self.module._diff:
+            result["diff"] = diff
+        result["progress"] = self.progress
+        return result
+
+    def _build(self, name, members, fs, layout, scratch, writes, settings):
+        oci = self.io["oci"]
+        params = self.params
+        out = path = None
+        if writes:
+            if layout is not None:
+                out, path = layout.scratch()
+            else:
+                path = os.path.join(scratch, name + ".layer")
+                out = open(path, "wb")  # noqa: SIM115 - closed below
+        self.log("%s layer: %d entries" % (name, len(members)))
+
+        def progress(done, total, raw):
+            self.log("%s layer: %d/%d entries, %.1f MiB" % (name, done, total, raw / 1048576.0))
+
+        try:
+            layer = oci.write_layer(members, fs.open, out, params["compression_level"], progress)
+        finally:
+            if out is not None:
+                out.close()
+        if writes and layout is not None:
+            path = layout.keep(path, layer["digest"])
+        layer_desc = microvm.descriptor(microvm.MEDIA_LAYER, layer["digest"], layer["size"])
+        created = microvm.created_at(params["deterministic"], settings["epoch"], time.time())
+        labels = {"org.opencontainers.image.title": name}
+        config = microvm.canonical(
+            microvm.image_config(layer["diff_id"], created, params["architecture"], labels)
+        )
+        config_desc = microvm.descriptor(microvm.MEDIA_CONFIG, oci.digest_of(config), len(config))
+        manifest = microvm.canonical(microvm.image_manifest(config_desc, layer_desc))
+        self.log("%s layer: %s, %d bytes" % (name, layer["digest"], layer["size"]))
+        return {
+            "digest": oci.digest_of(manifest),
+            "size": layer["size"],
+            "content_bytes": microvm.content_bytes(members),
+            "layer_digest": layer["digest"],
+            "diff_id": layer["diff_id"],
+            "config_digest": config_desc["digest"],
+            "entries": len(members),
+            "_layer_path": path,
+            "_config": config,
+            "_manifest": manifest,
+        }
+
+    def _layout(self, layout, built, names, writes):
+        existing = layout.read_index()
+        before = {}
+        for entry in (existing or {}).get("manifests", []):
+            ref = (entry.get("annotations") or {}).get(microvm.REF_NAME)
+            if ref in names.values():
+                before[ref] = entry["digest"]
+        tagged = {}
+        missing = False
+        for name in microvm.IMAGE_NAMES:
+            item = built[name]
+            tagged[names[name]] = microvm.descriptor(
+                microvm.MEDIA_MANIFEST, item["digest"], len(item["_manifest"])
+            )
+            for digest, size in (
+                (item["layer_digest"], item["size"]),
+                (item["config_digest"], len(item["_config"])),
+                (item["digest"], len(item["_manifest"])),
+            ):
+                missing = missing or not layout.has_blob(digest, size)
+        index = microvm.merge_index(existing, tagged)
+        changed = missing or index != existing
+        if writes:
+            for name in microvm.IMAGE_NAMES:
+                layout.put_bytes(built[name]["_config"])
+                layout.put_bytes(built[name]["_manifest"])
+            if index != existing:
+                layout.write_index(index, microvm.canonical(index))
+        after = dict((names[n], built[n]["digest"]) for n in microvm.IMAGE_NAMES)
+        self.log("layout %s: %s" % (layout.path, "updated" if changed else "already holds these digests"))
+        return {"path": layout.path, "changed": changed, "before": before, "after": after}
+
+    def _push(self, settings, repository, tag, names, built, scratch, layout, writes):
+        oci = self.io["oci"]
+        params = self.params
+        registry = oci.Registry(
+            settings["scheme"],
+            settings["host"],
+            params.get("username"),
+            params.get("password"),
+            params["validate_certs"],
+            params.get("ca_bundle"),
+            params["timeout"],
+            self.log,
+        )
+        pushed = {}
+        before = {}
+        for name in microvm.IMAGE_NAMES:
+            item = built[name]
+            repo = "%s/%s" % (repository, names[name])
+            current = registry.manifest_digest(repo, tag, microvm.MEDIA_MANIFEST)
+            before["%s/%s:%s" % (settings["host"], repo, tag)] = current
+            if current == item["digest"]:
+                self.log("%s/%s:%s already has %s" % (settings["host"], repo, tag, item["digest"]))
+                pushed[name] = False
+                continue
+            pushed[name] = True
+            if not writes:
+                self.log("%s/%s:%s would be pushed (%s)" % (settings["host"], repo, tag, item["digest"]))
+                continue
+            registry.push_blob(repo, item["layer_digest"], item["size"], path=item["_layer_path"])
+            registry.push_blob(repo, item["config_digest"], len(item["_config"]), data=item["_config"])
+            got = registry.push_manifest(repo, tag, item["_manifest"], microvm.MEDIA_MANIFEST)
+            if got and got != item["digest"]:
+                raise PipelineError(
+                    "registry %s: %s:%s stored the manifest as %s, not %s"
+                    % (settings["host"], repo, tag, got, item["digest"])
+                )
+            self.log("%s/%s:%s pushed %s" % (settings["host"], repo, tag, item["digest"]))
+        return pushed, before
+
+
+def fs_entry_inum(tree, path):
+    return tree[path].inum
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(module, lambda: Runner(module).run())
+
+
+if __name__ == "__main__":
+    main()

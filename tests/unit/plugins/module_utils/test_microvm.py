@@ -1,0 +1,401 @@
+"""The micro-VM image rules over in-memory trees (the disk and registry adapters are covered by
+tests/integration/test_microvm_image.py)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import microvm
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import Entry
+
+V = "5.10.77"
+MIB = 1024 * 1024
+
+
+def part(number, kind=microvm.LINUX_FILESYSTEM_GPT, size=100 * MIB, fs="ext", name="", label=""):
+    return {
+        "number": number,
+        "offset": number * MIB,
+        "size": size,
+        "type": kind,
+        "name": name,
+        "label": label,
+        "filesystem": fs,
+    }
+
+
+def tree_of(spec):
+    """``{"path": kind_or_entry}``: ``"dir"``, ``"file:<size>"``, ``"->target"`` or an Entry."""
+    tree = {}
+    inum = 10
+    for path, value in spec.items():
+        inum += 1
+        if isinstance(value, Entry):
+            value.path = path
+            tree[path] = value
+        elif value == "dir":
+            tree[path] = Entry(path, "dir", mode=0o755, inum=inum)
+        elif value.startswith("->"):
+            tree[path] = Entry(path, "symlink", mode=0o777, link=value[2:], inum=inum)
+        else:
+            tree[path] = Entry(path, "file", size=int(value.split(":")[1]), inum=inum)
+    return tree
+
+
+def merged_usr(extra=None):
+    spec = {
+        "bin": "->usr/bin",
+        "lib": "->usr/lib",
+        "boot": "dir",
+        "boot/vmlinux": "file:4000",
+        "boot/config-" + V: "file:200",
+        "boot/initrd.img-" + V: "file:3000",
+        "etc": "dir",
+        "etc/hostname": "file:10",
+        "usr": "dir",
+        "usr/bin": "dir",
+        "usr/bin/true": "file:100",
+        "usr/lib": "dir",
+        "usr/lib/modules": "dir",
+        "usr/lib/modules/" + V: "dir",
+        "usr/lib/modules/%s/kernel" % V: "dir",
+        "usr/lib/modules/%s/kernel/ext4.ko" % V: "file:700",
+        "usr/lib/modules/%s/modules.dep" % V: "file:30",
+        "usr/lib/firmware": "dir",
+        "usr/lib/firmware/gpu.bin": "file:5000",
+        "usr/share": "dir",
+        "usr/share/doc": "dir",
+        "usr/share/doc/bash": "dir",
+        "usr/share/doc/bash/README": "file:600",
+        "usr/share/locale": "dir",
+        "usr/share/locale/de": "dir",
+        "usr/share/locale/de/x.mo": "file:80",
+        "usr/share/locale/en_GB": "dir",
+        "usr/share/locale/en_GB/x.mo": "file:90",
+        "usr/share/locale/locale.alias": "file:5",
+        "var": "dir",
+        "var/cache": "dir",
+        "var/cache/apt": "dir",
+        "var/cache/apt/pkgcache.bin": "file:900",
+        "var/lib": "dir",
+        "var/lib/containerd": "dir",
+        "var/lib/containerd/blob": "file:7000",
+    }
+    spec.update(extra or {})
+    return tree_of(spec)
+
+
+# Partitions ---------------------------------------------------------------------------------------
+
+
+def test_the_largest_linux_ext_partition_is_the_root():
+    parts = [
+        part(1, "c12a7328-f81f-11d2-ba4b-00a0c93ec93b", fs=None),
+        part(2, size=10 * MIB),
+        part(3, size=900 * MIB),
+    ]
+    assert microvm.choose_partition("disk.raw", parts)["number"] == 3
+
+
+def test_a_discoverable_root_type_wins_over_a_bigger_generic_linux_partition():
+    parts = [part(1, size=900 * MIB), part(2, "4f68bce3-e8cd-4db1-96e7-fbcaf984b709", size=100 * MIB)]
+    assert microvm.choose_partition("disk.raw", parts)["number"] == 2
+
+
+def test_mbr_linux_partition_is_a_candidate():
+    assert microvm.choose_partition("disk.raw", [part(1, "0x83")])["number"] == 1
+
+
+def test_two_equal_candidates_are_refused():
+    with pytest.raises(Refusal, match=r"more than one Linux partition could be the root.*set partition"):
+        microvm.choose_partition("disk.raw", [part(1), part(2)])
+
+
+def test_no_linux_ext_partition_is_refused_listing_the_table():
+    with pytest.raises(
+        Refusal, match=r"no Linux partition holds an ext4 filesystem \(partitions: partition 1"
+    ):
+        microvm.choose_partition("disk.raw", [part(1, "0x07", fs=None)])
+
+
+def test_an_empty_disk_is_refused():
+    with pytest.raises(Refusal, match="holds no partition table"):
+        microvm.choose_partition("disk.raw", [])
+
+
+def test_partition_by_number_and_by_label():
+    parts = [part(1, name="efi", fs=None), part(2, name="root", label="cloudimg-rootfs")]
+    assert microvm.choose_partition("d", parts, "2")["number"] == 2
+    assert microvm.choose_partition("d", parts, "root")["number"] == 2
+    assert microvm.choose_partition("d", parts, "cloudimg-rootfs")["number"] == 2
+
+
+def test_an_unknown_partition_selector_is_refused():
+    with pytest.raises(Refusal, match="no partition numbered or labelled '7'"):
+        microvm.choose_partition("d", [part(1)], "7")
+
+
+def test_a_selected_partition_without_ext_is_refused():
+    with pytest.raises(Refusal, match="does not hold an ext2/3/4 filesystem"):
+        microvm.choose_partition("d", [part(1, fs=None)], 1)
+
+
+# Paths and versions -------------------------------------------------------------------------------
+
+
+def test_resolve_follows_merged_usr_and_absolute_links():
+    tree = merged_usr({"etc/alt": "->/usr/lib/modules", "loop": "->loop"})
+    assert microvm.resolve(tree, "lib/modules/" + V) == "usr/lib/modules/" + V
+    assert microvm.resolve(tree, "/etc/alt/../firmware") == "usr/lib/firmware"
+    assert microvm.resolve(tree, "lib/missing") is None
+    assert microvm.resolve(tree, "loop") is None
+
+
+def test_one_modules_version_is_detected():
+    tree = merged_usr()
+    root, versions = microvm.module_versions(tree)
+    assert (root, versions) == ("usr/lib/modules", [V])
+    assert microvm.choose_version(versions, microvm.config_versions(tree), banner=V) == V
+
+
+def test_more_than_one_modules_version_is_refused_listing_them():
+    with pytest.raises(
+        Refusal,
+        match=r"/lib/modules: holds more than one kernel version: 5.10.77, 5.15.65; set kernel_version",
+    ):
+        microvm.choose_version([V, "5.15.65"], {})
+
+
+def test_kernel_version_picks_one_of_several():
+    assert microvm.choose_version([V, "5.15.65"], {"5.15.65": "boot/config-5.15.65"}, "5.15.65") == "5.15.65"
+
+
+def test_a_kernel_version_without_modules_is_refused():
+    with pytest.raises(
+        Refusal, match=r"kernel_version 6.1.0: has no /lib/modules/6.1.0 \(the image holds: 5.10.77\)"
+    ):
+        microvm.choose_version([V], {}, "6.1.0")
+
+
+def test_no_modules_is_refused():
+    with pytest.raises(Refusal, match="has no /lib/modules/<version> directory"):
+        microvm.choose_version([], {})
+
+
+def test_a_kernel_banner_that_differs_from_the_modules_is_refused_naming_both():
+    with pytest.raises(
+        Refusal, match=r"kernel /boot/vmlinux: is version 5.15.65 but the modules are /lib/modules/5.10.77"
+    ):
+        microvm.choose_version([V], {}, banner="5.15.65")
+
+
+def test_a_kernel_config_that_differs_from_the_modules_is_refused_naming_both():
+    with pytest.raises(
+        Refusal, match=r"config-5.15.65: is for version 5.15.65 but the modules are /lib/modules/5.10.77"
+    ):
+        microvm.choose_version([V], {"5.15.65": "boot/config-5.15.65"})
+
+
+def test_banner_version():
+    assert microvm.banner_version(b"\0Linux version 5.10.77 (builder@host) (gcc) #1 SMP") == V
+    assert microvm.banner_version(b"no banner here") is None
+
+
+def test_a_missing_kernel_is_refused_naming_what_boot_holds():
+    with pytest.raises(
+        Refusal, match=r"kernel /boot/vmlinux.bin: is not a file.*boot/ holds: initrd.img-5.10.77, vmlinux"
+    ):
+        microvm.locate_kernel(merged_usr(), None, "cloudhypervisor")
+
+
+def test_kernel_path_reaches_through_symlinks():
+    tree = merged_usr({"vmlinux": "->boot/vmlinux"})
+    assert microvm.locate_kernel(tree, "/vmlinux", "firecracker") == "boot/vmlinux"
+
+
+def test_a_bzimage_is_refused():
+    head = bytearray(4096)
+    head[0x202:0x206] = b"HdrS"
+    with pytest.raises(
+        Refusal, match="is a compressed bzImage; firecracker boots an uncompressed ELF vmlinux"
+    ):
+        microvm.check_kernel_format("boot/vmlinux", bytes(head), "firecracker")
+    microvm.check_kernel_format("boot/vmlinux", b"\x7fELF" + bytes(100), "firecracker")
+
+
+# What each image holds ----------------------------------------------------------------------------
+
+
+def test_split_puts_each_file_in_one_image():
+    tree = merged_usr()
+    parts = microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux", "boot/config-" + V)
+    assert [e.path for e in parts["kernel"]] == ["boot", "boot/config-" + V, "boot/vmlinux"]
+    assert [e.path for e in parts["modules"]] == ["kernel", "kernel/ext4.ko", "modules.dep"]
+    rootfs = [e.path for e in parts["rootfs"]]
+    assert "boot/vmlinux" not in rootfs and "boot/config-" + V not in rootfs
+    assert "usr/lib/modules/%s" % V in rootfs  # the mount point stays, empty
+    assert not [p for p in rootfs if p.startswith("usr/lib/modules/%s/" % V)]
+    assert "boot/initrd.img-" + V in rootfs and parts["removed"] == {}
+    assert parts["dropped"] == {"kernel": 4200, "modules": 730}
+
+
+def test_other_kernels_modules_ship_nowhere():
+    tree = merged_usr({"usr/lib/modules/4.19.0": "dir", "usr/lib/modules/4.19.0/old.ko": "file:10"})
+    parts = microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux")
+    everywhere = [e.path for name in ("kernel", "modules", "rootfs") for e in parts[name]]
+    assert not [p for p in everywhere if "4.19.0" in p]
+
+
+def test_slim_removes_files_per_group_and_keeps_directories_and_listed_locales():
+    tree = merged_usr()
+    groups = ["apt", "docs", "locales", "kernel", "firmware", "container_images"]
+    parts = microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux", "boot/config-" + V, groups)
+    assert parts["removed"] == {
+        "apt": 900,
+        "docs": 600,
+        "locales": 80,
+        "kernel": 3000,
+        "firmware": 5000,
+        "container_images": 7000,
+    }
+    rootfs = [e.path for e in parts["rootfs"]]
+    assert "usr/share/locale/en_GB/x.mo" in rootfs and "usr/share/locale/locale.alias" in rootfs
+    assert "usr/share/doc/bash" in rootfs and "var/cache/apt" in rootfs
+    assert "usr/lib/firmware/gpu.bin" not in rootfs
+
+
+def test_slim_does_not_count_a_file_that_a_kept_hard_link_keeps():
+    tree = merged_usr()
+    tree["usr/share/doc/bash/README"].inum = tree["usr/bin/true"].inum = 99
+    tree["usr/share/doc/bash/README"].nlink = tree["usr/bin/true"].nlink = 2
+    parts = microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux", slim_groups=["docs"])
+    assert parts["removed"] == {"docs": 0}
+
+
+def test_an_unknown_slim_group_is_refused():
+    with pytest.raises(Refusal, match="slim group 'cache': is not a slim group; choose from: apt"):
+        microvm.slim_roots(merged_usr(), ["cache"])
+
+
+def test_modules_image_root_appears_under_the_mount_point():
+    parts = microvm.split(merged_usr(), V, "boot/vmlinux", "boot/vmlinux")
+    seen = microvm.check_modules_layout(parts["modules"], V, "/lib/modules/" + V)
+    assert "/lib/modules/%s/kernel/ext4.ko" % V in seen
+
+
+def test_a_nested_modules_layout_is_refused():
+    nested = [Entry("lib/modules/%s/kernel/ext4.ko" % V, "file")]
+    with pytest.raises(
+        Refusal, match=r"would appear at /lib/modules/5.10.77/lib/modules/5.10.77 in the guest"
+    ):
+        microvm.check_modules_layout(nested, V, "/lib/modules/" + V)
+
+
+def test_a_modules_mount_point_elsewhere_is_refused():
+    with pytest.raises(Refusal, match=r"is not /lib/modules/5\.10\.77"):
+        microvm.check_modules_layout([], V, "/lib/modules")
+
+
+# Tar members --------------------------------------------------------------------------------------
+
+
+def test_members_are_sorted_with_hard_links_clamped_mtimes_and_no_sockets_or_devices():
+    entries = [
+        Entry("usr/bin/b", "file", mode=0o104755, size=5, inum=7, nlink=2, mtime=2000),
+        Entry("usr/bin/a", "file", mode=0o100755, size=5, inum=7, nlink=2, mtime=2000),
+        Entry("usr", "dir", mode=0o41777, mtime=10),
+        Entry("run/sock", "socket"),
+        Entry("dev/null", "char", rdev=(1, 3)),
+        Entry("etc/x", "symlink", link="../usr/bin/a", xattrs={"user.b": b"2", "user.a": b"1"}),
+    ]
+    members, skipped = microvm.tar_members(entries, deterministic=True, epoch=1000)
+    assert [m["name"] for m in members] == ["etc/x", "usr", "usr/bin/a", "usr/bin/b"]
+    assert skipped == ["dev/null (char)", "run/sock (socket)"]
+    by = {m["name"]: m for m in members}
+    assert by["usr/bin/a"]["type"] == "file" and by["usr/bin/a"]["size"] == 5
+    assert by["usr/bin/b"]["type"] == "hardlink" and by["usr/bin/b"]["linkname"] == "usr/bin/a"
+    assert by["usr/bin/b"]["mode"] == 0o4755 and by["usr"]["mode"] == 0o1777
+    assert by["usr"]["mtime"] == 10 and by["usr/bin/a"]["mtime"] == 1000
+    assert list(by["etc/x"]["xattrs"]) == ["user.a", "user.b"]
+    assert microvm.content_bytes(members) == 5
+    with_devices, _ = microvm.tar_members(entries, devices=True)
+    assert "dev/null" in [m["name"] for m in with_devices]
+    kept, _ = microvm.tar_members(entries, deterministic=False)
+    assert {m["name"]: m["mtime"] for m in kept}["usr/bin/a"] == 2000
+
+
+# OCI documents, references, fragments -------------------------------------------------------------
+
+
+def test_documents_are_canonical():
+    config = microvm.image_config("sha256:aa", microvm.created_at(True, 0), labels={"b": "1"})
+    assert microvm.canonical(config).startswith(
+        b'{"architecture":"amd64","config":{"Labels":{"b":"1"}},"created":"1970-01-01T00:00:00Z"'
+    )
+    manifest = microvm.image_manifest(
+        microvm.descriptor(microvm.MEDIA_CONFIG, "sha256:c", 2),
+        microvm.descriptor(microvm.MEDIA_LAYER, "sha256:l", 3),
+    )
+    assert manifest["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+def test_merge_index_replaces_our_tags_and_keeps_others():
+    existing = {
+        "manifests": [
+            {"digest": "sha256:old", "annotations": {microvm.REF_NAME: "kernel"}},
+            {"digest": "sha256:other", "annotations": {microvm.REF_NAME: "custom"}},
+        ]
+    }
+    index = microvm.merge_index(existing, {"kernel": {"digest": "sha256:new", "size": 1, "mediaType": "m"}})
+    assert [(e["annotations"][microvm.REF_NAME], e["digest"]) for e in index["manifests"]] == [
+        ("custom", "sha256:other"),
+        ("kernel", "sha256:new"),
+    ]
+    assert (
+        microvm.merge_index(index, {"kernel": {"digest": "sha256:new", "size": 1, "mediaType": "m"}}) == index
+    )
+
+
+def test_layout_tags_refusals():
+    assert microvm.layout_tags({"rootfs": "ubuntu"})["rootfs"] == "ubuntu"
+    with pytest.raises(Refusal, match=r"tags\.initrd: is not one of the images"):
+        microvm.layout_tags({"initrd": "x"})
+    with pytest.raises(Refusal, match="is not a valid OCI tag"):
+        microvm.layout_tags({"kernel": "a b"})
+    with pytest.raises(Refusal, match="name two images the same"):
+        microvm.layout_tags({"kernel": "modules"})
+
+
+def test_parse_registry():
+    assert microvm.parse_registry("registry.example.com:5000") == ("https", "registry.example.com:5000")
+    assert microvm.parse_registry("http://127.0.0.1:5000/") == ("http", "127.0.0.1:5000")
+    with pytest.raises(Refusal, match="would receive the password over plain HTTP"):
+        microvm.parse_registry("http://127.0.0.1:5000", has_credentials=True)
+    with pytest.raises(Refusal, match="is not host"):
+        microvm.parse_registry("registry.example.com/flintlock")
+    with pytest.raises(Refusal, match="is neither http"):
+        microvm.parse_registry("ftp://x")
+
+
+def test_repository_names():
+    assert microvm.check_repository("liquidmetal/ubuntu-2204") == "liquidmetal/ubuntu-2204"
+    with pytest.raises(Refusal, match="is not an OCI repository name"):
+        microvm.check_repository("Liquidmetal/Ubuntu")
+
+
+def test_fragments_always_set_the_kernel_filename_and_mount_the_modules():
+    refs = microvm.references("r:5000", "lm/ubuntu", V, microvm.layout_tags())
+    assert refs["modules"] == "r:5000/lm/ubuntu/modules:5.10.77"
+    spec = microvm.microvm_spec(refs, "boot/vmlinux", V)
+    assert spec["kernel"] == {
+        "image": "r:5000/lm/ubuntu/kernel:5.10.77",
+        "filename": "boot/vmlinux",
+        "add_network_config": True,
+    }
+    assert spec["root_volume"]["source"] == {"container_source": "r:5000/lm/ubuntu/rootfs:5.10.77"}
+    assert spec["additional_volumes"][0]["mount_point"] == "/lib/modules/5.10.77"
+    capmvm = microvm.capmvm_template(refs, "boot/vmlinux", V)
+    assert capmvm["kernel"]["filename"] == "boot/vmlinux"
+    assert capmvm["volumes"] == [
+        {"id": "modules", "image": refs["modules"], "mountPoint": "/lib/modules/5.10.77"}
+    ]

@@ -1,0 +1,93 @@
+"""microvm_image's parameter refusals, through the runner (they come before the disk is opened)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
+
+
+class Module:
+    check_mode = False
+    _diff = False
+
+    def __init__(self, **params):
+        self.params = {name: spec.get("default") for name, spec in microvm_image.argument_spec().items()}
+        self.params.update(src="/nonexistent/disk.raw")
+        self.params.update(params)
+
+    def log(self, line):
+        pass
+
+
+def refused(match, **params):
+    with pytest.raises(Refusal, match=match) as info:
+        microvm_image.Runner(Module(**params)).run()
+    assert info.value.result["refused"] is True
+    return info.value
+
+
+def test_nowhere_to_put_the_images():
+    refused("has nowhere to put the images; set dest")
+
+
+def test_registry_without_repository():
+    refused("needs a repository to push to", registry="r.example.com")
+
+
+def test_username_without_password():
+    refused("username and password go together", dest="/tmp/x", username="u")
+
+
+def test_credentials_in_the_registry_option():
+    error = refused(
+        "carries credentials in its user-info", registry="u:hunter2@r.example.com", repository="a/b"
+    )
+    assert "hunter2" not in error.msg
+
+
+def test_password_over_plain_http():
+    refused("over plain HTTP", registry="http://r.example.com", repository="a/b", username="u", password="p")
+
+
+def test_a_float_kernel_version_is_refused():
+    refused("arrived as a YAML number", dest="/tmp/x", kernel_version=5.1)
+
+
+def test_a_bad_compression_level():
+    refused("is not a gzip level", dest="/tmp/x", compression_level=0)
+
+
+def test_a_bad_timeout():
+    refused("option timeout", dest="/tmp/x", timeout=0)
+
+
+def test_a_bad_tag():
+    refused("is not a valid OCI tag", dest="/tmp/x", tag="v1 beta")
+
+
+def test_bad_tags():
+    refused("name two images the same", dest="/tmp/x", tags={"kernel": "a", "modules": "a"})
+
+
+def test_bad_repository():
+    refused("is not an OCI repository name", registry="r.example.com", repository="Upper/Case")
+
+
+def test_source_date_epoch_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    refused("SOURCE_DATE_EPOCH 'yesterday': is not a number", dest="/tmp/x")
+    assert (
+        microvm_image.check_inputs(Module(dest="/tmp/x").params, {"SOURCE_DATE_EPOCH": "1700000000"})["epoch"]
+        == 1700000000
+    )
+
+
+def test_a_non_layout_dest_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    refused("is a non-empty directory that is not an OCI image layout", dest=str(tmp_path))
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_password_is_no_log():
+    assert microvm_image.argument_spec()["password"]["no_log"] is True
