@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 import re
 
 PASSED = "passed"
@@ -51,7 +53,7 @@ _FACTORS = {
 }
 
 
-class GateError(Exception):
+class GateError(PipelineError, ValueError):
     """A gate that cannot run as asked; the message says why."""
 
 

@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 import datetime
 import re
 
@@ -47,7 +49,7 @@ _DIGEST = re.compile(r"^(sha256:)?([0-9a-f]{64})$")
 _DATE_FORMATS = ("%Y%m%d", "%Y-%m-%d")
 
 
-class GoldenError(ValueError):
+class GoldenError(PipelineError, ValueError):
     """An input that cannot make a valid golden; the message names the rule."""
 
 

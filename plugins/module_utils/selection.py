@@ -23,6 +23,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
@@ -57,7 +59,7 @@ UNSAFE_LABEL_PATH = (
 )
 
 
-class SelectionError(ValueError):
+class SelectionError(PipelineError, ValueError):
     """A promotion or rollback that must not be written; the message says why and what to do."""
 
 
