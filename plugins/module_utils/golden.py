@@ -14,10 +14,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
-
 import datetime
 import re
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 SNAPSHOT_API_VERSION = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_KIND = "VolumeSnapshot"

@@ -23,11 +23,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
-
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 SELECTION_API_VERSION = "kube-dc.com/v1"
 SELECTION_KIND = "GoldenImageSelection"

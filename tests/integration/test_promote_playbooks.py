@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration import disks
 from tests.integration.runner import ROOT, run_playbook
+from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
 
@@ -174,6 +175,7 @@ class Stage:
             "golden_promote_gate_port_timeout": 5,
             "golden_promote_gate_provision_timeout": 30,
             "golden_promote_gate_poll_interval": 1,
+            "golden_promote_gate_port_probe": probe_template(22),
         }
 
     def promote(self, role, check=False, **extra):
