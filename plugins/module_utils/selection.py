@@ -25,7 +25,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 SELECTION_API_VERSION = "kube-dc.com/v1"
@@ -65,20 +65,9 @@ class SelectionError(PipelineError, ValueError):
     """A promotion or rollback that must not be written; the message says why and what to do."""
 
 
-def _meta(obj, key):
-    return ((obj or {}).get("metadata") or {}).get(key) or {}
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name")
-
-
-def _namespace(obj):
-    return ((obj or {}).get("metadata") or {}).get("namespace")
-
-
-def _spec(obj):
-    return (obj or {}).get("spec") or {}
+_name = kinds.name
+_namespace = kinds.namespace
+_spec = kinds.spec
 
 
 def normalize_mode(value):
@@ -388,7 +377,7 @@ def previous_annotations(previous):
 
 def recorded_previous(obj):
     """``(snapshot, digest)`` that promotion recorded on a selection or golden, or ``(None, None)``."""
-    annotations = _meta(obj, "annotations")
+    annotations = kinds.annotations(obj)
     return annotations.get(PREVIOUS_SNAPSHOT) or None, annotations.get(PREVIOUS_DIGEST) or None
 
 
@@ -481,7 +470,7 @@ def rollback_plan(record, what, current, named=None, missing=None):
             "noop": True,
             "reason": "%s already serves %s, the rollback target named" % (what, named),
         }
-    if not named and current and _meta(record, "annotations").get(ROLLED_BACK) == "true":
+    if not named and current and kinds.annotations(record).get(ROLLED_BACK) == "true":
         return {
             "target": current,
             "digest": None,
@@ -501,7 +490,7 @@ def rollback_plan(record, what, current, named=None, missing=None):
 
 def mark_change(patch, existing, rollback):
     """Add to a selection or golden ``patch`` the rollback mark (rollback) or its removal (promotion)."""
-    marked = _meta(existing, "annotations").get(ROLLED_BACK) == "true"
+    marked = kinds.annotations(existing).get(ROLLED_BACK) == "true"
     if rollback and not marked:
         patch = dict(patch or {})
         meta = dict(patch.get("metadata") or {})
@@ -586,8 +575,7 @@ def project_snapshot_name(family, mode):
 
 def content_handle(content):
     """The storage handle a VolumeSnapshotContent points at (pre-provisioned source, else status)."""
-    spec_handle = ((_spec(content).get("source") or {}).get("snapshotHandle")) if content else None
-    return spec_handle or ((content or {}).get("status") or {}).get("snapshotHandle")
+    return kinds.snapshot_handle(content)
 
 
 def golden_handle(obj, contents):
@@ -613,7 +601,7 @@ def project_resolution(namespace, snapshot, contents, expected):
         "handle": None,
         "expected": expected,
         "match": False,
-        "seeded_from": _meta(snapshot, "annotations").get("kube-dc.com/seeded-from"),
+        "seeded_from": kinds.annotations(snapshot).get("kube-dc.com/seeded-from"),
         "reason": "",
     }
     if snapshot is None:

@@ -600,3 +600,21 @@ def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster
                 cluster.custom.delete_cluster_custom_object(
                     GROUP, VERSION, "volumesnapshotcontents", content["metadata"]["name"]
                 )
+
+
+@pytest.mark.lab_only
+def test_a_zero_or_negative_wait_is_refused_before_anything_is_written(lab, cluster):
+    pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("zero", ignore_errors=True, **make_args(cluster, pvc, wait_timeout=0)),
+            task("negative sleep", ignore_errors=True, **make_args(cluster, pvc, wait_sleep=-1)),
+        ),
+        env=lab.env(),
+    )
+    assert [r for r in lab.audit() if r["verb"] not in ("get", "list", "watch")] == []
+    assert run["zero"]["refused"] is True
+    assert run["zero"]["msg"].startswith("option wait_timeout: 0 is not a duration"), run["zero"]
+    assert run["negative sleep"]["msg"].startswith("option wait_sleep: -1 is not a duration")
+    assert cluster.get_snapshot(FS_NS, versioned(cluster)) is None
