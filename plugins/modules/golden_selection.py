@@ -371,7 +371,7 @@ class Promotion:
         self.golden_ns = None
         self.selection_ns = None
 
-    def fail(self, error):
+    def with_result(self, error):
         """``error`` (a PipelineError) with this run's result fields, ready to raise."""
         for key, value in self.result.items():
             error.fields.setdefault(key, value)
@@ -384,7 +384,7 @@ class Promotion:
             self.prepare()
             return self.by_label() if p["method"] == "label" else self.by_selection()
         except PipelineError as exc:
-            raise self.fail(exc) from None
+            raise self.with_result(exc) from None
 
     def prepare(self):
         p = self.params
