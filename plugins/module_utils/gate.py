@@ -14,7 +14,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import re
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 PASSED = "passed"
 NO_BOOT = "no_boot"
@@ -29,9 +33,21 @@ SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 VM_API = "kubevirt.io/v1"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "goldenimage.pipeline.clone_gate"
+# Every object a gate run creates carries the run, the candidate it gates and, when kept on purpose,
+# the kept label: cleanup and the next run's sweep find them by label, never by a name they remember.
 GATE_LABEL = "goldenimage.pipeline/clone-gate"
+CANDIDATE_LABEL = "goldenimage.pipeline/clone-gate-candidate"
+KEPT_LABEL = "goldenimage.pipeline/clone-gate-kept"
+CANDIDATE_ANNOTATION = "goldenimage.pipeline/clone-gate-candidate"
 CLONE_MIN_SIZE = "kube-dc.com/clone-min-size"
-FORWARDED_PREFIX = "lab.goldenimage.io/forwarded-"
+
+# The kinds a gate creates, in creation order: (apiVersion, kind, plural for kubectl, namespaced).
+CREATED_KINDS = (
+    (SNAPSHOT_API, "VolumeSnapshotContent", "volumesnapshotcontents.snapshot.storage.k8s.io", False),
+    (SNAPSHOT_API, "VolumeSnapshot", "volumesnapshots.snapshot.storage.k8s.io", True),
+    ("v1", "PersistentVolumeClaim", "persistentvolumeclaims", True),
+    (VM_API, "VirtualMachine", "virtualmachines.kubevirt.io", True),
+)
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i|[kMGTPE])?$")
 _FACTORS = {
@@ -51,7 +67,7 @@ _FACTORS = {
 }
 
 
-class GateError(Exception):
+class GateError(PipelineError, ValueError):
     """A gate that cannot run as asked; the message says why."""
 
 
@@ -110,15 +126,84 @@ def clone_size(restore_size, clone_min_size=None):
     return max(sizes, key=parse_quantity)
 
 
-def gate_labels(run_id):
-    return {MANAGED_BY: MANAGER, GATE_LABEL: run_id}
+def candidate_id(namespace, name):
+    """A label value for the candidate ``namespace/name``: readable, unique, at most 63 characters."""
+    digest = hashlib.sha256(("%s/%s" % (namespace, name)).encode("utf-8")).hexdigest()[:12]
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", name or "")[:50].strip("-_.")
+    return "%s-%s" % (readable, digest) if readable else digest
+
+
+def gate_labels(run_id, candidate=None, kept=False):
+    labels = {MANAGED_BY: MANAGER, GATE_LABEL: run_id}
+    if candidate:
+        labels[CANDIDATE_LABEL] = candidate
+    if kept:
+        labels[KEPT_LABEL] = "true"
+    return labels
+
+
+def refuse_project_namespace(project, snapshot_namespace):
+    """A gate clones as a tenant would, so never in a golden namespace (nor the candidate's own)."""
+    forbidden = {golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK], snapshot_namespace}
+    if project in forbidden:
+        raise Refusal(
+            "option project_namespace (%s)" % project,
+            "a clone gate runs in a tenant's project namespace, never in a golden namespace: %s enforces "
+            "PodSecurity baseline, KubeVirt's launcher needs privileged, and the gate must not relax a "
+            "system namespace to run" % project,
+            "give a project namespace (one labelled kube-dc.com/project)",
+        )
+
+
+def sweep_selector(candidate):
+    """The label selector of what earlier gate runs of ``candidate`` left behind (kept ones excluded)."""
+    return "%s=%s,%s=%s,!%s" % (MANAGED_BY, MANAGER, CANDIDATE_LABEL, candidate, KEPT_LABEL)
+
+
+def swept(objects, project):
+    """Of the listed gate objects, those of ``project``: namespaced ones in it, contents bound to it."""
+    found = []
+    for obj in objects or []:
+        if kinds.namespace(obj):
+            if kinds.namespace(obj) == project:
+                found.append(obj)
+        elif (kinds.spec(obj).get("volumeSnapshotRef") or {}).get("namespace") == project:
+            found.append(obj)
+    return found
+
+
+def removal_order(objects):
+    """Newest kind first (VM, claim, snapshot, content), so nothing is deleted under a user of it."""
+    rank = {kind: i for i, (_api, kind, _plural, _ns) in enumerate(CREATED_KINDS)}
+    return sorted(objects, key=lambda o: -rank.get(o.get("kind"), -1))
+
+
+def cleanup_command(run_id, project):
+    """The kubectl commands that remove what run ``run_id`` left behind."""
+    selector = "%s=%s" % (GATE_LABEL, run_id)
+    namespaced = ",".join(plural for _a, _k, plural, ns in reversed(CREATED_KINDS) if ns)
+    cluster = ",".join(plural for _a, _k, plural, ns in CREATED_KINDS if not ns)
+    return "kubectl delete -n %s %s -l %s && kubectl delete %s -l %s" % (
+        project,
+        namespaced,
+        selector,
+        cluster,
+        selector,
+    )
+
+
+def describe_left(objects):
+    return ", ".join(
+        "%s %s" % (o["kind"], "%s/%s" % (o["namespace"], o["name"]) if o.get("namespace") else o["name"])
+        for o in objects
+    )
 
 
 def object_name(run_id, suffix=""):
     return ("gate-%s%s" % (run_id, suffix))[:63]
 
 
-def content_definition(name, handle, driver, mode, snapshot_name, namespace, run_id):
+def content_definition(name, handle, driver, mode, snapshot_name, namespace, run_id, **marks):
     """A pre-provisioned, Retain content on the candidate's handle, as the per-project seeder makes them."""
     spec = {
         "deletionPolicy": "Retain",
@@ -135,21 +220,21 @@ def content_definition(name, handle, driver, mode, snapshot_name, namespace, run
     return {
         "apiVersion": SNAPSHOT_API,
         "kind": "VolumeSnapshotContent",
-        "metadata": {"name": name, "labels": gate_labels(run_id)},
+        "metadata": {"name": name, "labels": gate_labels(run_id, **marks)},
         "spec": spec,
     }
 
 
-def snapshot_definition(name, namespace, content_name, run_id):
+def snapshot_definition(name, namespace, content_name, run_id, **marks):
     return {
         "apiVersion": SNAPSHOT_API,
         "kind": "VolumeSnapshot",
-        "metadata": {"name": name, "namespace": namespace, "labels": gate_labels(run_id)},
+        "metadata": {"name": name, "namespace": namespace, "labels": gate_labels(run_id, **marks)},
         "spec": {"source": {"volumeSnapshotContentName": content_name}},
     }
 
 
-def pvc_definition(name, namespace, snapshot_name, size, mode, storage_class, run_id):
+def pvc_definition(name, namespace, snapshot_name, size, mode, storage_class, run_id, **marks):
     spec = {
         "accessModes": ["ReadWriteOnce"],
         "volumeMode": mode,
@@ -165,15 +250,15 @@ def pvc_definition(name, namespace, snapshot_name, size, mode, storage_class, ru
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": namespace, "labels": gate_labels(run_id)},
+        "metadata": {"name": name, "namespace": namespace, "labels": gate_labels(run_id, **marks)},
         "spec": spec,
     }
 
 
-def vm_definition(name, namespace, claim, memory, run_id, annotations=None):
+def vm_definition(name, namespace, claim, memory, run_id, annotations=None, **marks):
     """A VM booting the clone as a tenant's would: the claim as boot disk, the agent channel, pod network."""
     disk = {"name": "boot", "bootOrder": 1, "disk": {"bus": "virtio"}}
-    labels = gate_labels(run_id)
+    labels = gate_labels(run_id, **marks)
     return {
         "apiVersion": VM_API,
         "kind": "VirtualMachine",
@@ -204,53 +289,37 @@ def vm_definition(name, namespace, claim, memory, run_id, annotations=None):
     }
 
 
-def condition(obj, ctype):
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == ctype:
-            return cond
-    return None
-
-
-def agent_connected(vmi):
-    return (condition(vmi, "AgentConnected") or {}).get("status") == "True"
-
-
 def vmi_ip(vmi):
-    interfaces = ((vmi or {}).get("status") or {}).get("interfaces") or []
+    interfaces = kinds.status(vmi).get("interfaces") or []
     return (interfaces[0].get("ipAddress") if interfaces else None) or None
 
 
 def probe_address(port_probe, vmi, port):
     """``(host, port)`` to probe, or None while the VMI has no address yet.
 
-    ``auto``: a port-forward the platform recorded on the VMI (annotation
-    ``lab.goldenimage.io/forwarded-<port>``, reached on the VMI's address), else the VMI's address
-    and the guest port. Anything else is a ``host:port`` template with ``{ip}``, ``{port}``,
-    ``{name}`` and ``{namespace}`` filled in (for example a Service or a load balancer).
+    ``auto``: the VMI's first interface address and the guest port, where a pod on the cluster network
+    reaches the guest. Anything else is a ``host:port`` template with ``{ip}``, ``{port}``, ``{name}``,
+    ``{namespace}`` and ``{annotations[KEY]}`` (an annotation of the VMI, for a platform that records
+    where it forwards the port) filled in, for example a Service or a load balancer.
     """
-    meta = (vmi or {}).get("metadata") or {}
     ip = vmi_ip(vmi)
     if port_probe in (None, "", "auto"):
-        if ip is None:
-            return None
-        forwarded = (meta.get("annotations") or {}).get(FORWARDED_PREFIX + str(port))
-        return (ip, int(forwarded)) if forwarded else (ip, port)
+        return (ip, port) if ip is not None else None
     if "{ip}" in port_probe and ip is None:
         return None
-    text = port_probe.format(
-        ip=ip or "", port=port, name=meta.get("name", ""), namespace=meta.get("namespace", "")
-    )
+    try:
+        text = port_probe.format(
+            ip=ip or "",
+            port=port,
+            name=kinds.name(vmi) or "",
+            namespace=kinds.namespace(vmi) or "",
+            annotations=kinds.annotations(vmi),
+        )
+    except KeyError:
+        return None  # the annotation the template reads is not there yet
+    except (IndexError, ValueError, AttributeError) as exc:
+        raise GateError("port_probe %r is not a host:port template: %s" % (port_probe, exc)) from None
     host, sep, number = text.rpartition(":")
     if not sep or not number.isdigit():
         raise GateError("port_probe must be 'auto' or a host:port template, got %r" % port_probe)
     return host.strip("[]"), int(number)
-
-
-def describe_vmi(vmi):
-    if vmi is None:
-        return "no VirtualMachineInstance yet"
-    status = vmi.get("status") or {}
-    conds = ", ".join(
-        "%s=%s" % (c.get("type"), c.get("status")) for c in status.get("conditions") or () if c.get("type")
-    )
-    return "phase %s%s" % (status.get("phase") or "(none)", " (%s)" % conds if conds else "")

@@ -17,6 +17,9 @@ __metaclass__ = type
 import datetime
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 SNAPSHOT_API_VERSION = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_KIND = "VolumeSnapshot"
 
@@ -47,7 +50,7 @@ _DIGEST = re.compile(r"^(sha256:)?([0-9a-f]{64})$")
 _DATE_FORMATS = ("%Y%m%d", "%Y-%m-%d")
 
 
-class GoldenError(ValueError):
+class GoldenError(PipelineError, ValueError):
     """An input that cannot make a valid golden; the message names the rule."""
 
 
@@ -168,10 +171,6 @@ def contract_annotations(family, os_name, mode):
     }
 
 
-def _meta(obj, key):
-    return ((obj or {}).get("metadata") or {}).get(key) or {}
-
-
 def stamp_patch(obj, family, os_name, mode):
     """The merge patch that stamps the contract onto ``obj``, holding only keys that differ; None if none."""
     want = {
@@ -180,7 +179,7 @@ def stamp_patch(obj, family, os_name, mode):
     }
     meta = {}
     for section, keys in want.items():
-        have = _meta(obj, section)
+        have = kinds.meta(obj).get(section) or {}
         diff = {k: v for k, v in keys.items() if have.get(k) != v}
         if diff:
             meta[section] = diff
@@ -208,17 +207,17 @@ def snapshot_definition(name, pvc, family, os_name, mode, snapshot_class=None):
 
 def observed_family(obj):
     """The family a consumer sees: the label, else the os-family-id annotation."""
-    return _meta(obj, "labels").get(FAMILY_LABEL) or _meta(obj, "annotations").get(FAMILY_ANNOTATION)
+    return kinds.labels(obj).get(FAMILY_LABEL) or kinds.annotations(obj).get(FAMILY_ANNOTATION)
 
 
 def observed_mode(obj):
     """The mode a consumer sees: label, else annotation, else Filesystem. Raises on an unknown value."""
-    raw = _meta(obj, "labels").get(MODE_KEY) or _meta(obj, "annotations").get(MODE_KEY)
+    raw = kinds.labels(obj).get(MODE_KEY) or kinds.annotations(obj).get(MODE_KEY)
     return normalize_mode(raw)
 
 
 def is_active(obj):
-    return str(_meta(obj, "labels").get(ACTIVE_LABEL, "")).lower() == "true"
+    return str(kinds.labels(obj).get(ACTIVE_LABEL, "")).lower() == "true"
 
 
 def is_ready(obj):
@@ -249,7 +248,9 @@ def unknown_keys(obj):
     """``kube-dc.com/`` labels and annotations the contract does not define (reported, never written)."""
     found = set()
     for section in ("labels", "annotations"):
-        found.update(k for k in _meta(obj, section) if k.startswith(PREFIX) and k not in KNOWN_KEYS)
+        found.update(
+            k for k in kinds.meta(obj).get(section) or {} if k.startswith(PREFIX) and k not in KNOWN_KEYS
+        )
     return sorted(found)
 
 
@@ -356,7 +357,7 @@ def summary(obj):
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
         "family": observed_family(obj),
-        "os_name": _meta(obj, "annotations").get(OS_NAME_ANNOTATION),
+        "os_name": kinds.annotations(obj).get(OS_NAME_ANNOTATION),
         "mode": mode,
         "source_pvc": source_pvc(obj),
         "ready": is_ready(obj),
@@ -427,7 +428,7 @@ def pvc_problems(pvc, name, namespace, mode):
 
 
 def _raw_mode(obj):
-    return _meta(obj, "labels").get(MODE_KEY) or _meta(obj, "annotations").get(MODE_KEY)
+    return kinds.labels(obj).get(MODE_KEY) or kinds.annotations(obj).get(MODE_KEY)
 
 
 def plan_golden(

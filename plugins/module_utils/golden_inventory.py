@@ -17,7 +17,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds, selection
 
 SEEDED_FROM_ANNOTATION = "kube-dc.com/seeded-from"
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
@@ -29,16 +29,8 @@ GOVERNS_NOTHING = "governs_nothing"
 _VERSION = re.compile(r"(?:^|-)(\d{8}|\d{4}-\d{2}-\d{2})(?:-([0-9a-f]{12}))?$")
 
 
-def _meta(obj, key):
-    return ((obj or {}).get("metadata") or {}).get(key) or {}
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name")
-
-
-def _namespace(obj):
-    return ((obj or {}).get("metadata") or {}).get("namespace")
+_name = kinds.name
+_namespace = kinds.namespace
 
 
 def _ref(namespace, name):
@@ -86,7 +78,7 @@ def _created_date(obj):
 def _copy_mode(obj):
     """The mode of a project's seeded copy: its mode key, else its name's ``-block`` suffix."""
     try:
-        raw = _meta(obj, "labels").get(golden.MODE_KEY) or _meta(obj, "annotations").get(golden.MODE_KEY)
+        raw = kinds.labels(obj).get(golden.MODE_KEY) or kinds.annotations(obj).get(golden.MODE_KEY)
         if raw:
             return golden.normalize_mode(raw)
     except golden.GoldenError:
@@ -167,7 +159,7 @@ def candidate(obj, mode, handle, digests):
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
         "family": family,
-        "os_name": _meta(obj, "annotations").get(golden.OS_NAME_ANNOTATION),
+        "os_name": kinds.annotations(obj).get(golden.OS_NAME_ANNOTATION),
         "mode": mode,
         "date": version["date"] or _created_date(obj),
         "created": meta.get("creationTimestamp"),
@@ -215,6 +207,49 @@ class _Index:
     def golden_ref(self, handle):
         found = self.by_handle.get(handle) if handle else None
         return _ref(_namespace(found[1]), _name(found[1])) if found else None
+
+
+def index(goldens, copies, contents):
+    """The lookups a report and the reference query (``consumers``) share, built once."""
+    return _Index(goldens, copies, contents)
+
+
+def observation_plan(namespaces, family=None, project_selector=selection.PROJECT_SELECTOR):
+    """The LIST requests a report needs, whatever the number of projects, as dicts with ``key`` (where
+    the items go), ``api``, ``kind``, ``namespace``, ``selector`` and ``optional`` (the kind may not be
+    served: a cluster without the CRD or without CDI has none).
+
+    Goldens are listed whole from their namespaces, so they are seen in the order and with the family
+    annotation the seeder sees; project copies come from one labelled list of all namespaces.
+    """
+    snapshots = (golden.SNAPSHOT_API_VERSION, golden.SNAPSHOT_KIND)
+    queries = [("goldens",) + snapshots + (ns, None, False) for ns in sorted(set(namespaces.values()))]
+    queries += [
+        ("labelled",) + snapshots + (None, snapshot_selector(family), False),
+        ("contents", selection.CONTENT_API_VERSION, selection.CONTENT_KIND, None, None, False),
+        ("pvcs", "v1", "PersistentVolumeClaim", None, None, False),
+        ("projects", "v1", "Namespace", None, project_selector, False),
+        ("selections", selection.SELECTION_API_VERSION, selection.SELECTION_KIND, None, None, True),
+        ("datavolumes", DATAVOLUME_API_VERSION, DATAVOLUME_KIND, None, None, True),
+    ]
+    fields = ("key", "api", "kind", "namespace", "selector", "optional")
+    plan = [{field: query[i] for i, field in enumerate(fields)} for query in queries]
+    return plan
+
+
+def assemble(listed, namespaces):
+    """``observed`` for ``report`` and ``consumers`` from ``{key: [items of each LIST]}`` of the plan."""
+    golden_spaces = set(namespaces.values())
+    observed = {key: [] for key in ("snapshots", "contents", "pvcs", "projects", "selections", "datavolumes")}
+    for key, batches in listed.items():
+        for items in batches:
+            if key == "goldens":
+                observed["snapshots"].extend(items)
+            elif key == "labelled":
+                observed["snapshots"].extend(s for s in items if _namespace(s) not in golden_spaces)
+            else:
+                observed[key].extend(items)
+    return observed
 
 
 def _pairs(goldens, copies, projects, family, mode):

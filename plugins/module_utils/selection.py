@@ -25,7 +25,8 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 SELECTION_API_VERSION = "kube-dc.com/v1"
 SELECTION_KIND = "GoldenImageSelection"
@@ -36,6 +37,9 @@ PROJECT_SELECTOR = "kube-dc.com/project"
 # Written by promotion so that rollback is one more write, with no memory outside the cluster.
 PREVIOUS_SNAPSHOT = "goldenimage.pipeline/previous-snapshot"
 PREVIOUS_DIGEST = "goldenimage.pipeline/previous-release-digest"
+# Written by a rollback (and removed by the next promotion): running the same rollback again is a no-op
+# instead of flipping back to what the first rollback removed.
+ROLLED_BACK = "goldenimage.pipeline/rolled-back"
 
 PATH_SELECTION = "selection"
 PATH_LABEL = "label"
@@ -57,24 +61,13 @@ UNSAFE_LABEL_PATH = (
 )
 
 
-class SelectionError(ValueError):
+class SelectionError(PipelineError, ValueError):
     """A promotion or rollback that must not be written; the message says why and what to do."""
 
 
-def _meta(obj, key):
-    return ((obj or {}).get("metadata") or {}).get(key) or {}
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name")
-
-
-def _namespace(obj):
-    return ((obj or {}).get("metadata") or {}).get("namespace")
-
-
-def _spec(obj):
-    return (obj or {}).get("spec") or {}
+_name = kinds.name
+_namespace = kinds.namespace
+_spec = kinds.spec
 
 
 def normalize_mode(value):
@@ -384,7 +377,7 @@ def previous_annotations(previous):
 
 def recorded_previous(obj):
     """``(snapshot, digest)`` that promotion recorded on a selection or golden, or ``(None, None)``."""
-    annotations = _meta(obj, "annotations")
+    annotations = kinds.annotations(obj)
     return annotations.get(PREVIOUS_SNAPSHOT) or None, annotations.get(PREVIOUS_DIGEST) or None
 
 
@@ -422,6 +415,92 @@ def plan_selection(existing, family, mode, snapshot, digest=None):
     if meta:
         patch["metadata"] = meta
     return patch or None
+
+
+def refuse_promotion_inputs(snapshot, rollback):
+    """A promotion names its snapshot; a rollback may name the snapshot it restores."""
+    if not rollback and not snapshot:
+        raise Refusal(
+            "option snapshot",
+            "a promotion names the golden to serve",
+            "give snapshot, or set rollback: true to restore the recorded previous one",
+        )
+
+
+def refuse_without_selection_kind(method, served):
+    """method=selection writes a GoldenImageSelection: the cluster must serve the kind."""
+    if method == "selection" and not served:
+        raise Refusal(
+            "%s %s" % (SELECTION_API_VERSION, SELECTION_KIND),
+            "the cluster does not serve the kind (is the Kube-DC CRD installed?)",
+            "install it, or use method: label",
+        )
+
+
+def refuse_label_path(governing, family, mode):
+    """method=label moves a label no one reads while a selection governs (family, mode)."""
+    if governing:
+        raise Refusal(
+            "GoldenImageSelection %s" % ", ".join("%s/%s" % (_namespace(s), _name(s)) for s in governing),
+            "refusing to move %s: it governs %s/%s, so the label has no effect"
+            % (golden.ACTIVE_LABEL, family, golden.normalize_mode(mode)),
+            "use method: selection (writing nothing)",
+        )
+
+
+def rollback_plan(record, what, current, named=None, missing=None):
+    """What a rollback does: ``{"target", "digest", "noop", "reason"}``; refuses when it must not write.
+
+    ``record``: the object carrying the promotion's record (the selection, or the active golden on
+    the label path), None when there is none (``missing`` says why); ``current``: the snapshot
+    served now. A rollback that names its target (``named``) is a no-op when that target already
+    serves, and is refused unless it is the recorded previous snapshot. Without a name, a rollback
+    right after a rollback is a no-op: run twice, it must not flip back to what the first removed.
+    """
+    if record is None:
+        raise Refusal(
+            what,
+            "refusing to roll back: %s" % (missing or "nothing records a previous snapshot"),
+            "writing nothing; promote the snapshot to serve instead",
+        )
+    if named and named == current:
+        return {
+            "target": current,
+            "digest": None,
+            "noop": True,
+            "reason": "%s already serves %s, the rollback target named" % (what, named),
+        }
+    if not named and current and kinds.annotations(record).get(ROLLED_BACK) == "true":
+        return {
+            "target": current,
+            "digest": None,
+            "noop": True,
+            "reason": "%s was already rolled back to %s; a rollback run again changes nothing (name the "
+            "snapshot to roll back to in snapshot to move again)" % (what, current),
+        }
+    target, digest = rollback_target(record, what)
+    if named and named != target:
+        raise Refusal(
+            what,
+            "refusing to roll back: the recorded previous snapshot is %s, not %s as given" % (target, named),
+            "writing nothing",
+        )
+    return {"target": target, "digest": digest, "noop": False, "reason": ""}
+
+
+def mark_change(patch, existing, rollback):
+    """Add to a selection or golden ``patch`` the rollback mark (rollback) or its removal (promotion)."""
+    marked = kinds.annotations(existing).get(ROLLED_BACK) == "true"
+    if rollback and not marked:
+        patch = dict(patch or {})
+        meta = dict(patch.get("metadata") or {})
+        meta["annotations"] = dict(meta.get("annotations") or {}, **{ROLLED_BACK: "true"})
+        patch["metadata"] = meta
+    elif not rollback and marked and patch:
+        meta = dict(patch.get("metadata") or {})
+        meta["annotations"] = dict(meta.get("annotations") or {}, **{ROLLED_BACK: None})
+        patch = dict(patch, metadata=meta)
+    return patch
 
 
 def rollback_target(obj, what):
@@ -496,8 +575,7 @@ def project_snapshot_name(family, mode):
 
 def content_handle(content):
     """The storage handle a VolumeSnapshotContent points at (pre-provisioned source, else status)."""
-    spec_handle = ((_spec(content).get("source") or {}).get("snapshotHandle")) if content else None
-    return spec_handle or ((content or {}).get("status") or {}).get("snapshotHandle")
+    return kinds.snapshot_handle(content)
 
 
 def golden_handle(obj, contents):
@@ -523,7 +601,7 @@ def project_resolution(namespace, snapshot, contents, expected):
         "handle": None,
         "expected": expected,
         "match": False,
-        "seeded_from": _meta(snapshot, "annotations").get("kube-dc.com/seeded-from"),
+        "seeded_from": kinds.annotations(snapshot).get("kube-dc.com/seeded-from"),
         "reason": "",
     }
     if snapshot is None:

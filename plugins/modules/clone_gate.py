@@ -29,8 +29,17 @@ description:
     (V(port_unreachable)). The second is a firewall or service problem in the guest, not a boot failure.
   - A O(memory) below the catalog minimum (O(min_memory)) makes the gate inconclusive. The module refuses to
     run instead of reporting a failure that says nothing about the image.
-  - Unless O(keep=true), everything the module created is deleted before it returns, also on failure and
-    timeout. The golden, its content and the seeder's objects are never deleted.
+  - Every object a run creates carries the labels C(goldenimage.pipeline/clone-gate=<run id>) and
+    C(goldenimage.pipeline/clone-gate-candidate=<candidate id>). Unless O(keep=true), everything the run
+    created (found by the run's label, so an object whose create reply was lost is found too) is deleted
+    before it returns, also on failure and timeout, with retries. What could not be deleted (for example
+    with a token that may create but not delete) is reported in RV(left_behind) with RV(cleanup_command),
+    and RV(kept) is then true.
+  - Before it creates anything, a run removes what earlier runs of the same candidate left in the project
+    (by label; objects kept with O(keep=true) are left alone), and refuses to run when it cannot, so
+    nothing accumulates in a tenant's namespace. Do not gate one candidate twice at the same time in
+    one project.
+  - The golden, its content and the seeder's objects are never deleted.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
@@ -51,6 +60,8 @@ options:
     description:
       - The project namespace to clone in, as a tenant. Not the golden namespace, whose PodSecurity level
         does not admit KubeVirt's launcher pods. Do not relax a system namespace to make the gate run.
+      - C(golden-images), C(golden-images-block) and O(snapshot_namespace) are refused before anything is
+        written.
     type: str
     required: true
   os:
@@ -81,22 +92,27 @@ options:
       - Seconds, after the agent connected, for the remote port to accept a TCP connection.
     type: int
     default: 300
-  provision_timeout:
+  wait_timeout:
     description:
       - Seconds for the published snapshot to become ready and for the VM instance to reach C(Running)
         (volume restore and scheduling). Running out of it is no verdict on the image; the module fails
         with V(inconclusive).
+      - The old name C(provision_timeout) is kept as an alias.
     type: int
     default: 600
-  poll_interval:
+    aliases: [provision_timeout]
+  wait_sleep:
     description:
       - Longest pause, in seconds, between two polls.
+      - The old name C(poll_interval) is kept as an alias.
     type: int
     default: 2
+    aliases: [poll_interval]
   keep:
     description:
       - Keep every object the gate created (VM, claim, and the snapshot and content it published) for
-        diagnosis. Delete them yourself afterwards, since they are labelled
+        diagnosis. They also carry C(goldenimage.pipeline/clone-gate-kept=true), so later runs do not sweep
+        them; delete them yourself afterwards with RV(cleanup_command)'s selector,
         C(goldenimage.pipeline/clone-gate=<run id>).
     type: bool
     default: false
@@ -108,12 +124,13 @@ options:
   port_probe:
     description:
       - Where to probe the remote port.
-      - V(auto) uses the VMI's first interface address and the guest port, or a port-forward recorded
-        on the VMI as annotation C(lab.goldenimage.io/forwarded-<port>) (which the test lab sets).
+      - V(auto) uses the VMI's first interface address and the guest port.
       - Otherwise a C(host:port) template; C({ip}), C({port}), C({name}) and C({namespace}) are
-        replaced by the VMI's address, the guest port, the VM name and the project namespace. The VMI's pod
-        IP is reachable only from inside the cluster network. From outside, name the Service or load
-        balancer that tenants use, for example C(rdp-{name}.{namespace}.example.net:3389).
+        replaced by the VMI's address, the guest port, the VM name and the project namespace, and
+        C({annotations[KEY]}) by the VMI's annotation C(KEY) (for a platform that records where it forwards
+        the port; the probe waits while it is absent). The VMI's pod IP is reachable only from inside the
+        cluster network. From outside, name the Service or load balancer that tenants use, for example
+        C(rdp-{name}.{namespace}.example.net:3389).
     type: str
     default: auto
   vm_annotations:
@@ -150,7 +167,9 @@ notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - "The RBAC the gate needs: get/list VolumeSnapshots and VolumeSnapshotContents; create/delete
     VolumeSnapshotContents (cluster scope), and VolumeSnapshots, PersistentVolumeClaims and
-    VirtualMachines in the project; get VirtualMachineInstances."
+    VirtualMachines in the project; get/list VirtualMachines and VirtualMachineInstances."
+  - Every timeout and O(wait_sleep) must be greater than zero; another value is refused before anything is
+    written.
 seealso:
   - module: goldenimage.pipeline.seal_verify
   - module: goldenimage.pipeline.golden_selection
@@ -165,6 +184,7 @@ EXAMPLES = r"""
     memory: 8Gi
     min_memory: 8Gi
     agent_timeout: 2700
+    wait_timeout: 900
   register: gate
 
 - name: Keep a failing clone for diagnosis and only report
@@ -233,9 +253,35 @@ created:
   type: list
   elements: dict
 kept:
-  description: Whether the created objects were kept (O(keep=true)).
+  description:
+    - Whether objects the run created are still in the cluster, because O(keep=true) or because the cleanup
+      failed (then RV(left_behind) names them).
   returned: always
   type: bool
+swept:
+  description: Objects earlier runs of the same candidate left in the project, removed before this run.
+  returned: unless refused before reading the cluster
+  type: list
+  elements: dict
+would_sweep:
+  description: In check mode, the objects of earlier runs a real run would remove first.
+  returned: in check mode
+  type: list
+  elements: dict
+left_behind:
+  description: Objects the cleanup could not delete, as C({apiVersion, kind, name, namespace, run}).
+  returned: when cleanup failed
+  type: list
+  elements: dict
+cleanup_command:
+  description: The kubectl command that removes what the run left behind, by its run label.
+  returned: when cleanup failed
+  type: str
+  sample: >-
+    kubectl delete -n acme
+    virtualmachines.kubevirt.io,persistentvolumeclaims,volumesnapshots.snapshot.storage.k8s.io
+    -l goldenimage.pipeline/clone-gate=5f3a9c21 &&
+    kubectl delete volumesnapshotcontents.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=5f3a9c21
 would_create:
   description: In check mode, the objects a real run would create.
   returned: in check mode
@@ -250,24 +296,30 @@ cleanup_errors:
 
 import binascii
 import os
-import socket
+import random
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, inputs, kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+    KubeError,
     KubeModule,
-    error_details,
     is_transient,
+    status_code,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import tcp_connect
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
     WaitError,
     WaitFailed,
     WaitTimeout,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 SNAP = gate.SNAPSHOT_API
 VM = gate.VM_API
+# A write that failed is sent again this many times (with a jittered pause) unless the answer says
+# it never will succeed (401, 403, 422).
+ATTEMPTS = 4
+FINAL = (400, 401, 403, 404, 422)
 
 
 def argument_spec():
@@ -280,8 +332,8 @@ def argument_spec():
         min_memory=dict(type="str"),
         agent_timeout=dict(type="int", default=1200),
         port_timeout=dict(type="int", default=300),
-        provision_timeout=dict(type="int", default=600),
-        poll_interval=dict(type="int", default=2),
+        wait_timeout=dict(type="int", default=600, aliases=["provision_timeout"]),
+        wait_sleep=dict(type="int", default=2, aliases=["poll_interval"]),
         keep=dict(type="bool", default=False),
         storage_class=dict(type="str"),
         port_probe=dict(type="str", default="auto"),
@@ -291,87 +343,110 @@ def argument_spec():
     )
 
 
-class GateModule(KubeModule):
-    """Cleans up what the gate created before any failure is reported, whichever helper failed."""
+DURATIONS = ("agent_timeout", "port_timeout", "wait_timeout", "wait_sleep", "cleanup_timeout")
 
-    cleanup = None
 
-    def fail_json(self, msg, **kwargs):
-        hook, self.cleanup = self.cleanup, None
-        if hook is not None:
-            kwargs.update(hook())
-        super(GateModule, self).fail_json(msg=msg, **kwargs)
+def _pause(attempt):
+    time.sleep(min(4.0, 0.5 * 2**attempt) * (0.5 + random.random()))
+
+
+def _ref(obj):
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": kinds.name(obj),
+        "namespace": kinds.namespace(obj),
+        "run": kinds.labels(obj).get(gate.GATE_LABEL),
+    }
+
+
+def _retried(call, *args, **kwargs):
+    """``call(...)``, sent again on throttling, 5xx and dropped connections (jittered, bounded)."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return call(*args, **kwargs)
+        except KubeError as exc:
+            if attempt + 1 == ATTEMPTS or not is_transient(getattr(exc, "cause", None)):
+                raise
+        _pause(attempt)
 
 
 class Gate:
-    def __init__(self, module):
+    """The runner: ``run()`` returns the result or raises a PipelineError; it never exits.
+
+    Whatever ends the run (a verdict, a refusal, an API error), what it created is removed first,
+    unless kept, and anything it could not remove is reported by name with the command to remove it.
+    """
+
+    def __init__(self, module, run_id=None):
         self.module = module
         self.p = module.params
-        self.port = gate.port_for(self.p["os"])
-        self.run_id = binascii.hexlify(os.urandom(4)).decode()
+        self.run_id = run_id or binascii.hexlify(os.urandom(4)).decode()
+        self.candidate_id = gate.candidate_id(self.p["snapshot_namespace"], self.p["snapshot"])
+        self.marks = {"candidate": self.candidate_id, "kept": bool(self.p["keep"])}
         self.created = []
-        self.result = {"changed": False, "created": self.created, "kept": False, "phases": []}
+        self.result = {"changed": False, "created": self.created, "kept": False, "phases": [], "swept": []}
 
     # --- reading the candidate -------------------------------------------------------------------
 
     def candidate(self):
         p = self.p
-        vs = self.module.get(SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"])
+        vs = _retried(self.module.get, SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"])
         where = "VolumeSnapshot %s/%s" % (p["snapshot_namespace"], p["snapshot"])
         if vs is None:
-            self.fail("%s not found" % where)
-        status = vs.get("status") or {}
+            raise PipelineError("%s not found" % where, **self.result)
+        status = kinds.status(vs)
         if not status.get("readyToUse") or not status.get("boundVolumeSnapshotContentName"):
-            self.fail("%s is not ready to use; a clone of it cannot be gated" % where)
-        content = self.module.get(SNAP, "VolumeSnapshotContent", status["boundVolumeSnapshotContentName"])
-        handle = self.handle(content)
-        if not handle:
-            self.fail("%s has no snapshot handle on its content" % where)
-        labels = (vs.get("metadata") or {}).get("labels") or {}
-        mode = (content.get("spec") or {}).get("sourceVolumeMode") or labels.get("kube-dc.com/golden-mode")
-        return vs, content, handle, mode or "Filesystem"
-
-    @staticmethod
-    def handle(content):
-        if not content:
-            return None
-        return (content.get("status") or {}).get("snapshotHandle") or (
-            ((content.get("spec") or {}).get("source") or {}).get("snapshotHandle")
+            raise PipelineError(
+                "%s is not ready to use; a clone of it cannot be gated" % where, **self.result
+            )
+        content = _retried(
+            self.module.get, SNAP, "VolumeSnapshotContent", status["boundVolumeSnapshotContentName"]
         )
+        handle = kinds.snapshot_handle(content)
+        if not handle:
+            raise PipelineError("%s has no snapshot handle on its content" % where, **self.result)
+        mode = kinds.spec(content).get("sourceVolumeMode") or kinds.labels(vs).get("kube-dc.com/golden-mode")
+        return vs, content, handle, mode or "Filesystem"
 
     def published(self, handle):
         """The project's ready snapshot on this handle (the seeder's copy), or None."""
         for vs in sorted(
-            self.module.list(SNAP, "VolumeSnapshot", self.p["project_namespace"]),
-            key=lambda o: o["metadata"]["name"],
+            _retried(self.module.list, SNAP, "VolumeSnapshot", self.p["project_namespace"]), key=kinds.name
         ):
-            status = vs.get("status") or {}
+            status = kinds.status(vs)
             name = status.get("boundVolumeSnapshotContentName")
-            if not status.get("readyToUse") or not name:
+            if not status.get("readyToUse") or not name or kinds.terminating(vs):
                 continue
-            if self.handle(self.module.get(SNAP, "VolumeSnapshotContent", name)) == handle:
+            if (
+                kinds.snapshot_handle(_retried(self.module.get, SNAP, "VolumeSnapshotContent", name))
+                == handle
+            ):
                 return vs
         return None
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
-    def fail(self, msg, **extra):
-        self.result.update(extra)
-        self.module.fail_json(**dict(self.result, msg=msg))
-
     def create(self, definition):
-        meta = definition["metadata"]
-        obj = self.module.create(definition)
-        self.created.append(
-            {
-                "apiVersion": definition["apiVersion"],
-                "kind": definition["kind"],
-                "name": meta["name"],
-                "namespace": meta.get("namespace"),
-            }
-        )
+        """Create an object of this run. It is recorded before the request, so an object whose reply
+        was lost after the server committed it is still cleaned up; on retry it is recognised by the
+        run's label instead of failing."""
+        ref = _ref(definition)
+        self.created.append(ref)
         self.result["changed"] = True
-        return obj
+        for attempt in range(ATTEMPTS):
+            try:
+                return self.module.create(definition)
+            except KubeError as exc:
+                found = _retried(
+                    self.module.get, ref["apiVersion"], ref["kind"], ref["name"], ref["namespace"]
+                )
+                if found is not None and kinds.labels(found).get(gate.GATE_LABEL) == self.run_id:
+                    return found
+                cause = getattr(exc, "cause", None)
+                if attempt + 1 == ATTEMPTS or not (is_transient(cause) or status_code(cause) == 409):
+                    raise
+            _pause(attempt)
 
     def phase(self, name, passed, seconds, detail):
         self.result["phases"].append(
@@ -380,119 +455,164 @@ class Gate:
 
     def wait(self, api, kind, name, namespace, predicate, describe, pending, timeout):
         return self.module.wait(
-            api, kind, name, namespace, predicate, describe, pending, timeout, self.p["poll_interval"]
+            api, kind, name, namespace, predicate, describe, pending, timeout, self.p["wait_sleep"]
         )
 
     # --- the run -------------------------------------------------------------------------------
 
     def run(self):
         p = self.p
+        inputs.positive_all(p, DURATIONS)
+        gate.refuse_project_namespace(p["project_namespace"], p["snapshot_namespace"])
         min_memory = p["min_memory"] or gate.MIN_MEMORY[p["os"]]
         memory = p["memory"] or min_memory
-        try:
-            problem = gate.memory_problem(memory, min_memory)
-        except gate.GateError as exc:
-            self.fail(str(exc))
+        problem = gate.memory_problem(memory, min_memory)
         if problem:
-            self.fail(problem, verdict=gate.INCONCLUSIVE, passed=False)
+            raise PipelineError(problem, verdict=gate.INCONCLUSIVE, passed=False, **self.result)
         candidate, content, handle, mode = self.candidate()
-        if self.module.get("v1", "Namespace", p["project_namespace"]) is None:
-            self.fail("project namespace %s does not exist" % p["project_namespace"])
-        seeded = self.published(handle)
-        names = {
+        if _retried(self.module.get, "v1", "Namespace", p["project_namespace"]) is None:
+            raise PipelineError("project namespace %s does not exist" % p["project_namespace"], **self.result)
+        if self.module.check_mode:
+            return self.predict(handle)
+        try:
+            self.sweep()
+            self.gate(candidate, content, handle, mode, memory)
+        except Exception as exc:
+            extra = self.cleanup()
+            message = extra.pop("cleanup_message", None)
+            if not isinstance(exc, PipelineError):
+                raise
+            for key, value in self.result.items():
+                exc.fields.setdefault(key, value)
+            exc.fields.update(extra)
+            if message:
+                exc.msg = "%s; %s" % (exc.msg, message)
+            raise
+        extra = self.cleanup()
+        message = extra.pop("cleanup_message", None)
+        self.result.update(extra)
+        if message:
+            self.result["msg"] = "%s; %s" % (self.result["msg"], message)
+        if self.result["verdict"] != gate.PASSED and p["fail_on_reject"]:
+            raise PipelineError(**self.result)
+        return self.result
+
+    def names(self):
+        p = self.p
+        return {
             "vs": gate.object_name(self.run_id),
             "content": gate.object_name("%s-%s" % (p["project_namespace"], self.run_id)),
         }
+
+    def predict(self, handle):
+        p = self.p
+        names = self.names()
+        seeded = self.published(handle)
         plan = []
         if seeded is None:
             plan.append({"kind": "VolumeSnapshotContent", "name": names["content"], "namespace": None})
             plan.append({"kind": "VolumeSnapshot", "name": names["vs"], "namespace": p["project_namespace"]})
         for kind in ("PersistentVolumeClaim", "VirtualMachine"):
             plan.append({"kind": kind, "name": names["vs"], "namespace": p["project_namespace"]})
-        source = {
-            "name": seeded["metadata"]["name"] if seeded else names["vs"],
-            "namespace": p["project_namespace"],
+        return dict(
+            changed=False,
+            skipped=True,
+            msg="check mode: a clone gate boots a VM and cannot be predicted; it would create %s"
+            % ", ".join("%s %s" % (o["kind"], o["name"]) for o in plan),
+            would_create=plan,
+            would_sweep=[_ref(o) for o in self.leftovers()],
+            source=self.source(seeded, names, handle),
+            created=[],
+            kept=False,
+        )
+
+    def source(self, seeded, names, handle):
+        return {
+            "name": kinds.name(seeded) if seeded else names["vs"],
+            "namespace": self.p["project_namespace"],
             "handle": handle,
             "published_by": "project" if seeded else "gate",
         }
-        self.result["source"] = source
-        if self.module.check_mode:
-            self.module.exit_json(
-                changed=False,
-                skipped=True,
-                msg="check mode: a clone gate boots a VM and cannot be predicted; it would create %s"
-                % ", ".join("%s %s" % (o["kind"], o["name"]) for o in plan),
-                would_create=plan,
-                source=source,
-                created=[],
-                kept=False,
-            )
-        self.module.cleanup = self.cleanup
+
+    def gate(self, candidate, content, handle, mode, memory):
+        p = self.p
+        names = self.names()
+        seeded = self.published(handle)
+        source = self.result["source"] = self.source(seeded, names, handle)
         start = time.monotonic()
         if seeded is None:
             seeded = self.publish(names, handle, content, mode)
             detail = "published %s/%s on handle %s" % (p["project_namespace"], names["vs"], handle)
         else:
-            detail = "existing project copy %s/%s" % (p["project_namespace"], seeded["metadata"]["name"])
+            detail = "existing project copy %s/%s" % (p["project_namespace"], kinds.name(seeded))
         self.phase("provision", True, time.monotonic() - start, detail)
-        notes = (seeded.get("metadata") or {}).get("annotations") or {}
-        restore = (seeded.get("status") or {}).get("restoreSize") or (candidate.get("status") or {}).get(
-            "restoreSize"
-        )
-        try:
-            size = gate.clone_size(restore, notes.get(gate.CLONE_MIN_SIZE))
-        except gate.GateError as exc:
-            self.fail(str(exc))
+        restore = kinds.status(seeded).get("restoreSize") or kinds.status(candidate).get("restoreSize")
+        size = gate.clone_size(restore, kinds.annotations(seeded).get(gate.CLONE_MIN_SIZE))
         vm_name = names["vs"]
         self.create(
             gate.pvc_definition(
-                vm_name, p["project_namespace"], source["name"], size, mode, p["storage_class"], self.run_id
+                vm_name,
+                p["project_namespace"],
+                source["name"],
+                size,
+                mode,
+                p["storage_class"],
+                self.run_id,
+                **self.marks,
             )
         )
         self.create(
             gate.vm_definition(
-                vm_name, p["project_namespace"], vm_name, memory, self.run_id, p["vm_annotations"]
+                vm_name,
+                p["project_namespace"],
+                vm_name,
+                memory,
+                self.run_id,
+                p["vm_annotations"],
+                **self.marks,
             )
         )
         vmi = self.start(vm_name)
         agent_ok, vmi = self.agent(vm_name, vmi)
-        port_ok = False
-        if agent_ok:
-            port_ok = self.probe(vm_name, vmi)
+        port_ok = self.probe(vm_name, vmi) if agent_ok else False
         verdict = gate.verdict(agent_ok, port_ok)
-        msg = gate.explain(verdict, p["os"], self.port, self.result.get("probe", "-"))
+        port = gate.port_for(p["os"])
+        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"))
         self.result.update(verdict=verdict, passed=verdict == gate.PASSED, msg=msg)
-        self.module.cleanup = None
-        self.result.update(self.cleanup())
-        if verdict != gate.PASSED and p["fail_on_reject"]:
-            self.module.fail_json(**self.result)
-        self.module.exit_json(**self.result)
 
     def publish(self, names, handle, content, mode):
         p = self.p
-        driver = (content.get("spec") or {}).get("driver") or ""
+        driver = kinds.spec(content).get("driver") or ""
         self.create(
             gate.content_definition(
-                names["content"], handle, driver, mode, names["vs"], p["project_namespace"], self.run_id
+                names["content"],
+                handle,
+                driver,
+                mode,
+                names["vs"],
+                p["project_namespace"],
+                self.run_id,
+                **self.marks,
             )
         )
         self.create(
-            gate.snapshot_definition(names["vs"], p["project_namespace"], names["content"], self.run_id)
+            gate.snapshot_definition(
+                names["vs"], p["project_namespace"], names["content"], self.run_id, **self.marks
+            )
         )
 
         def ready(obj):
-            status = (obj or {}).get("status") or {}
-            return bool(status.get("readyToUse")), None
+            return bool(kinds.status(obj).get("readyToUse")), None
 
         def describe(obj):
-            status = (obj or {}).get("status") or {}
+            status = kinds.status(obj)
             return "readyToUse=%s%s" % (
                 status.get("readyToUse"),
                 " error: %s" % status["error"].get("message") if status.get("error") else "",
             )
 
         try:
-            obj = self.wait(
+            return self.wait(
                 SNAP,
                 "VolumeSnapshot",
                 names["vs"],
@@ -500,18 +620,17 @@ class Gate:
                 ready,
                 describe,
                 "the published snapshot to be ready",
-                p["provision_timeout"],
+                p["wait_timeout"],
             )[0]
         except WaitError as exc:
-            self.fail(str(exc), verdict=gate.INCONCLUSIVE, passed=False)
-        return obj
+            raise PipelineError(str(exc), verdict=gate.INCONCLUSIVE, passed=False) from None
 
     def start(self, name):
         """Wait for the VMI to run: scheduling and volume restore, no verdict on the image yet."""
         ns = self.p["project_namespace"]
 
         def running(obj):
-            phase = ((obj or {}).get("status") or {}).get("phase")
+            phase = kinds.status(obj).get("phase")
             return phase == "Running", (
                 "the instance failed before the guest ran" if phase == "Failed" else None
             )
@@ -523,30 +642,30 @@ class Gate:
                 name,
                 ns,
                 running,
-                gate.describe_vmi,
+                kinds.describe_vmi,
                 "the VM instance to run",
-                self.p["provision_timeout"],
+                self.p["wait_timeout"],
             )
         except WaitError as exc:
-            vm = self.module.fetch(VM, "VirtualMachine", name, ns) or {}
-            printable = (vm.get("status") or {}).get("printableStatus")
+            vm = _retried(self.module.get, VM, "VirtualMachine", name, ns) or {}
+            printable = kinds.status(vm).get("printableStatus")
             self.phase("start", False, exc.elapsed, "%s (VM %s)" % (exc.state, printable))
-            self.fail(
+            raise PipelineError(
                 "the clone never started, so the gate says nothing about the image (VM status %s): %s"
                 % (printable, exc),
                 verdict=gate.INCONCLUSIVE,
                 passed=False,
-            )
-        self.phase("start", True, seconds, gate.describe_vmi(vmi))
+            ) from None
+        self.phase("start", True, seconds, kinds.describe_vmi(vmi))
         return vmi
 
     def agent(self, name, vmi):
         ns = self.p["project_namespace"]
 
         def connected(obj):
-            if gate.agent_connected(obj):
+            if kinds.agent_connected(obj):
                 return True, None
-            phase = ((obj or {}).get("status") or {}).get("phase")
+            phase = kinds.status(obj).get("phase")
             if obj is None or phase in ("Failed", "Succeeded"):
                 return False, "the instance ended (%s) before its agent connected" % (phase or "deleted")
             return False, None
@@ -558,7 +677,7 @@ class Gate:
                 name,
                 ns,
                 connected,
-                gate.describe_vmi,
+                kinds.describe_vmi,
                 "AgentConnected",
                 self.p["agent_timeout"],
             )
@@ -570,30 +689,25 @@ class Gate:
 
     def probe(self, name, vmi):
         ns = self.p["project_namespace"]
+        port = gate.port_for(self.p["os"])
         start = time.monotonic()
-        deadline = start + max(0, self.p["port_timeout"])
-        last, attempts, address = "no address yet", 0, None
+        deadline = start + self.p["port_timeout"]
+        last, attempts = "no address yet", 0
         while True:
-            try:
-                address = gate.probe_address(self.p["port_probe"], vmi, self.port)
-            except gate.GateError as exc:
-                self.fail(str(exc))
+            address = gate.probe_address(self.p["port_probe"], vmi, port)
             if address is not None:
                 attempts += 1
                 self.result["probe"] = "%s:%d" % address
-                remaining = max(0.5, min(5.0, deadline - time.monotonic()))
-                try:
-                    conn = socket.create_connection(address, timeout=remaining)
-                    conn.close()
+                error = tcp_connect(address, max(0.5, min(5.0, deadline - time.monotonic())))
+                if error is None:
                     self.phase(
                         "port", True, time.monotonic() - start, "%s:%d accepted a connection" % address
                     )
                     return True
-                except (OSError, socket.timeout) as exc:
-                    last = "%s:%d: %s" % (address[0], address[1], exc.strerror or exc)
+                last = "%s:%d: %s" % (address[0], address[1], error)
             if time.monotonic() >= deadline:
                 break
-            time.sleep(min(self.p["poll_interval"], max(0.0, deadline - time.monotonic())))
+            time.sleep(min(self.p["wait_sleep"], max(0.0, deadline - time.monotonic())))
             try:
                 vmi = self.module.fetch(VM, "VirtualMachineInstance", name, ns) or vmi
             except Exception as exc:
@@ -602,62 +716,118 @@ class Gate:
         self.phase("port", False, time.monotonic() - start, "%s (%d attempts)" % (last, attempts))
         return False
 
-    # --- cleanup -------------------------------------------------------------------------------
+    # --- sweep and cleanup -----------------------------------------------------------------------
+
+    def leftovers(self, selector=None):
+        """Gate objects in the project carrying ``selector`` (default: earlier runs of this candidate)."""
+        selector = selector or gate.sweep_selector(self.candidate_id)
+        found = []
+        for api, kind, _plural, namespaced in gate.CREATED_KINDS:
+            namespace = self.p["project_namespace"] if namespaced else None
+            found.extend(_retried(self.module.list, api, kind, namespace, label_selector=selector))
+        return gate.removal_order(gate.swept(found, self.p["project_namespace"]))
+
+    def sweep(self):
+        """Remove what earlier runs of this candidate left in the project before this one starts."""
+        old = [_ref(o) for o in self.leftovers()]
+        if not old:
+            return
+        left, errors = self.remove_all(old)
+        self.result["swept"] = [o for o in old if o not in left]
+        if left:
+            runs = sorted({o.get("run") for o in left if o.get("run")})
+            raise PipelineError(
+                "earlier clone gate runs of %s/%s left %s in %s and they could not be removed (%s), so "
+                "this run does not add more; remove them with: %s"
+                % (
+                    self.p["snapshot_namespace"],
+                    self.p["snapshot"],
+                    gate.describe_left(left),
+                    self.p["project_namespace"],
+                    "; ".join(errors),
+                    " && ".join(gate.cleanup_command(run, self.p["project_namespace"]) for run in runs),
+                ),
+                left_behind=left,
+                **self.result,
+            )
 
     def cleanup(self):
-        """Delete what this run created, newest first; never anything it did not create."""
+        """Delete what this run created (and anything else carrying its run label), newest first."""
         if self.p["keep"]:
             return {"kept": bool(self.created)}
-        errors = []
-        for obj in reversed(self.created):
+        selector = "%s=%s" % (gate.GATE_LABEL, self.run_id)
+        targets = gate.removal_order(list(self.created))
+        try:
+            targets += [o for o in (_ref(x) for x in self.leftovers(selector)) if o not in targets]
+        except PipelineError as exc:
+            self.module.warn("could not list the objects of clone gate run %s: %s" % (self.run_id, exc.msg))
+        left, errors = self.remove_all(gate.removal_order(targets))
+        if not left:
+            return {"kept": False}
+        command = gate.cleanup_command(self.run_id, self.p["project_namespace"])
+        message = "cleanup left %s behind (%s); remove them with: %s" % (
+            gate.describe_left(left),
+            "; ".join(errors),
+            command,
+        )
+        self.module.warn("clone gate " + message)
+        return {
+            "kept": True,
+            "left_behind": left,
+            "cleanup_errors": errors,
+            "cleanup_command": command,
+            "cleanup_message": message,
+        }
+
+    def remove_all(self, objects):
+        left, errors = [], []
+        for obj in objects:
+            error = self.remove(obj)
+            if error:
+                left.append(obj)
+                errors.append("%s %s: %s" % (obj["kind"], obj["name"], error))
+        return left, errors
+
+    def remove(self, obj):
+        """Delete one object, retrying what a retry may pass, and wait until it is gone; None or why not."""
+        error = None
+        for attempt in range(ATTEMPTS):
             try:
-                res = self.module.resource(obj["apiVersion"], obj["kind"])
-                namespace = obj["namespace"] if res.namespaced else None
-                try:
-                    res.delete(name=obj["name"], namespace=namespace)
-                except Exception as exc:
-                    if getattr(exc, "status", None) != 404:
-                        raise
-                self.wait_gone(obj)
-                if obj["kind"] == "VirtualMachine":  # its instance goes with it (owner reference)
-                    self.wait_gone(dict(obj, kind="VirtualMachineInstance"))
-            except Exception as exc:
-                errors.append("%s %s: %s" % (obj["kind"], obj["name"], error_details(exc)["message"]))
-        extra = {"kept": False}
-        if errors:
-            extra["cleanup_errors"] = errors
-            self.module.warn("clone gate cleanup left objects behind: %s" % "; ".join(errors))
-        return extra
+                self.module.delete(obj["apiVersion"], obj["kind"], obj["name"], obj["namespace"])
+                error = None
+                break
+            except PipelineError as exc:
+                error = exc.msg
+                if status_code(getattr(exc, "cause", None)) in FINAL:
+                    return error
+            _pause(attempt)
+        if error:
+            return error
+        try:
+            self.wait_gone(obj)
+            if obj["kind"] == "VirtualMachine":  # its instance goes with it (owner reference)
+                self.wait_gone(dict(obj, kind="VirtualMachineInstance"))
+        except PipelineError as exc:
+            return exc.msg
+        return None
 
     def wait_gone(self, obj):
-        def gone(found):
-            return found is None, None
-
-        try:
-            self.module.wait(
-                obj["apiVersion"],
-                obj["kind"],
-                obj["name"],
-                obj["namespace"],
-                gone,
-                lambda found: "still there" if found else "gone",
-                "%s %s to be deleted" % (obj["kind"], obj["name"]),
-                self.p["cleanup_timeout"],
-                self.p["poll_interval"],
-            )
-        except WaitError as exc:
-            raise RuntimeError(str(exc)) from None
+        self.module.wait(
+            obj["apiVersion"],
+            obj["kind"],
+            obj["name"],
+            obj["namespace"],
+            lambda found: (found is None, None),
+            lambda found: "still there" if found else "gone",
+            "%s %s to be deleted" % (obj["kind"], obj["name"]),
+            self.p["cleanup_timeout"],
+            self.p["wait_sleep"],
+        )
 
 
 def main():
-    module = GateModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        p = module.params
-        if p["poll_interval"] < 1 or min(p["agent_timeout"], p["port_timeout"], p["provision_timeout"]) < 0:
-            module.fail_json(msg="poll_interval must be at least 1 and the timeouts at least 0 (seconds)")
-        Gate(module).run()
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(module, lambda: Gate(module).run())
 
 
 if __name__ == "__main__":

@@ -236,8 +236,9 @@ summary:
 """
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, golden_inventory, selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
 
 def argument_spec():
@@ -255,67 +256,34 @@ def argument_spec():
     )
 
 
-def observe(module, namespaces, family=None, project_selector=selection.PROJECT_SELECTOR):
-    """One LIST per kind (and per golden namespace), whatever the number of projects.
-
-    Goldens are listed whole from their namespaces, so the report sees them in the order and with
-    the family annotation the seeder sees; project copies come from one labelled list of all namespaces.
-    """
-    api = golden.SNAPSHOT_API_VERSION
-    golden_spaces = sorted(set(namespaces.values()))
-    snapshots = []
-    for namespace in golden_spaces:
-        snapshots.extend(module.list(api, golden.SNAPSHOT_KIND, namespace))
-    labelled = module.list(
-        api, golden.SNAPSHOT_KIND, label_selector=golden_inventory.snapshot_selector(family)
+def run(module):
+    """The runner: reads once per kind, returns the report; never exits."""
+    p = module.params
+    mode = golden.normalize_mode(p["mode"]) if p["mode"] else None
+    if p["family"]:
+        golden.validate_family(p["family"])
+    chosen = p["namespaces"] or {}
+    namespaces = golden_inventory.golden_namespaces(chosen.get("filesystem"), chosen.get("block"))
+    observed = observe(module, namespaces, p["family"], p["project_selector"])
+    result = golden_inventory.report(
+        observed["snapshots"],
+        observed["contents"],
+        observed["pvcs"],
+        observed["projects"],
+        observed["selections"],
+        observed["datavolumes"],
+        namespaces=namespaces,
+        family=p["family"],
+        mode=mode,
     )
-    snapshots.extend(s for s in labelled if (s.get("metadata") or {}).get("namespace") not in golden_spaces)
-    observed = {
-        "snapshots": snapshots,
-        "contents": module.list(selection.CONTENT_API_VERSION, selection.CONTENT_KIND),
-        "pvcs": module.list("v1", "PersistentVolumeClaim"),
-        "projects": module.list("v1", "Namespace", label_selector=project_selector),
-        "selections": [],
-        "datavolumes": [],
-    }
-    if module.served(selection.SELECTION_API_VERSION, selection.SELECTION_KIND):
-        observed["selections"] = module.list(selection.SELECTION_API_VERSION, selection.SELECTION_KIND)
-    if module.served(golden_inventory.DATAVOLUME_API_VERSION, golden_inventory.DATAVOLUME_KIND):
-        observed["datavolumes"] = module.list(
-            golden_inventory.DATAVOLUME_API_VERSION, golden_inventory.DATAVOLUME_KIND
-        )
-    return observed
+    for conflict in result["conflicts"]:
+        module.warn(conflict["message"])
+    return dict(result, changed=False, summary=golden_inventory.summary(result))
 
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        p = module.params
-        try:
-            mode = golden.normalize_mode(p["mode"]) if p["mode"] else None
-            if p["family"]:
-                golden.validate_family(p["family"])
-        except golden.GoldenError as exc:
-            module.fail_json(msg=str(exc))
-        chosen = p["namespaces"] or {}
-        namespaces = golden_inventory.golden_namespaces(chosen.get("filesystem"), chosen.get("block"))
-        observed = observe(module, namespaces, p["family"], p["project_selector"])
-        result = golden_inventory.report(
-            observed["snapshots"],
-            observed["contents"],
-            observed["pvcs"],
-            observed["projects"],
-            observed["selections"],
-            observed["datavolumes"],
-            namespaces=namespaces,
-            family=p["family"],
-            mode=mode,
-        )
-        for conflict in result["conflicts"]:
-            module.warn(conflict["message"])
-        module.exit_json(changed=False, summary=golden_inventory.summary(result), **result)
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: run(module))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ description:
     intermediate state is safe, the result explains why, and the selection path is recommended.
   - With O(verify_projects=true) it then waits until every project namespace resolved to the snapshot
     handle of the selected golden (seeded VolumeSnapshot, its bound content, the content's handle) and
-    fails listing those that did not within O(verify_timeout).
+    fails listing those that did not within O(wait_timeout).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
@@ -53,8 +53,8 @@ options:
   snapshot:
     description:
       - Name of the golden to serve, in the namespace of O(mode).
-      - Required unless O(rollback=true). With O(rollback=true) it may be given to make sure the recorded
-        previous snapshot is the one expected; a different one is refused.
+      - Required unless O(rollback=true). With O(rollback=true) it names the rollback's target. The run is a
+        no-op when that snapshot already serves, and is refused when it is not the recorded previous snapshot.
     type: str
   release_digest:
     description:
@@ -76,6 +76,9 @@ options:
     description:
       - Restore the snapshot recorded as previous by the last promotion, instead of O(snapshot).
       - Refused, writing nothing, when no previous snapshot is recorded.
+      - A rollback records that it was one (annotation C(goldenimage.pipeline/rolled-back), removed by the
+        next promotion). Run again without O(snapshot), it changes nothing instead of flipping back to what
+        the first rollback removed. To roll back again on purpose, name the target in O(snapshot).
     type: bool
     default: false
   verify_projects:
@@ -84,19 +87,25 @@ options:
         handle of the selected golden, and fail listing the projects that did not.
       - Kube-DC re-seeds projects on its resync (every 15 minutes by default), so O(verify_timeout) must
         cover it.
+      - O(wait_timeout) and O(wait_sleep) must be greater than zero; another value is refused before anything
+        is written.
       - In check mode nothing is waited for; each project's current resolution is reported once.
     type: bool
     default: false
-  verify_timeout:
+  wait_timeout:
     description:
-      - Seconds to wait for every project to resolve to the selected handle.
+      - Seconds to wait for every project to resolve to the selected handle (with O(verify_projects=true)).
+      - The old name C(verify_timeout) is kept as an alias.
     type: int
     default: 1200
-  verify_interval:
+    aliases: [verify_timeout]
+  wait_sleep:
     description:
       - Longest pause, in seconds, between two checks of the projects.
+      - The old name C(verify_interval) is kept as an alias.
     type: int
     default: 15
+    aliases: [verify_interval]
   namespace:
     description:
       - Namespace of the C(GoldenImageSelection) objects. Defaults to the golden namespace of O(mode).
@@ -121,8 +130,8 @@ attributes:
   idempotent:
     support: full
     details:
-      - Selecting the snapshot already selected changes nothing. O(rollback=true) is not idempotent by design,
-        each run swaps the selected and the recorded previous snapshot.
+      - Selecting the snapshot already selected changes nothing. A rollback run twice changes nothing the
+        second time, and a rollback naming its target in O(snapshot) changes nothing when the target serves.
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - Refusals (missing, unready, wrong family or mode, conflicting selections, nothing to roll back) write
@@ -140,7 +149,7 @@ EXAMPLES = r"""
     snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
     release_digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
     verify_projects: true
-    verify_timeout: 1200
+    wait_timeout: 1200
   register: promoted
 
 - name: Show what each project resolved to
@@ -148,11 +157,12 @@ EXAMPLES = r"""
     msg: "{{ item.namespace }}: {{ item.handle }} (match: {{ item.match }})"
   loop: "{{ promoted.projects }}"
 
-- name: Roll back to the snapshot the last promotion replaced
+- name: Roll back to the snapshot the last promotion replaced, named so a rerun is a no-op
   goldenimage.pipeline.golden_selection:
     family: ubuntu-24-04
     mode: Block
     rollback: true
+    snapshot: golden-ubuntu-24-04-20260101-0123456789ab
 
 - name: Promote on a cluster without the GoldenImageSelection CRD (legacy label, reported as unsafe)
   goldenimage.pipeline.golden_selection:
@@ -280,6 +290,13 @@ projects:
     reason:
       description: One sentence on the outcome.
       type: str
+rollback:
+  description:
+    - With O(rollback=true) when nothing was written, V(noop) true and V(reason), why the named state
+      already holds.
+  returned: when a rollback changed nothing
+  type: dict
+  sample: {noop: true, reason: "GoldenImageSelection golden-images/deb-filesystem was already rolled back"}
 unresolved:
   description: Project namespaces that did not resolve to the selected handle.
   returned: always
@@ -297,7 +314,7 @@ diff:
 
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, inputs, kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as rules
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     FIRST_POLL,
@@ -306,7 +323,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     object_diff,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND
@@ -321,22 +338,20 @@ def argument_spec():
         method=dict(type="str", choices=["selection", "label"], default="selection"),
         rollback=dict(type="bool", default=False),
         verify_projects=dict(type="bool", default=False),
-        verify_timeout=dict(type="int", default=1200),
-        verify_interval=dict(type="int", default=15),
+        wait_timeout=dict(type="int", default=1200, aliases=["verify_timeout"]),
+        wait_sleep=dict(type="int", default=15, aliases=["verify_interval"]),
         namespace=dict(type="str"),
         project_selector=dict(type="str", default=rules.PROJECT_SELECTOR),
     )
 
 
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name")
-
-
-def _ns(obj):
-    return ((obj or {}).get("metadata") or {}).get("namespace")
+_name = kinds.name
+_ns = kinds.namespace
 
 
 class Promotion:
+    """The runner: ``run()`` returns the result or raises a PipelineError; it never exits."""
+
     def __init__(self, module):
         self.module = module
         self.params = module.params
@@ -356,23 +371,28 @@ class Promotion:
         self.golden_ns = None
         self.selection_ns = None
 
-    def fail(self, msg, **extra):
-        self.result.update(extra)
-        self.module.fail_json(msg=msg, **self.result)
+    def with_result(self, error):
+        """``error`` (a PipelineError) with this run's result fields, ready to raise."""
+        for key, value in self.result.items():
+            error.fields.setdefault(key, value)
+        return error
+
+    def run(self):
+        p = self.params
+        try:
+            inputs.positive_all(p, ("wait_timeout", "wait_sleep"))
+            self.prepare()
+            return self.by_label() if p["method"] == "label" else self.by_selection()
+        except PipelineError as exc:
+            raise self.with_result(exc) from None
 
     def prepare(self):
         p = self.params
-        try:
-            self.family = golden.validate_family(p["family"])
-            self.mode = golden.normalize_mode(p["mode"])
-            if p["release_digest"]:
-                golden.normalize_digest(p["release_digest"])
-        except golden.GoldenError as exc:
-            self.fail(str(exc))
-        if not p["rollback"] and not p["snapshot"]:
-            self.fail(
-                "snapshot is required to promote; set rollback: true to restore the recorded previous one"
-            )
+        self.family = golden.validate_family(p["family"])
+        self.mode = golden.normalize_mode(p["mode"])
+        if p["release_digest"]:
+            golden.normalize_digest(p["release_digest"])
+        rules.refuse_promotion_inputs(p["snapshot"], p["rollback"])
         self.result["mode"] = self.mode
         self.result["family"] = self.family
         self.golden_ns = golden.namespace_for(self.mode)
@@ -381,7 +401,9 @@ class Promotion:
     def read(self):
         goldens = self.module.list(API, KIND, self.golden_ns)
         selections = []
-        if self.module.served(rules.SELECTION_API_VERSION, rules.SELECTION_KIND):
+        served = self.module.served(rules.SELECTION_API_VERSION, rules.SELECTION_KIND)
+        rules.refuse_without_selection_kind(self.params["method"], served)
+        if served:
             # The consumer reads the selections of both golden namespaces: a conflict may sit in either.
             spaces = [golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK]]
             if self.selection_ns not in spaces:
@@ -390,38 +412,27 @@ class Promotion:
                 selections.extend(
                     self.module.list(rules.SELECTION_API_VERSION, rules.SELECTION_KIND, namespace)
                 )
-        elif self.params["method"] == "selection":
-            self.fail(
-                "the cluster does not serve %s %s (is the Kube-DC CRD installed?); install it, or use "
-                "method: label" % (rules.SELECTION_API_VERSION, rules.SELECTION_KIND)
-            )
         return goldens, selections
 
     def report_state(self, goldens, selections):
         before = rules.resolve_serving(goldens, selections, self.family, self.mode)
         self.result["conflicts"] = before["conflicts"]
-        own = [s for s in selections if ((s.get("spec") or {}).get("family")) == self.family]
+        own = [s for s in selections if kinds.spec(s).get("family") == self.family]
         self.result["governs_nothing"] = rules.idle_selections(own, goldens)
         for idle in self.result["governs_nothing"]:
             self.module.warn(idle["message"])
         return before
 
     def check_candidate(self, goldens, name):
-        try:
-            rules.refuse_candidate(
-                rules.find_golden(goldens, name, self.mode), name, self.golden_ns, self.family, self.mode
-            )
-        except rules.SelectionError as exc:
-            self.fail(str(exc))
-        return rules.find_golden(goldens, name, self.mode)
+        found = rules.find_golden(goldens, name, self.mode)
+        rules.refuse_candidate(found, name, self.golden_ns, self.family, self.mode)
+        return found
 
-    def check_expected(self, target):
-        expected = self.params["snapshot"]
-        if self.params["rollback"] and expected and expected != target:
-            self.fail(
-                "refusing to roll back: the recorded previous snapshot is %s, not %s as given; "
-                "writing nothing" % (target, expected)
-            )
+    def rollback(self, record, what, current, missing):
+        plan = rules.rollback_plan(record, what, current, self.params["snapshot"], missing)
+        if plan["noop"]:
+            self.result["rollback"] = {"noop": True, "reason": plan["reason"]}
+        return plan
 
     # method=selection ----------------------------------------------------------------------------
 
@@ -429,16 +440,13 @@ class Promotion:
         p = self.params
         goldens, selections = self.read()
         before = self.report_state(goldens, selections)
-        try:
-            existing = rules.governing_selection(selections, self.family, self.mode)
-        except rules.SelectionError as exc:
-            self.fail(str(exc))
+        existing = rules.governing_selection(selections, self.family, self.mode)
         wanted_name = rules.selection_name(self.family, self.mode)
         if existing is None:
             existing = next(
                 (s for s in selections if _name(s) == wanted_name and _ns(s) == self.selection_ns), None
             )
-        spec = (existing or {}).get("spec") or {}
+        spec = kinds.spec(existing)
         self.result["previous"] = {
             "snapshot": before["snapshot"]
             if before["path"] != rules.PATH_SELECTION
@@ -446,19 +454,22 @@ class Promotion:
             "release_digest": spec.get("releaseDigest"),
             "path": before["path"],
         }
+        noop = False
         if p["rollback"]:
-            if existing is None:
-                self.fail(
-                    "refusing to roll back: no GoldenImageSelection governs %s/%s in %s, so no previous "
-                    "snapshot is recorded; writing nothing" % (self.family, self.mode, self.selection_ns)
-                )
-            try:
-                target, digest = rules.rollback_target(
-                    existing, "GoldenImageSelection %s/%s" % (_ns(existing), _name(existing))
-                )
-            except rules.SelectionError as exc:
-                self.fail(str(exc))
-            self.check_expected(target)
+            what = (
+                "GoldenImageSelection %s/%s" % (_ns(existing), _name(existing))
+                if existing is not None
+                else "GoldenImageSelection for %s/%s" % (self.family, self.mode)
+            )
+            missing = "no GoldenImageSelection governs %s/%s in %s, so no previous snapshot is recorded" % (
+                self.family,
+                self.mode,
+                self.selection_ns,
+            )
+            plan = self.rollback(existing, what, spec.get("snapshotName"), missing)
+            target, digest, noop = plan["target"], plan["digest"], plan["noop"]
+            if noop:
+                digest = spec.get("releaseDigest")
         else:
             target, digest = p["snapshot"], p["release_digest"]
         candidate = self.check_candidate(goldens, target)
@@ -472,7 +483,8 @@ class Promotion:
             )
             changed = True
         else:
-            patch = rules.plan_selection(existing, self.family, self.mode, target, digest)
+            patch = None if noop else rules.plan_selection(existing, self.family, self.mode, target, digest)
+            patch = rules.mark_change(patch, existing, rollback=p["rollback"] and not noop)
             after, changed = existing, False
             if patch:
                 after, changed = self.module.patch(
@@ -487,14 +499,13 @@ class Promotion:
         self.result["selection"] = after
         if self.module._diff:
             self.result["diff"] = object_diff(existing, after)
-        after_spec = after.get("spec") or {}
         self.result["selected"] = {
             "snapshot": target,
             "namespace": self.golden_ns,
-            "release_digest": after_spec.get("releaseDigest"),
+            "release_digest": kinds.spec(after).get("releaseDigest"),
             "selection": "%s/%s" % (_ns(after) or self.selection_ns, _name(after)),
         }
-        self.verify(candidate)
+        return self.verify(candidate)
 
     # method=label --------------------------------------------------------------------------------
 
@@ -502,18 +513,9 @@ class Promotion:
         p = self.params
         goldens, selections = self.read()
         before = self.report_state(goldens, selections)
-        governing = rules.selections_for(selections, self.family, self.mode)
-        if governing:
-            self.fail(
-                "refusing to move %s: GoldenImageSelection %s governs %s/%s, so the label has no "
-                "effect; use method: selection (writing nothing)"
-                % (
-                    golden.ACTIVE_LABEL,
-                    ", ".join("%s/%s" % (_ns(s), _name(s)) for s in governing),
-                    self.family,
-                    self.mode,
-                )
-            )
+        rules.refuse_label_path(
+            rules.selections_for(selections, self.family, self.mode), self.family, self.mode
+        )
         self.result["explanation"] = rules.UNSAFE_LABEL_PATH
         incumbent = rules.active_golden(goldens, self.family, self.mode)
         self.result["previous"] = {
@@ -521,19 +523,24 @@ class Promotion:
             "release_digest": None,
             "path": before["path"],
         }
+        rolled_back = False
         if p["rollback"]:
-            if incumbent is None:
-                self.fail(
-                    "refusing to roll back: %s/%s has no single active golden to read the recorded previous "
-                    "snapshot from (%s); writing nothing" % (self.family, self.mode, before["reason"])
+            missing = "%s/%s has no single active golden to read the recorded previous snapshot from (%s)" % (
+                self.family,
+                self.mode,
+                before["reason"],
+            )
+            what = (
+                "%s %s/%s" % (KIND, self.golden_ns, _name(incumbent))
+                if incumbent
+                else "%s/%s"
+                % (
+                    self.family,
+                    self.mode,
                 )
-            try:
-                target, _digest = rules.rollback_target(
-                    incumbent, "%s %s/%s" % (KIND, self.golden_ns, _name(incumbent))
-                )
-            except rules.SelectionError as exc:
-                self.fail(str(exc))
-            self.check_expected(target)
+            )
+            plan = self.rollback(incumbent, what, _name(incumbent), missing)
+            target, rolled_back = plan["target"], not plan["noop"]
         else:
             target = p["snapshot"]
         candidate = self.check_candidate(goldens, target)
@@ -560,7 +567,7 @@ class Promotion:
             if incumbent is not None and _name(incumbent) != target:
                 meta["annotations"] = rules.previous_annotations((_name(incumbent), None))
             first_write = first_write or time.monotonic()
-            patch = {"metadata": meta}
+            patch = rules.mark_change({"metadata": meta}, candidate, rollback=rolled_back)
             after, _changed = self.module.patch(API, KIND, target, self.golden_ns, patch, candidate)
             last_write = time.monotonic()
             diffs.append(object_diff(candidate, after))
@@ -580,15 +587,15 @@ class Promotion:
         problems = rules.active_problems(current, self.family, self.mode, target)
         self.result["selected"] = {"snapshot": target, "namespace": self.golden_ns}
         if problems:
-            self.fail("after moving %s: %s" % (golden.ACTIVE_LABEL, "; ".join(problems)))
-        self.verify(candidate)
+            raise PipelineError("after moving %s: %s" % (golden.ACTIVE_LABEL, "; ".join(problems)))
+        return self.verify(candidate)
 
     # Projects ------------------------------------------------------------------------------------
 
     def expected_handle(self, candidate):
-        bound = (candidate.get("status") or {}).get("boundVolumeSnapshotContentName")
+        bound = kinds.status(candidate).get("boundVolumeSnapshotContentName")
         content = self.module.get(rules.CONTENT_API_VERSION, rules.CONTENT_KIND, bound) if bound else None
-        return rules.content_handle(content)
+        return kinds.snapshot_handle(content)
 
     def resolutions(self, expected):
         p = self.params
@@ -598,9 +605,7 @@ class Promotion:
         snapshots = self.module.list(API, KIND, label_selector="%s=%s" % (golden.FAMILY_LABEL, self.family))
         wanted = rules.project_snapshot_name(self.family, self.mode)
         names = {
-            ((s.get("status") or {}).get("boundVolumeSnapshotContentName"))
-            for s in snapshots
-            if _name(s) == wanted
+            kinds.status(s).get("boundVolumeSnapshotContentName") for s in snapshots if _name(s) == wanted
         }
         # Few projects: read their contents one by one; many: one list is cheaper.
         if len(names) <= 20:
@@ -618,18 +623,18 @@ class Promotion:
     def verify(self, candidate):
         p = self.params
         if not p["verify_projects"]:
-            self.module.exit_json(**self.result)
+            return self.result
         expected = self.expected_handle(candidate)
         self.result["selected"]["handle"] = expected
         if expected is None:
-            self.fail(
+            raise PipelineError(
                 "cannot verify projects: %s %s/%s has no bound content with a snapshot handle"
                 % (KIND, self.golden_ns, _name(candidate))
             )
         if self.module.check_mode:
             found = self.resolutions(expected)
             self.result.update(projects=found, unresolved=rules.unresolved(found))
-            self.module.exit_json(**self.result)
+            return self.result
 
         def describe(found):
             missing = rules.unresolved(found or [])
@@ -643,8 +648,8 @@ class Promotion:
             found, duration = wait_for(
                 lambda: self.resolutions(expected),
                 lambda found: (not rules.unresolved(found), None),
-                p["verify_timeout"],
-                p["verify_interval"],
+                p["wait_timeout"],
+                p["wait_sleep"],
                 describe=describe,
                 pending="every project to resolve to %s (the handle of %s)" % (expected, _name(candidate)),
                 transient=is_transient,
@@ -654,32 +659,24 @@ class Promotion:
             last = exc.last or []
             missing = rules.unresolved(last)
             self.result.update(projects=last, unresolved=missing, duration=round(exc.elapsed, 3))
-            self.fail(
+            raise PipelineError(
                 "%d project(s) did not resolve to %s (snapshot %s) within %ss: %s"
                 % (
                     len(missing),
                     expected,
                     _name(candidate),
-                    p["verify_timeout"],
+                    p["wait_timeout"],
                     "; ".join("%s: %s" % (e["namespace"], e["reason"]) for e in last if not e["match"]),
                 ),
                 stuck=exc.stuck,
-            )
+            ) from None
         self.result.update(projects=found, unresolved=[], duration=round(duration, 3))
-        self.module.exit_json(**self.result)
+        return self.result
 
 
 def main():
     module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        runner = Promotion(module)
-        runner.prepare()
-        if module.params["method"] == "label":
-            runner.by_label()
-        else:
-            runner.by_selection()
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: Promotion(module).run())
 
 
 if __name__ == "__main__":

@@ -23,8 +23,12 @@ description:
     candidate sits beside the incumbent. A new golden is never active; promotion is a separate step
     (M(goldenimage.pipeline.golden_selection)).
   - With O(state=validated) it reports every contract key that is missing or inconsistent and changes nothing.
-  - With O(state=absent) it deletes a golden, refusing one that is active or named by a
-    C(GoldenImageSelection).
+  - With O(state=absent) it first asks who uses the golden, with the reference query
+    M(goldenimage.pipeline.golden_info) reports from, and refuses naming every consumer (kind,
+    C(namespace/name) and why) - PersistentVolumeClaims and DataVolumes still restoring from it directly or
+    through a project's seeded copy, project copies on its snapshot handle, C(GoldenImageSelection)s that
+    select it or record it as their rollback target, goldens recording it as theirs, and its own active
+    label. A refused run deletes nothing.
   - Nothing producer-specific is written, only the contract keys above. The active label
     (C(kube-dc.com/golden-active)) and C(kube-dc.com/clone-min-size) are never written by this module.
 author:
@@ -105,8 +109,11 @@ options:
     default: true
   force:
     description:
-      - With O(state=absent), delete even a golden that is active or selected. Projects seeded from it
-        keep their copies, but new projects of that family are no longer seeded.
+      - With O(state=absent), delete even a golden that is active, selected or recorded as a rollback target.
+        What that loses, new projects of the family are no longer seeded (an active or selected golden; the
+        selection fails closed and the family is skipped), and a rollback to it has nothing to restore.
+      - It never overrides a clone still restoring from the golden or a project copy on its snapshot handle,
+        since deleting the golden deletes the storage snapshot they read; those always refuse.
     type: bool
     default: false
 extends_documentation_fragment:
@@ -126,6 +133,8 @@ attributes:
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - In check mode nothing is sent but reads, and nothing is waited for.
+  - O(wait_timeout) and O(wait_sleep) must be greater than zero; another value is refused before anything
+    is written.
 seealso:
   - module: kubernetes.core.k8s_info
 """
@@ -272,6 +281,19 @@ duration:
   returned: always
   type: float
   sample: 3.2
+consumers:
+  description:
+    - With O(state=absent), who uses the golden, as C({kind, namespace, name, why, loses}); V(loses) says
+      what O(force) costs that consumer and is null when O(force) cannot override it.
+  returned: when state is absent and the golden exists
+  type: list
+  elements: dict
+  sample:
+    - kind: PersistentVolumeClaim
+      namespace: shop-prod
+      name: vm-1-root
+      why: it restores from the golden through the project copy shop-prod/golden-ubuntu-24-04-block
+      loses: null
 unknown_keys:
   description: C(kube-dc.com/) labels or annotations on the golden that the contract does not define.
   returned: when any are found
@@ -290,19 +312,23 @@ diff:
         labels: {kube-dc.com/golden-os: ubuntu-24-04}
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    consumers,
+    golden,
+    golden_inventory,
+    inputs,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND
-SELECTION_API = "kube-dc.com/v1"
-SELECTION_KIND = "GoldenImageSelection"
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         state=dict(type="str", choices=["present", "validated", "absent"], default="present"),
         name=dict(type="str"),
         family=dict(type="str"),
@@ -316,10 +342,9 @@ def argument_spec():
         digest=dict(type="str"),
         fail_on_invalid=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
-        wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=300),
-        wait_sleep=dict(type="int", default=2),
     )
+    spec.update(inputs.WAIT_ARG_SPEC)
+    return spec
 
 
 def _ready(obj):
@@ -334,30 +359,26 @@ def _gone(obj):
 
 
 class Golden:
+    """The runner: ``run()`` returns the result and raises a PipelineError to fail; it never exits."""
+
     def __init__(self, module):
         self.module = module
         self.params = module.params
         self.result = {"changed": False, "duration": 0.0}
         self.digest = None
 
-    def fail(self, msg, **extra):
-        self.result.update(extra)
-        self.module.fail_json(msg=msg, **self.result)
+    def run(self):
+        inputs.positive_all(self.params, ("wait_timeout", "wait_sleep"))
+        return getattr(self, self.params["state"])()
 
     def placement(self):
-        try:
-            return golden.resolve_placement(self.params["mode"], self.params["namespace"])
-        except golden.GoldenError as exc:
-            self.fail(str(exc))
+        return golden.resolve_placement(self.params["mode"], self.params["namespace"])
 
     def name(self):
         p = self.params
-        try:
-            if p["digest"]:
-                self.digest = golden.normalize_digest(p["digest"])
-            return golden.golden_name(p["name"], p["family"], p["date"], p["digest"])
-        except golden.GoldenError as exc:
-            self.fail(str(exc))
+        if p["digest"]:
+            self.digest = golden.normalize_digest(p["digest"])
+        return golden.golden_name(p["name"], p["family"], p["date"], p["digest"])
 
     def summary(self, obj):
         info = golden.summary(obj)
@@ -377,6 +398,24 @@ class Golden:
     def set_diff(self, before, after):
         if self.module._diff:
             self.result["diff"] = object_diff(before, after)
+
+    def wait(self, name, namespace, predicate, pending, **kwargs):
+        try:
+            return self.module.wait(
+                API,
+                KIND,
+                name,
+                namespace,
+                predicate,
+                golden.describe_progress,
+                pending,
+                self.params["wait_timeout"],
+                self.params["wait_sleep"],
+                **kwargs,
+            )
+        except WaitError as exc:
+            exc.fields.update(self.result)
+            raise
 
     # state=present -----------------------------------------------------------------------------
 
@@ -401,7 +440,7 @@ class Golden:
                 snapshot_class=p["snapshot_class"],
             )
         except golden.GoldenError as exc:
-            self.fail(str(exc), snapshot=existing or {})
+            raise PipelineError(str(exc), snapshot=existing or {}, **self.result) from None
         after = existing
         if plan["action"] == "create":
             after = self.module.create(plan["definition"])
@@ -416,7 +455,7 @@ class Golden:
             after = self.wait_ready(name, namespace, after)
         self.result.update(snapshot=after, golden=self.summary(after))
         self.warn_unknown(after)
-        self.module.exit_json(**self.result)
+        return self.result
 
     def wait_ready(self, name, namespace, current):
         phases = self.result["progress"]
@@ -428,22 +467,11 @@ class Golden:
 
         pending = "%s %s/%s to be readyToUse" % (KIND, namespace, name)
         try:
-            obj, duration = self.module.wait(
-                API,
-                KIND,
-                name,
-                namespace,
-                _ready,
-                golden.describe_progress,
-                pending,
-                self.params["wait_timeout"],
-                self.params["wait_sleep"],
-                progress=progress,
-            )
+            obj, duration = self.wait(name, namespace, _ready, pending, progress=progress)
         except WaitError as exc:
             last = exc.last if exc.last is not None else current
-            self.result.update(snapshot=last, golden=self.summary(last))
-            self.module.fail_from_wait(exc, **self.result)
+            exc.fields.update(snapshot=last, golden=self.summary(last))
+            raise
         self.result["duration"] = round(duration, 3)
         return obj
 
@@ -471,7 +499,7 @@ class Golden:
         if p["family"] and not goldens:
             problems.append("no snapshot of family %s in %s" % (p["family"], ", ".join(namespaces)))
         self.result.update(goldens=goldens, problems=problems)
-        self.finish_validation(problems, "goldens in %s break" % ", ".join(namespaces))
+        return self.finish_validation(problems, "goldens in %s break" % ", ".join(namespaces))
 
     def validate_one(self):
         p = self.params
@@ -492,75 +520,48 @@ class Golden:
             problems = golden.validate_golden(obj, family=p["family"], mode=p["mode"])
             self.result.update(snapshot=obj, golden=self.summary(obj), problems=problems)
             self.warn_unknown(obj)
-        self.finish_validation(problems, "%s %s/%s breaks" % (KIND, namespace, name))
+        return self.finish_validation(problems, "%s %s/%s breaks" % (KIND, namespace, name))
 
     def finish_validation(self, problems, what):
         if problems and self.params["fail_on_invalid"]:
-            self.fail("%s the golden contract: %s" % (what, "; ".join(problems)))
-        self.module.exit_json(**self.result)
+            raise PipelineError("%s the golden contract: %s" % (what, "; ".join(problems)), **self.result)
+        return self.result
 
     # state=absent ------------------------------------------------------------------------------
 
-    def selections_naming(self, name, mode):
-        """GoldenImageSelections that serve this snapshot; none when the cluster has no such kind."""
-        if not self.module.served(SELECTION_API, SELECTION_KIND):
-            return []
-        found = []
-        # Selections govern from either golden namespace, as the per-project seeder reads them.
-        for selections_ns in (golden.NAMESPACES[golden.FILESYSTEM], golden.NAMESPACES[golden.BLOCK]):
-            for sel in self.module.list(SELECTION_API, SELECTION_KIND, selections_ns):
-                spec = sel.get("spec") or {}
-                try:
-                    same_mode = golden.normalize_mode(spec.get("mode")) == mode
-                except golden.GoldenError:
-                    same_mode = False
-                if spec.get("snapshotName") == name and same_mode:
-                    found.append("%s/%s" % (selections_ns, (sel.get("metadata") or {}).get("name")))
-        return found
+    def consumers(self, existing):
+        """Who uses this golden: the reference query golden_info reports from, asked before any delete."""
+        namespaces = golden_inventory.golden_namespaces()
+        observed = observe(self.module, namespaces, golden.observed_family(existing))
+        return consumers.golden_consumers(existing, observed, namespaces)
 
     def absent(self):
         p = self.params
-        mode, namespace = self.placement()
+        _mode, namespace = self.placement()
         name = self.name()
         existing = self.module.get(API, KIND, name, namespace)
         self.result.update(action="none", snapshot={}, golden={})
         if existing is None:
-            self.module.exit_json(**self.result)
+            return self.result
         self.result["golden"] = self.summary(existing)
         where = "%s %s/%s" % (KIND, namespace, name)
-        if not p["force"]:
-            if golden.is_active(existing):
-                self.fail(
-                    "refusing to delete %s: it carries %s=true, so projects of family %s are seeded from it; "
-                    "promote another golden first, or set force: true"
-                    % (where, golden.ACTIVE_LABEL, golden.observed_family(existing))
-                )
-            selected = self.selections_naming(name, mode)
-            if selected:
-                self.fail(
-                    "refusing to delete %s: GoldenImageSelection %s names it; select another golden "
-                    "first (golden_selection), or set force: true" % (where, ", ".join(selected))
-                )
+        found = self.consumers(existing)
+        self.result["consumers"] = found
+        refusal = consumers.golden_delete_refusal(where, found, p["force"])
+        if refusal is not None:
+            refusal.fields.update(self.result)
+            raise refusal
+        if found:
+            self.module.warn(
+                "force: deleting %s although %s" % (where, "; ".join(consumers.describe(c) for c in found))
+            )
         changed = self.module.delete(API, KIND, name, namespace, before=existing)
         self.result.update(changed=changed, action="delete" if changed else "none")
         self.set_diff(existing, None)
         if changed and p["wait"] and not self.module.check_mode:
-            try:
-                duration = self.module.wait(
-                    API,
-                    KIND,
-                    name,
-                    namespace,
-                    _gone,
-                    golden.describe_progress,
-                    "%s to be deleted" % where,
-                    p["wait_timeout"],
-                    p["wait_sleep"],
-                )[1]
-            except WaitError as exc:
-                self.module.fail_from_wait(exc, **self.result)
+            duration = self.wait(name, namespace, _gone, "%s to be deleted" % where)[1]
             self.result["duration"] = round(duration, 3)
-        self.module.exit_json(**self.result)
+        return self.result
 
 
 def main():
@@ -569,13 +570,7 @@ def main():
         supports_check_mode=True,
         required_if=[("state", "present", ("family", "os_name"))],
     )
-    try:
-        if module.params["wait_sleep"] < 1 or module.params["wait_timeout"] < 0:
-            module.fail_json(msg="wait_sleep must be at least 1 and wait_timeout at least 0 (seconds)")
-        runner = Golden(module)
-        getattr(runner, module.params["state"])()
-    except PipelineError as exc:
-        module.fail_json(**exc.result)
+    run_module(module, lambda: Golden(module).run())
 
 
 if __name__ == "__main__":

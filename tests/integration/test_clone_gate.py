@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration import disks
 from tests.integration.runner import run_playbook
+from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
 
@@ -20,6 +21,9 @@ SNAP = ("snapshot.storage.k8s.io", "v1")
 KV = ("kubevirt.io", "v1")
 AGENT_DELAY = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
 FAST = {"agent_timeout": 3, "port_timeout": 2, "provision_timeout": 30, "poll_interval": 1}
+# Where the lab forwards each guest's port, passed to the gate as an operator names a Service.
+WINDOWS = {"port_probe": probe_template(3389)}
+LINUX = {"os": "linux", "port_probe": probe_template(22)}
 
 
 @pytest.fixture(scope="module")
@@ -145,16 +149,17 @@ def gated(lab, goldens, kube_client):
             play(
                 task("predict", check=True, **silent),
                 task("too little memory", memory="2Gi", **silent),
-                task("sealed", snapshot="golden-windows", **common),
+                task("sealed", snapshot="golden-windows", **WINDOWS, **common),
                 task(
                     "port closed",
                     snapshot="golden-windows",
                     vm_annotations={"lab.goldenimage.io/port-open": "false"},
+                    **WINDOWS,
                     **common,
                 ),
-                task("zeros", snapshot="golden-zeros", **common),
-                task("kept", snapshot="golden-linux", os="linux", keep=True, **common),
-                task("again", snapshot="golden-linux", os="linux", **common),
+                task("zeros", snapshot="golden-zeros", **WINDOWS, **common),
+                task("kept", snapshot="golden-linux", keep=True, **LINUX, **common),
+                task("again", snapshot="golden-linux", **LINUX, **common),
             ),
             env=lab.env(),
         )
@@ -263,3 +268,142 @@ def client_for(lab):
     from kubernetes import client, config
 
     return client.CustomObjectsApi(config.new_client_from_config(str(lab.kubeconfig)))
+
+
+def mutating(audit):
+    return [r for r in audit if r["verb"] not in ("get", "list", "watch")]
+
+
+@pytest.fixture(scope="module")
+def swept(lab, goldens, kube_client, tmp_path_factory):
+    """A token that may create but not delete leaves a whole gate run behind; the next run of the same
+    candidate (with a token that may delete) sweeps it before it starts; a run under injected 409s, 5xx
+    and dropped connections still passes and leaves nothing; golden namespaces are refused."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    project = "p-" + uuid.uuid4().hex[:8]
+    core.create_namespace({"metadata": {"name": project}})
+    user = "gate-no-delete-" + uuid.uuid4().hex[:6]
+    token = lab.add_token(user, [{"verbs": ["get", "list", "watch", "create", "update", "patch"]}])
+    limited = str(lab.write_kubeconfig(tmp_path_factory.mktemp("rbac") / "kubeconfig", token, user))
+    common = {"snapshot": "golden-linux", "snapshot_namespace": goldens, "project_namespace": project}
+    common.update(FAST, **LINUX)
+    old = os.environ.get(AGENT_DELAY)
+    os.environ[AGENT_DELAY] = "0.3"
+    story = {"project": project}
+    try:
+        lab.clear_audit()
+        story["first"] = run_playbook(
+            play(task("may not delete", kubeconfig=limited, **common)), env=lab.env()
+        )
+        story["left"] = leftovers(lab, project)
+        lab.clear_audit()
+        story["second"] = run_playbook(
+            play(
+                task("predicted", check=True, **common),
+                task("sweeps first", **common),
+                task("golden-images", **dict(common, project_namespace="golden-images")),
+                task("golden-images-block", **dict(common, project_namespace="golden-images-block")),
+                task("own namespace", **dict(common, project_namespace=goldens)),
+                task("zero timeout", **dict(common, agent_timeout=0)),
+            ),
+            env=lab.env(),
+        )
+        story["second audit"] = lab.audit()
+        story["after second"] = leftovers(lab, project)
+        lab.faults.update({"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "seed": 11})
+        try:
+            story["faults"] = run_playbook(play(task("under faults", **common)), env=lab.env())
+        finally:
+            lab.faults.reset()
+        story["after faults"] = leftovers(lab, project)
+    finally:
+        if old is None:
+            os.environ.pop(AGENT_DELAY, None)
+        else:
+            os.environ[AGENT_DELAY] = old
+    return story
+
+
+def test_a_failed_cleanup_is_reported_with_the_names_and_the_command(swept):
+    run, project = swept["first"], swept["project"]
+    result = run["may not delete"]
+    assert result["verdict"] == "passed", result
+    assert result["kept"] is True  # not kept on purpose, but still there: said so
+    left = result["left_behind"]
+    assert [o["kind"] for o in left] == [
+        "VirtualMachine",
+        "PersistentVolumeClaim",
+        "VolumeSnapshot",
+        "VolumeSnapshotContent",
+    ]
+    run_id = left[0]["run"]
+    assert all(o["run"] == run_id for o in left)
+    assert result["cleanup_command"] == (
+        "kubectl delete -n %s virtualmachines.kubevirt.io,persistentvolumeclaims,"
+        "volumesnapshots.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=%s && kubectl delete "
+        "volumesnapshotcontents.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=%s"
+        % (project, run_id, run_id)
+    )
+    assert "cleanup left VirtualMachine %s/%s" % (project, left[0]["name"]) in result["msg"]
+    assert "forbidden" in " ".join(result["cleanup_errors"]).lower()
+    assert len(swept["left"]) == 5  # the four objects and the VM's instance, really there
+
+
+def test_the_next_run_of_the_candidate_sweeps_what_an_earlier_run_left(swept):
+    run = swept["second"]
+    earlier = swept["first"]["may not delete"]["left_behind"]
+    predicted = run["predicted"]
+    assert [(o["kind"], o["name"]) for o in predicted["would_sweep"]] == [
+        (o["kind"], o["name"]) for o in earlier
+    ]
+    result = run["sweeps first"]
+    assert run.entry("sweeps first")["status"] == "ok", run.log
+    assert result["verdict"] == "passed" and result["kept"] is False
+    assert [(o["kind"], o["name"]) for o in result["swept"]] == [(o["kind"], o["name"]) for o in earlier]
+    deletes = [
+        (r["resource"], r["name"]) for r in swept["second audit"] if r["verb"] == "delete" and r["code"] < 300
+    ]
+    for obj in earlier:
+        assert (obj["kind"].lower() + "s", obj["name"]) in deletes
+    # The sweep ran before the new run created anything.
+    first_create = next(i for i, r in enumerate(swept["second audit"]) if r["verb"] == "create")
+    last_sweep = max(
+        i
+        for i, r in enumerate(swept["second audit"])
+        if r["verb"] == "delete" and r["name"] == earlier[-1]["name"]
+    )
+    assert last_sweep < first_create
+    assert swept["after second"] == []
+
+
+def test_golden_namespaces_and_zero_timeouts_are_refused_before_any_write(swept, goldens):
+    run = swept["second"]
+    for name, namespace in (
+        ("golden-images", "golden-images"),
+        ("golden-images-block", "golden-images-block"),
+        ("own namespace", goldens),
+    ):
+        result = run[name]
+        assert run.entry(name)["status"] == "ignored", (name, result)
+        assert result["refused"] is True
+        assert result["msg"].startswith(
+            "option project_namespace (%s): a clone gate runs in a tenant's project namespace" % namespace
+        )
+    zero = run["zero timeout"]
+    assert zero["refused"] is True and zero["msg"].startswith("option agent_timeout: 0 is not a duration")
+    touched = [
+        r
+        for r in mutating(swept["second audit"])
+        if r["namespace"] in ("golden-images", "golden-images-block", goldens)
+    ]
+    assert touched == []
+
+
+def test_under_conflicts_5xx_and_dropped_connections_it_passes_and_leaves_nothing(swept):
+    run = swept["faults"]
+    result = run["under faults"]
+    assert result["verdict"] == "passed", result
+    assert result["kept"] is False and "left_behind" not in result, result
+    assert swept["after faults"] == [], result

@@ -493,3 +493,128 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
     assert failure["msg"].startswith("failed while waiting for VolumeSnapshot golden-images/%s" % failed)
     assert "status.error: " in failure["msg"]
     assert failure["duration"] < 30
+
+
+@pytest.mark.lab_only
+def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster):
+    """A clone restoring from the golden (directly, and through a project's seeded copy), the project
+    copy itself, a selection naming it and a selection recording another golden as its rollback target:
+    every delete is refused naming each consumer, force does not pass a clone, and the audit log shows
+    no delete request at all."""
+    from kubernetes.client.rest import ApiException
+
+    family = "%s-debian" % cluster.prefix
+    disk = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
+    served, previous = "%s-served" % cluster.prefix, "%s-previous" % cluster.prefix
+    for name in (served, previous):
+        cluster.golden(name, disk, family)
+        cluster.wait_snapshot_ready(FS_NS, name)
+    sel = "%s-sel" % cluster.prefix
+    body = {
+        "apiVersion": "kube-dc.com/v1",
+        "kind": "GoldenImageSelection",
+        "metadata": {"name": sel, "annotations": {"goldenimage.pipeline/previous-snapshot": previous}},
+        "spec": {"family": family, "mode": "Filesystem", "snapshotName": served},
+    }
+    cluster.custom.create_namespaced_custom_object("kube-dc.com", "v1", FS_NS, "goldenimageselections", body)
+    project = "%s-project" % cluster.prefix
+    cluster.core.create_namespace({"metadata": {"name": project, "labels": {"kube-dc.com/project": "x"}}})
+    try:
+        copy = "golden-%s" % family
+        cluster.wait_snapshot_ready(project, copy)  # the seeder's copy of the selected golden
+
+        def clone(namespace, name, source):
+            claim = {
+                "metadata": {"name": name},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "4Mi"}},
+                    "dataSource": {"apiGroup": GROUP, "kind": "VolumeSnapshot", "name": source},
+                },
+            }
+            cluster.core.create_namespaced_persistent_volume_claim(namespace, claim)
+
+        clone(FS_NS, "%s-direct" % cluster.prefix, served)
+        clone(project, "%s-vm-root" % cluster.prefix, copy)
+        lab.clear_audit()
+        gone = {"state": "absent", "wait_timeout": 30, "wait_sleep": 1, "ignore_errors": True}
+        run = run_playbook(
+            play(
+                task("in use", name=served, **gone),
+                task("in use, forced", name=served, force=True, **gone),
+                task("in use, predicted", name=served, check=True, **gone),
+                task("rollback target", name=previous, **gone),
+            ),
+            env=lab.env(),
+        )
+        deletes = [r for r in lab.audit() if r["verb"] in ("delete", "deletecollection")]
+        assert deletes == []
+        assert cluster.get_snapshot(FS_NS, served) is not None
+        assert cluster.get_snapshot(FS_NS, previous) is not None
+        for name in ("in use", "in use, forced", "in use, predicted"):
+            refused = run[name]
+            assert run.entry(name)["status"] == "ignored", (name, refused)
+            assert refused["refused"] is True and refused["changed"] is False
+            msg = refused["msg"]
+            assert msg.startswith("VolumeSnapshot %s/%s: refusing to delete it" % (FS_NS, served)), msg
+            assert (
+                "PersistentVolumeClaim %s/%s-direct restores from it directly" % (FS_NS, cluster.prefix)
+                in msg
+            )
+            assert (
+                "PersistentVolumeClaim %s/%s-vm-root restores from it through the project copy %s/%s"
+                % (project, cluster.prefix, project, copy)
+                in msg
+            )
+            assert (
+                "VolumeSnapshot %s/%s is a project's seeded copy on its snapshot handle" % (project, copy)
+                in msg
+            )
+            assert "force cannot override" in msg
+            kinds = sorted((c["kind"], c["namespace"], c["name"]) for c in refused["consumers"])
+            assert ("PersistentVolumeClaim", FS_NS, "%s-direct" % cluster.prefix) in kinds
+        assert (
+            "GoldenImageSelection %s/%s names it in spec.snapshotName" % (FS_NS, sel) in run["in use"]["msg"]
+        )
+        target = run["rollback target"]
+        assert target["refused"] is True, target
+        assert target["msg"] == (
+            "VolumeSnapshot %s/%s: refusing to delete it, 1 object(s) use it: GoldenImageSelection %s/%s "
+            "records it as the rollback target (annotation goldenimage.pipeline/previous-snapshot); select "
+            "or activate another golden first (goldenimage.pipeline.golden_selection), or set force: true, "
+            "which costs: a rollback of %s/Filesystem has nothing to restore"
+            % (FS_NS, previous, FS_NS, sel, family)
+        )
+    finally:
+        for namespace, name in ((FS_NS, "%s-direct" % cluster.prefix),):
+            try:
+                cluster.core.delete_namespaced_persistent_volume_claim(name, namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        cluster.core.delete_namespace(project)
+        for content in cluster.custom.list_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents")[
+            "items"
+        ]:
+            if content["metadata"]["name"].startswith("kdc-%s-" % project):
+                cluster.custom.delete_cluster_custom_object(
+                    GROUP, VERSION, "volumesnapshotcontents", content["metadata"]["name"]
+                )
+
+
+@pytest.mark.lab_only
+def test_a_zero_or_negative_wait_is_refused_before_anything_is_written(lab, cluster):
+    pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("zero", ignore_errors=True, **make_args(cluster, pvc, wait_timeout=0)),
+            task("negative sleep", ignore_errors=True, **make_args(cluster, pvc, wait_sleep=-1)),
+        ),
+        env=lab.env(),
+    )
+    assert [r for r in lab.audit() if r["verb"] not in ("get", "list", "watch")] == []
+    assert run["zero"]["refused"] is True
+    assert run["zero"]["msg"].startswith("option wait_timeout: 0 is not a duration"), run["zero"]
+    assert run["negative sleep"]["msg"].startswith("option wait_sleep: -1 is not a duration")
+    assert cluster.get_snapshot(FS_NS, versioned(cluster)) is None

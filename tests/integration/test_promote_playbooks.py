@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration import disks
 from tests.integration.runner import ROOT, run_playbook
+from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
 
@@ -174,6 +175,7 @@ class Stage:
             "golden_promote_gate_port_timeout": 5,
             "golden_promote_gate_provision_timeout": 30,
             "golden_promote_gate_poll_interval": 1,
+            "golden_promote_gate_port_probe": probe_template(22),
         }
 
     def promote(self, role, check=False, **extra):
@@ -190,7 +192,7 @@ class Stage:
         extra_vars.update(extra)
         return run_playbook(PROMOTE, env=self.lab.env(), extra_vars=extra_vars, check=check, timeout=180)
 
-    def rollback(self, gated=False):
+    def rollback(self, gated=False, target=None):
         extra_vars = {
             "golden_promote_family": self.family,
             "golden_promote_mode": "filesystem",
@@ -200,6 +202,8 @@ class Stage:
         }
         if gated:
             extra_vars.update(self.gate_vars(), golden_promote_rollback_gate=True)
+        if target:
+            extra_vars["golden_promote_snapshot"] = target
         return run_playbook(ROLLBACK, env=self.lab.env(), extra_vars=extra_vars, timeout=180)
 
     def cleanup(self):
@@ -270,7 +274,12 @@ def promoted(lab, kube_client, tmp_path_factory):
         story["rollback"] = stage.rollback()
         story["after rollback"] = stage.selection()
         lab.clear_audit()
-        story["gated rollback"] = stage.rollback(gated=True)
+        story["rollback again"] = stage.rollback()
+        story["rollback again writes"] = lab.mutating_requests()
+        story["after rollback again"] = stage.selection()
+        lab.clear_audit()
+        # Rolling back once more is a choice, so it names its target.
+        story["gated rollback"] = stage.rollback(gated=True, target=stage.goldens["candidate"])
         story["gated rollback audit"] = lab.audit()
         story["after gated rollback"] = stage.selection()
         yield story
@@ -409,3 +418,16 @@ def test_a_gated_rollback_boots_the_restored_golden_before_writing(promoted):
     # Besides the gate's clone (created and removed), the one write is the selection.
     writes = writes_outside_the_gate(promoted["gated rollback audit"], stage)
     assert [(w["verb"], w["resource"]) for w in writes] == [("patch", "goldenimageselections")], writes
+
+
+def test_a_rollback_run_twice_does_not_flip_back(promoted):
+    stage, run = promoted["stage"], promoted["rollback again"]
+    assert run.ok, run.log
+    assert run[WRITE]["changed"] is False
+    assert run[WRITE]["selected"]["snapshot"] == stage.goldens["incumbent"]
+    assert run[WRITE]["rollback"]["noop"] is True
+    plan = run["Find the snapshot the rollback restores"]
+    assert "already rolled back to %s" % stage.goldens["incumbent"] in plan["rollback"]["reason"]
+    assert promoted["rollback again writes"] == []
+    assert promoted["after rollback again"]["spec"] == promoted["after rollback"]["spec"]
+    assert_projects_served(run, stage, "incumbent")

@@ -26,6 +26,7 @@ from botocore.config import Config
 from tests.integration import disks
 from tests.integration.anonymous_s3 import AnonymousAwareS3
 from tests.integration.runner import ROOT, run_playbook
+from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
 
@@ -128,6 +129,7 @@ class Chain:
             "publish_gate_port_timeout": 3,
             "publish_gate_provision_timeout": 60,
             "publish_gate_poll_interval": 1,
+            "publish_gate_port_probe": probe_template(3389),
         }
         extra_vars.update(extra)
         env = self.lab.env()

@@ -15,7 +15,9 @@ The remote port (3389 for Windows, 22 for Linux): `status.interfaces[0].ipAddres
 unless the VM (or its template) carries `lab.goldenimage.io/port-open: "false"`, the lab opens a real
 TCP listener on a free loopback port once the agent connects and records it in the VMI annotation
 `lab.goldenimage.io/forwarded-<guest port>: "<host port>"`, the way a port-forward would. On a real
-cluster the port is reached at the VMI's pod IP or through a Service instead.
+cluster the port is reached at the VMI's pod IP or through a Service instead. The collection knows
+nothing of this annotation: a test hands the clone gate `probe_template(port)` as its `port_probe`,
+a `host:port` template reading it, as an operator names the Service tenants use.
 
 Faults on `VirtualMachine/<ns>/<name>`: `stop-hangs` keeps the VMI Running when the VM is halted (its
 `Stopping` condition says the shutdown hangs) until the fault is cleared; `no-agent` keeps
@@ -58,6 +60,11 @@ GUEST_OS = {
 MIN_BOOT_MEMORY = {"windows": 2 * 2**30, "linux": 256 * 2**20}
 RUNNING_STRATEGIES = ("Always", "RerunOnFailure", "Once")
 STOP_HANGS = "stopping hangs: the guest does not shut down (lab fault stop-hangs)"
+
+
+def probe_template(guest_port: int) -> str:
+    """The clone gate's `port_probe` that reaches the lab's forward of `guest_port` on a VMI."""
+    return "{ip}:{annotations[%s%d]}" % (FORWARDED, guest_port)
 
 
 def run_strategy(vm: dict) -> str:
@@ -610,5 +617,6 @@ __all__ = [
     "VirtController",
     "guest_memory",
     "install_hooks",
+    "probe_template",
     "run_strategy",
 ]

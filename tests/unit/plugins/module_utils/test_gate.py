@@ -1,5 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 
 @pytest.mark.parametrize(
@@ -66,7 +67,11 @@ def vmi(ip="10.0.3.7", notes=None):
 def test_probe_address():
     assert gate.probe_address("auto", vmi(), 3389) == ("10.0.3.7", 3389)
     forwarded = vmi("127.0.0.1", {"lab.goldenimage.io/forwarded-3389": "40123"})
-    assert gate.probe_address("auto", forwarded, 3389) == ("127.0.0.1", 40123)
+    # No annotation steers "auto": a production probe goes where a cluster routes the guest port.
+    assert gate.probe_address("auto", forwarded, 3389) == ("127.0.0.1", 3389)
+    template = "{ip}:{annotations[lab.goldenimage.io/forwarded-3389]}"
+    assert gate.probe_address(template, forwarded, 3389) == ("127.0.0.1", 40123)
+    assert gate.probe_address(template, vmi("127.0.0.1"), 3389) is None  # not recorded yet: wait
     assert gate.probe_address("auto", vmi(ip=None), 22) is None
     assert gate.probe_address("rdp-{name}.{namespace}.example.net:{port}", vmi(), 3389) == (
         "rdp-gate-1.acme.example.net",
@@ -94,8 +99,62 @@ def test_definitions():
     assert vm["metadata"]["labels"][gate.GATE_LABEL] == "1"
 
 
-def test_agent_connected():
-    assert gate.agent_connected({"status": {"conditions": [{"type": "AgentConnected", "status": "True"}]}})
-    assert not gate.agent_connected({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-    assert not gate.agent_connected(None)
-    assert gate.describe_vmi(None) == "no VirtualMachineInstance yet"
+def test_the_gate_reads_vmis_with_the_shared_accessors():
+    # gate.py keeps no copy of condition/agent_connected/describe_vmi: kinds.py decides them once.
+    assert not hasattr(gate, "agent_connected") and not hasattr(gate, "describe_vmi")
+    running = {"status": {"phase": "Running", "conditions": [{"type": "AgentConnected", "status": "True"}]}}
+    assert kinds.agent_connected(running)
+    assert not kinds.agent_connected({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    assert not kinds.agent_connected(None)
+    assert kinds.describe_vmi(None) == "no VirtualMachineInstance yet"
+
+
+@pytest.mark.parametrize("project", ["golden-images", "golden-images-block", "my-goldens"])
+def test_a_gate_never_runs_in_a_golden_namespace(project):
+    with pytest.raises(Refusal) as refused:
+        gate.refuse_project_namespace(project, "my-goldens")
+    assert refused.value.msg.startswith(
+        "option project_namespace (%s): a clone gate runs in a tenant's" % project
+    )
+    assert "give a project namespace" in refused.value.msg
+    assert gate.refuse_project_namespace("acme", "my-goldens") is None
+
+
+def test_gate_objects_carry_run_and_candidate_and_the_sweep_finds_them_by_label():
+    cid = gate.candidate_id("golden-images", "golden-windows-11-golden-20260828-f0dea74da9c5")
+    assert len(cid) <= 63 and cid.startswith("golden-windows-11-golden-20260828-f0dea74da9c5"[:50])
+    assert cid != gate.candidate_id("golden-images-block", "golden-windows-11-golden-20260828-f0dea74da9c5")
+    assert len(gate.candidate_id("golden-images", "x" * 253)) <= 63
+    pvc = gate.pvc_definition(
+        "gate-1", "acme", "gate-1", "1Gi", "Block", None, "run1", candidate=cid, kept=True
+    )
+    assert pvc["metadata"]["labels"] == {
+        gate.MANAGED_BY: gate.MANAGER,
+        gate.GATE_LABEL: "run1",
+        gate.CANDIDATE_LABEL: cid,
+        gate.KEPT_LABEL: "true",
+    }
+    assert gate.sweep_selector(cid) == (
+        "app.kubernetes.io/managed-by=goldenimage.pipeline.clone_gate,"
+        "goldenimage.pipeline/clone-gate-candidate=%s,!goldenimage.pipeline/clone-gate-kept" % cid
+    )
+    mine = {
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": "c1"},
+        "spec": {"volumeSnapshotRef": {"namespace": "acme"}},
+    }
+    other = {
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": "c2"},
+        "spec": {"volumeSnapshotRef": {"namespace": "b"}},
+    }
+    vm = {"kind": "VirtualMachine", "metadata": {"name": "v", "namespace": "acme"}}
+    assert gate.removal_order(gate.swept([mine, other, vm], "acme")) == [vm, mine]
+
+
+def test_the_cleanup_command_removes_a_run_by_label():
+    assert gate.cleanup_command("5f3a", "acme") == (
+        "kubectl delete -n acme virtualmachines.kubevirt.io,persistentvolumeclaims,"
+        "volumesnapshots.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=5f3a && kubectl delete "
+        "volumesnapshotcontents.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=5f3a"
+    )

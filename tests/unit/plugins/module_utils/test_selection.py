@@ -423,3 +423,46 @@ def test_label_path_never_serves_a_golden_that_is_not_ready():
     goldens = [golden("pending", ready=False, active=True), golden("a")]
     got = s.resolve_serving(goldens, [], "deb", "Filesystem")
     assert (got["snapshot"], got["conflicts"], got["candidates"]) == ("a", [], ["a"])
+
+
+# Refusals and the rollback plan -------------------------------------------------------------------------
+
+
+def test_a_promotion_names_its_snapshot():
+    with pytest.raises(
+        s.Refusal, match=r"^option snapshot: a promotion names the golden to serve; give snapshot"
+    ):
+        s.refuse_promotion_inputs(None, rollback=False)
+    assert s.refuse_promotion_inputs(None, rollback=True) is None
+
+
+def test_selection_method_needs_the_kind_and_label_method_needs_no_selection():
+    with pytest.raises(s.Refusal, match=r"does not serve the kind .*; install it, or use method: label"):
+        s.refuse_without_selection_kind("selection", served=False)
+    assert s.refuse_without_selection_kind("label", served=False) is None
+    with pytest.raises(s.Refusal, match="the label has no effect; use method: selection"):
+        s.refuse_label_path([selection("sel", "a")], "deb", "filesystem")
+    assert s.refuse_label_path([], "deb", "Filesystem") is None
+
+
+def test_rollback_plan_restores_the_record_once():
+    promoted = selection("sel", "b", **{s.PREVIOUS_SNAPSHOT: "a", s.PREVIOUS_DIGEST: OLD_DIGEST})
+    plan = s.rollback_plan(promoted, "sel", "b")
+    assert plan == {"target": "a", "digest": OLD_DIGEST, "noop": False, "reason": ""}
+    patch = s.mark_change(s.plan_selection(promoted, "deb", "Filesystem", "a", OLD_DIGEST), promoted, True)
+    assert patch["metadata"]["annotations"][s.ROLLED_BACK] == "true"
+    # After the rollback: the record now names b, the mark says a rollback put a there.
+    rolled = selection("sel", "a", **{s.PREVIOUS_SNAPSHOT: "b", s.ROLLED_BACK: "true"})
+    again = s.rollback_plan(rolled, "sel", "a")
+    assert again["noop"] is True and again["target"] == "a" and "already rolled back to a" in again["reason"]
+    # Naming the target moves on purpose; naming what serves is a no-op; naming anything else is refused.
+    assert s.rollback_plan(rolled, "sel", "a", named="b")["target"] == "b"
+    assert s.rollback_plan(rolled, "sel", "a", named="a")["noop"] is True
+    with pytest.raises(s.Refusal, match="the recorded previous snapshot is b, not c as given"):
+        s.rollback_plan(rolled, "sel", "a", named="c")
+    with pytest.raises(s.Refusal, match=r"^sel: refusing to roll back: nothing governs"):
+        s.rollback_plan(None, "sel", None, missing="nothing governs")
+    # The next promotion removes the mark, so the rollback after it restores again.
+    promote = s.mark_change(s.plan_selection(rolled, "deb", "Filesystem", "c"), rolled, False)
+    assert promote["metadata"]["annotations"][s.ROLLED_BACK] is None
+    assert s.mark_change(None, rolled, False) is None

@@ -1,0 +1,25 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""TCP reachability, the one socket this collection opens; decides nothing.
+
+Adapter: modules import no socket. The clone gate asks whether a guest's remote port accepts a
+connection from where the controller stands; what that means for the verdict is ``gate``'s rule.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import socket
+
+
+def tcp_connect(address, timeout):
+    """None when ``(host, port)`` accepted a TCP connection within ``timeout`` seconds, else why not."""
+    try:
+        conn = socket.create_connection(address, timeout=timeout)
+    except (OSError, socket.timeout) as exc:
+        return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    conn.close()
+    return None

@@ -1,0 +1,123 @@
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+FS = "golden-images"
+FAMILY = "debian-12"
+
+
+def snap(name, namespace=FS, content=None, active=False, annotations=None):
+    labels = {"kube-dc.com/golden-os": FAMILY, "kube-dc.com/golden-mode": "Filesystem"}
+    if active:
+        labels["kube-dc.com/golden-active"] = "true"
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations or {},
+        },
+        "status": {"readyToUse": True, "boundVolumeSnapshotContentName": content or "c-" + name},
+    }
+
+
+def content(name, handle):
+    return {"metadata": {"name": name}, "spec": {"source": {"snapshotHandle": handle}}}
+
+
+def pvc(namespace, name, source):
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": source}
+        },
+    }
+
+
+def selection(name, snapshot, previous=None):
+    notes = {"goldenimage.pipeline/previous-snapshot": previous} if previous else {}
+    return {
+        "metadata": {"name": name, "namespace": FS, "annotations": notes},
+        "spec": {"family": FAMILY, "mode": "filesystem", "snapshotName": snapshot},
+    }
+
+
+def observed(**kinds):
+    base = {"snapshots": [], "contents": [], "pvcs": [], "projects": [], "selections": [], "datavolumes": []}
+    base.update(kinds)
+    return base
+
+
+def test_an_unused_golden_has_no_consumer_and_is_not_refused():
+    gold = snap("g1")
+    found = consumers.golden_consumers(gold, observed(snapshots=[gold], contents=[content("c-g1", "h1")]))
+    assert found == []
+    assert consumers.golden_delete_refusal("VolumeSnapshot golden-images/g1", found) is None
+
+
+def test_every_kind_of_consumer_is_named():
+    gold = snap("g1", active=True)
+    other = snap("g0", annotations={"goldenimage.pipeline/previous-snapshot": "g1"})
+    copy = snap("golden-debian-12", namespace="shop", content="kdc-shop")
+    seen = observed(
+        snapshots=[gold, other, copy],
+        contents=[content("c-g1", "h1"), content("c-g0", "h0"), content("kdc-shop", "h1")],
+        pvcs=[pvc(FS, "direct", "g1"), pvc("shop", "vm-root", "golden-debian-12")],
+        selections=[selection("sel", "g1"), selection("old", "g9", previous="g1")],
+    )
+    found = consumers.golden_consumers(gold, seen)
+    described = [consumers.describe(c) for c in found]
+    assert described == [
+        "VolumeSnapshot golden-images/g1 carries kube-dc.com/golden-active=true, so projects of family "
+        "debian-12 are seeded from it (label path)",
+        "PersistentVolumeClaim golden-images/direct restores from it directly",
+        "PersistentVolumeClaim shop/vm-root restores from it through the project copy shop/golden-debian-12",
+        "VolumeSnapshot shop/golden-debian-12 is a project's seeded copy on its snapshot handle h1, whose "
+        "storage snapshot the golden's delete frees",
+        "GoldenImageSelection golden-images/sel names it in spec.snapshotName",
+        "GoldenImageSelection golden-images/old records it as the rollback target (annotation "
+        "goldenimage.pipeline/previous-snapshot)",
+        "VolumeSnapshot golden-images/g0 records it as the rollback target (annotation "
+        "goldenimage.pipeline/previous-snapshot, label path)",
+    ]
+    assert set(found[0]) == {"kind", "namespace", "name", "why", "loses"}
+    # force passes what says what it loses, never a clone or a copy on the same storage snapshot
+    assert [c["name"] for c in consumers.blocking(found, force=True)] == [
+        "direct",
+        "vm-root",
+        "golden-debian-12",
+    ]
+    refusal = consumers.golden_delete_refusal("VolumeSnapshot golden-images/g1", found, force=True)
+    assert isinstance(refusal, Refusal)
+    assert "force cannot override" in refusal.msg and refusal.result["refused"] is True
+    assert len(refusal.result["consumers"]) == 3
+
+
+def test_force_passes_a_selection_and_says_what_it_costs():
+    gold = snap("g1")
+    seen = observed(snapshots=[gold], contents=[content("c-g1", "h1")], selections=[selection("sel", "g1")])
+    found = consumers.golden_consumers(gold, seen)
+    refusal = consumers.golden_delete_refusal("VolumeSnapshot golden-images/g1", found)
+    assert refusal.msg.endswith(
+        "set force: true, which costs: the selection fails closed: debian-12/Filesystem is skipped and no "
+        "new project is seeded"
+    )
+    assert consumers.golden_delete_refusal("VolumeSnapshot golden-images/g1", found, force=True) is None
+
+
+def test_a_selection_of_another_mode_or_namespace_is_not_a_consumer():
+    gold = snap("g1")
+    block = dict(selection("sel", "g1"), spec={"family": FAMILY, "mode": "Block", "snapshotName": "g1"})
+    elsewhere = selection("sel", "g1")
+    elsewhere["metadata"] = dict(elsewhere["metadata"], namespace="somewhere")
+    seen = observed(snapshots=[gold], selections=[block, elsewhere])
+    assert consumers.golden_consumers(gold, seen) == []
+
+
+def test_refuse_delete_builds_one_refusal_for_any_subject():
+    record = consumers.consumer("DBInstance", "db", "pg-1", "runs on it (status.appliedSpec)")
+    refusal = consumers.refuse_delete("image x", [record], "move it first")
+    assert (
+        refusal.msg == "image x: refusing to delete it, 1 object(s) use it: DBInstance db/pg-1 runs on it "
+        "(status.appliedSpec); move it first"
+    )
+    assert consumers.refuse_delete("image x", [], "move") is None

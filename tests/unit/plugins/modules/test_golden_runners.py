@@ -1,0 +1,316 @@
+"""The runners of golden_snapshot, golden_selection, golden_info and clone_gate, called with parameters
+and an observed state: they return a result or raise a PipelineError, and never exit."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.modules import (
+    clone_gate,
+    golden_info,
+    golden_selection,
+    golden_snapshot,
+)
+
+# An in-memory stand-in for the Kubernetes adapter (KubeModule): objects as dicts, every write recorded.
+
+
+def defaults(argument_spec, **params):
+    """Module parameters as AnsibleModule would fill them from ``argument_spec`` and ``params``."""
+    values = {name: spec.get("default") for name, spec in argument_spec.items()}
+    values.update(params)
+    return values
+
+
+class FakeKube:
+    def __init__(self, params, objects=(), served=None, check_mode=False):
+        self.params = params
+        self.check_mode = check_mode
+        self._diff = False
+        self.objects = [copy.deepcopy(o) for o in objects]
+        self.writes = []
+        self.warnings = []
+        self._served = served
+
+    @staticmethod
+    def _key(obj):
+        meta = obj.get("metadata") or {}
+        return obj.get("kind"), meta.get("namespace"), meta.get("name")
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    def served(self, api_version, kind):
+        return True if self._served is None else kind in self._served
+
+    def get(self, api_version, kind, name, namespace=None):
+        for obj in self.objects:
+            if self._key(obj) in ((kind, namespace, name), (kind, None, name)):
+                return copy.deepcopy(obj)
+        return None
+
+    fetch = get
+
+    def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None):
+        found = []
+        for obj in self.objects:
+            if obj.get("kind") != kind or (
+                namespace and (obj.get("metadata") or {}).get("namespace") != namespace
+            ):
+                continue
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if label_selector and not all(
+                _matches(labels, term) for term in label_selector.split(",") if term
+            ):
+                continue
+            found.append(copy.deepcopy(obj))
+        return found
+
+    def create(self, definition):
+        self.writes.append(("create",) + self._key(definition))
+        if not self.check_mode:
+            self.objects.append(copy.deepcopy(definition))
+        return copy.deepcopy(definition)
+
+    def patch(self, api_version, kind, name, namespace, patch, before=None):
+        self.writes.append(("patch", kind, namespace, name))
+        return before, True
+
+    def delete(self, api_version, kind, name, namespace=None, before=None):
+        self.writes.append(("delete", kind, namespace, name))
+        self.objects = [o for o in self.objects if self._key(o) != (kind, namespace, name)]
+        return True
+
+    def wait(
+        self, api_version, kind, name, namespace, predicate, describe, pending, timeout, sleep, progress=None
+    ):
+        return self.get(api_version, kind, name, namespace), 0.0
+
+
+def _matches(labels, term):
+    if term.startswith("!"):
+        return term[1:] not in labels
+    if "=" in term:
+        key, value = term.split("=", 1)
+        return labels.get(key) == value
+    return term in labels
+
+
+FS = "golden-images"
+FAMILY = "deb"
+
+
+def golden(name, content=None, **annotations):
+    return {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": name,
+            "namespace": FS,
+            "labels": {"kube-dc.com/golden-os": FAMILY, "kube-dc.com/golden-mode": "Filesystem"},
+            "annotations": dict(
+                {
+                    "kube-dc.com/os-family-id": FAMILY,
+                    "kube-dc.com/os-name": "Debian",
+                    "kube-dc.com/golden-mode": "Filesystem",
+                },
+                **annotations,
+            ),
+        },
+        "spec": {"source": {"persistentVolumeClaimName": "disk"}},
+        "status": {
+            "readyToUse": True,
+            "restoreSize": "1Gi",
+            "boundVolumeSnapshotContentName": content or "c-" + name,
+        },
+    }
+
+
+def content(name, handle):
+    return {
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": name},
+        "spec": {"source": {"snapshotHandle": handle}},
+    }
+
+
+def claim(namespace, name, source):
+    return {
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": source}
+        },
+    }
+
+
+def sel(snapshot, **annotations):
+    return {
+        "apiVersion": selection.SELECTION_API_VERSION,
+        "kind": selection.SELECTION_KIND,
+        "metadata": {"name": "deb-filesystem", "namespace": FS, "annotations": annotations},
+        "spec": {"family": FAMILY, "mode": "Filesystem", "snapshotName": snapshot},
+    }
+
+
+# golden_snapshot ------------------------------------------------------------------------------------
+
+
+def snapshot_params(**params):
+    return defaults(golden_snapshot.argument_spec(), **params)
+
+
+@pytest.mark.parametrize("option,value", [("wait_timeout", 0), ("wait_timeout", -1), ("wait_sleep", 0)])
+def test_golden_snapshot_refuses_a_duration_that_is_not_one_before_any_read(option, value):
+    kube = FakeKube(
+        snapshot_params(family=FAMILY, os_name="Debian", name="g1", pvc="disk", **{option: value})
+    )
+    with pytest.raises(Refusal, match="^option %s: %s is not a duration" % (option, value)):
+        golden_snapshot.Golden(kube).run()
+    assert kube.writes == []
+
+
+def test_golden_snapshot_absent_refuses_a_golden_a_clone_restores_from():
+    kube = FakeKube(
+        snapshot_params(state="absent", name="g1", force=True),
+        [golden("g1"), content("c-g1", "h1"), claim(FS, "vm-root", "g1")],
+    )
+    with pytest.raises(Refusal) as refused:
+        golden_snapshot.Golden(kube).run()
+    assert "PersistentVolumeClaim golden-images/vm-root restores from it directly" in refused.value.msg
+    assert refused.value.result["consumers"][0]["name"] == "vm-root"
+    assert kube.writes == []
+
+
+def test_golden_snapshot_absent_deletes_an_unused_golden_and_returns():
+    kube = FakeKube(snapshot_params(state="absent", name="g1"), [golden("g1"), content("c-g1", "h1")])
+    result = golden_snapshot.Golden(kube).run()
+    assert result["changed"] is True and result["action"] == "delete" and result["consumers"] == []
+    assert kube.writes == [("delete", "VolumeSnapshot", FS, "g1")]
+
+
+def test_golden_snapshot_absent_force_passes_a_rollback_record_only():
+    observed = [
+        golden("g1"),
+        golden("g2"),
+        content("c-g1", "h1"),
+        sel("g2", **{selection.PREVIOUS_SNAPSHOT: "g1"}),
+    ]
+    refused = FakeKube(snapshot_params(state="absent", name="g1"), observed)
+    with pytest.raises(Refusal, match="records it as the rollback target"):
+        golden_snapshot.Golden(refused).run()
+    forced = FakeKube(snapshot_params(state="absent", name="g1", force=True), observed)
+    assert golden_snapshot.Golden(forced).run()["changed"] is True
+    assert forced.warnings and "force: deleting" in forced.warnings[0]
+
+
+# golden_selection ------------------------------------------------------------------------------------
+
+
+def selection_params(**params):
+    return defaults(golden_selection.argument_spec(), family=FAMILY, **params)
+
+
+def test_golden_selection_refuses_a_zero_wait_and_a_promotion_without_snapshot():
+    with pytest.raises(Refusal, match=r"^option wait_sleep: 0 is not a duration"):
+        golden_selection.Promotion(FakeKube(selection_params(snapshot="g1", wait_sleep=0))).run()
+    with pytest.raises(Refusal, match=r"^option snapshot: a promotion names the golden to serve") as refused:
+        golden_selection.Promotion(FakeKube(selection_params())).run()
+    assert refused.value.result["changed"] is False  # the runner's result fields come with the refusal
+
+
+def test_golden_selection_rollback_run_twice_writes_once():
+    promoted = sel("g2", **{selection.PREVIOUS_SNAPSHOT: "g1"})
+    goldens = [golden("g1"), golden("g2")]
+    first = FakeKube(selection_params(rollback=True), goldens + [promoted])
+    result = golden_selection.Promotion(first).run()
+    assert result["selected"]["snapshot"] == "g1"
+    assert first.writes == [("patch", "GoldenImageSelection", FS, "deb-filesystem")]
+    rolled = sel("g1", **{selection.PREVIOUS_SNAPSHOT: "g2", selection.ROLLED_BACK: "true"})
+    again = FakeKube(selection_params(rollback=True), goldens + [rolled])
+    result = golden_selection.Promotion(again).run()
+    assert result["changed"] is False and result["rollback"]["noop"] is True and again.writes == []
+
+
+def test_golden_selection_without_the_crd_refuses_the_selection_method():
+    kube = FakeKube(selection_params(snapshot="g1"), [golden("g1")], served=())
+    with pytest.raises(Refusal, match="install it, or use method: label"):
+        golden_selection.Promotion(kube).run()
+
+
+# golden_info -----------------------------------------------------------------------------------------
+
+
+def test_golden_info_returns_the_report_with_clones():
+    kube = FakeKube(
+        defaults(golden_info.argument_spec()),
+        [golden("g1"), content("c-g1", "h1"), claim(FS, "vm-root", "g1")],
+    )
+    result = golden_info.run(kube)
+    assert result["changed"] is False and result["summary"]["clones"] == 1
+
+
+def test_golden_info_refuses_a_bad_mode_as_a_pipeline_error():
+    with pytest.raises(PipelineError, match="not a golden mode"):
+        golden_info.run(FakeKube(defaults(golden_info.argument_spec(), mode="sideways")))
+
+
+# clone_gate ------------------------------------------------------------------------------------------
+
+
+def gate_params(**params):
+    return defaults(clone_gate.argument_spec(), snapshot="g1", **params)
+
+
+@pytest.mark.parametrize("project", ["golden-images", "golden-images-block", "gold"])
+def test_clone_gate_refuses_a_golden_namespace_before_any_read(project):
+    kube = FakeKube(gate_params(project_namespace=project, snapshot_namespace="gold"))
+    with pytest.raises(Refusal, match=r"^option project_namespace \(%s\): a clone gate runs" % project):
+        clone_gate.Gate(kube).run()
+    assert kube.writes == []
+
+
+@pytest.mark.parametrize("option", clone_gate.DURATIONS)
+def test_clone_gate_refuses_zero_durations(option):
+    kube = FakeKube(gate_params(project_namespace="acme", **{option: 0}))
+    with pytest.raises(Refusal, match="^option %s: 0 is not a duration" % option):
+        clone_gate.Gate(kube).run()
+    assert kube.writes == []
+
+
+def test_clone_gate_check_mode_predicts_the_sweep_of_an_earlier_run():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+
+    cid = gate.candidate_id(FS, "g1")
+    left = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {
+            "name": "gate-old",
+            "namespace": "acme",
+            "labels": gate.gate_labels("old", candidate=cid),
+        },
+    }
+    kept = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {
+            "name": "gate-kept",
+            "namespace": "acme",
+            "labels": gate.gate_labels("k", candidate=cid, kept=True),
+        },
+    }
+    namespace = {"kind": "Namespace", "metadata": {"name": "acme"}}
+    kube = FakeKube(
+        gate_params(project_namespace="acme", snapshot_namespace=FS),
+        [golden("g1"), content("c-g1", "h1"), namespace, left, kept],
+        check_mode=True,
+    )
+    result = clone_gate.Gate(kube).run()
+    assert result["skipped"] is True and kube.writes == []
+    assert [(o["kind"], o["name"], o["run"]) for o in result["would_sweep"]] == [
+        ("VirtualMachine", "gate-old", "old")
+    ]
