@@ -6,14 +6,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-_CATALOG = r"""
+
+class ModuleDocFragment(object):
+    # The baked image catalog where a module can do without it (goldenimage.pipeline.catalog).
+    # (Literal strings: ansible-test reads doc fragments without running them.)
+    DOCUMENTATION = r"""
 options:
   catalog:
     description:
       - The baked image catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file
         (O(catalog.path)). Writers are safe against each other (resourceVersion, retried on a conflict).
     type: dict
-    required: %s
+    required: false
     suboptions:
       namespace:
         description: Namespace of the catalog ConfigMap.
@@ -26,10 +30,23 @@ options:
         type: path
 """
 
-
-class ModuleDocFragment(object):
-    # The baked image catalog where a module can do without it (goldenimage.pipeline.catalog).
-    DOCUMENTATION = _CATALOG % "false"
-
     # The same option where the module needs it (goldenimage.pipeline.catalog.required).
-    REQUIRED = _CATALOG % "true"
+    REQUIRED = r"""
+options:
+  catalog:
+    description:
+      - The baked image catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file
+        (O(catalog.path)). Writers are safe against each other (resourceVersion, retried on a conflict).
+    type: dict
+    required: true
+    suboptions:
+      namespace:
+        description: Namespace of the catalog ConfigMap.
+        type: str
+      name:
+        description: Name of the catalog ConfigMap (key C(catalog.yaml)); created when missing.
+        type: str
+      path:
+        description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).
+        type: path
+"""

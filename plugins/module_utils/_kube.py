@@ -758,7 +758,7 @@ class KubeModule(AnsibleModule):
             data = body() if callable(body) else body
             if mutating:
                 self.mutations += 1
-            response = api.rest_client.pool_manager.urlopen(
+            response = api.rest_client.pool_manager.request(
                 method,
                 url,
                 body=data,
@@ -831,7 +831,7 @@ class KubeModule(AnsibleModule):
         size = os.path.getsize(src)
         sent = dict(headers or {})
         if field:
-            boundary = "goldenimage-%s" % "".join(random.choice("0123456789abcdef") for _ in range(24))
+            boundary = "goldenimage-%s" % "".join(random.choice("0123456789abcdef") for _digit in range(24))
             opening = (
                 '--%s\r\nContent-Disposition: form-data; name="%s"; filename="%s"\r\n'
                 "Content-Type: application/octet-stream\r\n\r\n" % (boundary, field, os.path.basename(src))

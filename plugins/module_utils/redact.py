@@ -66,7 +66,7 @@ def signed(url):
         query = urlsplit(url or "").query
     except ValueError:
         return False
-    return any(name.lower() in SECRET_QUERY for name, _ in parse_qsl(query, keep_blank_values=True))
+    return any(name.lower() in SECRET_QUERY for name, _value in parse_qsl(query, keep_blank_values=True))
 
 
 def redact_url(url):
@@ -83,7 +83,7 @@ def redact_url(url):
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(name.lower() in SECRET_QUERY for name, _ in pairs):
+        if any(name.lower() in SECRET_QUERY for name, _value in pairs):
             query = urlencode(
                 [(name, MASK if name.lower() in SECRET_QUERY else value) for name, value in pairs], safe="/:"
             )

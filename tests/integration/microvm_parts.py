@@ -465,7 +465,7 @@ class TokenServer:
                 header = self.headers.get("Authorization", "")
                 user = None
                 if header.startswith("Basic "):
-                    name, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                    name, _colon, password = base64.b64decode(header[6:]).decode().partition(":")
                     if users.get(name) != password:
                         self.send_response(401)
                         self.end_headers()

@@ -219,7 +219,7 @@ def test_a_password_in_the_url_is_refused_and_never_lands_anywhere(
     run = run_playbook(
         play(
             task("configmap", ignore_errors=True, **body),
-            task("file", ignore_errors=True, **dict(body, catalog={"path": str(catalog_file)})),
+            task("file", ignore_errors=True, **{**body, "catalog": {"path": str(catalog_file)}}),
             task("absent", ignore_errors=True, **dict(body, state="absent")),
         ),
         env=lab.env(),
@@ -245,10 +245,12 @@ def test_bad_input_is_refused_before_the_first_write(lab, kube_namespace, mirror
     lab.clear_audit()
     run = run_playbook(
         play(
-            task("float stream", ignore_errors=True, **dict(body, name="v20261001-2410", os_version=24.10)),
-            task("float major", ignore_errors=True, **dict(body, pg_versions=[16.0, "17"])),
-            task("zero timeout", ignore_errors=True, **dict(body, wait_timeout=0)),
-            task("negative sleep", ignore_errors=True, **dict(body, wait_sleep=-1)),
+            task(
+                "float stream", ignore_errors=True, **{**body, "name": "v20261001-2410", "os_version": 24.10}
+            ),
+            task("float major", ignore_errors=True, **{**body, "pg_versions": [16.0, "17"]}),
+            task("zero timeout", ignore_errors=True, **{**body, "wait_timeout": 0}),
+            task("negative sleep", ignore_errors=True, **{**body, "wait_sleep": -1}),
             task("zero replicas", ignore_errors=True, **dict(body, replicas=0)),
             task("stream float", ignore_errors=True, module=STREAM, os_version=24.1, catalog=where),
         ),

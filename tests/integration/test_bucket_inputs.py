@@ -58,7 +58,7 @@ def test_bad_inputs_are_refused_before_any_write(s3, tmp_path):
             "concurrency",
         ),
         "mirror version 1.10 as a number": (
-            row("", "os_mirror_object", **dict(mirror, version=1.1)),
+            row("", "os_mirror_object", **{**mirror, "version": 1.1}),
             "quote it",
         ),
         "mirror url_timeout 0": (row("", "os_mirror_object", url_timeout=0, **mirror), "url_timeout"),

@@ -302,7 +302,7 @@ def test_no_secret_reaches_any_output_object_or_file(world):
     signature = signed_url.rsplit("X-Amz-Signature=", 1)[1]
     secrets = [PASSWORD, TOKEN, SECRET, signature]
     found = traces(world, [first, second, third], exclude=(signed_file,))
-    assert len(found) > 20, [where for where, _ in found]
+    assert len(found) > 20, [pair[0] for pair in found]
     assert leaks(found, secrets) == []
     # The search itself finds a leak: the test's own copy of the URL holds the signature.
     assert leaks([("signed.json", signed_file.read_text())], [signature])

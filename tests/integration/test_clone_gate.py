@@ -303,9 +303,9 @@ def swept(lab, goldens, kube_client, tmp_path_factory):
             play(
                 task("predicted", check=True, **common),
                 task("sweeps first", **common),
-                task("golden-images", **dict(common, project_namespace="golden-images")),
-                task("golden-images-block", **dict(common, project_namespace="golden-images-block")),
-                task("own namespace", **dict(common, project_namespace=goldens)),
+                task("golden-images", **{**common, "project_namespace": "golden-images"}),
+                task("golden-images-block", **{**common, "project_namespace": "golden-images-block"}),
+                task("own namespace", **{**common, "project_namespace": goldens}),
                 task("zero timeout", **dict(common, agent_timeout=0)),
             ),
             env=lab.env(),

@@ -213,7 +213,7 @@ def test_disk_image_module_check_mode_then_write_then_again(tmp_path):
             "goldenimage.pipeline.disk_image",
             "refused",
             ignore_errors=True,
-            **dict(args, src=str(tmp_path / "none")),
+            **{**args, "src": str(tmp_path / "none")},
         ),
     ]
     run = run_playbook([{"name": "disk_image", "hosts": "localhost", "gather_facts": False, "tasks": tasks}])

@@ -705,7 +705,7 @@ def test_http_path_is_byte_identical(lab, world):
         '"storage": {"resources": {"requests": {"storage": "20Gi"}}}}}' % world.tenant
     )
     renders = []
-    for _ in range(2):
+    for _run in range(2):
         run = run_playbook(
             play(task("render", state="rendered", namespace=world.ns, pool=http_pool)), env=lab.env()
         )

@@ -39,10 +39,10 @@ def vm(name, annotation):
 
 def tip_catalog(tip=REV, image_ref=None, default=True):
     doc = catalog.empty()
-    doc, _ = catalog.register_image(
+    doc, _changed = catalog.register_image(
         doc, tip, "22.04", ["16"], "a" * 128, "upload", image=image_ref, imported=True
     )
-    doc, _ = catalog.set_stream(doc, "22.04", tip=tip, validated=True, default=default)
+    doc, _changed = catalog.set_stream(doc, "22.04", tip=tip, validated=True, default=default)
     return doc
 
 
@@ -102,7 +102,7 @@ def test_a_catalog_tip_counts_unless_it_records_another_image():
     assert len(hi.image_consumers(image(), REV, catalogs=[(("ConfigMap", "a", "c"), tip_catalog())])) == 1
     # A registered revision that is not a tip is history, not a consumer.
     doc = tip_catalog(tip="v20260701")
-    doc, _ = catalog.register_image(doc, REV, "22.04", ["16"], "a" * 128, "upload", imported=True)
+    doc, _changed = catalog.register_image(doc, REV, "22.04", ["16"], "a" * 128, "upload", imported=True)
     assert hi.image_consumers(image(), REV, catalogs=[(("ConfigMap", "a", "c"), doc)]) == []
 
 

@@ -131,7 +131,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(BLOB_BYTES))
         self.end_headers()
         block = b"\x89" * 65536
-        for _ in range(BLOB_BYTES // len(block)):
+        for _block in range(BLOB_BYTES // len(block)):
             self.wfile.write(block)
 
     def _handle(self, method):

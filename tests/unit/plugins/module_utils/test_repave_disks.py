@@ -55,9 +55,12 @@ def claims_of(*templates):
     return {t["metadata"]["name"]: claim(t) for t in templates}
 
 
-def roles(machine, claims=None, images=IMAGES, **kw):
+def roles(machine, claims=None, images=None, **kw):
     found = repave.classify_claims(
-        machine, claims if claims is not None else claims_of(os_template(), data_template()), images, **kw
+        machine,
+        claims if claims is not None else claims_of(os_template(), data_template()),
+        IMAGES if images is None else images,
+        **kw,
     )
     return {n: r["role"] for n, r in found.items()}
 

@@ -8,7 +8,7 @@ from fake_kube import FakeKube, params_of
 
 
 def catalog_file(tmp_path, imported=True):
-    doc, _ = catalog.register_image(
+    doc, _changed = catalog.register_image(
         catalog.empty(), "v20260615", "22.04", ["16", "17"], "a" * 128, "upload", imported=imported
     )
     path = tmp_path / "catalog.yaml"
@@ -25,7 +25,7 @@ def run(path, check_mode=False, **given):
 def test_moves_the_tip_signs_it_off_and_reruns_change_nothing(tmp_path):
     path = catalog_file(tmp_path)
     asked = dict(os_version="22.04", revision="v20260615", validated=True, default=True)
-    predicted, _ = run(path, check_mode=True, **asked)
+    predicted, _diff = run(path, check_mode=True, **asked)
     assert predicted["changed"] and yaml.safe_load(path.read_text())["streams"] == {}
     result, kube = run(path, **asked)
     assert result["changed"] and result["stream"] == {"tip": "v20260615", "validated": True}
@@ -49,7 +49,7 @@ def test_a_float_stream_is_refused_with_quote_it(tmp_path, stream):
 
 def test_a_stale_imported_true_does_not_move_the_tip(tmp_path):
     path = tmp_path / "catalog.yaml"
-    doc, _ = catalog.register_image(
+    doc, _changed = catalog.register_image(
         catalog.empty(),
         "v20260615",
         "22.04",

@@ -7,7 +7,6 @@ from ansible_collections.goldenimage.pipeline.plugins.modules import bucket_obje
 from tests.unit.plugins.modules._bucket_lab import (
     new_bucket,
     run_against,
-    s3_fixture,  # noqa: F401 - the s3 fixture
 )
 
 

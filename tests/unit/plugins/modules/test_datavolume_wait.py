@@ -86,7 +86,7 @@ def test_timeout_says_stuck_or_still_working():
     moving = [dv("ImportInProgress", "%d.00%%" % n) for n in range(6, 40)]
     result = first
     with pytest.raises(PipelineError) as caught:
-        for _ in range(10):
+        for _round in range(10):
             clock.sleep(3)  # the time between two calls
             result = runner(moving, clock, wait_timeout=10, wait_sleep=2, **result["resume"]).run()
             moving = moving[1:]

@@ -11,7 +11,6 @@ from tests.unit.plugins.modules._bucket_lab import (
     connection,
     keys,
     new_bucket,
-    s3_fixture,  # noqa: F401 - the s3 fixture
 )
 
 KEY = "windows/11/2026-08-09/windows11-x64-golden.qcow2"

@@ -10,7 +10,6 @@ from tests.unit.plugins.modules._bucket_lab import (
     keys,
     new_bucket,
     run_against,
-    s3_fixture,  # noqa: F401 - the s3 fixture
 )
 
 HEX = "a" * 64

@@ -60,7 +60,7 @@ def test_a_build_past_its_timeout_is_stopped():
     first = packer_run.PackerRun(params(wait_timeout=30), build, clock=clock, sleeper=clock.sleep).run()
     with pytest.raises(PipelineError, match="timed out after 30s waiting for packer build in /w"):
         result = first
-        for _ in range(5):
+        for _round in range(5):
             result = packer_run.PackerRun(
                 params(wait_timeout=30, **result["resume"]), build, clock=clock, sleeper=clock.sleep
             ).run()
