@@ -249,3 +249,52 @@ def test_concurrent_catalog_writers(lab, kube_client, kube_namespace, mirror):
         assert run.ok and run["register"]["catalog_changed"], (revision, run.log)
     doc = catalog_of(kube_client, kube_namespace)
     assert {"v20260801", "v20260802"} <= set(doc["images"])
+
+
+UPLOAD_GIB = 2
+RSS_LIMIT_MIB = 400
+
+
+@pytest.mark.lab_only
+def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namespace, tmp_path):
+    """A 2 GiB image is uploaded with the module's peak RSS far below the file's size, with progress."""
+    import pathlib
+    import sys
+
+    image = tmp_path / "ubuntu-2204-postgres-v20260705.img"
+    with open(image, "wb") as handle:  # sparse: no disk used, but every byte is read and sent
+        handle.truncate(UPLOAD_GIB * 1024**3)
+    rss = tmp_path / "rss.txt"
+    wrapper = tmp_path / "measured-python"
+    wrapper.write_text(
+        "#!%s\n"
+        "import resource, subprocess, sys\n"
+        "rc = subprocess.call([%r] + sys.argv[1:])\n"
+        "with open(%r, 'a') as out:\n"
+        "    out.write('%%d\\n' %% resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "sys.exit(rc)\n" % (sys.executable, sys.executable, str(rss))
+    )
+    wrapper.chmod(0o755)
+    upload = task(
+        "upload",
+        name="v20260705",
+        namespace=kube_namespace,
+        src=str(image),
+        os_version="22.04",
+        pg_versions=["16"],
+        replicas=3,
+        wait_timeout=600,
+        wait_sleep=1,
+    )
+    measured = ["-e", "ansible_python_interpreter=%s" % wrapper]  # the module's process, measured
+    run = run_playbook(play(upload), env=lab.env(), timeout=900, args=measured)
+    assert rss.exists(), run.log
+    peak_mib = max(int(line) for line in pathlib.Path(rss).read_text().split()) / 1024
+    print("module peak RSS %.0f MiB for a %d GiB upload" % (peak_mib, UPLOAD_GIB))
+    assert peak_mib < RSS_LIMIT_MIB, "module peak RSS %.0f MiB for a %d GiB upload" % (peak_mib, UPLOAD_GIB)
+    assert run.ok, run.log
+    result = run["upload"]
+    assert result["changed"] and result["progress"] == 100, run.log
+    sent = result["upload"]
+    assert sent["bytes_sent"] == sent["size"] == UPLOAD_GIB * 1024**3 and sent["percent"] == 100
+    assert [p for p, _ in sent["reported"]][-1] == 100 and len(sent["reported"]) >= 10, sent
