@@ -540,6 +540,38 @@ def still_imported(ref, deleted, revision_name, where, cause, missing_permission
     )
 
 
+class ReplicaMismatch(PipelineError):
+    """The replica count in force is not the one asked for (see ``replica_trap``)."""
+
+
+def replica_mismatch_cleanup(exc, image, deleted, cleanup_error=None):
+    """``exc`` (a ReplicaMismatch found at Initialized) told with what became of the image.
+
+    An image this run created is deleted before its import completes (nothing can use it yet); one that
+    existed before is left to its owner. Either way the revision is not recorded.
+    """
+    ref = "%s %s" % (KIND, kinds.ref(image))
+    if deleted:
+        exc.msg = (
+            "%s [%s, created by this run, was deleted before its import finished; nothing was recorded]"
+            % (
+                exc.msg,
+                ref,
+            )
+        )
+        exc.fields.update(registered=False, cleaned_up=True, catalog_written=False)
+    elif cleanup_error:
+        exc.msg = (
+            "%s [%s, created by this run, is left behind: deleting it failed: %s; delete it with "
+            "state=absent]" % (exc.msg, ref, cleanup_error)
+        )
+        exc.fields.update(registered=True, cleaned_up=False, catalog_written=False)
+    else:
+        exc.msg = "%s [%s was registered before this run and is left in place, not recorded]" % (exc.msg, ref)
+        exc.fields.update(registered=True, cleaned_up=False, catalog_written=False)
+    return exc
+
+
 def left_behind(exc, image, created, where=None, check_mode=False):
     """``exc`` (a failure after the image was written) told with what this run leaves in place."""
     what = "%s %s" % (KIND, kinds.ref(image)) if image else "the VirtualMachineImage"

@@ -24,6 +24,10 @@ description:
     C(storageClassParameters.numberOfReplicas) when a Longhorn template class applies (the class named by the
     annotation C(harvesterhci.io/storageClassName), or the cluster default). When the replica count in force
     differs from O(replicas) the module fails, naming the class that won and how to fix it.
+  - The replica count is verified as soon as Harvester has created the image's StorageClass
+    (C(Initialized=True)), before the download or upload, not after the import. On a wrong count an image
+    this run created is deleted at once (nothing can use an image that is not imported) and RV(cleaned_up)
+    says so; an image registered before the run is left in place and not recorded.
   - With O(state=absent) the module first asks who uses the image, and refuses naming each. Users are a
     catalog (O(catalog) and every ConfigMap in the cluster holding a C(catalog.yaml)) whose stream tip is
     the revision, a DBInstance (any API group serving the kind) whose C(status.appliedSpec.imageRevision)
@@ -233,6 +237,12 @@ consumers:
       namespace: orders
       name: pg-1
       why: its applied revision is v20260615 (phase Available)
+cleaned_up:
+  description:
+    - On a replica count mismatch found at C(Initialized), whether the image this run created was deleted
+      (false when it existed before the run, or when deleting it failed; the message says which).
+  returned: on a replica count mismatch found before the import
+  type: bool
 registered:
   description: Whether the VirtualMachineImage exists when the task failed after writing it.
   returned: on a failure after the image was written
@@ -426,16 +436,26 @@ class BakedImage:
             before, now = hi.printable(existing), hi.printable(after)
             self.result["diff"] = [dict(object_diff(before, now), before_header=self._ref(name, namespace))]
         seen = [hi.progress(after)]
+        checked = False
         try:
             if not self.module.check_mode:
+                if (self.p["src"] or self.p["wait"]) and not hi.storage_class_of(after):
+                    after = self.wait_initialized(name, namespace, after)
+                if hi.storage_class_of(after):  # verified before the import, not after it
+                    after = self.check_replicas_early(after, existing is None)
+                    checked = True
                 if self.p["src"] and not hi.imported(after) and not hi.failure(after):
                     after = self.upload(name, namespace, after)
                 if self.p["wait"] and not hi.imported(after):
                     after = self.wait_imported(name, namespace, after, seen)
             self.result.update(image=hi.printable(after), progress=hi.progress(after), progress_seen=seen)
             storage_class = hi.storage_class_of(after)
-            if storage_class:
+            if storage_class and not checked:
                 self.check_replicas(after, storage_class)
+        except hi.ReplicaMismatch as exc:
+            if "cleaned_up" in exc.fields:  # found at Initialized: already says what became of the image
+                raise
+            raise self.left_behind(exc, existing is None) from None
         except PipelineError as exc:
             raise self.left_behind(exc, existing is None) from None
         if self.store is not None:
@@ -486,7 +506,44 @@ class BakedImage:
         if self.p["replicas"] is None or str(in_force) == str(self.p["replicas"]):
             return
         template, why = hi.winning_template(image, self.module.list(kinds.STORAGE, "StorageClass"))
-        raise PipelineError(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
+        raise hi.ReplicaMismatch(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
+
+    def check_replicas_early(self, image, created):
+        """Check the count once the StorageClass exists; a wrong count deletes an image this run made."""
+        try:
+            self.check_replicas(image, hi.storage_class_of(image))
+        except hi.ReplicaMismatch as exc:
+            exc.fields = dict(self.result, image=hi.printable(image), **exc.fields)
+            deleted, error = False, None
+            if created:
+                try:
+                    deleted = self.module.delete_and_wait(
+                        API,
+                        KIND,
+                        kinds.name(image),
+                        kinds.namespace(image),
+                        self.p["wait_timeout"],
+                        self.p["wait_sleep"],
+                    )
+                except PipelineError as cleanup:
+                    error = cleanup.msg
+            if deleted:
+                exc.fields["image"] = {}
+            raise hi.replica_mismatch_cleanup(exc, image, deleted, error) from None
+        return image
+
+    def wait_initialized(self, name, namespace, current):
+        """Wait for Harvester to create the image's StorageClass (Initialized=True)."""
+        try:
+            return self._wait(
+                name,
+                namespace,
+                lambda obj: (hi.initialized(obj) and bool(hi.storage_class_of(obj)), hi.failure(obj)),
+                "Initialized=True (its StorageClass created)",
+            )
+        except PipelineError as exc:
+            self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
+            raise
 
     def _wait(self, name, namespace, predicate, what, progress=None):
         obj, duration = self.module.wait(
@@ -522,17 +579,7 @@ class BakedImage:
             raise
 
     def upload(self, name, namespace, current):
-        """POST the file to Harvester's upload action once the image is initialized."""
-        try:
-            current = self._wait(
-                name,
-                namespace,
-                lambda obj: (hi.initialized(obj), hi.failure(obj)),
-                "Initialized=True before the upload",
-            )
-        except PipelineError as exc:
-            self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
-            raise
+        """POST the file to Harvester's upload action (the image is initialized)."""
         size = os.path.getsize(self.p["src"])
         report = hi.UploadProgress(self.p["src"], size)
         started = time.monotonic()

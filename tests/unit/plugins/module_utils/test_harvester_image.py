@@ -266,3 +266,14 @@ def test_upload_progress_reports_every_ten_percent_and_every_thirty_seconds():
     assert slow.seen(1, 10**9, 10.0) is None
     assert "0% (2 of" in slow.seen(2, 10**9, 31.0)  # no percent gained, but 30 s passed
     assert slow.record()["bytes_sent"] == 2 and slow.record()["percent"] == 0
+
+
+def test_replica_mismatch_says_what_became_of_the_image():
+    image = {"metadata": {"namespace": "ns", "name": "ubuntu-2204-postgres-v20260706"}}
+    gone = hi.replica_mismatch_cleanup(hi.ReplicaMismatch("replicas: asked for 4"), image, True)
+    assert "was deleted before its import finished" in gone.msg
+    assert gone.result["cleaned_up"] is True and gone.result["registered"] is False
+    kept = hi.replica_mismatch_cleanup(hi.ReplicaMismatch("replicas: asked for 4"), image, False)
+    assert "registered before this run" in kept.msg and kept.result["registered"] is True
+    failed = hi.replica_mismatch_cleanup(hi.ReplicaMismatch("replicas"), image, False, "403 forbidden")
+    assert "left behind: deleting it failed: 403 forbidden" in failed.msg and not failed.result["cleaned_up"]
