@@ -32,9 +32,9 @@ def _stream(value, option):
     return inputs.version_string(value, option)
 
 
-def revision_name(date, os_stream, default_stream=revision.DEFAULT_STREAM):
+def revision_name(date, os_stream, default_stream=revision.DEFAULT_STREAM, build=revision.FIRST_BUILD):
     return revision.revision_name(
-        date, _stream(os_stream, "os_stream"), _stream(default_stream, "default_stream")
+        date, _stream(os_stream, "os_stream"), _stream(default_stream, "default_stream"), build
     )
 
 
@@ -51,6 +51,7 @@ def parse_revision(name, default_stream=revision.DEFAULT_STREAM):
         "date": rev.date.isoformat(),
         "os_stream": rev.os_stream,
         "suffixed": rev.suffixed,
+        "build": rev.build,
     }
 
 

@@ -25,10 +25,11 @@ ATTEMPTS = 20
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 
 
-def catalog_options():
+def catalog_options(required=False):
     """The ``catalog`` option of the modules that read or write the catalog."""
     return dict(
         type="dict",
+        required=required,
         options=dict(
             namespace=dict(type="str"),
             name=dict(type="str"),

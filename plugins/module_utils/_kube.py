@@ -820,11 +820,13 @@ class KubeModule(AnsibleModule):
         base_url=None,
         timeout=None,
         action=None,
+        progress=None,
     ):
         """Send the file ``src`` as the body (or as the multipart form field ``field``), streamed.
 
         The Content-Length is computed up front, so the file is never read into memory. Returns the
         response's JSON (or text, or None when empty). Not retried: an upload is not idempotent.
+        ``progress(sent, size)`` is called after each chunk of the file is handed to the connection.
         """
         import os
 
@@ -847,12 +849,16 @@ class KubeModule(AnsibleModule):
 
         def chunks():
             yield opening
+            sent_bytes = 0
             with open(src, "rb") as handle:
                 while True:
                     block = handle.read(STREAM_CHUNK)
                     if not block:
                         break
                     yield block
+                    sent_bytes += len(block)
+                    if progress is not None:
+                        progress(sent_bytes, size)
             yield closing
 
         response = self.request(

@@ -374,3 +374,22 @@ def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
             % (major, violations[0]["eol"], listing)
         )
     return major
+
+
+ENGINE_VERSION = "engineVersion"
+
+
+def dbinstance_spec(doc, spec, today=None, eol_table=None):
+    """A DBInstance ``spec`` as it may be applied: ``(new spec, engine version, defaulted)``.
+
+    The one engineVersion rule (``resolve_engine_version``) decides: absent or empty takes the newest
+    supported major of the default stream's tip, and a major not in that tip or past its EOL is refused.
+    The spec given is not changed; the copy returned carries the resolved ``engineVersion``.
+    """
+    if not isinstance(spec, dict):
+        raise CatalogError("DBInstance spec: expected a mapping, got %s" % type(spec).__name__)
+    requested = spec.get(ENGINE_VERSION)
+    major = resolve_engine_version(doc, requested, today=today, eol_table=eol_table)
+    out = copy.deepcopy(spec)
+    out[ENGINE_VERSION] = major
+    return out, major, requested is None or requested == ""

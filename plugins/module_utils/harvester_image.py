@@ -354,6 +354,50 @@ def progress(obj):
     return int(value) if isinstance(value, int) else 0
 
 
+UPLOAD_REPORT_PERCENT = 10  # a progress line per this many percent of the file sent
+UPLOAD_REPORT_SECONDS = 30.0  # and at least this often
+
+
+class UploadProgress(object):
+    """Which moments of an upload are reported: every ``UPLOAD_REPORT_PERCENT`` and every 30 s.
+
+    ``seen(sent, total, elapsed)`` returns the line to log, or None; ``record`` is what the result says.
+    """
+
+    def __init__(self, src, total):
+        self.src, self.total = src, total
+        self.sent, self.elapsed = 0, 0.0
+        self.reported = []  # [percent, seconds] at each report
+        self._last_percent, self._last_time = -UPLOAD_REPORT_PERCENT, 0.0
+
+    def percent(self):
+        return 100 if not self.total else int(self.sent * 100 // self.total)
+
+    def seen(self, sent, total, elapsed):
+        self.sent, self.total, self.elapsed = sent, total, elapsed
+        percent = self.percent()
+        due = (
+            percent >= self._last_percent + UPLOAD_REPORT_PERCENT
+            or elapsed - self._last_time >= UPLOAD_REPORT_SECONDS
+            or sent >= total
+        )
+        if not due:
+            return None
+        self._last_percent, self._last_time = percent, elapsed
+        self.reported.append([percent, round(elapsed, 1)])
+        return "upload %s: %d%% (%d of %d bytes) after %.1fs" % (self.src, percent, sent, total, elapsed)
+
+    def record(self):
+        return {
+            "src": self.src,
+            "bytes_sent": self.sent,
+            "size": self.total,
+            "percent": self.percent(),
+            "seconds": round(self.elapsed, 3),
+            "reported": list(self.reported),
+        }
+
+
 def failure(obj):
     """Why the import will not finish by itself, or None while it may."""
     if kinds.condition_true(obj, "RetryLimitExceeded"):
@@ -494,6 +538,38 @@ def still_imported(ref, deleted, revision_name, where, cause, missing_permission
         ),
         **fields,
     )
+
+
+class ReplicaMismatch(PipelineError):
+    """The replica count in force is not the one asked for (see ``replica_trap``)."""
+
+
+def replica_mismatch_cleanup(exc, image, deleted, cleanup_error=None):
+    """``exc`` (a ReplicaMismatch found at Initialized) told with what became of the image.
+
+    An image this run created is deleted before its import completes (nothing can use it yet); one that
+    existed before is left to its owner. Either way the revision is not recorded.
+    """
+    ref = "%s %s" % (KIND, kinds.ref(image))
+    if deleted:
+        exc.msg = (
+            "%s [%s, created by this run, was deleted before its import finished; nothing was recorded]"
+            % (
+                exc.msg,
+                ref,
+            )
+        )
+        exc.fields.update(registered=False, cleaned_up=True, catalog_written=False)
+    elif cleanup_error:
+        exc.msg = (
+            "%s [%s, created by this run, is left behind: deleting it failed: %s; delete it with "
+            "state=absent]" % (exc.msg, ref, cleanup_error)
+        )
+        exc.fields.update(registered=True, cleaned_up=False, catalog_written=False)
+    else:
+        exc.msg = "%s [%s was registered before this run and is left in place, not recorded]" % (exc.msg, ref)
+        exc.fields.update(registered=True, cleaned_up=False, catalog_written=False)
+    return exc
 
 
 def left_behind(exc, image, created, where=None, check_mode=False):

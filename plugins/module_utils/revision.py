@@ -9,6 +9,11 @@ naming default (22.04, the first stream) carry the stream without its dot as a s
 ``v20260615`` is 22.04, ``v20261201-2404`` is 24.04. The suffix keeps two streams built on the same
 day distinct in the catalog, where every revision ever built lives side by side.
 
+More than one build a day (a same-day CVE rebuild after the regular build) gets a build number:
+the first build of a day has none, the next ones end in ``-r<NN>``, two digits from 02 to 99:
+``v20261201`` then ``v20261201-r02``; ``v20261201-2404`` then ``v20261201-2404-r02``. The number is
+zero-padded so that the names also sort as text in build order within a stream.
+
 The artifact of a revision is ``ubuntu-<stream without dot>-postgres-<revision>.qcow2``, e.g.
 ``ubuntu-2204-postgres-v20260615.qcow2`` and ``ubuntu-2404-postgres-v20261201-2404.qcow2``.
 
@@ -30,12 +35,18 @@ ARTIFACT_INFIX = "-postgres-"
 ARTIFACT_EXTENSION = ".qcow2"
 
 _STREAM = re.compile(r"^(\d{2})\.(\d{2})$")
-_REVISION = re.compile(r"^v(\d{8})(?:-(\d{4}))?$")
-_ARTIFACT = re.compile(r"^ubuntu-(\d{4})-postgres-(v\d{8}(?:-\d{4})?)\.qcow2$")
+FIRST_BUILD = 1
+MAX_BUILD = 99
+# A revision name, unanchored, for code that finds revisions inside longer names (disk claims).
+REVISION_PATTERN = r"v\d{8}(?:-\d{4})?(?:-r\d{2})?"
+_REVISION = re.compile(r"^v(\d{8})(?:-(\d{4}))?(?:-r(\d{2}))?$")
+_ARTIFACT = re.compile(r"^ubuntu-(\d{4})-postgres-(%s)\.qcow2$" % REVISION_PATTERN)
 
-Revision = collections.namedtuple("Revision", ["name", "date", "os_stream", "suffixed"])
+Revision = collections.namedtuple("Revision", ["name", "date", "os_stream", "suffixed", "build"])
+Revision.__new__.__defaults__ = (FIRST_BUILD,)
 Revision.__doc__ = """A parsed revision: ``name`` as given, ``date`` (datetime.date), ``os_stream``
-("24.04"), ``suffixed`` (True when the name carries the stream)."""
+("24.04"), ``suffixed`` (True when the name carries the stream), ``build`` (1 for the first build of
+the day, 2 for ``-r02``...)."""
 
 
 def validate_stream(os_stream):
@@ -70,14 +81,46 @@ def build_date(value):
         raise ValueError("build date %r is not a calendar date: %s" % (value, exc)) from exc
 
 
-def revision_name(date, os_stream, default_stream=DEFAULT_STREAM):
-    """``v<YYYYMMDD>`` for the default stream, ``v<YYYYMMDD>-<stream without dot>`` otherwise."""
+def validate_build(build):
+    """The build number of the day as an int, 1 (the first build) to 99; refuses anything else."""
+    if isinstance(build, bool) or not isinstance(build, int):
+        text = str(build).strip() if build is not None else ""
+        if not text.isdigit():
+            raise ValueError("build %r: expected a whole number from 1 to %d" % (build, MAX_BUILD))
+        build = int(text)
+    if not FIRST_BUILD <= build <= MAX_BUILD:
+        raise ValueError(
+            "build %r: a day has builds 1 (no suffix) to %d (-r%d); use the next day's date"
+            % (build, MAX_BUILD, MAX_BUILD)
+        )
+    return build
+
+
+def revision_name(date, os_stream, default_stream=DEFAULT_STREAM, build=FIRST_BUILD):
+    """``v<YYYYMMDD>`` for the default stream, ``v<YYYYMMDD>-<stream without dot>`` otherwise; a
+    ``build`` after the first of the day adds ``-r<NN>``."""
     day = build_date(date)
     stream = validate_stream(os_stream)
+    number = validate_build(build)
     name = "v" + day.strftime("%Y%m%d")
     if stream != validate_stream(default_stream):
         name += "-" + stream_suffix(stream)
+    if number > FIRST_BUILD:
+        name += "-r%02d" % number
     return name
+
+
+def next_revision(date, os_stream, existing=(), default_stream=DEFAULT_STREAM):
+    """The first revision name of ``date`` and ``os_stream`` not in ``existing`` (a same-day rebuild)."""
+    taken = set(existing)
+    for number in range(FIRST_BUILD, MAX_BUILD + 1):
+        name = revision_name(date, os_stream, default_stream, number)
+        if name not in taken:
+            return name
+    raise ValueError(
+        "%s: all %d builds of the day exist; use the next day's date"
+        % (revision_name(date, os_stream, default_stream), MAX_BUILD)
+    )
 
 
 def parse_revision(name, default_stream=DEFAULT_STREAM):
@@ -87,19 +130,28 @@ def parse_revision(name, default_stream=DEFAULT_STREAM):
     if not match:
         raise ValueError(
             "revision %r: expected v<YYYYMMDD> (default stream %s) or v<YYYYMMDD>-<stream without dot> "
-            "such as v20261201-2404" % (name, default_stream)
+            "such as v20261201-2404, with -r<NN> (02 to 99) for a later build of the same day"
+            % (name, default_stream)
         )
     day = build_date(match.group(1))
     suffix = match.group(2)
+    build = FIRST_BUILD
+    if match.group(3) is not None:
+        build = int(match.group(3))
+        if build <= FIRST_BUILD:
+            raise ValueError(
+                "revision %r: the first build of a day has no -r suffix; later builds are -r02 to -r%d"
+                % (name, MAX_BUILD)
+            )
     if suffix is None:
-        return Revision(text, day, validate_stream(default_stream), False)
+        return Revision(text, day, validate_stream(default_stream), False, build)
     stream = _stream_from_suffix(suffix)
     if stream == validate_stream(default_stream):
         raise ValueError(
             "revision %r: the default stream %s is named without a suffix (v%s)"
             % (name, stream, match.group(1))
         )
-    return Revision(text, day, stream, True)
+    return Revision(text, day, stream, True, build)
 
 
 def validate_revision(name, os_stream=None, default_stream=DEFAULT_STREAM):
@@ -110,7 +162,13 @@ def validate_revision(name, os_stream=None, default_stream=DEFAULT_STREAM):
         if rev.os_stream != stream:
             raise ValueError(
                 "revision %s belongs to OS stream %s, not %s (the %s name would be %s)"
-                % (rev.name, rev.os_stream, stream, stream, revision_name(rev.date, stream, default_stream))
+                % (
+                    rev.name,
+                    rev.os_stream,
+                    stream,
+                    stream,
+                    revision_name(rev.date, stream, default_stream, rev.build),
+                )
             )
     return rev
 
@@ -130,9 +188,9 @@ def artifact_name(revision, os_stream=None, default_stream=DEFAULT_STREAM):
     )
 
 
-def artifact_file_name(date, os_stream, default_stream=DEFAULT_STREAM):
+def artifact_file_name(date, os_stream, default_stream=DEFAULT_STREAM, build=FIRST_BUILD):
     """The artifact file name for a build date and stream (``revision_name`` then ``artifact_name``)."""
-    return artifact_name(revision_name(date, os_stream, default_stream), None, default_stream)
+    return artifact_name(revision_name(date, os_stream, default_stream, build), None, default_stream)
 
 
 def parse_artifact_name(file_name, default_stream=DEFAULT_STREAM):
@@ -148,9 +206,9 @@ def parse_artifact_name(file_name, default_stream=DEFAULT_STREAM):
 
 
 def revision_sort_key(name, default_stream=DEFAULT_STREAM):
-    """Order revisions by build date, then OS stream (oldest first)."""
+    """Order revisions by build date, then build of the day, then OS stream (oldest first)."""
     rev = parse_revision(name, default_stream)
-    return (rev.date, tuple(int(p) for p in rev.os_stream.split(".")))
+    return (rev.date, rev.build, tuple(int(p) for p in rev.os_stream.split(".")))
 
 
 def sort_revisions(names, default_stream=DEFAULT_STREAM):
@@ -170,6 +228,7 @@ def latest_revision(names, os_stream=None, default_stream=DEFAULT_STREAM):
 
 
 def is_newer(candidate, current, default_stream=DEFAULT_STREAM):
-    """True when ``candidate`` was built after ``current`` (same-day revisions of two streams are not
-    newer than each other: compare revisions of one stream)."""
-    return parse_revision(candidate, default_stream).date > parse_revision(current, default_stream).date
+    """True when ``candidate`` was built after ``current``: a later day, or a later build of the same
+    day (same-day first builds of two streams are not newer than each other: compare one stream)."""
+    new, old = parse_revision(candidate, default_stream), parse_revision(current, default_stream)
+    return (new.date, new.build) > (old.date, old.build)

@@ -24,6 +24,10 @@ description:
     C(storageClassParameters.numberOfReplicas) when a Longhorn template class applies (the class named by the
     annotation C(harvesterhci.io/storageClassName), or the cluster default). When the replica count in force
     differs from O(replicas) the module fails, naming the class that won and how to fix it.
+  - The replica count is verified as soon as Harvester has created the image's StorageClass
+    (C(Initialized=True)), before the download or upload, not after the import. On a wrong count an image
+    this run created is deleted at once (nothing can use an image that is not imported) and RV(cleaned_up)
+    says so; an image registered before the run is left in place and not recorded.
   - With O(state=absent) the module first asks who uses the image, and refuses naming each. Users are a
     catalog (O(catalog) and every ConfigMap in the cluster holding a C(catalog.yaml)) whose stream tip is
     the revision, a DBInstance (any API group serving the kind) whose C(status.appliedSpec.imageRevision)
@@ -66,7 +70,10 @@ options:
   src:
     description:
       - A local qcow2 to upload (C(sourceType=upload)) through Harvester's upload endpoint.
-      - The file is read into memory for the upload; prefer O(url) for large images.
+      - The file is streamed from disk in 1 MiB chunks (a multipart field C(chunk) with its length computed
+        up front), never held in memory, so a multi-GB image uploads with a small, constant footprint.
+        Progress (percent, bytes, elapsed) goes to the module log every 10% and at least every 30 seconds,
+        and to RV(upload).
     type: path
   harvester_url:
     description:
@@ -193,6 +200,14 @@ progress_seen:
   type: list
   elements: int
   sample: [0, 35, 99, 100]
+upload:
+  description:
+    - How the upload of O(src) went, C(bytes_sent) of C(size), C(percent), C(seconds), and C(reported),
+      the C([percent, seconds]) of each progress line logged.
+  returned: when O(src) was uploaded (also on a failed upload)
+  type: dict
+  sample: {src: output/ubuntu-2204-postgres-v20260615.qcow2, bytes_sent: 5368709120, size: 5368709120,
+           percent: 100, seconds: 61.2, reported: [[0, 0.0], [10, 6.1], [100, 61.2]]}
 replicas_in_force:
   description: C(numberOfReplicas) on the image's StorageClass, what Longhorn actually keeps.
   returned: when the StorageClass exists
@@ -222,6 +237,12 @@ consumers:
       namespace: orders
       name: pg-1
       why: its applied revision is v20260615 (phase Available)
+cleaned_up:
+  description:
+    - On a replica count mismatch found at C(Initialized), whether the image this run created was deleted
+      (false when it existed before the run, or when deleting it failed; the message says which).
+  returned: on a replica count mismatch found before the import
+  type: bool
 registered:
   description: Whether the VirtualMachineImage exists when the task failed after writing it.
   returned: on a failure after the image was written
@@ -256,6 +277,7 @@ diff:
 import copy
 import hashlib
 import os
+import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     catalog,
@@ -414,16 +436,26 @@ class BakedImage:
             before, now = hi.printable(existing), hi.printable(after)
             self.result["diff"] = [dict(object_diff(before, now), before_header=self._ref(name, namespace))]
         seen = [hi.progress(after)]
+        checked = False
         try:
             if not self.module.check_mode:
+                if (self.p["src"] or self.p["wait"]) and not hi.storage_class_of(after):
+                    after = self.wait_initialized(name, namespace, after)
+                if hi.storage_class_of(after):  # verified before the import, not after it
+                    after = self.check_replicas_early(after, existing is None)
+                    checked = True
                 if self.p["src"] and not hi.imported(after) and not hi.failure(after):
                     after = self.upload(name, namespace, after)
                 if self.p["wait"] and not hi.imported(after):
                     after = self.wait_imported(name, namespace, after, seen)
             self.result.update(image=hi.printable(after), progress=hi.progress(after), progress_seen=seen)
             storage_class = hi.storage_class_of(after)
-            if storage_class:
+            if storage_class and not checked:
                 self.check_replicas(after, storage_class)
+        except hi.ReplicaMismatch as exc:
+            if "cleaned_up" in exc.fields:  # found at Initialized: already says what became of the image
+                raise
+            raise self.left_behind(exc, existing is None) from None
         except PipelineError as exc:
             raise self.left_behind(exc, existing is None) from None
         if self.store is not None:
@@ -474,7 +506,44 @@ class BakedImage:
         if self.p["replicas"] is None or str(in_force) == str(self.p["replicas"]):
             return
         template, why = hi.winning_template(image, self.module.list(kinds.STORAGE, "StorageClass"))
-        raise PipelineError(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
+        raise hi.ReplicaMismatch(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
+
+    def check_replicas_early(self, image, created):
+        """Check the count once the StorageClass exists; a wrong count deletes an image this run made."""
+        try:
+            self.check_replicas(image, hi.storage_class_of(image))
+        except hi.ReplicaMismatch as exc:
+            exc.fields = dict(self.result, image=hi.printable(image), **exc.fields)
+            deleted, error = False, None
+            if created:
+                try:
+                    deleted = self.module.delete_and_wait(
+                        API,
+                        KIND,
+                        kinds.name(image),
+                        kinds.namespace(image),
+                        self.p["wait_timeout"],
+                        self.p["wait_sleep"],
+                    )
+                except PipelineError as cleanup:
+                    error = cleanup.msg
+            if deleted:
+                exc.fields["image"] = {}
+            raise hi.replica_mismatch_cleanup(exc, image, deleted, error) from None
+        return image
+
+    def wait_initialized(self, name, namespace, current):
+        """Wait for Harvester to create the image's StorageClass (Initialized=True)."""
+        try:
+            return self._wait(
+                name,
+                namespace,
+                lambda obj: (hi.initialized(obj) and bool(hi.storage_class_of(obj)), hi.failure(obj)),
+                "Initialized=True (its StorageClass created)",
+            )
+        except PipelineError as exc:
+            self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
+            raise
 
     def _wait(self, name, namespace, predicate, what, progress=None):
         obj, duration = self.module.wait(
@@ -510,37 +579,32 @@ class BakedImage:
             raise
 
     def upload(self, name, namespace, current):
-        """POST the file to Harvester's upload action once the image is initialized."""
+        """POST the file to Harvester's upload action (the image is initialized)."""
+        size = os.path.getsize(self.p["src"])
+        report = hi.UploadProgress(self.p["src"], size)
+        started = time.monotonic()
+
+        def progress(sent, total):
+            line = report.seen(sent, total, time.monotonic() - started)
+            if line:
+                self.module.log(line)
+
+        self.result["upload"] = report.record()
         try:
-            current = self._wait(
-                name,
-                namespace,
-                lambda obj: (hi.initialized(obj), hi.failure(obj)),
-                "Initialized=True before the upload",
-            )
-        except PipelineError as exc:
-            self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
-            raise
-        api = self.module.client.client.client
-        base = (self.p["harvester_url"] or api.configuration.host).rstrip("/")
-        headers = {"Content-Type": "multipart/form-data", "Accept": "application/json"}
-        api.update_params_for_auth(headers, [], ["BearerToken"])
-        with open(self.p["src"], "rb") as handle:
-            data = handle.read()
-        self.module.mutations += 1
-        try:
-            api.rest_client.request(
+            self.module.upload(
                 "POST",
-                base + hi.UPLOAD_PATH % (namespace, name),
-                query_params=[("action", "upload"), ("size", str(len(data)))],
-                headers=headers,
-                post_params=[("chunk", (os.path.basename(self.p["src"]), data, "application/octet-stream"))],
-                _request_timeout=max(60, self.p["wait_timeout"]),
+                hi.UPLOAD_PATH % (namespace, name),
+                self.p["src"],
+                field="chunk",
+                query=[("action", "upload"), ("size", str(size))],
+                headers={"Accept": "application/json"},
+                base_url=self.p["harvester_url"],
+                timeout=max(60, self.p["wait_timeout"]),
+                action="upload %s to %s" % (self.p["src"], self._ref(name, namespace)),
+                progress=progress,
             )
-        except Exception as exc:
-            self.module.fail_from_exception(
-                "upload %s to %s" % (self.p["src"], self._ref(name, namespace)), exc
-            )
+        finally:
+            self.result["upload"] = report.record()
         return self.module.get(API, KIND, name, namespace) or current
 
     # state=absent ------------------------------------------------------------------------------

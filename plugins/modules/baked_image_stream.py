@@ -114,14 +114,12 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 
 
 def argument_spec():
-    options = catalog_options()
-    options["required"] = True
     return dict(
         os_version=dict(type="raw", required=True),
         revision=dict(type="str"),
         validated=dict(type="bool"),
         default=dict(type="bool"),
-        catalog=options,
+        catalog=catalog_options(required=True),
     )
 
 

@@ -48,6 +48,17 @@ def refused(run, title):
     return entry["result"]
 
 
+def two_copies_class(storage, name):
+    """A Longhorn template StorageClass keeping 2 copies, whatever an image asks for."""
+    storage.create_storage_class(
+        {
+            "metadata": {"name": name},
+            "provisioner": "driver.longhorn.io",
+            "parameters": {"numberOfReplicas": "2", "staleReplicaTimeout": "30"},
+        }
+    )
+
+
 def catalog_of(kube_client, namespace):
     from kubernetes import client
 
@@ -126,13 +137,7 @@ def test_replica_trap_failed_and_stuck_imports_upload_and_absent(
 
     storage = client.StorageV1Api(kube_client)
     template = "tmpl-" + kube_namespace
-    storage.create_storage_class(
-        {
-            "metadata": {"name": template},
-            "provisioner": "driver.longhorn.io",
-            "parameters": {"numberOfReplicas": "2", "staleReplicaTimeout": "30"},
-        }
-    )
+    two_copies_class(storage, template)
     lab.faults.update(
         {"objects": {f"VirtualMachineImage/{kube_namespace}/ubuntu-2204-postgres-v20260703": "stuck"}}
     )
@@ -249,3 +254,103 @@ def test_concurrent_catalog_writers(lab, kube_client, kube_namespace, mirror):
         assert run.ok and run["register"]["catalog_changed"], (revision, run.log)
     doc = catalog_of(kube_client, kube_namespace)
     assert {"v20260801", "v20260802"} <= set(doc["images"])
+
+
+UPLOAD_GIB = 2
+RSS_LIMIT_MIB = 400
+
+
+@pytest.mark.lab_only
+def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namespace, tmp_path):
+    """A 2 GiB image is uploaded with the module's peak RSS far below the file's size, with progress."""
+    import pathlib
+    import sys
+
+    image = tmp_path / "ubuntu-2204-postgres-v20260705.img"
+    with open(image, "wb") as handle:  # sparse: no disk used, but every byte is read and sent
+        handle.truncate(UPLOAD_GIB * 1024**3)
+    rss = tmp_path / "rss.txt"
+    wrapper = tmp_path / "measured-python"
+    wrapper.write_text(
+        "#!%s\n"
+        "import resource, subprocess, sys\n"
+        "rc = subprocess.call([%r] + sys.argv[1:])\n"
+        "with open(%r, 'a') as out:\n"
+        "    out.write('%%d\\n' %% resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "sys.exit(rc)\n" % (sys.executable, sys.executable, str(rss))
+    )
+    wrapper.chmod(0o755)
+    upload = task(
+        "upload",
+        name="v20260705",
+        namespace=kube_namespace,
+        src=str(image),
+        os_version="22.04",
+        pg_versions=["16"],
+        replicas=3,
+        wait_timeout=600,
+        wait_sleep=1,
+    )
+    measured = ["-e", "ansible_python_interpreter=%s" % wrapper]  # the module's process, measured
+    run = run_playbook(play(upload), env=lab.env(), timeout=900, args=measured)
+    assert rss.exists(), run.log
+    peak_mib = max(int(line) for line in pathlib.Path(rss).read_text().split()) / 1024
+    print("module peak RSS %.0f MiB for a %d GiB upload" % (peak_mib, UPLOAD_GIB))
+    assert peak_mib < RSS_LIMIT_MIB, "module peak RSS %.0f MiB for a %d GiB upload" % (peak_mib, UPLOAD_GIB)
+    assert run.ok, run.log
+    result = run["upload"]
+    assert result["changed"] and result["progress"] == 100, run.log
+    sent = result["upload"]
+    assert sent["bytes_sent"] == sent["size"] == UPLOAD_GIB * 1024**3 and sent["percent"] == 100
+    assert [p for p, _ in sent["reported"]][-1] == 100 and len(sent["reported"]) >= 10, sent
+
+
+@pytest.mark.lab_only
+def test_replica_count_fails_fast_at_initialized_and_cleans_up(
+    lab, kube_client, kube_namespace, mirror, monkeypatch
+):
+    """A wrong replica count is found when the StorageClass exists, while the import would still take long
+    (here: a download throttled to minutes), and the image this run created is deleted."""
+    import time
+
+    from kubernetes import client
+
+    from tests.lab.controllers.harvester import RATE_ENV
+
+    monkeypatch.setenv(RATE_ENV, "1000")  # the lab runs in this process: the import takes minutes
+
+    storage = client.StorageV1Api(kube_client)
+    template = "tmpl2-" + kube_namespace
+    two_copies_class(storage, template)
+    image = "ubuntu-2204-postgres-v20260706"
+    started = time.monotonic()
+    try:
+        run = run_playbook(
+            play(
+                task(
+                    "trap",
+                    ignore_errors=True,
+                    name="v20260706",
+                    namespace=kube_namespace,
+                    url=mirror["url"],
+                    checksum=mirror["sha512"],
+                    os_version="22.04",
+                    pg_versions=["16"],
+                    replicas=4,
+                    storage_class=template,
+                    wait_timeout=90,
+                    wait_sleep=1,
+                )
+            ),
+            env=lab.env(),
+        )
+    finally:
+        storage.delete_storage_class(template, _preload_content=False)
+    elapsed = time.monotonic() - started
+    trap = refused(run, "trap")
+    assert "asked for 4 copies" in trap["msg"] and template in trap["msg"], run.log
+    assert trap["cleaned_up"] is True and trap["registered"] is False, trap
+    assert "was deleted before its import finished" in trap["msg"]
+    assert elapsed < 60, "the replica count was verified only after %.0f s" % elapsed
+    left = client.CustomObjectsApi(kube_client).list_namespaced_custom_object(H, V, kube_namespace, IMAGES)
+    assert [i["metadata"]["name"] for i in left["items"] if i["metadata"]["name"] == image] == []

@@ -251,3 +251,24 @@ def test_the_presigned_url_is_never_printed_or_stored(lab, kube_client, kube_nam
             assert form not in text, "the signature leaked as %r" % form
     finally:
         empty_bucket(s3, bucket)
+
+
+INPUTS_TASK = "Check every input the build and the upload need, before anything is built"
+
+
+def test_missing_inputs_fail_before_the_eol_guard_and_the_build(lab, kube_namespace, s3, tmp_path):
+    bucket = "baked-" + kube_namespace
+    extra = inputs(tmp_path, kube_namespace, bucket, publish_replicas=0, publish_catalog={"name": "catalog"})
+    extra.pop("publish_artifact")
+    lab.clear_audit()
+    run = publish(lab, extra)
+    assert not run.ok, run.log
+    failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+    assert [entry["task"] for entry in failed] == [INPUTS_TASK], run.log
+    msg = failed[0]["result"]["msg"]
+    assert "publish_replicas is not set" in msg, msg
+    assert "publish_catalog must be {namespace, name} of the catalog ConfigMap or {path}" in msg, msg
+    assert "nothing to build from: give publish_base_image" in msg, msg
+    assert EOL_TASK not in run.task_names() and STEP_TASKS["build"] not in run.task_names()
+    assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []
+    assert not (tmp_path / "out").exists()

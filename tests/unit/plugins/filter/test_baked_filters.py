@@ -43,3 +43,12 @@ def test_revision_filter_errors_name_the_filter_once():
         names.FilterModule().filters()["parse_revision"]("nightly")
     assert str(exc.value).startswith("parse_revision: revision 'nightly'")
     assert exc.value.__cause__ is None
+
+
+def test_revision_filters_name_and_parse_a_same_day_rebuild():
+    filters = names.FilterModule().filters()
+    assert names.revision_name("20261201", "24.04", build=2) == "v20261201-2404-r02"
+    assert names.parse_revision("v20261201-r03")["build"] == 3
+    assert names.artifact_name("v20261201-r03") == "ubuntu-2204-postgres-v20261201-r03.qcow2"
+    with pytest.raises(AnsibleFilterError, match="revision_name: build 0"):
+        filters["revision_name"]("20261201", "22.04", build=0)

@@ -276,3 +276,20 @@ def test_catalog_refusals_are_pipeline_errors():
     with pytest.raises(catalog.CatalogError) as exc:
         catalog.set_stream(catalog.empty(), "22.04")
     assert isinstance(exc.value, ValueError) and exc.value.result["refused"] is True
+
+
+def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule():
+    spec = {"storage": "20Gi"}
+    resolved, major, defaulted = catalog.dbinstance_spec(seeded(), spec, today=TODAY)
+    assert (resolved, major, defaulted) == ({"storage": "20Gi", "engineVersion": "17"}, "17", True)
+    assert spec == {"storage": "20Gi"}  # the caller's spec is not changed
+    assert catalog.dbinstance_spec(seeded(), {"engineVersion": ""}, today=TODAY)[1:] == ("17", True)
+    assert catalog.dbinstance_spec(seeded(), {"engineVersion": "16"}, today=TODAY)[1:] == ("16", False)
+    with pytest.raises(catalog.CatalogError, match="18 is not in revision"):
+        catalog.dbinstance_spec(seeded(), {"engineVersion": "18"}, today=TODAY)
+    with pytest.raises(catalog.CatalogError, match="reached end of life"):
+        catalog.dbinstance_spec(seeded(), {"engineVersion": "15"}, today="2027-11-12")
+    with pytest.raises(catalog.CatalogError, match="quote it"):
+        catalog.dbinstance_spec(seeded(), {"engineVersion": 16.0}, today=TODAY)
+    with pytest.raises(catalog.CatalogError, match="expected a mapping"):
+        catalog.dbinstance_spec(seeded(), ["engineVersion"], today=TODAY)

@@ -76,3 +76,46 @@ def test_ordering():
     assert not r.is_newer("v20261201", "v20261201-2404")
     with pytest.raises(ValueError):
         r.sort_revisions(["v20260615", "latest"])
+
+
+def test_same_day_rebuilds_are_distinct_and_sort_after_the_first():
+    assert r.revision_name("20261201", "22.04", build=2) == "v20261201-r02"
+    assert r.revision_name("20261201", "24.04", build=12) == "v20261201-2404-r12"
+    rebuild = r.parse_revision("v20261201-2404-r02")
+    assert (rebuild.date, rebuild.os_stream, rebuild.suffixed, rebuild.build) == (
+        datetime.date(2026, 12, 1),
+        "24.04",
+        True,
+        2,
+    )
+    assert r.parse_revision("v20261201").build == 1
+    names = ["v20261201-r10", "v20261201-r02", "v20261201", "v20261130", "v20261202"]
+    ordered = ["v20261130", "v20261201", "v20261201-r02", "v20261201-r10", "v20261202"]
+    assert r.sort_revisions(names) == ordered
+    assert sorted(names) == ordered  # also as text, within one stream
+    assert r.latest_revision(["v20261201", "v20261201-r02"], "22.04") == "v20261201-r02"
+    assert r.is_newer("v20261201-r02", "v20261201") and not r.is_newer("v20261201", "v20261201-r02")
+    assert r.artifact_name("v20261201-2404-r02") == "ubuntu-2404-postgres-v20261201-2404-r02.qcow2"
+    assert r.parse_artifact_name("ubuntu-2204-postgres-v20261201-r02.qcow2").build == 2
+    assert r.validate_revision("v20261201-r02", "22.04").build == 2
+    assert r.next_revision("20261201", "22.04", ["v20261201"]) == "v20261201-r02"
+    assert r.next_revision("20261201", "24.04", []) == "v20261201-2404"
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("v20261201-r01", "first build of a day"),
+        ("v20261201-r2", "expected v"),
+        ("v20261201-r002", "expected"),
+    ],
+)
+def test_same_day_build_number_refused(name, match):
+    with pytest.raises(ValueError, match=match):
+        r.parse_revision(name)
+
+
+@pytest.mark.parametrize("build", [0, 100, "two", True])
+def test_build_refused(build):
+    with pytest.raises(ValueError, match="build"):
+        r.revision_name("20261201", "22.04", build=build)
