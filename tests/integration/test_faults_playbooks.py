@@ -21,13 +21,6 @@ RATES = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_dro
 env = linux_golden.env
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kubernetes.core.k8s / k8s_info tasks of roles/linux_golden (bucket_secret, import, convert, "
-    "image, distribute_artifact) do not retry: an injected 409 or 5xx on a create fails the task or is "
-    "reported unchanged, and a dropped reply fails it; see the fault suite's report for the changes the role "
-    "needs",
-)
 def test_publish_linux_golden_converges_in_one_run_under_faults(env, capsys):
     family = "%s-flt" % env.prefix
     raw, qcow2 = make_disk(env.tmp, 7)
