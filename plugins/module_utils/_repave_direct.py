@@ -22,13 +22,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave, repave_steps
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
-    MERGE_PATCH,
-    error_details,
-    is_transient,
-    ref,
-    status_code,
-)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, is_transient, ref
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
@@ -79,20 +73,27 @@ class DirectDriver:
             self.module.fail_from_exception("get %s" % ref(kind, name, namespace), exc)
 
     def _patch(self, obj, patch, action, api_version=VM_API, kind=VM_KIND):
-        """Merge-patch ``obj``; a 409 or a transient error raises _Conflict with the server's words."""
+        """Merge-patch ``obj`` through the adapter, which rides out 5xx, dropped connections and lost
+        replies and re-applies an unguarded patch after a 409. A guarded write (the patch names the
+        resourceVersion observed) on an object that moved on raises _Conflict: the next step looks again.
+
+        ``obj`` is the object as observed (no request when the patch already shows) or a bare name, then
+        the adapter reads it first.
+        """
         meta = kinds.meta(obj)
-        res = self.module.resource(api_version, kind)
-        self.module.mutations += 1
+        before = obj if meta.get("resourceVersion") else None
         try:
-            return res.patch(
-                body=patch, name=meta["name"], namespace=meta.get("namespace"), content_type=MERGE_PATCH
-            ).to_dict()
-        except Exception as exc:
-            if status_code(exc) == 409 or is_transient(exc):
-                raise _Conflict("%s: %s" % (action, error_details(exc)["message"])) from exc
-            self.module.fail_from_exception(
-                "%s on %s" % (action, ref(kind, meta["name"], meta.get("namespace"))), exc
+            after, _changed = self.module.patch(
+                api_version, kind, meta["name"], meta.get("namespace"), patch, before=before
             )
+        except KubeError as exc:
+            if exc.status == 409:
+                raise _Conflict("%s: %s" % (action, exc.msg)) from exc
+            raise KubeError(
+                "%s on %s: %s" % (action, ref(kind, meta["name"], meta.get("namespace")), exc.msg),
+                **exc.fields,
+            ) from exc
+        return after
 
     def _claims(self, namespace):
         """``{name: claim}`` of the namespace, from one LIST."""
@@ -179,18 +180,14 @@ class DirectDriver:
             return True
         namespace, name = self._where(inst)
         patch = {"metadata": {"annotations": {OPT_IN: value}}}
-        for _attempt in range(5):
-            try:
-                self._patch({"metadata": {"name": name, "namespace": namespace}}, patch, "record the opt-in")
-            except _Conflict:
-                continue
-            notes = inst.setdefault("annotations", {})
-            notes.pop(OPT_IN, None)
-            if value is not None:
-                notes[OPT_IN] = value
-            inst["opt_in"] = value
-            return True
-        raise PipelineError("record %s on %s: still conflicting after 5 attempts" % (OPT_IN, name))
+        vm = (self._seen.get((namespace, name)) or (None, None))[0]
+        self._patch(vm or {"metadata": {"name": name, "namespace": namespace}}, patch, "record the opt-in")
+        notes = inst.setdefault("annotations", {})
+        notes.pop(OPT_IN, None)
+        if value is not None:
+            notes[OPT_IN] = value
+        inst["opt_in"] = value
+        return True
 
     # --- the swap: observe, decide (repave_steps), apply
 
@@ -283,9 +280,10 @@ class DirectDriver:
             self._mark(claim, namespace, name, roles[claim]["role"])
         try:
             if vm is not None:
-                self.module.delete(VM_API, VM_KIND, name, namespace, before=vm)
-                self._wait_gone(VM_KIND, name, namespace)
-                self._wait_gone(VMI_KIND, name, namespace)
+                self.module.delete_and_wait(
+                    VM_API, VM_KIND, name, namespace, self.timeout, self.sleep, before=vm
+                )
+                self._vmi_gone(name, namespace)
             for claim in sorted(roles):
                 self.module.delete("v1", PVC_KIND, claim, namespace)
             self._wait_claims_gone(sorted(roles), namespace)
@@ -298,31 +296,18 @@ class DirectDriver:
     def _mark(self, claim, namespace, name, role):
         patch = {"metadata": {"labels": {TEARDOWN: name}, "annotations": {TEARDOWN_ROLE: role}}}
         obj = {"metadata": {"name": claim, "namespace": namespace}}
-        last = None
-        for _attempt in range(5):
-            try:
-                self._patch(obj, patch, "mark PVC %s for teardown" % claim, "v1", PVC_KIND)
-                return
-            except _Conflict as exc:
-                last = exc
-        raise PipelineError("%s (still failing after 5 attempts)" % last)
+        self._patch(obj, patch, "mark PVC %s for teardown" % claim, "v1", PVC_KIND)
 
-    def _wait_gone(self, kind, name, namespace):
-        def describe(obj):
-            if obj is None:
-                return "gone"
-            if kind == VMI_KIND:
-                return kinds.describe_vmi(obj)
-            return "still there (%s)" % ("terminating" if kinds.terminating(obj) else "not deleted")
-
+    def _vmi_gone(self, name, namespace):
+        """Wait until the VM's instance is gone too (KubeVirt deletes it with the VM)."""
         self.module.wait(
             VM_API,
-            kind,
+            VMI_KIND,
             name,
             namespace,
             lambda obj: (obj is None, None),
-            describe,
-            "%s to be deleted" % ref(kind, name, namespace),
+            lambda obj: "gone" if obj is None else kinds.describe_vmi(obj),
+            "%s to be deleted" % ref(VMI_KIND, name, namespace),
             self.timeout,
             self.sleep,
         )

@@ -14,12 +14,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import io
 import json
 import uuid
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, errors, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, errors, jobs, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MOUNT = "/verifier"
@@ -29,8 +29,6 @@ DISK_FILE = "disk.img"
 BLOCK_DEVICE = "/dev/golden-disk"
 LABELS = {"app.kubernetes.io/name": "seal-verify", "app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 LOG_TAIL_LINES = 20
-# The verifier prints one line of JSON; a log far larger than this is not a verifier's.
-MAX_LOG_BYTES = 16 * 1024 * 1024
 
 
 def _source(module):
@@ -129,30 +127,21 @@ def parse_log(text):
 
 
 def job_finished(job):
-    """Wait predicate: done when the Job completed or failed (the log says which verdict)."""
-    status = (job or {}).get("status") or {}
-    for cond in status.get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            return True, None
-    return bool(status.get("succeeded") or status.get("failed")), None
+    """Wait predicate: done when the Job has a True Complete or Failed condition (the log says which
+    verdict)."""
+    return bool(jobs.outcome(job)[0]), None
 
 
 def describe_job(job):
-    if job is None:
-        return "Job not found"
-    status = job.get("status") or {}
-    return "active=%s succeeded=%s failed=%s" % (
-        status.get("active", 0),
-        status.get("succeeded", 0),
-        status.get("failed", 0),
-    )
+    return "Job not found" if job is None else jobs.counts(job)
 
 
 class VerifierJob:
     """The Job's life: create, wait, read the verdict, delete. Raises PipelineError; never exits."""
 
-    def __init__(self, module, namespace, pvc):
+    def __init__(self, module, namespace, pvc, client=None):
         self.module = module
+        self.client = client or JobClient(module)
         self.namespace = namespace
         self.pvc = pvc
         self.name = "seal-verify-%s" % uuid.uuid4().hex[:8]
@@ -162,7 +151,7 @@ class VerifierJob:
         return PipelineError(msg, job=dict(self.job), **extra)
 
     def run(self, image, command, options):
-        claim = self.module.get("v1", "PersistentVolumeClaim", self.pvc, self.namespace)
+        claim = self.client.claim(self.namespace, self.pvc)
         if claim is None:
             raise self.error("PersistentVolumeClaim %s/%s not found" % (self.namespace, self.pvc))
         mode = (claim.get("spec") or {}).get("volumeMode") or "Filesystem"
@@ -172,8 +161,8 @@ class VerifierJob:
             self.name, self.namespace, self.pvc, mode, image, command, options, params["wait_timeout"], files
         )
         try:
-            self.module.create(configmap_definition(self.name, self.namespace, files))
-            self.module.create(job)
+            self.client.create(configmap_definition(self.name, self.namespace, files))
+            self.client.create(job)
             result = self.verdict(params["wait_timeout"], params["wait_sleep"])
         except PipelineError as exc:
             left = self.cleanup()
@@ -207,7 +196,7 @@ class VerifierJob:
         except PipelineError as exc:
             exc.fields["job"] = dict(self.job)
             raise
-        pod, log = self.pod_log()
+        pod, log = self.client.last_pod_log(self.namespace, self.name, strict=True)
         info = {"name": self.name, "namespace": self.namespace, "pod": pod, "duration": round(duration, 3)}
         result = parse_log(log)
         tail = "\n".join((log or "").splitlines()[-LOG_TAIL_LINES:])
@@ -224,21 +213,6 @@ class VerifierJob:
             )
         result["job"] = info
         return result
-
-    def pod_log(self):
-        pods = self.module.list("v1", "Pod", self.namespace, label_selector="job-name=%s" % self.name)
-        if not pods:
-            return None, ""
-        pod = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
-        name = pod["metadata"]["name"]
-        out = io.BytesIO()
-        self.module.download(
-            "/api/v1/namespaces/%s/pods/%s/log" % (self.namespace, name),
-            out,
-            limit=MAX_LOG_BYTES,
-            action="read the log of Pod %s/%s" % (self.namespace, name),
-        )
-        return name, out.getvalue().decode("utf-8", "replace")
 
     def cleanup(self):
         """Delete the Job, its pods (the API orphans them by default) and the ConfigMap.

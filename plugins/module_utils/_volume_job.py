@@ -5,22 +5,28 @@
 """Kubernetes side of a Job that works on claims: read the claims, create the Job so that a lost or
 refused create cannot pass for success, read it back, read the log of its last pod.
 
-I/O only; what the Job looks like and how it ended are decided in ``jobs``. ``_seal_job.VerifierJob``
-does the same three things (create, wait, last pod's log) for the seal verifier and can be built on
-``JobClient``: ``create`` for its Job and ConfigMap, ``job`` as its wait's fetch, ``last_pod_log``
-instead of its own ``pod_log``.
+I/O only; what the Job looks like and how it ended are decided in ``jobs``. ``volume_job`` and the seal
+verifier (``_seal_job.VerifierJob``) both run their Jobs through ``JobClient``.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import io
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import TRANSIENT_STATUS, KubeError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+    TRANSIENT_STATUS,
+    KubeError,
+    status_code,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 CREATE_ATTEMPTS = 3
 CREATE_PAUSE = 1.0
+# A Job's log is read to its end; one far larger than this is not the log of the program it runs.
+MAX_LOG_BYTES = 16 * 1024 * 1024
 
 
 class JobClient(object):
@@ -60,19 +66,28 @@ class JobClient(object):
                 self.sleeper(CREATE_PAUSE * attempt)
         return None
 
-    def last_pod_log(self, namespace, job_name):
-        """``(pod name, log)`` of the Job's newest pod; ``(None, "")`` when it has none or no log yet."""
+    def last_pod_log(self, namespace, job_name, strict=False, limit=MAX_LOG_BYTES):
+        """``(pod name, log)`` of the Job's newest pod; ``(None, "")`` when it has none.
+
+        The log is streamed (at most ``limit`` bytes). A pod that has not started has no log yet (the
+        API answers 400): ``(name, "")``. Any other failure gives ``(name, "")`` too for a progress line,
+        or raises with ``strict`` (a verdict read from the log must not pass for an empty log).
+        """
         pods = self.module.list("v1", "Pod", namespace, label_selector="job-name=%s" % job_name)
         if not pods:
             return None, ""
         pod = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
         name = pod["metadata"]["name"]
+        out = io.BytesIO()
         try:
-            response = self.module.resource("v1", "Pod").log.get(
-                name=name, namespace=namespace, serialize=False
+            self.module.download(
+                "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name),
+                out,
+                limit=limit,
+                action="read the log of Pod %s/%s" % (namespace, name),
             )
-        except Exception:
-            # A pod that has not started has no log yet; that is not an error of the Job.
+        except PipelineError as exc:
+            if strict and status_code(exc) != 400:
+                raise
             return name, ""
-        data = response.data
-        return name, data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        return name, out.getvalue().decode("utf-8", "replace")

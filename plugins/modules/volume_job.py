@@ -191,6 +191,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     is_transient,
     object_diff,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import RoundRunner
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
@@ -232,16 +233,15 @@ def argument_spec():
     return spec
 
 
-class VolumeJob(object):
+class VolumeJob(RoundRunner):
     """One round: lay the Job out from the claims, create it when absent, wait for it up to a round."""
 
     def __init__(self, params, client, check_mode=False, transient=None, clock=time.time, sleeper=time.sleep):
-        self.p = params
+        def job():
+            return client.job(params["namespace"], params["name"])
+
+        super(VolumeJob, self).__init__(params, job, check_mode, transient, clock, sleeper)
         self.client = client
-        self.check_mode = check_mode
-        self.transient = transient or (lambda exc: False)
-        self.clock = clock
-        self.sleeper = sleeper
 
     def claims(self):
         p = self.p
@@ -348,17 +348,9 @@ class VolumeJob(object):
             if news or rounds.over(now):
                 return dict(result, done=False, line=line, progress=percent, resume=rounds.resume())
             self.sleeper(rounds.pause(p["wait_sleep"], now))
-            job = self.fetch(job)
+            job = self.read(job)
             if job is None:
                 raise PipelineError(jobs.absent_message(p["namespace"], p["name"]), job=ref)
-
-    def fetch(self, last):
-        try:
-            return self.client.job(self.p["namespace"], self.p["name"])
-        except Exception as exc:
-            if self.transient(exc):
-                return last
-            raise
 
 
 def kinds_containers(job):
