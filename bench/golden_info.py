@@ -487,6 +487,9 @@ def main() -> int:
                 )
             )
             ratios.append((count, old_s, new_s))
+            print(
+                "... %d projects: old %.3fs, new %.3fs (%s)" % (count, old_s, new_s, load()), file=sys.stderr
+            )
             listed_requests.setdefault("golden_info (baseline, one request a list)", []).append(
                 total(old_verbs)
             )

@@ -183,7 +183,12 @@ def main() -> int:
                     if which == "new":
                         new_requests, summary = requests, result["summary"]
             rows.append((count, new_requests, times, cpus, statistics.median(lab_cpu), summary))
-            print("... %d instances done (%s)" % (count, load()), file=sys.stderr, flush=True)
+            print(
+                "... %d instances: old %.2fs, new %.2fs (medians; %s)"
+                % (count, statistics.median(times["old"]), statistics.median(times["new"]), load()),
+                file=sys.stderr,
+                flush=True,
+            )
     print(
         "%9s %9s  %-40s %8s %8s %7s %8s %8s  %s"
         % (
