@@ -19,6 +19,7 @@ audit log. Exits non-zero when the listed approaches send more requests as proje
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import pathlib
@@ -36,8 +37,7 @@ sys.path.insert(0, str(ROOT / ".collections"))
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory, selection  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
-from tests.lab import Lab  # noqa: E402
-from tests.lab.controllers import storage  # noqa: E402
+from bench.labproc import LabProcess, load  # noqa: E402
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -55,8 +55,8 @@ VERIFY_FAMILY = "debian-12"
 class Lister:
     """Just what golden_info.observe needs of a module: list and served, on the kubernetes client.
 
-    By default it lists as KubeModule.list does (the dynamic client's ResourceInstance, then
-    ``to_dict``); ``raw`` parses the response body directly, to show what that conversion costs.
+    By default it lists as KubeModule.list did before it read raw pages (the dynamic client's
+    ResourceInstance, then ``to_dict``): the baseline. ``raw`` parses one unpaged response body.
     """
 
     def __init__(self, api_client, raw=False):
@@ -305,6 +305,15 @@ def measure(lab, fn, repeat):
     return statistics.median(times), verbs
 
 
+def adapter(kubeconfig):
+    """The collection's own KubeModule (raw JSON pages on the retry layer), built in this process."""
+    from ansible.module_utils.testing import patch_module_args
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+
+    with patch_module_args({"kubeconfig": str(kubeconfig)}):
+        return KubeModule(argument_spec={})
+
+
 def report_once(lister):
     observed = golden_info.observe(lister, golden_inventory.golden_namespaces())
     result = golden_inventory.report(
@@ -417,25 +426,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--projects", default="50,500", help="comma-separated project counts, increasing")
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median is shown)")
+    parser.add_argument("--no-playbook", action="store_true", help="skip the ansible-playbook run")
     args = parser.parse_args()
     steps = sorted(int(n) for n in args.projects.split(","))
 
     rows = []
+    ratios = []
     listed_requests = {}
     with (
         tempfile.TemporaryDirectory() as state,
-        Lab(state, with_s3=False, controllers=storage.CONTROLLERS) as lab,
+        LabProcess(state, controllers="tests.lab.controllers.storage:CONTROLLERS") as lab,
     ):
         world = World(lab)
         started = time.perf_counter()
         world.arrange_goldens()
         lister = Lister(world.api)
-        raw = Lister(world.api, raw=True)
-        for each in (lister, raw):  # discovery, once
+        module = adapter(lab.kubeconfig)
+        for each in (lister, module):  # discovery, once
             each.served(selection.SELECTION_API_VERSION, selection.SELECTION_KIND)
         for count in steps:
             world.add_projects(count)
-            result = report_once(lister)
+            print("... %d projects seeded (%s)" % (count, load()), file=sys.stderr, flush=True)
+            result = report_once(module)
             summary = golden_inventory.summary(result)
             expected_stale = len(range(0, count, 25))
             stale = [
@@ -449,17 +461,41 @@ def main() -> int:
                     file=sys.stderr,
                 )
                 return 1
-            seconds, verbs = measure(lab, lambda: report_once(lister), args.repeat)
+            same = "same report" if report_once(lister) == result else "DIFFERENT report"
+            if same != "same report":
+                print("FAIL: the baseline and the adapter report differently", file=sys.stderr)
+                return 1
+            # Paired: old and new alternate, so a load swing hits both.
+            old_t, new_t = [], []
+            old_verbs = new_verbs = None
+            for _ in range(args.repeat):
+                seconds, verbs = measure(lab, lambda: report_once(lister), 1)
+                old_t.append(seconds)
+                old_verbs = old_verbs or verbs
+                seconds, verbs = measure(lab, lambda: report_once(module), 1)
+                new_t.append(seconds)
+                new_verbs = new_verbs or verbs
+            old_s, new_s = statistics.median(old_t), statistics.median(new_t)
+            rows.append(("golden_info, baseline (dynamic client)", count, old_verbs, old_s, same))
             rows.append(
-                ("golden_info (module_utils)", count, verbs, seconds, "%(project_entries)d entries" % summary)
+                (
+                    "golden_info, adapter (raw pages)",
+                    count,
+                    new_verbs,
+                    new_s,
+                    "%d entries; old/new %.2f" % (summary["project_entries"], old_s / new_s),
+                )
             )
-            listed_requests.setdefault("golden_info", []).append(total(verbs))
-            same = "same report" if report_once(raw) == result else "DIFFERENT report"
-            seconds, verbs = measure(lab, lambda: report_once(raw), args.repeat)
-            rows.append(("golden_info (raw JSON lists)", count, verbs, seconds, same))
+            ratios.append((count, old_s, new_s))
+            print(
+                "... %d projects: old %.3fs, new %.3fs (%s)" % (count, old_s, new_s, load()), file=sys.stderr
+            )
+            listed_requests.setdefault("golden_info (baseline, one request a list)", []).append(
+                total(old_verbs)
+            )
 
-            seconds, verbs = measure(lab, lambda: verify_listed(lister, VERIFY_FAMILY), args.repeat)
-            found = verify_listed(lister, VERIFY_FAMILY)
+            seconds, verbs = measure(lab, lambda: verify_listed(module, VERIFY_FAMILY), args.repeat)
+            found = verify_listed(module, VERIFY_FAMILY)
             rows.append(
                 (
                     "verify projects, listed",
@@ -469,7 +505,6 @@ def main() -> int:
                     "%d not matching" % len(selection.unresolved(found)),
                 )
             )
-            listed_requests.setdefault("verify", []).append(total(verbs))
 
             seconds, verbs = measure(lab, lambda: verify_naive(world, lister, VERIFY_FAMILY), 1)
             found = verify_naive(world, lister, VERIFY_FAMILY)
@@ -482,34 +517,46 @@ def main() -> int:
                     "%d not matching" % len(selection.unresolved(found)),
                 )
             )
-        seconds, verbs, discovery, span, summary = run_module(lab)
-        rows.append(
-            (
-                "golden_info (ansible-playbook)",
-                steps[-1],
-                verbs,
-                seconds,
-                "+%d discovery; requests span %.3fs; %d entries, %d clones"
-                % (discovery, span, summary["project_entries"], summary["clones"]),
+        if not args.no_playbook:
+            seconds, verbs, discovery, span, summary = run_module(lab)
+            rows.append(
+                (
+                    "golden_info (ansible-playbook)",
+                    steps[-1],
+                    verbs,
+                    seconds,
+                    "+%d discovery; requests span %.3fs; %d entries, %d clones"
+                    % (discovery, span, summary["project_entries"], summary["clones"]),
+                )
             )
-        )
         setup = time.perf_counter() - started
 
     print(
-        "%-32s %8s %9s %9s  %-36s %s"
+        "%-40s %8s %9s %9s  %-36s %s"
         % ("what", "projects", "requests", "seconds", "requests by verb", "result")
     )
     for what, count, verbs, seconds, note in rows:
-        print("%-32s %8d %9d %9.3f  %-36s %s" % (what, count, total(verbs), seconds, fmt(verbs), note))
+        print("%-40s %8d %9d %9.3f  %-36s %s" % (what, count, total(verbs), seconds, fmt(verbs), note))
+    for (c0, o0, n0), (c1, o1, n1) in itertools.pairwise(ratios):
+        print(
+            "growth %d -> %d projects (%.1fx): adapter %.2fx time, baseline %.2fx time"
+            % (c0, c1, c1 / c0, n1 / n0, o1 / o0)
+        )
     print(
-        "(setup and all runs: %.1fs; module_utils and listed verification: median of %d runs)"
-        % (setup, args.repeat)
+        "(setup and all runs: %.1fs; in-process figures: medians of %d paired runs; the lab runs in its own"
+        " process; adapter pages hold %d objects; %s)" % (setup, args.repeat, _kube_page(), load())
     )
     for what, counts in listed_requests.items():
         if len(set(counts)) != 1:
             print("FAIL: %s sent %s requests at %s projects" % (what, counts, steps), file=sys.stderr)
             return 1
     return 0
+
+
+def _kube_page():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube
+
+    return _kube.LIST_PAGE
 
 
 if __name__ == "__main__":

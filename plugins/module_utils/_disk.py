@@ -17,6 +17,7 @@ __metaclass__ = type
 
 import os
 import stat
+import sys
 
 QCOW2_MAGIC = b"QFI\xfb"
 NTFS_OEM = b"NTFS    "
@@ -44,6 +45,34 @@ def _require(name):
         __import__(name)
     except ImportError as exc:
         raise MissingLibrary(name, exc) from exc
+
+
+def _import_alone(name, library):
+    """Import the module ``name`` without running the ``__init__`` of the packages above it.
+
+    ``dissect.hypervisor``'s ``__init__`` imports every format it knows (and compiles each one's
+    structure definitions), a quarter of a second where only qcow2 is read. The packages on the way are
+    registered as bare packages (their search path only), so ``name`` and what it imports load alone.
+    A package already imported whole is used as it is.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    import importlib
+    import importlib.util
+
+    parts = name.split(".")
+    try:
+        for depth in range(2, len(parts)):
+            package = ".".join(parts[:depth])
+            if package in sys.modules:
+                continue
+            spec = importlib.util.find_spec(package)
+            if spec is None or spec.submodule_search_locations is None:
+                raise ImportError("no package %s" % package)
+            sys.modules[package] = importlib.util.module_from_spec(spec)
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise MissingLibrary(library, exc) from exc
 
 
 class Counter:
@@ -126,8 +155,7 @@ class Image:
             self.chain.append({"path": path, "format": "raw"})
             self.format = self.format or "raw"
             return fh
-        _require("dissect.hypervisor")
-        from dissect.hypervisor.disk.qcow2 import QCow2
+        QCow2 = _import_alone("dissect.hypervisor.disk.qcow2", "dissect.hypervisor").QCow2
 
         try:
             qcow = QCow2(fh, allow_no_backing_file=True, allow_no_data_file=True)

@@ -50,6 +50,9 @@ RETRY_SECONDS = 60.0
 RETRY_BASE = 0.2
 RETRY_CAP = 5.0
 STREAM_CHUNK = 1024 * 1024
+# Objects per list page (the API server's limit/continue), and how often an expired continue restarts a list.
+LIST_PAGE = 2000
+LIST_RESTARTS = 3
 # Set on a create that has only generateName: the retry after a lost reply finds its object by it.
 CREATE_REQUEST_LABEL = "goldenimage.pipeline/create-request"
 KUBERNETES_REASON = (
@@ -458,11 +461,29 @@ class KubeModule(AnsibleModule):
     def _read(self, api_version, kind, name, namespace):
         res = self.resource(api_version, kind)
         try:
-            return res.get(name=name, namespace=namespace if res.namespaced else None).to_dict()
+            return self._get_json(res.path(name=name, namespace=namespace if res.namespaced else None))
         except Exception as exc:
             if status_code(exc) == 404:
                 return None
             raise
+
+    def _get_json(self, path, query=None):
+        """GET ``path`` once and parse the body as JSON (no dynamic-client objects are built).
+
+        Raises the client's ``ApiException`` for a non-2xx answer, so the caller's retry layer decides.
+        """
+        api = self.api_client
+        url = api.configuration.host.rstrip("/") + path
+        if query:
+            from urllib.parse import urlencode
+
+            url += "?" + urlencode(query)
+        response = self._pool_request(api, "GET", url, {"Accept": "application/json"}, None, None, False)
+        try:
+            data = response.data
+        finally:
+            response.release_conn()
+        return json.loads(data)
 
     def fetch(self, api_version, kind, name, namespace=None):
         """The object as a dict, or None when it does not exist; transient errors are retried.
@@ -476,24 +497,45 @@ class KubeModule(AnsibleModule):
     def get(self, api_version, kind, name, namespace=None):
         return self.fetch(api_version, kind, name, namespace)
 
-    def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None):
+    def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None, page=None):
+        """Every object of a kind as plain dicts, read page by page (``limit``/``continue``).
+
+        List bodies are parsed as JSON: no dynamic-client objects are built, which is what keeps a
+        list of tens of thousands of objects linear and cheap. Each page rides on the retry layer; a
+        continue token that expired (410) restarts the list from its first page, a bounded number of
+        times. A namespace that does not exist lists as empty.
+        """
         res = self.resource(api_version, kind)
-        params = {}
+        path = res.path(namespace=namespace if res.namespaced else None)
+        query = []
         if label_selector:
-            params["label_selector"] = label_selector
+            query.append(("labelSelector", label_selector))
         if field_selector:
-            params["field_selector"] = field_selector
+            query.append(("fieldSelector", field_selector))
+        query.append(("limit", int(page or LIST_PAGE)))
+        where = " in %s" % namespace if namespace else ""
+        action = "list %s%s" % (kind, where)
+        restarts = 0
 
         def absent_namespace(exc, _attempts):
             return (True, {"items": []}) if status_code(exc) == 404 and namespace else None
 
-        where = " in %s" % namespace if namespace else ""
-        answer = self._retrying(
-            "list %s%s" % (kind, where),
-            lambda: res.get(namespace=namespace if res.namespaced else None, **params).to_dict(),
-            absent_namespace,
-        )
-        items = answer.get("items") or []
+        items = []
+        token = None
+        while True:
+            sent = query + [("continue", token)] if token else query
+            try:
+                answer = self._retrying(action, lambda q=sent: self._get_json(path, q), absent_namespace)
+            except KubeError as exc:
+                if token and exc.status == 410 and restarts < LIST_RESTARTS:
+                    restarts += 1
+                    items, token = [], None
+                    continue
+                raise
+            items.extend(answer.get("items") or [])
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                break
         for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
@@ -735,7 +777,6 @@ class KubeModule(AnsibleModule):
         methods only with ``retry=True`` (a body given as a callable).
         """
         import urllib3
-        from kubernetes.client.exceptions import ApiException
 
         api = self.api_client
         method = method.upper()
@@ -753,27 +794,8 @@ class KubeModule(AnsibleModule):
             timeout = urllib3.Timeout(connect=min(timeout, 30), read=timeout)
 
         def send():
-            sent = dict(headers or {})
-            api.update_params_for_auth(sent, [], ["BearerToken"])
             data = body() if callable(body) else body
-            if mutating:
-                self.mutations += 1
-            response = api.rest_client.pool_manager.request(
-                method,
-                url,
-                body=data,
-                headers=sent,
-                preload_content=False,
-                timeout=timeout,
-                retries=False,
-                redirect=False,
-            )
-            if not 200 <= response.status < 300:
-                try:
-                    raise ApiException(http_resp=_ErrorResponse(response, response.read(STREAM_CHUNK)))
-                finally:
-                    response.release_conn()
-            return response
+            return self._pool_request(api, method, url, headers, data, timeout, mutating)
 
         action = action or "%s %s" % (method, strip_query(url))
         if retry:
@@ -784,6 +806,31 @@ class KubeModule(AnsibleModule):
             raise
         except Exception as exc:
             raise KubeError.from_exception(action, exc) from exc
+
+    def _pool_request(self, api, method, url, headers, data, timeout, mutating):
+        """One attempt on the client's connection pool with its credentials; non-2xx raises ApiException."""
+        from kubernetes.client.exceptions import ApiException
+
+        sent = dict(headers or {})
+        api.update_params_for_auth(sent, [], ["BearerToken"])
+        if mutating:
+            self.mutations += 1
+        response = api.rest_client.pool_manager.request(
+            method,
+            url,
+            body=data,
+            headers=sent,
+            preload_content=False,
+            timeout=timeout,
+            retries=False,
+            redirect=False,
+        )
+        if not 200 <= response.status < 300:
+            try:
+                raise ApiException(http_resp=_ErrorResponse(response, response.read(STREAM_CHUNK)))
+            finally:
+                response.release_conn()
+        return response
 
     def download(self, path, handle, query=None, headers=None, timeout=None, limit=None, action=None):
         """GET ``path`` into the open binary ``handle`` chunk by chunk; returns the bytes written.

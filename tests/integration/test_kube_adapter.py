@@ -173,3 +173,59 @@ def test_a_wait_rides_out_server_errors(lab, kube_namespace):
     assert obj["data"] == {"a": "1"}
     assert injected >= 1
     assert duration < 20
+
+
+def _old_list(m, api_version, kind, namespace=None, **params):
+    """What KubeModule.list returned before it read raw pages: the dynamic client's objects, to_dict."""
+    res = m.resource(api_version, kind)
+    items = res.get(namespace=namespace if res.namespaced else None, **params).to_dict().get("items") or []
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items
+
+
+@pytest.mark.lab_only
+def test_list_reads_every_page_and_matches_the_dynamic_client(lab, kube_namespace):
+    with module(lab) as m:
+        for i in range(7):
+            m.create(config_map(kube_namespace, "cm-%d" % i, {"i": str(i)}, {"set": "a" if i % 2 else "b"}))
+        m.create(config_map(kube_namespace, "other", {"x": "y"}))
+        lab.clear_audit()
+        paged = m.list("v1", "ConfigMap", kube_namespace, "set", page=3)
+        lists = [r for r in lab.audit() if r["verb"] == "list"]
+        assert len(lists) == 3  # 7 objects at 3 a page: the continue token was followed to the end
+        assert sorted(i["metadata"]["name"] for i in paged) == ["cm-%d" % i for i in range(7)]
+        assert paged == _old_list(m, "v1", "ConfigMap", kube_namespace, label_selector="set")
+
+        odd = m.list("v1", "ConfigMap", kube_namespace, "set=a", page=1)
+        assert [i["metadata"]["name"] for i in odd] == ["cm-1", "cm-3", "cm-5"]
+        assert odd == _old_list(m, "v1", "ConfigMap", kube_namespace, label_selector="set=a")
+
+        named = m.list("v1", "ConfigMap", kube_namespace, field_selector="metadata.name=other", page=2)
+        assert [i["metadata"]["name"] for i in named] == ["other"]
+
+        everywhere = m.list("v1", "Namespace", page=2)
+        assert everywhere == _old_list(m, "v1", "Namespace")
+        assert {"apiVersion": "v1", "kind": "Namespace"}.items() <= everywhere[0].items()
+
+        # One page when it fits; an absent namespace lists as empty; a read is the dynamic client's dict.
+        lab.clear_audit()
+        assert len(m.list("v1", "ConfigMap", kube_namespace)) == 8
+        assert len([r for r in lab.audit() if r["verb"] == "list"]) == 1
+        assert m.list("v1", "ConfigMap", "no-such-namespace") == []
+        res = m.resource("v1", "ConfigMap")
+        assert (
+            m.get("v1", "ConfigMap", "cm-3", kube_namespace)
+            == res.get(name="cm-3", namespace=kube_namespace).to_dict()
+        )
+        assert m.get("v1", "ConfigMap", "absent", kube_namespace) is None
+
+
+@pytest.mark.lab_only
+def test_list_errors_keep_the_server_status(lab, kube_namespace):
+    with module(lab) as m:
+        with pytest.raises(errors.PipelineError) as caught:
+            m.list("v1", "ConfigMap", kube_namespace, "a in (", page=2)
+        assert caught.value.result["msg"].startswith("list ConfigMap in %s: " % kube_namespace)
+        assert caught.value.result["status"] == 400
