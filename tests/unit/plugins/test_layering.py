@@ -37,14 +37,8 @@ OWN = "ansible_collections.goldenimage.pipeline.plugins."
 
 # Violations in the current tree, each with the change that removes it. The test fails when a listed
 # violation is gone (shrink the list) and when a new one appears.
-ALLOWED = {
-    # The bucket modules' follow-up: the anonymous (UNSIGNED) S3 client moves into _s3.py, the one place
-    # that builds S3 clients; the module then asks the adapter for it.
-    ("plugins/modules/bucket_exposure.py", "imports boto3"),
-    ("plugins/modules/bucket_exposure.py", "imports botocore"),
-    # The clone gate's follow-up: the remote-port probe (a TCP connect) moves into an adapter.
-    ("plugins/modules/clone_gate.py", "imports socket"),
-}
+# Known violations, each with the follow-up that removes it (none today: the list only shrinks).
+ALLOWED: set = set()
 
 
 def kind_of(rel):
