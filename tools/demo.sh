@@ -69,5 +69,5 @@ The lab and the registry are still running.
   kubeconfig: $K8S_AUTH_KUBECONFIG     (kubectl --kubeconfig $K8S_AUTH_KUBECONFIG get volumesnapshots -A)
   S3:         $AWS_ENDPOINT_URL      (credentials in $state/s3.env)
   registry:   http://$DEMO_REGISTRY
-  stop them:  tools/demo.sh stop
+  stop them:  DEMO_STATE=$state tools/demo.sh stop
 MSG
