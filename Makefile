@@ -18,7 +18,7 @@ help:
 	@echo "make test    lint, unit, lab integration and molecule tests (sets everything up)"
 	@echo "make faults  the slow fault suite: playbooks under injected conflicts, errors and lost replies"
 	@echo "make sanity  ansible-test sanity on a copy of the collection"
-	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them"
+	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them (ACT=workers: one act)"
 	@echo "make e2e     slow tiers that boot real VMs"
 	@echo "make bench   benchmarks in bench/"
 	@echo "make lab-up / lab-down   start or stop the lab in .lab/ for manual use"
@@ -77,7 +77,7 @@ test: setup
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/unit tests/packaging tests/conformance tests/labtests tests/integration
 
 demo: setup
-	tools/demo.sh
+	ACT="$(ACT)" tools/demo.sh
 
 e2e: setup
 	tools/e2e.sh
