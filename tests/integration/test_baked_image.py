@@ -302,7 +302,7 @@ def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namesp
     assert result["changed"] and result["progress"] == 100, run.log
     sent = result["upload"]
     assert sent["bytes_sent"] == sent["size"] == UPLOAD_GIB * 1024**3 and sent["percent"] == 100
-    assert [p for p, _ in sent["reported"]][-1] == 100 and len(sent["reported"]) >= 10, sent
+    assert [pair[0] for pair in sent["reported"]][-1] == 100 and len(sent["reported"]) >= 10, sent
 
 
 @pytest.mark.lab_only

@@ -40,6 +40,7 @@ def demo(tmp_path_factory):
             capture_output=True,
             text=True,
             timeout=900,
+            check=False,
         )
     finally:
         subprocess.run(

@@ -260,7 +260,7 @@ def test_upload_progress_reports_every_ten_percent_and_every_thirty_seconds():
     lines = [report.seen(sent, 1000, sent / 100.0) for sent in range(0, 1001, 20)]
     said = [line for line in lines if line]
     assert said[0] == "upload big.img: 0% (0 of 1000 bytes) after 0.0s"
-    assert [p for p, _ in report.reported] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+    assert [pair[0] for pair in report.reported] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
     slow = hi.UploadProgress("big.img", 10**9)
     assert slow.seen(0, 10**9, 0.0)
     assert slow.seen(1, 10**9, 10.0) is None

@@ -9,10 +9,10 @@ TODAY = "2026-12-01"
 
 
 def catalog_file(tmp_path, validated=True):
-    doc, _ = catalog.register_image(
+    doc, _changed = catalog.register_image(
         catalog.empty(), "v20260615", "22.04", ["15", "16", "17"], "a" * 128, "upload", imported=True
     )
-    doc, _ = catalog.set_stream(doc, "22.04", tip="v20260615", validated=validated, default=True)
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615", validated=validated, default=True)
     path = tmp_path / "catalog.yaml"
     path.write_text(catalog.dump(doc))
     return path
