@@ -50,6 +50,7 @@ options:
     type: float
 attributes:
   action:
+    description: An action plugin of the same name runs on the controller around the module.
     support: full
     details: The action plugin calls the module round after round and prints each round's line as it comes.
 """

@@ -238,7 +238,7 @@ options:
     default: rootdisk
   data_volume:
     description:
-      - With O(strategy=direct), the volume reported as RV(instances[].data_disk). Which claims hold data
+      - With O(strategy=direct), the volume named as the data disk in the result. Which claims hold data
         is decided from the claims themselves (see O(os_volume)), never from this name.
     type: str
     default: pgdata
