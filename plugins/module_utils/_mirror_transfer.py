@@ -520,7 +520,8 @@ class UploadRun:
         self.transfer_seconds = None
 
     def _run(self):
-        raise NotImplementedError
+        """Each upload module's own steps (os_mirror_object, golden_export_object)."""
+        raise NotImplementedError("a subclass of UploadRun defines _run")
 
     def run(self):
         try:
