@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.integration import disks
+from tests.integration.support import disks
 from tests.lab.access import Identity
 from tests.lab.controllers.bootdisk import inspect
 from tests.lab.controllers.harvester import UPLOAD_PREFIX, HarvesterImageController

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.integration import disks
+from tests.integration.support import disks
 from tests.lab.controllers.bootdisk import inspect
 from tests.lab.controllers.kubevirt import AGENT_DELAY_ENV, FORWARDED, PORT_OPEN
 from tests.lab.controllers.volumes import disk_image_path

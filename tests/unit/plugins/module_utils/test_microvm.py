@@ -1,5 +1,5 @@
 """The micro-VM image rules over in-memory trees (the disk and registry adapters are covered by
-tests/integration/test_microvm_image.py)."""
+tests/integration/modules/test_microvm_image.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """windows_iso's runner: refusals and check mode, without SystemExit (the rebuild itself is in
-tests/integration/test_windows_bake.py, with real xorriso and a real UDF ISO)."""
+tests/integration/roles/test_windows_bake.py, with real xorriso and a real UDF ISO)."""
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal

@@ -1,0 +1,172 @@
+"""baked_image_stream and the engine_version filter on the lab, with the catalog in a ConfigMap (and a
+file), every refusal, and writes that have to ride out injected 409 conflicts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from tests.integration.modules.test_baked_image import play, refused, task
+from tests.integration.support.runner import run_playbook
+
+MODULE = "goldenimage.pipeline.baked_image_stream"
+H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
+
+
+DATA_KEY = "catalog.yaml"
+
+
+def seed_catalog(namespace, live_image):
+    """The catalog as the operator's YAML: two images of 24.04 not yet known to be imported."""
+    images = {}
+    for name, os_version, majors, imported, ref in (
+        ("v20260615", "22.04", ["15", "16", "17"], True, None),
+        ("v20261201-2404", "24.04", ["15", "16", "17"], True, None),
+        ("v20270301-2404", "24.04", ["16", "17", "18"], False, {"namespace": namespace, "name": "absent"}),
+        ("v20270401-2404", "24.04", ["16", "17", "18"], False, {"namespace": namespace, "name": live_image}),
+    ):
+        entry = {
+            "os_version": os_version,
+            "pg_versions": majors,
+            "build_date": "%s-%s-%s" % (name[1:5], name[5:7], name[7:9]),
+            "checksum": "a" * 128,
+            "source": "s3://mirror/" + name,
+            "imported": imported,
+        }
+        if ref:
+            entry["image"] = ref
+        images[name] = entry
+    return yaml.safe_dump({"version": 1, "default_stream": None, "streams": {}, "images": images})
+
+
+def live_imported_image(kube_client, namespace, mirror):
+    """A VirtualMachineImage the catalog does not know is imported yet."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(kube_client)
+    body = {
+        "apiVersion": f"{H}/{V}",
+        "kind": "VirtualMachineImage",
+        "metadata": {"name": "live"},
+        "spec": {"displayName": "live", "sourceType": "download", "url": mirror["url"]},
+    }
+    custom.create_namespaced_custom_object(H, V, namespace, IMAGES, body)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        obj = custom.get_namespaced_custom_object(H, V, namespace, IMAGES, "live")
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Imported" and c["status"] == "True" for c in conditions):
+            return "live"
+        time.sleep(0.1)
+    raise AssertionError("the live image did not import: %s" % obj.get("status"))
+
+
+@pytest.mark.lab_only
+def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_namespace, mirror, tmp_path):
+    from kubernetes import client
+
+    live = live_imported_image(kube_client, kube_namespace, mirror)
+    core = client.CoreV1Api(kube_client)
+    text = seed_catalog(kube_namespace, live)
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "catalog"}, "data": {DATA_KEY: text}}
+    )
+    file_catalog = tmp_path / "catalog.yaml"
+    file_catalog.write_text(text)
+    where = {"namespace": kube_namespace, "name": "catalog"}
+    first = dict(os_version="22.04", revision="v20260615", validated=True, default=True, catalog=where)
+    lab.faults.update({"conflict_rate": 0.5, "seed": 11})
+    lab.clear_audit()
+    try:
+        run = run_playbook(
+            play(
+                task("check", check=True, module=MODULE, **first),
+                task("real", module=MODULE, **first),
+                task("again", module=MODULE, **first),
+                task("missing", ignore_errors=True, module=MODULE, **{**first, "revision": "v20990101"}),
+                task(
+                    "wrong os", ignore_errors=True, module=MODULE, **{**first, "revision": "v20261201-2404"}
+                ),
+                task(
+                    "not imported",
+                    ignore_errors=True,
+                    module=MODULE,
+                    os_version="24.04",
+                    revision="v20270301-2404",
+                    catalog=where,
+                ),
+                task(
+                    "unvalidated default",
+                    ignore_errors=True,
+                    module=MODULE,
+                    os_version="24.04",
+                    revision="v20261201-2404",
+                    default=True,
+                    catalog=where,
+                ),
+                task(
+                    "live import",
+                    module=MODULE,
+                    os_version="24.04",
+                    revision="v20270401-2404",
+                    catalog=where,
+                    register="moved",
+                ),
+                {
+                    "name": "engine default",
+                    "ansible.builtin.set_fact": {
+                        "engine": "{{ moved.catalog | goldenimage.pipeline.engine_version('') }}",
+                        "engine16": "{{ moved.catalog | goldenimage.pipeline.engine_version('16') }}",
+                    },
+                },
+                {
+                    "name": "engine refused",
+                    "ignore_errors": True,
+                    "ansible.builtin.debug": {
+                        "msg": "{{ moved.catalog | goldenimage.pipeline.engine_version('18') }}"
+                    },
+                },
+                task(
+                    "file",
+                    module=MODULE,
+                    os_version="24.04",
+                    revision="v20261201-2404",
+                    catalog={"path": str(file_catalog)},
+                ),
+            ),
+            env=lab.env(),
+            diff=True,
+        )
+        conflicts = [
+            r
+            for r in lab.audit()
+            if r["resource"] == "configmaps" and r["code"] == 409 and r["verb"] == "update"
+        ]
+    finally:
+        lab.faults.update({"conflict_rate": 0.0})
+    assert run["check"]["changed"] is True, run.log
+    diff = run["check"].get("diff") or {}
+    assert "default_stream: '22.04'" in diff.get("after", "") and "default_stream: null" in diff.get(
+        "before", ""
+    )
+    assert run["real"]["changed"] is True, "check mode must not have written the catalog"
+    assert run["real"]["stream"] == {"tip": "v20260615", "validated": True}
+    assert run["again"]["changed"] is False
+    assert "not in the catalog" in refused(run, "missing")["msg"]
+    assert "cannot be the tip of stream 22.04" in refused(run, "wrong os")["msg"]
+    assert "not imported yet" in refused(run, "not imported")["msg"]
+    assert "not validated and cannot become the default" in refused(run, "unvalidated default")["msg"]
+    moved = run["live import"]
+    assert moved["changed"] and moved["stream"] == {"tip": "v20270401-2404", "validated": False}
+    assert moved["catalog"]["images"]["v20270401-2404"]["imported"] is True
+    assert moved["default_stream"] == "22.04"
+    facts = run["engine default"]["ansible_facts"]
+    assert facts == {"engine": "17", "engine16": "16"}
+    assert "18 is not in revision v20260615" in refused(run, "engine refused")["msg"]
+    assert conflicts, "no write met an injected conflict; the retry path went untested"
+    doc = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
+    assert doc["default_stream"] == "22.04" and doc["streams"]["24.04"]["tip"] == "v20270401-2404"
+    from_file = yaml.safe_load(file_catalog.read_text())
+    assert from_file["streams"]["24.04"] == {"tip": "v20261201-2404", "validated": False}

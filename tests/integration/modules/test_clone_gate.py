@@ -1,0 +1,395 @@
+"""clone_gate in the lab, on real disks: a sealed Windows disk passes, a closed port is not a boot failure,
+a disk of zeros does not boot, low memory is refused, and cleanup leaves nothing (or, kept, everything)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+from tests.integration.support import disks
+from tests.integration.support.runner import kube_play, run_playbook
+from tests.lab.controllers.kubevirt import probe_template
+
+pytestmark = pytest.mark.lab_only
+
+MODULE = "goldenimage.pipeline.clone_gate"
+GATE_LABEL = "goldenimage.pipeline/clone-gate"
+SNAP = ("snapshot.storage.k8s.io", "v1")
+KV = ("kubevirt.io", "v1")
+AGENT_DELAY = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
+FAST = {"agent_timeout": 3, "port_timeout": 2, "provision_timeout": 30, "poll_interval": 1}
+# Where the lab forwards each guest's port, passed to the gate as an operator names a Service.
+WINDOWS = {"port_probe": probe_template(3389)}
+LINUX = {"os": "linux", "port_probe": probe_template(22)}
+
+
+@pytest.fixture(scope="module")
+def goldens(lab, kube_client, tmp_path_factory):
+    """A golden namespace holding Ready snapshots of real disks: sealed Windows, zeros, sealed Linux."""
+    from kubernetes import client
+
+    from tests.lab.controllers.volumes import disk_image_path
+
+    folder = tmp_path_factory.mktemp("gate-disks")
+    images = {
+        "windows": disks.windows_disk(folder / "windows.raw", disks.sealed_windows_files())["path"],
+        "linux": disks.qcow2(
+            disks.linux_disk(folder / "linux.raw", disks.ext4_tree(folder / "tree"))["path"],
+            folder / "linux.qcow2",
+        ),
+        "zeros": folder / "zeros.raw",
+    }
+    disks.run("truncate", "-s", "64M", images["zeros"])
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    namespace = "gold-" + uuid.uuid4().hex[:8]
+    core.create_namespace({"metadata": {"name": namespace}})
+    for name, image in images.items():
+        claim = {
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+        core.create_namespaced_persistent_volume_claim(namespace, claim)
+        pvc = bound(lab, namespace, name)
+        disks.run("cp", "--sparse=always", image, disk_image_path(lab.controller_manager.lab, pvc))
+        body = {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "golden-" + name},
+            "spec": {"source": {"persistentVolumeClaimName": name}},
+        }
+        custom.create_namespaced_custom_object(*SNAP, namespace, "volumesnapshots", body)
+    for name in images:
+        wait_ready(custom, namespace, "golden-" + name)
+    return namespace
+
+
+def bound(lab, namespace, name):
+    rt = lab.store.resource("", "v1", "persistentvolumeclaims")
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        pvc = lab.store.get(rt, namespace, name)
+        if (pvc.get("status") or {}).get("phase") == "Bound":
+            return pvc
+        time.sleep(0.05)
+    raise AssertionError("claim %s/%s never bound" % (namespace, name))
+
+
+def wait_ready(custom, namespace, name):
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        vs = custom.get_namespaced_custom_object(*SNAP, namespace, "volumesnapshots", name)
+        if (vs.get("status") or {}).get("readyToUse"):
+            return
+        time.sleep(0.1)
+    raise AssertionError("snapshot %s/%s never became ready: %s" % (namespace, name, vs.get("status")))
+
+
+def task(name, check=False, **args):
+    entry = {"name": name, MODULE: args, "ignore_errors": True}
+    if check:
+        entry["check_mode"] = True
+    return entry
+
+
+def leftovers(lab, project):
+    """Everything carrying the gate's label: in the project, and cluster-scoped contents."""
+    store = lab.store
+    found = []
+    for group, version, plural, namespace in (
+        (*KV, "virtualmachines", project),
+        (*KV, "virtualmachineinstances", project),
+        ("", "v1", "persistentvolumeclaims", project),
+        (*SNAP, "volumesnapshots", project),
+        (*SNAP, "volumesnapshotcontents", None),
+    ):
+        items, _rv = store.list(store.resource(group, version, plural), namespace)
+        for obj in items:
+            labels = obj["metadata"].get("labels") or {}
+            owned = (obj["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "VirtualMachine"
+            if GATE_LABEL in labels or (plural == "virtualmachineinstances" and owned):
+                found.append("%s/%s" % (plural, obj["metadata"]["name"]))
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def gated(lab, goldens, kube_client):
+    """One playbook for every case (a playbook start costs seconds): two fresh project namespaces,
+    `quiet` for what must send nothing, `project` for the runs."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    quiet, project = ("p-" + uuid.uuid4().hex[:8] for _i in range(2))
+    for name in (quiet, project):
+        core.create_namespace({"metadata": {"name": name}})
+    old = os.environ.get(AGENT_DELAY)
+    os.environ[AGENT_DELAY] = "0.3"  # the lab's controllers run in this process
+    lab.clear_audit()
+    try:
+        common = {"snapshot_namespace": goldens, "project_namespace": project, **FAST}
+        silent = {"snapshot": "golden-windows", "snapshot_namespace": goldens, "project_namespace": quiet}
+        run = run_playbook(
+            kube_play(
+                task("predict", check=True, **silent),
+                task("too little memory", memory="2Gi", **silent),
+                task("sealed", snapshot="golden-windows", **WINDOWS, **common),
+                task(
+                    "port closed",
+                    snapshot="golden-windows",
+                    vm_annotations={"lab.goldenimage.io/port-open": "false"},
+                    **WINDOWS,
+                    **common,
+                ),
+                task("zeros", snapshot="golden-zeros", **WINDOWS, **common),
+                task("kept", snapshot="golden-linux", keep=True, **LINUX, **common),
+                task("again", snapshot="golden-linux", **LINUX, **common),
+            ),
+            env=lab.env(),
+        )
+    finally:
+        if old is None:
+            os.environ.pop(AGENT_DELAY, None)
+        else:
+            os.environ[AGENT_DELAY] = old
+    return {"run": run, "quiet": quiet, "project": project, "audit": lab.audit()}
+
+
+def test_check_mode_and_low_memory_send_nothing(gated):
+    run, quiet = gated["run"], gated["quiet"]
+    assert run.entry("predict")["status"] == "skipped", run.log
+    predicted = run["predict"]
+    assert "check mode" in predicted["msg"]
+    assert [o["kind"] for o in predicted["would_create"]] == [
+        "VolumeSnapshotContent",
+        "VolumeSnapshot",
+        "PersistentVolumeClaim",
+        "VirtualMachine",
+    ]
+    low = run["too little memory"]
+    assert run.entry("too little memory")["status"] == "ignored" and low["verdict"] == "inconclusive", low
+    assert "below the catalog minimum" in low["msg"] and "inconclusive" in low["msg"]
+    assert low["created"] == [] and low["phases"] == []
+    touched = [
+        r
+        for r in gated["audit"]
+        if r["verb"] not in ("get", "list", "watch")
+        and (r["namespace"] == quiet or (r["name"] or "").startswith("gate-%s-" % quiet))
+    ]
+    assert touched == []
+
+
+def test_verdicts(gated):
+    run = gated["run"]
+    sealed = run["sealed"]
+    assert run.entry("sealed")["status"] == "ok", run.log
+    assert sealed["verdict"] == "passed" and sealed["passed"] is True and sealed["changed"] is True
+    assert [p["name"] for p in sealed["phases"]] == ["provision", "start", "agent", "port"]
+    assert all(p["passed"] for p in sealed["phases"])
+    assert sealed["source"]["published_by"] == "gate"
+    assert sealed["probe"].startswith("127.0.0.1:")
+    assert [o["kind"] for o in sealed["created"]] == [
+        "VolumeSnapshotContent",
+        "VolumeSnapshot",
+        "PersistentVolumeClaim",
+        "VirtualMachine",
+    ]
+
+    closed = run["port closed"]
+    assert run.entry("port closed")["status"] == "ignored" and closed["verdict"] == "port_unreachable", closed
+    assert "booted" in closed["msg"] and "did not answer" in closed["msg"]
+    assert "boot failure" not in closed["msg"]
+    assert [(p["name"], p["passed"]) for p in closed["phases"]][-2:] == [("agent", True), ("port", False)]
+
+    zeros = run["zeros"]
+    assert run.entry("zeros")["status"] == "ignored" and zeros["verdict"] == "no_boot", zeros
+    assert [(p["name"], p["passed"]) for p in zeros["phases"]][-1] == ("agent", False)
+    assert "port" not in [p["name"] for p in zeros["phases"]]
+
+
+def test_keep_false_deletes_what_it_created_and_nothing_else(lab, goldens, gated):
+    run = gated["run"]
+    deleted = [
+        (r["resource"], r["name"]) for r in gated["audit"] if r["verb"] == "delete" and r["code"] < 300
+    ]
+    mine = set()
+    for name in ("sealed", "port closed", "zeros", "again"):
+        assert run[name]["kept"] is False
+        for obj in run[name]["created"]:
+            mine.add((obj["kind"].lower() + "s", obj["name"]))
+            assert (obj["kind"].lower() + "s", obj["name"]) in deleted, (name, obj)
+    assert set(deleted) <= mine  # nothing it did not create, the kept run's objects included
+    custom = client_for(lab)
+    golden = custom.get_namespaced_custom_object(*SNAP, goldens, "volumesnapshots", "golden-windows")
+    assert golden["status"]["readyToUse"] is True
+    content = golden["status"]["boundVolumeSnapshotContentName"]
+    assert custom.get_cluster_custom_object(*SNAP, "volumesnapshotcontents", content)
+
+
+def test_keep_true_leaves_everything_and_the_copy_is_reused(lab, gated):
+    run, project = gated["run"], gated["project"]
+    kept = run["kept"]
+    assert run.entry("kept")["status"] == "ok", run.log
+    assert kept["verdict"] == "passed" and kept["kept"] is True
+    again = run["again"]
+    assert again["verdict"] == "passed", again
+    # The kept run's published snapshot is a ready copy on the same handle: the next run clones it.
+    assert again["source"]["published_by"] == "project"
+    assert again["source"]["name"] == kept["source"]["name"]
+    assert [o["kind"] for o in again["created"]] == ["PersistentVolumeClaim", "VirtualMachine"]
+    expected = ["%s/%s" % (o["kind"].lower() + "s", o["name"]) for o in kept["created"]]
+    expected.append("virtualmachineinstances/%s" % kept["created"][-1]["name"])
+    assert leftovers(lab, project) == sorted(expected)
+    # Tidy up by hand, as a user would after diagnosis.
+    for obj in reversed(kept["created"]):
+        group, version = obj["apiVersion"].split("/") if "/" in obj["apiVersion"] else ("", obj["apiVersion"])
+        rt = lab.store.resource(group, version, obj["kind"].lower() + "s")
+        lab.store.delete(rt, obj["namespace"] if rt.namespaced else None, obj["name"])
+    assert leftovers(lab, project) == [] or leftovers(lab, project) == [expected[-1]]
+
+
+def client_for(lab):
+    from kubernetes import client, config
+
+    return client.CustomObjectsApi(config.new_client_from_config(str(lab.kubeconfig)))
+
+
+def mutating(audit):
+    return [r for r in audit if r["verb"] not in ("get", "list", "watch")]
+
+
+@pytest.fixture(scope="module")
+def swept(lab, goldens, kube_client, tmp_path_factory):
+    """A token that may create but not delete leaves a whole gate run behind; the next run of the same
+    candidate (with a token that may delete) sweeps it before it starts; a run under injected 409s, 5xx
+    and dropped connections still passes and leaves nothing; golden namespaces are refused."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    project = "p-" + uuid.uuid4().hex[:8]
+    core.create_namespace({"metadata": {"name": project}})
+    user = "gate-no-delete-" + uuid.uuid4().hex[:6]
+    token = lab.add_token(user, [{"verbs": ["get", "list", "watch", "create", "update", "patch"]}])
+    limited = str(lab.write_kubeconfig(tmp_path_factory.mktemp("rbac") / "kubeconfig", token, user))
+    common = {"snapshot": "golden-linux", "snapshot_namespace": goldens, "project_namespace": project}
+    common.update(FAST, **LINUX)
+    old = os.environ.get(AGENT_DELAY)
+    os.environ[AGENT_DELAY] = "0.3"
+    story = {"project": project}
+    try:
+        lab.clear_audit()
+        story["first"] = run_playbook(
+            kube_play(task("may not delete", kubeconfig=limited, **common)), env=lab.env()
+        )
+        story["left"] = leftovers(lab, project)
+        lab.clear_audit()
+        story["second"] = run_playbook(
+            kube_play(
+                task("predicted", check=True, **common),
+                task("sweeps first", **common),
+                task("golden-images", **{**common, "project_namespace": "golden-images"}),
+                task("golden-images-block", **{**common, "project_namespace": "golden-images-block"}),
+                task("own namespace", **{**common, "project_namespace": goldens}),
+                task("zero timeout", **dict(common, agent_timeout=0)),
+            ),
+            env=lab.env(),
+        )
+        story["second audit"] = lab.audit()
+        story["after second"] = leftovers(lab, project)
+        lab.faults.update({"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "seed": 11})
+        try:
+            story["faults"] = run_playbook(kube_play(task("under faults", **common)), env=lab.env())
+        finally:
+            lab.faults.reset()
+        story["after faults"] = leftovers(lab, project)
+    finally:
+        if old is None:
+            os.environ.pop(AGENT_DELAY, None)
+        else:
+            os.environ[AGENT_DELAY] = old
+    return story
+
+
+def test_a_failed_cleanup_is_reported_with_the_names_and_the_command(swept):
+    run, project = swept["first"], swept["project"]
+    result = run["may not delete"]
+    assert result["verdict"] == "passed", result
+    assert result["kept"] is True  # not kept on purpose, but still there: said so
+    left = result["left_behind"]
+    assert [o["kind"] for o in left] == [
+        "VirtualMachine",
+        "PersistentVolumeClaim",
+        "VolumeSnapshot",
+        "VolumeSnapshotContent",
+    ]
+    run_id = left[0]["run"]
+    assert all(o["run"] == run_id for o in left)
+    assert result["cleanup_command"] == (
+        "kubectl delete -n %s virtualmachines.kubevirt.io,persistentvolumeclaims,"
+        "volumesnapshots.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=%s && kubectl delete "
+        "volumesnapshotcontents.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=%s"
+        % (project, run_id, run_id)
+    )
+    assert "cleanup left VirtualMachine %s/%s" % (project, left[0]["name"]) in result["msg"]
+    assert "forbidden" in " ".join(result["cleanup_errors"]).lower()
+    assert len(swept["left"]) == 5  # the four objects and the VM's instance, really there
+
+
+def test_the_next_run_of_the_candidate_sweeps_what_an_earlier_run_left(swept):
+    run = swept["second"]
+    earlier = swept["first"]["may not delete"]["left_behind"]
+    predicted = run["predicted"]
+    assert [(o["kind"], o["name"]) for o in predicted["would_sweep"]] == [
+        (o["kind"], o["name"]) for o in earlier
+    ]
+    result = run["sweeps first"]
+    assert run.entry("sweeps first")["status"] == "ok", run.log
+    assert result["verdict"] == "passed" and result["kept"] is False
+    assert [(o["kind"], o["name"]) for o in result["swept"]] == [(o["kind"], o["name"]) for o in earlier]
+    deletes = [
+        (r["resource"], r["name"]) for r in swept["second audit"] if r["verb"] == "delete" and r["code"] < 300
+    ]
+    for obj in earlier:
+        assert (obj["kind"].lower() + "s", obj["name"]) in deletes
+    # The sweep ran before the new run created anything.
+    first_create = next(i for i, r in enumerate(swept["second audit"]) if r["verb"] == "create")
+    last_sweep = max(
+        i
+        for i, r in enumerate(swept["second audit"])
+        if r["verb"] == "delete" and r["name"] == earlier[-1]["name"]
+    )
+    assert last_sweep < first_create
+    assert swept["after second"] == []
+
+
+def test_golden_namespaces_and_zero_timeouts_are_refused_before_any_write(swept, goldens):
+    run = swept["second"]
+    for name, namespace in (
+        ("golden-images", "golden-images"),
+        ("golden-images-block", "golden-images-block"),
+        ("own namespace", goldens),
+    ):
+        result = run[name]
+        assert run.entry(name)["status"] == "ignored", (name, result)
+        assert result["refused"] is True
+        assert result["msg"].startswith(
+            "option project_namespace (%s): a clone gate runs in a tenant's project namespace" % namespace
+        )
+    zero = run["zero timeout"]
+    assert zero["refused"] is True and zero["msg"].startswith("option agent_timeout: 0 is not a duration")
+    touched = [
+        r
+        for r in mutating(swept["second audit"])
+        if r["namespace"] in ("golden-images", "golden-images-block", goldens)
+    ]
+    assert touched == []
+
+
+def test_under_conflicts_5xx_and_dropped_connections_it_passes_and_leaves_nothing(swept):
+    run = swept["faults"]
+    result = run["under faults"]
+    assert result["verdict"] == "passed", result
+    assert result["kept"] is False and "left_behind" not in result, result
+    assert swept["after faults"] == [], result

@@ -1,0 +1,794 @@
+"""worker_image against the lab: the catalog, pool renders, every refusal, and the bytes a pool costs.
+
+The Image Factory is a bucket on the lab's S3 endpoint holding the Factory's own paths
+(`image/<schematicID>/<version>/openstack-amd64.raw.xz`, a real xz-compressed raw disk), which is also
+what an air-gapped mirror bucket looks like. Goldens live in a namespace of their own per test module
+(the `namespace` option), so nothing here touches `cozy-public` of a real cluster.
+
+Mutations are counted from the lab's audit log. A SubjectAccessReview is recorded as a `create`, as a
+real API server audits it, but it is a question and stores nothing: the counts leave it out.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import lzma
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from tests.integration.support.runner import kube_play, module_task, run_playbook
+from tests.lab.s3 import s3_client
+
+pytestmark = pytest.mark.lab_only
+
+MODULE = "goldenimage.pipeline.worker_image"
+CDI, CDI_V = "cdi.kubevirt.io", "v1beta1"
+PROVISIONER = "linstor.csi.linbit.com"
+SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+OTHER = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515"
+
+task = functools.partial(module_task, MODULE)
+
+
+def writes(lab):
+    """Mutating API requests since the last clear, access reviews left out (they store nothing)."""
+    return [r for r in lab.mutating_requests() if "accessreviews" not in (r.get("path") or "")]
+
+
+def cdi_controller(lab):
+    from tests.lab.controllers.cdi import DataVolumeController
+
+    return next(c for c in lab.controller_manager.controllers if isinstance(c, DataVolumeController))
+
+
+class World:
+    """A golden namespace, a replicated class that CSI-clones, RBAC, and a factory bucket."""
+
+    def __init__(self, lab, api_client, tmp):
+        from kubernetes import client
+
+        self.lab = lab
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.storage = client.StorageV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.tag = uuid.uuid4().hex[:6]
+        self.ns = "cozy-" + self.tag
+        self.tenant = "tenant-" + self.tag
+        self.other_tenant = "locked-" + self.tag
+        self.cls = "replicated-" + self.tag
+        self.copy_cls = "hostcopy-" + self.tag
+        self.made = []
+        for ns in (self.ns, self.tenant, self.other_tenant):
+            self.core.create_namespace({"metadata": {"name": ns}})
+        for name, strategy in ((self.cls, "csi-clone"), (self.copy_cls, "copy")):
+            self.storage.create_storage_class(
+                {"metadata": {"name": name}, "provisioner": PROVISIONER, "volumeBindingMode": "Immediate"}
+            )
+            self.custom.create_cluster_custom_object(
+                CDI,
+                CDI_V,
+                "storageprofiles",
+                {
+                    "apiVersion": "%s/%s" % (CDI, CDI_V),
+                    "kind": "StorageProfile",
+                    "metadata": {"name": name},
+                    "spec": {"cloneStrategy": strategy},
+                },
+            )
+        self.rbac.create_cluster_role(
+            {
+                "metadata": {"name": "cdi-copy-dv-" + self.tag},
+                "rules": [{"apiGroups": [CDI], "resources": ["datavolumes/source"], "verbs": ["create"]}],
+            }
+        )
+        self.rbac.create_namespaced_role_binding(
+            self.ns,
+            {
+                "metadata": {"name": "tenant-clones"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cdi-copy-dv-" + self.tag,
+                },
+                "subjects": [
+                    {
+                        "kind": "Group",
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "name": "system:serviceaccounts:" + self.tenant,
+                    }
+                ],
+            },
+        )
+        # The factory: a real raw disk with data, xz-compressed, served at the Image Factory's paths.
+        raw = tmp / "disk.raw"
+        subprocess.run(["qemu-img", "create", "-q", "-f", "raw", str(raw), "16M"], check=True)
+        with open(raw, "r+b") as handle:
+            handle.write(os.urandom(2 * 1024 * 1024))
+        self.xz = lzma.compress(raw.read_bytes())
+        self.sha256 = hashlib.sha256(self.xz).hexdigest()
+        env = lab.env()
+        self.s3 = s3_client(env)
+        self.bucket = "factory-" + self.tag
+        self.s3.create_bucket(Bucket=self.bucket)
+        self.factory = "%s/%s/talos" % (env["AWS_ENDPOINT_URL"], self.bucket)
+
+    def publish(self, schematic, version, body=None, recorded=None):
+        """Put an image at the Factory's path; `recorded` is the sha256 metadata a mirror writes."""
+        key = "talos/image/%s/%s/openstack-amd64.raw.xz" % (schematic, version)
+        extra = {"Metadata": {"sha256": recorded}} if recorded else {}
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body or self.xz, ACL="public-read", **extra)
+        return "%s/image/%s/%s/openstack-amd64.raw.xz" % (self.factory, schematic, version)
+
+    def entry(self, version, schematic=SCHEMATIC, **extra):
+        entry = {
+            "schematicID": schematic,
+            "version": version,
+            "imageFactoryURL": self.factory,
+            "storage": "64Mi",
+        }
+        entry.setdefault("storageClass", self.cls)
+        entry.update(extra)
+        return entry
+
+    def golden(self, name):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.custom.get_namespaced_custom_object(CDI, CDI_V, self.ns, "datavolumes", name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def dv(self, namespace, name):
+        return self.custom.get_namespaced_custom_object(CDI, CDI_V, namespace, "datavolumes", name)
+
+    def create_dv(self, body):
+        meta = body["metadata"]
+        return self.custom.create_namespaced_custom_object(CDI, CDI_V, meta["namespace"], "datavolumes", body)
+
+    def wait_phase(self, namespace, name, phase="Succeeded", timeout=180):
+        deadline = time.monotonic() + timeout
+        obj = {}
+        while time.monotonic() < deadline:
+            obj = self.dv(namespace, name)
+            if (obj.get("status") or {}).get("phase") == phase:
+                return obj
+            time.sleep(0.2)
+        raise AssertionError("%s/%s not %s: %s" % (namespace, name, phase, obj.get("status")))
+
+    def make_default(self, name):
+        """A StorageClass annotated default, newer than every other (several defaults: the newest wins)."""
+        time.sleep(1.1)  # creationTimestamp has second resolution
+        self.storage.create_storage_class(
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+                },
+                "provisioner": PROVISIONER,
+                "volumeBindingMode": "Immediate",
+            }
+        )
+        self.made.append(name)
+
+    def close(self):
+        for name in self.made:
+            self.storage.delete_storage_class(name, _preload_content=False)
+        for name in (self.cls, self.copy_cls):
+            self.custom.delete_cluster_custom_object(CDI, CDI_V, "storageprofiles", name)
+            self.storage.delete_storage_class(name, _preload_content=False)
+        self.rbac.delete_cluster_role("cdi-copy-dv-" + self.tag, _preload_content=False)
+        for ns in (self.ns, self.tenant, self.other_tenant):
+            self.core.delete_namespace(ns, _preload_content=False)
+
+
+@pytest.fixture(scope="module")
+def world(lab, kube_client, tmp_path_factory):
+    instance = World(lab, kube_client, tmp_path_factory.mktemp("worker"))
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+def pool(world, version, **extra):
+    body = {
+        "name": "md0",
+        "namespace": world.tenant,
+        "osImage": {"builtin": {"schematicID": SCHEMATIC, "version": version}},
+        "storageClass": world.cls,
+        "diskSize": "1Gi",
+    }
+    body.update(extra)
+    return body
+
+
+def test_catalog_check_mode_real_idempotent_and_diff(lab, world):
+    version = "v1.13.0"
+    world.publish(SCHEMATIC, version)
+    images = [world.entry(version)]
+    name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    present = task("import the catalog", images=images, namespace=world.ns, wait_timeout=180)
+
+    lab.clear_audit()
+    run = run_playbook(kube_play(present), env=lab.env(), check=True, diff=True)
+    assert run.ok, run.log
+    assert run["import the catalog"]["changed"] is True
+    assert writes(lab) == [] and world.golden(name) is None
+    assert '"kind": "DataVolume"' in run.stdout or "kind: DataVolume" in run.stdout, run.stdout
+
+    lab.clear_audit()
+    run = run_playbook(kube_play(present), env=lab.env(), diff=True)
+    assert run.ok, run.log
+    result = run["import the catalog"]
+    assert result["changed"] is True
+    assert [r["verb"] for r in writes(lab)] == ["create"]
+    golden = world.golden(name)
+    assert golden["status"]["phase"] == "Succeeded"
+    assert golden["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert golden["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "cozystack"}
+    assert golden["spec"]["source"]["http"]["url"] == "%s/image/%s/%s/openstack-amd64.raw.xz" % (
+        world.factory,
+        SCHEMATIC,
+        version,
+    )
+    assert golden["spec"]["storage"]["storageClassName"] == world.cls
+    assert result["goldens"][0]["phase"] == "Succeeded" and result["goldens"][0]["storage_class"] == world.cls
+    assert result["progress_log"] and result["progress_log"][-1].startswith(
+        "%s/%s Succeeded" % (world.ns, name)
+    )
+    assert "kind: DataVolume" in run.stdout or '"kind": "DataVolume"' in run.stdout
+
+    lab.clear_audit()
+    run = run_playbook(kube_play(present), env=lab.env())
+    assert run.ok, run.log
+    assert run["import the catalog"]["changed"] is False
+    assert writes(lab) == []
+
+    # Removing the entry stops managing the golden; it is never deleted.
+    lab.clear_audit()
+    run = run_playbook(kube_play(task("an empty catalog", images=[], namespace=world.ns)), env=lab.env())
+    assert run.ok, run.log
+    assert run["an empty catalog"]["changed"] is False
+    assert writes(lab) == [] and world.golden(name) is not None
+
+
+def test_refusals_write_nothing_and_say_why(lab, world):
+    version = "v1.13.1"
+    world.publish(SCHEMATIC, version)
+    name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    ref = "%s/%s" % (world.ns, name)
+    empty_class = "v1.13.2"
+    world.publish(SCHEMATIC, empty_class)
+    run = run_playbook(
+        kube_play(
+            task(
+                "goldens to edit",
+                images=[world.entry(version), world.entry(empty_class, storageClass="")],
+                namespace=world.ns,
+                wait_timeout=180,
+            )
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    lab.faults.set_object("DataVolume/%s/talos-worker-%s-v1.12.0" % (world.ns, SCHEMATIC), "fail")
+    world.publish(SCHEMATIC, "v1.12.0")
+    run = run_playbook(
+        kube_play(
+            task("a golden that fails", images=[world.entry("v1.12.0")], namespace=world.ns, wait=False)
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    world.wait_phase(world.ns, "talos-worker-%s-v1.12.0" % SCHEMATIC, "Failed")
+
+    world.create_dv(
+        {
+            "apiVersion": "%s/%s" % (CDI, CDI_V),
+            "kind": "DataVolume",
+            "metadata": {"name": "plain", "namespace": world.ns},
+            "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Mi"}}}},
+        }
+    )
+    bad = functools.partial(task, ignore_errors=True, namespace=world.ns)
+    lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            bad("bad schematic", images=[world.entry(version, schematic="NotHex")]),
+            bad("bad version", images=[world.entry("1.13.1")]),
+            bad("bad factory", images=[world.entry(version, imageFactoryURL="factory.talos.dev")]),
+            bad("edited entry", images=[world.entry(version, storage="128Mi", storageClass=world.copy_cls)]),
+            bad("edited empty class", images=[world.entry(empty_class, storageClass=world.cls)]),
+            bad("no catalog entry", state="rendered", images=[], pool=pool(world, version)),
+            bad("not found", state="rendered", pool=pool(world, "v9.9.9")),
+            bad("failed golden", state="rendered", pool=pool(world, "v1.12.0")),
+            bad("class mismatch", state="rendered", pool=pool(world, version, storageClass=world.copy_cls)),
+            bad("disk too small", state="rendered", pool=pool(world, version, diskSize="63Mi")),
+            bad("forbidden", state="rendered", pool=pool(world, version, namespace=world.other_tenant)),
+            bad("bad pool version", state="rendered", pool=pool(world, "1.13")),
+            bad(
+                "bad pool schematic",
+                state="rendered",
+                pool=pool(world, version, osImage={"builtin": {"schematicID": "A_B", "version": version}}),
+            ),
+            bad("duplicate entries", images=[world.entry(version), world.entry(version, storage="128Mi")]),
+            bad("name too long", images=[world.entry(version, schematic="a" * 240)]),
+            bad("bad sha256", images=[world.entry(version, sha256="abc")]),
+            bad("zero timeout", images=[world.entry(version)], wait_timeout=0),
+            bad("no image", state="rendered", pool={"name": "md0", "namespace": world.tenant}),
+            bad("not a golden", state="absent", name="plain"),
+        ),
+        env=lab.env(),
+    )
+    assert writes(lab) == [], writes(lab)
+    url = "%s/image/%s/%s/openstack-amd64.raw.xz" % (world.factory, SCHEMATIC, version)
+    p = "pool %s/md0" % world.tenant
+    expected = {
+        "bad schematic": "images[0] (schematicID 'NotHex', version 'v1.13.1'): schematicID 'NotHex' "
+        "does not match "
+        "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$; it becomes part of the DataVolume name "
+        "talos-worker-<schematicID>-<version> and of the image URL, so it must be a plain lowercase "
+        "alphanumeric "
+        "identifier; give the schematic ID exactly as the Image Factory returned it (lowercase hex)",
+        "bad version": "images[0] (schematicID '%s', version '1.13.1'): version '1.13.1' does not match "
+        "^v[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9a-z.]+)?$; it becomes part of the DataVolume name "
+        "talos-worker-<schematicID>-<version> and of the image URL, so it must be a Talos release "
+        "vMAJOR.MINOR.PATCH; "
+        'give the release as a quoted string with its leading v, for example version: "v1.13.0"' % SCHEMATIC,
+        "bad factory": "images[0] (schematicID '%s', version 'v1.13.1'): imageFactoryURL "
+        "'factory.talos.dev' is not "
+        "an http(s) URL of the form https://host[/path] without credentials, query or fragment; the "
+        "image URL "
+        "<factory>/image/<schematicID>/<version>/openstack-amd64.raw.xz is built from it; give the "
+        "Image Factory's "
+        "base URL (default https://factory.talos.dev), or the base URL of the mirror bucket" % SCHEMATIC,
+        "edited entry": "images[0] (schematicID '%s', version 'v1.13.1'): the entry was edited after "
+        "its golden "
+        "DataVolume %s exists (storage 64Mi -> 128Mi, storageClass %s -> %s), and a DataVolume spec "
+        "cannot be "
+        "changed in place; add a new (schematicID, version) entry with the new values, move the "
+        "pools to it, then "
+        "remove the old entry (that stops managing the old golden; it is never deleted)"
+        % (SCHEMATIC, ref, world.cls, world.copy_cls),
+        "edited empty class": "images[0] (schematicID '%s', version 'v1.13.2'): the entry was edited "
+        "after its "
+        "golden DataVolume %s/talos-worker-%s-v1.13.2 exists (storageClass '' -> %s), and a "
+        "DataVolume spec cannot "
+        "be changed in place; add a new (schematicID, version) entry with the new values, move the "
+        "pools to it, "
+        "then remove the old entry (that stops managing the old golden; it is never deleted)"
+        % (SCHEMATIC, world.ns, SCHEMATIC, world.cls),
+        "no catalog entry": "%s: its osImage names the golden %s, which has no entry in the worker "
+        "image catalog; "
+        "add an images[] entry with this schematicID and version to the worker image catalog "
+        "(state=present, which "
+        "imports it into %s), or remove osImage from the pool so its disks import the factory image "
+        "over HTTP as "
+        "before" % (p, ref, world.ns),
+        "not found": "%s: its osImage names the golden %s/talos-worker-%s-v9.9.9, which does not "
+        "exist (is the "
+        "worker image catalog enabled with this entry?); add an images[] entry with this schematicID "
+        "and version to "
+        "the worker image catalog (state=present, which imports it into %s), or remove osImage from "
+        "the pool so its "
+        "disks import the factory image over HTTP as before" % (p, world.ns, SCHEMATIC, world.ns),
+        "failed golden": "%s: its golden %s/talos-worker-%s-v1.12.0 failed to import (Error: "
+        "injected failure: the "
+        "importer pod failed); check the importer (the DataVolume's events and the importer pod's "
+        "log), fix the "
+        "cause, then delete the DataVolume %s/talos-worker-%s-v1.12.0 so the catalog imports it again"
+        % (p, world.ns, SCHEMATIC, world.ns, SCHEMATIC),
+        "class mismatch": "%s: its StorageClass %s (the pool's storageClass) differs from the golden %s's "
+        "StorageClass %s; CDI cannot CSI-clone across classes and would fall back to a host-assisted "
+        "copy over the "
+        "pod network; set the pool's storageClass to %s, or add a catalog entry (a new "
+        "schematicID/version) whose "
+        "storageClass is %s and point the pool at it, or remove osImage so the pool imports over HTTP"
+        % (p, world.copy_cls, ref, world.cls, world.cls, world.copy_cls),
+        "disk too small": "%s: diskSize 63Mi (66060288 bytes) is below the golden %s's storage 64Mi "
+        "(67108864 "
+        "bytes), and a clone target cannot be smaller than its source; set diskSize to at least 64Mi"
+        % (p, ref),
+        "forbidden": "pool %s/md0: service accounts of namespace %s may not create "
+        "datavolumes/source in %s (no "
+        "RBAC rule allows it), so CDI would refuse the clone when the worker disk is created; bind "
+        "the ClusterRole "
+        "cdi-copy-dv (create on datavolumes/source) to the group system:serviceaccounts:%s, or to "
+        "system:serviceaccounts, in %s"
+        % (world.other_tenant, world.other_tenant, world.ns, world.other_tenant, world.ns),
+        "bad pool version": "%s osImage.builtin: version '1.13' does not match "
+        "^v[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9a-z.]+)?$; "
+        "it becomes part of the DataVolume name talos-worker-<schematicID>-<version> and of the "
+        "image URL, so it must "
+        "be a Talos release vMAJOR.MINOR.PATCH; give the release as a quoted string with its leading "
+        "v, for example "
+        'version: "v1.13.0"' % p,
+    }
+    subject = "images[0] (schematicID '%s', version 'v1.13.1')" % SCHEMATIC
+    long_name = "talos-worker-%s-v1.13.1" % ("a" * 240)
+    expected.update(
+        {
+            "bad pool schematic": "%s osImage.builtin: schematicID 'A_B' does not match "
+            "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$; it becomes part of the DataVolume name "
+            "talos-worker-<schematicID>-<version> and of the image URL, so it must be a plain lowercase "
+            "alphanumeric identifier; give the schematic ID exactly as the Image Factory returned it "
+            "(lowercase hex)" % p,
+            "duplicate entries": "images[1] (schematicID '%s', version 'v1.13.1'): it names the same "
+            "golden %s "
+            "as images[0]; keep one entry per (schematicID, version)" % (SCHEMATIC, name),
+            "name too long": "images[0] (schematicID '%s', version 'v1.13.1'): the golden's name %s is %d "
+            "characters, over the 253 a DataVolume name may have; use a shorter schematic ID or version"
+            % ("a" * 240, long_name, len(long_name)),
+            "bad sha256": "%s: sha256 'abc' is not 64 hexadecimal digits; give the digest os_mirror recorded "
+            "for the mirrored raw.xz (sha256:<hex>)" % subject,
+            "zero timeout": "option wait_timeout: 0 is not a duration: it must be greater than zero, checked "
+            "before anything is written; give a positive number of seconds",
+            "no image": "%s: it has no osImage and no imageURL, so there is nothing for its disk to import; "
+            "give osImage.builtin to clone a golden, or imageURL for the HTTP import" % p,
+            "not a golden": "DataVolume %s/plain: it is not a worker golden (it carries no "
+            "kubernetes-worker-image.cozystack.io/schematic-id / "
+            "kubernetes-worker-image.cozystack.io/talos-version "
+            "annotations); name a golden talos-worker-<schematicID>-<version>; other DataVolumes are "
+            "not this "
+            "module's to delete" % world.ns,
+        }
+    )
+    for title, msg in expected.items():
+        result = run[title]
+        assert run.entry(title)["status"] == "ignored", (title, result)
+        assert result["msg"] == msg, (title, result["msg"])
+        assert result.get("refused") is True, title
+    assert url  # the edited golden kept its source
+    assert world.golden(name)["spec"]["storage"]["storageClassName"] == world.cls
+
+
+def test_copy_strategy_refused_unless_accepted(lab, world):
+    version = "v1.14.0"
+    world.publish(SCHEMATIC, version)
+    run = run_playbook(
+        kube_play(
+            task(
+                "golden on the host-copy class",
+                images=[world.entry(version, storageClass=world.copy_cls)],
+                namespace=world.ns,
+                wait_timeout=180,
+            ),
+            task(
+                "render on copy",
+                ignore_errors=True,
+                state="rendered",
+                namespace=world.ns,
+                pool=pool(world, version, storageClass=world.copy_cls),
+            ),
+            task(
+                "render on copy, accepted",
+                state="rendered",
+                namespace=world.ns,
+                allow_host_assisted=True,
+                pool=pool(world, version, storageClass=world.copy_cls),
+            ),
+        ),
+        env=lab.env(),
+    )
+    assert run["render on copy"]["msg"] == (
+        "pool %s/md0: the clone strategy for StorageClass %s is copy (StorageProfile %s "
+        "spec.cloneStrategy), a "
+        "host-assisted copy of the whole golden over the pod network, the transfer cloning from a "
+        "golden exists to "
+        "remove; set CDI spec.cloneStrategyOverride (or the StorageProfile's cloneStrategy) to "
+        "csi-clone, or pass "
+        "allow_host_assisted=true to accept the copy" % (world.tenant, world.copy_cls, world.copy_cls)
+    )
+    accepted = run["render on copy, accepted"]
+    assert accepted["clone_strategy"]["strategy"] == "copy", run.log
+
+
+def test_cdi_override_wins_over_the_profile(lab, world):
+    """CDI.spec.cloneStrategyOverride: copy makes even a csi-clone class host-assisted."""
+    version = "v1.13.0"
+    world.publish(SCHEMATIC, version)
+    body = {"apiVersion": "%s/%s" % (CDI, CDI_V), "kind": "CDI", "metadata": {"name": "cdi-" + world.tag}}
+    body["spec"] = {"cloneStrategyOverride": "copy"}
+    world.custom.create_cluster_custom_object(CDI, CDI_V, "cdis", body)
+    try:
+        run = run_playbook(
+            kube_play(
+                task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180),
+                task(
+                    "render",
+                    ignore_errors=True,
+                    state="rendered",
+                    namespace=world.ns,
+                    pool=pool(world, version),
+                ),
+            ),
+            env=lab.env(),
+        )
+        assert "is copy (CDI cdi-%s spec.cloneStrategyOverride)" % world.tag in run["render"]["msg"], run.log
+    finally:
+        world.custom.delete_cluster_custom_object(CDI, CDI_V, "cdis", "cdi-" + world.tag)
+
+
+def test_twenty_workers_cost_one_import(lab, world):
+    version = "v1.15.0"
+    url = world.publish(SCHEMATIC, version)
+    name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    cdi = cdi_controller(lab)
+    before = cdi.http_bytes(url)
+    run = run_playbook(
+        kube_play(
+            task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180),
+            task("render", state="rendered", namespace=world.ns, pool=pool(world, version)),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    rendered = run["render"]
+    assert rendered["clone_strategy"]["strategy"] == "csi-clone"
+    disk = rendered["data_volume"]
+    assert disk["spec"]["source"] == {"pvc": {"namespace": world.ns, "name": name}}
+    assert disk["spec"]["storage"]["storageClassName"] == world.cls
+    names = []
+    for i in range(20):  # what CAPK does with the template: one disk per machine
+        body = json.loads(json.dumps(disk))
+        body["metadata"]["name"] = "md0-%02d-disk-system" % i
+        world.create_dv(body)
+        names.append(body["metadata"]["name"])
+    types = set()
+    for n in names:
+        obj = world.wait_phase(world.tenant, n)
+        types.add(obj["metadata"]["annotations"]["cdi.kubevirt.io/cloneType"])
+    assert types == {"csi-clone"}
+    fetched = cdi.http_bytes(url) - before
+    golden_bytes = len(world.xz)
+    print(
+        "20 worker disks: %d bytes over HTTP for a %d-byte golden (%.2f x)"
+        % (fetched, golden_bytes, fetched / golden_bytes)
+    )
+    assert fetched == golden_bytes
+
+    # The same clone on another class is what the class guard refuses: CDI would copy it host-assisted.
+    cross = json.loads(json.dumps(disk))
+    cross["metadata"]["name"] = "md0-cross-disk-system"
+    cross["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/pool"] = "cross"
+    cross["spec"]["storage"]["storageClassName"] = "lab-fs"
+    world.create_dv(cross)
+    obj = world.wait_phase(world.tenant, "md0-cross-disk-system")
+    assert obj["metadata"]["annotations"]["cdi.kubevirt.io/cloneType"] == "copy"
+    assert cdi.http_bytes(url) - before == golden_bytes
+
+    second = json.loads(json.dumps(cross))
+    second["metadata"]["name"] = "md0-cross-2-disk-system"
+    second["spec"]["storage"]["storageClassName"] = world.cls
+    world.create_dv(second)
+    world.wait_phase(world.tenant, "md0-cross-2-disk-system")
+    run = run_playbook(
+        kube_play(
+            task(
+                "pool on two classes",
+                ignore_errors=True,
+                state="rendered",
+                namespace=world.ns,
+                pool=pool(world, version, name="cross", storageClass=""),
+            ),
+            task("who clones", state="info", namespace=world.ns),
+            task("delete in use", ignore_errors=True, state="absent", name=name, namespace=world.ns),
+        ),
+        env=lab.env(),
+    )
+    info = next(g for g in run["who clones"]["goldens"] if g["name"] == name)
+    assert info["consumers"]["pools"] == ["%s/cross" % world.tenant, "%s/md0" % world.tenant]
+    assert len(info["consumers"]["disks"]) == 22
+    assert run["pool on two classes"]["msg"] == (
+        "pool %s/cross: its bound disks are on several StorageClasses (lab-fs, %s) and the pool names none; "
+        "set the pool's storageClass to the class its disks should be on" % (world.tenant, world.cls)
+    )
+    disks = sorted(
+        "%s/%s" % (world.tenant, n) for n in names + ["md0-cross-disk-system", "md0-cross-2-disk-system"]
+    )
+    assert run["delete in use"]["msg"] == (
+        "golden DataVolume %s/%s: 22 worker disk(s) still clone it: %s; move those pools to another golden "
+        "(or remove their osImage) and let their disks be replaced, then delete it"
+        % (world.ns, name, ", ".join(disks))
+    )
+    assert world.golden(name) is not None
+
+
+def test_default_class_resolution(lab, world):
+    """Empty classes resolve to the default on both sides; of several defaults the newest wins; a pool
+    that has cloned keeps the class of its bound disks when the default moves."""
+    version = "v1.16.0"
+    world.publish(SCHEMATIC, version)
+    name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    empty = {"storageClass": ""}
+    run = run_playbook(
+        kube_play(
+            task(
+                "golden on the default",
+                images=[world.entry(version, **empty)],
+                namespace=world.ns,
+                wait_timeout=180,
+            ),
+            task(
+                "pool on the default",
+                state="rendered",
+                namespace=world.ns,
+                pool=pool(world, version, name="md5", **empty),
+            ),
+            task(
+                "pool named the default",
+                state="rendered",
+                namespace=world.ns,
+                pool=pool(world, version, name="md5", storageClass="lab-fs"),
+            ),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    assert world.golden(name)["spec"]["storage"].get("storageClassName") is None
+    disk = run["pool on the default"]["data_volume"]
+    assert disk["spec"]["storage"]["storageClassName"] == "lab-fs"  # resolved, then written
+    assert run["pool named the default"]["data_volume"] == disk
+
+    body = json.loads(json.dumps(disk))
+    body["metadata"]["name"] = "md5-a-disk-system"
+    world.create_dv(body)
+    world.wait_phase(world.tenant, "md5-a-disk-system")
+
+    world.make_default("newdefault-" + world.tag)  # two defaults now: the newest wins
+    fresh = pool(world, version, name="md6", storageClass="")
+    run = run_playbook(
+        kube_play(
+            task(
+                "cloned pool after the default moved",
+                state="rendered",
+                namespace=world.ns,
+                pool=pool(world, version, name="md5", **empty),
+            ),
+            task(
+                "new pool after the default moved",
+                ignore_errors=True,
+                state="rendered",
+                namespace=world.ns,
+                pool=fresh,
+            ),
+        ),
+        env=lab.env(),
+    )
+    kept = run["cloned pool after the default moved"]
+    assert kept["data_volume"]["spec"]["storage"]["storageClassName"] == "lab-fs", run.log
+    assert run["new pool after the default moved"]["msg"] == (
+        "pool %s/md6: its StorageClass newdefault-%s (the cluster default StorageClass) differs from "
+        "the golden "
+        "%s/%s's StorageClass lab-fs; CDI cannot CSI-clone across classes and would fall back to a "
+        "host-assisted copy "
+        "over the pod network; set the pool's storageClass to lab-fs, or add a catalog entry (a new "
+        "schematicID/version) whose storageClass is newdefault-%s and point the pool at it, or "
+        "remove osImage so the "
+        "pool imports over HTTP" % (world.tenant, world.tag, world.ns, name, world.tag)
+    )
+
+
+def test_http_path_is_byte_identical(lab, world):
+    """Without osImage the disk renders as before the feature, whatever the catalog and the cluster hold."""
+    http_pool = {
+        "name": "md9",
+        "namespace": world.tenant,
+        "imageURL": "https://factory.talos.dev/image/x/v1.9.0/nocloud-amd64.raw.xz",
+    }
+    expected = (
+        '{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": {"annotations": '
+        '{"cdi.kubevirt.io/storage.usePopulator": "false"}, "name": "md9-disk-system", "namespace": "%s"}, '
+        '"spec": {"source": {"http": {"url": '
+        '"https://factory.talos.dev/image/x/v1.9.0/nocloud-amd64.raw.xz"}}, '
+        '"storage": {"resources": {"requests": {"storage": "20Gi"}}}}}' % world.tenant
+    )
+    renders = []
+    for _run in range(2):
+        run = run_playbook(
+            kube_play(task("render", state="rendered", namespace=world.ns, pool=http_pool)), env=lab.env()
+        )
+        assert run.ok, run.log
+        renders.append(json.dumps(run["render"]["data_volume"], sort_keys=True))
+        assert run["render"]["clone_strategy"] is None
+        world.make_default("moved-" + uuid.uuid4().hex[:6])
+    assert renders == [expected, expected]
+
+
+def test_mirror_digest_pinning(lab, world):
+    """A factory URL on the mirror bucket: the golden is pinned to the recorded sha256; an object whose
+    sha256 differs from the pinned one is refused, and bytes that do not match fail the import."""
+    pinned, wrong, tampered = "v1.17.0", "v1.17.1", "v1.17.2"
+    world.publish(SCHEMATIC, pinned, recorded=world.sha256)
+    world.publish(SCHEMATIC, wrong, recorded=world.sha256)
+    world.publish(SCHEMATIC, tampered, body=world.xz[:-1] + b"\0", recorded=world.sha256)
+    other = "f" * 64
+    lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            task("pinned by the mirror", images=[world.entry(pinned)], namespace=world.ns, wait_timeout=180),
+            task(
+                "entry pins another digest",
+                ignore_errors=True,
+                images=[world.entry(wrong, sha256="sha256:" + other)],
+                namespace=world.ns,
+            ),
+            task(
+                "tampered object",
+                ignore_errors=True,
+                images=[world.entry(tampered)],
+                namespace=world.ns,
+                wait_timeout=180,
+            ),
+        ),
+        env=lab.env(),
+    )
+    golden = world.golden("talos-worker-%s-%s" % (SCHEMATIC, pinned))
+    assert golden["spec"]["source"]["http"]["checksum"] == "sha256:" + world.sha256, run.log
+    assert golden["status"]["phase"] == "Succeeded"
+    url = "%s/image/%s/%s/openstack-amd64.raw.xz" % (world.factory, SCHEMATIC, wrong)
+    assert run["entry pins another digest"]["msg"] == (
+        "images[0] (schematicID '%s', version '%s'): the object at %s has sha256 %s, not the sha256 "
+        "%s the entry "
+        "pins; importing it would make a golden of other bytes than the ones mirrored; mirror the "
+        "image again "
+        "(os_mirror copies it by digest) and pin the digest it records, or point imageFactoryURL at "
+        "the bucket that "
+        "holds that digest" % (SCHEMATIC, wrong, url, world.sha256, other)
+    )
+    assert world.golden("talos-worker-%s-%s" % (SCHEMATIC, wrong)) is None
+    failed = run["tampered object"]
+    assert run.entry("tampered object")["status"] == "ignored"
+    assert "failed to import" in failed["msg"] and "checksum mismatch" in failed["msg"], failed["msg"]
+    gold = next(g for g in failed["goldens"] if g["version"] == tampered)
+    assert gold["phase"] == "Failed" and "checksum mismatch" in gold["reason"]
+
+
+def test_no_default_class_to_resolve_an_empty_one(lab, world):
+    """An empty class with no cluster default cannot be resolved: refused, not guessed."""
+    version = "v1.13.0"
+    world.publish(SCHEMATIC, version)
+    run = run_playbook(
+        kube_play(task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180)),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    mark = "storageclass.kubernetes.io/is-default-class"
+    defaults = [
+        sc.metadata.name
+        for sc in world.storage.list_storage_class().items
+        if (sc.metadata.annotations or {}).get(mark) == "true"
+    ]
+    for name in defaults:
+        world.storage.patch_storage_class(name, {"metadata": {"annotations": {mark: "false"}}})
+    try:
+        run = run_playbook(
+            kube_play(
+                task(
+                    "empty class, no default",
+                    ignore_errors=True,
+                    state="rendered",
+                    namespace=world.ns,
+                    pool=pool(world, version, name="md7", storageClass=""),
+                )
+            ),
+            env=lab.env(),
+        )
+    finally:
+        for name in defaults:
+            world.storage.patch_storage_class(name, {"metadata": {"annotations": {mark: "true"}}})
+    assert run["empty class, no default"]["msg"] == (
+        "pool %s/md7: the pool has an empty StorageClass, which means the cluster default, and the "
+        "cluster has "
+        "no default StorageClass (none is annotated storageclass.kubernetes.io/is-default-class); set "
+        "storageClass explicitly on the pool and on the catalog entry" % world.tenant
+    )

@@ -1,0 +1,471 @@
+"""The Linux producer end to end on the lab: a real qcow2 in the loopback bucket, CDI import, a Job
+running the real qemu-img into a Block volume, the golden snapshot, and the receiving-cluster path.
+
+Byte comparisons read the lab's volume store, so the whole module is ``lab_only``. Each test works
+under its own family prefix and removes what it made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import subprocess
+import uuid
+
+import pytest
+
+from tests.integration.support.anonymous_s3 import AnonymousAwareS3
+from tests.integration.support.runner import ROOT, run_playbook
+from tests.lab.controllers.cdi import publish_container_disk
+from tests.lab.controllers.volumes import snapshot_data
+
+pytestmark = pytest.mark.lab_only
+
+BLOCK_NS, FS_NS = "golden-images-block", "golden-images"
+PUBLISH = ROOT / "playbooks" / "publish_linux_golden.yml"
+DATE = "2026-08-28"
+SIZE = 8 * 1024 * 1024
+ROLE = "goldenimage.pipeline.linux_golden"
+
+
+def make_disk(workdir: pathlib.Path, seed: int) -> tuple[pathlib.Path, pathlib.Path]:
+    """A raw disk with random data in two places and holes elsewhere, and its qcow2 conversion."""
+    raw = workdir / ("disk-%d.raw" % seed)
+    with open(raw, "wb") as handle:
+        handle.truncate(SIZE)
+        for offset in (0, SIZE // 2 + 4096):
+            handle.seek(offset)
+            handle.write(os.urandom(256 * 1024))
+    qcow2 = raw.with_suffix(".qcow2")
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)], check=True)
+    return raw, qcow2
+
+
+def sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Env:
+    """Arrange a test's bucket objects and look at what the role made."""
+
+    def __init__(self, lab, api_client, tmp_path):
+        from kubernetes import client
+
+        self.lab = lab
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.prefix = "t%s" % uuid.uuid4().hex[:8]
+        self.tmp = tmp_path
+        self.bucket = "%s-mirror" % self.prefix
+        self.s3 = self._s3()
+        self.s3.create_bucket(Bucket=self.bucket)
+        for namespace in (BLOCK_NS, FS_NS):
+            self.ensure_namespace(namespace)
+
+    def ensure_namespace(self, name):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def _s3(self):
+        return self.lab.s3.client()
+
+    def upload(self, path: pathlib.Path, family: str, public: bool = True) -> tuple[str, str]:
+        """(url, sha256 hex) of the object under the mirror's digest key; anonymously readable if public."""
+        digest = sha256(path)
+        key = "%s/1/sha256-%s/%s" % (family, digest, path.name)
+        extra = {"ACL": "public-read"} if public else {}
+        self.s3.upload_file(str(path), self.bucket, key, ExtraArgs=extra)
+        return "%s/%s/%s" % (self.lab.s3.endpoint_url, self.bucket, key), digest
+
+    def snapshot(self, namespace: str, name: str) -> dict | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.custom.get_namespaced_custom_object(
+                "snapshot.storage.k8s.io", "v1", namespace, "volumesnapshots", name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def golden_bytes(self, namespace: str, name: str) -> bytes:
+        snap = self.snapshot(namespace, name)
+        content = self.custom.get_cluster_custom_object(
+            "snapshot.storage.k8s.io",
+            "v1",
+            "volumesnapshotcontents",
+            snap["status"]["boundVolumeSnapshotContentName"],
+        )
+        path, _size = snapshot_data(self.lab, content["status"]["snapshotHandle"])
+        return (path / "disk.img" if path.is_dir() else path).read_bytes()
+
+    def names(self, kind_list, namespace):
+        return sorted(i.metadata.name for i in kind_list(namespace).items if self.prefix in i.metadata.name)
+
+    def datavolumes(self, namespace: str) -> list[str]:
+        found = self.custom.list_namespaced_custom_object(
+            "cdi.kubevirt.io", "v1beta1", namespace, "datavolumes"
+        )
+        return sorted(i["metadata"]["name"] for i in found["items"] if self.prefix in i["metadata"]["name"])
+
+    def cleanup(self):
+        for namespace in (BLOCK_NS, FS_NS):
+            for name in self.datavolumes(namespace):
+                self.custom.delete_namespaced_custom_object(
+                    "cdi.kubevirt.io", "v1beta1", namespace, "datavolumes", name
+                )
+            found = self.custom.list_namespaced_custom_object(
+                "snapshot.storage.k8s.io", "v1", namespace, "volumesnapshots"
+            )
+            for item in found["items"]:
+                if self.prefix in item["metadata"]["name"]:
+                    self.custom.delete_namespaced_custom_object(
+                        "snapshot.storage.k8s.io",
+                        "v1",
+                        namespace,
+                        "volumesnapshots",
+                        item["metadata"]["name"],
+                    )
+            for name in self.names(self.batch.list_namespaced_job, namespace):
+                self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            for name in self.names(self.core.list_namespaced_persistent_volume_claim, namespace):
+                self.core.delete_namespaced_persistent_volume_claim(name, namespace)
+            for name in self.names(self.core.list_namespaced_secret, namespace):
+                self.core.delete_namespaced_secret(name, namespace)
+
+
+@pytest.fixture
+def env(lab, kube_client, tmp_path):
+    arranged = Env(lab, kube_client, tmp_path)
+    try:
+        yield arranged
+    finally:
+        lab.faults.reset()
+        arranged.cleanup()
+
+
+@pytest.fixture(scope="module")
+def checking_s3():
+    """A private bucket on an endpoint that verifies presigned URLs and answers basic auth as S3 does."""
+    access, secret = "import-key", "import-secret"
+    server = AnonymousAwareS3(secrets={access: secret})
+    endpoint = server.start()
+    client = server.client(access, secret)
+    bucket = "licensed-%s" % uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    try:
+        yield {"endpoint": endpoint, "client": client, "bucket": bucket, "access": access, "secret": secret}
+    finally:
+        server.stop()
+
+
+def image(env, family, source, size=SIZE):
+    return {"family": family, "os_name": "Test Linux %s" % family, "source": source, "size": str(size)}
+
+
+def publish(env, images, **extra):
+    extra_vars = {"linux_golden_images": images, "linux_golden_date": DATE, "linux_golden_poll_interval": 1}
+    extra_vars.update(extra)
+    return run_playbook(PUBLISH, env=env.lab.env(), extra_vars=extra_vars, timeout=240)
+
+
+def golden_name(family, digest_hex):
+    return "golden-%s-%s-%s" % (family, DATE.replace("-", ""), digest_hex[:12])
+
+
+def role_play(*tasks):
+    return [{"name": "linux_golden", "hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}]
+
+
+def include(title, tasks_from="main", rescue_name=None, **role_vars):
+    """Include the role; with ``rescue_name`` a failure is recorded by a task of that name instead."""
+    entry = {
+        "name": title,
+        "ansible.builtin.include_role": {"name": ROLE, "tasks_from": tasks_from},
+        "vars": dict({"linux_golden_date": DATE, "linux_golden_poll_interval": 1}, **role_vars),
+    }
+    if rescue_name is None:
+        return entry
+    return {
+        "name": "%s (block)" % title,
+        "block": [
+            entry,
+            {"name": "%s should have failed" % title, "ansible.builtin.fail": {"msg": "accepted"}},
+        ],
+        "rescue": [
+            {
+                "name": rescue_name,
+                "ansible.builtin.debug": {"msg": "{{ ansible_failed_result.msg }}"},
+            }
+        ],
+    }
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_publish_end_to_end_then_again(env):
+    family = "%s-deb" % env.prefix
+    raw, qcow2 = make_disk(env.tmp, 1)
+    url, digest = env.upload(qcow2, family)
+    images = [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
+    name = golden_name(family, digest)
+
+    first = publish(env, images)
+    assert first.ok, first.log
+    snap = env.snapshot(BLOCK_NS, name)
+    assert snap["status"]["readyToUse"] is True
+    assert snap["metadata"]["labels"] == {"kube-dc.com/golden-os": family, "kube-dc.com/golden-mode": "Block"}
+    assert "kube-dc.com/golden-active" not in snap["metadata"]["labels"]
+    assert [r["problems"] for r in first["Validate each golden against the contract"]["results"]] == [[]]
+    # Each change of the import was shown while waiting.
+    shown = [r["msg"] for r in first.results("Show the import's phase and progress")]
+    assert any("phase Succeeded, progress 100.0%" in m for m in shown), shown
+    # The golden holds exactly the raw conversion of the source.
+    assert env.golden_bytes(BLOCK_NS, name) == raw.read_bytes()
+    # Intermediates are gone; the golden's source volume stays.
+    assert env.datavolumes(BLOCK_NS) == []
+    assert env.names(env.batch.list_namespaced_job, BLOCK_NS) == []
+    assert env.names(env.core.list_namespaced_persistent_volume_claim, BLOCK_NS) == [name + "-disk"]
+
+    env.lab.clear_audit()
+    second = publish(env, images)
+    assert second.ok, second.log
+    changed = [t["task"] for t in second.tasks if t["result"].get("changed")]
+    assert changed == [], changed
+    assert second["Snapshot the Block volume as golden %s" % name]["action"] == "none"
+    writes = [r for r in env.lab.mutating_requests() if r.get("namespace") == BLOCK_NS]
+    assert writes == [], writes
+
+
+def test_refusals_write_nothing(env):
+    family = "%s-bad" % env.prefix
+    images = [
+        image(env, family, {"registry": "docker://quay.io/containerdisks/debian:12"}),
+        image(env, family + "2", {"http": {"url": "%s/%s/x.qcow2" % (env.lab.s3.endpoint_url, env.bucket)}}),
+    ]
+    env.lab.clear_audit()
+    run = publish(env, images)
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    plan = "Plan each image (refuses a tag without a digest and an http source without a sha256 checksum)"
+    messages = [r.get("msg", "") for r in run[plan]["results"]]
+    assert "registry source docker://quay.io/containerdisks/debian:12 has no digest" in messages[0]
+    assert "pin it as docker://quay.io/containerdisks/debian@sha256:<digest>" in messages[0]
+    assert "has no checksum" in messages[1] and "checksum: sha256:<hex" in messages[1]
+
+
+def test_failed_imports_stop_with_the_cdi_message(env):
+    _raw, qcow2 = make_disk(env.tmp, 2)
+    faulty, mismatched = "%s-fault" % env.prefix, "%s-sum" % env.prefix
+    url, digest = env.upload(qcow2, faulty)
+    wrong = hashlib.sha256(b"other bytes").hexdigest()
+    env.lab.faults.update(
+        {"objects": {"DataVolume/%s/%s-import" % (BLOCK_NS, golden_name(faulty, digest)): "fail"}}
+    )
+    run = run_playbook(
+        role_play(
+            include(
+                "faulty import",
+                rescue_name="faulty import refused",
+                linux_golden_images=[
+                    image(env, faulty, {"http": {"url": url, "checksum": "sha256:" + digest}})
+                ],
+            ),
+            include(
+                "checksum mismatch",
+                rescue_name="checksum mismatch refused",
+                linux_golden_images=[
+                    image(env, mismatched, {"http": {"url": url, "checksum": "sha256:" + wrong}})
+                ],
+            ),
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert run.ok, run.log
+    faulty_msg = run["faulty import refused"]["msg"]
+    assert "DataVolume %s/%s-import failed to import" % (BLOCK_NS, golden_name(faulty, digest)) in faulty_msg
+    assert "injected failure: the importer pod failed" in faulty_msg
+    mismatch_msg = run["checksum mismatch refused"]["msg"]
+    assert "checksum mismatch: expected sha256:%s, calculated sha256:%s" % (wrong, digest) in mismatch_msg
+    # The role stopped at the import: no conversion, no golden.
+    assert env.names(env.batch.list_namespaced_job, BLOCK_NS) == []
+    assert env.snapshot(BLOCK_NS, golden_name(faulty, digest)) is None
+    assert env.snapshot(BLOCK_NS, golden_name(mismatched, wrong)) is None
+
+
+def test_distribute_from_a_private_bucket_and_a_registry_source(env):
+    raw, qcow2 = make_disk(env.tmp, 3)
+    shipped, from_registry = "%s-win" % env.prefix, "%s-reg" % env.prefix
+    url, digest = env.upload(qcow2, shipped, public=False)
+    secret = "%s-bucket" % env.prefix
+    access_key, secret_key = env.lab.s3.access_key, env.lab.s3.secret_key
+    raw2, qcow2_2 = make_disk(env.tmp, 4)
+    pinned = publish_container_disk(env.lab, qcow2_2)
+    reference = "docker://registry.lab/containerdisks/%s@%s" % (from_registry, pinned)
+    artifact = image(
+        env, shipped, {"http": {"url": url, "checksum": "sha256:" + digest, "secret_ref": secret}}
+    )
+    run = run_playbook(
+        role_play(
+            include(
+                "distribute",
+                tasks_from="distribute",
+                linux_golden_artifacts=[artifact],
+                linux_golden_bucket_access_key_id=access_key,
+                linux_golden_bucket_secret_key=secret_key,
+            ),
+            include("registry", linux_golden_images=[image(env, from_registry, {"registry": reference})]),
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert run.ok, run.log
+    assert secret_key not in run.stdout and access_key not in run.stdout
+
+    # Receiving cluster: a Filesystem golden of the imported volume, which stays as its source.
+    name = golden_name(shipped, digest)
+    snap = env.snapshot(FS_NS, name)
+    assert snap["status"]["readyToUse"] is True
+    assert snap["spec"]["source"]["persistentVolumeClaimName"] == name + "-disk"
+    assert snap["metadata"]["annotations"]["kube-dc.com/golden-mode"] == "Filesystem"
+    dv = env.custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", FS_NS, "datavolumes", name + "-disk"
+    )
+    assert dv["spec"]["source"]["http"] == {"url": url, "checksum": "sha256:" + digest, "secretRef": secret}
+    stored = env.core.read_namespaced_secret(secret, FS_NS).data
+    assert sorted(stored) == ["accessKeyId", "secretKey"]
+    assert env.golden_bytes(FS_NS, name) == raw.read_bytes()
+
+    # Registry source: the digest in the reference names the golden.
+    reg_name = golden_name(from_registry, pinned[len("sha256:") :])
+    assert env.snapshot(BLOCK_NS, reg_name)["status"]["readyToUse"] is True
+    assert env.golden_bytes(BLOCK_NS, reg_name) == raw2.read_bytes()
+
+
+def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_s3):
+    s3 = checking_s3
+    raw, qcow2 = make_disk(env.tmp, 5)
+    digest = sha256(qcow2)
+    key = "%s/20260828/disk.qcow2" % env.prefix
+    s3["client"].upload_file(str(qcow2), s3["bucket"], key)
+    url = "%s/%s/%s" % (s3["endpoint"], s3["bucket"], key)
+    signed, basic = "%s-psg" % env.prefix, "%s-bas" % env.prefix
+    credentials = {
+        "linux_golden_bucket_access_key_id": s3["access"],
+        "linux_golden_bucket_secret_key": s3["secret"],
+    }
+
+    def artifact(family, **http):
+        return image(env, family, {"http": dict({"url": url, "checksum": "sha256:" + digest}, **http)})
+
+    run = run_playbook(
+        role_play(
+            include(
+                "presigned",
+                tasks_from="distribute",
+                linux_golden_artifacts=[artifact(signed, presign=True)],
+                linux_golden_presign_expiry=600,
+                **credentials,
+            ),
+            include(
+                "basic auth",
+                tasks_from="distribute",
+                rescue_name="basic auth refused",
+                linux_golden_artifacts=[artifact(basic, secret_ref="%s-basic" % env.prefix)],
+                **credentials,
+            ),
+            include(
+                "both",
+                tasks_from="distribute",
+                rescue_name="both refused",
+                linux_golden_artifacts=[artifact("%s-both" % env.prefix, presign=True, secret_ref="x")],
+            ),
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert run.ok, run.log
+    assert s3["secret"] not in run.stdout and "X-Amz-Signature" not in run.stdout
+
+    name = golden_name(signed, digest)
+    assert env.snapshot(FS_NS, name)["status"]["readyToUse"] is True
+    assert env.golden_bytes(FS_NS, name) == raw.read_bytes()
+    dv = env.custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", FS_NS, "datavolumes", name + "-disk"
+    )
+    http = dv["spec"]["source"]["http"]
+    assert sorted(http) == ["checksum", "url"] and http["checksum"] == "sha256:" + digest  # no secretRef
+    assert http["url"].startswith(url + "?") and "X-Amz-Expires=600" in http["url"]
+
+    # CDI sends a secretRef as basic auth: S3 answers 400 and the import fails with CDI's words.
+    refused = run["basic auth refused"]["msg"]
+    assert "failed to import" in refused and "got 400" in refused, refused
+    assert env.snapshot(FS_NS, golden_name(basic, digest)) is None
+    planned = [t for t in run.tasks if t["task"].startswith("Plan each artifact")]
+    assert planned[-1]["status"] == "failed"  # the third include: refused before anything is written
+    assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]
+
+
+def test_creates_survive_injected_conflicts(env):
+    """A 409 on create reads as "unchanged" through kubernetes.core.k8s: the role goes round until the
+    server has both objects, and the import is waited for; no wait runs on an object that does not exist."""
+    family = "%s-409" % env.prefix
+    _raw, qcow2 = make_disk(env.tmp, 6)
+    url, digest = env.upload(qcow2, family)
+    name = golden_name(family, digest)
+    item = {
+        "golden": name,
+        "datavolume": name + "-import",
+        "pvc": name + "-disk",
+        "size": str(SIZE),
+        "source": {"http": {"url": url, "checksum": "sha256:" + digest}},
+    }
+    env.lab.clear_audit()
+    # A fixed sequence in which the first write (the DataVolume's create) is refused with a 409.
+    env.lab.faults.update({"conflict_rate": 0.3, "seed": 3})
+    try:
+        run = run_playbook(
+            role_play(include("import", tasks_from="import", _linux_golden_item=item)),
+            env=env.lab.env(),
+            timeout=240,
+        )
+        injected = env.lab.faults.to_dict()["injected"]["conflict"]
+    finally:
+        env.lab.faults.update({"conflict_rate": 0.0})
+    assert run.ok, run.log
+    refused = [
+        r
+        for r in env.lab.audit()
+        if r.get("code") == 409 and r.get("verb") == "create" and r.get("namespace") == BLOCK_NS
+    ]
+    assert injected >= 1 and refused, (injected, refused)
+    dv = env.custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", BLOCK_NS, "datavolumes", item["datavolume"]
+    )
+    assert dv["status"]["phase"] == "Succeeded"
+    assert env.core.read_namespaced_persistent_volume_claim(item["pvc"], BLOCK_NS).spec.volume_mode == "Block"
+    assert "phase Succeeded" in run["Show the import's phase and progress"]["msg"]
+
+
+def test_a_zero_timeout_is_refused_before_anything_is_written(env):
+    family = "%s-zero" % env.prefix
+    _raw, qcow2 = make_disk(env.tmp, 7)
+    url, digest = env.upload(qcow2, family)
+    env.lab.clear_audit()
+    images = [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
+    run = publish(env, images, linux_golden_import_timeout=0)
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    refused = run["Refuse zero or negative timeouts and intervals before anything is written"]
+    messages = [r.get("msg", "") for r in refused["results"] if r.get("failed")]
+    assert messages and "option linux_golden_import_timeout: 0 is not a duration" in messages[0], messages

@@ -1,0 +1,274 @@
+"""playbooks/publish_baked_image.yml end to end on the lab.
+
+A small real qcow2 goes through every step: the EOL guard, packer_build's output steps (given as
+``packer_build_artifact``, as a Packer run would hand it over), the checksum check, the mirror bucket on
+the loopback S3 server, the lab's Harvester image controller downloading it by presigned URL, the catalog
+ConfigMap and the stream tip. A second run and every step run alone with its tag change nothing; an
+EOL refusal stops before anything reaches the bucket or the cluster.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from tests.integration.support.runner import ROOT, run_playbook
+from tests.lab.s3 import s3_client
+
+PLAYBOOK = ROOT / "playbooks" / "publish_baked_image.yml"
+REVISION = "v20261129"
+IMAGE = "ubuntu-2204-postgres-" + REVISION
+ARTIFACT = IMAGE + ".qcow2"
+# One task that only its own step runs, per tag.
+STEP_TASKS = {
+    "eol": "EOL guard, before anything is built or uploaded",
+    "build": "Look for a finished build of this revision",
+    "checksums": "Hash the artifact",
+    "upload": "Register the revision with Harvester and record it in the catalog",
+    "stream": "Move the tip of the stream to the revision",
+    "summary": "Summarise what changed",
+}
+EOL_TASK = STEP_TASKS["eol"]
+
+
+def qcow2(path, megabytes=2):
+    """A real qcow2 whose clusters hold compressible data, like an installed system."""
+    raw = path.with_suffix(".raw")
+    line = b"postgresql-17 17.2-1.pgdg22.04+1 amd64 object-relational SQL database\n"
+    size = megabytes * 1024 * 1024
+    raw.write_bytes((line * (size // len(line) + 1))[:size])
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(path)], check=True)
+    raw.unlink()
+    return path
+
+
+@pytest.fixture
+def s3(lab):
+    return s3_client(lab.env())
+
+
+def empty_bucket(s3, bucket):
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        return
+    for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        s3.delete_object(Bucket=bucket, Key=obj["Key"])
+    s3.delete_bucket(Bucket=bucket)
+
+
+def listing(s3, bucket):
+    return [
+        (o["Key"], o["ETag"], o["LastModified"])
+        for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+    ]
+
+
+def publish(lab, extra, *args):
+    return run_playbook(PLAYBOOK, env=lab.env(), extra_vars=extra, args=list(args))
+
+
+def changed_tasks(run):
+    return [entry["task"] for entry in run.tasks if entry["changed"]]
+
+
+def catalog_of(kube_client, namespace):
+    from kubernetes import client
+
+    cm = client.CoreV1Api(kube_client).read_namespaced_config_map("catalog", namespace)
+    return yaml.safe_load(cm.data["catalog.yaml"])
+
+
+def inputs(tmp_path, namespace, bucket, **more):
+    return dict(
+        {
+            "publish_artifact": str(qcow2(tmp_path / "disk.qcow2")),
+            "publish_build_date": "20261129",
+            "publish_output_dir": str(tmp_path / "out"),
+            "publish_bucket": bucket,
+            "publish_namespace": namespace,
+            "publish_replicas": 4,
+            "publish_catalog": {"namespace": namespace, "name": "catalog"},
+            "harvester_upload_wait_sleep": 1,
+            "harvester_upload_wait_timeout": 60,
+        },
+        **more,
+    )
+
+
+def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespace, s3, tmp_path):
+    from kubernetes import client
+
+    bucket = "baked-" + kube_namespace
+    # The bucket exists already (harvester_upload_create_bucket passes through the playbook).
+    s3.create_bucket(Bucket=bucket)
+    extra = inputs(tmp_path, kube_namespace, bucket, harvester_upload_create_bucket=False)
+    try:
+        first = publish(lab, extra)
+        assert first.ok, first.log
+        changed = changed_tasks(first)
+        for task in (
+            "Write the compressed artifact",
+            "Write the manifest",
+            "Copy the artifact into the bucket by digest",
+            "Register the revision with Harvester and record it in the catalog",
+            "Move the tip of the stream to the revision",
+        ):
+            assert task in changed, (task, changed)
+
+        manifest = json.loads((tmp_path / "out" / (IMAGE + ".manifest.json")).read_text())
+        sums = manifest["checksums"]
+        key = f"ubuntu-22.04-postgres/{REVISION}/sha256-{sums['sha256']}/{ARTIFACT}"
+        objects = listing(s3, bucket)
+        assert [o[0] for o in objects] == [key], objects
+        assert s3.head_object(Bucket=bucket, Key=key)["Metadata"]["sha256"] == sums["sha256"]
+
+        image = client.CustomObjectsApi(kube_client).get_namespaced_custom_object(
+            "harvesterhci.io", "v1beta1", kube_namespace, "virtualmachineimages", IMAGE
+        )
+        url = image["spec"]["url"]
+        assert (
+            url.startswith(f"{lab.env()['AWS_ENDPOINT_URL']}/{bucket}/{key}?") and "X-Amz-Signature=" in url
+        )
+        assert image["spec"]["checksum"] == sums["sha512"]
+        assert image["spec"]["storageClassParameters"]["numberOfReplicas"] == "4"
+        assert {c["type"]: c["status"] for c in image["status"]["conditions"]}["Imported"] == "True"
+
+        doc = catalog_of(kube_client, kube_namespace)
+        entry = doc["images"][REVISION]
+        # The catalog keeps the object's URL, never the signature (a presigned URL is a credential).
+        assert entry["imported"] is True and entry["checksum"] == sums["sha512"]
+        assert entry["source"] == url.split("?")[0] and "Signature" not in json.dumps(doc)
+        assert entry["pg_versions"] == ["15", "16", "17"]
+        assert doc["streams"] == {"22.04": {"tip": REVISION, "validated": False}}
+        summary = first["Summarise what changed"]["msg"]
+        assert any(line.startswith("bucket: s3://") and line.endswith(" bytes") for line in summary), summary
+        assert summary[-1].startswith("stream 22.04: moved or updated, tip v20261129, validated False"), (
+            summary
+        )
+
+        # The second run, a check-mode run and each step alone, at once: none may change anything.
+        if lab.is_lab:
+            lab.clear_audit()
+        runs = {"again": (), "check": ("--check",)} | {tag: ("--tags", tag) for tag in STEP_TASKS}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(runs)) as pool:
+            futures = {name: pool.submit(publish, lab, extra, *args) for name, args in runs.items()}
+            results = {name: future.result() for name, future in futures.items()}
+        for name, run in results.items():
+            assert run.ok, (name, run.log)
+            assert changed_tasks(run) == [], (name, changed_tasks(run))
+        again = results["again"]
+        assert all(again.results(task) for task in STEP_TASKS.values()), again.task_names()
+        assert "already there, skipped" in " ".join(again["Summarise what changed"]["msg"])
+        for tag, task in STEP_TASKS.items():
+            ran = results[tag].task_names()
+            assert task in ran, (tag, ran)
+            others = [t for other, t in STEP_TASKS.items() if other != tag and t in ran]
+            # The upload step hashes the artifact when the play did not (here, with --tags upload alone).
+            assert others in ([], ["Hash the artifact"] if tag == "upload" else []), (tag, others)
+        if lab.is_lab:
+            writes = [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace]
+            assert writes == [], writes
+        assert listing(s3, bucket) == objects
+        assert catalog_of(kube_client, kube_namespace) == doc
+
+        # Signing the revision off (and making its stream the default) is asked for explicitly.
+        signed = publish(
+            lab, dict(extra, publish_validated=True, publish_default_stream=True), "--tags", "stream"
+        )
+        assert signed.ok, signed.log
+        assert changed_tasks(signed) == ["Move the tip of the stream to the revision"]
+        doc = catalog_of(kube_client, kube_namespace)
+        assert doc["default_stream"] == "22.04"
+        assert doc["streams"]["22.04"] == {"tip": REVISION, "validated": True}
+
+        # The next build is published, but the default stream's tip waits for its sign-off.
+        later = publish(lab, dict(extra, publish_build_date="20261130"))
+        assert later.ok, later.log
+        assert later.entry("Move the tip of the stream to the revision")["status"] == "skipped"
+        doc = catalog_of(kube_client, kube_namespace)
+        assert doc["streams"]["22.04"] == {"tip": REVISION, "validated": True}
+        assert doc["images"]["v20261130"]["imported"] is True
+        held = later["Summarise what changed"]["msg"][-1]
+        assert held.startswith("stream 22.04: tip held at v20261129") and "publish_validated=true" in held, (
+            held
+        )
+        assert len(listing(s3, bucket)) == 2
+    finally:
+        empty_bucket(s3, bucket)
+
+
+@pytest.mark.lab_only
+def test_eol_refusal_stops_before_anything_is_uploaded(lab, kube_namespace, s3, tmp_path):
+    bucket = "baked-" + kube_namespace
+    extra = inputs(tmp_path, kube_namespace, bucket, publish_pg_versions=["13", "16", "17"])
+    lab.clear_audit()
+    try:
+        run = publish(lab, extra)
+        assert not run.ok, run.log
+        failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+        assert [entry["task"] for entry in failed] == [EOL_TASK], run.log
+        msg = failed[0]["result"]["msg"]
+        assert "PostgreSQL 13" in msg and "2025-11-13" in msg, msg
+        assert run.task_names()[-1] == EOL_TASK
+        assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []
+        assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        assert not (tmp_path / "out").exists()
+    finally:
+        empty_bucket(s3, bucket)
+
+
+@pytest.mark.lab_only
+def test_the_presigned_url_is_never_printed_or_stored(lab, kube_client, kube_namespace, s3, tmp_path):
+    """A -vvv publish: the signature Harvester downloads with appears only in the image's own spec."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
+    from kubernetes import client
+
+    bucket = "baked-" + kube_namespace
+    try:
+        run = publish(lab, inputs(tmp_path, kube_namespace, bucket), "-vvv")
+        assert run.ok, run.log
+        custom = client.CustomObjectsApi(kube_client)
+        image = custom.get_namespaced_custom_object(
+            "harvesterhci.io", "v1beta1", kube_namespace, "virtualmachineimages", IMAGE
+        )
+        signature = parse_qs(urlsplit(image["spec"]["url"]).query)["X-Amz-Signature"][0]
+        core = client.CoreV1Api(kube_client)
+        left = [run.stdout, run.stderr, json.dumps(run.tasks)]
+        left.append(json.dumps(core.read_namespaced_config_map("catalog", kube_namespace).data))
+        left.append(
+            json.dumps(
+                client.ApiClient().sanitize_for_serialization(core.list_namespaced_event(kube_namespace))
+            )
+        )
+        left.extend(p.read_text(errors="replace") for p in (tmp_path / "out").glob("*.json"))
+        text = "\n".join(left)
+        for form in redact.secret_forms(signature):
+            assert form not in text, "the signature leaked as %r" % form
+    finally:
+        empty_bucket(s3, bucket)
+
+
+INPUTS_TASK = "Check every input the build and the upload need, before anything is built"
+
+
+def test_missing_inputs_fail_before_the_eol_guard_and_the_build(lab, kube_namespace, s3, tmp_path):
+    bucket = "baked-" + kube_namespace
+    extra = inputs(tmp_path, kube_namespace, bucket, publish_replicas=0, publish_catalog={"name": "catalog"})
+    extra.pop("publish_artifact")
+    lab.clear_audit()
+    run = publish(lab, extra)
+    assert not run.ok, run.log
+    failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+    assert [entry["task"] for entry in failed] == [INPUTS_TASK], run.log
+    msg = failed[0]["result"]["msg"]
+    assert "publish_replicas is not set" in msg, msg
+    assert "publish_catalog must be {namespace, name} of the catalog ConfigMap or {path}" in msg, msg
+    assert "nothing to build from: give publish_base_image" in msg, msg
+    assert EOL_TASK not in run.task_names() and STEP_TASKS["build"] not in run.task_names()
+    assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []
+    assert not (tmp_path / "out").exists()

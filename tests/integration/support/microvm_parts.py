@@ -1,0 +1,510 @@
+"""Real parts for the micro-VM image tests and bench: a Linux root tree with the awkward entries,
+ext4 made from it with ``mkfs.ext4 -d`` (owners and xattrs set with ``debugfs`` where the tree
+cannot hold them without root), GPT and MBR disks (sgdisk, sfdisk), qcow2 (qemu-img), and a
+``docker-registry`` on loopback with a temporary config (plain HTTP, or TLS with htpasswd).
+
+Debian packages: e2fsprogs, gdisk, fdisk, qemu-utils, docker-registry, skopeo, umoci, attr, openssl.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import socket
+import stat
+import subprocess
+import time
+import urllib.request
+
+from tests.integration.support import disks
+
+MIB = disks.MIB
+VERSION = "5.10.77"
+# Owners debugfs gives entries after mkfs (the tree is made by whoever runs the test).
+OWNERS = {"home/dev": (1000, 1000), "home/dev/notes.txt": (1000, 1001), "usr/bin/sgid-tool": (0, 42)}
+XATTR = ("user.microvm", b"kept")
+OLD_MTIME = 1_000_000_000
+TOOLS = (
+    "mkfs.ext4",
+    "debugfs",
+    "sgdisk",
+    "sfdisk",
+    "qemu-img",
+    "docker-registry",
+    "skopeo",
+    "umoci",
+    "openssl",
+)
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
+
+
+def kernel_bytes(version: str = VERSION, size: int = 64 * 1024) -> bytes:
+    """An ELF header, padding, and the banner a real vmlinux carries in .rodata."""
+    banner = b"Linux version %s (builder@liquidmetal) (gcc 12.2.0) #1 SMP\n" % version.encode()
+    body = b"\x7fELF\x02\x01\x01" + bytes(64) + os.urandom(size) + banner + bytes(1024)
+    return body
+
+
+def module_files(version: str = VERSION) -> list[str]:
+    base = "usr/lib/modules/%s/" % version
+    return [base + "kernel/fs/ext4/ext4.ko", base + "kernel/drivers/net/virtio_net.ko", base + "modules.dep"]
+
+
+def root_tree(root: pathlib.Path, version: str = VERSION, changes: dict | None = None) -> pathlib.Path:
+    """A merged-/usr Linux root: kernel, config and modules for ``version``, slim targets, and
+    symlinks (relative and absolute), hard links, setuid/setgid/sticky modes and a fifo."""
+    files = {
+        "etc/machine-id": b"",
+        "etc/hostname": "microvm\n",
+        "etc/os-release": 'ID=ubuntu\nVERSION_ID="22.04"\n',
+        "boot/vmlinux": kernel_bytes(version),
+        "boot/config-%s" % version: "# Linux/x86 %s Kernel Configuration\nCONFIG_VIRTIO=y\n" % version,
+        "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: os.urandom(8192),
+        "usr/lib/modules/%s/kernel/drivers/net/virtio_net.ko" % version: os.urandom(4096),
+        "usr/lib/modules/%s/modules.dep" % version: "kernel/fs/ext4/ext4.ko:\n",
+        "usr/bin/tool": b"#!/bin/sh\necho tool\n",
+        "usr/bin/sgid-tool": b"#!/bin/sh\necho sgid\n",
+        "usr/bin/python3.11": os.urandom(2048),
+        "usr/share/doc/bash/README": os.urandom(6000),
+        "usr/share/man/man1/bash.1.gz": os.urandom(3000),
+        "usr/share/locale/de/LC_MESSAGES/bash.mo": os.urandom(700),
+        "usr/share/locale/en_GB/LC_MESSAGES/bash.mo": os.urandom(500),
+        "usr/lib/firmware/i915/gpu.bin": os.urandom(9000),
+        "var/cache/apt/pkgcache.bin": os.urandom(4000),
+        "var/lib/apt/lists/deb.debian.org_Packages": os.urandom(2500),
+        "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/ab": os.urandom(1500),
+        "var/log/syslog": "boot\n",
+        "home/dev/notes.txt": "mine\n",
+        "tmp/": b"",
+        "root/": b"",
+    }
+    for name, content in (changes or {}).items():
+        if content is None:
+            files.pop(name, None)
+        else:
+            files[name] = content
+    disks.write_tree(root, files)
+    os.symlink("usr/bin", root / "bin")
+    os.symlink("usr/lib", root / "lib")
+    os.symlink("/usr/bin/python3.11", root / "usr/bin/python3")
+    os.symlink("../../etc/hostname", root / "home/dev/hostname")
+    os.link(root / "usr/bin/tool", root / "usr/bin/tool-again")
+    os.chmod(root / "usr/bin/tool", 0o4755)
+    os.chmod(root / "usr/bin/sgid-tool", 0o2755)
+    os.chmod(root / "tmp", 0o1777)
+    os.chmod(root / "root", 0o700)
+    os.mkfifo(root / "tmp/fifo")
+    os.utime(root / "etc/os-release", (OLD_MTIME, OLD_MTIME))
+    if os.geteuid() == 0:
+        os.makedirs(root / "dev", exist_ok=True)
+        os.mknod(root / "dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return root
+
+
+def user_xattrs_work(path: pathlib.Path) -> bool:
+    try:
+        os.setxattr(path, XATTR[0], XATTR[1], follow_symlinks=False)
+        return True
+    except OSError:
+        return False
+
+
+def ext4_root(tree: pathlib.Path, image: pathlib.Path, size: int = 48 * MIB) -> pathlib.Path:
+    """ext4 from ``tree`` with ``mkfs.ext4 -d``; owners (and the xattr when the tree could not hold
+    it) set afterwards with ``debugfs -w`` on the unmounted image, without root."""
+    has_xattr = user_xattrs_work(tree / "etc/hostname")
+    disks.ext4_image(image, tree, size)
+    commands = []
+    for path, (uid, gid) in OWNERS.items():
+        if (tree / path).exists():
+            commands += ["sif /%s uid %d" % (path, uid), "sif /%s gid %d" % (path, gid)]
+    if not has_xattr:
+        commands.append("ea_set /etc/hostname %s %s" % (XATTR[0], XATTR[1].decode()))
+    script = image.with_suffix(".debugfs")
+    script.write_text("\n".join(commands) + "\n")
+    disks.run("debugfs", "-w", "-f", script, image)
+    script.unlink()
+    return image
+
+
+def gpt_disk(path: pathlib.Path, root: pathlib.Path, names=("root",), kind: str = "8300") -> dict:
+    """ESP, then one Linux partition per name, each holding ``root``."""
+    size = root.stat().st_size
+    sectors = size // disks.SECTOR
+    layout = ["-n", "1:2048:+4M", "-t", "1:ef00", "-c", "1:EFI"]
+    start = 2048 + 4 * MIB // disks.SECTOR
+    offsets = []
+    for number, name in enumerate(names, start=2):
+        layout += [
+            "-n",
+            "%d:%d:%d" % (number, start, start + sectors - 1),
+            "-t",
+            "%d:%s" % (number, kind),
+            "-c",
+            "%d:%s" % (number, name),
+        ]
+        offsets.append(start * disks.SECTOR)
+        start += sectors + 2048
+    disks.gpt_disk(path, (start + 2048) * disks.SECTOR + MIB, layout)
+    for offset in offsets:
+        disks.place(path, root, offset)
+    return {"path": path, "offsets": offsets}
+
+
+def mbr_disk(path: pathlib.Path, root: pathlib.Path) -> dict:
+    """A DOS label: a small FAT-typed partition, then the Linux root as the second primary."""
+    sectors = root.stat().st_size // disks.SECTOR
+    start = 2048 + 8192
+    path.unlink(missing_ok=True)
+    disks.run("truncate", "-s", str((start + sectors + 2048) * disks.SECTOR), path)
+    table = "label: dos\nstart=2048, size=8192, type=c\nstart=%d, size=%d, type=83\n" % (start, sectors)
+    proc = subprocess.run(
+        ["sfdisk", "-q", str(path)], input=table, capture_output=True, text=True, check=False
+    )
+    if proc.returncode:
+        raise AssertionError("sfdisk failed: %s" % proc.stderr)
+    disks.place(path, root, start * disks.SECTOR)
+    return {"path": path, "offsets": [start * disks.SECTOR]}
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Registry:
+    """``docker-registry serve`` on loopback with its own storage, plain or TLS + htpasswd."""
+
+    def __init__(
+        self, workdir: pathlib.Path, tls: bool = False, users: dict | None = None, token: bool = False
+    ):
+        self.workdir = workdir
+        self.token_server = None
+        self.port = free_port()
+        self.host = "127.0.0.1:%d" % self.port
+        self.tls = tls
+        self.ca = None
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = [
+            "version: 0.1",
+            "log:",
+            "  level: error",
+            "storage:",
+            "  filesystem:",
+            "    rootdirectory: %s" % (workdir / "data"),
+            "http:",
+            "  addr: %s" % self.host,
+        ]
+        if tls:
+            self.ca = self._certificates()
+            config += [
+                "  tls:",
+                "    certificate: %s" % (workdir / "server.pem"),
+                "    key: %s" % (workdir / "server.key"),
+            ]
+        if token:
+            self.token_server = TokenServer(workdir, users or {}, self.ca)
+            config += [
+                "auth:",
+                "  token:",
+                "    realm: %s" % self.token_server.realm,
+                "    service: %s" % TokenServer.SERVICE,
+                "    issuer: %s" % TokenServer.ISSUER,
+                "    rootcertbundle: %s" % (workdir / "server.pem"),
+            ]
+        elif users:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                import crypt  # bcrypt through libxcrypt; the registry accepts only bcrypt
+
+            lines = [
+                "%s:%s" % (user, crypt.crypt(pw, crypt.mksalt(crypt.METHOD_BLOWFISH)))
+                for user, pw in users.items()
+            ]
+            (workdir / "htpasswd").write_text("\n".join(lines) + "\n")
+            config += [
+                "auth:",
+                "  htpasswd:",
+                "    realm: microvm-test",
+                "    path: %s" % (workdir / "htpasswd"),
+            ]
+        (workdir / "config.yml").write_text("\n".join(config) + "\n")
+        self.log = open(workdir / "registry.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(workdir / "config.yml")],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait()
+
+    def _certificates(self) -> pathlib.Path:
+        w = self.workdir
+        run = disks.run
+        run(
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=microvm-test-ca",
+            "-keyout",
+            w / "ca.key",
+            "-out",
+            w / "ca.pem",
+        )
+        run(
+            "openssl",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            w / "server.key",
+            "-out",
+            w / "server.csr",
+        )
+        (w / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+        run(
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            w / "server.csr",
+            "-CA",
+            w / "ca.pem",
+            "-CAkey",
+            w / "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            w / "ext.cnf",
+            "-out",
+            w / "server.pem",
+        )
+        return w / "ca.pem"
+
+    @property
+    def url(self) -> str:
+        return ("https://" if self.tls else "http://") + self.host
+
+    def _wait(self) -> None:
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.ca)) if self.ca else None
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/v2/", timeout=2, context=context)
+                return
+            except urllib.error.HTTPError:
+                return  # 401: up, and asking for credentials
+            except (urllib.error.URLError, OSError):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = (self.workdir / "registry.log").read_text()
+                    raise AssertionError("docker-registry did not start: %s" % log) from None
+                time.sleep(0.1)
+
+    def manifest(self, repository: str, tag: str, auth: tuple | None = None) -> int:
+        """HTTP status of a manifest HEAD (200 present, 404 absent)."""
+        import ssl
+
+        request = urllib.request.Request(self.url + "/v2/%s/manifests/%s" % (repository, tag), method="HEAD")
+        request.add_header("Accept", "application/vnd.oci.image.manifest.v1+json")
+        if auth:
+            request.add_header(
+                "Authorization", "Basic " + base64.b64encode(("%s:%s" % auth).encode()).decode()
+            )
+        context = ssl.create_default_context(cafile=str(self.ca)) if self.ca else None
+        try:
+            return urllib.request.urlopen(request, timeout=10, context=context).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def stop(self) -> None:
+        if self.token_server:
+            self.token_server.stop()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def pull_and_unpack(
+    reference: str, workdir: pathlib.Path, name: str, tls_verify: bool = False
+) -> pathlib.Path:
+    """skopeo copy to an OCI layout, umoci unpack --rootless; returns the unpacked rootfs."""
+    layout = workdir / ("pulled-" + name)
+    bundle = workdir / ("bundle-" + name)
+    shutil.rmtree(layout, ignore_errors=True)
+    shutil.rmtree(bundle, ignore_errors=True)
+    disks.run(
+        "skopeo",
+        "copy",
+        "--quiet",
+        "--src-tls-verify=%s" % str(tls_verify).lower(),
+        "docker://" + reference,
+        "oci:%s:%s" % (layout, name),
+    )
+    disks.run("umoci", "unpack", "--rootless", "--image", "%s:%s" % (layout, name), bundle)
+    return bundle / "rootfs"
+
+
+def _varints(data: bytes) -> dict:
+    """Fields 1 and 2 of a rootlesscontainers protobuf (uid, gid); 0xFFFFFFFF means unchanged."""
+    fields, i = {}, 0
+    while i < len(data):
+        key = data[i]
+        i += 1
+        value = shift = 0
+        while True:
+            byte = data[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        fields[key >> 3] = value
+    return fields
+
+
+def owner(path: pathlib.Path) -> tuple[int, int]:
+    """The owner the layer recorded: umoci --rootless keeps it in user.rootlesscontainers."""
+    st = os.lstat(path)
+    try:
+        raw = os.getxattr(path, "user.rootlesscontainers", follow_symlinks=False)
+    except OSError:
+        return (0, 0) if st.st_uid == os.geteuid() else (st.st_uid, st.st_gid)
+    fields = _varints(raw)
+    uid = fields.get(1, 0xFFFFFFFF)
+    gid = fields.get(2, 0xFFFFFFFF)
+    return (0 if uid == 0xFFFFFFFF else uid, 0 if gid == 0xFFFFFFFF else gid)
+
+
+def describe_tree(root: pathlib.Path, owners: dict | None = None, skip=()) -> dict:
+    """``{path: (kind, mode, size or link target, sha-ish, owner)}`` of a tree as the guest sees it."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            full = pathlib.Path(dirpath) / name
+            rel = str(full.relative_to(root))
+            if any(rel == s or rel.startswith(s + "/") for s in skip):
+                continue
+            st = os.lstat(full)
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                found[rel] = ("symlink", os.readlink(full))
+                continue
+            who = owners.get(rel, (st.st_uid, st.st_gid)) if owners is not None else owner(full)
+            if stat.S_ISDIR(st.st_mode):
+                found[rel] = ("dir", oct(mode), who)
+            elif stat.S_ISFIFO(st.st_mode):
+                found[rel] = ("fifo", oct(mode), who)
+            elif stat.S_ISREG(st.st_mode):
+                found[rel] = ("file", oct(mode), who, hashlib.sha256(full.read_bytes()).hexdigest())
+            else:
+                found[rel] = ("other", oct(mode))
+    return found
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenServer:
+    """A token service as the Docker token-auth spec describes it, over TLS on loopback: it checks the
+    basic credentials a client sends to the realm and issues a JWT (RS256, ``x5c`` header with the
+    certificate the registry trusts) granting the scope asked for."""
+
+    SERVICE = "microvm-registry"
+    ISSUER = "microvm-test-issuer"
+
+    def __init__(self, workdir: pathlib.Path, users: dict, ca: pathlib.Path):
+        import http.server
+        import ssl
+        import threading
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        cert = x509.load_pem_x509_certificate((workdir / "server.pem").read_bytes())
+        key = serialization.load_pem_private_key((workdir / "server.key").read_bytes(), password=None)
+        chain = [base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()]
+        self.requests = []
+        server_self = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                import urllib.parse
+
+                query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+                header = self.headers.get("Authorization", "")
+                user = None
+                if header.startswith("Basic "):
+                    name, _colon, password = base64.b64decode(header[6:]).decode().partition(":")
+                    if users.get(name) != password:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    user = name
+                server_self.requests.append({"user": user, "scope": query.get("scope")})
+                access = []
+                if query.get("scope") and user:
+                    kind, name, actions = query["scope"].split(":")
+                    access.append({"type": kind, "name": name, "actions": actions.split(",")})
+                now = int(time.time())
+                claims = {
+                    "iss": TokenServer.ISSUER,
+                    "sub": user or "",
+                    "aud": query.get("service"),
+                    "exp": now + 300,
+                    "nbf": now - 10,
+                    "iat": now,
+                    "jti": os.urandom(8).hex(),
+                    "access": access,
+                }
+                head = {"typ": "JWT", "alg": "RS256", "x5c": chain}
+                signing = _b64url(json.dumps(head).encode()) + "." + _b64url(json.dumps(claims).encode())
+                signature = key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+                body = json.dumps({"token": signing + "." + _b64url(signature)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(workdir / "server.pem"), str(workdir / "server.key"))
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.realm = "https://127.0.0.1:%d/token" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
