@@ -34,8 +34,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from tests.integration import disks  # noqa: E402
-from tests.integration import microvm_parts as parts  # noqa: E402
+from tests.integration.support import disks  # noqa: E402
+from tests.integration.support import microvm_parts as parts  # noqa: E402
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

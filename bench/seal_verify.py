@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli  # noqa: E402
 
-from tests.integration import disks  # noqa: E402
+from tests.integration.support import disks  # noqa: E402
 
 GIB = 1024**3
 MIB = disks.MIB
