@@ -17,7 +17,7 @@ import yaml
 
 from .access import Tokens
 from .faults import Faults
-from .store import ApiError, ResourceType, Store
+from .store import ResourceType, Store
 
 PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
@@ -146,10 +146,16 @@ class Lab:
         self.apiserver.start()
         self.store = self.apiserver.store
         self.server = self.apiserver.front
-        self._bootstrap()
+        self._apply_crds()
+        # A CRD is served only once it is Established; the VolumeSnapshotClass below needs its CRD.
         self.apiserver.wait_for_crds(self.store)
+        self._apply_fixtures()
 
     def _bootstrap(self) -> None:
+        self._apply_crds()
+        self._apply_fixtures()
+
+    def _apply_crds(self) -> None:
         from .crdload import load_crds
 
         crd_rt = self.store.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -160,6 +166,9 @@ class Lab:
             db_api["dbinstance_version"] = self.dbinstance_version
         for crd in load_crds(**db_api):
             self.apply(crd_rt, crd)
+
+    def _apply_fixtures(self) -> None:
+        """The StorageClasses and the default VolumeSnapshotClass every lab starts with."""
         sc_rt = self.store.resource("storage.k8s.io", "v1", "storageclasses")
         for name, binding, default in (
             ("lab-fs", "Immediate", True),
@@ -174,10 +183,7 @@ class Lab:
                 "allowVolumeExpansion": True,
             }
             self.apply(sc_rt, storage_class)
-        try:
-            vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
-        except ApiError:
-            return
+        vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
         snapshot_class = {
             "metadata": {"name": "lab-snap", "annotations": {DEFAULT_VSC_ANNOTATION: "true"}},
             "driver": PROVISIONER,

@@ -23,7 +23,11 @@ import urllib.request
 import yaml
 
 BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-apiserver.sh"
-KCM_CONTROLLERS = "namespace,garbagecollector,serviceaccount"
+# The kube-controller-manager controllers the lab runs: namespace finalization, owner-reference garbage
+# collection, ServiceAccounts, and the PVC/PV protection controllers that remove the
+# kubernetes.io/pvc-protection and pv-protection finalizers the API server's admission adds (without
+# them a deleted claim stays Terminating forever).
+KCM_CONTROLLERS = "namespace,garbagecollector,serviceaccount,pvc-protection,pv-protection"
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -380,7 +384,11 @@ class ApiServer:
         _apply(store, rt, {"metadata": {"name": "lab-controllers"}, "webhooks": webhooks})
 
     def wait_for_crds(self, store, timeout: float = 60.0) -> None:
-        """Until every CRD is Established and discovery serves it."""
+        """Until every CRD is Established and discovery serves each of its served versions.
+
+        Established comes before the group appears in discovery; a lab that looked a type up in between
+        would not find it (a VolumeSnapshotClass created too early failed that way).
+        """
         rt = store.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         deadline = time.monotonic() + timeout
         while True:
@@ -394,11 +402,24 @@ class ApiServer:
                 )
             ]
             if not pending:
-                break
+                store.discover()
+                served = {(t.group, t.version, t.plural) for t in store.types()}
+                pending = [
+                    c["metadata"]["name"]
+                    for c in crds
+                    if any(
+                        (c["spec"]["group"], v["name"], c["spec"]["names"]["plural"]) not in served
+                        for v in c["spec"].get("versions") or ()
+                        if v.get("served")
+                    )
+                ]
+                if not pending:
+                    return
             if time.monotonic() > deadline:
-                raise RuntimeError("CRDs not established after %.0fs: %s" % (timeout, ", ".join(pending)))
+                raise RuntimeError(
+                    "CRDs not established and served after %.0fs: %s" % (timeout, ", ".join(pending))
+                )
             time.sleep(0.1)
-        store.discover()
 
     # ----------------------------------------------------------------- audit
     def audit_records(self) -> list[dict]:

@@ -206,7 +206,7 @@ def _check_object(s: dict, value: dict, field: str, out: list) -> None:
         if key in props:
             _validate(props[key], item, _child(field, key), out)
         elif isinstance(extra, dict):
-            _validate(extra, item, "%s[%s]" % (field, key), out)
+            _validate(extra, item, "%s.%s" % (field, key), out)
         elif extra is False and not s.get("x-kubernetes-preserve-unknown-fields"):
             out.append(_cause(FORBIDDEN, _child(field, key), "Forbidden: %s is a forbidden property" % key))
 

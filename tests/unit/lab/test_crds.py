@@ -6,7 +6,7 @@ import functools
 import pytest
 import yaml
 
-from tests.lab.crdload import CRD_DIR, load_crds
+from tests.lab.crdload import CRD_DIR, load_crds, read_documents
 from tests.lab.schema import apply_defaults, prune, validate
 
 # kind -> (group, version, plural, singular, shortNames, scope, has status subresource)
@@ -133,7 +133,7 @@ def test_every_file_is_one_crd_and_every_kind_is_there():
     files = sorted(CRD_DIR.glob("*.yaml"))
     assert len(files) == len(EXPECTED)
     for path in files:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        docs = read_documents(path.read_text())
         assert len(docs) == 1, path
         assert docs[0]["apiVersion"] == "apiextensions.k8s.io/v1"
         assert docs[0]["kind"] == "CustomResourceDefinition"
@@ -249,7 +249,7 @@ VMI = {
     "metadata": _meta("gate-ubuntu", "project-a"),
     "spec": {
         "domain": {"devices": {"disks": [{"name": "root"}]}},
-        "volumes": [{"name": "root", "dataVolume": {}}],
+        "volumes": [{"name": "root", "dataVolume": {"name": "gate-ubuntu-root"}}],
     },
     "status": {
         "phase": "Running",
@@ -469,7 +469,7 @@ BROKEN = [
         "spec.storageClassParameters",
         {"numberOfReplicas": 3},
         "FieldValueTypeInvalid",
-        "spec.storageClassParameters[numberOfReplicas]",
+        "spec.storageClassParameters.numberOfReplicas",
     ),
     ("VirtualMachine", "spec.runStrategy", "Sometimes", "FieldValueNotSupported", "spec.runStrategy"),
     ("VirtualMachine", "spec.template", _DELETE, "FieldValueRequired", "spec.template"),
@@ -490,14 +490,6 @@ BROKEN = [
     ("DataImportCron", "spec.garbageCollect", "Sometimes", "FieldValueNotSupported", "spec.garbageCollect"),
     ("DataImportCron", "spec.schedule", _DELETE, "FieldValueRequired", "spec.schedule"),
     ("CDI", "spec.cloneStrategyOverride", "rsync", "FieldValueNotSupported", "spec.cloneStrategyOverride"),
-    ("VolumeSnapshot", "spec.source", {}, "FieldValueInvalid", "spec.source"),
-    (
-        "VolumeSnapshot",
-        "spec.source",
-        {"persistentVolumeClaimName": "a", "volumeSnapshotContentName": "b"},
-        "FieldValueInvalid",
-        "spec.source",
-    ),
     ("VolumeSnapshot", "status.restoreSize", "20 gigs", "FieldValueInvalid", "status.restoreSize"),
     ("VolumeSnapshotContent", "spec.deletionPolicy", "Keep", "FieldValueNotSupported", "spec.deletionPolicy"),
     (
@@ -512,8 +504,57 @@ BROKEN = [
     ("VolumeSnapshotClass", "deletionPolicy", "delete", "FieldValueNotSupported", "deletionPolicy"),
     ("GoldenImageSelection", "spec.snapshotName", _DELETE, "FieldValueRequired", "spec.snapshotName"),
     ("GoldenImageSelection", "status.ready", "yes", "FieldValueTypeInvalid", "status.ready"),
-    ("DBInstance", "spec.engineVersion", _DELETE, "FieldValueRequired", "spec.engineVersion"),
     ("DBInstance", "spec.engineVersion", 16, "FieldValueTypeInvalid", "spec.engineVersion"),
+    (
+        "VirtualMachine",
+        "spec.template.spec.domain.cpu",
+        {"cores": "2"},
+        "FieldValueTypeInvalid",
+        "spec.template.spec.domain.cpu.cores",
+    ),
+    (
+        "VirtualMachine",
+        "spec.template.spec.volumes",
+        [{"name": "root", "persistentVolumeClaim": {"readOnly": True}}],
+        "FieldValueRequired",
+        "spec.template.spec.volumes[0].persistentVolumeClaim.claimName",
+    ),
+    (
+        "DataVolume",
+        "spec.storage.resources.requests",
+        {"storage": "6 gigs"},
+        "FieldValueInvalid",
+        "spec.storage.resources.requests.storage",
+    ),
+]
+
+
+# Refused by a CEL rule (x-kubernetes-validations), which only the real API server evaluates
+# (tests/labtests/test_crds_apiserver.py).
+BROKEN_BY_CEL = [
+    ("VolumeSnapshot", "spec.source", {}, "FieldValueInvalid", "spec.source"),
+    (
+        "VolumeSnapshot",
+        "spec.source",
+        {"persistentVolumeClaimName": "a", "volumeSnapshotContentName": "b"},
+        "FieldValueInvalid",
+        "spec.source",
+    ),
+    ("VolumeSnapshotContent", "spec.source", {}, "FieldValueInvalid", "spec.source"),
+    (
+        "VolumeSnapshot",
+        "spec.volumeSnapshotClassName",
+        "",
+        "FieldValueInvalid",
+        "spec.volumeSnapshotClassName",
+    ),
+    (
+        "VolumeSnapshotContent",
+        "spec.volumeSnapshotRef",
+        {"name": "golden-ubuntu"},
+        "FieldValueInvalid",
+        "spec.volumeSnapshotRef",
+    ),
 ]
 
 
@@ -533,6 +574,12 @@ def test_vmimage_defaults_and_enum_message():
         'Unsupported value: "ftp": supported values: '
         '"download", "upload", "export-from-volume", "restore", "clone"'
     )
+
+
+def test_dbinstance_engine_version_is_optional():
+    stored, causes = _admit("DBInstance", _set(DBINSTANCE, "spec.engineVersion", _DELETE))
+    assert causes == []
+    assert "engineVersion" not in stored["spec"]
 
 
 def test_selection_mode_is_not_an_enum():

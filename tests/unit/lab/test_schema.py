@@ -126,7 +126,7 @@ def test_required_fields():
         ({"size": True}, "spec.size", "FieldValueTypeInvalid", "integer,string"),
         (
             {"params": {"numberOfReplicas": 3}},
-            "spec.params[numberOfReplicas]",
+            "spec.params.numberOfReplicas",
             "FieldValueTypeInvalid",
             "string",
         ),
