@@ -19,8 +19,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave, repave_steps
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, is_transient, ref
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, wait_for
@@ -35,7 +33,6 @@ OPT_IN = repave_steps.OPT_IN
 TARGET = repave_steps.TARGET
 TEARDOWN = repave.TEARDOWN
 TEARDOWN_ROLE = repave.TEARDOWN_ROLE
-_REVISION = r"v\d{8}(?:-\d{4})?"
 
 
 def _state(state, phase, message, step=None, changed=False):
@@ -249,7 +246,7 @@ class DirectDriver:
         vm = self.module.get(VM_API, VM_KIND, name, namespace)
         where = ref(VM_KIND, name, namespace)
         claims = self._claims(namespace)
-        pattern = re.compile(r"^%s-(?:os-%s|pgdata)$" % (re.escape(name), _REVISION))
+        pattern = repave_steps.own_claim_pattern(name)
         try:
             owned = repave.instance_claims(name, vm, claims, pattern)
         except ValueError as exc:

@@ -39,6 +39,7 @@ NOT_AVAILABLE = "NotAvailable"
 ACTION_REPAVE = "os-repave"
 ACTION_MIGRATE = "pg-major-migration"
 POLICY_KEYS = ("auto_apply_after_days", "forced_apply_after_days")
+IMMEDIATE, NEXT_MAINTENANCE, UNDO_OPT_IN = "immediate", "next-maintenance", "undo-opt-in"
 # What the operator's two drift conditions should say for each of our verdicts.
 _EXPECTED = {
     CURRENT: {OS_UPDATE: False, PG_EOL: False},
@@ -630,11 +631,18 @@ def check_request(params):
         raise Refusal(
             "option opt_in", "it records a choice about a pending repave", "use it with state repaved"
         )
-    if p.get("opt_in") == "next-maintenance" and not p.get("window"):
+    if p.get("opt_in") == NEXT_MAINTENANCE and not p.get("window"):
         raise Refusal(
             "opt_in next-maintenance",
             "it repaves inside the maintenance window, and none is set",
-            "set window",
+            "set window, or opt_in immediate with the instances to repave now in names",
+        )
+    if p.get("opt_in") == IMMEDIATE and not p.get("names"):
+        raise Refusal(
+            "opt_in immediate",
+            "it repaves outside the maintenance window, so it applies only to instances this run names, "
+            "and names is empty",
+            "list the instances to repave now in names; the others wait for the window (next-maintenance)",
         )
     if p.get("state") == "absent":
         if p.get("strategy") != "direct":
@@ -766,3 +774,36 @@ def classify(instances, doc, key, revision=None, operator=False, today=None, vet
         found["targets"][name] = target
         found["candidates"].append(name)
     return found
+
+
+def opt_in_changes(instances, key, found, opt_in):
+    """The opt-in annotations a repave run writes, ``{key: value}`` (None removes), before it starts.
+
+    The annotation only records a choice; no run acts on it, each acts on its own ``opt_in``. So what a
+    run leaves behind always says what that run intends: instances it plans (``found["candidates"]``)
+    get its ``opt_in`` (V(immediate) only ever on instances the run names); without one, a recorded
+    ``next-maintenance`` stays and a recorded ``immediate`` (which belonged to the run that named the
+    instance, interrupted since) is removed. Instances already current lose theirs (nothing is pending),
+    instances in flight keep theirs until their repave is applied, and any other instance in scope loses
+    a recorded ``immediate``. ``undo-opt-in`` removes every one. ``found`` is ``classify``'s answer.
+    """
+    candidates = set(found.get("candidates") or ())
+    in_flight = set(found.get("in_flight") or ())
+    entries = found.get("entries") or {}
+    changes = {}
+    for inst in instances:
+        name = key(inst)
+        recorded = inst.get("opt_in")
+        if name in in_flight and opt_in != UNDO_OPT_IN:
+            continue
+        if opt_in == UNDO_OPT_IN:
+            wanted = None
+        elif name in candidates and opt_in in (IMMEDIATE, NEXT_MAINTENANCE):
+            wanted = opt_in
+        elif (entries.get(name) or {}).get("result") == "current":
+            wanted = None
+        else:
+            wanted = recorded if recorded == NEXT_MAINTENANCE else None
+        if wanted != recorded:
+            changes[name] = wanted
+    return changes

@@ -29,8 +29,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave, revision
 
 PREFIX = "goldenimage.pipeline/"
 REVISION = PREFIX + "image-revision"
@@ -46,8 +47,17 @@ STOPPING, SWAPPING, STARTING, DELETING = "StoppingVM", "SwappingOSDisk", "Starti
 RESTORING = "RestoringDataDisk"
 
 
-def os_disk_name(instance, revision):
-    return "%s-os-%s" % (instance, revision)
+def os_disk_name(instance, name):
+    return "%s-os-%s" % (instance, name)
+
+
+def own_claim_pattern(instance, data_claim="pgdata"):
+    """A regex matching the claim names this collection gives instance ``instance``: its OS disks
+    (``os_disk_name`` with any revision ``revision.REVISION_PATTERN`` accepts, same-day ``-rNN`` builds
+    included) and its data claim."""
+    return re.compile(
+        r"^%s-(?:os-%s|%s)$" % (re.escape(instance), revision.REVISION_PATTERN, re.escape(data_claim))
+    )
 
 
 def run_strategy(vm):

@@ -107,7 +107,7 @@ options:
       - A weekly maintenance window. No batch starts outside it, and a batch whose estimated duration does not
         fit before the window closes does not start either; the module then ends without failing, with the
         instances left reported as V(pending) and RV(next_window).
-      - Ignored with O(opt_in=immediate).
+      - Ignored with O(opt_in=immediate), which only applies to the instances named in O(names).
     type: dict
     suboptions:
       days:
@@ -150,11 +150,17 @@ options:
         required: true
   opt_in:
     description:
-      - Like RDS C(apply-pending-maintenance-action). V(immediate) repaves now, outside any window.
-        V(next-maintenance) repaves inside O(window) (required). Both record the choice in the annotation
-        C(goldenimage.pipeline/repave-opt-in) of each instance with a pending repave, which the report shows
-        and which is removed once the repave is applied. V(undo-opt-in) removes the annotation and repaves
-        nothing.
+      - Like RDS C(apply-pending-maintenance-action). V(immediate) repaves the instances listed in O(names)
+        now, outside any window; it is refused without O(names), so a window is only ever skipped for
+        instances a run names. V(next-maintenance) repaves inside O(window) (required). Both record the
+        choice in the annotation C(goldenimage.pipeline/repave-opt-in) of each instance with a pending
+        repave, which the report shows and which is removed once the repave is applied. V(undo-opt-in)
+        removes the annotation and repaves nothing.
+      - The annotation is a record; no run acts on it, each acts on its own O(opt_in). Before it starts, a
+        run rewrites what an earlier (perhaps interrupted) run recorded so it says what this run intends;
+        a recorded V(immediate) on an instance this run does not repave immediately is removed (or replaced
+        by this run's V(next-maintenance)), an instance already on its target loses its opt-in, and an
+        instance still repaving keeps it until the repave is applied.
       - Only with O(state=repaved).
     type: str
     choices: [immediate, next-maintenance, undo-opt-in]
@@ -756,10 +762,9 @@ class Repave:
                 raise repave.refused_all(found["refused"])
             for exc in found["refused"]:
                 self.module.warn("skipped: %s" % exc)
-        if p["opt_in"] in ("immediate", "next-maintenance"):
-            for key in found["candidates"]:
-                if self.set_opt_in(by_key[key], p["opt_in"]):
-                    self.entries[key]["opt_in"] = p["opt_in"]
+        for key, value in repave.opt_in_changes(instances, self.key, found, p["opt_in"]).items():
+            if self.set_opt_in(by_key[key], value):
+                self.entries[key]["opt_in"] = value
         targets, in_flight = found["targets"], found["in_flight"]
         plan = Rollout(
             self.driver,

@@ -561,7 +561,8 @@ def test_window_and_opt_in(lab, fleet):
             task("report", **fleet.args()),
             task("undo", **fleet.args(state="repaved", opt_in="undo-opt-in")),
             task("opt in again", **dict(closed, opt_in="next-maintenance")),
-            task("immediate", **dict(closed, opt_in="immediate")),
+            task("immediate unnamed", ignore_errors=True, **dict(closed, opt_in="immediate")),
+            task("immediate", **dict(closed, opt_in="immediate", names=["w1", "w2"])),
             task("after", **fleet.args()),
         ),
         env=lab.env(),
@@ -584,6 +585,11 @@ def test_window_and_opt_in(lab, fleet):
     assert undone["changed"] is True
     assert {(e["result"], e["opt_in"]) for e in undone["instances"]} == {("opt-in", None)}
 
+    unnamed = failed(run, "immediate unnamed")  # a window is only skipped for instances a run names
+    assert (
+        "opt_in immediate: " in unnamed["msg"]
+        and "list the instances to repave now in names" in unnamed["msg"]
+    )
     immediate = run["immediate"]  # ignores the closed window
     assert immediate["changed"] is True and immediate["pending"] == []
     assert {e["result"] for e in immediate["instances"]} == {"repaved"}
@@ -777,3 +783,67 @@ def test_wait_false_triggers_what_may_start_and_a_rerun_finishes(lab, fleet):
     assert run["finish"]["resumes"] in (["n1"], [])  # still repaving, or already done
     assert fleet.revision("n1") == TIP and fleet.revision("n2") == TIP
     assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 1
+
+
+def playbook_vars(fleet, **extra):
+    found = {
+        "repave_namespace": fleet.namespace,
+        "repave_catalog": fleet.catalog,
+        "repave_batch_pause": 0,
+        "repave_wait_timeout": 60,
+        "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
+    }
+    found.update(extra)
+    return found
+
+
+def test_repave_playbook_defaults_start_nothing_outside_the_window(lab, fleet):
+    names = ["p1", "p2", "p3"]
+    for name in names:
+        fleet.create(name)
+    fleet.settle(names)
+    # What a run killed between recording "immediate" and its first trigger leaves on two instances.
+    for name in ("p1", "p2"):
+        fleet.custom.patch_namespaced_custom_object(
+            fleet.group,
+            fleet.version,
+            fleet.namespace,
+            PLURAL,
+            name,
+            {"metadata": {"annotations": {OPT_IN: "immediate"}}},
+        )
+    playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
+    closed = playbook_vars(fleet, repave_window=closed_window())
+    lab.clear_audit()
+    run = run_playbook(playbook, env=lab.env(), extra_vars=closed)
+    assert run.ok, run.log
+    rollout = run["Repave the fleet"]
+    assert sorted(rollout["pending"]) == names and rollout["window"]["open"] is False
+    assert fleet.history("RepaveStarted") == []
+    items = fleet.items()
+    for name in names:
+        notes = items[name]["metadata"].get("annotations") or {}
+        assert TRIGGER not in notes, (name, notes)
+        # The stale "immediate" is replaced by what this run intends: the next window.
+        assert notes.get(OPT_IN) == "next-maintenance", (name, notes)
+    # One write per instance, the opt-in record; no trigger.
+    assert sorted(w["name"] for w in fleet.writes()) == names, fleet.writes()
+
+    lab.clear_audit()
+    again = run_playbook(playbook, env=lab.env(), extra_vars=closed)
+    assert again.ok, again.log
+    assert fleet.writes() == [] and fleet.history("RepaveStarted") == []
+
+    # immediate repaves outside the window only what the run names; unnamed, it is refused up front.
+    lab.clear_audit()
+    unnamed = run_playbook(playbook, env=lab.env(), extra_vars=dict(closed, repave_opt_in="immediate"))
+    assert not unnamed.ok and "list them in repave_names" in unnamed.stdout, unnamed.log
+    assert lab.audit() == [] or fleet.writes() == []
+    named = run_playbook(
+        playbook, env=lab.env(), extra_vars=dict(closed, repave_opt_in="immediate", repave_names=["p1"])
+    )
+    assert named.ok, named.log
+    assert [h[2] for h in fleet.history("RepaveStarted")] == ["p1"]
+    assert fleet.revision("p1") == TIP and fleet.revision("p2") == OLD and fleet.revision("p3") == OLD
+    assert OPT_IN not in fleet.annotations("p1")  # applied, so removed
+    assert {fleet.annotations(n).get(OPT_IN) for n in ("p2", "p3")} == {"next-maintenance"}

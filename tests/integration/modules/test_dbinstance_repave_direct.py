@@ -469,6 +469,15 @@ def test_teardown_finds_the_disks_a_deleted_vm_left(lab, kube_client, kube_names
     custom_api(kube_client).delete_namespaced_custom_object(*KV, kube_namespace, "virtualmachines", "gone")
     wait("the VM to go", lambda: get(lab, "virtualmachines", kube_namespace, "gone") is None)
     assert pvc(lab, kube_namespace, "gone-pgdata") is not None  # Harvester does not cascade
+    # An OS disk of a same-day rebuild (revision -r02) the VM had been repaved to before, left behind.
+    from kubernetes import client
+
+    rebuilt = f"gone-os-{NEW}-r02"
+    body = {
+        "metadata": {"name": rebuilt},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    }
+    client.CoreV1Api(kube_client).create_namespaced_persistent_volume_claim(kube_namespace, body)
     common = {"namespace": kube_namespace, "names": ["gone"], "state": "absent", **FAST}
     run = run_playbook(
         play(task("refused", ignore_errors=True, **common), task("purge", purge_data=True, **common)),
@@ -476,10 +485,11 @@ def test_teardown_finds_the_disks_a_deleted_vm_left(lab, kube_client, kube_names
     )
     assert "gone-pgdata" in failed(run, "refused")["msg"]
     assert run["purge"]["changed"] is True, run.log
-    assert run["purge"]["instances"][0]["pvcs"] == [f"gone-os-{OLD}", "gone-pgdata"]
+    assert run["purge"]["instances"][0]["pvcs"] == [f"gone-os-{OLD}", rebuilt, "gone-pgdata"]
     assert (
         pvc(lab, kube_namespace, "gone-pgdata") is None and pvc(lab, kube_namespace, f"gone-os-{OLD}") is None
     )
+    assert pvc(lab, kube_namespace, rebuilt) is None
 
 
 def test_a_stop_that_hangs_and_a_swap_that_conflicts_time_out_naming_the_step(

@@ -2,6 +2,7 @@ import itertools
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 TODAY = "2026-12-20"
 VERDICTS = {
@@ -299,3 +300,50 @@ def test_is_current():
     assert not repave.is_current(db(), target)
     assert not repave.is_current(db(revision=None), target)
     assert not repave.is_current(db(), None)
+
+
+def _opt_in_case():
+    instances = [
+        {"name": "new", "opt_in": None},
+        {"name": "stale", "opt_in": "immediate"},
+        {"name": "waiting", "opt_in": "next-maintenance"},
+        {"name": "done", "opt_in": "immediate"},
+        {"name": "busy", "opt_in": "immediate"},
+        {"name": "refused", "opt_in": "immediate"},
+    ]
+    found = {
+        "candidates": ["new", "stale", "waiting"],
+        "in_flight": ["busy"],
+        "entries": {"done": {"result": "current"}, "refused": {"result": "refused"}},
+    }
+    return instances, found
+
+
+@pytest.mark.parametrize(
+    "opt_in, expected",
+    [
+        # No opt-in asked: a recorded immediate belonged to an earlier run and goes; next-maintenance stays.
+        (None, {"stale": None, "done": None, "refused": None}),
+        (
+            "next-maintenance",
+            {"new": "next-maintenance", "stale": "next-maintenance", "done": None, "refused": None},
+        ),
+        ("immediate", {"new": "immediate", "waiting": "immediate", "done": None, "refused": None}),
+        (
+            "undo-opt-in",
+            {"stale": None, "waiting": None, "done": None, "busy": None, "refused": None},
+        ),
+    ],
+)
+def test_a_run_rewrites_the_recorded_opt_ins_to_what_it_intends(opt_in, expected):
+    instances, found = _opt_in_case()
+    assert repave.opt_in_changes(instances, lambda i: i["name"], found, opt_in) == expected
+
+
+def test_immediate_needs_the_instances_named():
+    base = {"state": "repaved", "catalog": {"path": "c"}, "window": {"start": "01:00", "end": "02:00"}}
+    with pytest.raises(Refusal, match="list the instances to repave now in names"):
+        repave.check_request(dict(base, opt_in="immediate"))
+    with pytest.raises(Refusal, match="list the instances to repave now in names"):
+        repave.check_request(dict(base, opt_in="immediate", names=[]))
+    assert repave.check_request(dict(base, opt_in="immediate", names=["a"])) is not None

@@ -305,3 +305,17 @@ def test_operator_step_believes_another_revision_only_after_two_sightings():
     assert (first["state"], first["settled"], first["write"]) == ("working", True, None)
     second = operator_step(operated(), before=True, settled=1)
     assert second["state"] == "failed" and "cleared repave-trigger but runs %s" % OLD in second["message"]
+
+
+def test_the_claims_a_deleted_vm_left_are_recognised_for_every_revision_form():
+    pattern = repave_steps.own_claim_pattern("db")
+    for claim in (
+        repave_steps.os_disk_name("db", OLD),
+        repave_steps.os_disk_name("db", "v20260815-r02"),  # a same-day rebuild
+        repave_steps.os_disk_name("db", "v20261201-2404"),
+        repave_steps.os_disk_name("db", "v20261201-2404-r03"),
+        "db-pgdata",
+    ):
+        assert pattern.match(claim), claim
+    for claim in ("db2-os-%s" % OLD, "db-os-latest", "db-os-v2026081", "other-pgdata", "db-pgdata-old"):
+        assert not pattern.match(claim), claim
