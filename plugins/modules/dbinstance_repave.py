@@ -41,8 +41,6 @@ description:
     O(state=absent) tears such a VM down with every disk it declared.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   state:
     description:

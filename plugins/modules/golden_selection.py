@@ -42,8 +42,6 @@ description:
     still pending with its reason, and says whether the verification was C(stuck) or C(still working).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   family:
     description:
