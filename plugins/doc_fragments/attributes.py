@@ -20,9 +20,12 @@ attributes:
     description: A second run with the same arguments and unchanged cluster state reports C(changed=false).
 """
 
-    # Cluster-facing modules: their auth options can be set once for the whole group.
+    # Cluster-facing modules: they need the Kubernetes client on the controller, and their auth options can
+    # be set once for the whole group.
     ACTIONGROUP_K8S = r"""
 options: {}
+requirements:
+  - kubernetes >= 24.2.0 (on the controller)
 attributes:
   action_group:
     description:
@@ -42,6 +45,20 @@ attributes:
   diff_mode:
     support: N/A
     details: This module never changes anything.
+  idempotent:
+    support: full
+"""
+
+    # Modules that only wait for an object and read it; they never change anything.
+    WAIT_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the object waited for is read once and nothing is waited for.
+  diff_mode:
+    support: N/A
+    details: This module only reads what it waits for; nothing is changed.
   idempotent:
     support: full
 """

@@ -23,7 +23,9 @@ options:
         description: Namespace of the catalog ConfigMap.
         type: str
       name:
-        description: Name of the catalog ConfigMap (key C(catalog.yaml)); created when missing.
+        description:
+          - Name of the catalog ConfigMap (key C(catalog.yaml)); a module that writes the catalog creates it
+            when missing.
         type: str
       path:
         description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).
@@ -44,7 +46,9 @@ options:
         description: Namespace of the catalog ConfigMap.
         type: str
       name:
-        description: Name of the catalog ConfigMap (key C(catalog.yaml)); created when missing.
+        description:
+          - Name of the catalog ConfigMap (key C(catalog.yaml)); a module that writes the catalog creates it
+            when missing.
         type: str
       path:
         description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).

@@ -94,3 +94,15 @@ class Rounds(object):
 
     def resume(self):
         return {"started": self.started, "last_state": self.last_state, "changed_at": self.changed_at}
+
+
+def object_arg_spec(**options):
+    """The options of a module that waits in rounds for one namespaced object: ``ROUND_ARG_SPEC``, the
+    object's ``name`` and ``namespace``, and ``options`` (which may override a default of the first)."""
+    spec = dict(
+        ROUND_ARG_SPEC,
+        name={"type": "str", "required": True},
+        namespace={"type": "str", "required": True},
+    )
+    spec.update(options)
+    return spec

@@ -88,6 +88,13 @@ def check(name, passed, evidence):
     return {"name": name, "passed": bool(passed), "evidence": evidence}
 
 
+def absence(name, found, problem, clean):
+    """A check that passes when ``found`` lists nothing: else ``problem`` names what was found."""
+    if found:
+        return check(name, False, problem % ", ".join(found))
+    return check(name, True, clean)
+
+
 def verdict(checks):
     """``(sealed, failed check names)``: sealed only when there is at least one check and all pass."""
     failed = [c["name"] for c in checks if not c["passed"]]
@@ -389,13 +396,12 @@ def check_host_keys(view):
     keys = sorted(
         n for n in names if n.startswith("ssh_host_") and (n.endswith("_key") or n.endswith(".pub"))
     )
-    if keys:
-        return check(
-            "ssh_host_keys_absent",
-            False,
-            "/etc/ssh holds %s: every clone would share the build's host keys" % ", ".join(keys),
-        )
-    return check("ssh_host_keys_absent", True, "no /etc/ssh/ssh_host_* keys")
+    return absence(
+        "ssh_host_keys_absent",
+        keys,
+        "/etc/ssh holds %s: every clone would share the build's host keys",
+        "no /etc/ssh/ssh_host_* keys",
+    )
 
 
 def check_cloud_init(view):
@@ -406,14 +412,13 @@ def check_cloud_init(view):
         found.append("/var/lib/cloud/instances/%s" % entry)
     if view.exists("/var/lib/cloud/instance"):
         found.append("/var/lib/cloud/instance")
-    if found:
-        return check(
-            "cloud_init_instance_absent",
-            False,
-            "cloud-init instance data is left: %s; clones would skip first-boot configuration "
-            "(run cloud-init clean)" % ", ".join(found),
-        )
-    return check("cloud_init_instance_absent", True, "no cloud-init instance data")
+    return absence(
+        "cloud_init_instance_absent",
+        found,
+        "cloud-init instance data is left: %s; clones would skip first-boot configuration "
+        "(run cloud-init clean)",
+        "no cloud-init instance data",
+    )
 
 
 def check_authorized_keys(view):
@@ -424,13 +429,12 @@ def check_authorized_keys(view):
         size = view.size(path)
         if size:
             found.append("%s (%s)" % (path, human_size(size)))
-    if found:
-        return check(
-            "build_authorized_keys_absent",
-            False,
-            "authorized_keys left from the build: %s; clones would let the build key in" % ", ".join(found),
-        )
-    return check("build_authorized_keys_absent", True, "no authorized_keys in /root or /home/*")
+    return absence(
+        "build_authorized_keys_absent",
+        found,
+        "authorized_keys left from the build: %s; clones would let the build key in",
+        "no authorized_keys in /root or /home/*",
+    )
 
 
 def check_core_dumps(view):
@@ -438,9 +442,12 @@ def check_core_dumps(view):
     for folder in ("/var/crash", "/var/lib/systemd/coredump"):
         for entry in view.list(folder) or []:
             found.append("%s/%s" % (folder, entry))
-    if found:
-        return check("core_dumps_absent", False, "core dumps are left: %s" % ", ".join(sorted(found)[:10]))
-    return check("core_dumps_absent", True, "no core dumps in /var/crash or /var/lib/systemd/coredump")
+    return absence(
+        "core_dumps_absent",
+        sorted(found)[:10],
+        "core dumps are left: %s",
+        "no core dumps in /var/crash or /var/lib/systemd/coredump",
+    )
 
 
 def tree_size(view, path):

@@ -638,3 +638,43 @@ def project_resolutions(projects, snapshots, contents, family, mode, expected):
 
 def unresolved(resolutions):
     return [entry["namespace"] for entry in resolutions if not entry["match"]]
+
+
+# Verifying the projects: one wait in rounds (goldenimage.pipeline.golden_selection's action plugin
+# prints each round's line).
+
+
+def verification_state(resolutions):
+    """What a round compares with the last one: which projects are still unresolved, and their reasons."""
+    return "; ".join(
+        "%s: %s" % (entry["namespace"], entry["reason"]) for entry in resolutions or [] if not entry["match"]
+    ) or "all %d resolved" % len(resolutions or [])
+
+
+def verification_line(resolutions, expected, snapshot, elapsed):
+    """The progress line of one round: counts, what is still pending, the time since the wait began."""
+    found = list(resolutions or [])
+    missing = unresolved(found)
+    line = "Projects: %d of %d resolved to %s (snapshot %s)" % (
+        len(found) - len(missing),
+        len(found),
+        expected,
+        snapshot,
+    )
+    if missing:
+        line += "; waiting for %s" % ", ".join(missing)
+    return "%s after %.1fs" % (line, elapsed)
+
+
+def verification_timeout(resolutions, expected, snapshot, timeout, verdict):
+    """The time-out message: how many projects did not resolve, each with its reason, stuck or not."""
+    pending = [entry for entry in resolutions or [] if not entry["match"]]
+    return "%d project(s) did not resolve to %s (snapshot %s) within %ss (%s): %s" % (
+        len(pending),
+        expected,
+        snapshot,
+        timeout,
+        verdict,
+        "; ".join("%s: %s" % (entry["namespace"], entry["reason"]) for entry in pending)
+        or "no project namespace could be read",
+    )

@@ -670,35 +670,35 @@ def render_http_disk(pool):
     is byte-identical before and after the feature is adopted and no worker is rolled.
     """
     storage = _storage_request(pool["diskSize"], pool.get("storageClass"))
-    return {
-        "apiVersion": kinds.CDI,
-        "kind": "DataVolume",
-        "metadata": {
-            "name": disk_name(pool),
-            "namespace": pool["namespace"],
-            "annotations": {USE_POPULATOR: "false"},
-        },
-        "spec": {"source": {"http": {"url": pool["imageURL"]}}, "storage": storage},
-    }
+    return _disk_volume(
+        pool,
+        {USE_POPULATOR: "false"},
+        {"source": {"http": {"url": pool["imageURL"]}}, "storage": storage},
+    )
 
 
 def render_clone_disk(pool, golden_namespace, resolved_class):
     """The worker disk cloned from its golden, on the class the guard checked (written, not left empty)."""
-    return {
-        "apiVersion": kinds.CDI,
-        "kind": "DataVolume",
-        "metadata": {
-            "name": disk_name(pool),
-            "namespace": pool["namespace"],
-            "annotations": {GOLDEN_ANNOTATION: pool["golden"], POOL_ANNOTATION: pool["name"]},
-        },
-        "spec": {
+    return _disk_volume(
+        pool,
+        {GOLDEN_ANNOTATION: pool["golden"], POOL_ANNOTATION: pool["name"]},
+        {
             "source": {"pvc": {"namespace": golden_namespace, "name": pool["golden"]}},
             "storage": {
                 "resources": {"requests": {"storage": pool["diskSize"]}},
                 "storageClassName": resolved_class,
             },
         },
+    )
+
+
+def _disk_volume(pool, annotations, spec):
+    """The pool's system disk DataVolume with ``annotations`` and ``spec``."""
+    return {
+        "apiVersion": kinds.CDI,
+        "kind": "DataVolume",
+        "metadata": {"name": disk_name(pool), "namespace": pool["namespace"], "annotations": annotations},
+        "spec": spec,
     }
 
 

@@ -31,8 +31,6 @@ description:
   - Never writes anything to the cluster; screenshots that ended a round are saved under O(console_dir).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
   - Pillow (on the controller, with O(console=true))
 options:
   name:
@@ -90,15 +88,7 @@ extends_documentation_fragment:
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
   - goldenimage.pipeline.wait_rounds
-attributes:
-  check_mode:
-    support: full
-    details: In check mode the VM is read once and nothing is waited for.
-  diff_mode:
-    support: N/A
-    details: Nothing is changed.
-  idempotent:
-    support: full
+  - goldenimage.pipeline.attributes.wait_only
 seealso:
   - module: goldenimage.pipeline.console_screenshot
   - module: goldenimage.pipeline.seal_verify
@@ -163,10 +153,7 @@ API_VERSION = "kubevirt.io/v1"
 
 
 def argument_spec():
-    spec = dict(rounds_.ROUND_ARG_SPEC)
-    spec.update(
-        name={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
+    return rounds_.object_arg_spec(
         console={"type": "bool", "default": False},
         console_dir={"type": "str", "default": ""},
         stuck_after={"type": "int", "default": 1800},
@@ -178,7 +165,6 @@ def argument_spec():
         wait_timeout={"type": "int", "default": 14400},
         wait_sleep={"type": "int", "default": 30},
     )
-    return spec
 
 
 class BakeWait(RoundRunner):

@@ -45,8 +45,6 @@ description:
     is missing; running the task again with the permission completes it.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   name:
     description:

@@ -24,8 +24,6 @@ description:
   - Concurrent writers are safe (resourceVersion, retried on a conflict).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   os_version:
     description:

@@ -29,8 +29,6 @@ description:
   - The module only reads. It never reports a change, even when it writes O(dest).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
   - Pillow (on the controller), to decode the PNG
 options:
   name:

@@ -28,8 +28,6 @@ description:
   - Never writes anything.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   name:
     description: Name of the DataVolume.
@@ -66,15 +64,7 @@ extends_documentation_fragment:
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
   - goldenimage.pipeline.wait_rounds
-attributes:
-  check_mode:
-    support: full
-    details: In check mode the DataVolume is read once and nothing is waited for.
-  diff_mode:
-    support: N/A
-    details: Nothing is changed.
-  idempotent:
-    support: full
+  - goldenimage.pipeline.attributes.wait_only
 seealso:
   - module: goldenimage.pipeline.volume_job
 """
@@ -164,17 +154,13 @@ API_VERSION = "cdi.kubevirt.io/v1beta1"
 
 
 def argument_spec():
-    spec = dict(rounds_.ROUND_ARG_SPEC)
-    spec.update(
-        name={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
+    return rounds_.object_arg_spec(
         label={"type": "str"},
         failed_hint={"type": "str", "default": ""},
         timeout_hint={"type": "str", "default": ""},
         absent_timeout={"type": "int", "default": datavolume.ABSENT_GRACE},
         absent_since={"type": "float"},
     )
-    return spec
 
 
 class DataVolumeWait(RoundRunner):

@@ -41,8 +41,6 @@ description:
     O(state=absent) tears such a VM down with every disk it declared.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   state:
     description:
@@ -50,6 +48,7 @@ options:
       - V(repaved) brings every instance in scope to its target revision.
       - V(absent) deletes a direct-mode VM and every OS and data disk it declared (O(strategy=direct) only;
         with the operator, delete the DBInstance and let the operator tear it down).
+      - O(catalog) is required unless O(state=absent).
     type: str
     choices: [report, repaved, absent]
     default: report
@@ -66,22 +65,6 @@ options:
   label_selector:
     description: Only instances matching this label selector.
     type: str
-  catalog:
-    description:
-      - The baked image catalog, a ConfigMap (O(catalog.namespace), O(catalog.name)) or a file
-        (O(catalog.path)).
-      - Required unless O(state=absent).
-    type: dict
-    suboptions:
-      namespace:
-        description: Namespace of the catalog ConfigMap.
-        type: str
-      name:
-        description: Name of the catalog ConfigMap (key C(catalog.yaml)).
-        type: str
-      path:
-        description: A catalog YAML file instead of a ConfigMap.
-        type: path
   strategy:
     description:
       - V(operator) triggers the DBInstance operator and waits for it.
@@ -252,6 +235,7 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.catalog
 attributes:
   check_mode:
     support: full

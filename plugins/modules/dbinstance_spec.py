@@ -24,8 +24,6 @@ description:
   - Reads only; never writes, so it is safe in a CI check of tenant manifests.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller, when the catalog is a ConfigMap)
 options:
   spec:
     description:

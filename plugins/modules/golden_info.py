@@ -30,8 +30,6 @@ description:
     project Namespaces, GoldenImageSelections and, when CDI is installed, DataVolumes.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   family:
     description:

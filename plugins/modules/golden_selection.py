@@ -34,10 +34,14 @@ description:
   - With O(verify_projects=true) it then waits until every project namespace resolved to the snapshot
     handle of the selected golden (seeded VolumeSnapshot, its bound content, the content's handle) and
     fails listing those that did not within O(wait_timeout).
+  - That wait talks. One call of the module waits at most O(report_every) seconds (less when a project
+    resolves or changes) and returns C(done), a C(line) with the counts, the projects still pending and the
+    time since the wait began, and C(resume). The action plugin of the same name calls it again with
+    C(resume), which only checks the projects (the write is not repeated), and prints each line, so a
+    verification prints a line at least every O(report_every) seconds. Its time-out names every project
+    still pending with its reason, and says whether the verification was C(stuck) or C(still working).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   family:
     description:
@@ -89,12 +93,14 @@ options:
         cover it.
       - O(wait_timeout) and O(wait_sleep) must be greater than zero; another value is refused before anything
         is written.
-      - In check mode nothing is waited for; each project's current resolution is reported once.
+      - In check mode, or with O(wait=false), nothing is waited for; each project's current resolution is
+        reported once.
     type: bool
     default: false
   wait_timeout:
     description:
-      - Seconds to wait for every project to resolve to the selected handle (with O(verify_projects=true)).
+      - Seconds to wait for every project to resolve to the selected handle (with O(verify_projects=true)),
+        counted from O(started).
       - The old name C(verify_timeout) is kept as an alias.
     type: int
     default: 1200
@@ -115,10 +121,19 @@ options:
       - Label selector of the project namespaces to verify.
     type: str
     default: kube-dc.com/project
+  verify_handle:
+    description:
+      - The snapshot handle the projects must resolve to (from C(resume)); set by the action plugin. With it
+        the module only checks the projects and writes nothing.
+    type: str
+  verify_snapshot:
+    description: Name of the golden behind O(verify_handle) (from C(resume)); set by the action plugin.
+    type: str
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.wait_rounds
 attributes:
   check_mode:
     support: full
@@ -303,9 +318,23 @@ unresolved:
   type: list
   elements: str
 duration:
-  description: Seconds spent verifying projects.
+  description: Seconds spent verifying projects, counted from O(started).
   returned: always
   type: float
+done:
+  description: Whether every project resolved to the selected handle.
+  returned: with O(verify_projects=true)
+  type: bool
+line:
+  description: The progress line of the verification's last round (also printed by the action plugin).
+  returned: with O(verify_projects=true)
+  type: str
+  sample: "Projects: 2 of 3 resolved to lab-snap-3f1c (snapshot golden-x); waiting for team-c after 31.0s"
+lines:
+  description: Every progress line printed while the projects were verified, one per round.
+  returned: always
+  type: list
+  elements: str
 diff:
   description: Before and after of the selection, or a list of them, one per golden relabelled.
   returned: when diff mode is on
@@ -315,6 +344,7 @@ diff:
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, inputs, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as rules
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     FIRST_POLL,
@@ -322,7 +352,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 API = golden.SNAPSHOT_API_VERSION
@@ -342,6 +371,13 @@ def argument_spec():
         wait_sleep=dict(type="int", default=15, aliases=["verify_interval"]),
         namespace=dict(type="str"),
         project_selector=dict(type="str", default=rules.PROJECT_SELECTOR),
+        wait=rounds_.ROUND_ARG_SPEC["wait"],
+        report_every=rounds_.ROUND_ARG_SPEC["report_every"],
+        started=rounds_.ROUND_ARG_SPEC["started"],
+        last_state=rounds_.ROUND_ARG_SPEC["last_state"],
+        changed_at=rounds_.ROUND_ARG_SPEC["changed_at"],
+        verify_handle=dict(type="str"),
+        verify_snapshot=dict(type="str"),
     )
 
 
@@ -352,8 +388,10 @@ _ns = kinds.namespace
 class Promotion:
     """The runner: ``run()`` returns the result or raises a PipelineError; it never exits."""
 
-    def __init__(self, module):
+    def __init__(self, module, clock=time.time, sleeper=time.sleep):
         self.module = module
+        self.clock = clock
+        self.sleeper = sleeper
         self.params = module.params
         self.result = {
             "changed": False,
@@ -380,8 +418,10 @@ class Promotion:
     def run(self):
         p = self.params
         try:
-            inputs.positive_all(p, ("wait_timeout", "wait_sleep"))
+            inputs.positive_all(p, ("wait_timeout", "wait_sleep", "report_every"))
             self.prepare()
+            if p["verify_handle"]:
+                return self.verify_only()
             return self.by_label() if p["method"] == "label" else self.by_selection()
         except PipelineError as exc:
             raise self.with_result(exc) from None
@@ -631,46 +671,69 @@ class Promotion:
                 "cannot verify projects: %s %s/%s has no bound content with a snapshot handle"
                 % (KIND, self.golden_ns, _name(candidate))
             )
-        if self.module.check_mode:
-            found = self.resolutions(expected)
-            self.result.update(projects=found, unresolved=rules.unresolved(found))
-            return self.result
+        self.result.update(self.verify_round(expected, _name(candidate)))
+        return self.result
 
-        def describe(found):
-            missing = rules.unresolved(found or [])
-            return "%d of %d projects resolved; unresolved: %s" % (
-                len(found or []) - len(missing),
-                len(found or []),
-                ", ".join(missing) or "none",
-            )
+    def verify_round(self, expected, snapshot):
+        """One round of the wait for every project to resolve to ``expected``: it returns at the first
+        change, after O(report_every) seconds, or when all resolved; it raises on the time-out."""
+        p = self.params
+        now = self.clock()
+        rounds = rounds_.from_params(p, now)
+        found, error = [], None
+        pause = FIRST_POLL
+        while True:
+            now = self.clock()
+            try:
+                found = self.resolutions(expected)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                error = str(exc)
+            else:
+                error = None
+                first = rounds.last_state is None
+                news = rounds.see(rules.verification_state(found), now) and not first
+                done = not rules.unresolved(found)
+                if done or self.module.check_mode or not p["wait"]:
+                    return self.verified(found, rounds, now, expected, snapshot, done)
+                if news and not rounds.expired(now):
+                    return self.verified(found, rounds, now, expected, snapshot, False)
+            if rounds.expired(now):
+                stuck, verdict = rounds.verdict(now)
+                if error:
+                    verdict = "%s; the last read failed: %s" % (verdict, error)
+                fields = self.verified(found, rounds, now, expected, snapshot, False)
+                fields.pop("resume")
+                raise PipelineError(
+                    rules.verification_timeout(found, expected, snapshot, p["wait_timeout"], verdict),
+                    stuck=stuck,
+                    **fields,
+                )
+            if rounds.over(now):
+                return self.verified(found, rounds, now, expected, snapshot, False)
+            # A quick seeder is seen at once, a slow one is not hammered; never past the round's end.
+            self.sleeper(rounds.pause(min(pause, p["wait_sleep"]), now))
+            pause *= 2
 
-        try:
-            found, duration = wait_for(
-                lambda: self.resolutions(expected),
-                lambda found: (not rules.unresolved(found), None),
-                p["wait_timeout"],
-                p["wait_sleep"],
-                describe=describe,
-                pending="every project to resolve to %s (the handle of %s)" % (expected, _name(candidate)),
-                transient=is_transient,
-                first_sleep=FIRST_POLL,
-            )
-        except WaitTimeout as exc:
-            last = exc.last or []
-            missing = rules.unresolved(last)
-            self.result.update(projects=last, unresolved=missing, duration=round(exc.elapsed, 3))
-            raise PipelineError(
-                "%d project(s) did not resolve to %s (snapshot %s) within %ss: %s"
-                % (
-                    len(missing),
-                    expected,
-                    _name(candidate),
-                    p["wait_timeout"],
-                    "; ".join("%s: %s" % (e["namespace"], e["reason"]) for e in last if not e["match"]),
-                ),
-                stuck=exc.stuck,
-            ) from None
-        self.result.update(projects=found, unresolved=[], duration=round(duration, 3))
+    def verified(self, found, rounds, now, expected, snapshot, done):
+        elapsed = rounds.elapsed(now)
+        fields = {
+            "projects": found,
+            "unresolved": rules.unresolved(found),
+            "duration": round(elapsed, 3),
+            "done": done,
+            "line": rules.verification_line(found, expected, snapshot, elapsed),
+        }
+        if not done and not self.module.check_mode and self.params["wait"]:
+            fields["resume"] = dict(rounds.resume(), verify_handle=expected, verify_snapshot=snapshot)
+        return fields
+
+    def verify_only(self):
+        """A later round (from C(resume)): the write is done; only the projects are checked."""
+        p = self.params
+        self.result = {"changed": False}
+        self.result.update(self.verify_round(p["verify_handle"], p["verify_snapshot"]))
         return self.result
 
 

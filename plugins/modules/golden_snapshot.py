@@ -33,8 +33,6 @@ description:
     (C(kube-dc.com/golden-active)) and C(kube-dc.com/clone-min-size) are never written by this module.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   state:
     description:

@@ -34,7 +34,6 @@ author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
   - dissect.hypervisor, dissect.volume, dissect.ntfs and dissect.extfs (on the controller, for O(path))
-  - kubernetes >= 24.2.0 (on the controller, for O(pvc))
 options:
   path:
     description:

@@ -29,8 +29,6 @@ description:
   - The Job's C(activeDeadlineSeconds) is O(wait_timeout), so the cluster stops a conversion nobody waits for.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   name:
     description: Name of the Job (at most 63 characters, a label value).
@@ -205,10 +203,7 @@ DEST_PATH = "/dest"
 
 
 def argument_spec():
-    spec = dict(rounds_.ROUND_ARG_SPEC)
-    spec.update(
-        name={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
+    return rounds_.object_arg_spec(
         source={
             "type": "dict",
             "required": True,
@@ -230,7 +225,6 @@ def argument_spec():
         labels={"type": "dict", "default": {}},
         failed_hint={"type": "str", "default": ""},
     )
-    return spec
 
 
 class VolumeJob(RoundRunner):

@@ -31,8 +31,6 @@ description:
     that the pool's service accounts may create C(datavolumes/source) in O(namespace).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
-requirements:
-  - kubernetes >= 24.2.0 (on the controller)
 options:
   state:
     description:

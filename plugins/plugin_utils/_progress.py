@@ -30,6 +30,9 @@ class PollingAction(ActionBase):
     """Run ``MODULE`` round after round, printing each round's ``line``; return the last round's result."""
 
     MODULE = None
+    # True when the first round does the task's work and the later ones only wait for its effect: the
+    # result is then the first round's, updated with the last round's.
+    KEEP_FIRST = False
     _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
@@ -40,10 +43,12 @@ class PollingAction(ActionBase):
         lines = []
         rounds = 0
         changed, diff = False, None
+        first = None
         try:
             while True:
                 rounds += 1
                 out = self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars)
+                first = out if first is None else first
                 # The first round may create what the later ones wait for: keep its change and diff.
                 changed = changed or bool(out.get("changed"))
                 diff = diff or out.get("diff")
@@ -60,6 +65,8 @@ class PollingAction(ActionBase):
                 self.between(out, args, task_vars)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+        if self.KEEP_FIRST and first is not out:
+            result.update((key, value) for key, value in first.items() if key != "resume")
         result.update(out)
         result["changed"] = changed
         if diff:

@@ -1,6 +1,7 @@
 """A long wait in short rounds: the deadline, the round's end, news, and stuck versus still working."""
 
 import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
 
@@ -28,3 +29,10 @@ def test_news_and_the_verdict():
 def test_zero_and_negative_timeouts_are_refused(timeout):
     with pytest.raises(Refusal, match="option wait_timeout"):
         Rounds(now=0.0, timeout=timeout)
+
+
+def test_object_arg_spec_adds_the_object_and_lets_a_module_override_a_round_default():
+    spec = rounds.object_arg_spec(wait_timeout={"type": "int", "default": 14400}, label={"type": "str"})
+    assert spec["name"] == spec["namespace"] == {"type": "str", "required": True}
+    assert spec["wait_timeout"]["default"] == 14400 and spec["label"] == {"type": "str"}
+    assert set(rounds.ROUND_ARG_SPEC) < set(spec) and rounds.ROUND_ARG_SPEC["wait_timeout"]["default"] == 1800

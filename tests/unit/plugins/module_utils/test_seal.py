@@ -321,3 +321,16 @@ def test_check_mode_does_not_verify_a_claim():
     result = seal.check_mode_skip("PersistentVolumeClaim ns/golden")
     assert result["skipped"] is True and result["changed"] is False
     assert "PersistentVolumeClaim ns/golden was not verified" in result["msg"]
+
+
+def test_absence_passes_on_nothing_found_and_names_what_was_found():
+    assert seal.absence("x_absent", [], "left: %s", "none") == {
+        "name": "x_absent",
+        "passed": True,
+        "evidence": "none",
+    }
+    assert seal.absence("x_absent", ["/a", "/b"], "left: %s", "none") == {
+        "name": "x_absent",
+        "passed": False,
+        "evidence": "left: /a, /b",
+    }

@@ -466,3 +466,24 @@ def test_rollback_plan_restores_the_record_once():
     promote = s.mark_change(s.plan_selection(rolled, "deb", "Filesystem", "c"), rolled, False)
     assert promote["metadata"]["annotations"][s.ROLLED_BACK] is None
     assert s.mark_change(None, rolled, False) is None
+
+
+def test_verification_line_state_and_timeout_name_what_is_pending():
+    found = [
+        {"namespace": "a", "match": True, "reason": "resolved to the intended handle"},
+        {"namespace": "b", "match": False, "reason": "not seeded: no VolumeSnapshot for this family"},
+    ]
+    assert s.verification_line(found, "H", "g2", 31.04) == (
+        "Projects: 1 of 2 resolved to H (snapshot g2); waiting for b after 31.0s"
+    )
+    assert (
+        s.verification_line(found[:1], "H", "g2", 2)
+        == "Projects: 1 of 1 resolved to H (snapshot g2) after 2.0s"
+    )
+    assert s.verification_state(found) == "b: not seeded: no VolumeSnapshot for this family"
+    assert s.verification_state(found[:1]) == "all 1 resolved"
+    assert s.verification_timeout(found, "H", "g2", 60, "stuck: the state did not change in 60s") == (
+        "1 project(s) did not resolve to H (snapshot g2) within 60s "
+        "(stuck: the state did not change in 60s): b: not seeded: no VolumeSnapshot for this family"
+    )
+    assert s.verification_timeout([], "H", "g2", 60, "stuck").endswith("no project namespace could be read")

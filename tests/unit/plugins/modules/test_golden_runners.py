@@ -241,6 +241,105 @@ def test_golden_selection_without_the_crd_refuses_the_selection_method():
         golden_selection.Promotion(kube).run()
 
 
+class Clock:
+    """A fake clock; its ``sleep`` advances it and may change the cluster (``on_sleep``)."""
+
+    def __init__(self, now=1000.0, on_sleep=None):
+        self.now = now
+        self.slept = []
+        self.on_sleep = on_sleep
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+        if self.on_sleep:
+            self.on_sleep(len(self.slept))
+
+
+def project(namespace, handle):
+    """A project namespace, its seeded snapshot and the content that snapshot is bound to."""
+    return [
+        {"kind": "Namespace", "metadata": {"name": namespace, "labels": {"kube-dc.com/project": "x"}}},
+        {
+            "kind": "VolumeSnapshot",
+            "metadata": {
+                "name": "golden-deb",
+                "namespace": namespace,
+                "labels": {"kube-dc.com/golden-os": "deb"},
+            },
+            "status": {"boundVolumeSnapshotContentName": "c-" + namespace},
+        },
+        content("c-" + namespace, handle),
+    ]
+
+
+def verifying(*projects, **params):
+    objects = [golden("g1"), golden("g2"), content("c-g1", "h1"), content("c-g2", "h2"), sel("g1")]
+    for namespace, handle in projects:
+        objects += project(namespace, handle)
+    return FakeKube(selection_params(snapshot="g2", verify_projects=True, **params), objects)
+
+
+def test_golden_selection_verification_returns_a_line_after_report_every_with_counts_and_pending():
+    kube, clock = verifying(("team-a", "h2"), ("team-b", "h1")), Clock()
+    result = golden_selection.Promotion(kube, clock=clock, sleeper=clock.sleep).run()
+    assert kube.writes == [("patch", "GoldenImageSelection", FS, "deb-filesystem")]
+    assert result["done"] is False and result["unresolved"] == ["team-b"]
+    assert result["line"] == "Projects: 1 of 2 resolved to h2 (snapshot g2); waiting for team-b after 20.0s"
+    assert clock.slept[0] == 0.25 and sum(clock.slept) == 20.0 and max(clock.slept) <= 15
+    resume = result["resume"]
+    assert (resume["verify_handle"], resume["verify_snapshot"], resume["started"]) == ("h2", "g2", 1000.0)
+    assert "team-b: resolved to h1, not the intended h2" in resume["last_state"]
+
+
+def test_golden_selection_verification_round_ends_at_the_first_change_and_is_done_when_all_resolved():
+    kube = verifying(("team-a", "h2"), ("team-b", "h1"), ("team-c", "h1"))
+
+    def seed(sleeps):
+        # The seeder re-points one project per sleep.
+        namespace = {1: "team-b", 2: "team-c"}.get(sleeps)
+        for obj in kube.objects:
+            if namespace and obj["metadata"]["name"] == "c-" + namespace:
+                obj["spec"]["source"]["snapshotHandle"] = "h2"
+
+    clock = Clock(on_sleep=seed)
+    first = golden_selection.Promotion(kube, clock=clock, sleeper=clock.sleep).run()
+    assert first["done"] is False and first["unresolved"] == ["team-c"]
+    assert first["line"] == "Projects: 2 of 3 resolved to h2 (snapshot g2); waiting for team-c after 0.2s"
+    kube.params.update(first["resume"])
+    kube.writes = []
+    later = golden_selection.Promotion(kube, clock=clock, sleeper=clock.sleep).run()
+    assert later["done"] is True and later["unresolved"] == [] and "resume" not in later
+    assert later["line"].startswith("Projects: 3 of 3 resolved to h2 (snapshot g2) after ")
+    assert kube.writes == []  # a later round only checks the projects
+
+
+def test_golden_selection_verification_times_out_naming_each_pending_project_and_stuck():
+    kube, clock = verifying(("team-a", "h2"), ("team-b", "h1")), Clock()
+    state = selection.verification_state(
+        selection.project_resolutions(
+            ["team-a", "team-b"],
+            [o for o in kube.objects if o["metadata"]["name"] == "golden-deb"],
+            [o for o in kube.objects if o["kind"] == "VolumeSnapshotContent"],
+            FAMILY,
+            "Filesystem",
+            "h2",
+        )
+    )
+    kube.params.update(verify_handle="h2", verify_snapshot="g2", started=clock.now - 1195, last_state=state)
+    with pytest.raises(PipelineError) as timed_out:
+        golden_selection.Promotion(kube, clock=clock, sleeper=clock.sleep).run()
+    msg = timed_out.value.msg
+    assert msg.startswith("1 project(s) did not resolve to h2 (snapshot g2) within 1200s (stuck: ")
+    assert msg.endswith("team-b: resolved to h1, not the intended h2 (seeded from unknown)")
+    assert "team-a" not in msg
+    assert timed_out.value.result["stuck"] is True and timed_out.value.result["unresolved"] == ["team-b"]
+    assert kube.writes == []
+
+
 # golden_info -----------------------------------------------------------------------------------------
 
 
