@@ -273,6 +273,158 @@ class World:
         )
 
 
+def _store_put(lab, group, version, plural, obj, status=None):
+    """Create ``obj`` straight in the lab's store, then write ``status`` through the status subresource."""
+    rt = lab.store.resource(group, version, plural)
+    created = lab.store.create(rt, obj)
+    if status is not None:
+        created["status"] = status
+        lab.store.update(rt, created, subresource="status")
+
+
+def store_goldens(lab):
+    """In the lab's process: the goldens of ``arrange_goldens``, bound and ready, written to the store
+    (no controller runs). Returns the layout ``store_projects`` needs: handles and names by family."""
+    for ns in (FS_NS, BLOCK_NS):
+        _store_put(lab, "", "v1", "namespaces", {"metadata": {"name": ns}})
+    handles, goldens = {}, {}
+
+    def put(namespace, name, family, active):
+        mode = "Block" if namespace == BLOCK_NS else "Filesystem"
+        labels = {"kube-dc.com/golden-os": family, "kube-dc.com/golden-mode": mode}
+        if active:
+            labels["kube-dc.com/golden-active"] = "true"
+        content, handle = "snapcontent-%s-%s" % (namespace, name), "snap-%s-%s" % (namespace, name)
+        _store_put(
+            lab,
+            GROUP,
+            VERSION,
+            "volumesnapshotcontents",
+            {
+                "metadata": {"name": content},
+                "spec": {
+                    "deletionPolicy": "Delete",
+                    "driver": DRIVER,
+                    "source": {"volumeHandle": "vol-%s" % name},
+                    "volumeSnapshotRef": {"name": name, "namespace": namespace},
+                },
+            },
+            {"snapshotHandle": handle, "readyToUse": True, "restoreSize": 4194304},
+        )
+        _store_put(
+            lab,
+            GROUP,
+            VERSION,
+            "volumesnapshots",
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": {
+                        "kube-dc.com/os-family-id": family,
+                        "kube-dc.com/os-name": family,
+                        "kube-dc.com/golden-mode": mode,
+                    },
+                },
+                "spec": {"source": {"persistentVolumeClaimName": "disk"}},
+            },
+            {"boundVolumeSnapshotContentName": content, "readyToUse": True, "restoreSize": "4Mi"},
+        )
+        return handle
+
+    for family, (suffixes, active, selected) in FAMILIES.items():
+        names = ["golden-%s-%s" % (family, s) for s in suffixes]
+        goldens[family] = names
+        for i, name in enumerate(names):
+            handles[name] = put(FS_NS, name, family, i == active)
+        if selected is not None:
+            _store_put(
+                lab,
+                "kube-dc.com",
+                "v1",
+                "goldenimageselections",
+                {
+                    "metadata": {"name": "%s-filesystem" % family, "namespace": FS_NS},
+                    "spec": {"family": family, "mode": "Filesystem", "snapshotName": names[selected]},
+                },
+            )
+    put(BLOCK_NS, "golden-debian-12-20260828-f0dea74da9c5", "debian-12", True)
+    return {"handles": handles, "goldens": goldens}
+
+
+def store_projects(lab, layout, start, stop):
+    """In the lab's process: projects ``start`` .. ``stop - 1`` in the layout of ``World.add_projects``
+    (every family seeded, every 25th stale, every 10th with a claim restoring from its copy), bound,
+    written straight to the store."""
+    goldens, handles = layout["goldens"], layout["handles"]
+    for i in range(start, stop):
+        project = "proj-%04d" % i
+        _store_put(
+            lab, "", "v1", "namespaces", {"metadata": {"name": project, "labels": {PROJECT_LABEL: "bench"}}}
+        )
+        for family, (_, active, selected) in FAMILIES.items():
+            index = selected if selected is not None else active if active is not None else 0
+            served = goldens[family][0] if i % 25 == 0 and family == VERIFY_FAMILY else goldens[family][index]
+            content, snap = "kdc-%s-%s-fs" % (project, family), "golden-%s" % family
+            _store_put(
+                lab,
+                GROUP,
+                VERSION,
+                "volumesnapshotcontents",
+                {
+                    "metadata": {"name": content},
+                    "spec": {
+                        "deletionPolicy": "Retain",
+                        "driver": DRIVER,
+                        "source": {"snapshotHandle": handles[served]},
+                        "volumeSnapshotRef": {"name": snap, "namespace": project},
+                    },
+                },
+                {"snapshotHandle": handles[served], "readyToUse": True, "restoreSize": 4194304},
+            )
+            _store_put(
+                lab,
+                GROUP,
+                VERSION,
+                "volumesnapshots",
+                {
+                    "metadata": {
+                        "name": snap,
+                        "namespace": project,
+                        "labels": {"kube-dc.com/golden-os": family, "kube-dc.com/golden-mode": "Filesystem"},
+                        "annotations": {
+                            "kube-dc.com/clone-min-size": "4Mi",
+                            "kube-dc.com/seeded-from": "%s/%s" % (FS_NS, served),
+                        },
+                    },
+                    "spec": {"source": {"volumeSnapshotContentName": content}},
+                },
+                {"boundVolumeSnapshotContentName": content, "readyToUse": True, "restoreSize": "4Mi"},
+            )
+        if i % 10 == 0:
+            _store_put(
+                lab,
+                "",
+                "v1",
+                "persistentvolumeclaims",
+                {
+                    "metadata": {"name": "vm-root", "namespace": project},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "volumeMode": "Filesystem",
+                        "storageClassName": "bench-none",
+                        "resources": {"requests": {"storage": "4Mi"}},
+                        "dataSource": {
+                            "apiGroup": GROUP,
+                            "kind": "VolumeSnapshot",
+                            "name": "golden-%s" % VERIFY_FAMILY,
+                        },
+                    },
+                },
+            )
+
+
 def api_span(lab):
     """Seconds from the first to the last request in the audit log."""
     times = [r["time"] for r in lab.audit()]
@@ -427,6 +579,13 @@ def main() -> int:
     parser.add_argument("--projects", default="50,500", help="comma-separated project counts, increasing")
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median is shown)")
     parser.add_argument("--no-playbook", action="store_true", help="skip the ansible-playbook run")
+    parser.add_argument(
+        "--store",
+        action="store_true",
+        help="seed goldens and projects straight into the lab's store, bound and ready, with no controller"
+        " running (fleet sizes the API would take long to seed)",
+    )
+    parser.add_argument("--no-naive", action="store_true", help="skip the GET-each verification")
     args = parser.parse_args()
     steps = sorted(int(n) for n in args.projects.split(","))
 
@@ -435,17 +594,27 @@ def main() -> int:
     listed_requests = {}
     with (
         tempfile.TemporaryDirectory() as state,
-        LabProcess(state, controllers="tests.lab.controllers.storage:CONTROLLERS") as lab,
+        LabProcess(
+            state, controllers=None if args.store else "tests.lab.controllers.storage:CONTROLLERS"
+        ) as lab,
     ):
         world = World(lab)
         started = time.perf_counter()
-        world.arrange_goldens()
+        if args.store:
+            layout = lab.call("bench.golden_info:store_goldens")
+            world.handles, world.goldens = layout["handles"], layout["goldens"]
+        else:
+            world.arrange_goldens()
         lister = Lister(world.api)
         module = adapter(lab.kubeconfig)
         for each in (lister, module):  # discovery, once
             each.served(selection.SELECTION_API_VERSION, selection.SELECTION_KIND)
         for count in steps:
-            world.add_projects(count)
+            if args.store:
+                lab.call("bench.golden_info:store_projects", layout, world.projects, count)
+                world.projects = count
+            else:
+                world.add_projects(count)
             print("... %d projects seeded (%s)" % (count, load()), file=sys.stderr, flush=True)
             result = report_once(module)
             summary = golden_inventory.summary(result)
@@ -466,16 +635,20 @@ def main() -> int:
                 print("FAIL: the baseline and the adapter report differently", file=sys.stderr)
                 return 1
             # Paired: old and new alternate, so a load swing hits both.
-            old_t, new_t = [], []
+            old_t, new_t, new_cpu, lab_cpu = [], [], [], []
             old_verbs = new_verbs = None
             for _ in range(args.repeat):
                 seconds, verbs = measure(lab, lambda: report_once(lister), 1)
                 old_t.append(seconds)
                 old_verbs = old_verbs or verbs
+                cpu_before, lab_before = time.process_time(), lab.cpu()
                 seconds, verbs = measure(lab, lambda: report_once(module), 1)
+                new_cpu.append(time.process_time() - cpu_before)
+                lab_cpu.append(lab.cpu() - lab_before)
                 new_t.append(seconds)
                 new_verbs = new_verbs or verbs
             old_s, new_s = statistics.median(old_t), statistics.median(new_t)
+            cpu_s, lab_s = statistics.median(new_cpu), statistics.median(lab_cpu)
             rows.append(("golden_info, baseline (dynamic client)", count, old_verbs, old_s, same))
             rows.append(
                 (
@@ -483,10 +656,11 @@ def main() -> int:
                     count,
                     new_verbs,
                     new_s,
-                    "%d entries; old/new %.2f" % (summary["project_entries"], old_s / new_s),
+                    "%d entries; old/new %.2f; cpu %.3fs here, %.3fs in the lab"
+                    % (summary["project_entries"], old_s / new_s, cpu_s, lab_s),
                 )
             )
-            ratios.append((count, old_s, new_s))
+            ratios.append((count, old_s, new_s, cpu_s, lab_s))
             print(
                 "... %d projects: old %.3fs, new %.3fs (%s)" % (count, old_s, new_s, load()), file=sys.stderr
             )
@@ -506,6 +680,8 @@ def main() -> int:
                 )
             )
 
+            if args.no_naive:
+                continue
             seconds, verbs = measure(lab, lambda: verify_naive(world, lister, VERIFY_FAMILY), 1)
             found = verify_naive(world, lister, VERIFY_FAMILY)
             rows.append(
@@ -537,10 +713,10 @@ def main() -> int:
     )
     for what, count, verbs, seconds, note in rows:
         print("%-40s %8d %9d %9.3f  %-36s %s" % (what, count, total(verbs), seconds, fmt(verbs), note))
-    for (c0, o0, n0), (c1, o1, n1) in itertools.pairwise(ratios):
+    for (c0, o0, n0, p0, l0), (c1, o1, n1, p1, l1) in itertools.pairwise(ratios):
         print(
-            "growth %d -> %d projects (%.1fx): adapter %.2fx time, baseline %.2fx time"
-            % (c0, c1, c1 / c0, n1 / n0, o1 / o0)
+            "growth %d -> %d projects (%.1fx): adapter %.2fx time (%.2fx cpu here, %.2fx cpu in the lab),"
+            " baseline %.2fx time" % (c0, c1, c1 / c0, n1 / n0, p1 / p0, l1 / max(l0, 1e-3), o1 / o0)
         )
     print(
         "(setup and all runs: %.1fs; in-process figures: medians of %d paired runs; the lab runs in its own"

@@ -6,13 +6,18 @@
 
 The final key holds the sha256 of the content, so the digest is known before the first byte is sent:
 given by the caller, or read from a local file in a first pass, or taken while a stream is spooled to
-a temporary file. The bytes then go to the final key as a multipart upload (parts in parallel, each
-with its Content-MD5, each ETag compared with the md5 sent) while the sha256 of the whole stream is
-computed again; only when that digest matches is the upload completed, with ``If-None-Match: *`` so
-an existing object is never replaced. Until CompleteMultipartUpload there is no object under the key
-at all, so any failure just aborts the upload. An image smaller than one part is a single PutObject
-with its Content-MD5 and sha256 checksum. The stored object is then checked with a HEAD (size,
-ETag, metadata) without reading it back; one that fails is deleted.
+a temporary file. The bytes then go to the final key as a multipart upload (parts in parallel) while
+the sha256 of the whole stream is computed again; only when that digest matches is the upload
+completed, with ``If-None-Match: *`` so an existing object is never replaced. Until
+CompleteMultipartUpload there is no object under the key at all, so any failure just aborts the upload.
+An image smaller than one part is a single PutObject.
+
+Each body is hashed once more, with sha256: that digest is sent as its flexible checksum
+(ChecksumSHA256, which the server recomputes and refuses on a mismatch) and signs the request as its
+payload hash, so botocore does not hash it again and no md5 is computed. A server that does not answer
+with the checksum (it does not keep flexible checksums) gets the older proof instead: the md5 of the
+body, compared with the ETag it returned. The stored object is then checked with a HEAD (size, the
+composite checksum or the ETag, metadata) without reading it back; one that fails is deleted.
 
 Servers without conditional writes ignore ``If-None-Match``. The window it closes is the time between
 the HEAD before the upload and its completion; as the key names the sha256 that was verified before
@@ -35,6 +40,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     error_code,
     jittered_backoff,
     redact_message,
+    sign_with_sent_checksum,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
@@ -237,7 +243,7 @@ class Upload:
     """
 
     def __init__(self, client, bucket, source, destination, part_size, concurrency=4, **options):
-        self.client = client
+        self.client = sign_with_sent_checksum(client)
         self.bucket = bucket
         self.source = source
         self.destination = destination
@@ -328,7 +334,6 @@ class Upload:
     # one PutObject ------------------------------------------------------------------------------
 
     def _put(self, source, body, digest, metadata):
-        md5 = hashlib.md5(body, usedforsecurity=False).digest()
         sha = hashlib.sha256(body).digest()
         self._check_streamed(source, digest, sha.hex())
         self.action = "put s3://%s/%s" % (self.bucket, self.key)
@@ -337,7 +342,6 @@ class Upload:
                 Bucket=self.bucket,
                 Key=self.key,
                 Body=body,
-                ContentMD5=mirror.b64(md5),
                 ChecksumAlgorithm="SHA256",
                 ChecksumSHA256=mirror.b64(sha),
                 Metadata=metadata,
@@ -349,23 +353,30 @@ class Upload:
                 raise KeyExists(self.bucket, self.key, "appeared during the upload (If-None-Match)") from exc
             raise
         self.written = True
-        self._check_etag(answer.get("ETag"), md5.hex(), "the object")
-        checksum = answer.get("ChecksumSHA256")
-        if checksum and mirror.checksum_value(checksum) != mirror.b64(sha):
-            raise TransferError("the server stored sha256 %s, not the %s sent" % (checksum, mirror.b64(sha)))
-        self._verify(len(body), md5.hex(), digest, sha)
+        part = self._check_body(answer, body, sha, "the object")
+        self._verify(len(body), part["md5"] and part["md5"].hex(), digest, sha)
 
     # multipart ----------------------------------------------------------------------------------
 
     def _multipart(self, source, first, digest, metadata):
         answer = self.client.create_multipart_upload(
-            Bucket=self.bucket, Key=self.key, Metadata=metadata, ContentType=self.content_type
+            Bucket=self.bucket,
+            Key=self.key,
+            Metadata=metadata,
+            ContentType=self.content_type,
+            ChecksumAlgorithm="SHA256",
         )
         self.upload_id = answer["UploadId"]
         whole = self._upload_parts(source, first)
         self._check_streamed(source, digest, whole.hexdigest())
         self.action = "complete the upload of s3://%s/%s" % (self.bucket, self.key)
-        parts = [{"PartNumber": p["number"], "ETag": p["etag"]} for p in self.parts]
+        parts = [
+            dict(
+                {"PartNumber": p["number"], "ETag": p["etag"]},
+                **({"ChecksumSHA256": p["checksum"]} if p["checksum"] else {}),
+            )
+            for p in self.parts
+        ]
         try:
             self.client.complete_multipart_upload(
                 Bucket=self.bucket,
@@ -379,7 +390,12 @@ class Upload:
                 raise KeyExists(self.bucket, self.key, "appeared during the upload (If-None-Match)") from exc
             raise
         self.completed = self.written = True
-        self._verify(source.read_bytes, mirror.multipart_etag([p["md5"] for p in self.parts]), digest)
+        md5s = [p["md5"] for p in self.parts]
+        etag = mirror.multipart_etag(md5s) if all(md5s) else None
+        composite = None
+        if all(p["checksum"] for p in self.parts):
+            composite = mirror.composite_sha256([p["sha256"] for p in self.parts])
+        self._verify(source.read_bytes, etag, digest, composite=composite)
 
     def _upload_parts(self, source, first):
         """Upload ``first`` and the rest of ``source`` as parts; the sha256 of everything read."""
@@ -422,33 +438,57 @@ class Upload:
         return whole
 
     def _upload_part(self, number, chunk):
-        md5 = hashlib.md5(chunk, usedforsecurity=False).digest()
-        # The server refuses a part whose bytes do not match Content-MD5 (BadDigest).
+        sha = hashlib.sha256(chunk).digest()
+        # The server refuses a part whose bytes do not match the checksum or the signed payload hash.
         answer = self.client.upload_part(
             Bucket=self.bucket,
             Key=self.key,
             UploadId=self.upload_id,
             PartNumber=number,
             Body=chunk,
-            ContentMD5=mirror.b64(md5),
+            ChecksumAlgorithm="SHA256",
+            ChecksumSHA256=mirror.b64(sha),
         )
-        etag = answer["ETag"]
-        self._check_etag(etag, md5.hex(), "part %d" % number)
-        return {"number": number, "etag": etag, "md5": md5, "size": len(chunk)}
+        part = self._check_body(answer, chunk, sha, "part %d" % number)
+        return dict(part, number=number, etag=answer["ETag"], sha256=sha, size=len(chunk))
 
     # verification -------------------------------------------------------------------------------
+
+    def _check_body(self, answer, body, sha, what):
+        """The server's word on one body: its ChecksumSHA256 when it keeps one, else the md5 in its ETag.
+
+        Returns ``{"checksum": what the server answered or None, "md5": raw md5 or None}``; the md5 is
+        computed only for a server that answered no checksum.
+        """
+        checksum = answer.get("ChecksumSHA256")
+        if checksum:
+            if mirror.checksum_value(checksum) != mirror.b64(sha):
+                raise TransferError(
+                    "%s: the server stored sha256 %s, not the %s sent" % (what, checksum, mirror.b64(sha))
+                )
+            self._verified(
+                "sha256 of every body (ChecksumSHA256 and signed payload hash, checked by the server)"
+            )
+            return {"checksum": checksum, "md5": None}
+        md5 = hashlib.md5(body, usedforsecurity=False).digest()
+        self._check_etag(answer.get("ETag"), md5.hex(), what)
+        return {"checksum": None, "md5": md5}
 
     def _check_etag(self, etag, expected, what):
         # An encrypted (SSE-KMS, SSE-C) object's ETag is not its md5; Content-MD5 was checked anyway.
         if mirror.is_md5_etag(etag):
             if mirror.etag_value(etag) != expected:
                 raise TransferError("%s: the server stored md5 %s, not the %s sent" % (what, etag, expected))
-            self._verified("md5 of every part (Content-MD5 sent, ETag compared)")
+            self._verified("md5 of every body (no checksum answered; ETag compared)")
         else:
-            self._verified("md5 of every part (Content-MD5, checked by the server)")
+            raise TransferError(
+                "%s: the server answered neither a ChecksumSHA256 nor an md5 ETag (%s), so nothing proves"
+                " what it stored; use a server that keeps flexible checksums" % (what, etag)
+            )
 
-    def _verify(self, size, etag, digest, raw_sha256=None):
-        """A HEAD of the stored object: size, ETag from the parts' md5s, sha256 metadata, checksum."""
+    def _verify(self, size, etag, digest, raw_sha256=None, composite=None):
+        """A HEAD of the stored object: size, ETag from the parts' md5s (``etag``, when they were
+        computed), sha256 metadata, checksum (``raw_sha256`` of a single put, ``composite`` of parts)."""
         where = "s3://%s/%s" % (self.bucket, self.key)
         self.action = "verify " + where
         answer = head(self.client, self.bucket, self.key)
@@ -457,7 +497,7 @@ class Upload:
         if answer.get("ContentLength") != size:
             raise TransferError("it holds %s bytes, not the %d sent" % (answer.get("ContentLength"), size))
         stored = answer.get("ETag")
-        if mirror.is_md5_etag(stored):
+        if etag and mirror.is_md5_etag(stored):
             if mirror.etag_value(stored) != etag:
                 raise TransferError("its ETag is %s, not %s from the md5 of what was sent" % (stored, etag))
             self._verified("ETag of the stored object (md5 of its parts)")
@@ -469,6 +509,16 @@ class Upload:
             if mirror.checksum_value(checksum) != mirror.b64(raw_sha256):
                 raise TransferError("the server's sha256 of it is %s, not %s" % (checksum, digest))
             self._verified("sha256 of the stored object (ChecksumSHA256)")
+        if composite is not None:
+            if not checksum:
+                raise TransferError(
+                    "its HEAD carries no ChecksumSHA256, though every part was stored with one"
+                )
+            if mirror.checksum_value(checksum) != composite:
+                raise TransferError(
+                    "its composite sha256 is %s, not %s from the parts sent" % (checksum, composite)
+                )
+            self._verified("composite sha256 of the stored object (ChecksumSHA256 of its parts)")
         self.verified = True
 
     def _verified(self, what):

@@ -88,6 +88,8 @@ RETRYABLE_CODES = frozenset(
 )
 # Codes that mean "not visible yet" right after a create. Pass extra_codes=() for an existence check.
 EVENTUAL_CONSISTENCY_CODES = ("NoSuchBucket",)
+# Registers the payload-hash hook of sign_with_sent_checksum once per client and operation.
+PAYLOAD_HASH_HOOK = "goldenimage-payload-hash"
 
 
 # What to do instead of putting keys in the endpoint URL.
@@ -246,6 +248,28 @@ def s3_client(
     )
     verify = False if validate_certs is False else (ca_bundle or True)
     return session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=Config(**options))
+
+
+def sign_with_sent_checksum(client, operations=("PutObject", "UploadPart")):
+    """Sign the body of ``operations`` with the sha256 the caller already sends as ChecksumSHA256.
+
+    On plain HTTP botocore hashes every body again to sign it (``X-Amz-Content-SHA256``). When the
+    request carries ``x-amz-checksum-sha256`` (the caller's sha256 of that same body), its hex form is
+    the payload hash, so the body is hashed once and the server checks it twice (the signed payload
+    hash and the flexible checksum). Requests without the header are signed as before.
+    """
+    import base64
+
+    def payload_hash(request, **_kwargs):
+        sent = request.headers.get("x-amz-checksum-sha256")
+        if sent and "X-Amz-Content-SHA256" not in request.headers:
+            request.headers["X-Amz-Content-SHA256"] = base64.b64decode(sent).hex()
+
+    for operation in operations:
+        client.meta.events.register(
+            "before-sign.s3.%s" % operation, payload_hash, unique_id="%s-%s" % (PAYLOAD_HASH_HOOK, operation)
+        )
+    return client
 
 
 def _boto3():

@@ -130,6 +130,47 @@ def test_limit_and_continue(core, kube_namespace):
     assert full.kind == "ConfigMapList" and full.metadata.resource_version
 
 
+def test_paged_selected_lists_match_the_whole_list(core, kube_namespace):
+    """Pages of a label-selected list, in one namespace and across all, join to the unpaged list; a
+    namespace whose name extends this one's stays out of this one's pages."""
+    sibling = kube_namespace + "-b"
+    core.create_namespace({"metadata": {"name": sibling}})
+    try:
+        mark = unique("paged")
+        for ns in (kube_namespace, sibling):
+            for i in range(5):
+                labels = {"paged": mark, "half": "yes" if i % 2 else "no"}
+                core.create_namespaced_config_map(ns, _cm(f"page-{i}", labels))
+
+        def paged(selector, namespace=None):
+            seen, token = [], None
+            while True:
+                if namespace:
+                    page = core.list_namespaced_config_map(
+                        namespace, label_selector=selector, limit=2, _continue=token
+                    )
+                else:
+                    page = core.list_config_map_for_all_namespaces(
+                        label_selector=selector, limit=2, _continue=token
+                    )
+                assert len(page.items) <= 2
+                seen += [(i.metadata.namespace, i.metadata.name) for i in page.items]
+                token = page.metadata._continue
+                if not token:
+                    return seen
+
+        for selector in ("paged=%s" % mark, "paged=%s,half=yes" % mark, "paged,half=no"):
+            whole = core.list_config_map_for_all_namespaces(label_selector=selector).items
+            mine = [(i.metadata.namespace, i.metadata.name) for i in whole]
+            assert sorted(paged(selector)) == sorted(mine)
+            here = [k for k in mine if k[0] == kube_namespace]
+            assert sorted(paged(selector, kube_namespace)) == sorted(here)
+        assert len(paged("paged=%s" % mark, kube_namespace)) == 5
+        assert len(paged("paged=%s,half=yes" % mark)) == 4
+    finally:
+        core.delete_namespace(sibling)
+
+
 def test_dry_run_create_stores_nothing(core, kube_namespace):
     made = core.create_namespaced_config_map(kube_namespace, _cm("dry"), dry_run="All")
     assert made.metadata.name == "dry"

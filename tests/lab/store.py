@@ -8,6 +8,7 @@ lock and without copying it. Public read methods still return deep copies.
 from __future__ import annotations
 
 import base64
+import bisect
 import datetime
 import json
 import queue
@@ -242,6 +243,9 @@ class Store:
         self._pod_logs: dict[tuple[str, str], str] = {}
         # (group, plural) -> (label key, label value) -> {(namespace, name)}: selective lists skip the scan
         self._labels: dict[tuple[str, str], dict[tuple[str, str], set[tuple[str, str]]]] = {}
+        # (group, plural, label selector or None) -> sorted keys, kept until a key of the kind is added
+        # or removed: a paged list seeks its continue key instead of sorting the kind on every page
+        self._sorted_keys: dict[tuple[str, str, str | None], list[tuple[str, str]]] = {}
         self.hooks: dict[tuple[str, str], TypeHooks] = {}
         self.type_listeners: list[Callable[[], None]] = []
         if bootstrap:
@@ -349,42 +353,51 @@ class Store:
             if continue_token:
                 list_rv, start = _decode_continue(continue_token)
             bucket = self._bucket(rt)
-            entries: list[tuple[str, str, _Entry]] = []
-            candidates = self._label_candidates(rt, label_selector) if label_match is not None else None
-            if candidates is not None:
-                for ns, name in sorted(candidates):
-                    if rt.namespaced and namespace and ns != namespace:
-                        continue
-                    if start is None or (ns, name) > start:
-                        entries.append((ns, name, bucket[ns][name]))
-            else:
-                if rt.namespaced and namespace:
-                    spaces = [namespace] if namespace in bucket else []
-                else:
-                    spaces = sorted(bucket)
-                for ns in spaces:
-                    names = bucket[ns]
-                    for name in sorted(names):
-                        if start is None or (ns, name) > start:
-                            entries.append((ns, name, names[name]))
-        out: list[_Entry] = []
-        token = ""
-        remaining = None
-        for i, (_, _, entry) in enumerate(entries):
-            obj = entry.obj
-            if label_match is not None and not label_match(obj.get("metadata", {}).get("labels") or {}):
-                continue
-            if field_match is not None and not field_match(obj):
-                continue
-            if limit and len(out) == limit:
-                last = out[-1].obj["metadata"]
-                token = _encode_continue(list_rv, (last.get("namespace", ""), last["name"]))
-                rest = entries[i:]
-                if label_match is None and field_match is None:
-                    remaining = len(rest)
-                break
-            out.append(entry)
+            keys = self._keys(rt, bucket, label_selector if label_match is not None else "")
+            lo, hi = 0, len(keys)
+            if rt.namespaced and namespace:
+                lo = bisect.bisect_left(keys, (namespace, ""))
+                hi = bisect.bisect_left(keys, (namespace + "\x00", ""), lo)
+            if start is not None:
+                lo = max(lo, bisect.bisect_right(keys, start, lo, hi))
+            out: list[_Entry] = []
+            token = ""
+            remaining = None
+            for i in range(lo, hi):
+                ns, name = keys[i]
+                entry = bucket[ns][name]
+                obj = entry.obj
+                if label_match is not None and not label_match(obj.get("metadata", {}).get("labels") or {}):
+                    continue
+                if field_match is not None and not field_match(obj):
+                    continue
+                if limit and len(out) == limit:
+                    last = out[-1].obj["metadata"]
+                    token = _encode_continue(list_rv, (last.get("namespace", ""), last["name"]))
+                    if label_match is None and field_match is None:
+                        remaining = hi - i
+                    break
+                out.append(entry)
         return out, str(list_rv), token, remaining
+
+    def _keys(self, rt: ResourceType, bucket: dict, label_selector: str) -> list[tuple[str, str]]:
+        """Sorted (namespace, name) keys of the kind, or of the objects that can match the selector
+        (narrowed through the label index), cached until a key of the kind is added or removed.
+        Called under the lock."""
+        candidates = self._label_candidates(rt, label_selector) if label_selector else None
+        cache_key = (rt.group, rt.plural, label_selector if candidates is not None else None)
+        keys = self._sorted_keys.get(cache_key)
+        if keys is None:
+            if candidates is not None:
+                keys = sorted(candidates)
+            else:
+                keys = sorted((ns, name) for ns, names in bucket.items() for name in names)
+            self._sorted_keys[cache_key] = keys
+        return keys
+
+    def _keys_changed(self, rt: ResourceType) -> None:
+        for cache_key in [k for k in self._sorted_keys if k[:2] == (rt.group, rt.plural)]:
+            del self._sorted_keys[cache_key]
 
     def _label_candidates(self, rt: ResourceType, label_selector: str) -> set[tuple[str, str]] | None:
         """Keys of objects that can match the selector, narrowed through the label index by its most
@@ -505,6 +518,10 @@ class Store:
         if old is not None:
             self._unindex(old.obj)
             self._index_labels(rt, old.obj, add=False)
+            if old.obj["metadata"].get("labels") != meta.get("labels"):
+                self._keys_changed(rt)
+        else:
+            self._keys_changed(rt)
         bucket.setdefault(ns, {})[meta["name"]] = _Entry(obj)
         self._index(rt, obj)
         self._index_labels(rt, obj, add=True)
@@ -881,6 +898,7 @@ class Store:
         entry = bucket.get(namespace, {}).pop(name, None)
         if entry is None:
             return {}
+        self._keys_changed(rt)
         if not bucket.get(namespace):
             bucket.pop(namespace, None)
         obj = dict(entry.obj)

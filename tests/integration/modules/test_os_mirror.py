@@ -238,9 +238,9 @@ def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
     assert local["digest_from"] == "read first"  # the key needs the digest before the first part
     assert local["throughput_mib_s"] > 0 and local["seconds"] > 0
     assert set(local["verified_by"]) == {
-        "md5 of every part (Content-MD5 sent, ETag compared)",
+        "sha256 of every body (ChecksumSHA256 and signed payload hash, checked by the server)",
         "sha256 of the whole stream (computed while it was sent)",
-        "ETag of the stored object (md5 of its parts)",
+        "composite sha256 of the stored object (ChecksumSHA256 of its parts)",
     }
     remote_result = run["real: remote image"]
     assert remote_result["key"] == key_of(remote, remote_sha)
@@ -458,7 +458,6 @@ def test_small_image_is_one_verified_put(s3, bucket, images):
     assert (report["method"], report["parts"], report["digest_from"]) == ("put", 1, "given")
     assert report["key"] == key_of(small, digest) and report["size"] == small.stat().st_size
     assert "sha256 of the stored object (ChecksumSHA256)" in report["verified_by"]
-    assert "ETag of the stored object (md5 of its parts)" in report["verified_by"]
     assert [m for m, p in log.since(mark)] == ["PUT"]
     stored = client.head_object(Bucket=bucket, Key=report["key"])
     assert stored["Metadata"]["sha256"] == digest and stored["ContentLength"] == report["size"]
@@ -499,3 +498,71 @@ def test_a_file_changed_after_hashing_is_not_published(s3, bucket, tmp_path, ima
     assert caught.value.cleanup and caught.value.cleanup[0].startswith("abort the upload to ")
     assert keys(client, bucket) == []
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
+
+
+class Sent:
+    """Headers and bodies of the upload requests a client sends (observed on its own event hooks)."""
+
+    OPERATIONS = ("PutObject", "UploadPart")
+
+    def __init__(self, client, strip_checksum=False):
+        self.client, self.strip_checksum, self.requests = client, strip_checksum, []
+
+    def __enter__(self):
+        events = self.client.meta.events
+        for op in self.OPERATIONS:
+            events.register("before-send.s3.%s" % op, self.seen, unique_id="test-sent-%s" % op)
+            if self.strip_checksum:
+                events.register("after-call.s3.%s" % op, self.strip, unique_id="test-strip-%s" % op)
+        return self
+
+    def __exit__(self, *exc):
+        events = self.client.meta.events
+        for op in self.OPERATIONS:
+            events.unregister("before-send.s3.%s" % op, unique_id="test-sent-%s" % op)
+            events.unregister("after-call.s3.%s" % op, unique_id="test-strip-%s" % op)
+
+    def seen(self, request, **_kwargs):
+        headers = {k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()}
+        self.requests.append((headers, request.body))
+
+    @staticmethod
+    def strip(parsed, **_kwargs):
+        # What a server without flexible checksums answers: no checksum, the md5 ETag only.
+        parsed.pop("ChecksumSHA256", None)
+
+
+def _body(body):
+    return body if isinstance(body, bytes) else body.getvalue() if hasattr(body, "getvalue") else bytes(body)
+
+
+@pytest.mark.parametrize("name", ["small", "disk"])
+def test_each_body_is_hashed_once_for_checksum_and_signature(s3, bucket, images, name):
+    """No md5 per part: the sha256 sent as the checksum is the signed payload hash of the same body."""
+    client = s3[1]
+    path = images[name]
+    with Sent(client) as sent:
+        report = _upload(client, bucket, open_source(path=str(path)), expected_sha256=_sha256(path)).run()
+    assert sent.requests and len(sent.requests) == report["parts"]
+    for headers, body in sent.requests:
+        raw = hashlib.sha256(_body(body)).digest()
+        assert "content-md5" not in headers
+        assert headers["x-amz-checksum-sha256"] == mirror.b64(raw)
+        assert headers["x-amz-content-sha256"] == raw.hex()
+    assert (
+        "sha256 of every body (ChecksumSHA256 and signed payload hash, checked by the server)"
+        in (report["verified_by"])
+    )
+
+
+@pytest.mark.parametrize("name", ["small", "disk"])
+def test_a_server_without_checksums_is_verified_by_md5_etags(s3, bucket, images, name):
+    client = s3[1]
+    path = images[name]
+    with Sent(client, strip_checksum=True):
+        report = _upload(client, bucket, open_source(path=str(path)), expected_sha256=_sha256(path)).run()
+    assert "md5 of every body (no checksum answered; ETag compared)" in report["verified_by"]
+    if name == "disk":
+        assert "ETag of the stored object (md5 of its parts)" in report["verified_by"]
+    stored = client.get_object(Bucket=bucket, Key=report["key"])["Body"].read()
+    assert hashlib.sha256(stored).hexdigest() == _sha256(path)
