@@ -194,9 +194,86 @@ def test_controller_configuration_is_consistent():
                 assert {t["identifier"] for t in targets} <= set(nodes)
         approvals = [n for n in nodes.values() if n["unified_job_template"]["type"] == "workflow_approval"]
         assert len(approvals) == 1, "every workflow has one approval before it writes"
-    text = (ROOT / "awx" / "controller" / "goldenimage.yml").read_text().lower()
-    for word in ("password:", "secret_access_key:", "token:"):
-        assert word not in text.replace('secret_access_key: "{{', "")
+    # Nothing secret: a key that names a secret holds only a reference to a credential input.
+    import re
+
+    def secrets(value, where):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                named = re.search("password|secret|token", str(key), re.I)
+                scalar = not isinstance(item, (dict, list, bool))
+                if named and scalar and not re.fullmatch(r"\{\{ *\w+ *\}\}", str(item)):
+                    yield "%s.%s=%r" % (where, key, item)
+                yield from secrets(item, "%s.%s" % (where, key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from secrets(item, "%s[%d]" % (where, i))
+
+    assert list(secrets(CONTROLLER, "controller")) == []
+
+
+def role_options():
+    """Every option of every role's argument spec in the collection, by variable name."""
+    options = {}
+    for path in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml")):
+        for entry in yaml.safe_load(path.read_text())["argument_specs"].values():
+            options.update(entry.get("options") or {})
+    return options
+
+
+def wrapper_text(book):
+    """A wrapper playbook and the collection playbooks it imports."""
+    text = (ROOT / book).read_text()
+    for play in yaml.safe_load(text):
+        imported = play.get("ansible.builtin.import_playbook", "")
+        if imported.startswith("goldenimage.pipeline."):
+            text += (ROOT / "playbooks" / (imported.split(".")[-1] + ".yml")).read_text()
+    return text
+
+
+def survey_questions():
+    """(where, question, playbooks) for every template and workflow survey question."""
+    templates = {t["name"]: t for t in CONTROLLER["controller_templates"]}
+    for template in templates.values():
+        for question in (template.get("survey_spec") or {}).get("spec", []):
+            yield template["name"], question, [template["playbook"]]
+    for workflow in CONTROLLER["controller_workflows"]:
+        books = [
+            templates[n["unified_job_template"]["name"]]["playbook"]
+            for n in workflow["workflow_nodes"]
+            if n["unified_job_template"]["type"] == "job_template"
+        ]
+        for question in (workflow.get("survey_spec") or {}).get("spec", []):
+            yield workflow["name"], question, books
+
+
+def test_survey_questions_follow_the_role_argument_specs():
+    """A survey asks only for what a role's argument spec or the wrapper itself reads, offers exactly the
+    spec's choices, and defaults to the spec's default."""
+    options = role_options()
+    problems = []
+    for where, question, books in survey_questions():
+        variable = question["variable"]
+        option = options.get(variable)
+        if option is None:
+            if not any(variable in wrapper_text(book) for book in books):
+                problems.append(
+                    "%s: %s is in no role's argument spec and no wrapper reads it" % (where, variable)
+                )
+            continue
+        choices = option.get("choices") if question["type"] == "multiplechoice" else None
+        if choices and sorted(map(str, question["choices"])) != sorted(map(str, choices)):
+            problems.append("%s: %s offers %s, the spec %s" % (where, variable, question["choices"], choices))
+        if (
+            "default" in question
+            and "default" in option
+            and str(question["default"]) != str(option["default"])
+        ):
+            problems.append(
+                "%s: %s defaults to %r, the spec to %r"
+                % (where, variable, question["default"], option["default"])
+            )
+    assert problems == []
 
 
 def test_every_wrapper_playbook_has_a_template():
@@ -204,38 +281,122 @@ def test_every_wrapper_playbook_has_a_template():
     assert wrappers == {t["playbook"] for t in CONTROLLER["controller_templates"]}
 
 
-def credential_env(lab):
-    """What AWX's Kubernetes bearer-token credential injects, for the lab."""
-    env = {
-        "K8S_AUTH_HOST": lab.url,
-        "K8S_AUTH_API_KEY": lab.admin_token,
-        "K8S_AUTH_VERIFY_SSL": "False",
-    }
-    env.update({k: v for k, v in lab.env().items() if k.startswith("AWS_")})
+def injected_env(credential_type, inputs, injector="env"):
+    """What a credential of one of this file's credential types injects (its ``env`` or ``extra_vars``):
+    its injector templates rendered with the credential's inputs (field defaults where none is given)."""
+    import jinja2
+
+    kind = next(c for c in CONTROLLER["controller_credential_types"] if c["name"] == credential_type)
+    values = {f["id"]: f.get("default", "") for f in kind["inputs"]["fields"]}
+    missing = [name for name in kind["inputs"].get("required", []) if name not in inputs]
+    assert not missing, "credential of type %r needs %s" % (credential_type, missing)
+    values.update(inputs)
+    render = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    return {k: render.from_string(v).render(values) for k, v in kind["injectors"].get(injector, {}).items()}
+
+
+def credential_env(lab, credentials, s3_endpoint=None):
+    """What the template's credentials inject for the lab: AWX's own Kubernetes bearer-token type
+    ("goldenimage cluster") and the S3 credential type of awx/controller/goldenimage.yml."""
+    env = {}
+    if "goldenimage cluster" in credentials:
+        env.update(
+            {
+                "K8S_AUTH_HOST": lab.url,
+                "K8S_AUTH_API_KEY": lab.admin_token,
+                "K8S_AUTH_VERIFY_SSL": "False",
+            }
+        )
+    if "goldenimage S3" in credentials:
+        s3 = lab.s3
+        env.update(
+            injected_env(
+                "goldenimage S3 bucket",
+                {
+                    "endpoint_url": s3_endpoint or s3.endpoint_url,
+                    "region": s3.region,
+                    "access_key_id": s3.access_key,
+                    "secret_access_key": s3.secret_key,
+                },
+            )
+        )
     return env
 
 
-def run_template(name, extra_vars, lab, tmp_path, monkeypatch):
-    """The template's playbook under ansible-runner, as AWX runs a job."""
+def template(name):
+    return next(t for t in CONTROLLER["controller_templates"] if t["name"] == name)
+
+
+def survey_answers(name, answers):
+    """Extra vars as AWX builds them from a survey: every required question answered (its default when
+    the test gives none), nothing outside the survey, then the launch-time extra vars on top."""
+    spec = template(name)["survey_spec"]["spec"]
+    found = {}
+    for question in spec:
+        variable = question["variable"]
+        if variable in answers:
+            found[variable] = answers[variable]
+        elif "default" in question:
+            found[variable] = question["default"]
+        else:
+            assert not question.get("required"), "%s: survey question %s unanswered" % (name, variable)
+        if question["type"] == "multiplechoice" and variable in found:
+            assert found[variable] in question["choices"], (variable, found[variable])
+    return found
+
+
+class Job:
+    """One job's outcome: status, stdout, the play recap and the artifacts set_stats recorded."""
+
+    def __init__(self, result):
+        self.result = result
+        self.status = result.status
+        self.stdout = result.stdout.read()
+        self.stats = result.stats
+        self.artifacts = {}
+        for event in result.events:
+            if event.get("event") == "playbook_on_stats":
+                self.artifacts = event.get("event_data", {}).get("artifact_data") or {}
+        self.results = {}
+        for event in result.events:
+            if event.get("event") in ("runner_on_ok", "runner_on_failed"):
+                data = event["event_data"]
+                self.results.setdefault(data.get("task"), []).append(data.get("res") or {})
+
+    @property
+    def ok(self):
+        return self.status == "successful"
+
+
+def run_template(
+    name, extra_vars, lab, tmp_path, monkeypatch, survey=None, injected_vars=None, s3_endpoint=None
+):
+    """The template's playbook under ansible-runner, as AWX runs a job: the survey's answers and the
+    launch-time extra vars, and what the template's credentials inject."""
+    import uuid
+
     import ansible_runner
 
     monkeypatch.setenv("PATH", "%s%s%s" % (BIN, os.pathsep, os.environ.get("PATH", "")))
-    template = next(t for t in CONTROLLER["controller_templates"] if t["name"] == name)
-    private = tmp_path / "runner"
+    chosen = template(name)
+    private = tmp_path / ("runner-%s" % uuid.uuid4().hex[:8])
     (private / "env").mkdir(parents=True)
-    env = dict(credential_env(lab))
+    env = credential_env(lab, chosen.get("credentials") or [], s3_endpoint)
     env["ANSIBLE_COLLECTIONS_PATH"] = str(ROOT / ".collections")
     env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "false"
+    extra = dict(survey_answers(name, survey or {}))
+    extra.update(extra_vars)
+    # Extra vars a credential injects (AWX writes them into the job's extra vars file).
+    extra.update(injected_vars or {})
     result = ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(ROOT),
-        playbook=str(ROOT / template["playbook"]),
-        extravars=extra_vars,
+        playbook=str(ROOT / chosen["playbook"]),
+        extravars=extra,
         envvars=env,
         quiet=True,
     )
-    stdout = result.stdout.read()
-    return result, stdout
+    return Job(result)
 
 
 @pytest.mark.lab_only
@@ -261,18 +422,16 @@ def test_drift_report_template_runs_under_ansible_runner(
         kube_namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": yaml.safe_dump(catalog)}}
     )
     lab.clear_audit()
-    result, stdout = run_template(
+    job = run_template(
         "goldenimage: drift report",
-        {
-            "repave_namespace": kube_namespace,
-            "repave_catalog": {"namespace": kube_namespace, "name": "catalog"},
-        },
+        {"repave_catalog": {"namespace": kube_namespace, "name": "catalog"}},
         lab,
         tmp_path,
         monkeypatch,
+        survey={"repave_namespace": kube_namespace},
     )
-    assert result.status == "successful", stdout
-    assert "instance | revision | target | verdict | action" in stdout  # the summary the CLI prints
+    assert job.ok, job.stdout
+    assert "instance | revision | target | verdict | action" in job.stdout  # the summary the CLI prints
     assert [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace] == []
-    assert json.dumps(result.stats)  # AWX reads the same stats
+    assert json.dumps(job.stats)  # AWX reads the same stats
     assert os.environ.get("K8S_AUTH_API_KEY") is None  # the credential reached the job, not this process

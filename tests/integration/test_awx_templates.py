@@ -1,0 +1,425 @@
+"""Every job template's playbook under ansible-runner (AWX's execution engine), against the lab.
+
+Each job gets what AWX would give it: the template's survey answers and launch-time extra vars, and
+the environment its credentials inject (AWX's Kubernetes bearer-token type; the S3 type of
+awx/controller/goldenimage.yml rendered from its injectors). Each test asserts the summary the CLI
+prints and what the run changed. The workflow "publish, gate, approve, promote" is followed node by
+node: the publish job's artifacts (set_stats) are the gate's and the promotion's extra vars, and a
+rejected gate fails its job, so the promotion never runs and the incumbent keeps serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import uuid
+
+import pytest
+
+from tests.integration import disks
+from tests.integration import microvm_parts as parts
+from tests.integration.anonymous_s3 import AnonymousAwareS3
+from tests.integration.test_awx import CONTROLLER, injected_env, run_template
+from tests.integration.test_dbinstance_repave import TIP, Fleet, operator_settings  # noqa: F401
+from tests.integration.test_promote_playbooks import Stage
+from tests.integration.test_publish_baked_image import REVISION
+from tests.integration.test_publish_baked_image import inputs as baked_inputs
+from tests.integration.test_windows_chain import DATE as WINDOWS_DATE
+from tests.integration.test_windows_chain import Chain
+from tests.integration.test_windows_chain import key_of as windows_key
+from tests.integration.test_worker_image import SCHEMATIC, World
+from tests.integration.test_worker_image import pool as worker_pool
+from tests.lab.controllers.kubevirt import probe_template
+
+pytestmark = pytest.mark.lab_only
+
+BLOCK_NS = "golden-images-block"
+DATE = "2026-08-28"
+
+
+def gate_answers(project):
+    """The gate's optional inputs tuned for the lab (short timeouts, the lab's port forward)."""
+    return {
+        "golden_gate_agent_timeout": 10,
+        "golden_gate_port_timeout": 5,
+        "golden_gate_wait_timeout": 30,
+        "golden_gate_poll_interval": 1,
+        "golden_gate_port_probe": probe_template(22),
+        "golden_promote_gate_project_namespace": project,
+    }
+
+
+def promote_answers(stage):
+    return {
+        "golden_promote_gate_agent_timeout": 10,
+        "golden_promote_gate_port_timeout": 5,
+        "golden_promote_gate_provision_timeout": 30,
+        "golden_promote_gate_poll_interval": 1,
+        "golden_promote_gate_port_probe": probe_template(22),
+        "golden_promote_project_selector": stage.selector,
+        "golden_promote_verify_timeout": 30,
+        "golden_promote_verify_interval": 1,
+    }
+
+
+@pytest.fixture(scope="module")
+def stage(lab, kube_client, tmp_path_factory):
+    """Goldens of one family imported through CDI (incumbent served, a candidate, a disk that does not
+    boot) and the project namespaces, as the promotion tests arrange them."""
+    arranged = Stage(lab, kube_client, tmp_path_factory.mktemp("awx-promote"))
+    try:
+        arranged.ensure_golden_namespace()
+        arranged.make_projects()
+        arranged.make_goldens()
+        yield arranged
+    finally:
+        arranged.cleanup()
+
+
+def test_publish_linux_golden_hands_its_golden_to_the_gate(lab, kube_client, tmp_path, monkeypatch):
+    """publish -> gate as the workflow runs them: the publish job's artifacts name the gate's candidate."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    prefix = "t%s" % uuid.uuid4().hex[:8]
+    family = "%s-deb" % prefix
+    gate_project = "%s-gate" % prefix
+    core.create_namespace({"metadata": {"name": gate_project}})
+    tree = disks.ext4_tree(tmp_path / "tree", {"etc/golden-release": prefix + "\n"})
+    qcow2 = disks.qcow2(disks.linux_disk(tmp_path / "disk.raw", tree)["path"], tmp_path / "disk.qcow2")
+    digest = hashlib.sha256(qcow2.read_bytes()).hexdigest()
+    s3 = lab.s3.client()
+    bucket = "%s-mirror" % prefix
+    s3.create_bucket(Bucket=bucket)
+    key = "%s/1/sha256-%s/disk.qcow2" % (family, digest)
+    s3.upload_file(str(qcow2), bucket, key, ExtraArgs={"ACL": "public-read"})
+    url = "%s/%s/%s" % (lab.s3.endpoint_url, bucket, key)
+    images = [
+        {
+            "family": family,
+            "os_name": "Debian 12",
+            "source": {"http": {"url": url, "checksum": "sha256:" + digest}},
+            "size": str(64 * 1024 * 1024),
+        }
+    ]
+    name = "golden-%s-%s-%s" % (family, DATE.replace("-", ""), digest[:12])
+    try:
+        published = run_template(
+            "goldenimage: publish Linux golden",
+            {"linux_golden_images": images, "linux_golden_poll_interval": 1},
+            lab,
+            tmp_path,
+            monkeypatch,
+            survey={"linux_golden_date": DATE},
+        )
+        assert published.ok, published.stdout
+        assert "staged (not active): %s/%s restoreSize=" % (BLOCK_NS, name) in published.stdout
+        assert published.artifacts == {
+            "golden_published": [name],
+            "golden_gate_snapshot": name,
+            "golden_gate_snapshot_namespace": BLOCK_NS,
+            "golden_promote_snapshot": name,
+            "golden_promote_family": family,
+            "golden_promote_mode": "Block",
+        }
+        # The next node: the workflow's answers and the artifacts, no name typed by a person.
+        lab.clear_audit()
+        gated = run_template(
+            "goldenimage: gate",
+            dict(gate_answers(gate_project), **published.artifacts),
+            lab,
+            tmp_path,
+            monkeypatch,
+        )
+        assert gated.ok, gated.stdout
+        assert "passed: " in gated.stdout
+        verdict = gated.results["Boot a tenant-style clone of the candidate"][0]
+        assert verdict["verdict"] == "passed" and verdict["probe"]
+        # The gate wrote only in its project namespace (and the content it published there).
+        outside = [
+            r
+            for r in lab.mutating_requests()
+            if r["namespace"] not in (gate_project, None) and r["resource"] != "volumesnapshotcontents"
+        ]
+        assert outside == []
+    finally:
+        custom = client.CustomObjectsApi(kube_client)
+        for plural, group, version in (
+            ("volumesnapshots", "snapshot.storage.k8s.io", "v1"),
+            ("datavolumes", "cdi.kubevirt.io", "v1beta1"),
+        ):
+            for item in custom.list_namespaced_custom_object(group, version, BLOCK_NS, plural)["items"]:
+                if prefix in item["metadata"]["name"]:
+                    custom.delete_namespaced_custom_object(
+                        group, version, BLOCK_NS, plural, item["metadata"]["name"]
+                    )
+        for claim in core.list_namespaced_persistent_volume_claim(BLOCK_NS).items:
+            if prefix in claim.metadata.name:
+                core.delete_namespaced_persistent_volume_claim(claim.metadata.name, BLOCK_NS)
+        core.delete_namespace(gate_project)
+
+
+def test_a_rejected_gate_fails_its_job_and_writes_no_selection(lab, stage, tmp_path, monkeypatch):
+    """The workflow's failure path: a candidate that does not boot fails the gate job, so the approval
+    and the promotion never run; nothing outside the gate's project namespace was written."""
+    lab.clear_audit()
+    gated = run_template(
+        "goldenimage: gate",
+        dict(gate_answers(stage.gate_project), golden_gate_agent_timeout=3),
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={
+            "golden_gate_snapshot": stage.goldens["broken"],
+            "golden_gate_project_namespace": stage.gate_project,
+        },
+    )
+    assert gated.status == "failed", gated.stdout
+    verdict = gated.results["Boot a tenant-style clone of the candidate"][0]
+    assert verdict["verdict"] != "passed", verdict
+    assert stage.selection() is None
+    writes = [r for r in lab.mutating_requests() if r["resource"] == "goldenimageselections"]
+    assert writes == []
+
+
+def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
+    """The promotion node after an approval, then the rollback node: summaries and the selections written."""
+    promoted = run_template(
+        "goldenimage: promote",
+        dict(promote_answers(stage), golden_promote_release_digest=stage.digests["candidate"]),
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={
+            "golden_promote_family": stage.family,
+            "golden_promote_snapshot": stage.goldens["candidate"],
+            "golden_promote_mode": "Filesystem",
+            "golden_promote_gate_project_namespace": stage.gate_project,
+        },
+    )
+    assert promoted.ok, promoted.stdout
+    assert "golden_promote_summary" in promoted.stdout  # the table the CLI shows
+    for project in stage.projects:
+        assert project in promoted.stdout
+    assert stage.selection()["spec"]["snapshotName"] == stage.goldens["candidate"]
+    assert (
+        "%s/Filesystem serves %s (selection path" % (stage.family, stage.goldens["candidate"])
+        in promoted.stdout
+    )
+
+    rolled = run_template(
+        "goldenimage: rollback",
+        {
+            "golden_promote_project_selector": stage.selector,
+            "golden_promote_verify_timeout": 30,
+            "golden_promote_verify_interval": 1,
+        },
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={"golden_promote_family": stage.family, "golden_promote_mode": "Filesystem"},
+    )
+    assert rolled.ok, rolled.stdout
+    assert stage.selection()["spec"]["snapshotName"] == stage.goldens["incumbent"]
+    assert "%s/Filesystem serves %s" % (stage.family, stage.goldens["incumbent"]) in rolled.stdout
+
+
+def test_repave_fleet_template(lab, kube_client, kube_namespace, operator_settings, tmp_path, monkeypatch):  # noqa: F811
+    """The maintenance workflow's last node: the roll-out with the survey's max_unavailable."""
+    fleet = Fleet(lab, kube_client, kube_namespace, operator_settings)
+    names = ["db-%d" % i for i in range(4)]
+    for name in names:
+        fleet.create(name)
+    fleet.settle(names)
+    job = run_template(
+        "goldenimage: repave fleet",
+        {
+            "repave_catalog": fleet.catalog,
+            "repave_batch_pause": 0,
+            "repave_wait_timeout": 60,
+            "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
+        },
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={"repave_namespace": fleet.namespace, "repave_max_unavailable": "50%"},
+    )
+    assert job.ok, job.stdout
+    assert "instance | revision | target | verdict | action" in job.stdout
+    assert {n: fleet.revision(n) for n in names} == {n: TIP for n in names}
+    assert fleet.operator.repaving_at_once(fleet.namespace) <= 2
+
+
+def test_mirror_template_with_the_s3_credential(lab, tmp_path, monkeypatch):
+    """The S3 credential type's injectors are the only source of the bucket's endpoint and keys."""
+    disk = tmp_path / "debian.qcow2"
+    raw = tmp_path / "debian.raw"
+    disks.run("truncate", "-s", "4M", raw)
+    disks.run("qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, disk)
+    bucket = "awx-%s" % uuid.uuid4().hex[:8]
+    job = run_template(
+        "goldenimage: mirror",
+        {"os_mirror_images": [{"family": "debian-12", "version": "20260801", "path": str(disk)}]},
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={"os_mirror_bucket": bucket},
+    )
+    assert job.ok, job.stdout
+    assert "1 copied, 0 skipped: %d bytes moved at " % disk.stat().st_size in job.stdout
+    assert "catalog s3://%s/catalog.json lists 1 images (rewritten)" % bucket in job.stdout
+    assert lab.s3.secret_key not in job.stdout
+    document = json.loads(lab.s3.client().get_object(Bucket=bucket, Key="catalog.json")["Body"].read())
+    assert list(document["families"]) == ["debian-12"]
+
+
+def test_publish_baked_image_template(lab, kube_client, kube_namespace, tmp_path, monkeypatch):
+    """EOL guard, checksums, the bucket by digest, the Harvester image and the stream tip of a build."""
+    bucket = "awx-baked-%s" % uuid.uuid4().hex[:6]
+    extra = baked_inputs(tmp_path, kube_namespace, bucket)
+    job = run_template(
+        "goldenimage: publish baked image",
+        extra,
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={"publish_os_version": "22.04"},
+    )
+    assert job.ok, job.stdout
+    assert "revision %s (Ubuntu 22.04, PostgreSQL " % REVISION in job.stdout
+    assert "s3://%s/" % bucket in job.stdout and " uploaded, " in job.stdout
+    assert lab.s3.secret_key not in job.stdout and "X-Amz-Signature" not in job.stdout
+
+
+def test_publish_worker_image_template(lab, kube_client, tmp_path, monkeypatch):
+    world = World(lab, kube_client, tmp_path)
+    try:
+        version = "v1.13.0"
+        world.publish(SCHEMATIC, version)
+        job = run_template(
+            "goldenimage: publish worker images",
+            {
+                "worker_image_images": [world.entry(version)],
+                "worker_image_pools": [worker_pool(world, version)],
+                "worker_image_poll_seconds": 1,
+            },
+            lab,
+            tmp_path,
+            monkeypatch,
+            survey={"worker_image_namespace": world.ns},
+        )
+        assert job.ok, job.stdout
+        name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+        assert name in job.stdout and "Succeeded" in job.stdout
+        assert world.golden(name)["status"]["phase"] == "Succeeded"
+    finally:
+        world.close()
+
+
+def test_publish_microvm_images_template_with_the_registry_credential(tmp_path, lab, monkeypatch):
+    """The registry credential type's extra vars carry the push credentials; they never reach the output."""
+    made = tmp_path / "made"
+    tree = parts.root_tree(made / "tree")
+    disk = parts.gpt_disk(made / "disk.raw", parts.ext4_root(tree, made / "root.ext4"))["path"]
+    reg = parts.Registry(tmp_path / "registry", tls=True, users={"pusher": "awx-r3g-pw"})
+    try:
+        assert "goldenimage registry" in next(
+            t["credentials"]
+            for t in CONTROLLER["controller_templates"]
+            if t["name"] == "goldenimage: publish micro-VM images"
+        )
+        secret = injected_env(
+            "goldenimage OCI registry", {"username": "pusher", "password": "awx-r3g-pw"}, "extra_vars"
+        )
+        job = run_template(
+            "goldenimage: publish micro-VM images",
+            {"microvm_images_ca_bundle": str(reg.ca)},
+            lab,
+            tmp_path,
+            monkeypatch,
+            survey={
+                "microvm_images_src": str(disk),
+                "microvm_images_registry": reg.host,
+                "microvm_images_repository": "awx/ubuntu",
+            },
+            injected_vars=secret,
+        )
+        assert job.ok, job.stdout
+        assert "without slim: " in job.stdout  # the size report
+        assert reg.manifest("awx/ubuntu/rootfs", parts.VERSION, auth=("pusher", "awx-r3g-pw")) == 200
+        assert "awx-r3g-pw" not in job.stdout
+        assert "awx-r3g-pw" not in json.dumps([e.get("event_data", {}).get("res") for e in job.result.events])
+    finally:
+        reg.stop()
+
+
+def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch):
+    """Seal check, export through the BYOL guard (a volume-licensed image to a private bucket), import,
+    contract snapshot and clone gate; the bucket's endpoint and keys come from the S3 credential."""
+    from kubernetes import client
+
+    front = AnonymousAwareS3()
+    endpoint = front.start()
+    arranged = Chain(lab, kube_client, endpoint, tmp_path)
+    family = "win11-awx-%s" % arranged.tag
+    try:
+        job = run_template(
+            "goldenimage: publish Windows golden",
+            {
+                "windows_export_namespace": arranged.build,
+                "windows_export_date": WINDOWS_DATE,
+                "windows_export_scratch_size": "64Mi",
+                "windows_export_poll_interval": 1,
+                "windows_export_import_url_base": lab.s3.endpoint_url,
+                "windows_export_import_secret_ref": arranged.secret,
+                "windows_export_import_access_key_id": lab.s3.access_key,
+                "windows_export_import_secret_key": lab.s3.secret_key,
+                "windows_export_family": family,
+                "windows_export_os_name": "Windows 11 (AWX)",
+                "windows_export_import_size": "64Mi",
+                "publish_project_namespace": arranged.project,
+                "publish_gate_agent_timeout": 30,
+                "publish_gate_port_timeout": 3,
+                "publish_gate_provision_timeout": 60,
+                "publish_gate_poll_interval": 1,
+                "publish_gate_port_probe": probe_template(3389),
+            },
+            lab,
+            tmp_path,
+            monkeypatch,
+            survey={
+                "windows_export_pvc": "win11-sealed",
+                "windows_export_bucket": arranged.private,
+                "windows_export_license": "volume",
+            },
+            s3_endpoint=endpoint,
+        )
+        assert job.ok, job.stdout
+        assert "golden-%s-" % family in job.stdout
+        assert arranged.keys(arranged.private) == [windows_key(WINDOWS_DATE)]
+        assert lab.s3.secret_key not in job.stdout
+    finally:
+        custom = client.CustomObjectsApi(kube_client)
+        for plural, group, version in (
+            ("volumesnapshots", "snapshot.storage.k8s.io", "v1"),
+            ("datavolumes", "cdi.kubevirt.io", "v1beta1"),
+        ):
+            for item in custom.list_namespaced_custom_object(group, version, "golden-images", plural)[
+                "items"
+            ]:
+                if item["metadata"]["name"].startswith("golden-%s-" % family):
+                    custom.delete_namespaced_custom_object(
+                        group, version, "golden-images", plural, item["metadata"]["name"]
+                    )
+        front.stop()
+
+
+def test_every_template_has_a_runner_test():
+    """Each template's playbook runs in a test of this file (drift report: tests/integration/test_awx.py)."""
+    here = pathlib.Path(__file__)
+    source = here.read_text() + (here.parent / "test_awx.py").read_text()
+    untested = sorted(
+        t["name"] for t in CONTROLLER["controller_templates"] if '"%s"' % t["name"] not in source
+    )
+    assert untested == []
