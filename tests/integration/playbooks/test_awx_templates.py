@@ -17,19 +17,19 @@ import uuid
 
 import pytest
 
-from tests.integration import disks
-from tests.integration import microvm_parts as parts
-from tests.integration.anonymous_s3 import AnonymousAwareS3
-from tests.integration.test_awx import CONTROLLER, injected_env, run_template
-from tests.integration.test_dbinstance_repave import TIP, Fleet, operator_settings  # noqa: F401
-from tests.integration.test_promote_playbooks import Stage
-from tests.integration.test_publish_baked_image import REVISION
-from tests.integration.test_publish_baked_image import inputs as baked_inputs
-from tests.integration.test_windows_chain import DATE as WINDOWS_DATE
-from tests.integration.test_windows_chain import Chain
-from tests.integration.test_windows_chain import key_of as windows_key
-from tests.integration.test_worker_image import SCHEMATIC, World
-from tests.integration.test_worker_image import pool as worker_pool
+from tests.integration.modules.test_dbinstance_repave import TIP, Fleet, operator_settings  # noqa: F401
+from tests.integration.modules.test_worker_image import SCHEMATIC, World
+from tests.integration.modules.test_worker_image import pool as worker_pool
+from tests.integration.playbooks.test_awx import CONTROLLER, injected_env, run_template
+from tests.integration.playbooks.test_promote_playbooks import Stage
+from tests.integration.roles.test_publish_baked_image import REVISION
+from tests.integration.roles.test_publish_baked_image import inputs as baked_inputs
+from tests.integration.roles.test_windows_chain import DATE as WINDOWS_DATE
+from tests.integration.roles.test_windows_chain import Chain
+from tests.integration.roles.test_windows_chain import key_of as windows_key
+from tests.integration.support import disks
+from tests.integration.support import microvm_parts as parts
+from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
@@ -416,7 +416,7 @@ def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch
 
 
 def test_every_template_has_a_runner_test():
-    """Each template's playbook runs in a test of this file (drift report: tests/integration/test_awx.py)."""
+    """Each template's playbook runs in a test of this file (the drift report's runs in test_awx.py)."""
     here = pathlib.Path(__file__)
     source = here.read_text() + (here.parent / "test_awx.py").read_text()
     untested = sorted(
