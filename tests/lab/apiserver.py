@@ -23,7 +23,10 @@ import urllib.request
 import yaml
 
 BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-apiserver.sh"
-KCM_CONTROLLERS = "namespace,garbagecollector,serviceaccount"
+# The API server's admission puts the kubernetes.io/pvc-protection and pv-protection finalizers on every
+# claim and volume; the protection controllers lift them once nothing uses the object, or a delete waits
+# forever.
+KCM_CONTROLLERS = "namespace,garbagecollector,serviceaccount,pvc-protection,pv-protection"
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
