@@ -12,11 +12,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Debian packages the tests and the demo use (program -> package).
 DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git kubectl:kubernetes-client debugfs:e2fsprogs sfdisk:fdisk setfattr:attr openssl:openssl docker-registry:docker-registry skopeo:skopeo umoci:umoci
 
-.PHONY: help deps venv collections lab-binaries setup lint unit integration faults molecule sanity test demo e2e bench lab-up lab-down clean
+.PHONY: help deps venv collections lab-binaries setup lint unit integration faults suites molecule sanity test demo e2e bench lab-up lab-down clean
 
 help:
 	@echo "make test    lint, unit, lab integration and molecule tests (sets everything up)"
 	@echo "make faults  the slow fault suite: playbooks under injected conflicts, errors and lost replies"
+	@echo "make suites  the data-loss, secrets, fault, bad-input and idempotence suites, with a score line each"
 	@echo "make sanity  ansible-test sanity on a copy of the collection"
 	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them (ACT=workers: one act)"
 	@echo "make e2e     slow tiers that boot real VMs"
@@ -65,6 +66,10 @@ integration: setup
 # Playbooks under conflict 0.2 + error 0.1 + drop 0.05 + commit-then-drop 0.05: minutes, so on its own.
 faults: setup
 	$(BIN)/pytest -q -rxX -m faults tests/integration
+
+# The cross-cutting suites (tests/suites.py): the tests marked suite(...), one score line per suite.
+suites: setup
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "suite and not faults" tests/integration
 
 molecule: setup
 	tools/molecule.sh

@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.lab.fixtures"]
+pytest_plugins = ["tests.lab.fixtures", "tests.suites"]

@@ -25,6 +25,7 @@ __metaclass__ = type
 
 import copy
 import json
+import os
 import random
 import time
 import traceback
@@ -34,6 +35,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import strip_query
 
 # Fields the server owns: comparing them would report a change on every run.
@@ -371,6 +373,9 @@ class KubeModule(AnsibleModule):
                 ) from exc
             from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
+            path = self.params.get("kubeconfig")
+            if isinstance(path, str) and path:
+                kubeconfig_file(path, os.path.exists(os.path.expanduser(path)))
             self._kube_client = self._retrying(
                 "connect to the Kubernetes API", lambda: get_api_client(module=self)
             )

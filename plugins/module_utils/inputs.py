@@ -7,7 +7,7 @@
 Pure: no I/O. Each rule raises ``Refusal`` naming the option, the rule and the supported move:
 durations (timeouts, intervals, pauses) must be positive; a version is a string, never a YAML float
 (``1.10`` reaches a module as ``1.1``); an object key is one S3 accepts and that cannot climb out of
-its prefix.
+its prefix. A kubeconfig that is named but not there is refused naming its path.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -108,3 +108,18 @@ def object_key(key, option="key"):
                 "use plain path segments",
             )
     return key
+
+
+def kubeconfig_file(path, exists):
+    """A kubeconfig named by path (the kubeconfig option or K8S_AUTH_KUBECONFIG) must exist.
+
+    ``exists`` says whether the file is there (the caller looked). Returns the path.
+    """
+    if exists:
+        return path
+    raise Refusal(
+        "kubeconfig %s (option kubeconfig or K8S_AUTH_KUBECONFIG)" % path,
+        "the file does not exist",
+        "point it at a kubeconfig file, or leave it unset to use ~/.kube/config or the in-cluster "
+        "service account",
+    )

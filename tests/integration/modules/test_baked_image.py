@@ -61,6 +61,7 @@ def catalog_of(kube_client, namespace):
     return yaml.safe_load(cm.data["catalog.yaml"])
 
 
+@pytest.mark.suite("idempotence")
 def test_register_check_real_idempotent_and_immutable(lab, kube_client, kube_namespace, mirror):
     base = dict(
         name="v20261201-2404",

@@ -69,6 +69,7 @@ def running_database(lab, kube_client, namespace, name, revision):
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("data-loss")
 def test_absent_asks_who_uses_the_image_and_keeps_imported_true_to_the_cluster(
     lab, kube_client, kube_namespace, mirror, monkeypatch
 ):
@@ -207,6 +208,7 @@ def _everything_left(kube_client, namespace, files=()):
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("secrets")
 def test_a_password_in_the_url_is_refused_and_never_lands_anywhere(
     lab, kube_client, kube_namespace, mirror, tmp_path
 ):
@@ -239,6 +241,7 @@ def test_a_password_in_the_url_is_refused_and_never_lands_anywhere(
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("bad-input")
 def test_bad_input_is_refused_before_the_first_write(lab, kube_namespace, mirror):
     body = registration(kube_namespace, mirror, "v20260930")
     where = {"namespace": kube_namespace, "name": "catalog"}

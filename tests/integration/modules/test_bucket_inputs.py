@@ -31,6 +31,7 @@ def row(title, module, **params):
     return {"name": title, "goldenimage.pipeline." + module: params, "ignore_errors": True}
 
 
+@pytest.mark.suite("bad-input")
 def test_bad_inputs_are_refused_before_any_write(s3, tmp_path):
     client = s3.client()
     bucket = "inputs-" + uuid.uuid4().hex[:10]

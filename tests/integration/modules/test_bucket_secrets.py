@@ -132,6 +132,7 @@ def leaks(found, secrets):
     ]
 
 
+@pytest.mark.suite("secrets")
 def test_no_secret_reaches_any_output_object_or_file(world):
     endpoint, upstream, client = world["endpoint"], world["upstream"], world["client"]
     bucket = "secrets-%s" % TAG

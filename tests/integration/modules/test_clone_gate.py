@@ -298,7 +298,9 @@ def swept(lab, goldens, kube_client, tmp_path_factory):
         )
         story["second audit"] = lab.audit()
         story["after second"] = leftovers(lab, project)
-        lab.faults.update({"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "seed": 11})
+        lab.faults.update(
+            {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05, "seed": 11}
+        )
         try:
             story["faults"] = run_playbook(kube_play(task("under faults", **common)), env=lab.env())
         finally:
@@ -312,6 +314,7 @@ def swept(lab, goldens, kube_client, tmp_path_factory):
     return story
 
 
+@pytest.mark.suite("faults")
 def test_a_failed_cleanup_is_reported_with_the_names_and_the_command(swept):
     run, project = swept["first"], swept["project"]
     result = run["may not delete"]
@@ -337,6 +340,7 @@ def test_a_failed_cleanup_is_reported_with_the_names_and_the_command(swept):
     assert len(swept["left"]) == 5  # the four objects and the VM's instance, really there
 
 
+@pytest.mark.suite("faults")
 def test_the_next_run_of_the_candidate_sweeps_what_an_earlier_run_left(swept):
     run = swept["second"]
     earlier = swept["first"]["may not delete"]["left_behind"]
@@ -364,6 +368,7 @@ def test_the_next_run_of_the_candidate_sweeps_what_an_earlier_run_left(swept):
     assert swept["after second"] == []
 
 
+@pytest.mark.suite("bad-input")
 def test_golden_namespaces_and_zero_timeouts_are_refused_before_any_write(swept, goldens):
     run = swept["second"]
     for name, namespace in (
@@ -387,6 +392,7 @@ def test_golden_namespaces_and_zero_timeouts_are_refused_before_any_write(swept,
     assert touched == []
 
 
+@pytest.mark.suite("faults")
 def test_under_conflicts_5xx_and_dropped_connections_it_passes_and_leaves_nothing(swept):
     run = swept["faults"]
     result = run["under faults"]

@@ -289,6 +289,7 @@ def test_report_verdicts_disagreement_and_constant_requests(lab, fleet):
 # ------------------------------------------------------------------------------------ trigger and wait
 
 
+@pytest.mark.suite("idempotence")
 def test_trigger_and_wait_check_real_again(lab, fleet, monkeypatch):
     monkeypatch.setenv(STEP_ENV, "0.3")  # slow enough for the polls to see every step
     fleet.create("orders", revision=OLD)
@@ -725,6 +726,7 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
 # ---------------------------------------------------------------------------------------------- inputs
 
 
+@pytest.mark.suite("bad-input")
 def test_bad_durations_an_empty_scope_and_a_malformed_engine_version(lab, fleet):
     fleet.create("target")
     fleet.create("odd", engine="16.x")  # set, but not a major

@@ -304,6 +304,7 @@ def steps_by_hand(lab, namespace, name, catalog, writes) -> list[dict]:
 # ------------------------------------------------------------------------------------ tests
 
 
+@pytest.mark.suite("idempotence")
 def test_swap_check_mode_real_and_idempotent(lab, kube_client, kube_namespace, catalog):
     data = create_instance(lab, kube_client, kube_namespace, "db", catalog)
     common = {"namespace": kube_namespace, "names": ["db"], "catalog": {"path": catalog["path"]}, **FAST}
@@ -422,6 +423,7 @@ def test_a_new_disk_that_does_not_boot_stops_on_it_and_rolls_back(lab, kube_clie
     assert pvc(lab, kube_namespace, f"nb-os-{NEW}")["metadata"]["uid"] == original["metadata"]["uid"]
 
 
+@pytest.mark.suite("data-loss")
 def test_teardown_refuses_data_without_purge_and_leaves_nothing_with_it(
     lab, kube_client, kube_namespace, catalog
 ):
@@ -609,6 +611,7 @@ def volumes_of(lab, namespace, name):
     ],
     ids=["os-volume-pgdata", "both-swapped", "os-volume-typo", "data-volume-typo"],
 )
+@pytest.mark.suite("data-loss")
 def test_teardown_without_purge_never_deletes_data_whatever_the_volume_options(
     lab, kube_client, kube_namespace, catalog, options
 ):
@@ -637,6 +640,8 @@ def test_teardown_without_purge_never_deletes_data_whatever_the_volume_options(
     ],
     ids=["os-volume-pgdata", "both-swapped", "os-volume-typo"],
 )
+@pytest.mark.suite("data-loss")
+@pytest.mark.suite("bad-input")
 def test_repave_naming_a_data_volume_is_refused_before_the_first_write(
     lab, kube_client, kube_namespace, catalog, options, why
 ):
@@ -703,6 +708,7 @@ def break_like_the_seed(lab, kube_client, namespace, name, catalog):
     wait(f"{name}-os-{NEW}", lambda: pvc(lab, namespace, f"{name}-os-{NEW}"))
 
 
+@pytest.mark.suite("data-loss")
 def test_a_vm_left_with_its_data_swapped_out_gets_it_back_and_is_repaved(
     lab, kube_client, kube_namespace, catalog
 ):
@@ -738,6 +744,7 @@ def test_a_vm_left_with_its_data_swapped_out_gets_it_back_and_is_repaved(
     assert {r["name"] for r in deletes(lab, kube_namespace)} == {f"sw-os-{OLD}"}
 
 
+@pytest.mark.suite("data-loss")
 def test_a_data_disk_carrying_an_image_annotation_is_still_data(lab, kube_client, kube_namespace, catalog):
     """An imageId alone proves nothing: a data claim with one (copied from an OS template) is on a class
     that is not the image's, and attached as the second disk."""

@@ -55,6 +55,8 @@ def committed(lab, namespace, verb):
     return counts
 
 
+@pytest.mark.suite("faults")
+@pytest.mark.suite("idempotence")
 def test_writes_converge_in_one_run_under_faults(lab, kube_namespace, faults, capsys):
     names = ["cm-%02d" % i for i in range(OBJECTS)]
     with kube(lab) as m:
@@ -104,6 +106,7 @@ def test_writes_converge_in_one_run_under_faults(lab, kube_namespace, faults, ca
         )
 
 
+@pytest.mark.suite("faults")
 def test_a_create_whose_reply_is_always_lost_is_still_one_object(lab, kube_namespace, faults):
     with kube(lab) as m:
         m.resource("v1", "ConfigMap")
@@ -115,6 +118,7 @@ def test_a_create_whose_reply_is_always_lost_is_still_one_object(lab, kube_names
     assert committed(lab, kube_namespace, "create") == {"?": 1}  # the retry met AlreadyExists: ours
 
 
+@pytest.mark.suite("faults")
 def test_someone_elses_object_is_a_conflict_even_under_faults(lab, kube_namespace, faults):
     from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
 
@@ -128,6 +132,7 @@ def test_someone_elses_object_is_a_conflict_even_under_faults(lab, kube_namespac
     assert "it already exists and is not the object this run sent (it differs at data.owner)" in err.value.msg
 
 
+@pytest.mark.suite("faults")
 def test_a_generated_name_is_created_once_when_its_reply_is_lost(lab, kube_namespace, faults):
     with kube(lab) as m:
         m.resource("v1", "ConfigMap")

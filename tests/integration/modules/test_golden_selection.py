@@ -150,6 +150,7 @@ def args(cluster, **extra):
     return base
 
 
+@pytest.mark.suite("idempotence")
 def test_promote_predict_real_again_and_roll_back(lab, promo):
     old, new = promo.ready_golden("old"), promo.ready_golden("new")
     projects = [promo.project("p1"), promo.project("p2")]

@@ -263,6 +263,7 @@ def test_check_mode_sends_no_mutating_request(lab, cluster):
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("idempotence")
 def test_a_rerun_writes_nothing_and_discovers_little(lab, cluster):
     pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
     args = make_args(cluster, pvc)
@@ -413,6 +414,7 @@ def test_validation_reports_every_problem_and_changes_nothing(lab, cluster):
     assert cluster.get_snapshot(FS_NS, broken)["metadata"] == lab_before["metadata"]
 
 
+@pytest.mark.suite("data-loss")
 def test_absent_refuses_a_golden_in_service(lab, cluster):
     pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
     family = "%s-debian" % cluster.prefix
@@ -481,6 +483,7 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("data-loss")
 def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster):
     """A clone restoring from the golden (directly, and through a project's seeded copy), the project
     copy itself, a selection naming it and a selection recording another golden as its rollback target:
@@ -588,6 +591,7 @@ def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("bad-input")
 def test_a_zero_or_negative_wait_is_refused_before_anything_is_written(lab, cluster):
     pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
     lab.clear_audit()

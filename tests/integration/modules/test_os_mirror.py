@@ -187,6 +187,7 @@ def key_of(path, digest, name=None):
     return "%s/%s/sha256-%s/%s" % (FAMILY, VERSION, digest, name or path.name)
 
 
+@pytest.mark.suite("idempotence")
 def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
     """One play, three phases: check mode, the real copy, the same again.
 
@@ -277,6 +278,7 @@ def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
     assert reads and not [request for request in reads if "/sha256-" in request[1]]
 
 
+@pytest.mark.suite("bad-input")
 def test_refusals_and_failures_leave_nothing_behind(s3, bucket, images, upstream):
     """A changed image under a mirrored version, a dropped download and a wrong digest all fail clean."""
     endpoint, client, log = s3

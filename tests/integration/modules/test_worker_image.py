@@ -211,6 +211,7 @@ def pool(world, version, **extra):
     return body
 
 
+@pytest.mark.suite("idempotence")
 def test_catalog_check_mode_real_idempotent_and_diff(lab, world):
     version = "v1.13.0"
     world.publish(SCHEMATIC, version)

@@ -1,10 +1,13 @@
 """Fault suite, playbook level: under conflict 0.2 + error 0.1 + drop 0.05 + commit-then-drop 0.05 on
 every request of every task, ``playbooks/publish_linux_golden.yml`` converges in one run and leaves
-exactly one golden, and ``playbooks/repave_dbinstances.yml`` rolls the fleet out in one run, each
-instance repaved once, never more than max_unavailable down.
+exactly one golden, ``playbooks/promote_golden.yml`` gates the candidate (the clone gate boots a
+tenant-style clone in a project namespace) and serves it to every project in one run, leaving no gate
+object behind, and ``playbooks/repave_dbinstances.yml`` rolls the fleet out in one run, each instance
+repaved once, never more than max_unavailable down.
 
-Run it on its own (``make faults``): it runs the real publish (CDI import, qemu-img Job, snapshot) and
-the real roll-out (the lab's DBInstance operator).
+Run it on its own (``make faults``): it runs the real publish (CDI import, qemu-img Job, snapshot), the
+real promotion (the lab's KubeVirt boots the clone, its port is probed) and the real roll-out (the
+lab's DBInstance operator).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.modules import test_dbinstance_repave as repave_suite
+from tests.integration.playbooks import test_promote_playbooks as promote_suite
 from tests.integration.roles import test_linux_golden as linux_golden
 from tests.integration.roles.test_linux_golden import BLOCK_NS, golden_name, image, make_disk, publish
 from tests.integration.support.runner import ROOT, run_playbook
@@ -39,27 +43,39 @@ def score_line(playbook, run, injected):
     )
 
 
+def under_faults(lab, seed, playbook, capsys, start):
+    """``start()``, a playbook run, under the suite's rates from ``seed``; prints the score line."""
+    lab.faults.update(dict(RATES, seed=seed))
+    try:
+        run = start()
+        injected = lab.faults.to_dict()["injected"]
+    finally:
+        lab.faults.reset()
+    with capsys.disabled():
+        print(score_line(playbook, run, injected))
+    return run
+
+
 def test_publish_linux_golden_converges_in_one_run_under_faults(env, capsys):
     family = "%s-flt" % env.prefix
     raw, qcow2 = make_disk(env.tmp, 7)
     url, digest = env.upload(qcow2, family)
     images = [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
     name = golden_name(family, digest)
-    env.lab.faults.update(dict(RATES, seed=2026))
-    try:
-        # The role's own waits are shortened so a run that lost track of its object ends in minutes.
-        run = publish(
+    # The role's own waits are shortened so a run that lost track of its object ends in minutes.
+    run = under_faults(
+        env.lab,
+        2026,
+        "publish_linux_golden",
+        capsys,
+        lambda: publish(
             env,
             images,
             linux_golden_import_timeout=150,
             linux_golden_convert_timeout=150,
             linux_golden_snapshot_timeout=150,
-        )
-        injected = env.lab.faults.to_dict()["injected"]
-    finally:
-        env.lab.faults.reset()
-    with capsys.disabled():
-        print(score_line("publish_linux_golden", run, injected))
+        ),
+    )
     assert run.ok, run.log
     snap = env.snapshot(BLOCK_NS, name)
     assert snap["status"]["readyToUse"] is True
@@ -69,6 +85,59 @@ def test_publish_linux_golden_converges_in_one_run_under_faults(env, capsys):
     )
     assert [s["metadata"]["name"] for s in snapshots["items"] if family in s["metadata"]["name"]] == [name]
     assert env.datavolumes(BLOCK_NS) == []  # intermediates gone, no duplicate
+
+
+def gate_objects(kube_client, project):
+    """What the clone gate leaves: objects with its label in the project namespace and cluster-scoped
+    contents, and any VM or VM instance in the project (the gate's namespace runs no other)."""
+    from kubernetes import client
+
+    custom, core = client.CustomObjectsApi(kube_client), client.CoreV1Api(kube_client)
+    label = "goldenimage.pipeline/clone-gate"
+    found = []
+    for plural in ("virtualmachines", "virtualmachineinstances"):
+        for item in custom.list_namespaced_custom_object("kubevirt.io", "v1", project, plural)["items"]:
+            found.append("%s/%s" % (plural, item["metadata"]["name"]))
+    snapshots = custom.list_namespaced_custom_object(
+        "snapshot.storage.k8s.io", "v1", project, "volumesnapshots", label_selector=label
+    )
+    found.extend("volumesnapshots/%s" % i["metadata"]["name"] for i in snapshots["items"])
+    claims = core.list_namespaced_persistent_volume_claim(project, label_selector=label).items
+    found.extend("persistentvolumeclaims/%s" % c.metadata.name for c in claims)
+    contents = custom.list_cluster_custom_object(
+        "snapshot.storage.k8s.io", "v1", "volumesnapshotcontents", label_selector=label
+    )
+    found.extend("volumesnapshotcontents/%s" % i["metadata"]["name"] for i in contents["items"])
+    return sorted(found)
+
+
+def test_promote_with_the_gate_converges_in_one_run_under_faults(lab, kube_client, tmp_path, capsys):
+    stage = promote_suite.Stage(lab, kube_client, tmp_path)
+    try:
+        stage.ensure_golden_namespace()
+        stage.make_projects()
+        stage.make_goldens()
+        run = under_faults(
+            lab, 2028, "promote_golden + clone_gate", capsys, lambda: stage.promote("candidate")
+        )
+        assert run.ok, run.log
+        gate = run[promote_suite.GATE]
+        assert gate["verdict"] == "passed", gate
+        assert [p["name"] for p in gate["phases"]] == ["provision", "start", "agent", "port"]
+        assert gate["kept"] is False and "left_behind" not in gate, gate
+        # Served: the one selection names the candidate, and every project resolved to it.
+        selection = stage.selection()
+        assert selection["spec"]["snapshotName"] == stage.goldens["candidate"]
+        assert selection["spec"]["releaseDigest"] == stage.digests["candidate"]
+        assert (
+            selection["metadata"]["annotations"]["goldenimage.pipeline/previous-snapshot"]
+            == stage.goldens["incumbent"]
+        )
+        promote_suite.assert_projects_served(run, stage, "candidate")
+        # Nothing of the gate stays in the tenant's namespace, nor its published content.
+        assert gate_objects(kube_client, stage.gate_project) == []
+    finally:
+        stage.cleanup()
 
 
 def test_repave_playbook_rolls_the_fleet_out_in_one_run_under_faults(lab, fleet, capsys):
@@ -84,14 +153,14 @@ def test_repave_playbook_rolls_the_fleet_out_in_one_run_under_faults(lab, fleet,
         "repave_wait_timeout": 120,
         "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
     }
-    lab.faults.update(dict(RATES, seed=2027))
-    try:
-        run = run_playbook(ROOT / "playbooks" / "repave_dbinstances.yml", env=lab.env(), extra_vars=extra)
-        injected = lab.faults.to_dict()["injected"]
-    finally:
-        lab.faults.reset()
-    with capsys.disabled():
-        print(score_line("repave_dbinstances", run, injected))
+    playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
+    run = under_faults(
+        lab,
+        2027,
+        "repave_dbinstances",
+        capsys,
+        lambda: run_playbook(playbook, env=lab.env(), extra_vars=extra),
+    )
     assert run.ok, run.log
     fleet.settle(names)  # every instance Available, no trigger left behind
     assert {n: fleet.revision(n) for n in names} == {n: repave_suite.TIP for n in names}

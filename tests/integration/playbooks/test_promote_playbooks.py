@@ -372,6 +372,7 @@ def test_a_candidate_that_does_not_boot_is_refused_and_nothing_is_written(promot
     assert {(kind.lower() + "s", name) for kind, name in created} <= deleted
 
 
+@pytest.mark.suite("idempotence")
 def test_promoting_the_same_candidate_again_changes_no_selection(promoted):
     stage, run = promoted["stage"], promoted["again"]
     assert run.ok, run.log
@@ -420,6 +421,7 @@ def test_a_gated_rollback_boots_the_restored_golden_before_writing(promoted):
     assert [(w["verb"], w["resource"]) for w in writes] == [("patch", "goldenimageselections")], writes
 
 
+@pytest.mark.suite("idempotence")
 def test_a_rollback_run_twice_does_not_flip_back(promoted):
     stage, run = promoted["stage"], promoted["rollback again"]
     assert run.ok, run.log

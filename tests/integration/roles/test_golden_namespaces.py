@@ -23,6 +23,7 @@ def mutating(audit):
     return [(r["verb"], r["resource"], r["name"]) for r in audit if r["verb"] not in ("get", "list", "watch")]
 
 
+@pytest.mark.suite("idempotence")
 def test_a_rerun_sends_zero_mutating_requests_and_needs_no_patch_permission(lab, kube_client, tmp_path):
     from kubernetes import client
 

@@ -212,6 +212,7 @@ def include(title, tasks_from="main", rescue_name=None, **role_vars):
 # --------------------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.suite("idempotence")
 def test_publish_end_to_end_then_again(env):
     family = "%s-deb" % env.prefix
     raw, qcow2 = make_disk(env.tmp, 1)
@@ -416,6 +417,7 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_
     assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]
 
 
+@pytest.mark.suite("faults")
 def test_creates_survive_injected_conflicts(env):
     """A 409 on create reads as "unchanged" through kubernetes.core.k8s: the role goes round until the
     server has both objects, and the import is waited for; no wait runs on an object that does not exist."""
@@ -457,6 +459,7 @@ def test_creates_survive_injected_conflicts(env):
     assert "phase Succeeded" in run["Show the import's phase and progress"]["msg"]
 
 
+@pytest.mark.suite("bad-input")
 def test_a_zero_timeout_is_refused_before_anything_is_written(env):
     family = "%s-zero" % env.prefix
     _raw, qcow2 = make_disk(env.tmp, 7)

@@ -64,3 +64,12 @@ def test_object_key_counts_bytes_not_characters():
 
 def test_object_key_accepts_a_plain_path():
     assert inputs.object_key("windows-11/2026-08-28/disk.qcow2") == "windows-11/2026-08-28/disk.qcow2"
+
+
+def test_a_kubeconfig_that_is_not_there_is_refused_naming_its_path():
+    assert inputs.kubeconfig_file("/etc/kube/config", True) == "/etc/kube/config"
+    with pytest.raises(errors.Refusal) as error:
+        inputs.kubeconfig_file("~/clusters/prod.yaml", False)
+    assert error.value.msg.startswith(
+        "kubeconfig ~/clusters/prod.yaml (option kubeconfig or K8S_AUTH_KUBECONFIG): the file does not exist"
+    )

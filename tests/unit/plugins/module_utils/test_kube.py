@@ -217,6 +217,19 @@ def _python(code):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
 
 
+def test_a_missing_kubeconfig_is_named_by_its_path_before_any_request(tmp_path):
+    missing = str(tmp_path / "nowhere" / "lab.kubeconfig")
+    with patch_module_args({"kubeconfig": missing}):
+        module = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
+        with pytest.raises(errors.Refusal) as error:
+            module.get("v1", "Namespace", "default")
+    assert error.value.msg == (
+        "kubeconfig %s (option kubeconfig or K8S_AUTH_KUBECONFIG): the file does not exist; point it at a "
+        "kubeconfig file, or leave it unset to use ~/.kube/config or the in-cluster service account" % missing
+    )
+    assert module.retried == 0
+
+
 def test_modules_load_without_importing_kubernetes():
     proc = _python(
         "import sys\n"
