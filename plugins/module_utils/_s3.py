@@ -26,7 +26,7 @@ import time
 
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from ansible.module_utils.basic import env_fallback, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
@@ -108,6 +108,20 @@ class S3Error(PipelineError):
 
 class MissingBoto3(S3Error):
     """boto3 is not importable on the controller; the message is Ansible's standard one."""
+
+
+def s3_arg_spec(**options):
+    """The argument spec of an S3 module: its ``options`` and the S3 connection options."""
+    return dict(options, **S3_ARG_SPEC)
+
+
+def s3_module(argument_spec, hidden=(), **rules):
+    """The AnsibleModule of an S3 module (check mode supported); ``endpoint_url`` and the URL options in
+    ``hidden`` are kept out of the log with their secrets (``hide_url_secrets``). ``rules`` are
+    AnsibleModule's (mutually_exclusive, required_one_of, ...)."""
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **rules)
+    hide_url_secrets(module, tuple(hidden) + ("endpoint_url",))
+    return module
 
 
 def call_failed(action, exc, bucket=None, **fields):

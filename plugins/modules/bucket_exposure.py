@@ -169,15 +169,14 @@ licensed:
   sample: false
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
+    s3_arg_spec,
+    s3_module,
     anonymous_client,
     check_endpoint,
     error_code,
     has_credentials,
-    hide_url_secrets,
     redact_message,
     s3_client_from_params,
 )
@@ -185,7 +184,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 
 
 def argument_spec():
-    spec = dict(
+    return s3_arg_spec(
         url=dict(type="str"),
         bucket=dict(type="str"),
         key=dict(type="str", no_log=False),
@@ -194,20 +193,16 @@ def argument_spec():
         license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
         timeout=dict(type="int", default=20),
     )
-    spec.update(S3_ARG_SPEC)
-    return spec
 
 
 def build_module():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
+    return s3_module(
+        argument_spec(),
+        ("url",),
         mutually_exclusive=[("url", "bucket"), ("url", "key")],
         required_one_of=[("url", "bucket")],
         required_together=[("bucket", "key")],
     )
-    hide_url_secrets(module, ("url", "endpoint_url"))
-    return module
 
 
 def answer_of(call):

@@ -163,33 +163,28 @@ sha256:
 
 import datetime
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
+    s3_arg_spec,
+    s3_module,
     S3Error,
     check_endpoint,
     error_code,
-    hide_url_secrets,
     s3_client,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
 
 def argument_spec():
-    spec = dict(
+    return s3_arg_spec(
         url=dict(type="str", required=True),
         expiry=dict(type="int", default=3600),
         check_object=dict(type="bool", default=False),
     )
-    spec.update(S3_ARG_SPEC)
-    return spec
 
 
 def build_module():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    hide_url_secrets(module, ("url", "endpoint_url"))
-    return module
+    return s3_module(argument_spec(), ("url",))
 
 
 def head(client, bucket, key):

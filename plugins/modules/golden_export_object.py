@@ -163,15 +163,14 @@ import datetime
 import os
 import time
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
+    s3_arg_spec,
+    s3_module,
     call_failed,
     check_endpoint,
-    hide_url_secrets,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
@@ -181,7 +180,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 
 
 def argument_spec():
-    spec = dict(
+    return s3_arg_spec(
         bucket=dict(type="str", required=True),
         key=dict(type="str", required=True, no_log=False),
         path=dict(type="path", required=True),
@@ -191,14 +190,10 @@ def argument_spec():
         part_size=dict(type="raw", default="16M"),
         content_type=dict(type="str", default="application/octet-stream"),
     )
-    spec.update(S3_ARG_SPEC)
-    return spec
 
 
 def build_module():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    hide_url_secrets(module, ("source", "endpoint_url"))
-    return module
+    return s3_module(argument_spec(), ("source",))
 
 
 class ExportObject(transfer.UploadRun):

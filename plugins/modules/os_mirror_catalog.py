@@ -127,33 +127,28 @@ problems:
 import hashlib
 import json
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
+    s3_arg_spec,
+    s3_module,
     call_failed,
     check_endpoint,
-    hide_url_secrets,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 
 def argument_spec():
-    spec = dict(
+    return s3_arg_spec(
         bucket=dict(type="str", required=True),
         catalog_key=dict(type="str", default=mirror.DEFAULT_CATALOG_KEY, no_log=False),
     )
-    spec.update(S3_ARG_SPEC)
-    return spec
 
 
 def build_module():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    hide_url_secrets(module, ("endpoint_url",))
-    return module
+    return s3_module(argument_spec())
 
 
 def _parse(body):

@@ -257,15 +257,14 @@ import datetime
 import os
 import time
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
+    s3_arg_spec,
+    s3_module,
     call_failed,
     check_endpoint,
-    hide_url_secrets,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
@@ -275,7 +274,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 
 
 def argument_spec():
-    spec = dict(
+    return s3_arg_spec(
         bucket=dict(type="str", required=True),
         family=dict(type="str", required=True),
         # raw, so that a YAML float (1.10 read as 1.1) reaches the version rule and is refused.
@@ -291,19 +290,12 @@ def argument_spec():
         url_validate_certs=dict(type="bool", default=True),
         spool_dir=dict(type="path"),
     )
-    spec.update(S3_ARG_SPEC)
-    return spec
 
 
 def build_module():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
-        mutually_exclusive=[("path", "url")],
-        required_one_of=[("path", "url")],
+    return s3_module(
+        argument_spec(), ("url",), mutually_exclusive=[("path", "url")], required_one_of=[("path", "url")]
     )
-    hide_url_secrets(module, ("url", "endpoint_url"))
-    return module
 
 
 class MirrorObject(transfer.UploadRun):
