@@ -24,10 +24,13 @@ import yaml
 
 BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-apiserver.sh"
 # The kube-controller-manager controllers the lab runs: namespace finalization, owner-reference garbage
-# collection, ServiceAccounts, and the PVC/PV protection controllers that remove the
-# kubernetes.io/pvc-protection and pv-protection finalizers the API server's admission adds (without
-# them a deleted claim stays Terminating forever).
-KCM_CONTROLLERS = "namespace,garbagecollector,serviceaccount,pvc-protection,pv-protection"
+# collection, ServiceAccounts and the kube-root-ca.crt ConfigMap every Pod's kube-api-access volume
+# projects, and the PVC/PV protection controllers that remove the kubernetes.io/pvc-protection and
+# pv-protection finalizers the API server's admission adds (without them a deleted claim stays
+# Terminating forever).
+KCM_CONTROLLERS = (
+    "namespace,garbagecollector,serviceaccount,root-ca-cert-publisher,pvc-protection,pv-protection"
+)
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -196,6 +199,7 @@ class ApiServer:
                 "--authentication-kubeconfig=%s" % kubeconfig,
                 "--authorization-kubeconfig=%s" % kubeconfig,
                 "--controllers=%s" % KCM_CONTROLLERS,
+                "--root-ca-file=%s" % self.ca_path,
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 "--secure-port=%d" % free_port(),
@@ -426,6 +430,11 @@ class ApiServer:
         """The API server's audit events as the lab's records, plus the front's injected faults."""
         from urllib.parse import parse_qs, urlsplit
 
+        with self.front._lock:
+            injected = [dict(r) for r in self.front.injected]
+        # A write whose reply the front dropped after the commit is in the server's log already.
+        lost_replies = {r.pop("audit_id"): r for r in injected if r.get("audit_id")}
+        injected = [r for r in injected if r not in lost_replies.values()]
         records = []
         with open(self.audit_path, "rb") as log:
             log.seek(self._audit_offset)
@@ -441,23 +450,22 @@ class ApiServer:
                     continue
                 ref = event.get("objectRef") or {}
                 query = parse_qs(urlsplit(event.get("requestURI", "")).query)
-                records.append(
-                    {
-                        "time": _epoch(event.get("requestReceivedTimestamp")),
-                        "verb": event.get("verb", ""),
-                        "path": event.get("requestURI", ""),
-                        "user": user,
-                        "dry_run": "All" in query.get("dryRun", []),
-                        "code": (event.get("responseStatus") or {}).get("code", 0),
-                        "namespace": ref.get("namespace", ""),
-                        "group": ref.get("apiGroup", ""),
-                        "resource": ref.get("resource", ""),
-                        "subresource": ref.get("subresource", ""),
-                        "name": ref.get("name", ""),
-                    }
-                )
-        with self.front._lock:
-            injected = [dict(r) for r in self.front.injected]
+                record = {
+                    "time": _epoch(event.get("requestReceivedTimestamp")),
+                    "verb": event.get("verb", ""),
+                    "path": event.get("requestURI", ""),
+                    "user": user,
+                    "dry_run": "All" in query.get("dryRun", []),
+                    "code": (event.get("responseStatus") or {}).get("code", 0),
+                    "namespace": ref.get("namespace", ""),
+                    "group": ref.get("apiGroup", ""),
+                    "resource": ref.get("resource", ""),
+                    "subresource": ref.get("subresource", ""),
+                    "name": ref.get("name", ""),
+                }
+                if event.get("auditID") in lost_replies:
+                    record.update(dropped=True, committed=True)
+                records.append(record)
         merged = sorted(records + injected, key=lambda r: r["time"])
         for seq, record in enumerate(merged, 1):
             record["seq"] = seq

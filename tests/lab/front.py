@@ -225,7 +225,10 @@ class _Handler(BaseHTTPRequestHandler):
                         record["name"] = json.loads(answer)["metadata"]["name"]
                     except (ValueError, KeyError, TypeError):
                         pass
-                front.record(dict(record, code=reply.status, dropped=True, committed=True))
+                # The API server audited this request: Lab.audit() marks its record (by Audit-Id)
+                # dropped and committed instead of counting the write twice.
+                audit_id = reply.getheader("Audit-Id") or ""
+                front.record(dict(record, code=reply.status, dropped=True, committed=True, audit_id=audit_id))
                 self._drop()
                 return
             self.send_response(reply.status, reply.reason)

@@ -81,7 +81,12 @@ def upload(lab, kube_client, namespace, name, data: pathlib.Path) -> str:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(kube_client)
-    body = {"metadata": {"name": name}, "spec": {"displayName": name, "sourceType": "upload"}}
+    body = {
+        "apiVersion": "harvesterhci.io/v1beta1",
+        "kind": "VirtualMachineImage",
+        "metadata": {"name": name},
+        "spec": {"displayName": name, "sourceType": "upload"},
+    }
     custom.create_namespaced_custom_object(*H, namespace, "virtualmachineimages", body)
     path = f"/v1/harvester/harvesterhci.io.virtualmachineimages/{namespace}/{name}?action=upload"
     headers = {"Authorization": f"Bearer {lab.admin_token}"}

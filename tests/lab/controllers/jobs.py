@@ -392,6 +392,29 @@ class JobRunner(Controller):
                 raise
             return None
 
+    def _bind(self, pod: dict) -> dict:
+        """Assign the pod to the lab's node as a scheduler does: a real API server takes it only through
+        the pods/binding subresource (spec.nodeName of an existing pod is immutable)."""
+        pod_rt = self.lab.store.resource(CORE, "v1", "pods")
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        request = getattr(self.lab.store, "request", None)
+        if request is None:  # the in-process store has no binding subresource
+
+            def scheduled(obj: dict) -> None:
+                obj["spec"]["nodeName"] = NODE_NAME
+
+            return modify(self.lab.store, pod_rt, namespace, name, scheduled)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
+        }
+        reply = request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+        if reply.status >= 300 and reply.status != 409:  # 409: bound already (a resync)
+            raise ApiError(reply.status, reply.reason or "", (reply.data or b"").decode("utf-8", "replace"))
+        return self.lab.store.get(pod_rt, namespace, name)
+
     def _start(self, job: dict, pod: dict) -> None:
         """Schedule and start the pod, or leave it Pending with the reason, or fail it at start."""
         jmeta = job["metadata"]
@@ -407,11 +430,7 @@ class JobRunner(Controller):
             return
         container = pod["spec"]["containers"][0]
 
-        def scheduled(obj: dict) -> None:
-            obj["spec"]["nodeName"] = NODE_NAME
-
-        pod_rt = self.lab.store.resource(CORE, "v1", "pods")
-        pod = modify(self.lab.store, pod_rt, pod["metadata"]["namespace"], pod["metadata"]["name"], scheduled)
+        pod = self._bind(pod)
         node_msg = (
             f"Successfully assigned {pod['metadata']['namespace']}/{pod['metadata']['name']} to {NODE_NAME}"
         )

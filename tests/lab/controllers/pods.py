@@ -8,6 +8,7 @@ environment values and the working directory under a mountPath or devicePath are
 from __future__ import annotations
 
 import base64
+import json
 import os
 import pathlib
 import re
@@ -191,6 +192,35 @@ def _write_projection(lab: LabContext, namespace: str, volume: dict, kind: str, 
             target.write_bytes(data[item["key"]])
 
 
+def _write_projected(lab: LabContext, pod: dict, projected: dict, dst: pathlib.Path) -> None:
+    """Files of a projected volume: configMap, secret, downwardAPI and serviceAccountToken sources."""
+    namespace = pod["metadata"]["namespace"]
+    dst.mkdir(parents=True, exist_ok=True)
+    for source in projected.get("sources") or ():
+        for kind in ("configMap", "secret"):
+            if source.get(kind) is not None:
+                spec = dict(source[kind])
+                if kind == "secret":
+                    spec["secretName"] = spec.get("name")
+                _write_projection(lab, namespace, {"name": "projected", kind: spec}, kind, dst)
+        for item in (source.get("downwardAPI") or {}).get("items") or ():
+            value = _field_ref(pod, (item.get("fieldRef") or {}).get("fieldPath", ""))
+            (dst / item["path"]).write_text(value)
+        token = source.get("serviceAccountToken")
+        if token is not None:
+            account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+            request = getattr(lab.store, "request", None)
+            if request is None:
+                raise StartError("a serviceAccountToken volume needs the lab on a real API server")
+            path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+            body = {"spec": {"expirationSeconds": token.get("expirationSeconds") or 3600}}
+            reply = request("POST", path, body)
+            if reply.status >= 300:
+                msg = f'MountVolume.SetUp failed: token for serviceaccount "{account}": HTTP {reply.status}'
+                raise PodNotReady("FailedMount", msg, False)
+            (dst / (token.get("path") or "token")).write_text(json.loads(reply.data)["status"]["token"])
+
+
 def _volume_sources(lab: LabContext, pod: dict, scratch: pathlib.Path) -> dict[str, tuple[str, pathlib.Path]]:
     """Volume name -> (volumeMode-like kind, real path), binding claims on the way."""
     namespace = pod["metadata"]["namespace"]
@@ -217,6 +247,12 @@ def _volume_sources(lab: LabContext, pod: dict, scratch: pathlib.Path) -> dict[s
             kind = "secret" if volume.get("secret") is not None else "configMap"
             path = scratch / "volumes" / name
             _write_projection(lab, namespace, volume, kind, path)
+            out[name] = ("Filesystem", path)
+        elif volume.get("projected") is not None:
+            # What the API server's ServiceAccount admission adds to every Pod (kube-api-access-*): a
+            # token, the cluster CA (kube-root-ca.crt) and the namespace, as a kubelet projects them.
+            path = scratch / "volumes" / name
+            _write_projected(lab, pod, volume["projected"], path)
             out[name] = ("Filesystem", path)
         elif volume.get("hostPath"):
             # The lab's only node is this machine, so a hostPath is the path itself.
