@@ -34,11 +34,15 @@ CURRENT = "Current"
 OS_UPDATE = "OSUpdateAvailable"
 PG_EOL = "PGVersionEOL"
 INVALID_STREAM = "InvalidOSStream"
+UNSUPPORTED_ENGINE = "UnsupportedEngineVersion"
 BLOCKED_EOL = "RepaveBlockedPGVersionEOL"
 NOT_AVAILABLE = "NotAvailable"
 ACTION_REPAVE = "os-repave"
 ACTION_MIGRATE = "pg-major-migration"
-POLICY_KEYS = ("auto_apply_after_days", "forced_apply_after_days")
+ACTION_RECREATE = "recreate"
+POLICY_KEYS = ("auto_apply_after_days", "forced_apply_after_days", "migration_deadline_months")
+# The seed's force-delete of an instance left on an end-of-life major: three months after the end of life.
+MIGRATION_MONTHS = 3
 IMMEDIATE, NEXT_MAINTENANCE, UNDO_OPT_IN = "immediate", "next-maintenance", "undo-opt-in"
 # What the operator's two drift conditions should say for each of our verdicts.
 _EXPECTED = {
@@ -46,6 +50,7 @@ _EXPECTED = {
     OS_UPDATE: {OS_UPDATE: True, PG_EOL: False},
     PG_EOL: {OS_UPDATE: False, PG_EOL: True},
     INVALID_STREAM: {OS_UPDATE: False, PG_EOL: False},
+    UNSUPPORTED_ENGINE: {OS_UPDATE: False, PG_EOL: False},
 }
 
 
@@ -203,18 +208,70 @@ def _blocked(major, date, past, target, day, table, instance=None):
     return why, move
 
 
-def _policy_dates(target, policy):
-    policy = dict(policy or {})
+def check_policy(policy):
+    """The maintenance policy with its defaults; refuses unknown keys and values that are not counts."""
+    policy = {k: v for k, v in dict(policy or {}).items() if v is not None}
     unknown = sorted(set(policy) - set(POLICY_KEYS))
     if unknown:
         raise ValueError(
             "maintenance_policy: unknown key(s) %s; expected %s" % (unknown, ", ".join(POLICY_KEYS))
         )
+    for key, value in policy.items():
+        unit = "months" if key == "migration_deadline_months" else "days"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError("maintenance_policy.%s %r: expected a number of %s >= 0" % (key, value, unit))
+    policy.setdefault("migration_deadline_months", MIGRATION_MONTHS)
+    return policy
+
+
+def add_months(day, months):
+    """``day`` moved ``months`` calendar months on, clamped to the end of a shorter month."""
+    index = day.month - 1 + months
+    year, month = day.year + index // 12, index % 12 + 1
+    following = datetime.date(year + month // 12, month % 12 + 1, 1)
+    return datetime.date(year, month, min(day.day, (following - datetime.timedelta(days=1)).day))
+
+
+def migration_deadline(major, date, past, target, policy):
+    """When an instance that needs a PostgreSQL major migration is deleted whatever its owner does
+    (ISO date), or None: ``migration_deadline_months`` after the end of life of its major when that is
+    past, else after the build date of the target revision that no longer carries the major."""
+    months = check_policy(policy)["migration_deadline_months"]
+    if major and past and date:
+        start = date
+    elif major and target.get("build_date") and major not in target.get("pg_versions", []):
+        start = revision.build_date(target["build_date"])
+    else:
+        return None
+    return add_months(start, months).isoformat()
+
+
+def failed_at_creation(instance):
+    """True for an instance its operator refused to create (status reason ``UnsupportedEngineVersion``)
+    that never ran a revision: it has no database, so there is nothing to repave or pg_dump."""
+    return instance.get("reason") == UNSUPPORTED_ENGINE and not instance.get("revision")
+
+
+def _recreate(instance, target, day, table):
+    supported = [m for m in target["pg_versions"] if not (table[eol.PG].get(m) and table[eol.PG][m] < day)]
+    said = instance.get("message") or "its engineVersion is not supported"
+    move = (
+        "delete it and create it again with engineVersion %s" % _either(supported)
+        if supported
+        else "revision %s carries no supported major: register a newer image first" % target["revision"]
+    )
+    return "never created (%s: %s): there is no database to repave or pg_dump; %s" % (
+        UNSUPPORTED_ENGINE,
+        said,
+        move,
+    )
+
+
+def _policy_dates(target, policy):
+    policy = check_policy(policy)
     dates = []
-    for key in POLICY_KEYS:
+    for key in POLICY_KEYS[:2]:
         days = policy.get(key)
-        if days is not None and (isinstance(days, bool) or not isinstance(days, int) or days < 0):
-            raise ValueError("maintenance_policy.%s %r: expected a number of days >= 0" % (key, days))
         built = target.get("build_date")
         if days is None or not built:
             dates.append(None)
@@ -239,21 +296,33 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
         "description": None,
         "auto_apply_after": None,
         "forced_apply": None,
+        "migration_deadline": None,
         "eol_date": date.isoformat() if date else None,
     }
+    check_policy(policy)  # a bad policy is refused whatever the verdict
     try:
         target = target_of(instance, doc)
     except RepaveRefused as exc:
-        _policy_dates({}, policy)  # a bad policy is refused whatever the verdict
         result["description"] = str(exc)
         return result
     auto, forced = _policy_dates(target, policy)
     result["target"] = target["revision"]
     blocked = _blocked(major, date, past, target, day, table, instance)
     until = " until %s" % date.isoformat() if date else ""
-    if blocked:
+    if failed_at_creation(instance):
+        result.update(
+            verdict=UNSUPPORTED_ENGINE,
+            action=ACTION_RECREATE,
+            description=_recreate(instance, target, day, table),
+        )
+    elif blocked:
+        deadline = migration_deadline(major, date, past, target, policy)
         description = "%s: a repave cannot change the major; %s" % blocked
-        result.update(verdict=PG_EOL, action=ACTION_MIGRATE, description=description)
+        if deadline:
+            description += "; migrate before %s, when it is deleted (migration deadline)" % deadline
+        result.update(
+            verdict=PG_EOL, action=ACTION_MIGRATE, description=description, migration_deadline=deadline
+        )
     elif is_current(instance, target):
         result.update(
             verdict=CURRENT,
@@ -271,6 +340,35 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
             % (instance.get("revision") or "none", target["revision"], target["os_stream"], major, until),
         )
     return result
+
+
+def _iso(when):
+    return when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def current_apply(found, opt_in, window, now):
+    """RDS's CurrentApplyDate of a pending OS repave (``found`` is ``drift``'s answer), UTC ISO 8601 or
+    None: now with the opt-in ``immediate``; the next opening of ``window`` with ``next-maintenance``;
+    else the earlier of the first opening of the window from the auto-apply-after date on and the
+    forced-apply date; None when nothing says when. ``now`` is an aware datetime."""
+    if found.get("action") != ACTION_REPAVE:
+        return None
+    if opt_in == IMMEDIATE:
+        return _iso(now)
+    if opt_in == NEXT_MAINTENANCE:
+        opens = window.next_open(now) if window is not None else None
+        return _iso(opens) if opens else None
+    times = []
+    for key in ("auto_apply_after", "forced_apply"):
+        if not found.get(key):
+            continue
+        day = revision.build_date(found[key])
+        at = max(datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc), now)
+        if key == "auto_apply_after" and window is not None:
+            at = window.next_open(at)
+        if at is not None:
+            times.append(at)
+    return _iso(min(times)) if times else None
 
 
 def entry(instance, name, doc, found, disagreement=None):
@@ -291,6 +389,8 @@ def entry(instance, name, doc, found, disagreement=None):
         "opt_in": instance.get("opt_in"),
         "auto_apply_after": found["auto_apply_after"],
         "forced_apply": found["forced_apply"],
+        "current_apply": found.get("current_apply"),
+        "migration_deadline": found.get("migration_deadline"),
         "eol_date": found["eol_date"],
         "result": None,
     }
@@ -750,6 +850,15 @@ def classify(instances, doc, key, revision=None, operator=False, today=None, vet
     vetoes = vetoes or {}
     for inst in instances:
         name = key(inst)
+        if failed_at_creation(inst):
+            # Nothing runs, so nothing is repaved, and it does not hold back the others.
+            found["entries"][name] = {
+                "result": "skipped",
+                "reason": UNSUPPORTED_ENGINE,
+                "message": "%s was never created (%s): nothing to repave"
+                % (name, inst.get("message") or UNSUPPORTED_ENGINE),
+            }
+            continue
         try:
             target = target_of(inst, doc, revision)
             if revision and operator:

@@ -18,9 +18,14 @@ description:
     engineVersion, so replacing the OS disk keeps pgdata and the major); V(PGVersionEOL) (action
     C(pg-major-migration): the tip does not carry the major or it is past end of life, so a repave would make
     the data unreadable and is never offered: pg_dump and restore into a supported major); V(InvalidOSStream)
-    (the stream is not in the catalog or not validated)."
-  - Like RDS pending maintenance, each entry carries its action, a description, and with
-    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the target's build date.
+    (the stream is not in the catalog or not validated); V(UnsupportedEngineVersion) (action C(recreate): the
+    operator refused to create it, status reason C(UnsupportedEngineVersion), and it never ran a revision, so
+    there is no data to pg_dump: delete it and create it with a supported engineVersion; a roll-out skips
+    it)."
+  - Like RDS describe-pending-maintenance-actions, each entry carries its action, its opt-in status, with
+    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the target's build date,
+    the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
+    An instance on an end-of-life major carries its migration deadline.
     The operator's own C(OSUpdateAvailable)/C(PGVersionEOL) conditions are shown, and any disagreement with
     this catalog is flagged.
   - O(state=report) lists the scope with one LIST and reads the catalog once, whatever the number of
@@ -91,6 +96,7 @@ options:
         fit before the window closes does not start either; the module then ends without failing, with the
         instances left reported as V(pending) and RV(next_window).
       - Ignored with O(opt_in=immediate), which only applies to the instances named in O(names).
+      - With O(state=report), only used for RV(instances[].current_apply).
     type: dict
     suboptions:
       days:
@@ -199,7 +205,8 @@ options:
   maintenance_policy:
     description:
       - When pending OS repaves are applied automatically, counted in days from the target revision's build
-        date, reported as RV(instances[].auto_apply_after) and RV(instances[].forced_apply).
+        date, reported as RV(instances[].auto_apply_after) and RV(instances[].forced_apply), and the
+        migration deadline of instances on an end-of-life major.
     type: dict
     suboptions:
       auto_apply_after_days:
@@ -208,6 +215,13 @@ options:
       forced_apply_after_days:
         description: Days after the build date by which the repave is applied whatever the opt-in.
         type: int
+      migration_deadline_months:
+        description:
+          - Months after the end of life of its PostgreSQL major (or, for a major the tip no longer carries,
+            after the tip's build date) by which an instance needing a major migration is deleted, reported
+            as RV(instances[].migration_deadline).
+        type: int
+        default: 3
   today:
     description:
       - The date end-of-life is judged on, C(YYYY-MM-DD); today (UTC) when omitted.
@@ -328,10 +342,12 @@ instances:
       type: str
       sample: v20260815
     verdict:
-      description: V(Current), V(OSUpdateAvailable), V(PGVersionEOL) or V(InvalidOSStream).
+      description:
+        - V(Current), V(OSUpdateAvailable), V(PGVersionEOL), V(UnsupportedEngineVersion) or
+          V(InvalidOSStream).
       type: str
     action:
-      description: V(os-repave), V(pg-major-migration) or null.
+      description: V(os-repave), V(pg-major-migration), V(recreate) or null.
       type: str
     description:
       description: One sentence on the verdict and the supported move.
@@ -365,6 +381,21 @@ instances:
     forced_apply:
       description: From O(maintenance_policy), the date by which the repave is applied.
       type: str
+    current_apply:
+      description:
+        - Like RDS's CurrentApplyDate, when the pending repave is applied as things stand (UTC, ISO 8601), or
+          null. Now with the recorded opt-in V(immediate); the next opening of O(window) with
+          V(next-maintenance); else the earlier of the first window opening from
+          RV(instances[].auto_apply_after) on and RV(instances[].forced_apply).
+      type: str
+      sample: "2026-08-29T23:00:00Z"
+    migration_deadline:
+      description:
+        - For V(PGVersionEOL), the date by which the instance is deleted whatever its owner does
+          (O(maintenance_policy.migration_deadline_months) after its major's end of life, or after the build
+          date of the tip that dropped the major).
+      type: str
+      sample: "2027-02-12"
     eol_date:
       description: End-of-life date of its PostgreSQL major.
       type: str
@@ -373,14 +404,15 @@ instances:
       description:
         - What the task did, null for O(state=report). V(current), V(repaved), V(refused), V(failed),
           V(timed-out), V(pending) (left for the next window), V(in-flight) and V(would-repave) (check mode),
-          V(opt-in) (only the opt-in changed), V(deleted) and V(absent) (O(state=absent)).
+          V(opt-in) (only the opt-in changed), V(skipped) (never created, V(UnsupportedEngineVersion)),
+          V(deleted) and V(absent) (O(state=absent)).
       type: str
     reason:
       description:
         - The refusal rule (V(InvalidOSStream), V(RepaveBlockedPGVersionEOL), V(NotAvailable); in direct
-          mode V(NotAnOSDisk)).
+          mode V(NotAnOSDisk)), or V(UnsupportedEngineVersion) for a skipped instance.
       type: str
-      returned: when refused
+      returned: when refused or skipped
     message:
       description: Why it was refused or failed.
       type: str
@@ -476,6 +508,8 @@ diff:
   type: list
 """
 
+import datetime
+
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
@@ -538,6 +572,7 @@ def argument_spec():
             options=dict(
                 auto_apply_after_days=dict(type="int"),
                 forced_apply_after_days=dict(type="int"),
+                migration_deadline_months=dict(type="int", default=3),
             ),
         ),
         today=dict(type="str"),
@@ -675,11 +710,13 @@ class Repave:
         instances = self.scope()
         self.result["missing"] = sorted(set(p["names"] or []) - {i["name"] for i in instances})
         policy = {k: v for k, v in (p["maintenance_policy"] or {}).items() if v is not None}
+        now = datetime.datetime.now(datetime.timezone.utc)
         for inst in instances:
             try:
                 found = repave.drift(inst, self.doc, p["today"], None, policy)
             except ValueError as exc:
                 raise Refusal(None, str(exc)) from exc
+            found["current_apply"] = repave.current_apply(found, inst.get("opt_in"), self.window, now)
             operator = inst.get("operator") or {}
             disagreement = None
             if p["strategy"] == "operator":

@@ -694,7 +694,11 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
     for i, name in enumerate(names):
         fleet.create(name, labels={"role": "standby" if i % 2 else "primary"})
     fleet.create("legacy", engine="15")  # the tip does not carry 15: a migration, never a repave
+    # Asked for 15 on a new instance: the operator refuses to create it (nothing to migrate).
+    fleet.create("never", engine="15", revision=None)
     fleet.settle(names + ["legacy"])
+    fleet.settle(["never"], phase="Failed")
+    assert fleet.get("never")["status"]["reason"] == "UnsupportedEngineVersion"
     extra = {
         "repave_namespace": fleet.namespace,
         "repave_catalog": fleet.catalog,
@@ -702,6 +706,7 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
         "repave_batch_pause": 0,
         "repave_wait_timeout": 60,
         "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
+        "repave_maintenance_policy": {"auto_apply_after_days": 14, "forced_apply_after_days": 45},
     }
     playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
     # Report only: the table and the plan, no write.
@@ -709,8 +714,29 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
     run = run_playbook(playbook, env=lab.env(), extra_vars=dict(extra, repave_report_only=True))
     assert run.ok, run.log
     assert fleet.writes() == []
-    assert "legacy | %s | %s | PGVersionEOL | pg-major-migration" % (OLD, TIP) in run.stdout
+    assert (
+        "instance | revision | target | verdict | action | opt-in status | AutoAppliedAfterDate | "
+        "ForcedApplyDate | CurrentApplyDate | description" in run.stdout
+    )
+    # The tip was built on 2026-08-15: auto-apply 14 days later, forced 45 days later.
+    assert "db-0 | %s | %s | OSUpdateAvailable | os-repave | - | 2026-08-29 | 2026-09-29 | " % (OLD, TIP) in (
+        run.stdout
+    )
+    # The tip dropped 15 (built 2026-08-15): deleted three months later whatever happens.
+    assert (
+        "legacy | %s | %s | PGVersionEOL | pg-major-migration | - | - | - | - | " % (OLD, TIP) in run.stdout
+    )
     assert "legacy: " in run.stdout and "pg_dump" in run.stdout
+    legacy = by_name(run["Report the drift (changes nothing)"])["legacy"]
+    assert legacy["migration_deadline"] == "2026-11-15", legacy
+    never = by_name(run["Report the drift (changes nothing)"])["never"]
+    assert (never["verdict"], never["action"], never["migration_deadline"]) == (
+        "UnsupportedEngineVersion",
+        "recreate",
+        None,
+    )
+    assert "never | - | %s | UnsupportedEngineVersion | recreate | " % TIP in run.stdout
+    assert "there is no database to repave or pg_dump" in never["description"]
     plan = run["Repave the fleet"]["batches"]
     assert plan == [["db-1", "db-3"], ["db-5", "db-0"], ["db-2", "db-4"]]  # standbys first
 
@@ -718,6 +744,7 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
     assert run.ok, run.log
     assert {n: fleet.revision(n) for n in names} == {n: TIP for n in names}
     assert fleet.revision("legacy") == OLD and fleet.repaves("legacy") == 0
+    assert fleet.repaves("never") == 0 and fleet.get("never")["status"]["phase"] == "Failed"
     started = [h[2] for h in fleet.history("RepaveStarted")]
     assert set(started[:3]) == {"db-1", "db-3", "db-5"}  # standbys first
     assert fleet.operator.repaving_at_once(fleet.namespace) <= 2

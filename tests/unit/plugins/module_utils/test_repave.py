@@ -1,7 +1,8 @@
+import datetime
 import itertools
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 TODAY = "2026-12-20"
@@ -142,8 +143,13 @@ def test_pg_eol_when_the_tip_does_not_carry_the_major():
     assert verdict["eol_date"] == "2027-11-11"
     assert verdict["description"] == (
         "revision v20261215 does not carry PostgreSQL 15: a repave cannot change the major; pg_dump and "
-        "restore into a DBInstance with engineVersion 16 or 17"
+        "restore into a DBInstance with engineVersion 16 or 17; migrate before 2027-03-15, when it is "
+        "deleted (migration deadline)"
     )
+    # three months after the build of the tip that dropped the major, or as the policy says
+    assert verdict["migration_deadline"] == "2027-03-15"
+    later = repave.drift(db(engine="15"), fleet_catalog(), TODAY, policy={"migration_deadline_months": 6})
+    assert later["migration_deadline"] == "2027-06-15"
 
 
 def test_pg_eol_by_date_even_when_the_tip_carries_the_major_and_the_instance_is_on_it():
@@ -154,14 +160,17 @@ def test_pg_eol_by_date_even_when_the_tip_carries_the_major_and_the_instance_is_
     verdict = repave.drift(on_tip, doc, "2027-11-12")
     assert verdict["verdict"] == "PGVersionEOL"
     assert verdict["description"].startswith("PostgreSQL 15 is past end of life on 2027-11-11")
-    assert verdict["description"].endswith("engineVersion 16 or 17")
+    assert "engineVersion 16 or 17; migrate before 2028-02-11" in verdict["description"]
+    assert verdict["migration_deadline"] == "2028-02-11"  # end of life + 3 months
     # an EOL override moves the date
     moved = repave.drift(
         db(revision="v20261215"), fleet_catalog(), TODAY, {"postgresql": {"16": "2026-12-01"}}
     )
     assert moved["verdict"] == "PGVersionEOL"
     assert moved["eol_date"] == "2026-12-01"
-    assert moved["description"].endswith("engineVersion 17")
+    assert moved["description"].endswith(
+        "engineVersion 17; migrate before 2027-03-01, when it is deleted (migration deadline)"
+    )
 
 
 def test_unknown_engine_version_is_never_offered_a_repave():
@@ -347,3 +356,57 @@ def test_immediate_needs_the_instances_named():
     with pytest.raises(Refusal, match="list the instances to repave now in names"):
         repave.check_request(dict(base, opt_in="immediate", names=[]))
     assert repave.check_request(dict(base, opt_in="immediate", names=["a"])) is not None
+
+
+def test_add_months_clamps_to_the_end_of_a_shorter_month():
+    day = datetime.date
+    assert repave.add_months(day(2027, 11, 30), 3) == day(2028, 2, 29)
+    assert repave.add_months(day(2027, 1, 31), 1) == day(2027, 2, 28)
+    assert repave.add_months(day(2027, 10, 15), 3) == day(2028, 1, 15)
+    assert repave.add_months(day(2027, 12, 31), 0) == day(2027, 12, 31)
+
+
+def test_a_bad_migration_deadline_is_refused():
+    with pytest.raises(ValueError, match="migration_deadline_months -1: expected a number of months"):
+        repave.drift(db(), fleet_catalog(), TODAY, policy={"migration_deadline_months": -1})
+
+
+def test_an_instance_never_created_is_reported_as_such_not_as_a_migration():
+    never = dict(
+        db(engine="15", revision=None),
+        phase="Failed",
+        available=False,
+        reason="UnsupportedEngineVersion",
+        message="engineVersion 15 is not in revision v20261215 (stream 22.04); supported: 16, 17",
+    )
+    verdict = repave.drift(never, fleet_catalog(), TODAY)
+    assert verdict["verdict"] == "UnsupportedEngineVersion" and verdict["action"] == "recreate"
+    assert verdict["migration_deadline"] is None
+    assert "pg_dump" not in verdict["description"].split(";")[-1]
+    assert verdict["description"] == (
+        "never created (UnsupportedEngineVersion: engineVersion 15 is not in revision v20261215 (stream "
+        "22.04); supported: 16, 17): there is no database to repave or pg_dump; delete it and create it "
+        "again with engineVersion 16 or 17"
+    )
+    # A roll-out skips it without refusing the others.
+    found = repave.classify([never, db()], fleet_catalog(), lambda i: i["name"] + str(i["revision"]))
+    assert [str(e) for e in found["refused"]] == [] and len(found["candidates"]) == 1
+    assert found["entries"]["db-1None"]["result"] == "skipped"
+    # Once it ran a revision, a failure is not a creation failure.
+    ran = dict(never, revision="v20260615")
+    assert repave.drift(ran, fleet_catalog(), TODAY)["verdict"] == "PGVersionEOL"
+
+
+def test_current_apply_follows_the_opt_in_the_window_and_the_policy():
+    window = rollout.parse_window({"days": ["sun"], "start": "01:00", "end": "05:00", "timezone": "UTC"})
+    now = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)  # a Tuesday
+    pending = {"action": "os-repave", "auto_apply_after": "2026-12-10", "forced_apply": "2026-12-31"}
+    assert repave.current_apply(pending, "immediate", window, now) == "2026-12-01T12:00:00Z"
+    assert repave.current_apply(pending, "next-maintenance", window, now) == "2026-12-06T01:00:00Z"
+    # no opt-in: the first window from the auto-apply date on (Sunday 13th), before the forced date
+    assert repave.current_apply(pending, None, window, now) == "2026-12-13T01:00:00Z"
+    assert repave.current_apply(pending, None, None, now) == "2026-12-10T00:00:00Z"
+    forced_first = dict(pending, auto_apply_after=None, forced_apply="2026-12-02")
+    assert repave.current_apply(forced_first, None, window, now) == "2026-12-02T00:00:00Z"
+    assert repave.current_apply({"action": "os-repave"}, None, window, now) is None
+    assert repave.current_apply(dict(pending, action="pg-major-migration"), "immediate", window, now) is None
