@@ -63,6 +63,16 @@ def promote_answers(stage):
     }
 
 
+def promote_survey(stage, role):
+    """The promote template's survey answered for one of the stage's goldens."""
+    return {
+        "golden_promote_family": stage.family,
+        "golden_promote_snapshot": stage.goldens[role],
+        "golden_promote_mode": "Filesystem",
+        "golden_promote_gate_project_namespace": stage.gate_project,
+    }
+
+
 def undo_vars(stage, candidate):
     """What the failure node gets: the publish node's artifacts and the workflow's answers."""
     return {
@@ -203,12 +213,7 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
         lab,
         tmp_path,
         monkeypatch,
-        survey={
-            "golden_promote_family": stage.family,
-            "golden_promote_snapshot": stage.goldens["candidate"],
-            "golden_promote_mode": "Filesystem",
-            "golden_promote_gate_project_namespace": stage.gate_project,
-        },
+        survey=promote_survey(stage, "candidate"),
     )
     assert promoted.ok, promoted.stdout
     assert "golden_promote_summary" in promoted.stdout  # the table the CLI shows
@@ -260,12 +265,7 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
         lab,
         tmp_path,
         monkeypatch,
-        survey={
-            "golden_promote_family": stage.family,
-            "golden_promote_snapshot": stage.goldens["candidate"],
-            "golden_promote_mode": "Filesystem",
-            "golden_promote_gate_project_namespace": stage.gate_project,
-        },
+        survey=promote_survey(stage, "candidate"),
     )
     assert again.ok, again.stdout
     assert stage.selection()["spec"]["snapshotName"] == stage.goldens["candidate"]
