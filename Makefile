@@ -10,22 +10,13 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # Debian packages the tests and the demo use (program -> package).
+# Only the e2e tier boots VMs: make test does not need these.
+E2E_DEB_TOOLS := qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap lz4:lz4 umoci:umoci mkfs.ext4:e2fsprogs sfdisk:fdisk
 DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git kubectl:kubernetes-client debugfs:e2fsprogs sfdisk:fdisk setfattr:attr openssl:openssl docker-registry:docker-registry skopeo:skopeo umoci:umoci
 
-.PHONY: help deps venv collections lab-binaries setup lint unit integration faults suites molecule sanity test demo e2e bench lab-up lab-down clean
-
-help:
-	@echo "make test    lint, unit, lab integration and molecule tests (sets everything up)"
-	@echo "make faults  the slow fault suite: playbooks under injected conflicts, errors and lost replies"
-	@echo "make suites  the data-loss, secrets, fault, bad-input and idempotence suites, with a score line each"
-	@echo "make sanity  ansible-test sanity on a copy of the collection"
-	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them (ACT=workers: one act)"
-	@echo "make e2e     slow tiers that boot real VMs"
-	@echo "make bench   benchmarks in bench/"
-	@echo "make lab-up / lab-down   start or stop the lab in .lab/ for manual use"
-
-deps:
-	@missing=""; for pair in $(DEB_TOOLS); do \
+# $(call install_debs,program:package ...): apt-get install what is missing (as root), else name it.
+define install_debs
+	@missing=""; for pair in $(1); do \
 	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -36,6 +27,25 @@ deps:
 	    echo "Install them with: sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
+endef
+
+.PHONY: help deps e2e-deps e2e-microvm venv collections lab-binaries setup lint unit integration faults suites molecule sanity test demo e2e bench lab-up lab-down clean
+
+help:
+	@echo "make test    lint, unit, lab integration and molecule tests (sets everything up)"
+	@echo "make faults  the slow fault suite: playbooks under injected conflicts, errors and lost replies"
+	@echo "make suites  the data-loss, secrets, fault, bad-input and idempotence suites, with a score line each"
+	@echo "make sanity  ansible-test sanity on a copy of the collection"
+	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them (ACT=workers: one act)"
+	@echo "make e2e     slow tiers that boot real VMs (make e2e-microvm: only the micro-VM boot times)"
+	@echo "make bench   benchmarks in bench/"
+	@echo "make lab-up / lab-down   start or stop the lab in .lab/ for manual use"
+
+deps:
+	$(call install_debs,$(DEB_TOOLS))
+
+e2e-deps:
+	$(call install_debs,$(E2E_DEB_TOOLS))
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -84,8 +94,13 @@ test: setup
 demo: setup
 	ACT="$(ACT)" tools/demo.sh
 
-e2e: setup
+e2e: setup e2e-deps
+	$(PY) tests/e2e/microvm_boot.py
 	tools/e2e.sh
+
+# Micro-VM images booted under QEMU with and without slim (tests/e2e/microvm_boot.py; root).
+e2e-microvm: setup e2e-deps
+	$(PY) tests/e2e/microvm_boot.py
 
 bench: setup
 	$(PY) bench/lab_rps.py

@@ -330,7 +330,7 @@ def template(name):
 def survey_answers(name, answers):
     """Extra vars as AWX builds them from a survey: every required question answered (its default when
     the test gives none), nothing outside the survey, then the launch-time extra vars on top."""
-    spec = template(name)["survey_spec"]["spec"]
+    spec = (template(name).get("survey_spec") or {}).get("spec", [])
     found = {}
     for question in spec:
         variable = question["variable"]

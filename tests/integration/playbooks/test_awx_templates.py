@@ -63,6 +63,28 @@ def promote_answers(stage):
     }
 
 
+def promote_survey(stage, role):
+    """The promote template's survey answered for one of the stage's goldens."""
+    return {
+        "golden_promote_family": stage.family,
+        "golden_promote_snapshot": stage.goldens[role],
+        "golden_promote_mode": "Filesystem",
+        "golden_promote_gate_project_namespace": stage.gate_project,
+    }
+
+
+def undo_vars(stage, candidate):
+    """What the failure node gets: the publish node's artifacts and the workflow's answers."""
+    return {
+        "golden_promote_family": stage.family,
+        "golden_promote_mode": "Filesystem",
+        "golden_promote_snapshot": candidate,
+        "golden_promote_project_selector": stage.selector,
+        "golden_promote_verify_timeout": 30,
+        "golden_promote_verify_interval": 1,
+    }
+
+
 @pytest.fixture(scope="module")
 def stage(lab, kube_client, tmp_path_factory):
     """Goldens of one family imported through CDI (incumbent served, a candidate, a disk that does not
@@ -191,12 +213,7 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
         lab,
         tmp_path,
         monkeypatch,
-        survey={
-            "golden_promote_family": stage.family,
-            "golden_promote_snapshot": stage.goldens["candidate"],
-            "golden_promote_mode": "Filesystem",
-            "golden_promote_gate_project_namespace": stage.gate_project,
-        },
+        survey=promote_survey(stage, "candidate"),
     )
     assert promoted.ok, promoted.stdout
     assert "golden_promote_summary" in promoted.stdout  # the table the CLI shows
@@ -221,6 +238,65 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
         survey={"golden_promote_family": stage.family, "golden_promote_mode": "Filesystem"},
     )
     assert rolled.ok, rolled.stdout
+    assert stage.selection()["spec"]["snapshotName"] == stage.goldens["incumbent"]
+
+    # The workflow's failure path after a promotion that failed before its write: nothing to undo.
+    lab.clear_audit()
+    untouched = run_template(
+        "goldenimage: undo a failed promotion",
+        undo_vars(stage, stage.goldens["broken"]),
+        lab,
+        tmp_path,
+        monkeypatch,
+    )
+    assert untouched.ok, untouched.stdout
+    assert (
+        "the failed promotion wrote nothing; %s keeps serving" % stage.goldens["incumbent"]
+        in untouched.stdout
+    )
+    assert [r for r in lab.mutating_requests() if r["resource"] == "goldenimageselections"] == []
+    assert stage.selection()["spec"]["snapshotName"] == stage.goldens["incumbent"]
+
+    # After a promotion that wrote its candidate (and then failed, say on its projects): the undo restores
+    # what that promotion replaced.
+    again = run_template(
+        "goldenimage: promote",
+        dict(promote_answers(stage), golden_promote_gate=False),
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey=promote_survey(stage, "candidate"),
+    )
+    assert again.ok, again.stdout
+    assert stage.selection()["spec"]["snapshotName"] == stage.goldens["candidate"]
+    # The rollback template, fed the same workflow variables, does not undo it: its golden_promote_snapshot
+    # names the rollback's target, and that target already serves. This is why it is not the failure path.
+    plain = run_template(
+        "goldenimage: rollback",
+        undo_vars(stage, stage.goldens["candidate"]),
+        lab,
+        tmp_path,
+        monkeypatch,
+        survey={"golden_promote_family": stage.family, "golden_promote_mode": "Filesystem"},
+    )
+    assert plain.ok, plain.stdout
+    assert stage.selection()["spec"]["snapshotName"] == stage.goldens["candidate"]
+    undone = run_template(
+        "goldenimage: undo a failed promotion",
+        undo_vars(stage, stage.goldens["candidate"]),
+        lab,
+        tmp_path,
+        monkeypatch,
+    )
+    assert undone.ok, undone.stdout
+    assert (
+        "restored %s in place of the failed candidate %s"
+        % (
+            stage.goldens["incumbent"],
+            stage.goldens["candidate"],
+        )
+        in undone.stdout
+    )
     assert stage.selection()["spec"]["snapshotName"] == stage.goldens["incumbent"]
     assert "%s/Filesystem serves %s" % (stage.family, stage.goldens["incumbent"]) in rolled.stdout
 
