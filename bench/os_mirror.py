@@ -26,6 +26,7 @@ import argparse
 import functools
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,9 @@ sys.path.insert(0, str(ROOT / ".collections"))
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3_client  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from bench.labproc import load  # noqa: E402
 
 MIB = 1024 * 1024
 # The module's defaults (plugins/modules/os_mirror_object.py).
@@ -56,6 +60,116 @@ server.stop()
 """
 
 
+# A TCP forwarder that caps each connection's upload direction at --cap-mib MiB/s (token bucket per
+# connection), the way a WAN link or a gateway limits one stream; it runs in its own process.
+PROXY = """
+import socket, sys, threading, time
+upstream_host, upstream_port, cap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) * 1048576
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", 0))
+listener.listen(64)
+print(listener.getsockname()[1], flush=True)
+
+def pump(src, dst, limited):
+    started, sent = time.monotonic(), 0
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+            if limited:
+                sent += len(data)
+                ahead = sent / cap - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+def serve(client):
+    server = socket.create_connection((upstream_host, upstream_port))
+    threading.Thread(target=pump, args=(client, server, True), daemon=True).start()
+    threading.Thread(target=pump, args=(server, client, False), daemon=True).start()
+
+threading.Thread(target=lambda: [serve(listener.accept()[0]) for _ in iter(int, 1)], daemon=True).start()
+sys.stdin.read()
+"""
+
+
+def start_proxy(endpoint, cap_mib):
+    host, port = endpoint.split("//", 1)[1].split(":")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROXY, host, port, str(cap_mib)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return proc, "http://127.0.0.1:%s" % proc.stdout.readline().strip()
+
+
+def baseline_transfer(revision):
+    """The upload adapter as it was at ``revision`` (same _s3 and mirror as now), loaded as a module."""
+    import importlib.util
+
+    source = subprocess.run(
+        ["git", "show", "%s:plugins/module_utils/_mirror_transfer.py" % revision],
+        cwd=str(ROOT),
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    path = pathlib.Path(tempfile.mkdtemp(prefix="os-mirror-baseline-")) / "_mirror_transfer_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("_mirror_transfer_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_timed(call):
+    """``(result, wall seconds, cpu seconds of this process)`` of ``call()`` (its upload threads included)."""
+    cpu, wall = time.process_time(), time.monotonic()
+    result = call()
+    return result, time.monotonic() - wall, time.process_time() - cpu
+
+
+def ab(endpoint, path, digest, part_mib, concurrency, repeat, baseline):
+    """Paired runs (put, baseline mirror, this mirror, in turn) on fresh clients: medians of wall and
+    of client cpu seconds by label."""
+    clients = {
+        label: s3_client(
+            endpoint_url=endpoint,
+            access_key="bench",
+            secret_key="bench",
+            max_pool_connections=concurrency + 2,
+        )
+        for label in ("put", "old", "new")
+    }
+    runs = {label: ([], []) for label in clients}
+    for _ in range(repeat):
+        for label, client in clients.items():
+            empty(client)
+            if label == "put":
+                call = functools.partial(run_put, client, path)
+            else:
+                module = baseline if label == "old" else transfer
+                call = functools.partial(
+                    run_mirror, client, path, part_mib * MIB, concurrency, digest, module
+                )
+            _result, wall, cpu = cpu_timed(call)
+            runs[label][0].append(wall)
+            runs[label][1].append(cpu)
+    median = statistics.median
+    return {label: (median(walls), median(cpus)) for label, (walls, cpus) in runs.items()}
+
+
 def start_server():
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -70,17 +184,17 @@ def write_random(path: pathlib.Path, size_mib: int) -> None:
             stream.write(os.urandom(MIB))
 
 
-def run_mirror(client, path, part_size, concurrency, sha256=None):
+def run_mirror(client, path, part_size, concurrency, sha256=None, module=transfer):
     """One upload the way os_mirror_object does it; ``(report, seconds)``."""
     started = time.monotonic()
-    source = transfer.open_source(path=str(path))
+    source = module.open_source(path=str(path))
 
     def destination(digest):
         key = mirror.object_key("bench", "1", digest, path.name)
         return key, mirror.final_metadata(digest, str(path), "2026-01-01T00:00:00Z")
 
     try:
-        job = transfer.Upload(
+        job = module.Upload(
             client,
             BUCKET,
             source,
@@ -177,6 +291,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[DEFAULT_CONCURRENCY])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--matrix", action="store_true")
+    parser.add_argument("--cap-mib", type=float, default=25.0, help="per-connection cap of the capped link")
+    parser.add_argument("--baseline", default="d7f5fb3", help="git revision of the upload adapter to compare")
+    parser.add_argument("--ab-only", action="store_true", help="only the paired put/old/new runs")
     args = parser.parse_args()
 
     proc, endpoint = start_server()
@@ -198,6 +315,38 @@ def main() -> int:
             pairs = [(p, c) for p in args.part_mib for c in args.concurrency]
             if not args.matrix:
                 pairs = pairs[:1]
+            baseline = baseline_transfer(args.baseline)
+            part_mib, concurrency = pairs[0]
+            proxy, capped = start_proxy(endpoint, args.cap_mib)
+            try:
+                for link, url in (
+                    ("loopback", endpoint),
+                    ("capped %g MiB/s a connection" % args.cap_mib, capped),
+                ):
+                    found = ab(url, path, digest, part_mib, concurrency, args.repeat, baseline)
+                    put_wall = found["put"][0]
+                    for label, name in (
+                        ("put", "one put_object"),
+                        ("old", "mirror, " + args.baseline),
+                        ("new", "mirror, this tree"),
+                    ):
+                        wall, cpu = found[label]
+                        lines.append(
+                            "%-34s %-18s %8.1f MiB/s  %6.2f s  %5.2fx put  client cpu %5.2f ms/MiB"
+                            % (
+                                link,
+                                name,
+                                mirror.throughput_mib_s(size, wall),
+                                wall,
+                                put_wall / wall,
+                                cpu * 1000 / (size / MIB),
+                            )
+                        )
+            finally:
+                proxy.stdin.close()
+                proxy.wait(timeout=30)
+            if args.ab_only:
+                pairs = []
             for part_mib, concurrency in pairs:
                 report, seconds = timed(
                     client,
@@ -208,7 +357,7 @@ def main() -> int:
                 lines.append(
                     describe("given", size, report, seconds, concurrency, median_complete(clock, args.repeat))
                 )
-            if not args.matrix:
+            if not args.matrix and pairs:
                 part_mib, concurrency = pairs[0]
                 report, seconds = timed(
                     client, args.repeat, lambda: run_mirror(client, path, part_mib * MIB, concurrency)
@@ -238,8 +387,9 @@ def main() -> int:
         proc.wait(timeout=30)
 
     print(
-        "file: %d MiB of random bytes; server: moto on %s (own process); median of %d runs"
-        % (size // MIB, endpoint, args.repeat)
+        "file: %d MiB of random bytes; server: moto on %s (own process); median of %d runs (put, old and new"
+        " in turn on their own clients; part %d MiB, concurrency %d; %s)"
+        % (size // MIB, endpoint, args.repeat, args.part_mib[0], args.concurrency[0], load())
     )
     print("\n".join(lines))
     return 0 if ok else 1

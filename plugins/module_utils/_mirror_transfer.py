@@ -13,8 +13,9 @@ CompleteMultipartUpload there is no object under the key at all, so any failure 
 An image smaller than one part is a single PutObject.
 
 Each body is hashed once more, with sha256: that digest is sent as its flexible checksum
-(ChecksumSHA256, which the server recomputes and refuses on a mismatch) and signs the request as its
-payload hash, so botocore does not hash it again and no md5 is computed. A server that does not answer
+(ChecksumSHA256, a signed header, which the server recomputes over the body and refuses on a
+mismatch), so it stands for the body in the signature, botocore does not hash the body again and no
+md5 is computed. A server that does not answer
 with the checksum (it does not keep flexible checksums) gets the older proof instead: the md5 of the
 body, compared with the ETag it returned. The stored object is then checked with a HEAD (size, the
 composite checksum or the ETag, metadata) without reading it back; one that fails is deleted.
@@ -439,7 +440,7 @@ class Upload:
 
     def _upload_part(self, number, chunk):
         sha = hashlib.sha256(chunk).digest()
-        # The server refuses a part whose bytes do not match the checksum or the signed payload hash.
+        # The server refuses a part whose bytes do not match the (signed) checksum.
         answer = self.client.upload_part(
             Bucket=self.bucket,
             Key=self.key,
@@ -466,9 +467,7 @@ class Upload:
                 raise TransferError(
                     "%s: the server stored sha256 %s, not the %s sent" % (what, checksum, mirror.b64(sha))
                 )
-            self._verified(
-                "sha256 of every body (ChecksumSHA256 and signed payload hash, checked by the server)"
-            )
+            self._verified("sha256 of every body (ChecksumSHA256 signed, checked by the server)")
             return {"checksum": checksum, "md5": None}
         md5 = hashlib.md5(body, usedforsecurity=False).digest()
         self._check_etag(answer.get("ETag"), md5.hex(), what)

@@ -265,23 +265,28 @@ def s3_client(
 
 
 def sign_with_sent_checksum(client, operations=("PutObject", "UploadPart")):
-    """Sign the body of ``operations`` with the sha256 the caller already sends as ChecksumSHA256.
+    """Let the ChecksumSHA256 a request of ``operations`` carries stand for its body in the signature.
 
-    On plain HTTP botocore hashes every body again to sign it (``X-Amz-Content-SHA256``). When the
-    request carries ``x-amz-checksum-sha256`` (the caller's sha256 of that same body), its hex form is
-    the payload hash, so the body is hashed once and the server checks it twice (the signed payload
-    hash and the flexible checksum). Requests without the header are signed as before.
+    On plain HTTP botocore hashes every body again to sign it (``X-Amz-Content-SHA256``). A request
+    that carries ``x-amz-checksum-sha256`` (the caller's sha256 of that same body) has that header
+    signed with the others, and the server recomputes it over the body and refuses a mismatch, so the
+    body is authenticated without a second hash: such a request is sent with ``UNSIGNED-PAYLOAD``.
+    Requests without the header are signed as before.
     """
-    import base64
+    from botocore.config import Config
 
-    def payload_hash(request, **_kwargs):
-        sent = request.headers.get("x-amz-checksum-sha256")
-        if sent and "X-Amz-Content-SHA256" not in request.headers:
-            request.headers["X-Amz-Content-SHA256"] = base64.b64decode(sent).hex()
+    base = client.meta.config
+    unsigned_body = base.merge(Config(s3=dict(base.s3 or {}, payload_signing_enabled=False)))
+
+    def checksum_signs_body(request, **_kwargs):
+        if request.headers.get("x-amz-checksum-sha256"):
+            request.context["client_config"] = unsigned_body
 
     for operation in operations:
         client.meta.events.register(
-            "before-sign.s3.%s" % operation, payload_hash, unique_id="%s-%s" % (PAYLOAD_HASH_HOOK, operation)
+            "before-sign.s3.%s" % operation,
+            checksum_signs_body,
+            unique_id="%s-%s" % (PAYLOAD_HASH_HOOK, operation),
         )
     return client
 

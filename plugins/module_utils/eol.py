@@ -107,8 +107,19 @@ def eol_table(overrides=None):
     Values become ``datetime.date``. An override adds a version or moves its date; it never drops
     one. Unknown top-level keys are refused so a typo cannot silently disable the guard.
     """
+    if not overrides:
+        # The default table is parsed once per process; a fleet's report asks for it per instance.
+        if not _DEFAULT_PARSED:
+            _DEFAULT_PARSED.update(_merged({}))
+        return {kind: dict(entries) for kind, entries in _DEFAULT_PARSED.items()}
+    return _merged(overrides)
+
+
+_DEFAULT_PARSED = {}
+
+
+def _merged(overrides):
     merged = {}
-    overrides = overrides or {}
     unknown = sorted(set(overrides) - {PG, OS})
     if unknown:
         raise ValueError("EOL overrides: unknown key(s) %s; expected %r and/or %r" % (unknown, PG, OS))

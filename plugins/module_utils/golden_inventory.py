@@ -504,3 +504,45 @@ def summary(result):
         "not_matching": sum(1 for p in projects if not p["match"]),
         "clones": sum(e["count"] for e in result["clones"]),
     }
+
+
+# How much of a report goes back to Ansible: every row, or the summary with only what needs attention.
+DETAILS = ("auto", "full", "summary")
+# ``auto`` returns every row up to this many project entries, the condensed report above it: the
+# scrubbing exit_json does over a result is itself seconds at tens of thousands of rows.
+DETAIL_LIMIT = 1000
+
+
+def detail_level(details, result, limit=None):
+    """``"full"`` or ``"summary"``: what ``details`` (one of ``DETAILS``) asks for this ``result``."""
+    limit = DETAIL_LIMIT if limit is None else limit
+    if details not in DETAILS:
+        raise ValueError("details must be one of %s, not %r" % (", ".join(DETAILS), details))
+    if details == "auto":
+        return "full" if len(result["projects"]) <= limit else "summary"
+    return details
+
+
+def condense(result, limit=None):
+    """The report with its large tables cut to what needs attention.
+
+    Families and conflicts stay whole (a handful of rows). ``projects`` keeps the entries that do not
+    match the served golden, at most ``limit`` of them (``projects_omitted`` counts the rest, matching
+    ones included); ``clones`` keeps every golden with its count and drops the per-consumer lists
+    (``consumers_omitted`` counts them). The summary of the full report says the rest.
+    """
+    limit = DETAIL_LIMIT if limit is None else max(0, limit)
+    projects = [p for p in result["projects"] if not p["match"]]
+    kept = projects[:limit]
+    clone_entries = []
+    consumers = 0
+    for entry in result["clones"]:
+        consumers += len(entry["pvcs"]) + len(entry["datavolumes"])
+        clone_entries.append(dict(entry, pvcs=[], datavolumes=[]))
+    return dict(
+        result,
+        projects=kept,
+        projects_omitted=len(result["projects"]) - len(kept),
+        clones=clone_entries,
+        consumers_omitted=consumers,
+    )

@@ -44,6 +44,19 @@ options:
       - Label selector of the Kube-DC project namespaces.
     type: str
     default: kube-dc.com/project
+  details:
+    description:
+      - How much of the report is returned.
+      - V(full) returns every project entry and every consumer of each golden.
+      - V(summary) returns the families and conflicts whole, only the project entries that do not
+        match the served golden (at most 1000, RV(projects_omitted) counts the rest) and each golden's
+        clone count without the list of consumers (RV(consumers_omitted) counts them); RV(summary)
+        still counts the whole report.
+      - V(auto) is V(full) up to 1000 project entries and V(summary) above, so a fleet-sized report
+        stays quick to return through Ansible.
+    type: str
+    choices: [auto, full, summary]
+    default: auto
   namespaces:
     description:
       - The namespaces that hold goldens, when a cluster does not use the contract's defaults.
@@ -190,6 +203,7 @@ projects:
       (the handle it resolved to), V(golden) (C(<namespace>/<name>) of the golden owning that handle,
       None when no listed golden does), V(seeded_from) (the seeder's annotation), V(serving), V(expected)
       (the serving golden's handle), V(match), V(held) and V(reason).
+    - When RV(details) is V(summary), only the entries whose V(match) is false, at most 1000.
   returned: always
   type: list
   elements: dict
@@ -213,6 +227,7 @@ clones:
       no listed golden owns any more but that something still restores from (V(golden) is then None).
     - V(pvcs) and V(datavolumes) name each consumer and V(via), V(golden) for a direct restore or the
       project's seeded copy C(<namespace>/<name>) it went through.
+    - When RV(details) is V(summary), V(pvcs) and V(datavolumes) are empty and V(count) still counts them.
   returned: always
   type: list
   elements: dict
@@ -226,8 +241,23 @@ clones:
       count: 1
       pvcs: [{namespace: shop-prod, name: vm-1-root, via: shop-prod/golden-windows-11-golden}]
       datavolumes: []
+details:
+  description: How much of the report was returned, V(full) or V(summary) (see O(details)).
+  returned: always
+  type: str
+  sample: full
+projects_omitted:
+  description: Project entries left out of RV(projects) by the summary, the matching ones included.
+  returned: when RV(details) is V(summary)
+  type: int
+  sample: 49980
+consumers_omitted:
+  description: Claims and DataVolumes left out of the consumer lists of RV(clones) by the summary.
+  returned: when RV(details) is V(summary)
+  type: int
+  sample: 5000
 summary:
-  description: Counts over the report.
+  description: Counts over the whole report, whatever O(details) returned.
   returned: always
   type: dict
   sample: {families: 2, conflicts: 1, project_entries: 500, matching: 498, not_matching: 2, clones: 40}
@@ -244,6 +274,7 @@ def argument_spec():
         family=dict(type="str"),
         mode=dict(type="str"),
         project_selector=dict(type="str", default=selection.PROJECT_SELECTOR),
+        details=dict(type="str", choices=list(golden_inventory.DETAILS), default="auto"),
         namespaces=dict(
             type="dict",
             options=dict(
@@ -276,7 +307,11 @@ def run(module):
     )
     for conflict in result["conflicts"]:
         module.warn(conflict["message"])
-    return dict(result, changed=False, summary=golden_inventory.summary(result))
+    counts = golden_inventory.summary(result)
+    level = golden_inventory.detail_level(p.get("details") or "auto", result)
+    if level == "summary":
+        result = golden_inventory.condense(result)
+    return dict(result, changed=False, summary=counts, details=level)
 
 
 def main():

@@ -112,3 +112,11 @@ def test_guard_passes_with_supported_sets():
         "pg_supported": ["15", "16", "17", "18"],
         "os_supported": ["22.04", "24.04"],
     }
+
+
+def test_the_default_table_is_parsed_once_and_each_caller_gets_its_own_copy():
+    first = eol.eol_table()
+    first[eol.PG]["16"] = None
+    second = eol.eol_table()
+    assert second[eol.PG]["16"] is not None and second == eol.eol_table({})
+    assert second[eol.PG] is not eol.eol_table()[eol.PG]

@@ -387,3 +387,35 @@ def test_previous_digest_recorded_on_a_selection(world):
     world["selections"] = [sel]
     digests = {c["name"]: c["digest"] for c in run(world)["families"][0]["candidates"]}
     assert digests == {OLD: "sha256:" + "0123456789abcdef" * 4, NEW: DIGEST}
+
+
+def _entry(i, match):
+    return {"namespace": "p-%05d" % i, "match": match}
+
+
+def test_auto_details_are_full_up_to_the_limit_then_a_summary():
+    small = {"projects": [_entry(i, True) for i in range(3)], "clones": []}
+    large = {"projects": [_entry(i, True) for i in range(4)], "clones": []}
+    assert inv.detail_level("auto", small, limit=3) == "full"
+    assert inv.detail_level("auto", large, limit=3) == "summary"
+    assert inv.detail_level("full", large, limit=3) == "full"
+    assert inv.detail_level("summary", small, limit=3) == "summary"
+    with pytest.raises(ValueError, match="details must be one of"):
+        inv.detail_level("all", small)
+
+
+def test_a_condensed_report_keeps_what_needs_attention_and_counts_the_rest():
+    clone = {"golden": "g/a", "count": 2, "pvcs": [{"name": "x"}], "datavolumes": [{"name": "y"}]}
+    result = {
+        "families": [{"family": "debian-12"}],
+        "conflicts": [{"type": "zero_active"}],
+        "projects": [_entry(i, i % 3 != 0) for i in range(9)],
+        "clones": [clone],
+    }
+    condensed = inv.condense(result, limit=2)
+    assert [p["namespace"] for p in condensed["projects"]] == ["p-00000", "p-00003"]
+    assert condensed["projects_omitted"] == 7
+    assert condensed["clones"] == [dict(clone, pvcs=[], datavolumes=[])]
+    assert condensed["consumers_omitted"] == 2
+    assert (condensed["families"], condensed["conflicts"]) == (result["families"], result["conflicts"])
+    assert result["clones"][0]["pvcs"] == [{"name": "x"}]  # the full report is left as it was

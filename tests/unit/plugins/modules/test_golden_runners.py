@@ -352,6 +352,20 @@ def test_golden_info_returns_the_report_with_clones():
     assert result["changed"] is False and result["summary"]["clones"] == 1
 
 
+def test_golden_info_returns_a_summary_above_the_detail_limit(monkeypatch):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory
+
+    objects = [golden("g1"), content("c-g1", "h1"), claim(FS, "vm-root", "g1"), claim(FS, "vm-2", "g1")]
+    full = golden_info.run(FakeKube(defaults(golden_info.argument_spec()), objects))
+    assert full["details"] == "full" and len(full["clones"][0]["pvcs"]) == 2
+    monkeypatch.setattr(golden_inventory, "DETAIL_LIMIT", -1)
+    auto = golden_info.run(FakeKube(defaults(golden_info.argument_spec()), objects))
+    assert auto["details"] == "summary" and auto["clones"][0]["pvcs"] == []
+    assert auto["consumers_omitted"] == 2 and auto["summary"] == full["summary"]
+    asked = golden_info.run(FakeKube(defaults(golden_info.argument_spec(), details="full"), objects))
+    assert asked["details"] == "full" and len(asked["clones"][0]["pvcs"]) == 2
+
+
 def test_golden_info_refuses_a_bad_mode_as_a_pipeline_error():
     with pytest.raises(PipelineError, match="not a golden mode"):
         golden_info.run(FakeKube(defaults(golden_info.argument_spec(), mode="sideways")))
