@@ -387,3 +387,29 @@ def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY):
         else:
             ignored.append(key)
     return build_catalog(bucket, entries), sorted(ignored), sorted(problems)
+
+
+def run_report(results):
+    """The totals of a mirror run and one line per image, from os_mirror_object's results (a loop's)."""
+    items = list(results or [])
+    skipped = [item for item in items if item.get("skipped")]
+    moved = sum(int(item.get("bytes_moved") or 0) for item in items)
+    seconds = sum(float(item.get("seconds") or 0) for item in items)
+    lines = []
+    for item in items:
+        if item.get("skipped"):
+            lines.append("%s: already mirrored, skipped" % item.get("key"))
+        else:
+            lines.append(
+                "%s: %s bytes in %s parts at %s MiB/s"
+                % (item.get("key"), item.get("bytes_moved"), item.get("parts"), item.get("throughput_mib_s"))
+            )
+    return {
+        "images": len(items),
+        "copied": len(items) - len(skipped),
+        "skipped": len(skipped),
+        "bytes_moved": moved,
+        "seconds": round(seconds, 3),
+        "throughput_mib_s": throughput_mib_s(moved, seconds),
+        "lines": lines,
+    }
