@@ -245,11 +245,16 @@ def build_disk(debs: pathlib.Path) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def publish(disk: dict, slim: bool, folder: pathlib.Path) -> dict:
-    """The microvm_images role on the disk, into an OCI layout; returns the role's result."""
+def publish(disk: dict, slim: bool, folder: pathlib.Path, republish: bool = False) -> dict:
+    """The microvm_images role on the disk, into an OCI layout; returns the role's result (reused when
+    this disk was published with this setting already: ``--republish`` runs the role again)."""
+    result = folder / "result.json"
+    source = folder / "source"
+    if not republish and result.exists() and source.exists() and source.read_text() == disk["disk"]:
+        log("reusing %s (images of %s)" % (folder, disk["disk"]))
+        return json.loads(result.read_text())
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    result = folder / "result.json"
     extra = {
         "microvm_images_src": disk["disk"],
         "microvm_images_dest": str(folder / "oci"),
@@ -284,6 +289,8 @@ def publish(disk: dict, slim: bool, folder: pathlib.Path) -> dict:
         raise SystemExit("microvm_images (slim=%s) failed:\n%s" % (slim, proc.stdout[-4000:]))
     got = json.loads(result.read_text())
     got["publish_seconds"] = round(time.monotonic() - started, 1)
+    result.write_text(json.dumps(got, indent=2))
+    source.write_text(disk["disk"])
     return got
 
 
@@ -317,7 +324,9 @@ def assemble(published: dict, folder: pathlib.Path) -> dict:
     (rootfs / mount_point.lstrip("/")).mkdir(parents=True, exist_ok=True)
     with open(rootfs / "etc/fstab", "a") as fh:
         # flintlock mounts the modules volume at its mount point; the guest's fstab does it here.
-        fh.write("/dev/nvme1n1 %s ext4 ro 0 0\n" % mount_point)
+        # udev under emulation on a loaded host can take longer than systemd's 90 s device default;
+        # the boot's own --timeout bounds the wait instead.
+        fh.write("/dev/nvme1n1 %s ext4 ro,x-systemd.device-timeout=0 0 0\n" % mount_point)
     root_bytes = ext4_from(rootfs, folder / "root.ext4", "root")
     modules_bytes = ext4_from(bundles["modules"], folder / "modules.ext4", "modules")
     shutil.copy2(vmlinux, folder / "vmlinux")
@@ -458,6 +467,7 @@ def main() -> int:
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds one boot may take")
     parser.add_argument("--results", type=pathlib.Path, default=CACHE / "results.json")
+    parser.add_argument("--republish", action="store_true", help="run the role even when its images exist")
     args = parser.parse_args()
     if args.runs < 1 or args.timeout <= 0:
         parser.error("--runs and --timeout must be positive")
@@ -479,7 +489,7 @@ def main() -> int:
     for name, slim in (("full", False), ("slim", True)):
         folder = CACHE / name
         log("microvm_images role, slim=%s" % slim)
-        published = publish(disk, slim, folder)
+        published = publish(disk, slim, folder, args.republish)
         parts = assemble(published, folder)
         variants[name] = {"published": published, "parts": parts}
         log(
