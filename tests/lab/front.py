@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 from .access import MUTATING_VERBS
 from .extensions import route_for
 from .faults import Faults
+from .store import ApiError
 
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
@@ -152,6 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._forward(method, raw, verb, ref, commit_drop)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except ApiError as exc:  # a platform route refused (the VMI is missing, not running, ...)
+            self._status(exc.code, exc.reason, exc.message, exc.details or None)
+        except Exception as exc:  # an answer beats a connection closed without one
+            self._status(500, "InternalError", "Internal error occurred: %r" % exc)
 
     def _pod_log(self, ref: dict) -> None:
         """Pods in the lab have no kubelet to stream from: the front answers for it, after RBAC."""
@@ -380,8 +385,6 @@ class FrontServer(ThreadingHTTPServer):
         import base64
         import copy
 
-        from .store import ApiError
-
         request = review.get("request") or {}
         response = {"uid": request.get("uid"), "allowed": True}
         hooks = self.store.hooks.get((group, plural))
@@ -422,7 +425,6 @@ class FrontServer(ThreadingHTTPServer):
     def admission_review(self, group: str, plural: str, review: dict) -> dict:
         """A validating webhook call: run the admission checks controllers registered for the kind."""
         from .extensions import admit
-        from .store import ApiError
 
         request = review.get("request") or {}
         verb = {"CREATE": "create", "UPDATE": "update", "DELETE": "delete"}.get(request.get("operation"), "")
