@@ -23,6 +23,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 FINISHED = ("done", "failed")
+# A fleet line (counts, what is repaving and where, elapsed) at least this often while batches run.
+FLEET_LINE_EVERY = 30.0
 
 
 def utcnow():
@@ -88,6 +90,8 @@ class Rollout:
         self.done = 0
         self.total = 0
         self.last_seen = {}
+        self.changed_at = {}
+        self.fleet_line_at = None
         self.queue = []
         self.events = []
 
@@ -243,6 +247,7 @@ class Rollout:
         insts = [self.instances[k] for k in batch]
         states = {}
         since = {}
+        self.fleet_line_at = None  # each batch opens with a fleet line
 
         def poll():
             for inst in insts:
@@ -260,6 +265,7 @@ class Rollout:
                     self.finish(key, state, seconds)
                 states[key] = state
                 self.progress(key, state)
+            self.fleet_progress(states)
             return states
 
         def describe(found):
@@ -329,10 +335,11 @@ class Rollout:
         self.set_entry(key, **fields)
 
     def progress(self, key, state):
-        seen = (state["state"], state["phase"], state.get("step"))
+        seen = (state["state"], state["phase"], state.get("step"), state.get("message"))
         if self.last_seen.get(key) == seen:
             return
         self.last_seen[key] = seen
+        self.changed_at[key] = time.monotonic()
         percent = int(100 * self.done / self.total) if self.total else 100
         record = {
             "seconds": round(time.monotonic() - self.started, 3),
@@ -351,19 +358,70 @@ class Rollout:
                 % (key, state["state"], state["phase"], state.get("step"), self.done, self.total, percent)
             )
 
+    def fleet_progress(self, states):
+        """Every FLEET_LINE_EVERY seconds: the fleet's counts, what is repaving (phase, step) and what
+        waits, with the time since the roll-out started."""
+        now = time.monotonic()
+        if self.fleet_line_at is not None and now - self.fleet_line_at < FLEET_LINE_EVERY:
+            return
+        self.fleet_line_at = now
+        busy = sorted((k, s) for k, s in states.items() if s["state"] not in FINISHED)
+        failed = sum(1 for s in states.values() if s["state"] == "failed")
+        waiting = sum(len(b) for b in self.queue)
+        percent = int(100 * self.done / self.total) if self.total else 100
+        elapsed = time.monotonic() - self.started
+        record = {
+            "seconds": round(elapsed, 3),
+            "name": None,
+            "state": "fleet",
+            "phase": None,
+            "step": None,
+            "done": self.done,
+            "total": self.total,
+            "percent": percent,
+            "repaving": [
+                "%s: %s%s" % (k, s["phase"], " (%s)" % s["step"] if s.get("step") else "") for k, s in busy
+            ],
+            "failed": failed,
+            "waiting": waiting,
+        }
+        self.emit("progress", record=record)
+        if self.log is not None:
+            self.log(
+                "fleet: %d/%d repaved (%d%%), %d repaving%s, %d failed, %d not started; elapsed %ds"
+                % (
+                    self.done,
+                    self.total,
+                    percent,
+                    len(busy),
+                    " (%s)" % "; ".join(record["repaving"]) if busy else "",
+                    failed,
+                    waiting,
+                    round(elapsed),
+                )
+            )
+
     def timed_out(self, insts, states, exc):
         stuck = []
+        verdicts = set()
+        now = time.monotonic()
         for inst in insts:
             key = self.key(inst)
             state = states.get(key) or {"state": "working", "phase": "unknown", "message": "never observed"}
             if state["state"] in FINISHED:
                 continue
-            self.set_entry(key, result="timed-out", message=state["message"])
-            text = "%s (target %s): phase %s, %s" % (
+            quiet = now - self.changed_at.get(key, self.started)
+            verdict = rollout.stall_verdict(quiet, self.p["wait_timeout"], state.get("step"))
+            verdicts.add(verdict.split(":")[0])
+            self.set_entry(
+                key, result="timed-out", message=state["message"], stuck=verdict.startswith("stuck")
+            )
+            text = "%s (target %s): phase %s, %s; %s" % (
                 key,
                 self.targets[key]["revision"],
                 state["phase"],
                 state["message"],
+                verdict,
             )
             hint = getattr(self.driver, "failure_hint", None)
             if hint is not None:
@@ -371,12 +429,14 @@ class Rollout:
                 if advice:
                     text += "; %s" % advice
             stuck.append(text)
+        waiting = [k for b in self.queue for k in b]
         self.halt(
-            "timed out after %ss waiting for the repave of %d instance(s) (%s): %s"
+            "timed out after %ss waiting for the repave of %d instance(s) (%s): %s%s"
             % (
                 self.p["wait_timeout"],
                 len(stuck),
-                "stuck" if exc.stuck else "still working",
+                " and ".join(sorted(verdicts)) or "stuck",
                 "; ".join(stuck),
+                "; not started: %s" % ", ".join(waiting) if waiting else "",
             )
         )

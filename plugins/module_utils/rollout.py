@@ -292,3 +292,15 @@ def estimate_batch_seconds(history_seconds, default):
     if default is None or float(default) <= 0:
         raise ValueError("default batch duration %r: expected seconds > 0" % (default,))
     return float(default)
+
+
+def stall_verdict(quiet_seconds, timeout, step=None):
+    """How a repave that timed out is described: ``stuck`` when it showed no progress (no change of
+    state, phase, step or message) for at least half the timeout, or a minute, whichever is shorter;
+    else ``still working``. Names the step it is on and how long it has been quiet."""
+    quiet = max(float(quiet_seconds or 0), 0.0)
+    limit = min(float(timeout) / 2, 60.0)
+    where = " at step %s" % step if step else ""
+    if quiet >= limit:
+        return "stuck: no progress for %ds%s" % (round(quiet), where)
+    return "still working%s: last progress %ds ago" % (where, round(quiet))

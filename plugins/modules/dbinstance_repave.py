@@ -421,6 +421,11 @@ instances:
       description: Index of its batch in RV(batches).
       type: int
       returned: when planned
+    stuck:
+      description: For V(timed-out), whether it showed no progress (state, phase, step, message) for half
+        O(wait_timeout) or a minute before the timeout.
+      type: bool
+      returned: when timed out
     duration:
       description: Seconds its repave took.
       type: float
@@ -499,6 +504,10 @@ progress:
   description:
     - Each change of an instance during the roll-out (C(seconds), C(name), C(state), C(phase), C(step)) with
       the fleet's progress (C(done), C(total), C(percent)).
+    - While batches run, at least every 30 seconds a fleet record (C(state=fleet), C(name) null) with the
+      counts, C(repaving) (each instance repaving, its phase and step), C(failed), C(waiting) (instances of
+      batches not started yet) and C(seconds) since the roll-out started; the same line goes to the module's
+      debug log.
   returned: always
   type: list
   elements: dict

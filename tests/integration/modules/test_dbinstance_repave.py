@@ -637,6 +637,8 @@ def test_hanging_stop_times_out_and_operator_refusal_stops(lab, fleet):
     result = failed(run, "repave")
     msg = result["msg"]
     assert "timed out" in msg and "hangs" in msg
+    assert "(stuck)" in msg and "stuck: no progress for " in msg and "at step StoppingVM" in msg, msg
+    assert "still working" not in msg
     assert "phase Repaving" in msg and "StoppingVM" in msg and "waiting for the VM to stop" in msg
     assert "Ready=False" in msg
     assert by_name(result)["hangs"]["result"] == "timed-out"

@@ -302,3 +302,14 @@ def test_estimate_batch_seconds():
     assert rollout.estimate_batch_seconds(None, 120) == 120.0
     with pytest.raises(ValueError, match="seconds > 0"):
         rollout.estimate_batch_seconds([], 0)
+
+
+def test_a_timed_out_repave_is_stuck_only_when_it_showed_no_progress():
+    assert rollout.stall_verdict(2.9, 3, "StoppingVM") == "stuck: no progress for 3s at step StoppingVM"
+    assert (
+        rollout.stall_verdict(0.4, 3, "StoppingVM")
+        == "still working at step StoppingVM: last progress 0s ago"
+    )
+    # half the timeout, or a minute for long timeouts
+    assert rollout.stall_verdict(61, 1800).startswith("stuck: no progress for 61s")
+    assert rollout.stall_verdict(59, 1800).startswith("still working: last progress 59s ago")

@@ -1,6 +1,8 @@
 """The dbinstance_repave runner with observed state of its own: parameters in, a result (or a
 PipelineError carrying it) out, no SystemExit, and no write when the request is refused."""
 
+import re
+
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
@@ -213,3 +215,56 @@ def test_a_request_failing_mid_run_fails_with_what_happened_until_then():
     assert result["msg"] == "patch DBInstance t/b: Forbidden (403)" and result["changed"] is True
     assert {e["name"]: e.get("result") for e in result["instances"]}["a"] == "repaved"
     assert result["progress"][0]["name"] == "a"
+
+
+def test_a_repave_that_shows_no_progress_times_out_as_stuck_naming_its_step_and_what_did_not_start():
+    class Hanging(Driver):
+        def advance(self, inst, target):
+            self.looks[inst["name"]] = self.looks.get(inst["name"], 0) + 1
+            return {
+                "state": "working",
+                "phase": "Repaving",
+                "message": "waiting for the VM to stop",
+                "changed": False,
+                "step": "StoppingVM",
+            }
+
+    driver = Hanging(db("a"), db("b"))
+    with pytest.raises(PipelineError) as halted:
+        run(driver, max_unavailable=1, wait_timeout=1, wait_sleep=0.1)
+    msg = halted.value.result["msg"]
+    assert msg.startswith(
+        "timed out after 1s waiting for the repave of 1 instance(s) (stuck): a (target v20260815): "
+    )
+    assert re.search(
+        r"a \(target v20260815\): phase Repaving, waiting for the VM to stop; "
+        r"stuck: no progress for \d+s at step StoppingVM",
+        msg,
+    )
+    assert msg.endswith("; not started: b") and "still working" not in msg
+    entries = {e["name"]: e for e in halted.value.result["instances"]}
+    assert entries["a"]["result"] == "timed-out" and entries["a"]["stuck"] is True
+    assert entries["b"]["result"] == "pending"
+
+
+def test_a_roll_out_reports_the_fleet_at_every_interval(monkeypatch):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _repave_rollout
+
+    monkeypatch.setattr(_repave_rollout, "FLEET_LINE_EVERY", 0.0)
+    lines = []
+    module = Module(defaults(max_unavailable=1, wait_sleep=0.05))
+    module.debug = lines.append
+    result = dbinstance_repave.Repave(module, Driver(db("a"), db("b")), doc()).run()
+    fleet = [p for p in result["progress"] if p["state"] == "fleet"]
+    assert fleet[0]["repaving"] == ["a: Available"] and fleet[0]["waiting"] == 1 and fleet[0]["done"] == 0
+    assert fleet[-1]["done"] == 2 and fleet[-1]["percent"] == 100 and fleet[-1]["repaving"] == []
+    text = [line for line in lines if line.startswith("fleet: ")]
+    assert text[0].startswith(
+        "fleet: 0/2 repaved (0%), 1 repaving (a: Available), 0 failed, 1 not started; elapsed "
+    )
+    assert len(text) == len(fleet)
+
+
+def test_each_batch_opens_with_a_fleet_line():
+    result, _module = run(Driver(db("a"), db("b")), max_unavailable=1, wait_sleep=0.05)
+    assert [p["done"] for p in result["progress"] if p["state"] == "fleet"] == [0, 1]
