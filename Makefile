@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # Debian packages the tests and the demo use (program -> package).
-DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git kubectl:kubernetes-client debugfs:e2fsprogs sfdisk:fdisk setfattr:attr openssl:openssl docker-registry:docker-registry skopeo:skopeo umoci:umoci
+DEB_TOOLS := qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git kubectl:kubernetes-client debugfs:e2fsprogs sfdisk:fdisk setfattr:attr openssl:openssl docker-registry:docker-registry skopeo:skopeo umoci:umoci hivexsh:libhivex-bin
 
 .PHONY: help deps venv collections lab-binaries setup lint unit integration faults molecule sanity test demo e2e bench lab-up lab-down clean
 
