@@ -24,7 +24,7 @@ NTFS_OEM = b"NTFS    "
 BITLOCKER_OEM = b"-FVE-FS-"
 EXT_MAGIC_OFFSET = 1024 + 56
 EXT_MAGIC = b"\x53\xef"
-LIBRARIES = ("dissect.hypervisor", "dissect.volume", "dissect.ntfs", "dissect.extfs")
+LIBRARIES = ("dissect.hypervisor", "dissect.volume", "dissect.ntfs", "dissect.extfs", "dissect.regf")
 SECTOR = 512
 
 
@@ -314,6 +314,69 @@ class NtfsView:
         fh = rec.open()
         fh.seek(offset)
         return fh.read(length)
+
+    def open(self, path):
+        """A read-only stream of the file at ``path`` (None when absent), read on demand."""
+        rec = self._record(path)
+        return None if rec is None or rec.is_dir() else rec.open()
+
+
+FIREWALL_RULES = "Services\\SharedAccess\\Parameters\\FirewallPolicy\\FirewallRules"
+TERMINAL_SERVER = "Control\\Terminal Server"
+RDP_LISTENER = "Control\\Terminal Server\\WinStations\\RDP-Tcp"
+
+
+def remote_desktop_settings(view, hive_path):
+    """What the SYSTEM hive at ``hive_path`` (a path on ``view``) says of Remote Desktop, read offline.
+
+    The current control set (``Select\\Current``): ``fDenyTSConnections``, the RDP-Tcp listener's
+    ``PortNumber`` and every firewall rule of the firewall policy. ``error`` says why it could not be read.
+    """
+    fh = view.open(hive_path) if hive_path else None
+    if fh is None:
+        return {"error": "the hive is not on the volume"}
+    _require("dissect.regf")
+    from dissect.regf import RegistryHive
+    from dissect.regf.exceptions import Error as RegfError
+
+    try:
+        hive = RegistryHive(fh)
+        current = _value(hive, "Select", "Current")
+        control_set = "ControlSet%03d" % int(current if current is not None else 1)
+        rules = {}
+        key = _key(hive, "%s\\%s" % (control_set, FIREWALL_RULES))
+        for value in key.values() if key is not None else ():
+            if isinstance(value.value, str):
+                rules[value.name] = value.value
+        return {
+            "control_set": control_set,
+            "deny": _value(hive, "%s\\%s" % (control_set, TERMINAL_SERVER), "fDenyTSConnections"),
+            "port_number": _value(hive, "%s\\%s" % (control_set, RDP_LISTENER), "PortNumber"),
+            "rules": rules,
+        }
+    except (RegfError, OSError, EOFError, ValueError) as exc:
+        return {"error": "not a readable registry hive: %s" % (exc,)}
+
+
+def _key(hive, path):
+    from dissect.regf.exceptions import RegistryKeyNotFoundError
+
+    try:
+        return hive.open(path)
+    except RegistryKeyNotFoundError:
+        return None
+
+
+def _value(hive, path, name):
+    from dissect.regf.exceptions import RegistryValueNotFoundError
+
+    key = _key(hive, path)
+    if key is None:
+        return None
+    try:
+        return key.value(name).value
+    except RegistryValueNotFoundError:
+        return None
 
 
 class ExtView:

@@ -37,6 +37,7 @@ DISSECT_REQUIREMENTS = (
     "dissect.hypervisor==3.21",
     "dissect.ntfs==3.16",
     "dissect.extfs==3.15",
+    "dissect.regf==3.14",
 )
 
 
@@ -49,6 +50,7 @@ def verify(
     bootstrap_log=seal.DEFAULT_BOOTSTRAP_LOG,
     final_line=seal.DEFAULT_FINAL_LINE,
     max_log_bytes=seal.DEFAULT_MAX_LOG_BYTES,
+    remote_desktop_port=seal.REMOTE_DESKTOP_PORT,
 ):
     """The verdict on one image as a dict; raises ``seal.SealError`` or ``_disk.DiskError``."""
     started = time.monotonic()
@@ -64,7 +66,16 @@ def verify(
             )
         if chosen_os == "windows":
             target = seal.pick_windows_partition(parts, partition)
-            checks = _windows(image, parts, target, build_failed, bootstrap_script, bootstrap_log, final_line)
+            checks = _windows(
+                image,
+                parts,
+                target,
+                build_failed,
+                bootstrap_script,
+                bootstrap_log,
+                final_line,
+                remote_desktop_port,
+            )
         else:
             target = seal.pick_linux_partition(parts, partition)
             checks = seal.linux_checks(_disk.ExtView(image, target), max_log_bytes)
@@ -87,9 +98,11 @@ def verify(
         image.close()
 
 
-def _windows(image, parts, target, build_failed, bootstrap_script, bootstrap_log, final_line):
+def _windows(
+    image, parts, target, build_failed, bootstrap_script, bootstrap_log, final_line, remote_desktop_port
+):
     boot = image.read(target["offset"], _disk.SECTOR)
-    view, unreadable = None, None
+    view, unreadable, remote_desktop = None, None, None
     if target.get("filesystem") == "ntfs":
         try:
             view = _disk.NtfsView(image, target)
@@ -101,6 +114,9 @@ def _windows(image, parts, target, build_failed, bootstrap_script, bootstrap_log
         unreadable = "the volume is BitLocker-encrypted"
     else:
         unreadable = "the partition holds no NTFS"
+    if view is not None and remote_desktop_port:
+        hive = seal.find(view, seal.volume_path(seal.SYSTEM_HIVE))
+        remote_desktop = _disk.remote_desktop_settings(view, hive)
     return seal.windows_checks(
         boot,
         view,
@@ -111,6 +127,8 @@ def _windows(image, parts, target, build_failed, bootstrap_script, bootstrap_log
         bootstrap_log=bootstrap_log,
         final_line=final_line,
         unreadable=unreadable,
+        remote_desktop=remote_desktop,
+        remote_desktop_port=remote_desktop_port,
     )
 
 
@@ -140,6 +158,7 @@ def parse_args(argv):
     parser.add_argument("--bootstrap-log", default=seal.DEFAULT_BOOTSTRAP_LOG)
     parser.add_argument("--final-line", default=seal.DEFAULT_FINAL_LINE)
     parser.add_argument("--max-log-bytes", type=int, default=seal.DEFAULT_MAX_LOG_BYTES)
+    parser.add_argument("--remote-desktop-port", type=int, default=seal.REMOTE_DESKTOP_PORT)
     parser.add_argument("--install-missing", action="store_true", help="pip-install dissect when absent")
     return parser.parse_args(argv)
 
@@ -158,6 +177,7 @@ def main(argv=None):
             bootstrap_log=args.bootstrap_log,
             final_line=args.final_line,
             max_log_bytes=args.max_log_bytes,
+            remote_desktop_port=args.remote_desktop_port,
         )
         code = 0
     except (seal.SealError, _disk.DiskError, subprocess.CalledProcessError) as exc:

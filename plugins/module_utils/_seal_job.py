@@ -72,6 +72,8 @@ def verifier_args(options):
         options["final_line"],
         "--max-log-bytes",
         str(options["max_log_bytes"]),
+        "--remote-desktop-port",
+        str(options.get("remote_desktop_port") or 0),
     ]
     return args
 

@@ -17,7 +17,13 @@ __metaclass__ = type
 import hashlib
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    golden,
+    kinds,
+    rollout,
+    seal,
+    selection,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 PASSED = "passed"
@@ -25,9 +31,12 @@ NO_BOOT = "no_boot"
 PORT_UNREACHABLE = "port_unreachable"
 INCONCLUSIVE = "inconclusive"
 
-OS_PORTS = {"windows": 3389, "linux": 22}
-# The catalog's minimum memory per OS; a clone below it fails for reasons that say nothing of the image.
-MIN_MEMORY = {"windows": "4Gi", "linux": "1Gi"}
+# The remote port per OS. Windows: Remote Desktop, which the bake enables and opens in the firewall and
+# the seal check asserts in the sealed SYSTEM hive (seal.REMOTE_DESKTOP_PORT): one contract.
+OS_PORTS = {"windows": seal.REMOTE_DESKTOP_PORT, "linux": 22}
+# The catalog's minMemory per OS (Kube-DC's catalog: 8Gi for Windows 11). A clone below it fails for
+# reasons that say nothing of the image, so a gate below it is inconclusive, never a boot verdict.
+MIN_MEMORY = {"windows": "8Gi", "linux": "1Gi"}
 
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 VM_API = "kubevirt.io/v1"
@@ -67,6 +76,42 @@ _FACTORS = {
 }
 
 
+# A round of the gate (one module call) returns after this many seconds at most, with a progress line.
+REPORT_EVERY = 20
+STAGE_NAMES = {
+    "sweep": "sweep",
+    "publish": "provision",
+    "provision": "provision",
+    "start": "start",
+    "agent": "agent",
+    "port": "port",
+}
+
+
+def progress_line(candidate, project, stage, pending, state, elapsed, stage_elapsed, stage_timeout):
+    """One progress line of a gate still waiting: the phase, what it waits for, the last state seen, and
+    the elapsed time, in total and of the phase's own timeout."""
+    return "clone gate of %s in %s: phase %s, waiting for %s (%s); %ds elapsed, %ds of %ds in this phase" % (
+        candidate,
+        project,
+        STAGE_NAMES.get(stage, stage),
+        pending,
+        state or "nothing observed yet",
+        int(elapsed),
+        int(stage_elapsed),
+        int(stage_timeout),
+    )
+
+
+def timeout_message(pending, elapsed, state):
+    """A phase that ran out of time: what was still pending, and the last state seen."""
+    return "timed out after %ds, still pending: %s; last observed: %s" % (
+        int(elapsed),
+        pending,
+        state or "nothing",
+    )
+
+
 class GateError(PipelineError, ValueError):
     """A gate that cannot run as asked; the message says why."""
 
@@ -82,10 +127,28 @@ def parse_quantity(value):
     return -(-(int(whole + frac) * _FACTORS[suffix]) // scale)
 
 
-def port_for(os_name):
+def port_for(os_name, port=None):
+    """The remote port the gate probes: ``port`` when given (1-65535), else the OS's contract port."""
     if os_name not in OS_PORTS:
         raise GateError("os must be one of %s, not %r" % (", ".join(sorted(OS_PORTS)), os_name))
-    return OS_PORTS[os_name]
+    if port is None:
+        return OS_PORTS[os_name]
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise Refusal(
+            "option port (%r)" % (port,),
+            "a TCP port is a number from 1 to 65535",
+            "give the port the golden opens (%d for Windows Remote Desktop, 22 for SSH)" % OS_PORTS[os_name],
+        )
+    return port
+
+
+def gate_memory(os_name, memory=None, min_memory=None):
+    """``(memory, min_memory)`` of a gate: the catalog minimum for the OS unless given, and the guest
+    memory defaulting to it. Every path that runs a gate (module, role, playbook) resolves it here."""
+    if os_name not in MIN_MEMORY:
+        raise GateError("os must be one of %s, not %r" % (", ".join(sorted(MIN_MEMORY)), os_name))
+    floor = min_memory or MIN_MEMORY[os_name]
+    return memory or floor, floor
 
 
 def memory_problem(memory, min_memory):
@@ -152,6 +215,44 @@ def refuse_project_namespace(project, snapshot_namespace):
             "PodSecurity baseline, KubeVirt's launcher needs privileged, and the gate must not relax a "
             "system namespace to run" % project,
             "give a project namespace (one labelled kube-dc.com/project)",
+        )
+
+
+# How a project namespace is recognised: Kube-DC labels every project's namespace kube-dc.com/project.
+PROJECT_SELECTOR = selection.PROJECT_SELECTOR
+
+
+def refuse_non_project(namespace_obj, project, project_selector=PROJECT_SELECTOR):
+    """A gate clones only where a tenant would: a namespace that exists and is a project namespace,
+    recognised by ``project_selector`` (a label selector on the Namespace; never empty)."""
+    if not str(project_selector or "").strip():
+        raise Refusal(
+            "option project_selector (empty)",
+            "an empty selector matches every namespace, so it recognises no project namespace",
+            "give the label selector of project namespaces (Kube-DC: %s)" % PROJECT_SELECTOR,
+        )
+    if namespace_obj is None:
+        raise Refusal(
+            "option project_namespace (%s)" % project,
+            "the namespace does not exist",
+            "give an existing project namespace",
+        )
+    labels = kinds.labels(namespace_obj)
+    try:
+        matched = rollout.match_selector(labels, project_selector)
+    except ValueError as exc:
+        raise Refusal(
+            "option project_selector (%s)" % project_selector,
+            "it is not a label selector: %s" % exc,
+            "give a selector such as %s or kube-dc.com/project=acme" % PROJECT_SELECTOR,
+        ) from None
+    if not matched:
+        raise Refusal(
+            "option project_namespace (%s)" % project,
+            "it is not a project namespace: its labels (%s) do not match %s, and a clone gate runs only "
+            "where a tenant's VM would"
+            % (", ".join("%s=%s" % kv for kv in sorted(labels.items())) or "none", project_selector),
+            "give a project namespace, or set project_selector to how this cluster labels them",
         )
 
 

@@ -33,6 +33,10 @@ DEFAULT_BOOTSTRAP_SCRIPT = "C:\\kube-dc-bootstrap.ps1"
 DEFAULT_BOOTSTRAP_LOG = "C:\\bootstrap.log"
 DEFAULT_FINAL_LINE = "sysprep /generalize /oobe /shutdown"
 DEFAULT_MAX_LOG_BYTES = 1024 * 1024
+# The remote-access contract of a Windows golden: the bake enables Remote Desktop on this port and opens it
+# in the firewall, and the clone gate probes the same port. The seal check reads it from the SYSTEM hive.
+REMOTE_DESKTOP_PORT = 3389
+SYSTEM_HIVE = "C:\\Windows\\System32\\config\\SYSTEM"
 # Enough of a log's end to hold its last line; the rest of the file is never read.
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -42,6 +46,7 @@ WINDOWS_CHECKS = (
     "bootstrap_script_absent",
     "bootstrap_log_final_line",
     "nothing_after_windows_partition",
+    "remote_desktop_enabled",
 )
 LINUX_CHECKS = (
     "machine_id_empty",
@@ -339,6 +344,91 @@ def check_log_final_line(view, log_path, expected):
     )
 
 
+def firewall_rule(text):
+    """The fields of a Windows firewall rule as the registry stores it (``v2.31|Action=Allow|...|``).
+
+    Keys are lower-cased; a field given twice (several ``LPort``) keeps every value in a list.
+    """
+    fields = {}
+    for part in (text or "").split("|"):
+        key, sep, value = part.partition("=")
+        if sep:
+            fields.setdefault(key.strip().lower(), []).append(value.strip())
+    return fields
+
+
+def _port_listed(values, port):
+    """Whether ``port`` is among the rule's ``LPort`` values (numbers, ``low-high`` ranges, comma lists)."""
+    for value in values:
+        for item in value.split(","):
+            low, _sep, high = (part.strip() for part in item.partition("-"))
+            high = high or low
+            if low.isdigit() and high.isdigit() and int(low) <= port <= int(high):
+                return True
+    return False
+
+
+def rule_opens(fields, port):
+    """Whether a parsed rule lets inbound TCP ``port`` in: active, allow, inbound, TCP (6), that port."""
+
+    def first(key):
+        return (fields.get(key) or [""])[0].lower()
+
+    return (
+        first("active") == "true"
+        and first("action") == "allow"
+        and first("dir") == "in"
+        and first("protocol") == "6"
+        and _port_listed(fields.get("lport") or [], port)
+    )
+
+
+def check_remote_desktop(settings, port=REMOTE_DESKTOP_PORT):
+    """The golden answers Remote Desktop on ``port``: what the clone gate probes.
+
+    ``settings`` is what the adapter read from the SYSTEM hive of the current control set: ``deny``
+    (``fDenyTSConnections``, None when absent), ``port_number`` (the RDP-Tcp listener's ``PortNumber``,
+    None when absent, meaning 3389), ``rules`` ({name: rule text} of the firewall policy), ``control_set``,
+    or ``error`` when the hive could not be read.
+    """
+    name = "remote_desktop_enabled"
+    if settings.get("error"):
+        return check(name, False, "%s cannot be read: %s" % (SYSTEM_HIVE, settings["error"]))
+    where = "%s (%s)" % (SYSTEM_HIVE, settings.get("control_set") or "no current control set")
+    problems = []
+    if settings.get("deny") is None:
+        problems.append(
+            "Terminal Server\\fDenyTSConnections is not set (Windows then refuses Remote Desktop): the bake "
+            "must set it to 0"
+        )
+    elif int(settings["deny"]) != 0:
+        problems.append(
+            "Terminal Server\\fDenyTSConnections is %s: Remote Desktop is off; the bake must set it to 0"
+            % settings["deny"]
+        )
+    listener = settings.get("port_number")
+    listener = REMOTE_DESKTOP_PORT if listener is None else int(listener)
+    if listener != port:
+        problems.append(
+            "the RDP-Tcp listener is on port %d, not on %d where the clone gate probes" % (listener, port)
+        )
+    opening = sorted(
+        n for n, text in (settings.get("rules") or {}).items() if rule_opens(firewall_rule(text), port)
+    )
+    if not opening:
+        problems.append(
+            "no enabled inbound firewall rule allows TCP %d (enable the Remote Desktop rule group)" % port
+        )
+    if problems:
+        return check(name, False, "%s: %s" % (where, "; ".join(problems)))
+    return check(
+        name,
+        True,
+        "%s: fDenyTSConnections is 0, RDP listens on %d and firewall rule %s allows it in"
+        % (where, port, ", ".join(opening[:3])),
+    )
+
+
 def windows_checks(
     boot_sector,
     view,
@@ -349,9 +439,13 @@ def windows_checks(
     bootstrap_log=DEFAULT_BOOTSTRAP_LOG,
     final_line=DEFAULT_FINAL_LINE,
     unreadable=None,
+    remote_desktop=None,
+    remote_desktop_port=REMOTE_DESKTOP_PORT,
 ):
-    """The four assertions and the partition-after-C: rule. ``view`` is None when NTFS cannot be read
-    (BitLocker); ``unreadable`` then says why, and the file assertions fail with it as evidence."""
+    """The four assertions, the partition-after-C: rule and the remote-access contract. ``view`` is None
+    when NTFS cannot be read (BitLocker); ``unreadable`` then says why, and the file assertions fail with
+    it as evidence. ``remote_desktop`` is what the adapter read from the SYSTEM hive (see
+    ``check_remote_desktop``); ``remote_desktop_port`` None (or 0) leaves that check out."""
     checks = [check_boot_sector(boot_sector)]
     if view is None:
         why = "cannot be checked: %s" % (unreadable or "the volume cannot be read as NTFS")
@@ -370,6 +464,12 @@ def windows_checks(
         )
         checks.append(check_log_final_line(view, bootstrap_log, final_line))
     checks.append(check_nothing_after(partitions, windows))
+    if remote_desktop_port:
+        if view is None:
+            settings = {"error": unreadable or "the volume cannot be read as NTFS"}
+        else:
+            settings = remote_desktop or {"error": "it was not read"}
+        checks.append(check_remote_desktop(settings, remote_desktop_port))
     return checks
 
 

@@ -23,12 +23,13 @@ description:
     O(memory).
   - Phase 1, C(agent) is the guest agent connecting (VMI condition C(AgentConnected)) within O(agent_timeout),
     the strongest and earliest proof that the operating system booted.
-    Phase 2, C(port) is a TCP connection to the remote port (RDP 3389 for Windows, SSH 22 for Linux)
-    within O(port_timeout), from where tenants reach it (O(port_probe)).
+    Phase 2, C(port) is a TCP connection to the remote port (O(port); RDP 3389 for Windows, SSH 22 for
+    Linux) within O(port_timeout), from where tenants reach it (O(port_probe)).
   - The verdict keeps "did not boot" (V(no_boot)) apart from "booted, port unreachable"
     (V(port_unreachable)). The second is a firewall or service problem in the guest, not a boot failure.
-  - A O(memory) below the catalog minimum (O(min_memory)) makes the gate inconclusive. The module refuses to
-    run instead of reporting a failure that says nothing about the image.
+  - A O(memory) below the catalog minimum (O(min_memory), C(8Gi) for Windows by default) makes the gate
+    V(inconclusive). The module refuses to run instead of reporting a boot failure that says nothing about
+    the image.
   - Every object a run creates carries the labels C(goldenimage.pipeline/clone-gate=<run id>) and
     C(goldenimage.pipeline/clone-gate-candidate=<candidate id>). Unless O(keep=true), everything the run
     created (found by the run's label, so an object whose create reply was lost is found too) is deleted
@@ -61,9 +62,17 @@ options:
       - The project namespace to clone in, as a tenant. Not the golden namespace, whose PodSecurity level
         does not admit KubeVirt's launcher pods. Do not relax a system namespace to make the gate run.
       - C(golden-images), C(golden-images-block) and O(snapshot_namespace) are refused before anything is
-        written.
+        written, and so is a namespace that does not match O(project_selector).
     type: str
     required: true
+  project_selector:
+    description:
+      - How a project namespace is recognised, a label selector on the Namespace. O(project_namespace) must
+        exist and match it, or the gate refuses before anything is written. The default is Kube-DC's
+        convention, every project namespace carries the C(kube-dc.com/project) label.
+      - An empty selector is refused. It would recognise every namespace.
+    type: str
+    default: kube-dc.com/project
   os:
     description:
       - Guest OS, which selects the remote port (V(windows) uses 3389, V(linux) uses 22) and the default
@@ -77,9 +86,9 @@ options:
     type: str
   min_memory:
     description:
-      - The catalog minimum for this OS. A lower O(memory) is refused as inconclusive.
-      - Defaults to C(4Gi) for Windows and C(1Gi) for Linux. Set it to your catalog's C(minMemory),
-        for example C(8Gi) for Kube-DC's Windows 11.
+      - The catalog's C(minMemory) for this OS. A lower O(memory) makes the gate V(inconclusive) (it does
+        not run, and the verdict is never V(no_boot)).
+      - Defaults to C(8Gi) for Windows (Kube-DC's catalog minimum for Windows 11) and C(1Gi) for Linux.
     type: str
   agent_timeout:
     description:
@@ -121,6 +130,15 @@ options:
       - StorageClass of the clone. Defaults to the cluster's default class. A snapshot restores
         only into a class of the snapshot's driver.
     type: str
+  port:
+    description:
+      - The guest's remote port the gate probes. Defaults to the OS's contract port, C(3389) (Remote
+        Desktop) for Windows and C(22) (SSH) for Linux.
+      - The Windows bake (role C(goldenimage.pipeline.windows_bake)) enables Remote Desktop and its
+        firewall rule group, and M(goldenimage.pipeline.seal_verify) asserts both in the sealed disk's
+        registry on its O(goldenimage.pipeline.seal_verify#module:remote_desktop_port). Give the same
+        port to both when the image opens another one.
+    type: int
   port_probe:
     description:
       - Where to probe the remote port.
@@ -148,11 +166,32 @@ options:
       - Seconds to wait for each created object to be gone when cleaning up.
     type: int
     default: 120
+  report_every:
+    description:
+      - Longest time, in seconds, one call of the module waits before it returns a progress C(line). The
+        action plugin of the same name calls it again with C(resume) and prints each line, so every wait
+        of the gate (the published snapshot, the VM instance, the guest agent, the port) prints its
+        phase, what it waits for, the last state and the elapsed time at least this often.
+    type: int
+    default: 20
+  started:
+    description:
+      - When the gate began, in seconds since the epoch. Set by the action plugin; leave it out to start now.
+    type: float
+  gate_state:
+    description:
+      - What one call of the gate hands the next (its run, phase and result so far). Set by the action
+        plugin from C(resume); never set it by hand.
+    type: dict
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
 attributes:
+  action:
+    description: An action plugin of the same name runs on the controller around the module.
+    support: full
+    details: The action plugin calls the module round after round and prints each round's line as it comes.
   check_mode:
     support: partial
     details:
@@ -168,8 +207,13 @@ notes:
   - "The RBAC the gate needs: get/list VolumeSnapshots and VolumeSnapshotContents; create/delete
     VolumeSnapshotContents (cluster scope), and VolumeSnapshots, PersistentVolumeClaims and
     VirtualMachines in the project; get/list VirtualMachines and VirtualMachineInstances."
-  - Every timeout and O(wait_sleep) must be greater than zero; another value is refused before anything is
-    written.
+  - Every timeout, O(wait_sleep) and O(report_every) must be greater than zero; another value is refused
+    before anything is written.
+  - "Long waits talk. Each call of the module waits at most O(report_every) seconds and returns a progress
+    C(line) naming the phase, what it waits for, the last state seen and the seconds elapsed, in total and
+    of the phase's timeout, for example C(clone gate of golden-images/g1 in acme: phase agent, waiting for
+    the guest agent to connect ...; 45s elapsed, 40s of 1200s in this phase). A phase that runs out of its
+    timeout ends with a message naming what was still pending and the last state seen."
 seealso:
   - module: goldenimage.pipeline.seal_verify
   - module: goldenimage.pipeline.golden_selection
@@ -234,6 +278,16 @@ phases:
     - {name: start, passed: true, seconds: 2.1, detail: phase Running}
     - {name: agent, passed: true, seconds: 95.0, detail: AgentConnected}
     - {name: port, passed: false, seconds: 300.0, detail: "10.0.3.7:3389: connection refused"}
+memory:
+  description: The guest memory of the gate's VM (O(memory), else O(min_memory)).
+  returned: unless refused before the memory was resolved
+  type: str
+  sample: 8Gi
+min_memory:
+  description: The catalog minimum the memory was held to.
+  returned: unless refused before the memory was resolved
+  type: str
+  sample: 8Gi
 probe:
   description: The C(host:port) probed.
   returned: when the port phase ran
@@ -274,8 +328,10 @@ left_behind:
   type: list
   elements: dict
 cleanup_command:
-  description: The kubectl command that removes what the run left behind, by its run label.
-  returned: when cleanup failed
+  description:
+    - The kubectl command that removes what the run left behind, by its run label. With O(keep=true) the
+      message also names the kept objects (the VM, its claim, and what the gate published) and this command.
+  returned: when cleanup failed, or objects were kept with O(keep=true)
   type: str
   sample: >-
     kubectl delete -n acme
@@ -287,6 +343,27 @@ would_create:
   returned: in check mode
   type: list
   elements: dict
+line:
+  description: The progress line of the last round (also printed by the action plugin).
+  returned: unless skipped in check mode
+  type: str
+lines:
+  description: Every progress line printed while the gate waited, one per round.
+  returned: always
+  type: list
+  elements: str
+rounds:
+  description: How many calls of the module the gate took.
+  returned: always
+  type: int
+resume:
+  description: The options that continue the gate in another call (C(gate_state)).
+  returned: when the gate is not over
+  type: dict
+done:
+  description: Whether the gate is over (a verdict); false in a round that returns to be called again.
+  returned: unless skipped in check mode
+  type: bool
 cleanup_errors:
   description: Objects that could not be deleted, with the error.
   returned: when cleanup failed
@@ -327,6 +404,7 @@ def argument_spec():
         snapshot=dict(type="str", required=True),
         snapshot_namespace=dict(type="str", default="golden-images"),
         project_namespace=dict(type="str", required=True),
+        project_selector=dict(type="str", default=gate.PROJECT_SELECTOR),
         os=dict(type="str", choices=["windows", "linux"], default="windows"),
         memory=dict(type="str"),
         min_memory=dict(type="str"),
@@ -336,14 +414,18 @@ def argument_spec():
         wait_sleep=dict(type="int", default=2, aliases=["poll_interval"]),
         keep=dict(type="bool", default=False),
         storage_class=dict(type="str"),
+        port=dict(type="int"),
         port_probe=dict(type="str", default="auto"),
         vm_annotations=dict(type="dict", default={}),
         fail_on_reject=dict(type="bool", default=True),
         cleanup_timeout=dict(type="int", default=120),
+        report_every=dict(type="int", default=gate.REPORT_EVERY),
+        started=dict(type="float"),
+        gate_state=dict(type="dict"),
     )
 
 
-DURATIONS = ("agent_timeout", "port_timeout", "wait_timeout", "wait_sleep", "cleanup_timeout")
+DURATIONS = ("agent_timeout", "port_timeout", "wait_timeout", "wait_sleep", "cleanup_timeout", "report_every")
 
 
 def _pause(attempt):
@@ -378,14 +460,27 @@ class Gate:
     unless kept, and anything it could not remove is reported by name with the command to remove it.
     """
 
-    def __init__(self, module, run_id=None):
+    def __init__(self, module, run_id=None, clock=time.time):
         self.module = module
         self.p = module.params
-        self.run_id = run_id or binascii.hexlify(os.urandom(4)).decode()
+        self.clock = clock
+        # What the rounds carry from one call to the next (gate_state): the run, its stage, the result.
+        self.state = dict(self.p.get("gate_state") or {})
+        self.run_id = self.state.get("run_id") or run_id or binascii.hexlify(os.urandom(4)).decode()
         self.candidate_id = gate.candidate_id(self.p["snapshot_namespace"], self.p["snapshot"])
         self.marks = {"candidate": self.candidate_id, "kept": bool(self.p["keep"])}
-        self.created = []
-        self.result = {"changed": False, "created": self.created, "kept": False, "phases": [], "swept": []}
+        now = self.clock()
+        self.started = float(self.p.get("started") or now)
+        self.round_end = now + (self.p.get("report_every") or gate.REPORT_EVERY)
+        self.line = None
+        self.result = self.state.get("result") or {
+            "changed": False,
+            "created": [],
+            "kept": False,
+            "phases": [],
+            "swept": [],
+        }
+        self.created = self.result["created"]
 
     # --- reading the candidate -------------------------------------------------------------------
 
@@ -454,29 +549,71 @@ class Gate:
         )
 
     def wait(self, api, kind, name, namespace, predicate, describe, pending, timeout):
-        return self.module.wait(
-            api, kind, name, namespace, predicate, describe, pending, timeout, self.p["wait_sleep"]
-        )
+        """Wait in this round for ``predicate``: ``(obj, True)`` once it holds, ``(last, False)`` when the
+        round ends first. ``timeout`` counts from when the stage began, across rounds; running out of it
+        raises WaitTimeout naming what was pending and the last state seen."""
+        st = self.state
+        deadline = st["stage_started"] + timeout
+        budget = max(0.0, min(deadline, self.round_end) - self.clock())
+        try:
+            obj, _seconds = self.module.wait(
+                api, kind, name, namespace, predicate, describe, pending, budget, self.p["wait_sleep"]
+            )
+            return obj, True
+        except WaitTimeout as exc:
+            st["last_state"] = exc.state
+            if self.clock() < deadline:
+                return exc.last, False
+            elapsed = self.clock() - st["stage_started"]
+            raise WaitTimeout(
+                gate.timeout_message(pending, elapsed, exc.state),
+                last=exc.last,
+                state=exc.state,
+                elapsed=elapsed,
+            ) from None
 
     # --- the run -------------------------------------------------------------------------------
 
-    def run(self):
+    def first_round(self):
+        """Every check before anything is written, then the plan of the rounds (the state they carry)."""
         p = self.p
         inputs.positive_all(p, DURATIONS)
         gate.refuse_project_namespace(p["project_namespace"], p["snapshot_namespace"])
-        min_memory = p["min_memory"] or gate.MIN_MEMORY[p["os"]]
-        memory = p["memory"] or min_memory
+        gate.port_for(p["os"], p["port"])
+        memory, min_memory = gate.gate_memory(p["os"], p["memory"], p["min_memory"])
+        self.result.update(memory=memory, min_memory=min_memory)
         problem = gate.memory_problem(memory, min_memory)
         if problem:
             raise PipelineError(problem, verdict=gate.INCONCLUSIVE, passed=False, **self.result)
+        project = _retried(self.module.get, "v1", "Namespace", p["project_namespace"])
+        try:
+            gate.refuse_non_project(project, p["project_namespace"], p["project_selector"])
+        except PipelineError as exc:
+            for key, value in dict(self.result, verdict=gate.INCONCLUSIVE, passed=False).items():
+                exc.fields.setdefault(key, value)
+            raise
         candidate, content, handle, mode = self.candidate()
-        if _retried(self.module.get, "v1", "Namespace", p["project_namespace"]) is None:
-            raise PipelineError("project namespace %s does not exist" % p["project_namespace"], **self.result)
         if self.module.check_mode:
             return self.predict(handle)
+        self.state.update(
+            run_id=self.run_id,
+            handle=handle,
+            mode=mode,
+            driver=kinds.spec(content).get("driver") or "",
+            restore=kinds.status(candidate).get("restoreSize"),
+            memory=memory,
+            result=self.result,
+        )
+        self.next_stage("sweep")
+        return None
+
+    def run(self):
+        if not self.state.get("stage"):
+            predicted = self.first_round()
+            if predicted is not None:
+                return predicted
         try:
-            self.sweep()
-            self.gate(candidate, content, handle, mode, memory)
+            finished = self.advance()
         except Exception as exc:
             extra = self.cleanup()
             message = extra.pop("cleanup_message", None)
@@ -485,15 +622,26 @@ class Gate:
             for key, value in self.result.items():
                 exc.fields.setdefault(key, value)
             exc.fields.update(extra)
+            if self.line:
+                exc.fields.setdefault("line", self.line)
             if message:
                 exc.msg = "%s; %s" % (exc.msg, message)
             raise
+        if not finished:
+            return dict(
+                self.result,
+                done=False,
+                line=self.line,
+                resume={"gate_state": self.state},
+            )
         extra = self.cleanup()
         message = extra.pop("cleanup_message", None)
         self.result.update(extra)
         if message:
             self.result["msg"] = "%s; %s" % (self.result["msg"], message)
-        if self.result["verdict"] != gate.PASSED and p["fail_on_reject"]:
+        self.result["done"] = True
+        self.result["line"] = self.line
+        if self.result["verdict"] != gate.PASSED and self.p["fail_on_reject"]:
             raise PipelineError(**self.result)
         return self.result
 
@@ -534,55 +682,98 @@ class Gate:
             "published_by": "project" if seeded else "gate",
         }
 
-    def gate(self, candidate, content, handle, mode, memory):
-        p = self.p
+    # --- the stages: each returns True when done (the next one starts) or False when the round ended ---
+
+    def advance(self):
+        """Run stages until the verdict (True) or the end of this round (False)."""
+        while self.state["stage"] != "done":
+            if not getattr(self, "stage_" + self.state["stage"])():
+                return False
+        return True
+
+    def next_stage(self, stage):
+        self.state.update(stage=stage, stage_started=self.clock(), last_state=None)
+        return True
+
+    def pending(self, what, timeout, state=None):
+        """The round ends with the stage still waiting for ``what``: the progress line says so."""
+        st = self.state
+        now = self.clock()
+        self.line = gate.progress_line(
+            "%s/%s" % (self.p["snapshot_namespace"], self.p["snapshot"]),
+            self.p["project_namespace"],
+            st["stage"],
+            what,
+            state or st.get("last_state"),
+            now - self.started,
+            now - st["stage_started"],
+            timeout,
+        )
+        return False
+
+    def stage_elapsed(self):
+        return self.clock() - self.state["stage_started"]
+
+    def stage_sweep(self):
+        self.sweep()
+        return self.next_stage("publish")
+
+    def stage_publish(self):
+        st = self.state
         names = self.names()
-        seeded = self.published(handle)
-        source = self.result["source"] = self.source(seeded, names, handle)
-        start = time.monotonic()
+        seeded = self.published(st["handle"])
+        self.result["source"] = self.source(seeded, names, st["handle"])
         if seeded is None:
-            seeded = self.publish(names, handle, content, mode)
-            detail = "published %s/%s on handle %s" % (p["project_namespace"], names["vs"], handle)
+            self.publish(names, st["handle"], st["driver"], st["mode"])
+        return self.next_stage("provision")
+
+    def stage_provision(self):
+        p, st = self.p, self.state
+        source = self.result["source"]
+        ns = p["project_namespace"]
+        pending = "the published snapshot to be ready"
+        if source["published_by"] == "gate":
+
+            def ready(obj):
+                return bool(kinds.status(obj).get("readyToUse")), None
+
+            def describe(obj):
+                status = kinds.status(obj)
+                return "readyToUse=%s%s" % (
+                    status.get("readyToUse"),
+                    " error: %s" % status["error"].get("message") if status.get("error") else "",
+                )
+
+            try:
+                seeded, done = self.wait(
+                    SNAP, "VolumeSnapshot", source["name"], ns, ready, describe, pending, p["wait_timeout"]
+                )
+            except WaitError as exc:
+                raise PipelineError(str(exc), verdict=gate.INCONCLUSIVE, passed=False) from None
+            if not done:
+                return self.pending(pending, p["wait_timeout"])
+            detail = "published %s/%s on handle %s" % (ns, source["name"], st["handle"])
         else:
-            detail = "existing project copy %s/%s" % (p["project_namespace"], kinds.name(seeded))
-        self.phase("provision", True, time.monotonic() - start, detail)
-        restore = kinds.status(seeded).get("restoreSize") or kinds.status(candidate).get("restoreSize")
+            seeded = _retried(self.module.get, SNAP, "VolumeSnapshot", source["name"], ns) or {}
+            detail = "existing project copy %s/%s" % (ns, source["name"])
+        self.phase("provision", True, self.stage_elapsed(), detail)
+        restore = kinds.status(seeded).get("restoreSize") or st["restore"]
         size = gate.clone_size(restore, kinds.annotations(seeded).get(gate.CLONE_MIN_SIZE))
-        vm_name = names["vs"]
+        vm_name = self.names()["vs"]
         self.create(
             gate.pvc_definition(
-                vm_name,
-                p["project_namespace"],
-                source["name"],
-                size,
-                mode,
-                p["storage_class"],
-                self.run_id,
-                **self.marks,
+                vm_name, ns, source["name"], size, st["mode"], p["storage_class"], self.run_id, **self.marks
             )
         )
         self.create(
             gate.vm_definition(
-                vm_name,
-                p["project_namespace"],
-                vm_name,
-                memory,
-                self.run_id,
-                p["vm_annotations"],
-                **self.marks,
+                vm_name, ns, vm_name, st["memory"], self.run_id, p["vm_annotations"], **self.marks
             )
         )
-        vmi = self.start(vm_name)
-        agent_ok, vmi = self.agent(vm_name, vmi)
-        port_ok = self.probe(vm_name, vmi) if agent_ok else False
-        verdict = gate.verdict(agent_ok, port_ok)
-        port = gate.port_for(p["os"])
-        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"))
-        self.result.update(verdict=verdict, passed=verdict == gate.PASSED, msg=msg)
+        return self.next_stage("start")
 
-    def publish(self, names, handle, content, mode):
+    def publish(self, names, handle, driver, mode):
         p = self.p
-        driver = kinds.spec(content).get("driver") or ""
         self.create(
             gate.content_definition(
                 names["content"],
@@ -601,33 +792,10 @@ class Gate:
             )
         )
 
-        def ready(obj):
-            return bool(kinds.status(obj).get("readyToUse")), None
-
-        def describe(obj):
-            status = kinds.status(obj)
-            return "readyToUse=%s%s" % (
-                status.get("readyToUse"),
-                " error: %s" % status["error"].get("message") if status.get("error") else "",
-            )
-
-        try:
-            return self.wait(
-                SNAP,
-                "VolumeSnapshot",
-                names["vs"],
-                p["project_namespace"],
-                ready,
-                describe,
-                "the published snapshot to be ready",
-                p["wait_timeout"],
-            )[0]
-        except WaitError as exc:
-            raise PipelineError(str(exc), verdict=gate.INCONCLUSIVE, passed=False) from None
-
-    def start(self, name):
+    def stage_start(self):
         """Wait for the VMI to run: scheduling and volume restore, no verdict on the image yet."""
-        ns = self.p["project_namespace"]
+        ns, name = self.p["project_namespace"], self.names()["vs"]
+        pending = "the VM instance to run"
 
         def running(obj):
             phase = kinds.status(obj).get("phase")
@@ -636,31 +804,34 @@ class Gate:
             )
 
         try:
-            vmi, seconds = self.wait(
+            vmi, done = self.wait(
                 VM,
                 "VirtualMachineInstance",
                 name,
                 ns,
                 running,
                 kinds.describe_vmi,
-                "the VM instance to run",
+                pending,
                 self.p["wait_timeout"],
             )
         except WaitError as exc:
             vm = _retried(self.module.get, VM, "VirtualMachine", name, ns) or {}
             printable = kinds.status(vm).get("printableStatus")
-            self.phase("start", False, exc.elapsed, "%s (VM %s)" % (exc.state, printable))
+            self.phase("start", False, self.stage_elapsed(), "%s (VM %s)" % (exc.state, printable))
             raise PipelineError(
                 "the clone never started, so the gate says nothing about the image (VM status %s): %s"
                 % (printable, exc),
                 verdict=gate.INCONCLUSIVE,
                 passed=False,
             ) from None
-        self.phase("start", True, seconds, kinds.describe_vmi(vmi))
-        return vmi
+        if not done:
+            return self.pending(pending, self.p["wait_timeout"])
+        self.phase("start", True, self.stage_elapsed(), kinds.describe_vmi(vmi))
+        return self.next_stage("agent")
 
-    def agent(self, name, vmi):
-        ns = self.p["project_namespace"]
+    def stage_agent(self):
+        ns, name = self.p["project_namespace"], self.names()["vs"]
+        pending = "the guest agent to connect (AgentConnected)"
 
         def connected(obj):
             if kinds.agent_connected(obj):
@@ -671,50 +842,70 @@ class Gate:
             return False, None
 
         try:
-            vmi, seconds = self.wait(
+            _vmi, done = self.wait(
                 VM,
                 "VirtualMachineInstance",
                 name,
                 ns,
                 connected,
                 kinds.describe_vmi,
-                "AgentConnected",
+                pending,
                 self.p["agent_timeout"],
             )
         except (WaitTimeout, WaitFailed) as exc:
-            self.phase("agent", False, exc.elapsed, "guest agent never connected: %s" % exc.state)
-            return False, exc.last or vmi
-        self.phase("agent", True, seconds, "AgentConnected")
-        return True, vmi
+            self.phase("agent", False, self.stage_elapsed(), "guest agent never connected: %s" % exc.state)
+            self.line = str(exc)
+            return self.finish(False, False, str(exc))
+        if not done:
+            return self.pending(pending, self.p["agent_timeout"])
+        self.phase("agent", True, self.stage_elapsed(), "AgentConnected")
+        self.state["probe_attempts"] = 0
+        return self.next_stage("port")
 
-    def probe(self, name, vmi):
-        ns = self.p["project_namespace"]
-        port = gate.port_for(self.p["os"])
-        start = time.monotonic()
-        deadline = start + self.p["port_timeout"]
-        last, attempts = "no address yet", 0
+    def stage_port(self):
+        st = self.state
+        ns, name = self.p["project_namespace"], self.names()["vs"]
+        port = gate.port_for(self.p["os"], self.p["port"])
+        deadline = st["stage_started"] + self.p["port_timeout"]
+        pending = "port %d to accept a TCP connection" % port
         while True:
-            address = gate.probe_address(self.p["port_probe"], vmi, port)
-            if address is not None:
-                attempts += 1
-                self.result["probe"] = "%s:%d" % address
-                error = tcp_connect(address, max(0.5, min(5.0, deadline - time.monotonic())))
-                if error is None:
-                    self.phase(
-                        "port", True, time.monotonic() - start, "%s:%d accepted a connection" % address
-                    )
-                    return True
-                last = "%s:%d: %s" % (address[0], address[1], error)
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(min(self.p["wait_sleep"], max(0.0, deadline - time.monotonic())))
             try:
-                vmi = self.module.fetch(VM, "VirtualMachineInstance", name, ns) or vmi
+                vmi = self.module.fetch(VM, "VirtualMachineInstance", name, ns)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-        self.phase("port", False, time.monotonic() - start, "%s (%d attempts)" % (last, attempts))
-        return False
+                vmi = None
+            address = gate.probe_address(self.p["port_probe"], vmi, port) if vmi else None
+            if address is None:
+                st["last_state"] = "no address yet"
+            else:
+                st["probe_attempts"] = st.get("probe_attempts", 0) + 1
+                self.result["probe"] = "%s:%d" % address
+                error = tcp_connect(address, max(0.5, min(5.0, deadline - self.clock())))
+                if error is None:
+                    self.phase("port", True, self.stage_elapsed(), "%s:%d accepted a connection" % address)
+                    return self.finish(True, True)
+                st["last_state"] = "%s:%d: %s" % (address[0], address[1], error)
+            now = self.clock()
+            if now >= deadline:
+                detail = "%s (%d attempts)" % (st["last_state"], st.get("probe_attempts", 0))
+                self.phase("port", False, self.stage_elapsed(), detail)
+                self.line = gate.timeout_message(pending, self.stage_elapsed(), st["last_state"])
+                return self.finish(True, False, self.line)
+            if now >= self.round_end:
+                return self.pending(pending, self.p["port_timeout"])
+            time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+
+    def finish(self, agent_ok, port_ok, why=None):
+        p = self.p
+        verdict = gate.verdict(agent_ok, port_ok)
+        port = gate.port_for(p["os"], p["port"])
+        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"))
+        if why:
+            msg = "%s (%s)" % (msg, why)
+        self.result.update(verdict=verdict, passed=verdict == gate.PASSED, msg=msg)
+        self.state["stage"] = "done"
+        return True
 
     # --- sweep and cleanup -----------------------------------------------------------------------
 
@@ -754,7 +945,15 @@ class Gate:
     def cleanup(self):
         """Delete what this run created (and anything else carrying its run label), newest first."""
         if self.p["keep"]:
-            return {"kept": bool(self.created)}
+            if not self.created:
+                return {"kept": False}
+            command = gate.cleanup_command(self.run_id, self.p["project_namespace"])
+            return {
+                "kept": True,
+                "cleanup_command": command,
+                "cleanup_message": "kept %s for diagnosis (keep: true); delete them with: %s"
+                % (gate.describe_left(gate.removal_order(list(self.created))), command),
+            }
         selector = "%s=%s" % (gate.GATE_LABEL, self.run_id)
         targets = gate.removal_order(list(self.created))
         try:

@@ -26,6 +26,10 @@ description:
     (UTF-16 or UTF-8, with or without a BOM, CRLF, trailing blank lines); and no partition may sit after
     the Windows partition (the WinRE trap that stops every clone from growing C:). Names match
     case-insensitively, as NTFS does."
+  - "Windows also: the golden answers Remote Desktop where the clone gate probes it. Read offline from
+    C(C:\\Windows\\System32\\config\\SYSTEM), the current control set must have C(fDenyTSConnections=0),
+    its RDP-Tcp listener on O(remote_desktop_port), and an enabled inbound firewall rule allowing TCP on
+    that port (the Remote Desktop rule group the bake enables)."
   - "Linux: the image-hygiene rules: empty C(/etc/machine-id), no C(/etc/ssh/ssh_host_*) keys, no
     cloud-init instance data, no C(authorized_keys) in C(/root) or C(/home/*), no core dumps, and a small
     C(/var/log) (O(max_log_bytes)), read from ext2/3/4."
@@ -33,7 +37,8 @@ description:
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
-  - dissect.hypervisor, dissect.volume, dissect.ntfs and dissect.extfs (on the controller, for O(path))
+  - dissect.hypervisor, dissect.volume, dissect.ntfs, dissect.extfs and dissect.regf (on the controller,
+    for O(path))
 options:
   path:
     description:
@@ -94,6 +99,12 @@ options:
       - Linux only. Largest total size of the files under C(/var/log).
     type: int
     default: 1048576
+  remote_desktop_port:
+    description:
+      - Windows only. The port Remote Desktop must be enabled and let in on, the one the clone gate
+        probes (its O(goldenimage.pipeline.clone_gate#module:port)). V(0) leaves the check out.
+    type: int
+    default: 3389
   verifier_image:
     description:
       - Container image of the verifier Job (O(pvc) only). It needs C(python3); when it lacks the dissect
@@ -194,7 +205,8 @@ checks:
     name:
       description:
         - V(ntfs_boot_sector), V(build_failed_absent), V(bootstrap_script_absent),
-          V(bootstrap_log_final_line), V(nothing_after_windows_partition) for Windows;
+          V(bootstrap_log_final_line), V(nothing_after_windows_partition), V(remote_desktop_enabled)
+          for Windows;
           V(machine_id_empty), V(ssh_host_keys_absent), V(cloud_init_instance_absent),
           V(build_authorized_keys_absent), V(core_dumps_absent), V(var_log_small) for Linux.
       type: str
@@ -304,6 +316,7 @@ def argument_spec():
         bootstrap_log_path=dict(type="str", default=seal.DEFAULT_BOOTSTRAP_LOG),
         final_line=dict(type="str", default=seal.DEFAULT_FINAL_LINE),
         max_log_bytes=dict(type="int", default=seal.DEFAULT_MAX_LOG_BYTES),
+        remote_desktop_port=dict(type="int", default=seal.REMOTE_DESKTOP_PORT),
         verifier_image=dict(type="str", default="docker.io/library/python:3.12-slim"),
         verifier_command=dict(
             type="list",
@@ -324,6 +337,7 @@ def rule_options(params):
         bootstrap_log=params["bootstrap_log_path"],
         final_line=params["final_line"],
         max_log_bytes=params["max_log_bytes"],
+        remote_desktop_port=params["remote_desktop_port"],
     )
 
 

@@ -1,9 +1,13 @@
-"""clone_gate in the lab, on real disks: a sealed Windows disk passes, a closed port is not a boot failure,
-a disk of zeros does not boot, low memory is refused, and cleanup leaves nothing (or, kept, everything)."""
+"""clone_gate in the lab, on real disks: a sealed Windows disk passes (its SYSTEM hive enables Remote
+Desktop, so the lab's guest answers 3389 at the catalog's 8Gi), a golden whose bake left RDP off is
+port_unreachable, a closed port is not a boot failure, a disk of zeros does not boot, low memory is
+inconclusive, a namespace that is not a project's is refused, and cleanup leaves nothing (or, kept,
+everything)."""
 
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 
@@ -36,6 +40,10 @@ def goldens(lab, kube_client, tmp_path_factory):
     folder = tmp_path_factory.mktemp("gate-disks")
     images = {
         "windows": disks.windows_disk(folder / "windows.raw", disks.sealed_windows_files())["path"],
+        "windows-rdp-off": disks.windows_disk(
+            folder / "windows-rdp-off.raw",
+            disks.sealed_windows_files({"Windows/System32/config/SYSTEM": disks.system_hive(deny=1)}),
+        )["path"],
         "linux": disks.qcow2(
             disks.linux_disk(folder / "linux.raw", disks.ext4_tree(folder / "tree"))["path"],
             folder / "linux.qcow2",
@@ -65,6 +73,13 @@ def goldens(lab, kube_client, tmp_path_factory):
     for name in images:
         wait_ready(custom, namespace, "golden-" + name)
     return namespace
+
+
+def project_namespace(core, name=None):
+    """A project namespace as Kube-DC makes them: labelled kube-dc.com/project."""
+    name = name or "p-" + uuid.uuid4().hex[:8]
+    core.create_namespace({"metadata": {"name": name, "labels": {"kube-dc.com/project": name}}})
+    return name
 
 
 def bound(lab, namespace, name):
@@ -122,9 +137,9 @@ def gated(lab, goldens, kube_client):
     from kubernetes import client
 
     core = client.CoreV1Api(kube_client)
-    quiet, project = ("p-" + uuid.uuid4().hex[:8] for _i in range(2))
-    for name in (quiet, project):
-        core.create_namespace({"metadata": {"name": name}})
+    quiet, project = (project_namespace(core) for _i in range(2))
+    unlabelled = "plain-" + uuid.uuid4().hex[:8]
+    core.create_namespace({"metadata": {"name": unlabelled}})
     old = os.environ.get(AGENT_DELAY)
     os.environ[AGENT_DELAY] = "0.3"  # the lab's controllers run in this process
     lab.clear_audit()
@@ -135,7 +150,10 @@ def gated(lab, goldens, kube_client):
             kube_play(
                 task("predict", check=True, **silent),
                 task("too little memory", memory="2Gi", **silent),
+                task("4Gi windows", memory="4Gi", **silent),
+                task("not a project", **{**silent, "project_namespace": unlabelled}),
                 task("sealed", snapshot="golden-windows", **WINDOWS, **common),
+                task("rdp off", snapshot="golden-windows-rdp-off", **WINDOWS, **common),
                 task(
                     "port closed",
                     snapshot="golden-windows",
@@ -154,7 +172,7 @@ def gated(lab, goldens, kube_client):
             os.environ.pop(AGENT_DELAY, None)
         else:
             os.environ[AGENT_DELAY] = old
-    return {"run": run, "quiet": quiet, "project": project, "audit": lab.audit()}
+    return {"run": run, "quiet": quiet, "project": project, "unlabelled": unlabelled, "audit": lab.audit()}
 
 
 def test_check_mode_and_low_memory_send_nothing(gated):
@@ -172,11 +190,21 @@ def test_check_mode_and_low_memory_send_nothing(gated):
     assert run.entry("too little memory")["status"] == "ignored" and low["verdict"] == "inconclusive", low
     assert "below the catalog minimum" in low["msg"] and "inconclusive" in low["msg"]
     assert low["created"] == [] and low["phases"] == []
+    # The catalog's minMemory for Windows is 8Gi: 4Gi is inconclusive, never a boot verdict.
+    four = run["4Gi windows"]
+    assert four["verdict"] == "inconclusive" and four["min_memory"] == "8Gi", four
+    assert "below the catalog minimum 8Gi" in four["msg"]
+    plain = run["not a project"]
+    assert plain["refused"] is True and plain["verdict"] == "inconclusive", plain
+    assert "it is not a project namespace" in plain["msg"] and "kube-dc.com/project" in plain["msg"]
     touched = [
         r
         for r in gated["audit"]
         if r["verb"] not in ("get", "list", "watch")
-        and (r["namespace"] == quiet or (r["name"] or "").startswith("gate-%s-" % quiet))
+        and (
+            r["namespace"] in (quiet, gated["unlabelled"])
+            or (r["name"] or "").startswith(("gate-%s-" % quiet, "gate-%s-" % gated["unlabelled"]))
+        )
     ]
     assert touched == []
 
@@ -190,6 +218,12 @@ def test_verdicts(gated):
     assert all(p["passed"] for p in sealed["phases"])
     assert sealed["source"]["published_by"] == "gate"
     assert sealed["probe"].startswith("127.0.0.1:")
+    assert (sealed["memory"], sealed["min_memory"]) == ("8Gi", "8Gi")
+
+    # The bake's contract broken (fDenyTSConnections=1 in the sealed hive): the guest boots, RDP is silent.
+    off = run["rdp off"]
+    assert run.entry("rdp off")["status"] == "ignored" and off["verdict"] == "port_unreachable", off
+    assert [(p["name"], p["passed"]) for p in off["phases"]][-2:] == [("agent", True), ("port", False)]
     assert [o["kind"] for o in sealed["created"]] == [
         "VolumeSnapshotContent",
         "VolumeSnapshot",
@@ -215,7 +249,7 @@ def test_keep_false_deletes_what_it_created_and_nothing_else(lab, goldens, gated
         (r["resource"], r["name"]) for r in gated["audit"] if r["verb"] == "delete" and r["code"] < 300
     ]
     mine = set()
-    for name in ("sealed", "port closed", "zeros", "again"):
+    for name in ("sealed", "rdp off", "port closed", "zeros", "again"):
         assert run[name]["kept"] is False
         for obj in run[name]["created"]:
             mine.add((obj["kind"].lower() + "s", obj["name"]))
@@ -233,6 +267,10 @@ def test_keep_true_leaves_everything_and_the_copy_is_reused(lab, gated):
     kept = run["kept"]
     assert run.entry("kept")["status"] == "ok", run.log
     assert kept["verdict"] == "passed" and kept["kept"] is True
+    # What was kept is named, with the command that deletes it.
+    assert "kept VirtualMachine %s/%s" % (project, kept["created"][-1]["name"]) in kept["msg"], kept["msg"]
+    assert "PersistentVolumeClaim %s/%s" % (project, kept["created"][-2]["name"]) in kept["msg"]
+    assert kept["cleanup_command"] in kept["msg"] and kept["cleanup_command"].startswith("kubectl delete")
     again = run["again"]
     assert again["verdict"] == "passed", again
     # The kept run's published snapshot is a ready copy on the same handle: the next run clones it.
@@ -268,8 +306,7 @@ def swept(lab, goldens, kube_client, tmp_path_factory):
     from kubernetes import client
 
     core = client.CoreV1Api(kube_client)
-    project = "p-" + uuid.uuid4().hex[:8]
-    core.create_namespace({"metadata": {"name": project}})
+    project = project_namespace(core)
     user = "gate-no-delete-" + uuid.uuid4().hex[:6]
     token = lab.add_token(user, [{"verbs": ["get", "list", "watch", "create", "update", "patch"]}])
     limited = str(lab.write_kubeconfig(tmp_path_factory.mktemp("rbac") / "kubeconfig", token, user))
@@ -399,3 +436,42 @@ def test_under_conflicts_5xx_and_dropped_connections_it_passes_and_leaves_nothin
     assert result["verdict"] == "passed", result
     assert result["kept"] is False and "left_behind" not in result, result
     assert swept["after faults"] == [], result
+
+
+def test_long_waits_print_progress_and_a_timeout_names_what_was_pending(
+    lab, goldens, kube_client, monkeypatch
+):
+    """Rounds of at most report_every seconds: each prints the phase, what it waits for, the elapsed time;
+    an agent that never connects ends naming what was still pending."""
+    from kubernetes import client
+
+    project = project_namespace(client.CoreV1Api(kube_client))
+    slow = {"report_every": 1, "agent_timeout": 60, "port_timeout": 5, "provision_timeout": 30}
+    common = {"snapshot_namespace": goldens, "project_namespace": project, "poll_interval": 1}
+    monkeypatch.setenv(AGENT_DELAY, "10")  # the lab's controllers run in this process
+    run = run_playbook(
+        kube_play(
+            task("slow agent", snapshot="golden-linux", **slow, **LINUX, **common),
+            task(
+                "never connects", snapshot="golden-zeros", **dict(slow, agent_timeout=3), **WINDOWS, **common
+            ),
+        ),
+        env=lab.env(),
+    )
+    passed = run["slow agent"]
+    assert passed["verdict"] == "passed", passed
+    assert passed["rounds"] >= 3, passed["lines"]
+    waiting = [line for line in passed["lines"] if "phase agent" in line]
+    assert len(waiting) >= 2, passed["lines"]
+    assert all("waiting for the guest agent to connect (AgentConnected)" in line for line in waiting)
+    assert all(("in %s:" % project) in line and "s elapsed" in line for line in waiting)
+    assert waiting[0] in run.log  # printed as it came, not only returned
+    seconds = [int(line.rsplit("; ", 1)[1].split("s elapsed")[0]) for line in waiting]
+    assert seconds == sorted(seconds) and seconds[-1] > seconds[0]
+    assert "resume" not in passed and passed["done"] is True
+
+    silent = run["never connects"]
+    assert silent["verdict"] == "no_boot", silent
+    assert "still pending: the guest agent to connect (AgentConnected)" in silent["msg"]
+    assert re.search(r"timed out after \d+s, still pending", silent["msg"]), silent["msg"]
+    assert silent["kept"] is False and leftovers(lab, project) == []

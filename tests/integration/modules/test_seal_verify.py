@@ -16,7 +16,7 @@ import time
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 
-from tests.integration.support import disks
+from tests.integration.support import disks, hives
 from tests.integration.support.runner import module_task, play, run_playbook
 
 MODULE = "goldenimage.pipeline.seal_verify"
@@ -29,7 +29,13 @@ WINDOWS_CASES = {
     "bitlocker": (
         {},
         {"bitlocker": True},
-        ["ntfs_boot_sector", "build_failed_absent", "bootstrap_script_absent", "bootstrap_log_final_line"],
+        [
+            "ntfs_boot_sector",
+            "build_failed_absent",
+            "bootstrap_script_absent",
+            "bootstrap_log_final_line",
+            "remote_desktop_enabled",
+        ],
     ),
     "build_failed_lowercase": (
         {"build_Failed": "Setup failed at specialize\r\n"},
@@ -54,6 +60,37 @@ WINDOWS_CASES = {
         [],
     ),
     "recovery_after_c": ({}, {"recovery_after": True}, ["nothing_after_windows_partition"]),
+    # The remote-access contract, read from the SYSTEM hive hivexsh wrote: what the clone gate probes.
+    "rdp_denied": (
+        {"Windows/System32/config/SYSTEM": disks.system_hive(deny=1)},
+        {},
+        ["remote_desktop_enabled"],
+    ),
+    "rdp_never_enabled": (
+        {"Windows/System32/config/SYSTEM": disks.system_hive(deny=None)},
+        {},
+        ["remote_desktop_enabled"],
+    ),
+    "rdp_rule_disabled": (
+        {
+            "Windows/System32/config/SYSTEM": disks.system_hive(
+                rules={"RemoteDesktop-UserMode-In-TCP": hives.RDP_RULE_OFF}
+            )
+        },
+        {},
+        ["remote_desktop_enabled"],
+    ),
+    "rdp_other_port": (
+        {"Windows/System32/config/SYSTEM": disks.system_hive(port_number=3390)},
+        {},
+        ["remote_desktop_enabled"],
+    ),
+    "rdp_current_control_set_2": (
+        {"Windows/System32/config/SYSTEM": disks.system_hive(current=2)},
+        {},
+        [],
+    ),
+    "system_hive_absent": ({"Windows/System32/config/SYSTEM": None}, {}, ["remote_desktop_enabled"]),
 }
 
 LINUX_CASES = {
@@ -119,6 +156,7 @@ def test_windows_cases(made, case):
         "bootstrap_script_absent",
         "bootstrap_log_final_line",
         "nothing_after_windows_partition",
+        "remote_desktop_enabled",
     ]
     assert all(c["evidence"] for c in result["checks"])
     assert result["bytes_read"] < 2 * disks.MIB
@@ -142,6 +180,27 @@ def test_evidence_names_what_was_found(made):
     assert "16.0 MiB" in checks["nothing_after_windows_partition"]["evidence"]
     checks = {c["name"]: c for c in seal_cli.verify(str(made["windows-log_other_line"]))["checks"]}
     assert "cloudbase-init installed" in checks["bootstrap_log_final_line"]["evidence"]
+
+
+def test_remote_desktop_evidence_names_the_setting(made):
+    def evidence(case):
+        checks = seal_cli.verify(str(made["windows-" + case]))["checks"]
+        return {c["name"]: c for c in checks}["remote_desktop_enabled"]["evidence"]
+
+    assert "fDenyTSConnections is 0, RDP listens on 3389" in evidence("sealed")
+    assert "RemoteDesktop-UserMode-In-TCP" in evidence("sealed")
+    assert "fDenyTSConnections is 1: Remote Desktop is off" in evidence("rdp_denied")
+    assert "fDenyTSConnections is not set" in evidence("rdp_never_enabled")
+    assert "no enabled inbound firewall rule allows TCP 3389" in evidence("rdp_rule_disabled")
+    assert "port 3390, not on 3389" in evidence("rdp_other_port")
+    assert "ControlSet002" in evidence("rdp_current_control_set_2")
+    assert "the hive is not on the volume" in evidence("system_hive_absent")
+    # The port is the gate's: a golden checked for another port than the one it opens is refused.
+    other = seal_cli.verify(str(made["windows-sealed"]), remote_desktop_port=5986)
+    assert failing(other) == ["remote_desktop_enabled"]
+    left_out = seal_cli.verify(str(made["windows-rdp_denied"]), remote_desktop_port=0)
+    assert left_out["sealed"] is True
+    assert "remote_desktop_enabled" not in [c["name"] for c in left_out["checks"]]
 
 
 def test_formats_and_chain(made):

@@ -211,6 +211,26 @@ def check_answer_file(text: str, apply_updates: bool) -> None:
         for p in sync
     ), sync
 
+    # Remote Desktop, what the clone gate probes: on, with its rule group open on every profile.
+    rdp = passes["specialize"].find(
+        "u:component[@name='Microsoft-Windows-TerminalServices-LocalSessionManager']", NS
+    )
+    assert rdp.find("u:fDenyTSConnections", NS).text == "false"
+    mpssvc = passes["specialize"].find("u:component[@name='Networking-MPSSVC-Svc']", NS)
+    group = mpssvc.find("u:FirewallGroups/u:FirewallGroup", NS)
+    assert group.get(WCM) == "add" and group.get(
+        "{http://schemas.microsoft.com/WMIConfig/2002/State}keyValue"
+    )
+    assert (
+        group.find("u:Active", NS).text,
+        group.find("u:Group", NS).text,
+        group.find("u:Profile", NS).text,
+    ) == (
+        "true",
+        "@FirewallAPI.dll,-28752",
+        "all",
+    )
+
     shell = passes["oobeSystem"].find("u:component[@name='Microsoft-Windows-Shell-Setup']", NS)
     assert shell.find("u:UserAccounts/u:AdministratorPassword/u:Value", NS).text == PASSWORD
     assert shell.find("u:AutoLogon/u:Password/u:Value", NS).text == PASSWORD
@@ -225,6 +245,10 @@ def check_answer_file(text: str, apply_updates: bool) -> None:
     assert first("qemu-ga-x86_64.msi") < first("reagentc.exe /disable")
     assert first("OpenSSH-Win64.msi") < first("reagentc.exe /disable")
     assert first("reagentc.exe /disable") < first("Remove-Partition") < first("sysprep.exe") == len(lines) - 1
+    enable = lines[first("fDenyTSConnections -Type DWord -Value 0")]
+    assert "Enable-NetFirewallRule -Group '@FirewallAPI.dll,-28752'" in enable
+    assert "Set-Service TermService -StartupType Automatic" in enable
+    assert first("fDenyTSConnections -Type DWord -Value 0") < first("sysprep.exe")
     assert "{de94bba4-06d1-4d40-a16a-bfd50179d6ac}" in lines[first("Remove-Partition")]
     plugins = lines[first("cloudbase-init-unattend.conf")]
     assert "'cloudbase-init-unattend.conf', 'cloudbase-init.conf'" in plugins

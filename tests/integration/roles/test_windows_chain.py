@@ -68,8 +68,11 @@ class Chain:
             "Resource": ["arn:aws:s3:::%s" % self.public, "arn:aws:s3:::%s/*" % self.public],
         }
         self.s3.put_bucket_policy(Bucket=self.public, Policy=json.dumps({"Statement": [statement]}))
-        for name in (self.build, self.project):
-            self.core.create_namespace({"metadata": {"name": name}})
+        self.core.create_namespace({"metadata": {"name": self.build}})
+        # A project namespace as Kube-DC labels them: the only kind the clone gate runs in.
+        self.core.create_namespace(
+            {"metadata": {"name": self.project, "labels": {"kube-dc.com/project": "proj"}}}
+        )
         self.raw = self.sealed_pvc("win11-sealed")
 
     def sealed_pvc(self, name: str) -> pathlib.Path:

@@ -5,7 +5,9 @@ Windows: ``sgdisk`` writes the GPT (ESP, MSR, basic data C:, optionally a recove
 that unmounted NTFS file, ``dd conv=notrunc`` copies it into the disk at its offset, and ``qemu-img``
 makes qcow2 (plain, compressed, or an overlay on a backing chain). Linux: ``mkfs.ext4 -d`` from a tree.
 
-Debian packages: gdisk, ntfs-3g, wimtools, e2fsprogs, qemu-utils.
+The SYSTEM registry hive on C: is written by ``hivexsh`` (see ``hives.py``).
+
+Debian packages: gdisk, ntfs-3g, wimtools, e2fsprogs, qemu-utils, libhivex-bin.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import hashlib
 import pathlib
 import shutil
 import subprocess
+
+from tests.integration.support import hives
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 # sgdisk calls sync(2) after every write, a second or more on a busy machine: each layout is made once.
@@ -29,7 +33,7 @@ SEALED_LOG = (
     "\r\n"
 )
 SEALED_LINE = "sysprep /generalize /oobe /shutdown"
-TOOLS = ("sgdisk", "mkntfs", "wimlib-imagex", "ntfscp", "mkfs.ext4", "qemu-img", "dd")
+TOOLS = ("sgdisk", "mkntfs", "wimlib-imagex", "ntfscp", "mkfs.ext4", "qemu-img", "dd", "hivexsh")
 
 # GPT type codes as sgdisk spells them.
 ESP, MSR, BASIC_DATA, WINRE, LINUX = "ef00", "0c01", "0700", "2700", "8300"
@@ -189,10 +193,25 @@ def windows_disk(
     return {"path": path, "number": 3, "offset": offset, "size": c_size}
 
 
+def system_hive(**settings) -> bytes:
+    """The bytes of a SYSTEM hive written by hivexsh (``hives.system_hive``), made once per setting."""
+    key = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]
+    cached = GPT_CACHE / ("SYSTEM-%s" % key)
+    if not cached.exists():
+        GPT_CACHE.mkdir(parents=True, exist_ok=True)
+        scratch = cached.with_suffix(".tmp")
+        scratch.unlink(missing_ok=True)
+        hives.system_hive(scratch, **settings)
+        scratch.rename(cached)
+    return cached.read_bytes()
+
+
 def sealed_windows_files(changes: dict | None = None) -> dict:
-    """C:\\ of a good bake: the log ends on the sysprep line; ``changes`` add (or, as None, remove) files."""
+    """C:\\ of a good bake: the log ends on the sysprep line, Remote Desktop is on and let in (the SYSTEM
+    hive); ``changes`` add (or, as None, remove) files."""
     files = {
         "Windows/System32/config/SOFTWARE": b"regf" + b"\0" * 4092,
+        "Windows/System32/config/SYSTEM": system_hive(),
         "Windows/System32/Recovery/Winre.wim": b"MSWIM\0\0\0" + b"\0" * 1024,
         "Program Files/Cloudbase Solutions/Cloudbase-Init/conf/cloudbase-init.conf": "[DEFAULT]\r\n",
         "bootstrap.log": SEALED_LOG,

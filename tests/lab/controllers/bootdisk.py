@@ -6,11 +6,18 @@ an NTFS boot sector (a BitLocker volume, `-FVE-FS-`, stops at the recovery scree
 TPM that sealed it); a GPT Windows disk also needs an EFI system partition. A Linux disk boots when a
 Linux partition holds an ext2/3/4 superblock. qcow2 images are read through `qemu-img dd`, so
 compressed clusters and backing chains read exactly as QEMU reads them.
+
+Whether a Windows guest answers Remote Desktop is read the way an operator would with ntfs-3g and hivex,
+not with the collection's readers: `ntfscat` takes the SYSTEM hive out of the NTFS volume and `hivexget`
+reads `fDenyTSConnections` and the firewall rules of the current control set. Off, the guest boots but
+nothing listens on 3389, as on a real golden whose bake never enabled it.
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -31,6 +38,8 @@ class BootCheck:
     boots: bool
     guest: str  # "windows", "linux" or "" when nothing boots
     reason: str
+    # Windows: "" when Remote Desktop is on and let in on 3389, else why not. Linux: always "".
+    remote_off: str = ""
 
 
 class _Image:
@@ -110,7 +119,8 @@ def inspect(path: pathlib.Path) -> BootCheck:
                     if table == "gpt" and not has_esp:
                         problems.append("a Windows partition but no EFI system partition")
                         continue
-                    return BootCheck(True, "windows", f"NTFS system volume at byte {offset}")
+                    reason = f"NTFS system volume at byte {offset}"
+                    return BootCheck(True, "windows", reason, remote_desktop_off(img, offset))
                 if oem == b"-FVE-FS-":
                     problems.append(f"BitLocker volume at byte {offset}: stops at the recovery screen")
             elif ptype in (LINUX_FS, f"mbr:0x{MBR_LINUX:02x}"):
@@ -124,4 +134,50 @@ def inspect(path: pathlib.Path) -> BootCheck:
         return BootCheck(False, "", f"no bootable device: the disk cannot be read ({exc})")
 
 
-__all__ = ["BootCheck", "inspect"]
+def _tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    return subprocess.run(argv, stderr=subprocess.PIPE, check=False, **kwargs)
+
+
+def _hive_value(hive: pathlib.Path, key: str, name: str | None = None) -> str | None:
+    proc = _tool(["hivexget", str(hive), key] + ([name] if name else []), text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def remote_desktop_off(img: _Image, offset: int, port: int = 3389) -> str:
+    """ "" when the NTFS volume at `offset` enables Remote Desktop and lets TCP `port` in, else why not."""
+    if not (shutil.which("ntfscat") and shutil.which("hivexget")):
+        return "ntfscat or hivexget is not installed, so the lab cannot tell whether RDP is on"
+    boot = img.read(offset, SECTOR)
+    size = struct.unpack_from("<H", boot, 11)[0] * struct.unpack_from("<Q", boot, 40)[0] + SECTOR
+    with tempfile.TemporaryDirectory(prefix="lab-rdp-") as tmp:
+        volume, hive = pathlib.Path(tmp) / "volume.raw", pathlib.Path(tmp) / "SYSTEM"
+        if img.qcow2:
+            first, count = offset // SECTOR, -(-size // SECTOR)
+            argv = ["qemu-img", "dd", "-f", "qcow2", "-O", "raw", f"bs={SECTOR}", f"skip={first}"]
+            argv += [f"count={first + count}", f"if={img.path}", f"of={volume}"]
+        else:
+            argv = ["dd", f"if={img.path}", f"of={volume}", "bs=4M", f"skip={offset}", f"count={size}"]
+            argv += ["iflag=skip_bytes,count_bytes", "conv=sparse", "status=none"]
+        if _tool(argv).returncode != 0:
+            return "the Windows volume cannot be read"
+        with open(hive, "wb") as out:
+            if _tool(["ntfscat", str(volume), "Windows/System32/config/SYSTEM"], stdout=out).returncode:
+                return "the volume holds no Windows/System32/config/SYSTEM hive"
+        current = _hive_value(hive, "Select", "Current")
+        control = "ControlSet%03d" % (int(current) if current and current.isdigit() else 1)
+        deny = _hive_value(hive, control + "\\Control\\Terminal Server", "fDenyTSConnections")
+        if deny != "0":
+            return f"fDenyTSConnections is {deny or 'not set'}: Remote Desktop is off"
+        rules = _hive_value(
+            hive, control + "\\Services\\SharedAccess\\Parameters\\FirewallPolicy\\FirewallRules"
+        )
+        for line in (rules or "").splitlines():
+            fields = dict(re.findall(r"\|([A-Za-z]+)=([^|]*)", "|" + line.split("=", 1)[-1].strip('"')))
+            wanted = {"Action": "allow", "Active": "true", "Dir": "in", "Protocol": "6", "LPort": str(port)}
+            if all(fields.get(k, "").lower() == v for k, v in wanted.items()):
+                return ""
+        return f"no enabled inbound firewall rule lets TCP {port} in"
+
+
+__all__ = ["BootCheck", "inspect", "remote_desktop_off"]

@@ -12,7 +12,9 @@ firmware loops on "no bootable device"), but `AgentConnected` never appears. The
 that boots gets `AgentConnected` after LAB_KUBEVIRT_AGENT_DELAY_SECONDS (default 0.5).
 
 The remote port (3389 for Windows, 22 for Linux): `status.interfaces[0].ipAddress` is 127.0.0.1 and,
-unless the VM (or its template) carries `lab.goldenimage.io/port-open: "false"`, the lab opens a real
+unless the VM (or its template) carries `lab.goldenimage.io/port-open: "false"` or the Windows disk's
+SYSTEM hive leaves Remote Desktop off (bootdisk.py; the VMI annotation `lab.goldenimage.io/remote-access`
+then says why), the lab opens a real
 TCP listener on a free loopback port once the agent connects and records it in the VMI annotation
 `lab.goldenimage.io/forwarded-<guest port>: "<host port>"`, the way a port-forward would. On a real
 cluster the port is reached at the VMI's pod IP or through a Service instead. The collection knows
@@ -50,6 +52,7 @@ LAB_PREFIX = "lab.goldenimage.io/"
 PORT_OPEN = LAB_PREFIX + "port-open"
 FORWARDED = LAB_PREFIX + "forwarded-"
 BOOT_NOTE = LAB_PREFIX + "boot"
+REMOTE_NOTE = LAB_PREFIX + "remote-access"
 AGENT_DELAY_ENV = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
 GUEST_PORTS = {"windows": 3389, "linux": 22}
 GUEST_OS = {
@@ -526,6 +529,8 @@ class VirtController(Controller):
         memory = guest_memory(spec)
         if memory < MIN_BOOT_MEMORY[result.guest]:
             return f"no boot: {memory} bytes of memory is too little for the {result.guest} guest"
+        if result.remote_off:
+            return f"{result.guest}: {result.reason}; remote access off: {result.remote_off}"
         return f"{result.guest}: {result.reason}"
 
     def _agent_delay(self) -> float:
@@ -549,7 +554,10 @@ class VirtController(Controller):
         if wait > 0:
             return max(0.05, wait)
         annotations = {}
-        if (meta.get("annotations") or {}).get(PORT_OPEN, "true").lower() != "false":
+        remote_off = "; remote access off: " in boot
+        if remote_off:
+            annotations[REMOTE_NOTE] = boot.split("; remote access off: ", 1)[1]
+        if not remote_off and (meta.get("annotations") or {}).get(PORT_OPEN, "true").lower() != "false":
             port = GUEST_PORTS[guest]
             listener = self._open(meta["uid"], b"SSH-2.0-lab\r\n" if guest == "linux" else b"")
             annotations[FORWARDED + str(port)] = str(listener.port)

@@ -44,7 +44,15 @@ def test_memory_below_the_catalog_minimum_is_inconclusive():
 
 def test_os_ports_and_minimums():
     assert (gate.port_for("windows"), gate.port_for("linux")) == (3389, 22)
-    assert gate.MIN_MEMORY == {"windows": "4Gi", "linux": "1Gi"}
+    assert gate.MIN_MEMORY == {"windows": "8Gi", "linux": "1Gi"}
+    assert gate.gate_memory("windows") == ("8Gi", "8Gi")
+    assert gate.gate_memory("windows", memory="16Gi") == ("16Gi", "8Gi")
+    assert gate.gate_memory("linux") == ("1Gi", "1Gi")
+    assert gate.port_for("windows", 3390) == 3390
+    # One contract: the port the gate probes is the one the seal check asserts in the sealed registry.
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import seal
+
+    assert gate.port_for("windows") == seal.REMOTE_DESKTOP_PORT
     with pytest.raises(gate.GateError):
         gate.port_for("plan9")
 

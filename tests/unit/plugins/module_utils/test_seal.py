@@ -87,8 +87,18 @@ def by_name(checks):
     return {c["name"]: c for c in checks}
 
 
+RDP_ON = {
+    "control_set": "ControlSet001",
+    "deny": 0,
+    "port_number": 3389,
+    "rules": {
+        "RemoteDesktop-UserMode-In-TCP": "v2.31|Action=Allow|Active=TRUE|Dir=In|Protocol=6|LPort=3389|"
+    },
+}
+
+
 def test_sealed_windows_disk_passes_every_check():
-    checks = seal.windows_checks(NTFS_BOOT, sealed_view(), GPT, GPT[2])
+    checks = seal.windows_checks(NTFS_BOOT, sealed_view(), GPT, GPT[2], remote_desktop=RDP_ON)
     assert [c["name"] for c in checks] == list(seal.WINDOWS_CHECKS)
     assert seal.verdict(checks) == (True, [])
 
@@ -103,6 +113,7 @@ def test_bitlocker_boot_sector_fails_and_the_files_cannot_be_checked():
         "build_failed_absent",
         "bootstrap_script_absent",
         "bootstrap_log_final_line",
+        "remote_desktop_enabled",
     ]
     assert "-FVE-FS-" in checks[0]["evidence"]
     assert "BitLocker-encrypted" in checks[1]["evidence"]
@@ -334,3 +345,55 @@ def test_absence_passes_on_nothing_found_and_names_what_was_found():
         "passed": False,
         "evidence": "left: /a, /b",
     }
+
+
+# Remote Desktop: the golden answers where the clone gate probes -----------------------------------
+
+RDP_TCP = "v2.31|Action=Allow|Active=TRUE|Dir=In|Protocol=6|LPort=3389|EmbedCtxt=@FirewallAPI.dll,-28752|"
+
+
+def rdp(**changes):
+    settings = {"control_set": "ControlSet001", "deny": 0, "port_number": None, "rules": {"rdp": RDP_TCP}}
+    settings.update(changes)
+    return seal.check_remote_desktop(settings)
+
+
+def test_remote_desktop_enabled_and_let_in():
+    result = rdp()
+    assert result["passed"], result
+    assert "ControlSet001" in result["evidence"] and "rdp" in result["evidence"]
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"deny": 1}, "fDenyTSConnections is 1"),
+        ({"deny": None}, "fDenyTSConnections is not set"),
+        ({"port_number": 3390}, "port 3390, not on 3389"),
+        ({"rules": {}}, "no enabled inbound firewall rule allows TCP 3389"),
+        ({"rules": {"r": RDP_TCP.replace("Active=TRUE", "Active=FALSE")}}, "no enabled inbound"),
+        ({"rules": {"r": RDP_TCP.replace("Dir=In", "Dir=Out")}}, "no enabled inbound"),
+        ({"rules": {"r": RDP_TCP.replace("Protocol=6", "Protocol=17")}}, "no enabled inbound"),
+        ({"rules": {"r": RDP_TCP.replace("Action=Allow", "Action=Block")}}, "no enabled inbound"),
+        ({"rules": {"r": RDP_TCP.replace("LPort=3389", "LPort=3390")}}, "no enabled inbound"),
+        ({"error": "the hive is not on the volume"}, "cannot be read: the hive is not on the volume"),
+    ],
+)
+def test_remote_desktop_refused(changes, words):
+    result = rdp(**changes)
+    assert not result["passed"]
+    assert words in result["evidence"]
+
+
+def test_firewall_rule_ports_ranges_and_lists():
+    assert seal.rule_opens(seal.firewall_rule(RDP_TCP.replace("LPort=3389", "LPort=3000-4000")), 3389)
+    assert seal.rule_opens(seal.firewall_rule(RDP_TCP.replace("LPort=3389", "LPort=22|LPort=3389")), 3389)
+    assert not seal.rule_opens(seal.firewall_rule(RDP_TCP.replace("LPort=3389", "LPort=RPC")), 3389)
+    assert seal.rule_opens(seal.firewall_rule(RDP_TCP.lower()), 3389)
+
+
+def test_windows_checks_carry_remote_desktop_unless_left_out():
+    names = [c["name"] for c in seal.windows_checks(b"\0" * 512, None, [], {"number": 3}, unreadable="x")]
+    assert names[-1] == "remote_desktop_enabled"
+    off = seal.windows_checks(b"\0" * 512, None, [], {"number": 3}, unreadable="x", remote_desktop_port=0)
+    assert "remote_desktop_enabled" not in [c["name"] for c in off]

@@ -416,7 +416,7 @@ def test_clone_gate_check_mode_predicts_the_sweep_of_an_earlier_run():
             "labels": gate.gate_labels("k", candidate=cid, kept=True),
         },
     }
-    namespace = {"kind": "Namespace", "metadata": {"name": "acme"}}
+    namespace = {"kind": "Namespace", "metadata": {"name": "acme", "labels": {"kube-dc.com/project": "acme"}}}
     kube = FakeKube(
         gate_params(project_namespace="acme", snapshot_namespace=FS),
         [golden("g1"), content("c-g1", "h1"), namespace, left, kept],
@@ -427,3 +427,152 @@ def test_clone_gate_check_mode_predicts_the_sweep_of_an_earlier_run():
     assert [(o["kind"], o["name"], o["run"]) for o in result["would_sweep"]] == [
         ("VirtualMachine", "gate-old", "old")
     ]
+
+
+PROJECT = {"kind": "Namespace", "metadata": {"name": "acme", "labels": {"kube-dc.com/project": "acme"}}}
+
+
+@pytest.mark.parametrize("memory", ["4Gi", "6Gi", "8000Mi"])
+def test_clone_gate_windows_below_8gi_is_inconclusive_before_any_read(memory):
+    kube = FakeKube(gate_params(project_namespace="acme", snapshot_namespace=FS, memory=memory))
+    with pytest.raises(PipelineError) as failed:
+        clone_gate.Gate(kube).run()
+    result = failed.value.result
+    assert result["verdict"] == "inconclusive" and result["verdict"] != "no_boot"
+    assert (result["memory"], result["min_memory"]) == (memory, "8Gi")
+    assert "below the catalog minimum 8Gi" in result["msg"]
+    assert kube.writes == [] and result["created"] == []
+
+
+def test_clone_gate_windows_memory_defaults_to_the_catalog_minimum():
+    kube = FakeKube(
+        gate_params(project_namespace="acme", snapshot_namespace=FS),
+        [golden("g1"), content("c-g1", "h1"), PROJECT],
+        check_mode=True,
+    )
+    result = clone_gate.Gate(kube).run()
+    assert result["skipped"] is True
+    assert kube.writes == []
+    gated = clone_gate.Gate(kube)
+    gated.run()
+    assert (gated.result["memory"], gated.result["min_memory"]) == ("8Gi", "8Gi")
+
+
+@pytest.mark.parametrize(
+    "namespace, selector, words",
+    [
+        ({"kind": "Namespace", "metadata": {"name": "acme"}}, None, "its labels (none) do not match"),
+        (
+            {"kind": "Namespace", "metadata": {"name": "acme", "labels": {"team": "a"}}},
+            None,
+            "its labels (team=a) do not match kube-dc.com/project",
+        ),
+        (PROJECT, "tenant.example.com/project", "do not match tenant.example.com/project"),
+        (None, None, "the namespace does not exist"),
+        (PROJECT, "", "an empty selector matches every namespace"),
+    ],
+)
+def test_clone_gate_refuses_a_namespace_that_is_not_a_project_before_any_write(namespace, selector, words):
+    params = gate_params(project_namespace="acme", snapshot_namespace=FS)
+    if selector is not None:
+        params["project_selector"] = selector
+    objects = [golden("g1"), content("c-g1", "h1")] + ([namespace] if namespace else [])
+    kube = FakeKube(params, objects)
+    with pytest.raises(Refusal) as refused:
+        clone_gate.Gate(kube).run()
+    assert words in refused.value.msg
+    assert refused.value.result["verdict"] == "inconclusive"
+    assert kube.writes == []
+
+
+def test_clone_gate_a_project_recognised_by_another_convention_passes_the_namespace_rule():
+    namespace = {
+        "kind": "Namespace",
+        "metadata": {"name": "acme", "labels": {"tenant.example.com/kind": "project"}},
+    }
+    kube = FakeKube(
+        gate_params(
+            project_namespace="acme",
+            snapshot_namespace=FS,
+            project_selector="tenant.example.com/kind=project",
+        ),
+        [golden("g1"), content("c-g1", "h1"), namespace],
+        check_mode=True,
+    )
+    assert clone_gate.Gate(kube).run()["skipped"] is True
+
+
+@pytest.mark.parametrize("port", [0, 70000, -1])
+def test_clone_gate_refuses_a_port_that_is_not_one(port):
+    kube = FakeKube(gate_params(project_namespace="acme", snapshot_namespace=FS, port=port))
+    with pytest.raises(Refusal, match=r"^option port \(%s\): a TCP port is a number" % port):
+        clone_gate.Gate(kube).run()
+    assert kube.writes == []
+
+
+class SlowKube(FakeKube):
+    """Waits as the adapter does: done when the predicate holds, else a time-out after ``timeout``."""
+
+    def wait(
+        self, api_version, kind, name, namespace, predicate, describe, pending, timeout, sleep, progress=None
+    ):
+        from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
+
+        obj = self.get(api_version, kind, name, namespace)
+        done, _failed = predicate(obj)
+        if done:
+            return obj, 0.0
+        raise WaitTimeout("timed out", last=obj, state=describe(obj), elapsed=timeout)
+
+
+def seeded_copy():
+    vs = golden("copy", content="c-copy")
+    vs["metadata"]["namespace"] = "acme"
+    return [vs, content("c-copy", "h1")]
+
+
+def test_clone_gate_waits_in_rounds_with_a_progress_line_and_resumes():
+    now = [1000.0]
+    params = gate_params(project_namespace="acme", snapshot_namespace=FS, report_every=20)
+    kube = SlowKube(params, [golden("g1"), content("c-g1", "h1"), PROJECT] + seeded_copy())
+    first = clone_gate.Gate(kube, run_id="r1", clock=lambda: now[0]).run()
+    assert first["done"] is False and first["changed"] is True
+    assert "phase start, waiting for the VM instance to run (no VirtualMachineInstance yet)" in first["line"]
+    assert "in acme" in first["line"] and "0s elapsed" in first["line"]
+    state = first["resume"]["gate_state"]
+    assert state["stage"] == "start" and state["run_id"] == "r1"
+    assert [o["kind"] for o in first["created"]] == ["PersistentVolumeClaim", "VirtualMachine"]
+
+    # The next round goes on from the state it was handed: same run, nothing created twice.
+    now[0] += 25
+    vmi = {
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "gate-r1", "namespace": "acme"},
+        "status": {"phase": "Running", "conditions": []},
+    }
+    kube.objects.append(vmi)
+    writes = len(kube.writes)
+    params.update(gate_state=state, started=1000.0)
+    second = clone_gate.Gate(kube, clock=lambda: now[0]).run()
+    assert second["done"] is False
+    assert "phase agent, waiting for the guest agent to connect (AgentConnected)" in second["line"]
+    assert "25s elapsed, 0s of 1200s in this phase" in second["line"]
+    assert [p["name"] for p in second["phases"]] == ["provision", "start"]
+    assert not [w for w in kube.writes[writes:] if w[0] == "create"]
+
+
+def test_clone_gate_timeout_names_what_was_pending():
+    now = [1000.0]
+    params = gate_params(project_namespace="acme", snapshot_namespace=FS, wait_timeout=600)
+    kube = SlowKube(params, [golden("g1"), content("c-g1", "h1"), PROJECT] + seeded_copy())
+    state = clone_gate.Gate(kube, run_id="r2", clock=lambda: now[0]).run()["resume"]["gate_state"]
+    now[0] += 601
+    params.update(gate_state=state, started=1000.0)
+    with pytest.raises(PipelineError) as failed:
+        clone_gate.Gate(kube, clock=lambda: now[0]).run()
+    result = failed.value.result
+    assert result["verdict"] == "inconclusive"
+    assert "timed out after 601s, still pending: the VM instance to run" in result["msg"]
+    assert "last observed: no VirtualMachineInstance yet" in result["msg"]
+    # What the run created was removed, as on every end.
+    assert ("delete", "VirtualMachine", "acme", "gate-r2") in kube.writes
