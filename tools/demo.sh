@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: start a fresh lab (Kubernetes API + controllers + loopback S3) in .lab/demo and run
 # playbooks/demo.yml against it. The lab keeps running afterwards so the objects can be inspected.
-# ACT=<name>[,<name>] runs only those acts (golden, workers, microvm); the summary runs with every act.
+# ACT=<name>[,<name>] runs only those acts (golden, baked, workers, microvm); the summary runs with every act.
 # DEMO_STATE=<dir> keeps the lab somewhere else than .lab/demo. Further arguments go to ansible-playbook;
 # `tools/demo.sh stop` stops the lab and the registry.
 set -euo pipefail
@@ -17,6 +17,7 @@ stop() {
   "$py" -m tests.lab down --state-dir "$state" >/dev/null 2>&1 || true
 }
 
+started=$SECONDS
 stop
 if [ "${1:-}" = stop ]; then
   echo "stopped the lab and the registry of $state"
@@ -70,4 +71,5 @@ The lab and the registry are still running.
   S3:         $AWS_ENDPOINT_URL      (credentials in $state/s3.env)
   registry:   http://$DEMO_REGISTRY
   stop them:  DEMO_STATE=$state tools/demo.sh stop
+  wall time:  $((SECONDS - started)) s, the lab's start included
 MSG

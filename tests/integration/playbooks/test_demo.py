@@ -1,21 +1,32 @@
 """`make demo` (tools/demo.sh, playbooks/demo.yml) on a lab of its own: every act runs and the summary
 names what each made, so a change that breaks an act fails here instead of on a user's first try.
 
-One run of the whole demo (one lab start) keeps this small; `ACT=<name>` is checked for the act
+One run of the whole demo (one lab start) keeps this small. Before the lab is stopped, what the acts made
+is read back from it through the API (and the lab's audit log of client requests), so the checks rest on
+the cluster's state, not only on what the playbooks printed. `ACT=<name>` is checked for the act
 selection alone, from the play list `ansible-playbook --list-tasks` prints, without a lab.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 WORKER_GOLDEN = "cozy-public/talos-worker-%s-v1.13.0" % SCHEMATIC
+FAMILY = "ubuntu-24-04"
+BLOCK_NS = "golden-images-block"
+PROJECTS = ("golden-gate", "shop-prod", "shop-staging")
+FLEET = {"orders": "17", "orders-standby": "17", "billing": "16", "billing-standby": "16"}
+OLD_REVISION, NEW_REVISION = "v20261031", "v20261128"
+DB = ("db.goldenimage.io", "v1alpha1", "databases", "dbinstances")
 
 pytestmark = pytest.mark.lab_only
 
@@ -29,9 +40,60 @@ def demo_env(state, **extra):
     return env
 
 
+def read_lab(state: pathlib.Path) -> dict:
+    """What the demo left in its lab, read through the API as any client would, and the audit log."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(state / "kubeconfig"))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+    def items(group, version, plural, namespace=None):
+        if namespace:
+            return custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+        return custom.list_cluster_custom_object(group, version, plural)["items"]
+
+    lab = json.loads((state / "lab.json").read_text())
+    answer = api.rest_client.pool_manager.request(
+        "GET", lab["url"] + "/lab/audit", headers={"Authorization": "Bearer " + lab["token"]}
+    )
+    assert answer.status == 200, answer.data
+    return {
+        "goldens": items("snapshot.storage.k8s.io", "v1", "volumesnapshots", BLOCK_NS),
+        "seeded": items("snapshot.storage.k8s.io", "v1", "volumesnapshots"),
+        "selections": items("kube-dc.com", "v1", "goldenimageselections"),
+        "pvcs": [
+            api.sanitize_for_serialization(p)
+            for p in core.list_persistent_volume_claim_for_all_namespaces().items
+        ],
+        "images": items("harvesterhci.io", "v1beta1", "virtualmachineimages"),
+        "catalog": core.read_namespaced_config_map("baked-image-catalog", "dbinstance-system").data[
+            "catalog.yaml"
+        ],
+        "dbs": items(*DB[:2], DB[3], DB[2]),
+        "events": [api.sanitize_for_serialization(e) for e in core.list_namespaced_event("databases").items],
+        "audit": json.loads(answer.data)["items"],
+        "mirror": mirror_keys(state),
+    }
+
+
+def mirror_keys(state: pathlib.Path) -> list[str]:
+    import boto3
+
+    env = dict(line.split("=", 1) for line in (state / "s3.env").read_text().split() if "=" in line)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+    return [o["Key"] for o in s3.list_objects_v2(Bucket="cdi-os-images").get("Contents", [])]
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     state = tmp_path_factory.mktemp("demo") / "lab"
+    started = time.monotonic()
     try:
         run = subprocess.run(
             [str(ROOT / "tools/demo.sh")],
@@ -39,9 +101,16 @@ def demo(tmp_path_factory):
             env=demo_env(state),
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=1800,
             check=False,
         )
+        seconds = time.monotonic() - started
+        assert run.returncode == 0, "rc=%d\n%s\n%s" % (
+            run.returncode,
+            run.stdout[-20000:],
+            run.stderr[-5000:],
+        )
+        found = read_lab(state)
     finally:
         subprocess.run(
             [str(ROOT / "tools/demo.sh"), "stop"],
@@ -50,8 +119,8 @@ def demo(tmp_path_factory):
             capture_output=True,
             check=False,
         )
-    assert run.returncode == 0, "rc=%d\n%s\n%s" % (run.returncode, run.stdout[-20000:], run.stderr[-5000:])
-    return {"out": run.stdout, "state": state}
+    print("demo wall time: %.0f s" % seconds)
+    return {"out": run.stdout, "state": state, "lab": found}
 
 
 def summary(out):
@@ -60,11 +129,137 @@ def summary(out):
     return out[start : out.index("]", start)]
 
 
-def test_golden_act_captures_a_ready_golden(demo):
-    lines = summary(demo["out"])
-    assert '"golden VolumeSnapshots: 1"' in lines, lines
-    assert "readyToUse=True" in lines, lines
-    assert "contract problems: 0" in demo["out"]
+def task_msg(out, task):
+    """The message lines a task printed (the lines between its banner and the closing bracket)."""
+    start = out.index("TASK [%s]" % task)
+    return out[start : out.index("\n    ]", start)]
+
+
+def test_golden_act_mirrors_by_digest_publishes_staged_gates_and_promotes(demo):
+    out, lab = demo["out"], demo["lab"]
+    # Mirrored under the digest of the upstream bytes, and the golden is named after that digest.
+    (key,) = [k for k in lab["mirror"] if k.endswith("/noble-server-cloudimg-amd64.img")]
+    assert key.startswith(FAMILY + "/20261128/sha256-"), key
+    digest = key.split("/")[2][len("sha256-") :]
+    assert "1 copied, 0 skipped" in out, out
+    (golden,) = lab["goldens"]
+    name = golden["metadata"]["name"]
+    assert name == "golden-%s-20261128-%s" % (FAMILY, digest[:12]), name
+    assert golden["status"]["readyToUse"] is True
+    assert golden["metadata"]["labels"]["kube-dc.com/golden-os"] == FAMILY
+    # Published staged, served through the selection only: never labelled active.
+    assert golden["metadata"]["labels"].get("kube-dc.com/golden-active") != "true", golden["metadata"]
+    assert "staged (not active): %s/%s restoreSize=64Mi" % (BLOCK_NS, name) in out
+    assert "clone gate verdict passed for golden %s/%s" % (BLOCK_NS, name) in out
+    (selection,) = lab["selections"]
+    assert selection["spec"]["snapshotName"] == name and selection["spec"]["family"] == FAMILY, selection
+    # Every project was seeded from the selected golden, and the tenant disk cloned the project's copy.
+    seeded = {
+        vs["metadata"]["namespace"]: vs
+        for vs in lab["seeded"]
+        if vs["metadata"]["name"] == "golden-%s-block" % FAMILY
+    }
+    assert sorted(seeded) == sorted(PROJECTS), sorted(seeded)
+    for vs in seeded.values():
+        assert vs["metadata"]["annotations"]["kube-dc.com/seeded-from"] == "%s/%s" % (BLOCK_NS, name), vs
+    tenant = next(p for p in lab["pvcs"] if p["metadata"]["name"] == "web-1-root")
+    assert tenant["metadata"]["namespace"] == "shop-prod" and tenant["status"]["phase"] == "Bound"
+    assert tenant["spec"]["dataSource"]["name"] == "golden-%s-block" % FAMILY
+    # golden_info's report as the act prints it.
+    report = task_msg(out, "Show what each family serves and who clones what")
+    assert "serves %s/Block: %s/%s (decided by selection" % (FAMILY, BLOCK_NS, name) in report, report
+    for project in PROJECTS:
+        assert (
+            "project %s: golden-%s-block resolved to %s/%s (match)" % (project, FAMILY, BLOCK_NS, name)
+            in report
+        )
+    assert "clones of %s/%s: 1 (shop-prod/web-1-root)" % (BLOCK_NS, name) in report, report
+
+
+def test_baked_act_publishes_revisions_and_moves_the_validated_tip(demo):
+    out, lab = demo["out"], demo["lab"]
+    images = {i["metadata"]["name"]: i for i in lab["images"]}
+    assert sorted(images) == ["ubuntu-2204-postgres-" + r for r in (OLD_REVISION, NEW_REVISION)], sorted(
+        images
+    )
+    for image in images.values():
+        assert image["spec"]["storageClassParameters"]["numberOfReplicas"] == "3"
+        assert {c["type"]: c["status"] for c in image["status"]["conditions"]}["Imported"] == "True"
+    assert (
+        "image: default/ubuntu-2204-postgres-%s registered, 3 replicas in force on lh-" % NEW_REVISION in out
+    )
+    doc = yaml.safe_load(lab["catalog"])
+    assert doc["default_stream"] == "22.04"
+    assert doc["streams"]["22.04"] == {"tip": NEW_REVISION, "validated": True}, doc["streams"]
+    assert all(doc["images"][r]["imported"] for r in (OLD_REVISION, NEW_REVISION)), doc["images"]
+    assert "stream 22.04: moved or updated, tip %s, validated True, the default stream" % NEW_REVISION in out
+
+
+def test_baked_act_reports_the_drift_as_pending_maintenance(demo):
+    table = task_msg(demo["out"], "Show the pending maintenance").splitlines()
+    for name in FLEET:
+        rows = [r for r in table if r.strip().startswith('"%s |' % name)]
+        assert len(rows) == 1, (name, table)
+        for cell in (OLD_REVISION, NEW_REVISION, "OSUpdateAvailable"):
+            assert cell in rows[0], (cell, rows[0])
+
+
+def test_baked_act_repaves_the_fleet_in_the_window_under_max_unavailable(demo):
+    out, lab = demo["out"], demo["lab"]
+    assert "maintenance window: every day" in out and "open now" in out
+    dbs = {d["metadata"]["name"]: d for d in lab["dbs"]}
+    assert sorted(dbs) == sorted(FLEET)
+    for name, engine in FLEET.items():
+        status = dbs[name]["status"]
+        assert status["phase"] == "Available", status
+        assert status["appliedSpec"]["imageRevision"] == NEW_REVISION, status
+        assert status["appliedSpec"]["engineVersion"] == engine, status  # a repave keeps the major
+    # The operator's own Events: each instance repaved once, never more than 2 of 4 (50%) at once, and
+    # both standbys done before a primary started.
+    moments = sorted(
+        (e["eventTime"], e["reason"], e["involvedObject"]["name"])
+        for e in lab["events"]
+        if e["reason"] in ("RepaveStarted", "RepaveCompleted")
+    )
+    started = [n for _, reason, n in moments if reason == "RepaveStarted"]
+    assert sorted(started) == sorted(FLEET), moments
+    busy, most = set(), 0
+    for _, reason, name in moments:
+        if reason == "RepaveStarted":
+            busy.add(name)
+            most = max(most, len(busy))
+        else:
+            busy.discard(name)
+    assert most <= 2, moments
+    done = [n for _, reason, n in moments if reason == "RepaveCompleted"]
+    first_primary = min(
+        i
+        for i, (_, reason, n) in enumerate(moments)
+        if reason == "RepaveStarted" and not n.endswith("-standby")
+    )
+    standbys_done = [
+        i
+        for i, (_, reason, n) in enumerate(moments)
+        if reason == "RepaveCompleted" and n.endswith("-standby")
+    ]
+    assert len(done) == 4 and max(standbys_done) < first_primary, moments
+
+
+def test_baked_act_leaves_pgdata_untouched(demo):
+    out, lab = demo["out"], demo["lab"]
+    pgdata = {p["metadata"]["name"]: p for p in lab["pvcs"] if p["metadata"]["namespace"] == "databases"}
+    assert sorted(pgdata) == sorted("%s-pgdata" % n for n in FLEET), sorted(pgdata)
+    assert all(p["status"]["phase"] == "Bound" for p in pgdata.values())
+    # No client wrote to a pgdata claim after creating it: no update, patch or delete in the audit log.
+    writes = [
+        (r["verb"], r["name"])
+        for r in lab["audit"]
+        if r["resource"] == "persistentvolumeclaims"
+        and r["namespace"] == "databases"
+        and r["verb"] in ("update", "patch", "delete", "deletecollection")
+    ]
+    assert writes == [], writes
+    assert "pgdata untouched: 4 volumes, the same uid and resourceVersion as before the repave" in out
 
 
 def test_workers_act_imports_the_golden_renders_a_clone_and_shows_a_refusal(demo):
@@ -92,17 +287,49 @@ def test_microvm_act_pushes_three_images_with_their_sizes(demo):
 def test_summary_tells_how_to_look_stop_and_go_real(demo):
     lines = summary(demo["out"])
     kubeconfig = demo["state"] / "kubeconfig"
-    for kind in ("volumesnapshots -n golden-images-block", "datavolumes -A"):
+    for kind in (
+        "volumesnapshots -n golden-images-block",
+        "goldenimageselections -A",
+        "pvc -A",
+        "datavolumes -A",
+        "virtualmachineimages -A",
+        "configmap -n dbinstance-system baked-image-catalog",
+        "dbinstances -A",
+        "pvc -A -l goldenimage.pipeline/disk-role=data",
+    ):
         assert "kubectl --kubeconfig %s get %s" % (kubeconfig, kind) in lines, lines
+    assert '"golden VolumeSnapshots: 1"' in lines and '"GoldenImageSelections: 1"' in lines, lines
+    assert '"Harvester VirtualMachineImages: 2"' in lines and '"DBInstances: 4"' in lines, lines
+    assert "stream 22.04: tip %s validated=True, the default" % NEW_REVISION in lines, lines
     assert "DEMO_STATE=%s tools/demo.sh stop" % demo["state"] in lines
-    assert "K8S_AUTH_KUBECONFIG=<kubeconfig>" in lines and "publish_worker_image" in lines
+    assert "K8S_AUTH_KUBECONFIG=<kubeconfig>" in lines
+    for playbook in ("publish_linux_golden", "promote_golden", "publish_baked_image", "repave_dbinstances"):
+        assert playbook in lines, lines
 
 
 @pytest.mark.parametrize(
     ("act", "plays", "absent"),
     [
-        ("workers", ["Act workers", "Publish the Cozystack worker images", "Summary"], "Capture the golden"),
-        ("golden", ["Golden image demo", "Summary"], "Render a pool"),
+        (
+            "workers",
+            ["Act workers", "Publish the Cozystack worker images", "Summary"],
+            "Clone a tenant VM disk",
+        ),
+        (
+            "golden",
+            ["Act golden", "Publish Linux goldens", "Promote a golden", "Summary"],
+            "Render a pool",
+        ),
+        (
+            "baked",
+            [
+                "Act baked",
+                "Publish a baked image revision",
+                "Repave DBInstances to their stream's tip",
+                "Summary",
+            ],
+            "Clone a tenant VM disk",
+        ),
         ("microvm", ["Act microvm", "Publish flintlock micro-VM images", "Summary"], "Render a pool"),
     ],
 )
