@@ -14,10 +14,17 @@ Writes a file of random bytes (256 MiB by default), starts moto's S3 server in i
 "complete" is the time of CompleteMultipartUpload alone: moto copies every part into one buffer and
 stores the object again, in Python (S3 itself completes without moving the bytes).
 
+First, paired runs (one put_object, the upload adapter of --baseline, this one, in turn, each on its
+own client) on loopback and through a forwarder that caps each connection at --cap-mib MiB/s (the way
+a WAN link or a gateway limits one stream): throughput, the ratio to the put, and the client's CPU per
+MiB (this process, its upload threads included; the server and the forwarder run in their own).
+--ab-only stops there.
+
 --matrix times the "given" path for every --part-mib x --concurrency pair instead.
 
     .venv/bin/python bench/os_mirror.py [--size-mib 256] [--part-mib 64] [--concurrency 2] [--repeat 3]
     .venv/bin/python bench/os_mirror.py --matrix --part-mib 16 32 64 --concurrency 1 2 4
+    .venv/bin/python bench/os_mirror.py --ab-only --size-mib 32 --part-mib 8 --cap-mib 1.5
 """
 
 from __future__ import annotations
