@@ -56,12 +56,14 @@ def test_check_mode_renders_and_validates_both_streams(tmp_path):
         play(
             dict(common, packer_build_os_version="22.04"),
             dict(common, packer_build_os_version="24.04", packer_build_pg_versions=["16", "17", "18"]),
+            # A same-day rebuild (a CVE fix after the regular build) gets its own, sortable revision.
+            dict(common, packer_build_os_version="24.04", packer_build_build=2),
         ),
         check=True,
     )
     assert run.ok, run.log
     validated = run.results("Validate the Packer template")
-    assert [r.get("rc") for r in validated] == [0, 0], run.log
+    assert [r.get("rc") for r in validated] == [0, 0, 0], run.log
     assert all(r.get("changed") is False for r in validated)
     guards = run.results("Refuse PostgreSQL majors and OS streams past end of life")
     assert guards[0]["pg_supported"] == ["15", "16", "17", "18"]
@@ -69,8 +71,13 @@ def test_check_mode_renders_and_validates_both_streams(tmp_path):
         r["ansible_facts"]["packer_build_result"]
         for r in run.results("Publish the result for later steps (packer_build_result)")
     ]
-    assert [(f["revision"], f["built"]) for f in facts] == [("v20261129", False), ("v20261129-2404", False)]
+    assert [(f["revision"], f["built"]) for f in facts] == [
+        ("v20261129", False),
+        ("v20261129-2404", False),
+        ("v20261129-2404-r02", False),
+    ]
     assert facts[1]["artifact"] == str(out / "ubuntu-2404-postgres-v20261129-2404.qcow2")
+    assert facts[2]["artifact"] == str(out / "ubuntu-2404-postgres-v20261129-2404-r02.qcow2")
     assert not out.exists(), "check mode must build and write nothing"
     assert all(
         r.get("skipped") or "skip_reason" in r

@@ -203,11 +203,15 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
 @pytest.mark.lab_only
 def test_eol_refusal_stops_before_anything_is_uploaded(lab, kube_namespace, s3, tmp_path):
     bucket = "baked-" + kube_namespace
-    extra = inputs(tmp_path, kube_namespace, bucket, publish_pg_versions=["13", "16", "17"])
+    # A same-day rebuild: its revision is the day's second.
+    extra = inputs(tmp_path, kube_namespace, bucket, publish_pg_versions=["13", "16", "17"], publish_build=2)
     lab.clear_audit()
     try:
         run = publish(lab, extra)
         assert not run.ok, run.log
+        named = run["Name the revision and its files"]["ansible_facts"]
+        assert named["publish_revision"] == "v20261129-r02", named
+        assert named["publish_manifest_path"].endswith("/ubuntu-2204-postgres-v20261129-r02.manifest.json")
         failed = [entry for entry in run.tasks if entry["status"] == "failed"]
         assert [entry["task"] for entry in failed] == [EOL_TASK], run.log
         msg = failed[0]["result"]["msg"]
