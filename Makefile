@@ -68,10 +68,10 @@ lint: setup
 	tools/lint.sh
 
 unit: setup
-	$(BIN)/pytest -q tests/unit tests/packaging
+	$(BIN)/pytest -q tests/unit tests/packaging tests/lab/tests/unit
 
 integration: setup
-	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/conformance tests/labtests tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/lab/tests tests/integration
 
 # Playbooks under conflict 0.2 + error 0.1 + drop 0.05 + commit-then-drop 0.05: minutes, so on its own.
 faults: setup
@@ -89,7 +89,7 @@ sanity: setup
 
 test: setup
 	tools/lint.sh
-	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/unit tests/packaging tests/conformance tests/labtests tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/unit tests/packaging tests/lab/tests tests/integration
 
 demo: setup
 	ACT="$(ACT)" tools/demo.sh

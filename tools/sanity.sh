@@ -60,7 +60,7 @@ PY
 # and is linted by ruff and shellcheck (tools/lint.sh). --exclude is ansible-test's own way to leave
 # paths out of sanity; no sanity ignore file is involved.
 excludes=()
-for path in ${SANITY_EXCLUDE-tests/lab/ tests/conformance/ tests/labtests/ tests/unit/lab/ tests/packaging/ tests/e2e/ bench/ tools/}; do
+for path in ${SANITY_EXCLUDE-tests/lab/ tests/packaging/ tests/e2e/ bench/ tools/}; do
   excludes+=(--exclude "$path")
 done
 

@@ -13,7 +13,7 @@ import pytest
 from .conftest import unique
 
 PLAYBOOKS = pathlib.Path(__file__).with_name("playbooks")
-COLLECTIONS = pathlib.Path(__file__).resolve().parents[2] / ".collections"
+COLLECTIONS = pathlib.Path(__file__).resolve().parents[4] / ".collections"
 
 
 def _run(lab, playbook: str, *extra: str, **variables: str) -> subprocess.CompletedProcess:

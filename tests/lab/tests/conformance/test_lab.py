@@ -20,7 +20,7 @@ from tests.lab.store import Store
 from .conftest import unique, wait_for
 
 pytestmark = pytest.mark.lab_only
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
 def test_bootstrap_objects(kube_client):

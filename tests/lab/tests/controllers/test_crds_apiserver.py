@@ -15,7 +15,7 @@ import pytest
 from tests.lab import Lab
 from tests.lab.apiserver import binaries
 from tests.lab.store import ApiError
-from tests.unit.lab.test_crds import _DELETE, BROKEN, BROKEN_BY_CEL, EXPECTED, GOOD, _set
+from tests.lab.tests.unit.test_crds import _DELETE, BROKEN, BROKEN_BY_CEL, EXPECTED, GOOD, _set
 
 NAMESPACES = ("golden-images", "default", "project-a", "kubevirt", "cozy-public", "databases")
 

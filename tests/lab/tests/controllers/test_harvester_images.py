@@ -16,7 +16,7 @@ import pytest
 
 from tests.lab.controllers.harvester import LONGHORN, RATE_ENV, SC_ANNOTATION
 from tests.lab.store import ApiError
-from tests.labtests.conftest import until
+from tests.lab.tests.controllers.conftest import until
 
 H = "harvesterhci.io"
 IMAGES = "virtualmachineimages"

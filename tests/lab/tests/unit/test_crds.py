@@ -530,7 +530,7 @@ BROKEN = [
 
 
 # Refused by a CEL rule (x-kubernetes-validations), which only the real API server evaluates
-# (tests/labtests/test_crds_apiserver.py).
+# (tests/lab/tests/controllers/test_crds_apiserver.py).
 BROKEN_BY_CEL = [
     ("VolumeSnapshot", "spec.source", {}, "FieldValueInvalid", "spec.source"),
     (
