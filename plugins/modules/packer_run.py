@@ -66,7 +66,13 @@ attributes:
     support: none
   idempotent:
     support: partial
-    details: V(build) builds every time it is asked; the role asks only when the revision has no manifest yet.
+    details:
+      - V(version) and V(validate) never report a change.
+      - V(build) is not idempotent. Each call runs C(packer build) again and reports a change, and its
+        C(packer-build.log) and C(packer-build.rc) in O(chdir) are replaced; what the template writes
+        elsewhere is up to Packer (a builder whose output directory exists refuses to start without
+        C(-force), which the module never passes). The packer_build role calls it only when the revision
+        has no manifest yet.
 """
 
 EXAMPLES = r"""

@@ -87,12 +87,20 @@ def test_register_check_real_idempotent_and_immutable(lab, kube_client, kube_nam
                 namespace=kube_namespace,
             ),
             task("real", **base),
-            task("again", **base),
+        ),
+        env=lab.env(),
+        diff=True,
+    )
+    # The same registration again, alone, so the audit log holds only its requests.
+    lab.clear_audit()
+    again = run_playbook(play(task("again", **base)), env=lab.env(), diff=True)
+    again_writes = lab.mutating_requests()
+    rest = run_playbook(
+        play(
             task("changed source", ignore_errors=True, **{**base, "checksum": "c" * 128}),
             task("bad revision", ignore_errors=True, **{**base, "name": "v20261201"}),
         ),
         env=lab.env(),
-        diff=True,
     )
     assert run["check"]["changed"] is True, run.log
     headers = [d.get("before_header") for d in run["check"]["diff"]]
@@ -114,9 +122,11 @@ def test_register_check_real_idempotent_and_immutable(lab, kube_client, kube_nam
     )
     assert real["image"]["spec"]["displayName"] == image_name
     assert real["revision"]["imported"] is True and real["revision"]["storage_class"] == f"lh-{uid}"
-    assert run["again"]["changed"] is False, run["again"]
-    assert "build a new revision" in refused(run, "changed source")["msg"]
-    assert "24.04" in refused(run, "bad revision")["msg"]
+    assert again.ok, again.log
+    assert again["again"]["changed"] is False, again["again"]
+    assert again_writes == [], again_writes
+    assert "build a new revision" in refused(rest, "changed source")["msg"]
+    assert "24.04" in refused(rest, "bad revision")["msg"]
     doc = catalog_of(kube_client, kube_namespace)
     entry = doc["images"]["v20261201-2404"]
     assert entry["checksum"] == mirror["sha512"] and entry["image"] == {

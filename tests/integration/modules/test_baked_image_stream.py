@@ -64,6 +64,7 @@ def live_imported_image(kube_client, namespace, mirror):
 
 
 @pytest.mark.lab_only
+@pytest.mark.suite("idempotence")
 def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_namespace, mirror, tmp_path):
     from kubernetes import client
 
@@ -81,10 +82,22 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
     lab.clear_audit()
     try:
         run = run_playbook(
+            play(task("check", check=True, module=MODULE, **first), task("real", module=MODULE, **first)),
+            env=lab.env(),
+            diff=True,
+        )
+        conflicts = [
+            r
+            for r in lab.audit()
+            if r["resource"] == "configmaps" and r["code"] == 409 and r["verb"] == "update"
+        ]
+        # The same move again, alone, so the audit log holds only its requests.
+        lab.clear_audit()
+        again = run_playbook(play(task("again", module=MODULE, **first)), env=lab.env(), diff=True)
+        again_writes = lab.mutating_requests()
+        lab.clear_audit()
+        rest = run_playbook(
             play(
-                task("check", check=True, module=MODULE, **first),
-                task("real", module=MODULE, **first),
-                task("again", module=MODULE, **first),
                 task("missing", ignore_errors=True, module=MODULE, **{**first, "revision": "v20990101"}),
                 task(
                     "wrong os", ignore_errors=True, module=MODULE, **{**first, "revision": "v20261201-2404"}
@@ -139,13 +152,17 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
             env=lab.env(),
             diff=True,
         )
-        conflicts = [
+        conflicts += [
             r
             for r in lab.audit()
             if r["resource"] == "configmaps" and r["code"] == 409 and r["verb"] == "update"
         ]
     finally:
         lab.faults.update({"conflict_rate": 0.0})
+    assert run.ok and again.ok, run.log + again.log
+    # The second run of the same move changes nothing and writes nothing.
+    assert again["again"]["changed"] is False, again.log
+    assert again_writes == [], again_writes
     assert run["check"]["changed"] is True, run.log
     diff = run["check"].get("diff") or {}
     assert "default_stream: '22.04'" in diff.get("after", "") and "default_stream: null" in diff.get(
@@ -153,18 +170,17 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
     )
     assert run["real"]["changed"] is True, "check mode must not have written the catalog"
     assert run["real"]["stream"] == {"tip": "v20260615", "validated": True}
-    assert run["again"]["changed"] is False
-    assert "not in the catalog" in refused(run, "missing")["msg"]
-    assert "cannot be the tip of stream 22.04" in refused(run, "wrong os")["msg"]
-    assert "not imported yet" in refused(run, "not imported")["msg"]
-    assert "not validated and cannot become the default" in refused(run, "unvalidated default")["msg"]
-    moved = run["live import"]
+    assert "not in the catalog" in refused(rest, "missing")["msg"]
+    assert "cannot be the tip of stream 22.04" in refused(rest, "wrong os")["msg"]
+    assert "not imported yet" in refused(rest, "not imported")["msg"]
+    assert "not validated and cannot become the default" in refused(rest, "unvalidated default")["msg"]
+    moved = rest["live import"]
     assert moved["changed"] and moved["stream"] == {"tip": "v20270401-2404", "validated": False}
     assert moved["catalog"]["images"]["v20270401-2404"]["imported"] is True
     assert moved["default_stream"] == "22.04"
-    facts = run["engine default"]["ansible_facts"]
+    facts = rest["engine default"]["ansible_facts"]
     assert facts == {"engine": "17", "engine16": "16"}
-    assert "18 is not in revision v20260615" in refused(run, "engine refused")["msg"]
+    assert "18 is not in revision v20260615" in refused(rest, "engine refused")["msg"]
     assert conflicts, "no write met an injected conflict; the retry path went untested"
     doc = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
     assert doc["default_stream"] == "22.04" and doc["streams"]["24.04"]["tip"] == "v20270401-2404"

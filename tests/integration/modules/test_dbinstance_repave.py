@@ -298,14 +298,16 @@ def test_trigger_and_wait_check_real_again(lab, fleet, monkeypatch):
     one = fleet.args(state="repaved", names=["orders"])
     lab.clear_audit()
     run = run_playbook(
-        play(
-            task("predict", check=True, diff=True, **one),
-            task("repave", diff=True, **one),
-            task("again", **one),
-        ),
+        play(task("predict", check=True, diff=True, **one), task("repave", diff=True, **one)),
         env=lab.env(),
     )
     assert run.ok, run.log
+    writes = fleet.writes()
+    # The same repave again, alone, so the audit log holds only its requests.
+    lab.clear_audit()
+    rerun = run_playbook(play(task("again", **one)), env=lab.env())
+    assert rerun.ok, rerun.log
+    again_writes = lab.mutating_requests()
     predicted = run["predict"]
     assert predicted["changed"] is True
     assert predicted["batches"] == [["orders"]] and predicted["starts_now"] == ["orders"]
@@ -329,11 +331,12 @@ def test_trigger_and_wait_check_real_again(lab, fleet, monkeypatch):
     steps = {p["step"] for p in repaved["progress"] if p["step"]}
     assert steps and steps <= {"StoppingVM", "SwappingOSDisk", "StartingVM", "DeletingOldDisk"}
 
-    again = run["again"]
+    again = rerun["again"]
     assert again["changed"] is False and by_name(again)["orders"]["result"] == "current"
-    # The only write of the whole play is the trigger of the real run: check mode and the rerun wrote nothing.
-    writes = fleet.writes()
+    # The only write of the first play is the trigger of the real run (check mode wrote nothing), and the
+    # rerun sent no mutating request at all.
     assert [(w["verb"], w["name"]) for w in writes] == [("patch", "orders")], writes
+    assert again_writes == [], again_writes
     assert fleet.revision("orders") == TIP and TRIGGER not in fleet.annotations("orders")
     assert fleet.repaves("orders") == 1 and fleet.repaves("billing") == 0
     assert fleet.revision("billing") == OLD

@@ -159,16 +159,23 @@ def test_promote_predict_real_again_and_roll_back(lab, promo):
     )
     promote_new = args(promo, snapshot=new, release_digest=DIGEST, verify_projects=True)
     run = run_playbook(
+        play(task("predict", check=True, diff=True, **promote_old), task("promote old", **promote_old)),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    # The same promotion again, alone, so the audit log holds only its requests.
+    lab.clear_audit()
+    rerun = run_playbook(play(task("again", diff=True, **promote_old)), env=lab.env())
+    assert rerun.ok, rerun.log
+    again_writes = lab.mutating_requests()
+    later = run_playbook(
         play(
-            task("predict", check=True, diff=True, **promote_old),
-            task("promote old", **promote_old),
-            task("again", diff=True, **promote_old),
             task("promote new", diff=True, **promote_new),
             task("roll back", **args(promo, rollback=True, verify_projects=True)),
         ),
         env=lab.env(),
     )
-    assert run.ok, run.log
+    assert later.ok, later.log
     name = "%s-filesystem" % promo.family
 
     predicted = run["predict"]
@@ -191,11 +198,12 @@ def test_promote_predict_real_again_and_roll_back(lab, promo):
     assert {p["handle"] for p in first["projects"]} == {promo.handle(old)}
     assert first["unresolved"] == []
 
-    again = run["again"]
+    again = rerun["again"]
     assert again["changed"] is False
     assert again["diff"]["before"] == again["diff"]["after"]
+    assert again_writes == [], again_writes
 
-    second = run["promote new"]
+    second = later["promote new"]
     assert second["changed"] is True
     assert second["previous"] == {"snapshot": old, "release_digest": OTHER_DIGEST, "path": "selection"}
     assert second["selected"]["release_digest"] == DIGEST
@@ -205,7 +213,7 @@ def test_promote_predict_real_again_and_roll_back(lab, promo):
     }
     assert {p["handle"] for p in second["projects"]} == {promo.handle(new)}
 
-    back = run["roll back"]
+    back = later["roll back"]
     assert back["changed"] is True
     assert back["selected"]["snapshot"] == old
     assert back["selected"]["release_digest"] == OTHER_DIGEST

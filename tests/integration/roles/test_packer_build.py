@@ -13,6 +13,8 @@ import json
 import shutil
 import subprocess
 
+import pytest
+
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
 
@@ -207,36 +209,53 @@ def test_post_processing_refuses_a_build_missing_a_major(tmp_path):
     assert not (out / "ubuntu-2204-postgres-v20261201.manifest.json").exists()
 
 
+def files_as_found(folder):
+    """Each file in ``folder`` with what a rewrite changes: inode, size and modification time."""
+    return {
+        p.name: (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())
+    }
+
+
+@pytest.mark.suite("idempotence")
 def test_disk_image_module_check_mode_then_write_then_again(tmp_path):
     from tests.integration.support.runner import module_task
 
     image = qcow2(tmp_path / "raw.qcow2", megabytes=2)
     dest = tmp_path / "artifact.qcow2"
     args = {"src": str(image), "dest": str(dest), "compression": "zlib"}
-    tasks = [
-        module_task("goldenimage.pipeline.disk_image", "predict", check=True, **args),
-        module_task("goldenimage.pipeline.disk_image", "write", **args),
-        module_task("goldenimage.pipeline.disk_image", "again", **args),
-        module_task(
-            "goldenimage.pipeline.disk_image",
-            "refused",
-            ignore_errors=True,
-            **{**args, "src": str(tmp_path / "none")},
-        ),
-    ]
-    run = run_playbook([{"name": "disk_image", "hosts": "localhost", "gather_facts": False, "tasks": tasks}])
+    first = run_playbook(
+        runner_play(
+            module_task("goldenimage.pipeline.disk_image", "predict", check=True, **args),
+            module_task("goldenimage.pipeline.disk_image", "write", **args),
+        )
+    )
+    assert first.ok, first.log
+    written = files_as_found(tmp_path)
+    run = run_playbook(
+        runner_play(
+            module_task("goldenimage.pipeline.disk_image", "again", **args),
+            module_task(
+                "goldenimage.pipeline.disk_image",
+                "refused",
+                ignore_errors=True,
+                **{**args, "src": str(tmp_path / "none")},
+            ),
+        )
+    )
     assert run.ok, run.log
-    assert run["predict"]["changed"] is True and run["predict"]["compression"] == "zlib"
-    assert run["write"]["changed"] is True and run["again"]["changed"] is False
+    assert first["predict"]["changed"] is True and first["predict"]["compression"] == "zlib"
+    assert first["write"]["changed"] is True and run["again"]["changed"] is False
+    # The second run rewrote no file: the artifact and its checksum files are the ones the first wrote.
+    assert files_as_found(tmp_path) == written
     assert (
         run["again"]["checksums"]
-        == run["write"]["checksums"]
+        == first["write"]["checksums"]
         == {
             "sha256": sha256(dest),
             "sha512": hashlib.sha512(dest.read_bytes()).hexdigest(),
         }
     )
-    assert run["write"]["sizes"]["saved_bytes"] > 0
+    assert first["write"]["sizes"]["saved_bytes"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "artifact.qcow2",
         "artifact.qcow2.sha256",

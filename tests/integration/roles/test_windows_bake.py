@@ -164,6 +164,30 @@ def test_remaster_module(source_iso, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".windows-iso-")) == []
 
 
+@pytest.mark.suite("idempotence")
+def test_a_second_remaster_rewrites_nothing(source_iso, tmp_path):
+    out = tmp_path / "noprompt.iso"
+    task = _remaster("remaster", src=str(source_iso), dest=str(out), min_image_size=MIB)
+
+    def files():
+        return {
+            p.name: (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(tmp_path.iterdir())
+        }
+
+    first = run_playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}])
+    assert first.ok, first.log
+    assert first["remaster"]["changed"] is True
+    written = files()
+    assert sorted(written) == ["noprompt.iso", "noprompt.iso.remaster.json"]
+    again = run_playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}])
+    assert again.ok, again.log
+    # Same source checksum, same settings, the ISO still has the recorded checksum: nothing rebuilt.
+    assert again["remaster"]["changed"] is False
+    assert again["remaster"]["sha256"] == first["remaster"]["sha256"]
+    assert files() == written
+
+
 # The answer file -----------------------------------------------------------------------------------
 
 
