@@ -51,6 +51,7 @@ def verify(
     final_line=seal.DEFAULT_FINAL_LINE,
     max_log_bytes=seal.DEFAULT_MAX_LOG_BYTES,
     remote_desktop_port=seal.REMOTE_DESKTOP_PORT,
+    postgresql_clusters=(),
 ):
     """The verdict on one image as a dict; raises ``seal.SealError`` or ``_disk.DiskError``."""
     started = time.monotonic()
@@ -78,7 +79,7 @@ def verify(
             )
         else:
             target = seal.pick_linux_partition(parts, partition)
-            checks = seal.linux_checks(_disk.ExtView(image, target), max_log_bytes)
+            checks = seal.linux_checks(_disk.ExtView(image, target), max_log_bytes, postgresql_clusters)
         sealed, failed = seal.verdict(checks)
         return {
             "sealed": sealed,
@@ -159,6 +160,7 @@ def parse_args(argv):
     parser.add_argument("--final-line", default=seal.DEFAULT_FINAL_LINE)
     parser.add_argument("--max-log-bytes", type=int, default=seal.DEFAULT_MAX_LOG_BYTES)
     parser.add_argument("--remote-desktop-port", type=int, default=seal.REMOTE_DESKTOP_PORT)
+    parser.add_argument("--postgresql-cluster", dest="postgresql_clusters", action="append", default=[])
     parser.add_argument("--install-missing", action="store_true", help="pip-install dissect when absent")
     return parser.parse_args(argv)
 
@@ -178,6 +180,7 @@ def main(argv=None):
             final_line=args.final_line,
             max_log_bytes=args.max_log_bytes,
             remote_desktop_port=args.remote_desktop_port,
+            postgresql_clusters=args.postgresql_clusters,
         )
         code = 0
     except (seal.SealError, _disk.DiskError, subprocess.CalledProcessError) as exc:

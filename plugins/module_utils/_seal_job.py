@@ -75,6 +75,8 @@ def verifier_args(options):
         "--remote-desktop-port",
         str(options.get("remote_desktop_port") or 0),
     ]
+    for cluster in options.get("postgresql_clusters") or ():
+        args += ["--postgresql-cluster", cluster]
     return args
 
 

@@ -55,7 +55,12 @@ LINUX_CHECKS = (
     "build_authorized_keys_absent",
     "core_dumps_absent",
     "var_log_small",
+    "background_apt_disabled",
+    "postgresql_clusters_at_boot",
 )
+# Background apt writes packages into every clone's copy-on-write delta and drifts PostgreSQL minors.
+BACKGROUND_APT_UNITS = ("unattended-upgrades.service", "apt-daily.timer", "apt-daily-upgrade.timer")
+SYSTEMD_ETC = "/etc/systemd/system"
 
 
 class SealError(Exception):
@@ -573,7 +578,85 @@ def check_var_log(view, max_bytes=DEFAULT_MAX_LOG_BYTES):
     return check("var_log_small", True, evidence)
 
 
-def linux_checks(view, max_log_bytes=DEFAULT_MAX_LOG_BYTES):
+def enablement_links(view):
+    """``{unit: [link paths]}`` of the units enabled in /etc/systemd/system (``*.wants``/``*.requires``)."""
+    links = {}
+    for folder in sorted(view.list(SYSTEMD_ETC) or []):
+        if not (folder.endswith(".wants") or folder.endswith(".requires")):
+            continue
+        for unit in sorted(view.list("%s/%s" % (SYSTEMD_ETC, folder)) or []):
+            links.setdefault(unit, []).append("%s/%s/%s" % (SYSTEMD_ETC, folder, unit))
+    return links
+
+
+def check_background_apt(view, links=None):
+    links = enablement_links(view) if links is None else links
+    found = [path for unit in BACKGROUND_APT_UNITS for path in links.get(unit, [])]
+    return absence(
+        "background_apt_disabled",
+        found,
+        "background apt is enabled at boot by %s: every clone would upgrade itself into its "
+        "copy-on-write delta and drift the PostgreSQL minors; disable and mask unattended-upgrades and the "
+        "apt daily timers before sealing",
+        "unattended-upgrades.service, apt-daily.timer and apt-daily-upgrade.timer are not enabled",
+    )
+
+
+def cluster_name(value):
+    """``17/main`` or ``17-main`` -> ``17/main``."""
+    text = str(value).strip()
+    version, sep, name = text.replace("/", "-", 1).partition("-")
+    if not sep or not version or not name:
+        raise SealError("postgresql cluster %r: name it <major>/<cluster>, for example 17/main" % (value,))
+    return "%s/%s" % (version, name)
+
+
+def start_mode(text):
+    """The first word of a start.conf that is not a comment (``auto``, ``manual``, ``disabled``)."""
+    for line in text.splitlines():
+        word = line.split("#", 1)[0].strip()
+        if word:
+            return word.lower()
+    return ""
+
+
+def check_postgresql_clusters(view, requested=(), links=None):
+    """Only the ``requested`` clusters start at boot: their start.conf says ``auto`` or systemd enables
+    their ``postgresql@<major>-<name>.service``; every other cluster is manual and not enabled."""
+    links = enablement_links(view) if links is None else links
+    wanted = sorted(set(cluster_name(c) for c in requested or ()))
+    enabled = {}
+    for version in sorted(view.list("/etc/postgresql") or []):
+        for name in sorted(view.list("/etc/postgresql/%s" % version) or []):
+            conf = "/etc/postgresql/%s/%s/start.conf" % (version, name)
+            if view.exists(conf) and start_mode(view.read(conf, 0, 4096).decode("latin-1")) == "auto":
+                enabled.setdefault("%s/%s" % (version, name), []).append("%s says auto" % conf)
+    for unit, paths in links.items():
+        if unit.startswith("postgresql@") and unit.endswith(".service"):
+            cluster = cluster_name(unit[len("postgresql@") : -len(".service")])
+            enabled.setdefault(cluster, []).extend("%s is enabled" % p for p in paths)
+    extra = ["%s (%s)" % (c, ", ".join(enabled[c])) for c in sorted(enabled) if c not in wanted]
+    missing = [c for c in wanted if c not in enabled]
+    name = "postgresql_clusters_at_boot"
+    asked = ", ".join(wanted) or "none"
+    problems = []
+    if extra:
+        problems.append(
+            "%s start at boot, but the requested clusters are %s: every clone would start them; "
+            "set their start.conf to manual and disable their units" % ("; ".join(extra), asked)
+        )
+    if missing:
+        problems.append(
+            "%s is requested but does not start at boot (start.conf is not auto and no "
+            "postgresql@ unit is enabled)" % ", ".join(missing)
+        )
+    if problems:
+        return check(name, False, "; ".join(problems))
+    return check(name, True, "the clusters that start at boot are the requested ones: %s" % asked)
+
+
+def linux_checks(view, max_log_bytes=DEFAULT_MAX_LOG_BYTES, postgresql_clusters=()):
+    links = enablement_links(view)
     return [
         check_machine_id(view),
         check_host_keys(view),
@@ -581,4 +664,6 @@ def linux_checks(view, max_log_bytes=DEFAULT_MAX_LOG_BYTES):
         check_authorized_keys(view),
         check_core_dumps(view),
         check_var_log(view, max_log_bytes),
+        check_background_apt(view, links),
+        check_postgresql_clusters(view, postgresql_clusters, links),
     ]

@@ -32,7 +32,9 @@ description:
     that port (the Remote Desktop rule group the bake enables)."
   - "Linux: the image-hygiene rules: empty C(/etc/machine-id), no C(/etc/ssh/ssh_host_*) keys, no
     cloud-init instance data, no C(authorized_keys) in C(/root) or C(/home/*), no core dumps, and a small
-    C(/var/log) (O(max_log_bytes)), read from ext2/3/4."
+    C(/var/log) (O(max_log_bytes)), unattended-upgrades and the apt daily timers not enabled in
+    C(/etc/systemd/system), and no PostgreSQL cluster starting at boot but those in O(postgresql_clusters)
+    (its C(start.conf) says C(auto) or its C(postgresql@) unit is enabled), read from ext2/3/4."
   - The module fails when the disk is not sealed, unless O(fail_on_unsealed=false).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
@@ -99,6 +101,15 @@ options:
       - Linux only. Largest total size of the files under C(/var/log).
     type: int
     default: 1048576
+  postgresql_clusters:
+    description:
+      - Linux only. The PostgreSQL clusters, as C(<major>/<cluster>) (for example V(17/main)), that must
+        start at boot; every other cluster under C(/etc/postgresql) must not.
+      - The default, none, fits a baked image, whose clusters are all manual until first boot activates the
+        one a VM asks for.
+    type: list
+    elements: str
+    default: []
   remote_desktop_port:
     description:
       - Windows only. The port Remote Desktop must be enabled and let in on, the one the clone gate
@@ -316,6 +327,7 @@ def argument_spec():
         bootstrap_log_path=dict(type="str", default=seal.DEFAULT_BOOTSTRAP_LOG),
         final_line=dict(type="str", default=seal.DEFAULT_FINAL_LINE),
         max_log_bytes=dict(type="int", default=seal.DEFAULT_MAX_LOG_BYTES),
+        postgresql_clusters=dict(type="list", elements="str", default=[]),
         remote_desktop_port=dict(type="int", default=seal.REMOTE_DESKTOP_PORT),
         verifier_image=dict(type="str", default="docker.io/library/python:3.12-slim"),
         verifier_command=dict(
@@ -337,6 +349,7 @@ def rule_options(params):
         bootstrap_log=params["bootstrap_log_path"],
         final_line=params["final_line"],
         max_log_bytes=params["max_log_bytes"],
+        postgresql_clusters=params["postgresql_clusters"],
         remote_desktop_port=params["remote_desktop_port"],
     )
 

@@ -4,18 +4,18 @@ A small real qcow2 goes through every step: the EOL guard, packer_build's output
 ``packer_build_artifact``, as a Packer run would hand it over), the checksum check, the mirror bucket on
 the loopback S3 server, the lab's Harvester image controller downloading it by presigned URL, the catalog
 ConfigMap and the stream tip. A second run and every step run alone with its tag change nothing; an
-EOL refusal stops before anything reaches the bucket or the cluster.
+EOL refusal, and an artifact that is not sealed, stop before anything reaches the bucket or the cluster.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import subprocess
 
 import pytest
 import yaml
 
+from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.lab.s3 import s3_client
 
@@ -28,6 +28,7 @@ STEP_TASKS = {
     "eol": "EOL guard, before anything is built or uploaded",
     "build": "Look for a finished build of this revision",
     "checksums": "Hash the artifact",
+    "seal": "Verify offline that the artifact is sealed, before anything is uploaded or registered",
     "upload": "Register the revision with Harvester and record it in the catalog",
     "stream": "Move the tip of the stream to the revision",
     "summary": "Summarise what changed",
@@ -35,13 +36,23 @@ STEP_TASKS = {
 EOL_TASK = STEP_TASKS["eol"]
 
 
-def qcow2(path, megabytes=2):
-    """A real qcow2 whose clusters hold compressible data, like an installed system."""
-    raw = path.with_suffix(".raw")
-    line = b"postgresql-17 17.2-1.pgdg22.04+1 amd64 object-relational SQL database\n"
-    size = megabytes * 1024 * 1024
-    raw.write_bytes((line * (size // len(line) + 1))[:size])
-    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(path)], check=True)
+SEALED_TREE = {
+    "etc/postgresql/16/main/start.conf": "manual\n",
+    "etc/postgresql/17/main/start.conf": "manual\n",
+    "etc/systemd/system/multi-user.target.wants/": b"",
+    "etc/systemd/system/timers.target.wants/": b"",
+    "usr/share/doc/postgresql-17/changelog": "postgresql-17 17.2-1.pgdg22.04+1 amd64\n" * 20000,
+}
+
+
+def qcow2(path, changes=None):
+    """A real qcow2 of a sealed Linux root (GPT, ext4 made by mkfs.ext4 -d), like a baked system."""
+    missing = [tool for tool in disks.missing_tools() if tool in ("sgdisk", "mkfs.ext4", "qemu-img", "dd")]
+    if missing:
+        pytest.skip("missing tools: %s" % ", ".join(missing))
+    tree = disks.ext4_tree(path.parent / (path.stem + "-root"), dict(SEALED_TREE, **(changes or {})))
+    raw = disks.linux_disk(path.with_suffix(".raw"), tree, disk_size=32 * disks.MIB)["path"]
+    disks.qcow2(raw, path)
     raw.unlink()
     return path
 
@@ -91,6 +102,8 @@ def inputs(tmp_path, namespace, bucket, **more):
             "publish_namespace": namespace,
             "publish_replicas": 4,
             "publish_catalog": {"namespace": namespace, "name": "catalog"},
+            # zlib: reading zstd clusters needs the zstandard package, which this venv lacks.
+            "packer_build_compression": "zlib",
             "harvester_upload_wait_sleep": 1,
             "harvester_upload_wait_timeout": 60,
         },
@@ -166,8 +179,10 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
             ran = results[tag].task_names()
             assert task in ran, (tag, ran)
             others = [t for other, t in STEP_TASKS.items() if other != tag and t in ran]
-            # The upload step hashes the artifact when the play did not (here, with --tags upload alone).
-            assert others in ([], ["Hash the artifact"] if tag == "upload" else []), (tag, others)
+            # The upload step hashes the artifact when the play did not (here, with --tags upload alone),
+            # and verifies the seal first.
+            alone = [STEP_TASKS["checksums"], STEP_TASKS["seal"]] if tag == "upload" else []
+            assert others in ([], alone), (tag, others)
         if lab.is_lab:
             writes = [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace]
             assert writes == [], writes
@@ -276,3 +291,64 @@ def test_missing_inputs_fail_before_the_eol_guard_and_the_build(lab, kube_namesp
     assert EOL_TASK not in run.task_names() and STEP_TASKS["build"] not in run.task_names()
     assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []
     assert not (tmp_path / "out").exists()
+
+
+SEAL_TASK = STEP_TASKS["seal"]
+
+
+@pytest.mark.parametrize(
+    "changes, check, words",
+    [
+        (
+            {"etc/systemd/system/timers.target.wants/apt-daily.timer": "[Unit]\n"},
+            "background_apt_disabled",
+            "timers.target.wants/apt-daily.timer",
+        ),
+        (
+            {"etc/postgresql/17/main/start.conf": "auto\n"},
+            "postgresql_clusters_at_boot",
+            "17/main (/etc/postgresql/17/main/start.conf says auto)",
+        ),
+        (
+            {"etc/ssh/ssh_host_ed25519_key": "-----BEGIN OPENSSH PRIVATE KEY-----\n"},
+            "ssh_host_keys_absent",
+            "ssh_host_ed25519_key",
+        ),
+    ],
+)
+def test_an_unsealed_artifact_is_refused_before_anything_is_written(
+    lab, kube_client, kube_namespace, s3, tmp_path, changes, check, words
+):
+    from kubernetes import client
+
+    bucket = "baked-" + kube_namespace
+    extra = inputs(tmp_path, kube_namespace, bucket)
+    extra["publish_artifact"] = str(qcow2(tmp_path / "unsealed.qcow2", changes))
+    if lab.is_lab:
+        lab.clear_audit()
+    try:
+        run = publish(lab, extra)
+        assert not run.ok, run.log
+        failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+        assert [entry["task"] for entry in failed] == [SEAL_TASK], run.log
+        result = failed[0]["result"]
+        assert result.get("failed_checks") == [check], result
+        assert "is not sealed: %s: " % check in result["msg"] and words in result["msg"], result["msg"]
+        assert run.task_names()[-1] == SEAL_TASK
+        # The artifact was built and checked, and nothing left the controller.
+        assert (tmp_path / "out" / (IMAGE + ".manifest.json")).is_file()
+        if lab.is_lab:
+            assert [r for r in lab.audit() if r["namespace"] == kube_namespace] == []
+        assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        core = client.CoreV1Api(kube_client)
+        assert [
+            c.metadata.name
+            for c in core.list_namespaced_config_map(kube_namespace).items
+            if c.metadata.name == "catalog"
+        ] == []
+        images = client.CustomObjectsApi(kube_client).list_namespaced_custom_object(
+            "harvesterhci.io", "v1beta1", kube_namespace, "virtualmachineimages"
+        )
+        assert images["items"] == []
+    finally:
+        empty_bucket(s3, bucket)

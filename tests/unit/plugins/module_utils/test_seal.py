@@ -262,6 +262,10 @@ def linux_view(**extra):
         "/var/log/apt/history.log": "x" * 100,
         "/root/.ssh/": b"",
         "/home/debian/.bashrc": "x",
+        "/etc/postgresql/16/main/start.conf": "# auto, manual or disabled\nmanual\n",
+        "/etc/postgresql/17/main/start.conf": "manual\n",
+        "/etc/systemd/system/multi-user.target.wants/ssh.service": "",
+        "/etc/systemd/system/timers.target.wants/fstrim.timer": "",
     }
     files.update({k.replace("__", "/"): v for k, v in extra.items()})
     return MemoryView(files, case_insensitive=False)
@@ -286,6 +290,31 @@ def test_sealed_linux_root_passes():
         ({"/home/debian/.ssh/authorized_keys": "ssh-ed25519 AAAA"}, "build_authorized_keys_absent", "debian"),
         ({"/var/lib/systemd/coredump/core.1": "x"}, "core_dumps_absent", "core.1"),
         ({"/var/log/journal/a/system.journal": b"x" * (2 << 20)}, "var_log_small", "2.0 MiB"),
+        (
+            {"/etc/systemd/system/timers.target.wants/apt-daily.timer": ""},
+            "background_apt_disabled",
+            "/etc/systemd/system/timers.target.wants/apt-daily.timer",
+        ),
+        (
+            {"/etc/systemd/system/multi-user.target.wants/unattended-upgrades.service": ""},
+            "background_apt_disabled",
+            "unattended-upgrades.service",
+        ),
+        (
+            {"/etc/systemd/system/timers.target.wants/apt-daily-upgrade.timer": ""},
+            "background_apt_disabled",
+            "apt-daily-upgrade.timer",
+        ),
+        (
+            {"/etc/postgresql/16/main/start.conf": "# comment\n auto \n"},
+            "postgresql_clusters_at_boot",
+            "16/main (/etc/postgresql/16/main/start.conf says auto)",
+        ),
+        (
+            {"/etc/systemd/system/multi-user.target.wants/postgresql@17-main.service": ""},
+            "postgresql_clusters_at_boot",
+            "17/main (/etc/systemd/system/multi-user.target.wants/postgresql@17-main.service is enabled)",
+        ),
     ],
 )
 def test_linux_hygiene_failures(extra, failing, word):
@@ -293,6 +322,32 @@ def test_linux_hygiene_failures(extra, failing, word):
     sealed, failed = seal.verdict(checks)
     assert not sealed and failed == [failing]
     assert word in by_name(checks)[failing]["evidence"]
+
+
+def test_only_the_requested_postgresql_cluster_starts_at_boot():
+    auto = {"/etc/postgresql/17/main/start.conf": "auto\n"}
+    check = seal.check_postgresql_clusters(linux_view(**auto), ["17/main"])
+    assert check["passed"] and "17/main" in check["evidence"]
+    # The same cluster in the unit's spelling; a cluster enabled by its unit counts as starting.
+    unit = {"/etc/systemd/system/multi-user.target.wants/postgresql@17-main.service": ""}
+    assert seal.check_postgresql_clusters(linux_view(**unit), ["17-main"])["passed"]
+    # Requested but left manual: the clone's database would not come up.
+    missing = seal.check_postgresql_clusters(linux_view(), ["17/main"])
+    assert not missing["passed"] and "17/main is requested but does not start" in missing["evidence"]
+    # Another major starting next to the requested one.
+    both = dict(auto, **{"/etc/postgresql/16/main/start.conf": "auto\n"})
+    extra = seal.check_postgresql_clusters(linux_view(**both), ["17/main"])
+    assert not extra["passed"] and extra["evidence"].startswith("16/main (")
+    checks = seal.linux_checks(linux_view(**auto), postgresql_clusters=["17/main"])
+    assert seal.verdict(checks) == (True, [])
+    with pytest.raises(seal.SealError, match="<major>/<cluster>"):
+        seal.check_postgresql_clusters(linux_view(), ["17"])
+
+
+def test_disabled_units_and_other_targets_pass():
+    view = linux_view(**{"/etc/systemd/system/apt-daily.timer": "", "/etc/systemd/system/foo.target/x": ""})
+    assert seal.check_background_apt(view)["passed"]
+    assert sorted(seal.enablement_links(view)) == ["fstrim.timer", "ssh.service"]
 
 
 def test_empty_authorized_keys_and_log_budget():
