@@ -102,8 +102,6 @@ def inputs(tmp_path, namespace, bucket, **more):
             "publish_namespace": namespace,
             "publish_replicas": 4,
             "publish_catalog": {"namespace": namespace, "name": "catalog"},
-            # zlib: reading zstd clusters needs the zstandard package, which this venv lacks.
-            "packer_build_compression": "zlib",
             "harvester_upload_wait_sleep": 1,
             "harvester_upload_wait_timeout": 60,
         },
