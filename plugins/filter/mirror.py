@@ -2,7 +2,8 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""The report of a mirror run (mirror.run_report) as a filter, so the os_mirror role computes nothing."""
+"""The os_mirror role's values as filters (mirror.run_report, images_with_userinfo, shown_source), so the
+role computes nothing."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -16,6 +17,20 @@ def mirror_report(results):
     return mirror.run_report(results)
 
 
+def mirror_userinfo_images(images):
+    """``family/version`` of each image in ``images`` whose URL carries user-info."""
+    return mirror.images_with_userinfo(images)
+
+
+def mirror_shown_source(image):
+    """An image's source as a log line may show it: the URL without user-info or query, else the path."""
+    return mirror.shown_source(image)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"mirror_report": mirror_report}
+        return {
+            "mirror_report": mirror_report,
+            "mirror_userinfo_images": mirror_userinfo_images,
+            "mirror_shown_source": mirror_shown_source,
+        }

@@ -44,6 +44,12 @@ def artifact_name(name, os_stream=None, default_stream=revision.DEFAULT_STREAM):
     )
 
 
+def image_name(name, os_stream=None, default_stream=revision.DEFAULT_STREAM):
+    return revision.image_name(
+        name, _stream(os_stream, "os_stream"), _stream(default_stream, "default_stream")
+    )
+
+
 def parse_revision(name, default_stream=revision.DEFAULT_STREAM):
     rev = revision.parse_revision(name, _stream(default_stream, "default_stream"))
     return {
@@ -60,5 +66,6 @@ class FilterModule(object):
         return {
             "revision_name": _wrap(revision_name),
             "artifact_name": _wrap(artifact_name),
+            "image_name": _wrap(image_name),
             "parse_revision": _wrap(parse_revision),
         }

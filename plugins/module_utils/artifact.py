@@ -58,6 +58,20 @@ def sizes(before, after):
     }
 
 
+def bare_digest(value, algorithm):
+    """A digest as checksum files and ``stat`` give it: lower case, without its ``<algorithm>:`` prefix.
+
+    ``SHA256:AB…`` and ``ab…`` are the same sha256; ``""`` (none given) stays ``""``.
+    """
+    if algorithm not in CHECKSUMS:
+        raise Refusal(
+            "checksum algorithm %r" % (algorithm,), "it is not one of %s" % ", ".join(CHECKSUMS), "pick one"
+        )
+    text = str(value or "").strip().lower()
+    prefix = algorithm + ":"
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
 def checksum_line(digest, filename):
     """One line in sha256sum/sha512sum format."""
     return "%s  %s\n" % (digest, filename)

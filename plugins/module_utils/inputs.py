@@ -51,6 +51,15 @@ def positive_all(params, options):
             positive(params[option], option)
 
 
+def base_url(value):
+    """A base URL (or directory) as paths are joined onto it: surrounding blanks and trailing ``/`` dropped.
+
+    ``http://s3.example/`` and ``http://s3.example`` name the same place; joined with ``/bucket`` the first
+    would give ``http://s3.example//bucket``, which S3 reads as another key. None or empty gives ``""``.
+    """
+    return str(value or "").strip().rstrip("/")
+
+
 def version_string(value, option, required=False):
     """A version given as a string. A YAML float (``1.10`` read as ``1.1``) is refused: quote it."""
     if value is None:

@@ -34,6 +34,27 @@ class IsoError(PipelineError):
     """The ISO cannot be remastered; the message says which file and why."""
 
 
+def claim_size(iso_bytes, requested=""):
+    """The size of the claim an ISO is imported into: ``requested`` when given, else the ISO's size plus a
+    tenth, in whole MiB rounded up (at least ``1Mi``), as a quantity string such as ``"6093Mi"``.
+
+    CDI writes the image onto a filesystem of its own in the claim and keeps room for that filesystem's
+    overhead (5.5% by default), so a claim of exactly the ISO's size is too small.
+    """
+    if requested not in (None, ""):
+        return str(requested)
+    if isinstance(iso_bytes, bool):
+        raise IsoError("ISO size %r is not a number of bytes" % (iso_bytes,))
+    try:
+        size = int(iso_bytes)
+    except (TypeError, ValueError):
+        raise IsoError("ISO size %r is not a number of bytes" % (iso_bytes,)) from None
+    if size < 0:
+        raise IsoError("ISO size %d is negative" % size)
+    mib = -(-size * 11 // (10 * MIB))
+    return "%dMi" % max(mib, 1)
+
+
 def normalise(path):
     """A tree path as the rules compare it: ``/``-separated, relative, lower case (the media are FAT/UDF)."""
     return path.replace("\\", "/").strip("/").lower()

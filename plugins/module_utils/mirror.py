@@ -115,6 +115,30 @@ def object_key(family, version, sha256, filename):
     return inputs.object_key(key, "key")
 
 
+def images_with_userinfo(images):
+    """``family/version`` of each image whose URL carries user-info (refused before the first write)."""
+    found = []
+    for image in images or []:
+        url = (image or {}).get("url") or ""
+        user, password = redact.credentials(url)
+        if user is not None or password is not None:
+            found.append("%s/%s" % (image.get("family"), image.get("version")))
+    return found
+
+
+def shown_source(image):
+    """What a log line shows of an image's source: its URL without user-info, query or fragment, else its
+    path (a URL's query may be a signature, its user-info a password)."""
+    image = image or {}
+    url = image.get("url") or ""
+    if not url:
+        return image.get("path") or ""
+    try:
+        return redact.strip_query(url)
+    except ValueError:  # not a URL urlsplit can read: show nothing of it
+        return redact.MASK
+
+
 def check_source_url(url, option="url"):
     """An upstream URL the mirror may read and record: http(s), with no credentials in it."""
     if url is None:

@@ -188,6 +188,11 @@ def artifact_name(revision, os_stream=None, default_stream=DEFAULT_STREAM):
     )
 
 
+def image_name(revision, os_stream=None, default_stream=DEFAULT_STREAM):
+    """The image a revision is registered as: its artifact's name without ``.qcow2``."""
+    return artifact_name(revision, os_stream, default_stream)[: -len(ARTIFACT_EXTENSION)]
+
+
 def artifact_file_name(date, os_stream, default_stream=DEFAULT_STREAM, build=FIRST_BUILD):
     """The artifact file name for a build date and stream (``revision_name`` then ``artifact_name``)."""
     return artifact_name(revision_name(date, os_stream, default_stream, build), None, default_stream)

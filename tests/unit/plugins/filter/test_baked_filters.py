@@ -52,3 +52,13 @@ def test_revision_filters_name_and_parse_a_same_day_rebuild():
     assert names.artifact_name("v20261201-r03") == "ubuntu-2204-postgres-v20261201-r03.qcow2"
     with pytest.raises(AnsibleFilterError, match="revision_name: build 0"):
         filters["revision_name"]("20261201", "22.04", build=0)
+
+
+def test_image_name_is_the_artifact_without_its_extension_and_checks_the_stream():
+    filters = names.FilterModule().filters()
+    assert filters["image_name"]("v20261201-2404") == "ubuntu-2404-postgres-v20261201-2404"
+    assert filters["image_name"]("v20260615", "22.04") == "ubuntu-2204-postgres-v20260615"
+    with pytest.raises(AnsibleFilterError):
+        filters["image_name"]("v20261201-2404", "22.04")
+    with pytest.raises(AnsibleFilterError, match="quote it"):
+        filters["image_name"]("v20261201-2404", 24.04)

@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Input normalisations as filters (inputs.base_url, artifact.bare_digest, iso.claim_size), so roles join
+and compare values without regular expressions or arithmetic in Jinja."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, inputs, iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+
+def base_url(value):
+    """``value`` without surrounding blanks and trailing ``/``, ready for ``~ '/' ~ path``."""
+    return inputs.base_url(value)
+
+
+def bare_digest(value, algorithm="sha256"):
+    """The digest lower case, without its ``<algorithm>:`` prefix; ``""`` stays ``""``."""
+    try:
+        return artifact.bare_digest(value, algorithm)
+    except PipelineError as exc:
+        raise AnsibleFilterError("bare_digest: %s" % exc.msg) from None
+
+
+def iso_claim_size(iso_bytes, requested=""):
+    """The quantity string of the claim an ISO of ``iso_bytes`` is imported into (``requested`` wins)."""
+    try:
+        return iso.claim_size(iso_bytes, requested)
+    except PipelineError as exc:
+        raise AnsibleFilterError("iso_claim_size: %s" % exc.msg) from None
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"base_url": base_url, "bare_digest": bare_digest, "iso_claim_size": iso_claim_size}
