@@ -38,7 +38,7 @@ DISSECT_REQUIREMENTS = (
     "dissect.ntfs==3.16",
     "dissect.extfs==3.15",
     "dissect.regf==3.14",
-    "backports.zstd==1.8.0; python_version < \"3.14\"",
+    'backports.zstd==1.8.0; python_version < "3.14"',
 )
 
 
