@@ -250,21 +250,26 @@ def tips_using(doc, name, image):
 # --------------------------------------------------------------------------- streams
 
 
-def set_stream(doc, os_version, tip=None, validated=None, default=None, imported=None):
+def set_stream(doc, os_version, tip=None, validated=None, default=None, imported=None, missing=False):
     """Move a stream's tip, set ``validated``, make it the default; returns ``(new_doc, changed)``.
 
-    ``imported`` is what the cluster says about ``tip`` right now (None: trust the catalog). Moving
-    the tip resets ``validated`` to false unless it is given: the sign-off belongs to a revision.
+    ``imported`` is what the cluster says about ``tip`` (or, without ``tip``, about the stream's
+    current tip) right now (None: trust the catalog); ``missing`` says its VirtualMachineImage does
+    not exist at all. Neither a moved tip nor a sign-off or default lands on an image that is gone or
+    not imported, whatever the catalog's ``imported`` says. Moving the tip resets ``validated`` to
+    false unless it is given: the sign-off belongs to a revision.
     """
     doc = normalize(doc)
     stream = revision.validate_stream(os_version)
     before = doc["streams"].get(stream)
     entry = dict(before or {"tip": None, "validated": False})
     if tip is not None and tip != entry["tip"]:
-        _check_tip(doc, stream, tip, imported)
+        _check_tip(doc, stream, tip, imported, missing)
         entry = {"tip": tip, "validated": False}
     elif tip is not None:
-        _check_tip(doc, stream, tip, imported)
+        _check_tip(doc, stream, tip, imported, missing)
+    elif entry["tip"] and (validated is True or default is True) and (missing or imported is not None):
+        _check_tip(doc, stream, entry["tip"], imported, missing)
     if entry["tip"] is None:
         raise CatalogError("stream %s has no tip yet; give the revision to put at its tip" % stream)
     if validated is not None:
@@ -292,7 +297,7 @@ def set_stream(doc, os_version, tip=None, validated=None, default=None, imported
     return doc, changed
 
 
-def _check_tip(doc, stream, tip, imported):
+def _check_tip(doc, stream, tip, imported, missing=False):
     image = doc["images"].get(tip)
     if image is None:
         raise CatalogError(
@@ -302,6 +307,14 @@ def _check_tip(doc, stream, tip, imported):
         raise CatalogError(
             "revision %s is an Ubuntu %s image and cannot be the tip of stream %s"
             % (tip, image["os_version"], stream)
+        )
+    if missing:
+        ref = image.get("image") or {}
+        raise CatalogError(
+            "revision %s: its VirtualMachineImage %s/%s does not exist (the catalog says imported: %s); "
+            "register the revision again with goldenimage.pipeline.baked_image, or put another imported "
+            "revision at the tip of stream %s"
+            % (tip, ref.get("namespace"), ref.get("name"), str(bool(image.get("imported"))).lower(), stream)
         )
     done = image.get("imported") if imported is None else imported
     if not done:

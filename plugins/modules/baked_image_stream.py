@@ -17,7 +17,11 @@ description:
   - O(revision) moves the tip. The revision must be in the catalog (registered by
     M(goldenimage.pipeline.baked_image)), imported (its C(VirtualMachineImage) is C(Imported=True) now
     when the catalog names the image, whatever the catalog says; else the catalog says so), and of the
-    stream's OS. Moving the tip resets C(validated) to false unless
+    stream's OS. A revision whose image does not exist or is not imported is refused, naming the revision
+    and the image, before anything is written; so is O(validated=true) or O(default=true) for a stream
+    whose current tip's image is gone. This module does not rewrite that entry; deleting the revision
+    with M(goldenimage.pipeline.baked_image) O(state=absent) records C(imported=false).
+    Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
     validated. The default stream always stays validated, so its tip moves only with O(validated=true).
@@ -122,15 +126,18 @@ def argument_spec():
 
 
 def observed_import(module, doc, name):
-    """Whether the tip's VirtualMachineImage is Imported=True now; None when the catalog names no image
+    """``(imported, missing)`` of revision ``name``'s VirtualMachineImage now: whether it is
+    Imported=True and whether it does not exist. ``(None, False)`` when the catalog names no image
     (the rules then decide from the catalog). An image the catalog says is imported but that is gone
     (or failed) is not: a stream never moves onto a stale ``imported: true``."""
     entry = doc["images"].get(name) if name else None
     if not entry or not entry.get("image"):
-        return None
+        return None, False
     ref = entry["image"]
     obj = module.get(harvester_image.API_VERSION, harvester_image.KIND, ref.get("name"), ref.get("namespace"))
-    return obj is not None and harvester_image.imported(obj)
+    if obj is None:
+        return False, True
+    return harvester_image.imported(obj), False
 
 
 def run(module):
@@ -142,14 +149,23 @@ def run(module):
         stream = revision.validate_stream(text)
     except ValueError as exc:
         raise PipelineError("%s: %s" % (store.where, exc), refused=True) from None
-    imported = observed_import(module, store.read(), p["revision"])
+    doc = store.read()
+    # Without a revision, a sign-off or default still lands on the current tip: observe that one.
+    name = p["revision"] or (doc["streams"].get(stream) or {}).get("tip")
+    imported, missing = observed_import(module, doc, name)
 
     def change(doc):
         marked = False
         if imported:
             doc, marked = catalog.mark_imported(doc, p["revision"])
         doc, moved = catalog.set_stream(
-            doc, stream, tip=p["revision"], validated=p["validated"], default=p["default"], imported=imported
+            doc,
+            stream,
+            tip=p["revision"],
+            validated=p["validated"],
+            default=p["default"],
+            imported=imported,
+            missing=missing,
         )
         return doc, marked or moved
 

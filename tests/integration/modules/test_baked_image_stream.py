@@ -41,7 +41,7 @@ def seed_catalog(namespace, live_image):
     return yaml.safe_dump({"version": 1, "default_stream": None, "streams": {}, "images": images})
 
 
-def live_imported_image(kube_client, namespace, mirror):
+def live_imported_image(kube_client, namespace, mirror, name="live"):
     """A VirtualMachineImage the catalog does not know is imported yet."""
     from kubernetes import client
 
@@ -49,16 +49,16 @@ def live_imported_image(kube_client, namespace, mirror):
     body = {
         "apiVersion": f"{H}/{V}",
         "kind": "VirtualMachineImage",
-        "metadata": {"name": "live"},
-        "spec": {"displayName": "live", "sourceType": "download", "url": mirror["url"]},
+        "metadata": {"name": name},
+        "spec": {"displayName": name, "sourceType": "download", "url": mirror["url"]},
     }
     custom.create_namespaced_custom_object(H, V, namespace, IMAGES, body)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        obj = custom.get_namespaced_custom_object(H, V, namespace, IMAGES, "live")
+        obj = custom.get_namespaced_custom_object(H, V, namespace, IMAGES, name)
         conditions = (obj.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Imported" and c["status"] == "True" for c in conditions):
-            return "live"
+            return name
         time.sleep(0.1)
     raise AssertionError("the live image did not import: %s" % obj.get("status"))
 
@@ -172,7 +172,10 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
     assert run["real"]["stream"] == {"tip": "v20260615", "validated": True}
     assert "not in the catalog" in refused(rest, "missing")["msg"]
     assert "cannot be the tip of stream 22.04" in refused(rest, "wrong os")["msg"]
-    assert "not imported yet" in refused(rest, "not imported")["msg"]
+    assert (
+        "v20270301-2404: its VirtualMachineImage %s/absent does not exist" % kube_namespace
+        in (refused(rest, "not imported")["msg"])
+    )
     assert "not validated and cannot become the default" in refused(rest, "unvalidated default")["msg"]
     moved = rest["live import"]
     assert moved["changed"] and moved["stream"] == {"tip": "v20270401-2404", "validated": False}
@@ -186,3 +189,77 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
     assert doc["default_stream"] == "22.04" and doc["streams"]["24.04"]["tip"] == "v20270401-2404"
     from_file = yaml.safe_load(file_catalog.read_text())
     assert from_file["streams"]["24.04"] == {"tip": "v20261201-2404", "validated": False}
+
+
+@pytest.mark.lab_only
+def test_an_image_deleted_behind_the_catalogs_back_holds_no_tip(lab, kube_client, kube_namespace, mirror):
+    """The catalog says imported: true, the VirtualMachineImage is gone: baked_image_stream refuses to put
+    the revision at a tip, or to sign off / default a stream whose tip it is, naming the revision, with
+    no write; baked_image state=absent finds it missing and records imported: false."""
+    from kubernetes import client
+
+    rev, image = "v20270401-2404", "ubuntu-2404-postgres-v20270401-2404"
+    live_imported_image(kube_client, kube_namespace, mirror, name=image)
+    doc = yaml.safe_load(seed_catalog(kube_namespace, image))
+    doc["images"][rev]["imported"] = True
+    doc["streams"] = {"22.04": {"tip": "v20260615", "validated": True}}
+    doc["default_stream"] = "22.04"
+    core = client.CoreV1Api(kube_client)
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "catalog"}, "data": {DATA_KEY: yaml.safe_dump(doc)}}
+    )
+    where = {"namespace": kube_namespace, "name": "catalog"}
+    stream = dict(module=MODULE, os_version="24.04", catalog=where)
+    setup = run_playbook(play(task("tip", revision=rev, **stream)), env=lab.env())
+    assert setup.ok and setup["tip"]["stream"] == {"tip": rev, "validated": False}, setup.log
+
+    custom = client.CustomObjectsApi(kube_client)
+    custom.delete_namespaced_custom_object(H, V, kube_namespace, IMAGES, image)
+    deadline = time.monotonic() + 20
+    while any(
+        i["metadata"]["name"] == image
+        for i in custom.list_namespaced_custom_object(H, V, kube_namespace, IMAGES)["items"]
+    ):
+        assert time.monotonic() < deadline, "the image was not deleted"
+        time.sleep(0.1)
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("sign off", ignore_errors=True, validated=True, **stream),
+            task("default", ignore_errors=True, validated=True, default=True, **stream),
+            task("same tip", ignore_errors=True, revision=rev, validated=True, **stream),
+            task("check", ignore_errors=True, check=True, revision=rev, validated=True, **stream),
+        ),
+        env=lab.env(),
+    )
+    mutating = [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace]
+    assert mutating == [], mutating
+    for title in ("sign off", "default", "same tip", "check"):
+        msg = refused(run, title)["msg"]
+        assert (
+            "revision %s: its VirtualMachineImage %s/%s does not exist" % (rev, kube_namespace, image) in msg
+        )
+    after = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
+    assert after["streams"]["24.04"] == {"tip": rev, "validated": False}
+    assert after["default_stream"] == "22.04" and after["images"][rev]["imported"] is True
+
+    # baked_image finds it missing and corrects the entry in the same run.
+    gone = run_playbook(
+        play(
+            task(
+                "absent",
+                module="goldenimage.pipeline.baked_image",
+                name=rev,
+                namespace=kube_namespace,
+                state="absent",
+                catalog=where,
+            ),
+            task("move back", ignore_errors=True, revision=rev, **stream),
+        ),
+        env=lab.env(),
+    )
+    assert gone["absent"]["changed"] is True, gone.log
+    assert gone["absent"]["catalogs_updated"] == ["catalog ConfigMap %s/catalog" % kube_namespace]
+    after = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
+    assert after["images"][rev]["imported"] is False
+    assert "revision %s: its VirtualMachineImage" % rev in refused(gone, "move back")["msg"]

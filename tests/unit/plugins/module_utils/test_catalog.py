@@ -293,3 +293,23 @@ def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule
         catalog.dbinstance_spec(seeded(), {"engineVersion": 16.0}, today=TODAY)
     with pytest.raises(catalog.CatalogError, match="expected a mapping"):
         catalog.dbinstance_spec(seeded(), ["engineVersion"], today=TODAY)
+
+
+def test_a_tip_whose_image_is_gone_is_refused_naming_the_revision_whatever_the_catalog_says():
+    doc = registered(("v20260615", "22.04", ["16"], True), ("v20260701", "22.04", ["16"], True))
+    doc, _changed = catalog.register_image(
+        doc, "v20260701", "22.04", ["16"], None, None, image={"namespace": "ns", "name": "img-0701"}
+    )
+    with pytest.raises(
+        catalog.CatalogError, match=r"revision v20260701: its VirtualMachineImage ns/img-0701 does not exist"
+    ):
+        catalog.set_stream(doc, "22.04", tip="v20260701", missing=True)
+    with pytest.raises(catalog.CatalogError, match="revision v20260701 is not imported yet"):
+        catalog.set_stream(doc, "22.04", tip="v20260701", imported=False)
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260701", imported=True)
+    # Later the tip's image goes away: no sign-off and no default lands on it.
+    for change in (dict(validated=True), dict(default=True)):
+        with pytest.raises(catalog.CatalogError, match="revision v20260701: its VirtualMachineImage"):
+            catalog.set_stream(doc, "22.04", missing=True, imported=False, **change)
+    undone, changed = catalog.set_stream(doc, "22.04", validated=False, missing=True, imported=False)
+    assert changed is False and undone["streams"]["22.04"]["validated"] is False

@@ -60,6 +60,14 @@ def test_a_stale_imported_true_does_not_move_the_tip(tmp_path):
         imported=True,
     )
     path.write_text(catalog.dump(doc))
-    with pytest.raises(errors.PipelineError, match="not imported yet"):
+    gone = "revision v20260615: its VirtualMachineImage hp/ubuntu-2204-postgres-v20260615 does not exist"
+    with pytest.raises(errors.PipelineError, match=gone):
         run(path, os_version="22.04", revision="v20260615")
     assert yaml.safe_load(path.read_text())["streams"] == {}
+    # A stream already on it: no sign-off and no default lands on the gone image either.
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615")
+    path.write_text(catalog.dump(doc))
+    for change in (dict(validated=True), dict(validated=True, default=True)):
+        with pytest.raises(errors.PipelineError, match=gone):
+            run(path, os_version="22.04", **change)
+    assert yaml.safe_load(path.read_text())["streams"]["22.04"] == {"tip": "v20260615", "validated": False}
