@@ -107,7 +107,8 @@ def test_publish_linux_golden_hands_its_golden_to_the_gate(lab, kube_client, tmp
     prefix = "t%s" % uuid.uuid4().hex[:8]
     family = "%s-deb" % prefix
     gate_project = "%s-gate" % prefix
-    core.create_namespace({"metadata": {"name": gate_project}})
+    # A Kube-DC project namespace: the only kind of namespace the gate runs in.
+    core.create_namespace({"metadata": {"name": gate_project, "labels": {"kube-dc.com/project": prefix}}})
     tree = disks.ext4_tree(tmp_path / "tree", {"etc/golden-release": prefix + "\n"})
     qcow2 = disks.qcow2(disks.linux_disk(tmp_path / "disk.raw", tree)["path"], tmp_path / "disk.qcow2")
     digest = hashlib.sha256(qcow2.read_bytes()).hexdigest()

@@ -757,7 +757,8 @@ def test_an_unreadable_console_leaves_the_status_watch(lab, kube_client, kube_na
         kube_namespace,
         windows_bake_name="bake-dark",
         windows_bake_console_screenshots=True,
-        windows_bake_timeout=30,
+        # Room for three failed screenshots, each after the adapter's retries, on a loaded machine.
+        windows_bake_timeout=75,
     )
     run = run_playbook([play], env=lab.env())
     guest.join()
@@ -776,7 +777,7 @@ def test_an_unreadable_console_leaves_the_status_watch(lab, kube_client, kube_na
     assert notice.endswith("no more console screenshots, the last 3 failed; waiting for the VM's status only")
     # Then the status alone is watched, to the timeout, which fails the bake as usual.
     message = run["Report the failed bake"]["msg"]
-    assert "timed out after 30s waiting for VM %s/bake-dark to stop" % kube_namespace in message
+    assert "timed out after 75s waiting for VM %s/bake-dark to stop" % kube_namespace in message
     assert "kept for diagnosis" in message
 
 
