@@ -9,7 +9,11 @@ import uuid
 
 import pytest
 
+from tests.integration.modules.test_dbinstance_repave import operator_settings
 from tests.lab.s3 import s3_client
+
+# A fixture the AWX template tests share with the repave tests.
+__all__ = ["operator_settings"]
 
 
 @pytest.fixture(scope="module")

@@ -453,7 +453,7 @@ def test_long_waits_print_progress_and_a_timeout_names_what_was_pending(
         kube_play(
             task("slow agent", snapshot="golden-linux", **slow, **LINUX, **common),
             task(
-                "never connects", snapshot="golden-zeros", **dict(slow, agent_timeout=3), **WINDOWS, **common
+                "never connects", snapshot="golden-zeros", **{**slow, "agent_timeout": 3}, **WINDOWS, **common
             ),
         ),
         env=lab.env(),

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.integration.modules.test_dbinstance_repave import TIP, Fleet, operator_settings  # noqa: F401
+from tests.integration.modules.test_dbinstance_repave import TIP, Fleet
 from tests.integration.modules.test_worker_image import SCHEMATIC, World
 from tests.integration.modules.test_worker_image import pool as worker_pool
 from tests.integration.playbooks.test_awx import CONTROLLER, injected_env, run_template
@@ -302,7 +302,7 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
     assert "%s/Filesystem serves %s" % (stage.family, stage.goldens["incumbent"]) in rolled.stdout
 
 
-def test_repave_fleet_template(lab, kube_client, kube_namespace, operator_settings, tmp_path, monkeypatch):  # noqa: F811
+def test_repave_fleet_template(lab, kube_client, kube_namespace, operator_settings, tmp_path, monkeypatch):
     """The maintenance workflow's last node: the roll-out with the survey's max_unavailable."""
     fleet = Fleet(lab, kube_client, kube_namespace, operator_settings)
     names = ["db-%d" % i for i in range(4)]

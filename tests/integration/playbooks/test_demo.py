@@ -221,25 +221,25 @@ def test_baked_act_repaves_the_fleet_in_the_window_under_max_unavailable(demo):
         for e in lab["events"]
         if e["reason"] in ("RepaveStarted", "RepaveCompleted")
     )
-    started = [n for _, reason, n in moments if reason == "RepaveStarted"]
+    started = [n for _time, reason, n in moments if reason == "RepaveStarted"]
     assert sorted(started) == sorted(FLEET), moments
     busy, most = set(), 0
-    for _, reason, name in moments:
+    for _time, reason, name in moments:
         if reason == "RepaveStarted":
             busy.add(name)
             most = max(most, len(busy))
         else:
             busy.discard(name)
     assert most <= 2, moments
-    done = [n for _, reason, n in moments if reason == "RepaveCompleted"]
+    done = [n for _time, reason, n in moments if reason == "RepaveCompleted"]
     first_primary = min(
         i
-        for i, (_, reason, n) in enumerate(moments)
+        for i, (_time, reason, n) in enumerate(moments)
         if reason == "RepaveStarted" and not n.endswith("-standby")
     )
     standbys_done = [
         i
-        for i, (_, reason, n) in enumerate(moments)
+        for i, (_time, reason, n) in enumerate(moments)
         if reason == "RepaveCompleted" and n.endswith("-standby")
     ]
     assert len(done) == 4 and max(standbys_done) < first_primary, moments
