@@ -31,6 +31,7 @@ description:
   - Never writes anything to the cluster; screenshots that ended a round are saved under O(console_dir).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
   - Pillow (on the controller, with O(console=true))
 options:
   name:

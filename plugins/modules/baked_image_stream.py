@@ -20,7 +20,8 @@ description:
     stream's OS. A revision whose image does not exist or is not imported is refused, naming the revision
     and the image, before anything is written; so is O(validated=true) or O(default=true) for a stream
     whose current tip's image is gone. This module does not rewrite that entry; deleting the revision
-    with M(goldenimage.pipeline.baked_image) O(state=absent) records C(imported=false).
+    with M(goldenimage.pipeline.baked_image)
+    O(goldenimage.pipeline.baked_image#module:state=absent) records C(imported=false).
     Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be

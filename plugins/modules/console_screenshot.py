@@ -29,6 +29,7 @@ description:
   - The module only reads. It never reports a change, even when it writes O(dest).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
+requirements:
   - Pillow (on the controller), to decode the PNG
 options:
   name:
