@@ -48,8 +48,7 @@ SEALED_TREE = {
 def qcow2(path, changes=None):
     """A real qcow2 of a sealed Linux root (GPT, ext4 made by mkfs.ext4 -d), like a baked system."""
     missing = [tool for tool in disks.missing_tools() if tool in ("sgdisk", "mkfs.ext4", "qemu-img", "dd")]
-    if missing:
-        pytest.skip("missing tools: %s" % ", ".join(missing))
+    assert not missing, "missing tools (make deps installs them): %s" % ", ".join(missing)
     tree = disks.ext4_tree(path.parent / (path.stem + "-root"), dict(SEALED_TREE, **(changes or {})))
     raw = disks.linux_disk(path.with_suffix(".raw"), tree, disk_size=32 * disks.MIB)["path"]
     disks.qcow2(raw, path)
