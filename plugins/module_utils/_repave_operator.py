@@ -105,6 +105,11 @@ class OperatorDriver:
         """Repaving, or asked to (an earlier run set the trigger): to be waited on, not triggered."""
         return inst.get("trigger") == TRIGGER_VALUE or inst.get("phase") == REPAVING
 
+    def adopt(self, inst):
+        """An earlier round of this roll-out triggered ``inst``: a cleared trigger now means the operator
+        ended that repave (done or refused), never that it is still to be set."""
+        self._triggered.add(self._key(inst))
+
     @staticmethod
     def _key(inst):
         return (inst.get("namespace"), inst.get("name"))

@@ -8,6 +8,11 @@ The plan itself is pure (rollout.py); this file owns the clock and the waits. Be
 scope is listed again and only as many instances are triggered as the budget allows right now (an
 instance that failed or went down meanwhile counts), so the limit holds even when the world moved since
 the plan was made. Instances already repaving (an interrupted run) are waited on, never triggered.
+
+A roll-out runs in rounds: given ``round_end``, a wait that reaches it before its own deadline ends the
+round (a ``round`` event with what the next round needs, ``carry()``), and the next call of the module
+plans again from what the cluster shows, with that carried state: when each repave began, what was
+last seen of it and when that changed, what finished. The clock is the wall clock, so it spans calls.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -49,6 +54,10 @@ def window_view(window, now):
     }
 
 
+class RoundOver(Exception):
+    """The round's time is up before the roll-out's: return, and let the next round continue."""
+
+
 class RolloutHalted(PipelineError):
     """The roll-out stopped (a failed repave with halt_on_failure, a timeout, no room); ``events`` says
     what happened before it did."""
@@ -70,9 +79,26 @@ class Rollout:
     with ``event``): ``entry`` (``key``, ``fields`` for its result entry), ``write`` (``key``: a write
     toward the target was made, or in check mode would be), ``opt-in`` (``key``, ``value``: the opt-in
     annotation changed), ``progress`` (``record``), ``warning`` (``text``) and ``result`` (``fields`` of
-    the run's result). ``log`` (optional) is called with each progress line as it happens."""
+    the run's result), and ``round`` (``state``: the round ended, ``carry()`` for the next one). ``log``
+    (optional) is called with each progress line as it happens. ``carried`` is an earlier round's
+    ``carry()``; ``round_end`` (clock seconds) ends this round, None for no rounds."""
 
-    def __init__(self, driver, params, instances, key, scope, targets, in_flight, limit, window, log=None):
+    def __init__(
+        self,
+        driver,
+        params,
+        instances,
+        key,
+        scope,
+        targets,
+        in_flight,
+        limit,
+        window,
+        log=None,
+        clock=time.time,
+        round_end=None,
+        carried=None,
+    ):
         self.driver = driver
         self.p = params
         self.key = key
@@ -85,15 +111,29 @@ class Rollout:
         # opt_in immediate applies now, outside any window (RDS's immediate does the same).
         self.window = window if self.p["opt_in"] != "immediate" else None
         self.log = log
-        self.durations = []
-        self.started = time.monotonic()
-        self.done = 0
-        self.total = 0
-        self.last_seen = {}
-        self.changed_at = {}
+        self.clock = clock
+        self.round_end = round_end
+        carried = carried or {}
+        self.resumed = bool(carried)
+        self.started = float(carried.get("started") or params.get("started") or clock())
+        self.durations = list(carried.get("durations") or [])
+        self.done = int(carried.get("done") or 0)
+        self.total = int(carried.get("total") or 0)
+        self.last_seen = {k: tuple(v) for k, v in (carried.get("seen") or {}).items()}
+        self.changed_at = dict(carried.get("changed_at") or {})
+        # When each repave of this roll-out began, and which ended (key -> "done" or "failed").
+        self.since = dict(carried.get("since") or {})
+        self.finished = dict(carried.get("finished") or {})
+        self.room_since = carried.get("room_since")
+        self.pause_until = carried.get("pause_until")
         self.fleet_line_at = None
+        self.line = None
         self.queue = []
         self.events = []
+        adopt = getattr(driver, "adopt", None)
+        for key_ in self.since:
+            if adopt is not None and key_ in self.instances and key_ not in self.finished:
+                adopt(self.instances[key_])
 
     def emit(self, event, **fields):
         fields["event"] = event
@@ -115,8 +155,43 @@ class Rollout:
         targets = {k: t for k, t in self.targets.items() if k in wanted}
         scope = [i for i in keyed if i["name"] in wanted or i.get("available") is False]
         batches = rollout.plan(scope, targets, self.limit, self.p["order"] or None)
-        self.total = sum(len(b) for b in batches)
+        if not self.resumed:
+            self.total = sum(len(b) for b in batches)
         return [b for b in batches if b]
+
+    def carry(self):
+        """What the next round of this roll-out needs (JSON: the action plugin hands it back)."""
+        return {
+            "started": self.started,
+            "durations": self.durations,
+            "done": self.done,
+            "total": self.total,
+            "seen": {k: list(v) for k, v in self.last_seen.items()},
+            "changed_at": self.changed_at,
+            "since": self.since,
+            "finished": self.finished,
+            "room_since": self.room_since,
+            "pause_until": self.pause_until,
+        }
+
+    def landed(self, keys):
+        """Repaves an earlier round started that ended between two rounds (found on their target)."""
+        now = self.clock()
+        for key in keys:
+            state = {"state": "done", "phase": "Available", "message": "running its target", "step": None}
+            seconds = now - float(self.since.get(key) or now)
+            self.durations.append(seconds)
+            self.finish(key, state, seconds)
+            self.progress(key, state)
+
+    def budget(self, deadline):
+        """Seconds this round may wait for something due by ``deadline``."""
+        end = deadline if self.round_end is None else min(deadline, self.round_end)
+        return max(0.0, end - self.clock())
+
+    def round_over(self, deadline):
+        """The wait stopped at the round's end, not at its own deadline: end the round."""
+        return self.round_end is not None and self.clock() < deadline
 
     def fits_now(self, now):
         """``(True, None)`` when a batch may start now, else ``(False, next opening)``."""
@@ -163,16 +238,46 @@ class Rollout:
         """Run every batch that may start; returns the events, the last a ``result`` with ``pending``
         (the keys left for the next window). Raises ``RolloutHalted`` (with the events) when it stops."""
         queue = self.queue = [list(b) for b in batches]
-        for index, batch in enumerate(queue):
-            for key in batch:
-                self.set_entry(key, batch=index)
+        if not self.resumed:
+            for index, batch in enumerate(queue):
+                for key in batch:
+                    self.set_entry(key, batch=index)
+        try:
+            pending = self.run_queue(queue)
+        except RoundOver:
+            self.emit("round", state=self.carry())
+            return self.take()
+        self.line = self.fleet_text({})
+        for key in pending:
+            self.set_entry(key, result="pending")
+        self.emit("result", fields={"window": window_view(self.shown_window, utcnow()), "pending": pending})
+        return self.take()
+
+    def pause(self):
+        """batch_pause between two batches, across rounds (``pause_until``)."""
+        if self.pause_until is None:
+            return
+        wait = self.budget(float(self.pause_until))
+        if wait:
+            time.sleep(wait)
+        if self.round_over(float(self.pause_until)):
+            self.line = self.fleet_text({}, "pausing %ss between batches" % self.p["batch_pause"])
+            raise RoundOver()
+        self.pause_until = None
+
+    def run_queue(self, queue):
         pending = []
         first = True
         while queue:
             batch = queue.pop(0)
             if not first and self.p["batch_pause"]:
-                time.sleep(self.p["batch_pause"])
+                self.pause_until = self.clock() + float(self.p["batch_pause"])
             first = False
+            try:
+                self.pause()
+            except RoundOver:
+                queue.insert(0, batch)
+                raise
             fits, next_window = self.fits_now(utcnow())
             if not fits:
                 # Nothing new starts; repaves an earlier run started are still seen through.
@@ -189,11 +294,12 @@ class Rollout:
                 self.start_batch(batch)
                 pending = [k for b in queue for k in b]
                 break
-            self.run_batch(batch)
-        for key in pending:
-            self.set_entry(key, result="pending")
-        self.emit("result", fields={"window": window_view(self.shown_window, utcnow()), "pending": pending})
-        return self.take()
+            try:
+                self.run_batch(batch)
+            except RoundOver:
+                queue.insert(0, batch)
+                raise
+        return pending
 
     def down_now(self):
         fresh = self.scope()
@@ -223,11 +329,14 @@ class Rollout:
         def describe(down):
             return "down: %s" % (", ".join(sorted(down or [])) or "none")
 
+        if self.room_since is None:
+            self.room_since = self.clock()
+        deadline = float(self.room_since) + self.p["wait_timeout"]
         try:
             down = wait_for(
                 self.down_now,
                 lambda down: (len(down) < self.limit, None),
-                self.p["wait_timeout"],
+                self.budget(deadline),
                 self.p["wait_sleep"],
                 describe=describe,
                 pending="fewer than %d instance(s) to be unavailable (max_unavailable)" % self.limit,
@@ -235,10 +344,14 @@ class Rollout:
                 first_sleep=FIRST_POLL,
             )
         except WaitTimeout as exc:
+            if self.round_over(deadline):
+                self.line = self.fleet_text({}, "waiting for room: %s" % describe(exc.last))
+                raise RoundOver() from None
             self.halt(
                 "max_unavailable is %d and %d instance(s) stayed unavailable, so nothing more may start: %s"
                 % (self.limit, len(exc.last or []), exc)
             )
+        self.room_since = None
         return down
 
     def run_batch(self, batch):
@@ -246,7 +359,11 @@ class Rollout:
             return
         insts = [self.instances[k] for k in batch]
         states = {}
-        since = {}
+        since = self.since
+        now = self.clock()
+        for key in batch:
+            since.setdefault(key, now)
+        deadline = rollout.batch_deadline(since, batch, self.p["wait_timeout"])
         self.fleet_line_at = None  # each batch opens with a fleet line
 
         def poll():
@@ -254,12 +371,12 @@ class Rollout:
                 key = self.key(inst)
                 if (states.get(key) or {}).get("state") in FINISHED:
                     continue
-                since.setdefault(key, time.monotonic())
+                since.setdefault(key, self.clock())
                 state = self.driver.advance(inst, self.targets[key])
                 if state.get("changed"):
                     self.emit("write", key=key)
                 if state["state"] in FINISHED:
-                    seconds = time.monotonic() - since[key]
+                    seconds = self.clock() - since[key]
                     if state["state"] == "done":
                         self.durations.append(seconds)
                     self.finish(key, state, seconds)
@@ -276,7 +393,7 @@ class Rollout:
             wait_for(
                 poll,
                 lambda found: (all(s["state"] in FINISHED for s in found.values()), None),
-                self.p["wait_timeout"],
+                self.budget(deadline),
                 self.p["wait_sleep"],
                 describe=describe,
                 pending="the repave of %s" % ", ".join(batch),
@@ -284,6 +401,9 @@ class Rollout:
                 first_sleep=FIRST_POLL,
             )
         except WaitTimeout as exc:
+            if self.round_over(deadline):
+                self.line = self.fleet_text(states, "batch %s" % ", ".join(batch))
+                raise RoundOver() from None
             self.timed_out(insts, states, exc)
         failed = [k for k in batch if states[k]["state"] == "failed"]
         if failed and self.p["halt_on_failure"]:
@@ -319,6 +439,7 @@ class Rollout:
         raise RolloutHalted(msg, self.take())
 
     def finish(self, key, state, seconds):
+        self.finished[key] = state["state"]
         fields = {"duration": round(seconds, 3)}
         if state["state"] == "done":
             self.done += 1
@@ -339,10 +460,10 @@ class Rollout:
         if self.last_seen.get(key) == seen:
             return
         self.last_seen[key] = seen
-        self.changed_at[key] = time.monotonic()
+        self.changed_at[key] = self.clock()
         percent = int(100 * self.done / self.total) if self.total else 100
         record = {
-            "seconds": round(time.monotonic() - self.started, 3),
+            "seconds": round(self.clock() - self.started, 3),
             "name": key,
             "state": state["state"],
             "phase": state["phase"],
@@ -358,18 +479,39 @@ class Rollout:
                 % (key, state["state"], state["phase"], state.get("step"), self.done, self.total, percent)
             )
 
+    def busy(self, states):
+        return [
+            "%s: %s%s" % (k, s["phase"], " (%s)" % s["step"] if s.get("step") else "")
+            for k, s in sorted(states.items())
+            if s["state"] not in FINISHED
+        ]
+
+    def fleet_text(self, states, phase=None):
+        """The fleet line: counts, what is repaving (phase, step), what waits, elapsed."""
+        failed = sum(1 for s in self.finished.values() if s == "failed")
+        waiting = sum(len(b) for b in self.queue)
+        return rollout.fleet_line(
+            self.done,
+            self.total,
+            self.busy(states),
+            failed,
+            waiting,
+            self.clock() - self.started,
+            phase,
+        )
+
     def fleet_progress(self, states):
         """Every FLEET_LINE_EVERY seconds: the fleet's counts, what is repaving (phase, step) and what
         waits, with the time since the roll-out started."""
-        now = time.monotonic()
+        now = self.clock()
         if self.fleet_line_at is not None and now - self.fleet_line_at < FLEET_LINE_EVERY:
             return
         self.fleet_line_at = now
-        busy = sorted((k, s) for k, s in states.items() if s["state"] not in FINISHED)
+        busy = self.busy(states)
         failed = sum(1 for s in states.values() if s["state"] == "failed")
         waiting = sum(len(b) for b in self.queue)
         percent = int(100 * self.done / self.total) if self.total else 100
-        elapsed = time.monotonic() - self.started
+        elapsed = now - self.started
         record = {
             "seconds": round(elapsed, 3),
             "name": None,
@@ -379,32 +521,18 @@ class Rollout:
             "done": self.done,
             "total": self.total,
             "percent": percent,
-            "repaving": [
-                "%s: %s%s" % (k, s["phase"], " (%s)" % s["step"] if s.get("step") else "") for k, s in busy
-            ],
+            "repaving": busy,
             "failed": failed,
             "waiting": waiting,
         }
         self.emit("progress", record=record)
         if self.log is not None:
-            self.log(
-                "fleet: %d/%d repaved (%d%%), %d repaving%s, %d failed, %d not started; elapsed %ds"
-                % (
-                    self.done,
-                    self.total,
-                    percent,
-                    len(busy),
-                    " (%s)" % "; ".join(record["repaving"]) if busy else "",
-                    failed,
-                    waiting,
-                    round(elapsed),
-                )
-            )
+            self.log(rollout.fleet_line(self.done, self.total, busy, failed, waiting, elapsed))
 
     def timed_out(self, insts, states, exc):
         stuck = []
         verdicts = set()
-        now = time.monotonic()
+        now = self.clock()
         for inst in insts:
             key = self.key(inst)
             state = states.get(key) or {"state": "working", "phase": "unknown", "message": "never observed"}

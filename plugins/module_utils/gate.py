@@ -424,3 +424,187 @@ def probe_address(port_probe, vmi, port):
     if not sep or not number.isdigit():
         raise GateError("port_probe must be 'auto' or a host:port template, got %r" % port_probe)
     return host.strip("[]"), int(number)
+
+
+# --- the rounds: stages, what each waits for, and what the observed state means --------------------
+
+# The stages of a gate run, in order; each round runs stages until one has to wait past the round.
+STAGES = ("sweep", "publish", "provision", "start", "agent", "port", "done")
+PENDING = {
+    "provision": "the published snapshot to be ready",
+    "start": "the VM instance to run",
+    "agent": "the guest agent to connect (AgentConnected)",
+}
+
+
+def next_stage(stage):
+    """The stage after ``stage``."""
+    return STAGES[STAGES.index(stage) + 1]
+
+
+def ref(obj):
+    """What names one object of a gate run: ``{apiVersion, kind, name, namespace, run}``."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": kinds.name(obj),
+        "namespace": kinds.namespace(obj),
+        "run": kinds.labels(obj).get(GATE_LABEL),
+    }
+
+
+def run_names(run_id, project):
+    """The names of a run's objects: ``vs`` (snapshot, claim and VM) and ``content`` (cluster-scoped,
+    so it carries the project too)."""
+    return {"vs": object_name(run_id), "content": object_name("%s-%s" % (project, run_id))}
+
+
+def candidate_content(vs, where):
+    """The name of the content a candidate ``VolumeSnapshot`` is bound to; refused when it is absent or
+    not ready (a clone of it cannot be gated)."""
+    if vs is None:
+        raise PipelineError("%s not found" % where)
+    status = kinds.status(vs)
+    if not status.get("readyToUse") or not status.get("boundVolumeSnapshotContentName"):
+        raise PipelineError("%s is not ready to use; a clone of it cannot be gated" % where)
+    return status["boundVolumeSnapshotContentName"]
+
+
+def candidate_source(vs, content, where):
+    """``(handle, volume mode, driver)`` of a candidate from its bound content; refused without a handle."""
+    handle = kinds.snapshot_handle(content)
+    if not handle:
+        raise PipelineError("%s has no snapshot handle on its content" % where)
+    mode = kinds.spec(content).get("sourceVolumeMode") or kinds.labels(vs).get("kube-dc.com/golden-mode")
+    return handle, mode or "Filesystem", kinds.spec(content).get("driver") or ""
+
+
+def copy_candidates(snapshots):
+    """The project's snapshots that may be the seeder's copy (ready, bound, not being deleted), by name:
+    ``[(snapshot, content name)]``."""
+    found = []
+    for vs in sorted(snapshots, key=kinds.name):
+        status = kinds.status(vs)
+        name = status.get("boundVolumeSnapshotContentName")
+        if status.get("readyToUse") and name and not kinds.terminating(vs):
+            found.append((vs, name))
+    return found
+
+
+def seeded_copy(candidates, contents, handle):
+    """The first of ``copy_candidates`` whose content (``contents``: name -> object) is on ``handle``."""
+    for vs, name in candidates:
+        if kinds.snapshot_handle(contents.get(name)) == handle:
+            return vs
+    return None
+
+
+def source(seeded, names, handle, project):
+    """What the clone is restored from: the seeder's copy (``seeded``) or the snapshot the gate publishes."""
+    return {
+        "name": kinds.name(seeded) if seeded else names["vs"],
+        "namespace": project,
+        "handle": handle,
+        "published_by": "project" if seeded else "gate",
+    }
+
+
+def plan(names, seeded, project):
+    """The objects a run creates, in order (what check mode reports)."""
+    found = []
+    if seeded is None:
+        found.append({"kind": "VolumeSnapshotContent", "name": names["content"], "namespace": None})
+        found.append({"kind": "VolumeSnapshot", "name": names["vs"], "namespace": project})
+    for kind in ("PersistentVolumeClaim", "VirtualMachine"):
+        found.append({"kind": kind, "name": names["vs"], "namespace": project})
+    return found
+
+
+def snapshot_ready(obj):
+    """Wait predicate of the published snapshot: ``(done, failed)``."""
+    return bool(kinds.status(obj).get("readyToUse")), None
+
+
+def describe_snapshot(obj):
+    status = kinds.status(obj)
+    error = status.get("error")
+    return "readyToUse=%s%s" % (
+        status.get("readyToUse"),
+        " error: %s" % error.get("message") if error else "",
+    )
+
+
+def vmi_running(obj):
+    """Wait predicate of the start stage: Running, or failed before the guest ran."""
+    phase = kinds.status(obj).get("phase")
+    return phase == "Running", ("the instance failed before the guest ran" if phase == "Failed" else None)
+
+
+def agent_ready(obj):
+    """Wait predicate of the agent stage: connected, or the instance ended before it did."""
+    if kinds.agent_connected(obj):
+        return True, None
+    phase = kinds.status(obj).get("phase")
+    if obj is None or phase in ("Failed", "Succeeded"):
+        return False, "the instance ended (%s) before its agent connected" % (phase or "deleted")
+    return False, None
+
+
+def gone(obj):
+    return obj is None, None
+
+
+def port_step(now, deadline, round_end, error):
+    """After one probe of the port (``error`` None: it accepted): ``passed``, ``failed`` (its timeout ran
+    out), ``pending`` (the round is over) or ``again``."""
+    if error is None:
+        return "passed"
+    if now >= deadline:
+        return "failed"
+    if now >= round_end:
+        return "pending"
+    return "again"
+
+
+def sweep_refusal(candidate, left, project, errors):
+    """What an earlier run of the candidate left and could not be removed: the run refuses to add more."""
+    runs = sorted({o.get("run") for o in left if o.get("run")})
+    return (
+        "earlier clone gate runs of %s left %s in %s and they could not be removed (%s), so this run does "
+        "not add more; remove them with: %s"
+        % (
+            candidate,
+            describe_left(left),
+            project,
+            "; ".join(errors),
+            " && ".join(cleanup_command(run, project) for run in runs),
+        )
+    )
+
+
+def kept_report(created, run_id, project):
+    """The cleanup result of a run kept on purpose (keep: true)."""
+    if not created:
+        return {"kept": False}
+    command = cleanup_command(run_id, project)
+    return {
+        "kept": True,
+        "cleanup_command": command,
+        "cleanup_message": "kept %s for diagnosis (keep: true); delete them with: %s"
+        % (describe_left(removal_order(list(created))), command),
+    }
+
+
+def left_report(left, errors, run_id, project):
+    """The cleanup result when objects could not be removed (None when nothing was left)."""
+    if not left:
+        return None
+    command = cleanup_command(run_id, project)
+    return {
+        "kept": True,
+        "left_behind": left,
+        "cleanup_errors": errors,
+        "cleanup_command": command,
+        "cleanup_message": "cleanup left %s behind (%s); remove them with: %s"
+        % (describe_left(left), "; ".join(errors), command),
+    }

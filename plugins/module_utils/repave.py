@@ -720,7 +720,7 @@ def teardown_refusal(where, roles, purge_data):
 # ----------------------------------------------------------------------- the request itself
 
 # Durations checked before anything is written: a zero or negative one is refused.
-DURATIONS = ("wait_timeout", "wait_sleep", "batch_estimate")
+DURATIONS = ("wait_timeout", "wait_sleep", "batch_estimate", "report_every")
 
 
 def check_request(params):

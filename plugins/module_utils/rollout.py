@@ -304,3 +304,50 @@ def stall_verdict(quiet_seconds, timeout, step=None):
     if quiet >= limit:
         return "stuck: no progress for %ds%s" % (round(quiet), where)
     return "still working%s: last progress %ds ago" % (where, round(quiet))
+
+
+def resume_plan(found, started, finished):
+    """A later round of the same roll-out: ``classify``'s answer corrected by what earlier rounds did.
+
+    ``found`` is ``repave.classify``'s answer for what the cluster shows now; ``started`` the keys whose
+    repave the roll-out started or waited on in an earlier round; ``finished`` the keys it saw end
+    (repaved or failed). A finished key is not planned again (a failed repave is not retried by the same
+    roll-out); a started key that is not finished and shows no repave any more is waited on (in flight:
+    looked at, never triggered again). Returns ``(found, landed)``, ``landed`` the started keys found on
+    their target that no round saw finish: their repave ended between two rounds.
+    """
+    finished = set(finished or ())
+    started = set(started or ())
+    entries = found.get("entries") or {}
+    landed = sorted(k for k in started - finished if (entries.get(k) or {}).get("result") == "current")
+    candidates = [k for k in found.get("candidates") or () if k not in finished]
+    in_flight = [k for k in found.get("in_flight") or () if k not in finished]
+    adopted = [k for k in candidates if k in started]
+    resumed = dict(found)
+    resumed["candidates"] = [k for k in candidates if k not in started]
+    resumed["in_flight"] = in_flight + [k for k in adopted if k not in in_flight]
+    return resumed, landed
+
+
+def batch_deadline(since, keys, timeout):
+    """When the wait for a batch runs out: ``timeout`` seconds after the earliest start among ``keys``
+    (``since`` maps a key to when its repave began, across rounds), or None before any began."""
+    starts = [float(since[k]) for k in keys if since.get(k) is not None]
+    return min(starts) + float(timeout) if starts else None
+
+
+def fleet_line(done, total, busy, failed, waiting, elapsed, phase=None):
+    """The one line a round of a roll-out prints: counts, what is repaving (``busy``: ``"key: phase
+    (step)"`` texts), what failed and waits, and the seconds since the roll-out began."""
+    percent = int(100 * done / total) if total else 100
+    return "fleet: %d/%d repaved (%d%%), %d repaving%s, %d failed, %d not started%s; elapsed %ds" % (
+        done,
+        total,
+        percent,
+        len(busy),
+        " (%s)" % "; ".join(busy) if busy else "",
+        failed,
+        waiting,
+        "; %s" % phase if phase else "",
+        round(elapsed),
+    )

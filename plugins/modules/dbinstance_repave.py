@@ -245,12 +245,36 @@ options:
         is decided from the claims themselves (see O(os_volume)), never from this name.
     type: str
     default: pgdata
+  report_every:
+    description:
+      - Longest time, in seconds, one call of the module waits during a roll-out before it returns a
+        progress C(line), greater than zero. The action plugin of the same name calls it again with
+        C(resume) and prints each line, so a roll-out prints the fleet's counts, what is repaving (phase
+        and step) and the elapsed time at least this often.
+      - Each call plans again from what the cluster shows; only what the action plugin hands back
+        (O(rollout_state)) carries over.
+    type: int
+    default: 20
+  started:
+    description:
+      - When the roll-out began, in seconds since the epoch. Set by the action plugin; leave it out to start
+        now.
+    type: float
+  rollout_state:
+    description:
+      - What one call of a roll-out hands the next (when each repave began, what was last seen of it, what
+        finished, the result so far). Set by the action plugin from C(resume); never set it by hand.
+    type: dict
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
   - goldenimage.pipeline.catalog
 attributes:
+  action:
+    description: An action plugin of the same name runs on the controller around the module.
+    support: full
+    details: The action plugin calls the module round after round and prints each round's line as it comes.
   check_mode:
     support: full
     details:
@@ -511,6 +535,29 @@ progress:
   returned: always
   type: list
   elements: dict
+line:
+  description:
+    - "The fleet line of the last round, for example C(fleet: 3/50 repaved (6%), 5 repaving (db-07: Repaving
+      (StoppingVM); ...), 0 failed, 42 not started; batch db-04, db-05; elapsed 95s)."
+  returned: with state repaved
+  type: str
+lines:
+  description: Every line the action plugin printed, one per round.
+  returned: always
+  type: list
+  elements: str
+rounds:
+  description: How many calls of the module the task took.
+  returned: always
+  type: int
+done:
+  description: Whether the task is over; false in a round that returns to be called again.
+  returned: always
+  type: bool
+resume:
+  description: The options that continue the roll-out in another call (O(rollout_state), O(started)).
+  returned: when the roll-out is not over
+  type: dict
 diff:
   description: Per instance, the watched annotations before and after.
   returned: when diff mode is on
@@ -518,8 +565,9 @@ diff:
 """
 
 import datetime
+import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout, rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
     catalog_options,
@@ -587,6 +635,9 @@ def argument_spec():
         today=dict(type="str"),
         os_volume=dict(type="str", default="rootdisk"),
         data_volume=dict(type="str", default="pgdata"),
+        report_every=dict(type="int", default=rounds.REPORT_EVERY),
+        started=dict(type="float"),
+        rollout_state=dict(type="dict"),
     )
 
 
@@ -601,12 +652,23 @@ class Repave:
     ``driver`` (the operator or the direct driver) and ``doc`` (the catalog) are built from the module
     when not given, so a test can run it with observed state of its own."""
 
-    def __init__(self, module, driver=None, doc=None):
+    def __init__(self, module, driver=None, doc=None, clock=time.time):
         self.module = module
         self.params = module.params
-        self.result = {"changed": False, "instances": [], "summary": {}, "missing": [], "progress": []}
-        self.entries = {}
-        self.diffs = {}
+        self.clock = clock
+        self.round_end = clock() + (self.params.get("report_every") or rounds.REPORT_EVERY)
+        # A later round of a roll-out continues the result of the earlier ones (rollout_state).
+        self.carried = dict(self.params.get("rollout_state") or {})
+        self.result = self.carried.get("result") or {
+            "changed": False,
+            "instances": [],
+            "summary": {},
+            "missing": [],
+            "progress": [],
+        }
+        self.entries = self.carried.get("entries") or {}
+        self.diffs = self.carried.get("diffs") or {}
+        self.warnings = list(self.carried.get("warnings") or [])
         self.doc = doc
         self.driver = driver
         self.window = None
@@ -631,6 +693,11 @@ class Repave:
                 exc.fields.setdefault(name, value)
             raise
 
+    def warn(self, text):
+        """Warnings are given once, with the roll-out's last round (a round's warnings end with it)."""
+        if text not in self.warnings:
+            self.warnings.append(text)
+
     # --- plumbing shared with the roll-out
 
     def key(self, inst):
@@ -642,6 +709,10 @@ class Repave:
         return self.driver.list(self.params["names"], self.params["label_selector"])
 
     def finish(self):
+        for text in self.warnings:
+            self.module.warn(text)
+        self.warnings = []
+        self.result["done"] = True
         self.result["instances"] = list(self.entries.values())
         summary = {}
         for entry in self.entries.values():
@@ -698,9 +769,33 @@ class Repave:
             elif kind == "progress":
                 self.result["progress"].append(event["record"])
             elif kind == "warning":
-                self.module.warn(event["text"])
+                self.warn(event["text"])
             elif kind == "result":
                 self.result.update(event["fields"])
+            elif kind == "round":
+                return event["state"]
+        return None
+
+    def next_round(self, carry, line):
+        """The round ended before the roll-out: what the action plugin hands the next call."""
+        state = {
+            "rollout": carry,
+            "result": self.result,
+            "entries": self.entries,
+            "diffs": self.diffs,
+            "warnings": self.warnings,
+        }
+        summary = {}
+        for entry in self.entries.values():
+            if entry.get("verdict"):
+                summary[entry["verdict"]] = summary.get(entry["verdict"], 0) + 1
+        return {
+            "changed": self.result["changed"],
+            "done": False,
+            "line": line,
+            "summary": summary,
+            "resume": {"rollout_state": state, "started": carry["started"]},
+        }
 
     # --- reading
 
@@ -717,6 +812,9 @@ class Repave:
     def observe(self):
         p = self.params
         instances = self.scope()
+        if self.carried:
+            # A later round: the entries (verdicts as first found) are the first round's.
+            return instances
         self.result["missing"] = sorted(set(p["names"] or []) - {i["name"] for i in instances})
         policy = {k: v for k, v in (p["maintenance_policy"] or {}).items() if v is not None}
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -732,7 +830,7 @@ class Repave:
                 disagreement = repave.operator_disagreement(found["verdict"], operator)
             self.entries[self.key(inst)] = repave.entry(inst, self.key(inst), self.doc, found, disagreement)
             if disagreement:
-                self.module.warn("%s: %s" % (self.key(inst), disagreement))
+                self.warn("%s: %s" % (self.key(inst), disagreement))
         if not instances and not p["names"]:
             self.result["msg"] = repave.empty_scope(p)
         return instances
@@ -742,7 +840,7 @@ class Repave:
     def report(self):
         self.observe()
         for name in self.result["missing"]:
-            self.module.warn("%s %s was not found" % (self.params["kind"], name))
+            self.warn("%s %s was not found" % (self.params["kind"], name))
         return self.finish()
 
     # --- state=repaved
@@ -764,7 +862,7 @@ class Repave:
         if self.result["missing"]:
             raise repave.missing_refusal(p["kind"], p["namespace"], self.result["missing"])
         if not instances:
-            self.module.warn(self.result["msg"])
+            self.warn(self.result.get("msg") or repave.empty_scope(p))
             return self.finish()
         by_key = {self.key(i): i for i in instances}
         if p["opt_in"] == "undo-opt-in":
@@ -785,13 +883,20 @@ class Repave:
             p["today"],
             self.vetoes(instances),
         )
+        carry = self.carried.get("rollout") or {}
+        landed = []
+        if carry:
+            found, landed = rollout.resume_plan(found, carry.get("since"), carry.get("finished"))
         for key, fields in found["entries"].items():
-            self.entries[key].update(fields)
+            if key not in self.entries:
+                continue  # appeared since the first round: it is not part of this roll-out
+            if not carry or (fields.get("result") == "refused" and not self.entries[key].get("result")):
+                self.entries[key].update(fields)
         if found["refused"]:
             if p["halt_on_failure"]:
                 raise repave.refused_all(found["refused"])
             for exc in found["refused"]:
-                self.module.warn("skipped: %s" % exc)
+                self.warn("skipped: %s" % exc)
         for key, value in repave.opt_in_changes(instances, self.key, found, p["opt_in"]).items():
             if self.set_opt_in(by_key[key], value):
                 self.entries[key]["opt_in"] = value
@@ -807,30 +912,37 @@ class Repave:
             limit,
             self.window,
             log=self.module.debug,
+            clock=self.clock,
+            round_end=self.round_end if p["wait"] and not self.module.check_mode else None,
+            carried=carry,
         )
         try:
             batches = plan.plan(found["candidates"])
         except ValueError as exc:  # an order group's selector it cannot read
             raise Refusal(None, str(exc)) from exc
-        self.result.update(
-            batches=batches,
-            order=[k for b in batches for k in b],
-            max_unavailable=limit,
-            resumes=sorted(in_flight),
-            pending=[],
-            next_window=None,
-        )
+        if not carry:
+            self.result.update(
+                batches=batches,
+                order=[k for b in batches for k in b],
+                max_unavailable=limit,
+                resumes=sorted(in_flight),
+            )
+        self.result.update(pending=[], next_window=None)
         if self.module.check_mode:
             self.apply(plan.predict(batches), by_key, targets)
             if self.result["starts_now"]:
                 self.result["changed"] = True
             return self.finish()
         try:
+            plan.landed(landed)
             events = plan.run(batches)
         except PipelineError as exc:  # halted, or a request failed: what happened until then is reported
             self.apply(exc.events if isinstance(exc, RolloutHalted) else plan.take(), plan.instances, targets)
             raise
-        self.apply(events, plan.instances, targets)
+        carry = self.apply(events, plan.instances, targets)
+        if carry is not None:
+            return self.next_round(carry, plan.line)
+        self.result["line"] = plan.line
         return self.finish()
 
     # --- state=absent (direct)

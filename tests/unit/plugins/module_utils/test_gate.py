@@ -1,6 +1,6 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 
 @pytest.mark.parametrize(
@@ -166,3 +166,162 @@ def test_the_cleanup_command_removes_a_run_by_label():
         "volumesnapshots.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=5f3a && kubectl delete "
         "volumesnapshotcontents.snapshot.storage.k8s.io -l goldenimage.pipeline/clone-gate=5f3a"
     )
+
+
+# --- the rounds' decisions -----------------------------------------------------------------------
+
+
+def snapshot(name, ready=True, bound="c-1", deleting=False, **labels):
+    meta = {"name": name, "namespace": "acme", "labels": labels}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    return {"metadata": meta, "status": {"readyToUse": ready, "boundVolumeSnapshotContentName": bound}}
+
+
+def content(handle, driver="rbd.csi.ceph.com", mode=None):
+    spec = {"driver": driver, "source": {"snapshotHandle": handle}}
+    if mode:
+        spec["sourceVolumeMode"] = mode
+    return {"spec": spec}
+
+
+def test_the_stages_run_in_order_and_end_done():
+    stage, seen = "sweep", ["sweep"]
+    while stage != "done":
+        stage = gate.next_stage(stage)
+        seen.append(stage)
+    assert tuple(seen) == gate.STAGES
+
+
+@pytest.mark.parametrize(
+    "vs, words",
+    [
+        (None, "VolumeSnapshot g/c not found"),
+        (snapshot("c", ready=False), "is not ready to use"),
+        (snapshot("c", bound=None), "is not ready to use"),
+    ],
+)
+def test_a_candidate_that_is_missing_or_not_ready_is_refused(vs, words):
+    with pytest.raises(PipelineError, match=words):
+        gate.candidate_content(vs, "VolumeSnapshot g/c")
+
+
+def test_a_candidate_is_cloned_from_its_contents_handle_in_its_mode():
+    vs = snapshot("c", **{"kube-dc.com/golden-mode": "Block"})
+    assert gate.candidate_content(vs, "w") == "c-1"
+    assert gate.candidate_source(vs, content("h1"), "w") == ("h1", "Block", "rbd.csi.ceph.com")
+    assert gate.candidate_source(vs, content("h1", mode="Filesystem"), "w")[1] == "Filesystem"
+    assert gate.candidate_source(snapshot("c"), content("h1", driver=None), "w") == ("h1", "Filesystem", "")
+    with pytest.raises(PipelineError, match="has no snapshot handle"):
+        gate.candidate_source(vs, {"spec": {}}, "VolumeSnapshot g/c")
+
+
+def test_the_seeders_copy_is_a_ready_snapshot_on_the_candidates_handle():
+    snapshots = [
+        snapshot("b-other", bound="c-other"),
+        snapshot("a-deleting", bound="c-same", deleting=True),
+        snapshot("c-unready", ready=False, bound="c-same"),
+        snapshot("d-copy", bound="c-same"),
+    ]
+    candidates = gate.copy_candidates(snapshots)
+    assert [kinds.name(vs) for vs, _name in candidates] == ["b-other", "d-copy"]
+    contents = {"c-other": content("h-other"), "c-same": content("h1")}
+    assert kinds.name(gate.seeded_copy(candidates, contents, "h1")) == "d-copy"
+    assert gate.seeded_copy(candidates, contents, "h2") is None
+
+
+def test_the_plan_publishes_only_without_a_seeded_copy():
+    names = gate.run_names("5f3a9c21", "acme")
+    assert names["content"] != names["vs"] and "acme" in names["content"]
+    kinds_planned = [o["kind"] for o in gate.plan(names, None, "acme")]
+    assert kinds_planned == [
+        "VolumeSnapshotContent",
+        "VolumeSnapshot",
+        "PersistentVolumeClaim",
+        "VirtualMachine",
+    ]
+    assert [o["kind"] for o in gate.plan(names, snapshot("seed"), "acme")] == [
+        "PersistentVolumeClaim",
+        "VirtualMachine",
+    ]
+    assert gate.source(snapshot("seed"), names, "h1", "acme")["published_by"] == "project"
+    assert gate.source(None, names, "h1", "acme") == {
+        "name": names["vs"],
+        "namespace": "acme",
+        "handle": "h1",
+        "published_by": "gate",
+    }
+
+
+def instance(phase, agent=False, deleting=False):
+    meta = {"name": "v"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    conditions = [{"type": "AgentConnected", "status": "True" if agent else "False"}]
+    return {"metadata": meta, "status": {"phase": phase, "conditions": conditions}}
+
+
+def test_the_wait_predicates_read_what_the_cluster_shows():
+    assert gate.snapshot_ready(snapshot("s")) == (True, None)
+    assert gate.snapshot_ready(snapshot("s", ready=False)) == (False, None)
+    failed = {"status": {"readyToUse": False, "error": {"message": "no such handle"}}}
+    assert gate.describe_snapshot(failed) == "readyToUse=False error: no such handle"
+    assert gate.vmi_running(instance("Running")) == (True, None)
+    assert gate.vmi_running(instance("Scheduling")) == (False, None)
+    assert gate.vmi_running(instance("Failed"))[1] == "the instance failed before the guest ran"
+    assert gate.agent_ready(instance("Running", agent=True)) == (True, None)
+    assert gate.agent_ready(instance("Running")) == (False, None)
+    # A terminating instance's agent does not count (kinds.agent_connected's meaning).
+    assert gate.agent_ready(instance("Running", agent=True, deleting=True)) == (False, None)
+    assert "ended (Failed)" in gate.agent_ready(instance("Failed"))[1]
+    assert "ended (deleted)" in gate.agent_ready(None)[1]
+    assert gate.gone(None) == (True, None) and gate.gone({}) == (False, None)
+
+
+@pytest.mark.parametrize(
+    "now, error, step",
+    [
+        (10, None, "passed"),
+        (100, None, "passed"),  # an answer at the deadline still passes
+        (100, "refused", "failed"),
+        (50, "refused", "pending"),
+        (10, "refused", "again"),
+    ],
+)
+def test_each_probe_of_the_port_decides_the_next_step(now, error, step):
+    assert gate.port_step(now, 100, 50, error) == step
+
+
+def test_a_sweep_that_cannot_remove_an_earlier_run_refuses_naming_it_and_the_command():
+    left = [{"kind": "VirtualMachine", "name": "gate-old", "namespace": "acme", "run": "old"}]
+    text = gate.sweep_refusal("gold/g1", left, "acme", ["VirtualMachine gate-old: forbidden"])
+    assert text.startswith("earlier clone gate runs of gold/g1 left VirtualMachine acme/gate-old in acme")
+    assert "(VirtualMachine gate-old: forbidden)" in text
+    assert text.endswith(gate.cleanup_command("old", "acme"))
+
+
+def test_cleanup_reports_what_was_kept_or_left_and_how_to_remove_it():
+    created = [{"kind": "VirtualMachine", "name": "gate-r", "namespace": "acme", "run": "r"}]
+    assert gate.kept_report([], "r", "acme") == {"kept": False}
+    kept = gate.kept_report(created, "r", "acme")
+    assert kept["kept"] is True and kept["cleanup_command"] == gate.cleanup_command("r", "acme")
+    assert kept["cleanup_message"].startswith("kept VirtualMachine acme/gate-r for diagnosis (keep: true)")
+    assert gate.left_report([], [], "r", "acme") is None
+    left = gate.left_report(created, ["VirtualMachine gate-r: forbidden"], "r", "acme")
+    assert left["left_behind"] == created and left["cleanup_errors"] == ["VirtualMachine gate-r: forbidden"]
+    assert left["cleanup_message"].startswith("cleanup left VirtualMachine acme/gate-r behind (")
+
+
+def test_a_reference_names_the_object_and_its_run():
+    obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "gate-r", "namespace": "acme", "labels": gate.gate_labels("r")},
+    }
+    assert gate.ref(obj) == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "name": "gate-r",
+        "namespace": "acme",
+        "run": "r",
+    }

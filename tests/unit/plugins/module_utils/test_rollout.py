@@ -313,3 +313,45 @@ def test_a_timed_out_repave_is_stuck_only_when_it_showed_no_progress():
     # half the timeout, or a minute for long timeouts
     assert rollout.stall_verdict(61, 1800).startswith("stuck: no progress for 61s")
     assert rollout.stall_verdict(59, 1800).startswith("still working: last progress 59s ago")
+
+
+# ----------------------------------------------------------------------- rounds of a roll-out
+
+
+def test_a_later_round_waits_on_what_it_started_and_never_plans_what_finished():
+    found = {
+        "candidates": ["cleared", "fresh", "failed"],
+        "in_flight": ["repaving"],
+        "entries": {"landed": {"result": "current"}, "old": {"result": "current"}},
+        "targets": {},
+    }
+    started = ["cleared", "repaving", "landed", "failed"]
+    resumed, landed = rollout.resume_plan(found, started, {"failed": "failed"})
+    # Started and showing no repave any more: looked at (the operator ended it), never triggered again.
+    assert resumed["in_flight"] == ["repaving", "cleared"]
+    assert resumed["candidates"] == ["fresh"]
+    # Started, on its target now, and no round saw it finish: it ended between two rounds.
+    assert landed == ["landed"]
+    assert found["candidates"] == ["cleared", "fresh", "failed"]  # the answer given is not changed
+
+
+def test_the_first_round_plans_what_classify_says():
+    found = {"candidates": ["a"], "in_flight": ["b"], "entries": {}}
+    assert rollout.resume_plan(found, (), ()) == (dict(found), [])
+
+
+def test_a_batch_runs_out_its_timeout_after_its_first_repave_began():
+    assert rollout.batch_deadline({"a": 100.0, "b": 130.0}, ["a", "b"], 60) == 160.0
+    assert rollout.batch_deadline({}, ["a"], 60) is None
+
+
+def test_the_fleet_line_names_counts_what_repaves_and_elapsed():
+    line = rollout.fleet_line(3, 50, ["db-07: Repaving (StoppingVM)"], 1, 40, 95.4, "batch db-07")
+    assert line == (
+        "fleet: 3/50 repaved (6%), 1 repaving (db-07: Repaving (StoppingVM)), 1 failed, 40 not started; "
+        "batch db-07; elapsed 95s"
+    )
+    assert (
+        rollout.fleet_line(0, 0, [], 0, 0, 0)
+        == "fleet: 0/0 repaved (100%), 0 repaving, 0 failed, 0 not started; elapsed 0s"
+    )

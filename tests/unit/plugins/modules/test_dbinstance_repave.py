@@ -1,6 +1,7 @@
 """The dbinstance_repave runner with observed state of its own: parameters in, a result (or a
 PipelineError carrying it) out, no SystemExit, and no write when the request is refused."""
 
+import json
 import re
 
 import pytest
@@ -217,18 +218,23 @@ def test_a_request_failing_mid_run_fails_with_what_happened_until_then():
     assert result["progress"][0]["name"] == "a"
 
 
-def test_a_repave_that_shows_no_progress_times_out_as_stuck_naming_its_step_and_what_did_not_start():
-    class Hanging(Driver):
-        def advance(self, inst, target):
-            self.looks[inst["name"]] = self.looks.get(inst["name"], 0) + 1
-            return {
-                "state": "working",
-                "phase": "Repaving",
-                "message": "waiting for the VM to stop",
-                "changed": False,
-                "step": "StoppingVM",
-            }
+class Hanging(Driver):
+    """Triggered on the first look, then stopping for ever."""
 
+    def advance(self, inst, target):
+        if not self.looks.get(inst["name"]):
+            self.writes.append(("trigger", inst["name"], target["revision"]))
+        self.looks[inst["name"]] = self.looks.get(inst["name"], 0) + 1
+        return {
+            "state": "working",
+            "phase": "Repaving",
+            "message": "waiting for the VM to stop",
+            "changed": False,
+            "step": "StoppingVM",
+        }
+
+
+def test_a_repave_that_shows_no_progress_times_out_as_stuck_naming_its_step_and_what_did_not_start():
     driver = Hanging(db("a"), db("b"))
     with pytest.raises(PipelineError) as halted:
         run(driver, max_unavailable=1, wait_timeout=1, wait_sleep=0.1)
@@ -268,3 +274,109 @@ def test_a_roll_out_reports_the_fleet_at_every_interval(monkeypatch):
 def test_each_batch_opens_with_a_fleet_line():
     result, _module = run(Driver(db("a"), db("b")), max_unavailable=1, wait_sleep=0.05)
     assert [p["done"] for p in result["progress"] if p["state"] == "fleet"] == [0, 1]
+
+
+# ------------------------------------------------------------------------------------ rounds
+
+
+class Slow(Driver):
+    """A repave takes ``looks`` looks after the trigger; a failed one clears without landing."""
+
+    def __init__(self, *instances, looks=6, fails=()):
+        super().__init__(*instances)
+        self.needed = looks
+        self.fails = set(fails)
+
+    def advance(self, inst, target):
+        name = inst["name"]
+        seen = self.looks[name] = self.looks.get(name, 0) + 1
+        if seen == 1:
+            self.writes.append(("trigger", name, target["revision"]))
+        if seen < self.needed:
+            state = {
+                "state": "working",
+                "phase": "Repaving",
+                "message": "look %d" % seen,
+                "changed": seen == 1,
+            }
+            return dict(state, step="SwappingOSDisk")
+        if name in self.fails:
+            return {
+                "state": "failed",
+                "phase": "Available",
+                "message": "refused",
+                "changed": False,
+                "step": None,
+            }
+        self.instances[name]["revision"] = target["revision"]
+        return {"state": "done", "phase": "Available", "message": "running", "changed": False, "step": None}
+
+
+def in_rounds(driver, between=None, **params):
+    """Call the runner as the action plugin does: again with ``resume`` (through JSON) until done."""
+    module = Module(defaults(**params))
+    results = []
+    while True:
+        result = dbinstance_repave.Repave(module, driver, doc()).run()
+        results.append(result)
+        if result["done"]:
+            return results
+        module.params.update(json.loads(json.dumps(result["resume"])))
+        if between is not None:
+            between(len(results))
+
+
+def test_a_roll_out_returns_in_rounds_and_the_last_round_holds_the_whole_result():
+    driver = Slow(db("a"), db("b"), db("c", revision=TIP), looks=15)
+    results = in_rounds(driver, max_unavailable=1, wait_sleep=0.1, report_every=1)
+    assert len(results) >= 3, [r.get("line") for r in results]
+    for result in results[:-1]:
+        assert result["done"] is False and result["line"].startswith("fleet: "), result
+        assert "instances" not in result and "diff" not in result
+    assert re.match(
+        r"fleet: 0/2 repaved \(0%\), 1 repaving \(a: Repaving \(SwappingOSDisk\)\), ", results[0]["line"]
+    )
+    assert re.search(r"; elapsed \d+s$", results[0]["line"])
+    last = results[-1]
+    entries = {e["name"]: e for e in last["instances"]}
+    assert {n: e["result"] for n, e in entries.items()} == {"a": "repaved", "b": "repaved", "c": "current"}
+    assert entries["a"]["verdict"] == "OSUpdateAvailable" and entries["a"]["batch"] == 0
+    assert last["batches"] == [["a"], ["b"]] and last["order"] == ["a", "b"] and last["resumes"] == []
+    assert last["progress"][-1]["done"] == 2 and last["progress"][-1]["percent"] == 100
+    assert last["line"].startswith("fleet: 2/2 repaved (100%), 0 repaving, 0 failed, 0 not started")
+    # Each instance triggered once, however many rounds looked at it.
+    assert [w for w in driver.writes if w[0] == "trigger"] == [("trigger", "a", TIP), ("trigger", "b", TIP)]
+    assert last["changed"] is True and [d["after"] for d in last["diff"]] == [
+        {"repave-trigger": "now"},
+        {"repave-trigger": "now"},
+    ]
+
+
+def test_a_repave_that_ends_between_rounds_is_reported_repaved_and_a_failed_one_is_not_retried():
+    driver = Slow(db("a"), db("b"), looks=30, fails=["b"])
+
+    def between(rounds_so_far):
+        if rounds_so_far == 1:  # a lands while no round looks: the next round finds it on its target
+            driver.instances["a"]["revision"] = TIP
+            driver.needed = 2
+
+    results = in_rounds(
+        driver, between=between, max_unavailable=1, wait_sleep=0.1, report_every=1, halt_on_failure=False
+    )
+    entries = {e["name"]: e for e in results[-1]["instances"]}
+    assert entries["a"]["result"] == "repaved" and entries["a"]["duration"] > 0
+    assert entries["b"]["result"] == "failed"
+    assert [w[1] for w in driver.writes if w[0] == "trigger"] == ["a", "b"]
+
+
+def test_a_round_that_times_out_names_the_step_it_is_stuck_at():
+    driver = Hanging(db("a"), db("b"))
+    with pytest.raises(PipelineError) as halted:
+        in_rounds(driver, max_unavailable=1, wait_timeout=3, wait_sleep=0.2, report_every=1)
+    msg = halted.value.result["msg"]
+    assert re.search(
+        r"a \(target v20260815\): phase Repaving, waiting for the VM to stop; stuck: no progress for [23]s at step StoppingVM",
+        msg,
+    ), msg
+    assert msg.endswith("; not started: b")
+    assert [w[1] for w in driver.writes if w[0] == "trigger"] == ["a"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _clone_gate, selection
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import (
     clone_gate,
@@ -386,7 +386,7 @@ def test_clone_gate_refuses_a_golden_namespace_before_any_read(project):
     assert kube.writes == []
 
 
-@pytest.mark.parametrize("option", clone_gate.DURATIONS)
+@pytest.mark.parametrize("option", _clone_gate.DURATIONS)
 def test_clone_gate_refuses_zero_durations(option):
     kube = FakeKube(gate_params(project_namespace="acme", **{option: 0}))
     with pytest.raises(Refusal, match="^option %s: 0 is not a duration" % option):

@@ -1,0 +1,16 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Run goldenimage.pipeline.dbinstance_repave round after round while a roll-out runs, printing the
+fleet's line (counts, what is repaving and at which step, elapsed) after each round."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.goldenimage.pipeline.plugins.plugin_utils._progress import PollingAction
+
+
+class ActionModule(PollingAction):
+    MODULE = "goldenimage.pipeline.dbinstance_repave"

@@ -1,0 +1,478 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""The clone gate's I/O: it reads the candidate, creates the run's objects, waits, probes the port and
+cleans up, round after round; what each observation means and what comes next is gate.py's.
+
+Every request rides on the Kubernetes adapter's one retry layer (throttling, 5xx, dropped connections;
+a create whose reply was lost is read back, a delete that meets 404 on a retry is done). Each call is
+one round: it runs stages until one has to wait past ``report_every`` and returns what the next call
+needs (``gate_state``), or the verdict.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import binascii
+import os
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, inputs, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import tcp_connect
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
+    WaitError,
+    WaitFailed,
+    WaitTimeout,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+SNAP = gate.SNAPSHOT_API
+VM = gate.VM_API
+DURATIONS = ("agent_timeout", "port_timeout", "wait_timeout", "wait_sleep", "cleanup_timeout", "report_every")
+
+
+class Gate:
+    """The runner: ``run()`` returns the result or raises a PipelineError; it never exits.
+
+    Whatever ends the run (a verdict, a refusal, an API error), what it created is removed first,
+    unless kept, and anything it could not remove is reported by name with the command to remove it.
+    """
+
+    def __init__(self, module, run_id=None, clock=time.time, probe=tcp_connect):
+        self.module = module
+        self.p = module.params
+        self.clock = clock
+        self.probe = probe
+        # What the rounds carry from one call to the next (gate_state): the run, its stage, the result.
+        self.state = dict(self.p.get("gate_state") or {})
+        self.run_id = self.state.get("run_id") or run_id or binascii.hexlify(os.urandom(4)).decode()
+        self.candidate_id = gate.candidate_id(self.p["snapshot_namespace"], self.p["snapshot"])
+        self.marks = {"candidate": self.candidate_id, "kept": bool(self.p["keep"])}
+        self.project = self.p["project_namespace"]
+        self.names = gate.run_names(self.run_id, self.project)
+        now = self.clock()
+        self.started = float(self.p.get("started") or now)
+        self.round_end = now + (self.p.get("report_every") or gate.REPORT_EVERY)
+        self.line = None
+        self.result = self.state.get("result") or {
+            "changed": False,
+            "created": [],
+            "kept": False,
+            "phases": [],
+            "swept": [],
+        }
+        self.created = self.result["created"]
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def candidate(self):
+        p = self.p
+        where = "VolumeSnapshot %s/%s" % (p["snapshot_namespace"], p["snapshot"])
+        vs = self.module.get(SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"])
+        try:
+            content = self.module.get(SNAP, "VolumeSnapshotContent", gate.candidate_content(vs, where))
+            handle, mode, driver = gate.candidate_source(vs, content, where)
+        except PipelineError as exc:
+            exc.fields.update((k, v) for k, v in self.result.items() if k not in exc.fields)
+            raise
+        return vs, handle, mode, driver
+
+    def published(self, handle):
+        """The project's ready snapshot on this handle (the seeder's copy), or None."""
+        candidates = gate.copy_candidates(self.module.list(SNAP, "VolumeSnapshot", self.project))
+        contents = {}
+        for _vs, name in candidates:
+            contents[name] = self.module.get(SNAP, "VolumeSnapshotContent", name)
+            found = gate.seeded_copy(candidates, contents, handle)
+            if found is not None:
+                return found
+        return None
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+
+    def create(self, definition):
+        """Create an object of this run. It is recorded before the request, so an object whose reply
+        was lost after the server committed it is still cleaned up (the adapter reads it back)."""
+        self.created.append(gate.ref(definition))
+        self.result["changed"] = True
+        return self.module.create(definition)
+
+    def phase(self, name, passed, seconds, detail):
+        self.result["phases"].append(
+            {"name": name, "passed": passed, "seconds": round(seconds, 3), "detail": detail}
+        )
+
+    def wait(self, api, kind, name, predicate, describe, timeout):
+        """Wait in this round for ``predicate``: ``(obj, True)`` once it holds, ``(last, False)`` when the
+        round ends first. ``timeout`` counts from when the stage began, across rounds; running out of it
+        raises WaitTimeout naming what was pending and the last state seen."""
+        st = self.state
+        pending = gate.PENDING[st["stage"]]
+        deadline = st["stage_started"] + timeout
+        budget = max(0.0, min(deadline, self.round_end) - self.clock())
+        try:
+            obj, _seconds = self.module.wait(
+                api, kind, name, self.project, predicate, describe, pending, budget, self.p["wait_sleep"]
+            )
+            return obj, True
+        except WaitTimeout as exc:
+            st["last_state"] = exc.state
+            if self.clock() < deadline:
+                return exc.last, False
+            elapsed = self.clock() - st["stage_started"]
+            raise WaitTimeout(
+                gate.timeout_message(pending, elapsed, exc.state),
+                last=exc.last,
+                state=exc.state,
+                elapsed=elapsed,
+            ) from None
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def first_round(self):
+        """Every check before anything is written, then the plan of the rounds (the state they carry)."""
+        p = self.p
+        inputs.positive_all(p, DURATIONS)
+        gate.refuse_project_namespace(self.project, p["snapshot_namespace"])
+        gate.port_for(p["os"], p["port"])
+        memory, min_memory = gate.gate_memory(p["os"], p["memory"], p["min_memory"])
+        self.result.update(memory=memory, min_memory=min_memory)
+        problem = gate.memory_problem(memory, min_memory)
+        if problem:
+            raise PipelineError(problem, verdict=gate.INCONCLUSIVE, passed=False, **self.result)
+        project = self.module.get("v1", "Namespace", self.project)
+        try:
+            gate.refuse_non_project(project, self.project, p["project_selector"])
+        except PipelineError as exc:
+            for key, value in dict(self.result, verdict=gate.INCONCLUSIVE, passed=False).items():
+                exc.fields.setdefault(key, value)
+            raise
+        candidate, handle, mode, driver = self.candidate()
+        if self.module.check_mode:
+            return self.predict(handle)
+        self.state.update(
+            run_id=self.run_id,
+            handle=handle,
+            mode=mode,
+            driver=driver,
+            restore=kinds.status(candidate).get("restoreSize"),
+            memory=memory,
+            result=self.result,
+        )
+        self.enter("sweep")
+        return None
+
+    def run(self):
+        if not self.state.get("stage"):
+            predicted = self.first_round()
+            if predicted is not None:
+                return predicted
+        try:
+            finished = self.advance()
+        except Exception as exc:
+            extra = self.cleanup()
+            message = extra.pop("cleanup_message", None)
+            if not isinstance(exc, PipelineError):
+                raise
+            for key, value in self.result.items():
+                exc.fields.setdefault(key, value)
+            exc.fields.update(extra)
+            if self.line:
+                exc.fields.setdefault("line", self.line)
+            if message:
+                exc.msg = "%s; %s" % (exc.msg, message)
+            raise
+        if not finished:
+            return dict(self.result, done=False, line=self.line, resume={"gate_state": self.state})
+        extra = self.cleanup()
+        message = extra.pop("cleanup_message", None)
+        self.result.update(extra)
+        if message:
+            self.result["msg"] = "%s; %s" % (self.result["msg"], message)
+        self.result["done"] = True
+        self.result["line"] = self.line
+        if self.result["verdict"] != gate.PASSED and self.p["fail_on_reject"]:
+            raise PipelineError(**self.result)
+        return self.result
+
+    def predict(self, handle):
+        seeded = self.published(handle)
+        plan = gate.plan(self.names, seeded, self.project)
+        return dict(
+            changed=False,
+            skipped=True,
+            msg="check mode: a clone gate boots a VM and cannot be predicted; it would create %s"
+            % ", ".join("%s %s" % (o["kind"], o["name"]) for o in plan),
+            would_create=plan,
+            would_sweep=[gate.ref(o) for o in self.leftovers()],
+            source=gate.source(seeded, self.names, handle, self.project),
+            created=[],
+            kept=False,
+        )
+
+    # --- the stages: each returns True when done (the next one starts) or False when the round ended ---
+
+    def advance(self):
+        """Run stages until the verdict (True) or the end of this round (False)."""
+        while self.state["stage"] != "done":
+            if not getattr(self, "stage_" + self.state["stage"])():
+                return False
+        return True
+
+    def enter(self, stage):
+        self.state.update(stage=stage, stage_started=self.clock(), last_state=None)
+        return True
+
+    def done_with(self, stage):
+        return self.enter(gate.next_stage(stage))
+
+    def pending(self, timeout, state=None, what=None):
+        """The round ends with the stage still waiting: the progress line says for what."""
+        st = self.state
+        now = self.clock()
+        self.line = gate.progress_line(
+            "%s/%s" % (self.p["snapshot_namespace"], self.p["snapshot"]),
+            self.project,
+            st["stage"],
+            what or gate.PENDING[st["stage"]],
+            state or st.get("last_state"),
+            now - self.started,
+            now - st["stage_started"],
+            timeout,
+        )
+        return False
+
+    def stage_elapsed(self):
+        return self.clock() - self.state["stage_started"]
+
+    def stage_sweep(self):
+        self.sweep()
+        return self.done_with("sweep")
+
+    def stage_publish(self):
+        handle = self.state["handle"]
+        seeded = self.published(handle)
+        self.result["source"] = gate.source(seeded, self.names, handle, self.project)
+        if seeded is None:
+            self.publish(handle, self.state["driver"], self.state["mode"])
+        return self.done_with("publish")
+
+    def publish(self, handle, driver, mode):
+        names = self.names
+        self.create(
+            gate.content_definition(
+                names["content"], handle, driver, mode, names["vs"], self.project, self.run_id, **self.marks
+            )
+        )
+        self.create(
+            gate.snapshot_definition(names["vs"], self.project, names["content"], self.run_id, **self.marks)
+        )
+
+    def stage_provision(self):
+        p, st = self.p, self.state
+        source = self.result["source"]
+        if source["published_by"] == "gate":
+            try:
+                seeded, done = self.wait(
+                    SNAP,
+                    "VolumeSnapshot",
+                    source["name"],
+                    gate.snapshot_ready,
+                    gate.describe_snapshot,
+                    p["wait_timeout"],
+                )
+            except WaitError as exc:
+                raise PipelineError(str(exc), verdict=gate.INCONCLUSIVE, passed=False) from None
+            if not done:
+                return self.pending(p["wait_timeout"])
+            detail = "published %s/%s on handle %s" % (self.project, source["name"], st["handle"])
+        else:
+            seeded = self.module.get(SNAP, "VolumeSnapshot", source["name"], self.project) or {}
+            detail = "existing project copy %s/%s" % (self.project, source["name"])
+        self.phase("provision", True, self.stage_elapsed(), detail)
+        restore = kinds.status(seeded).get("restoreSize") or st["restore"]
+        size = gate.clone_size(restore, kinds.annotations(seeded).get(gate.CLONE_MIN_SIZE))
+        name = self.names["vs"]
+        self.create(
+            gate.pvc_definition(
+                name,
+                self.project,
+                source["name"],
+                size,
+                st["mode"],
+                p["storage_class"],
+                self.run_id,
+                **self.marks,
+            )
+        )
+        self.create(
+            gate.vm_definition(
+                name, self.project, name, st["memory"], self.run_id, p["vm_annotations"], **self.marks
+            )
+        )
+        return self.done_with("provision")
+
+    def stage_start(self):
+        """Wait for the VMI to run: scheduling and volume restore, no verdict on the image yet."""
+        name = self.names["vs"]
+        try:
+            vmi, done = self.wait(
+                VM,
+                "VirtualMachineInstance",
+                name,
+                gate.vmi_running,
+                kinds.describe_vmi,
+                self.p["wait_timeout"],
+            )
+        except WaitError as exc:
+            vm = self.module.get(VM, "VirtualMachine", name, self.project) or {}
+            printable = kinds.status(vm).get("printableStatus")
+            self.phase("start", False, self.stage_elapsed(), "%s (VM %s)" % (exc.state, printable))
+            raise PipelineError(
+                "the clone never started, so the gate says nothing about the image (VM status %s): %s"
+                % (printable, exc),
+                verdict=gate.INCONCLUSIVE,
+                passed=False,
+            ) from None
+        if not done:
+            return self.pending(self.p["wait_timeout"])
+        self.phase("start", True, self.stage_elapsed(), kinds.describe_vmi(vmi))
+        return self.done_with("start")
+
+    def stage_agent(self):
+        try:
+            _vmi, done = self.wait(
+                VM,
+                "VirtualMachineInstance",
+                self.names["vs"],
+                gate.agent_ready,
+                kinds.describe_vmi,
+                self.p["agent_timeout"],
+            )
+        except (WaitTimeout, WaitFailed) as exc:
+            self.phase("agent", False, self.stage_elapsed(), "guest agent never connected: %s" % exc.state)
+            self.line = str(exc)
+            return self.finish(False, False, str(exc))
+        if not done:
+            return self.pending(self.p["agent_timeout"])
+        self.phase("agent", True, self.stage_elapsed(), "AgentConnected")
+        self.state["probe_attempts"] = 0
+        return self.done_with("agent")
+
+    def stage_port(self):
+        st = self.state
+        port = gate.port_for(self.p["os"], self.p["port"])
+        deadline = st["stage_started"] + self.p["port_timeout"]
+        pending = "port %d to accept a TCP connection" % port
+        while True:
+            vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
+            address = gate.probe_address(self.p["port_probe"], vmi, port) if vmi else None
+            error = "no address yet"
+            if address is None:
+                st["last_state"] = error
+            else:
+                st["probe_attempts"] = st.get("probe_attempts", 0) + 1
+                self.result["probe"] = "%s:%d" % address
+                error = self.probe(address, max(0.5, min(5.0, deadline - self.clock())))
+                if error is not None:
+                    st["last_state"] = "%s:%d: %s" % (address[0], address[1], error)
+            step = gate.port_step(self.clock(), deadline, self.round_end, error)
+            if step == "passed":
+                self.phase("port", True, self.stage_elapsed(), "%s:%d accepted a connection" % address)
+                return self.finish(True, True)
+            if step == "failed":
+                detail = "%s (%d attempts)" % (st["last_state"], st.get("probe_attempts", 0))
+                self.phase("port", False, self.stage_elapsed(), detail)
+                self.line = gate.timeout_message(pending, self.stage_elapsed(), st["last_state"])
+                return self.finish(True, False, self.line)
+            if step == "pending":
+                return self.pending(self.p["port_timeout"], what=pending)
+            now = self.clock()
+            time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+
+    def finish(self, agent_ok, port_ok, why=None):
+        p = self.p
+        verdict = gate.verdict(agent_ok, port_ok)
+        port = gate.port_for(p["os"], p["port"])
+        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"))
+        if why:
+            msg = "%s (%s)" % (msg, why)
+        self.result.update(verdict=verdict, passed=verdict == gate.PASSED, msg=msg)
+        self.state["stage"] = "done"
+        return True
+
+    # --- sweep and cleanup -----------------------------------------------------------------------
+
+    def leftovers(self, selector=None):
+        """Gate objects in the project carrying ``selector`` (default: earlier runs of this candidate)."""
+        selector = selector or gate.sweep_selector(self.candidate_id)
+        found = []
+        for api, kind, _plural, namespaced in gate.CREATED_KINDS:
+            namespace = self.project if namespaced else None
+            found.extend(self.module.list(api, kind, namespace, label_selector=selector))
+        return gate.removal_order(gate.swept(found, self.project))
+
+    def sweep(self):
+        """Remove what earlier runs of this candidate left in the project before this one starts."""
+        old = [gate.ref(o) for o in self.leftovers()]
+        if not old:
+            return
+        left, errors = self.remove_all(old)
+        self.result["swept"] = [o for o in old if o not in left]
+        if left:
+            candidate = "%s/%s" % (self.p["snapshot_namespace"], self.p["snapshot"])
+            raise PipelineError(
+                gate.sweep_refusal(candidate, left, self.project, errors), left_behind=left, **self.result
+            )
+
+    def cleanup(self):
+        """Delete what this run created (and anything else carrying its run label), newest first."""
+        if self.p["keep"]:
+            return gate.kept_report(self.created, self.run_id, self.project)
+        selector = "%s=%s" % (gate.GATE_LABEL, self.run_id)
+        targets = gate.removal_order(list(self.created))
+        try:
+            targets += [o for o in (gate.ref(x) for x in self.leftovers(selector)) if o not in targets]
+        except PipelineError as exc:
+            self.module.warn("could not list the objects of clone gate run %s: %s" % (self.run_id, exc.msg))
+        left, errors = self.remove_all(gate.removal_order(targets))
+        report = gate.left_report(left, errors, self.run_id, self.project)
+        if report is None:
+            return {"kept": False}
+        self.module.warn("clone gate " + report["cleanup_message"])
+        return report
+
+    def remove_all(self, objects):
+        left, errors = [], []
+        for obj in objects:
+            error = self.remove(obj)
+            if error:
+                left.append(obj)
+                errors.append("%s %s: %s" % (obj["kind"], obj["name"], error))
+        return left, errors
+
+    def remove(self, obj):
+        """Delete one object and wait until it is gone (its VM's instance too); None, or why not."""
+        try:
+            self.module.delete(obj["apiVersion"], obj["kind"], obj["name"], obj["namespace"])
+            self.wait_gone(obj)
+            if obj["kind"] == "VirtualMachine":  # its instance goes with it (owner reference)
+                self.wait_gone(dict(obj, kind="VirtualMachineInstance"))
+        except PipelineError as exc:
+            return exc.msg
+        return None
+
+    def wait_gone(self, obj):
+        self.module.wait(
+            obj["apiVersion"],
+            obj["kind"],
+            obj["name"],
+            obj["namespace"],
+            gate.gone,
+            lambda found: "still there" if found else "gone",
+            "%s %s to be deleted" % (obj["kind"], obj["name"]),
+            self.p["cleanup_timeout"],
+            self.p["wait_sleep"],
+        )
