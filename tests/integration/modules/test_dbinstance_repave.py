@@ -13,6 +13,7 @@ import datetime
 import functools
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import tempfile
@@ -432,6 +433,37 @@ def test_fleet_of_fifty_under_max_unavailable_in_order(lab, fleet):
     assert all(items[n]["status"]["appliedSpec"]["imageRevision"] == TIP for n in names)
     assert items["elsewhere"]["status"]["appliedSpec"]["imageRevision"] == OLD
     assert rolled["progress"][-1]["done"] == 50 and rolled["progress"][-1]["percent"] == 100
+
+
+def test_a_roll_out_prints_the_fleet_line_every_round_while_it_runs(lab, fleet, monkeypatch):
+    """A roll-out longer than a round returns every report_every seconds; the action plugin prints each
+    round's fleet line as it comes, and the last round holds the whole result."""
+    monkeypatch.setenv(STEP_ENV, "2")  # a repave takes eight seconds: rounds see it at its steps
+    names = ["live-%d" % i for i in range(3)]
+    for name in names:
+        fleet.create(name, labels={"fleet": "live"})
+    fleet.settle(names)
+    lab.clear_audit()
+    args = fleet.args(state="repaved", label_selector="fleet=live", max_unavailable=1, report_every=1)
+    run = run_playbook(play(task("roll", **args)), env=lab.env(), timeout=300)
+    assert run.ok, run.log
+    rolled = run["roll"]
+    assert rolled["rounds"] >= 3, rolled["lines"]
+    assert len(rolled["lines"]) == rolled["rounds"]
+    for line in rolled["lines"][:-1]:
+        assert re.match(r"fleet: \d/3 repaved \(\d+%\), \d repaving.*; elapsed \d+s$", line), line
+        assert line in run.log  # printed as it came, not only returned
+    assert any("repaving (live-" in line and "Repaving" in line for line in rolled["lines"]), rolled["lines"]
+    assert rolled["lines"][-1].startswith("fleet: 3/3 repaved (100%), 0 repaving, 0 failed, 0 not started")
+    elapsed = [int(line.rsplit("elapsed ", 1)[1][:-1]) for line in rolled["lines"]]
+    assert elapsed == sorted(elapsed) and elapsed[-1] > elapsed[0]
+    # The whole result, as one call gave it: the first round's plan, every instance, each triggered once.
+    assert rolled["done"] is True and "resume" not in rolled
+    assert rolled["batches"] == [[n] for n in names] and rolled["resumes"] == []
+    assert {e["name"]: e["result"] for e in rolled["instances"]} == {n: "repaved" for n in names}
+    assert all(fleet.repaves(n) == 1 for n in names) and most_repaving_at_once(fleet.history()) <= 1
+    assert sorted(w["name"] for w in fleet.writes()) == names
+    assert rolled["progress"][-1]["done"] == 3 and rolled["progress"][-1]["percent"] == 100
 
 
 def start_playbook(plays, env, workdir):
