@@ -62,3 +62,13 @@ attributes:
   idempotent:
     support: full
 """
+
+    # Modules that work in rounds: the action plugin of the same name calls them again and prints a line.
+    ROUNDS = r"""
+options: {}
+attributes:
+  action:
+    description: An action plugin of the same name runs on the controller around the module.
+    support: full
+    details: The action plugin calls the module round after round and prints each round's line as it comes.
+"""

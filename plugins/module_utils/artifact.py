@@ -105,3 +105,41 @@ def report(name, size, compression):
             size["virtual_bytes"],
         )
     )
+
+
+def manifest_name(artifact):
+    """The manifest file written beside an artifact: ``<name>.qcow2`` -> ``<name>.manifest.json``."""
+    name = str(artifact or "")
+    if name.endswith(".qcow2"):
+        name = name[: -len(".qcow2")]
+    if not name:
+        raise Refusal("artifact %r" % (artifact,), "it names no file", "give the artifact's file name")
+    return name + ".manifest.json"
+
+
+def pg_manifest(requested, build=None):
+    """The manifest's ``pg_versions``: each requested major with the minor and package version the build
+    installed (``build``: the build manifest written inside the VM, ``{"postgresql": {major: {minor,
+    package_version}}}``; empty when there is none, and the majors are then listed without minors).
+
+    A build manifest that lacks a requested major is refused: the artifact does not carry it.
+    """
+    majors = [str(m) for m in requested or ()]
+    found = {}
+    if build:
+        found = build.get("postgresql") or {}
+        missing = [m for m in majors if m not in found]
+        if missing:
+            raise Refusal(
+                "the build manifest",
+                "it lists PostgreSQL %s but %s were requested" % (sorted(found), missing),
+                "build again with every requested major, or request only the majors the build installs",
+            )
+    return [
+        {
+            "major": major,
+            "minor": (found.get(major) or {}).get("minor"),
+            "package_version": (found.get(major) or {}).get("package_version"),
+        }
+        for major in majors
+    ]

@@ -269,12 +269,9 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.attributes.rounds
   - goldenimage.pipeline.catalog
 attributes:
-  action:
-    description: An action plugin of the same name runs on the controller around the module.
-    support: full
-    details: The action plugin calls the module round after round and prints each round's line as it comes.
   check_mode:
     support: full
     details:

@@ -12,7 +12,28 @@ spec = importlib.util.spec_from_file_location("role_options", ROOT / "tools" / "
 role_options = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(role_options)
 
-ROLES = ["linux_golden", "packer_build", "windows_bake", "windows_export"]
+# Every role whose README carries the generated table is checked; these must carry it.
+REQUIRED = [
+    "linux_golden",
+    "microvm_images",
+    "packer_build",
+    "windows_bake",
+    "windows_export",
+    "worker_image",
+]
+ROLES = sorted(
+    path.parent.parent.name
+    for path in (ROOT / "roles").glob("*/meta/argument_specs.yml")
+    if role_options.BEGIN in (path.parent.parent / "README.md").read_text()
+)
+
+
+@pytest.mark.parametrize("role", REQUIRED)
+def test_the_role_has_the_generated_option_table(role):
+    assert role in ROLES, "%s: README.md has no option table; run tools/role_options.py --write %s" % (
+        role,
+        role,
+    )
 
 
 @pytest.mark.parametrize("role", ROLES)

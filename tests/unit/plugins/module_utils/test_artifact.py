@@ -40,3 +40,41 @@ def test_sizes_and_checksum_files():
     assert artifact.recorded_digest(line, "x.qcow2") == "ab" * 32
     assert artifact.recorded_digest(line, "y.qcow2") is None
     assert "after zstd compression (saved 700 bytes, 70.0%)" in artifact.report("x.qcow2", size, "zstd")
+
+
+def test_the_manifest_is_named_after_the_artifact():
+    assert artifact.manifest_name("ubuntu-2404-postgres-v20261201-2404.qcow2") == (
+        "ubuntu-2404-postgres-v20261201-2404.manifest.json"
+    )
+    assert artifact.manifest_name("disk") == "disk.manifest.json"
+    # Only the suffix goes: a name that holds "qcow2" elsewhere keeps it.
+    assert artifact.manifest_name("a.qcow2.qcow2") == "a.qcow2.manifest.json"
+    with pytest.raises(Refusal, match="it names no file"):
+        artifact.manifest_name(".qcow2")
+
+
+def test_the_manifest_lists_each_requested_major_with_what_the_build_installed():
+    build = {"postgresql": {"16": {"minor": "16.6", "package_version": "16.6-1"}, "17": {"minor": "17.2"}}}
+    assert artifact.pg_manifest(["17", "16"], build) == [
+        {"major": "17", "minor": "17.2", "package_version": None},
+        {"major": "16", "minor": "16.6", "package_version": "16.6-1"},
+    ]
+    # Without a build manifest the majors are listed without minors.
+    assert artifact.pg_manifest(["16"], {}) == [{"major": "16", "minor": None, "package_version": None}]
+    assert artifact.pg_manifest([16], None) == [{"major": "16", "minor": None, "package_version": None}]
+
+
+@pytest.mark.parametrize(
+    "build, words",
+    [
+        (
+            {"postgresql": {"15": {"minor": "15.10"}}},
+            "it lists PostgreSQL ['15'] but ['16', '17'] were requested",
+        ),
+        ({"kernel": "6.1"}, "it lists PostgreSQL [] but ['16', '17'] were requested"),
+    ],
+)
+def test_a_build_that_lacks_a_requested_major_is_refused(build, words):
+    with pytest.raises(Refusal) as refused:
+        artifact.pg_manifest(["16", "17"], build)
+    assert refused.value.msg.startswith("the build manifest: " + words)

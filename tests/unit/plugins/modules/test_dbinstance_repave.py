@@ -375,7 +375,8 @@ def test_a_round_that_times_out_names_the_step_it_is_stuck_at():
         in_rounds(driver, max_unavailable=1, wait_timeout=3, wait_sleep=0.2, report_every=1)
     msg = halted.value.result["msg"]
     assert re.search(
-        r"a \(target v20260815\): phase Repaving, waiting for the VM to stop; stuck: no progress for [23]s at step StoppingVM",
+        r"a \(target v20260815\): phase Repaving, waiting for the VM to stop; "
+        r"stuck: no progress for [23]s at step StoppingVM",
         msg,
     ), msg
     assert msg.endswith("; not started: b")
