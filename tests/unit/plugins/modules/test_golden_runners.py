@@ -576,3 +576,28 @@ def test_clone_gate_timeout_names_what_was_pending():
     assert "last observed: no VirtualMachineInstance yet" in result["msg"]
     # What the run created was removed, as on every end.
     assert ("delete", "VirtualMachine", "acme", "gate-r2") in kube.writes
+
+
+def test_clone_gate_sends_a_failed_request_once_the_adapter_owns_the_retries():
+    """The Kubernetes adapter retried and gave up: the gate adds no retry loop of its own, and what it
+    tried to create (recorded before the request: the reply may have been lost) is still removed."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
+
+    class Unavailable(SlowKube):
+        def create(self, definition):
+            self.writes.append(("create",) + self._key(definition))
+            if definition["kind"] == "VirtualMachine":
+                error = KubeError("create VirtualMachine acme/gate-r3: ServiceUnavailable (503)", status=503)
+                error.cause = error  # as the adapter gives up on a 503: the cause is transient
+                raise error
+            return super().create(definition)
+
+    params = gate_params(project_namespace="acme", snapshot_namespace=FS)
+    kube = Unavailable(params, [golden("g1"), content("c-g1", "h1"), PROJECT] + seeded_copy())
+    with pytest.raises(PipelineError, match=r"ServiceUnavailable \(503\)") as failed:
+        clone_gate.Gate(kube, run_id="r3", clock=lambda: 1000.0).run()
+    assert [w for w in kube.writes if w[:2] == ("create", "VirtualMachine")] == [
+        ("create", "VirtualMachine", "acme", "gate-r3")
+    ]
+    assert ("delete", "VirtualMachine", "acme", "gate-r3") in kube.writes
+    assert failed.value.result["kept"] is False
