@@ -453,7 +453,9 @@ def test_a_roll_out_prints_the_fleet_line_every_round_while_it_runs(lab, fleet, 
     for line in rolled["lines"][:-1]:
         assert re.match(r"fleet: \d/3 repaved \(\d+%\), \d repaving.*; elapsed \d+s$", line), line
         assert line in run.log  # printed as it came, not only returned
-    assert any("repaving (live-" in line and "Repaving" in line for line in rolled["lines"]), rolled["lines"]
+    # Each round names what is repaving, with its phase (and step, once the operator reports one).
+    busy = [line for line in rolled["lines"][:-1] if re.search(r"1 repaving \(live-\d: \w+", line)]
+    assert busy == rolled["lines"][:-1], rolled["lines"]
     assert rolled["lines"][-1].startswith("fleet: 3/3 repaved (100%), 0 repaving, 0 failed, 0 not started")
     elapsed = [int(line.rsplit("elapsed ", 1)[1][:-1]) for line in rolled["lines"]]
     assert elapsed == sorted(elapsed) and elapsed[-1] > elapsed[0]
