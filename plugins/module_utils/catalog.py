@@ -275,11 +275,8 @@ def set_stream(doc, os_version, tip=None, validated=None, default=None, imported
     if validated is not None:
         entry["validated"] = bool(validated)
     is_default = doc["default_stream"] == stream
-    if default is True and not entry["validated"]:
-        raise CatalogError(
-            "stream %s (tip %s) is not validated and cannot become the default OS stream; test it and set "
-            "validated: true first" % (stream, entry["tip"])
-        )
+    if default is True:
+        _require_validated(stream, entry)
     if default is False and is_default:
         raise CatalogError(
             "stream %s is the default OS stream; make another validated stream the default instead" % stream
@@ -295,6 +292,37 @@ def set_stream(doc, os_version, tip=None, validated=None, default=None, imported
         doc["default_stream"] = stream
     changed = before != entry or (default is True and not is_default)
     return doc, changed
+
+
+def _require_validated(stream, entry):
+    if not entry["validated"]:
+        raise CatalogError(
+            "stream %s (tip %s) is not validated and cannot become the default OS stream; test it and set "
+            "validated: true first" % (stream, entry["tip"])
+        )
+
+
+def default_candidate(doc, os_version):
+    """``(stream, tip)`` of a stream that may be the default OS stream, the one new databases get.
+
+    The one gate for a default, whoever records it (the catalog's ``default_stream``, the operator's
+    environment): the stream is in the catalog with a registered tip, and that tip is validated.
+    """
+    doc = normalize(doc)
+    stream = revision.validate_stream(os_version)
+    entry = doc["streams"].get(stream)
+    if entry is None or not entry.get("tip"):
+        raise CatalogError(
+            "stream %s has no tip in the catalog and cannot become the default OS stream; put a tested "
+            "revision at its tip with goldenimage.pipeline.baked_image_stream first" % stream
+        )
+    if entry["tip"] not in doc["images"]:
+        raise CatalogError(
+            "stream %s: its tip %s is not a registered revision and cannot become the default OS stream; "
+            "register it with goldenimage.pipeline.baked_image first" % (stream, entry["tip"])
+        )
+    _require_validated(stream, entry)
+    return stream, entry["tip"]
 
 
 def _check_tip(doc, stream, tip, imported, missing=False):

@@ -9,11 +9,13 @@ import uuid
 
 import pytest
 
+from tests.integration.modules.test_dbinstance_operator_env import nodes
 from tests.integration.modules.test_dbinstance_repave import operator_settings
 from tests.lab.s3 import s3_client
 
-# A fixture the AWX template tests share with the repave tests.
-__all__ = ["operator_settings"]
+# Fixtures the AWX template tests share with the repave tests, and the publish playbook's tests with the
+# operator env tests (schedulable and unschedulable Nodes).
+__all__ = ["nodes", "operator_settings"]
 
 
 @pytest.fixture(scope="module")

@@ -49,6 +49,8 @@ BUILTIN_TYPES = [
     _rt("", "v1", "ServiceAccount", "serviceaccounts", True, ["sa"]),
     _rt("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ["sc"]),
     _rt("batch", "v1", "Job", "jobs", True, (), ["status"]),
+    _rt("apps", "v1", "Deployment", "deployments", True, ["deploy"], ["status"]),
+    _rt("", "v1", "Node", "nodes", False, ["no"], ["status"]),
     _rt(
         "apiextensions.k8s.io",
         "v1",

@@ -31,6 +31,7 @@ STEP_TASKS = {
     "seal": "Verify offline that the artifact is sealed, before anything is uploaded or registered",
     "upload": "Register the revision with Harvester and record it in the catalog",
     "stream": "Move the tip of the stream to the revision",
+    "operator": "Point the DBInstance operator at the default stream and wait for its rollout",
     "summary": "Summarise what changed",
 }
 EOL_TASK = STEP_TASKS["eol"]
@@ -82,6 +83,12 @@ def publish(lab, extra, *args):
 
 def changed_tasks(run):
     return [entry["task"] for entry in run.tasks if entry["changed"]]
+
+
+def line_of(summary, prefix):
+    found = [line for line in summary if line.startswith(prefix)]
+    assert len(found) == 1, (prefix, summary)
+    return found[0]
 
 
 def catalog_of(kube_client, namespace):
@@ -155,9 +162,10 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
         assert doc["streams"] == {"22.04": {"tip": REVISION, "validated": False}}
         summary = first["Summarise what changed"]["msg"]
         assert any(line.startswith("bucket: s3://") and line.endswith(" bytes") for line in summary), summary
-        assert summary[-1].startswith("stream 22.04: moved or updated, tip v20261129, validated False"), (
-            summary
-        )
+        assert line_of(summary, "stream 22.04: ").startswith(
+            "stream 22.04: moved or updated, tip v20261129, validated False"
+        ), summary
+        assert line_of(summary, "operator: ") == "operator: not configured (publish_operator)", summary
 
         # The second run, a check-mode run and each step alone, at once: none may change anything.
         if lab.is_lab:
@@ -177,8 +185,12 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
             assert task in ran, (tag, ran)
             others = [t for other, t in STEP_TASKS.items() if other != tag and t in ran]
             # The upload step hashes the artifact when the play did not (here, with --tags upload alone),
-            # and verifies the seal first.
-            alone = [STEP_TASKS["checksums"], STEP_TASKS["seal"]] if tag == "upload" else []
+            # and verifies the seal first. The operator follows a stream promotion: --tags stream runs it too.
+            alone = {
+                "upload": [STEP_TASKS["checksums"], STEP_TASKS["seal"]],
+                "stream": [STEP_TASKS["operator"]],
+            }
+            alone = alone.get(tag, [])
             assert others in ([], alone), (tag, others)
         if lab.is_lab:
             writes = [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace]
@@ -203,7 +215,7 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
         doc = catalog_of(kube_client, kube_namespace)
         assert doc["streams"]["22.04"] == {"tip": REVISION, "validated": True}
         assert doc["images"]["v20261130"]["imported"] is True
-        held = later["Summarise what changed"]["msg"][-1]
+        held = line_of(later["Summarise what changed"]["msg"], "stream 22.04: ")
         assert held.startswith("stream 22.04: tip held at v20261129") and "publish_validated=true" in held, (
             held
         )
@@ -349,3 +361,118 @@ def test_an_unsealed_artifact_is_refused_before_anything_is_written(
         assert images["items"] == []
     finally:
         empty_bucket(s3, bucket)
+
+
+OPERATOR_TASK = STEP_TASKS["operator"]
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("idempotence")
+def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
+    lab, kube_client, kube_namespace, nodes, tmp_path
+):
+    """The seed's flip: the 24.04 stream is published, refused as the default while not validated (the
+    operator untouched), then signed off and made the default: BACKING_IMAGE_OS_VERSION follows, and
+    BACKING_IMAGE_REPLICAS takes the schedulable node count, after the rollout. Again: nothing."""
+    from kubernetes import client
+
+    from tests.integration.modules.test_dbinstance_operator_env import imported_images, operator_deployment
+
+    core, apps = client.CoreV1Api(kube_client), client.AppsV1Api(kube_client)
+    images = imported_images(("v20261129", "22.04"), ("v20261201-2404", "24.04"))
+    text = yaml.safe_dump(
+        {
+            "version": 1,
+            "default_stream": "22.04",
+            "streams": {"22.04": {"tip": "v20261129", "validated": True}},
+            "images": images,
+        }
+    )
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": text}}
+    )
+    env = [{"name": "BACKING_IMAGE_OS_VERSION", "value": "22.04"}]
+    apps.create_namespaced_deployment(kube_namespace, operator_deployment("dbinstance-operator", env))
+    extra = {
+        "publish_os_version": "24.04",
+        "publish_build_date": "20261201",
+        "publish_catalog": {"namespace": kube_namespace, "name": "catalog"},
+        "publish_operator": {"namespace": kube_namespace, "name": "dbinstance-operator"},
+        "publish_operator_replicas_from_nodes": True,
+        "publish_operator_timeout": 60,
+    }
+
+    def operator_env():
+        obj = apps.read_namespaced_deployment("dbinstance-operator", kube_namespace)
+        return {e.name: e.value for e in obj.spec.template.spec.containers[0].env}
+
+    # The default on a stream not validated: the stream step refuses, the operator step never runs.
+    lab.clear_audit()
+    refused = publish(lab, dict(extra, publish_default_stream=True), "--tags", "stream")
+    assert not refused.ok
+    assert "24.04 (tip v20261201-2404) is not validated and cannot become the default" in refused.log
+    assert operator_env() == {"BACKING_IMAGE_OS_VERSION": "22.04"}
+    assert [r for r in lab.mutating_requests() if r["resource"] == "deployments"] == []
+
+    # Published, not the default: the operator is only reported on (the replica count drifts).
+    moved = publish(lab, extra, "--tags", "stream,summary")
+    assert moved.ok, moved.log
+    line = line_of(moved["Summarise what changed"]["msg"], "operator: ")
+    assert "BACKING_IMAGE_OS_VERSION 22.04" in line and "BACKING_IMAGE_REPLICAS 3" in line, line
+    assert line.endswith("no drift"), line
+
+    # Signed off and made the default: the env follows after the rollout.
+    signed = dict(extra, publish_validated=True, publish_default_stream=True)
+    flipped = publish(lab, signed, "--tags", "stream,summary")
+    assert flipped.ok, flipped.log
+    assert OPERATOR_TASK in changed_tasks(flipped), changed_tasks(flipped)
+    result = flipped[OPERATOR_TASK]
+    assert result["done"] is True and result["drift"] == [], result
+    assert operator_env() == {"BACKING_IMAGE_OS_VERSION": "24.04", "BACKING_IMAGE_REPLICAS": "3"}
+    assert catalog_of(kube_client, kube_namespace)["default_stream"] == "24.04"
+    line = line_of(flipped["Summarise what changed"]["msg"], "operator: ")
+    assert "updated and rolled out, BACKING_IMAGE_OS_VERSION 24.04" in line and line.endswith("no drift"), (
+        line
+    )
+
+    lab.clear_audit()
+    again = publish(lab, signed, "--tags", "stream,operator,summary")
+    assert again.ok, again.log
+    assert changed_tasks(again) == [], changed_tasks(again)
+    assert lab.mutating_requests() == []
+
+    # The drift report of the repave playbook names the operator's env against the catalog.
+    apps.patch_namespaced_deployment(
+        "dbinstance-operator",
+        kube_namespace,
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            operator_deployment("x", env)["spec"]["template"]["spec"]["containers"][0]
+                        ]
+                    }
+                }
+            }
+        },
+    )
+    report = run_playbook(
+        ROOT / "playbooks" / "repave_dbinstances.yml",
+        env=lab.env(),
+        extra_vars={
+            "repave_namespace": kube_namespace,
+            "repave_catalog": {"namespace": kube_namespace, "name": "catalog"},
+            "repave_operator": {"namespace": kube_namespace, "name": "dbinstance-operator"},
+            "repave_report_only": True,
+        },
+    )
+    assert report.ok, report.log
+    shown = report["Show the operator's drift"]["msg"]
+    assert shown[0].startswith(
+        "operator %s/dbinstance-operator: BACKING_IMAGE_OS_VERSION=22.04" % kube_namespace
+    ), shown
+    assert any(
+        "BACKING_IMAGE_OS_VERSION is 22.04 but the catalog's default OS stream is 24.04" in s for s in shown
+    ), shown
+    assert len(shown) == 2, shown  # the replica count still matches the 3 schedulable nodes

@@ -33,6 +33,7 @@ CONTROLLER_MODULES = (
     "kubevirt",
     "dbinstance",
     "authz",
+    "deployments",
 )
 CONFLICT_RETRY_SECONDS = 0.05
 EVENT_BATCH_SECONDS = 0.05  # longest a runner takes watch events before it reconciles what is due

@@ -1,0 +1,353 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: dbinstance_operator_env
+short_description: Set the DBInstance operator's default OS stream and replica count, wait for the rollout
+version_added: 0.1.0
+description:
+  - The DBInstance operator reads the default OS stream new databases get from its C(BACKING_IMAGE_OS_VERSION)
+    environment variable and the backing image replica count from C(BACKING_IMAGE_REPLICAS). Both live in the
+    env of the container of its Deployment; flipping one is an env change and a rolling restart.
+  - O(os_version) sets C(BACKING_IMAGE_OS_VERSION). The stream must pass the catalog's gate for a default
+    OS stream, the one M(goldenimage.pipeline.baked_image_stream) applies to the catalog's C(default_stream),
+    in the catalog, with a registered tip, validated. Anything else is refused, naming the stream, before the
+    Deployment is written.
+  - O(replicas) sets C(BACKING_IMAGE_REPLICAS); O(replicas_from_nodes=true) sets it to the number of
+    schedulable Nodes (not cordoned, C(Ready=True), no C(NoSchedule) or C(NoExecute) taint).
+  - An env var read from C(valueFrom) is refused (the value written would not be the one the operator reads).
+  - Every run reports C(drift) between the env and the records it should follow, whether or not anything is
+    set, C(BACKING_IMAGE_OS_VERSION) against the catalog's default stream (with O(catalog)), and
+    C(BACKING_IMAGE_REPLICAS) against the schedulable Node count (when Nodes can be listed).
+  - The env is written with a merge patch guarded by the Deployment's C(resourceVersion); the task then waits
+    for the rollout (C(observedGeneration) caught up, every replica updated and available), printing a line
+    at least every O(report_every) seconds. A rollout still under way from an earlier run is waited for too.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  name:
+    description: Name of the operator's Deployment.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the operator's Deployment.
+    type: str
+    required: true
+  container:
+    description: The operator's container in the Deployment. Needed only when the pod has more than one.
+    type: str
+  os_version:
+    description:
+      - The OS stream to set C(BACKING_IMAGE_OS_VERSION) to, for example C("24.04"). Requires O(catalog).
+      - Give it as a quoted string; an unquoted YAML number (C(24.10) reads as C(24.1)) is refused.
+    type: raw
+  replicas:
+    description: The backing image replica count to set C(BACKING_IMAGE_REPLICAS) to, at least 1.
+    type: int
+  replicas_from_nodes:
+    description: Set C(BACKING_IMAGE_REPLICAS) to the number of schedulable Nodes. Exclusive with O(replicas).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.catalog
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.wait_rounds
+attributes:
+  check_mode:
+    support: full
+    details: Predicts the env change and the drift; writes nothing and waits for nothing.
+  diff_mode:
+    support: full
+    details: The diff is the operator container's env before and after.
+  idempotent:
+    support: full
+notes:
+  - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - Listing Nodes needs cluster-wide C(list nodes); without it O(replicas_from_nodes) is refused and the
+    replica drift is not reported.
+seealso:
+  - module: goldenimage.pipeline.baked_image_stream
+"""
+
+EXAMPLES = r"""
+- name: After 24.04 is validated and the catalog's default, point the operator at it and wait for the rollout
+  goldenimage.pipeline.dbinstance_operator_env:
+    namespace: dbaas-system
+    name: dbinstance-operator
+    os_version: "24.04"
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+
+- name: One backing image copy per schedulable node
+  goldenimage.pipeline.dbinstance_operator_env:
+    namespace: dbaas-system
+    name: dbinstance-operator
+    replicas_from_nodes: true
+
+- name: Only report drift (sets nothing, waits for a rollout only if one is under way)
+  goldenimage.pipeline.dbinstance_operator_env:
+    namespace: dbaas-system
+    name: dbinstance-operator
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+  register: operator_env
+
+- name: Say what drifted
+  ansible.builtin.debug:
+    msg: "{{ operator_env.drift | map(attribute='message') | list }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the env was (or, in check mode, would be) changed.
+  returned: always
+  type: bool
+env:
+  description: C(BACKING_IMAGE_OS_VERSION) and C(BACKING_IMAGE_REPLICAS) after the task (null when unset).
+  returned: success
+  type: dict
+  sample: {BACKING_IMAGE_OS_VERSION: "24.04", BACKING_IMAGE_REPLICAS: "4"}
+container:
+  description: The operator's container.
+  returned: success
+  type: str
+  sample: manager
+catalog_default_stream:
+  description: The catalog's default OS stream (with O(catalog)).
+  returned: success
+  type: str
+  sample: "24.04"
+schedulable_nodes:
+  description: Names of the schedulable Nodes; null when Nodes cannot be listed.
+  returned: success
+  type: list
+  elements: str
+drift:
+  description:
+    - Each disagreement between the env and its record, with the supported C(move). Empty when none.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - what: BACKING_IMAGE_OS_VERSION
+      operator: "22.04"
+      expected: "24.04"
+      message: BACKING_IMAGE_OS_VERSION is 22.04 but the catalog's default OS stream is 24.04
+      move: set it with goldenimage.pipeline.dbinstance_operator_env os_version, ...
+done:
+  description: Whether the rollout is complete.
+  returned: success
+  type: bool
+rollout:
+  description: Generation, observed generation and replica counts of the Deployment after the task.
+  returned: success
+  type: dict
+  sample: {generation: 3, observed: 3, wanted: 2, replicas: 2, updated: 2, ready: 2, available: 2}
+line:
+  description: The progress line of the last round (also printed by the action plugin).
+  returned: always
+  type: str
+  sample: "Deployment dbaas/dbinstance-operator rollout: 1 of 2 replicas updated, 1 ready, 1 available (4s)"
+lines:
+  description: Every line printed while the task waited, one per round.
+  returned: always
+  type: list
+  elements: str
+resume:
+  description: What the next round needs to continue the wait (used by the action plugin).
+  returned: when the wait is not over
+  type: dict
+duration:
+  description: Seconds waited so far.
+  returned: always
+  type: float
+diff:
+  description: The operator container's env before and after, with C(--diff).
+  returned: when diff mode is on and the env changes
+  type: dict
+"""
+
+import copy
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, operator_env
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+    CatalogStore,
+    catalog_options,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
+
+
+API = "apps/v1"
+KIND = "Deployment"
+VARS = (operator_env.OS_ENV, operator_env.REPLICAS_ENV)
+
+
+def argument_spec():
+    return rounds_.object_arg_spec(
+        container=dict(type="str"),
+        os_version=dict(type="raw"),
+        replicas=dict(type="int"),
+        replicas_from_nodes=dict(type="bool", default=False),
+        catalog=catalog_options(),
+    )
+
+
+class OperatorEnv(object):
+    """One round: set the env (first round), report drift, wait for the rollout until the round is over."""
+
+    def __init__(self, module, clock=time.time, sleeper=time.sleep):
+        self.module = module
+        self.p = module.params
+        self.clock = clock
+        self.sleeper = sleeper
+        self.ref = operator_env.where(self.p["namespace"], self.p["name"])
+
+    def checked(self):
+        p = self.p
+        rounds = rounds_.from_params(p, self.clock())
+        stream = inputs.version_string(p["os_version"], "os_version") if p["os_version"] is not None else None
+        if stream is not None and not p["catalog"]:
+            raise Refusal(
+                self.ref,
+                "os_version %s is given without a catalog" % stream,
+                "give catalog, the record whose validated streams it may point at",
+            )
+        if p["replicas"] is not None and p["replicas_from_nodes"]:
+            raise Refusal(self.ref, "replicas and replicas_from_nodes are both given", "give one of them")
+        if p["replicas"] is not None:
+            operator_env.replicas_wanted(p["replicas"])
+        return rounds, stream
+
+    def read(self):
+        return self.module.get(API, KIND, self.p["name"], self.p["namespace"])
+
+    def nodes(self):
+        try:
+            return operator_env.schedulable_nodes(self.module.list("v1", "Node"))
+        except KubeError as exc:
+            if self.p["replicas_from_nodes"]:
+                raise
+            self.module.warn("cannot list Nodes (%s): the replica drift is not reported" % exc.msg)
+            return None
+
+    def run(self):
+        p = self.p
+        rounds, stream = self.checked()
+        before = self.read()
+        if before is None:
+            raise Refusal(
+                self.ref, "it does not exist", "give the namespace and name of the operator's Deployment"
+            )
+        container = operator_env.pick_container(before, p["container"])
+        doc = CatalogStore(self.module, p["catalog"]).read() if p["catalog"] else None
+        nodes = self.nodes()
+        changes = {}
+        if stream is not None:
+            operator_env.check_settable(before, container, operator_env.OS_ENV)
+            changes[operator_env.OS_ENV] = operator_env.stream_for_env(doc, before, container, stream)
+        if p["replicas"] is not None or p["replicas_from_nodes"]:
+            operator_env.check_settable(before, container, operator_env.REPLICAS_ENV)
+            if p["replicas_from_nodes"] and not nodes:
+                raise Refusal(
+                    self.ref,
+                    "replicas_from_nodes found no schedulable Node (none Ready, uncordoned and untainted)",
+                    "give replicas explicitly",
+                )
+            count = len(nodes) if p["replicas_from_nodes"] else p["replicas"]
+            changes[operator_env.REPLICAS_ENV] = str(count)
+        patch = operator_env.env_patch(before, container, changes)
+        after, changed = before, False
+        if patch is not None:
+            after, changed = self.module.patch(API, KIND, p["name"], p["namespace"], patch, before=before)
+        env = {var: operator_env.env_value(after, container, var)[0] for var in VARS}
+        result = {
+            "changed": changed,
+            "container": container,
+            "env": env,
+            "catalog_default_stream": doc["default_stream"] if doc else None,
+            "schedulable_nodes": nodes,
+            "drift": operator_env.drift(
+                env[operator_env.OS_ENV],
+                doc["default_stream"] if doc else None,
+                env[operator_env.REPLICAS_ENV],
+                len(nodes) if nodes is not None else None,
+            ),
+        }
+        if self.module._diff and changed:
+            result["diff"] = {
+                "before": {var: operator_env.env_value(before, container, var)[0] for var in VARS},
+                "after": copy.deepcopy(env),
+            }
+        if self.module.check_mode or not p["wait"]:
+            return self.finish(result, after, rounds, operator_env.rollout_verdict(after)[0])
+        return self.wait(result, after, rounds, changes)
+
+    def wait(self, result, obj, rounds, changes):
+        what = ", ".join("%s=%s" % kv for kv in sorted(changes.items())) or "its current template"
+        first = True
+        while True:
+            now = self.clock()
+            if not first:
+                obj = self.read()
+            done, failure = operator_env.rollout_verdict(obj)
+            state = operator_env.rollout_state(obj)
+            news = rounds.see(state, now) and rounds.changed_at is not None
+            if failure:
+                raise PipelineError(
+                    "%s: the rollout of %s failed: %s; last observed: %s" % (self.ref, what, failure, state),
+                    **self.fields(result, obj, rounds, now),
+                )
+            if done or (news and not first and not rounds.expired(now)):
+                return self.finish(result, obj, rounds, done)
+            first = False
+            if rounds.expired(now):
+                stuck, words = rounds.verdict(now)
+                raise PipelineError(
+                    "%s: timed out after %ds waiting for the rollout of %s (%s); still pending: every "
+                    "replica updated and available; last observed: %s"
+                    % (self.ref, self.p["wait_timeout"], what, words, state),
+                    stuck=stuck,
+                    **self.fields(result, obj, rounds, now),
+                )
+            if rounds.over(now):
+                return self.finish(result, obj, rounds, False)
+            self.sleeper(rounds.pause(self.p["wait_sleep"], now))
+
+    def fields(self, result, obj, rounds, now):
+        out = dict(result)
+        out.update(
+            rollout=operator_env.rollout(obj) if obj else None,
+            line="%s rollout: %s (%ds)"
+            % (self.ref, operator_env.rollout_state(obj), int(rounds.elapsed(now))),
+            duration=round(rounds.elapsed(now), 3),
+        )
+        return out
+
+    def finish(self, result, obj, rounds, done):
+        out = self.fields(result, obj, rounds, self.clock())
+        out["done"] = done
+        if not done and not self.module.check_mode and self.p["wait"]:
+            out["resume"] = rounds.resume()
+        return out
+
+
+def main():
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run_module(module, lambda: OperatorEnv(module).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, operator_env
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+OS, REP = operator_env.OS_ENV, operator_env.REPLICAS_ENV
+
+
+def doc():
+    d = catalog.empty()
+    for name, stream in (("v20260615", "22.04"), ("v20261201-2404", "24.04")):
+        d, _ = catalog.register_image(
+            d, name, stream, ["16", "17"], "a" * 128, "s3://m/" + name, imported=True
+        )
+    d, _ = catalog.set_stream(d, "22.04", tip="v20260615", validated=True, default=True)
+    d, _ = catalog.set_stream(d, "24.04", tip="v20261201-2404")
+    return d
+
+
+def deployment(env=None, containers=None, generation=3, status=None, replicas=2):
+    containers = containers or [{"name": "manager", "image": "op:1", "env": env or []}]
+    return {
+        "metadata": {"namespace": "dbaas", "name": "op", "generation": generation, "resourceVersion": "7"},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": containers}}},
+        "status": status or {},
+    }
+
+
+def node(name, ready="True", unschedulable=False, taints=()):
+    return {
+        "metadata": {"name": name},
+        "spec": {"unschedulable": unschedulable, "taints": list(taints)},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def test_the_env_points_only_at_a_stream_the_catalogs_default_gate_accepts():
+    dep = deployment([{"name": OS, "value": "22.04"}])
+    assert operator_env.stream_for_env(doc(), dep, "manager", "22.04") == "22.04"
+    with pytest.raises(PipelineError) as err:
+        operator_env.stream_for_env(doc(), dep, "manager", "24.04")
+    msg = err.value.msg
+    assert msg.startswith(
+        "Deployment dbaas/op container manager env BACKING_IMAGE_OS_VERSION: refused to point"
+    )
+    # The same words baked_image_stream says for default: true on that stream: one rule.
+    with pytest.raises(catalog.CatalogError) as same:
+        catalog.set_stream(doc(), "24.04", default=True)
+    assert same.value.msg in msg
+    assert err.value.result["refused"] is True and err.value.result["stream"] == "24.04"
+    with pytest.raises(PipelineError, match=r"stream 26\.04 has no tip in the catalog"):
+        operator_env.stream_for_env(doc(), dep, "manager", "26.04")
+
+
+def test_container_choice_and_value_from():
+    two = deployment(containers=[{"name": "manager"}, {"name": "proxy"}])
+    with pytest.raises(
+        PipelineError, match=r"has 2 containers \(manager, proxy\).*give the operator's container"
+    ):
+        operator_env.pick_container(two)
+    assert operator_env.pick_container(two, "proxy") == "proxy"
+    with pytest.raises(PipelineError, match="it has no container x"):
+        operator_env.pick_container(two, "x")
+    ref = deployment([{"name": REP, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}])
+    assert operator_env.env_value(ref, "manager", REP) == (None, True)
+    with pytest.raises(PipelineError, match="read from valueFrom"):
+        operator_env.check_settable(ref, "manager", REP)
+    operator_env.check_settable(ref, "manager", OS)
+
+
+def test_env_patch_sends_every_container_guarded_and_nothing_when_in_place():
+    dep = deployment(
+        containers=[
+            {"name": "manager", "env": [{"name": OS, "value": "22.04"}, {"name": "X", "value": "1"}]},
+            {"name": "proxy", "env": [{"name": OS, "value": "keep"}]},
+        ]
+    )
+    assert operator_env.env_patch(dep, "manager", {OS: "22.04"}) is None
+    patch = operator_env.env_patch(dep, "manager", {OS: "24.04", REP: "4"})
+    assert patch["metadata"] == {"resourceVersion": "7"}
+    sent = patch["spec"]["template"]["spec"]["containers"]
+    assert sent[0]["env"] == [
+        {"name": OS, "value": "24.04"},
+        {"name": "X", "value": "1"},
+        {"name": REP, "value": "4"},
+    ]
+    assert sent[1] == {"name": "proxy", "env": [{"name": OS, "value": "keep"}]}
+    assert dep["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] == "22.04"  # input untouched
+
+
+def test_schedulable_nodes():
+    nodes = [
+        node("a"),
+        node("b", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]),
+        node("c", unschedulable=True),
+        node("d", taints=[{"key": "cp", "effect": "NoSchedule"}]),
+        node("e", taints=[{"key": "x", "effect": "NoExecute"}]),
+        node("f", ready="False"),
+        {"metadata": {"name": "g"}},
+    ]
+    assert operator_env.schedulable_nodes(nodes) == ["a", "b"]
+
+
+@pytest.mark.parametrize("value", [0, -1, "two", True, "3.5", None])
+def test_replicas_refused(value):
+    with pytest.raises(PipelineError, match="not a whole number of at least 1"):
+        operator_env.replicas_wanted(value)
+
+
+def test_drift():
+    assert operator_env.drift("22.04", "22.04", "3", 3) == []
+    assert operator_env.drift("22.04", None, "3", None) == []
+    assert operator_env.drift("22.04", None, None, 0) == []  # no schedulable node: nothing to compare
+    found = {d["what"]: d for d in operator_env.drift(None, "24.04", None, 4)}
+    assert (
+        found[OS]["message"]
+        == "BACKING_IMAGE_OS_VERSION is unset but the catalog's default OS stream is 24.04"
+    )
+    assert "4 nodes are schedulable" in found[REP]["message"] and "first boot" in found[REP]["message"]
+    fewer = operator_env.drift("22.04", "22.04", "5", 3)
+    assert fewer[0]["message"] == "BACKING_IMAGE_REPLICAS is 5 but only 3 nodes are schedulable"
+
+
+def test_rollout_verdict_as_kubectl_rollout_status():
+    def dep(observed, updated, available, replicas=None):
+        status = {"observedGeneration": observed, "updatedReplicas": updated, "availableReplicas": available}
+        status["replicas"] = updated if replicas is None else replicas
+        return deployment(status=status)
+
+    assert operator_env.rollout_verdict(dep(2, 2, 2)) == (False, None)  # generation 3 not observed
+    assert operator_env.rollout_state(dep(2, 2, 2)) == "generation 3 not observed yet (observed 2)"
+    assert operator_env.rollout_verdict(dep(3, 1, 1)) == (False, None)
+    assert operator_env.rollout_verdict(dep(3, 2, 2, replicas=3)) == (False, None)  # an old one still runs
+    assert operator_env.rollout_verdict(dep(3, 2, 1)) == (False, None)
+    assert operator_env.rollout_verdict(dep(3, 2, 2)) == (True, None)
+    assert operator_env.rollout_state(dep(3, 1, 1)) == "1 of 2 replicas updated, 0 ready, 1 available"
+    stuck = dep(3, 1, 1)
+    stuck["status"]["conditions"] = [
+        {"type": "Progressing", "reason": "ProgressDeadlineExceeded", "message": "m"}
+    ]
+    assert operator_env.rollout_verdict(stuck) == (False, "its progress deadline was exceeded: m")
+    assert operator_env.rollout_verdict(None) == (False, "the Deployment is gone")
