@@ -1052,3 +1052,114 @@ def test_iso_import_from_a_private_s3_bucket_with_a_presigned_url(lab, kube_clie
     assert http["url"].startswith(plain + "?") and "X-Amz-Expires=600" in http["url"]
     secrets = client.CoreV1Api(kube_client).list_namespaced_secret(kube_namespace).items
     assert [s.metadata.name for s in secrets if s.metadata.name == "iso-reader"] == []
+
+
+FAULTS = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05}
+
+
+def committed(lab, namespace, since):
+    """(verb, resource) of every mutating request the server applied in ``namespace`` since ``since``,
+    lost replies included, sorted."""
+    return sorted(
+        (r["verb"], r["resource"])
+        for r in lab.mutating_requests()
+        if r["namespace"] == namespace and r["time"] > since and 200 <= r["code"] < 300
+    )
+
+
+def steps_play(namespace, steps, **overrides):
+    """One play including the role's ``steps`` (tasks_from names) in order, with the same variables."""
+    play = bake_play(namespace, **overrides)
+    include = play["tasks"][0]
+    play["tasks"] = [
+        dict(
+            include,
+            name="bake %s" % step,
+            **{"ansible.builtin.include_role": {"name": ROLE, "tasks_from": step}},
+        )
+        for step in steps
+    ]
+    return play
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("faults")
+@pytest.mark.suite("idempotence")
+def test_the_bake_objects_converge_in_one_run_under_faults(
+    lab, kube_client, kube_namespace, iso_bucket, tmp_path
+):
+    """Conflicts, 5xx answers, dropped connections and replies lost after the commit on every API request:
+    the ISO import, the answer file, the build disk and VM are each written once (counted from the audit log)
+    in one run; a rerun changes nothing and sends no mutating request; the cleanup of a failed bake converges
+    under the same faults."""
+    cluster = Cluster(lab, kube_client, kube_namespace)
+    iso = tiny_iso(tmp_path / "noprompt.iso", "faulty network\n")
+    play = steps_play(
+        kube_namespace,
+        ["preflight", "iso_import", "answer_file", "build_vm"],
+        windows_bake_name="bake-faults",
+        windows_bake_iso_dest=str(iso),
+        windows_bake_iso_pvc="bake-faults-iso",
+        **iso_vars(iso_bucket[1], iso_bucket[2]),
+    )
+    since = time.time()
+    lab.faults.update(dict(FAULTS, seed=12))
+    try:
+        run = run_playbook([play], env=lab.env())
+        injected = lab.faults.to_dict()["injected"]
+    finally:
+        lab.faults.reset()
+    assert run.ok, run.log
+    assert_password_never_shown(run)
+    assert_reader_secret_never_shown(run)
+    assert injected["conflict"] and injected["error"] and (injected["drop"] or injected["commit_drop"]), (
+        injected
+    )
+    # Each object written once: no duplicate, no re-send of what a lost reply had already committed.
+    assert committed(lab, kube_namespace, since) == [
+        ("create", "datavolumes"),
+        ("create", "persistentvolumeclaims"),
+        ("create", "secrets"),
+        ("create", "secrets"),
+        ("create", "virtualmachines"),
+        ("patch", "persistentvolumeclaims"),
+    ]
+    vm = cluster.vm("bake-faults")
+    assert {"name": "installer", "persistentVolumeClaim": {"claimName": "bake-faults-iso"}} in vm["spec"][
+        "template"
+    ]["spec"]["volumes"]
+    iso_claim = cluster.core.read_namespaced_persistent_volume_claim("bake-faults-iso", kube_namespace)
+    assert iso_claim.metadata.annotations["goldenimage.pipeline/iso-sha256"] == sha256_of(iso)
+
+    since = time.time()
+    again = run_playbook([play], env=lab.env())
+    assert again.ok, again.log
+    assert [t["task"] for t in again.tasks if t["changed"]] == []
+    assert committed(lab, kube_namespace, since) == []
+
+    # A failed bake's leftovers, deleted under the same faults.
+    for kind, name in (("virtualmachines", "bake-faults"),):
+        cluster.custom.patch_namespaced_custom_object(
+            "kubevirt.io",
+            "v1",
+            kube_namespace,
+            kind,
+            name,
+            {"metadata": {"labels": {"goldenimage.pipeline/bake-state": "failed"}}},
+        )
+    cluster.core.patch_namespaced_persistent_volume_claim(
+        "bake-faults-disk",
+        kube_namespace,
+        {"metadata": {"labels": {"goldenimage.pipeline/bake-state": "failed"}}},
+    )
+    lab.faults.update(dict(FAULTS, seed=78))
+    try:
+        clean = run_playbook([bake_play(kube_namespace, tasks_from="cleanup_failed")], env=lab.env())
+    finally:
+        lab.faults.reset()
+    assert clean.ok, clean.log
+    cleaned = clean["result"]["windows_bake_result | default(windows_bake_cleaned)"]
+    assert sorted(cleaned) == ["PersistentVolumeClaim/bake-faults-disk", "VirtualMachine/bake-faults"]
+    assert cluster.vm_or_none("bake-faults") is None or cluster.vm("bake-faults")["metadata"].get(
+        "deletionTimestamp"
+    )

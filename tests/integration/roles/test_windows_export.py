@@ -287,3 +287,89 @@ def test_byol_refuses_a_licensed_image_under_private_of_a_public_bucket(env):
     assert not env.s3.list_multipart_uploads(Bucket=env.public).get("Uploads")
     assert env.jobs() == []
     assert env.pvcs() == ["win11-licensed"]
+
+
+FAULTS = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05}
+
+
+def committed_writes(lab, namespaces):
+    """(verb, resource, name) of every mutating request the server applied (lost replies included)."""
+    return [
+        (r["verb"], r["resource"], r["name"])
+        for r in lab.mutating_requests()
+        if r.get("namespace") in namespaces and 200 <= r["code"] < 300
+    ]
+
+
+@pytest.mark.suite("faults")
+@pytest.mark.suite("idempotence")
+def test_export_and_import_converge_in_one_run_under_faults(env):
+    """Conflicts, 5xx answers, dropped connections and replies lost after the commit on every API request:
+    the export and its import converge in one run, each object created once (counted from the audit log);
+    a rerun changes nothing and sends no mutating request; the cleanup converges under the same faults."""
+    env.sealed_pvc("win11-faults")
+    role_vars = dict(
+        windows_export_pvc="win11-faults",
+        windows_export_bucket=env.private,
+        windows_export_license="kms",
+        windows_export_cleanup=False,
+        windows_export_import=True,
+        windows_export_import_url_base=env.lab.s3.endpoint_url,
+        windows_export_import_presign=True,
+        windows_export_import_access_key_id=env.lab.s3.access_key,
+        windows_export_import_secret_key=env.lab.s3.secret_key,
+        windows_export_import_size="64Mi",
+    )
+    namespaces = (env.namespace, GOLDEN_NS)
+    env.lab.clear_audit()
+    env.lab.faults.update(dict(FAULTS, seed=2027))
+    try:
+        run = env.play(**role_vars)
+        injected = env.lab.faults.to_dict()["injected"]
+    finally:
+        env.lab.faults.reset()
+    assert run.ok, run.log
+    assert injected["conflict"] and injected["error"] and (injected["drop"] or injected["commit_drop"]), (
+        injected
+    )
+    creates = [w for w in committed_writes(env.lab, namespaces) if w[0] == "create"]
+    created = sorted(res for _v, res, _n in creates)
+    # One scratch claim, one Job, one import DataVolume, one golden snapshot: nothing made twice.
+    assert created.count("persistentvolumeclaims") == 1, creates
+    assert created.count("jobs") == 1 and created.count("datavolumes") == 1, creates
+    assert created.count("volumesnapshots") == 1, creates
+    golden = run["Record the golden made"]["ansible_facts"]["windows_export_golden"]
+    assert env.snapshots(GOLDEN_NS)[golden["name"]]["status"]["readyToUse"] is True
+
+    env.lab.clear_audit()
+    again = env.play(**role_vars)
+    assert again.ok, again.log
+    assert [t["task"] for t in again.tasks if t["changed"]] == []
+    assert env.lab.mutating_requests() == []
+
+    env.lab.faults.update(dict(FAULTS, seed=2028))
+    try:
+        clean = run_playbook(
+            [
+                {
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "cleanup",
+                            "ansible.builtin.include_role": {"name": ROLE, "tasks_from": "cleanup"},
+                            "vars": {
+                                "windows_export_namespace": env.namespace,
+                                "windows_export_pvc": "win11-faults",
+                            },
+                        }
+                    ],
+                }
+            ],
+            env=env.lab.env(),
+            timeout=300,
+        )
+    finally:
+        env.lab.faults.reset()
+    assert clean.ok, clean.log
+    assert env.jobs() == [] and env.pvcs() == ["win11-faults"]

@@ -1,0 +1,112 @@
+"""kube_object's decisions: which definitions are refused, what a read object must hold, the patch."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+
+def cm(name="a", namespace="ns", **fields):
+    return dict(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}},
+        **fields,
+    )
+
+
+@pytest.mark.parametrize(
+    ("definitions", "state", "says"),
+    [
+        ([], "present", "at least one object is needed"),
+        (["x"], "present", "a definition is a mapping"),
+        (
+            [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}}],
+            "present",
+            "no metadata.name",
+        ),
+        ([{"kind": "ConfigMap", "metadata": {"name": "x"}}], "absent", "no apiVersion"),
+        ([cm(), cm()], "present", "the same object is listed twice"),
+        ([cm()], "replaced", "state is one of present, patched, absent"),
+    ],
+)
+def test_bad_definitions_are_refused_naming_the_object(definitions, state, says):
+    with pytest.raises(Refusal) as caught:
+        objects.check_definitions(definitions, state)
+    assert says in caught.value.msg
+
+
+def test_desired_fills_the_namespace_drops_server_fields_and_sends_string_data_as_data():
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s", "resourceVersion": "7", "uid": "u"},
+        "stringData": {"k": "välue"},
+        "data": {"old": "b2xk"},
+        "status": {},
+    }
+    want = objects.desired(secret, "ns")
+    assert want["metadata"] == {"name": "s", "namespace": "ns"}
+    assert want["data"] == {"old": "b2xk", "k": base64.b64encode("välue".encode()).decode()}
+    assert "stringData" not in want and "status" not in want
+    assert objects.desired(cm(namespace="given"), "other")["metadata"]["namespace"] == "given"
+
+
+def test_pending_ignores_what_the_server_added_and_quantities_in_another_form():
+    want = {
+        "metadata": {"labels": {"a": "1"}},
+        "spec": {
+            "resources": {"requests": {"storage": "8388608"}},
+            "memory": {"guest": "8Gi"},
+            "list": [{"x": 1}],
+        },
+    }
+    have = {
+        "metadata": {"labels": {"a": "1", "other": "x"}, "uid": "u"},
+        "spec": {
+            "resources": {"requests": {"storage": "8Mi"}},
+            "memory": {"guest": "8Gi"},
+            "list": [{"x": 1, "default": True}],
+            "volumeName": "pv-1",
+        },
+    }
+    assert objects.pending(want, have) == []
+    assert objects.pending({"spec": {"resources": {"requests": {"storage": "9Mi"}}}}, have) == [
+        "spec.resources.requests.storage"
+    ]
+    assert objects.pending({"spec": {"list": [{"x": 1}, {"x": 2}]}}, have) == ["spec.list"]
+    assert objects.pending({"metadata": {"labels": {"a": "2"}}}, have) == ["metadata.labels.a"]
+    # A label value that looks like a quantity is compared as text.
+    assert objects.pending(
+        {"metadata": {"labels": {"size": "1024"}}}, {"metadata": {"labels": {"size": "1Ki"}}}
+    )
+    assert objects.pending({"spec": {"empty": {}}}, {"spec": {}}) == []
+
+
+def test_the_patch_carries_the_fields_not_the_name_or_kind():
+    assert objects.patch_of(cm(data={"a": "1"})) == {"data": {"a": "1"}}
+    labelled = cm()
+    labelled["metadata"]["labels"] = {"x": "y"}
+    assert objects.patch_of(labelled) == {"metadata": {"labels": {"x": "y"}}}
+
+
+def test_secret_values_are_hidden_and_collected_in_every_form():
+    before = {"kind": "Secret", "data": {"a": "MQ==", "b": "Mg=="}}
+    after = {"kind": "Secret", "data": {"a": "MQ==", "b": "Mw=="}}
+    assert objects.hide_secret(after, before)["data"] == {"a": "<hidden>", "b": "<hidden: changed>"}
+    assert objects.hide_secret(after)["data"] == {"a": "<hidden>", "b": "<hidden>"}
+    assert objects.hide_secret(cm(data={"a": "1"}))["data"] == {"a": "1"}
+    values = objects.secret_values(
+        [{"kind": "Secret", "stringData": {"p": "pass-word", "flag": "0"}, "data": {"k": "c2VjcmV0LWtleQ=="}}]
+    )
+    assert {"pass-word", base64.b64encode(b"pass-word").decode(), "c2VjcmV0LWtleQ==", "secret-key"} <= values
+    assert "0" not in values
+
+
+def test_summary_and_selector():
+    entries = [{"action": "created"}, {"action": "unchanged"}, {"action": "created"}]
+    assert objects.summary(entries) == "created 2, unchanged 1"
+    assert objects.summary([]) == "nothing to do"
+    assert objects.selector(["a=b", " !c "]) == "a=b,!c"
+    assert objects.selector([]) is None
