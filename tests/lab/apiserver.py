@@ -504,7 +504,7 @@ def _epoch(stamp: str | None) -> float:
 
 
 def _apply(store, rt, obj: dict) -> dict:
-    from .store import ApiError
+    from .objects import ApiError
 
     meta = obj["metadata"]
     try:
@@ -518,7 +518,7 @@ def _apply(store, rt, obj: dict) -> dict:
 
 
 def _ensure_namespace(store, name: str) -> None:
-    from .store import ApiError
+    from .objects import ApiError
 
     try:
         store.create(store.resource("", "v1", "namespaces"), {"metadata": {"name": name}})

@@ -18,7 +18,7 @@ from typing import Any
 
 import urllib3
 
-from .store import ApiError, Event, ResourceType, clone
+from .objects import ApiError, Event, ResourceType, clone
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 from .access import MUTATING_VERBS
 from .extensions import route_for
 from .faults import Faults
-from .store import ApiError
+from .objects import ApiError
 
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}

@@ -16,6 +16,8 @@ import datetime
 import json
 import re
 
+from .objects import invalid_message
+
 __all__ = ["apply_defaults", "invalid_message", "prune", "pruned_fields", "validate"]
 
 REQUIRED = "FieldValueRequired"
@@ -347,14 +349,3 @@ def prune(schema: dict, obj):
     result = copy.deepcopy(obj)
     _prune(schema or {}, result, "", [], True)
     return result
-
-
-def invalid_message(kind: str, name: str, causes: list[dict], group: str = "") -> str:
-    """The Status message of a 422: `Kind.group "name" is invalid: field: message` ([..] for many).
-
-    `kind` may already be qualified ("VirtualMachineImage.harvesterhci.io"); `group` appends one.
-    """
-    qualified = "%s.%s" % (kind, group) if group else kind
-    parts = ["%s: %s" % (c["field"], c["message"]) if c.get("field") else c["message"] for c in causes]
-    detail = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    return '%s "%s" is invalid: %s' % (qualified, name, detail)

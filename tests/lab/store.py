@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import bisect
-import datetime
 import json
 import queue
 import random
@@ -18,140 +17,29 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+from .objects import (
+    ApiError,
+    Event,
+    ResourceType,
+    TypeHooks,
+    _details,
+    already_exists,
+    bad_request,
+    clone,
+    conflict,
+    invalid,
+    not_found,
+    now_rfc3339,
+)
 
 EVENT_HISTORY = 20000  # events kept for watch resume; older resourceVersions get 410 Gone
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_CONFLICT_MSG = "the object has been modified; please apply your changes to the latest version and try again"
 # Kubernetes defaults some types to orphaning their dependents when no policy is given.
 ORPHAN_BY_DEFAULT = {("batch", "jobs")}
-
-
-class ApiError(Exception):
-    """An error the API answers with a metav1 Status."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details or {}
-
-    def status(self) -> dict:
-        body = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            body["details"] = self.details
-        return body
-
-
-def _details(rt: ResourceType, name: str) -> dict:
-    details = {"name": name, "kind": rt.plural}
-    if rt.group:
-        details["group"] = rt.group
-    return details
-
-
-def _qualified(rt: ResourceType) -> str:
-    return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
-
-
-def not_found(rt: ResourceType, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{_qualified(rt)} "{name}" not found', _details(rt, name))
-
-
-def already_exists(rt: ResourceType, name: str) -> ApiError:
-    return ApiError(409, "AlreadyExists", f'{_qualified(rt)} "{name}" already exists', _details(rt, name))
-
-
-def conflict(rt: ResourceType, name: str, msg: str = _CONFLICT_MSG) -> ApiError:
-    return ApiError(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {_qualified(rt)} "{name}": {msg}',
-        _details(rt, name),
-    )
-
-
-def invalid(rt: ResourceType, name: str, causes: list[dict]) -> ApiError:
-    kind_group = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
-    try:
-        from .schema import invalid_message
-
-        message = invalid_message(kind_group, name, causes)
-    except ImportError:
-        parts = [f"{c.get('field', '')}: {c.get('message', '')}" for c in causes]
-        message = f'{kind_group} "{name}" is invalid: ' + ", ".join(parts)
-    details = dict(_details(rt, name), kind=rt.kind, causes=causes)
-    return ApiError(422, "Invalid", message, details)
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, "BadRequest", message)
-
-
-@dataclass
-class ResourceType:
-    group: str
-    version: str
-    kind: str
-    plural: str
-    namespaced: bool
-    singular: str = ""
-    short_names: list[str] = field(default_factory=list)
-    subresources: tuple[str, ...] = ()
-    verbs: tuple[str, ...] = (
-        "create",
-        "delete",
-        "deletecollection",
-        "get",
-        "list",
-        "patch",
-        "update",
-        "watch",
-    )
-    schema: dict | None = None
-    categories: list[str] = field(default_factory=list)
-    custom: bool = False  # served from a CustomResourceDefinition
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def list_kind(self) -> str:
-        return self.kind + "List"
-
-
-@dataclass
-class Event:
-    type: str  # ADDED | MODIFIED | DELETED
-    rt: ResourceType
-    obj: dict
-    resource_version: int
-
-
-def clone(value: Any) -> Any:
-    """Deep copy of JSON-shaped data (faster than copy.deepcopy)."""
-    if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone(v) for v in value]
-    return value
-
-
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Entry:
@@ -209,22 +97,6 @@ class Subscription:
             self.closed = True
             self._store._unsubscribe(self)
             self._queue.put(None)  # wake a blocked reader
-
-
-class TypeHooks:
-    """Per-type behaviour (defaults, derived fields, side effects); see builtin.py."""
-
-    def prepare_create(self, store: Store, rt: ResourceType, obj: dict) -> None:
-        """Fill defaults on a new object."""
-
-    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
-        """Normalize an updated object."""
-
-    def after_write(self, store: Store, rt: ResourceType, obj: dict) -> None:
-        """Runs under the store lock after a create or update was stored."""
-
-    def after_delete(self, store: Store, rt: ResourceType, obj: dict) -> None:
-        """Runs under the store lock after the object was removed."""
 
 
 class Store:

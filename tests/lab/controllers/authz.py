@@ -14,7 +14,7 @@ import json
 
 from ..builtin import _rt
 from ..extensions import add_route
-from ..store import ApiError, now_rfc3339
+from ..objects import ApiError, now_rfc3339
 from . import Controller, LabContext
 
 RBAC_GROUP = "rbac.authorization.k8s.io"

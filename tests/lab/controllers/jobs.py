@@ -21,7 +21,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from ..store import ApiError, ResourceType, clone, now_rfc3339
+from ..objects import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, condition, modify, record_event
 from .pods import (

@@ -18,7 +18,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 
-from ..store import ApiError, ResourceType
+from ..objects import ApiError, ResourceType
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .snapshots import SnapshotController
