@@ -75,7 +75,7 @@ class ApiServer:
     Tokens: the admin and the controllers are static (a token file; both in system:masters); tokens the
     tests add (``Lab.add_token``) are authenticated by the front's token webhook and authorized by RBAC
     objects this class writes. The controllers' own requests are left out of ``audit_records``: the
-    audit log is what clients of the lab did, as it was with the built-in server.
+    audit log is what clients of the lab did.
     """
 
     CONTROLLER_USER = "lab-controllers"
@@ -172,6 +172,7 @@ class ApiServer:
                 "--authentication-token-webhook-config-file=%s" % webhook,
                 "--authentication-token-webhook-cache-ttl=1s",
                 "--authentication-token-webhook-version=v1",
+                "--anonymous-auth=false",  # a request without a valid token is 401, as the lab promises
                 "--authorization-mode=RBAC",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-account-key-file=%s" % sa_key,

@@ -145,7 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self._inject(method, verb, ref, raw):
                 return
             if ref["resource"] == "pods" and ref["subresource"] == "log" and method == "GET":
-                self._pod_log(ref)
+                self._pod_log(ref, query)
                 return
             commit_drop = (
                 verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
@@ -158,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # an answer beats a connection closed without one
             self._status(500, "InternalError", "Internal error occurred: %r" % exc)
 
-    def _pod_log(self, ref: dict) -> None:
+    def _pod_log(self, ref: dict, query: dict) -> None:
         """Pods in the lab have no kubelet to stream from: the front answers for it, after RBAC."""
         identity = self.server.authenticate(self.headers.get("Authorization"))
         if identity is None:
@@ -172,7 +172,12 @@ class _Handler(BaseHTTPRequestHandler):
                 'in API group "" in the namespace "%s"' % (ref["name"], identity.user, ref["namespace"]),
             )
             return
-        self._reply(200, self.server.store.pod_log(ref["namespace"], ref["name"]).encode(), "text/plain")
+        text = self.server.store.pod_log(ref["namespace"], ref["name"])
+        tail = query.get("tailLines")
+        if tail:  # the last N lines, as the kubelet answers tailLines
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
+        self._reply(200, text.encode(), "text/plain")
 
     def _inject(self, method: str, verb: str, ref: dict, raw: bytes) -> bool:
         """Answer with an injected fault, or return False to let the request through."""

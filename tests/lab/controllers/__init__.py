@@ -36,7 +36,6 @@ CONTROLLER_MODULES = (
     "harvester_vm",
     "kubevirt",
     "dbinstance",
-    "authz",
 )
 CONFLICT_RETRY_SECONDS = 0.05
 EVENT_BATCH_SECONDS = 0.05  # longest a runner takes watch events before it reconciles what is due
