@@ -57,9 +57,11 @@ venv: $(VENV)/.installed
 collections: venv
 	@PIP=$(BIN)/pip tools/install-collections.sh
 
-# kube-apiserver, kube-controller-manager and etcd for the lab's apiserver backend, built from their Go
-# modules into ~/.cache/goldenimage-lab (reused when present; minutes on a cold cache).
+# kube-apiserver, kube-controller-manager and etcd, the lab's API server, built from their Go modules into
+# ~/.cache/goldenimage-lab (reused when present; minutes on a cold cache). Go comes from Debian when
+# missing; GOTOOLCHAIN=auto fetches the release the pinned Kubernetes asks for through the module proxy.
 lab-binaries:
+	$(call install_debs,go:golang-go)
 	@tools/build-apiserver.sh >/dev/null
 
 setup: deps venv collections lab-binaries

@@ -13,7 +13,7 @@ project count in steps. At each step it measures:
 and at the last step runs the module once through ansible-playbook. Requests come from the lab's
 audit log. Exits non-zero when the listed approaches send more requests as projects grow.
 
-With --store the goldens and projects are written straight into the lab's store, bound and ready,
+With --store the goldens and projects are written through the API (many at once), bound and ready,
 with no controller running, so fleets of tens of thousands of projects are seeded in minutes; the
 figures then also give the CPU of this process and of the lab per report, and their growth.
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / ".collections"))
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory, selection  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
-from bench.labproc import LabProcess, load  # noqa: E402
+from bench.labproc import LabProcess, in_parallel, load  # noqa: E402
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -279,7 +279,7 @@ class World:
 
 
 def _store_put(lab, group, version, plural, obj, status=None):
-    """Create ``obj`` straight in the lab's store, then write ``status`` through the status subresource."""
+    """Create ``obj`` through the lab's API client, then write ``status`` through the status subresource."""
     rt = lab.store.resource(group, version, plural)
     created = lab.store.create(rt, obj)
     if status is not None:
@@ -361,9 +361,10 @@ def store_goldens(lab):
 def store_projects(lab, layout, start, stop):
     """In the lab's process: projects ``start`` .. ``stop - 1`` in the layout of ``World.add_projects``
     (every family seeded, every 25th stale, every 10th with a claim restoring from its copy), bound,
-    written straight to the store."""
+    written through the API, projects in parallel."""
     goldens, handles = layout["goldens"], layout["handles"]
-    for i in range(start, stop):
+
+    def one(i):
         project = "proj-%04d" % i
         _store_put(
             lab, "", "v1", "namespaces", {"metadata": {"name": project, "labels": {PROJECT_LABEL: "bench"}}}
@@ -428,6 +429,8 @@ def store_projects(lab, layout, start, stop):
                     },
                 },
             )
+
+    in_parallel(one, range(start, stop))
 
 
 def api_span(lab):
@@ -587,7 +590,7 @@ def main() -> int:
     parser.add_argument(
         "--store",
         action="store_true",
-        help="seed goldens and projects straight into the lab's store, bound and ready, with no controller"
+        help="seed goldens and projects through the API, bound and ready, with no controller"
         " running (fleet sizes the API would take long to seed)",
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the GET-each verification")

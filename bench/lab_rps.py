@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -28,9 +27,8 @@ TARGET_RPS = 500
 NAMESPACE = "bench"
 
 
-def _connection(url: str) -> http.client.HTTPConnection:
-    parts = urllib.parse.urlsplit(url)
-    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+def _connection(lab) -> http.client.HTTPConnection:
+    return lab.connection(timeout=30)  # HTTPS with the lab's CA on the real API server
 
 
 def _request(conn, method: str, path: str, token: str, body=None) -> bytes:
@@ -48,7 +46,7 @@ def _request(conn, method: str, path: str, token: str, body=None) -> bytes:
 
 
 def _populate(lab: Lab, count: int) -> None:
-    conn = _connection(lab.url)
+    conn = _connection(lab)
     _request(conn, "POST", "/api/v1/namespaces", lab.admin_token, {"metadata": {"name": NAMESPACE}})
     for i in range(count):
         labels = {"app": "bench", "index": str(i)}
@@ -68,7 +66,7 @@ def _measure(lab: Lab, paths: list[str], requests: int, threads: int = 2) -> flo
     errors: list[BaseException] = []
 
     def worker(offset: int) -> None:
-        conn = _connection(lab.url)
+        conn = _connection(lab)
         try:
             _request(conn, "GET", paths[0], lab.admin_token)  # warm the connection
             barrier.wait()

@@ -3,7 +3,8 @@
 ``LabProcess`` runs the lab (with the controllers asked for, or none) in a child process, so what a bench
 times in its own process or in ansible-playbook does not share a CPU-bound interpreter with the API
 server and its controllers; the lab's own CPU is reported separately (``cpu()``). Seeding functions run
-inside the lab's process (``call``), straight into its store.
+inside the lab's process (``call``) and write through the lab's API client (``lab.store``, an ApiStore on
+the real API server), many requests at once (``in_parallel``).
 
 ``baseline_collections`` builds a collections tree of this checkout in which chosen files are taken from
 another git revision: the same modules on the old adapter, for an A/B in one run.
@@ -25,6 +26,18 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLLECTIONS = ROOT / ".collections"
+
+
+SEED_WORKERS = 16  # concurrent writes while seeding: the API server takes them side by side
+
+
+def in_parallel(fn, items, workers: int = SEED_WORKERS) -> None:
+    """``fn(item)`` for every item, ``workers`` at a time (seeding through the API, not one by one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(fn, items):
+            pass
 
 
 def _resolve(dotted):

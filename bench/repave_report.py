@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """API requests and wall time of dbinstance_repave's drift report over many DBInstances.
 
-Starts a lab without controllers in its own process, seeds the catalog and the DBInstances straight
-into its store (each with the status an operator would have written: phase, applied revision, drift
+Starts a lab without controllers in its own process, seeds the catalog and the DBInstances through
+its API, many at once (each with the status an operator would have written: phase, applied revision, drift
 conditions), then runs the module with ``state: report`` through ansible-playbook, paired: the same
 collection on the baseline adapter (dynamic-client objects) and on this one (raw JSON pages), at each
 fleet size. Prints medians, the old/new ratio and the growth of time against the growth of objects.
@@ -25,8 +25,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.labproc import COLLECTIONS, LabProcess, baseline_collections, load, playbook  # noqa: E402
-from tests.lab.store import now_rfc3339  # noqa: E402
+from bench.labproc import (  # noqa: E402
+    COLLECTIONS,
+    LabProcess,
+    baseline_collections,
+    in_parallel,
+    load,
+    playbook,
+)
+from tests.lab.objects import now_rfc3339  # noqa: E402
 
 # The adapter before list bodies were parsed raw (the dynamic client's objects, then to_dict).
 BASELINE = "a34c254"
@@ -67,7 +74,8 @@ def condition(kind, status):
 def seed(lab, start, stop):
     """DBInstances ``start`` .. ``stop - 1`` with an operator's status, through the store."""
     rt = lab.store.resource(GROUP, VERSION, PLURAL)
-    for index in range(start, stop):
+
+    def one(index):
         engine = "15" if index % 10 == 0 else "16"
         revision = TIP if expected_verdict(index) == "Current" else OLD
         verdict = expected_verdict(index)
@@ -88,6 +96,8 @@ def seed(lab, start, stop):
             ],
         }
         lab.store.update(rt, created, subresource="status")
+
+    in_parallel(one, range(start, stop))
 
 
 def setup(lab):

@@ -2,7 +2,7 @@
 """CPU and wall time of a whole cluster-facing read task against kubernetes.core.k8s_info doing the same read.
 
 A lab without controllers runs in its own process; ``N`` project namespaces, each with one golden copy
-(a labelled VolumeSnapshot), are seeded straight into its store. At each size, paired A/B runs of whole
+(a labelled VolumeSnapshot), are seeded through its API, many at once. At each size, paired A/B runs of whole
 ``ansible-playbook`` commands (alternating, so a swing of the machine's load hits both), CPU taken from
 the children's resource usage (``getrusage(RUSAGE_CHILDREN)``: ansible-playbook, its workers and the
 module processes):
@@ -32,7 +32,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.labproc import COLLECTIONS, LabProcess, load, playbook  # noqa: E402
+from bench.labproc import COLLECTIONS, LabProcess, in_parallel, load, playbook  # noqa: E402
 
 SNAP = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
 PROJECT_LABEL = "kube-dc.com/project"
@@ -65,7 +65,8 @@ def seed(lab, start, stop):
     if start == 0:
         for name in ("golden-images", "golden-images-block"):
             lab.store.create(namespaces, {"metadata": {"name": name}})
-    for i in range(start, stop):
+
+    def one(i):
         name = "proj-%05d" % i
         lab.store.create(namespaces, {"metadata": {"name": name, "labels": {PROJECT_LABEL: "bench"}}})
         lab.store.create(
@@ -82,6 +83,8 @@ def seed(lab, start, stop):
                 "spec": {"source": {"volumeSnapshotContentName": "kdc-%s" % name}},
             },
         )
+
+    in_parallel(one, range(start, stop))
 
 
 def plays(kubeconfig):

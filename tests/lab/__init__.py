@@ -1,10 +1,11 @@
-"""The lab: a Kubernetes API server stand-in on 127.0.0.1, with a loopback S3 server.
+"""The lab: a real kube-apiserver and etcd on 127.0.0.1 with simulated controllers and a loopback S3 server.
 
     lab = Lab(tmp_path).start()
     ...  # point the kubernetes client, kubernetes.core or our modules at lab.kubeconfig
     lab.stop()
 
-See DESIGN.md ("The lab") for what it is for; tests/lab/server.py for the protocol it speaks.
+See tests/lab/README.md; apiserver.py starts the upstream processes, front.py is what the kubeconfig
+points at, apistore.py is the controllers' API client.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import yaml
 
 from .access import Tokens
 from .faults import Faults
-from .store import ResourceType, Store
+from .objects import ResourceType
 
 PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
@@ -42,14 +43,16 @@ class Lab:
         self.with_s3 = with_s3
         self.dbinstance_group = dbinstance_group or os.environ.get("LAB_DBINSTANCE_GROUP") or None
         self.dbinstance_version = dbinstance_version or os.environ.get("LAB_DBINSTANCE_VERSION") or None
-        # "builtin": the in-process server of this package; "apiserver": a real kube-apiserver and etcd
-        # (tools/build-apiserver.sh) behind the lab's front (front.py), with the same controllers.
-        self.backend = backend or os.environ.get("LAB_BACKEND") or "builtin"
-        if self.backend not in ("builtin", "apiserver"):
-            raise ValueError(f"unknown lab backend {self.backend!r}: use builtin or apiserver")
-        self.tls = tls or self.backend == "apiserver"
+        # One backend: a real kube-apiserver and etcd (tools/build-apiserver.sh) behind the lab's front
+        # (front.py), with the controllers. LAB_BACKEND / backend= name it for callers that ask for it.
+        self.backend = backend or os.environ.get("LAB_BACKEND") or "apiserver"
+        if self.backend != "apiserver":
+            raise ValueError(
+                f"unknown lab backend {self.backend!r}: the lab runs on the real API server (apiserver)"
+            )
+        self.tls = True  # always HTTPS (the tls argument is kept for callers that pass it)
         self._controller_classes = controllers
-        self.store = Store()
+        self.store = None  # an ApiStore once started
         self.faults = Faults(seed=seed)
         self.tokens = Tokens()
         self.admin_token = self.tokens.admin_token
@@ -66,31 +69,16 @@ class Lab:
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> Lab:
         from .controllers import ControllerManager, LabContext, default_controllers
-        from .server import LabServer
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "volumes").mkdir(exist_ok=True)
         try:
-            if self.backend == "apiserver":
-                self._start_apiserver()
-            else:
-                self._bootstrap()
+            self._start_apiserver()
             if self.with_s3:
                 from .s3 import S3Server
 
                 self._s3_server = S3Server()
                 self.s3 = self._s3_server.start()
-            if self.backend == "builtin":
-                context = None
-                if self.tls:
-                    from .tls import make_certificate, server_context
-
-                    self._ca_path, key_path = make_certificate(self.state_dir)
-                    context = server_context(self._ca_path, key_path)
-                self.server = LabServer(
-                    self.store, self.faults, port=self.port, tokens=self.tokens, ssl_context=context
-                )
-                self.server.start()
             self.port = self.server.port
             lab_context = LabContext(
                 store=self.store,
@@ -102,8 +90,7 @@ class Lab:
                 self._controller_classes if self._controller_classes is not None else default_controllers()
             )
             self.controller_manager = ControllerManager(lab_context, classes)
-            if self.apiserver is not None:
-                self.apiserver.register_admission(self.store)
+            self.apiserver.register_admission(self.store)
             self.controller_manager.start()
             self.write_kubeconfig(self.kubeconfig)
             self._write_s3_env()
@@ -149,10 +136,6 @@ class Lab:
         self._apply_crds()
         # A CRD is served only once it is Established; the VolumeSnapshotClass below needs its CRD.
         self.apiserver.wait_for_crds(self.store)
-        self._apply_fixtures()
-
-    def _bootstrap(self) -> None:
-        self._apply_crds()
         self._apply_fixtures()
 
     def _apply_crds(self) -> None:
@@ -206,6 +189,29 @@ class Lab:
             raise RuntimeError("the lab is not running")
         return self.server.url
 
+    @property
+    def ca_path(self) -> pathlib.Path | None:
+        """The CA of the lab's serving certificate (None when it serves plain HTTP)."""
+        return self._ca_path
+
+    def ssl_context(self):
+        """An SSL context that trusts the lab's certificate, or None for a plain-HTTP lab."""
+        import ssl
+
+        return ssl.create_default_context(cafile=str(self._ca_path)) if self._ca_path else None
+
+    def connection(self, timeout: float = 10):
+        """A raw http.client connection to the lab's URL (HTTPS trusting its CA when it serves TLS)."""
+        import http.client
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.url)
+        if url.scheme == "https":
+            return http.client.HTTPSConnection(
+                url.hostname, url.port, timeout=timeout, context=self.ssl_context()
+            )
+        return http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+
     def add_token(self, user: str, rules: list[dict]) -> str:
         """A token for `user` allowed only what `rules` (verbs, groups, resources, namespaces) allow.
 
@@ -254,15 +260,11 @@ class Lab:
 
     # ------------------------------------------------------------------ audit
     def audit(self) -> list[dict]:
-        if self.apiserver is not None:
-            return self.apiserver.audit_records()
-        return self.server.audit.records() if self.server else []
+        return self.apiserver.audit_records() if self.apiserver is not None else []
 
     def clear_audit(self) -> None:
         if self.apiserver is not None:
             self.apiserver.clear_audit()
-        elif self.server:
-            self.server.audit.clear()
 
     def mutating_requests(self) -> list[dict]:
         """Audit records of requests that changed (or would have changed, without dry-run) state."""

@@ -27,8 +27,9 @@ import urllib.error
 import urllib.request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-STARTUP_TIMEOUT = 60.0
-SHUTDOWN_TIMEOUT = 20.0
+# etcd, kube-apiserver and the CRDs take seconds when the machine is idle, a minute or more under load.
+STARTUP_TIMEOUT = 240.0
+SHUTDOWN_TIMEOUT = 60.0  # the lab stops etcd, kube-apiserver and kube-controller-manager first
 
 
 def _paths(state_dir: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -268,12 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".lab"))
         if name in ("up", "serve"):
             p.add_argument("--port", type=int, default=0)
-            p.add_argument("--tls", action="store_true", help="serve HTTPS with a self-signed certificate")
+            p.add_argument("--tls", action="store_true", help="HTTPS (always; kept for scripts that pass it)")
             p.add_argument(
                 "--backend",
-                choices=("builtin", "apiserver"),
+                choices=("apiserver",),
                 default=os.environ.get("LAB_BACKEND"),
-                help="builtin (this package's server) or apiserver (a real kube-apiserver and etcd)",
+                help="apiserver: kube-apiserver and etcd built by tools/build-apiserver.sh (the only one)",
             )
             p.add_argument("--no-s3", action="store_true", help="do not start the loopback S3 server")
             p.add_argument("--dbinstance-group", default=os.environ.get("LAB_DBINSTANCE_GROUP"))

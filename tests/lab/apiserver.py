@@ -75,7 +75,7 @@ class ApiServer:
     Tokens: the admin and the controllers are static (a token file; both in system:masters); tokens the
     tests add (``Lab.add_token``) are authenticated by the front's token webhook and authorized by RBAC
     objects this class writes. The controllers' own requests are left out of ``audit_records``: the
-    audit log is what clients of the lab did, as it was with the built-in server.
+    audit log is what clients of the lab did.
     """
 
     CONTROLLER_USER = "lab-controllers"
@@ -172,6 +172,7 @@ class ApiServer:
                 "--authentication-token-webhook-config-file=%s" % webhook,
                 "--authentication-token-webhook-cache-ttl=1s",
                 "--authentication-token-webhook-version=v1",
+                "--anonymous-auth=false",  # a request without a valid token is 401, as the lab promises
                 "--authorization-mode=RBAC",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-account-key-file=%s" % sa_key,
@@ -504,7 +505,7 @@ def _epoch(stamp: str | None) -> float:
 
 
 def _apply(store, rt, obj: dict) -> dict:
-    from .store import ApiError
+    from .objects import ApiError
 
     meta = obj["metadata"]
     try:
@@ -518,7 +519,7 @@ def _apply(store, rt, obj: dict) -> dict:
 
 
 def _ensure_namespace(store, name: str) -> None:
-    from .store import ApiError
+    from .objects import ApiError
 
     try:
         store.create(store.resource("", "v1", "namespaces"), {"metadata": {"name": name}})

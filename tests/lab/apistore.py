@@ -1,9 +1,9 @@
-"""The store interface of the lab's controllers, served by a real kube-apiserver over HTTPS.
+"""The controllers' API client: the store interface they are written against, served by kube-apiserver.
 
-Controllers (and tests) were written against ``Store`` (store.py): get, list, create, update, patch,
-delete, subscribe. ``ApiStore`` answers the same calls as an ordinary API client: discovery for the
-resource types, REST for reads and writes, one watch per watched kind for subscriptions. No controller
-touches etcd; whatever the API server refuses, it refuses here too, with the same ``ApiError``.
+Controllers (and tests) call get, list, create, update, patch, delete and subscribe; ``ApiStore`` answers
+them as an ordinary API client over HTTPS: discovery for the resource types, REST for reads and writes,
+one watch per watched kind for subscriptions. No controller touches etcd; whatever the API server
+refuses, it refuses here too, as an ``ApiError`` (objects.py) with the server's Status.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import urllib3
 
-from .store import ApiError, Event, ResourceType, clone
+from .objects import ApiError, Event, ResourceType, clone
 
 log = logging.getLogger(__name__)
 
@@ -312,10 +312,13 @@ class ApiStore:
         propagation: str | None = "Background",
         dry_run: bool = False,
         preconditions: dict | None = None,
+        grace_period: int | None = None,
     ) -> dict:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation:
             options["propagationPolicy"] = propagation
+        if grace_period is not None:
+            options["gracePeriodSeconds"] = grace_period
         if dry_run:
             options["dryRun"] = ["All"]
         if preconditions:
@@ -373,7 +376,7 @@ _BUILTIN_GROUPS = frozenset(
 
 
 class ApiSubscription:
-    """Watch events of some kinds (all namespaces), as ``Store.subscribe`` delivers them."""
+    """Watch events of some kinds (all namespaces), one watch per kind, re-listed when it expires."""
 
     def __init__(self, store: ApiStore, kinds: set[tuple[str, str]] | None):
         self._store = store

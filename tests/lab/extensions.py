@@ -14,8 +14,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .store import ResourceType, Store
+from .objects import ResourceType
+
+if TYPE_CHECKING:
+    from .apistore import ApiStore
 
 Route = Callable[..., tuple[int, str, bytes]]
 Admission = Callable[[str, ResourceType, str, str, object, bool], None]
@@ -28,10 +32,10 @@ class Extensions:
 
 
 _lock = threading.Lock()
-_registry: weakref.WeakKeyDictionary[Store, Extensions] = weakref.WeakKeyDictionary()
+_registry: weakref.WeakKeyDictionary[ApiStore, Extensions] = weakref.WeakKeyDictionary()
 
 
-def extensions(store: Store) -> Extensions:
+def extensions(store: ApiStore) -> Extensions:
     with _lock:
         found = _registry.get(store)
         if found is None:
@@ -39,15 +43,15 @@ def extensions(store: Store) -> Extensions:
         return found
 
 
-def add_route(store: Store, prefix: str, handler: Route) -> None:
+def add_route(store: ApiStore, prefix: str, handler: Route) -> None:
     extensions(store).routes[prefix] = handler
 
 
-def add_admission(store: Store, group: str, plural: str, check: Admission) -> None:
+def add_admission(store: ApiStore, group: str, plural: str, check: Admission) -> None:
     extensions(store).admission.setdefault((group, plural), []).append(check)
 
 
-def route_for(store: Store, path: str) -> Route | None:
+def route_for(store: ApiStore, path: str) -> Route | None:
     found = _registry.get(store)
     if not found:
         return None
@@ -57,7 +61,9 @@ def route_for(store: Store, path: str) -> Route | None:
     return None
 
 
-def admit(store: Store, verb: str, rt: ResourceType, namespace: str, name: str, body, dry_run: bool) -> None:
+def admit(
+    store: ApiStore, verb: str, rt: ResourceType, namespace: str, name: str, body, dry_run: bool
+) -> None:
     found = _registry.get(store)
     if not found:
         return

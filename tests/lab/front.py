@@ -28,12 +28,15 @@ from urllib.parse import parse_qsl, urlsplit
 from .access import MUTATING_VERBS
 from .extensions import route_for
 from .faults import Faults
-from .store import ApiError
+from .objects import ApiError
 
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 )
 _ROUTE_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+ROUTE_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
 def request_verb(method: str, path: str, query: dict) -> tuple[str, dict]:
@@ -134,18 +137,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             route = route_for(front.store, split.path)
             if route is not None:
-                user = front.authenticate(self.headers.get("Authorization"))
-                if user is None:
-                    self._status(401, "Unauthorized", "Unauthorized")
-                    return
-                code, content_type, answer = route(method, split.path, query, self.headers, raw, user)
-                self._reply(code, answer, content_type)
+                self._route(route, method, split.path, query, raw)
                 return
             verb, ref = request_verb(method, split.path, query)
             if self._inject(method, verb, ref, raw):
                 return
             if ref["resource"] == "pods" and ref["subresource"] == "log" and method == "GET":
-                self._pod_log(ref)
+                self._pod_log(ref, query)
                 return
             commit_drop = (
                 verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
@@ -158,7 +156,29 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # an answer beats a connection closed without one
             self._status(500, "InternalError", "Internal error occurred: %r" % exc)
 
-    def _pod_log(self, ref: dict) -> None:
+    def _route(self, route, method: str, path: str, query: dict, raw: bytes) -> None:
+        """A platform endpoint a controller registered (extensions.py): it fails like the rest of the
+        API (the fault knobs) and is audited (the API server never sees it), resource = its path."""
+        verb = ROUTE_VERBS.get(method, "get")
+        ref = {"namespace": "", "group": "", "resource": path, "subresource": "", "name": ""}
+        if self._inject(method, verb, ref, raw):
+            return
+        record = dict(ref, verb=verb, path=self.path, user="", dry_run=False)
+        user = self.server.authenticate(self.headers.get("Authorization"))
+        if user is None:
+            self.server.record(dict(record, code=401))
+            self._status(401, "Unauthorized", "Unauthorized")
+            return
+        record["user"] = user.user
+        try:
+            code, content_type, answer = route(method, path, query, self.headers, raw, user)
+        except ApiError as exc:
+            self.server.record(dict(record, code=exc.code))
+            raise
+        self.server.record(dict(record, code=code))
+        self._reply(code, answer, content_type)
+
+    def _pod_log(self, ref: dict, query: dict) -> None:
         """Pods in the lab have no kubelet to stream from: the front answers for it, after RBAC."""
         identity = self.server.authenticate(self.headers.get("Authorization"))
         if identity is None:
@@ -172,7 +192,12 @@ class _Handler(BaseHTTPRequestHandler):
                 'in API group "" in the namespace "%s"' % (ref["name"], identity.user, ref["namespace"]),
             )
             return
-        self._reply(200, self.server.store.pod_log(ref["namespace"], ref["name"]).encode(), "text/plain")
+        text = self.server.store.pod_log(ref["namespace"], ref["name"])
+        tail = query.get("tailLines")
+        if tail:  # the last N lines, as the kubelet answers tailLines
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
+        self._reply(200, text.encode(), "text/plain")
 
     def _inject(self, method: str, verb: str, ref: dict, raw: bytes) -> bool:
         """Answer with an injected fault, or return False to let the request through."""

@@ -176,10 +176,15 @@ def custom_api(kube_client):
 
 
 def get(lab, plural, namespace, name, group=KV):
+    from tests.lab.objects import ApiError
+
     rt = lab.store.resource(group[0], group[1], plural)
-    if not lab.store.exists(rt, namespace, name):
+    try:  # one read: an object can go between an exists() and a get()
+        return lab.store.get(rt, namespace, name)
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
         return None
-    return lab.store.get(rt, namespace, name)
 
 
 def pvc(lab, namespace, name):

@@ -131,7 +131,8 @@ class Chain:
         env = self.lab.env()
         env["AWS_ENDPOINT_URL"] = self.endpoint
         env["ANSIBLE_PIPELINING"] = "1"
-        return run_playbook(PLAYBOOK, env=env, extra_vars=extra_vars, timeout=240)
+        # The whole chain (export, upload, import, gate VM, staging) as one playbook: minutes when loaded.
+        return run_playbook(PLAYBOOK, env=env, extra_vars=extra_vars, timeout=600)
 
     def keys(self, bucket: str) -> list[str]:
         return [o["Key"] for o in self.s3.list_objects_v2(Bucket=bucket).get("Contents", [])]

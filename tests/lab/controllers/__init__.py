@@ -16,9 +16,13 @@ import pathlib
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..faults import Faults
-from ..store import ApiError, ResourceType, Store
+from ..objects import ApiError, ResourceType
+
+if TYPE_CHECKING:
+    from ..apistore import ApiStore
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,6 @@ CONTROLLER_MODULES = (
     "harvester_vm",
     "kubevirt",
     "dbinstance",
-    "authz",
     "deployments",
 )
 CONFLICT_RETRY_SECONDS = 0.05
@@ -41,7 +44,7 @@ EVENT_BATCH_SECONDS = 0.05  # longest a runner takes watch events before it reco
 
 @dataclass
 class LabContext:
-    store: Store
+    store: ApiStore
     state_dir: pathlib.Path
     faults: Faults
     s3_endpoint: str | None = None
@@ -74,7 +77,7 @@ _Key = tuple[str, str, str, str]  # group, plural, namespace, name
 class _Runner:
     """The thread driving one controller."""
 
-    def __init__(self, controller: Controller, store: Store, faults: Faults):
+    def __init__(self, controller: Controller, store: ApiStore, faults: Faults):
         self.controller = controller
         self.store = store
         self.faults = faults
@@ -196,7 +199,7 @@ class _Runner:
 
 
 def _copy(obj: dict) -> dict:
-    from ..store import clone
+    from ..objects import clone
 
     return clone(obj)
 

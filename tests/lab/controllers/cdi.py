@@ -29,7 +29,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from ..store import ApiError, ResourceType, clone, now_rfc3339
+from ..objects import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .storage import (

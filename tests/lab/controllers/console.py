@@ -17,7 +17,7 @@ import functools
 import io
 
 from ..extensions import add_route
-from ..store import ApiError
+from ..objects import ApiError
 from . import Controller, LabContext
 
 PREFIX = "/apis/subresources.kubevirt.io/v1/namespaces/"

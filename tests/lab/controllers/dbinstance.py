@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from ..store import ApiError, ResourceType, clone, now_rfc3339
+from ..objects import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, modify
 

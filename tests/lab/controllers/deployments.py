@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..store import ApiError, ResourceType
+from ..objects import ApiError, ResourceType
 from . import Controller, LabContext
 from .harvester import set_condition as _condition
 from .kit import modify

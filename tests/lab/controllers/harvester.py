@@ -28,13 +28,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
 from ..extensions import add_admission, add_route
-from ..store import ApiError, ResourceType, Store, TypeHooks, bad_request, conflict, invalid, now_rfc3339
+from ..objects import ApiError, ResourceType, TypeHooks, bad_request, conflict, invalid, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, condition, modify, record_event
 from .storage import DEFAULT_CLASS_ANNOTATION
 from .volumes import remove_data, volumes_dir
+
+if TYPE_CHECKING:
+    from ..apistore import ApiStore
 
 GROUP = "harvesterhci.io"
 VERSION = "v1beta1"
@@ -78,7 +82,7 @@ class _ImportFailed(Exception):
 # ------------------------------------------------------------------------- the merge rule
 
 
-def template_class(store: Store, image: dict) -> dict | None:
+def template_class(store: ApiStore, image: dict) -> dict | None:
     """The StorageClass whose parameters win over the request, as Harvester's mutator picks it."""
     sc_rt = store.resource("storage.k8s.io", "v1", "storageclasses")
     named = ((image.get("metadata") or {}).get("annotations") or {}).get(SC_ANNOTATION)
@@ -112,7 +116,7 @@ def merge_parameters(requested: dict | None, template: dict | None) -> dict:
 class ImageWebhooks(TypeHooks):
     """Harvester's mutating and validating webhooks for VirtualMachineImage create and update."""
 
-    def prepare_create(self, store: Store, rt: ResourceType, obj: dict) -> None:
+    def prepare_create(self, store: ApiStore, rt: ResourceType, obj: dict) -> None:
         meta, spec = obj["metadata"], obj.setdefault("spec", {})
         display = spec.get("displayName") or ""
         cause = {"field": "spec.displayName", "reason": "FieldValueInvalid"}
@@ -135,7 +139,7 @@ class ImageWebhooks(TypeHooks):
             spec.get("storageClassParameters"), template_class(store, obj)
         )
 
-    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
+    def prepare_update(self, store: ApiStore, rt: ResourceType, old: dict, new: dict) -> None:
         before, after = old.get("spec") or {}, new.get("spec") or {}
         for key in IMMUTABLE:
             if before.get(key) != after.get(key):
@@ -145,7 +149,7 @@ class ImageWebhooks(TypeHooks):
                 raise invalid(rt, new["metadata"]["name"], [{"field": f"spec.{key}", "message": message}])
 
 
-def pvcs_using(store: Store, storage_class: str) -> list[str]:
+def pvcs_using(store: ApiStore, storage_class: str) -> list[str]:
     pvc_rt = store.resource(CORE, "v1", "persistentvolumeclaims")
     claims, _ = store.list(pvc_rt)
     return sorted(

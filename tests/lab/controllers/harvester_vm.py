@@ -15,12 +15,16 @@ The image's `lh-...` class then provisions the disk from the image's data (stora
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from ..store import ApiError, ResourceType, Store, invalid
+from ..objects import ApiError, ResourceType, invalid
 from . import Controller, LabContext
 from .kit import CORE, record_event
 from .kubevirt import ChainedHooks, install_hooks
 from .volumes import parse_quantity
+
+if TYPE_CHECKING:
+    from ..apistore import ApiStore
 
 GROUP = "kubevirt.io"
 PLURAL = "virtualmachines"
@@ -70,11 +74,11 @@ class VMWebhooks(ChainedHooks):
             }
             raise invalid(rt, vm["metadata"].get("name", ""), [cause]) from exc
 
-    def prepare_create(self, store: Store, rt: ResourceType, obj: dict) -> None:
+    def prepare_create(self, store: ApiStore, rt: ResourceType, obj: dict) -> None:
         super().prepare_create(store, rt, obj)
         self._check(rt, obj)
 
-    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
+    def prepare_update(self, store: ApiStore, rt: ResourceType, old: dict, new: dict) -> None:
         super().prepare_update(store, rt, old, new)
         after = {t["metadata"]["name"]: t for t in self._check(rt, new)}
         try:

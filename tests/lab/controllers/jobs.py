@@ -21,7 +21,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from ..store import ApiError, ResourceType, clone, now_rfc3339
+from ..objects import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, condition, modify, record_event
 from .pods import (
@@ -151,6 +151,9 @@ class JobRunner(Controller):
 
     # --- dispatch
     def reconcile(self, rt: ResourceType, obj: dict) -> float | None:
+        if rt.plural == "pods" and obj["metadata"].get("deletionTimestamp"):
+            self._confirm_deletion(obj)
+            return None
         if rt.plural == "pods":
             ref = _controller_of(obj)
             if ref is None:
@@ -528,6 +531,31 @@ class JobRunner(Controller):
             self._pod_status(
                 pod, lambda o: o.setdefault("status", {}).update(phase="Failed", reason="DeadlineExceeded")
             )
+
+    def _confirm_deletion(self, pod: dict) -> None:
+        """The kubelet's part of a graceful pod deletion: stop the container, then remove the pod.
+
+        The API server only marks a pod bound to a node (deletionTimestamp, a grace period) and waits
+        for the node to confirm; the lab is the node of the pods it runs.
+        """
+        meta = pod["metadata"]
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return  # never scheduled: the API server removes it at once
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.pod_uid == meta["uid"]]
+        for run in runs:
+            self._cancel(run, "Killing", "the pod was deleted")
+        for run in runs:
+            if run.thread is not None:
+                run.thread.join(timeout=10)
+        pod_rt = self.lab.store.resource(CORE, "v1", "pods")
+        try:
+            self.lab.store.delete(
+                pod_rt, meta["namespace"], meta["name"], grace_period=0, preconditions={"uid": meta["uid"]}
+            )
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
 
     def _delete_pod(self, pod: dict) -> None:
         pod_rt = self.lab.store.resource(CORE, "v1", "pods")

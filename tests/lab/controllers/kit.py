@@ -6,23 +6,27 @@ import secrets
 import threading
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ..store import ApiError, ResourceType, Store, now_rfc3339
+from ..objects import ApiError, ResourceType, now_rfc3339
+
+if TYPE_CHECKING:
+    from ..apistore import ApiStore
 
 CORE = ""
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 
 _event_lock = threading.Lock()
 # store -> (involved uid, type, reason, message) -> Event name, so a repeated event bumps its count
-_recent_events: weakref.WeakKeyDictionary[Store, dict[tuple, str]] = weakref.WeakKeyDictionary()
+_recent_events: weakref.WeakKeyDictionary[ApiStore, dict[tuple, str]] = weakref.WeakKeyDictionary()
 
 
-def rtype(store: Store, group: str, version: str, plural: str) -> ResourceType:
+def rtype(store: ApiStore, group: str, version: str, plural: str) -> ResourceType:
     return store.resource(group, version, plural)
 
 
 def modify(
-    store: Store,
+    store: ApiStore,
     rt: ResourceType,
     namespace: str | None,
     name: str,
@@ -51,7 +55,9 @@ def modify(
     raise error
 
 
-def record_event(store: Store, obj: dict, event_type: str, reason: str, message: str, component: str) -> None:
+def record_event(
+    store: ApiStore, obj: dict, event_type: str, reason: str, message: str, component: str
+) -> None:
     """Record a core/v1 Event about `obj`; a repeat of the same event increments its count.
 
     Events of cluster-scoped objects go to the "default" namespace, as the Kubernetes recorder does.
@@ -115,7 +121,7 @@ def record_event(store: Store, obj: dict, event_type: str, reason: str, message:
         seen[key] = created["metadata"]["name"]
 
 
-def events_for(store: Store, obj: dict) -> list[dict]:
+def events_for(store: ApiStore, obj: dict) -> list[dict]:
     """Events whose involvedObject is `obj` (matched by uid), oldest first."""
     meta = obj.get("metadata") or {}
     ev_rt = store.resource(CORE, "v1", "events")

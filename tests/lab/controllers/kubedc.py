@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from ..store import ApiError, ResourceType, clone
+from ..objects import ApiError, ResourceType, clone
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, record_event
 

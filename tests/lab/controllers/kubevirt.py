@@ -33,15 +33,19 @@ import os
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ..faults import Faults
-from ..store import ApiError, ResourceType, Store, TypeHooks, conflict, now_rfc3339
+from ..objects import ApiError, ResourceType, TypeHooks, conflict, now_rfc3339
 from . import Controller, LabContext
 from .bootdisk import inspect
 from .console import ConsoleController
 from .kit import condition, modify, record_event
 from .storage import ensure_bound
 from .volumes import core_types, disk_image_path, parse_quantity
+
+if TYPE_CHECKING:
+    from ..apistore import ApiStore
 
 GROUP = "kubevirt.io"
 API_VERSION = "kubevirt.io/v1"
@@ -115,24 +119,24 @@ class ChainedHooks(TypeHooks):
     def __init__(self, inner: TypeHooks | None = None):
         self.inner = inner
 
-    def prepare_create(self, store: Store, rt: ResourceType, obj: dict) -> None:
+    def prepare_create(self, store: ApiStore, rt: ResourceType, obj: dict) -> None:
         if self.inner:
             self.inner.prepare_create(store, rt, obj)
 
-    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
+    def prepare_update(self, store: ApiStore, rt: ResourceType, old: dict, new: dict) -> None:
         if self.inner:
             self.inner.prepare_update(store, rt, old, new)
 
-    def after_write(self, store: Store, rt: ResourceType, obj: dict) -> None:
+    def after_write(self, store: ApiStore, rt: ResourceType, obj: dict) -> None:
         if self.inner:
             self.inner.after_write(store, rt, obj)
 
-    def after_delete(self, store: Store, rt: ResourceType, obj: dict) -> None:
+    def after_delete(self, store: ApiStore, rt: ResourceType, obj: dict) -> None:
         if self.inner:
             self.inner.after_delete(store, rt, obj)
 
 
-def install_hooks(store: Store, group: str, plural: str, cls: type[ChainedHooks], **kwargs) -> None:
+def install_hooks(store: ApiStore, group: str, plural: str, cls: type[ChainedHooks], **kwargs) -> None:
     """Put hooks of `cls` in front of those the type has, once per store."""
     current = store.hooks.get((group, plural))
     link = current
@@ -157,7 +161,7 @@ class VMFaultHooks(ChainedHooks):
         super().__init__(inner)
         self.faults = faults
 
-    def prepare_update(self, store: Store, rt: ResourceType, old: dict, new: dict) -> None:
+    def prepare_update(self, store: ApiStore, rt: ResourceType, old: dict, new: dict) -> None:
         super().prepare_update(store, rt, old, new)
         meta = new.get("metadata") or {}
         fault = self.faults.object_fault("VirtualMachine", meta.get("namespace"), meta.get("name", ""))

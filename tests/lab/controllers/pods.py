@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from ..store import ApiError
+from ..objects import ApiError
 from . import LabContext
 from .kit import CORE
 from .storage import ensure_bound, volume_path

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from ..store import ApiError, ResourceType, now_rfc3339
+from ..objects import ApiError, ResourceType, now_rfc3339
 from . import Controller
 from .kit import SNAPSHOT_GROUP, modify, record_event
 from .volumes import (

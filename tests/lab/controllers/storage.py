@@ -18,7 +18,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 
-from ..store import ApiError, ResourceType
+from ..objects import ApiError, ResourceType
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .snapshots import SnapshotController
@@ -523,31 +523,32 @@ def _pod_claims(pod: dict) -> list[str]:
 
 
 def _reclaim(lab: LabContext, pv: dict) -> None:
-    """A volume whose claim is gone: delete it and its data (policy Delete) or mark it Released."""
+    """A volume whose claim is gone: Released, then (policy Delete) deleted with its data.
+
+    Released first, as Kubernetes' volume controller does: the pv-protection finalizer the API server
+    adds to every volume stays while the volume is Bound, so deleting a Bound one would leave it
+    Terminating.
+    """
     rts = core_types(lab)
     name = pv["metadata"]["name"]
     policy = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy", "Retain")
+
+    def release(obj: dict) -> bool:
+        if (obj.get("status") or {}).get("phase") == "Released":
+            return False
+        obj["status"] = {"phase": "Released"}
+        return True
+
     with _bind_lock:
-        if policy == "Delete":
-            try:
-                lab.store.delete(rts["pv"], None, name)
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
-            _drop_pv_data(lab, pv)
-            return
-
-        def release(obj: dict) -> bool:
-            if (obj.get("status") or {}).get("phase") == "Released":
-                return False
-            obj["status"] = {"phase": "Released"}
-            return True
-
         try:
             modify(lab.store, rts["pv"], None, name, release, status=True)
+            if policy == "Delete":
+                lab.store.delete(rts["pv"], None, name)
         except ApiError as exc:
             if exc.code != 404:
                 raise
+        if policy == "Delete":
+            _drop_pv_data(lab, pv)
 
 
 def _drop_pv_data(lab: LabContext, pv: dict) -> None:

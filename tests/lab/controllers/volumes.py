@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from fractions import Fraction
 
-from ..store import ResourceType, now_rfc3339
+from ..objects import ResourceType, now_rfc3339
 from . import LabContext
 from .kit import CORE, SNAPSHOT_GROUP
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 from kubernetes import client
@@ -35,8 +33,7 @@ def no_retry_core(lab):
 
 
 def _http(lab, method, path, body=None):
-    url = urllib.parse.urlsplit(lab.url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn = lab.connection()
     headers = {"Authorization": f"Bearer {lab.admin_token}", "Content-Type": "application/json"}
     conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
     resp = conn.getresponse()
@@ -75,8 +72,7 @@ def test_latency(faults, no_retry_core):
 
 def test_dropped_connections(lab, faults):
     faults.update({"drop_rate": 1.0})
-    url = urllib.parse.urlsplit(lab.url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn = lab.connection()
     conn.request("GET", "/api/v1/namespaces", headers={"Authorization": f"Bearer {lab.admin_token}"})
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
         conn.getresponse()
@@ -122,9 +118,8 @@ def test_audit_over_http(lab, faults, no_retry_core):
 
 def test_commit_then_drop_applies_the_write_and_loses_the_reply(lab, kube_namespace, faults):
     faults.update({"commit_drop_rate": 1.0})
-    url = urllib.parse.urlsplit(lab.url)
     headers = {"Authorization": f"Bearer {lab.admin_token}", "Content-Type": "application/json"}
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn = lab.connection()
     body = {"metadata": {"name": "lost-reply"}, "data": {"a": "1"}}
     conn.request("POST", f"/api/v1/namespaces/{kube_namespace}/configmaps", json.dumps(body), headers)
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
@@ -134,7 +129,9 @@ def test_commit_then_drop_applies_the_write_and_loses_the_reply(lab, kube_namesp
     faults.update({"commit_drop_rate": 0})
     status, obj = _http(lab, "GET", f"/api/v1/namespaces/{kube_namespace}/configmaps/lost-reply")
     assert status == 200 and obj["data"] == {"a": "1"}  # committed although no answer came
-    (record,) = [r for r in lab.audit() if r["verb"] == "create" and r["name"] == "" and r.get("committed")]
+    (record,) = [
+        r for r in lab.audit() if r["verb"] == "create" and r["name"] == "lost-reply" and r.get("committed")
+    ]
     assert record["code"] == 201 and record["dropped"] is True
 
 

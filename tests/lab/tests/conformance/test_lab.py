@@ -1,4 +1,8 @@
-"""The lab itself: bootstrap objects, controller framework, S3, TLS and the up/down command."""
+"""The lab itself: bootstrap objects, controller framework, audit of dry runs, pod logs, S3, TLS, up/down.
+
+What an API server does (CRUD, selectors, paging, watches, patch types, schemas) is the real
+kube-apiserver's and is not tested here; these test what the lab adds to it.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,6 @@ import pytest
 
 from tests.lab import Lab
 from tests.lab.controllers import Controller, ControllerManager, LabContext
-from tests.lab.faults import Faults
-from tests.lab.store import Store
 
 from .conftest import unique, wait_for
 
@@ -98,30 +100,59 @@ class _Annotator(Controller):
 
 
 def test_controller_framework(tmp_path):
-    store = Store()
-    faults = Faults(objects={"ConfigMap/default/stuck": "stuck", "ConfigMap/default/broken": "fail"})
-    manager = ControllerManager(LabContext(store, tmp_path, faults), [_Annotator])
-    rt = store.resource("", "v1", "configmaps")
-    store.create(rt, {"metadata": {"name": "before", "namespace": "default"}})
-    manager.start()
-    try:
-        for name in ("after", "stuck", "broken"):
-            store.create(rt, {"metadata": {"name": name, "namespace": "default"}})
-
-        def state(name):
-            return (store.get(rt, "default", name)["metadata"].get("annotations") or {}).get("state")
-
-        wait_for(
-            lambda: state("before") == "seen" and state("after") == "seen" and state("broken") == "failed"
+    """A controller on the lab's ApiStore: the initial list, watch events, resync, deletions, and the
+    per-object `stuck` and `fail` knobs."""
+    with Lab(tmp_path, with_s3=False, controllers=[]) as lab:
+        store = lab.store
+        lab.faults.update(
+            {"objects": {"ConfigMap/default/stuck": "stuck", "ConfigMap/default/broken": "fail"}}
         )
-        controller = manager.controllers[0]
-        threading.Event().wait(1.2)  # two resync periods
-        assert state("stuck") is None and "stuck" not in controller.calls
-        assert controller.calls["after"] >= 2  # resync re-reconciles
-        store.delete(rt, "default", "after")
-        wait_for(lambda: "after" in controller.deleted_names)
-    finally:
-        manager.stop()
+        manager = ControllerManager(LabContext(store, tmp_path, lab.faults), [_Annotator])
+        rt = store.resource("", "v1", "configmaps")
+        store.create(rt, {"metadata": {"name": "before", "namespace": "default"}})
+        manager.start()
+        try:
+            for name in ("after", "stuck", "broken"):
+                store.create(rt, {"metadata": {"name": name, "namespace": "default"}})
+
+            def state(name):
+                return (store.get(rt, "default", name)["metadata"].get("annotations") or {}).get("state")
+
+            wait_for(
+                lambda: state("before") == "seen" and state("after") == "seen" and state("broken") == "failed"
+            )
+            controller = manager.controllers[0]
+            threading.Event().wait(1.2)  # two resync periods
+            assert state("stuck") is None and "stuck" not in controller.calls
+            assert controller.calls["after"] >= 2  # resync re-reconciles
+            store.delete(rt, "default", "after")
+            wait_for(lambda: "after" in controller.deleted_names)
+        finally:
+            manager.stop()
+
+
+def test_dry_run_is_audited(lab, kube_client, kube_namespace):
+    """The audit the lab reads from the API server's log marks dry runs, and counts none as mutating."""
+    from kubernetes import client
+
+    lab.clear_audit()
+    body = {"metadata": {"name": "dry"}, "data": {"k": "v"}}
+    client.CoreV1Api(kube_client).create_namespaced_config_map(kube_namespace, body, dry_run="All")
+    records = [r for r in lab.audit() if r["verb"] == "create" and r["resource"] == "configmaps"]
+    assert records and all(r["dry_run"] for r in records)
+    assert lab.mutating_requests() == []
+
+
+def test_pod_logs_come_from_the_front(lab, kube_client, kube_namespace):
+    """No kubelet: the front answers pods/log from what the lab's Job runner recorded (tailLines too)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    core.create_namespaced_pod(kube_namespace, pod)
+    lab.store.set_pod_log(kube_namespace, "p", "line one\nline two\n")
+    assert core.read_namespaced_pod_log("p", kube_namespace) == "line one\nline two\n"
+    assert core.read_namespaced_pod_log("p", kube_namespace, tail_lines=1) == "line two\n"
 
 
 def test_tls(tmp_path):

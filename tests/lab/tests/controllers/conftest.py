@@ -1,10 +1,12 @@
-"""An in-process lab for controller tests: a Store, the CRDs, the default classes and the controllers.
+"""Controller tests on a lab of the module's own (the real API server): a fresh namespace per test.
 
-No HTTP server: tests read and write through the Store directly, as the controllers do.
+Tests read and write through the lab's ``ApiStore``, as the controllers do, and reach the controllers and
+their context (state directory, allowed commands) directly; the object faults are cleared after each test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -12,10 +14,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.lab.controllers import ControllerManager, LabContext, default_controllers
-from tests.lab.crdload import load_crds
+from tests.lab import Lab
+from tests.lab.apistore import ApiStore
+from tests.lab.controllers import LabContext
 from tests.lab.faults import Faults
-from tests.lab.store import ApiError, ResourceType, Store
+from tests.lab.objects import ApiError, ResourceType
 
 PROVISIONER = "lab.goldenimage.io/hostpath"
 SNAP = "snapshot.storage.k8s.io"
@@ -23,7 +26,7 @@ SNAP = "snapshot.storage.k8s.io"
 
 @dataclass
 class MiniLab:
-    store: Store
+    store: ApiStore
     context: LabContext
     faults: Faults
     namespace: str
@@ -86,39 +89,51 @@ def until(check: Callable[[], bool], timeout: float = 15, what: str = "condition
     raise AssertionError(f"timed out waiting: {what}")
 
 
-def install_classes(store: Store) -> None:
-    crd_rt = store.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-    for crd in load_crds():
-        store.create(crd_rt, crd)
-    sc_rt = store.resource("storage.k8s.io", "v1", "storageclasses")
-    for name, mode, default in (("lab-fs", "Immediate", True), ("lab-wffc", "WaitForFirstConsumer", False)):
-        notes = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
-        body = {"metadata": {"name": name, "annotations": notes}, "provisioner": PROVISIONER}
-        store.create(sc_rt, dict(body, reclaimPolicy="Delete", volumeBindingMode=mode))
+def install_classes(store: ApiStore) -> None:
+    """The classes the lab does not start with: a Retain VolumeSnapshotClass."""
     vsc_rt = store.resource(SNAP, "v1", "volumesnapshotclasses")
-    for name, policy, default in (("lab-snap", "Delete", True), ("lab-snap-retain", "Retain", False)):
-        notes = {"snapshot.storage.kubernetes.io/is-default-class": "true"} if default else {}
-        body = {
-            "metadata": {"name": name, "annotations": notes},
-            "driver": PROVISIONER,
-            "deletionPolicy": policy,
-        }
+    body = {"metadata": {"name": "lab-snap-retain"}, "driver": PROVISIONER, "deletionPolicy": "Retain"}
+    try:
         store.create(vsc_rt, body)
+    except ApiError as exc:
+        if exc.code != 409:
+            raise
+
+
+@pytest.fixture(scope="module")
+def controller_lab(tmp_path_factory):
+    """A lab (the real API server and every controller) for one test module, with the classes controller
+    tests use. One per module, not the session's: tests here change cluster-wide defaults (the default
+    StorageClass or VolumeSnapshotClass) and stop controllers."""
+    lab = Lab(tmp_path_factory.mktemp("controllers")).start()
+    try:
+        install_classes(lab.store)
+        yield lab
+    finally:
+        lab.stop()
+
+
+@contextlib.contextmanager
+def visit(lab, cls: type[MiniLab] = MiniLab):
+    """A `cls` view of `lab` in a fresh namespace; afterwards the namespace is deleted (the real
+    namespace controller empties it) and the knobs a test may turn are restored."""
+    namespace = "t-" + uuid.uuid4().hex[:8]
+    lab.store.create(lab.store.resource("", "v1", "namespaces"), {"metadata": {"name": namespace}})
+    context = lab.controller_manager.lab
+    saved = set(context.allowed_commands)
+    try:
+        yield cls(lab.store, context, lab.faults, namespace, lab.controller_manager.controllers)
+    finally:
+        context.allowed_commands = saved
+        lab.faults.reset()
+        try:
+            lab.store.delete(lab.store.resource("", "v1", "namespaces"), None, namespace)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
 
 
 @pytest.fixture
-def mini(tmp_path):
-    store = Store()
-    install_classes(store)
-    namespace = "t-" + uuid.uuid4().hex[:8]
-    store.create(store.resource("", "v1", "namespaces"), {"metadata": {"name": namespace}})
-    faults = Faults()
-    context = LabContext(store=store, state_dir=tmp_path, faults=faults)
-    manager = ControllerManager(context, default_controllers())
-    manager.start()
-    try:
-        yield MiniLab(store, context, faults, namespace, manager.controllers)
-    finally:
-        manager.stop()
-        for controller in manager.controllers:
-            getattr(controller, "stop", lambda: None)()  # processes of Jobs still running
+def mini(controller_lab):
+    with visit(controller_lab) as view:
+        yield view

@@ -14,7 +14,7 @@ import pytest
 
 from tests.lab import Lab
 from tests.lab.apiserver import binaries
-from tests.lab.store import ApiError
+from tests.lab.objects import ApiError
 from tests.lab.tests.unit.test_crds import _DELETE, BROKEN, BROKEN_BY_CEL, EXPECTED, GOOD, _set
 
 NAMESPACES = ("golden-images", "default", "project-a", "kubevirt", "cozy-public", "databases")
@@ -102,6 +102,20 @@ def test_dbinstance_engine_version_is_optional(real_lab):
     obj = _set(GOOD["DBInstance"], "spec.engineVersion", _DELETE)
     stored = real_lab.store.create(_rt(real_lab, "DBInstance"), obj, dry_run=True)
     assert "engineVersion" not in stored["spec"]
+
+
+def test_selection_mode_is_not_an_enum(real_lab):
+    for mode in ("Block", "block", "FILESYSTEM"):
+        obj = _set(GOOD["GoldenImageSelection"], "spec.mode", mode)
+        real_lab.store.create(_rt(real_lab, "GoldenImageSelection"), obj, dry_run=True)
+
+
+def test_unmodelled_vm_fields_are_preserved(real_lab):
+    """KubeVirt's VM schema keeps what the lab does not model (upstream preserves unknown fields there)."""
+    firmware = {"bootloader": {"efi": {"secureBoot": False}}}
+    obj = _set(GOOD["VirtualMachine"], "spec.template.spec.domain.firmware", firmware)
+    stored = real_lab.store.create(_rt(real_lab, "VirtualMachine"), obj, dry_run=True)
+    assert stored["spec"]["template"]["spec"]["domain"]["firmware"] == firmware
 
 
 def test_vmimage_unknown_spec_fields_are_pruned_and_defaults_applied(real_lab):

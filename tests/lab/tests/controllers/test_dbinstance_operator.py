@@ -179,9 +179,9 @@ def test_new_instance_gets_the_newest_supported_major_of_the_default_tip(db):
 def test_status_preset_through_the_subresource_is_honoured(db):
     db.create("moved", engine="16")
     status = {"appliedSpec": {"imageRevision": OLD, "engineVersion": "16"}}
-    body = {"metadata": {"name": "moved"}, "status": status}
-    db.custom.replace_namespaced_custom_object_status(
-        db.group, db.version, db.namespace, PLURAL, "moved", body
+    # A merge patch: a PUT needs the kind and the resourceVersion on the real API server (400, 422).
+    db.custom.patch_namespaced_custom_object_status(
+        db.group, db.version, db.namespace, PLURAL, "moved", {"status": status}
     )
     obj = db.wait("moved", available_on(OLD), what="Available on the pre-set revision")
     assert obj["status"]["appliedSpec"]["osVersion"] == "22.04"

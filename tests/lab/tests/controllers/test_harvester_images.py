@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from tests.lab.controllers.harvester import LONGHORN, RATE_ENV, SC_ANNOTATION
-from tests.lab.store import ApiError
+from tests.lab.objects import ApiError
 from tests.lab.tests.controllers.conftest import until
 
 H = "harvesterhci.io"
@@ -62,7 +62,12 @@ def image(name, url=None, checksum=None, params=None, annotations=None, retry=No
         spec["storageClassParameters"] = params
     if retry is not None:
         spec["retry"] = retry
-    return {"metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
+    return {
+        "apiVersion": "harvesterhci.io/v1beta1",
+        "kind": "VirtualMachineImage",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": spec,
+    }
 
 
 def cond(obj, ctype):
@@ -245,7 +250,7 @@ def test_upload_endpoint_and_delete_webhook(lab, kube_client, kube_namespace, qc
     headers = {"Authorization": f"Bearer {lab.admin_token}"}
     import urllib3
 
-    http = urllib3.PoolManager()
+    http = urllib3.PoolManager(ca_certs=str(lab.ca_path))  # the lab serves HTTPS with its own CA
     answer = http.request(
         "POST",
         f"{lab.url}{path}?action=upload",

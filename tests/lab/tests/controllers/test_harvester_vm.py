@@ -16,7 +16,7 @@ from tests.lab.controllers.harvester import UPLOAD_PREFIX, HarvesterImageControl
 from tests.lab.controllers.harvester_vm import IMAGE_ID, TEMPLATES
 from tests.lab.controllers.kubevirt import AGENT_DELAY_ENV, STOP_HANGS
 from tests.lab.controllers.volumes import disk_image_path, volume_path
-from tests.lab.store import ApiError
+from tests.lab.objects import ApiError
 
 from .conftest import until
 
@@ -283,8 +283,15 @@ def test_swap_conflict_refuses_spec_changes_but_not_stop_and_start(mini):
     )
     assert noted["metadata"]["annotations"]["a"] == "b"
     mini.faults.set_object(f"VirtualMachine/{mini.namespace}/db", None)
-    vm = mini.get(KV, "virtualmachines", "db")
-    vm["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = "db-os-v2"
-    assert mini.store.update(rt, vm)["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {
+    for _ in range(20):  # the started VM's status is being written too: a stale read conflicts, read again
+        vm = mini.get(KV, "virtualmachines", "db")
+        vm["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = "db-os-v2"
+        try:
+            swapped = mini.store.update(rt, vm)
+            break
+        except ApiError as exc:
+            if exc.code != 409 or "swap-conflict" in exc.message:
+                raise
+    assert swapped["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {
         "claimName": "db-os-v2"
     }

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lab.controllers import ControllerManager, LabContext, kubedc, storage
+from tests.lab import Lab
+from tests.lab.apistore import ApiStore
+from tests.lab.controllers import ControllerManager, kubedc, storage
 from tests.lab.controllers.kubedc import CLONE_MIN_SIZE, RESYNC_ENV, SEEDED_FROM
-from tests.lab.faults import Faults
-from tests.lab.store import ApiError, Store
+from tests.lab.objects import ApiError
 
 from .conftest import SNAP, install_classes, until
 
@@ -17,9 +18,10 @@ PROJECTS = ("acme", "globex")
 
 
 class Seeded:
-    """An in-process lab with golden namespaces, two projects, the storage controllers and the seeder."""
+    """A lab of its own (the seeder reads every project of the cluster) with golden namespaces, two
+    projects, the storage controllers and the seeder."""
 
-    def __init__(self, store: Store, manager: ControllerManager):
+    def __init__(self, store: ApiStore, manager: ControllerManager):
         self.store, self.manager = store, manager
 
     def rt(self, group: str, plural: str):
@@ -105,7 +107,8 @@ class Seeded:
 @pytest.fixture
 def seeded(tmp_path, monkeypatch):
     monkeypatch.setenv(RESYNC_ENV, "0.2")
-    store = Store()
+    lab = Lab(tmp_path, with_s3=False, controllers=[*storage.CONTROLLERS, *kubedc.CONTROLLERS]).start()
+    store = lab.store
     install_classes(store)
     ns_rt = store.resource("", "v1", "namespaces")
     for name in (FS_NS, BLOCK_NS):
@@ -124,13 +127,10 @@ def seeded(tmp_path, monkeypatch):
             },
         }
         store.create(pvc_rt, body)
-    context = LabContext(store=store, state_dir=tmp_path, faults=Faults())
-    manager = ControllerManager(context, [*storage.CONTROLLERS, *kubedc.CONTROLLERS])
-    manager.start()
     try:
-        yield Seeded(store, manager)
+        yield Seeded(store, lab.controller_manager)
     finally:
-        manager.stop()
+        lab.stop()
 
 
 def test_label_path_zero_then_two_active_then_promotion(seeded):
