@@ -22,6 +22,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 COMPLETE = "Complete"
 FAILED = "Failed"
 FORMATS = ("raw", "qcow2")
+MANAGED_BY = ("app.kubernetes.io/managed-by", "goldenimage.pipeline")
 LOG_TAIL_CHARS = 4000
 # qemu-img convert -p rewrites "    (45.20/100%)" on one line.
 _PROGRESS = re.compile(r"\((\d+(?:\.\d+)?)/100%\)")
@@ -72,6 +73,9 @@ def job_definition(
     name, namespace, labels, image, command, volumes, deadline, backoff_limit, privileged=False
 ):
     """``volumes``: ``[(volume, claim, mount, device)]``, as ``present`` laid them out."""
+    # The collection's mark: what it made, it may clean up (kube_object deletes nothing else).
+    job_labels = dict(labels)
+    job_labels[MANAGED_BY[0]] = MANAGED_BY[1]
     container = {
         "name": "run",
         "image": image,
@@ -93,7 +97,7 @@ def job_definition(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": namespace, "labels": job_labels},
         "spec": {
             "backoffLimit": int(backoff_limit),
             "activeDeadlineSeconds": max(1, int(deadline)),

@@ -16,7 +16,7 @@ __metaclass__ = type
 import base64
 import copy
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, golden, kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 STATES = ("present", "patched", "absent")
@@ -27,6 +27,14 @@ SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "cre
 # (8388608 becomes 8Mi), which is the same value, not a change.
 QUANTITY_PARENTS = ("requests", "limits", "capacity")
 QUANTITY_KEYS = ("guest", "storage", "memory")
+# What this module may delete: only what the collection itself made (the label its roles and modules
+# set), never a golden, never a Harvester image. Those have their own delete paths, which ask who uses
+# the object first; a generic delete must not be a way around them.
+MANAGED_BY = ("app.kubernetes.io/managed-by", "goldenimage.pipeline")
+GUARDED_DELETES = {
+    ("snapshot.storage.k8s.io", "VolumeSnapshot"): "goldenimage.pipeline.golden_snapshot with state=absent",
+    ("harvesterhci.io", "VirtualMachineImage"): "goldenimage.pipeline.baked_image with state=absent",
+}
 HIDDEN = "<hidden>"
 HIDDEN_CHANGED = "<hidden: changed>"
 
@@ -78,6 +86,28 @@ def check_definitions(definitions, state):
                 "give each object once, with all its fields",
             )
         seen.add(key)
+
+
+def check_delete(current):
+    """Refuse to delete ``current`` (the object as read) unless it is one of the collection's own
+    intermediate objects. Decided from the object itself, never from the name the caller gave."""
+    api_version = current.get("apiVersion") or ""
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    guarded = GUARDED_DELETES.get((group, current.get("kind")))
+    if guarded or golden.observed_family(current):
+        raise Refusal(
+            describe(current),
+            "a golden or a baked image is deleted only by its own module, which first asks who uses it",
+            "delete it with %s" % (guarded or GUARDED_DELETES[("snapshot.storage.k8s.io", "VolumeSnapshot")]),
+        )
+    key, value = MANAGED_BY
+    if kinds.labels(current).get(key) != value:
+        raise Refusal(
+            describe(current),
+            "it was not made by this collection (no label %s=%s), and kube_object deletes only the "
+            "collection's own intermediate objects" % (key, value),
+            "delete it with kubectl or kubernetes.core.k8s if that is what you mean",
+        )
 
 
 def desired(definition, namespace=None):

@@ -22,6 +22,11 @@ description:
     (it is reported with action C(missing) and a warning).
   - With O(state=absent) each object is deleted with the O(propagation) policy; one that is already gone is
     done. With O(wait) the module waits until each deleted object is gone.
+  - O(state=absent) deletes only what the collection made, objects labelled
+    C(app.kubernetes.io/managed-by=goldenimage.pipeline), as read from the cluster. A golden (a
+    VolumeSnapshot or any object carrying the golden contract's family) is refused with a pointer to
+    M(goldenimage.pipeline.golden_snapshot), and a Harvester VirtualMachineImage with a pointer to
+    M(goldenimage.pipeline.baked_image): those delete paths ask who uses the object first.
   - "Transient errors are ridden out with jittered exponential backoff, bounded in attempts and in time:
     throttling (429), 5xx answers and dropped connections. A C(409) on create reads the object back: when it
     holds what was sent (the reply of an earlier attempt was lost after the server committed it) it is the
@@ -275,6 +280,7 @@ class Apply(object):
         current = m.get(api_version, kind, name, namespace)
         if current is None:
             return objects.entry(want, "absent"), None
+        objects.check_delete(current)
         propagation = self.params["propagation"]
         if self.params["wait"]:
             m.delete_and_wait(

@@ -12,6 +12,8 @@ from tests.integration.support.runner import kube_play, module_task, run_playboo
 
 pytestmark = pytest.mark.lab_only
 
+# What the collection makes carries this label; kube_object deletes nothing else.
+OURS = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 RATES = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05}
 
 
@@ -19,7 +21,11 @@ def config_map(namespace, name, data, labels=None):
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {"suite": "kube-object"}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {"suite": "kube-object", **OURS},
+        },
         "data": data,
     }
 
@@ -28,7 +34,7 @@ def claim(name, size="8388608"):
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": dict(OURS)},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
     }
 
@@ -50,7 +56,7 @@ def test_create_update_only_what_differs_then_delete(lab, kube_client, kube_name
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {"name": "creds"},
+        "metadata": {"name": "creds", "labels": dict(OURS)},
         "stringData": {"secretKey": "s3cr3t-value"},
     }
     objects = [config_map(kube_namespace, "one", {"a": "1"}), claim("disk"), secret]
@@ -96,7 +102,7 @@ def test_create_update_only_what_differs_then_delete(lab, kube_client, kube_name
     assert [o["action"] for o in updated["update"]["objects"]] == ["patched"]
     assert mutating(lab) == [("patch", "configmaps", "one")]
     cm = core.read_namespaced_config_map("one", kube_namespace)
-    assert cm.data == {"a": "2"} and cm.metadata.labels == {"suite": "kube-object", "other": "x"}
+    assert cm.data == {"a": "2"} and cm.metadata.labels == {"suite": "kube-object", "other": "x", **OURS}
 
     # A changed Secret value shows as changed in the diff, never as its value.
     secret["stringData"]["secretKey"] = "another-value"
@@ -185,6 +191,55 @@ def test_bad_definitions_are_refused_before_any_request(lab, kube_namespace):
     assert "definitions[1] (ConfigMap None): it has no metadata.name" in run["refused"]["msg"]
     assert "the same object is listed twice" in run["twice"]["msg"]
     assert lab.mutating_requests() == []
+
+
+@pytest.mark.suite("data-loss")
+def test_a_delete_of_what_the_collection_did_not_make_or_of_a_golden_is_refused(
+    lab, kube_client, kube_namespace
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    # A database's data volume (made by its operator) and a golden carrying the collection's own label.
+    pgdata = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "pgdata", "namespace": kube_namespace, "labels": {"app": "orders"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "8Mi"}}},
+    }
+    golden = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": "ubuntu-golden",
+            "namespace": kube_namespace,
+            "labels": {**OURS, "kube-dc.com/golden-os": "ubuntu"},
+        },
+        "spec": {"source": {"persistentVolumeClaimName": "pgdata"}},
+    }
+    created = run_playbook(kube_play(apply("make", [pgdata, golden])), env=lab.env())
+    assert created.ok, created.log
+    lab.clear_audit()
+    for title, target, says in (
+        ("pgdata", pgdata, "not made by this collection"),
+        ("golden", golden, "golden_snapshot with state=absent"),
+    ):
+        for check in (True, False):
+            refused = run_playbook(
+                kube_play(apply(title, [target], state="absent", propagation="Foreground")),
+                env=lab.env(),
+                check=check,
+            )
+            assert not refused.ok and says in refused.log, refused.log
+    assert [r for r in lab.mutating_requests() if r["verb"] in ("delete", "deletecollection")] == []
+    assert (
+        core.read_namespaced_persistent_volume_claim("pgdata", kube_namespace).metadata.deletion_timestamp
+        is None
+    )
+    kept = client.CustomObjectsApi(kube_client).get_namespaced_custom_object(
+        "snapshot.storage.k8s.io", "v1", kube_namespace, "volumesnapshots", "ubuntu-golden"
+    )
+    assert not kept["metadata"].get("deletionTimestamp")
 
 
 @pytest.mark.suite("faults")

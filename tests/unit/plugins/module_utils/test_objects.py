@@ -110,3 +110,51 @@ def test_summary_and_selector():
     assert objects.summary([]) == "nothing to do"
     assert objects.selector(["a=b", " !c "]) == "a=b,!c"
     assert objects.selector([]) is None
+
+
+OURS = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
+
+
+def obj(api_version, kind, labels=None, annotations=None):
+    meta = {"name": "x", "namespace": "ns", "labels": labels or {}, "annotations": annotations or {}}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+@pytest.mark.parametrize(
+    "current",
+    [
+        obj("batch/v1", "Job", OURS),
+        obj("v1", "PersistentVolumeClaim", dict(OURS, **{"app.kubernetes.io/part-of": "windows-export"})),
+        obj("cdi.kubevirt.io/v1beta1", "DataVolume", OURS),
+    ],
+)
+def test_the_collections_own_intermediate_objects_may_be_deleted(current):
+    objects.check_delete(current)
+
+
+@pytest.mark.parametrize(
+    "current, says",
+    [
+        # Data the collection did not make: a database's volume, whatever its name.
+        (obj("v1", "PersistentVolumeClaim"), "not made by this collection"),
+        (
+            obj("v1", "PersistentVolumeClaim", {"app.kubernetes.io/managed-by": "dbinstance-operator"}),
+            "kubectl",
+        ),
+        # A golden is refused even when it carries the collection's label, by label or by annotation.
+        (obj("snapshot.storage.k8s.io/v1", "VolumeSnapshot", OURS), "golden_snapshot with state=absent"),
+        (
+            obj("v1", "PersistentVolumeClaim", dict(OURS, **{"kube-dc.com/golden-os": "ubuntu"})),
+            "golden_snapshot",
+        ),
+        (
+            obj("cdi.kubevirt.io/v1beta1", "DataVolume", OURS, {"kube-dc.com/os-family-id": "ubuntu"}),
+            "who uses it",
+        ),
+        (obj("harvesterhci.io/v1beta1", "VirtualMachineImage", OURS), "baked_image with state=absent"),
+    ],
+)
+def test_deletes_the_guarded_modules_own_are_refused(current, says):
+    with pytest.raises(Refusal) as caught:
+        objects.check_delete(current)
+    assert says in caught.value.result["msg"]
