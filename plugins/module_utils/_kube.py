@@ -26,9 +26,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
-import contextlib
 import copy
-import gc
 import json
 import os
 import random
@@ -38,6 +36,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
@@ -71,23 +70,6 @@ KUBERNETES_REASON = (
 def auth_argument_spec():
     """kubernetes.core's auth options (kubeconfig, context, host, api_key, proxy_headers, ...)."""
     return copy.deepcopy(AUTH_ARG_SPEC)
-
-
-@contextlib.contextmanager
-def paused_gc():
-    """Run a block with the cyclic garbage collector paused (reentrant).
-
-    Parsing a list of tens of thousands of objects makes millions of containers; each allocation
-    burst would trigger full collections over everything already parsed, which makes parsing grow
-    faster than the list. Parsed JSON holds no reference cycles, so reference counting frees it.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def strip_server_fields(obj, include_status=False):

@@ -524,7 +524,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import DirectDriver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_operator import (
     OPT_IN_ANNOTATION,

@@ -265,7 +265,8 @@ summary:
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, golden_inventory, selection
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
 
