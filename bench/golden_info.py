@@ -466,12 +466,17 @@ def measure(lab, fn, repeat):
 
 
 def adapter(kubeconfig):
-    """The collection's own KubeModule (raw JSON pages on the retry layer), built in this process."""
+    """The collection's own KubeModule with golden_info's options (raw JSON pages on the retry layer)."""
     from ansible.module_utils.testing import patch_module_args
     from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 
     with patch_module_args({"kubeconfig": str(kubeconfig)}):
-        return KubeModule(argument_spec={})
+        return KubeModule(argument_spec=golden_info.argument_spec(), supports_check_mode=True)
+
+
+def module_run(module):
+    """golden_info's runner as the module process runs it (lists, report, summary), without exit_json."""
+    return golden_info.run(module)
 
 
 def report_once(lister):
@@ -650,7 +655,7 @@ def main() -> int:
                 old_t.append(seconds)
                 old_verbs = old_verbs or verbs
                 cpu_before, lab_before = time.process_time(), lab.cpu()
-                seconds, verbs = measure(lab, lambda: report_once(module), 1)
+                seconds, verbs = measure(lab, lambda: module_run(module), 1)
                 new_cpu.append(time.process_time() - cpu_before)
                 lab_cpu.append(lab.cpu() - lab_before)
                 new_t.append(seconds)

@@ -6,7 +6,9 @@
 
 Authentication is exactly kubernetes.core's: its argument spec and its client factory are reused,
 not copied. The ``kubernetes`` library is imported on first use, never when the module loads, so
-a controller without it gets the standard "requires kubernetes" message.
+a controller without it gets the standard "requires kubernetes" message. Reads (discovery, get,
+list) do not need it at all when the credentials are of the common forms (see ``raw_settings``):
+they go over urllib3 with what the client would have sent, which is most of a read task's start-up.
 
 Check mode is predicted here, client side: in check mode no mutating request (not even a
 server-side dry run) is sent, and the helpers return what the object would become.
@@ -23,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import copy
 import json
 import os
@@ -33,6 +36,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
@@ -302,6 +306,332 @@ def sent_fields(definition):
     return desired
 
 
+# The raw read path: reads without the kubernetes client -------------------------------------------
+#
+# A read (get, list, discovery) is one HTTP GET and a JSON body; building the kubernetes client for it
+# costs more than the read at small sizes (its import alone is most of a task's start-up). So reads go
+# over urllib3 with the credentials kubernetes.core would have used, resolved here the same way: the
+# module's options, else the K8S_AUTH_* variables; host with api_key (or client cert and key) alone,
+# else the kubeconfig (the option, else KUBECONFIG, else ~/.kube/config) and its context; the options
+# then override what the kubeconfig said. Only the forms below are done here; any other (an exec or
+# auth-provider user, username/password, in-cluster service account, several files in KUBECONFIG,
+# no_proxy or a NO_PROXY variable with a proxy, persist_config) builds the client as before, so its
+# behaviour and its errors are exactly kubernetes.core's.
+
+RAW_FALLBACK_USER_KEYS = ("auth-provider", "exec")
+# kubernetes.core's option -> the client's configuration name (its AUTH_ARG_MAP), in its order.
+AUTH_OPTIONS = (
+    ("kubeconfig", "kubeconfig"),
+    ("context", "context"),
+    ("host", "host"),
+    ("api_key", "api_key"),
+    ("username", "username"),
+    ("password", "password"),
+    ("validate_certs", "verify_ssl"),
+    ("ca_cert", "ssl_ca_cert"),
+    ("client_cert", "cert_file"),
+    ("client_key", "key_file"),
+    ("proxy", "proxy"),
+    ("no_proxy", "no_proxy"),
+    ("proxy_headers", "proxy_headers"),
+    ("persist_config", "persist_config"),
+)
+BOOL_OPTIONS = ("validate_certs", "persist_config")
+PROXY_HEADER_OPTIONS = (("proxy_basic_auth", False), ("basic_auth", False), ("user_agent", False))
+
+
+class NotRaw(Exception):
+    """The credentials need the kubernetes client (the reason says which form); not an error."""
+
+
+class ApiError(Exception):
+    """A non-2xx answer on the raw path, with what the client's ApiException carries."""
+
+    def __init__(self, status, reason, body, headers):
+        super(ApiError, self).__init__("(%s)\nReason: %s" % (status, reason))
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.headers = headers
+
+
+class ResourceNotFoundError(Exception):
+    """The server does not serve (apiVersion, kind): named as the dynamic client names it."""
+
+
+def auth_values(params, environ=None):
+    """``{option: value}`` as kubernetes.core resolves them: the option, else ``K8S_AUTH_<OPTION>``
+    (or ``K8S_AUTH_<CLIENT NAME>``), booleans read as it reads them."""
+    environ = os.environ if environ is None else environ
+    found = {}
+    for option, alias in AUTH_OPTIONS:
+        value = params.get(option)
+        if value is not None:
+            found[option] = value
+            continue
+        if option == "proxy_headers":
+            headers = {}
+            for key, _ in PROXY_HEADER_OPTIONS:
+                env_value = environ.get("K8S_AUTH_PROXY_HEADERS_%s" % key.upper())
+                if env_value is not None:
+                    headers[key] = env_value
+            found[option] = headers
+            continue
+        env_value = environ.get("K8S_AUTH_%s" % option.upper()) or environ.get("K8S_AUTH_%s" % alias.upper())
+        if env_value is not None:
+            if option in BOOL_OPTIONS:
+                env_value = env_value.lower() not in ("0", "false", "no")
+            found[option] = env_value
+    for option in ("impersonate_user", "impersonate_groups"):
+        value = params.get(option)
+        if value is None:
+            value = environ.get("K8S_AUTH_%s" % option.upper())
+            if value is not None and option == "impersonate_groups":
+                value = [part for part in value.split(",") if part != ""]
+        if value:
+            found[option] = value
+    return found
+
+
+def _named(entries, name, what):
+    for entry in entries or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry.get(what) or {}
+    raise NotRaw("the kubeconfig names no %s %r" % (what, name))
+
+
+def _file_or_data(section, key, base, temp):
+    """A file path for ``key`` (or the base64 ``key-data``, written to a private temporary file)."""
+    if "%s-data" % key in section:
+        data = section["%s-data" % key]
+        if not data:
+            return None
+        return temp(base64.standard_b64decode(data.encode() if isinstance(data, str) else data))
+    if key in section:
+        path = os.path.normpath(os.path.join(base, section[key]))
+        if not os.path.isfile(path):
+            raise NotRaw("the kubeconfig names a file that does not exist: %s" % path)
+        return path
+    return None
+
+
+def kubeconfig_settings(config, path, context, temp):
+    """What a kubeconfig (a dict; ``path`` its file or None) gives the client: host, token, TLS files."""
+    if not isinstance(config, dict):
+        raise NotRaw("the kubeconfig is not a mapping")
+    name = context or config.get("current-context")
+    if not name:
+        raise NotRaw("the kubeconfig has no current-context")
+    ctx = _named(config.get("contexts"), name, "context")
+    cluster = _named(config.get("clusters"), ctx.get("cluster"), "cluster")
+    user = _named(config.get("users"), ctx.get("user"), "user") if ctx.get("user") else {}
+    base = os.path.abspath(os.path.dirname(path)) if path else ""
+    settings = {}
+    if "auth-provider" in user:
+        raise NotRaw("the kubeconfig user has an auth-provider")
+    if "token" in user:
+        token = user["token"]
+    elif "tokenFile" in user:
+        token_path = os.path.normpath(os.path.join(base, user["tokenFile"]))
+        with open(token_path) as handle:
+            token = handle.read()
+    else:
+        token = None
+    if token:
+        settings["authorization"] = "Bearer %s" % token
+    elif "exec" in user:
+        raise NotRaw("the kubeconfig user runs an exec plugin")
+    elif "username" in user and "password" in user:
+        raise NotRaw("the kubeconfig user has a username and password")
+    if "server" in cluster:
+        settings["host"] = cluster["server"].rstrip("/")
+        if settings["host"].startswith("https"):
+            settings["ssl_ca_cert"] = _file_or_data(cluster, "certificate-authority", base, temp)
+            settings["cert_file"] = _file_or_data(user, "client-certificate", base, temp)
+            settings["key_file"] = _file_or_data(user, "client-key", base, temp)
+    if "insecure-skip-tls-verify" in cluster:
+        settings["verify_ssl"] = not cluster["insecure-skip-tls-verify"]
+    if "tls-server-name" in cluster:
+        settings["tls_server_name"] = cluster["tls-server-name"]
+    return settings
+
+
+def raw_settings(auth, environ=None, temp=None, read_yaml=None):
+    """The connection settings kubernetes.core would build from ``auth`` (see ``auth_values``).
+
+    Returns ``{host, authorization, verify_ssl, ssl_ca_cert, cert_file, key_file, tls_server_name,
+    proxy, proxy_headers, headers}``; raises ``NotRaw`` for a form that needs the client.
+    """
+    environ = os.environ if environ is None else environ
+    temp = temp or _private_file
+
+    def given(*names):
+        return all(auth.get(n) for n in names)
+
+    if given("username", "password") or auth.get("persist_config"):
+        raise NotRaw("username/password or persist_config")
+    proxy = auth.get("proxy")
+    if proxy and (auth.get("no_proxy") or environ.get("no_proxy") or environ.get("NO_PROXY")):
+        raise NotRaw("a proxy with no_proxy")
+    settings = {"host": "http://localhost", "verify_ssl": True}
+    if given("host", "api_key") or given("host", "client_cert", "client_key"):
+        pass
+    elif given("kubeconfig") or given("context") or not environ.get("KUBERNETES_SERVICE_HOST"):
+        config = auth.get("kubeconfig")
+        if isinstance(config, dict):
+            settings.update(kubeconfig_settings(config, None, auth.get("context"), temp))
+        else:
+            path = config or environ.get("KUBECONFIG") or "~/.kube/config"
+            if not config and os.pathsep in path:
+                raise NotRaw("KUBECONFIG names several files")
+            path = os.path.expanduser(path)
+            with open(path) as handle:
+                loaded = (read_yaml or _yaml_load)(handle)
+            settings.update(kubeconfig_settings(loaded, path, auth.get("context"), temp))
+    else:
+        raise NotRaw("the in-cluster service account")
+    if auth.get("host"):
+        settings["host"] = auth["host"].rstrip("/")
+    if auth.get("api_key") is not None:
+        settings["authorization"] = "Bearer %s" % auth["api_key"]
+    for option, name in (
+        ("validate_certs", "verify_ssl"),
+        ("ca_cert", "ssl_ca_cert"),
+        ("client_cert", "cert_file"),
+        ("client_key", "key_file"),
+    ):
+        if auth.get(option) is not None:
+            settings[name] = auth[option]
+    if proxy:
+        settings["proxy"] = proxy
+        chosen = auth.get("proxy_headers") or {}
+        settings["proxy_headers"] = {k: v for k, v in chosen.items() if v is not None}
+    headers = []
+    if auth.get("impersonate_user"):
+        headers.append(("Impersonate-User", auth["impersonate_user"]))
+    groups = auth.get("impersonate_groups") or []
+    for group in [groups] if isinstance(groups, str) else groups:
+        headers.append(("Impersonate-Group", group))
+    settings["headers"] = headers
+    return settings
+
+
+def _yaml_load(handle):
+    import yaml
+
+    return yaml.safe_load(handle)
+
+
+_TEMP_FILES = []
+
+
+def _private_file(data):
+    """A file only this user reads, holding ``data``; removed when the process ends."""
+    import atexit
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="goldenimage-kube-")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    if not _TEMP_FILES:
+        atexit.register(_remove_temp_files)
+    _TEMP_FILES.append(path)
+    return path
+
+
+def _remove_temp_files():
+    while _TEMP_FILES:
+        try:
+            os.unlink(_TEMP_FILES.pop())
+        except OSError:
+            pass
+
+
+class RawConnection(object):
+    """A urllib3 pool with the resolved credentials, shaped like the parts of ``ApiClient`` reads use:
+    ``configuration.host``, ``update_params_for_auth``, ``default_headers``, ``rest_client.pool_manager``."""
+
+    def __init__(self, settings):
+        import ssl
+
+        import urllib3
+
+        urllib3.disable_warnings()  # as kubernetes.core does
+        self.host = settings["host"]
+        self.configuration = self
+        self.rest_client = self
+        self._authorization = settings.get("authorization")
+        self.default_headers = urllib3.HTTPHeaderDict()
+        for name, value in settings.get("headers") or []:
+            self.default_headers.add(name, value)
+        ca_certs = settings.get("ssl_ca_cert")
+        if not ca_certs:
+            try:
+                import certifi
+
+                ca_certs = certifi.where()
+            except ImportError:
+                ca_certs = None
+        pool = dict(
+            num_pools=4,
+            maxsize=4,
+            cert_reqs=ssl.CERT_REQUIRED if settings.get("verify_ssl", True) else ssl.CERT_NONE,
+            ca_certs=ca_certs,
+            cert_file=settings.get("cert_file"),
+            key_file=settings.get("key_file"),
+        )
+        if settings.get("tls_server_name"):
+            pool["server_hostname"] = settings["tls_server_name"]
+        if settings.get("proxy"):
+            self.pool_manager = urllib3.ProxyManager(
+                proxy_url=settings["proxy"],
+                proxy_headers=urllib3.util.make_headers(**(settings.get("proxy_headers") or {})),
+                **pool,
+            )
+        else:
+            self.pool_manager = urllib3.PoolManager(**pool)
+
+    def update_params_for_auth(self, headers, _query, _settings):
+        if self._authorization:
+            headers["authorization"] = self._authorization
+
+    def error(self, response, data):
+        return ApiError(response.status, response.reason, data, response.headers)
+
+
+class RawPath(object):
+    """Where a kind lives, as discovery said: ``path(name, namespace)`` like the dynamic client's."""
+
+    def __init__(self, prefix, plural, namespaced):
+        self.prefix = prefix
+        self.plural = plural
+        self.namespaced = namespaced
+
+    def path(self, name=None, namespace=None):
+        base = self.prefix
+        if self.namespaced and namespace:
+            base = "%s/namespaces/%s" % (base, namespace)
+        base = "%s/%s" % (base, self.plural)
+        return "%s/%s" % (base, name) if name else base
+
+
+def api_prefix(api_version):
+    return "/api/%s" % api_version if "/" not in api_version else "/apis/%s" % api_version
+
+
+def find_kind(resource_list, api_version, kind):
+    """The ``RawPath`` of ``kind`` in an APIResourceList, or raise ``ResourceNotFoundError``."""
+    for entry in (resource_list or {}).get("resources") or []:
+        if entry.get("kind") == kind and "/" not in (entry.get("name") or "/"):
+            return RawPath(api_prefix(api_version), entry["name"], bool(entry.get("namespaced")))
+    raise unserved_kind(api_version, kind)
+
+
+def unserved_kind(api_version, kind):
+    wanted = "{'api_version': '%s', 'kind': '%s'}" % (api_version, kind)
+    return ResourceNotFoundError("No matches found for %s" % wanted)
+
+
 class KubeError(PipelineError):
     """An API request that failed: ``msg`` is "<action>: <cause> (<reason>, <code>)", the Status attached."""
 
@@ -344,6 +674,9 @@ class KubeModule(AnsibleModule):
         super(KubeModule, self).__init__(argument_spec=spec, **kwargs)
         self._kube_client = None
         self._resources = {}
+        self._raw = None  # the raw read connection, False when the credentials need the client
+        self._raw_paths = {}
+        self._raw_groups = {}
         self.mutations = 0
         self.retried = 0
         self.backoff = Backoff()
@@ -435,19 +768,79 @@ class KubeModule(AnsibleModule):
 
     def served(self, api_version, kind):
         """Whether the cluster serves (apiVersion, kind), for kinds whose CRD a cluster may lack."""
-        if (api_version, kind) in self._resources:
+        if (api_version, kind) in self._resources or (api_version, kind) in self._raw_paths:
             return True
 
         def unserved(exc, _attempts):
             return (True, None) if type(exc).__name__ == "ResourceNotFoundError" else None
 
+        raw = self._kube_client is None and self.raw_connection() is not None
+        discover, cache = (self._raw_discover, self._raw_paths) if raw else (self._discover, self._resources)
         found = self._retrying(
-            "find %s in %s" % (kind, api_version), lambda: self._discover(api_version, kind), unserved
+            "find %s in %s" % (kind, api_version), lambda: discover(api_version, kind), unserved
         )
         if found is None:
             return False
-        self._resources[(api_version, kind)] = found
+        cache[(api_version, kind)] = found
         return True
+
+    # The read path: raw when the credentials allow (see ``raw_settings``) ---------------------------
+
+    def raw_connection(self):
+        """The ``RawConnection`` reads go over, or None when the credentials need the kubernetes client."""
+        if self._raw is None:
+            self._raw = False
+            path = self.params.get("kubeconfig")
+            if isinstance(path, str) and path:
+                kubeconfig_file(path, os.path.exists(os.path.expanduser(path)))
+            try:
+                self._raw = RawConnection(raw_settings(auth_values(self.params)))
+            except NotRaw:
+                pass
+            except Exception:  # an unreadable kubeconfig: the client reports it in its own words
+                pass
+        return self._raw or None
+
+    def _reader(self):
+        """What a read is sent on: the client's ApiClient once built, else the raw connection."""
+        if self._kube_client is None:
+            raw = self.raw_connection()
+            if raw is not None:
+                return raw
+        return self.api_client
+
+    def _raw_discover(self, api_version, kind):
+        """``RawPath`` of a kind from its group version's resource list, read once per group version."""
+        if api_version not in self._raw_groups:
+            try:
+                self._raw_groups[api_version] = self._get_json(
+                    api_prefix(api_version), api=self.raw_connection()
+                )
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                self._raw_groups[api_version] = None
+        if self._raw_groups[api_version] is None:
+            raise unserved_kind(api_version, kind)
+        return find_kind(self._raw_groups[api_version], api_version, kind)
+
+    def locate(self, api_version, kind):
+        """Where (apiVersion, kind) lives, for reads: its ``path(name, namespace)`` and ``namespaced``.
+
+        Discovered once per run: raw (one GET of the group version) until the client is built, the
+        dynamic client's resource after that.
+        """
+        key = (api_version, kind)
+        if key in self._resources:
+            return self._resources[key]
+        if key in self._raw_paths:
+            return self._raw_paths[key]
+        if self._kube_client is None and self.raw_connection() is not None:
+            self._raw_paths[key] = self._retrying(
+                "find %s in %s" % (kind, api_version), lambda: self._raw_discover(api_version, kind)
+            )
+            return self._raw_paths[key]
+        return self.resource(api_version, kind)
 
     def fail_from_exception(self, action, exc, **extra):
         """Raise ``KubeError`` for a failed request (never exits: the module's one exit does)."""
@@ -464,7 +857,7 @@ class KubeModule(AnsibleModule):
     # Reads -----------------------------------------------------------------------------------
 
     def _read(self, api_version, kind, name, namespace):
-        res = self.resource(api_version, kind)
+        res = self.locate(api_version, kind)
         try:
             return self._get_json(res.path(name=name, namespace=namespace if res.namespaced else None))
         except Exception as exc:
@@ -472,12 +865,13 @@ class KubeModule(AnsibleModule):
                 return None
             raise
 
-    def _get_json(self, path, query=None):
+    def _get_json(self, path, query=None, api=None):
         """GET ``path`` once and parse the body as JSON (no dynamic-client objects are built).
 
-        Raises the client's ``ApiException`` for a non-2xx answer, so the caller's retry layer decides.
+        Raises the client's ``ApiException`` (``ApiError`` on the raw path) for a non-2xx answer, so
+        the caller's retry layer decides.
         """
-        api = self.api_client
+        api = api or self._reader()
         url = api.configuration.host.rstrip("/") + path
         if query:
             from urllib.parse import urlencode
@@ -510,7 +904,7 @@ class KubeModule(AnsibleModule):
         continue token that expired (410) restarts the list from its first page, a bounded number of
         times. A namespace that does not exist lists as empty.
         """
-        res = self.resource(api_version, kind)
+        res = self.locate(api_version, kind)
         path = res.path(namespace=namespace if res.namespaced else None)
         query = []
         if label_selector:
@@ -520,11 +914,20 @@ class KubeModule(AnsibleModule):
         query.append(("limit", int(page or LIST_PAGE)))
         where = " in %s" % namespace if namespace else ""
         action = "list %s%s" % (kind, where)
-        restarts = 0
 
         def absent_namespace(exc, _attempts):
             return (True, {"items": []}) if status_code(exc) == 404 and namespace else None
 
+        with paused_gc():
+            items = self._pages(action, path, query, absent_namespace)
+        for item in items:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
+    def _pages(self, action, path, query, absent_namespace):
+        """The items of every page of one list, following ``continue``; an expired token restarts it."""
+        restarts = 0
         items = []
         token = None
         while True:
@@ -540,11 +943,7 @@ class KubeModule(AnsibleModule):
             items.extend(answer.get("items") or [])
             token = (answer.get("metadata") or {}).get("continue")
             if not token:
-                break
-        for item in items:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-        return items
+                return items
 
     # Writes: each predicts in check mode and sends nothing -----------------------------------
 
@@ -813,10 +1212,13 @@ class KubeModule(AnsibleModule):
             raise KubeError.from_exception(action, exc) from exc
 
     def _pool_request(self, api, method, url, headers, data, timeout, mutating):
-        """One attempt on the client's connection pool with its credentials; non-2xx raises ApiException."""
-        from kubernetes.client.exceptions import ApiException
+        """One attempt on the client's connection pool with its credentials; non-2xx raises ApiException
+        (``ApiError`` on a ``RawConnection``). The client's default headers (impersonation) are sent."""
+        import urllib3
 
-        sent = dict(headers or {})
+        sent = urllib3.HTTPHeaderDict(getattr(api, "default_headers", None) or {})
+        for name, value in (headers or {}).items():
+            sent[name] = value
         api.update_params_for_auth(sent, [], ["BearerToken"])
         if mutating:
             self.mutations += 1
@@ -832,7 +1234,12 @@ class KubeModule(AnsibleModule):
         )
         if not 200 <= response.status < 300:
             try:
-                raise ApiException(http_resp=_ErrorResponse(response, response.read(STREAM_CHUNK)))
+                data = response.read(STREAM_CHUNK)
+                if isinstance(api, RawConnection):
+                    raise api.error(response, data)
+                from kubernetes.client.exceptions import ApiException
+
+                raise ApiException(http_resp=_ErrorResponse(response, data))
             finally:
                 response.release_conn()
         return response

@@ -182,13 +182,20 @@ def _pair_key(family, mode):
 
 
 class _Index:
-    """Lookups built once over the listed objects."""
+    """Lookups built once over the listed objects.
+
+    Each project copy is read once here (its family, mode and handle); the per-pair passes of the
+    report look copies up by name instead of walking every copy again.
+    """
 
     def __init__(self, goldens, copies, contents):
         self.contents = {_name(c): c for c in contents or []}
         self.goldens = goldens
         self.snapshots = {}
         self.by_handle = {}
+        # copy name -> {namespace: copy}, and (family, mode) of every copy in list order
+        self.copies_by_name = {}
+        self.copy_pairs = []
         for mode, obj in goldens:
             handle = selection.golden_handle(obj, self.contents)
             self.snapshots[(_namespace(obj), _name(obj))] = ("golden", mode, obj, handle)
@@ -196,7 +203,11 @@ class _Index:
                 self.by_handle.setdefault(handle, (mode, obj))
         for obj in copies:
             handle = self.copy_handle(obj)
-            self.snapshots[(_namespace(obj), _name(obj))] = ("copy", _copy_mode(obj), obj, handle)
+            mode = _copy_mode(obj)
+            name, namespace = _name(obj), _namespace(obj)
+            self.snapshots[(namespace, name)] = ("copy", mode, obj, handle)
+            self.copies_by_name.setdefault(name, {})[namespace] = obj
+            self.copy_pairs.append((namespace, golden.observed_family(obj), mode))
 
     def copy_handle(self, obj):
         bound = ((obj.get("status") or {}).get("boundVolumeSnapshotContentName")) or (
@@ -252,19 +263,14 @@ def assemble(listed, namespaces):
     return observed
 
 
-def _pairs(goldens, copies, projects, family, mode):
+def _pairs(goldens, index, projects, family, mode):
     """(family, mode) pairs to report: those with goldens, then those only projects still hold."""
-    seen = []
+    seen = {}
     for pair_mode, obj in goldens:
-        key = _pair_key(golden.observed_family(obj), pair_mode)
-        if key not in seen:
-            seen.append(key)
-    for obj in copies:
-        if _namespace(obj) not in projects:
-            continue
-        key = _pair_key(golden.observed_family(obj), _copy_mode(obj))
-        if key not in seen:
-            seen.append(key)
+        seen.setdefault(_pair_key(golden.observed_family(obj), pair_mode), None)
+    for namespace, copy_family, copy_mode in index.copy_pairs:
+        if namespace in projects:
+            seen.setdefault(_pair_key(copy_family, copy_mode), None)
     return sorted(
         (k for k in seen if (family is None or k[0] == family) and (mode is None or k[1] == mode)),
         key=lambda k: (k[0], k[1] != golden.FILESYSTEM),
@@ -291,10 +297,14 @@ def _serving_entry(resolved, namespaces, mode, index):
     }
 
 
-def _projects(project_names, copies, index, family, mode, serving):
+def _projects(project_names, index, family, mode, serving):
+    """``selection.project_resolution`` of every project (``project_names`` sorted) for one pair."""
     expected = serving["handle"]
     served = _ref(serving["namespace"], serving["snapshot"]) if serving["snapshot"] else None
-    entries = selection.project_resolutions(project_names, copies, index.contents, family, mode, expected)
+    seeded = index.copies_by_name.get(selection.project_snapshot_name(family, mode)) or {}
+    contents = index.contents
+    resolve = selection.project_resolution
+    entries = [resolve(ns, seeded.get(ns), contents, expected) for ns in project_names]
     for entry in entries:
         entry.update(
             family=family,
@@ -445,7 +455,7 @@ def report(
     digests = _digests(governing)
 
     families, conflicts, project_entries = {}, [], []
-    for pair_family, pair_mode in _pairs(goldens, copies, project_set, family, mode):
+    for pair_family, pair_mode in _pairs(goldens, index, project_set, family, mode):
         resolved = selection.resolve_serving(canonical, governing, pair_family, pair_mode)
         serving = _serving_entry(resolved, namespaces, pair_mode, index)
         conflicts.extend(resolved["conflicts"])
@@ -465,7 +475,7 @@ def report(
             info["selected"] = info["name"] in selected
             fam["os_name"] = fam["os_name"] or info["os_name"]
             fam["candidates"].append(info)
-        project_entries.extend(_projects(project_names, copies, index, pair_family, pair_mode, serving))
+        project_entries.extend(_projects(project_names, index, pair_family, pair_mode, serving))
 
     for idle in selection.idle_selections(governing, canonical):
         if mode is not None and _raw_mode(idle["mode"]) not in (None, mode):

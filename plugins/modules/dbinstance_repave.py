@@ -569,6 +569,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     CatalogStore,
     catalog_options,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import DirectDriver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_operator import (
@@ -640,7 +641,9 @@ def argument_spec():
 
 def make_driver(module):
     driver = DirectDriver if module.params["strategy"] == "direct" else OperatorDriver
-    return driver(module, module.client, module.params)
+    # The drivers read and write through the module's helpers; the client is built only when a write
+    # needs it, so a report reads over the raw path.
+    return driver(module, None, module.params)
 
 
 class Repave:
@@ -835,7 +838,8 @@ class Repave:
     # --- state=report
 
     def report(self):
-        self.observe()
+        with paused_gc():  # a fleet's entries are many small dicts without cycles
+            self.observe()
         for name in self.result["missing"]:
             self.warn("%s %s was not found" % (self.params["kind"], name))
         return self.finish()

@@ -1,0 +1,131 @@
+"""Reads without the kubernetes client: a TLS lab, a kubeconfig with its CA and a bearer token.
+
+The adapter's reads (discovery, get, list) go over urllib3 with the credentials kubernetes.core would
+use; these tests prove the client is never built for them, that the answers are the client's, and that
+an RBAC refusal reads exactly as it does through the client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.integration.support.runner import COLLECTIONS, module_task, play, run_playbook
+from tests.lab import Lab
+
+pytestmark = pytest.mark.lab_only
+
+# Only the client's discovery asks for these; the raw path reads the group version it needs.
+CLIENT_DISCOVERY = ("/apis", "/version", "/api")
+
+
+@pytest.fixture(scope="module")
+def tls_lab(tmp_path_factory):
+    if str(COLLECTIONS) not in sys.path:
+        sys.path.insert(0, str(COLLECTIONS))
+    with Lab(tmp_path_factory.mktemp("tls-lab"), with_s3=False, tls=True, controllers=[]) as lab:
+        yield lab
+
+
+@contextlib.contextmanager
+def module(kubeconfig, raw=True):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+
+    with patch_module_args({"kubeconfig": str(kubeconfig)}):
+        m = KubeModule(argument_spec={})
+    if not raw:
+        m._raw = False  # the client path, for comparison
+    yield m
+
+
+def config_map(namespace, name, data):
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
+
+
+def test_the_lab_kubeconfig_carries_a_ca_and_a_token(tls_lab):
+    import yaml
+
+    config = yaml.safe_load(tls_lab.kubeconfig.read_text())
+    assert tls_lab.url.startswith("https://")
+    assert config["clusters"][0]["cluster"]["certificate-authority-data"]
+    assert config["users"][0]["user"]["token"]
+
+
+def test_reads_go_raw_and_match_the_client(tls_lab):
+    namespace = "raw-" + uuid.uuid4().hex[:8]
+    with module(tls_lab.kubeconfig, raw=False) as client_side:
+        client_side.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for i in range(5):
+            client_side.create(config_map(namespace, "cm-%d" % i, {"i": str(i)}))
+        want_list = client_side.list("v1", "ConfigMap", namespace, page=2)
+        want_get = client_side.get("v1", "ConfigMap", "cm-3", namespace)
+        want_namespaces = client_side.list("v1", "Namespace")
+    tls_lab.clear_audit()
+    with module(tls_lab.kubeconfig) as m:
+        assert m.raw_connection() is not None
+        assert m.list("v1", "ConfigMap", namespace, page=2) == want_list
+        assert m.get("v1", "ConfigMap", "cm-3", namespace) == want_get
+        assert m.get("v1", "ConfigMap", "absent", namespace) is None
+        assert m.list("v1", "ConfigMap", "no-such-namespace") == []
+        assert [n["metadata"]["name"] for n in m.list("v1", "Namespace")] == [
+            n["metadata"]["name"] for n in want_namespaces
+        ]
+        assert m.served("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is True
+        assert m.served("example.com/v1", "Nothing") is False
+        assert m._kube_client is None  # no kubernetes client was built for any of it
+    paths = [r["path"].split("?")[0] for r in tls_lab.audit()]
+    assert not [p for p in paths if p in CLIENT_DISCOVERY], paths
+    assert paths.count("/api/v1") == 1  # each group version discovered once
+
+
+def test_an_rbac_refusal_reads_as_through_the_client(tls_lab, tmp_path):
+    token = tls_lab.add_token(
+        "reader-" + uuid.uuid4().hex[:6],
+        [{"verbs": ["get", "list"], "groups": [""], "resources": ["configmaps"], "namespaces": ["default"]}],
+    )
+    limited = tls_lab.write_kubeconfig(tmp_path / "limited", token=token, user="limited")
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+    failures = []
+    for raw in (True, False):
+        with module(limited, raw=raw) as m:
+            assert m.list("v1", "ConfigMap", "default") is not None
+            with pytest.raises(PipelineError) as caught:
+                m.list("v1", "Secret", "default")
+            result = caught.value.result
+            failures.append((result["msg"], result["reason"], result["status"], result["body"]))
+            assert (m._kube_client is None) is raw
+    assert failures[0] == failures[1]
+    msg, reason, status, _body = failures[0]
+    assert (reason, status) == ("Forbidden", 403)
+    assert msg.startswith("list Secret in default: ") and msg.endswith(" (Forbidden, 403)")
+    assert "secrets" in msg
+
+
+def test_golden_info_reads_the_tls_lab_without_the_client(tls_lab):
+    tls_lab.clear_audit()
+    run = run_playbook(
+        play(
+            module_task(
+                "goldenimage.pipeline.golden_info",
+                "report",
+                kubeconfig=str(tls_lab.kubeconfig),
+                project_selector="kube-dc.com/project=raw-" + uuid.uuid4().hex[:6],
+            )
+        ),
+        env={"KUBECONFIG": str(tls_lab.kubeconfig)},
+    )
+    assert run.ok, run.log
+    assert run["report"]["summary"]["project_entries"] == 0
+    paths = [r["path"].split("?")[0] for r in tls_lab.audit()]
+    assert not [p for p in paths if p in CLIENT_DISCOVERY], paths
+    assert [r for r in tls_lab.audit() if r["verb"] == "list"]
