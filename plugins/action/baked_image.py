@@ -29,8 +29,12 @@ class ActionModule(PollingAction):
             result["diff"] = self._diffs
         return result
 
-    def _execute_module(self, *args, **kwargs):
-        out = super(ActionModule, self)._execute_module(*args, **kwargs)
+    def in_background(self, args):
+        # The upload of src is one request: it runs as an async job that reports how far it got.
+        return (
+            bool(args.get("src")) and not args.get("uploaded") and args.get("state", "present") == "present"
+        )
+
+    def seen_round(self, out):
         diff = out.get("diff")
         self._diffs.extend(diff if isinstance(diff, list) else [diff] if diff else [])
-        return out

@@ -140,6 +140,11 @@ options:
       - Whether an earlier call of the same task has uploaded O(src) (from C(resume)); set by the action
         plugin, so the file is sent once.
     type: bool
+  progress_file:
+    description:
+      - A file the upload of O(src) appends its progress lines to while it runs; set by the action plugin,
+        which runs the uploading call as an async job and prints the lines as they come.
+    type: path
   progress_seen:
     description:
       - The progress values earlier calls of the same task saw (from C(resume)); set by the action plugin.
@@ -391,6 +396,7 @@ def argument_spec():
         created=dict(type="bool"),
         uploaded=dict(type="bool"),
         progress_seen=dict(type="list", elements="int"),
+        progress_file=dict(type="path"),
     )
     return spec
 
@@ -722,6 +728,8 @@ class BakedImage:
             line = report.seen(sent, total, time.monotonic() - started)
             if line:
                 self.module.log(line)
+                if self.p["progress_file"]:
+                    _append_line(self.p["progress_file"], line)
 
         self.result["upload"] = report.record()
         try:
@@ -866,6 +874,15 @@ def served_versions(module, kind):
         if group not in versions or getattr(res, "preferred", False):
             versions[group] = res.group_version
     return [versions[group] for group in sorted(versions)]
+
+
+def _append_line(path, line):
+    """One whole line per write, so a reader never sees half of one as complete."""
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(path, "a") as out:
+        out.write(line + "\n")
 
 
 def main():

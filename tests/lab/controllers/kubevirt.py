@@ -587,7 +587,7 @@ class VirtController(Controller):
             listener.close()
 
     def _stop_owned_vmi(self, vm: dict) -> None:
-        """virt-controller stops a deleted VM's instance itself; it does not wait for the garbage collector."""
+        """virt-controller stops a deleted VM's instance itself, without waiting for the garbage collector."""
         meta = vm["metadata"]
         vmi_rt = self.types()[1]
         vmi = self._get(vmi_rt, meta["namespace"], meta["name"])
