@@ -84,6 +84,7 @@ class PollingAction(ActionBase):
     # A round whose one step cannot be split (an upload is a single request) runs as an async job; its
     # module appends progress lines to ``progress_file``, printed as they come.
     BACKGROUND_POLL = 5.0
+    BACKGROUND_LIMIT = 86400
 
     def in_background(self, args):
         """Whether the next round runs as an async job reporting into a progress file (never by default)."""
@@ -94,7 +95,8 @@ class PollingAction(ActionBase):
         progress = self._connection._shell.join_path(
             async_dir, "goldenimage-%s.progress" % secrets.token_hex(8)
         )
-        limit = int(args.get("wait_timeout") or 3600) + 300  # the module's own timeout ends it first
+        # A backstop only: the module's waits end at its wait_timeout, and a transfer at the size it sends.
+        limit = int(args.get("wait_timeout") or 0) + self.BACKGROUND_LIMIT
         saved, self._task.async_val = self._task.async_val, limit
         try:
             job = self._execute_module(
