@@ -266,6 +266,7 @@ UPLOAD_GIB = 2
 RSS_LIMIT_MIB = 400
 
 
+@pytest.mark.slow
 @pytest.mark.lab_only
 def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namespace, tmp_path):
     """A 2 GiB image is uploaded with the module's peak RSS far below the file's size, with progress."""
