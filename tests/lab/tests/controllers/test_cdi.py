@@ -9,7 +9,6 @@ import os
 import pathlib
 import re
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -143,18 +142,19 @@ def assert_same_disk(disk: pathlib.Path, raw: pathlib.Path, size: int) -> None:
     assert disk.stat().st_blocks * 512 < size  # still sparse
 
 
-def reasons(cdi_lab: MiniLab, name: str, *expected: str, timeout: float = 15) -> list[str]:
+def reasons(cdi_lab: MiniLab, name: str, *expected: str) -> list[str]:
     """The Event reasons recorded for `name`, once they include `expected`.
 
     A controller records its Events after the status write, as an EventRecorder does, so a reader that has
     just seen the phase may not see them yet.
     """
-    end = time.monotonic() + timeout
-    while True:
-        got = [e["reason"] for e in cdi_lab.events(name)]
-        if set(expected) <= set(got) or time.monotonic() > end:
-            return got
-        time.sleep(0.05)
+
+    def recorded() -> list[str]:
+        return [e["reason"] for e in cdi_lab.events(name)]
+
+    if expected:
+        cdi_lab.wait(CDI, "datavolumes", name, lambda _dv: set(expected) <= set(recorded()))
+    return recorded()
 
 
 # --------------------------------------------------------------------------------- http
