@@ -39,6 +39,9 @@ AUDIT_POLICY = {
 }
 
 
+STOP_GRACE_SECONDS = 3
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -493,7 +496,9 @@ class ApiServer:
                 proc.terminate()
         for _, proc in reversed(self._procs):
             try:
-                proc.wait(timeout=15)
+                # kube-apiserver's graceful shutdown waits on connections its clients keep open (a
+                # pooled keep-alive is enough); the lab's state is in etcd, so a short grace will do.
+                proc.wait(timeout=STOP_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

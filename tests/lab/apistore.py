@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import socket
 import threading
 import time
 import urllib.parse
@@ -428,6 +429,7 @@ class ApiSubscription:
     def _watch(self, rt: ResourceType) -> None:
         rv = ""
         while not self.closed:
+            reply = None
             try:
                 if not rv:
                     _, rv, _, _ = self._store.list_page(rt)
@@ -445,6 +447,8 @@ class ApiSubscription:
                 )
                 with self._lock:
                     self._replies.append(reply)
+                    if self.closed:  # closed while this request was on its way
+                        _hang_up(reply)
                 if reply.status >= 400:
                     reply.read()
                     if reply.status == 404:
@@ -461,7 +465,6 @@ class ApiSubscription:
                             rv = self._event(rt, json.loads(line)) or rv
                     if self.closed:
                         break
-                reply.release_conn()
             except _Expired:
                 rv = ""
             except Exception:
@@ -469,6 +472,12 @@ class ApiSubscription:
                     return
                 log.debug("watch of %s broke; resuming", rt.plural, exc_info=True)
                 time.sleep(0.2)
+            finally:
+                if reply is not None:
+                    with self._lock:
+                        self._replies.remove(reply)
+                    # Closed, not pooled: a half-read watch handed back would be the next request's reply.
+                    reply.close()
 
     def _event(self, rt: ResourceType, event: dict) -> str | None:
         etype = event.get("type")
@@ -505,13 +514,21 @@ class ApiSubscription:
         self.closed = True
         with self._lock:
             for reply in self._replies:
-                try:
-                    reply.shutdown() if hasattr(reply, "shutdown") else reply.release_conn()
-                except Exception:
-                    pass
+                _hang_up(reply)
         self._queue.put(None)
         if self in self._store._subs:
             self._store._subs.remove(self)
+
+
+def _hang_up(reply) -> None:
+    """End a watch from another thread: both directions, so its reader wakes and the API server sees
+    the client leave (kube-apiserver's graceful shutdown waits for every watch still open)."""
+    sock = getattr(reply.connection, "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class _Expired(Exception):

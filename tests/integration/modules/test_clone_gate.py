@@ -438,6 +438,7 @@ def test_under_conflicts_5xx_and_dropped_connections_it_passes_and_leaves_nothin
     assert swept["after faults"] == [], result
 
 
+@pytest.mark.slow  # minutes of waiting by design: the slow tier
 def test_long_waits_print_progress_and_a_timeout_names_what_was_pending(
     lab, goldens, kube_client, monkeypatch
 ):

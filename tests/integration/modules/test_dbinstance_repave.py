@@ -396,6 +396,7 @@ def most_repaving_at_once(history):
     return most
 
 
+@pytest.mark.slow  # minutes of waiting by design: the slow tier
 def test_fleet_of_fifty_under_max_unavailable_in_order(lab, fleet):
     names = ["db-%02d" % i for i in range(50)]
     standbys = set(names[::7])
@@ -435,6 +436,7 @@ def test_fleet_of_fifty_under_max_unavailable_in_order(lab, fleet):
     assert rolled["progress"][-1]["done"] == 50 and rolled["progress"][-1]["percent"] == 100
 
 
+@pytest.mark.slow  # minutes of waiting by design: the slow tier
 def test_a_roll_out_prints_the_fleet_line_every_round_while_it_runs(lab, fleet, monkeypatch):
     """A roll-out longer than a round returns every report_every seconds; the action plugin prints each
     round's fleet line as it comes, and the last round holds the whole result."""

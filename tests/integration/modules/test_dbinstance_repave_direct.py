@@ -398,12 +398,13 @@ def test_a_run_killed_after_each_step_resumes(lab, kube_client, kube_namespace, 
         assert_repaved(lab, kube_namespace, name, data[name])
 
 
+@pytest.mark.slow  # minutes of waiting by design: the slow tier
 def test_a_new_disk_that_does_not_boot_stops_on_it_and_rolls_back(lab, kube_client, kube_namespace, catalog):
     data = create_instance(lab, kube_client, kube_namespace, "nb", catalog, NEW)
     original = pvc(lab, kube_namespace, f"nb-os-{NEW}")
     common = {"namespace": kube_namespace, "names": ["nb"], "catalog": {"path": catalog["path"]}}
     run = run_playbook(
-        play(task("broken", state="repaved", revision=BROKEN, wait_timeout=20, wait_sleep=0.3, **common)),
+        play(task("broken", state="repaved", revision=BROKEN, wait_timeout=45, wait_sleep=0.3, **common)),
         env=lab.env(),
     )
     result = failed(run, "broken")
@@ -504,6 +505,7 @@ def test_teardown_finds_the_disks_a_deleted_vm_left(lab, kube_client, kube_names
     assert pvc(lab, kube_namespace, rebuilt) is None
 
 
+@pytest.mark.slow  # minutes of waiting by design: the slow tier
 def test_a_stop_that_hangs_and_a_swap_that_conflicts_time_out_naming_the_step(
     lab, kube_client, kube_namespace, catalog
 ):

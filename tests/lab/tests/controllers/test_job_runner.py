@@ -335,14 +335,20 @@ def _proc_state(pid: int) -> str:
 
 
 def test_active_deadline_fails_the_job(mini):
+    # The deadline is shortened once the pod runs (activeDeadlineSeconds is mutable): a deadline that
+    # runs out before the pod starts fails the Job with no pod at all, as Kubernetes does.
     body = job_body("slow", ["sleep", "300"])
-    body["spec"]["activeDeadlineSeconds"] = 1
+    body["spec"]["activeDeadlineSeconds"] = 300
     mini.create("batch", "jobs", body)
+    until(lambda: any(p["status"]["phase"] == "Running" for p in job_pods(mini, "slow")), what="running")
+    (pod,) = job_pods(mini, "slow")
+    mini.store.patch(
+        mini.rt("batch", "jobs"), mini.namespace, "slow", "merge", {"spec": {"activeDeadlineSeconds": 1}}
+    )
     job = mini.wait("batch", "jobs", "slow", finished, timeout=15)
     failed = cond(job, "Failed")
     assert failed["reason"] == "DeadlineExceeded"
     assert failed["message"] == "Job was active longer than specified deadline"
-    (pod,) = job_pods(mini, "slow")
     pod = mini.wait("", "pods", pod["metadata"]["name"], lambda p: p["status"]["phase"] == "Failed")
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
 
