@@ -354,6 +354,50 @@ def progress(obj):
     return int(value) if isinstance(value, int) else 0
 
 
+def phase(obj):
+    """Where the import of an image is: absent, initializing, importing, imported or failed."""
+    if obj is None:
+        return "absent"
+    if imported(obj):
+        return "imported"
+    if failure(obj):
+        return "failed"
+    if not (initialized(obj) and storage_class_of(obj)):
+        return "initializing"
+    return "importing"
+
+
+def round_line(namespace, name, obj, elapsed):
+    """The line printed after each round of the wait: phase, percent and time since the wait began."""
+    return "%s %s/%s: phase %s, progress %d%% after %.1fs" % (
+        KIND,
+        namespace,
+        name,
+        phase(obj),
+        progress(obj),
+        elapsed,
+    )
+
+
+def round_budget(round_started, report_every, started, timeout, now):
+    """``(seconds this round may still wait, whether that is the rest of the whole wait)``: a round (one
+    call) waits ``report_every`` seconds in all, whatever it waits for, and never past the whole wait."""
+    left = max(0.0, float(started) + timeout - float(now))
+    share = max(0.0, float(round_started) + report_every - float(now))
+    if left <= share:
+        return left, True
+    return share, False
+
+
+def timeout_message(pending, elapsed, seen, stuck, state):
+    """The time-out of the whole wait (every round of it), naming what was still pending."""
+    if stuck and len(set(seen)) <= 1:
+        verdict = "stuck: the progress did not change in %ds" % int(elapsed)
+    else:
+        verdict = "still working: progress went %s" % " -> ".join("%d%%" % v for v in seen)
+    return "timed out after %.1fs waiting for %s (%s); last observed: %s" % (elapsed, pending, verdict, state)
+
+
 UPLOAD_REPORT_PERCENT = 10  # a progress line per this many percent of the file sent
 UPLOAD_REPORT_SECONDS = 30.0  # and at least this often
 

@@ -40,6 +40,13 @@ description:
   - A URL with credentials in it (C(https://user:password@host/...)) is refused before anything is written; a
     presigned URL is passed to Harvester but stored in the catalog without its query, and every URL the module
     prints is redacted.
+  - "The wait for the import talks. One call of the module waits at most O(report_every) seconds and returns
+    C(done), a C(line) such as C(VirtualMachineImage ns/x: phase importing, progress 45% after 61.2s) and
+    C(resume)."
+  - The action plugin of the same name calls it again with C(resume) and prints each line, so an
+    import prints a line at least every O(report_every) seconds until it is imported, has failed, or
+    O(wait_timeout) (counted from O(started)) has passed. A later call finds the image it registered, writes
+    nothing and continues the wait; the catalog is written by the call that sees the image imported.
   - When a write is refused half way (for example a token that may create images but not update the catalog
     ConfigMap), the failure says what exists (the image, whether the catalog was written) and which permission
     is missing; running the task again with the permission completes it.
@@ -111,6 +118,39 @@ options:
     description: How many failed import attempts Harvester retries (C(spec.retry), 0 to 10).
     type: int
     default: 3
+  report_every:
+    description:
+      - Longest time, in seconds, one call of the module waits for the image before it returns a progress
+        C(line). The action plugin calls it again with C(resume) and prints each line, so a wait prints a
+        line at least this often. Zero or negative is refused before anything is written.
+    type: int
+    default: 20
+  started:
+    description:
+      - When the wait began, in seconds since the epoch; O(wait_timeout) counts from it. Set by the action
+        plugin (to when the task started, then from C(resume)); leave it out to start now.
+    type: float
+  created:
+    description:
+      - Whether an earlier call of the same task created the image (from C(resume)); set by the action
+        plugin, so a replica count found wrong later still deletes the image the task made.
+    type: bool
+  uploaded:
+    description:
+      - Whether an earlier call of the same task has uploaded O(src) (from C(resume)); set by the action
+        plugin, so the file is sent once.
+    type: bool
+  progress_file:
+    description:
+      - A file the upload of O(src) appends its progress lines to while it runs; set by the action plugin,
+        which runs the uploading call as an async job and prints the lines as they come.
+    type: path
+  progress_seen:
+    description:
+      - The progress values earlier calls of the same task saw (from C(resume)); set by the action plugin.
+        With it the call is a later round, which writes nothing but the catalog once the image is imported.
+    type: list
+    elements: int
   state:
     description:
       - V(present) registers the revision and records it in O(catalog) when given.
@@ -124,10 +164,11 @@ extends_documentation_fragment:
   - goldenimage.pipeline.k8s_wait
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.attributes.rounds
 attributes:
   check_mode:
     support: full
-    details: Reads only; nothing is created, uploaded, waited for or written to the catalog.
+    details: Reads only, in one call; nothing is created, uploaded, waited for or written to the catalog.
   diff_mode:
     support: full
   idempotent:
@@ -263,6 +304,36 @@ duration:
   description: Seconds spent waiting.
   returned: always
   type: float
+done:
+  description: Whether nothing is left to wait for (the image imported, deleted, or not waited for).
+  returned: always
+  type: bool
+  sample: true
+line:
+  description: The progress line of the last call (also printed by the action plugin).
+  returned: always
+  type: str
+  sample: "VirtualMachineImage harvester-public/ubuntu-2404-postgres-v20261201-2404: phase imported, progress
+    100% after 212.4s"
+lines:
+  description: Every line printed while the task ran, one per call.
+  returned: always
+  type: list
+  elements: str
+rounds:
+  description: How many calls of the module the task took.
+  returned: always
+  type: int
+elapsed:
+  description: Seconds since the task began.
+  returned: always
+  type: float
+  sample: 212.4
+resume:
+  description: The options that continue this wait in another call (C(started), C(created), C(uploaded),
+    C(progress_seen)).
+  returned: when the wait is not over
+  type: dict
 diff:
   description:
     - Before and after of the image (server fields removed, the URL redacted) and of each catalog YAML that
@@ -284,6 +355,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     kinds,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
     catalog_options,
@@ -317,7 +390,23 @@ def argument_spec():
         state=dict(type="str", choices=["present", "absent"], default="present"),
     )
     spec.update(copy.deepcopy(inputs.WAIT_ARG_SPEC))
+    spec.update(
+        report_every=dict(rounds_.ROUND_ARG_SPEC["report_every"]),
+        started=dict(rounds_.ROUND_ARG_SPEC["started"]),
+        created=dict(type="bool"),
+        uploaded=dict(type="bool"),
+        progress_seen=dict(type="list", elements="int"),
+        progress_file=dict(type="path"),
+    )
     return spec
+
+
+class RoundOver(Exception):
+    """This round's share of the wait has passed while the whole wait has not: report and continue."""
+
+    def __init__(self, last):
+        super(RoundOver, self).__init__("round over")
+        self.last = last
 
 
 def _sha512(path):
@@ -330,7 +419,7 @@ def _sha512(path):
 
 def checked_inputs(p):
     """The options as the rules read them, every input refusal raised before anything is read or written."""
-    inputs.positive_all(p, ("wait_timeout", "wait_sleep"))
+    inputs.positive_all(p, ("wait_timeout", "wait_sleep", "report_every"))
     stream = inputs.version_string(p["os_version"], "os_version")
     majors = [inputs.version_string(v, "pg_versions") for v in p["pg_versions"] or []]
     hi.check_url(p["url"])
@@ -359,6 +448,10 @@ class BakedImage:
         self.result = {"changed": False, "duration": 0.0, "image": {}}
         self.store = CatalogStore(module, self.p["catalog"]) if self.p["catalog"] else None
         self.os_version, self.pg_versions = None, None
+        self.round_started = time.time()
+        self.started = self.p["started"] if self.p["started"] is not None else self.round_started
+        # A later round of the same task: the registration is done, only its wait goes on.
+        self.resumed = self.p["progress_seen"] is not None
 
     def run(self):
         self.os_version, self.pg_versions = checked_inputs(self.p)
@@ -419,6 +512,7 @@ class BakedImage:
                 raise PipelineError("%s: %s" % (self.store.where, exc.msg), refused=True) from None
         existing = self.module.get(API, KIND, name, namespace)
         after = existing
+        created = existing is None or bool(self.p["created"])
         if existing is not None:
             hi.refuse_changed_source(existing, desired, self.p["name"])
             wanted = kinds.labels(desired)
@@ -430,35 +524,59 @@ class BakedImage:
         else:
             after = self.module.create(desired)
             self.result["changed"] = True
-        if self.module._diff:
+        if self.module._diff and not self.resumed:  # a later round changes nothing the first did not
             before, now = hi.printable(existing), hi.printable(after)
             self.result["diff"] = [dict(object_diff(before, now), before_header=self._ref(name, namespace))]
-        seen = [hi.progress(after)]
+        seen = list(self.p["progress_seen"] or [hi.progress(after)])
+        if seen[-1] != hi.progress(after):
+            seen.append(hi.progress(after))
         checked = False
+        uploaded = bool(self.p["uploaded"])
         try:
             if not self.module.check_mode:
                 if (self.p["src"] or self.p["wait"]) and not hi.storage_class_of(after):
                     after = self.wait_initialized(name, namespace, after)
                 if hi.storage_class_of(after):  # verified before the import, not after it
-                    after = self.check_replicas_early(after, existing is None)
+                    after = self.check_replicas_early(after, created)
                     checked = True
-                if self.p["src"] and not hi.imported(after) and not hi.failure(after):
+                if self.p["src"] and not uploaded and not hi.imported(after) and not hi.failure(after):
                     after = self.upload(name, namespace, after)
+                    uploaded = True
                 if self.p["wait"] and not hi.imported(after):
                     after = self.wait_imported(name, namespace, after, seen)
             self.result.update(image=hi.printable(after), progress=hi.progress(after), progress_seen=seen)
             storage_class = hi.storage_class_of(after)
             if storage_class and not checked:
                 self.check_replicas(after, storage_class)
+        except RoundOver as over:
+            return self.round_over(name, namespace, over.last or after, seen, created, uploaded)
         except hi.ReplicaMismatch as exc:
             if "cleaned_up" in exc.fields:  # found at Initialized: already says what became of the image
                 raise
-            raise self.left_behind(exc, existing is None) from None
+            raise self.left_behind(exc, created) from None
         except PipelineError as exc:
-            raise self.left_behind(exc, existing is None) from None
+            raise self.left_behind(exc, created) from None
         if self.store is not None:
             self.record(desired, after, storage_class)
+        return self.finish(name, namespace, after, True)
+
+    def finish(self, name, namespace, obj, done, resume=None):
+        """Close a round: ``done``, its ``line`` and, when the wait goes on, ``resume``."""
+        elapsed = round(max(0.0, time.time() - self.started), 1)
+        line = hi.round_line(namespace, name, obj, elapsed)
+        self.result.update(done=done, line=line, elapsed=elapsed)
+        if resume is not None:
+            self.result["resume"] = resume
         return self.result
+
+    def round_over(self, name, namespace, obj, seen, created, uploaded):
+        """The image is registered and still importing: report it, and continue in the next round. The
+        catalog is written only by the round that sees the import finished."""
+        self.result.update(image=hi.printable(obj), progress=hi.progress(obj), progress_seen=seen)
+        if hi.storage_class_of(obj):
+            self.result["storage_class"] = hi.storage_class_of(obj)
+        resume = dict(started=self.started, created=created, uploaded=uploaded, progress_seen=seen)
+        return self.finish(name, namespace, obj, False, resume)
 
     def left_behind(self, exc, created):
         fields = dict(self.result)
@@ -543,19 +661,38 @@ class BakedImage:
             self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
             raise
 
-    def _wait(self, name, namespace, predicate, what, progress=None):
-        obj, duration = self.module.wait(
-            API,
-            KIND,
-            name,
-            namespace,
-            predicate,
-            hi.describe,
-            "%s to be %s" % (self._ref(name, namespace), what),
-            self.p["wait_timeout"],
-            self.p["wait_sleep"],
-            progress=progress,
+    def _wait(self, name, namespace, predicate, what, progress=None, seen=None, whole=False):
+        """Wait at most this round's share (O(report_every)) of the whole wait; ``RoundOver`` when it has
+        passed before the whole wait has, the time-out of the whole wait otherwise. ``whole`` waits for
+        the rest of the wait in one go."""
+        pending = "%s to be %s" % (self._ref(name, namespace), what)
+        every = self.p["wait_timeout"] if whole else self.p["report_every"]
+        budget, last = hi.round_budget(
+            self.round_started, every, self.started, self.p["wait_timeout"], time.time()
         )
+        try:
+            obj, duration = self.module.wait(
+                API,
+                KIND,
+                name,
+                namespace,
+                predicate,
+                hi.describe,
+                pending,
+                max(budget, 0.001),
+                self.p["wait_sleep"],
+                progress=progress,
+            )
+        except WaitTimeout as exc:
+            self.result["duration"] = round(self.result["duration"] + exc.elapsed, 3)
+            if not last:
+                raise RoundOver(exc.last) from None
+            elapsed = max(0.0, time.time() - self.started)
+            exc.msg = hi.timeout_message(
+                pending, elapsed, seen or [hi.progress(exc.last)], exc.stuck, exc.state
+            )
+            exc.fields["duration"] = round(elapsed, 3)
+            raise
         self.result["duration"] = round(self.result["duration"] + duration, 3)
         return obj
 
@@ -567,7 +704,12 @@ class BakedImage:
 
         try:
             return self._wait(
-                name, namespace, lambda obj: (hi.imported(obj), hi.failure(obj)), "Imported=True", progress
+                name,
+                namespace,
+                lambda obj: (hi.imported(obj), hi.failure(obj)),
+                "Imported=True",
+                progress,
+                seen,
             )
         except PipelineError as exc:
             last = getattr(exc, "last", None) or current
@@ -586,6 +728,8 @@ class BakedImage:
             line = report.seen(sent, total, time.monotonic() - started)
             if line:
                 self.module.log(line)
+                if self.p["progress_file"]:
+                    _append_line(self.p["progress_file"], line)
 
         self.result["upload"] = report.record()
         try:
@@ -665,10 +809,10 @@ class BakedImage:
                     dict(object_diff(hi.printable(existing), None), before_header=self._ref(name, namespace))
                 ]
             if self.result["changed"] and self.p["wait"] and not self.module.check_mode:
-                self._wait(name, namespace, lambda obj: (obj is None, None), "deleted")
+                self._wait(name, namespace, lambda obj: (obj is None, None), "deleted", whole=True)
             self.result["image"] = {}
         self.forget(catalogs, ref, existing is not None)
-        return self.result
+        return self.finish(name, namespace, None, True)
 
     def forget(self, catalogs, ref, deleted):
         """Every catalog recording this image says ``imported: false`` now that it is gone."""
@@ -730,6 +874,15 @@ def served_versions(module, kind):
         if group not in versions or getattr(res, "preferred", False):
             versions[group] = res.group_version
     return [versions[group] for group in sorted(versions)]
+
+
+def _append_line(path, line):
+    """One whole line per write, so a reader never sees half of one as complete."""
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(path, "a") as out:
+        out.write(line + "\n")
 
 
 def main():

@@ -26,7 +26,7 @@ description:
     C(app.kubernetes.io/managed-by=goldenimage.pipeline), as read from the cluster. A golden (a
     VolumeSnapshot or any object carrying the golden contract's family) is refused with a pointer to
     M(goldenimage.pipeline.golden_snapshot), and a Harvester VirtualMachineImage with a pointer to
-    M(goldenimage.pipeline.baked_image): those delete paths ask who uses the object first.
+    M(goldenimage.pipeline.baked_image), since those delete paths ask who uses the object first.
   - "Transient errors are ridden out with jittered exponential backoff, bounded in attempts and in time:
     throttling (429), 5xx answers and dropped connections. A C(409) on create reads the object back: when it
     holds what was sent (the reply of an earlier attempt was lost after the server committed it) it is the

@@ -18,6 +18,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import secrets
 import time
 
 from ansible.plugins.action import ActionBase
@@ -47,7 +49,11 @@ class PollingAction(ActionBase):
         try:
             while True:
                 rounds += 1
-                out = self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars)
+                if self._task.check_mode or not self.in_background(args):
+                    out = self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars)
+                else:
+                    out = self._background_round(args, task_vars, lines)
+                self.seen_round(out)
                 first = out if first is None else first
                 # The first round may create what the later ones wait for: keep its change and diff.
                 changed = changed or bool(out.get("changed"))
@@ -74,6 +80,75 @@ class PollingAction(ActionBase):
         result["lines"] = lines
         result["rounds"] = rounds
         return result
+
+    # A round whose one step cannot be split (an upload is a single request) runs as an async job; its
+    # module appends progress lines to ``progress_file``, printed as they come.
+    BACKGROUND_POLL = 5.0
+
+    def in_background(self, args):
+        """Whether the next round runs as an async job reporting into a progress file (never by default)."""
+        return False
+
+    def _background_round(self, args, task_vars, lines):
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        progress = self._connection._shell.join_path(
+            async_dir, "goldenimage-%s.progress" % secrets.token_hex(8)
+        )
+        limit = int(args.get("wait_timeout") or 3600) + 300  # the module's own timeout ends it first
+        saved, self._task.async_val = self._task.async_val, limit
+        try:
+            job = self._execute_module(
+                module_name=self.MODULE,
+                module_args=dict(args, progress_file=progress),
+                task_vars=task_vars,
+                wrap_async=True,
+            )
+        finally:
+            self._task.async_val = saved
+        if job.get("failed") or "ansible_job_id" not in job:
+            return job
+        status_args = {"jid": job["ansible_job_id"], "_async_dir": async_dir}
+        printed = 0
+        try:
+            while True:
+                status = self._execute_module(
+                    module_name="ansible.legacy.async_status", module_args=status_args, task_vars=task_vars
+                )
+                printed = self._print_progress(progress, printed, lines, task_vars)
+                if status.get("finished") or status.get("failed"):
+                    break
+                time.sleep(self.BACKGROUND_POLL)
+        finally:
+            self._execute_module(
+                module_name="ansible.legacy.async_status",
+                module_args=dict(status_args, mode="cleanup"),
+                task_vars=task_vars,
+            )
+            self._execute_module(
+                module_name="ansible.legacy.file",
+                module_args={"path": progress, "state": "absent"},
+                task_vars=task_vars,
+            )
+        for key in ("ansible_job_id", "started", "finished", "results_file"):
+            status.pop(key, None)
+        return status
+
+    def _print_progress(self, path, printed, lines, task_vars):
+        """Print the progress lines not printed yet; only whole lines, the last may still be written."""
+        read = self._execute_module(
+            module_name="ansible.legacy.slurp", module_args={"src": path}, task_vars=task_vars
+        )
+        if read.get("failed"):  # not written yet
+            return printed
+        text = base64.b64decode(read["content"]).decode("utf-8", "replace")
+        whole = text.split("\n")[:-1]
+        for line in whole[printed:]:
+            lines.append(line)
+            display.display(line)
+        return max(printed, len(whole))
+
+    def seen_round(self, out):
+        """Called with each round's result (nothing by default)."""
 
     def between(self, out, args, task_vars):
         """What runs between two rounds, changing ``args`` of the next (nothing by default)."""

@@ -136,6 +136,7 @@ class Lab:
         self._apply_crds()
         # A CRD is served only once it is Established; the VolumeSnapshotClass below needs its CRD.
         self.apiserver.wait_for_crds(self.store)
+        self.apiserver.start_controller_manager()
         self._apply_fixtures()
 
     def _apply_crds(self) -> None:

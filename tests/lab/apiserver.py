@@ -98,6 +98,7 @@ class ApiServer:
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self.store = None
         self.front = None
+        self.bin_dir = None
 
     @property
     def url(self) -> str:
@@ -108,7 +109,7 @@ class ApiServer:
         from .front import FrontServer
         from .tls import server_context
 
-        bin_dir = binaries()
+        self.bin_dir = bin_dir = binaries()
         self.dir.mkdir(parents=True, exist_ok=True)
         etcd_port, peer_port, self.port = free_port(), free_port(), free_port()
         self.store = ApiStore("https://127.0.0.1:%d" % self.port, self.controller_token, self.ca_path)
@@ -191,11 +192,19 @@ class ApiServer:
             ],
         )
         self._wait_ready(timeout)
+        return self
+
+    def start_controller_manager(self) -> None:
+        """kube-controller-manager, started once the lab's CRDs are established.
+
+        Its garbage collector watches only the resources discovery showed it at start and finds new
+        ones at a 30 s resync; started before the CRDs, owned custom objects would wait that long.
+        """
         kubeconfig = self.write_kubeconfig(self.dir / "kcm.kubeconfig", token=self.kcm_token)
         self._spawn(
             "kube-controller-manager",
             [
-                str(bin_dir / "kube-controller-manager"),
+                str(self.bin_dir / "kube-controller-manager"),
                 "--kubeconfig=%s" % kubeconfig,
                 "--authentication-kubeconfig=%s" % kubeconfig,
                 "--authorization-kubeconfig=%s" % kubeconfig,
@@ -209,7 +218,6 @@ class ApiServer:
                 "--v=0",
             ],
         )
-        return self
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         with open(self.dir / ("%s.log" % name), "ab") as log:

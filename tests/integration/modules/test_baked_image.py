@@ -309,6 +309,12 @@ def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namesp
     sent = result["upload"]
     assert sent["bytes_sent"] == sent["size"] == UPLOAD_GIB * 1024**3 and sent["percent"] == 100
     assert [pair[0] for pair in sent["reported"]][-1] == 100 and len(sent["reported"]) >= 10, sent
+    # The upload talked while it ran: the action plugin printed each of its lines, in order.
+    printed = [line for line in result["lines"] if line.startswith("upload %s: " % image)]
+    assert len(printed) == len(sent["reported"]) and printed[-1].endswith(
+        "after %.1fs" % sent["reported"][-1][1]
+    )
+    assert "100%% (%d of %d bytes)" % (sent["size"], sent["size"]) in printed[-1], printed
 
 
 @pytest.mark.lab_only

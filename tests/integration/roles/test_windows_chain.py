@@ -308,8 +308,9 @@ def test_a_second_run_uploads_and_imports_nothing_again(chain):
     ]
     assert writes == []
     secret = run.entry("Write the bucket credentials into the Secrets CDI reads")
-    # The Secret already holds the keys and labels: read, not written again (not even a no-op PATCH).
-    assert secret["status"] == "skipped" and not secret["result"].get("changed"), secret
+    # The Secret already holds the keys and labels: read, not written again (not even a no-op PATCH:
+    # the writes above are none), and the task says unchanged.
+    assert secret["status"] == "ok" and not secret["result"].get("changed"), secret
     snapshot = [e for e in run.tasks if e["task"].startswith("Snapshot the imported volume as golden")]
     assert [(e["status"], e["result"]["changed"]) for e in snapshot] == [("ok", False)]
     summary = "\n".join(run["Summarise the publication"]["msg"])

@@ -200,6 +200,10 @@ class JobRunner(Controller):
         succeeded = sum(1 for p in pods if _phase(p) == "Succeeded")
         failed = sum(1 for p in pods if _phase(p) == "Failed")
         if spec.get("suspend"):
+            # A pod the suspension stopped fails while it terminates: that is not a failure of the Job.
+            failed = sum(
+                1 for p in pods if _phase(p) == "Failed" and not p["metadata"].get("deletionTimestamp")
+            )
             for pod in active:  # a suspended Job's pods are deleted, not counted as failures
                 self._stop_pod(pod, "the Job was suspended")
                 self._delete_pod(pod)

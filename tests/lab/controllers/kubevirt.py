@@ -243,7 +243,7 @@ class VirtController(Controller):
         try:
             self._reconcile_vm(self.lab.store.get(vm_rt, namespace, name))
         except ApiError as exc:
-            if exc.code != 404:
+            if exc.code != 404 and "being terminated" not in str(exc):  # a namespace on its way out
                 raise
 
     # --- VirtualMachine --------------------------------------------------------------------------
@@ -252,6 +252,7 @@ class VirtController(Controller):
         vmi_rt = self.types()[1]
         meta = vm["metadata"]
         if meta.get("deletionTimestamp"):
+            self._stop_owned_vmi(vm)
             return None
         namespace, name = meta["namespace"], meta["name"]
         strategy = run_strategy(vm)
@@ -585,7 +586,19 @@ class VirtController(Controller):
         if listener is not None:
             listener.close()
 
+    def _stop_owned_vmi(self, vm: dict) -> None:
+        """virt-controller stops a deleted VM's instance itself, without waiting for the garbage collector."""
+        meta = vm["metadata"]
+        vmi_rt = self.types()[1]
+        vmi = self._get(vmi_rt, meta["namespace"], meta["name"])
+        if vmi is None or vmi["metadata"].get("deletionTimestamp"):
+            return
+        if any(r.get("uid") == meta["uid"] for r in vmi["metadata"].get("ownerReferences") or ()):
+            self._delete(vmi_rt, meta["namespace"], meta["name"])
+
     def deleted(self, rt: ResourceType, obj: dict) -> None:
+        if rt.plural == "virtualmachines":
+            self._stop_owned_vmi(obj)
         if rt.plural == "virtualmachineinstances":
             self._close(obj["metadata"]["uid"])
             for ref in obj["metadata"].get("ownerReferences") or ():

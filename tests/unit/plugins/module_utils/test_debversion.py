@@ -1,4 +1,3 @@
-import shutil
 import subprocess
 
 import pytest
@@ -41,7 +40,6 @@ def test_compare(a, b, expected):
     assert debversion.newer(a, b) is (expected > 0)
 
 
-@pytest.mark.skipif(shutil.which("dpkg") is None, reason="dpkg is the oracle; not installed")
 @pytest.mark.parametrize("a, b, expected", [row for row in TABLE if row[1] is not None])
 def test_the_table_agrees_with_dpkg(a, b, expected):
     op = {-1: "lt", 0: "eq", 1: "gt"}[expected]

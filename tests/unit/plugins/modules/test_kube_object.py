@@ -77,13 +77,22 @@ def test_patched_does_not_create_and_warns():
 
 
 def test_absent_deletes_with_its_policy_and_a_gone_object_is_done():
+    ours = cm("a", {})
+    ours["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
     kube = Kube(
         params(state="absent", propagation="Foreground", definitions=[cm("a", {}), cm("b", {})]),
-        [cm("a", {})],
+        [ours],
     )
     result = run(kube)
     assert [o["action"] for o in result["objects"]] == ["deleted", "absent"]
     assert kube.deleted == [("ConfigMap", "a", "Foreground")]
+
+
+def test_absent_refuses_what_the_collection_did_not_make_before_any_delete():
+    kube = Kube(params(state="absent", definitions=[cm("a", {})]), [cm("a", {})])
+    with pytest.raises(PipelineError) as caught:
+        run(kube)
+    assert "not made by this collection" in caught.value.msg and kube.deleted == []
 
 
 def test_an_object_being_deleted_is_refused():
