@@ -29,10 +29,11 @@ define install_debs
 	fi
 endef
 
-.PHONY: help deps e2e-deps e2e-microvm venv collections lab-binaries setup lint unit integration faults suites molecule sanity test demo e2e bench lab-up lab-down clean
+.PHONY: help deps e2e-deps e2e-microvm venv collections lab-binaries setup lint unit integration faults slow suites molecule sanity test demo e2e bench lab-up lab-down clean
 
 help:
-	@echo "make test    lint, unit, lab integration and molecule tests (sets everything up)"
+	@echo "make test    lint, unit, lab and module integration tests (sets everything up)"
+	@echo "make slow    the slow tier: role and playbook tests, and module tests that stream GiB"
 	@echo "make faults  the slow fault suite: playbooks under injected conflicts, errors and lost replies"
 	@echo "make suites  the data-loss, secrets, fault, bad-input and idempotence suites, with a score line each"
 	@echo "make sanity  ansible-test sanity on a copy of the collection"
@@ -75,6 +76,10 @@ unit: setup
 integration: setup
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/lab/tests tests/integration
 
+# Whole roles and playbooks, and the GiB-sized module tests (marked slow): as long as make test, so on its own.
+slow: setup
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "slow and not faults" tests/integration
+
 # Playbooks under conflict 0.2 + error 0.1 + drop 0.05 + commit-then-drop 0.05: minutes, so on its own.
 faults: setup
 	$(BIN)/pytest -q -rxX -m faults tests/integration
@@ -91,7 +96,7 @@ sanity: setup
 
 test: setup
 	tools/lint.sh
-	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/unit tests/packaging tests/lab/tests tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults and not slow" tests/unit tests/packaging tests/lab/tests tests/integration
 
 demo: setup
 	ACT="$(ACT)" tools/demo.sh

@@ -371,7 +371,7 @@ def auth_values(params, environ=None):
             continue
         if option == "proxy_headers":
             headers = {}
-            for key, _ in PROXY_HEADER_OPTIONS:
+            for key, _kind in PROXY_HEADER_OPTIONS:
                 env_value = environ.get("K8S_AUTH_PROXY_HEADERS_%s" % key.upper())
                 if env_value is not None:
                     headers[key] = env_value

@@ -17,7 +17,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds, selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import details, golden, kinds, selection
 
 SEEDED_FROM_ANNOTATION = "kube-dc.com/seeded-from"
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
@@ -516,23 +516,6 @@ def summary(result):
     }
 
 
-# How much of a report goes back to Ansible: every row, or the summary with only what needs attention.
-DETAILS = ("auto", "full", "summary")
-# ``auto`` returns every row up to this many project entries, the condensed report above it: the
-# scrubbing exit_json does over a result is itself seconds at tens of thousands of rows.
-DETAIL_LIMIT = 1000
-
-
-def detail_level(details, result, limit=None):
-    """``"full"`` or ``"summary"``: what ``details`` (one of ``DETAILS``) asks for this ``result``."""
-    limit = DETAIL_LIMIT if limit is None else limit
-    if details not in DETAILS:
-        raise ValueError("details must be one of %s, not %r" % (", ".join(DETAILS), details))
-    if details == "auto":
-        return "full" if len(result["projects"]) <= limit else "summary"
-    return details
-
-
 def condense(result, limit=None):
     """The report with its large tables cut to what needs attention.
 
@@ -541,7 +524,7 @@ def condense(result, limit=None):
     ones included); ``clones`` keeps every golden with its count and drops the per-consumer lists
     (``consumers_omitted`` counts them). The summary of the full report says the rest.
     """
-    limit = DETAIL_LIMIT if limit is None else max(0, limit)
+    limit = details.kept_rows(limit)
     projects = [p for p in result["projects"] if not p["match"]]
     kept = projects[:limit]
     clone_entries = []

@@ -22,6 +22,7 @@ import datetime
 import json
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    details,
     eol,
     inputs,
     kinds,
@@ -394,6 +395,19 @@ def entry(instance, name, doc, found, disagreement=None):
         "eol_date": found["eol_date"],
         "result": None,
     }
+
+
+def condense_report(entries, limit=None):
+    """``(kept, omitted)``: a fleet report cut to the instances that need attention.
+
+    Current instances are left out; of the others, those that need more than an OS repave (an end-of-life
+    major, an unknown stream or engine, a failed instance) come before the plain OS updates, fleet order
+    kept within each, and at most ``limit`` are kept. ``omitted`` counts every entry left out.
+    """
+    attention = [e for e in entries if e["verdict"] != CURRENT]
+    attention.sort(key=lambda e: e["verdict"] == OS_UPDATE)
+    kept = attention[: details.kept_rows(limit)]
+    return kept, len(entries) - len(kept)
 
 
 def operator_disagreement(verdict, operator_conditions):

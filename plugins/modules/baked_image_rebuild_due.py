@@ -75,9 +75,10 @@ options:
     type: int
     default: 60
   validate_certs:
-    description: Verify TLS certificates.
+    description: Verify TLS certificates, of the apt repositories and of the Kubernetes API.
     type: bool
     default: true
+    aliases: [verify_ssl]
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.catalog
@@ -193,7 +194,7 @@ def argument_spec():
         repositories=dict(type="list", elements="dict", required=True, options=REPOSITORY_SPEC),
         manifest=dict(type="path"),
         http_timeout=dict(type="int", default=60),
-        validate_certs=dict(type="bool", default=True),
+        validate_certs=dict(type="bool", default=True, aliases=["verify_ssl"]),
         catalog=catalog_options(),
     )
 

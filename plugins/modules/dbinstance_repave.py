@@ -57,6 +57,19 @@ options:
     type: str
     choices: [report, repaved, absent]
     default: report
+  details:
+    description:
+      - How much of a O(state=report) report is returned.
+      - V(full) returns an entry per instance in scope.
+      - V(summary) returns only the instances that need attention, those that need more than an OS repave
+        first, at most 1000 (RV(instances_omitted) counts the rest, current ones included); RV(summary)
+        still counts every instance.
+      - V(auto) is V(full) up to 1000 instances and V(summary) above, so a fleet-sized report stays quick to
+        return through Ansible.
+      - A roll-out (O(state=repaved)) always returns every instance.
+    type: str
+    choices: [auto, full, summary]
+    default: auto
   namespace:
     description:
       - Namespace of the instances. Omitted, every namespace (not with O(strategy=direct)); instance names in
@@ -342,7 +355,9 @@ changed:
   returned: always
   type: bool
 instances:
-  description: One entry per instance in scope, as found, with what the task did.
+  description:
+    - One entry per instance in scope, as found, with what the task did.
+    - When RV(details) is V(summary), only the instances that need attention, at most 1000.
   returned: always
   type: list
   elements: dict
@@ -475,6 +490,16 @@ summary:
   returned: always
   type: dict
   sample: {Current: 40, OSUpdateAvailable: 9, PGVersionEOL: 1}
+details:
+  description: How much of the report was returned, V(full) or V(summary) (see O(details)).
+  returned: with O(state=report)
+  type: str
+  sample: summary
+instances_omitted:
+  description: Instances left out of RV(instances) by the summary, the current ones included.
+  returned: when RV(details) is V(summary)
+  type: int
+  sample: 98000
 missing:
   description: Names given in O(names) that were not found.
   returned: always
@@ -564,7 +589,13 @@ diff:
 import datetime
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout, rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    catalog,
+    details,
+    repave,
+    rollout,
+    rounds,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
     catalog_options,
@@ -592,6 +623,7 @@ REVISION_ANNOTATION = "goldenimage.pipeline/image-revision"
 def argument_spec():
     return dict(
         state=dict(type="str", choices=["report", "repaved", "absent"], default="report"),
+        details=dict(type="str", choices=list(details.DETAILS), default="auto"),
         namespace=dict(type="str"),
         names=dict(type="list", elements="str"),
         label_selector=dict(type="str"),
@@ -842,7 +874,12 @@ class Repave:
             self.observe()
         for name in self.result["missing"]:
             self.warn("%s %s was not found" % (self.params["kind"], name))
-        return self.finish()
+        result = self.finish()
+        level = details.detail_level(self.params.get("details") or "auto", len(result["instances"]))
+        if level == "summary":
+            result["instances"], result["instances_omitted"] = repave.condense_report(result["instances"])
+        result["details"] = level
+        return result
 
     # --- state=repaved
 

@@ -263,7 +263,12 @@ summary:
   sample: {families: 2, conflicts: 1, project_entries: 500, matching: 498, not_matching: 2, clones: 40}
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, golden_inventory, selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    details,
+    golden,
+    golden_inventory,
+    selection,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
@@ -275,7 +280,7 @@ def argument_spec():
         family=dict(type="str"),
         mode=dict(type="str"),
         project_selector=dict(type="str", default=selection.PROJECT_SELECTOR),
-        details=dict(type="str", choices=list(golden_inventory.DETAILS), default="auto"),
+        details=dict(type="str", choices=list(details.DETAILS), default="auto"),
         namespaces=dict(
             type="dict",
             options=dict(
@@ -311,7 +316,7 @@ def run(module):
     for conflict in result["conflicts"]:
         module.warn(conflict["message"])
     counts = golden_inventory.summary(result)
-    level = golden_inventory.detail_level(p.get("details") or "auto", result)
+    level = details.detail_level(p.get("details") or "auto", len(result["projects"]))
     if level == "summary":
         result = golden_inventory.condense(result)
     return dict(result, changed=False, summary=counts, details=level)

@@ -84,6 +84,8 @@ class PollingAction(ActionBase):
     # A round whose one step cannot be split (an upload is a single request) runs as an async job; its
     # module appends progress lines to ``progress_file``, printed as they come.
     BACKGROUND_POLL = 5.0
+    BACKGROUND_LIMIT = 86400
+    SILENCE = 30.0  # longest a background round stays silent
 
     def in_background(self, args):
         """Whether the next round runs as an async job reporting into a progress file (never by default)."""
@@ -94,7 +96,8 @@ class PollingAction(ActionBase):
         progress = self._connection._shell.join_path(
             async_dir, "goldenimage-%s.progress" % secrets.token_hex(8)
         )
-        limit = int(args.get("wait_timeout") or 3600) + 300  # the module's own timeout ends it first
+        # A backstop only: the module's waits end at its wait_timeout, and a transfer at the size it sends.
+        limit = int(args.get("wait_timeout") or 0) + self.BACKGROUND_LIMIT
         saved, self._task.async_val = self._task.async_val, limit
         try:
             job = self._execute_module(
@@ -109,12 +112,27 @@ class PollingAction(ActionBase):
             return job
         status_args = {"jid": job["ansible_job_id"], "_async_dir": async_dir}
         printed = 0
+        started = last = time.monotonic()
         try:
             while True:
                 status = self._execute_module(
                     module_name="ansible.legacy.async_status", module_args=status_args, task_vars=task_vars
                 )
-                printed = self._print_progress(progress, printed, lines, task_vars)
+                now_printed = self._print_progress(progress, printed, lines, task_vars)
+                now = time.monotonic()
+                if now_printed > printed:
+                    last = now
+                elif now - last >= self.SILENCE and not status.get("finished"):
+                    # A transfer that stalls reports nothing itself: say it is still running.
+                    line = "%s: no progress reported for %.0fs, still running after %.1fs" % (
+                        self.MODULE.rsplit(".", 1)[-1],
+                        now - last,
+                        now - started,
+                    )
+                    lines.append(line)
+                    display.display(line)
+                    last = now
+                printed = now_printed
                 if status.get("finished") or status.get("failed"):
                     break
                 time.sleep(self.BACKGROUND_POLL)

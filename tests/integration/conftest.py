@@ -17,6 +17,18 @@ from tests.lab.s3 import s3_client
 # operator env tests (schedulable and unschedulable Nodes).
 __all__ = ["nodes", "operator_settings"]
 
+# The slow tier (`make slow`): whole roles and playbooks, run as a user runs them. Module tests that stream
+# GiB-sized data carry the marker themselves.
+SLOW_DIRS = ("roles", "playbooks")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = pathlib.Path(__file__).parent
+    for item in items:
+        path = pathlib.Path(str(item.path))
+        if any(path.is_relative_to(here / name) for name in SLOW_DIRS):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="module")
 def qcow2(tmp_path_factory) -> pathlib.Path:

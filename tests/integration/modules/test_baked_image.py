@@ -266,6 +266,7 @@ UPLOAD_GIB = 2
 RSS_LIMIT_MIB = 400
 
 
+@pytest.mark.slow
 @pytest.mark.lab_only
 def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namespace, tmp_path):
     """A 2 GiB image is uploaded with the module's peak RSS far below the file's size, with progress."""
@@ -311,6 +312,7 @@ def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namesp
     assert [pair[0] for pair in sent["reported"]][-1] == 100 and len(sent["reported"]) >= 10, sent
     # The upload talked while it ran: the action plugin printed each of its lines, in order.
     printed = [line for line in result["lines"] if line.startswith("upload %s: " % image)]
+    print("\n".join(printed))
     assert len(printed) == len(sent["reported"]) and printed[-1].endswith(
         "after %.1fs" % sent["reported"][-1][1]
     )

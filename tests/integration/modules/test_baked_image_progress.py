@@ -13,6 +13,7 @@ from tests.integration.support.runner import run_playbook
 LINE = re.compile(r"VirtualMachineImage (\S+): phase (\w+), progress (\d+)% after ([\d.]+)s")
 
 
+@pytest.mark.slow
 @pytest.mark.lab_only
 def test_a_slow_import_prints_progress_every_round_and_ends_with_the_whole_result(
     lab, kube_client, kube_namespace, mirror, qcow2, monkeypatch

@@ -62,7 +62,8 @@ PGDG = {
 }
 
 
-def manifest(path, revision="v20261129", packages=INSTALLED):
+def manifest(path, revision="v20261129", packages=None):
+    packages = INSTALLED if packages is None else packages
     path.write_text(
         json.dumps(
             {

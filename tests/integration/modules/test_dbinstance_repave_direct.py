@@ -403,12 +403,12 @@ def test_a_new_disk_that_does_not_boot_stops_on_it_and_rolls_back(lab, kube_clie
     original = pvc(lab, kube_namespace, f"nb-os-{NEW}")
     common = {"namespace": kube_namespace, "names": ["nb"], "catalog": {"path": catalog["path"]}}
     run = run_playbook(
-        play(task("broken", state="repaved", revision=BROKEN, wait_timeout=6, wait_sleep=0.3, **common)),
+        play(task("broken", state="repaved", revision=BROKEN, wait_timeout=20, wait_sleep=0.3, **common)),
         env=lab.env(),
     )
     result = failed(run, "broken")
     assert f"waiting for the guest agent on nb-os-{BROKEN}" in result["msg"], result["msg"]
-    assert "VMI Running; Ready=True" in result["msg"]  # QEMU runs; no agent ever reports
+    assert "VMI Running; Ready=True" in result["msg"], result["msg"]  # QEMU runs; no agent ever reports
     advice = (
         f"the VM runs on nb-os-{BROKEN}; nb-os-{NEW} is kept; "
         f"roll back with state=repaved strategy=direct revision={NEW}"

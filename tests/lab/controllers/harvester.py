@@ -354,11 +354,16 @@ class HarvesterImageController(Controller):
                 if exc.code != 409:
                     raise
 
-        def initialized(status: dict) -> None:
+        def initialized(status: dict) -> bool:
+            if is_true({"status": status}, "Initialized"):
+                # Initialized meanwhile (an upload initializes the image first and may have finished it):
+                # writing "Importing" again would undo that upload for good.
+                return False
             status.update(appliedUrl=spec.get("url") or "", storageClassName=sc_name, progress=0)
             status.setdefault("failed", 0)
             set_condition(status, "Imported", "Unknown", "Importing")
             set_condition(status, "Initialized", "True", "Initialized")
+            return True
 
         return self._status(meta["namespace"], meta["name"], meta["uid"], initialized)
 

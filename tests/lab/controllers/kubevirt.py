@@ -257,9 +257,7 @@ class VirtController(Controller):
         namespace, name = meta["namespace"], meta["name"]
         strategy = run_strategy(vm)
         vmi = self._get(vmi_rt, namespace, name)
-        if vmi is not None and not any(
-            r.get("uid") == meta["uid"] for r in vmi["metadata"].get("ownerReferences") or ()
-        ):
+        if vmi is not None and not _owned_by(vmi, vm):
             vmi = None  # not ours: KubeVirt would not adopt it either
         phase = ((vmi or {}).get("status") or {}).get("phase")
         if strategy in RUNNING_STRATEGIES:
@@ -593,7 +591,7 @@ class VirtController(Controller):
         vmi = self._get(vmi_rt, meta["namespace"], meta["name"])
         if vmi is None or vmi["metadata"].get("deletionTimestamp"):
             return
-        if any(r.get("uid") == meta["uid"] for r in vmi["metadata"].get("ownerReferences") or ()):
+        if _owned_by(vmi, vm):
             self._delete(vmi_rt, meta["namespace"], meta["name"])
 
     def deleted(self, rt: ResourceType, obj: dict) -> None:
@@ -627,6 +625,10 @@ class VirtController(Controller):
         except ApiError as exc:
             if exc.code != 404:
                 raise
+
+
+def _owned_by(vmi: dict, vm: dict) -> bool:
+    return any(r.get("uid") == vm["metadata"]["uid"] for r in vmi["metadata"].get("ownerReferences") or ())
 
 
 # virt-api's VNC screenshot subresource (console.py) comes with KubeVirt.

@@ -142,8 +142,19 @@ def assert_same_disk(disk: pathlib.Path, raw: pathlib.Path, size: int) -> None:
     assert disk.stat().st_blocks * 512 < size  # still sparse
 
 
-def reasons(cdi_lab: MiniLab, name: str) -> list[str]:
-    return [e["reason"] for e in cdi_lab.events(name)]
+def reasons(cdi_lab: MiniLab, name: str, *expected: str) -> list[str]:
+    """The Event reasons recorded for `name`, once they include `expected`.
+
+    A controller records its Events after the status write, as an EventRecorder does, so a reader that has
+    just seen the phase may not see them yet.
+    """
+
+    def recorded() -> list[str]:
+        return [e["reason"] for e in cdi_lab.events(name)]
+
+    if expected:
+        cdi_lab.wait(CDI, "datavolumes", name, lambda _dv: set(expected) <= set(recorded()))
+    return recorded()
 
 
 # --------------------------------------------------------------------------------- http
@@ -180,7 +191,7 @@ def test_http_import_reports_phases_progress_and_converts_qcow2(cdi_lab, bucket,
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("DataVolume", dv["metadata"]["uid"], True)
     assert (pvc["spec"]["storageClassName"], pvc["spec"]["volumeMode"]) == ("lab-fs", "Filesystem")
     assert_same_disk(disk_of(cdi_lab, "debian"), images["raw"], 8 * MIB)
-    got = reasons(cdi_lab, "debian")
+    got = reasons(cdi_lab, "debian", "ImportScheduled", "ImportInProgress", "ImportSucceeded")
     for reason in ("ImportScheduled", "ImportInProgress", "ImportSucceeded"):
         assert reason in got
     assert got.index("ImportScheduled") < got.index("ImportSucceeded")
@@ -195,7 +206,7 @@ def test_checksum_mismatch_fails_the_import_at_once(cdi_lab, bucket, images):
     assert "checksum mismatch" in running["message"] and sha256(images["qcow2"]) in running["message"]
     assert dv["status"]["restartCount"] == 0
     assert cond(dv, "Ready")["status"] == "False"
-    assert {"Error", "ImportFailed"} <= set(reasons(cdi_lab, "bad-sum"))
+    assert {"Error", "ImportFailed"} <= set(reasons(cdi_lab, "bad-sum", "Error", "ImportFailed"))
     assert not disk_of(cdi_lab, "bad-sum").exists()
 
 
@@ -222,7 +233,7 @@ def test_private_bucket_needs_the_secret_and_failures_restart_until_failed(cdi_l
     assert anon["status"]["restartCount"] == IMPORT_RETRIES
     running = cond(anon, "Running")
     assert running["reason"] == "Error" and "got 403" in running["message"]
-    assert reasons(cdi_lab, "anon").count("Error") >= 1
+    assert reasons(cdi_lab, "anon", "Error").count("Error") >= 1
 
 
 def test_compressed_qcow2_into_a_block_volume_with_immediate_binding(cdi_lab, bucket, images):

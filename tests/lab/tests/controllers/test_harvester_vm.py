@@ -176,8 +176,9 @@ def test_annotation_claims_are_ownerless_boot_from_the_image_and_outlive_the_vm(
 
 
 def test_claim_waits_for_the_image_and_its_import(mini, images):
-    # The image does not exist yet: no claim.
-    ghost = {"metadata": {"namespace": mini.namespace, "name": "later"}}
+    # The image does not exist: no claim. (Another name than the one created below, so the controller
+    # cannot make a claim from this template in the moment between the image's creation and the update.)
+    ghost = {"metadata": {"namespace": mini.namespace, "name": "never"}}
     os_template = template("vm-os", "lh-unknown", "64Mi", ghost)
     mini.create(KV, "virtualmachines", vm_body("vm", [os_template], "vm-os"))
     time.sleep(0.6)

@@ -36,7 +36,7 @@ TABLE = [
 @pytest.mark.parametrize("a, b, expected", [row for row in TABLE if row[1] is not None])
 def test_compare(a, b, expected):
     assert debversion.compare(a, b) == expected
-    assert debversion.compare(b, a) == -expected
+    assert debversion.compare(b, a) == -expected  # pylint: disable=arguments-out-of-order
     assert debversion.newer(a, b) is (expected > 0)
 
 

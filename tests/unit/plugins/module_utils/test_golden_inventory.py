@@ -393,17 +393,6 @@ def _entry(i, match):
     return {"namespace": "p-%05d" % i, "match": match}
 
 
-def test_auto_details_are_full_up_to_the_limit_then_a_summary():
-    small = {"projects": [_entry(i, True) for i in range(3)], "clones": []}
-    large = {"projects": [_entry(i, True) for i in range(4)], "clones": []}
-    assert inv.detail_level("auto", small, limit=3) == "full"
-    assert inv.detail_level("auto", large, limit=3) == "summary"
-    assert inv.detail_level("full", large, limit=3) == "full"
-    assert inv.detail_level("summary", small, limit=3) == "summary"
-    with pytest.raises(ValueError, match="details must be one of"):
-        inv.detail_level("all", small)
-
-
 def test_a_condensed_report_keeps_what_needs_attention_and_counts_the_rest():
     clone = {"golden": "g/a", "count": 2, "pvcs": [{"name": "x"}], "datavolumes": [{"name": "y"}]}
     result = {

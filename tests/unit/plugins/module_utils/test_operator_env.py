@@ -8,11 +8,11 @@ OS, REP = operator_env.OS_ENV, operator_env.REPLICAS_ENV
 def doc():
     d = catalog.empty()
     for name, stream in (("v20260615", "22.04"), ("v20261201-2404", "24.04")):
-        d, _ = catalog.register_image(
+        d, _changed = catalog.register_image(
             d, name, stream, ["16", "17"], "a" * 128, "s3://m/" + name, imported=True
         )
-    d, _ = catalog.set_stream(d, "22.04", tip="v20260615", validated=True, default=True)
-    d, _ = catalog.set_stream(d, "24.04", tip="v20261201-2404")
+    d, _changed = catalog.set_stream(d, "22.04", tip="v20260615", validated=True, default=True)
+    d, _changed = catalog.set_stream(d, "24.04", tip="v20261201-2404")
     return d
 
 

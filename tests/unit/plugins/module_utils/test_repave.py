@@ -410,3 +410,18 @@ def test_current_apply_follows_the_opt_in_the_window_and_the_policy():
     assert repave.current_apply(forced_first, None, window, now) == "2026-12-02T00:00:00Z"
     assert repave.current_apply({"action": "os-repave"}, None, window, now) is None
     assert repave.current_apply(dict(pending, action="pg-major-migration"), "immediate", window, now) is None
+
+
+def test_a_condensed_report_leaves_out_current_instances_and_puts_more_than_a_repave_first():
+    entries = [
+        {"name": "a", "verdict": repave.CURRENT},
+        {"name": "b", "verdict": repave.OS_UPDATE},
+        {"name": "c", "verdict": repave.PG_EOL},
+        {"name": "d", "verdict": repave.OS_UPDATE},
+        {"name": "e", "verdict": repave.INVALID_STREAM},
+    ]
+    kept, omitted = repave.condense_report(entries, limit=10)
+    assert [e["name"] for e in kept] == ["c", "e", "b", "d"] and omitted == 1
+    kept, omitted = repave.condense_report(entries, limit=1)
+    assert [e["name"] for e in kept] == ["c"] and omitted == 4
+    assert repave.condense_report(entries, limit=-3) == ([], 5)

@@ -381,3 +381,23 @@ def test_a_round_that_times_out_names_the_step_it_is_stuck_at():
     ), msg
     assert msg.endswith("; not started: b")
     assert [w[1] for w in driver.writes if w[0] == "trigger"] == ["a"]
+
+
+def test_a_fleet_report_above_the_limit_returns_what_needs_attention_and_counts_every_instance(monkeypatch):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import details
+
+    fleet = [db("a-current", revision=TIP), db("b-os-update"), db("c-eol", engine="15"), db("d-os-update")]
+    doc_without_15 = doc()
+    doc_without_15["images"][TIP]["pg_versions"] = ["16", "17"]
+    full = dbinstance_repave.Repave(Module(defaults(state="report")), Driver(*fleet), doc_without_15).run()
+    assert full["details"] == "full" and len(full["instances"]) == 4
+    monkeypatch.setattr(details, "DETAIL_LIMIT", 2)
+    auto = dbinstance_repave.Repave(Module(defaults(state="report")), Driver(*fleet), doc_without_15).run()
+    assert auto["details"] == "summary" and auto["summary"] == full["summary"]
+    # The end-of-life major needs more than a repave: it comes first, then the OS updates in fleet order.
+    assert [e["name"] for e in auto["instances"]] == ["c-eol", "b-os-update"]
+    assert auto["instances_omitted"] == 2
+    asked = dbinstance_repave.Repave(
+        Module(defaults(state="report", details="full")), Driver(*fleet), doc_without_15
+    ).run()
+    assert asked["details"] == "full" and len(asked["instances"]) == 4

@@ -353,12 +353,12 @@ def test_golden_info_returns_the_report_with_clones():
 
 
 def test_golden_info_returns_a_summary_above_the_detail_limit(monkeypatch):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import details
 
     objects = [golden("g1"), content("c-g1", "h1"), claim(FS, "vm-root", "g1"), claim(FS, "vm-2", "g1")]
     full = golden_info.run(FakeKube(defaults(golden_info.argument_spec()), objects))
     assert full["details"] == "full" and len(full["clones"][0]["pvcs"]) == 2
-    monkeypatch.setattr(golden_inventory, "DETAIL_LIMIT", -1)
+    monkeypatch.setattr(details, "DETAIL_LIMIT", -1)
     auto = golden_info.run(FakeKube(defaults(golden_info.argument_spec()), objects))
     assert auto["details"] == "summary" and auto["clones"][0]["pvcs"] == []
     assert auto["consumers_omitted"] == 2 and auto["summary"] == full["summary"]
