@@ -111,7 +111,8 @@ def task(name, check=False, **args):
 
 
 def leftovers(lab, project):
-    """Everything carrying the gate's label: in the project, and cluster-scoped contents."""
+    """Everything carrying the gate's label: in the project, and the cluster-scoped contents bound to a
+    snapshot in it (another project's kept run is not this project's leftover)."""
     store = lab.store
     found = []
     for group, version, plural, namespace in (
@@ -125,6 +126,9 @@ def leftovers(lab, project):
         for obj in items:
             labels = obj["metadata"].get("labels") or {}
             owned = (obj["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "VirtualMachine"
+            bound = (obj.get("spec") or {}).get("volumeSnapshotRef", {}).get("namespace", project)
+            if bound != project:
+                continue
             if GATE_LABEL in labels or (plural == "virtualmachineinstances" and owned):
                 found.append("%s/%s" % (plural, obj["metadata"]["name"]))
     return sorted(found)
