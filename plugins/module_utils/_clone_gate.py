@@ -19,7 +19,7 @@ import binascii
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, inputs, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _screen, gate, inputs, kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import tcp_connect
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
     WaitError,
@@ -354,6 +354,7 @@ class Gate:
         except (WaitTimeout, WaitFailed) as exc:
             self.phase("agent", False, self.stage_elapsed(), "guest agent never connected: %s" % exc.state)
             self.line = str(exc)
+            self.read_console()
             return self.finish(False, False, str(exc))
         if not done:
             return self.pending(self.p["agent_timeout"])
@@ -392,11 +393,21 @@ class Gate:
             now = self.clock()
             time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
 
+    def read_console(self):
+        """The clone's console as the agent timed out: its class, or why it could not be read."""
+        screen = _screen.last_screen(self.module, self.project, self.names["vs"])
+        self.result["console"] = (
+            {"error": screen["error"]}
+            if screen.get("error")
+            else {k: screen[k] for k in ("base_class", "confidence", "fingerprint")}
+        )
+        self.result["console_class"] = screen.get("base_class", "")
+
     def finish(self, agent_ok, port_ok, why=None):
         p = self.p
         verdict = gate.verdict(agent_ok, port_ok)
         port = gate.port_for(p["os"], p["port"])
-        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"))
+        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"), self.result.get("console"))
         if why:
             msg = "%s (%s)" % (msg, why)
         self.result.update(verdict=verdict, passed=verdict == gate.PASSED, msg=msg)

@@ -40,7 +40,7 @@ def shown(vm):
 
 
 def line(ref, vm, elapsed, console_note=""):
-    """``VM ns/n: Running, console graphical (0.9) after 120s``."""
+    """``VM ns/n: Running, console setup (0.9) after 120s``."""
     text = "VM %s: %s" % (ref, shown(vm))
     if console_note:
         text += ", " + console_note

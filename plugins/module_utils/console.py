@@ -5,20 +5,29 @@
 """What a VM's console shows, judged from its pixels alone: no OCR, no I/O.
 
 The console_screenshot module decodes the PNG and hands a small RGB frame (a few hundred pixels wide,
-box-averaged) to ``judge``. The classes are the ones a bake can honestly tell apart by colour and layout:
+box-averaged) to ``judge``. The classes are the operator guide's, the ones a bake or a gate can honestly
+tell apart by colour and layout, so "installing" is told from "wedged in the firmware":
 
-``blank``
-    almost every pixel black: no signal, powered off, or the gap between two boots.
-``text-console``
-    mostly black with a little grey or white text that starts at the left margin: firmware messages,
-    or "Press any key to boot from CD or DVD". Windows' own dark screens (the boot logo, "Getting
-    ready") draw their content centred or in colour, so they count as ``graphical``.
+``setup``
+    Windows' own screens: Setup, OOBE, a desktop, and also its dark screens (the boot logo, "Getting
+    ready"), which draw their content centred or in colour. The machine is installing or running.
+``firmware``
+    the edk2 (OVMF) firmware's own user interface: the Boot Manager menu (text on black with the
+    selected entry drawn as a lit bar across the screen) or the setup browser (a flat light-grey body).
+    The machine is wedged in the boot manager, not booting anything.
+``bootprompt``
+    mostly black with a little grey or white text that starts at the left margin and no menu bar:
+    firmware boot lines and "Press any key to boot from CD or DVD". The machine is on its way to a
+    boot loader, or waiting for a key the installer CD asks for.
 ``stop-error``
     one flat blue covering most of the screen: a Windows stop error.
-``graphical``
-    anything richer: Setup, OOBE, a desktop.
+``blank``
+    almost every pixel black: no signal, powered off, or the gap between two boots.
 ``match:<name>``
     the caller's reference image ``name`` has an average hash within a Hamming distance.
+
+Earlier releases named ``setup`` ``graphical`` and ``bootprompt`` (and the firmware menu)
+``text-console``; ``ALIASES`` maps those names to today's, and ``canonical`` reads either.
 
 The fingerprint is a 64-bit average hash (8x8 cells, each bit "brighter than the mean"): it tells
 layouts apart and ignores small changes, so a progress counter does not change it.
@@ -32,10 +41,15 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 BLANK = "blank"
-TEXT = "text-console"
+SETUP = "setup"
+FIRMWARE = "firmware"
+BOOTPROMPT = "bootprompt"
 STOP_ERROR = "stop-error"
-GRAPHICAL = "graphical"
-CLASSES = (BLANK, TEXT, STOP_ERROR, GRAPHICAL)
+CLASSES = (SETUP, FIRMWARE, BOOTPROMPT, STOP_ERROR, BLANK)
+# The classes a machine shows before an operating system draws anything: firmware or a boot prompt.
+TEXT_CLASSES = (FIRMWARE, BOOTPROMPT)
+# The old names (documented until this release), for references and callers that still use them.
+ALIASES = {"graphical": SETUP, "text-console": BOOTPROMPT}
 MATCH_PREFIX = "match:"
 
 HASH_SIDE = 8
@@ -53,6 +67,11 @@ TEXT_DARK_SHARE = 0.85
 TEXT_GREY_SHARE = 0.7
 TEXT_LEFT_MARGIN = 0.15
 GREY_SPREAD = 60
+# The firmware's Boot Manager menu: the selected entry is a lit bar at least this share of the width.
+MENU_BAR_SHARE = 0.3
+# The firmware's setup browser: one flat light grey (luma in this range, channels this close) over this share.
+BROWSER_GREY = (120, 210)
+BROWSER_FLAT_SHARE = 0.45
 # A stop error: this share of blue pixels, and one flat colour (the blue) covering this share.
 STOP_BLUE_SHARE = 0.6
 STOP_FLAT_SHARE = 0.5
@@ -88,6 +107,11 @@ class Frame(object):
         return bytes(table[c] for c in self._triples())
 
 
+def _light_grey(r, g, b):
+    """The light grey of the firmware's setup browser body (EFI_LIGHTGRAY, about 170/170/170)."""
+    return max(r, g, b) - min(r, g, b) <= 24 and BROWSER_GREY[0] <= luma(r, g, b) <= BROWSER_GREY[1]
+
+
 def luma(r, g, b):
     return (299 * r + 587 * g + 114 * b) // 1000
 
@@ -115,6 +139,16 @@ def _lit_span(frame, plane):
         if first >= 0:
             left, right = min(left, first), max(right, line.rfind(1))
     return (left, right) if right >= 0 else None
+
+
+def _longest_run(frame, plane):
+    """The longest horizontal run of lit pixels in any row, in pixels."""
+    mask = plane.translate(_LIT_MASK)
+    longest = 0
+    for row in range(0, len(mask), frame.width):
+        line = mask[row : row + frame.width]
+        longest = max([longest] + [len(run) for run in line.split(b"\x00")])
+    return longest
 
 
 def measure(frame, colours=None, plane=None):
@@ -148,6 +182,8 @@ def measure(frame, colours=None, plane=None):
         "blue": round(blue / total, 4),
         "flat": round(top[1] / total, 4),
         "flat_is_blue": is_blue(*[c * 16 + 8 for c in top[0]]),
+        "flat_is_grey": _light_grey(*[c * 16 + 8 for c in top[0]]),
+        "lit_run": round(_longest_run(frame, plane) / float(frame.width), 4),
         "lit_pixels": lit,
     }
 
@@ -164,17 +200,28 @@ def classify(features):
         return STOP_ERROR, _sure(f["blue"], STOP_BLUE_SHARE, 0.3)
     if f["lit"] < BLANK_LIT_SHARE and f["dark"] >= 0.99:
         return BLANK, _sure(f["lit"], BLANK_LIT_SHARE, BLANK_LIT_SHARE)
+    if f.get("flat_is_grey") and f["flat"] >= BROWSER_FLAT_SHARE:
+        return FIRMWARE, _sure(f["flat"], BROWSER_FLAT_SHARE, 0.3)
     if (
         f["dark"] >= TEXT_DARK_SHARE
         and f["lit_grey"] >= TEXT_GREY_SHARE
         and f["lit_left"] <= TEXT_LEFT_MARGIN
     ):
-        return TEXT, min(
+        text = min(
             _sure(f["dark"], TEXT_DARK_SHARE, 0.1),
             _sure(f["lit_left"], TEXT_LEFT_MARGIN, TEXT_LEFT_MARGIN),
         )
-    # Rich content is clear; a dark screen with centred or coloured content is graphical, less surely.
-    return GRAPHICAL, _sure(f["dark"], TEXT_DARK_SHARE, 0.5) if f["dark"] < TEXT_DARK_SHARE else 0.6
+        run = f.get("lit_run", 0.0)
+        if run >= MENU_BAR_SHARE:
+            return FIRMWARE, min(text, _sure(run, MENU_BAR_SHARE, 0.3))
+        return BOOTPROMPT, min(text, _sure(run, MENU_BAR_SHARE, MENU_BAR_SHARE))
+    # Rich content is clear; a dark screen with centred or coloured content is Windows', less surely.
+    return SETUP, _sure(f["dark"], TEXT_DARK_SHARE, 0.5) if f["dark"] < TEXT_DARK_SHARE else 0.6
+
+
+def canonical(name):
+    """Today's name of a console class given by its current or its old name (``match:`` names kept)."""
+    return ALIASES.get(name, name)
 
 
 def average_hash(frame, plane=None):
@@ -324,14 +371,15 @@ def bake_memory(enabled):
 def shot_fatal(memory, shot):
     """``stop-error``, ``reinstall`` or None.
 
-    Console text in two screenshots in a row, after Windows had drawn its own screens, means the machine
-    went back to its firmware: the CD booting before the disk (Setup starts over for ever), or a disk that
-    does not boot. One screenshot of text is not enough: the firmware prints a line on every boot.
+    Firmware or a boot prompt in two screenshots in a row, after Windows had drawn its own screens,
+    means the machine went back to its firmware: the CD booting before the disk (Setup starts over for
+    ever), or a disk that does not boot. One screenshot of text is not enough: the firmware prints a
+    line on every boot.
     """
     base = shot.get("base_class") or ""
     if base == STOP_ERROR:
         return "stop-error"
-    if base == TEXT and memory["base"] == TEXT and memory["drawn"]:
+    if base in TEXT_CLASSES and memory["base"] in TEXT_CLASSES and memory["drawn"]:
         return "reinstall"
     return None
 
@@ -366,7 +414,7 @@ def remember(memory, shot, running):
         kept["print"] = shot["fingerprint"]
         kept["since"] = shot.get("since", memory["since"])
         kept["stuck"] = bool(shot.get("stuck", memory["stuck"]))
-    kept["drawn"] = memory["drawn"] or base in (GRAPHICAL, STOP_ERROR)
+    kept["drawn"] = memory["drawn"] or base in (SETUP, STOP_ERROR)
     kept["errors"] = 0 if shot.get("fingerprint") or not running else memory["errors"] + 1
     kept["rounds"] = memory["rounds"] + 1
     return kept

@@ -18,6 +18,7 @@ import hashlib
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    console,
     golden,
     kinds,
     rollout,
@@ -169,11 +170,33 @@ def verdict(agent_connected, port_answered):
     return PASSED if port_answered else PORT_UNREACHABLE
 
 
-def explain(result, os_name, port, probe):
+# What the clone's console last showed says where a clone that never connected its agent stopped.
+CONSOLE_MEANING = {
+    console.FIRMWARE: "wedged in the firmware's boot manager: nothing on the disk booted",
+    console.BOOTPROMPT: "firmware boot lines or a boot prompt: it did not get past the boot loader",
+    console.SETUP: "Windows' own screens: it was still installing or starting, not wedged",
+    console.STOP_ERROR: "a Windows stop error: it crashed while booting",
+    console.BLANK: "a blank screen: no output at all",
+}
+
+
+def console_words(screen):
+    """``bootprompt (firmware boot lines ...)`` for the last screen seen, or why none was read."""
+    if not screen:
+        return "not read"
+    if screen.get("error"):
+        return "unreadable (%s)" % screen["error"]
+    base = screen.get("base_class") or ""
+    return "%s (%s)" % (base, CONSOLE_MEANING.get(base, "unknown"))
+
+
+def explain(result, os_name, port, probe, screen=None):
     if result == PASSED:
         return "the clone booted (guest agent connected) and port %d answered at %s" % (port, probe)
     if result == NO_BOOT:
-        return "the clone did not boot: the guest agent never connected"
+        return "the clone did not boot: the guest agent never connected; its console last showed %s" % (
+            console_words(screen)
+        )
     return (
         "the clone booted (guest agent connected) but port %d (%s remote access) did not answer at %s: "
         "the image boots; look at the guest's firewall or remote-access service, not at its boot"
@@ -587,12 +610,17 @@ def kept_report(created, run_id, project):
     if not created:
         return {"kept": False}
     command = cleanup_command(run_id, project)
-    return {
+    report = {
         "kept": True,
         "cleanup_command": command,
         "cleanup_message": "kept %s for diagnosis (keep: true); delete them with: %s"
         % (describe_left(removal_order(list(created))), command),
     }
+    for kind, key in (("VirtualMachine", "kept_vm"), ("PersistentVolumeClaim", "kept_pvc")):
+        found = [o for o in created if o.get("kind") == kind]
+        if found:
+            report[key] = "%s/%s" % (found[-1]["namespace"], found[-1]["name"])
+    return report
 
 
 def left_report(left, errors, run_id, project):

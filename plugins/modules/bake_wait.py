@@ -121,7 +121,7 @@ line:
   description: The progress line of the last round.
   returned: always
   type: str
-  sample: "VM golden-images-build/win11-bake: Running, console graphical (0.93) after 5400s"
+  sample: "VM golden-images-build/win11-bake: Running, console setup (0.93) after 5400s"
 lines:
   description: Every line printed while the task waited (progress, and the notice when screenshots stop).
   returned: always

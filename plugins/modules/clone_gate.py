@@ -309,6 +309,31 @@ kept:
       failed (then RV(left_behind) names them).
   returned: always
   type: bool
+kept_vm:
+  description: With O(keep=true), the kept VirtualMachine as C(namespace/name).
+  returned: when objects were kept with O(keep=true)
+  type: str
+  sample: acme/gate-5f3a9c21-acme
+kept_pvc:
+  description: With O(keep=true), the kept clone's PersistentVolumeClaim as C(namespace/name).
+  returned: when objects were kept with O(keep=true)
+  type: str
+  sample: acme/gate-5f3a9c21-acme
+console_class:
+  description:
+    - When the guest agent never connected (V(no_boot)), what the clone's console showed as the wait ran out,
+      in the classes of M(goldenimage.pipeline.console_screenshot) (V(setup), V(firmware), V(bootprompt),
+      V(stop-error), V(blank)); empty when the screenshot could not be read (RV(console) says why).
+      The message words it, for example V(firmware) as wedged in the firmware's boot manager.
+  returned: when the verdict is V(no_boot)
+  type: str
+  sample: firmware
+console:
+  description:
+    - The screenshot's C(base_class), C(confidence) and C(fingerprint), or C(error) when it was not read.
+  returned: when the verdict is V(no_boot)
+  type: dict
+  sample: {base_class: firmware, confidence: 0.93, fingerprint: "ff00000000000000"}
 swept:
   description: Objects earlier runs of the same candidate left in the project, removed before this run.
   returned: unless refused before reading the cluster

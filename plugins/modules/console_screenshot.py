@@ -16,12 +16,16 @@ description:
     C(/apis/subresources.kubevirt.io/v1/namespaces/<namespace>/virtualmachineinstances/<name>/vnc/screenshot),
     a PNG, with the same authentication as the other cluster-facing modules, and classifies it from its
     pixels alone (no OCR).
-  - V(blank) is a screen almost all black (no signal, powered off, between two boots).
-    V(text-console) is mostly black with a little grey or white text from the left margin (firmware
-    messages, or C(Press any key to boot from CD or DVD)). V(stop-error) is one flat blue over most of the
-    screen (a Windows stop error). V(graphical) is richer content (Setup, OOBE, a desktop, and also Windows'
-    dark screens whose content is centred or coloured, such as the boot logo). V(match:<name>) names one of
+  - The classes are the Kube-DC operator guide's, so installing is told from wedged in the firmware.
+    V(setup) is Windows' own screens (Setup, OOBE, a desktop, and also its dark screens whose content is
+    centred or coloured, such as the boot logo). V(firmware) is the edk2 firmware's own interface, the
+    Boot Manager menu (the selected entry a lit bar across the screen) or the setup browser (a flat
+    light-grey body); the machine is wedged there. V(bootprompt) is mostly black with a little grey or
+    white text from the left margin and no menu bar (firmware boot lines, or C(Press any key to boot from
+    CD or DVD)). V(stop-error) is one flat blue over most of the screen (a Windows stop error). V(blank) is
+    a screen almost all black (no signal, powered off, between two boots). V(match:<name>) names one of
     O(references) whose average hash is within O(match_distance).
+  - Earlier releases named V(setup) C(graphical) and V(bootprompt) C(text-console).
   - RV(fingerprint) is a 64-bit average hash of the screen. Given the previous fingerprint and when it was
     first seen, the module says how long the screen has not changed (RV(unchanged_for)) and whether that
     reaches O(stuck_after). The hash ignores small changes such as a progress counter, so a long static
@@ -134,15 +138,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 class:
-  description: V(blank), V(text-console), V(stop-error), V(graphical), or V(match:<name>) for a reference.
+  description:
+    - V(setup), V(firmware), V(bootprompt), V(stop-error), V(blank), or V(match:<name>) for a reference.
   returned: success
   type: str
-  sample: graphical
+  sample: setup
 base_class:
   description: The class from the pixels, even when a reference matched.
   returned: success
   type: str
-  sample: text-console
+  sample: bootprompt
 confidence:
   description:
     - From 0.5 (at a threshold) to 1.0 (far past it); for a match, the share of the 64 hash bits that agree.
@@ -216,58 +221,24 @@ dest:
   sample: /var/tmp/bake/console.png
 """
 
-import io
 import os
 import tempfile
 import time
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _screen, console
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 API_VERSION = "kubevirt.io/v1"
 KIND = "VirtualMachineInstance"
-SCREENSHOT_PATH = (
-    "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/vnc/screenshot"
-)
-# Frames are box-averaged down to this size before classification: enough for text strokes to survive.
-FRAME_SIZE = (256, 192)
-PILLOW_REASON = "to decode the console screenshot; install Pillow (pip install Pillow) on the controller"
-
-
-class MissingPillow(Exception):
-    pass
-
-
-class NotAnImage(Exception):
-    pass
-
-
-def pillow_image():
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        raise MissingPillow(str(exc)) from exc
-    return Image
-
-
-def frame_from_png(data):
-    """``(Frame, (width, height))`` of a PNG (bytes, or a path): RGB, box-averaged to at most FRAME_SIZE."""
-    image_module = pillow_image()
-    try:
-        with image_module.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
-            if image.format != "PNG":
-                raise NotAnImage("a %s image, not a PNG" % image.format)
-            rgb = image.convert("RGB")
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise NotAnImage(str(exc) or type(exc).__name__) from exc
-    size = rgb.size
-    factor = max(1, -(-size[0] // FRAME_SIZE[0]), -(-size[1] // FRAME_SIZE[1]))
-    if factor > 1:
-        rgb = rgb.reduce(factor)
-    return console.Frame(rgb.width, rgb.height, rgb.tobytes()), size
+SCREENSHOT_PATH = _screen.SCREENSHOT_PATH
+FRAME_SIZE = _screen.FRAME_SIZE
+PILLOW_REASON = _screen.PILLOW_REASON
+MissingPillow = _screen.MissingPillow
+NotAnImage = _screen.NotAnImage
+frame_from_png = _screen.frame_from_png
 
 
 def argument_spec():
@@ -316,17 +287,9 @@ class Screenshot(object):
 
     def fetch_png(self, handle, phase):
         """Stream the screenshot into ``handle``: it never sits whole in memory."""
-        query = [("moveCursor", "true")] if self.p["move_cursor"] else []
         try:
-            self.module.download(
-                SCREENSHOT_PATH.format(namespace=self.p["namespace"], name=self.p["name"]),
-                handle,
-                query=query,
-                headers={"Accept": "image/png"},
-                timeout=self.p["timeout"],
-                limit=console.MAX_SCREENSHOT_BYTES,
-                action="read the console of %s %s" % (KIND, self.where),
-            )
+            p = self.p
+            _screen.download(self.module, p["namespace"], p["name"], handle, p["timeout"], p["move_cursor"])
         except PipelineError as exc:
             exc.fields["vmi_phase"] = phase
             raise

@@ -111,7 +111,8 @@ def task(name, check=False, **args):
 
 
 def leftovers(lab, project):
-    """Everything carrying the gate's label: in the project, and cluster-scoped contents."""
+    """Everything carrying the gate's label: in the project, and the cluster-scoped contents bound to a
+    snapshot in it (another project's kept run is not this project's leftover)."""
     store = lab.store
     found = []
     for group, version, plural, namespace in (
@@ -125,6 +126,9 @@ def leftovers(lab, project):
         for obj in items:
             labels = obj["metadata"].get("labels") or {}
             owned = (obj["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "VirtualMachine"
+            bound = (obj.get("spec") or {}).get("volumeSnapshotRef", {}).get("namespace", project)
+            if bound != project:
+                continue
             if GATE_LABEL in labels or (plural == "virtualmachineinstances" and owned):
                 found.append("%s/%s" % (plural, obj["metadata"]["name"]))
     return sorted(found)
@@ -137,7 +141,7 @@ def gated(lab, goldens, kube_client):
     from kubernetes import client
 
     core = client.CoreV1Api(kube_client)
-    quiet, project = (project_namespace(core) for _i in range(2))
+    quiet, project, wedged = (project_namespace(core) for _i in range(3))
     unlabelled = "plain-" + uuid.uuid4().hex[:8]
     core.create_namespace({"metadata": {"name": unlabelled}})
     old = os.environ.get(AGENT_DELAY)
@@ -163,6 +167,14 @@ def gated(lab, goldens, kube_client):
                 ),
                 task("zeros", snapshot="golden-zeros", **WINDOWS, **common),
                 task("kept", snapshot="golden-linux", keep=True, **LINUX, **common),
+                task(
+                    "zeros kept",
+                    snapshot="golden-zeros",
+                    keep=True,
+                    vm_annotations={"lab.goldenimage.io/console": "text"},
+                    **WINDOWS,
+                    **{**common, "project_namespace": wedged},
+                ),
                 task("again", snapshot="golden-linux", **LINUX, **common),
             ),
             env=lab.env(),
@@ -172,7 +184,14 @@ def gated(lab, goldens, kube_client):
             os.environ.pop(AGENT_DELAY, None)
         else:
             os.environ[AGENT_DELAY] = old
-    return {"run": run, "quiet": quiet, "project": project, "unlabelled": unlabelled, "audit": lab.audit()}
+    return {
+        "run": run,
+        "quiet": quiet,
+        "project": project,
+        "wedged": wedged,
+        "unlabelled": unlabelled,
+        "audit": lab.audit(),
+    }
 
 
 def test_check_mode_and_low_memory_send_nothing(gated):
@@ -241,6 +260,28 @@ def test_verdicts(gated):
     assert run.entry("zeros")["status"] == "ignored" and zeros["verdict"] == "no_boot", zeros
     assert [(p["name"], p["passed"]) for p in zeros["phases"]][-1] == ("agent", False)
     assert "port" not in [p["name"] for p in zeros["phases"]]
+    # The lab's default screen is Windows Setup: the verdict says what the console last showed.
+    assert zeros["console_class"] == "setup" and zeros["console"]["base_class"] == "setup", zeros
+    assert "its console last showed setup (" in zeros["msg"], zeros["msg"]
+
+
+def test_a_kept_no_boot_names_the_console_class_the_kept_vm_and_pvc_and_the_command(lab, gated):
+    run, wedged = gated["run"], gated["wedged"]
+    result = run["zeros kept"]
+    assert run.entry("zeros kept")["status"] == "ignored" and result["verdict"] == "no_boot", result
+    assert result["console_class"] == "bootprompt", result
+    assert "its console last showed bootprompt (firmware boot lines or a boot prompt" in result["msg"]
+    vm = next(o for o in result["created"] if o["kind"] == "VirtualMachine")
+    pvc = next(o for o in result["created"] if o["kind"] == "PersistentVolumeClaim")
+    assert result["kept"] is True
+    assert result["kept_vm"] == "%s/%s" % (wedged, vm["name"])
+    assert result["kept_pvc"] == "%s/%s" % (wedged, pvc["name"])
+    assert "VirtualMachine %s/%s" % (wedged, vm["name"]) in result["msg"]
+    assert "PersistentVolumeClaim %s/%s" % (wedged, pvc["name"]) in result["msg"]
+    assert result["cleanup_command"].startswith("kubectl delete -n %s " % wedged)
+    assert result["msg"].endswith(result["cleanup_command"])
+    left = leftovers(lab, wedged)
+    assert "virtualmachines/%s" % vm["name"] in left and "persistentvolumeclaims/%s" % pvc["name"] in left
 
 
 def test_keep_false_deletes_what_it_created_and_nothing_else(lab, goldens, gated):

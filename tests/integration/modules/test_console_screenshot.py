@@ -17,7 +17,7 @@ pytestmark = pytest.mark.lab_only
 
 MODULE = "goldenimage.pipeline.console_screenshot"
 KV = ("kubevirt.io", "v1")
-SCREENS = {"blank": "blank", "text": "text-console", "stop-error": "stop-error", "graphical": "graphical"}
+SCREENS = {"blank": "blank", "text": "bootprompt", "stop-error": "stop-error", "graphical": "setup"}
 
 
 def vm_body(name, screen=None, volumes=None):
@@ -119,10 +119,10 @@ def test_each_lab_screen_is_classified(lab, vms, kube_namespace, tmp_path):
 
     assert run["save"]["dest"] == str(saved) and saved.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     matched = run["as reference"]
-    assert matched["class"] == "match:prompt" and matched["base_class"] == "text-console"
+    assert matched["class"] == "match:prompt" and matched["base_class"] == "bootprompt"
     assert matched["distance"] == 0 and matched["confidence"] == 1.0 and matched["match"] == "prompt"
     other = run["other reference"]
-    assert other["class"] == "graphical" and other["match"] == "" and other["references"]["prompt"] > 6
+    assert other["class"] == "setup" and other["match"] == "" and other["references"]["prompt"] > 6
 
     same = run["unchanged"]
     assert same["unchanged_for"] >= 120 and same["stuck"] is True
@@ -214,7 +214,7 @@ def test_the_screenshot_rides_out_server_errors_and_lost_connections(lab, vms, k
     finally:
         lab.faults.reset()
     assert run.ok, run.log
-    assert run["vm-text"]["class"] == "text-console"
+    assert run["vm-text"]["class"] == "bootprompt"
     assert dest.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert injected["error"] + injected["drop"] >= 1
     assert [p.name for p in tmp_path.iterdir()] == ["shot.png"]  # no partial file left behind

@@ -608,7 +608,7 @@ def test_unsealed_bake_keeps_the_disk_then_cleanup(
     assert "stopped but its disk is not sealed" in message and "BUILD_FAILED" in message.upper()
     assert "%s/bake-bad-disk" % kube_namespace in message and "kept for diagnosis" in message
     progress = bake_progress(run)
-    assert any(", console graphical (" in line for line in progress), progress
+    assert any(", console setup (" in line for line in progress), progress
     assert progress[-1].startswith("VM %s/bake-bad: Stopped" % kube_namespace), progress
     pvc = cluster.core.read_namespaced_persistent_volume_claim("bake-bad-disk", kube_namespace)
     assert pvc.metadata.labels["goldenimage.pipeline/bake-state"] == "failed"
@@ -729,7 +729,7 @@ def test_a_stop_error_on_the_console_fails_the_bake(lab, kube_client, kube_names
     assert "the stop code is on the screen, saved in %s" % (tmp_path / "console") in message
     prefix = "VM %s/bake-crash: Running, console " % kube_namespace
     assert [line.split(" (")[0] for line in progress if line.startswith(prefix)] == [
-        prefix + "graphical",
+        prefix + "setup",
         prefix + "stop-error",
     ], progress
     assert progress[0].startswith("VM %s/bake-crash: " % kube_namespace) and "console" not in progress[0]
@@ -744,7 +744,7 @@ def test_console_text_after_a_reboot_fails_the_bake(lab, kube_client, kube_names
     assert "bake-loop shows console text again after a reboot" in message
     assert "the installer CD is booting before the disk" in message and "bootOrder 1" in message
     classes = [line.split(", console ")[1].split(" (")[0] for line in progress if ", console " in line]
-    assert classes == ["graphical", "blank", "text-console", "text-console"], progress
+    assert classes == ["setup", "blank", "bootprompt", "bootprompt"], progress
 
 
 @pytest.mark.lab_only

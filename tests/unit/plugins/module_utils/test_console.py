@@ -64,6 +64,38 @@ BDS = [
 ]
 
 
+def boot_manager(size, selected=1, pitch=19, size_px=15):
+    """edk2's Boot Manager menu: a title, the boot options, the selected one as a light-grey bar with
+    black text across the screen, and the key help at the bottom."""
+    image, draw = screen(size)
+    width, height = size
+    draw.text((0, 0), "Boot Manager Menu", fill=WHITE, font=font(size_px))
+    entries = ["UEFI QEMU DVD-ROM QM00005", "UEFI QEMU HARDDISK QM00001", "EFI Internal Shell"]
+    for row, entry in enumerate(entries):
+        top = (3 + row) * pitch
+        if row == selected:
+            draw.rectangle((0, top, int(width * 0.7), top + pitch - 2), fill=GREY)
+            draw.text((8, top), entry, fill=BLACK, font=font(size_px))
+        else:
+            draw.text((8, top), entry, fill=GREY, font=font(size_px))
+    keys = "^v=Move Highlight  <Enter>=Select Entry  Esc=Exit"
+    draw.text((0, height - 2 * pitch), keys, fill=GREY, font=font(size_px))
+    return image
+
+
+def setup_browser(size):
+    """edk2's setup browser (the front page): a light-grey body with blue text, a black help bar."""
+    image, draw = screen(size, GREY)
+    width, height = size
+    draw.rectangle((0, 0, width, height // 12), fill=BLACK)
+    draw.text((width // 3, 8), "Standard PC (Q35 + ICH9, 2009)", fill=WHITE, font=font(15))
+    menu = ("Device Manager", "Boot Manager", "Boot Maintenance Manager", "Continue", "Reset")
+    for row, line in enumerate(menu):
+        draw.text((40, height // 6 + row * 24), line, fill=(0, 0, 170), font=font(15))
+    draw.rectangle((0, height - height // 10, width, height), fill=BLACK)
+    return image
+
+
 def stop_error(size, blue, text=WHITE, progress="0% complete"):
     image, draw = screen(size, blue)
     width, height = size
@@ -154,21 +186,26 @@ def getting_ready(size):
 CASES = {
     "black": (black(), console.BLANK),
     "black 800x600 with cursor": (black((800, 600), cursor=True), console.BLANK),
-    "prompt 800x600": (firmware_text((800, 600), PROMPT), console.TEXT),
-    "prompt 1024x768 white": (firmware_text((1024, 768), PROMPT, WHITE), console.TEXT),
-    "firmware 1280x800": (firmware_text((1280, 800), BDS), console.TEXT),
-    "firmware 640x480": (firmware_text((640, 480), BDS, pitch=16, size_px=12), console.TEXT),
+    "prompt 800x600": (firmware_text((800, 600), PROMPT), console.BOOTPROMPT),
+    "prompt 1024x768 white": (firmware_text((1024, 768), PROMPT, WHITE), console.BOOTPROMPT),
+    "firmware 1280x800": (firmware_text((1280, 800), BDS), console.BOOTPROMPT),
+    "firmware 640x480": (firmware_text((640, 480), BDS, pitch=16, size_px=12), console.BOOTPROMPT),
+    "boot manager 1024x768": (boot_manager((1024, 768)), console.FIRMWARE),
+    "boot manager 800x600 first entry": (boot_manager((800, 600), 0, pitch=16, size_px=13), console.FIRMWARE),
+    "boot manager 1280x800": (boot_manager((1280, 800), 2), console.FIRMWARE),
+    "setup browser 1024x768": (setup_browser((1024, 768)), console.FIRMWARE),
+    "setup browser 800x600": (setup_browser((800, 600)), console.FIRMWARE),
     "stop error 1024x768": (stop_error((1024, 768), (0, 120, 215)), console.STOP_ERROR),
     "stop error 1280x800 darker": (
         stop_error((1280, 800), (16, 113, 170), progress="100% complete"),
         console.STOP_ERROR,
     ),
     "classic stop 640x480": (classic_stop((640, 480)), console.STOP_ERROR),
-    "setup 1024x768": (setup_window((1024, 768)), console.GRAPHICAL),
-    "setup 800x600": (setup_window((800, 600), 80), console.GRAPHICAL),
-    "desktop 1280x800": (desktop((1280, 800)), console.GRAPHICAL),
-    "boot logo": (boot_logo((1024, 768)), console.GRAPHICAL),
-    "getting ready": (getting_ready((1024, 768)), console.GRAPHICAL),
+    "setup 1024x768": (setup_window((1024, 768)), console.SETUP),
+    "setup 800x600": (setup_window((800, 600), 80), console.SETUP),
+    "desktop 1280x800": (desktop((1280, 800)), console.SETUP),
+    "boot logo": (boot_logo((1024, 768)), console.SETUP),
+    "getting ready": (getting_ready((1024, 768)), console.SETUP),
 }
 
 
@@ -181,16 +218,30 @@ def test_each_class(name):
     assert verdict["match"] == "" and verdict["distance"] is None
 
 
+def test_the_classes_are_the_guides_and_the_old_names_map_to_them():
+    assert set(console.CLASSES) == {"setup", "firmware", "bootprompt", "stop-error", "blank"}
+    assert {name for _image, name in CASES.values()} == set(console.CLASSES)
+    assert console.canonical("graphical") == "setup" and console.canonical("text-console") == "bootprompt"
+    assert console.canonical("firmware") == "firmware" and console.canonical("match:x") == "match:x"
+
+
+def test_installing_is_told_from_wedged_in_the_boot_manager():
+    """The same firmware text, with and without the menu's selection bar; Setup's window is neither."""
+    assert judge(firmware_text((1024, 768), BDS))["class"] == console.BOOTPROMPT
+    assert judge(boot_manager((1024, 768)))["class"] == console.FIRMWARE
+    assert judge(setup_window((1024, 768)))["class"] == console.SETUP
+
+
 def test_text_far_from_the_left_margin_is_not_console_text():
     image, draw = screen((1024, 768))
     draw.text((400, 300), "Press any key to boot from CD or DVD....", fill=GREY, font=font(15))
-    assert judge(image)["class"] == console.GRAPHICAL
+    assert judge(image)["class"] == console.SETUP
 
 
 def test_a_blue_backdrop_with_a_window_is_not_a_stop_error():
     image, draw = screen((1024, 768), (0, 120, 215))
     draw.rectangle((150, 120, 874, 648), fill=(240, 240, 240))
-    assert judge(image)["class"] == console.GRAPHICAL
+    assert judge(image)["class"] == console.SETUP
 
 
 def test_sure_cases_are_surer_than_borderline_ones():
@@ -213,13 +264,13 @@ def test_fingerprint_ignores_a_progress_counter_and_tells_screens_apart():
 def test_references_name_the_nearest_match_within_reach():
     refs = {"setup": setup_window((1024, 768), 10), "stop": stop_error((1024, 768), (0, 120, 215))}
     near = judge(setup_window((1024, 768), 55), refs)
-    assert near["class"] == "match:setup" and near["base_class"] == console.GRAPHICAL
+    assert near["class"] == "match:setup" and near["base_class"] == console.SETUP
     assert near["match"] == "setup" and near["distance"] <= 2
     assert near["confidence"] == round(1 - near["distance"] / 64.0, 3)
     # A different resolution of the same layout still matches: the hash is taken on 8x8 cells.
     assert judge(stop_error((800, 600), (0, 120, 215)), refs)["class"] == "match:stop"
     far = judge(desktop((1280, 800)), refs)
-    assert far["class"] == console.GRAPHICAL and far["match"] == ""
+    assert far["class"] == console.SETUP and far["match"] == ""
     # Every fingerprint is within 64 bits of every other.
     assert judge(desktop((1280, 800)), refs, distance=64)["class"].startswith("match:")
 

@@ -3,7 +3,7 @@
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
 
 
-def shot(cls="graphical", base=None, fingerprint="00ff00ff00ff00ff", **extra):
+def shot(cls="setup", base=None, fingerprint="00ff00ff00ff00ff", **extra):
     found = {"class": cls, "base_class": base or cls, "confidence": 0.9, "since": 10.0}
     if fingerprint:
         found["fingerprint"] = fingerprint
@@ -39,12 +39,12 @@ def test_fatal_screens():
     fresh = console.bake_memory(True)
     assert console.shot_fatal(fresh, shot("stop-error")) == "stop-error"
     # Text once is the firmware's line of every boot; text twice after Windows drew its screens is a loop.
-    assert console.shot_fatal(fresh, shot("text-console")) is None
-    drawn_then_text = seen(fresh, shot(), shot("text-console"))
-    assert console.shot_fatal(drawn_then_text, shot("text-console")) == "reinstall"
-    never_drawn = seen(fresh, shot("text-console"))
-    assert console.shot_fatal(never_drawn, shot("text-console")) is None
-    assert console.shot_fatal(seen(fresh, shot()), shot("match:setup", base="text-console")) is None
+    assert console.shot_fatal(fresh, shot("bootprompt")) is None
+    drawn_then_text = seen(fresh, shot(), shot("bootprompt"))
+    assert console.shot_fatal(drawn_then_text, shot("bootprompt")) == "reinstall"
+    never_drawn = seen(fresh, shot("bootprompt"))
+    assert console.shot_fatal(never_drawn, shot("bootprompt")) is None
+    assert console.shot_fatal(seen(fresh, shot()), shot("match:setup", base="bootprompt")) is None
 
 
 def test_failed_screenshots_count_while_running_and_then_give_up():
@@ -62,7 +62,7 @@ def test_failed_screenshots_count_while_running_and_then_give_up():
 
 def test_notes_and_messages():
     assert console.note(shot(stuck=True, unchanged_for=1900), console.bake_memory(True), True) == (
-        "console graphical (0.9), unchanged for 1900s"
+        "console setup (0.9), unchanged for 1900s"
     )
     assert console.stop_error_message("ns/vm", 61, "/srv/c").endswith(
         "the stop code is on the screen, saved in /srv/c."

@@ -1,5 +1,5 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import console, gate, kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 
@@ -310,6 +310,41 @@ def test_cleanup_reports_what_was_kept_or_left_and_how_to_remove_it():
     left = gate.left_report(created, ["VirtualMachine gate-r: forbidden"], "r", "acme")
     assert left["left_behind"] == created and left["cleanup_errors"] == ["VirtualMachine gate-r: forbidden"]
     assert left["cleanup_message"].startswith("cleanup left VirtualMachine acme/gate-r behind (")
+
+
+def test_a_kept_run_names_its_vm_and_claim():
+    created = [
+        {"kind": "VolumeSnapshot", "name": "gate-r-vs", "namespace": "acme"},
+        {"kind": "PersistentVolumeClaim", "name": "gate-r", "namespace": "acme"},
+        {"kind": "VirtualMachine", "name": "gate-r", "namespace": "acme"},
+    ]
+    kept = gate.kept_report(created, "r", "acme")
+    assert (kept["kept_vm"], kept["kept_pvc"]) == ("acme/gate-r", "acme/gate-r")
+    assert "VirtualMachine acme/gate-r, PersistentVolumeClaim acme/gate-r" in kept["cleanup_message"]
+    assert kept["cleanup_message"].endswith(gate.cleanup_command("r", "acme"))
+
+
+@pytest.mark.parametrize(
+    "screen, words",
+    [
+        ({"base_class": "firmware"}, "firmware (wedged in the firmware's boot manager"),
+        ({"base_class": "bootprompt"}, "bootprompt (firmware boot lines or a boot prompt"),
+        ({"base_class": "setup"}, "setup (Windows' own screens: it was still installing"),
+        ({"base_class": "stop-error"}, "stop-error (a Windows stop error"),
+        ({"base_class": "blank"}, "blank (a blank screen"),
+        ({"error": "VMI is not running"}, "unreadable (VMI is not running)"),
+        (None, "not read"),
+    ],
+)
+def test_a_no_boot_verdict_says_what_the_console_last_showed(screen, words):
+    text = gate.explain(gate.NO_BOOT, "windows", 3389, "-", screen)
+    opening = "the clone did not boot: the guest agent never connected; its console last showed "
+    assert text.startswith(opening)
+    assert words in text
+
+
+def test_every_console_class_has_a_meaning():
+    assert set(gate.CONSOLE_MEANING) == set(console.CLASSES)
 
 
 def test_a_reference_names_the_object_and_its_run():

@@ -42,11 +42,11 @@ def test_the_console_is_followed_while_running_and_a_stop_error_fails():
     clock = Clock()
     running = call(clock, ["Running"], console=True, console_dir="/srv/c")
     assert running["screenshot"]["dest"] == "/srv/c/vm-000000s.png" and running["screenshot"]["move_cursor"]
-    graphical = {"class": "graphical", "base_class": "graphical", "confidence": 0.9, "fingerprint": "ab" * 8}
+    graphical = {"class": "setup", "base_class": "setup", "confidence": 0.9, "fingerprint": "ab" * 8}
     shown = call(
         clock, ["Running"], console=True, console_dir="/srv/c", screenshot=graphical, **running["resume"]
     )
-    assert shown["line"] == "VM ns/vm: Running, console graphical (0.9) after 0s"
+    assert shown["line"] == "VM ns/vm: Running, console setup (0.9) after 0s"
     # The same screen again is no news: no line, the next screenshot of the same round.
     quiet = call(clock, ["Running"], console=True, screenshot=graphical, **shown["resume"])
     assert quiet["line"] is None and quiet["screenshot"]["previous_fingerprint"] == "ab" * 8
