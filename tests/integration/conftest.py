@@ -17,16 +17,20 @@ from tests.lab.s3 import s3_client
 # operator env tests (schedulable and unschedulable Nodes).
 __all__ = ["nodes", "operator_settings"]
 
-# The slow tier (`make slow`): whole roles and playbooks, run as a user runs them. Module tests that stream
-# GiB-sized data carry the marker themselves.
+# The slow tier (`make slow`): whole roles and playbooks, run as a user runs them, and the module files
+# whose tests each import, bake or boot for tens of seconds; their tests in a suite (data loss, secrets,
+# ...) stay in make test. Module tests that stream GiB-sized data or wait by design carry the marker.
 SLOW_DIRS = ("roles", "playbooks")
+SLOW_FILES = ("test_baked_image.py", "test_worker_image.py", "test_console_screenshot.py")
 
 
 def pytest_collection_modifyitems(config, items):
     here = pathlib.Path(__file__).parent
     for item in items:
         path = pathlib.Path(str(item.path))
-        if any(path.is_relative_to(here / name) for name in SLOW_DIRS):
+        if any(path.is_relative_to(here / name) for name in SLOW_DIRS) or (
+            path.name in SLOW_FILES and item.get_closest_marker("suite") is None
+        ):
             item.add_marker(pytest.mark.slow)
 
 

@@ -276,7 +276,8 @@ def test_unbound_claim_keeps_the_pod_unschedulable(mini):
     assert (
         scheduled["status"] == "False" and 'persistentvolumeclaim "later" not found' in scheduled["message"]
     )
-    assert mini.events(pod_name, "FailedScheduling")
+    # The scheduler records its event after it writes the condition.
+    until(lambda: mini.events(pod_name, "FailedScheduling"), what="the FailedScheduling event")
     mini.create("", "persistentvolumeclaims", claim("later", "1Mi"))
     assert cond(mini.wait("batch", "jobs", "needs-disk", finished), "Complete")
 
