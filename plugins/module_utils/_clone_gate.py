@@ -16,6 +16,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import binascii
+import io
+import json
 import os
 import time
 
@@ -30,7 +32,18 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 
 SNAP = gate.SNAPSHOT_API
 VM = gate.VM_API
-DURATIONS = ("agent_timeout", "port_timeout", "wait_timeout", "wait_sleep", "cleanup_timeout", "report_every")
+DURATIONS = (
+    "agent_timeout",
+    "disk_timeout",
+    "port_timeout",
+    "wait_timeout",
+    "wait_sleep",
+    "cleanup_timeout",
+    "report_every",
+)
+FILESYSTEMS_PATH = (
+    "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/filesystemlist"
+)
 
 
 class Gate:
@@ -149,6 +162,7 @@ class Gate:
             for key, value in dict(self.result, verdict=gate.INCONCLUSIVE, passed=False).items():
                 exc.fields.setdefault(key, value)
             raise
+        self.check_expand_disks()
         candidate, handle, mode, driver = self.candidate()
         if self.module.check_mode:
             return self.predict(handle)
@@ -163,6 +177,17 @@ class Gate:
         )
         self.enter("sweep")
         return None
+
+    def check_expand_disks(self):
+        """Link 1 of a disk that grows, before anything is written: a gate that clones larger than the
+        golden proves nothing on a KubeVirt that would not grow the image."""
+        grows = gate.parse_quantity(self.p["grow_by"])  # a bad quantity is refused here, before writes
+        if not self.p["require_expand_disks"] or not grows:
+            return
+        problem, detail = gate.expand_disks(self.module.list(VM, "KubeVirt"))
+        if problem:
+            raise PipelineError(problem, verdict=gate.INCONCLUSIVE, passed=False, **self.result)
+        self.result["expand_disks"] = detail
 
     def run(self):
         if not self.state.get("stage"):
@@ -293,7 +318,8 @@ class Gate:
             detail = "existing project copy %s/%s" % (self.project, source["name"])
         self.phase("provision", True, self.stage_elapsed(), detail)
         restore = kinds.status(seeded).get("restoreSize") or st["restore"]
-        size = gate.clone_size(restore, kinds.annotations(seeded).get(gate.CLONE_MIN_SIZE))
+        size = gate.clone_size(restore, kinds.annotations(seeded).get(gate.CLONE_MIN_SIZE), p["grow_by"])
+        st.update(golden_size=restore, clone_size=size)
         name = self.names["vs"]
         self.create(
             gate.pvc_definition(
@@ -362,6 +388,53 @@ class Gate:
         self.state["probe_attempts"] = 0
         return self.done_with("agent")
 
+    def filesystems(self):
+        """The guest agent's filesystems of the clone, or None while the agent has none to report."""
+        buffer = io.BytesIO()
+        name = self.names["vs"]
+        try:
+            self.module.download(
+                FILESYSTEMS_PATH.format(namespace=self.project, name=name),
+                buffer,
+                timeout=10,
+                limit=1 << 20,
+                action="read the guest filesystems of VirtualMachineInstance %s/%s" % (self.project, name),
+            )
+        except PipelineError as exc:
+            if getattr(exc, "status", None) == 409:  # virt-api: the guest agent is not connected yet
+                return None
+            raise
+        return json.loads(buffer.getvalue() or b"{}").get("items") or []
+
+    def stage_disk(self):
+        """The OS volume the guest agent reports must have grown into the clone's larger disk."""
+        st = self.state
+        if not gate.parse_quantity(self.p["grow_by"]):
+            return self.done_with("disk")
+        deadline = st["stage_started"] + self.p["disk_timeout"]
+        while True:
+            items = self.filesystems()
+            volume = gate.os_volume(items, self.p["os"]) if items is not None else None
+            problem = gate.growth_problem(volume, self.p["os"], st["golden_size"], st["clone_size"])
+            if volume is not None:
+                self.result["os_volume"] = {
+                    k: volume.get(k) for k in ("mountPoint", "totalBytes", "usedBytes")
+                }
+            st["last_state"] = problem
+            step = gate.port_step(self.clock(), deadline, self.round_end, problem)
+            if step == "passed":
+                detail = gate.growth_words(volume, st["golden_size"], st["clone_size"])
+                self.phase("disk", True, self.stage_elapsed(), detail)
+                return self.done_with("disk")
+            if step == "failed":
+                self.phase("disk", False, self.stage_elapsed(), problem)
+                self.line = problem
+                return self.finish(True, False, problem, disk_grown=False)
+            if step == "pending":
+                return self.pending(self.p["disk_timeout"])
+            now = self.clock()
+            time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+
     def stage_port(self):
         st = self.state
         port = gate.port_for(self.p["os"], self.p["port"])
@@ -403,9 +476,9 @@ class Gate:
         )
         self.result["console_class"] = screen.get("base_class", "")
 
-    def finish(self, agent_ok, port_ok, why=None):
+    def finish(self, agent_ok, port_ok, why=None, disk_grown=True):
         p = self.p
-        verdict = gate.verdict(agent_ok, port_ok)
+        verdict = gate.verdict(agent_ok, port_ok, disk_grown)
         port = gate.port_for(p["os"], p["port"])
         msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"), self.result.get("console"))
         if why:

@@ -30,7 +30,16 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 PASSED = "passed"
 NO_BOOT = "no_boot"
 PORT_UNREACHABLE = "port_unreachable"
+DISK_NOT_GROWN = "disk_not_grown"
 INCONCLUSIVE = "inconclusive"
+
+# A disk grows in three links, each healthy-looking on its own: KubeVirt's ExpandDisks grows the
+# image to its PVC (a feature gate before v1.9.0, GA from it), nothing sits after the OS volume, and
+# the guest extends the volume. The gate clones GROW_BY larger than the golden and reads the result.
+EXPAND_DISKS = "ExpandDisks"
+EXPAND_DISKS_GA = (1, 9, 0)
+GROW_BY = "1Gi"
+OS_MOUNTS = {"windows": "C:\\", "linux": "/"}
 
 # The remote port per OS. Windows: Remote Desktop, which the bake enables and opens in the firewall and
 # the seal check asserts in the sealed SYSTEM hive (seal.REMOTE_DESKTOP_PORT): one contract.
@@ -163,10 +172,13 @@ def memory_problem(memory, min_memory):
     return None
 
 
-def verdict(agent_connected, port_answered):
-    """``passed`` / ``no_boot`` (the agent never connected) / ``port_unreachable`` (booted, port silent)."""
+def verdict(agent_connected, port_answered, disk_grown=True):
+    """``passed`` / ``no_boot`` (the agent never connected) / ``disk_not_grown`` (booted, the OS volume
+    did not grow into the larger disk) / ``port_unreachable`` (booted, port silent)."""
     if not agent_connected:
         return NO_BOOT
+    if not disk_grown:
+        return DISK_NOT_GROWN
     return PASSED if port_answered else PORT_UNREACHABLE
 
 
@@ -197,6 +209,8 @@ def explain(result, os_name, port, probe, screen=None):
         return "the clone did not boot: the guest agent never connected; its console last showed %s" % (
             console_words(screen)
         )
+    if result == DISK_NOT_GROWN:
+        return "the clone booted (guest agent connected) but its disk did not grow"
     return (
         "the clone booted (guest agent connected) but port %d (%s remote access) did not answer at %s: "
         "the image boots; look at the guest's firewall or remote-access service, not at its boot"
@@ -204,12 +218,102 @@ def explain(result, os_name, port, probe, screen=None):
     )
 
 
-def clone_size(restore_size, clone_min_size=None):
-    """The clone's size: the snapshot's restoreSize, or the seeder's clone-min-size when larger."""
+def clone_size(restore_size, clone_min_size=None, grow_by="0"):
+    """The clone's size: the snapshot's restoreSize, or the seeder's clone-min-size when larger, plus
+    ``grow_by`` (so that the gate sees the disk grow, as a tenant's larger disk does)."""
     sizes = [s for s in (restore_size, clone_min_size) if s]
     if not sizes:
         raise GateError("the snapshot reports no restoreSize; it is not ready to clone")
-    return max(sizes, key=parse_quantity)
+    base = max(sizes, key=parse_quantity)
+    extra = parse_quantity(grow_by)
+    return base if not extra else str(parse_quantity(base) + extra)
+
+
+def _version(text):
+    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", str(text or ""))
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def expand_disks(kubevirts):
+    """``(problem, detail)`` for link 1: whether KubeVirt grows a clone's disk image to its PVC.
+
+    ``kubevirts`` are the cluster's KubeVirt CRs. ExpandDisks is on when a CR lists the feature gate or
+    runs v1.9.0 or later, where it is GA; every CR must say so. No CR means it cannot be told: a
+    problem, never a guess.
+    """
+    if not kubevirts:
+        return (
+            "no KubeVirt CR (kubevirt.io/v1 KubeVirt) was found, so whether ExpandDisks grows a clone's "
+            "disk cannot be told; give the gate's credentials list on kubevirts.kubevirt.io, or set "
+            "require_expand_disks: false to promote without that link checked",
+            None,
+        )
+    seen = []
+    for kubevirt in kubevirts:
+        where = "%s/%s" % (kinds.namespace(kubevirt), kinds.name(kubevirt))
+        spec = kubevirt.get("spec") or {}
+        gates = ((spec.get("configuration") or {}).get("developerConfiguration") or {}).get("featureGates")
+        version = kinds.status(kubevirt).get("observedKubeVirtVersion") or ""
+        if EXPAND_DISKS in (gates or []):
+            seen.append("KubeVirt %s lists the %s feature gate" % (where, EXPAND_DISKS))
+        elif (_version(version) or (0, 0, 0)) >= EXPAND_DISKS_GA:
+            seen.append("KubeVirt %s runs %s, where %s is GA" % (where, version, EXPAND_DISKS))
+        else:
+            return (
+                "KubeVirt %s (%s) does not have the %s feature gate: a clone's disk image stays the "
+                "golden's size whatever its PVC asks, so no tenant's disk grows; add %s to "
+                "spec.configuration.developerConfiguration.featureGates of KubeVirt %s (it is GA from "
+                "v%s), or set require_expand_disks: false to promote without that link"
+                % (
+                    where,
+                    version or "version not reported",
+                    EXPAND_DISKS,
+                    EXPAND_DISKS,
+                    where,
+                    ".".join(str(n) for n in EXPAND_DISKS_GA),
+                ),
+                None,
+            )
+    return None, "; ".join(seen)
+
+
+def os_volume(filesystems, os_name):
+    """The OS volume among the guest agent's filesystems (``C:\\`` or ``/``), or None."""
+    mount = OS_MOUNTS[os_name].lower()
+    for item in filesystems or []:
+        if str(item.get("mountPoint") or "").lower() == mount:
+            return item
+    return None
+
+
+def growth_problem(volume, os_name, golden_size, clone_size_text):
+    """Why the clone's OS volume shows the disk did not grow (links 1-3), or None.
+
+    The volume grew when it is larger than the whole golden disk: only a disk image grown to the
+    larger PVC (link 1), with nothing after the OS volume (link 2), extended by the guest (link 3) can
+    hold that. Anything less is named with the three links to look at.
+    """
+    mount = OS_MOUNTS[os_name]
+    if volume is None:
+        return "the guest agent reports no %s volume, so the gate cannot tell whether the disk grew" % mount
+    if int(volume.get("totalBytes") or 0) > parse_quantity(golden_size):
+        return None
+    return (
+        "the guest's %s: the disk did not grow into the volume; check the three links: KubeVirt's %s, "
+        "nothing after %s on the disk (the bake removes WinRE), and the guest extending its volume "
+        "(cloudbase-init ExtendVolumes or cloud-init growpart)"
+        % (growth_words(volume, golden_size, clone_size_text), EXPAND_DISKS, mount)
+    )
+
+
+def growth_words(volume, golden_size, clone_size_text):
+    """``C:\\ is 1.8 GiB on a 2.0 GiB clone of a 1.0 GiB golden``."""
+    return "%s is %s on a %s clone of a %s golden" % (
+        volume.get("mountPoint"),
+        seal.human_size(int(volume.get("totalBytes") or 0)),
+        seal.human_size(parse_quantity(clone_size_text)),
+        seal.human_size(parse_quantity(golden_size)),
+    )
 
 
 def candidate_id(namespace, name):
@@ -452,11 +556,12 @@ def probe_address(port_probe, vmi, port):
 # --- the rounds: stages, what each waits for, and what the observed state means --------------------
 
 # The stages of a gate run, in order; each round runs stages until one has to wait past the round.
-STAGES = ("sweep", "publish", "provision", "start", "agent", "port", "done")
+STAGES = ("sweep", "publish", "provision", "start", "agent", "disk", "port", "done")
 PENDING = {
     "provision": "the published snapshot to be ready",
     "start": "the VM instance to run",
     "agent": "the guest agent to connect (AgentConnected)",
+    "disk": "the guest to report its OS volume grown into the larger disk",
 }
 
 
@@ -578,8 +683,8 @@ def gone(obj):
 
 
 def port_step(now, deadline, round_end, error):
-    """After one probe of the port (``error`` None: it accepted): ``passed``, ``failed`` (its timeout ran
-    out), ``pending`` (the round is over) or ``again``."""
+    """After one look (``error`` None: the port accepted, the volume grew): ``passed``, ``failed`` (its
+    timeout ran out), ``pending`` (the round is over) or ``again``."""
     if error is None:
         return "passed"
     if now >= deadline:

@@ -18,13 +18,22 @@ description:
     bound to a content with the candidate's snapshot handle), that copy is used. Otherwise the module
     publishes it the way the seeder does, a cluster-scoped pre-provisioned C(VolumeSnapshotContent) with
     C(deletionPolicy=Retain) on the candidate's handle, and a namespaced C(VolumeSnapshot) bound to it.
-  - Then a PersistentVolumeClaim restored from that snapshot (at least the snapshot's C(restoreSize), or the
-    seeder's C(kube-dc.com/clone-min-size) when larger) and a VM with C(runStrategy=Always) booting it with
-    O(memory).
+  - Then a PersistentVolumeClaim restored from that snapshot (the snapshot's C(restoreSize), or the
+    seeder's C(kube-dc.com/clone-min-size) when larger, plus O(grow_by)) and a VM with
+    C(runStrategy=Always) booting it with O(memory).
   - Phase 1, C(agent) is the guest agent connecting (VMI condition C(AgentConnected)) within O(agent_timeout),
     the strongest and earliest proof that the operating system booted.
+    Then C(disk), the OS volume the guest agent reports (C(C:\\) or C(/), from KubeVirt's
+    C(filesystemlist)), must be larger than the whole golden within O(disk_timeout). Only a disk that grew in
+    all three links holds that. KubeVirt's C(ExpandDisks) grew the image to the PVC, nothing sits after the
+    OS volume (the bake removes WinRE), and the guest extended the volume (cloudbase-init or cloud-init).
+    Each link looks healthy on its own, so only the guest's own view can pass; otherwise the verdict is
+    V(disk_not_grown).
     Phase 2, C(port) is a TCP connection to the remote port (O(port); RDP 3389 for Windows, SSH 22 for
     Linux) within O(port_timeout), from where tenants reach it (O(port_probe)).
+  - Before anything is written, the module reads the cluster's KubeVirt CRs and refuses (V(inconclusive))
+    when C(ExpandDisks) is off (not in C(spec.configuration.developerConfiguration.featureGates) on a
+    KubeVirt before v1.9.0, where it is GA) or cannot be read, naming the CR and the fix.
   - The verdict keeps "did not boot" (V(no_boot)) apart from "booted, port unreachable"
     (V(port_unreachable)). The second is a firewall or service problem in the guest, not a boot failure.
   - A O(memory) below the catalog minimum (O(min_memory), C(8Gi) for Windows by default) makes the gate
@@ -96,6 +105,12 @@ options:
         sysprep (specialize, OOBE) takes minutes.
     type: int
     default: 1200
+  disk_timeout:
+    description:
+      - Seconds, after the agent connected, for the guest to report its OS volume grown (the guest extends
+        it at first boot).
+    type: int
+    default: 300
   port_timeout:
     description:
       - Seconds, after the agent connected, for the remote port to accept a TCP connection.
@@ -125,6 +140,21 @@ options:
         C(goldenimage.pipeline/clone-gate=<run id>).
     type: bool
     default: false
+  grow_by:
+    description:
+      - How much larger than the golden the clone's claim is, a Kubernetes quantity. The C(disk) phase
+        then requires the guest's OS volume to have grown past the golden's size.
+      - V(0) clones at the golden's size and skips the C(disk) phase and the C(ExpandDisks) check; the gate
+        then says nothing about whether tenants' larger disks grow.
+    type: str
+    default: 1Gi
+  require_expand_disks:
+    description:
+      - Refuse before writing anything when KubeVirt's C(ExpandDisks) is off or cannot be read (the
+        credentials need C(list) on C(kubevirts.kubevirt.io)).
+      - V(false) skips that check only; the C(disk) phase still judges what the guest sees.
+    type: bool
+    default: true
   storage_class:
     description:
       - StorageClass of the clone. Defaults to the cluster's default class. A snapshot restores
@@ -203,7 +233,9 @@ notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - "The RBAC the gate needs: get/list VolumeSnapshots and VolumeSnapshotContents; create/delete
     VolumeSnapshotContents (cluster scope), and VolumeSnapshots, PersistentVolumeClaims and
-    VirtualMachines in the project; get/list VirtualMachines and VirtualMachineInstances."
+    VirtualMachines in the project; get/list VirtualMachines and VirtualMachineInstances; get on
+    virtualmachineinstances/filesystemlist (subresources.kubevirt.io) for the disk phase; list KubeVirts
+    for the ExpandDisks check."
   - Every timeout, O(wait_sleep) and O(report_every) must be greater than zero; another value is refused
     before anything is written.
   - "Long waits talk. Each call of the module waits at most O(report_every) seconds and returns a progress
@@ -247,9 +279,10 @@ EXAMPLES = r"""
 RETURN = r"""
 verdict:
   description:
-    - V(passed), V(no_boot) (the guest agent never connected) or V(port_unreachable) (the agent
-      connected, so the guest booted, but the port did not answer). On a refusal or an infrastructure
-      timeout, V(inconclusive).
+    - V(passed), V(no_boot) (the guest agent never connected), V(disk_not_grown) (the guest booted but
+      its OS volume did not grow into the larger clone) or V(port_unreachable) (the agent connected, so
+      the guest booted, but the port did not answer). On a refusal or an infrastructure timeout,
+      V(inconclusive).
   returned: unless skipped in check mode
   type: str
   sample: port_unreachable
@@ -266,7 +299,8 @@ phases:
   description:
     - Each phase that ran, in order, as C({name, passed, seconds, detail}). V(provision) covers the published
       snapshot becoming ready. V(start) covers the VMI reaching C(Running).
-      V(agent) covers C(AgentConnected). V(port) covers the TCP probe.
+      V(agent) covers C(AgentConnected). V(disk) covers the OS volume growing. V(port) covers the TCP
+      probe.
   returned: unless skipped in check mode
   type: list
   elements: dict
@@ -274,6 +308,10 @@ phases:
     - {name: provision, passed: true, seconds: 0.4, detail: existing project copy acme/golden-windows-11}
     - {name: start, passed: true, seconds: 2.1, detail: phase Running}
     - {name: agent, passed: true, seconds: 95.0, detail: AgentConnected}
+    - name: disk
+      passed: true
+      seconds: 0.2
+      detail: "C:\\ is 64.6 GiB on a 65.0 GiB clone of a 64.0 GiB golden"
     - {name: port, passed: false, seconds: 300.0, detail: "10.0.3.7:3389: connection refused"}
 memory:
   description: The guest memory of the gate's VM (O(memory), else O(min_memory)).
@@ -285,6 +323,16 @@ min_memory:
   returned: unless refused before the memory was resolved
   type: str
   sample: 8Gi
+expand_disks:
+  description: Why C(ExpandDisks) counts as on, per KubeVirt CR.
+  returned: when the C(ExpandDisks) check ran and passed
+  type: str
+  sample: KubeVirt kubevirt/kubevirt lists the ExpandDisks feature gate
+os_volume:
+  description: The OS volume as the guest agent last reported it.
+  returned: when the C(disk) phase read one
+  type: dict
+  sample: {mountPoint: "C:\\", totalBytes: 69793218560, usedBytes: 21474836480}
 probe:
   description: The C(host:port) probed.
   returned: when the port phase ran
@@ -409,11 +457,14 @@ def argument_spec():
         memory=dict(type="str"),
         min_memory=dict(type="str"),
         agent_timeout=dict(type="int", default=1200),
+        disk_timeout=dict(type="int", default=300),
         port_timeout=dict(type="int", default=300),
         wait_timeout=dict(type="int", default=600, aliases=["provision_timeout"]),
         wait_sleep=dict(type="int", default=2, aliases=["poll_interval"]),
         keep=dict(type="bool", default=False),
         storage_class=dict(type="str"),
+        grow_by=dict(type="str", default=gate.GROW_BY),
+        require_expand_disks=dict(type="bool", default=True),
         port=dict(type="int"),
         port_probe=dict(type="str", default="auto"),
         vm_annotations=dict(type="dict", default={}),

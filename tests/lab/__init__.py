@@ -23,6 +23,8 @@ from .objects import ResourceType
 PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DEFAULT_VSC_ANNOTATION = "snapshot.storage.kubernetes.io/is-default-class"
+KUBEVIRT_NAMESPACE = "kubevirt"
+KUBEVIRT_VERSION = "v1.8.2"  # before ExpandDisks went GA (v1.9.0): the feature gate decides
 
 
 class Lab:
@@ -174,6 +176,25 @@ class Lab:
             "deletionPolicy": "Delete",
         }
         self.apply(vsc_rt, snapshot_class)
+        self._apply_kubevirt()
+
+    def _apply_kubevirt(self) -> None:
+        """The KubeVirt CR of a cluster that grows disks: `ExpandDisks` on, as the operator guide has it."""
+        ns_rt = self.store.resource("", "v1", "namespaces")
+        if not self.store.exists(ns_rt, None, KUBEVIRT_NAMESPACE):
+            self.store.create(ns_rt, {"metadata": {"name": KUBEVIRT_NAMESPACE}})
+        kv_rt = self.store.resource("kubevirt.io", "v1", "kubevirts")
+        kubevirt = self.apply(
+            kv_rt,
+            {
+                "metadata": {"name": "kubevirt", "namespace": KUBEVIRT_NAMESPACE},
+                "spec": {
+                    "configuration": {"developerConfiguration": {"featureGates": ["ExpandDisks", "Snapshot"]}}
+                },
+            },
+        )
+        kubevirt["status"] = {"phase": "Deployed", "observedKubeVirtVersion": KUBEVIRT_VERSION}
+        self.store.update(kv_rt, kubevirt, subresource="status")
 
     def apply(self, rt: ResourceType, obj: dict) -> dict:
         """Create the object, or replace the existing one with the same name."""

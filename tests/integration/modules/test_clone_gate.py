@@ -24,7 +24,7 @@ GATE_LABEL = "goldenimage.pipeline/clone-gate"
 SNAP = ("snapshot.storage.k8s.io", "v1")
 KV = ("kubevirt.io", "v1")
 AGENT_DELAY = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
-FAST = {"agent_timeout": 3, "port_timeout": 2, "provision_timeout": 30, "poll_interval": 1}
+FAST = {"agent_timeout": 3, "disk_timeout": 3, "port_timeout": 2, "provision_timeout": 30, "poll_interval": 1}
 # Where the lab forwards each guest's port, passed to the gate as an operator names a Service.
 WINDOWS = {"port_probe": probe_template(3389)}
 LINUX = {"os": "linux", "port_probe": probe_template(22)}
@@ -32,7 +32,8 @@ LINUX = {"os": "linux", "port_probe": probe_template(22)}
 
 @pytest.fixture(scope="module")
 def goldens(lab, kube_client, tmp_path_factory):
-    """A golden namespace holding Ready snapshots of real disks: sealed Windows, zeros, sealed Linux."""
+    """A golden namespace holding Ready snapshots of real disks: sealed Windows (also with WinRE after
+    C:, so C: cannot grow), zeros, sealed Linux."""
     from kubernetes import client
 
     from tests.lab.controllers.volumes import disk_image_path
@@ -43,6 +44,9 @@ def goldens(lab, kube_client, tmp_path_factory):
         "windows-rdp-off": disks.windows_disk(
             folder / "windows-rdp-off.raw",
             disks.sealed_windows_files({"Windows/System32/config/SYSTEM": disks.system_hive(deny=1)}),
+        )["path"],
+        "windows-winre": disks.windows_disk(
+            folder / "windows-winre.raw", disks.sealed_windows_files(), recovery_after=True
         )["path"],
         "linux": disks.qcow2(
             disks.linux_disk(folder / "linux.raw", disks.ext4_tree(folder / "tree"))["path"],
@@ -166,6 +170,7 @@ def gated(lab, goldens, kube_client):
                     **common,
                 ),
                 task("zeros", snapshot="golden-zeros", **WINDOWS, **common),
+                task("winre", snapshot="golden-windows-winre", **WINDOWS, **common),
                 task("kept", snapshot="golden-linux", keep=True, **LINUX, **common),
                 task(
                     "zeros kept",
@@ -233,16 +238,34 @@ def test_verdicts(gated):
     sealed = run["sealed"]
     assert run.entry("sealed")["status"] == "ok", run.log
     assert sealed["verdict"] == "passed" and sealed["passed"] is True and sealed["changed"] is True
-    assert [p["name"] for p in sealed["phases"]] == ["provision", "start", "agent", "port"]
+    assert [p["name"] for p in sealed["phases"]] == ["provision", "start", "agent", "disk", "port"]
     assert all(p["passed"] for p in sealed["phases"])
     assert sealed["source"]["published_by"] == "gate"
     assert sealed["probe"].startswith("127.0.0.1:")
     assert (sealed["memory"], sealed["min_memory"]) == ("8Gi", "8Gi")
+    # The clone is 1Gi larger than the 1Gi golden; ExpandDisks (the lab's KubeVirt CR) grew the image and
+    # the guest extended C: past the whole golden.
+    assert sealed["expand_disks"] == "KubeVirt kubevirt/kubevirt lists the ExpandDisks feature gate"
+    assert sealed["os_volume"]["mountPoint"] == "C:\\" and sealed["os_volume"]["totalBytes"] > 2**30, sealed
+    disk = next(p for p in sealed["phases"] if p["name"] == "disk")
+    assert re.match(r"C:\\ is 1\.\d GiB on a 2\.0 GiB clone of a 1\.0 GiB golden$", disk["detail"]), disk
+
+    # WinRE right after C: (a bake that did not remove it): the disk grew, C: could not.
+    winre = run["winre"]
+    assert run.entry("winre")["status"] == "ignored" and winre["verdict"] == "disk_not_grown", winre
+    assert [(p["name"], p["passed"]) for p in winre["phases"]][-2:] == [("agent", True), ("disk", False)]
+    assert "booted" in winre["msg"] and "its disk did not grow" in winre["msg"], winre["msg"]
+    assert "the guest's C:\\ is 64.0 MiB on a 2.0 GiB clone of a 1.0 GiB golden" in winre["msg"], winre["msg"]
+    assert "nothing after C:\\ on the disk" in winre["msg"]
 
     # The bake's contract broken (fDenyTSConnections=1 in the sealed hive): the guest boots, RDP is silent.
     off = run["rdp off"]
     assert run.entry("rdp off")["status"] == "ignored" and off["verdict"] == "port_unreachable", off
-    assert [(p["name"], p["passed"]) for p in off["phases"]][-2:] == [("agent", True), ("port", False)]
+    assert [(p["name"], p["passed"]) for p in off["phases"]][-3:] == [
+        ("agent", True),
+        ("disk", True),
+        ("port", False),
+    ]
     assert [o["kind"] for o in sealed["created"]] == [
         "VolumeSnapshotContent",
         "VolumeSnapshot",
@@ -254,7 +277,11 @@ def test_verdicts(gated):
     assert run.entry("port closed")["status"] == "ignored" and closed["verdict"] == "port_unreachable", closed
     assert "booted" in closed["msg"] and "did not answer" in closed["msg"]
     assert "boot failure" not in closed["msg"]
-    assert [(p["name"], p["passed"]) for p in closed["phases"]][-2:] == [("agent", True), ("port", False)]
+    assert [(p["name"], p["passed"]) for p in closed["phases"]][-3:] == [
+        ("agent", True),
+        ("disk", True),
+        ("port", False),
+    ]
 
     zeros = run["zeros"]
     assert run.entry("zeros")["status"] == "ignored" and zeros["verdict"] == "no_boot", zeros
@@ -290,7 +317,7 @@ def test_keep_false_deletes_what_it_created_and_nothing_else(lab, goldens, gated
         (r["resource"], r["name"]) for r in gated["audit"] if r["verb"] == "delete" and r["code"] < 300
     ]
     mine = set()
-    for name in ("sealed", "rdp off", "port closed", "zeros", "again"):
+    for name in ("sealed", "rdp off", "port closed", "zeros", "winre", "again"):
         assert run[name]["kept"] is False
         for obj in run[name]["created"]:
             mine.add((obj["kind"].lower() + "s", obj["name"]))
@@ -517,3 +544,53 @@ def test_long_waits_print_progress_and_a_timeout_names_what_was_pending(
     assert "still pending: the guest agent to connect (AgentConnected)" in silent["msg"]
     assert re.search(r"timed out after \d+s, still pending", silent["msg"]), silent["msg"]
     assert silent["kept"] is False and leftovers(lab, project) == []
+
+
+def test_without_expand_disks_the_gate_refuses_before_writing_and_a_clone_cannot_pass(
+    lab, goldens, kube_client
+):
+    """Link 1 off (the KubeVirt CR without ExpandDisks, before v1.9.0): refused before anything is
+    written; with the check waived, the guest still sees the golden's disk and the verdict says so."""
+    from kubernetes import client
+
+    project = project_namespace(client.CoreV1Api(kube_client))
+    kv_rt = lab.store.resource("kubevirt.io", "v1", "kubevirts")
+    kubevirt = lab.store.get(kv_rt, "kubevirt", "kubevirt")
+    features = kubevirt["spec"]["configuration"]["developerConfiguration"]
+    original = list(features["featureGates"])
+    features["featureGates"] = [g for g in original if g != "ExpandDisks"]
+    lab.store.update(kv_rt, kubevirt)
+    common = {"snapshot": "golden-windows", "snapshot_namespace": goldens, "project_namespace": project}
+    try:
+        lab.clear_audit()
+        refused = run_playbook(
+            kube_play(
+                task("predict", check=True, **WINDOWS, **FAST, **common),
+                task("off", **WINDOWS, **FAST, **common),
+                task("bad grow_by", grow_by="-1Gi", require_expand_disks=False, **WINDOWS, **FAST, **common),
+            ),
+            env=lab.env(),
+        )
+        writes = [r for r in lab.mutating_requests() if project in (r.get("namespace"), r.get("name") or "")]
+        waived = run_playbook(
+            kube_play(task("waived", require_expand_disks=False, **WINDOWS, **FAST, **common)), env=lab.env()
+        )
+    finally:
+        kubevirt = lab.store.get(kv_rt, "kubevirt", "kubevirt")
+        kubevirt["spec"]["configuration"]["developerConfiguration"]["featureGates"] = original
+        lab.store.update(kv_rt, kubevirt)
+    for name in ("predict", "off"):
+        result = refused[name]
+        assert refused.entry(name)["status"] == "ignored" and result["verdict"] == "inconclusive", result
+        assert (
+            "KubeVirt kubevirt/kubevirt (v1.8.2) does not have the ExpandDisks feature gate" in result["msg"]
+        )
+        assert "spec.configuration.developerConfiguration.featureGates" in result["msg"]
+        assert result["created"] == [] and result["phases"] == []
+    assert "'-1Gi' is not a Kubernetes quantity" in refused["bad grow_by"]["msg"], refused["bad grow_by"]
+    assert writes == []
+    result = waived["waived"]
+    assert waived.entry("waived")["status"] == "ignored" and result["verdict"] == "disk_not_grown", result
+    assert "expand_disks" not in result
+    assert "on a 2.0 GiB clone of a 1.0 GiB golden" in result["msg"] and "ExpandDisks" in result["msg"]
+    assert leftovers(lab, project) == []

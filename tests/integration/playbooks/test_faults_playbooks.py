@@ -125,7 +125,7 @@ def test_promote_with_the_gate_converges_in_one_run_under_faults(lab, kube_clien
         assert run.ok, run.log
         gate = run[promote_suite.GATE]
         assert gate["verdict"] == "passed", gate
-        assert [p["name"] for p in gate["phases"]] == ["provision", "start", "agent", "port"]
+        assert [p["name"] for p in gate["phases"]] == ["provision", "start", "agent", "disk", "port"]
         assert gate["kept"] is False and "left_behind" not in gate, gate
         # Served: the one selection names the candidate, and every project resolved to it.
         selection = stage.selection()

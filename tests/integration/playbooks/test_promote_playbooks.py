@@ -310,7 +310,7 @@ def test_promote_with_the_gate(promoted):
     assert run.ok, run.log
     gate = run[GATE]
     assert gate["verdict"] == "passed", gate
-    assert [p["name"] for p in gate["phases"]] == ["provision", "start", "agent", "port"]
+    assert [p["name"] for p in gate["phases"]] == ["provision", "start", "agent", "disk", "port"]
     assert gate["source"]["namespace"] == stage.gate_project
     assert gate["kept"] is False and run.entry(GATE)["changed"] is False
 

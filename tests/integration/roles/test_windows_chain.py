@@ -261,6 +261,7 @@ def test_the_chain_passes_from_a_sealed_pvc_to_a_gated_staged_golden(chain):
         ("provision", True),
         ("start", True),
         ("agent", True),
+        ("disk", True),
         ("port", True),
     ]
     assert all(isinstance(p["seconds"], (int, float)) and 0 <= p["seconds"] < 60 for p in gate["phases"])
@@ -324,7 +325,11 @@ def test_a_closed_port_is_booted_port_unreachable_and_fails_the_run(chain):
     assert not run.ok
     gate = gate_of(run)
     assert gate["verdict"] == "port_unreachable" and gate["passed"] is False, gate
-    assert [(p["name"], p["passed"]) for p in gate["phases"]][-2:] == [("agent", True), ("port", False)]
+    assert [(p["name"], p["passed"]) for p in gate["phases"]][-3:] == [
+        ("agent", True),
+        ("disk", True),
+        ("port", False),
+    ]
     assert gate["phases"][-1]["seconds"] >= 3  # it waited the port timeout
     failed = [e for e in run.tasks if e["status"] == "failed"]
     assert [e["task"] for e in failed] == ["Stop when the clone was rejected"], run.log

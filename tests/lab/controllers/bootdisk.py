@@ -40,6 +40,9 @@ class BootCheck:
     reason: str
     # Windows: "" when Remote Desktop is on and let in on 3389, else why not. Linux: always "".
     remote_off: str = ""
+    # The OS volume: its byte offset and size, and whether it is the disk's last partition (only then
+    # can the guest extend it into a disk that grew).
+    volume: tuple[int, int, bool] | None = None
 
 
 class _Image:
@@ -70,13 +73,23 @@ class _Image:
         return data[start : start + length]
 
 
+def image_virtual_size(path: pathlib.Path) -> int:
+    """The size of the disk an image holds: a qcow2 header's virtual size, else the file's size."""
+    with open(path, "rb") as fh:
+        header = fh.read(32)
+    if header[:4] == QCOW2_MAGIC and len(header) == 32:
+        return struct.unpack_from(">Q", header, 24)[0]
+    return path.stat().st_size
+
+
 def _guid(raw: bytes) -> str:
     a, b, c = struct.unpack_from("<IHH", raw)
     return f"{a:08x}-{b:04x}-{c:04x}-{raw[8:10].hex()}-{raw[10:16].hex()}"
 
 
-def _partitions(img: _Image, mbr: bytes) -> tuple[str, list[tuple[str, int]]]:
-    """("gpt"|"mbr", [(type, byte offset)]) with GPT types as GUID strings, MBR types as "mbr:0x07"."""
+def _partitions(img: _Image, mbr: bytes) -> tuple[str, list[tuple[str, int, int]]]:
+    """("gpt"|"mbr", [(type, byte offset, byte size)]) with GPT types as GUID strings, MBR types as
+    "mbr:0x07"."""
     entries = [mbr[446 + 16 * i : 462 + 16 * i] for i in range(4)]
     if any(e[4] == MBR_PROTECTIVE for e in entries):
         header = img.read(SECTOR, SECTOR)
@@ -90,13 +103,14 @@ def _partitions(img: _Image, mbr: bytes) -> tuple[str, list[tuple[str, int]]]:
             entry = table[i * size : (i + 1) * size]
             if len(entry) < 48 or entry[:16] == b"\0" * 16:
                 continue
-            found.append((_guid(entry[:16]), struct.unpack_from("<Q", entry, 32)[0] * SECTOR))
+            first, last = struct.unpack_from("<QQ", entry, 32)
+            found.append((_guid(entry[:16]), first * SECTOR, (last - first + 1) * SECTOR))
         return "gpt", found
     found = []
     for entry in entries:
-        ptype, start = entry[4], struct.unpack_from("<I", entry, 8)[0]
+        ptype, start, count = entry[4], *struct.unpack_from("<II", entry, 8)
         if ptype and start:
-            found.append((f"mbr:0x{ptype:02x}", start * SECTOR))
+            found.append((f"mbr:0x{ptype:02x}", start * SECTOR, count * SECTOR))
     return "mbr", found
 
 
@@ -110,9 +124,11 @@ def inspect(path: pathlib.Path) -> BootCheck:
         table, parts = _partitions(img, mbr)
         if not parts:
             return BootCheck(False, "", f"no bootable device: the {table.upper()} lists no partitions")
-        has_esp = any(ptype == ESP for ptype, _ in parts)
+        has_esp = any(ptype == ESP for ptype, _, _ in parts)
+        last_end = max(offset + size for _, offset, size in parts)
         problems = []
-        for ptype, offset in parts:
+        for ptype, offset, size in parts:
+            volume = (offset, size, offset + size == last_end)
             if ptype in (BASIC_DATA, f"mbr:0x{MBR_NTFS:02x}"):
                 oem = img.read(offset, SECTOR)[3:11]
                 if oem == b"NTFS    ":
@@ -120,13 +136,13 @@ def inspect(path: pathlib.Path) -> BootCheck:
                         problems.append("a Windows partition but no EFI system partition")
                         continue
                     reason = f"NTFS system volume at byte {offset}"
-                    return BootCheck(True, "windows", reason, remote_desktop_off(img, offset))
+                    return BootCheck(True, "windows", reason, remote_desktop_off(img, offset), volume)
                 if oem == b"-FVE-FS-":
                     problems.append(f"BitLocker volume at byte {offset}: stops at the recovery screen")
             elif ptype in (LINUX_FS, f"mbr:0x{MBR_LINUX:02x}"):
                 magic = struct.unpack_from("<H", img.read(offset + 1024 + 56, 2).ljust(2, b"\0"))[0]
                 if magic == EXT_MAGIC:
-                    return BootCheck(True, "linux", f"ext4 root at byte {offset}")
+                    return BootCheck(True, "linux", f"ext4 root at byte {offset}", volume=volume)
                 problems.append(f"Linux partition at byte {offset} holds no ext filesystem")
         why = "; ".join(problems) or "no operating system partition"
         return BootCheck(False, "", f"no bootable device: {why}")

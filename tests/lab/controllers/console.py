@@ -9,16 +9,21 @@ never sleeps). The screen is chosen by the annotation `lab.goldenimage.io/consol
 every request, so a test can change it while the guest runs), else on the VMI: `blank`, `text`
 (firmware lines and "Press any key to boot from CD or DVD" at the top left), `stop-error` (a Windows
 stop error) or `graphical` (a Setup window; the default). Images are drawn with Pillow.
+
+The same virt-api serves `.../virtualmachineinstances/{name}/filesystemlist`, the guest agent's
+filesystems (guestagent.py), 409 Conflict while the agent is not connected.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import json
 
 from ..extensions import add_route
 from ..objects import ApiError
 from . import Controller, LabContext
+from .guestagent import filesystems
 
 PREFIX = "/apis/subresources.kubevirt.io/v1/namespaces/"
 SUBRESOURCE_GROUP = "subresources.kubevirt.io"
@@ -113,12 +118,41 @@ class ConsoleController(Controller):
 
     def screenshot(self, method, path, query, headers, raw, identity) -> tuple[int, str, bytes]:
         parts = path[len(PREFIX) :].split("/")
-        if len(parts) != 5 or parts[1] != "virtualmachineinstances" or parts[3:] != ["vnc", "screenshot"]:
+        if len(parts) < 4 or parts[1] != "virtualmachineinstances":
+            raise _not_found()
+        if parts[3:] == ["filesystemlist"]:
+            return self.filesystemlist(method, parts[0], parts[2], identity)
+        if parts[3:] != ["vnc", "screenshot"]:
             raise _not_found()
         namespace, _, name = parts[:3]
+        vmi = self._readable(method, namespace, name, identity, "virtualmachineinstances/vnc/screenshot")
+        devices = ((vmi.get("spec") or {}).get("domain") or {}).get("devices") or {}
+        if devices.get("autoattachGraphicsDevice") is False:
+            raise ApiError(400, "BadRequest", "No graphics devices are present.")
+        if (vmi.get("status") or {}).get("phase") != "Running":
+            raise ApiError(400, "BadRequest", "VMI is not running")
+        vm = self._get("virtualmachines", namespace, name) or {}
+        screen = (vm.get("metadata", {}).get("annotations") or {}).get(CONSOLE) or (
+            vmi["metadata"].get("annotations") or {}
+        ).get(CONSOLE, "graphical")
+        if screen not in SCREENS:
+            raise ApiError(500, "InternalError", f"lab: {CONSOLE}={screen!r} is none of {', '.join(SCREENS)}")
+        return 200, "image/png", render(screen)
+
+    def filesystemlist(self, method, namespace, name, identity) -> tuple[int, str, bytes]:
+        vmi = self._readable(method, namespace, name, identity, "virtualmachineinstances/filesystemlist")
+        agent = [
+            c for c in (vmi.get("status") or {}).get("conditions") or [] if c.get("type") == "AgentConnected"
+        ]
+        if not agent or agent[0].get("status") != "True":
+            raise ApiError(409, "Conflict", "VMI does not have guest agent connected")
+        body = {"kind": "VirtualMachineInstanceFileSystemList", "items": filesystems(vmi)}
+        return 200, "application/json", json.dumps(body).encode()
+
+    def _readable(self, method, namespace, name, identity, resource) -> dict:
+        """The VMI behind a subresource GET the caller may make; 405, 403 or 404 otherwise."""
         if method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow {method} on this resource")
-        resource = "virtualmachineinstances/vnc/screenshot"
         if not identity.allows("get", SUBRESOURCE_GROUP, resource, namespace):
             raise ApiError(
                 403,
@@ -134,18 +168,7 @@ class ConsoleController(Controller):
                 f'virtualmachineinstance.{GROUP} "{name}" not found',
                 {"name": name, "group": GROUP, "kind": "virtualmachineinstance"},
             )
-        devices = ((vmi.get("spec") or {}).get("domain") or {}).get("devices") or {}
-        if devices.get("autoattachGraphicsDevice") is False:
-            raise ApiError(400, "BadRequest", "No graphics devices are present.")
-        if (vmi.get("status") or {}).get("phase") != "Running":
-            raise ApiError(400, "BadRequest", "VMI is not running")
-        vm = self._get("virtualmachines", namespace, name) or {}
-        screen = (vm.get("metadata", {}).get("annotations") or {}).get(CONSOLE) or (
-            vmi["metadata"].get("annotations") or {}
-        ).get(CONSOLE, "graphical")
-        if screen not in SCREENS:
-            raise ApiError(500, "InternalError", f"lab: {CONSOLE}={screen!r} is none of {', '.join(SCREENS)}")
-        return 200, "image/png", render(screen)
+        return vmi
 
     def _get(self, plural: str, namespace: str, name: str) -> dict | None:
         try:

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING
 from ..faults import Faults
 from ..objects import ApiError, ResourceType, TypeHooks, conflict, now_rfc3339
 from . import Controller, LabContext
-from .bootdisk import inspect
+from .bootdisk import BootCheck, image_virtual_size, inspect
 from .console import ConsoleController
+from .guestagent import BOOT_NOTE, DISK_NOTE, LAB_PREFIX, VOLUME_NOTE
 from .kit import condition, modify, record_event
 from .storage import ensure_bound
 from .volumes import core_types, disk_image_path, parse_quantity
@@ -52,11 +53,10 @@ API_VERSION = "kubevirt.io/v1"
 COMPONENT = "virt-controller"
 HANDLER = "virt-handler"
 NODE = "lab-node"
-LAB_PREFIX = "lab.goldenimage.io/"
 PORT_OPEN = LAB_PREFIX + "port-open"
 FORWARDED = LAB_PREFIX + "forwarded-"
-BOOT_NOTE = LAB_PREFIX + "boot"
 REMOTE_NOTE = LAB_PREFIX + "remote-access"
+FILESYSTEM_OVERHEAD = 0.055  # CDI's default share of a Filesystem volume kept free of the disk image
 AGENT_DELAY_ENV = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
 GUEST_PORTS = {"windows": 3389, "linux": 22}
 GUEST_OS = {
@@ -486,7 +486,7 @@ class VirtController(Controller):
     def _start(self, vmi: dict) -> float | None:
         spec = vmi.get("spec") or {}
         namespace = vmi["metadata"]["namespace"]
-        boot = self._boot_check(namespace, spec)
+        boot, check, disk_bytes = self._boot_check(namespace, spec)
         memory = guest_memory(spec)
         status = {
             "nodeName": NODE,
@@ -506,35 +506,71 @@ class VirtController(Controller):
             },
         }
         ready = {"type": "Ready", "status": "True"}
-        vmi = self._set_vmi(vmi, phase="Running", conditions=[ready], annotations={BOOT_NOTE: boot}, **status)
+        notes = {BOOT_NOTE: boot}
+        if check is not None and check.volume is not None:
+            notes[VOLUME_NOTE] = ",".join(str(int(v)) for v in check.volume)
+            notes[DISK_NOTE] = str(disk_bytes)
+        vmi = self._set_vmi(vmi, phase="Running", conditions=[ready], annotations=notes, **status)
         self._running_since[vmi["metadata"]["uid"]] = time.monotonic()
         if not boot.startswith(("windows", "linux")):
             record_event(self.lab.store, vmi, "Warning", "GuestNotBooting", boot, HANDLER)
         return self._agent_delay()
 
-    def _boot_check(self, namespace: str, spec: dict) -> str:
-        """ "windows: ..." / "linux: ..." when the guest boots, else why not."""
+    def _boot_check(self, namespace: str, spec: dict) -> tuple[str, BootCheck | None, int]:
+        """ "windows: ..." / "linux: ..." when the guest boots, else why not; the disk check and the
+        size of the disk the guest sees."""
         name = _boot_volume(spec)
         volume = next((v for v in spec.get("volumes") or [] if v.get("name") == name), None)
         claim = _claim_of(volume) if volume else None
         if not claim:
-            return "no bootable device: the boot disk is not a persistent volume"
+            return "no bootable device: the boot disk is not a persistent volume", None, 0
         try:
             pvc = self.lab.store.get(core_types(self.lab)["pvc"], namespace, claim)
             image = disk_image_path(self.lab, pvc)
         except (ApiError, ValueError) as exc:
-            return f"no bootable device: claim {claim}: {exc}"
+            return f"no bootable device: claim {claim}: {exc}", None, 0
         if not image.exists() or image.is_dir():
-            return f"no bootable device: claim {claim} holds no disk image"
+            return f"no bootable device: claim {claim} holds no disk image", None, 0
         result = inspect(image)
         if not result.boots:
-            return result.reason
+            return result.reason, result, 0
+        disk_bytes = self._guest_disk_bytes(pvc, image)
         memory = guest_memory(spec)
         if memory < MIN_BOOT_MEMORY[result.guest]:
-            return f"no boot: {memory} bytes of memory is too little for the {result.guest} guest"
+            return f"no boot: {memory} bytes of memory is too little for the {result.guest} guest", result, 0
         if result.remote_off:
-            return f"{result.guest}: {result.reason}; remote access off: {result.remote_off}"
-        return f"{result.guest}: {result.reason}"
+            return (
+                f"{result.guest}: {result.reason}; remote access off: {result.remote_off}",
+                result,
+                disk_bytes,
+            )
+        return f"{result.guest}: {result.reason}", result, disk_bytes
+
+    def _guest_disk_bytes(self, pvc: dict, image) -> int:
+        """A Block claim is the disk; a Filesystem claim's disk.img is grown to the claim (less the
+        filesystem overhead) only when the KubeVirt CR has ExpandDisks, as virt-launcher does."""
+        own = image_virtual_size(image)
+        capacity = parse_quantity(((pvc.get("status") or {}).get("capacity") or {}).get("storage") or 0)
+        if (pvc.get("spec") or {}).get("volumeMode") == "Block":
+            return max(own, capacity)
+        if not self._expand_disks():
+            return own
+        return max(own, int(capacity * (1 - FILESYSTEM_OVERHEAD)) // 2**20 * 2**20)
+
+    def _expand_disks(self) -> bool:
+        try:
+            kubevirts, _ = self.lab.store.list(self.lab.store.resource(GROUP, "v1", "kubevirts"), None)
+        except ApiError:
+            return False
+        for kubevirt in kubevirts:
+            gates = ((kubevirt.get("spec") or {}).get("configuration") or {}).get(
+                "developerConfiguration"
+            ) or {}
+            version = (kubevirt.get("status") or {}).get("observedKubeVirtVersion") or ""
+            numbers = tuple(int(n) for n in version.lstrip("v").split(".")[:3] if n.isdigit())
+            if "ExpandDisks" in (gates.get("featureGates") or []) or numbers >= (1, 9, 0):
+                return True
+        return False
 
     def _agent_delay(self) -> float:
         try:

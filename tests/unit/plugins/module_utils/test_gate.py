@@ -65,6 +65,85 @@ def test_clone_size_takes_the_larger_floor():
         gate.clone_size(None, None)
 
 
+def test_the_clone_grows_by_what_is_asked_on_top_of_the_floor():
+    assert gate.clone_size("10Gi", "64Gi", "1Gi") == str(65 * 2**30)
+    assert gate.clone_size("10Gi", None, "0") == "10Gi"
+    with pytest.raises(gate.GateError):
+        gate.clone_size("10Gi", None, "-1Gi")
+
+
+def kubevirt(gates=None, version="v1.8.2", name="kubevirt"):
+    spec = {"configuration": {"developerConfiguration": {"featureGates": gates}}} if gates is not None else {}
+    return {
+        "metadata": {"name": name, "namespace": "kubevirt"},
+        "spec": spec,
+        "status": {"observedKubeVirtVersion": version} if version else {},
+    }
+
+
+@pytest.mark.parametrize(
+    "kubevirts, detail",
+    [
+        (
+            [kubevirt(["ExpandDisks", "Snapshot"])],
+            "KubeVirt kubevirt/kubevirt lists the ExpandDisks feature gate",
+        ),
+        ([kubevirt([], "v1.9.0")], "KubeVirt kubevirt/kubevirt runs v1.9.0, where ExpandDisks is GA"),
+        ([kubevirt(None, "v1.10.1")], "runs v1.10.1, where ExpandDisks is GA"),
+    ],
+)
+def test_expand_disks_is_on_by_its_feature_gate_or_from_the_ga_release(kubevirts, detail):
+    problem, said = gate.expand_disks(kubevirts)
+    assert problem is None and detail in said
+
+
+@pytest.mark.parametrize(
+    "kubevirts, words",
+    [
+        ([], "no KubeVirt CR (kubevirt.io/v1 KubeVirt) was found"),
+        (
+            [kubevirt(["Snapshot"])],
+            "KubeVirt kubevirt/kubevirt (v1.8.2) does not have the ExpandDisks feature gate",
+        ),
+        ([kubevirt(None, None)], "(version not reported) does not have the ExpandDisks"),
+        ([kubevirt(["ExpandDisks"]), kubevirt([], "v1.7.0", "second")], "KubeVirt kubevirt/second (v1.7.0)"),
+        ([kubevirt(["expanddisks"], "1.8")], "does not have the ExpandDisks feature gate"),
+    ],
+)
+def test_expand_disks_off_or_unknown_is_a_problem_that_names_the_fix(kubevirts, words):
+    problem, detail = gate.expand_disks(kubevirts)
+    assert words in problem and detail is None
+    assert "require_expand_disks: false" in problem
+
+
+def test_the_os_volume_is_found_by_its_mount_point():
+    items = [{"mountPoint": "D:\\", "totalBytes": 9}, {"mountPoint": "c:\\", "totalBytes": 5}]
+    assert gate.os_volume(items, "windows")["totalBytes"] == 5
+    assert (
+        gate.os_volume([{"mountPoint": "/boot"}, {"mountPoint": "/", "totalBytes": 3}], "linux")["totalBytes"]
+        == 3
+    )
+    assert gate.os_volume([{"mountPoint": "/boot"}], "linux") is None
+    assert gate.os_volume(None, "windows") is None
+
+
+def test_a_volume_grew_only_when_it_is_larger_than_the_whole_golden():
+    golden, clone = "64Gi", str(65 * 2**30)
+    grown = {"mountPoint": "C:\\", "totalBytes": 64 * 2**30 + 900 * 2**20}
+    assert gate.growth_problem(grown, "windows", golden, clone) is None
+    kept = {"mountPoint": "C:\\", "totalBytes": 63 * 2**30}
+    problem = gate.growth_problem(kept, "windows", golden, clone)
+    assert "the guest's C:\\ is 63.0 GiB on a 65.0 GiB clone of a 64.0 GiB golden" in problem
+    assert "ExpandDisks" in problem and "nothing after C:\\" in problem and "extending its volume" in problem
+    assert "reports no / volume" in gate.growth_problem(None, "linux", golden, clone)
+
+
+def test_disk_not_grown_is_its_own_verdict_after_a_boot():
+    assert gate.verdict(True, True, disk_grown=False) == gate.DISK_NOT_GROWN
+    assert gate.verdict(False, True, disk_grown=False) == gate.NO_BOOT
+    assert "booted" in gate.explain(gate.DISK_NOT_GROWN, "windows", 3389, "-")
+
+
 def vmi(ip="10.0.3.7", notes=None):
     return {
         "metadata": {"name": "gate-1", "namespace": "acme", "annotations": notes or {}},

@@ -374,6 +374,14 @@ def test_golden_info_refuses_a_bad_mode_as_a_pipeline_error():
 # clone_gate ------------------------------------------------------------------------------------------
 
 
+KUBEVIRT = {
+    "apiVersion": "kubevirt.io/v1",
+    "kind": "KubeVirt",
+    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+    "spec": {"configuration": {"developerConfiguration": {"featureGates": ["ExpandDisks"]}}},
+}
+
+
 def gate_params(**params):
     return defaults(clone_gate.argument_spec(), snapshot="g1", **params)
 
@@ -419,7 +427,7 @@ def test_clone_gate_check_mode_predicts_the_sweep_of_an_earlier_run():
     namespace = {"kind": "Namespace", "metadata": {"name": "acme", "labels": {"kube-dc.com/project": "acme"}}}
     kube = FakeKube(
         gate_params(project_namespace="acme", snapshot_namespace=FS),
-        [golden("g1"), content("c-g1", "h1"), namespace, left, kept],
+        [golden("g1"), content("c-g1", "h1"), namespace, left, kept, KUBEVIRT],
         check_mode=True,
     )
     result = clone_gate.Gate(kube).run()
@@ -447,7 +455,7 @@ def test_clone_gate_windows_below_8gi_is_inconclusive_before_any_read(memory):
 def test_clone_gate_windows_memory_defaults_to_the_catalog_minimum():
     kube = FakeKube(
         gate_params(project_namespace="acme", snapshot_namespace=FS),
-        [golden("g1"), content("c-g1", "h1"), PROJECT],
+        [golden("g1"), content("c-g1", "h1"), PROJECT, KUBEVIRT],
         check_mode=True,
     )
     result = clone_gate.Gate(kube).run()
@@ -496,7 +504,7 @@ def test_clone_gate_a_project_recognised_by_another_convention_passes_the_namesp
             snapshot_namespace=FS,
             project_selector="tenant.example.com/kind=project",
         ),
-        [golden("g1"), content("c-g1", "h1"), namespace],
+        [golden("g1"), content("c-g1", "h1"), namespace, KUBEVIRT],
         check_mode=True,
     )
     assert clone_gate.Gate(kube).run()["skipped"] is True
@@ -534,7 +542,7 @@ def seeded_copy():
 def test_clone_gate_waits_in_rounds_with_a_progress_line_and_resumes():
     now = [1000.0]
     params = gate_params(project_namespace="acme", snapshot_namespace=FS, report_every=20)
-    kube = SlowKube(params, [golden("g1"), content("c-g1", "h1"), PROJECT] + seeded_copy())
+    kube = SlowKube(params, [golden("g1"), content("c-g1", "h1"), PROJECT, KUBEVIRT] + seeded_copy())
     first = clone_gate.Gate(kube, run_id="r1", clock=lambda: now[0]).run()
     assert first["done"] is False and first["changed"] is True
     assert "phase start, waiting for the VM instance to run (no VirtualMachineInstance yet)" in first["line"]
@@ -564,7 +572,7 @@ def test_clone_gate_waits_in_rounds_with_a_progress_line_and_resumes():
 def test_clone_gate_timeout_names_what_was_pending():
     now = [1000.0]
     params = gate_params(project_namespace="acme", snapshot_namespace=FS, wait_timeout=600)
-    kube = SlowKube(params, [golden("g1"), content("c-g1", "h1"), PROJECT] + seeded_copy())
+    kube = SlowKube(params, [golden("g1"), content("c-g1", "h1"), PROJECT, KUBEVIRT] + seeded_copy())
     state = clone_gate.Gate(kube, run_id="r2", clock=lambda: now[0]).run()["resume"]["gate_state"]
     now[0] += 601
     params.update(gate_state=state, started=1000.0)
@@ -593,7 +601,7 @@ def test_clone_gate_sends_a_failed_request_once_the_adapter_owns_the_retries():
             return super().create(definition)
 
     params = gate_params(project_namespace="acme", snapshot_namespace=FS)
-    kube = Unavailable(params, [golden("g1"), content("c-g1", "h1"), PROJECT] + seeded_copy())
+    kube = Unavailable(params, [golden("g1"), content("c-g1", "h1"), PROJECT, KUBEVIRT] + seeded_copy())
     with pytest.raises(PipelineError, match=r"ServiceUnavailable \(503\)") as failed:
         clone_gate.Gate(kube, run_id="r3", clock=lambda: 1000.0).run()
     assert [w for w in kube.writes if w[:2] == ("create", "VirtualMachine")] == [
@@ -601,3 +609,27 @@ def test_clone_gate_sends_a_failed_request_once_the_adapter_owns_the_retries():
     ]
     assert ("delete", "VirtualMachine", "acme", "gate-r3") in kube.writes
     assert failed.value.result["kept"] is False
+
+
+@pytest.mark.parametrize(
+    "kubevirts, words",
+    [
+        ([], "no KubeVirt CR (kubevirt.io/v1 KubeVirt) was found"),
+        ([dict(KUBEVIRT, spec={})], "KubeVirt kubevirt/kubevirt (version not reported) does not have"),
+    ],
+)
+def test_clone_gate_without_expand_disks_is_refused_before_any_write(kubevirts, words):
+    kube = FakeKube(
+        gate_params(project_namespace="acme", snapshot_namespace=FS),
+        [golden("g1"), content("c-g1", "h1"), PROJECT] + kubevirts,
+    )
+    with pytest.raises(PipelineError) as failed:
+        clone_gate.Gate(kube).run()
+    assert words in failed.value.msg and failed.value.result["verdict"] == "inconclusive"
+    assert kube.writes == []
+    waived = FakeKube(
+        gate_params(project_namespace="acme", snapshot_namespace=FS, grow_by="0"),
+        [golden("g1"), content("c-g1", "h1"), PROJECT] + kubevirts,
+        check_mode=True,
+    )
+    assert clone_gate.Gate(waived).run()["skipped"] is True

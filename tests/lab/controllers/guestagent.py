@@ -1,0 +1,35 @@
+"""What the lab's guest agent reports of its filesystems: virt-api's `filesystemlist` subresource.
+
+    GET /apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}/filesystemlist
+
+The guest extends its OS volume at first boot (cloudbase-init's ExtendVolumes, cloud-init's growpart),
+but only into space right after it: a volume with a partition behind it (Windows' WinRE) stays as the
+golden had it, and so does one on a disk image that was never grown (KubeVirt without ExpandDisks).
+"""
+
+from __future__ import annotations
+
+LAB_PREFIX = "lab.goldenimage.io/"
+BOOT_NOTE = LAB_PREFIX + "boot"
+# What the guest's disk is as it boots: the OS volume ("offset,size,last") and the disk's size in bytes.
+VOLUME_NOTE = LAB_PREFIX + "os-volume"
+DISK_NOTE = LAB_PREFIX + "disk-bytes"
+GPT_TAIL = 2**20  # the backup GPT and alignment at the end of the disk
+MOUNTS = {
+    "windows": {"diskName": "C:", "mountPoint": "C:\\", "fileSystemType": "NTFS"},
+    "linux": {"diskName": "vda", "mountPoint": "/", "fileSystemType": "ext4"},
+}
+
+
+def filesystems(vmi: dict) -> list[dict]:
+    """The guest's filesystems as its agent reports them: the OS volume, extended when it can be."""
+    notes = vmi["metadata"].get("annotations") or {}
+    guest = notes.get(BOOT_NOTE, "").split(":", 1)[0]
+    if guest not in MOUNTS or VOLUME_NOTE not in notes:
+        return []
+    offset, size, last = (int(v) for v in notes[VOLUME_NOTE].split(","))
+    disk = int(notes.get(DISK_NOTE) or 0)
+    total = disk - offset - GPT_TAIL if last and disk - GPT_TAIL > offset + size else size
+    return [
+        dict(MOUNTS[guest], totalBytes=total, usedBytes=min(total, size // 2), disk=[{"busType": "virtio"}])
+    ]
