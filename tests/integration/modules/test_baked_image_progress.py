@@ -109,6 +109,7 @@ def test_later_rounds_write_nothing_and_the_time_out_counts_every_round(
     ), frozen["msg"]
     total = float(re.search(r"timed out after ([\d.]+)s", frozen["msg"]).group(1))
     assert total >= 11, frozen["msg"]
-    assert frozen["rounds"] >= 3 and len(frozen["lines"]) == frozen["rounds"] - 1, frozen
+    # Each round is one module run, seconds apiece under load: at least one round after the first.
+    assert frozen["rounds"] >= 2 and len(frozen["lines"]) == frozen["rounds"] - 1, frozen
     writes = [(r["verb"], r["resource"]) for r in lab.mutating_requests() if r["namespace"] == kube_namespace]
     assert writes == [("create", "virtualmachineimages")], writes

@@ -79,10 +79,31 @@ def goldens(lab, kube_client, tmp_path_factory):
     return namespace
 
 
+PROJECTS: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _projects_deleted(kube_client):
+    """The module's project namespaces go when it ends: the lab's seeder copies every selected golden
+    into each project namespace, which later modules' goldens would otherwise find in use."""
+    yield
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(kube_client)
+    while PROJECTS:
+        try:
+            core.delete_namespace(PROJECTS.pop())
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
 def project_namespace(core, name=None):
     """A project namespace as Kube-DC makes them: labelled kube-dc.com/project."""
     name = name or "p-" + uuid.uuid4().hex[:8]
     core.create_namespace({"metadata": {"name": name, "labels": {"kube-dc.com/project": name}}})
+    PROJECTS.append(name)
     return name
 
 

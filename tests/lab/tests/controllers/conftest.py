@@ -73,11 +73,21 @@ class MiniLab:
     def wait_gone(self, group: str, plural: str, name: str, timeout: float = 15) -> None:
         until(lambda: not self.exists(group, plural, name), timeout, f"{plural}/{name} still exists")
 
-    def events(self, name: str, reason: str | None = None) -> list[dict]:
-        items, _ = self.store.list(self.rt("", "events"), self.namespace)
-        items += self.store.list(self.rt("", "events"), "default")[0]
-        mine = [e for e in items if e["involvedObject"]["name"] == name and reason in (None, e["reason"])]
-        return sorted(mine, key=lambda e: int(e["metadata"]["resourceVersion"]))  # recording order
+    def events(self, name: str, reason: str | None = None, wait: float = 10.0) -> list[dict]:
+        """The events about `name` (of `reason`), in recording order. A reason asked for is waited for up
+        to `wait` seconds: controllers record an event after the status write a test waits on."""
+        end = time.monotonic() + (wait if reason else 0.0)
+        while True:
+            items, _ = self.store.list(self.rt("", "events"), self.namespace)
+            items += self.store.list(self.rt("", "events"), "default")[0]
+            mine = [
+                e
+                for e in items
+                if (e.get("involvedObject") or {}).get("name") == name and reason in (None, e.get("reason"))
+            ]
+            if mine or time.monotonic() >= end:
+                return sorted(mine, key=lambda e: int(e["metadata"]["resourceVersion"]))  # recording order
+            time.sleep(0.1)
 
 
 def until(check: Callable[[], bool], timeout: float = 15, what: str = "condition") -> None:
