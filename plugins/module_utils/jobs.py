@@ -24,6 +24,10 @@ FAILED = "Failed"
 FORMATS = ("raw", "qcow2")
 MANAGED_BY = ("app.kubernetes.io/managed-by", "goldenimage.pipeline")
 LOG_TAIL_CHARS = 4000
+EXPORT_SCRATCH = "/scratch"
+EXPORT_CODE = "/exporter"
+EXPORT_PACKAGE = "ansible_collections/goldenimage/pipeline/plugins/module_utils"
+EXPORT_PROGRAM = "ansible_collections.goldenimage.pipeline.plugins.module_utils._export_cli"
 # qemu-img convert -p rewrites "    (45.20/100%)" on one line.
 _PROGRESS = re.compile(r"\((\d+(?:\.\d+)?)/100%\)")
 
@@ -107,6 +111,46 @@ def job_definition(
             },
         },
     }
+
+
+def export_job_definition(name, namespace, labels, image, sealed, scratch, files, args, secret, deadline):
+    """The export Job: the sealed claim read-only (``sealed``: ``(volume, claim, mount, device)`` as
+    ``present`` laid it out), the scratch claim at ``/scratch``, the program's files from the ConfigMap
+    of the same name at ``/exporter``, and the S3 credentials from the keys of ``secret``
+    (``{"name", "access_key", "secret_key", "session_token"}``) in the environment."""
+    scratch_volume = {"name": "scratch", "path": EXPORT_SCRATCH, "file": None}
+    scratch_mount = {"name": "scratch", "mountPath": EXPORT_SCRATCH}
+    command = ["python3", "-m", EXPORT_PROGRAM] + list(args)
+    definition = job_definition(
+        name,
+        namespace,
+        labels,
+        image,
+        command,
+        [sealed, (scratch_volume, scratch, scratch_mount, None)],
+        deadline,
+        0,
+    )
+    pod = definition["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    container["volumeMounts"] = container.get("volumeMounts", []) + [
+        {"name": "exporter", "mountPath": EXPORT_CODE, "readOnly": True}
+    ]
+    env = [{"name": "PYTHONPATH", "value": EXPORT_CODE}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
+    for variable, field in (
+        ("EXPORT_ACCESS_KEY_ID", "access_key"),
+        ("EXPORT_SECRET_ACCESS_KEY", "secret_key"),
+        ("EXPORT_SESSION_TOKEN", "session_token"),
+    ):
+        if secret.get(field):
+            ref = {"name": secret["name"], "key": secret[field]}
+            if field == "session_token":
+                ref["optional"] = True
+            env.append({"name": variable, "valueFrom": {"secretKeyRef": ref}})
+    container["env"] = env
+    items = [{"key": key, "path": "%s/%s" % (EXPORT_PACKAGE, key)} for key in sorted(files)]
+    pod["volumes"].append({"name": "exporter", "configMap": {"name": name, "items": items}})
+    return definition
 
 
 def outcome(job):

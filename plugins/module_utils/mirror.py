@@ -39,6 +39,7 @@ CATALOG_SCHEMA = "goldenimage.pipeline/os-mirror-catalog/v1"
 META_SHA256 = "sha256"
 META_SOURCE = "source-url"
 META_MIRRORED_AT = "mirrored-at"
+META_SOURCE_UID = "source-uid"
 
 _FAMILY = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$")
@@ -253,6 +254,33 @@ def plan_export(bucket, key, recorded, digest):
             sha256=digest,
         )
     return "skip"
+
+
+def plan_claim_export(bucket, key, held, source, uid):
+    """``"upload"`` when ``key`` is free, ``"skip"`` when it holds an export of this very claim, else a
+    refusal; decided before the export Job is made, from the key's metadata (``held``, None when free).
+
+    A claim's export is recognised by the ``source-uid`` metadata the Job records: the uid of the
+    claim, which a rebuilt claim of the same name does not share.
+    """
+    if held is None:
+        return "upload"
+    recorded = held.get(META_SOURCE_UID)
+    if recorded and recorded == uid and held.get(META_SHA256):
+        return "skip"
+    raise Refusal(
+        "s3://%s/%s" % (bucket, key),
+        "refusing to overwrite it: it holds sha256 %s exported from %s (uid %s), not an export of %s "
+        "(uid %s), and an exported key is immutable"
+        % (
+            held.get(META_SHA256) or "(none)",
+            held.get(META_SOURCE) or "(unknown)",
+            recorded or "(none)",
+            source,
+            uid,
+        ),
+        "export under a new key (a new date); nothing was converted or uploaded",
+    )
 
 
 def check_digest(key_or_source, expected, actual):

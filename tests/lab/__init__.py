@@ -24,6 +24,8 @@ PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DEFAULT_VSC_ANNOTATION = "snapshot.storage.kubernetes.io/is-default-class"
 KUBEVIRT_NAMESPACE = "kubevirt"
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+CSI_PARAMETER = "lab.goldenimage.io/csi"  # controllers/storage.py: volumes with no path on their PV
 KUBEVIRT_VERSION = "v1.8.2"  # before ExpandDisks went GA (v1.9.0): the feature gate decides
 
 
@@ -159,6 +161,7 @@ class Lab:
         for name, binding, default in (
             ("lab-fs", "Immediate", True),
             ("lab-wffc", "WaitForFirstConsumer", False),
+            ("lab-rbd", "Immediate", False),
         ):
             annotations = {DEFAULT_SC_ANNOTATION: "true"} if default else {}
             storage_class = {
@@ -168,6 +171,8 @@ class Lab:
                 "volumeBindingMode": binding,
                 "allowVolumeExpansion": True,
             }
+            if name == "lab-rbd":
+                storage_class["parameters"] = {CSI_PARAMETER: "true"}
             self.apply(sc_rt, storage_class)
         vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
         snapshot_class = {
@@ -177,6 +182,18 @@ class Lab:
         }
         self.apply(vsc_rt, snapshot_class)
         self._apply_kubevirt()
+        self._apply_golden_namespaces()
+
+    def _apply_golden_namespaces(self) -> None:
+        """Kube-DC's golden namespaces, enforcing the baseline Pod Security level as its Flux tree has
+        them: the API server's PodSecurity admission refuses a virt-launcher pod there."""
+        from .controllers.kubedc import GOLDEN_NAMESPACES
+
+        ns_rt = self.store.resource("", "v1", "namespaces")
+        for name in GOLDEN_NAMESPACES.values():
+            if not self.store.exists(ns_rt, None, name):
+                labels = {POD_SECURITY_ENFORCE: "baseline"}
+                self.store.create(ns_rt, {"metadata": {"name": name, "labels": labels}})
 
     def _apply_kubevirt(self) -> None:
         """The KubeVirt CR of a cluster that grows disks: `ExpandDisks` on, as the operator guide has it."""

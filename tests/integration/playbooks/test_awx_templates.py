@@ -25,7 +25,7 @@ from tests.integration.playbooks.test_promote_playbooks import Stage
 from tests.integration.roles.test_publish_baked_image import REVISION
 from tests.integration.roles.test_publish_baked_image import inputs as baked_inputs
 from tests.integration.roles.test_windows_chain import DATE as WINDOWS_DATE
-from tests.integration.roles.test_windows_chain import Chain
+from tests.integration.roles.test_windows_chain import EXPORT_IMAGE, Chain
 from tests.integration.roles.test_windows_chain import key_of as windows_key
 from tests.integration.support import disks
 from tests.integration.support import microvm_parts as parts
@@ -469,6 +469,7 @@ def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch
                 "windows_export_pvc": "win11-sealed",
                 "windows_export_bucket": arranged.private,
                 "windows_export_license": "volume",
+                "windows_export_image": EXPORT_IMAGE,
             },
             s3_endpoint=endpoint,
         )

@@ -43,6 +43,7 @@ def test_a_rerun_sends_zero_mutating_requests_and_needs_no_patch_permission(lab,
             labels = core.read_namespace(name).metadata.labels
             assert labels["kube-dc.com/golden-mode"] == mode
             assert labels["app.kubernetes.io/managed-by"] == "goldenimage.pipeline"
+            assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
 
         # A reader that may not patch namespaces: the rerun has nothing to write.
         user = "ns-reader-" + suffix

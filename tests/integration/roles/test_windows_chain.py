@@ -41,6 +41,15 @@ CDI = ("cdi.kubevirt.io", "v1beta1")
 PORT_OPEN = "lab.goldenimage.io/port-open"
 
 
+EXPORT_IMAGE = "registry.example.com/tools/golden-export:1"  # the lab runs the host's python3 and qemu-img
+
+
+def export_secret(lab) -> dict:
+    """The Secret the export Job signs with, as CDI's: accessKeyId and secretKey."""
+    keys = {"accessKeyId": lab.s3.access_key, "secretKey": lab.s3.secret_key}
+    return {"metadata": {"name": "cdi-os-images"}, "stringData": keys}
+
+
 def key_of(date: str) -> str:
     return "windows/11/%s/windows11-x64-golden.qcow2" % date
 
@@ -70,6 +79,8 @@ class Chain:
         }
         self.s3.put_bucket_policy(Bucket=self.public, Policy=json.dumps({"Statement": [statement]}))
         self.core.create_namespace({"metadata": {"name": self.build}})
+        # The bucket's credentials in the build namespace, for the export Job (the guide's step 0).
+        self.core.create_namespaced_secret(self.build, export_secret(lab))
         # A project namespace as Kube-DC labels them: the only kind the clone gate runs in.
         self.core.create_namespace(
             {"metadata": {"name": self.project, "labels": {"kube-dc.com/project": "proj"}}}
@@ -112,6 +123,7 @@ class Chain:
             "windows_export_date": date,
             "windows_export_endpoint_url": self.endpoint,
             "windows_export_scratch_size": "64Mi",
+            "windows_export_image": EXPORT_IMAGE,
             "windows_export_poll_interval": 1,
             "windows_export_import_url_base": self.lab.s3.endpoint_url,
             "windows_export_import_secret_ref": self.secret,
@@ -142,7 +154,7 @@ class Chain:
         return {i["metadata"]["name"]: i for i in found["items"]}
 
     def leftovers(self) -> list[str]:
-        """Everything carrying the gate's label: in the project, and cluster-scoped contents."""
+        """Everything carrying the gate's label in the project, and the contents bound to its snapshots."""
         store, found = self.lab.store, []
         for group, version, plural, namespace in (
             ("kubevirt.io", "v1", "virtualmachines", self.project),
@@ -155,7 +167,12 @@ class Chain:
             found += [
                 "%s/%s" % (plural, o["metadata"]["name"])
                 for o in items
-                if GATE_LABEL in (o["metadata"].get("labels") or {})
+                if (
+                    GATE_LABEL in (o["metadata"].get("labels") or {})
+                    # A content is this project's when bound to its snapshots (kept runs elsewhere are not).
+                    and (namespace or (o.get("spec") or {}).get("volumeSnapshotRef", {}).get("namespace"))
+                    == self.project
+                )
                 or (plural == "virtualmachineinstances" and namespace == self.project)
             ]
         return sorted(found)

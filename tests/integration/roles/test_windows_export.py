@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from tests.integration.roles.test_windows_chain import EXPORT_IMAGE, export_secret
 from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import run_playbook
 from tests.lab.controllers.volumes import snapshot_data
@@ -74,6 +75,7 @@ class Env:
         statement = {"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"]}
         statement["Resource"] = resources
         self.s3.put_bucket_policy(Bucket=self.public, Policy=json.dumps({"Statement": [statement]}))
+        self.core.create_namespaced_secret(namespace, export_secret(lab))
         try:
             self.core.create_namespace({"metadata": {"name": GOLDEN_NS}})
         except client.rest.ApiException as exc:
@@ -160,6 +162,7 @@ class Env:
             "windows_export_date": DATE,
             "windows_export_endpoint_url": self.endpoint,
             "windows_export_scratch_size": "64Mi",
+            "windows_export_image": EXPORT_IMAGE,
             "windows_export_poll_interval": 1,
         }
         base.update(role_vars)
@@ -312,7 +315,6 @@ def test_export_and_import_converge_in_one_run_under_faults(env):
         windows_export_pvc="win11-faults",
         windows_export_bucket=env.private,
         windows_export_license="kms",
-        windows_export_cleanup=False,
         windows_export_import=True,
         windows_export_import_url_base=env.lab.s3.endpoint_url,
         windows_export_import_presign=True,
@@ -322,7 +324,7 @@ def test_export_and_import_converge_in_one_run_under_faults(env):
     )
     namespaces = (env.namespace, GOLDEN_NS)
     env.lab.clear_audit()
-    env.lab.faults.update(dict(FAULTS, seed=2027))
+    env.lab.faults.update(dict(FAULTS, seed=2031))
     try:
         run = env.play(**role_vars)
         injected = env.lab.faults.to_dict()["injected"]

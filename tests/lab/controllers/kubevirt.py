@@ -2,9 +2,10 @@
 
 A VM whose run strategy wants it running (`Always`, `RerunOnFailure`, `Once`, or legacy `spec.running:
 true`) gets a VMI of the same name that it controls; `Halted` (or `running: false`) deletes it. The VMI
-goes Pending (its claims must exist and bind; a WaitForFirstConsumer claim binds now) -> Scheduled ->
-Running. Whether the guest then boots is decided from the boot disk's real bytes by bootdisk.py and from
-its memory (`domain.memory.guest`, else `resources.requests.memory`).
+goes Pending (its claims must exist and bind; a WaitForFirstConsumer claim binds now; its virt-launcher
+pod must be admitted by the API server, whose PodSecurity admission refuses it in a namespace enforcing the
+baseline level) -> Scheduled -> Running. Whether the guest then boots is decided from the boot disk's
+real bytes by bootdisk.py and from its memory (`domain.memory.guest`, else `resources.requests.memory`).
 
 A guest that does not boot looks as it does in KubeVirt: the VMI is Running and Ready (QEMU runs, the
 firmware loops on "no bootable device"), but `AgentConnected` never appears. The lab adds a Warning Event
@@ -66,6 +67,8 @@ GUEST_OS = {
 # Below this the guest does not get past early boot.
 MIN_BOOT_MEMORY = {"windows": 2 * 2**30, "linux": 256 * 2**20}
 RUNNING_STRATEGIES = ("Always", "RerunOnFailure", "Once")
+LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.8.2"
+LAUNCHER_RETRY_SECONDS = 0.5  # virt-controller retries a refused pod create
 STOP_HANGS = "stopping hangs: the guest does not shut down (lab fault stop-hangs)"
 
 
@@ -92,6 +95,45 @@ def guest_memory(spec: dict) -> int:
         return parse_quantity(value) if value is not None else 0
     except ValueError:
         return 0
+
+
+def launcher_pod(vmi: dict) -> dict:
+    """The virt-launcher pod of a VMI: owned by it (the garbage collector deletes it with the VMI),
+    with the compute container's capabilities, which the baseline Pod Security level does not allow."""
+    meta = vmi["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "virt-launcher-%s-%s" % (meta["name"][:40], meta["uid"][:5]),
+            "namespace": meta["namespace"],
+            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": meta["name"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "VirtualMachineInstance",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "compute",
+                    "image": LAUNCHER_IMAGE,
+                    "command": ["/usr/bin/virt-launcher-monitor"],
+                    "securityContext": {
+                        "capabilities": {"add": ["NET_BIND_SERVICE", "SYS_NICE"], "drop": ["NET_RAW"]}
+                    },
+                }
+            ],
+        },
+    }
 
 
 def _claim_of(volume: dict) -> str | None:
@@ -479,9 +521,42 @@ class VirtController(Controller):
                 cond = {"type": "Synchronized", "status": "False", "reason": "PvcNotBound", "message": msg}
                 self._set_vmi(vmi, conditions=[cond])
                 return 0.5
+        refused = self._launcher_pod(vmi)
+        if refused is not None and "error looking up service account" in refused:
+            return (
+                LAUNCHER_RETRY_SECONDS  # a fresh namespace: the ServiceAccount controller is about to add it
+            )
+        if refused is not None:
+            msg = "failed to create virtual machine pod: %s" % refused
+            cond = {"type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": msg}
+            if (condition(vmi, "Synchronized") or {}).get("message") != msg:
+                vmi = self._set_vmi(vmi, conditions=[cond])
+                note = "Error creating pod: " + refused
+                record_event(self.lab.store, vmi, "Warning", "FailedCreate", note, COMPONENT)
+            return LAUNCHER_RETRY_SECONDS
         vmi = self._drop_condition(vmi, "Synchronized")
         self._set_vmi(vmi, phase="Scheduled", nodeName=NODE)
         return 0.0
+
+    def _launcher_pod(self, vmi: dict) -> str | None:
+        """Create the VMI's virt-launcher pod through the API server, or say why it refused.
+
+        The API server's own PodSecurity admission decides: the pod asks for what the launcher needs
+        (a capability outside the baseline level), so a namespace enforcing baseline refuses it, as on a
+        cluster. No process runs for it; the VMI's lifecycle stays this controller's.
+        """
+        meta = vmi["metadata"]
+        pod_rt = core_types(self.lab)["pod"]
+        body = launcher_pod(vmi)
+        if self.lab.store.exists(pod_rt, meta["namespace"], body["metadata"]["name"]):
+            return None
+        try:
+            self.lab.store.create(pod_rt, body)
+        except ApiError as exc:
+            if exc.code == 409:
+                return None
+            return exc.message
+        return None
 
     def _start(self, vmi: dict) -> float | None:
         spec = vmi.get("spec") or {}

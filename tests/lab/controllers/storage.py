@@ -42,6 +42,9 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 BETA_DEFAULT_CLASS_ANNOTATION = "storageclass.beta.kubernetes.io/is-default-class"
 MODE_CHANGE_ANNOTATION = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
+# A StorageClass parameter: its volumes are CSI volumes with no path on the PersistentVolume (lab-rbd).
+CSI_PARAMETER = "lab.goldenimage.io/csi"
+CSI_DRIVER = "rbd.lab.goldenimage.io"
 LONGHORN = "driver.longhorn.io"
 IMAGE_ID_ANNOTATION = "harvesterhci.io/imageId"
 QCOW2_MAGIC = b"QFI\xfb"
@@ -333,9 +336,17 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
                 "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy") or "Delete",
                 "storageClassName": sc["metadata"]["name"],
                 "volumeMode": mode,
-                "hostPath": {"path": str(path), "type": "File" if mode == "Block" else "Directory"},
             },
         }
+        if (sc.get("parameters") or {}).get(CSI_PARAMETER) == "true":
+            # A CSI volume, as Ceph RBD's: nothing on the PersistentVolume says where its bytes are, so only
+            # a pod (here, the lab's kubelet) reaches them; the lab keeps them at the same path.
+            pv_body["spec"]["csi"] = {"driver": CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
+        else:
+            pv_body["spec"]["hostPath"] = {
+                "path": str(path),
+                "type": "File" if mode == "Block" else "Directory",
+            }
         if sc.get("mountOptions"):
             pv_body["spec"]["mountOptions"] = list(sc["mountOptions"])
         pv = store.create(rts["pv"], pv_body)

@@ -9,7 +9,9 @@ import time
 import pytest
 
 from tests.integration.support import disks
+from tests.lab import POD_SECURITY_ENFORCE
 from tests.lab.controllers.bootdisk import inspect
+from tests.lab.controllers.kit import modify
 from tests.lab.controllers.kubevirt import AGENT_DELAY_ENV, FORWARDED, PORT_OPEN
 from tests.lab.controllers.volumes import disk_image_path
 
@@ -152,6 +154,48 @@ def test_sealed_windows_vm_boots_and_rdp_answers(mini, images):
         return False
 
     until(refused, 5, "guest port closed")
+
+
+def set_pod_security(mini, level: str) -> None:
+    def write(ns: dict) -> None:
+        ns["metadata"].setdefault("labels", {})[POD_SECURITY_ENFORCE] = level
+
+    modify(mini.store, mini.rt("", "namespaces"), None, mini.namespace, write)
+
+
+def test_the_launcher_pod_is_admitted_by_the_api_servers_pod_security(mini, images, controller_lab):
+    """A namespace enforcing baseline refuses the virt-launcher pod (the real PodSecurity admission): the
+    VMI stays Pending with FailedCreate, as on a cluster; once the namespace allows privileged pods it
+    starts. The lab's golden namespaces enforce baseline from the start."""
+    for name in ("golden-images", "golden-images-block"):
+        ns = mini.store.get(mini.rt("", "namespaces"), None, name)
+        assert ns["metadata"]["labels"][POD_SECURITY_ENFORCE] == "baseline"
+    set_pod_security(mini, "baseline")
+    claim_with(mini, "disk", images["windows"])
+    mini.create(KV, "virtualmachines", vm_body("win", "disk"))
+
+    def refused(vmi: dict) -> bool:
+        return any(c.get("reason") == "FailedCreate" for c in vmi.get("status", {}).get("conditions", []))
+
+    vmi = mini.wait(KV, "virtualmachineinstances", "win", refused)
+    assert vmi["status"]["phase"] == "Pending"
+    message = next(c for c in vmi["status"]["conditions"] if c["type"] == "Synchronized")["message"]
+    assert 'violates PodSecurity "baseline:latest"' in message and "SYS_NICE" in message, message
+    (event,) = mini.events("win", "FailedCreate")
+    assert event["type"] == "Warning" and "forbidden" in event["message"]
+    pods, _ = mini.store.list(mini.rt("", "pods"), mini.namespace)
+    assert pods == []
+    time.sleep(1.5)  # retried, and refused again: still Pending, no second event
+    assert mini.get(KV, "virtualmachineinstances", "win")["status"]["phase"] == "Pending"
+    assert len(mini.events("win", "FailedCreate")) == 1
+
+    set_pod_security(mini, "privileged")
+    vmi = mini.wait(KV, "virtualmachineinstances", "win", agent_up)
+    (pod,) = mini.store.list(mini.rt("", "pods"), mini.namespace)[0]
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("VirtualMachineInstance", vmi["metadata"]["uid"])
+    assert pod["metadata"]["labels"]["kubevirt.io"] == "virt-launcher"
+    assert cond(vmi, "Synchronized") is None
 
 
 def test_port_closed_knob_agent_up_port_down(mini, images):

@@ -329,5 +329,23 @@ def test_export_plan_skips_the_same_bytes_and_refuses_others():
         mirror.plan_export("b", "w/k.qcow2", None, HEX_A)
 
 
+def test_a_claim_export_is_recognised_by_the_claims_uid_not_its_name():
+    assert mirror.plan_claim_export("b", "w/k.qcow2", None, "pvc://ns/sealed", "uid-1") == "upload"
+    held = {"sha256": HEX_A, "source-url": "pvc://ns/sealed", "source-uid": "uid-1"}
+    assert mirror.plan_claim_export("b", "w/k.qcow2", held, "pvc://ns/sealed", "uid-1") == "skip"
+    # The same name, rebuilt: another uid, so another disk.
+    with pytest.raises(Refusal) as caught:
+        mirror.plan_claim_export("b", "w/k.qcow2", held, "pvc://ns/sealed", "uid-2")
+    assert caught.value.msg.startswith("s3://b/w/k.qcow2: refusing to overwrite it")
+    assert "exported from pvc://ns/sealed (uid uid-1)" in caught.value.msg
+    assert caught.value.msg.endswith("nothing was converted or uploaded")
+    # An object with no source-uid (uploaded by hand, or by another tool) is not this claim's.
+    with pytest.raises(Refusal, match=r"uid \(none\)"):
+        mirror.plan_claim_export("b", "w/k.qcow2", {"sha256": HEX_A}, "pvc://ns/sealed", "uid-1")
+    # No sha256 recorded: not a finished export.
+    with pytest.raises(Refusal):
+        mirror.plan_claim_export("b", "w/k.qcow2", {"source-uid": "uid-1"}, "pvc://ns/sealed", "uid-1")
+
+
 def test_mirror_errors_are_pipeline_errors():
     assert issubclass(mirror.MirrorError, PipelineError)

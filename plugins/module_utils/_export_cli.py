@@ -1,0 +1,459 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""The export Job's program: convert a sealed disk to a compressed qcow2 and upload it to a bucket key.
+
+It runs in a pod next to the claim (``golden_export_job`` ships it in a ConfigMap), so no byte of the
+disk passes through the Ansible controller, and it needs nothing but ``python3`` and ``qemu-img`` in the
+image: the S3 calls are signed here (AWS Signature Version 4) with the standard library. Credentials
+come from the environment (``EXPORT_ACCESS_KEY_ID``, ``EXPORT_SECRET_ACCESS_KEY``, optionally
+``EXPORT_SESSION_TOKEN``), which the Job fills from a Secret; they are never printed.
+
+The steps: ``qemu-img convert -c -O qcow2`` onto scratch space; the sha256 of the qcow2; a HEAD of the
+key (an object already there with this sha256 is left alone, anything else is refused); a multipart
+upload whose metadata carries the sha256, each part sent with its Content-MD5 and its own sha256 (the
+server checks both) while the sha256 of the whole is computed again; the upload is completed with
+``If-None-Match: *`` only when that digest matches, and the stored object is checked with a HEAD. Any
+failure aborts the upload, so nothing partial is left under the key. The last line of the log is
+``MARKER`` followed by the result as JSON.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import argparse
+import base64
+import datetime
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote, urlsplit
+from xml.etree import ElementTree
+
+MARKER = "GOLDEN_EXPORT_RESULT "
+READ_CHUNK = 8 * 1024 * 1024
+PROGRESS_SECONDS = 10.0
+ATTEMPTS = 4
+MAX_PARTS = 10000
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+META = {"sha256": "sha256", "source": "source-url", "uid": "source-uid", "at": "mirrored-at"}
+
+
+class ExportError(Exception):
+    """The export cannot go on; ``code`` names the case for the module (``key_exists``, ``s3``...)."""
+
+    def __init__(self, msg, code="failed"):
+        super(ExportError, self).__init__(msg)
+        self.msg, self.code = msg, code
+
+
+# ---------------------------------------------------------------- signing (AWS SigV4, S3 flavour)
+def _uri_encode(text, safe="-_.~"):
+    return quote(text, safe=safe)
+
+
+def canonical_query(query):
+    pairs = sorted((_uri_encode(k), _uri_encode(v)) for k, v in (query or {}).items())
+    return "&".join("%s=%s" % pair for pair in pairs)
+
+
+def sign(method, host, path, query, headers, payload_sha256, access_key, secret_key, region, moment):
+    """The headers to send: ``headers`` plus host, x-amz-date, x-amz-content-sha256 and Authorization.
+
+    ``path`` is the decoded path (``/bucket/key``); S3 encodes it once, keeping ``/``.
+    """
+    amz_date = moment.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    signed = {k.lower(): " ".join(str(v).strip().split()) for k, v in headers.items()}
+    signed.update({"host": host, "x-amz-date": amz_date, "x-amz-content-sha256": payload_sha256})
+    names = sorted(signed)
+    canonical = "\n".join(
+        [
+            method,
+            _uri_encode(path, safe="/-_.~"),
+            canonical_query(query),
+            "".join("%s:%s\n" % (n, signed[n]) for n in names),
+            ";".join(names),
+            payload_sha256,
+        ]
+    )
+    scope = "%s/%s/s3/aws4_request" % (day, region)
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest()]
+    )
+    key = ("AWS4" + secret_key).encode("utf-8")
+    for part in (day, region, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+    out = dict(headers)
+    out.update({"x-amz-date": amz_date, "x-amz-content-sha256": payload_sha256})
+    out["Authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
+        access_key,
+        scope,
+        ";".join(names),
+        signature,
+    )
+    return out
+
+
+# ---------------------------------------------------------------- S3 over http.client
+class Answer:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+    def error_code(self):
+        match = re.search(rb"<Code>([^<]+)</Code>", self.body or b"")
+        return match.group(1).decode("utf-8", "replace") if match else str(self.status)
+
+
+class S3:
+    def __init__(self, endpoint, region, access_key, secret_key, token=None, ca_file=None, insecure=False):
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ExportError("endpoint %s is not an http(s) URL" % endpoint, "input")
+        self.scheme, self.netloc, self.base = parts.scheme, parts.netloc, parts.path.rstrip("/")
+        self.region, self.access_key, self.secret_key, self.token = region, access_key, secret_key, token
+        self.context = None
+        if self.scheme == "https":
+            self.context = ssl.create_default_context(cafile=ca_file or None)
+            if insecure:
+                self.context.check_hostname = False
+                self.context.verify_mode = ssl.CERT_NONE
+
+    def _connection(self):
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.netloc, timeout=120, context=self.context)
+        return http.client.HTTPConnection(self.netloc, timeout=120)
+
+    def request(self, method, bucket, key, query=None, headers=None, body=b"", what=None):
+        """One request, retried on 5xx and dropped connections; an Answer for every other status."""
+        path = "%s/%s/%s" % (self.base, bucket, key) if key else "%s/%s" % (self.base, bucket)
+        payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
+        headers = dict(headers or {})
+        if self.token:
+            headers["x-amz-security-token"] = self.token
+        target = _uri_encode(path, safe="/-_.~") + (("?" + canonical_query(query)) if query else "")
+        last = None
+        for attempt in range(1, ATTEMPTS + 1):
+            moment = datetime.datetime.now(datetime.timezone.utc)
+            sent = sign(
+                method,
+                self.netloc,
+                path,
+                query,
+                headers,
+                payload,
+                self.access_key,
+                self.secret_key,
+                self.region,
+                moment,
+            )
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=body or None, headers=sent)
+                reply = conn.getresponse()
+                answer = Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read())
+            except (OSError, http.client.HTTPException) as exc:
+                last = "%s: %s" % (type(exc).__name__, exc)
+                answer = None
+            finally:
+                conn.close()
+            if answer is not None and answer.status < 500:
+                return answer
+            if answer is not None:
+                last = "HTTP %d %s" % (answer.status, answer.error_code())
+            if attempt < ATTEMPTS:
+                time.sleep(min(8.0, 0.5 * 2**attempt))
+        raise ExportError("%s: %s after %d attempts" % (what or method, last, ATTEMPTS), "s3")
+
+
+def _expect(answer, status, what):
+    if answer.status != status:
+        raise ExportError("%s: HTTP %d %s" % (what, answer.status, answer.error_code()), "s3")
+    return answer
+
+
+# ---------------------------------------------------------------- the steps
+class Progress:
+    """One line per phase change and at most every PROGRESS_SECONDS, qemu-img's ``(x/100%)`` form."""
+
+    def __init__(self, out=sys.stdout, clock=time.monotonic):
+        self.out, self.clock, self.last = out, clock, None
+
+    def say(self, text):
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def phase(self, name, total):
+        self.name, self.total, self.last = name, total, None
+        self.say("phase %s: %d bytes" % (name, total))
+
+    def step(self, done, force=False):
+        now = self.clock()
+        if force or self.last is None or now - self.last >= PROGRESS_SECONDS:
+            self.last = now
+            percent = 100.0 * done / self.total if self.total else 100.0
+            self.say("%s %d/%d bytes (%.2f/100%%)" % (self.name, done, self.total, percent))
+
+
+def convert(source, dest, compress=True, progress=None):
+    argv = ["qemu-img", "convert", "-p", "-f", "raw", "-O", "qcow2"]
+    if compress:
+        argv.append("-c")
+    argv += [source, dest]
+    if progress:
+        progress.say("phase convert: " + " ".join(argv))
+    done = subprocess.run(argv, stdout=sys.stdout, stderr=subprocess.PIPE, check=False)
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip()
+        raise ExportError("qemu-img convert failed (exit %d): %s" % (done.returncode, detail), "convert")
+
+
+def file_sha256(path, progress):
+    size = os.path.getsize(path)
+    progress.phase("sha256", size)
+    digest, done = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(READ_CHUNK), b""):
+            digest.update(chunk)
+            done += len(chunk)
+            progress.step(done)
+    progress.step(done, force=True)
+    return digest.hexdigest(), size
+
+
+def _etag(answer):
+    return (answer.header("etag") or "").strip('"')
+
+
+def upload(s3, opts, path, digest, size, progress):
+    """The multipart upload; returns the number of parts. Aborts on any failure."""
+    bucket, key = opts.bucket, opts.key
+    meta = {
+        "x-amz-meta-" + META["sha256"]: digest,
+        "x-amz-meta-" + META["source"]: opts.source_url,
+        "x-amz-meta-" + META["at"]: opts.exported_at,
+        "Content-Type": opts.content_type,
+    }
+    if opts.source_uid:
+        meta["x-amz-meta-" + META["uid"]] = opts.source_uid
+    where = "s3://%s/%s" % (bucket, key)
+    created = _expect(
+        s3.request("POST", bucket, key, {"uploads": ""}, meta, what="CreateMultipartUpload " + where),
+        200,
+        "CreateMultipartUpload " + where,
+    )
+    upload_id = ElementTree.fromstring(created.body).findtext("{*}UploadId") or ""
+    if not upload_id:
+        raise ExportError("CreateMultipartUpload %s: no UploadId in the answer" % where, "s3")
+    try:
+        parts = _send_parts(s3, opts, path, upload_id, digest, size, progress)
+        body = "<CompleteMultipartUpload>%s</CompleteMultipartUpload>" % "".join(
+            '<Part><PartNumber>%d</PartNumber><ETag>"%s"</ETag></Part>' % (n, e) for n, e in parts
+        )
+        done = s3.request(
+            "POST",
+            bucket,
+            key,
+            {"uploadId": upload_id},
+            {"If-None-Match": "*", "Content-Type": "application/xml"},
+            body.encode("utf-8"),
+            what="CompleteMultipartUpload " + where,
+        )
+        if done.status in (409, 412):
+            raise ExportError(
+                "%s appeared while the export was uploaded; nothing was replaced" % where, "key_exists"
+            )
+        _expect(done, 200, "CompleteMultipartUpload " + where)
+        if b"<Error>" in done.body:  # S3 may answer 200 with an error body
+            raise ExportError(
+                "CompleteMultipartUpload %s: %s" % (where, Answer(500, {}, done.body).error_code()), "s3"
+            )
+    except BaseException:
+        try:
+            s3.request("DELETE", bucket, key, {"uploadId": upload_id}, what="AbortMultipartUpload " + where)
+        except ExportError as exc:
+            progress.say("could not abort the upload %s: %s" % (upload_id, exc.msg))
+        raise
+    return len(parts)
+
+
+def _send_parts(s3, opts, path, upload_id, digest, size, progress):
+    progress.phase("upload", size)
+    streamed, sent, futures = hashlib.sha256(), 0, []
+    # S3 takes at most 10,000 parts: a larger file gets larger parts (whole MiB).
+    mib = 1024 * 1024
+    per_part = (size + MAX_PARTS - 1) // MAX_PARTS
+    part_size = max(opts.part_size, (per_part + mib - 1) // mib * mib)
+
+    def put(number, chunk):
+        md5 = hashlib.md5(chunk)
+        headers = {"Content-MD5": base64.b64encode(md5.digest()).decode("ascii")}
+        what = "UploadPart %d of s3://%s/%s" % (number, opts.bucket, opts.key)
+        answer = _expect(
+            s3.request(
+                "PUT",
+                opts.bucket,
+                opts.key,
+                {"partNumber": str(number), "uploadId": upload_id},
+                headers,
+                chunk,
+                what=what,
+            ),
+            200,
+            what,
+        )
+        if _etag(answer) != md5.hexdigest():
+            raise ExportError(
+                "%s: the server stored ETag %s for md5 %s" % (what, _etag(answer), md5.hexdigest()), "s3"
+            )
+        return number, _etag(answer), len(chunk)
+
+    with ThreadPoolExecutor(max_workers=opts.concurrency) as pool, open(path, "rb") as fh:
+        for number, chunk in enumerate(iter(lambda: fh.read(part_size), b""), 1):
+            streamed.update(chunk)
+            futures.append(pool.submit(put, number, chunk))
+            while sum(1 for f in futures if not f.done()) >= opts.concurrency:
+                time.sleep(0.01)
+            for f in futures:
+                if f.done() and f.exception() is not None:
+                    raise f.exception()
+            sent = sum(f.result()[2] for f in futures if f.done())
+            progress.step(sent)
+        parts = [f.result() for f in futures]
+    progress.step(size, force=True)
+    if streamed.hexdigest() != digest:
+        raise ExportError(
+            "the qcow2 changed while it was uploaded (sha256 %s, then %s); nothing was stored"
+            % (digest, streamed.hexdigest()),
+            "changed",
+        )
+    return [(n, e) for n, e, _l in parts]
+
+
+def held(s3, bucket, key):
+    """The metadata of what ``key`` holds (``{}`` for none), or None when it is free."""
+    answer = s3.request("HEAD", bucket, key, what="HEAD s3://%s/%s" % (bucket, key))
+    if answer.status == 404:
+        return None
+    _expect(answer, 200, "HEAD s3://%s/%s" % (bucket, key))
+    found = {k[len("x-amz-meta-") :]: v for k, v in answer.headers.items() if k.startswith("x-amz-meta-")}
+    found["content-length"] = answer.header("content-length")
+    return found
+
+
+def export(opts, environ, progress):
+    started = time.monotonic()
+    access, secret = environ.get("EXPORT_ACCESS_KEY_ID"), environ.get("EXPORT_SECRET_ACCESS_KEY")
+    if not access or not secret:
+        raise ExportError(
+            "EXPORT_ACCESS_KEY_ID and EXPORT_SECRET_ACCESS_KEY are not set: the credentials Secret lacks "
+            "the keys",
+            "input",
+        )
+    s3 = S3(
+        opts.endpoint,
+        opts.region,
+        access,
+        secret,
+        environ.get("EXPORT_SESSION_TOKEN"),
+        opts.ca_file,
+        opts.insecure,
+    )
+    where = "s3://%s/%s" % (opts.bucket, opts.key)
+    qcow2 = os.path.join(opts.scratch, opts.filename)
+    convert(opts.source, qcow2, opts.compress, progress)
+    converted = time.monotonic()
+    digest, size = file_sha256(qcow2, progress)
+    result = {"sha256": digest, "size": size, "convert_seconds": round(converted - started, 3)}
+    found = held(s3, opts.bucket, opts.key)
+    if found is not None:
+        if found.get(META["sha256"]) == digest:
+            return dict(result, action="skip", bytes_moved=0, seconds=round(time.monotonic() - started, 3))
+        raise ExportError(
+            "%s already holds another object (sha256 %s, from %s); an exported key holds one content for "
+            "ever: export under a new key (a new date)"
+            % (where, found.get(META["sha256"]) or "unknown", found.get(META["source"]) or "unknown"),
+            "key_exists",
+        )
+    parts = upload(s3, opts, qcow2, digest, size, progress)
+    stored = held(s3, opts.bucket, opts.key) or {}
+    if stored.get(META["sha256"]) != digest or str(stored.get("content-length")) != str(size):
+        s3.request("DELETE", opts.bucket, opts.key, what="DELETE " + where)
+        raise ExportError(
+            "%s was stored with sha256 %s and %s bytes, not %s and %d; it was deleted again"
+            % (where, stored.get(META["sha256"]), stored.get("content-length"), digest, size),
+            "s3",
+        )
+    seconds = time.monotonic() - started
+    return dict(
+        result,
+        action="upload",
+        parts=parts,
+        part_size=opts.part_size,
+        bytes_moved=size,
+        seconds=round(seconds, 3),
+        upload_seconds=round(time.monotonic() - converted, 3),
+    )
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="golden-export", description=__doc__.split("\n", maxsplit=1)[0])
+    p.add_argument("--source", required=True, help="the sealed disk: a device or disk.img")
+    p.add_argument("--scratch", required=True, help="directory the qcow2 is written to")
+    p.add_argument("--filename", required=True)
+    p.add_argument("--no-compress", dest="compress", action="store_false")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--region", default="us-east-1")
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--part-size", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--content-type", default="application/x-qemu-disk")
+    p.add_argument("--source-url", required=True)
+    p.add_argument("--source-uid", default="")
+    p.add_argument("--exported-at", required=True)
+    p.add_argument("--ca-file", default="")
+    p.add_argument("--insecure", action="store_true")
+    return p
+
+
+def main(argv=None, environ=None, out=sys.stdout):
+    opts = parser().parse_args(argv)
+    progress = Progress(out)
+    try:
+        result = export(opts, os.environ if environ is None else environ, progress)
+        code = 0
+    except ExportError as exc:
+        result, code = {"error": exc.msg, "code": exc.code}, 1
+    out.write(MARKER + json.dumps(result, sort_keys=True) + "\n")
+    out.flush()
+    return code
+
+
+def parse_log(text):
+    """The result the program printed last, or None."""
+    for line in reversed((text or "").splitlines()):
+        if line.startswith(MARKER):
+            try:
+                return json.loads(line[len(MARKER) :])
+            except ValueError:
+                return None
+    return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,682 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: golden_export_job
+short_description: Export a sealed disk to a bucket key from a Job next to its claim, with its sha256
+version_added: 0.1.0
+description:
+  - Exports the sealed disk on the PersistentVolumeClaim O(pvc) the way the operator guide does, inside the
+    cluster, so that no byte of it passes through the Ansible controller and any volume works (a Ceph RBD
+    volume has no path on the controller). A Job in O(namespace) converts it with C(qemu-img convert -c -O
+    qcow2) onto a scratch claim and uploads the qcow2 to O(key) of O(bucket).
+  - The upload is multipart. The Job computes the qcow2's sha256 and records it as the C(sha256) metadata,
+    sends each part with its Content-MD5 and its own sha256 (the server checks both) while computing the
+    sha256 of the whole again, completes the upload with C(If-None-Match) only when the two digests match,
+    and checks the stored object with a HEAD. Any failure aborts the upload, so nothing partial is left under
+    O(key). The module then reads the object's metadata itself, from the controller, and fails unless it
+    names the digest the Job reported.
+  - The credentials the Job signs with come from the Secret O(credentials_secret) (CDI's C(accessKeyId) and
+    C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself
+    (AWS Signature Version 4) and needs only C(python3) and C(qemu-img) in O(image). Its program is not part
+    of the image; the module ships it in a ConfigMap, so the Job always runs the code of this module.
+  - Before anything is written, the module reads O(key) from the controller (with the S3 connection
+    options). A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid)
+    is left alone and the task reports no change, with no Job; a key that holds anything else is refused.
+    Export a changed image under a new key (a new date).
+  - The Job, its pod, the ConfigMap and the scratch claim are deleted when the export ends, on failure and
+    on timeout too; what could not be deleted is reported by name with the command that removes it.
+  - The wait runs in rounds of O(report_every) seconds; the action plugin prints the Job's phase and
+    percent (convert, sha256, upload) after each round.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
+options:
+  name:
+    description:
+      - Name of the Job, of its ConfigMap and (with C(-scratch)) of its scratch claim. At most 56
+        characters.
+    type: str
+    required: true
+  namespace:
+    description:
+      - Namespace of O(pvc), where the Job runs.
+    type: str
+    required: true
+  pvc:
+    description:
+      - The sealed disk, a Block claim or a Filesystem claim holding O(file).
+    type: str
+    required: true
+  file:
+    description:
+      - The disk image file in a Filesystem O(pvc).
+    type: str
+    default: disk.img
+  bucket:
+    description:
+      - Bucket to upload to. It must exist.
+    type: str
+    required: true
+  key:
+    description:
+      - Key of the object, for example C(windows/11/2026-08-09/windows11-x64-golden.qcow2); the collection's
+        one key rule applies (no leading C(/), no empty, C(.) or C(..) segment, at most 1,024 bytes).
+    type: str
+    required: true
+  credentials_secret:
+    description:
+      - Secret in O(namespace) holding the S3 credentials the Job signs with. Its keys are
+        O(access_key_field) and O(secret_key_field) (and, when present, O(session_token_field)).
+      - The module checks that the Secret has both keys before anything is written; it never reads or
+        prints their values.
+    type: str
+    required: true
+  access_key_field:
+    description:
+      - Key of the access key id in O(credentials_secret).
+    type: str
+    default: accessKeyId
+  secret_key_field:
+    description:
+      - Key of the secret access key in O(credentials_secret).
+    type: str
+    default: secretKey
+  session_token_field:
+    description:
+      - Key of an optional session token in O(credentials_secret).
+    type: str
+    default: sessionToken
+  pod_endpoint_url:
+    description:
+      - The S3 endpoint as the Job's pod reaches it (an in-cluster Service, for example). Defaults to
+        O(endpoint_url). A URL with credentials in it is refused.
+    type: str
+  scratch_size:
+    description:
+      - Size of the scratch claim the qcow2 is written to; at least the compressed image. Zero or less is
+        refused.
+    type: str
+    default: 80Gi
+  scratch_storage_class:
+    description:
+      - StorageClass of the scratch claim; empty means the cluster's default class.
+    type: str
+    default: ""
+  image:
+    description:
+      - Container image of the Job. It needs C(python3) (the standard library only) and C(qemu-img). Build
+        it from C(images/golden-export/Containerfile) in the collection and push it to a registry the cluster
+        pulls from (on an air-gapped cluster, the local mirror).
+    type: str
+    required: true
+  compress:
+    description:
+      - Write a compressed qcow2 (C(qemu-img convert -c)).
+    type: bool
+    default: true
+  source:
+    description:
+      - What the export is recorded as coming from (the C(source-url) metadata). Defaults to
+        C(pvc://<namespace>/<pvc>). A value with credentials in it is refused.
+    type: str
+  part_size:
+    description:
+      - Size of a multipart part, as bytes or with a unit (V(16M)); raised to 8 MiB at least. Zero or less
+        is refused.
+    type: raw
+    default: 16M
+  concurrency:
+    description:
+      - Parts the Job uploads at the same time, 1 or more.
+    type: int
+    default: 4
+  content_type:
+    description:
+      - C(Content-Type) of the object.
+    type: str
+    default: application/x-qemu-disk
+  labels:
+    description:
+      - Labels added to the Job, its pod, the ConfigMap and the scratch claim.
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - goldenimage.pipeline.s3
+  - kubernetes.core.k8s_auth_options
+  - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.wait_rounds
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads the claim, the Secret and the key, and reports whether an export would run; creates nothing.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+    details:
+      - A rerun over a key that holds this claim's export sends no mutating request at all.
+notes:
+  - The S3 connection options (O(endpoint_url), O(access_key), O(secret_key)...) are the controller's, used
+    to read the key before and after the export; the Job's credentials come from O(credentials_secret).
+    O(validate_certs) applies to both the Kubernetes API and this S3 endpoint, and is on unless set to false.
+  - Run the BYOL guard (M(goldenimage.pipeline.bucket_exposure)) right before this module, and again on the
+    uploaded object; the M(goldenimage.pipeline.windows_export) role does both.
+seealso:
+  - module: goldenimage.pipeline.golden_export_object
+  - module: goldenimage.pipeline.bucket_exposure
+  - module: goldenimage.pipeline.volume_job
+"""
+
+EXAMPLES = r"""
+- name: Export the sealed Windows disk to the image bucket from inside the cluster
+  goldenimage.pipeline.golden_export_job:
+    name: win11-export
+    namespace: golden-images-build
+    pvc: win11-sealed
+    bucket: cdi-os-images
+    key: windows/11/2026-08-09/windows11-x64-golden.qcow2
+    credentials_secret: cdi-os-images
+    pod_endpoint_url: http://rook-ceph-rgw-objectstore.rook-ceph.svc
+    endpoint_url: https://s3.example.com
+    scratch_storage_class: rbd-vm
+    image: registry.example.com/tools/golden-export:1
+  register: exported
+"""
+
+RETURN = r"""
+action:
+  description: V(upload), or V(skip) when the key already holds this claim's export.
+  returned: success
+  type: str
+  sample: upload
+key:
+  description: The key written (or found).
+  returned: success
+  type: str
+  sample: windows/11/2026-08-09/windows11-x64-golden.qcow2
+sha256:
+  description: sha256 of the qcow2 (hex), as the object's metadata records it.
+  returned: success, except in check mode for a free key
+  type: str
+  sample: 5e6b9a6f8bb1d2a0c3b3f2d4b2b6c1e0f1a2b3c4d5e6f708192a3b4c5d6e7f80
+size:
+  description: Size of the qcow2 in bytes.
+  returned: success, except in check mode for a free key
+  type: int
+  sample: 6818156544
+parts:
+  description: Multipart parts the Job uploaded.
+  returned: when uploaded
+  type: int
+  sample: 407
+seconds:
+  description: Time the Job took (conversion and upload), as it measured it.
+  returned: when uploaded
+  type: float
+  sample: 412.5
+convert_seconds:
+  description: Time of the conversion, as the Job measured it.
+  returned: when uploaded
+  type: float
+  sample: 301.2
+job:
+  description: The Job, already deleted.
+  returned: always
+  type: dict
+  sample: {name: win11-export, namespace: golden-images-build}
+verified_by:
+  description: How the stored object was checked.
+  returned: when uploaded
+  type: list
+  elements: str
+line:
+  description: The progress line of the last round (also printed by the action plugin).
+  returned: always
+  type: str
+lines:
+  description: Every line printed while the task waited.
+  returned: always
+  type: list
+  elements: str
+left_behind:
+  description: Objects that could not be deleted, with the error.
+  returned: when a delete failed
+  type: list
+  elements: dict
+log:
+  description: The end of the Job's log, when it failed or timed out.
+  returned: failure
+  type: str
+resume:
+  description: The options that continue this wait in another call.
+  returned: when the wait is not over
+  type: dict
+"""
+
+import datetime
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, jobs, mirror, redact, worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+    KubeModule,
+    is_transient,
+    object_diff,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import head
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import RoundRunner
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    call_failed,
+    check_endpoint,
+    hide_url_secrets,
+    s3_arg_spec,
+    s3_client_from_params,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import _source
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
+
+SOURCE_PATH = "/source"
+MAX_NAME = 56
+
+
+def argument_spec():
+    spec = rounds_.object_arg_spec(
+        pvc={"type": "str", "required": True},
+        file={"type": "str", "default": "disk.img"},
+        bucket={"type": "str", "required": True},
+        key={"type": "str", "required": True, "no_log": False},
+        credentials_secret={"type": "str", "required": True, "no_log": False},
+        access_key_field={"type": "str", "default": "accessKeyId", "no_log": False},
+        secret_key_field={"type": "str", "default": "secretKey", "no_log": False},
+        session_token_field={"type": "str", "default": "sessionToken", "no_log": False},
+        pod_endpoint_url={"type": "str"},
+        scratch_size={"type": "str", "default": "80Gi"},
+        scratch_storage_class={"type": "str", "default": ""},
+        image={"type": "str", "required": True},
+        compress={"type": "bool", "default": True},
+        source={"type": "str"},
+        part_size={"type": "raw", "default": "16M"},
+        concurrency={"type": "int", "default": 4},
+        content_type={"type": "str", "default": "application/x-qemu-disk"},
+        labels={"type": "dict", "default": {}},
+    )
+    s3 = s3_arg_spec()
+    # One validate_certs for both connections, on by default, with kubernetes.core's verify_ssl alias.
+    s3["validate_certs"] = {"type": "bool", "default": True, "aliases": ["verify_ssl"]}
+    return dict(spec, **s3)
+
+
+def program_files():
+    """ConfigMap data: the Job's program, under its module file name."""
+    return {"_export_cli.py": _source(export_cli)}
+
+
+class ExportJob(RoundRunner):
+    """One round: on the first, decide from the key and make the Job; then wait; at the end, verify and
+    delete what was made."""
+
+    def __init__(self, params, module, client, check_mode=False, clock=time.time, sleeper=time.sleep):
+        def job():
+            return client.job(params["namespace"], params["name"])
+
+        super(ExportJob, self).__init__(params, job, check_mode, is_transient, clock, sleeper)
+        self.module = module
+        self.client = client
+        self.ref = {"name": params["name"], "namespace": params["namespace"]}
+        self.scratch = params["name"] + "-scratch"
+
+    # ------------------------------------------------------------ inputs, before any request
+    def inputs(self):
+        p = self.p
+        if len(p["name"]) > MAX_NAME:
+            raise Refusal(
+                "option name (%s)" % p["name"], "it is longer than %d characters" % MAX_NAME, "shorten it"
+            )
+        inputs.object_key(p["key"], "key")
+        check_endpoint(p["endpoint_url"])
+        check_endpoint(p["pod_endpoint_url"], "pod_endpoint_url")
+        if not (p["pod_endpoint_url"] or p["endpoint_url"]):
+            raise Refusal(
+                "option pod_endpoint_url",
+                "neither it nor endpoint_url is set",
+                "name the endpoint the pod reaches",
+            )
+        mirror.check_export_source(p["source"])
+        mirror.check_concurrency(p["concurrency"])
+        if worker.quantity_bytes(p["scratch_size"], "option scratch_size") <= 0:
+            raise Refusal(
+                "option scratch_size (%s)" % p["scratch_size"],
+                "an empty scratch claim holds no qcow2",
+                "give a size such as 80Gi",
+            )
+        return mirror.part_size_bytes(p["part_size"])
+
+    def source_name(self):
+        return self.p["source"] or "pvc://%s/%s" % (self.p["namespace"], self.p["pvc"])
+
+    # ------------------------------------------------------------ reads, before any write
+    def sealed_claim(self):
+        p = self.p
+        claim = self.client.claim(p["namespace"], p["pvc"])
+        if claim is None:
+            raise Refusal(
+                "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"]),
+                "it does not exist",
+                "give the claim of the sealed disk; nothing was exported",
+            )
+        return claim
+
+    def check_secret(self):
+        p = self.p
+        secret = self.module.get("v1", "Secret", p["credentials_secret"], p["namespace"])
+        where = "Secret %s/%s" % (p["namespace"], p["credentials_secret"])
+        if secret is None:
+            raise Refusal(
+                where, "it does not exist", "create it with the bucket's credentials; nothing was exported"
+            )
+        data = dict(secret.get("data") or {}, **(secret.get("stringData") or {}))
+        missing = [k for k in (p["access_key_field"], p["secret_key_field"]) if k not in data]
+        if missing:
+            raise Refusal(
+                where,
+                "it has no key %s" % " and no key ".join(missing),
+                "add the keys, or name the ones it has with access_key_field and secret_key_field",
+            )
+        return {
+            "name": p["credentials_secret"],
+            "access_key": p["access_key_field"],
+            "secret_key": p["secret_key_field"],
+            "session_token": p["session_token_field"] if p["session_token_field"] in data else None,
+        }
+
+    def held(self, client):
+        p = self.p
+        try:
+            found = head(client, p["bucket"], p["key"])
+        except Exception as exc:
+            raise call_failed("HEAD s3://%s/%s" % (p["bucket"], p["key"]), exc, bucket=p["bucket"]) from exc
+        return None if found is None else dict(found.get("Metadata") or {}, size=found.get("ContentLength"))
+
+    # ------------------------------------------------------------ the objects
+    def definitions(self, claim, secret, part_size):
+        p = self.p
+        labels = dict(p["labels"], **{"app.kubernetes.io/name": "golden-export"})
+        volume = {"name": "source", "path": SOURCE_PATH, "file": p["file"], "read_only": True}
+        if jobs.claim_mode(claim) == "Block":
+            volume["path"] = "/dev/source"
+        source_path, mount, device = jobs.present(volume, claim)
+        scratch_spec = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": p["scratch_size"]}},
+        }
+        if p["scratch_storage_class"]:
+            scratch_spec["storageClassName"] = p["scratch_storage_class"]
+        scratch = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": self.scratch, "namespace": p["namespace"], "labels": dict(labels)},
+            "spec": scratch_spec,
+        }
+        args = [
+            "--source",
+            source_path,
+            "--scratch",
+            jobs.EXPORT_SCRATCH,
+            "--filename",
+            p["key"].rsplit("/", 1)[-1],
+            "--endpoint",
+            p["pod_endpoint_url"] or p["endpoint_url"],
+            "--region",
+            p["region"] or "us-east-1",
+            "--bucket",
+            p["bucket"],
+            "--key",
+            p["key"],
+            "--part-size",
+            str(mirror.plan_part_size(None, part_size)),
+            "--concurrency",
+            str(p["concurrency"]),
+            "--content-type",
+            p["content_type"],
+            "--source-url",
+            redact.redact_url(self.source_name()),
+            "--source-uid",
+            claim["metadata"]["uid"],
+            "--exported-at",
+            mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
+        ]
+        if not p["compress"]:
+            args.append("--no-compress")
+        files = program_files()
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": p["name"], "namespace": p["namespace"], "labels": dict(labels)},
+            "data": files,
+        }
+        job = jobs.export_job_definition(
+            p["name"],
+            p["namespace"],
+            labels,
+            p["image"],
+            (volume, claim, mount, device),
+            {"metadata": {"name": self.scratch}},
+            files,
+            args,
+            secret,
+            p["wait_timeout"],
+        )
+        return [scratch, configmap, job]
+
+    # ------------------------------------------------------------ the run
+    def first_round(self, result):
+        p = self.p
+        part_size = self.inputs()
+        claim = self.sealed_claim()
+        secret = self.check_secret()
+        s3 = s3_client_from_params(p)
+        held = self.held(s3)
+        action = mirror.plan_claim_export(
+            p["bucket"], p["key"], held, self.source_name(), claim["metadata"]["uid"]
+        )
+        summary = {"key": p["key"], "source": self.source_name(), "source_uid": claim["metadata"]["uid"]}
+        if action == "skip":
+            result.update(action="skip", sha256=held.get(mirror.META_SHA256), size=held.get("size"))
+            result["diff"] = {"before": summary, "after": summary}
+            return None
+        made = self.definitions(claim, secret, part_size)
+        result.update(action="upload", changed=True, diff=object_diff(None, made[-1]))
+        if self.check_mode:
+            return None
+        for definition in made:
+            self.client.create(definition)
+        return self.client.job(p["namespace"], p["name"])
+
+    def run(self):
+        p = self.p
+        now = self.clock()
+        rounds = rounds_.from_params(p, now)
+        result = {"changed": False, "job": dict(self.ref), "key": p["key"]}
+        job = self.client.job(p["namespace"], p["name"])
+        if job is None:
+            if p["last_state"] is not None:
+                raise self.ended(jobs.absent_message(p["namespace"], p["name"]))
+            job = self.first_round(result)
+            if job is None:
+                done = result["action"] == "skip" or self.check_mode
+                line = "s3://%s/%s: %s" % (
+                    p["bucket"],
+                    p["key"],
+                    "holds this claim's export already"
+                    if result["action"] == "skip"
+                    else "would be exported (check mode)",
+                )
+                return dict(result, done=done, line=line)
+            result["changed"] = True
+        else:
+            result.update(action="upload", changed=True)
+        percent = None
+        while True:
+            now = self.clock()
+            kind, _cond = jobs.outcome(job)
+            _pod, log = self.client.last_pod_log(p["namespace"], p["name"], strict=bool(kind))
+            percent = jobs.log_progress(log) or percent
+            phase = phase_of(log)
+            line = jobs.line(p["namespace"], p["name"], job, percent, rounds.elapsed(now))
+            if phase:
+                line += ", phase " + phase
+            if kind:
+                return self.finish(result, kind, log, line)
+            if rounds.expired(now):
+                stuck, words = rounds.verdict(now)
+                raise self.ended(
+                    jobs.timeout_message(
+                        p["namespace"],
+                        p["name"],
+                        job,
+                        percent,
+                        p["wait_timeout"],
+                        words,
+                        log,
+                        "Nothing partial is left under the key.",
+                    ),
+                    stuck=stuck,
+                    line=line,
+                    log=jobs.log_tail(log),
+                )
+            news = rounds.see(jobs.state_key(job, percent) + (phase or ""), now)
+            if news or rounds.over(now):
+                return dict(result, done=False, line=line, progress=percent, resume=rounds.resume())
+            self.sleeper(rounds.pause(p["wait_sleep"], now))
+            job = self.read(job)
+            if job is None:
+                raise self.ended(jobs.absent_message(p["namespace"], p["name"]))
+
+    def finish(self, result, kind, log, line):
+        p = self.p
+        outcome = export_cli.parse_log(log) or {}
+        if kind == jobs.FAILED or outcome.get("error") or not outcome:
+            why = outcome.get("error") or jobs.failed_message(p["namespace"], p["name"], self.fetch(), log)
+            raise self.ended(
+                "the export of PersistentVolumeClaim %s/%s failed: %s" % (p["namespace"], p["pvc"], why),
+                line=line,
+                log=jobs.log_tail(log),
+                code=outcome.get("code"),
+            )
+        left = self.cleanup()
+        held = self.held(s3_client_from_params(p))
+        where = "s3://%s/%s" % (p["bucket"], p["key"])
+        if held is None or held.get(mirror.META_SHA256) != outcome.get("sha256"):
+            raise PipelineError(
+                "the export Job reported %s stored with sha256 %s, but the controller reads %s"
+                % (
+                    where,
+                    outcome.get("sha256"),
+                    "no object" if held is None else "sha256 %s" % held.get(mirror.META_SHA256),
+                ),
+                job=dict(self.ref),
+                left_behind=left,
+            )
+        for name in ("sha256", "size", "parts", "seconds", "convert_seconds"):
+            if name in outcome:
+                result[name] = outcome[name]
+        result["action"] = outcome.get("action", "upload")
+        result["changed"] = result["action"] == "upload"
+        result["verified_by"] = [
+            "sha256 of the qcow2, computed again while it was sent (in the Job)",
+            "Content-MD5 and the ETag of every part (in the Job)",
+            "sha256 metadata of the stored object, read from the controller",
+        ]
+        if left:
+            raise PipelineError(
+                "exported %s, but %s" % (where, self.leftover_note(left)), left_behind=left, **result
+            )
+        return dict(result, done=True, line=line + " -> %s %s" % (result["action"], where))
+
+    def ended(self, msg, **fields):
+        """The error of an export that will not complete; what it made is deleted first."""
+        left = self.cleanup()
+        if left:
+            msg += "; %s" % self.leftover_note(left)
+            fields["left_behind"] = left
+        return PipelineError(msg, job=dict(self.ref), **fields)
+
+    def cleanup(self):
+        p = self.p
+        left = []
+        timeout, sleep = 120, min(2, p["wait_sleep"])
+
+        def attempt(kind, name, call):
+            try:
+                call()
+            except PipelineError as exc:
+                left.append({"kind": kind, "name": name, "error": exc.msg})
+
+        attempt(
+            "Job",
+            p["name"],
+            lambda: self.module.delete(
+                "batch/v1", "Job", p["name"], p["namespace"], propagation="Background"
+            ),
+        )
+        try:
+            pods = self.module.list("v1", "Pod", p["namespace"], label_selector="job-name=%s" % p["name"])
+        except PipelineError as exc:
+            pods = []
+            left.append({"kind": "Pod", "name": "job-name=%s" % p["name"], "error": exc.msg})
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            attempt(
+                "Pod",
+                name,
+                lambda name=name, pod=pod: self.module.delete_and_wait(
+                    "v1", "Pod", name, p["namespace"], timeout, sleep, before=pod
+                ),
+            )
+        attempt(
+            "ConfigMap", p["name"], lambda: self.module.delete("v1", "ConfigMap", p["name"], p["namespace"])
+        )
+        attempt(
+            "PersistentVolumeClaim",
+            self.scratch,
+            lambda: self.module.delete("v1", "PersistentVolumeClaim", self.scratch, p["namespace"]),
+        )
+        return left
+
+    def leftover_note(self, left):
+        ns = self.p["namespace"]
+        names = ", ".join("%s %s/%s" % (item["kind"], ns, item["name"]) for item in left)
+        objects = " ".join("%s/%s" % (item["kind"].lower(), item["name"]) for item in left)
+        return "could not delete %s; remove them with: kubectl -n %s delete %s" % (names, ns, objects)
+
+
+def phase_of(log):
+    """The phase the program announced last (convert, sha256, upload)."""
+    for line in reversed((log or "").splitlines()):
+        if line.startswith("phase "):
+            return line[len("phase ") :].split(":", 1)[0]
+    return None
+
+
+def main():
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    hide_url_secrets(module, ("endpoint_url", "pod_endpoint_url"))
+    run_module(module, lambda: ExportJob(module.params, module, JobClient(module), module.check_mode).run())
+
+
+if __name__ == "__main__":
+    main()

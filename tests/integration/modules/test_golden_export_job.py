@@ -1,0 +1,234 @@
+"""golden_export_job in the lab: a Job next to an RBD-like claim converts and uploads, the controller never
+sees the disk; reruns write nothing; a key holding another export and a Secret without the keys are refused
+before anything is written.
+
+The sealed claim is on `lab-rbd`, whose PersistentVolumes name no path (as Ceph RBD's): only the Job's pod
+reaches the bytes. The Job runs the collection's program with the host's python3 and qemu-img; the upload
+goes to the lab's S3 with the credentials of a Secret, signed by that program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+
+import pytest
+
+from tests.integration.support import disks
+from tests.integration.support.runner import kube_play, module_task, run_playbook
+from tests.lab.access import MUTATING_VERBS
+
+pytestmark = pytest.mark.lab_only
+
+MIB = 1024 * 1024
+MODULE = "goldenimage.pipeline.golden_export_job"
+
+
+@pytest.fixture(scope="module")
+def sealed(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("export")
+    return disks.windows_disk(folder / "sealed.raw", disks.sealed_windows_files())["path"]
+
+
+class Env:
+    def __init__(self, lab, kube_client, namespace, sealed):
+        from kubernetes import client
+
+        self.lab, self.namespace, self.raw = lab, namespace, sealed
+        self.core = client.CoreV1Api(kube_client)
+        self.batch = client.BatchV1Api(kube_client)
+        self.s3 = lab.s3.client()
+        self.bucket = "export-" + uuid.uuid4().hex[:8]
+        self.s3.create_bucket(Bucket=self.bucket)
+        self.core.create_namespaced_secret(
+            namespace,
+            {
+                "metadata": {"name": "bucket-creds"},
+                "stringData": {"accessKeyId": lab.s3.access_key, "secretKey": lab.s3.secret_key},
+            },
+        )
+
+    def claim(self, name: str) -> dict:
+        from tests.lab.controllers.volumes import volume_path
+
+        body = {
+            "metadata": {"name": name},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "volumeMode": "Block",
+                "storageClassName": "lab-rbd",
+                "resources": {"requests": {"storage": "128Mi"}},
+            },
+        }
+        self.core.create_namespaced_persistent_volume_claim(self.namespace, body)
+        deadline = time.monotonic() + 30
+        while not self.core.read_namespaced_persistent_volume_claim(name, self.namespace).spec.volume_name:
+            assert time.monotonic() < deadline, "claim %s did not bind" % name
+            time.sleep(0.1)
+        claim = self.lab.store.get(
+            self.lab.store.resource("", "v1", "persistentvolumeclaims"), self.namespace, name
+        )
+        pv = self.lab.store.get(
+            self.lab.store.resource("", "v1", "persistentvolumes"), None, claim["spec"]["volumeName"]
+        )
+        # RBD-like: nothing on the volume tells the controller where the bytes are.
+        assert "hostPath" not in pv["spec"] and "local" not in pv["spec"] and pv["spec"]["csi"]
+        disks.run("cp", "--sparse=always", self.raw, volume_path(self.lab.controller_manager.lab, claim))
+        return claim
+
+    def task(self, title: str, pvc: str, key: str, check=None, ignore_errors=False, **extra) -> dict:
+        s3 = self.lab.s3
+        params = dict(
+            name="exp-" + uuid.uuid4().hex[:6] if "name" not in extra else extra.pop("name"),
+            namespace=self.namespace,
+            pvc=pvc,
+            bucket=self.bucket,
+            key=key,
+            credentials_secret="bucket-creds",
+            endpoint_url=s3.endpoint_url,
+            access_key=s3.access_key,
+            secret_key=s3.secret_key,
+            scratch_size="256Mi",
+            scratch_storage_class="lab-rbd",
+            image="registry.example.com/tools/golden-export:1",
+            wait_timeout=180,
+            wait_sleep=1,
+            report_every=5,
+        )
+        params.update(extra)
+        return module_task(MODULE, title, check=check, ignore_errors=ignore_errors, **params)
+
+    def writes(self) -> list[tuple]:
+        return [
+            (r["verb"], r["resource"], r["name"])
+            for r in self.lab.audit()
+            if r["verb"] in MUTATING_VERBS and not r.get("dry_run") and r["namespace"] == self.namespace
+        ]
+
+    def leftovers(self) -> list[str]:
+        found = ["job/%s" % j.metadata.name for j in self.batch.list_namespaced_job(self.namespace).items]
+        found += ["pod/%s" % p.metadata.name for p in self.core.list_namespaced_pod(self.namespace).items]
+        found += [
+            "configmap/%s" % c.metadata.name
+            for c in self.core.list_namespaced_config_map(self.namespace).items
+            if c.metadata.name != "kube-root-ca.crt"
+        ]
+        found += [
+            "pvc/%s" % c.metadata.name
+            for c in self.core.list_namespaced_persistent_volume_claim(self.namespace).items
+            if c.metadata.name.endswith("-scratch") and not c.metadata.deletion_timestamp
+        ]
+        return found
+
+
+@pytest.fixture
+def env(lab, kube_client, kube_namespace, sealed):
+    return Env(lab, kube_client, kube_namespace, sealed)
+
+
+def test_an_export_job_uploads_from_a_volume_the_controller_cannot_see(env, tmp_path):
+    claim = env.claim("win11-sealed")
+    key = "windows/11/2026-08-09/windows11-x64-golden.qcow2"
+    env.lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            env.task("predict", "win11-sealed", key, check=True),
+            env.task("export", "win11-sealed", key),
+            env.task("again", "win11-sealed", key),
+        ),
+        env=env.lab.env(),
+    )
+    assert run.ok, run.log
+
+    # Check mode predicted the export and wrote nothing.
+    predict = run["predict"]
+    assert predict["changed"] is True and predict["action"] == "upload"
+
+    # The Job converted and uploaded: a compressed qcow2 of exactly the sealed disk, its sha256 recorded.
+    out = run["export"]
+    assert out["changed"] is True and out["action"] == "upload", out
+    got = env.s3.get_object(Bucket=env.bucket, Key=key)
+    body = got["Body"].read()
+    digest = hashlib.sha256(body).hexdigest()
+    assert out["sha256"] == digest and out["size"] == len(body)
+    assert got["Metadata"]["sha256"] == digest
+    assert got["Metadata"]["source-url"] == "pvc://%s/win11-sealed" % env.namespace
+    assert got["Metadata"]["source-uid"] == claim["metadata"]["uid"]
+    assert got["ContentType"] == "application/x-qemu-disk"
+    assert body[:4] == b"QFI\xfb"
+    exported, back = tmp_path / "exported.qcow2", tmp_path / "back.raw"
+    exported.write_bytes(body)
+    disks.run("qemu-img", "convert", "-O", "raw", exported, back)
+    assert back.read_bytes()[: env.raw.stat().st_size] == env.raw.read_bytes()
+    assert out["parts"] >= 1 and out["job"]["namespace"] == env.namespace
+    assert any("phase" in line for line in out.get("lines") or [out["line"]])
+    assert env.s3.list_multipart_uploads(Bucket=env.bucket).get("Uploads", []) == []
+
+    # Nothing is left: the Job, its pod, the ConfigMap and the scratch claim are gone.
+    assert env.leftovers() == []
+
+    # The rerun found the claim's export and wrote nothing at all.
+    again = run["again"]
+    assert again["changed"] is False and again["action"] == "skip" and again["sha256"] == digest
+    writes = env.writes()
+    made = [w for w in writes if w[0] == "create"]
+    assert sorted(w[1] for w in made) == ["configmaps", "jobs", "persistentvolumeclaims"], writes
+
+
+@pytest.mark.suite("data-loss")
+def test_a_key_holding_another_export_is_refused_before_anything_is_written(env):
+    env.claim("first")
+    env.claim("second")
+    key = "windows/11/2026-08-10/windows11-x64-golden.qcow2"
+    first = run_playbook(kube_play(env.task("first", "first", key)), env=env.lab.env())
+    assert first.ok, first.log
+    before = env.s3.head_object(Bucket=env.bucket, Key=key)
+    env.lab.clear_audit()
+    run = run_playbook(kube_play(env.task("second", "second", key, ignore_errors=True)), env=env.lab.env())
+    out = run["second"]
+    assert run.entry("second")["status"] == "ignored" and out["refused"] is True, out
+    assert "s3://%s/%s" % (env.bucket, key) in out["msg"] and "new key" in out["msg"], out["msg"]
+    assert "pvc://%s/first" % env.namespace in out["msg"]
+    assert env.writes() == []
+    now = env.s3.head_object(Bucket=env.bucket, Key=key)
+    assert (now["ETag"], now["LastModified"]) == (before["ETag"], before["LastModified"])
+
+
+@pytest.mark.suite("bad-input")
+def test_bad_input_is_refused_before_anything_is_written(env):
+    env.claim("sealed")
+    env.core.create_namespaced_secret(
+        env.namespace, {"metadata": {"name": "no-keys"}, "stringData": {"user": "x"}}
+    )
+    env.lab.clear_audit()
+    tasks = [
+        env.task("no keys", "sealed", "a/b.qcow2", credentials_secret="no-keys", ignore_errors=True),
+        env.task("no secret", "sealed", "a/b.qcow2", credentials_secret="absent", ignore_errors=True),
+        env.task("no claim", "absent", "a/b.qcow2", ignore_errors=True),
+        env.task("bad key", "sealed", "../b.qcow2", ignore_errors=True),
+        env.task(
+            "url secret",
+            "sealed",
+            "a/b.qcow2",
+            pod_endpoint_url="http://user:pw@s3.local",
+            ignore_errors=True,
+        ),
+        env.task("no scratch", "sealed", "a/b.qcow2", scratch_size="0", ignore_errors=True),
+        env.task("negative", "sealed", "a/b.qcow2", wait_timeout=-5, ignore_errors=True),
+    ]
+    run = run_playbook(kube_play(*tasks), env=env.lab.env())
+    messages = {
+        t: run[t]["msg"]
+        for t in ("no keys", "no secret", "no claim", "bad key", "url secret", "no scratch", "negative")
+    }
+    assert all(run.entry(t)["status"] == "ignored" for t in messages), messages
+    assert "Secret %s/no-keys" % env.namespace in messages["no keys"] and "accessKeyId" in messages["no keys"]
+    assert "Secret %s/absent" % env.namespace in messages["no secret"]
+    assert "PersistentVolumeClaim %s/absent" % env.namespace in messages["no claim"]
+    assert "option key" in messages["bad key"]
+    assert "pw" not in messages["url secret"] and "pod_endpoint_url" in messages["url secret"]
+    assert "scratch_size" in messages["no scratch"]
+    assert "wait_timeout" in messages["negative"]
+    assert env.writes() == []
+    assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0
