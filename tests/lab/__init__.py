@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import os
 import pathlib
+import shutil
 
 import yaml
 
@@ -24,6 +25,7 @@ PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DEFAULT_VSC_ANNOTATION = "snapshot.storage.kubernetes.io/is-default-class"
 KUBEVIRT_NAMESPACE = "kubevirt"
+PORT_ATTEMPTS = 3
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 CSI_PARAMETER = "lab.goldenimage.io/csi"  # controllers/storage.py: volumes with no path on their PV
 KUBEVIRT_VERSION = "v1.8.2"  # before ExpandDisks went GA (v1.9.0): the feature gate decides
@@ -114,7 +116,8 @@ class Lab:
             self._s3_server.stop()
             self._s3_server = None
         if self.apiserver is not None:
-            self.store.close()
+            if self.store is not None:
+                self.store.close()
             self.apiserver.stop()
             self.apiserver = None
 
@@ -131,10 +134,21 @@ class Lab:
         from .tls import make_certificate
 
         self._ca_path, key_path = make_certificate(self.state_dir)
-        self.apiserver = ApiServer(
-            self.state_dir, self.tokens, self.faults, self._ca_path, key_path, port=self.port
-        )
-        self.apiserver.start()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.apiserver = ApiServer(
+                self.state_dir, self.tokens, self.faults, self._ca_path, key_path, port=self.port
+            )
+            try:
+                self.apiserver.start()
+                break
+            except RuntimeError as exc:
+                # A free port can be taken by another process before etcd or the API server binds it.
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    raise
+                if self.apiserver.store is not None:
+                    self.apiserver.store.close()
+                self.apiserver.stop()
+                shutil.rmtree(self.apiserver.dir, ignore_errors=True)
         self.store = self.apiserver.store
         self.server = self.apiserver.front
         self._apply_crds()

@@ -24,7 +24,7 @@ GATE_LABEL = "goldenimage.pipeline/clone-gate"
 SNAP = ("snapshot.storage.k8s.io", "v1")
 KV = ("kubevirt.io", "v1")
 AGENT_DELAY = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
-FAST = {"agent_timeout": 3, "disk_timeout": 3, "port_timeout": 2, "provision_timeout": 30, "poll_interval": 1}
+FAST = {"agent_timeout": 3, "disk_timeout": 3, "port_timeout": 2, "provision_timeout": 90, "poll_interval": 1}
 # Where the lab forwards each guest's port, passed to the gate as an operator names a Service.
 WINDOWS = {"port_probe": probe_template(3389)}
 LINUX = {"os": "linux", "port_probe": probe_template(22)}
@@ -316,7 +316,7 @@ def test_verdicts(gated):
 def test_a_kept_no_boot_names_the_console_class_the_kept_vm_and_pvc_and_the_command(lab, gated):
     run, wedged = gated["run"], gated["wedged"]
     result = run["zeros kept"]
-    assert run.entry("zeros kept")["status"] == "ignored" and result["verdict"] == "no_boot", result
+    assert run.entry("zeros kept")["status"] == "ignored" and result["verdict"] == "no_boot", result["msg"]
     assert result["console_class"] == "bootprompt", result
     assert "its console last showed bootprompt (firmware boot lines or a boot prompt" in result["msg"]
     vm = next(o for o in result["created"] if o["kind"] == "VirtualMachine")

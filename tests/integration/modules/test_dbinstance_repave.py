@@ -659,7 +659,7 @@ def test_hanging_stop_times_out_and_operator_refusal_stops(lab, fleet):
                 task(
                     "repave",
                     ignore_errors=True,
-                    **fleet.args(state="repaved", names=["hangs"], wait_timeout=3),
+                    **fleet.args(state="repaved", names=["hangs"], wait_timeout=8),
                 ),
                 # Our catalog allows it, the operator's refuses: its reason ends the repave.
                 task(

@@ -111,8 +111,8 @@ def seeded(tmp_path, monkeypatch):
     store = lab.store
     install_classes(store)
     ns_rt = store.resource("", "v1", "namespaces")
-    for name in (FS_NS, BLOCK_NS):
-        store.create(ns_rt, {"metadata": {"name": name}})
+    for name in (FS_NS, BLOCK_NS):  # the lab starts with them, enforcing PodSecurity baseline
+        assert store.exists(ns_rt, None, name)
     for name in PROJECTS:
         store.create(ns_rt, {"metadata": {"name": name, "labels": {"kube-dc.com/project": name}}})
     store.create(ns_rt, {"metadata": {"name": "not-a-project"}})
