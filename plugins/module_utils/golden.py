@@ -217,7 +217,8 @@ def observed_mode(obj):
 
 
 def is_active(obj):
-    return str(kinds.labels(obj).get(ACTIVE_LABEL, "")).lower() == "true"
+    """Active only with the label's value exactly ``"true"``, as the seeder reads it."""
+    return kinds.labels(obj).get(ACTIVE_LABEL) == "true"
 
 
 def is_ready(obj):
@@ -318,6 +319,12 @@ def validate_golden(obj, family=None, mode=None):
     if not str(annotations.get(OS_NAME_ANNOTATION) or "").strip():
         problems.append("annotation %s (the display name) is missing" % OS_NAME_ANNOTATION)
     problems.extend(_mode_problems(labels, annotations, meta.get("namespace")))
+    active = labels.get(ACTIVE_LABEL)
+    if active is not None and active != "true":
+        problems.append(
+            'label %s: %r is neither "true" nor absent (the seeder reads only "true")'
+            % (ACTIVE_LABEL, active)
+        )
 
     status = obj.get("status") or {}
     if status.get("readyToUse") is not True:
@@ -462,6 +469,14 @@ def plan_golden(
             "%s already exists with source %s, not PersistentVolumeClaim %s: a golden's content never "
             "changes; make a new golden under a new name (a new date or digest)"
             % (where, "PersistentVolumeClaim %s" % source if source else "a pre-provisioned content", pvc)
+        )
+    label_family = kinds.labels(existing).get(FAMILY_LABEL)
+    annotation_family = kinds.annotations(existing).get(FAMILY_ANNOTATION)
+    if label_family and annotation_family and label_family != annotation_family:
+        raise GoldenError(
+            "%s carries label %s=%s but annotation %s=%s: which family it serves is ambiguous, and stamping "
+            "would silently pick one; fix or remove the wrong key by hand, then adopt it"
+            % (where, FAMILY_LABEL, label_family, FAMILY_ANNOTATION, annotation_family)
         )
     seen_family = observed_family(existing)
     if seen_family and seen_family != family:

@@ -333,6 +333,11 @@ def resolve_serving(goldens, selections, family, mode):
 # Promotion through a selection --------------------------------------------------------------------
 
 
+# Where a new GoldenImageSelection goes: golden-images, one per family and mode, Block included, as the
+# operator guide lays them out. An existing one is written where it is (the consumer reads both).
+SELECTION_NAMESPACE = golden.NAMESPACES[golden.FILESYSTEM]
+
+
 def governing_selection(selections, family, mode):
     """The one selection to write for (family, mode), or None to create one; refuses a conflict."""
     governing = selections_for(selections, family, mode)

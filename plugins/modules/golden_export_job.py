@@ -31,7 +31,8 @@ description:
     is left alone and the task reports no change, with no Job; a key that holds anything else is refused.
     Export a changed image under a new key (a new date).
   - The Job, its pod, the ConfigMap and the scratch claim are deleted when the export ends, on failure and
-    on timeout too; what could not be deleted is reported by name with the command that removes it.
+    on timeout too (a multipart upload the killed Job left is aborted); what could not be deleted is reported
+    by name with the command that removes it.
   - The wait runs in rounds of O(report_every) seconds; the action plugin prints the Job's phase and
     percent (convert, sha256, upload) after each round.
 author:
@@ -251,6 +252,11 @@ left_behind:
   returned: when a delete failed
   type: list
   elements: dict
+aborted_uploads:
+  description: Ids of the multipart uploads to the key a failed or timed-out Job left, aborted by the module.
+  returned: when a failed export left one
+  type: list
+  elements: str
 log:
   description: The end of the Job's log, when it failed or timed out.
   returned: failure
@@ -613,7 +619,34 @@ class ExportJob(RoundRunner):
         if left:
             msg += "; %s" % self.leftover_note(left)
             fields["left_behind"] = left
+        aborted, problem = self.abort_pending()
+        if aborted:
+            fields["aborted_uploads"] = aborted
+        if problem:
+            msg += "; %s" % problem
         return PipelineError(msg, job=dict(self.ref), **fields)
+
+    def abort_pending(self):
+        """Abort the multipart uploads to the key that a killed Job left (its pod is gone by now), so a
+        failed export leaves no stored parts behind either; ``(upload ids, problem or None)``."""
+        p = self.p
+        aborted = []
+        try:
+            client = s3_client_from_params(p)
+            answer = client.list_multipart_uploads(Bucket=p["bucket"], Prefix=p["key"])
+            for upload in answer.get("Uploads") or []:
+                if upload.get("Key") == p["key"]:
+                    client.abort_multipart_upload(
+                        Bucket=p["bucket"], Key=p["key"], UploadId=upload["UploadId"]
+                    )
+                    aborted.append(upload["UploadId"])
+        except Exception as exc:
+            where = "s3://%s/%s" % (p["bucket"], p["key"])
+            return aborted, "could not abort the pending uploads to %s: %s" % (
+                where,
+                call_failed("abort", exc).msg,
+            )
+        return aborted, None
 
     def cleanup(self):
         p = self.p

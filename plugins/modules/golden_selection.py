@@ -114,7 +114,10 @@ options:
     aliases: [verify_interval]
   namespace:
     description:
-      - Namespace of the C(GoldenImageSelection) objects. Defaults to the golden namespace of O(mode).
+      - Namespace a new C(GoldenImageSelection) is made in. Defaults to C(golden-images), for both modes (one
+        selection per family and mode, Block included, as the operator guide lays them out). A selection that
+        already governs the family and mode is written where it is; selections are read from both golden
+        namespaces (and this one).
     type: str
   project_selector:
     description:
@@ -235,7 +238,7 @@ selected:
     selection:
       description: C(<namespace>/<name>) of the GoldenImageSelection written (selection path).
       type: str
-      sample: golden-images-block/ubuntu-24-04-block
+      sample: golden-images/ubuntu-24-04-block
     handle:
       description: Snapshot handle of the golden's bound content, what every project should resolve to.
       type: str
@@ -436,7 +439,7 @@ class Promotion:
         self.result["mode"] = self.mode
         self.result["family"] = self.family
         self.golden_ns = golden.namespace_for(self.mode)
-        self.selection_ns = p["namespace"] or self.golden_ns
+        self.selection_ns = p["namespace"] or rules.SELECTION_NAMESPACE
 
     def read(self):
         goldens = self.module.list(API, KIND, self.golden_ns)

@@ -45,3 +45,39 @@ def test_no_second_hand_written_option_table(role):
     outside = readme.replace(role_options.current(role), "")
     rows = [line for line in outside.splitlines() if line.startswith("| `%s_" % role)]
     assert not rows, "%s: option rows outside the generated table: %s" % (role, rows)
+
+
+def _yaml_blocks(text):
+    import re
+
+    import yaml
+
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+        try:
+            yield yaml.safe_load(block)
+        except yaml.YAMLError:
+            continue  # an excerpt, indented as part of a larger file
+
+
+def _http_sources(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("http"), dict):
+            yield node["http"]
+        for value in node.values():
+            yield from _http_sources(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _http_sources(value)
+
+
+def test_no_example_reads_an_s3_or_rgw_bucket_with_a_secret_ref():
+    """CDI sends a secretRef as basic auth, which S3 and RGW refuse: the examples a reader copies presign."""
+    found = []
+    for readme in sorted((ROOT / "roles").glob("*/README.md")):
+        for block in _yaml_blocks(readme.read_text()):
+            for http in _http_sources(block):
+                if "rgw" in str(http.get("url", "")) or "s3" in str(http.get("url", "")):
+                    found.append((readme.parent.name, http.get("url"), sorted(http)))
+    assert found, "the examples of the private-bucket import are gone"
+    assert [f for f in found if "secret_ref" in f[2]] == []
+    assert all("presign" in f[2] for f in found), found

@@ -232,3 +232,21 @@ def test_bad_input_is_refused_before_anything_is_written(env):
     assert "wait_timeout" in messages["negative"]
     assert env.writes() == []
     assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0
+
+
+@pytest.mark.suite("data-loss")
+def test_a_timeout_leaves_no_object_no_parts_and_no_objects_behind(env):
+    """The Job's deadline is the wait's: past it the Job is killed, what the export made is deleted and a
+    multipart upload it left is aborted; the key stays free."""
+    env.claim("slow")
+    key = "windows/11/2026-08-11/windows11-x64-golden.qcow2"
+    run = run_playbook(
+        kube_play(env.task("late", "slow", key, wait_timeout=1, wait_sleep=1, ignore_errors=True)),
+        env=env.lab.env(),
+    )
+    out = run["late"]
+    assert run.entry("late")["status"] == "ignored", out
+    assert "timed out" in out["msg"] or "failed" in out["msg"], out["msg"]
+    assert env.leftovers() == []
+    assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0
+    assert env.s3.list_multipart_uploads(Bucket=env.bucket).get("Uploads", []) == []

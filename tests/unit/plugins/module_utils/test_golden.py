@@ -181,6 +181,20 @@ def test_inconsistencies_are_reported():
     ]
 
 
+@pytest.mark.parametrize("value", ["True", "yes", "1", "false", ""])
+def test_golden_active_is_exactly_true_or_absent(value):
+    obj = snapshot(labels={g.FAMILY_LABEL: "ubuntu-24-04", g.MODE_KEY: "Filesystem", g.ACTIVE_LABEL: value})
+    assert g.validate_golden(obj) == [
+        'label kube-dc.com/golden-active: %r is neither "true" nor absent (the seeder reads only "true")'
+        % value
+    ]
+    assert g.is_active(obj) is False
+    obj["metadata"]["labels"][g.ACTIVE_LABEL] = "true"
+    assert g.validate_golden(obj) == [] and g.is_active(obj) is True
+    del obj["metadata"]["labels"][g.ACTIVE_LABEL]
+    assert g.validate_golden(obj) == [] and g.is_active(obj) is False
+
+
 def test_mode_label_and_annotation_disagree_or_are_unreadable():
     obj = snapshot(
         labels={g.FAMILY_LABEL: "u", g.MODE_KEY: "Block"},
@@ -302,6 +316,29 @@ class TestPlan:
     def test_existing_from_another_source_is_refused(self):
         with pytest.raises(g.GoldenError, match="content never changes; make a new golden"):
             g.plan_golden(snapshot(), pvc="other", **self.args)
+
+    def test_adoption_refuses_a_family_label_and_annotation_that_disagree(self):
+        # The label says the requested family, the annotation another: stamping would overwrite one.
+        torn = snapshot(
+            labels={g.FAMILY_LABEL: "ubuntu-24-04"},
+            annotations={g.FAMILY_ANNOTATION: "debian-12", g.OS_NAME_ANNOTATION: "Ubuntu 24.04"},
+        )
+        with pytest.raises(g.GoldenError) as caught:
+            g.plan_golden(torn, adopt=True, **self.args)
+        assert (
+            "label kube-dc.com/golden-os=ubuntu-24-04 but annotation kube-dc.com/os-family-id=debian-12"
+            in str(caught.value)
+        )
+        assert "fix or remove the wrong key by hand" in str(caught.value)
+
+    def test_adoption_accepts_a_family_given_only_by_the_annotation(self):
+        annotated = snapshot(labels={}, annotations={g.FAMILY_ANNOTATION: "ubuntu-24-04"})
+        plan = g.plan_golden(annotated, adopt=True, **self.args)
+        assert plan["action"] == "stamp"
+        assert plan["patch"]["metadata"]["labels"][g.FAMILY_LABEL] == "ubuntu-24-04"
+        other = snapshot(labels={}, annotations={g.FAMILY_ANNOTATION: "debian-12"})
+        with pytest.raises(g.GoldenError, match="carries family debian-12, not ubuntu-24-04"):
+            g.plan_golden(other, adopt=True, **self.args)
 
     def test_adoption_needs_consent(self):
         bare = snapshot(labels={}, annotations={})

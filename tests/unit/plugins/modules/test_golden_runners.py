@@ -235,6 +235,32 @@ def test_golden_selection_rollback_run_twice_writes_once():
     assert result["changed"] is False and result["rollback"]["noop"] is True and again.writes == []
 
 
+def block_golden(name):
+    found = golden(name)
+    found["metadata"]["namespace"] = "golden-images-block"
+    found["metadata"]["labels"]["kube-dc.com/golden-mode"] = "Block"
+    found["metadata"]["annotations"]["kube-dc.com/golden-mode"] = "Block"
+    return found
+
+
+def test_golden_selection_of_a_block_golden_is_made_in_golden_images():
+    """The guide's layout: one selection per family and mode, all in golden-images, Block included."""
+    params = selection_params(snapshot="b1", mode="Block", wait=False)
+    kube = FakeKube(params, [block_golden("b1")])
+    golden_selection.Promotion(kube).run()
+    assert kube.writes == [("create", "GoldenImageSelection", FS, "deb-block")]
+
+
+def test_golden_selection_writes_an_existing_block_selection_where_it_is():
+    old = sel("b1")
+    old["metadata"].update(name="deb-block", namespace="golden-images-block")
+    old["spec"]["mode"] = "Block"
+    params = selection_params(snapshot="b2", mode="Block", wait=False)
+    kube = FakeKube(params, [block_golden("b1"), block_golden("b2"), old])
+    golden_selection.Promotion(kube).run()
+    assert kube.writes == [("patch", "GoldenImageSelection", "golden-images-block", "deb-block")]
+
+
 def test_golden_selection_without_the_crd_refuses_the_selection_method():
     kube = FakeKube(selection_params(snapshot="g1"), [golden("g1")], served=())
     with pytest.raises(Refusal, match="install it, or use method: label"):
