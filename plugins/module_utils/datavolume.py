@@ -9,6 +9,10 @@ failing importer pod by itself (``restartCount`` grows, the Running condition sa
 phase may still succeed and is waited for until the time-out, which then says whether the import was
 stuck or still working. A DataVolume that stays absent is an error at once: a create that was lost
 or swallowed, or a deletion, will not fix itself by waiting.
+
+A DataVolume left ``Failed`` by an earlier run stops the next run before it writes (``rerun_refusal``):
+writing the same name again only patches the spec, which does not start a new import, and the wait would
+then report the old failure as the new run's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -119,3 +123,33 @@ def timeout_message(namespace, name, seen, timeout, verdict_words, hint=""):
         last_seen(seen),
     )
     return "%s %s" % (msg, hint) if hint else msg
+
+
+def blocks_rerun(dv):
+    """Whether the DataVolume as read before a run writes it (None: absent) is a failed import."""
+    return dv is not None and observe(dv)["phase"] == FAILED
+
+
+def rerun_refusal(dv, replace_option):
+    """The message that stops a run over a Failed DataVolume, or ``""`` when ``dv`` does not block it.
+
+    ``replace_option`` names the setting that has the run delete the DataVolume and create it anew.
+    """
+    if not blocks_rerun(dv):
+        return ""
+    seen = observe(dv)
+    where = "%s/%s" % (kinds.namespace(dv), kinds.name(dv))
+    return (
+        "%s is Failed from an earlier import (progress %s, restartCount %d): %s. Nothing was written: "
+        "patching it would not import again, and the wait would report that failure as this run's. Fix the "
+        "source if it is wrong, then delete the Failed DataVolume %s first, or set %s: true to have it "
+        "deleted and created anew."
+        % (
+            subject(kinds.namespace(dv), kinds.name(dv)),
+            seen["progress"],
+            seen["restarts"],
+            seen["message"],
+            where,
+            replace_option,
+        )
+    )

@@ -76,13 +76,18 @@ class Env:
     def _s3(self):
         return self.lab.s3.client()
 
+    def key(self, path: pathlib.Path, family: str) -> str:
+        """The object's key under the mirror's digest layout."""
+        return "%s/1/sha256-%s/%s" % (family, sha256(path), path.name)
+
+    def url(self, path: pathlib.Path, family: str) -> str:
+        return "%s/%s/%s" % (self.lab.s3.endpoint_url, self.bucket, self.key(path, family))
+
     def upload(self, path: pathlib.Path, family: str, public: bool = True) -> tuple[str, str]:
         """(url, sha256 hex) of the object under the mirror's digest key; anonymously readable if public."""
-        digest = sha256(path)
-        key = "%s/1/sha256-%s/%s" % (family, digest, path.name)
         extra = {"ACL": "public-read"} if public else {}
-        self.s3.upload_file(str(path), self.bucket, key, ExtraArgs=extra)
-        return "%s/%s/%s" % (self.lab.s3.endpoint_url, self.bucket, key), digest
+        self.s3.upload_file(str(path), self.bucket, self.key(path, family), ExtraArgs=extra)
+        return self.url(path, family), sha256(path)
 
     def snapshot(self, namespace: str, name: str) -> dict | None:
         from kubernetes.client.rest import ApiException
@@ -303,6 +308,85 @@ def test_failed_imports_stop_with_the_cdi_message(env):
     assert env.names(env.batch.list_namespaced_job, BLOCK_NS) == []
     assert env.snapshot(BLOCK_NS, golden_name(faulty, digest)) is None
     assert env.snapshot(BLOCK_NS, golden_name(mismatched, wrong)) is None
+
+
+@pytest.mark.parametrize(
+    "tasks_from, namespace, suffix, items",
+    [
+        ("main", BLOCK_NS, "-import", "linux_golden_images"),
+        ("distribute", FS_NS, "-disk", "linux_golden_artifacts"),
+    ],
+)
+def test_a_rerun_over_a_failed_import_refuses_it_or_replaces_it(env, tasks_from, namespace, suffix, items):
+    """A rerun over a Failed DataVolume writes nothing and names it (a patch would show the old failure as
+    new); with linux_golden_replace_failed it is deleted and created anew, and the import succeeds."""
+    family = "%s-%s" % (env.prefix, tasks_from[:4])
+    raw, qcow2 = make_disk(env.tmp, 8)
+    digest = sha256(qcow2)
+    url = env.url(qcow2, family)  # not uploaded yet: CDI gets a 404
+    name = golden_name(family, digest)
+    dv_name = name + suffix
+    role_vars = {items: [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]}
+
+    def rerun(title):
+        return run_playbook(
+            role_play(include(title, tasks_from=tasks_from, rescue_name=title + " refused", **role_vars)),
+            env=env.lab.env(),
+            timeout=240,
+        )
+
+    def read_dv():
+        return env.custom.get_namespaced_custom_object(
+            "cdi.kubevirt.io", "v1beta1", namespace, "datavolumes", dv_name
+        )
+
+    first = rerun("missing object")
+    assert first.ok, first.log
+    assert "got 404" in first["missing object refused"]["msg"], first["missing object refused"]
+    failed = read_dv()
+    assert failed["status"]["phase"] == "Failed"
+
+    env.lab.clear_audit()
+    again = rerun("rerun")
+    assert again.ok, again.log
+    refused = again["rerun refused"]["msg"]
+    where = "%s/%s" % (namespace, dv_name)
+    assert "DataVolume %s is Failed from an earlier import" % where in refused, refused
+    assert "got 404" in refused, refused
+    assert (
+        "delete the Failed DataVolume %s first, or set linux_golden_replace_failed: true" % where in refused
+    )
+    # Refused before any write: the DataVolume is the one the first run left, untouched.
+    writes = [
+        (r["verb"], r["resource"], r["name"])
+        for r in env.lab.mutating_requests()
+        if r["namespace"] == namespace
+    ]
+    assert writes == [], writes
+    assert read_dv()["metadata"]["resourceVersion"] == failed["metadata"]["resourceVersion"]
+
+    env.upload(qcow2, family)
+    env.lab.clear_audit()
+    replaced = run_playbook(
+        role_play(include("replace", tasks_from=tasks_from, linux_golden_replace_failed=True, **role_vars)),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert replaced.ok, replaced.log
+    dv_writes = [
+        r["verb"]
+        for r in env.lab.mutating_requests()
+        if r["resource"] == "datavolumes" and r["name"] == dv_name and not r["subresource"]
+    ]
+    # Deleted, then created anew (main then removes it as an intermediate).
+    assert dv_writes[:2] == ["delete", "create"], dv_writes
+    assert "patch" not in dv_writes, dv_writes
+    assert env.snapshot(namespace, name)["status"]["readyToUse"] is True
+    assert env.golden_bytes(namespace, name) == raw.read_bytes()
+    if tasks_from == "distribute":
+        kept = read_dv()
+        assert kept["status"]["phase"] == "Succeeded"
+        assert kept["metadata"]["uid"] != failed["metadata"]["uid"]
 
 
 def test_distribute_from_a_private_bucket_and_a_registry_source(env):

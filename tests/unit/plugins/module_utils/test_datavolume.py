@@ -88,3 +88,37 @@ def test_line_and_messages():
     assert datavolume.absent_message("ns", "x", 10).startswith(
         "DataVolume ns/x does not exist (read as absent for 10s)"
     )
+
+
+def test_only_a_failed_dataVolume_blocks_a_rerun():
+    assert datavolume.blocks_rerun(None) is False
+    for phase in (None, "Pending", "ImportInProgress", "Succeeded", "Paused", "Unknown"):
+        assert datavolume.blocks_rerun(dv(phase)) is False, phase
+        assert datavolume.rerun_refusal(dv(phase), "replace_it") == "", phase
+    assert datavolume.rerun_refusal(None, "replace_it") == ""
+    assert datavolume.blocks_rerun(dv("Failed")) is True
+
+
+def test_the_refusal_names_the_dataVolume_its_last_failure_and_the_fix():
+    failed = dv(
+        "Failed",
+        "N/A",
+        3,
+        [
+            {"type": "Bound", "status": "True", "message": "PVC x Bound"},
+            {"type": "Running", "status": "False", "message": "expected status code 200, got 404"},
+        ],
+    )
+    assert datavolume.rerun_refusal(failed, "linux_golden_replace_failed") == (
+        "DataVolume ns/x is Failed from an earlier import (progress N/A, restartCount 3): expected status "
+        "code 200, got 404. Nothing was written: patching it would not import again, and the wait would "
+        "report that failure as this run's. Fix the source if it is wrong, then delete the Failed DataVolume "
+        "ns/x first, or set linux_golden_replace_failed: true to have it deleted and created anew."
+    )
+
+
+def test_the_refusal_falls_back_to_any_condition_message():
+    bound_only = dv("Failed", conditions=[{"type": "Bound", "message": "PVC x Bound"}])
+    assert "restartCount 0): PVC x Bound." in datavolume.rerun_refusal(bound_only, "r")
+    bare = dv("Failed")
+    assert "): no condition message." in datavolume.rerun_refusal(bare, "r")
