@@ -61,3 +61,54 @@ options:
 requirements:
   - boto3 (on the controller)
 """
+
+    # The connection options without validate_certs, for a module that also talks to a cluster: it shares
+    # kubernetes.core's validate_certs (its verify_ssl alias and K8S_AUTH_VERIFY_SSL fallback included).
+    CONNECTION = r"""
+notes:
+  - This module is in the C(goldenimage.pipeline.s3) action group. Set the endpoint and credentials once for
+    every module of the group with C(module_defaults), under C(group/goldenimage.pipeline.s3).
+options:
+  endpoint_url:
+    description:
+      - URL of an S3-compatible endpoint (Ceph RGW, MinIO, a loopback test server). Omit for AWS S3.
+      - An endpoint URL with user-info (C(https://key:secret@host)) is refused before any request; give the
+        keys in O(access_key) and O(secret_key).
+      - When set, requests use path-style addressing (C(https://host/bucket/key)), which every
+        S3-compatible server accepts.
+      - Falls back to the E(AWS_ENDPOINT_URL_S3), then E(AWS_ENDPOINT_URL) environment variable.
+    type: str
+    aliases: [s3_url, aws_endpoint_url]
+  access_key:
+    description:
+      - The access key ID.
+      - Falls back to E(AWS_ACCESS_KEY_ID), then the usual boto3 credential chain (profile, instance role).
+    type: str
+    aliases: [aws_access_key_id, aws_access_key]
+  secret_key:
+    description:
+      - The secret access key. Never logged.
+      - Falls back to E(AWS_SECRET_ACCESS_KEY).
+    type: str
+    aliases: [aws_secret_access_key, aws_secret_key]
+  session_token:
+    description:
+      - A session token for temporary credentials. Never logged.
+      - Falls back to E(AWS_SESSION_TOKEN).
+    type: str
+    aliases: [aws_session_token]
+  region:
+    description:
+      - The region to sign requests for. Most S3-compatible servers accept any value.
+      - Falls back to E(AWS_REGION), then E(AWS_DEFAULT_REGION); C(us-east-1) when none is set.
+    type: str
+    aliases: [aws_region]
+  ca_bundle:
+    description:
+      - A PEM file of CA certificates to verify the endpoint with (a private CA).
+      - Falls back to E(AWS_CA_BUNDLE).
+    type: path
+    aliases: [aws_ca_bundle]
+requirements:
+  - boto3 (on the controller)
+"""

@@ -148,7 +148,7 @@ options:
     type: dict
     default: {}
 extends_documentation_fragment:
-  - goldenimage.pipeline.s3
+  - goldenimage.pipeline.s3.connection
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
@@ -167,7 +167,7 @@ attributes:
 notes:
   - The S3 connection options (O(endpoint_url), O(access_key), O(secret_key)...) are the controller's, used
     to read the key before and after the export; the Job's credentials come from O(credentials_secret).
-    O(validate_certs) applies to both the Kubernetes API and this S3 endpoint, and is on unless set to false.
+    O(validate_certs) applies to both the Kubernetes API and this S3 endpoint (unset, S3 verifies).
   - Run the BYOL guard (M(goldenimage.pipeline.bucket_exposure)) right before this module, and again on the
     uploaded object; the M(goldenimage.pipeline.windows_export) role does both.
 seealso:
@@ -321,8 +321,8 @@ def argument_spec():
         labels={"type": "dict", "default": {}},
     )
     s3 = s3_arg_spec()
-    # One validate_certs for both connections, on by default, with kubernetes.core's verify_ssl alias.
-    s3["validate_certs"] = {"type": "bool", "default": True, "aliases": ["verify_ssl"]}
+    # One validate_certs for both connections: kubernetes.core's (unset verifies S3 too).
+    del s3["validate_certs"]
     return dict(spec, **s3)
 
 
