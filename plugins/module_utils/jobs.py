@@ -24,6 +24,8 @@ FAILED = "Failed"
 FORMATS = ("raw", "qcow2")
 MANAGED_BY = ("app.kubernetes.io/managed-by", "goldenimage.pipeline")
 LOG_TAIL_CHARS = 4000
+# What an export Job made carries this label (value: the Job's name): only such objects are ever deleted.
+EXPORT_MARK = "goldenimage.pipeline/export-job"
 EXPORT_SCRATCH = "/scratch"
 EXPORT_CODE = "/exporter"
 EXPORT_PACKAGE = "ansible_collections/goldenimage/pipeline/plugins/module_utils"
@@ -151,6 +153,28 @@ def export_job_definition(name, namespace, labels, image, sealed, scratch, files
     items = [{"key": key, "path": "%s/%s" % (EXPORT_PACKAGE, key)} for key in sorted(files)]
     pod["volumes"].append({"name": "exporter", "configMap": {"name": name, "items": items}})
     return definition
+
+
+def is_export_object(obj, name):
+    """Whether ``obj`` was made by the export Job ``name`` (its mark), so the export may delete it."""
+    return kinds.labels(obj).get(EXPORT_MARK) == name
+
+
+def refuse_foreign_objects(found, name, namespace):
+    """Refuse an export whose Job, ConfigMap or scratch claim name is taken by an object it did not make:
+    it would adopt it, and delete it at its end. ``found``: the objects read under those names."""
+    foreign = [
+        "%s %s/%s" % (o.get("kind"), namespace, kinds.name(o))
+        for o in found
+        if o and not is_export_object(o, name)
+    ]
+    if foreign:
+        raise Refusal(
+            ", ".join(foreign),
+            "it exists and was not made by export Job %s (no %s=%s label); the export would write over it "
+            "and delete it when done" % (name, EXPORT_MARK, name),
+            "give the export another name; nothing was written",
+        )
 
 
 def outcome(job):

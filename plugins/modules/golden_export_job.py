@@ -420,7 +420,7 @@ class ExportJob(RoundRunner):
     # ------------------------------------------------------------ the objects
     def definitions(self, claim, secret, part_size):
         p = self.p
-        labels = dict(p["labels"], **{"app.kubernetes.io/name": "golden-export"})
+        labels = dict(p["labels"], **{"app.kubernetes.io/name": "golden-export", jobs.EXPORT_MARK: p["name"]})
         volume = {"name": "source", "path": SOURCE_PATH, "file": p["file"], "read_only": True}
         if jobs.claim_mode(claim) == "Block":
             volume["path"] = "/dev/source"
@@ -505,6 +505,14 @@ class ExportJob(RoundRunner):
             result["diff"] = {"before": summary, "after": summary}
             return None
         made = self.definitions(claim, secret, part_size)
+        jobs.refuse_foreign_objects(
+            [
+                self.module.get(d["apiVersion"], d["kind"], d["metadata"]["name"], p["namespace"])
+                for d in made[:2]
+            ],
+            p["name"],
+            p["namespace"],
+        )
         result.update(action="upload", changed=True, diff=object_diff(None, made[-1]))
         if self.check_mode:
             return None
@@ -534,6 +542,8 @@ class ExportJob(RoundRunner):
                 return dict(result, done=done, line=line)
             result["changed"] = True
         else:
+            # A Job of this name from an interrupted export is waited for; any other is not touched.
+            jobs.refuse_foreign_objects([job], p["name"], p["namespace"])
             result.update(action="upload", changed=True)
         percent = None
         while True:
@@ -649,45 +659,35 @@ class ExportJob(RoundRunner):
         return aborted, None
 
     def cleanup(self):
-        p = self.p
+        """Delete what this export made, read first: an object without the export's mark is left alone."""
+        p, ns = self.p, self.p["namespace"]
         left = []
         timeout, sleep = 120, min(2, p["wait_sleep"])
 
-        def attempt(kind, name, call):
+        def remove(api_version, kind, name, **options):
             try:
-                call()
+                found = self.module.get(api_version, kind, name, ns)
+                if found is not None and jobs.is_export_object(found, p["name"]):
+                    self.module.delete(api_version, kind, name, ns, **options)
             except PipelineError as exc:
                 left.append({"kind": kind, "name": name, "error": exc.msg})
 
-        attempt(
-            "Job",
-            p["name"],
-            lambda: self.module.delete(
-                "batch/v1", "Job", p["name"], p["namespace"], propagation="Background"
-            ),
-        )
+        remove("batch/v1", "Job", p["name"], propagation="Background")
+        selector = "job-name=%s,%s=%s" % (p["name"], jobs.EXPORT_MARK, p["name"])
         try:
-            pods = self.module.list("v1", "Pod", p["namespace"], label_selector="job-name=%s" % p["name"])
+            pods = self.module.list("v1", "Pod", ns, label_selector=selector)
         except PipelineError as exc:
             pods = []
-            left.append({"kind": "Pod", "name": "job-name=%s" % p["name"], "error": exc.msg})
+            left.append({"kind": "Pod", "name": selector, "error": exc.msg})
         for pod in pods:
             name = pod["metadata"]["name"]
-            attempt(
-                "Pod",
-                name,
-                lambda name=name, pod=pod: self.module.delete_and_wait(
-                    "v1", "Pod", name, p["namespace"], timeout, sleep, before=pod
-                ),
-            )
-        attempt(
-            "ConfigMap", p["name"], lambda: self.module.delete("v1", "ConfigMap", p["name"], p["namespace"])
-        )
-        attempt(
-            "PersistentVolumeClaim",
-            self.scratch,
-            lambda: self.module.delete("v1", "PersistentVolumeClaim", self.scratch, p["namespace"]),
-        )
+            try:
+                # A pod that still exists still holds the claims: wait until it is gone.
+                self.module.delete_and_wait("v1", "Pod", name, ns, timeout, sleep, before=pod)
+            except PipelineError as exc:
+                left.append({"kind": "Pod", "name": name, "error": exc.msg})
+        remove("v1", "ConfigMap", p["name"])
+        remove("v1", "PersistentVolumeClaim", self.scratch)
         return left
 
     def leftover_note(self, left):

@@ -250,3 +250,28 @@ def test_a_timeout_leaves_no_object_no_parts_and_no_objects_behind(env):
     assert env.leftovers() == []
     assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0
     assert env.s3.list_multipart_uploads(Bucket=env.bucket).get("Uploads", []) == []
+
+
+@pytest.mark.suite("data-loss")
+def test_names_taken_by_objects_it_did_not_make_are_refused_and_never_deleted(env):
+    """The scratch claim's name is derived from the Job's: an unrelated claim under it (here the sealed
+    disk itself, and another team's volume) is refused before any write and never deleted."""
+    env.claim("db-scratch")  # someone's volume that happens to carry the scratch name of Job "db"
+    env.claim("vol-scratch")  # a sealed disk named like the scratch claim of Job "vol"
+    env.lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            env.task("taken", "vol-scratch", "a/b.qcow2", name="db", ignore_errors=True),
+            env.task("itself", "vol-scratch", "a/c.qcow2", name="vol", ignore_errors=True),
+        ),
+        env=env.lab.env(),
+    )
+    for title, claim in (("taken", "db-scratch"), ("itself", "vol-scratch")):
+        out = run[title]
+        assert run.entry(title)["status"] == "ignored" and out["refused"] is True, out
+        assert "PersistentVolumeClaim %s/%s" % (env.namespace, claim) in out["msg"]
+        assert "another name" in out["msg"]
+    assert env.writes() == []
+    names = [c.metadata.name for c in env.core.list_namespaced_persistent_volume_claim(env.namespace).items]
+    assert sorted(names) == ["db-scratch", "vol-scratch"]
+    assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0

@@ -97,3 +97,15 @@ def test_outcome_counts_and_progress():
         msg == "Job ns/j failed: BackoffLimitExceeded: too many. No golden was made. "
         "Log of the last pod: qemu-img: Could not open"
     )
+
+
+def test_an_export_only_ever_claims_objects_carrying_its_mark():
+    ours = {"kind": "ConfigMap", "metadata": {"name": "x", "labels": {jobs.EXPORT_MARK: "x"}}}
+    other_job = {"kind": "ConfigMap", "metadata": {"name": "x", "labels": {jobs.EXPORT_MARK: "y"}}}
+    foreign = {"kind": "PersistentVolumeClaim", "metadata": {"name": "x-scratch", "labels": {}}}
+    assert jobs.is_export_object(ours, "x") and not jobs.is_export_object(other_job, "x")
+    jobs.refuse_foreign_objects([None, ours], "x", "ns")  # absent or ours: go on
+    with pytest.raises(Refusal) as caught:
+        jobs.refuse_foreign_objects([foreign, other_job], "x", "ns")
+    assert caught.value.msg.startswith("PersistentVolumeClaim ns/x-scratch, ConfigMap ns/x: it exists")
+    assert caught.value.msg.endswith("give the export another name; nothing was written")
