@@ -13,6 +13,7 @@ Debian packages: gdisk, ntfs-3g, wimtools, e2fsprogs, qemu-utils, libhivex-bin.
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import shutil
 import subprocess
@@ -114,14 +115,21 @@ def place(disk: pathlib.Path, part: pathlib.Path, offset: int) -> None:
     )
 
 
+def _scratch(target: pathlib.Path) -> pathlib.Path:
+    """Where one process builds ``target`` before renaming it into place: test workers that build the
+    same cached file at once each write their own, and the last rename wins with identical bytes."""
+    scratch = target.with_name("%s.%d.tmp" % (target.name, os.getpid()))
+    scratch.unlink(missing_ok=True)
+    return scratch
+
+
 def gpt_disk(path: pathlib.Path, disk_size: int, layout: list[str]) -> pathlib.Path:
     """A sparse disk with the GPT ``sgdisk <layout>`` writes (made once per layout, then copied)."""
     key = hashlib.sha256(("%d %s" % (disk_size, " ".join(layout))).encode()).hexdigest()[:16]
     template = GPT_CACHE / ("%s.raw" % key)
     if not template.exists():
         GPT_CACHE.mkdir(parents=True, exist_ok=True)
-        scratch = template.with_suffix(".tmp")
-        scratch.unlink(missing_ok=True)
+        scratch = _scratch(template)
         run("truncate", "-s", str(disk_size), scratch)
         run("sgdisk", *layout, scratch)
         scratch.rename(template)
@@ -199,8 +207,7 @@ def system_hive(**settings) -> bytes:
     cached = GPT_CACHE / ("SYSTEM-%s" % key)
     if not cached.exists():
         GPT_CACHE.mkdir(parents=True, exist_ok=True)
-        scratch = cached.with_suffix(".tmp")
-        scratch.unlink(missing_ok=True)
+        scratch = _scratch(cached)
         hives.system_hive(scratch, **settings)
         scratch.rename(cached)
     return cached.read_bytes()
