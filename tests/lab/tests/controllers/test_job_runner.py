@@ -14,6 +14,7 @@ import pytest
 
 from tests.lab.controllers import jobs
 from tests.lab.controllers.jobs import rewrite_arg
+from tests.lab.controllers.kit import modify
 from tests.lab.controllers.storage import volume_path
 
 from .conftest import until
@@ -372,9 +373,14 @@ def test_suspending_a_running_job_deletes_its_pod(mini):
         lambda: any(p["status"]["phase"] == "Running" for p in job_pods(mini, "interrupted")), what="running"
     )
     (pod,) = job_pods(mini, "interrupted")
-    job = mini.get("batch", "jobs", "interrupted")
-    job["spec"]["suspend"] = True
-    mini.store.update(mini.rt("batch", "jobs"), job)
+    # Read-modify-write as a client does: the controller writes the Job's status meanwhile (a 409).
+    modify(
+        mini.store,
+        mini.rt("batch", "jobs"),
+        mini.namespace,
+        "interrupted",
+        lambda j: j["spec"].update(suspend=True),
+    )
     mini.wait_gone("", "pods", pod["metadata"]["name"])
     job = mini.wait(
         "batch", "jobs", "interrupted", lambda j: (cond(j, "Suspended") or {}).get("status") == "True"
