@@ -35,6 +35,10 @@ description:
     by name with the command that removes it.
   - The wait runs in rounds of O(report_every) seconds; the action plugin prints the Job's phase and
     percent (convert, sha256, upload) after each round.
+  - With O(state=absent) the module removes what an interrupted export (a killed controller) left under
+    O(name), the Job with its pods, the ConfigMap and the scratch claim, and aborts the multipart uploads to
+    O(key) when O(bucket) and O(key) are given. Each object is read first; one without this export's
+    C(goldenimage.pipeline/export-job) label is not deleted and is reported in RV(left_alone).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -49,11 +53,17 @@ options:
       - Namespace of O(pvc), where the Job runs.
     type: str
     required: true
+  state:
+    description:
+      - V(present) exports; V(absent) removes what an interrupted export of this O(name) left.
+    type: str
+    choices: [present, absent]
+    default: present
   pvc:
     description:
       - The sealed disk, a Block claim or a Filesystem claim holding O(file).
+      - Required with O(state=present).
     type: str
-    required: true
   file:
     description:
       - The disk image file in a Filesystem O(pvc).
@@ -62,22 +72,22 @@ options:
   bucket:
     description:
       - Bucket to upload to. It must exist.
+      - Required with O(state=present).
     type: str
-    required: true
   key:
     description:
       - Key of the object, for example C(windows/11/2026-08-09/windows11-x64-golden.qcow2); the collection's
         one key rule applies (no leading C(/), no empty, C(.) or C(..) segment, at most 1,024 bytes).
+      - Required with O(state=present).
     type: str
-    required: true
   credentials_secret:
     description:
       - Secret in O(namespace) holding the S3 credentials the Job signs with. Its keys are
         O(access_key_field) and O(secret_key_field) (and, when present, O(session_token_field)).
       - The module checks that the Secret has both keys before anything is written; it never reads or
         prints their values.
+      - Required with O(state=present).
     type: str
-    required: true
   access_key_field:
     description:
       - Key of the access key id in O(credentials_secret).
@@ -114,8 +124,8 @@ options:
       - Container image of the Job. It needs C(python3) (the standard library only) and C(qemu-img). Build
         it from C(images/golden-export/Containerfile) in the collection and push it to a registry the cluster
         pulls from (on an air-gapped cluster, the local mirror).
+      - Required with O(state=present).
     type: str
-    required: true
   compress:
     description:
       - Write a compressed qcow2 (C(qemu-img convert -c)).
@@ -158,6 +168,7 @@ attributes:
     support: full
     details:
       - Reads the claim, the Secret and the key, and reports whether an export would run; creates nothing.
+        With O(state=absent), reports what would be deleted.
   diff_mode:
     support: full
   idempotent:
@@ -177,6 +188,14 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Remove what an interrupted export left, aborting its pending upload
+  goldenimage.pipeline.golden_export_job:
+    name: win11-export
+    namespace: golden-images-build
+    state: absent
+    bucket: cdi-os-images
+    key: windows/11/2026-08-09/windows11-x64-golden.qcow2
+
 - name: Export the sealed Windows disk to the image bucket from inside the cluster
   goldenimage.pipeline.golden_export_job:
     name: win11-export
@@ -228,6 +247,17 @@ convert_seconds:
   returned: when uploaded
   type: float
   sample: 301.2
+removed:
+  description: With O(state=absent), the objects deleted (or, in check mode, that would be).
+  returned: state is absent
+  type: list
+  elements: str
+  sample: [Job golden-images-build/win11-export, ConfigMap golden-images-build/win11-export]
+left_alone:
+  description: With O(state=absent), objects under the export's names that it did not make, not deleted.
+  returned: state is absent
+  type: list
+  elements: str
 job:
   description: The Job, already deleted.
   returned: always
@@ -301,18 +331,19 @@ MAX_NAME = 56
 
 def argument_spec():
     spec = rounds_.object_arg_spec(
-        pvc={"type": "str", "required": True},
+        state={"type": "str", "default": "present", "choices": ["present", "absent"]},
+        pvc={"type": "str"},
         file={"type": "str", "default": "disk.img"},
-        bucket={"type": "str", "required": True},
-        key={"type": "str", "required": True, "no_log": False},
-        credentials_secret={"type": "str", "required": True, "no_log": False},
+        bucket={"type": "str"},
+        key={"type": "str", "no_log": False},
+        credentials_secret={"type": "str", "no_log": False},
         access_key_field={"type": "str", "default": "accessKeyId", "no_log": False},
         secret_key_field={"type": "str", "default": "secretKey", "no_log": False},
         session_token_field={"type": "str", "default": "sessionToken", "no_log": False},
         pod_endpoint_url={"type": "str"},
         scratch_size={"type": "str", "default": "80Gi"},
         scratch_storage_class={"type": "str", "default": ""},
-        image={"type": "str", "required": True},
+        image={"type": "str"},
         compress={"type": "bool", "default": True},
         source={"type": "str"},
         part_size={"type": "raw", "default": "16M"},
@@ -522,6 +553,8 @@ class ExportJob(RoundRunner):
 
     def run(self):
         p = self.p
+        if p["state"] == "absent":
+            return self.remove()
         now = self.clock()
         rounds = rounds_.from_params(p, now)
         result = {"changed": False, "job": dict(self.ref), "key": p["key"]}
@@ -658,17 +691,59 @@ class ExportJob(RoundRunner):
             )
         return aborted, None
 
-    def cleanup(self):
-        """Delete what this export made, read first: an object without the export's mark is left alone."""
+    def remove(self):
+        """state=absent: delete what an interrupted export of this name left, and abort its pending upload."""
+        p = self.p
+        if p["key"] is not None:
+            inputs.object_key(p["key"], "key")
+        removed, alone = [], []
+        left = self.cleanup(removed, alone)
+        result = {
+            "changed": bool(removed),
+            "done": True,
+            "job": dict(self.ref),
+            "removed": removed,
+            "left_alone": alone,
+            "diff": {"before": {"objects": removed}, "after": {"objects": []}},
+        }
+        if p["bucket"] and p["key"] and not self.check_mode:
+            aborted, problem = self.abort_pending()
+            if problem:
+                raise PipelineError(problem, **result)
+            if aborted:
+                result.update(changed=True, aborted_uploads=aborted)
+        result["line"] = "export %s/%s: %s" % (
+            p["namespace"],
+            p["name"],
+            "%s %s" % ("would remove" if self.check_mode else "removed", ", ".join(removed))
+            if removed
+            else "nothing to remove",
+        )
+        if left:
+            raise PipelineError(self.leftover_note(left), left_behind=left, **result)
+        return result
+
+    def cleanup(self, removed=None, alone=None):
+        """Delete what this export made, read first: an object without the export's mark is left alone.
+        ``removed`` and ``alone`` collect what was deleted and what was not this export's; in check mode
+        nothing is deleted."""
         p, ns = self.p, self.p["namespace"]
         left = []
+        removed = [] if removed is None else removed
+        alone = [] if alone is None else alone
         timeout, sleep = 120, min(2, p["wait_sleep"])
 
         def remove(api_version, kind, name, **options):
             try:
                 found = self.module.get(api_version, kind, name, ns)
-                if found is not None and jobs.is_export_object(found, p["name"]):
+                if found is None:
+                    return
+                if not jobs.is_export_object(found, p["name"]):
+                    alone.append("%s %s/%s" % (kind, ns, name))
+                    return
+                if not self.check_mode:
                     self.module.delete(api_version, kind, name, ns, **options)
+                removed.append("%s %s/%s" % (kind, ns, name))
             except PipelineError as exc:
                 left.append({"kind": kind, "name": name, "error": exc.msg})
 
@@ -683,7 +758,9 @@ class ExportJob(RoundRunner):
             name = pod["metadata"]["name"]
             try:
                 # A pod that still exists still holds the claims: wait until it is gone.
-                self.module.delete_and_wait("v1", "Pod", name, ns, timeout, sleep, before=pod)
+                if not self.check_mode:
+                    self.module.delete_and_wait("v1", "Pod", name, ns, timeout, sleep, before=pod)
+                removed.append("Pod %s/%s" % (ns, name))
             except PipelineError as exc:
                 left.append({"kind": "Pod", "name": name, "error": exc.msg})
         remove("v1", "ConfigMap", p["name"])
@@ -706,7 +783,11 @@ def phase_of(log):
 
 
 def main():
-    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = KubeModule(
+        argument_spec=argument_spec(),
+        required_if=[("state", "present", ("pvc", "bucket", "key", "credentials_secret", "image"))],
+        supports_check_mode=True,
+    )
     hide_url_secrets(module, ("endpoint_url", "pod_endpoint_url"))
     run_module(module, lambda: ExportJob(module.params, module, JobClient(module), module.check_mode).run())
 

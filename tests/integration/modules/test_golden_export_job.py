@@ -275,3 +275,85 @@ def test_names_taken_by_objects_it_did_not_make_are_refused_and_never_deleted(en
     names = [c.metadata.name for c in env.core.list_namespaced_persistent_volume_claim(env.namespace).items]
     assert sorted(names) == ["db-scratch", "vol-scratch"]
     assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0
+
+
+@pytest.mark.suite("data-loss")
+def test_state_absent_removes_what_an_interrupted_export_left_and_nothing_else(env):
+    """A killed controller leaves the Job running, its ConfigMap, its scratch claim and a pending upload;
+    state=absent removes exactly those. A claim under another export's scratch name that this collection
+    did not make is reported, never deleted; check mode and a rerun write nothing."""
+    mark = {"goldenimage.pipeline/export-job": "left"}
+    env.core.create_namespaced_config_map(env.namespace, {"metadata": {"name": "left", "labels": mark}})
+    env.core.create_namespaced_persistent_volume_claim(
+        env.namespace,
+        {
+            "metadata": {"name": "left-scratch", "labels": mark},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+        },
+    )
+    env.batch.create_namespaced_job(
+        env.namespace,
+        {
+            "metadata": {"name": "left", "labels": mark},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": mark},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "export", "image": "golden-export:1", "command": ["sleep", "300"]}
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    env.claim("other-scratch")  # another team's claim, under the scratch name of export "other"
+    key = "windows/11/2026-08-12/windows11-x64-golden.qcow2"
+    pending = env.s3.create_multipart_upload(Bucket=env.bucket, Key=key)["UploadId"]
+    deadline = time.monotonic() + 30
+    while not env.core.list_namespaced_pod(env.namespace, label_selector="job-name=left").items:
+        assert time.monotonic() < deadline, "the Job's pod did not start"
+        time.sleep(0.2)
+    s3 = env.lab.s3
+    auth = dict(endpoint_url=s3.endpoint_url, access_key=s3.access_key, secret_key=s3.secret_key)
+
+    def absent(title, name, check=None, **extra):
+        return module_task(
+            MODULE,
+            title,
+            check=check,
+            name=name,
+            namespace=env.namespace,
+            state="absent",
+            **dict(auth, **extra),
+        )
+
+    env.lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            absent("predict", "left", check=True, bucket=env.bucket, key=key),
+            absent("remove", "left", bucket=env.bucket, key=key),
+            absent("again", "left", bucket=env.bucket, key=key),
+            absent("foreign", "other"),
+        ),
+        env=env.lab.env(),
+    )
+    assert run.ok, run.log
+    predict, remove, again, foreign = (run[t] for t in ("predict", "remove", "again", "foreign"))
+    assert predict["changed"] is True and "Job %s/left" % env.namespace in predict["removed"], predict
+    assert remove["changed"] is True and remove["aborted_uploads"] == [pending], remove
+    # The Job's pod is deleted and waited for by the module, unless the garbage collector was first.
+    assert {r.split()[0] for r in remove["removed"]} - {"Pod"} == {
+        "ConfigMap",
+        "Job",
+        "PersistentVolumeClaim",
+    }
+    assert again["changed"] is False and again["removed"] == []
+    assert foreign["changed"] is False and foreign["removed"] == []
+    assert foreign["left_alone"] == ["PersistentVolumeClaim %s/other-scratch" % env.namespace]
+    deleted = sorted((w[1], w[2]) for w in env.writes() if w[0] == "delete" and w[1] != "pods")
+    assert deleted == [("configmaps", "left"), ("jobs", "left"), ("persistentvolumeclaims", "left-scratch")]
+    assert env.leftovers() == ["pvc/other-scratch"]
+    assert env.s3.list_multipart_uploads(Bucket=env.bucket).get("Uploads", []) == []
