@@ -30,6 +30,13 @@ BLOCK_DEVICE = "/dev/golden-disk"
 LABELS = {"app.kubernetes.io/name": "seal-verify", "app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 LOG_TAIL_LINES = 20
 
+# An image without dissect is not fixed behind the user's back (no network install unless asked).
+MISSING_LIBRARY_HINT = (
+    "; the verifier image %s lacks %s: build the image from images/seal-verifier/Containerfile "
+    "(or mirror it), or set install_missing=true to pip-install the pinned packages from a package index "
+    "the pod reaches"
+)
+
 
 def _source(module):
     loader = getattr(module, "__loader__", None)
@@ -150,11 +157,13 @@ class VerifierJob:
         self.pvc = pvc
         self.name = "seal-verify-%s" % uuid.uuid4().hex[:8]
         self.job = {"name": self.name, "namespace": namespace}
+        self.image = None
 
     def error(self, msg, **extra):
         return PipelineError(msg, job=dict(self.job), **extra)
 
     def run(self, image, command, options):
+        self.image = image
         claim = self.client.claim(self.namespace, self.pvc)
         if claim is None:
             raise self.error("PersistentVolumeClaim %s/%s not found" % (self.namespace, self.pvc))
@@ -211,10 +220,14 @@ class VerifierJob:
                 log=tail,
             )
         if result.get("error"):
-            raise self.error(
-                "cannot verify PersistentVolumeClaim %s/%s: %s" % (self.namespace, self.pvc, result["error"]),
-                log=tail,
+            msg = "cannot verify PersistentVolumeClaim %s/%s: %s" % (
+                self.namespace,
+                self.pvc,
+                result["error"],
             )
+            if result.get("missing"):
+                msg += MISSING_LIBRARY_HINT % (self.image, result["missing"])
+            raise self.error(msg, log=tail)
         result["job"] = info
         return result
 

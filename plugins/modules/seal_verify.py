@@ -118,13 +118,20 @@ options:
     default: 3389
   verifier_image:
     description:
-      - Container image of the verifier Job (O(pvc) only). It needs C(python3); when it lacks the dissect
-        packages, the default O(verifier_command) installs the pinned versions with pip into scratch space,
-        which needs access to a Python package index. On an air-gapped cluster, use an image that has them.
+      - Container image of the verifier Job, required with O(pvc). It needs C(python3) and the pinned dissect
+        packages; build it from C(images/seal-verifier/Containerfile) in the collection and push it (or mirror
+        it) to a registry the cluster pulls from. Nothing is installed from the network at run time unless
+        O(install_missing) says so.
       - The verifier's code is not part of the image, the module ships it in a ConfigMap mounted at
         C(/verifier), so the Job always runs the same rules as this module.
     type: str
-    default: docker.io/library/python:3.12-slim
+  install_missing:
+    description:
+      - O(pvc) only. When the image lacks a dissect package, pip-install the pinned versions into scratch
+        space in the Job, from the package index the pod reaches. Off by default; without it, an image that
+        lacks them fails naming the package, before any verdict.
+    type: bool
+    default: false
   verifier_command:
     description:
       - Command of the verifier container. The disk's device path and the options are appended as arguments.
@@ -135,7 +142,6 @@ options:
       - python3
       - -m
       - ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_cli
-      - --install-missing
   wait_timeout:
     description:
       - Seconds to wait for the verifier Job (O(pvc) only). The Job is deleted when the time is up.
@@ -306,7 +312,11 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk,
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import VerifierJob
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
 
 DISSECT_REASON = (
     "to read disk images offline. Modules of goldenimage.pipeline run on the Ansible controller: "
@@ -329,12 +339,9 @@ def argument_spec():
         max_log_bytes=dict(type="int", default=seal.DEFAULT_MAX_LOG_BYTES),
         postgresql_clusters=dict(type="list", elements="str", default=[]),
         remote_desktop_port=dict(type="int", default=seal.REMOTE_DESKTOP_PORT),
-        verifier_image=dict(type="str", default="docker.io/library/python:3.12-slim"),
-        verifier_command=dict(
-            type="list",
-            elements="str",
-            default=["python3", "-m", seal_cli.__name__, "--install-missing"],
-        ),
+        verifier_image=dict(type="str"),
+        install_missing=dict(type="bool", default=False),
+        verifier_command=dict(type="list", elements="str", default=["python3", "-m", seal_cli.__name__]),
         wait_timeout=dict(type="int", default=300),
         wait_sleep=dict(type="int", default=2),
     )
@@ -380,10 +387,17 @@ class SealVerify(object):
             what = p["path"]
         else:
             what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
+            if not p["verifier_image"]:
+                raise Refusal(
+                    "option verifier_image",
+                    "the verifier Job of %s needs an image with python3 and the dissect packages" % what,
+                    "build it from images/seal-verifier/Containerfile and give its name; nothing was created",
+                )
             if self.module.check_mode:
                 return seal.check_mode_skip(what)
             job = VerifierJob(self.module, p["namespace"], p["pvc"])
-            result = job.run(p["verifier_image"], p["verifier_command"], rule_options(p))
+            command = p["verifier_command"] + (["--install-missing"] if p["install_missing"] else [])
+            result = job.run(p["verifier_image"], command, rule_options(p))
         result["changed"] = False
         return seal.refuse_unsealed(result, what, p["fail_on_unsealed"])
 

@@ -233,6 +233,9 @@ def test_options_change_the_rules(made):
 
 
 task = functools.partial(module_task, MODULE)
+# The lab runs a pod's command on this host (python3 from PATH): any image name does.
+IMAGE = "registry.example.com/tools/seal-verifier:1"
+claim_task = functools.partial(task, verifier_image=IMAGE)
 
 
 def test_module_on_files(made):
@@ -328,11 +331,11 @@ def test_module_on_claims(lab, kube_client, kube_namespace, made, venv_python_fi
                     "group/goldenimage.pipeline.k8s": {"kubeconfig": "{{ lookup('env', 'KUBECONFIG') }}"}
                 },
                 "tasks": [
-                    task("predict", pvc="golden-fs", namespace=kube_namespace, check=True),
-                    task(
+                    claim_task("predict", pvc="golden-fs", namespace=kube_namespace, check=True),
+                    claim_task(
                         "filesystem", pvc="golden-fs", namespace=kube_namespace, wait_timeout=60, wait_sleep=1
                     ),
-                    task(
+                    claim_task(
                         "block",
                         pvc="golden-block",
                         namespace=kube_namespace,
@@ -378,7 +381,9 @@ def _claim_play(namespace, kubeconfig="{{ lookup('env', 'KUBECONFIG') }}", **arg
             "gather_facts": False,
             "module_defaults": {"group/goldenimage.pipeline.k8s": {"kubeconfig": kubeconfig}},
             "tasks": [
-                task("claim", pvc="golden-fs", namespace=namespace, wait_timeout=60, wait_sleep=1, **args)
+                claim_task(
+                    "claim", pvc="golden-fs", namespace=namespace, wait_timeout=60, wait_sleep=1, **args
+                )
             ],
         }
     ]
@@ -434,3 +439,28 @@ def test_a_token_that_cannot_delete_reports_what_it_left(
     assert {(i["kind"], i["name"]) for i in result["left_behind"]} >= {("Job", name), ("ConfigMap", name)}
     assert "could not delete Job %s/%s" % (kube_namespace, name) in result["msg"]
     assert "kubectl -n %s delete job/%s" % (kube_namespace, name) in result["msg"]
+
+
+@pytest.mark.lab_only
+def test_an_image_without_dissect_fails_naming_the_fix_and_installs_nothing(
+    lab, kube_client, kube_namespace, made, tmp_path, monkeypatch
+):
+    """The Job's python3 is a stock one here (no site-packages): the verifier does not reach for a package
+    index by default, it fails naming the missing package, the image to build and the opt-in."""
+    from kubernetes import client
+
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").write_text('#!/bin/sh\nexec %s -S "$@"\n' % sys.executable)
+    (bare / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bare, os.environ.get("PATH", "")))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/no-index")
+    _claim(kube_client, lab, kube_namespace, "golden-fs", "Filesystem", made["qcow2-compressed"])
+    run = run_playbook(_claim_play(kube_namespace, ignore_errors=True), env=lab.env())
+    result = run["claim"]
+    assert run.entry("claim")["status"] == "ignored", result
+    assert "lacks dissect." in result["msg"] and IMAGE in result["msg"], result["msg"]
+    assert "images/seal-verifier/Containerfile" in result["msg"] and "install_missing=true" in result["msg"]
+    assert "Collecting" not in result.get("log", "")
+    core = client.CoreV1Api(kube_client)
+    assert core.list_namespaced_pod(kube_namespace).items == []

@@ -464,6 +464,7 @@ def bake_play(namespace, tasks_from="main", **overrides):
         "windows_bake_admin_password": PASSWORD,
         "windows_bake_poll_interval": 1,
         "windows_bake_timeout": 90,
+        "windows_bake_seal_verifier_image": "registry.example.com/tools/seal-verifier:1",
         "windows_bake_seal_verify_options": {"wait_timeout": 60, "wait_sleep": 1},
     }
     role_vars_.update(overrides)
@@ -654,6 +655,7 @@ def test_refusals_before_anything_is_written(lab, kube_client, kube_namespace):
             "low memory": {"windows_bake_memory": "4Gi"},
             "slow class": {"windows_bake_storage_class": slow},
             "no password": {"windows_bake_admin_password": ""},
+            "no verifier image": {"windows_bake_seal_verifier_image": ""},
             "missing class": {"windows_bake_storage_class": "nope"},
         }
         play = bake_play(kube_namespace)
@@ -676,6 +678,7 @@ def test_refusals_before_anything_is_written(lab, kube_client, kube_namespace):
             in run["slow class"]["msg"]
         )
         assert "windows_bake_admin_password" in run["no password"]["msg"]
+        assert "images/seal-verifier/Containerfile" in run["no verifier image"]["msg"]
         assert "StorageClass nope does not exist" in run["missing class"]["msg"]
         assert cluster.core.list_namespaced_secret(kube_namespace).items == []
         assert (

@@ -20,7 +20,9 @@ def runner(**params):
 
 
 def test_a_claim_in_check_mode_is_skipped_without_a_request():
-    result = runner(pvc="golden", namespace="ns", _ansible_check_mode=True).run()
+    result = runner(
+        pvc="golden", namespace="ns", verifier_image="seal-verifier:1", _ansible_check_mode=True
+    ).run()
     assert result["skipped"] is True and result["changed"] is False
     assert "PersistentVolumeClaim ns/golden was not verified" in result["msg"]
 
@@ -28,7 +30,18 @@ def test_a_claim_in_check_mode_is_skipped_without_a_request():
 @pytest.mark.parametrize("option", ["wait_timeout", "wait_sleep"])
 def test_zero_waits_are_refused_before_anything(option):
     with pytest.raises(Refusal, match="option %s: 0 is not a duration" % option):
-        runner(pvc="golden", namespace="ns", **{option: 0}).run()
+        runner(pvc="golden", namespace="ns", verifier_image="seal-verifier:1", **{option: 0}).run()
+
+
+def test_a_claim_without_a_verifier_image_is_refused_even_in_check_mode():
+    """No default image that would pip-install from the network: the image is named, or nothing runs."""
+    with pytest.raises(Refusal, match=r"option verifier_image: .*images/seal-verifier/Containerfile"):
+        runner(pvc="golden", namespace="ns", _ansible_check_mode=True).run()
+
+
+def test_the_verifier_installs_nothing_unless_asked():
+    assert "--install-missing" not in seal_verify.argument_spec()["verifier_command"]["default"]
+    assert seal_verify.argument_spec()["install_missing"]["default"] is False
 
 
 def test_a_file_that_is_no_disk_fails_naming_it(tmp_path):

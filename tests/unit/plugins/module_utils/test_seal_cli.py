@@ -1,0 +1,52 @@
+"""The verifier program as its Job runs it: an image without dissect fails naming the package and installs
+nothing unless --install-missing is given; the image the collection ships pins what the program expects."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+
+
+def requirement_lines(path):
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("image", ["seal-verifier", "golden-export"])
+def test_the_images_pin_exactly_the_programs_requirements(image):
+    folder = ROOT / "images" / image
+    assert requirement_lines(folder / "requirements.txt") == list(seal_cli.DISSECT_REQUIREMENTS)
+    assert "-r /tmp/requirements.txt" in (folder / "Containerfile").read_text()
+
+
+def run_without_dissect(disk, *extra):
+    """The program under this Python with no site-packages (-S): a stock image without dissect, and no pip."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / ".collections"), PIP_INDEX_URL="http://127.0.0.1:9/nothing")
+    return subprocess.run(
+        [sys.executable, "-S", "-m", seal_cli.__name__, str(disk), "--os", "windows", *extra],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def verdict(out):
+    line = [x for x in out.stdout.splitlines() if x.startswith(seal_cli.MARKER)][-1]
+    return json.loads(line[len(seal_cli.MARKER) :])
+
+
+def test_an_image_without_dissect_fails_naming_the_package_and_installs_nothing(tmp_path):
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"\0" * 1024 * 1024)
+    out = run_without_dissect(disk)
+    result = verdict(out)
+    assert out.returncode == 2, out
+    assert result["missing"].startswith("dissect.") and "not installed" in result["error"], result
+    assert "pip" not in out.stderr and "Collecting" not in out.stdout + out.stderr
