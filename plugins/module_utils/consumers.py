@@ -181,3 +181,54 @@ def golden_delete_refusal(subject, found, force=False):
             "force: true, which costs: %s" % "; ".join(sorted({c["loses"] for c in blockers}))
         )
     return refuse_delete(subject, blockers, move)
+
+
+# A claim or ConfigMap of a Job's own making (the export's scratch claim and program) ----------------
+
+
+def _pod_volumes(spec):
+    for volume in (spec or {}).get("volumes") or []:
+        yield volume
+        yield from (volume.get("projected") or {}).get("sources") or []
+
+
+def _uses(volume, kind, name):
+    if kind == "PersistentVolumeClaim":
+        return (volume.get("persistentVolumeClaim") or {}).get("claimName") == name or (
+            volume.get("dataVolume") or {}
+        ).get("name") == name
+    return (volume.get("configMap") or {}).get("name") == name
+
+
+def volume_consumers(kind, namespace, name, observed, own_pod=lambda pod: False):
+    """Who uses the claim or ConfigMap ``name`` of ``namespace``, besides the pods ``own_pod`` tells apart
+    (those of the Job that made it): pods and VirtualMachines mounting it, and, for a claim, PVCs and
+    DataVolumes cloning from it. ``observed``: ``{"pods", "pvcs", "datavolumes", "vms"}``, the namespace's
+    items (a missing key means none)."""
+    where = "%s %s/%s" % (kind, namespace, name)
+    found = []
+    for pod in observed.get("pods") or []:
+        if own_pod(pod) or kinds.terminating(pod):
+            continue
+        if any(_uses(v, kind, name) for v in _pod_volumes(kinds.spec(pod))):
+            found.append(consumer("Pod", namespace, kinds.name(pod), "mounts %s" % where))
+    for vm in observed.get("vms") or []:
+        template = (kinds.spec(vm).get("template") or {}).get("spec")
+        if any(_uses(v, kind, name) for v in _pod_volumes(template)):
+            found.append(consumer("VirtualMachine", namespace, kinds.name(vm), "has %s as a volume" % where))
+    if kind != "PersistentVolumeClaim":
+        return found
+    for pvc in observed.get("pvcs") or []:
+        spec = kinds.spec(pvc)
+        sources = [spec.get("dataSource") or {}, spec.get("dataSourceRef") or {}]
+        if kinds.name(pvc) != name and any(
+            s.get("kind") == "PersistentVolumeClaim" and s.get("name") == name for s in sources
+        ):
+            found.append(
+                consumer("PersistentVolumeClaim", namespace, kinds.name(pvc), "clones from %s" % where)
+            )
+    for dv in observed.get("datavolumes") or []:
+        source = (kinds.spec(dv).get("source") or {}).get("pvc") or {}
+        if source.get("name") == name and source.get("namespace", namespace) == namespace:
+            found.append(consumer("DataVolume", namespace, kinds.name(dv), "clones from %s" % where))
+    return found

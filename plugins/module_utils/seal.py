@@ -84,6 +84,17 @@ def refuse_unsealed(result, what, fail_on_unsealed=True):
     )
 
 
+def refuse_without_verifier_image(image, what):
+    """A claim is read by a Job, whose image must carry dissect: nothing is pip-installed behind the user's
+    back, so there is no default image to fall back on."""
+    if not image:
+        raise Refusal(
+            "option verifier_image",
+            "the verifier Job of %s needs an image with python3 and the dissect packages" % what,
+            "build it from images/seal-verifier/Containerfile and give its name; nothing was created",
+        )
+
+
 def check_mode_skip(what):
     """The check-mode result for a claim: verifying it would create the verifier Job."""
     return {

@@ -38,7 +38,11 @@ description:
   - With O(state=absent) the module removes what an interrupted export (a killed controller) left under
     O(name), the Job with its pods, the ConfigMap and the scratch claim, and aborts the multipart uploads to
     O(key) when O(bucket) and O(key) are given. Each object is read first; one without this export's
-    C(goldenimage.pipeline/export-job) label is not deleted and is reported in RV(left_alone).
+    C(goldenimage.pipeline/export-job) label is not deleted and is reported in RV(left_alone). Who uses the
+    scratch claim and the ConfigMap is asked first (pods and VirtualMachines mounting them, claims and
+    DataVolumes cloning from the claim, other than the Job's own pods); any such consumer refuses the task,
+    naming each, before anything is deleted. At the end of an export, an object in use is not deleted and
+    is reported in RV(left_behind).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -278,8 +282,8 @@ lines:
   type: list
   elements: str
 left_behind:
-  description: Objects that could not be deleted, with the error.
-  returned: when a delete failed
+  description: Objects that could not be deleted, with the error (C(in_use) when something else uses them).
+  returned: when a delete failed or was left to the users of an object
   type: list
   elements: dict
 aborted_uploads:
@@ -301,7 +305,15 @@ import datetime
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, jobs, mirror, redact, worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    consumers,
+    inputs,
+    jobs,
+    kinds,
+    mirror,
+    redact,
+    worker,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     KubeModule,
@@ -697,7 +709,7 @@ class ExportJob(RoundRunner):
         if p["key"] is not None:
             inputs.object_key(p["key"], "key")
         removed, alone = [], []
-        left = self.cleanup(removed, alone)
+        left = self.cleanup(removed, alone, refuse=True)
         result = {
             "changed": bool(removed),
             "done": True,
@@ -723,15 +735,34 @@ class ExportJob(RoundRunner):
             raise PipelineError(self.leftover_note(left), left_behind=left, **result)
         return result
 
-    def cleanup(self, removed=None, alone=None):
-        """Delete what this export made, read first: an object without the export's mark is left alone.
-        ``removed`` and ``alone`` collect what was deleted and what was not this export's; in check mode
-        nothing is deleted."""
+    def observe_users(self):
+        """The namespace's pods, claims, DataVolumes and VirtualMachines: who may use the scratch claim or
+        the ConfigMap (a cluster without CDI or KubeVirt has none of the latter)."""
+        ns = self.p["namespace"]
+        observed = {
+            "pods": self.module.list("v1", "Pod", ns),
+            "pvcs": self.module.list("v1", "PersistentVolumeClaim", ns),
+        }
+        for key, api_version, kind in (
+            ("datavolumes", "cdi.kubevirt.io/v1beta1", "DataVolume"),
+            ("vms", "kubevirt.io/v1", "VirtualMachine"),
+        ):
+            if self.module.served(api_version, kind):
+                observed[key] = self.module.list(api_version, kind, ns)
+        return observed
+
+    def cleanup(self, removed=None, alone=None, refuse=False):
+        """Delete what this export made, read first: an object without the export's mark is left alone,
+        and the scratch claim and ConfigMap only when nothing but the Job's own pods uses them. ``refuse``
+        (state=absent): a consumer, or a reference query that fails, refuses before any delete; otherwise
+        what is in use is reported in the returned list. ``removed`` and ``alone`` collect what was deleted
+        and what was not this export's; in check mode nothing is deleted."""
         p, ns = self.p, self.p["namespace"]
         left = []
         removed = [] if removed is None else removed
         alone = [] if alone is None else alone
         timeout, sleep = 120, min(2, p["wait_sleep"])
+        users, unread = {}, None
 
         def remove(api_version, kind, name, **options):
             try:
@@ -741,13 +772,47 @@ class ExportJob(RoundRunner):
                 if not jobs.is_export_object(found, p["name"]):
                     alone.append("%s %s/%s" % (kind, ns, name))
                     return
+                if kind in users and users[kind] != []:
+                    why = "; ".join(consumers.describe(c) for c in users[kind] or []) or (
+                        "who uses it could not be read (%s)" % unread
+                    )
+                    left.append({"kind": kind, "name": name, "error": "in use: %s" % why, "in_use": True})
+                    return
                 if not self.check_mode:
                     self.module.delete(api_version, kind, name, ns, **options)
                 removed.append("%s %s/%s" % (kind, ns, name))
             except PipelineError as exc:
                 left.append({"kind": kind, "name": name, "error": exc.msg})
 
-        remove("batch/v1", "Job", p["name"], propagation="Background")
+        if not refuse:
+            # An export that ends stops its Job first: a timed-out Job must not finish its upload meanwhile.
+            remove("batch/v1", "Job", p["name"], propagation="Background")
+        try:
+            observed = self.observe_users()
+        except PipelineError as exc:
+            if refuse:
+                raise PipelineError(
+                    "cannot tell who uses the scratch claim and ConfigMap of export %s/%s, nothing was "
+                    "deleted: %s" % (ns, p["name"], exc.msg)
+                ) from exc
+            observed, unread = None, exc.msg
+        made = (("ConfigMap", p["name"]), ("PersistentVolumeClaim", self.scratch))
+        for made_kind, made_name in made:
+            users[made_kind] = (
+                None
+                if observed is None
+                else consumers.volume_consumers(made_kind, ns, made_name, observed, own_pod=self.own_pod)
+            )
+        if refuse:
+            refusal = consumers.refuse_delete(
+                "export %s/%s" % (ns, p["name"]),
+                [c for found in users.values() for c in found],
+                "stop or delete what uses its claim or ConfigMap, then run again; nothing was deleted",
+            )
+            if refusal:
+                raise refusal
+            remove("batch/v1", "Job", p["name"], propagation="Background")
+        # Read after the Job is gone, so that it makes no pod after these.
         selector = "job-name=%s,%s=%s" % (p["name"], jobs.EXPORT_MARK, p["name"])
         try:
             pods = self.module.list("v1", "Pod", ns, label_selector=selector)
@@ -755,7 +820,7 @@ class ExportJob(RoundRunner):
             pods = []
             left.append({"kind": "Pod", "name": selector, "error": exc.msg})
         for pod in pods:
-            name = pod["metadata"]["name"]
+            name = kinds.name(pod)
             try:
                 # A pod that still exists still holds the claims: wait until it is gone.
                 if not self.check_mode:
@@ -763,15 +828,23 @@ class ExportJob(RoundRunner):
                 removed.append("Pod %s/%s" % (ns, name))
             except PipelineError as exc:
                 left.append({"kind": "Pod", "name": name, "error": exc.msg})
-        remove("v1", "ConfigMap", p["name"])
-        remove("v1", "PersistentVolumeClaim", self.scratch)
+        for made_kind, made_name in made:
+            remove("v1", made_kind, made_name)
         return left
+
+    def own_pod(self, pod):
+        """A pod of this export's Job (it mounts the scratch claim and the ConfigMap by design)."""
+        name = self.p["name"]
+        return jobs.is_export_object(pod, name) and kinds.labels(pod).get("job-name") == name
 
     def leftover_note(self, left):
         ns = self.p["namespace"]
-        names = ", ".join("%s %s/%s" % (item["kind"], ns, item["name"]) for item in left)
-        objects = " ".join("%s/%s" % (item["kind"].lower(), item["name"]) for item in left)
-        return "could not delete %s; remove them with: kubectl -n %s delete %s" % (names, ns, objects)
+        names = ", ".join("%s %s/%s (%s)" % (item["kind"], ns, item["name"], item["error"]) for item in left)
+        # What is in use is left for its users to release; the rest can simply be deleted.
+        free = " ".join("%s/%s" % (i["kind"].lower(), i["name"]) for i in left if not i.get("in_use"))
+        return "could not delete %s" % names + (
+            "; remove them with: kubectl -n %s delete %s" % (ns, free) if free else ""
+        )
 
 
 def phase_of(log):

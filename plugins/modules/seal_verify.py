@@ -312,11 +312,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk,
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import VerifierJob
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
-    PipelineError,
-    Refusal,
-    run_module,
-)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
 DISSECT_REASON = (
     "to read disk images offline. Modules of goldenimage.pipeline run on the Ansible controller: "
@@ -387,12 +383,7 @@ class SealVerify(object):
             what = p["path"]
         else:
             what = "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"])
-            if not p["verifier_image"]:
-                raise Refusal(
-                    "option verifier_image",
-                    "the verifier Job of %s needs an image with python3 and the dissect packages" % what,
-                    "build it from images/seal-verifier/Containerfile and give its name; nothing was created",
-                )
+            seal.refuse_without_verifier_image(p["verifier_image"], what)
             if self.module.check_mode:
                 return seal.check_mode_skip(what)
             job = VerifierJob(self.module, p["namespace"], p["pvc"])

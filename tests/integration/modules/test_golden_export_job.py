@@ -10,6 +10,7 @@ goes to the lab's S3 with the credentials of a Secret, signed by that program.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import uuid
 
@@ -237,8 +238,13 @@ def test_bad_input_is_refused_before_anything_is_written(env):
 @pytest.mark.suite("data-loss")
 def test_a_timeout_leaves_no_object_no_parts_and_no_objects_behind(env):
     """The Job's deadline is the wait's: past it the Job is killed, what the export made is deleted and a
-    multipart upload it left is aborted; the key stays free."""
-    env.claim("slow")
+    multipart upload it left is aborted; the key stays free. The disk is 120 MiB of random bytes, which
+    compress to nothing: the export cannot finish inside the one-second deadline, even on a fast host."""
+    from tests.lab.controllers.volumes import volume_path
+
+    claim = env.claim("slow")
+    with open(volume_path(env.lab.controller_manager.lab, claim), "r+b") as disk:
+        disk.write(os.urandom(120 * MIB))
     key = "windows/11/2026-08-11/windows11-x64-golden.qcow2"
     run = run_playbook(
         kube_play(env.task("late", "slow", key, wait_timeout=1, wait_sleep=1, ignore_errors=True)),
@@ -277,20 +283,26 @@ def test_names_taken_by_objects_it_did_not_make_are_refused_and_never_deleted(en
     assert env.s3.list_objects_v2(Bucket=env.bucket).get("KeyCount", 0) == 0
 
 
+def leave_export_objects(env, name):
+    """The ConfigMap and scratch claim an export Job ``name`` made, with its mark; returns the mark."""
+    mark = {"goldenimage.pipeline/export-job": name}
+    env.core.create_namespaced_config_map(env.namespace, {"metadata": {"name": name, "labels": mark}})
+    env.core.create_namespaced_persistent_volume_claim(
+        env.namespace,
+        {
+            "metadata": {"name": name + "-scratch", "labels": mark},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+        },
+    )
+    return mark
+
+
 @pytest.mark.suite("data-loss")
 def test_state_absent_removes_what_an_interrupted_export_left_and_nothing_else(env):
     """A killed controller leaves the Job running, its ConfigMap, its scratch claim and a pending upload;
     state=absent removes exactly those. A claim under another export's scratch name that this collection
     did not make is reported, never deleted; check mode and a rerun write nothing."""
-    mark = {"goldenimage.pipeline/export-job": "left"}
-    env.core.create_namespaced_config_map(env.namespace, {"metadata": {"name": "left", "labels": mark}})
-    env.core.create_namespaced_persistent_volume_claim(
-        env.namespace,
-        {
-            "metadata": {"name": "left-scratch", "labels": mark},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
-        },
-    )
+    mark = leave_export_objects(env, "left")
     env.batch.create_namespaced_job(
         env.namespace,
         {
@@ -357,3 +369,60 @@ def test_state_absent_removes_what_an_interrupted_export_left_and_nothing_else(e
     assert deleted == [("configmaps", "left"), ("jobs", "left"), ("persistentvolumeclaims", "left-scratch")]
     assert env.leftovers() == ["pvc/other-scratch"]
     assert env.s3.list_multipart_uploads(Bucket=env.bucket).get("Uploads", []) == []
+
+
+@pytest.mark.suite("data-loss")
+def test_state_absent_refuses_while_anything_else_uses_the_scratch_claim(env):
+    """The scratch claim carries the export's mark, but a debugging pod (not the Job's) mounts it: who uses
+    it is asked first, the task is refused naming the pod, and nothing at all is deleted."""
+    leave_export_objects(env, "held")
+    env.core.create_namespaced_pod(
+        env.namespace,
+        {
+            "metadata": {"name": "debug"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "sh",
+                        "image": "busybox:1",
+                        "command": ["sleep", "300"],
+                        "volumeMounts": [{"name": "s", "mountPath": "/s"}],
+                    }
+                ],
+                "volumes": [{"name": "s", "persistentVolumeClaim": {"claimName": "held-scratch"}}],
+            },
+        },
+    )
+    s3 = env.lab.s3
+    env.lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            module_task(
+                MODULE,
+                "held",
+                ignore_errors=True,
+                name="held",
+                namespace=env.namespace,
+                state="absent",
+                endpoint_url=s3.endpoint_url,
+                access_key=s3.access_key,
+                secret_key=s3.secret_key,
+            )
+        ),
+        env=env.lab.env(),
+    )
+    out = run["held"]
+    assert run.entry("held")["status"] == "ignored" and out["refused"] is True, out
+    assert (
+        "Pod %s/debug mounts PersistentVolumeClaim %s/held-scratch" % (env.namespace, env.namespace)
+        in out["msg"]
+    )
+    assert [w for w in env.writes() if w[0] == "delete"] == []
+    assert (
+        env.core.read_namespaced_persistent_volume_claim(
+            "held-scratch", env.namespace
+        ).metadata.deletion_timestamp
+        is None
+    )
+    assert env.core.read_namespaced_config_map("held", env.namespace)

@@ -121,3 +121,63 @@ def test_refuse_delete_builds_one_refusal_for_any_subject():
         "(status.appliedSpec); move it first"
     )
     assert consumers.refuse_delete("image x", [], "move") is None
+
+
+# volume_consumers: the export's scratch claim and ConfigMap ---------------------------------------
+
+
+def pod(name, volumes, terminating=False):
+    meta = {"name": name, "namespace": "build"}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
+    return {"metadata": meta, "spec": {"volumes": volumes}}
+
+
+def test_the_jobs_own_pods_do_not_count_and_every_other_mount_or_clone_does():
+    claim = [{"name": "s", "persistentVolumeClaim": {"claimName": "exp-scratch"}}]
+    observed = {
+        "pods": [
+            pod("exp-abc", claim + [{"name": "p", "configMap": {"name": "exp"}}]),
+            pod("debug", claim),
+            pod("gone", claim, terminating=True),
+            pod("projected", [{"name": "x", "projected": {"sources": [{"configMap": {"name": "exp"}}]}}]),
+        ],
+        "vms": [
+            {
+                "metadata": {"name": "vm"},
+                "spec": {
+                    "template": {"spec": {"volumes": [{"name": "d", "dataVolume": {"name": "exp-scratch"}}]}}
+                },
+            }
+        ],
+        "pvcs": [
+            {
+                "metadata": {"name": "copy"},
+                "spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "exp-scratch"}},
+            },
+            {"metadata": {"name": "exp-scratch"}, "spec": {}},
+        ],
+        "datavolumes": [
+            {
+                "metadata": {"name": "dv"},
+                "spec": {"source": {"pvc": {"name": "exp-scratch", "namespace": "build"}}},
+            }
+        ],
+    }
+
+    def own(p):
+        return p["metadata"]["name"] == "exp-abc"
+
+    found = consumers.volume_consumers("PersistentVolumeClaim", "build", "exp-scratch", observed, own)
+    assert [(c["kind"], c["name"]) for c in found] == [
+        ("Pod", "debug"),
+        ("VirtualMachine", "vm"),
+        ("PersistentVolumeClaim", "copy"),
+        ("DataVolume", "dv"),
+    ]
+    assert all(c["loses"] is None for c in found)
+    maps = consumers.volume_consumers("ConfigMap", "build", "exp", observed, own)
+    assert [(c["kind"], c["name"], c["why"]) for c in maps] == [
+        ("Pod", "projected", "mounts ConfigMap build/exp")
+    ]
+    assert consumers.volume_consumers("ConfigMap", "build", "exp", {}) == []

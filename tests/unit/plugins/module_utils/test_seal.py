@@ -452,3 +452,11 @@ def test_windows_checks_carry_remote_desktop_unless_left_out():
     assert names[-1] == "remote_desktop_enabled"
     off = seal.windows_checks(b"\0" * 512, None, [], {"number": 3}, unreadable="x", remote_desktop_port=0)
     assert "remote_desktop_enabled" not in [c["name"] for c in off]
+
+
+def test_a_claim_needs_a_verifier_image_named():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+    with pytest.raises(Refusal, match=r"option verifier_image: .*PersistentVolumeClaim ns/golden"):
+        seal.refuse_without_verifier_image("", "PersistentVolumeClaim ns/golden")
+    assert seal.refuse_without_verifier_image("seal-verifier:1", "PersistentVolumeClaim ns/golden") is None

@@ -24,11 +24,11 @@ def test_the_images_pin_exactly_the_programs_requirements(image):
     assert "-r /tmp/requirements.txt" in (folder / "Containerfile").read_text()
 
 
-def run_without_dissect(disk, *extra):
+def run_without_dissect(disk):
     """The program under this Python with no site-packages (-S): a stock image without dissect, and no pip."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / ".collections"), PIP_INDEX_URL="http://127.0.0.1:9/nothing")
     return subprocess.run(
-        [sys.executable, "-S", "-m", seal_cli.__name__, str(disk), "--os", "windows", *extra],
+        [sys.executable, "-S", "-m", seal_cli.__name__, str(disk), "--os", "windows"],
         check=False,
         capture_output=True,
         text=True,
