@@ -3,11 +3,13 @@ tests/lab/tests/controllers/test_crds_apiserver.py writes to the real API server
 
 import copy
 import functools
+import itertools
+import re
 
 import pytest
 import yaml
 
-from tests.lab.crdload import CRD_DIR, load_crds, read_documents
+from tests.lab.crdload import CRD_DIR, FRAGMENT_DIR, load_crds, read_documents
 
 # kind -> (group, version, plural, singular, shortNames, scope, has status subresource)
 EXPECTED = {
@@ -18,7 +20,7 @@ EXPECTED = {
         "storageprofile",
         [],
         "Cluster",
-        False,
+        True,  # since CDI v1.64.0
     ),
     "VirtualMachineImage": (
         "harvesterhci.io",
@@ -146,6 +148,17 @@ def test_crd_names_are_the_real_ones(kind):
     schema = stored["schema"]["openAPIV3Schema"]
     assert schema["type"] == "object"
     assert {"apiVersion", "kind", "metadata"} <= set(schema["properties"])
+
+
+def test_every_crd_written_from_upstream_names_the_release():
+    """The first comment of a CRD written from upstream types names the file and a tagged release."""
+    for path in sorted(CRD_DIR.glob("*.yaml")) + sorted(FRAGMENT_DIR.glob("*.yaml")):
+        header = "".join(itertools.takewhile(lambda line: line.startswith(("#", "---")), path.open()))
+        if "written from" not in header and "types.go" not in header:
+            continue  # DBInstance and GoldenImageSelection have no public upstream types
+        assert re.search(r"\bv\d+\.\d+\.\d+\b", header), path.name
+        assert "types.go" in header or "image.go" in header, path.name
+        assert "main," not in header, path.name
 
 
 def test_dbinstance_group_and_version_are_substituted():
