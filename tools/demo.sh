@@ -24,8 +24,8 @@ if [ "${1:-}" = stop ]; then
   exit 0
 fi
 rm -rf "$state"
-# HTTPS, so kubectl (which sends no bearer token over plain HTTP) works against it too.
-"$py" -m tests.lab up --tls --state-dir "$state"
+# The lab serves HTTPS with its own CA, which the kubeconfig carries, so kubectl works against it too.
+"$py" -m tests.lab up --state-dir "$state"
 
 set -a
 # shellcheck source=/dev/null

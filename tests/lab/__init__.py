@@ -39,24 +39,14 @@ class Lab:
         with_s3: bool = True,
         dbinstance_group: str | None = None,
         dbinstance_version: str | None = None,
-        tls: bool = False,
         controllers: list | None = None,
         seed: int | None = None,
-        backend: str | None = None,
     ):
         self.state_dir = pathlib.Path(state_dir).resolve()
         self.port = port
         self.with_s3 = with_s3
         self.dbinstance_group = dbinstance_group or os.environ.get("LAB_DBINSTANCE_GROUP") or None
         self.dbinstance_version = dbinstance_version or os.environ.get("LAB_DBINSTANCE_VERSION") or None
-        # One backend: a real kube-apiserver and etcd (tools/build-apiserver.sh) behind the lab's front
-        # (front.py), with the controllers. LAB_BACKEND / backend= name it for callers that ask for it.
-        self.backend = backend or os.environ.get("LAB_BACKEND") or "apiserver"
-        if self.backend != "apiserver":
-            raise ValueError(
-                f"unknown lab backend {self.backend!r}: the lab runs on the real API server (apiserver)"
-            )
-        self.tls = True  # always HTTPS (the tls argument is kept for callers that pass it)
         self._controller_classes = controllers
         self.store = None  # an ApiStore once started
         self.faults = Faults(seed=seed)
@@ -244,26 +234,23 @@ class Lab:
 
     @property
     def ca_path(self) -> pathlib.Path | None:
-        """The CA of the lab's serving certificate (None when it serves plain HTTP)."""
+        """The CA of the lab's serving certificate (None before the lab starts)."""
         return self._ca_path
 
     def ssl_context(self):
-        """An SSL context that trusts the lab's certificate, or None for a plain-HTTP lab."""
+        """An SSL context that trusts the lab's certificate."""
         import ssl
 
-        return ssl.create_default_context(cafile=str(self._ca_path)) if self._ca_path else None
+        return ssl.create_default_context(cafile=str(self._ca_path))
 
     def connection(self, timeout: float = 10):
-        """A raw http.client connection to the lab's URL (HTTPS trusting its CA when it serves TLS)."""
+        """A raw HTTPS connection to the lab's URL, trusting its CA."""
         import http.client
         from urllib.parse import urlsplit
 
         url = urlsplit(self.url)
-        if url.scheme == "https":
-            return http.client.HTTPSConnection(
-                url.hostname, url.port, timeout=timeout, context=self.ssl_context()
-            )
-        return http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+        context = self.ssl_context()
+        return http.client.HTTPSConnection(url.hostname, url.port, timeout=timeout, context=context)
 
     def add_token(self, user: str, rules: list[dict]) -> str:
         """A token for `user` allowed only what `rules` (verbs, groups, resources, namespaces) allow.
@@ -280,9 +267,8 @@ class Lab:
         self, path: pathlib.Path | str, token: str | None = None, user: str = "lab-admin"
     ) -> pathlib.Path:
         path = pathlib.Path(path)
-        cluster = {"server": self.url}
-        if self._ca_path is not None:
-            cluster["certificate-authority-data"] = base64.b64encode(self._ca_path.read_bytes()).decode()
+        ca = base64.b64encode(self._ca_path.read_bytes()).decode()
+        cluster = {"server": self.url, "certificate-authority-data": ca}
         config = {
             "apiVersion": "v1",
             "kind": "Config",

@@ -1,6 +1,6 @@
 """Command line: run the lab in the background or the foreground.
 
-    python -m tests.lab up [--state-dir .lab] [--port N] [--tls] [--no-s3]
+    python -m tests.lab up [--state-dir .lab] [--port N] [--no-s3]
     python -m tests.lab status [--state-dir .lab]
     python -m tests.lab down [--state-dir .lab]
     python -m tests.lab serve [...]        # foreground; `up` starts this as a detached process
@@ -95,10 +95,6 @@ def _describe(state_dir: pathlib.Path, info: dict) -> str:
 
 def _serve_args(args: argparse.Namespace) -> list[str]:
     out = ["--state-dir", str(args.state_dir), "--port", str(args.port)]
-    if args.tls:
-        out.append("--tls")
-    if args.backend:
-        out += ["--backend", args.backend]
     if args.no_s3:
         out.append("--no-s3")
     if args.dbinstance_group:
@@ -186,8 +182,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with_s3=not args.no_s3,
         dbinstance_group=args.dbinstance_group,
         dbinstance_version=args.dbinstance_version,
-        tls=args.tls,
-        backend=args.backend,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -269,13 +263,6 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--state-dir", type=pathlib.Path, default=pathlib.Path(".lab"))
         if name in ("up", "serve"):
             p.add_argument("--port", type=int, default=0)
-            p.add_argument("--tls", action="store_true", help="HTTPS (always; kept for scripts that pass it)")
-            p.add_argument(
-                "--backend",
-                choices=("apiserver",),
-                default=os.environ.get("LAB_BACKEND"),
-                help="apiserver: kube-apiserver and etcd built by tools/build-apiserver.sh (the only one)",
-            )
             p.add_argument("--no-s3", action="store_true", help="do not start the loopback S3 server")
             p.add_argument("--dbinstance-group", default=os.environ.get("LAB_DBINSTANCE_GROUP"))
             p.add_argument("--dbinstance-version", default=os.environ.get("LAB_DBINSTANCE_VERSION"))

@@ -1,14 +1,11 @@
-"""Who may do what in the lab (bearer tokens and a small RBAC rule table), and the audit log."""
+"""The lab's bearer tokens and the rules ``Lab.add_token`` grants (written as RBAC objects: the API
+server decides)."""
 
 from __future__ import annotations
 
 import secrets
-import threading
-import time
-from collections import deque
 from dataclasses import dataclass, field
 
-AUDIT_LIMIT = 200_000
 MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -31,15 +28,6 @@ class Rule:
             namespaces=list(data.get("namespaces", [])),
         )
 
-    def allows(self, verb: str, group: str, resource: str, namespace: str) -> bool:
-        base = resource.split("/", 1)[0]
-        return (
-            ("*" in self.verbs or verb in self.verbs)
-            and ("*" in self.groups or group in self.groups)
-            and ("*" in self.resources or resource in self.resources or base in self.resources)
-            and (not self.namespaces or "*" in self.namespaces or namespace in self.namespaces)
-        )
-
 
 @dataclass
 class Identity:
@@ -49,18 +37,6 @@ class Identity:
     @property
     def is_admin(self) -> bool:
         return self.rules is None
-
-    def allows(self, verb: str, group: str, resource: str, namespace: str) -> bool:
-        if self.rules is None:
-            return True
-        return any(rule.allows(verb, group, resource, namespace) for rule in self.rules)
-
-
-def forbidden_message(user: str, verb: str, group: str, resource: str, namespace: str, name: str) -> str:
-    what = f'{resource} "{name}"' if name else resource
-    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-    who = f'User "{user}" cannot {verb} resource "{resource}"'
-    return f'{what} is forbidden: {who} in API group "{group}" {scope}'
 
 
 class Tokens:
@@ -75,39 +51,7 @@ class Tokens:
         self._by_token[token] = Identity(user, parsed)
         return token
 
-    def remove(self, token: str) -> None:
-        if token != self.admin_token:
-            self._by_token.pop(token, None)
-
     def identify(self, authorization: str | None) -> Identity | None:
         if not authorization or not authorization.startswith("Bearer "):
             return None
         return self._by_token.get(authorization[7:].strip())
-
-
-class AuditLog:
-    """Every API request: time (epoch seconds), seq, verb, path, user, dry_run, code, namespace,
-    group, resource, subresource, name."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._records: deque[dict] = deque(maxlen=AUDIT_LIMIT)
-        self._seq = 0
-
-    def append(self, record: dict) -> None:
-        with self._lock:
-            self._seq += 1
-            record["seq"] = self._seq
-            record.setdefault("time", time.time())
-            self._records.append(record)
-
-    def records(self) -> list[dict]:
-        with self._lock:
-            return [dict(r) for r in self._records]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._records.clear()
-
-    def mutating(self) -> list[dict]:
-        return [r for r in self.records() if r["verb"] in MUTATING_VERBS and not r["dry_run"]]

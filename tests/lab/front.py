@@ -33,9 +33,6 @@ from .objects import ApiError
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 )
-_ROUTE_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-
-
 ROUTE_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
@@ -67,7 +64,7 @@ def request_verb(method: str, path: str, query: dict) -> tuple[str, dict]:
     elif method == "DELETE":
         verb = "delete" if ref["name"] else "deletecollection"
     else:
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+        verb = ROUTE_VERBS.get(method, method.lower())
     return verb, ref
 
 

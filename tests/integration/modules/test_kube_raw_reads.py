@@ -27,7 +27,7 @@ CLIENT_DISCOVERY = ("/apis", "/version", "/api")
 def tls_lab(tmp_path_factory):
     if str(COLLECTIONS) not in sys.path:
         sys.path.insert(0, str(COLLECTIONS))
-    with Lab(tmp_path_factory.mktemp("tls-lab"), with_s3=False, tls=True, controllers=[]) as lab:
+    with Lab(tmp_path_factory.mktemp("tls-lab"), with_s3=False, controllers=[]) as lab:
         yield lab
 
 

@@ -154,16 +154,6 @@ def test_pod_logs_come_from_the_front(lab, kube_client, kube_namespace):
     assert core.read_namespaced_pod_log("p", kube_namespace, tail_lines=1) == "line two\n"
 
 
-def test_tls(tmp_path):
-    from kubernetes import client, config
-
-    with Lab(tmp_path, with_s3=False, tls=True, controllers=[]) as lab:
-        assert lab.url.startswith("https://")
-        with config.new_client_from_config(str(lab.kubeconfig)) as api:
-            names = [n.metadata.name for n in client.CoreV1Api(api).list_namespace().items]
-    assert "default" in names
-
-
 def test_up_status_down(tmp_path):
     env = dict(os.environ)
     env.pop("K8S_AUTH_KUBECONFIG", None)

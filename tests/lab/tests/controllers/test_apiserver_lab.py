@@ -1,6 +1,6 @@
 """The lab on a real kube-apiserver: what the lab adds around it holds, and the server is the real one.
 
-One lab for the module (`LAB_BACKEND=apiserver`'s machinery): etcd, kube-apiserver and
+One lab for the module: etcd, kube-apiserver and
 kube-controller-manager from tools/build-apiserver.sh, the front (faults, routes, webhooks), and the
 controllers as API clients.
 """
@@ -26,7 +26,7 @@ PIN = os.environ.get("LAB_K8S_VERSION", "v1.36.3")
 @pytest.fixture(scope="module")
 def real_lab(tmp_path_factory):
     binaries()  # builds on a cold cache (minutes), reused afterwards
-    lab = Lab(tmp_path_factory.mktemp("apiserver-lab"), backend="apiserver", with_s3=False).start()
+    lab = Lab(tmp_path_factory.mktemp("apiserver-lab"), with_s3=False).start()
     try:
         yield lab
     finally:

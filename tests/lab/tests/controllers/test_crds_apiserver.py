@@ -24,7 +24,7 @@ NAMESPACES = ("golden-images", "default", "project-a", "kubevirt", "cozy-public"
 def real_lab(tmp_path_factory):
     binaries()
     # No controllers: nothing but the API server acts on what the tests write.
-    lab = Lab(tmp_path_factory.mktemp("crd-lab"), backend="apiserver", with_s3=False, controllers=[]).start()
+    lab = Lab(tmp_path_factory.mktemp("crd-lab"), with_s3=False, controllers=[]).start()
     namespaces = lab.store.resource("", "v1", "namespaces")
     for name in NAMESPACES:
         if not lab.store.exists(namespaces, None, name):

@@ -10,12 +10,12 @@ import time
 import pytest
 
 from tests.integration.support import disks
-from tests.lab.access import Identity
 from tests.lab.controllers.bootdisk import inspect
 from tests.lab.controllers.harvester import UPLOAD_PREFIX, HarvesterImageController
 from tests.lab.controllers.harvester_vm import IMAGE_ID, TEMPLATES
 from tests.lab.controllers.kubevirt import AGENT_DELAY_ENV, STOP_HANGS
 from tests.lab.controllers.volumes import disk_image_path, volume_path
+from tests.lab.front import RemoteIdentity
 from tests.lab.objects import ApiError
 
 from .conftest import until
@@ -56,9 +56,8 @@ def upload_image(mini, name: str, data: pathlib.Path | None) -> dict:
 def send(mini, name: str, data: pathlib.Path) -> None:
     controller = next(c for c in mini.controllers if isinstance(c, HarvesterImageController))
     path = f"{UPLOAD_PREFIX}{mini.namespace}/{name}"
-    answer = controller.upload(
-        "POST", path, {"action": "upload"}, {}, data.read_bytes(), Identity("admin", None)
-    )
+    admin = RemoteIdentity("lab-admin", ["system:masters"], mini.store)
+    answer = controller.upload("POST", path, {"action": "upload"}, {}, data.read_bytes(), admin)
     assert answer[0] == 200
 
 
