@@ -19,7 +19,6 @@ import re
 import secrets
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import yaml
@@ -570,17 +569,6 @@ class DBInstanceOperator(Controller):
         return None
 
     # --- writes
-    @contextmanager
-    def _consistent(self):
-        # Status and metadata are two writes through the API (the status subresource); holding the
-        # store's lock makes them one step to every reader and watcher.
-        lock = getattr(self.lab.store, "_lock", None)
-        if lock is None:
-            yield
-            return
-        with lock:
-            yield
-
     def _write(
         self, rt: ResourceType, obj: dict, change, clear: str | None = None, default_engine: str = ""
     ) -> bool:
@@ -614,11 +602,11 @@ class DBInstanceOperator(Controller):
                 changed = True
             return changed
 
-        with self._consistent():
-            if status_changed:
-                self.lab.store.update(rt, body, subresource="status")
-            if object_changed:
-                modify(self.lab.store, rt, meta.get("namespace"), meta["name"], on_object)
+        # Status and metadata are two writes through the API (the status subresource comes first).
+        if status_changed:
+            self.lab.store.update(rt, body, subresource="status")
+        if object_changed:
+            modify(self.lab.store, rt, meta.get("namespace"), meta["name"], on_object)
         return True
 
     def _event(self, obj: dict, event_type: str, reason: str, message: str) -> None:

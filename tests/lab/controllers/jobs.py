@@ -404,20 +404,13 @@ class JobRunner(Controller):
         the pods/binding subresource (spec.nodeName of an existing pod is immutable)."""
         pod_rt = self.lab.store.resource(CORE, "v1", "pods")
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        request = getattr(self.lab.store, "request", None)
-        if request is None:  # the in-process store has no binding subresource
-
-            def scheduled(obj: dict) -> None:
-                obj["spec"]["nodeName"] = NODE_NAME
-
-            return modify(self.lab.store, pod_rt, namespace, name, scheduled)
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace},
             "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
         }
-        reply = request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+        reply = self.lab.store.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
         if reply.status >= 300 and reply.status != 409:  # 409: bound already (a resync)
             raise ApiError(reply.status, reply.reason or "", (reply.data or b"").decode("utf-8", "replace"))
         return self.lab.store.get(pod_rt, namespace, name)

@@ -209,12 +209,9 @@ def _write_projected(lab: LabContext, pod: dict, projected: dict, dst: pathlib.P
         token = source.get("serviceAccountToken")
         if token is not None:
             account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
-            request = getattr(lab.store, "request", None)
-            if request is None:
-                raise StartError("a serviceAccountToken volume needs the lab on a real API server")
             path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
             body = {"spec": {"expirationSeconds": token.get("expirationSeconds") or 3600}}
-            reply = request("POST", path, body)
+            reply = lab.store.request("POST", path, body)
             if reply.status >= 300:
                 msg = f'MountVolume.SetUp failed: token for serviceaccount "{account}": HTTP {reply.status}'
                 raise PodNotReady("FailedMount", msg, False)
