@@ -11,14 +11,18 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.lab import Lab
 from tests.lab.apiserver import binaries
+from tests.lab.controllers.pods import NODE_NAME
 
 PIN = os.environ.get("LAB_K8S_VERSION", "v1.36.3")
 
@@ -190,3 +194,52 @@ def test_a_committed_write_whose_answer_is_lost(real_lab, api, namespace):
         real_lab.faults.reset()
     assert core.read_namespaced_config_map("lost", namespace).metadata.name == "lost"
     assert [r for r in real_lab.audit() if r.get("committed") and r["name"] == "lost"]
+
+
+def _answer(lab, base: str, method: str, path: str) -> tuple[int, str]:
+    """The code and the text of an answer (a Status's message)."""
+    request = urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None)
+    request.add_header("Authorization", "Bearer " + lab.admin_token)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=lab.ssl_context()) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        code, text = exc.code, exc.read().decode()
+    try:
+        return code, json.loads(text)["message"]
+    except ValueError:  # a body that is not a Status
+        return code, text
+
+
+def test_the_kubeconfig_address_serves_what_kube_apiserver_alone_does_not(real_lab, api, namespace):
+    """Why the kubeconfig points at the front with every fault knob at zero (README): pod logs, Harvester's
+    upload action and KubeVirt's screenshot are answered there, and kube-apiserver answers none of them."""
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": NODE_NAME, "containers": [{"name": "c", "image": "busybox"}]},
+    }
+    client.CoreV1Api(api).create_namespaced_pod(namespace, pod)
+    real_lab.store.set_pod_log(namespace, "p", "verdict: sealed\n")
+    kubeconfig = yaml.safe_load(real_lab.kubeconfig.read_text())
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == real_lab.url != real_lab.apiserver.url
+    log = ("GET", f"/api/v1/namespaces/{namespace}/pods/p/log")
+    upload = ("POST", f"/v1/harvester/harvesterhci.io.virtualmachineimages/{namespace}/gone?action=upload")
+    screenshot = (
+        "GET",
+        f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/gone/vnc/screenshot",
+    )
+
+    assert _answer(real_lab, real_lab.url, *log) == (200, "verdict: sealed\n")
+    code, body = _answer(real_lab, real_lab.url, *upload)
+    assert code == 404 and 'virtualmachineimages.harvesterhci.io "gone" not found' in body, body
+    code, body = _answer(real_lab, real_lab.url, *screenshot)
+    assert code == 404 and 'virtualmachineinstance.kubevirt.io "gone" not found' in body, body
+
+    direct = real_lab.apiserver.url
+    code, body = _answer(real_lab, direct, *log)
+    # It looks up the pod's node to ask that node's kubelet for the log: the lab has neither.
+    assert code == 404 and "verdict" not in body, body
+    # Neither is a path it serves: no API group subresources.kubevirt.io is registered (virt-api's
+    # APIService on a cluster), and /v1/harvester is Harvester's API, not Kubernetes'.
+    for request in (upload, screenshot):
+        assert _answer(real_lab, direct, *request) == (404, "404 page not found\n")
