@@ -110,7 +110,6 @@ e2e-microvm: setup e2e-deps
 	$(PY) tests/e2e/microvm_boot.py
 
 bench: setup
-	$(PY) bench/lab_rps.py
 	$(PY) bench/golden_info.py
 	$(PY) bench/os_mirror.py
 	$(PY) bench/seal_verify.py

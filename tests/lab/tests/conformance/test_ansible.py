@@ -1,4 +1,4 @@
-"""kubernetes.core.k8s / k8s_info run through ansible-playbook against the target."""
+"""kubernetes.core.k8s / k8s_info through ansible-playbook against the lab's CRDs, controllers and audit."""
 
 from __future__ import annotations
 
@@ -6,12 +6,10 @@ import os
 import pathlib
 import subprocess
 import sys
-import threading
 
 import pytest
 
-from .conftest import unique
-
+pytestmark = pytest.mark.lab_only
 PLAYBOOKS = pathlib.Path(__file__).with_name("playbooks")
 COLLECTIONS = pathlib.Path(__file__).resolve().parents[4] / ".collections"
 
@@ -37,40 +35,13 @@ def _run(lab, playbook: str, *extra: str, **variables: str) -> subprocess.Comple
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _set_ready_when_created(custom, group: str, namespace: str, stop: threading.Event) -> None:
-    """Plays the Widget's controller: marks it Ready a moment after it appears."""
-    from kubernetes.client.rest import ApiException
-
-    while not stop.wait(0.3):
-        try:
-            custom.get_namespaced_custom_object(group, "v1", namespace, "widgets", "waited")
-        except ApiException:
-            continue
-        stop.wait(1.0)
-        status = {"conditions": [{"type": "Ready", "status": "True", "reason": "Built", "message": "done"}]}
-        custom.patch_namespaced_custom_object_status(
-            group, "v1", namespace, "widgets", "waited", {"status": status}
-        )
-        return
-
-
-def test_k8s_modules(lab, custom, core, widget_crd):
-    ns = unique("ansible")
-    stop = threading.Event()
-    helper = threading.Thread(
-        target=_set_ready_when_created, args=(custom, widget_crd, ns, stop), daemon=True
-    )
-    helper.start()
-    try:
-        result = _run(lab, "k8s.yml", ns=ns, widget_group=widget_crd)
-    finally:
-        stop.set()
-        helper.join(timeout=10)
-        core.delete_namespace(ns)
+def test_k8s_modules_on_the_lab_cdi(lab, kube_namespace):
+    """kubernetes.core creates a DataVolume from the lab's CRD, waits on the Ready condition the lab's
+    CDI sets, reads the claim CDI made (owned by the DataVolume), and deletes both."""
+    result = _run(lab, "k8s.yml", ns=kube_namespace)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-@pytest.mark.lab_only
 def test_check_mode_sends_no_mutating_request(lab, kube_namespace):
     lab.clear_audit()
     result = _run(lab, "check_mode.yml", "--check", ns=kube_namespace)

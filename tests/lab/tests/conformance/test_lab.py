@@ -1,7 +1,8 @@
-"""The lab itself: bootstrap objects, controller framework, audit of dry runs, pod logs, S3, TLS, up/down.
+"""The lab itself: bootstrap objects, S3, the controller framework, audit of dry runs, pod logs, up/down.
 
-What an API server does (CRUD, selectors, paging, watches, patch types, schemas) is the real
-kube-apiserver's and is not tested here; these test what the lab adds to it.
+What an API server does (CRUD, selectors, paging, watches, patch types, schemas, discovery) is the real
+kube-apiserver's and is not tested here; these test what the lab adds to it. The CRDs' schemas and
+status subresources are tested on the real server in tests/lab/tests/controllers/test_crds_apiserver.py.
 """
 
 from __future__ import annotations
@@ -45,23 +46,6 @@ def test_bootstrap_objects(kube_client):
         ("cdi.kubevirt.io/v1beta1", "DataVolume"),
     ):
         assert dyn.resources.get(api_version=api_version, kind=kind).namespaced
-
-
-def test_discovery_lists_subresources(kube_client):
-    def get(path):
-        return kube_client.call_api(path, "GET", auth_settings=["BearerToken"], response_type="object")[0]
-
-    names = {r["name"]: r for r in get("/api/v1")["resources"]}
-    assert names["pods/log"]["verbs"] == ["get"] and names["pods"]["shortNames"] == ["po"]
-    assert names["persistentvolumeclaims/status"]["kind"] == "PersistentVolumeClaim"
-    kubevirt = {r["name"]: r for r in get("/apis/kubevirt.io/v1")["resources"]}
-    assert (
-        "virtualmachines/status" in kubevirt
-        and kubevirt["virtualmachines"]["singularName"] == "virtualmachine"
-    )
-    groups = {g["name"]: g for g in get("/apis")["groups"]}
-    assert groups["batch"]["preferredVersion"]["version"] == "v1"
-    assert get("/version")["major"] == "1"
 
 
 def test_s3_endpoint(lab):
