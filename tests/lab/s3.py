@@ -245,9 +245,6 @@ def _request_handler():
             environ[HEADERS_KEY] = list(self.headers.items())
             return environ
 
-        def log_request(self, *args, **kwargs):
-            pass  # one line per S3 request is noise
-
     return Handler
 
 
@@ -268,7 +265,7 @@ class S3Server:
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
         from werkzeug.serving import make_server
 
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per S3 request is noise
         keys = self._keys
         app = CheckingS3(DomainDispatcherApplication(create_backend_app), {keys.access_key: keys.secret_key})
         self._server = make_server("127.0.0.1", self.port, app, True, request_handler=_request_handler())
