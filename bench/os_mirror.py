@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """os_mirror upload throughput against a loopback S3 server, compared with one plain put_object.
 
-Writes a file of random bytes (256 MiB by default), starts moto's S3 server in its own process on
-127.0.0.1, then times, each --repeat times (the median is printed, the server emptied between runs):
+Writes a file of random bytes (256 MiB by default), starts the lab's S3 (tests/lab/s3.py: moto behind
+the front that verifies every signature and body hash, as S3 does) in its own process on 127.0.0.1,
+then times, each --repeat times (the median is printed, the server emptied between runs):
 
   given    the os_mirror_object upload path with the sha256 given: the file is read once; parts
            (Content-MD5 each, ETag compared) go straight to the digest key's multipart upload while
@@ -49,6 +50,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3
 
 sys.path.insert(0, str(ROOT))
 from bench.labproc import load  # noqa: E402
+from tests.lab.s3 import S3Endpoint  # noqa: E402
+
+KEYS = S3Endpoint("")  # the only identity the lab's S3 accepts
 
 MIB = 1024 * 1024
 # The module's defaults (plugins/modules/os_mirror_object.py).
@@ -56,12 +60,10 @@ DEFAULT_PART = 16 * MIB
 DEFAULT_CONCURRENCY = 4
 BUCKET = "bench-os-mirror"
 SERVER = """
-import logging, sys
-from moto.server import ThreadedMotoServer
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-server.start()
-print("%s:%d" % server.get_host_and_port(), flush=True)
+import sys
+from tests.lab.s3 import S3Server
+server = S3Server()
+print(server.start().endpoint_url, flush=True)
 sys.stdin.read()
 server.stop()
 """
@@ -153,8 +155,8 @@ def ab(endpoint, path, digest, part_mib, concurrency, repeat, baseline):
     clients = {
         label: s3_client(
             endpoint_url=endpoint,
-            access_key="bench",
-            secret_key="bench",
+            access_key=KEYS.access_key,
+            secret_key=KEYS.secret_key,
             max_pool_connections=concurrency + 2,
         )
         for label in ("put", "old", "new")
@@ -179,10 +181,9 @@ def ab(endpoint, path, digest, part_mib, concurrency, repeat, baseline):
 
 def start_server():
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
-    address = proc.stdout.readline().strip()
-    return proc, "http://" + address
+    return proc, proc.stdout.readline().strip()
 
 
 def write_random(path: pathlib.Path, size_mib: int) -> None:
@@ -308,8 +309,8 @@ def main() -> int:
     try:
         client = s3_client(
             endpoint_url=endpoint,
-            access_key="bench",
-            secret_key="bench",
+            access_key=KEYS.access_key,
+            secret_key=KEYS.secret_key,
             max_pool_connections=max(10, max(args.concurrency) + 2),
         )
         client.create_bucket(Bucket=BUCKET)
@@ -394,8 +395,8 @@ def main() -> int:
         proc.wait(timeout=30)
 
     print(
-        "file: %d MiB of random bytes; server: moto on %s (own process); median of %d runs (put, old and new"
-        " in turn on their own clients; part %d MiB, concurrency %d; %s)"
+        "file: %d MiB of random bytes; server: the lab's S3 on %s (own process); median of %d runs (put, old"
+        " and new in turn on their own clients; part %d MiB, concurrency %d; %s)"
         % (size // MIB, endpoint, args.repeat, args.part_mib[0], args.concurrency[0], load())
     )
     print("\n".join(lines))

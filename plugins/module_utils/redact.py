@@ -18,7 +18,7 @@ __metaclass__ = type
 
 import base64
 
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
@@ -88,6 +88,31 @@ def redact_url(url):
                 [(name, MASK if name.lower() in SECRET_QUERY else value) for name, value in pairs], safe="/:"
             )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def signed_query_values(value, shortest=4):
+    """The secret query values of every URL in ``value`` (a string, or dicts and lists holding them), as
+    they are written in the URL and decoded: what a module masks wherever it would echo ``value`` (a
+    DataVolume's presigned source URL). Values shorter than ``shortest`` are left, as masking them would
+    blank every such run of characters of the output."""
+    found = set()
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found.update(signed_query_values(item, shortest))
+        return found
+    if not isinstance(value, str) or "?" not in value:
+        return found
+    try:
+        query = urlsplit(value).query
+    except ValueError:
+        return found
+    for part in query.split("&"):
+        name, _eq, written = part.partition("=")
+        if unquote(name).lower() in SECRET_QUERY:
+            found.update(form for form in (written, unquote(written)) if len(form) >= shortest)
+    return found
 
 
 def strip_query(url):

@@ -163,7 +163,7 @@ retries:
   sample: 0
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     KubeError,
     KubeModule,
@@ -195,8 +195,10 @@ class Apply(object):
     def run(self):
         state = self.params["state"]
         definitions = self.params["definitions"] or []
-        # Secret values are masked wherever the result would echo them (the invocation included).
+        # Secret values, and the signatures and tokens of URLs (a DataVolume's presigned source), are
+        # masked wherever the result would echo them (the invocation included).
         self.module.no_log_values.update(objects.secret_values(definitions))
+        self.module.no_log_values.update(redact.signed_query_values(definitions))
         objects.check_definitions(definitions, state)
         if state == "absent" and self.params["wait"]:
             positive_all(self.params, ("wait_timeout", "wait_sleep"))
@@ -209,6 +211,8 @@ class Apply(object):
             entries.append(item)
             if diff is not None:
                 diffs.append(diff)
+        # The objects read back may hold such URLs too (CDI copies the source URL into a claim's annotation).
+        self.module.no_log_values.update(redact.signed_query_values([entries, diffs]))
         changed = any(e["action"] in ("created", "patched", "deleted") for e in entries)
         result = {
             "changed": changed,

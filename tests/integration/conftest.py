@@ -43,11 +43,12 @@ def qcow2(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def mirror(lab, qcow2):
-    """The image in a bucket of the loopback S3 server, readable by URL as a mirror bucket is."""
+    """The image in a bucket of the lab's S3, readable by URL as a public mirror is: anyone lists the bucket
+    (so a missing key answers 404, as S3 tells a caller who may list) and reads the image."""
     env = lab.env()
     s3 = s3_client(env)
     bucket = "mirror-" + uuid.uuid4().hex[:8]
-    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=bucket, ACL="public-read")
     s3.put_object(Bucket=bucket, Key="baked/" + qcow2.name, Body=qcow2.read_bytes(), ACL="public-read")
     return {
         "url": "%s/%s/baked/%s" % (env["AWS_ENDPOINT_URL"], bucket, qcow2.name),

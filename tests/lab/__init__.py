@@ -80,7 +80,6 @@ class Lab:
                 store=self.store,
                 state_dir=self.state_dir,
                 faults=self.faults,
-                s3_endpoint=self.s3.endpoint_url if self.s3 else None,
             )
             classes = (
                 self._controller_classes if self._controller_classes is not None else default_controllers()

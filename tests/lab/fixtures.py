@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from . import Lab
+from .s3 import S3Server
 
 
 @dataclass
@@ -70,6 +71,20 @@ def lab(tmp_path_factory):
         yield instance
     finally:
         instance.stop()
+
+
+@pytest.fixture(scope="session")
+def lab_s3():
+    """The lab's S3 on its own, without the API server: an S3Endpoint (its keys are the only identity).
+
+    It checks signatures and answers anonymous requests as S3 does (tests/lab/s3.py), also when the
+    tests target a real cluster."""
+    server = S3Server()
+    endpoint = server.start()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
-"""bucket_exposure against a loopback S3 server that answers anonymous requests as S3 does.
+"""bucket_exposure against the lab's S3, which answers anonymous requests as S3 does.
 
-The server is moto behind tests/integration/support/anonymous_s3.py: buckets, objects, ACLs and policies
-are moto's, and unsigned reads are decided from them. Every case is one task of a single playbook,
-so the whole file costs one ansible-playbook run (and one more for the BYOL refusals).
+The server is tests/lab/s3.py: buckets, objects, ACLs and policies are moto's, and unsigned requests
+are decided from them. Every case is one task of a single playbook, so the whole file costs one
+ansible-playbook run (and one more for the BYOL refusals).
 """
 
 from __future__ import annotations
@@ -12,29 +12,15 @@ import uuid
 
 import pytest
 
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import run_playbook
-from tests.lab.s3 import S3Endpoint
 
 MODULE = "goldenimage.pipeline.bucket_exposure"
 KEY = "windows/11/2026-08-27/windows11-x64-golden.qcow2"
 
 
 @pytest.fixture(scope="module")
-def s3():
-    server = AnonymousAwareS3()
-    endpoint = server.start()
-    client = S3Endpoint(endpoint, "exposure-key", "exposure-secret").client()
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "exposure-key",
-        "AWS_SECRET_ACCESS_KEY": "exposure-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    try:
-        yield endpoint, client, env
-    finally:
-        server.stop()
+def s3(lab_s3):
+    return lab_s3.endpoint_url, lab_s3.client(), lab_s3.env()
 
 
 def _policy(bucket, actions, resources):

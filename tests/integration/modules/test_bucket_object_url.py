@@ -1,6 +1,6 @@
-"""bucket_object_url against a loopback S3 endpoint that checks presigned URLs as S3 does.
+"""bucket_object_url against the lab's S3, which checks presigned URLs as S3 does.
 
-The endpoint (tests/integration/support/anonymous_s3.py) keeps the bucket private to anonymous readers,
+The endpoint (tests/lab/s3.py) keeps the bucket private to anonymous readers,
 verifies every presigned URL's Signature Version 4 and expiry with its own implementation of the
 algorithm, and answers HTTP basic auth, which is what CDI sends for an http source's secretRef, with
 S3's "Unsupported Authorization Type". Every module case is one task of a single playbook.
@@ -18,11 +18,9 @@ import uuid
 
 import pytest
 
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import module_task, run_playbook
 
 MODULE = "goldenimage.pipeline.bucket_object_url"
-ACCESS, SECRET = "signing-key", "signing-secret"
 KEY = "windows/11/20260828/windows 11+x64 golden.qcow2"  # a space and a plus: the path is encoded
 BODY = b"QFI\xfb licensed bytes"
 
@@ -30,25 +28,14 @@ task = functools.partial(module_task, MODULE)
 
 
 @pytest.fixture(scope="module")
-def s3():
-    server = AnonymousAwareS3(secrets={ACCESS: SECRET})
-    endpoint = server.start()
-    client = server.client(ACCESS, SECRET)
+def s3(lab_s3):
+    client = lab_s3.client()
     bucket = "licensed-%s" % uuid.uuid4().hex[:8]
     client.create_bucket(Bucket=bucket)
     client.put_object(
         Bucket=bucket, Key=KEY, Body=BODY, Metadata={"sha256": hashlib.sha256(BODY).hexdigest()}
     )
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": ACCESS,
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    try:
-        yield endpoint, bucket, env
-    finally:
-        server.stop()
+    return lab_s3.endpoint_url, bucket, lab_s3.env(), lab_s3
 
 
 def fetch(url, headers=None):
@@ -81,7 +68,7 @@ def shown(run, title):
 
 
 def test_signed_url_reads_a_private_object_and_nothing_else(s3):
-    endpoint, bucket, env = s3
+    endpoint, bucket, env, keys = s3
     url = object_url(endpoint, bucket, KEY)
     missing = object_url(endpoint, bucket, "windows/11/20260901/absent.qcow2")
     run = run_playbook(
@@ -117,7 +104,7 @@ def test_signed_url_reads_a_private_object_and_nothing_else(s3):
     )
     assert (signed["bucket"], signed["key"], signed["endpoint"]) == (bucket, KEY, endpoint)
     assert signed["url"].startswith(url + "?") and "X-Amz-Algorithm=AWS4-HMAC-SHA256" in signed["url"]
-    assert "X-Amz-Expires=600" in signed["url"] and SECRET not in signed["url"]
+    assert "X-Amz-Expires=600" in signed["url"] and keys.secret_key not in signed["url"]
     assert fetch(signed["url"]) == (200, BODY)
 
     checked = shown(run, "checked")
@@ -133,7 +120,7 @@ def test_signed_url_reads_a_private_object_and_nothing_else(s3):
     assert fetch(tampered)[0] == 403 and b"SignatureDoesNotMatch" in fetch(tampered)[1]
     moved = signed["url"].replace(urllib.request.quote(KEY), "windows/11/20260828/other.qcow2")
     assert fetch(moved)[0] == 403
-    basic = base64.b64encode(("%s:%s" % (ACCESS, SECRET)).encode()).decode()
+    basic = base64.b64encode(("%s:%s" % (keys.access_key, keys.secret_key)).encode()).decode()
     status, body = fetch(url, {"Authorization": "Basic " + basic})
     assert status == 400 and b"Unsupported Authorization Type" in body
     time.sleep(2.1)

@@ -20,8 +20,8 @@ import uuid
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import secret_forms
 
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import play, run_playbook
+from tests.lab.s3 import S3Server
 
 TAG = uuid.uuid4().hex[:12]
 PASSWORD = "pw-%s-x/y+z" % TAG  # '/' and '+' so the quoted and escaped forms differ from the raw one
@@ -45,8 +45,9 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    s3 = AnonymousAwareS3(secrets={ACCESS: SECRET})
-    endpoint = s3.start()
+    s3 = S3Server(access_key=ACCESS, secret_key=SECRET)  # the lab's S3, with the marker keys
+    keys = s3.start()
+    endpoint = keys.endpoint_url
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     work = tmp_path_factory.mktemp("secrets")
@@ -63,7 +64,7 @@ def world(tmp_path_factory):
     try:
         yield {
             "endpoint": endpoint,
-            "client": s3.client(ACCESS, SECRET),
+            "client": keys.client(),
             "upstream": "http://127.0.0.1:%d" % upstream.server_address[1],
             "work": work,
             "env": env,

@@ -1,5 +1,5 @@
-"""os_mirror_object, os_mirror_catalog, the os_mirror role and the upload itself against a loopback S3
-server (moto).
+"""os_mirror_object, os_mirror_catalog, the os_mirror role and the upload itself against the lab's
+loopback S3 (tests/lab/s3.py).
 
 Images are real qcow2 files made by qemu-img from random data, so every digest is a real one. The
 S3 server runs in this process; its request log tells which writes each playbook run made. A small

@@ -295,7 +295,7 @@ def injected_env(credential_type, inputs, injector="env"):
     return {k: render.from_string(v).render(values) for k, v in kind["injectors"].get(injector, {}).items()}
 
 
-def credential_env(lab, credentials, s3_endpoint=None):
+def credential_env(lab, credentials):
     """What the template's credentials inject for the lab: AWX's own Kubernetes bearer-token type
     ("goldenimage cluster") and the S3 credential type of awx/controller/goldenimage.yml."""
     env = {}
@@ -313,7 +313,7 @@ def credential_env(lab, credentials, s3_endpoint=None):
             injected_env(
                 "goldenimage S3 bucket",
                 {
-                    "endpoint_url": s3_endpoint or s3.endpoint_url,
+                    "endpoint_url": s3.endpoint_url,
                     "region": s3.region,
                     "access_key_id": s3.access_key,
                     "secret_access_key": s3.secret_key,
@@ -368,9 +368,7 @@ class Job:
         return self.status == "successful"
 
 
-def run_template(
-    name, extra_vars, lab, tmp_path, monkeypatch, survey=None, injected_vars=None, s3_endpoint=None
-):
+def run_template(name, extra_vars, lab, tmp_path, monkeypatch, survey=None, injected_vars=None):
     """The template's playbook under ansible-runner, as AWX runs a job: the survey's answers and the
     launch-time extra vars, and what the template's credentials inject."""
     import uuid
@@ -381,7 +379,7 @@ def run_template(
     chosen = template(name)
     private = tmp_path / ("runner-%s" % uuid.uuid4().hex[:8])
     (private / "env").mkdir(parents=True)
-    env = credential_env(lab, chosen.get("credentials") or [], s3_endpoint)
+    env = credential_env(lab, chosen.get("credentials") or [])
     env["ANSIBLE_COLLECTIONS_PATH"] = str(ROOT / ".collections")
     env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "false"
     extra = dict(survey_answers(name, survey or {}))

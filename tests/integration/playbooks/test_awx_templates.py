@@ -29,7 +29,6 @@ from tests.integration.roles.test_windows_chain import EXPORT_IMAGE, Chain
 from tests.integration.roles.test_windows_chain import key_of as windows_key
 from tests.integration.support import disks
 from tests.integration.support import microvm_parts as parts
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
@@ -436,9 +435,7 @@ def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch
     contract snapshot and clone gate; the bucket's endpoint and keys come from the S3 credential."""
     from kubernetes import client
 
-    front = AnonymousAwareS3()
-    endpoint = front.start()
-    arranged = Chain(lab, kube_client, endpoint, tmp_path)
+    arranged = Chain(lab, kube_client, tmp_path)
     family = "win11-awx-%s" % arranged.tag
     try:
         job = run_template(
@@ -449,7 +446,7 @@ def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch
                 "windows_export_scratch_size": "64Mi",
                 "windows_export_poll_interval": 1,
                 "windows_export_import_url_base": lab.s3.endpoint_url,
-                "windows_export_import_secret_ref": arranged.secret,
+                "windows_export_import_presign": True,
                 "windows_export_import_access_key_id": lab.s3.access_key,
                 "windows_export_import_secret_key": lab.s3.secret_key,
                 "windows_export_family": family,
@@ -471,7 +468,6 @@ def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch
                 "windows_export_license": "volume",
                 "windows_export_image": EXPORT_IMAGE,
             },
-            s3_endpoint=endpoint,
         )
         assert job.ok, job.stdout
         assert "golden-%s-" % family in job.stdout
@@ -490,7 +486,6 @@ def test_publish_windows_golden_template(lab, kube_client, tmp_path, monkeypatch
                     custom.delete_namespaced_custom_object(
                         group, version, "golden-images", plural, item["metadata"]["name"]
                     )
-        front.stop()
 
 
 def test_every_template_has_a_runner_test():

@@ -15,7 +15,6 @@ import uuid
 
 import pytest
 
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.lab.controllers.cdi import publish_container_disk
 from tests.lab.controllers.volumes import snapshot_data
@@ -155,21 +154,6 @@ def env(lab, kube_client, tmp_path):
     finally:
         lab.faults.reset()
         arranged.cleanup()
-
-
-@pytest.fixture(scope="module")
-def checking_s3():
-    """A private bucket on an endpoint that verifies presigned URLs and answers basic auth as S3 does."""
-    access, secret = "import-key", "import-secret"
-    server = AnonymousAwareS3(secrets={access: secret})
-    endpoint = server.start()
-    client = server.client(access, secret)
-    bucket = "licensed-%s" % uuid.uuid4().hex[:8]
-    client.create_bucket(Bucket=bucket)
-    try:
-        yield {"endpoint": endpoint, "client": client, "bucket": bucket, "access": access, "secret": secret}
-    finally:
-        server.stop()
 
 
 def image(env, family, source, size=SIZE):
@@ -323,7 +307,8 @@ def test_a_rerun_over_a_failed_import_refuses_it_or_replaces_it(env, tasks_from,
     family = "%s-%s" % (env.prefix, tasks_from[:4])
     raw, qcow2 = make_disk(env.tmp, 8)
     digest = sha256(qcow2)
-    url = env.url(qcow2, family)  # not uploaded yet: CDI gets a 404
+    # Not uploaded yet, in a bucket anonymous readers cannot list: S3 answers CDI 403, as for a private key.
+    url = env.url(qcow2, family)
     name = golden_name(family, digest)
     dv_name = name + suffix
     role_vars = {items: [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]}
@@ -342,7 +327,7 @@ def test_a_rerun_over_a_failed_import_refuses_it_or_replaces_it(env, tasks_from,
 
     first = rerun("missing object")
     assert first.ok, first.log
-    assert "got 404" in first["missing object refused"]["msg"], first["missing object refused"]
+    assert "got 403" in first["missing object refused"]["msg"], first["missing object refused"]
     failed = read_dv()
     assert failed["status"]["phase"] == "Failed"
 
@@ -352,7 +337,7 @@ def test_a_rerun_over_a_failed_import_refuses_it_or_replaces_it(env, tasks_from,
     refused = again["rerun refused"]["msg"]
     where = "%s/%s" % (namespace, dv_name)
     assert "DataVolume %s is Failed from an earlier import" % where in refused, refused
-    assert "got 404" in refused, refused
+    assert "got 403" in refused, refused
     assert (
         "delete the Failed DataVolume %s first, or set linux_golden_replace_failed: true" % where in refused
     )
@@ -393,14 +378,12 @@ def test_distribute_from_a_private_bucket_and_a_registry_source(env):
     raw, qcow2 = make_disk(env.tmp, 3)
     shipped, from_registry = "%s-win" % env.prefix, "%s-reg" % env.prefix
     url, digest = env.upload(qcow2, shipped, public=False)
-    secret = "%s-bucket" % env.prefix
     access_key, secret_key = env.lab.s3.access_key, env.lab.s3.secret_key
     raw2, qcow2_2 = make_disk(env.tmp, 4)
     pinned = publish_container_disk(env.lab, qcow2_2)
     reference = "docker://registry.lab/containerdisks/%s@%s" % (from_registry, pinned)
-    artifact = image(
-        env, shipped, {"http": {"url": url, "checksum": "sha256:" + digest, "secret_ref": secret}}
-    )
+    # The bucket answers no anonymous read, and CDI reads only anonymously or by basic auth: presigned.
+    artifact = image(env, shipped, {"http": {"url": url, "checksum": "sha256:" + digest, "presign": True}})
     run = run_playbook(
         role_play(
             include(
@@ -417,6 +400,7 @@ def test_distribute_from_a_private_bucket_and_a_registry_source(env):
     )
     assert run.ok, run.log
     assert secret_key not in run.stdout and access_key not in run.stdout
+    assert "X-Amz-Signature" not in run.stdout
 
     # Receiving cluster: a Filesystem golden of the imported volume, which stays as its source.
     name = golden_name(shipped, digest)
@@ -427,9 +411,10 @@ def test_distribute_from_a_private_bucket_and_a_registry_source(env):
     dv = env.custom.get_namespaced_custom_object(
         "cdi.kubevirt.io", "v1beta1", FS_NS, "datavolumes", name + "-disk"
     )
-    assert dv["spec"]["source"]["http"] == {"url": url, "checksum": "sha256:" + digest, "secretRef": secret}
-    stored = env.core.read_namespaced_secret(secret, FS_NS).data
-    assert sorted(stored) == ["accessKeyId", "secretKey"]
+    http = dv["spec"]["source"]["http"]
+    assert sorted(http) == ["checksum", "url"] and http["checksum"] == "sha256:" + digest  # no secretRef
+    assert http["url"].startswith(url + "?") and "X-Amz-Signature=" in http["url"]
+    assert env.names(env.core.list_namespaced_secret, FS_NS) == []
     assert env.golden_bytes(FS_NS, name) == raw.read_bytes()
 
     # Registry source: the digest in the reference names the golden.
@@ -438,17 +423,13 @@ def test_distribute_from_a_private_bucket_and_a_registry_source(env):
     assert env.golden_bytes(BLOCK_NS, reg_name) == raw2.read_bytes()
 
 
-def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_s3):
-    s3 = checking_s3
+def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env):
     raw, qcow2 = make_disk(env.tmp, 5)
-    digest = sha256(qcow2)
-    key = "%s/20260828/disk.qcow2" % env.prefix
-    s3["client"].upload_file(str(qcow2), s3["bucket"], key)
-    url = "%s/%s/%s" % (s3["endpoint"], s3["bucket"], key)
+    url, digest = env.upload(qcow2, "%s-private" % env.prefix, public=False)
     signed, basic = "%s-psg" % env.prefix, "%s-bas" % env.prefix
     credentials = {
-        "linux_golden_bucket_access_key_id": s3["access"],
-        "linux_golden_bucket_secret_key": s3["secret"],
+        "linux_golden_bucket_access_key_id": env.lab.s3.access_key,
+        "linux_golden_bucket_secret_key": env.lab.s3.secret_key,
     }
 
     def artifact(family, **http):
@@ -481,7 +462,7 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_
         timeout=240,
     )
     assert run.ok, run.log
-    assert s3["secret"] not in run.stdout and "X-Amz-Signature" not in run.stdout
+    assert env.lab.s3.secret_key not in run.stdout and "X-Amz-Signature" not in run.stdout
 
     name = golden_name(signed, digest)
     assert env.snapshot(FS_NS, name)["status"]["readyToUse"] is True

@@ -2,11 +2,11 @@
 
 A real sealed Windows disk (GPT, ESP, MSR, NTFS C: with a bootstrap log ending on the sysprep line) sits in
 a PVC; the playbook verifies its seal, exports it through the BYOL guard to a private bucket, imports it
-over http with a secretRef, snapshots it with the golden contract and gates it with a tenant's clone.
+over http from a presigned URL, snapshots it with the golden contract and gates it with a tenant's clone.
 The lab boots the clone only because the disk really is bootable; its port knob closes RDP.
 
-The bucket endpoint the playbook talks to answers anonymous requests as S3 does (anonymous_s3.py); it
-serves the same in-process moto backend as the lab's S3 endpoint, which CDI reads with the secretRef.
+The bucket is on the lab's S3, which answers anonymous requests and checks signatures as S3 does
+(tests/lab/s3.py): CDI, which reads anonymously or with basic auth, reads the private bucket presigned.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ import uuid
 import pytest
 
 from tests.integration.support import disks
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.lab.access import MUTATING_VERBS
 from tests.lab.controllers.kubevirt import probe_template
-from tests.lab.s3 import S3Endpoint
 
 pytestmark = pytest.mark.lab_only
 
@@ -57,18 +55,17 @@ def key_of(date: str) -> str:
 class Chain:
     """The lab arranged for the chain: buckets, a build namespace with the sealed PVC, a project namespace."""
 
-    def __init__(self, lab, api_client, endpoint, folder: pathlib.Path):
+    def __init__(self, lab, api_client, folder: pathlib.Path):
         from kubernetes import client
 
-        self.lab, self.endpoint, self.folder = lab, endpoint, folder
+        self.lab, self.endpoint, self.folder = lab, lab.s3.endpoint_url, folder
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.tag = uuid.uuid4().hex[:8]
         self.build, self.project = "build-" + self.tag, "proj-" + self.tag
         self.private, self.public = "winpriv-" + self.tag, "winpub-" + self.tag
-        self.secret = "win-bucket-" + self.tag
-        self.s3 = S3Endpoint(endpoint, lab.s3.access_key, lab.s3.secret_key).client()
+        self.s3 = lab.s3.client()
         for bucket in (self.private, self.public):
             self.s3.create_bucket(Bucket=bucket)
         statement = {
@@ -126,7 +123,7 @@ class Chain:
             "windows_export_image": EXPORT_IMAGE,
             "windows_export_poll_interval": 1,
             "windows_export_import_url_base": self.lab.s3.endpoint_url,
-            "windows_export_import_secret_ref": self.secret,
+            "windows_export_import_presign": True,
             "windows_export_import_access_key_id": self.lab.s3.access_key,
             "windows_export_import_secret_key": self.lab.s3.secret_key,
             "windows_export_family": FAMILY,
@@ -141,7 +138,6 @@ class Chain:
         }
         extra_vars.update(extra)
         env = self.lab.env()
-        env["AWS_ENDPOINT_URL"] = self.endpoint
         env["ANSIBLE_PIPELINING"] = "1"
         # The whole chain (export, upload, import, gate VM, staging) as one playbook: minutes when loaded.
         return run_playbook(PLAYBOOK, env=env, extra_vars=extra_vars, timeout=600)
@@ -196,12 +192,10 @@ def chain(lab, kube_client, tmp_path_factory):
     closed by the lab's port knob (also the idempotency run: the object and the golden exist);
     3. the licensed image aimed at a public bucket.
     """
-    front = AnonymousAwareS3()
-    endpoint = front.start()
     # Jobs in the lab run host executables: the seal verifier's python3 must be the one with dissect.
     path = os.environ.get("PATH", "")
     os.environ["PATH"] = "%s:%s" % (pathlib.Path(sys.executable).parent, path)
-    arranged = Chain(lab, kube_client, endpoint, tmp_path_factory.mktemp("chain"))
+    arranged = Chain(lab, kube_client, tmp_path_factory.mktemp("chain"))
     try:
         lab.clear_audit()
         first = arranged.publish(arranged.private)
@@ -220,7 +214,6 @@ def chain(lab, kube_client, tmp_path_factory):
     finally:
         os.environ["PATH"] = path
         arranged.cleanup()
-        front.stop()
 
 
 def gate_of(run) -> dict:
@@ -258,12 +251,13 @@ def test_the_chain_passes_from_a_sealed_pvc_to_a_gated_staged_golden(chain):
     disks.run("qemu-img", "convert", "-O", "raw", exported, back)
     assert back.read_bytes() == env.raw.read_bytes()
 
-    # Imported over http with the secretRef, checked against the sha256, snapshotted with the contract.
+    # Imported over http from a presigned URL, checked against the sha256, snapshotted with the contract.
     golden = "golden-%s-%s-%s" % (FAMILY, DATE.replace("-", ""), digest[:12])
     dv = env.custom.get_namespaced_custom_object(*CDI, GOLDEN_NS, "datavolumes", golden + "-disk")
     http = dv["spec"]["source"]["http"]
-    assert http["url"] == "%s/%s/%s" % (env.lab.s3.endpoint_url, env.private, key)
-    assert http["secretRef"] == env.secret and http["checksum"] == "sha256:" + digest
+    assert http["url"].startswith("%s/%s/%s?" % (env.lab.s3.endpoint_url, env.private, key))
+    assert "secretRef" not in http and http["checksum"] == "sha256:" + digest
+    assert "X-Amz-Signature" not in run.stdout
     snap = env.snapshots()[golden]
     assert snap["status"]["readyToUse"] is True
     labels, notes = snap["metadata"]["labels"], snap["metadata"]["annotations"]
@@ -325,10 +319,6 @@ def test_a_second_run_uploads_and_imports_nothing_again(chain):
         if r["verb"] in MUTATING_VERBS and not r.get("dry_run") and r["namespace"] == GOLDEN_NS
     ]
     assert writes == []
-    secret = run.entry("Write the bucket credentials into the Secrets CDI reads")
-    # The Secret already holds the keys and labels: read, not written again (not even a no-op PATCH:
-    # the writes above are none), and the task says unchanged.
-    assert secret["status"] == "ok" and not secret["result"].get("changed"), secret
     snapshot = [e for e in run.tasks if e["task"].startswith("Snapshot the imported volume as golden")]
     assert [(e["status"], e["result"]["changed"]) for e in snapshot] == [("ok", False)]
     summary = "\n".join(run["Summarise the publication"]["msg"])

@@ -1,8 +1,8 @@
 """windows_export on the lab: a sealed Block volume (a real GPT disk written by a Job), the real
 qemu-img compressing it in a Job, the upload with its sha256, the BYOL guard, and the receiving import.
 
-The bucket endpoint the role talks to answers anonymous requests as S3 does (anonymous_s3.py); it
-serves the same in-process moto backend as the lab's S3 endpoint, which CDI reads from a presigned URL.
+The bucket is on the lab's S3, which answers anonymous requests and checks signatures as S3 does
+(tests/lab/s3.py); CDI reads the private bucket from a presigned URL.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ import uuid
 import pytest
 
 from tests.integration.roles.test_windows_chain import EXPORT_IMAGE, export_secret
-from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import run_playbook
 from tests.lab.controllers.volumes import snapshot_data
-from tests.lab.s3 import S3Endpoint
 
 pytestmark = pytest.mark.lab_only
 
@@ -47,26 +45,16 @@ def make_sealed_disk(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def front():
-    server = AnonymousAwareS3()
-    endpoint = server.start()
-    try:
-        yield endpoint
-    finally:
-        server.stop()
-
-
 class Env:
-    def __init__(self, lab, api_client, namespace, endpoint, tmp_path):
+    def __init__(self, lab, api_client, namespace, tmp_path):
         from kubernetes import client
 
-        self.lab, self.namespace, self.endpoint, self.tmp = lab, namespace, endpoint, tmp_path
+        self.lab, self.namespace, self.endpoint, self.tmp = lab, namespace, lab.s3.endpoint_url, tmp_path
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.tag = uuid.uuid4().hex[:8]
-        self.s3 = S3Endpoint(endpoint, lab.s3.access_key, lab.s3.secret_key).client()
+        self.s3 = lab.s3.client()
         self.private = "winpriv-%s" % self.tag
         self.public = "winpub-%s" % self.tag
         self.s3.create_bucket(Bucket=self.private)
@@ -168,7 +156,6 @@ class Env:
         base.update(role_vars)
         task = {"name": "export", "ansible.builtin.include_role": {"name": ROLE}, "vars": base}
         env = self.lab.env()
-        env["AWS_ENDPOINT_URL"] = self.endpoint
         env["ANSIBLE_PIPELINING"] = "1"
         play = [{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]
         return run_playbook(play, env=env, timeout=300)
@@ -190,8 +177,8 @@ class Env:
 
 
 @pytest.fixture
-def env(lab, kube_client, kube_namespace, front, tmp_path):
-    arranged = Env(lab, kube_client, kube_namespace, front, tmp_path)
+def env(lab, kube_client, kube_namespace, tmp_path):
+    arranged = Env(lab, kube_client, kube_namespace, tmp_path)
     try:
         yield arranged
     finally:

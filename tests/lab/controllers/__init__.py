@@ -47,7 +47,6 @@ class LabContext:
     store: ApiStore
     state_dir: pathlib.Path
     faults: Faults
-    s3_endpoint: str | None = None
     allowed_commands: set[str] = field(default_factory=set)  # extra executables Jobs may run
 
     @property

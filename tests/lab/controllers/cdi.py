@@ -1,10 +1,11 @@
 """CDI in the lab: DataVolumes fill PersistentVolumeClaims, DataSources name clone sources.
 
 A DataVolume gets a claim of its own name (owned by it) and a worker thread that fills it as CDI's
-importer or cloner pod would: `http` really downloads (boto3 for the lab's S3 endpoint with a
-`secretRef`, plain HTTP otherwise), checks `checksum` and converts with the real `qemu-img`; `registry`
-reads digest-pinned containerdisks from the lab's image store (`publish_container_disk`); `pvc` and
-`snapshot` copy data; `blank` makes an empty sparse disk. Phases, `progress`, `restartCount`,
+importer or cloner pod would: `http` really downloads as CDI's importer does (anonymously, or with the
+`secretRef`'s accessKeyId and secretKey as HTTP basic auth, which the lab's S3 refuses as S3 does, so a
+private bucket is read from a presigned URL), checks `checksum` and converts with the real `qemu-img`;
+`registry` reads digest-pinned containerdisks from the lab's image store (`publish_container_disk`);
+`pvc` and `snapshot` copy data; `blank` makes an empty sparse disk. Phases, `progress`, `restartCount`,
 conditions and Events follow CDI's spelling so modules see what they would see on a cluster.
 """
 
@@ -948,10 +949,7 @@ class DataVolumeController(Controller):
 
     def _open(self, run: _Run, spec: dict, url: str):
         """(readable body, content length or None, close) for the URL; errors as CDI words them."""
-        endpoint = (self.lab.s3_endpoint or "").rstrip("/")
         secret = spec.get("secretRef")
-        if secret and endpoint and _same_endpoint(endpoint, url):
-            return self._open_s3(run, secret, endpoint, url)
         request = urllib.request.Request(url)
         if secret:
             user, password = self._secret_keys(run, secret)
@@ -974,34 +972,6 @@ class DataVolumeController(Controller):
             reason = getattr(exc, "reason", exc)
             raise _ImportError(f"Unable to connect to http data source: {reason}") from exc
         return response, response.length, response.close
-
-    def _open_s3(self, run: _Run, secret: str, endpoint: str, url: str):
-        import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        access_key, secret_key = self._secret_keys(run, secret)
-        path = urllib.parse.urlparse(url).path.lstrip("/")
-        bucket, _, key = path.partition("/")
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key,
-            region_name="us-east-1",
-        )
-        try:
-            obj = client.get_object(Bucket=bucket, Key=urllib.parse.unquote(key))
-        except ClientError as exc:
-            code = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            error = exc.response.get("Error", {}).get("Code", "")
-            raise _ImportError(
-                "Unable to connect to http data source: expected status code 200, "
-                f"got {code}. Status: {code} {error}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise _ImportError(f"Unable to connect to http data source: {exc}") from exc
-        body = obj["Body"]
-        return body, obj.get("ContentLength"), body.close
 
     def _ca_bundle(self, run: _Run, name: str) -> str:
         try:
@@ -1138,14 +1108,6 @@ class DataVolumeController(Controller):
                 self._qemu_img(run, ["convert", "-f", "raw", "-O", "raw", str(src), str(target / "disk.img")])
         except OSError as exc:
             raise _ImportError(f"Unable to clone data: {exc}") from exc
-
-
-def _same_endpoint(endpoint: str, url: str) -> bool:
-    """Whether `url` points at the lab's S3 endpoint (any loopback spelling of its host)."""
-    loopback = {"127.0.0.1", "localhost", "::1"}
-    ours, theirs = urllib.parse.urlsplit(endpoint), urllib.parse.urlsplit(url)
-    same_host = ours.hostname == theirs.hostname or {ours.hostname, theirs.hostname} <= loopback
-    return same_host and ours.scheme == theirs.scheme and ours.port == theirs.port
 
 
 def _content_handle(content: dict) -> str:

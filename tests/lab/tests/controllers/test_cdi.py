@@ -40,7 +40,7 @@ class CdiLab(MiniLab):
 
 @pytest.fixture(scope="module")
 def s3(controller_lab):
-    """The lab's loopback S3 endpoint, the one its CDI controller reads with a secretRef."""
+    """The lab's loopback S3 endpoint, which its CDI controller reads over plain HTTP as CDI does."""
     return controller_lab.s3
 
 
@@ -61,10 +61,11 @@ def images(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bucket(s3, images):
-    """Objects in a public-read bucket and in a private one; returns their URLs."""
+    """Objects in a public-read bucket (anyone lists it and reads its objects) and in a private one;
+    returns their URLs, and a presigned one of the private object."""
     client = s3.client()
     public, private = "os-images-" + uuid.uuid4().hex[:6], "private-images-" + uuid.uuid4().hex[:6]
-    client.create_bucket(Bucket=public)
+    client.create_bucket(Bucket=public, ACL="public-read")
     client.create_bucket(Bucket=private)
     for key, path in (
         ("debian/12/disk.qcow2", images["qcow2"]),
@@ -78,6 +79,9 @@ def bucket(s3, images):
         "compressed": f"{base}/{public}/debian/12/disk-c.qcow2",
         "missing": f"{base}/{public}/debian/13/none.qcow2",
         "private": f"{base}/{private}/windows/11/golden.qcow2",
+        "presigned": client.generate_presigned_url(
+            "get_object", Params={"Bucket": private, "Key": "windows/11/golden.qcow2"}, ExpiresIn=3600
+        ),
     }
 
 
@@ -210,7 +214,9 @@ def test_checksum_mismatch_fails_the_import_at_once(cdi_lab, bucket, images):
     assert not disk_of(cdi_lab, "bad-sum").exists()
 
 
-def test_private_bucket_needs_the_secret_and_failures_restart_until_failed(cdi_lab, bucket, images, s3):
+def test_a_private_bucket_is_read_presigned_and_refuses_the_secret(cdi_lab, bucket, images, s3):
+    """CDI reads an http source anonymously, or with the secretRef's keys as basic auth: S3 refuses both
+    (403, and 400 "Unsupported Authorization Type"), so only the presigned URL imports."""
     create_dv(cdi_lab, dv_body("anon", {"http": {"url": bucket["private"]}}))
     secret = {
         "metadata": {"name": "bucket-creds"},
@@ -224,16 +230,19 @@ def test_private_bucket_needs_the_secret_and_failures_restart_until_failed(cdi_l
     md5 = "md5:" + hashlib.md5(images["qcow2"].read_bytes()).hexdigest()
     create_dv(
         cdi_lab,
-        dv_body("signed", {"http": {"url": bucket["private"], "secretRef": "bucket-creds", "checksum": md5}}),
+        dv_body("basic", {"http": {"url": bucket["private"], "secretRef": "bucket-creds", "checksum": md5}}),
     )
+    create_dv(cdi_lab, dv_body("signed", {"http": {"url": bucket["presigned"], "checksum": md5}}))
     signed = wait_dv(cdi_lab, "signed", "Succeeded")
     assert signed["status"]["restartCount"] == 0
     assert_same_disk(disk_of(cdi_lab, "signed"), images["raw"], 8 * MIB)
-    anon = wait_dv(cdi_lab, "anon", "Failed")
-    assert anon["status"]["restartCount"] == IMPORT_RETRIES
-    running = cond(anon, "Running")
-    assert running["reason"] == "Error" and "got 403" in running["message"]
-    assert reasons(cdi_lab, "anon", "Error").count("Error") >= 1
+    for name, status in (("anon", "got 403"), ("basic", "got 400")):
+        failed = wait_dv(cdi_lab, name, "Failed")
+        assert failed["status"]["restartCount"] == IMPORT_RETRIES
+        running = cond(failed, "Running")
+        assert running["reason"] == "Error" and status in running["message"], (name, running)
+        assert reasons(cdi_lab, name, "Error").count("Error") >= 1
+        assert not disk_of(cdi_lab, name).exists()
 
 
 def test_compressed_qcow2_into_a_block_volume_with_immediate_binding(cdi_lab, bucket, images):

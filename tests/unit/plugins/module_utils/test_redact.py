@@ -55,3 +55,19 @@ def test_redact_text_masks_every_form():
     out = redact.redact_text(text, [SECRET])
     assert SECRET not in out and encoded not in out and "s3cr%3Aet%2Fp%40ss" not in out
     assert out.count(redact.MASK) == 3
+
+
+def test_signed_query_values_are_found_wherever_a_definition_holds_a_url():
+    url = (
+        "http://s3.lab:9000/isos/w.iso?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=key%2F20261203%2Fus"
+        "-east-1%2Fs3%2Faws4_request&X-Amz-Expires=600&X-Amz-Signature=5e1f00d2&token=t0k3n%2Bx&n=1"
+    )
+    definitions = [{"kind": "DataVolume", "spec": {"source": {"http": {"url": url}}}}, {"kind": "Other"}]
+    assert redact.signed_query_values(definitions) == {
+        "key%2F20261203%2Fus-east-1%2Fs3%2Faws4_request",
+        "key/20261203/us-east-1/s3/aws4_request",
+        "5e1f00d2",
+        "t0k3n%2Bx",
+        "t0k3n+x",
+    }
+    assert redact.signed_query_values({"url": "http://h/p?n=1&ok=yes", "list": ["plain", 3]}) == set()

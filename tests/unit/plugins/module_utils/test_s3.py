@@ -1,4 +1,5 @@
-"""S3 adapter against a real S3 protocol server (moto) on loopback; the sleeper is a fake clock."""
+"""S3 adapter against the lab's S3 (moto behind a front that checks signatures) on loopback; the sleeper
+is a fake clock."""
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3
@@ -10,22 +11,19 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
 )
 
 
-@pytest.fixture(scope="module")
-def endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield "http://%s:%d" % (host, port)
-    finally:
-        server.stop()
+@pytest.fixture
+def endpoint(lab_s3):
+    return lab_s3.endpoint_url
 
 
 @pytest.fixture
-def s3(endpoint):
-    return s3_client(endpoint_url=endpoint, access_key="testing", secret_key="testing", max_attempts=1)
+def s3(lab_s3):
+    return s3_client(
+        endpoint_url=lab_s3.endpoint_url,
+        access_key=lab_s3.access_key,
+        secret_key=lab_s3.secret_key,
+        max_attempts=1,
+    )
 
 
 class Sleeps:

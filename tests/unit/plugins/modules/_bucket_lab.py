@@ -1,4 +1,5 @@
-"""The lab's loopback S3 server (moto) and real AnsibleModule objects for the bucket modules' runner tests.
+"""The lab's loopback S3 server (tests/lab/s3.py) and real AnsibleModule objects for the bucket modules'
+runner tests.
 
 No boto3 double: every runner talks S3 to a real protocol server on 127.0.0.1.
 """

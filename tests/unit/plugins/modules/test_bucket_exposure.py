@@ -1,4 +1,4 @@
-"""bucket_exposure's runner against the lab's loopback S3 (moto answers anonymous reads itself)."""
+"""bucket_exposure's runner against the lab's loopback S3, which answers anonymous reads as S3 does."""
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
