@@ -22,9 +22,11 @@ Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versio
         imported: true
 
 Images are never removed and never change their content: registering a revision again with another
-checksum or source is refused ("build a new revision"). No secret is ever stored: a source URL
-is kept without its user-info and without a signed query (a presigned URL is a bearer
-credential). The default stream is always validated, so an
+checksum or source is refused ("build a new revision"). No secret is ever stored: every URL in every
+entry is kept without its user-info and without a signed query (a presigned URL is a bearer
+credential), whoever wrote the entry; ``normalize`` applies that to each entry, so a catalog read with a
+signed entry is written back without it (``unstorable`` names such entries). The default stream is
+always validated, so an
 untested image cannot reach new databases by accident. Every function returns a new document and
 leaves its input alone.
 """
@@ -101,7 +103,7 @@ def normalize(doc):
     for name, entry in (doc.get("images") or {}).items():
         if not isinstance(entry, dict):
             raise CatalogError("catalog image %s must be a mapping" % name)
-        item = copy.deepcopy(entry)
+        item = _storable(copy.deepcopy(entry))
         item["os_version"] = revision.validate_stream(item.get("os_version"))
         item["pg_versions"] = _majors(item.get("pg_versions") or [])
         item["imported"] = bool(item.get("imported", False))
@@ -115,6 +117,30 @@ def normalize(doc):
     default = doc.get("default_stream")
     result["default_stream"] = revision.validate_stream(default) if default else None
     return result
+
+
+def _storable(value):
+    """``value`` (an entry or part of one) with every URL that carries a secret made storable."""
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, str) and (redact.signed(value) or redact.credentials(value) != (None, None)):
+        return redact.storable_url(value)
+    return value
+
+
+def unstorable(text):
+    """The revisions whose entry in catalog ``text`` (as stored) holds a signed URL or user-info, which
+    the catalog never keeps: a store that reads them writes the catalog back without them."""
+    try:
+        raw = _yaml().safe_load(text or "")
+    except Exception:
+        return []  # load() says what is wrong with it
+    images = raw.get("images") if isinstance(raw, dict) else None
+    if not isinstance(images, dict):
+        return []
+    return sorted(str(name) for name, entry in images.items() if _storable(entry) != entry)
 
 
 def dump(doc):
@@ -177,7 +203,6 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
     }
     current = doc["images"].get(name)
     if current is not None:
-        current = dict(current, source=storable_source(current.get("source")))
         differs = [k for k in IDENTITY if wanted[k] is not None and current.get(k) != wanted[k]]
         if differs:
             detail = "; ".join("%s %r, now %r" % (k, current.get(k), wanted[k]) for k in differs)
@@ -194,6 +219,7 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
         if value is not None:
             updated[key] = value
     updated.setdefault("imported", False)
+    updated = _storable(updated)
     if doc["images"].get(name) == updated:
         return doc, False
     doc["images"][name] = updated
@@ -201,12 +227,9 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
 
 
 def storable_source(source):
-    """A source as the catalog may hold it: a signed query stripped, user-info masked."""
-    if not source or source == "upload" or not isinstance(source, str):
-        return source
-    if redact.signed(source):
-        return redact.strip_query(source)
-    return redact.redact_url(source)
+    """A source as the catalog may hold it: a signed query stripped, user-info masked (``upload``
+    stays)."""
+    return redact.storable_url(source)
 
 
 def mark_imported(doc, name, imported=True):

@@ -226,13 +226,43 @@ def test_a_presigned_source_is_stored_without_its_signature_and_old_entries_heal
     assert changed and doc["images"]["v20260615"]["source"] == "https://s3.example/b/k.qcow2"
     resigned = signed.replace("feedface", "cafebabe")
     assert catalog.register_image(doc, "v20260615", "22.04", ["16"], SUM_A, resigned)[1] is False
-    # An entry written before keeps its content and loses the signature on the next registration.
+    # An entry written before keeps its content, and no longer its signature, once read.
     old = catalog.normalize(doc)
     old["images"]["v20260615"]["source"] = signed
     healed, changed = catalog.register_image(old, "v20260615", "22.04", ["16"], SUM_A, resigned)
-    assert changed and "feedface" not in catalog.dump(healed)
+    assert changed is False and "feedface" not in catalog.dump(healed)
     assert catalog.storable_source("http://u:p@h/x") == "http://REDACTED@h/x"
     assert catalog.storable_source("upload") == "upload"
+
+
+SIGNED = (
+    "https://s3.example/mirror/baked/v20260301.qcow2?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    "&X-Amz-Credential=AKIDEXAMPLE%2F20260301%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20260301T000000Z"
+    "&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=" + "d" * 64
+)
+
+
+def test_no_entry_keeps_a_signature_whoever_wrote_it():
+    """Every entry, not only the one being registered, is stored without a signed query or user-info."""
+    raw = catalog.dump(seeded()).replace("source: s3://mirror/v20260615", "source: '%s'" % SIGNED)
+    raw = raw.replace(
+        "source: s3://mirror/v20261201-2404",
+        "source: s3://mirror/v20261201-2404\n    notes: {mirror: 'https://bob:hunter2@mirror.example/x'}",
+    )
+    assert "X-Amz-Signature" in raw and "hunter2" in raw
+    assert catalog.unstorable(raw) == ["v20260615", "v20261201-2404"]
+    doc = catalog.load(raw)
+    text = catalog.dump(doc)
+    for secret in ("X-Amz-Signature", "X-Amz-Credential", "AKIDEXAMPLE", "d" * 64, "hunter2", "bob"):
+        assert secret not in text and secret not in repr(doc)
+    assert doc["images"]["v20260615"]["source"] == "https://s3.example/mirror/baked/v20260301.qcow2"
+    assert doc["images"]["v20261201-2404"]["notes"] == {"mirror": "https://REDACTED@mirror.example/x"}
+    assert doc["images"]["v20260615"]["checksum"] == SUM_A + "5"  # the digest stays
+    assert catalog.unstorable(text) == [] and catalog.load(text) == doc
+    # Registering another revision writes the signed entry back without its signature too.
+    after, changed = catalog.register_image(doc, "v20270401-2404", "24.04", ["17"], SUM_B, SIGNED)
+    assert changed and "X-Amz" not in catalog.dump(after) and "X-Amz" not in repr(after)
+    assert catalog.unstorable("") == [] and catalog.unstorable("images: [") == []
 
 
 def test_imported_follows_the_cluster_both_ways():
