@@ -362,10 +362,9 @@ def _check_tip(doc, stream, tip, imported, missing=False):
     if missing:
         ref = image.get("image") or {}
         raise CatalogError(
-            "revision %s: its VirtualMachineImage %s/%s does not exist (the catalog says imported: %s); "
-            "register the revision again with goldenimage.pipeline.baked_image, or put another imported "
-            "revision at the tip of stream %s"
-            % (tip, ref.get("namespace"), ref.get("name"), str(bool(image.get("imported"))).lower(), stream)
+            "revision %s: its VirtualMachineImage %s/%s does not exist; register the revision again with "
+            "goldenimage.pipeline.baked_image, or put another imported revision at the tip of stream %s"
+            % (tip, ref.get("namespace"), ref.get("name"), stream)
         )
     done = image.get("imported") if imported is None else imported
     if not done:
