@@ -170,6 +170,47 @@ def test_engine_version_past_eol_is_refused():
     assert catalog.resolve_engine_version(seeded(), "15", today="2027-11-11") == "15"
 
 
+def test_engine_version_the_eol_table_does_not_know_is_refused_as_such():
+    doc = registered(("v20260615", "22.04", ["16", "17", "19"], True))
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
+    with pytest.raises(catalog.CatalogError) as exc:
+        catalog.resolve_engine_version(doc, "19", today=TODAY)
+    assert exc.value.msg == (
+        "engineVersion 19 has no end-of-life date in the EOL table, so it is not supported; supported: 16, 17"
+    )
+    assert catalog.resolve_engine_version(doc, None, today=TODAY) == "17"
+    verdict = catalog.check_engine_version(doc, "19", TODAY, target="v20260615")
+    assert (verdict["problem"], verdict["eol_date"], verdict["supported"]) == (
+        "no-eol-date",
+        None,
+        ["16", "17"],
+    )
+
+
+def test_one_engine_version_verdict_for_new_and_running_databases():
+    doc = seeded()
+    new = catalog.check_engine_version(doc, "", TODAY)
+    assert (new["major"], new["defaulted"], new["problem"], new["revision"]) == (
+        "17",
+        True,
+        None,
+        "v20260615",
+    )
+    running = catalog.check_engine_version(doc, "", TODAY, target="v20270301-2404")
+    assert (running["major"], running["problem"], running["stream"]) == (None, "unset", "24.04")
+    assert running["supported"] == ["15", "16", "17", "18"]
+    late = catalog.check_engine_version(doc, "15", "2027-11-12", target="v20270301-2404")
+    assert (late["problem"], late["past_eol"], late["eol_date"].isoformat()) == (
+        "past-eol",
+        True,
+        "2027-11-11",
+    )
+    gone = catalog.check_engine_version(doc, "18", TODAY)
+    assert (gone["problem"], gone["past_eol"]) == ("not-carried", False)
+    odd = catalog.check_engine_version(doc, "16.x", TODAY, target="v20260615")
+    assert (odd["problem"], odd["major"], odd["detail"]) == ("malformed", None, None)
+
+
 def test_engine_version_needs_a_validated_default_stream():
     doc = registered(("v20260615", "22.04", ["16"], True))
     with pytest.raises(catalog.CatalogError, match="no default OS stream"):
