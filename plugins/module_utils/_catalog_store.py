@@ -7,6 +7,10 @@
 Writers are safe against each other: a change is read-modify-write with the ConfigMap's
 resourceVersion, and a 409 (someone wrote in between) re-reads and re-applies the change, which
 may then be refused by the rules on the newer document. In check mode nothing is written.
+
+Every write stores the catalog as ``catalog.dump`` makes it, with no signed URL or user-info in any
+entry. A stored catalog that holds one (an entry written by an older release or by hand) counts as a
+change for any update, so the next write rewrites it, and a warning names the revisions (never the URL).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -81,6 +85,7 @@ class CatalogStore:
         self.spec = spec
         self.where = describe(spec)
         self.locator = locate(spec)
+        self._warned = False
 
     def missing_permission(self):
         """The grant a write of this catalog needs, as an RBAC rule reads."""
@@ -120,8 +125,7 @@ class CatalogStore:
             return self._update_file(change)
         for attempt in range(ATTEMPTS):
             current = self._get_configmap()
-            before = catalog.load(self._configmap_text(current))
-            after, changed = change(before)
+            before, after, changed = self._apply(self._configmap_text(current), change)
             if not changed or self.module.check_mode:
                 return before, after, changed
             if self._write_configmap(current, catalog.dump(after)):
@@ -131,6 +135,25 @@ class CatalogStore:
             "update %s: still conflicting after %d attempts (other writers keep changing it)"
             % (self.where, ATTEMPTS)
         )
+
+    def _apply(self, text, change):
+        """``(before, after, changed)`` of ``change`` on the stored ``text``; a stored entry holding a
+        secret makes it a change, said once per catalog in a warning."""
+        before = catalog.load(text)
+        after, changed = change(before)
+        leaked = catalog.unstorable(text)
+        if leaked and not self._warned:
+            self._warned = True
+            self.module.warn(
+                "%s: the entries of %s held a signed URL or credentials, which a catalog never keeps; %s "
+                "without them"
+                % (
+                    self.where,
+                    ", ".join(leaked),
+                    "the catalog would be written" if self.module.check_mode else "the catalog is written",
+                )
+            )
+        return before, after, changed or bool(leaked)
 
     def _write_configmap(self, current, text):
         """Create or replace with the read resourceVersion; False on a 409 (retry on newer data)."""
@@ -157,8 +180,7 @@ class CatalogStore:
         return True
 
     def _update_file(self, change):
-        before = catalog.load(self._read_file())
-        after, changed = change(before)
+        before, after, changed = self._apply(self._read_file(), change)
         if changed and not self.module.check_mode:
             write_file(self.spec["path"], catalog.dump(after))
         return before, after, changed

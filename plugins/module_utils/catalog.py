@@ -22,9 +22,11 @@ Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versio
         imported: true
 
 Images are never removed and never change their content: registering a revision again with another
-checksum or source is refused ("build a new revision"). No secret is ever stored: a source URL
-is kept without its user-info and without a signed query (a presigned URL is a bearer
-credential). The default stream is always validated, so an
+checksum or source is refused ("build a new revision"). No secret is ever stored: every URL in every
+entry is kept without its user-info and without a signed query (a presigned URL is a bearer
+credential), whoever wrote the entry; ``normalize`` applies that to each entry, so a catalog read with a
+signed entry is written back without it (``unstorable`` names such entries). The default stream is
+always validated, so an
 untested image cannot reach new databases by accident. Every function returns a new document and
 leaves its input alone.
 """
@@ -101,7 +103,7 @@ def normalize(doc):
     for name, entry in (doc.get("images") or {}).items():
         if not isinstance(entry, dict):
             raise CatalogError("catalog image %s must be a mapping" % name)
-        item = copy.deepcopy(entry)
+        item = _storable(copy.deepcopy(entry))
         item["os_version"] = revision.validate_stream(item.get("os_version"))
         item["pg_versions"] = _majors(item.get("pg_versions") or [])
         item["imported"] = bool(item.get("imported", False))
@@ -115,6 +117,30 @@ def normalize(doc):
     default = doc.get("default_stream")
     result["default_stream"] = revision.validate_stream(default) if default else None
     return result
+
+
+def _storable(value):
+    """``value`` (an entry or part of one) with every URL that carries a secret made storable."""
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, str) and (redact.signed(value) or redact.credentials(value) != (None, None)):
+        return redact.storable_url(value)
+    return value
+
+
+def unstorable(text):
+    """The revisions whose entry in catalog ``text`` (as stored) holds a signed URL or user-info, which
+    the catalog never keeps: a store that reads them writes the catalog back without them."""
+    try:
+        raw = _yaml().safe_load(text or "")
+    except Exception:
+        return []  # load() says what is wrong with it
+    images = raw.get("images") if isinstance(raw, dict) else None
+    if not isinstance(images, dict):
+        return []
+    return sorted(str(name) for name, entry in images.items() if _storable(entry) != entry)
 
 
 def dump(doc):
@@ -177,7 +203,6 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
     }
     current = doc["images"].get(name)
     if current is not None:
-        current = dict(current, source=storable_source(current.get("source")))
         differs = [k for k in IDENTITY if wanted[k] is not None and current.get(k) != wanted[k]]
         if differs:
             detail = "; ".join("%s %r, now %r" % (k, current.get(k), wanted[k]) for k in differs)
@@ -194,6 +219,7 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
         if value is not None:
             updated[key] = value
     updated.setdefault("imported", False)
+    updated = _storable(updated)
     if doc["images"].get(name) == updated:
         return doc, False
     doc["images"][name] = updated
@@ -201,12 +227,9 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
 
 
 def storable_source(source):
-    """A source as the catalog may hold it: a signed query stripped, user-info masked."""
-    if not source or source == "upload" or not isinstance(source, str):
-        return source
-    if redact.signed(source):
-        return redact.strip_query(source)
-    return redact.redact_url(source)
+    """A source as the catalog may hold it: a signed query stripped, user-info masked (``upload``
+    stays)."""
+    return redact.storable_url(source)
 
 
 def mark_imported(doc, name, imported=True):
@@ -339,10 +362,9 @@ def _check_tip(doc, stream, tip, imported, missing=False):
     if missing:
         ref = image.get("image") or {}
         raise CatalogError(
-            "revision %s: its VirtualMachineImage %s/%s does not exist (the catalog says imported: %s); "
-            "register the revision again with goldenimage.pipeline.baked_image, or put another imported "
-            "revision at the tip of stream %s"
-            % (tip, ref.get("namespace"), ref.get("name"), str(bool(image.get("imported"))).lower(), stream)
+            "revision %s: its VirtualMachineImage %s/%s does not exist; register the revision again with "
+            "goldenimage.pipeline.baked_image, or put another imported revision at the tip of stream %s"
+            % (tip, ref.get("namespace"), ref.get("name"), stream)
         )
     done = image.get("imported") if imported is None else imported
     if not done:
@@ -370,51 +392,134 @@ def default_tip(doc):
     return stream, tip, doc["images"][tip]
 
 
-def supported_engine_versions(doc, today=None, eol_table=None):
-    """PG majors new databases may ask for: in the default stream's tip and not past EOL, oldest first."""
-    image = default_tip(doc)[2]
+def supported_engine_versions(doc, today=None, eol_table=None, target=None):
+    """PG majors a database may run: in ``target`` (a revision; default: the default stream's tip) and
+    not past EOL (a major the EOL table does not know is not supported), oldest first."""
+    image = doc["images"][target] if target else default_tip(doc)[2]
     day = eol.parse_today(today)
     refused = {v["version"] for v in eol.check_eol(image["pg_versions"], None, day, eol_table)}
     return [major for major in image["pg_versions"] if major not in refused]
 
 
-def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
-    """The PG major a new database gets: empty -> the newest supported major of the default stream's
-    tip; a major not in that tip, or past its EOL, is refused with the supported list."""
-    stream, tip, image = default_tip(doc)
-    day = eol.parse_today(today)
-    supported = supported_engine_versions(doc, day, eol_table)
-    listing = ", ".join(supported) or "none"
+# The problems check_engine_version finds.
+UNSET, MALFORMED, NOT_CARRIED, PAST_EOL, NO_EOL_DATE, NONE_SUPPORTED = (
+    "unset",
+    "malformed",
+    "not-carried",
+    "past-eol",
+    "no-eol-date",
+    "none-supported",
+)
+
+
+def requested_major(requested, today=None, eol_table=None):
+    """What an engineVersion says by itself, no revision involved: ``{requested, major, problem, detail,
+    eol_date, past_eol}``. ``major`` is None when it is not set (``problem`` unset) or not a major number
+    (``malformed``; ``detail`` says why when it is not even a string); ``eol_date`` is that major's end
+    of life (None: the table does not know it), ``past_eol`` whether ``today`` is after it."""
+    found = {"requested": requested, "major": None, "problem": None, "detail": None}
+    found.update(_end_of_life(None, today, eol_table))
     if requested is None or requested == "":
-        if not supported:
-            raise CatalogError(
-                "no supported PostgreSQL major in %s (default stream %s): every major it carries is past "
-                "end of life" % (tip, stream)
-            )
-        return supported[-1]
+        found["problem"] = UNSET
+        return found
     try:
         text = inputs.version_string(requested, "engineVersion")
+        found["major"] = eol.normalize_pg_major(text)
     except PipelineError as exc:
-        raise CatalogError("%s; supported: %s" % (exc.msg, listing)) from None
-    try:
-        major = eol.normalize_pg_major(text)
+        found.update(problem=MALFORMED, detail=exc.msg)
+        return found
     except ValueError:
+        found["problem"] = MALFORMED  # a string, but not a major number
+        return found
+    found.update(_end_of_life(found["major"], today, eol_table))
+    return found
+
+
+def _end_of_life(major, today, eol_table):
+    date = eol.eol_table(eol_table)[eol.PG].get(major) if major else None
+    return {"eol_date": date, "past_eol": bool(date and date < eol.parse_today(today))}
+
+
+def check_engine_version(doc, requested=None, today=None, eol_table=None, target=None):
+    """The one engineVersion rule, as a verdict; every caller (the engine_version filter, dbinstance_spec,
+    the repave pre-flight and drift report) decides with it and words the answer its own way.
+
+    ``target`` None: a new database, on the default stream's tip; an absent or empty engineVersion
+    takes the newest supported major of that tip. ``target`` a revision: a running database moving onto
+    it (a repave), whose major cannot be defaulted: an absent one is ``unset``.
+
+    Returns ``requested_major``'s fields plus ``revision``, ``stream`` (the revision checked against),
+    ``supported`` (its majors not past EOL) and ``defaulted``. ``problem`` is None when the major may
+    run there, else, in this order: ``unset``, ``malformed``, ``none-supported`` (nothing to default to),
+    ``not-carried`` (the revision lacks the major), ``past-eol`` or ``no-eol-date`` (the EOL table does
+    not know the major, so nobody can say it is supported).
+    """
+    if target:
+        if target not in doc["images"]:
+            raise CatalogError("revision %s is not in the catalog" % target)
+        stream, tip, image = doc["images"][target]["os_version"], target, doc["images"][target]
+    else:
+        stream, tip, image = default_tip(doc)
+    day = eol.parse_today(today)
+    found = requested_major(requested, day, eol_table)
+    found.update(
+        revision=tip,
+        stream=stream,
+        supported=supported_engine_versions(doc, day, eol_table, tip),
+        defaulted=False,
+    )
+    if found["problem"] == UNSET and not target:
+        if not found["supported"]:
+            found["problem"] = NONE_SUPPORTED
+            return found
+        major = found["supported"][-1]
+        found.update(major=major, problem=None, defaulted=True, **_end_of_life(major, day, eol_table))
+        return found
+    if found["problem"]:
+        return found
+    if found["major"] not in image["pg_versions"]:
+        found["problem"] = NOT_CARRIED
+    elif found["eol_date"] is None:
+        found["problem"] = NO_EOL_DATE
+    elif found["past_eol"]:
+        found["problem"] = PAST_EOL
+    return found
+
+
+def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
+    """The PG major a new database gets (``check_engine_version`` decides): empty -> the newest
+    supported major of the default stream's tip; a major not in that tip, or past its EOL, is refused
+    with the supported list."""
+    found = check_engine_version(doc, requested, today, eol_table)
+    problem, major, listing = found["problem"], found["major"], ", ".join(found["supported"]) or "none"
+    if problem is None:
+        return major
+    if problem == NONE_SUPPORTED:
+        raise CatalogError(
+            "no supported PostgreSQL major in %s (default stream %s): every major it carries is past "
+            "end of life" % (found["revision"], found["stream"])
+        )
+    if problem == MALFORMED and found["detail"]:
+        raise CatalogError("%s; supported: %s" % (found["detail"], listing))
+    if problem == MALFORMED:
         raise CatalogError(
             "engineVersion %r is set but is not a major version number (such as 16); supported: %s"
             % (requested, listing)
-        ) from None
-    if major not in image["pg_versions"]:
+        )
+    if problem == NOT_CARRIED:
         raise CatalogError(
             "engineVersion %s is not in revision %s (default stream %s); supported: %s"
-            % (major, tip, stream, listing)
+            % (major, found["revision"], found["stream"], listing)
         )
-    violations = eol.check_eol([major], None, day, eol_table)
-    if violations:
+    if problem == NO_EOL_DATE:
         raise CatalogError(
-            "engineVersion %s reached end of life on %s; supported: %s"
-            % (major, violations[0]["eol"], listing)
+            "engineVersion %s has no end-of-life date in the EOL table, so it is not supported; supported: %s"
+            % (major, listing)
         )
-    return major
+    raise CatalogError(
+        "engineVersion %s reached end of life on %s; supported: %s"
+        % (major, found["eol_date"].isoformat(), listing)
+    )
 
 
 ENGINE_VERSION = "engineVersion"

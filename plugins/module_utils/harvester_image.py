@@ -127,9 +127,7 @@ def source_of(obj):
 
 def stored_url(url):
     """The form of a download URL that may be stored: a signed query stripped, anything else redacted."""
-    if url and redact.signed(url):
-        return redact.strip_query(url)
-    return redact.redact_url(url)
+    return redact.storable_url(url)
 
 
 def same_url(old, new):
@@ -212,16 +210,17 @@ def refuse_changed_source(existing, desired, revision_name):
 
 
 def printable(obj):
-    """A copy of an image as it may be printed or returned: its download URL redacted."""
+    """A copy of an image as it may be printed or returned: its download URL as the catalog stores it
+    (a signed query dropped whole, user-info and token values masked)."""
     if not obj:
         return obj or {}
     url = kinds.spec(obj).get("url")
-    if not url or redact.redact_url(url) == url:
+    if not url or stored_url(url) == url:
         return obj
-    result = dict(obj, spec=dict(obj["spec"], url=redact.redact_url(url)))
+    result = dict(obj, spec=dict(obj["spec"], url=stored_url(url)))
     status = kinds.status(obj)
     if status.get("appliedUrl"):
-        result["status"] = dict(status, appliedUrl=redact.redact_url(status["appliedUrl"]))
+        result["status"] = dict(status, appliedUrl=stored_url(status["appliedUrl"]))
     return result
 
 

@@ -122,6 +122,14 @@ def strip_query(url):
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def storable_url(url):
+    """The form of a URL that may be stored or returned: a signed query dropped whole (its other
+    parameters mean nothing without the signature), anything else as ``redact_url`` gives it."""
+    if url and isinstance(url, str) and signed(url):
+        return strip_query(url)
+    return redact_url(url)
+
+
 def refuse_credentials(url, option, alternative):
     """Refuse a URL input that carries a password: it would be stored and printed with the URL.
 

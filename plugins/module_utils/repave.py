@@ -11,7 +11,9 @@ os_stream, phase, available, operator, opt_in, ...); ``doc`` is a normalized cat
 
 A repave replaces the OS disk and keeps pgdata, so it keeps the PostgreSQL major: one major cannot read
 another's data directory. An instance whose major the target revision does not carry, or whose major is
-past end of life, is never offered a repave; it needs pg_dump and restore into a new DBInstance.
+past end of life (or unknown to the EOL table, or not set), is never offered a repave; it needs pg_dump
+and restore into a new DBInstance. That is decided by the one engineVersion rule,
+``catalog.check_engine_version``, which new databases are checked with too.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -22,8 +24,8 @@ import datetime
 import json
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    catalog,
     details,
-    eol,
     inputs,
     kinds,
     revision,
@@ -161,50 +163,40 @@ def is_current(instance, target):
 # ------------------------------------------------------------------------------- drift
 
 
-def _major(instance):
-    try:
-        return eol.normalize_pg_major(instance.get("engine_version"))
-    except ValueError:
-        return None
-
-
-def _unknown_major(instance):
-    """Why the major is unknown: not set at all, or set to something that is not a major."""
-    value = instance.get("engine_version")
-    if value is None or not str(value).strip():
-        return "its PostgreSQL major is unknown (engineVersion is not set)"
-    return (
-        "its PostgreSQL major is unknown (engineVersion %r is set but is not a major version such as 16)"
-        % (value,)
+def engine_of(instance, doc, target, today=None, eol_table=None):
+    """The one engineVersion rule (``catalog.check_engine_version``) for a running instance moving onto
+    ``target``: its major must be set (a running database's major is never defaulted), in the target
+    revision and not past end of life."""
+    return catalog.check_engine_version(
+        doc, instance.get("engine_version"), today, eol_table, target=target["revision"]
     )
 
 
-def _major_state(instance, today, eol_table):
-    """``(major or None, its EOL date or None, past EOL?, day, table)``."""
-    day = eol.parse_today(today)
-    table = eol.eol_table(eol_table)
-    major = _major(instance)
-    date = table[eol.PG].get(major) if major else None
-    return major, date, bool(date and date < day), day, table
-
-
-def _blocked(major, date, past, target, day, table, instance=None):
-    """``(why, move)`` when a repave cannot keep the major in ``target``; None when it can."""
-    if major is None:
-        why = _unknown_major(instance or {})
-    elif past:
-        why = "PostgreSQL %s is past end of life on %s" % (major, date.isoformat())
-    elif major not in target["pg_versions"]:
-        why = "revision %s does not carry PostgreSQL %s" % (target["revision"], major)
-    else:
+def _blocked_words(engine):
+    """``(why, move)`` when the engineVersion verdict ``engine`` keeps a repave from keeping the major;
+    None when it does not."""
+    problem, major = engine["problem"], engine["major"]
+    if problem is None:
         return None
-    supported = [m for m in target["pg_versions"] if not (table[eol.PG].get(m) and table[eol.PG][m] < day)]
-    newer = [m for m in supported if major is None or int(m) > int(major)]
+    if problem == catalog.UNSET:
+        why = "its PostgreSQL major is unknown (engineVersion is not set)"
+    elif problem == catalog.MALFORMED:
+        why = (
+            "its PostgreSQL major is unknown (engineVersion %r is set but is not a major version such as 16)"
+            % (engine["requested"],)
+        )
+    elif problem == catalog.NOT_CARRIED:
+        why = "revision %s does not carry PostgreSQL %s" % (engine["revision"], major)
+    elif problem == catalog.NO_EOL_DATE:
+        why = "PostgreSQL %s has no end-of-life date, so it is not a supported major" % major
+    else:
+        why = "PostgreSQL %s is past end of life on %s" % (major, engine["eol_date"].isoformat())
+    newer = [m for m in engine["supported"] if major is None or int(m) > int(major)]
     if newer:
         move = "pg_dump and restore into a DBInstance with engineVersion %s" % _either(newer)
     else:
         move = (
-            "revision %s carries no newer supported major: register a newer image first" % target["revision"]
+            "revision %s carries no newer supported major: register a newer image first" % engine["revision"]
         )
     return why, move
 
@@ -233,14 +225,15 @@ def add_months(day, months):
     return datetime.date(year, month, min(day.day, (following - datetime.timedelta(days=1)).day))
 
 
-def migration_deadline(major, date, past, target, policy):
+def migration_deadline(engine, target, policy):
     """When an instance that needs a PostgreSQL major migration is deleted whatever its owner does
     (ISO date), or None: ``migration_deadline_months`` after the end of life of its major when that is
-    past, else after the build date of the target revision that no longer carries the major."""
+    past, else after the build date of the target revision that no longer carries the major.
+    ``engine`` is the engineVersion verdict (``engine_of``)."""
     months = check_policy(policy)["migration_deadline_months"]
-    if major and past and date:
-        start = date
-    elif major and target.get("build_date") and major not in target.get("pg_versions", []):
+    if engine["past_eol"]:
+        start = engine["eol_date"]
+    elif engine["problem"] == catalog.NOT_CARRIED and target.get("build_date"):
         start = revision.build_date(target["build_date"])
     else:
         return None
@@ -253,8 +246,8 @@ def failed_at_creation(instance):
     return instance.get("reason") == UNSUPPORTED_ENGINE and not instance.get("revision")
 
 
-def _recreate(instance, target, day, table):
-    supported = [m for m in target["pg_versions"] if not (table[eol.PG].get(m) and table[eol.PG][m] < day)]
+def _recreate(instance, target, engine):
+    supported = engine["supported"]
     said = instance.get("message") or "its engineVersion is not supported"
     move = (
         "delete it and create it again with engineVersion %s" % _either(supported)
@@ -289,7 +282,7 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
     target's build date); ``PGVersionEOL`` (action ``pg-major-migration``, never a repave: the target
     does not carry the major or it is past EOL); ``InvalidOSStream`` (no action).
     """
-    major, date, past, day, table = _major_state(instance, today, eol_table)
+    date = catalog.requested_major(instance.get("engine_version"), today, eol_table)["eol_date"]
     result = {
         "target": None,
         "verdict": INVALID_STREAM,
@@ -308,16 +301,18 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
         return result
     auto, forced = _policy_dates(target, policy)
     result["target"] = target["revision"]
-    blocked = _blocked(major, date, past, target, day, table, instance)
+    engine = engine_of(instance, doc, target, today, eol_table)
+    major = engine["major"]
+    blocked = _blocked_words(engine)
     until = " until %s" % date.isoformat() if date else ""
     if failed_at_creation(instance):
         result.update(
             verdict=UNSUPPORTED_ENGINE,
             action=ACTION_RECREATE,
-            description=_recreate(instance, target, day, table),
+            description=_recreate(instance, target, engine),
         )
     elif blocked:
-        deadline = migration_deadline(major, date, past, target, policy)
+        deadline = migration_deadline(engine, target, policy)
         description = "%s: a repave cannot change the major; %s" % blocked
         if deadline:
             description += "; migrate before %s, when it is deleted (migration deadline)" % deadline
@@ -442,8 +437,7 @@ def preflight(instance, doc, target, today=None, eol_table=None):
     validated), ``RepaveBlockedPGVersionEOL`` (the target does not carry the engineVersion, or the major
     is past EOL), ``NotAvailable`` (phase is not Available), in that order. ``target`` None: the tip."""
     target = target_of(instance, doc, target["revision"] if target else None)
-    major, date, past, day, table = _major_state(instance, today, eol_table)
-    blocked = _blocked(major, date, past, target, day, table, instance)
+    blocked = _blocked_words(engine_of(instance, doc, target, today, eol_table))
     if blocked:
         raise _refused(
             instance, BLOCKED_EOL, "%s and a repave cannot change the major" % blocked[0], blocked[1]

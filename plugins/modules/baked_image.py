@@ -38,8 +38,10 @@ description:
   - After the image is deleted, or found missing, every catalog that records this image says
     C(imported=false) (the revision itself stays, as the catalog keeps every revision ever registered).
   - A URL with credentials in it (C(https://user:password@host/...)) is refused before anything is written; a
-    presigned URL is passed to Harvester but stored in the catalog without its query, and every URL the module
-    prints is redacted.
+    presigned URL is passed to Harvester but stored in the catalog, returned and printed without its query,
+    and every other URL the module prints is redacted. No entry of the catalog keeps a signed URL; one written
+    by an older release or by hand is written back without it by the next registration, with a warning
+    naming the revisions.
   - "The wait for the import talks. One call of the module waits at most O(report_every) seconds and returns
     C(done), a C(line) such as C(VirtualMachineImage ns/x: phase importing, progress 45% after 61.2s) and
     C(resume)."

@@ -18,11 +18,13 @@ description:
     M(goldenimage.pipeline.baked_image)), imported (its C(VirtualMachineImage) is C(Imported=True) now
     when the catalog names the image, whatever the catalog says; else the catalog says so), and of the
     stream's OS. A revision whose image does not exist or is not imported is refused, naming the revision
-    and the image, before anything is written; so is O(validated=true) or O(default=true) for a stream
-    whose current tip's image is gone. This module does not rewrite that entry; deleting the revision
-    with M(goldenimage.pipeline.baked_image)
-    O(goldenimage.pipeline.baked_image#module:state=absent) records C(imported=false).
-    Moving the tip resets C(validated) to false unless
+    and the image; so is O(validated=true) or O(default=true) for a stream whose current tip's image is
+    gone. The catalog never keeps saying C(imported=true) for such an image; its entry is written with
+    C(imported=false) first (in check mode the refusal says it would be, and nothing is written), and the
+    refusal says so. Nothing else is written.
+  - No catalog entry keeps a signed URL or user-info; an entry holding one (written by an older release or
+    by hand) is written back without it by any run that reads it, with a warning naming the revisions.
+  - Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
     validated. The default stream always stays validated, so its tip moves only with O(validated=true).
@@ -97,8 +99,10 @@ default_stream:
   type: str
   sample: "22.04"
 catalog:
-  description: The whole catalog document after the task (in check mode, the prediction).
-  returned: success
+  description:
+    - The whole catalog document after the task (in check mode, the prediction).
+    - With a refusal after C(imported=false) was recorded (in check mode, would be), the catalog so written.
+  returned: success, and with that refusal
   type: dict
 diff:
   description: The catalog YAML before and after, with C(--diff).
@@ -141,6 +145,31 @@ def observed_import(module, doc, name):
     return harvester_image.imported(obj), False
 
 
+def update(store, change):
+    """``store.update(change)``; a refusal of the rules names the catalog."""
+    try:
+        return store.update(change)
+    except catalog.CatalogError as exc:
+        raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
+
+
+def written_first(module, store, exc, name, first):
+    """The refusal ``exc`` of a run that wrote the catalog first (in check mode: would write it),
+    ``first`` being that ``(before, after, changed)``: it says what, and carries that catalog (and its
+    diff)."""
+    fields = dict(exc.fields, changed=True, catalog=first[1])
+    if module._diff:
+        fields["diff"] = {"before": catalog.dump(first[0]), "after": catalog.dump(first[1])}
+    was, now = ((doc["images"].get(name) or {}).get("imported") for doc in first[:2])
+    if not (was and not now):
+        return PipelineError(exc.msg, **fields)
+    return PipelineError(
+        "%s; %s %s imported: false for revision %s, whose image is not imported now"
+        % (exc.msg, store.where, "would record" if module.check_mode else "recorded", name),
+        **fields,
+    )
+
+
 def run(module):
     """Move the stream as asked; returns the result, raises PipelineError for a refusal."""
     p = module.params
@@ -155,10 +184,19 @@ def run(module):
     name = p["revision"] or (doc["streams"].get(stream) or {}).get("tip")
     imported, missing = observed_import(module, doc, name)
 
-    def change(doc):
-        marked = False
+    def observe(doc):
+        if imported is False:
+            return catalog.mark_imported(doc, name, False)
         if imported:
-            doc, marked = catalog.mark_imported(doc, p["revision"])
+            return catalog.mark_imported(doc, p["revision"])
+        return doc, False
+
+    # The catalog never keeps saying imported: true for an image that is gone or not imported: that is
+    # written first, so a move the rules then refuse leaves the catalog telling the truth.
+    first = update(store, observe) if imported is False else None
+
+    def change(doc):
+        doc, marked = observe(doc)
         doc, moved = catalog.set_stream(
             doc,
             stream,
@@ -171,9 +209,13 @@ def run(module):
         return doc, marked or moved
 
     try:
-        before, after, changed = store.update(change)
-    except catalog.CatalogError as exc:
-        raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
+        before, after, changed = update(store, change)
+    except PipelineError as exc:
+        if not (first and first[2]):
+            raise
+        raise written_first(module, store, exc, name, first) from None
+    if first and first[2]:
+        before, changed = first[0], True
     result = {
         "changed": changed,
         "stream": after["streams"].get(stream, {}),

@@ -262,6 +262,86 @@ def test_concurrent_catalog_writers(lab, kube_client, kube_namespace, mirror):
     assert {"v20260801", "v20260802"} <= set(doc["images"])
 
 
+SECRETS = ("X-Amz-Signature", "X-Amz-Credential")
+
+
+@pytest.mark.suite("secrets")
+def test_no_entry_of_the_catalog_keeps_a_presigned_url(lab, kube_client, kube_namespace, mirror):
+    """A catalog whose entry of another revision holds a presigned URL (written by an older release): a
+    presigned registration stores no signature in any entry, returns none, and the next run changes
+    nothing; check mode writes nothing and says the catalog would be rewritten."""
+    import json
+
+    import boto3
+    from botocore.config import Config
+    from kubernetes import client
+
+    env = lab.env()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
+    bucket, key = mirror["url"].split("/")[-3], "baked/" + mirror["url"].rsplit("/", 1)[1]
+    presigned = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=900)
+    assert all(word in presigned for word in SECRETS)
+    signature = presigned.rsplit("X-Amz-Signature=", 1)[1].split("&")[0]
+    old = {
+        "os_version": "22.04",
+        "pg_versions": ["16", "17"],
+        "build_date": "2026-06-15",
+        "checksum": mirror["sha512"],
+        "source": presigned,
+        "imported": True,
+    }
+    seeded = {"version": 1, "default_stream": None, "streams": {}, "images": {"v20260615": old}}
+    core = client.CoreV1Api(kube_client)
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": yaml.safe_dump(seeded)}}
+    )
+    base = dict(
+        name="v20261201-2404",
+        namespace=kube_namespace,
+        url=presigned,
+        checksum=mirror["sha512"],
+        os_version="24.04",
+        pg_versions=["16", "17"],
+        catalog={"namespace": kube_namespace, "name": "catalog"},
+        wait_timeout=120,
+        wait_sleep=1,
+    )
+    check = run_playbook(play(task("check", check=True, **base)), env=lab.env(), diff=True)
+    assert check.ok and check["check"]["changed"] is True, check.log
+    assert catalog_of(kube_client, kube_namespace) == seeded
+    run = run_playbook(play(task("register", **base)), env=lab.env(), diff=True)
+    assert run.ok and run["register"]["catalog_changed"] is True, run.log
+    lab.clear_audit()
+    again = run_playbook(play(task("again", **base)), env=lab.env(), diff=True)
+    assert again.ok and again["again"]["changed"] is False, again.log
+    assert lab.mutating_requests() == []
+    stored = core.read_namespaced_config_map("catalog", kube_namespace).data["catalog.yaml"]
+    for word in (*SECRETS, signature):
+        for where, text in (
+            ("stored catalog", stored),
+            ("check result", json.dumps(check["check"])),
+            ("result", json.dumps(run["register"])),
+            ("rerun result", json.dumps(again["again"])),
+            ("output", check.stdout + run.stdout + again.stdout),
+        ):
+            assert word not in text, (word, where)
+    assert any("v20260615" in w and "signed URL" in w for w in run["register"]["warnings"]), run.log
+    assert any("would be written" in w for w in check["check"]["warnings"]), check.log
+    doc = yaml.safe_load(stored)
+    unsigned = presigned.split("?", 1)[0]
+    assert doc["images"]["v20260615"]["source"] == unsigned
+    assert doc["images"]["v20261201-2404"]["source"] == unsigned
+    assert doc["images"]["v20260615"]["checksum"] == doc["images"]["v20261201-2404"]["checksum"]
+    assert doc["images"]["v20261201-2404"]["imported"] is True
+
+
 UPLOAD_GIB = 2
 RSS_LIMIT_MIB = 400
 

@@ -193,9 +193,10 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
 
 @pytest.mark.lab_only
 def test_an_image_deleted_behind_the_catalogs_back_holds_no_tip(lab, kube_client, kube_namespace, mirror):
-    """The catalog says imported: true, the VirtualMachineImage is gone: baked_image_stream refuses to put
-    the revision at a tip, or to sign off / default a stream whose tip it is, naming the revision, with
-    no write; baked_image state=absent finds it missing and records imported: false."""
+    """The catalog says imported: true, the VirtualMachineImage is gone: baked_image_stream records
+    imported: false (check mode: says it would, writes nothing), then refuses to put the revision at a
+    tip, or to sign off / default a stream whose tip it is, naming the revision; baked_image state=absent
+    finds it missing and records imported: false too."""
     from kubernetes import client
 
     rev, image = "v20270401-2404", "ubuntu-2404-postgres-v20270401-2404"
@@ -222,28 +223,48 @@ def test_an_image_deleted_behind_the_catalogs_back_holds_no_tip(lab, kube_client
     ):
         assert time.monotonic() < deadline, "the image was not deleted"
         time.sleep(0.1)
+    missing = "revision %s: its VirtualMachineImage %s/%s does not exist" % (rev, kube_namespace, image)
+    recorded = "catalog ConfigMap %s/catalog recorded imported: false for revision %s" % (kube_namespace, rev)
+
+    def stored():
+        return yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
+
+    lab.clear_audit()
+    check = run_playbook(
+        play(task("check", ignore_errors=True, check=True, revision=rev, validated=True, **stream)),
+        env=lab.env(),
+        diff=True,
+    )
+    assert [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace] == []
+    predicted = refused(check, "check")
+    assert missing in predicted["msg"] and recorded.replace("recorded", "would record") in predicted["msg"]
+    assert predicted["changed"] is True and predicted["catalog"]["images"][rev]["imported"] is False
+    assert "imported: false" in predicted["diff"]["after"] and stored()["images"][rev]["imported"] is True
+
     lab.clear_audit()
     run = run_playbook(
         play(
             task("sign off", ignore_errors=True, validated=True, **stream),
             task("default", ignore_errors=True, validated=True, default=True, **stream),
             task("same tip", ignore_errors=True, revision=rev, validated=True, **stream),
-            task("check", ignore_errors=True, check=True, revision=rev, validated=True, **stream),
         ),
         env=lab.env(),
     )
     mutating = [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace]
-    assert mutating == [], mutating
-    for title in ("sign off", "default", "same tip", "check"):
-        msg = refused(run, title)["msg"]
-        assert (
-            "revision %s: its VirtualMachineImage %s/%s does not exist" % (rev, kube_namespace, image) in msg
-        )
-    after = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
+    # One write: the first refusal records imported: false; the others find it recorded.
+    assert [(r["verb"], r["resource"]) for r in mutating] == [("update", "configmaps")], mutating
+    for title in ("sign off", "default", "same tip"):
+        assert missing in refused(run, title)["msg"]
+    assert recorded in refused(run, "sign off")["msg"] and refused(run, "sign off")["changed"] is True
+    assert "recorded" not in refused(run, "default")["msg"]
+    after = stored()
     assert after["streams"]["24.04"] == {"tip": rev, "validated": False}
-    assert after["default_stream"] == "22.04" and after["images"][rev]["imported"] is True
+    assert after["default_stream"] == "22.04" and after["images"][rev]["imported"] is False
 
-    # baked_image finds it missing and corrects the entry in the same run.
+    # A catalog stale again (an older release wrote it): baked_image state=absent finds the image missing
+    # and corrects the entry in the same run.
+    after["images"][rev]["imported"] = True
+    core.patch_namespaced_config_map("catalog", kube_namespace, {"data": {DATA_KEY: yaml.safe_dump(after)}})
     gone = run_playbook(
         play(
             task(
@@ -260,6 +281,5 @@ def test_an_image_deleted_behind_the_catalogs_back_holds_no_tip(lab, kube_client
     )
     assert gone["absent"]["changed"] is True, gone.log
     assert gone["absent"]["catalogs_updated"] == ["catalog ConfigMap %s/catalog" % kube_namespace]
-    after = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
-    assert after["images"][rev]["imported"] is False
+    assert stored()["images"][rev]["imported"] is False
     assert "revision %s: its VirtualMachineImage" % rev in refused(gone, "move back")["msg"]

@@ -125,8 +125,9 @@ class Fleet:
         )
 
     def create(self, name, engine="16", revision=OLD, os_version=None, labels=None):
+        """A DBInstance; ``engine`` None leaves engineVersion out of the spec (the CRD keeps it optional)."""
         annotations = {INITIAL_REVISION: revision} if revision else {}
-        spec = {"engineVersion": engine}
+        spec = {"engineVersion": engine} if engine is not None else {}
         if os_version:
             spec["osVersion"] = os_version
         body = {
@@ -285,6 +286,35 @@ def test_report_verdicts_disagreement_and_constant_requests(lab, fleet):
     assert found["current"]["verdict"] == "OSUpdateAvailable"
     assert "OSUpdateAvailable=False" in found["current"]["disagreement"]
     assert any("current" in w and "operator says" in w for w in run["report"]["warnings"])
+
+
+def test_an_instance_created_without_engine_version_runs_and_repaves_with_the_default_major(lab, fleet):
+    """engineVersion left out: the operator provisions (or adopts) the instance with the newest supported
+    major of the default stream's tip, the one the collection's rule gives a new database, and the
+    report and the repave go by that major."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+
+    default = catalog.resolve_engine_version(catalog.load(catalog_text()), None, today=TODAY)
+    assert default == "17"  # 14 is past end of life on TODAY
+    fleet.create("fresh", engine=None, revision=None)  # provisioned by the operator
+    fleet.create("running", engine=None, revision=OLD)  # already runs the old revision
+    items = fleet.settle(["fresh", "running"])
+    for name in ("fresh", "running"):
+        assert items[name]["spec"]["engineVersion"] == default, items[name]
+        assert items[name]["status"]["appliedSpec"]["engineVersion"] == default
+    assert fleet.revision("fresh") == TIP
+    repave = fleet.args(state="repaved", names=["running"])
+    run = run_playbook(play(task("report", **fleet.args()), task("repave", **repave)), env=lab.env())
+    assert run.ok, run.log
+    found = by_name(run["report"])
+    assert {n: (e["verdict"], e["engine_version"]) for n, e in found.items()} == {
+        "fresh": ("Current", default),
+        "running": ("OSUpdateAvailable", default),
+    }
+    assert "PostgreSQL %s stay" % default in found["running"]["description"]
+    assert by_name(run["repave"])["running"]["result"] == "repaved"
+    assert fleet.revision("running") == TIP and fleet.repaves("running") == 1
+    assert fleet.get("running")["status"]["appliedSpec"]["engineVersion"] == default
 
 
 # ------------------------------------------------------------------------------------ trigger and wait

@@ -73,11 +73,14 @@ class Api:
                 raise
             self.core.create_namespaced_config_map(self.namespace, body)
 
-    def create(self, name: str, engine: str = "16", os_version: str = "", revision: str = "", notes=None):
+    def create(
+        self, name: str, engine: str | None = "16", os_version: str = "", revision: str = "", notes=None
+    ):
+        """A DBInstance; ``engine`` None leaves engineVersion out of the spec (the CRD keeps it optional)."""
         annotations = dict(notes or {})
         if revision:
             annotations[INITIAL_REVISION] = revision
-        spec = {"engineVersion": engine}
+        spec = {"engineVersion": engine} if engine is not None else {}
         if os_version:
             spec["osVersion"] = os_version
         body = {
@@ -164,8 +167,10 @@ def db(lab, kube_client, kube_namespace, monkeypatch):
 # --------------------------------------------------------------------------------- provisioning
 
 
-def test_new_instance_gets_the_newest_supported_major_of_the_default_tip(db):
-    db.create("fresh", engine="")
+@pytest.mark.parametrize("engine", [None, ""], ids=["absent", "empty"])
+def test_new_instance_gets_the_newest_supported_major_of_the_default_tip(db, engine):
+    created = db.create("fresh", engine=engine)
+    assert created["spec"].get("engineVersion", "absent") == ("absent" if engine is None else "")
     obj = db.wait("fresh", lambda o: phase(o) == "Available", what="Available")
     assert obj["status"]["appliedSpec"] == {"imageRevision": TIP, "osVersion": "22.04", "engineVersion": "17"}
     assert obj["spec"]["engineVersion"] == "17"  # defaulted as the defaulting webhook would
@@ -276,6 +281,20 @@ def test_repave_walks_the_four_steps_and_clears_the_trigger(db):
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", t) for t in stamps), stamps
     assert len(set(stamps)) == len(stamps)  # microseconds keep them apart
     assert db.operator.repaves(db.namespace, "web") == 1
+
+
+def test_a_running_instance_without_engine_version_repaves_with_the_default_major(db):
+    """Adopted on an old revision with no engineVersion: it gets the newest supported major of the
+    default stream's tip, written back as a defaulting webhook would, and a repave keeps that major."""
+    created = db.create("legacy", engine=None, revision=OLD)
+    assert "engineVersion" not in created["spec"]
+    obj = db.wait("legacy", available_on(OLD), what="Available on the old revision")
+    assert obj["spec"]["engineVersion"] == "17" and obj["status"]["appliedSpec"]["engineVersion"] == "17"
+    assert cond(obj, "OSUpdateAvailable") == "True"
+    db.annotate("legacy")
+    obj = db.wait("legacy", repaved(TIP), what="repaved to the tip")
+    assert obj["status"]["appliedSpec"] == {"imageRevision": TIP, "osVersion": "22.04", "engineVersion": "17"}
+    assert db.operator.repaves(db.namespace, "legacy") == 1
 
 
 def test_trigger_key_is_configurable(db, monkeypatch):

@@ -170,6 +170,47 @@ def test_engine_version_past_eol_is_refused():
     assert catalog.resolve_engine_version(seeded(), "15", today="2027-11-11") == "15"
 
 
+def test_engine_version_the_eol_table_does_not_know_is_refused_as_such():
+    doc = registered(("v20260615", "22.04", ["16", "17", "19"], True))
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615", validated=True, default=True)
+    with pytest.raises(catalog.CatalogError) as exc:
+        catalog.resolve_engine_version(doc, "19", today=TODAY)
+    assert exc.value.msg == (
+        "engineVersion 19 has no end-of-life date in the EOL table, so it is not supported; supported: 16, 17"
+    )
+    assert catalog.resolve_engine_version(doc, None, today=TODAY) == "17"
+    verdict = catalog.check_engine_version(doc, "19", TODAY, target="v20260615")
+    assert (verdict["problem"], verdict["eol_date"], verdict["supported"]) == (
+        "no-eol-date",
+        None,
+        ["16", "17"],
+    )
+
+
+def test_one_engine_version_verdict_for_new_and_running_databases():
+    doc = seeded()
+    new = catalog.check_engine_version(doc, "", TODAY)
+    assert (new["major"], new["defaulted"], new["problem"], new["revision"]) == (
+        "17",
+        True,
+        None,
+        "v20260615",
+    )
+    running = catalog.check_engine_version(doc, "", TODAY, target="v20270301-2404")
+    assert (running["major"], running["problem"], running["stream"]) == (None, "unset", "24.04")
+    assert running["supported"] == ["15", "16", "17", "18"]
+    late = catalog.check_engine_version(doc, "15", "2027-11-12", target="v20270301-2404")
+    assert (late["problem"], late["past_eol"], late["eol_date"].isoformat()) == (
+        "past-eol",
+        True,
+        "2027-11-11",
+    )
+    gone = catalog.check_engine_version(doc, "18", TODAY)
+    assert (gone["problem"], gone["past_eol"]) == ("not-carried", False)
+    odd = catalog.check_engine_version(doc, "16.x", TODAY, target="v20260615")
+    assert (odd["problem"], odd["major"], odd["detail"]) == ("malformed", None, None)
+
+
 def test_engine_version_needs_a_validated_default_stream():
     doc = registered(("v20260615", "22.04", ["16"], True))
     with pytest.raises(catalog.CatalogError, match="no default OS stream"):
@@ -226,13 +267,43 @@ def test_a_presigned_source_is_stored_without_its_signature_and_old_entries_heal
     assert changed and doc["images"]["v20260615"]["source"] == "https://s3.example/b/k.qcow2"
     resigned = signed.replace("feedface", "cafebabe")
     assert catalog.register_image(doc, "v20260615", "22.04", ["16"], SUM_A, resigned)[1] is False
-    # An entry written before keeps its content and loses the signature on the next registration.
+    # An entry written before keeps its content, and no longer its signature, once read.
     old = catalog.normalize(doc)
     old["images"]["v20260615"]["source"] = signed
     healed, changed = catalog.register_image(old, "v20260615", "22.04", ["16"], SUM_A, resigned)
-    assert changed and "feedface" not in catalog.dump(healed)
+    assert changed is False and "feedface" not in catalog.dump(healed)
     assert catalog.storable_source("http://u:p@h/x") == "http://REDACTED@h/x"
     assert catalog.storable_source("upload") == "upload"
+
+
+SIGNED = (
+    "https://s3.example/mirror/baked/v20260301.qcow2?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    "&X-Amz-Credential=AKIDEXAMPLE%2F20260301%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20260301T000000Z"
+    "&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=" + "d" * 64
+)
+
+
+def test_no_entry_keeps_a_signature_whoever_wrote_it():
+    """Every entry, not only the one being registered, is stored without a signed query or user-info."""
+    raw = catalog.dump(seeded()).replace("source: s3://mirror/v20260615", "source: '%s'" % SIGNED)
+    raw = raw.replace(
+        "source: s3://mirror/v20261201-2404",
+        "source: s3://mirror/v20261201-2404\n    notes: {mirror: 'https://bob:hunter2@mirror.example/x'}",
+    )
+    assert "X-Amz-Signature" in raw and "hunter2" in raw
+    assert catalog.unstorable(raw) == ["v20260615", "v20261201-2404"]
+    doc = catalog.load(raw)
+    text = catalog.dump(doc)
+    for secret in ("X-Amz-Signature", "X-Amz-Credential", "AKIDEXAMPLE", "d" * 64, "hunter2", "bob"):
+        assert secret not in text and secret not in repr(doc)
+    assert doc["images"]["v20260615"]["source"] == "https://s3.example/mirror/baked/v20260301.qcow2"
+    assert doc["images"]["v20261201-2404"]["notes"] == {"mirror": "https://REDACTED@mirror.example/x"}
+    assert doc["images"]["v20260615"]["checksum"] == SUM_A + "5"  # the digest stays
+    assert catalog.unstorable(text) == [] and catalog.load(text) == doc
+    # Registering another revision writes the signed entry back without its signature too.
+    after, changed = catalog.register_image(doc, "v20270401-2404", "24.04", ["17"], SUM_B, SIGNED)
+    assert changed and "X-Amz" not in catalog.dump(after) and "X-Amz" not in repr(after)
+    assert catalog.unstorable("") == [] and catalog.unstorable("images: [") == []
 
 
 def test_imported_follows_the_cluster_both_ways():

@@ -425,3 +425,61 @@ def test_a_condensed_report_leaves_out_current_instances_and_puts_more_than_a_re
     kept, omitted = repave.condense_report(entries, limit=1)
     assert [e["name"] for e in kept] == ["c"] and omitted == 4
     assert repave.condense_report(entries, limit=-3) == ([], 5)
+
+
+# ---------------------------------------------------------------- the one engineVersion rule
+
+
+def one_rule_catalog():
+    """The default stream's tip carries 15 to 17 and 19, a major the EOL table does not know."""
+    doc = catalog.empty()
+    for name, majors in (("v20260615", ["14", "15", "16", "17"]), ("v20261215", ["15", "16", "17", "19"])):
+        doc, _changed = catalog.register_image(
+            doc, name, "22.04", majors, "c" * 128, "s3://mirror/" + name, imported=True
+        )
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20261215", validated=True, default=True)
+    return doc
+
+
+@pytest.mark.parametrize("today", ["2026-12-20", "2027-11-12", "2028-11-10"])
+@pytest.mark.parametrize("engine", ["14", "15", "16", "17", "18", "19", "16.x"])
+def test_preflight_refuses_exactly_what_a_new_database_is_refused(engine, today):
+    """A repave onto the default stream's tip keeps the major; the pre-flight and the drift report
+    allow it exactly when a new database may ask for that major there (catalog.resolve_engine_version)."""
+    doc = one_rule_catalog()
+    try:
+        catalog.resolve_engine_version(doc, engine, today=today)
+        allowed = True
+    except catalog.CatalogError:
+        allowed = False
+    instance = db(engine=engine)
+    try:
+        repave.preflight(instance, doc, None, today)
+        repaved = True
+    except repave.RepaveRefused as exc:
+        assert exc.reason == "RepaveBlockedPGVersionEOL"
+        repaved = False
+    assert repaved == allowed, (engine, today)
+    verdict = repave.drift(instance, doc, today)["verdict"]
+    assert verdict == ("OSUpdateAvailable" if allowed else "PGVersionEOL")
+
+
+def test_a_major_the_eol_table_does_not_know_is_never_repaved():
+    refused = refusal(db(engine="19"), doc=one_rule_catalog())
+    assert str(refused) == (
+        "tenant-a/db-1 cannot be repaved (RepaveBlockedPGVersionEOL): PostgreSQL 19 has no end-of-life "
+        "date, so it is not a supported major and a repave cannot change the major; revision v20261215 "
+        "carries no newer supported major: register a newer image first"
+    )
+
+
+def test_a_running_database_without_engine_version_is_not_given_the_default_major():
+    """A new database without engineVersion gets the newest major of the default tip; a running one
+    without it runs an unknown major, which a repave must not guess."""
+    doc = one_rule_catalog()
+    assert catalog.check_engine_version(doc, None, "2026-12-20")["major"] == "17"
+    verdict = catalog.check_engine_version(doc, None, "2026-12-20", target="v20261215")
+    assert (verdict["problem"], verdict["major"]) == ("unset", None)
+    assert "engineVersion is not set" in str(refusal(db(engine=None), doc=doc))
+    with pytest.raises(catalog.CatalogError, match="revision v20990101 is not in the catalog"):
+        catalog.check_engine_version(doc, "16", "2026-12-20", target="v20990101")

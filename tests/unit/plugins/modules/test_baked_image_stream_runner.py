@@ -61,13 +61,56 @@ def test_a_stale_imported_true_does_not_move_the_tip(tmp_path):
     )
     path.write_text(catalog.dump(doc))
     gone = "revision v20260615: its VirtualMachineImage hp/ubuntu-2204-postgres-v20260615 does not exist"
-    with pytest.raises(errors.PipelineError, match=gone):
+    recorded = "catalog file %s recorded imported: false for revision v20260615" % path
+    # Check mode says what it would write, and writes nothing.
+    with pytest.raises(errors.PipelineError, match=gone) as exc:
+        run(path, check_mode=True, os_version="22.04", revision="v20260615")
+    assert recorded.replace("recorded", "would record") in exc.value.msg
+    assert exc.value.result["changed"] is True and exc.value.result["refused"] is True
+    assert exc.value.result["catalog"]["images"]["v20260615"]["imported"] is False
+    assert path.read_text() == catalog.dump(doc)
+    # The real run records imported: false, then refuses the move.
+    with pytest.raises(errors.PipelineError, match=gone) as exc:
         run(path, os_version="22.04", revision="v20260615")
-    assert yaml.safe_load(path.read_text())["streams"] == {}
+    assert recorded in exc.value.msg and exc.value.result["changed"] is True
+    stored = yaml.safe_load(path.read_text())
+    assert stored["streams"] == {} and stored["images"]["v20260615"]["imported"] is False
+    # Once recorded, a rerun is refused and changes nothing.
+    with pytest.raises(errors.PipelineError, match=gone) as exc:
+        run(path, os_version="22.04", revision="v20260615")
+    assert "recorded" not in exc.value.msg and "changed" not in exc.value.result
     # A stream already on it: no sign-off and no default lands on the gone image either.
     doc, _changed = catalog.set_stream(doc, "22.04", tip="v20260615")
     path.write_text(catalog.dump(doc))
     for change in (dict(validated=True), dict(validated=True, default=True)):
         with pytest.raises(errors.PipelineError, match=gone):
             run(path, os_version="22.04", **change)
-    assert yaml.safe_load(path.read_text())["streams"]["22.04"] == {"tip": "v20260615", "validated": False}
+    stored = yaml.safe_load(path.read_text())
+    assert stored["streams"]["22.04"] == {"tip": "v20260615", "validated": False}
+    assert stored["images"]["v20260615"]["imported"] is False
+
+
+def test_a_signed_entry_of_another_revision_is_written_back_without_its_signature(tmp_path):
+    path = catalog_file(tmp_path)
+    signed = "https://s3.example/b/v20260301.qcow2?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=" + "f" * 64
+    stored = yaml.safe_load(path.read_text())
+    stored["images"]["v20260301"] = dict(stored["images"]["v20260615"], source=signed)
+    path.write_text(yaml.safe_dump(stored))
+    raw = path.read_text()
+    asked = dict(os_version="22.04", revision="v20260615", validated=True, default=True)
+    predicted, kube = run(path, check_mode=True, **asked)
+    assert predicted["changed"] and path.read_text() == raw
+    assert kube.warnings and "v20260301" in kube.warnings[0] and "would be written" in kube.warnings[0]
+    result, kube = run(path, **asked)
+    text = path.read_text()
+    for secret in ("X-Amz-Signature", "X-Amz-Credential", "AKIDEXAMPLE", "f" * 64):
+        assert secret not in text and secret not in repr(result) and secret not in repr(kube.warnings)
+    assert yaml.safe_load(text)["images"]["v20260301"]["source"] == "https://s3.example/b/v20260301.qcow2"
+    assert run(path, **asked)[0]["changed"] is False
+    # A stream already as asked: the rewrite alone is a change, once.
+    stored = yaml.safe_load(raw)
+    stored.update(streams={"22.04": {"tip": "v20260615", "validated": True}}, default_stream="22.04")
+    path.write_text(yaml.safe_dump(stored))
+    again, kube = run(path, **asked)
+    assert again["changed"] is True and "X-Amz" not in path.read_text() and len(kube.warnings) == 1
+    assert run(path, **asked)[0]["changed"] is False
