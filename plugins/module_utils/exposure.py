@@ -267,3 +267,29 @@ def byol_refusal(license_state, bucket, key, prefix, result, statuses):
         "a licensed image is uploaded only where every anonymous read is refused with 401/403."
         % (LICENSE_WORDS[state], target, bucket, ", ".join(result["unknown"]) or "no answer", seen)
     )
+
+
+# Importing anonymously -------------------------------------------------------------------------
+
+
+def anonymous_import_refusal(url, bucket, key, get):
+    """The refusal for an object CDI would read anonymously (an http source without presign or secret_ref)
+    when the anonymous GET of it, ``get`` as ``(status, code)``, was refused; None otherwise.
+
+    Only a refused read stops the import before it starts: an answer that says nothing (no answer, a
+    server that is not S3) leaves the import to find out.
+    """
+    if classify(*get) != DENIED:
+        return None
+    return Refusal(
+        "http source %s" % redact.redact_url(url),
+        "an anonymous GET of s3://%s/%s was refused (HTTP %s %s), and CDI reads a source with neither "
+        "presign nor secret_ref anonymously, so the import would fail (S3 also answers 403 for a missing "
+        "key to anyone who may not list the bucket)" % (bucket, key, get[0], get[1] or "refused"),
+        "nothing was written; set presign: true on the source for a private S3 or Ceph RGW bucket (the URL "
+        "is signed with the bucket's keys; a secret_ref is sent as HTTP basic auth, which S3 and RGW "
+        "refuse)",
+        bucket=bucket,
+        key=key,
+        get_status=get[0],
+    )

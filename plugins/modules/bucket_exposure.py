@@ -61,6 +61,14 @@ options:
     type: str
     choices: [none, byol, evaluation, volume, kms, key, activated]
     default: none
+  anonymous_import:
+    description:
+      - The object is about to be imported by someone without credentials, such as a CDI http source with
+        neither a presigned URL nor a C(secretRef).
+      - "Fail, naming the fix (C(presign: true) for an S3 or Ceph RGW bucket), when the anonymous GET of it
+        is refused with 401/403. An answer that proves nothing does not fail."
+    type: bool
+    default: false
   timeout:
     description:
       - Seconds to wait for each anonymous answer. Zero or less is refused.
@@ -98,6 +106,12 @@ EXAMPLES = r"""
   goldenimage.pipeline.bucket_exposure:
     url: https://s3.example.com/licensed-images/windows/11/2026-08-27/windows11-x64-golden.qcow2
     license: kms
+
+- name: Before CDI imports the object without credentials, stop if anyone is refused
+  goldenimage.pipeline.bucket_exposure:
+    url: http://rook-ceph-rgw-my-store.rook-ceph.svc/cdi-os-images/ubuntu/24.04/noble.qcow2
+    probe_existing: false
+    anonymous_import: true
 """
 
 RETURN = r"""
@@ -191,6 +205,7 @@ def argument_spec():
         prefix=dict(type="str"),
         probe_existing=dict(type="bool", default=True),
         license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
+        anonymous_import=dict(type="bool", default=False),
         timeout=dict(type="int", default=20),
     )
 
@@ -294,6 +309,13 @@ def run(module):
     refusal = exposure.byol_refusal(p["license"], bucket, key, prefix, found, statuses)
     if refusal:
         raise PipelineError(refusal, refused=True, **result)
+    if p["anonymous_import"]:
+        unreadable = exposure.anonymous_import_refusal(
+            p["url"] or "s3://%s/%s" % (bucket, key), bucket, key, get
+        )
+        if unreadable:
+            unreadable.fields.update(result)
+            raise unreadable
     return result
 
 

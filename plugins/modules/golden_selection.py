@@ -27,6 +27,10 @@ description:
   - The snapshot a promotion replaces is recorded on the selection (annotations
     C(goldenimage.pipeline/previous-snapshot) and C(goldenimage.pipeline/previous-release-digest)), so
     O(rollback=true) restores it.
+  - Given the passing result of M(goldenimage.pipeline.clone_gate) in O(gate_result), it records the pass on
+    the golden it serves (annotation C(goldenimage.pipeline/gate-passed)) before the selection is written. A
+    rollback restores only a golden that records a pass, unless it is gated itself (O(gate_result)) or
+    O(allow_ungated=true) says to restore it without the gate.
   - With O(method=label) it uses the legacy C(kube-dc.com/golden-active) label instead, the least bad way;
     the label is removed from the incumbent and added to the candidate back to back, then exactly one active
     golden per family is verified and the length of the window between the two writes is reported. Neither
@@ -83,6 +87,26 @@ options:
       - A rollback records that it was one (annotation C(goldenimage.pipeline/rolled-back), removed by the
         next promotion). Run again without O(snapshot), it changes nothing instead of flipping back to what
         the first rollback removed. To roll back again on purpose, name the target in O(snapshot).
+    type: bool
+    default: false
+  gate_result:
+    description:
+      - The registered result of M(goldenimage.pipeline.clone_gate) for the golden this task serves (the
+        promotion's candidate, or the rollback's target), passed whole.
+      - Its verdict must be V(passed) and it must be the gate of that golden; anything else is refused,
+        writing nothing.
+      - The pass is recorded on the golden, before the selection or label is written, as annotation
+        C(goldenimage.pipeline/gate-passed), a JSON object with C(verdict), C(at) (UTC), C(memory) and
+        C(project). A golden that records a pass already keeps it, so a promotion gated again writes nothing.
+      - With O(rollback=true) the rollback counts as gated, so it may restore a golden that recorded no pass.
+    type: dict
+  allow_ungated:
+    description:
+      - With O(rollback=true), restore a golden that records no passing clone gate (no annotation
+        C(goldenimage.pipeline/gate-passed)), on purpose.
+      - Without it and without O(gate_result), such a rollback is refused naming the golden, writing nothing,
+        so a rollback (the second one, say) never silently serves a golden the gate never passed.
+      - A promotion ignores it.
     type: bool
     default: false
   verify_projects:
@@ -152,8 +176,8 @@ attributes:
         second time, and a rollback naming its target in O(snapshot) changes nothing when the target serves.
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
-  - Refusals (missing, unready, wrong family or mode, conflicting selections, nothing to roll back) write
-    nothing.
+  - Refusals (missing, unready, wrong family or mode, conflicting selections, nothing to roll back, a rollback
+    to a golden no gate passed, a gate result that is not a pass of the golden) write nothing.
 seealso:
   - module: goldenimage.pipeline.golden_snapshot
   - module: goldenimage.pipeline.golden_info
@@ -174,6 +198,20 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ item.namespace }}: {{ item.handle }} (match: {{ item.match }})"
   loop: "{{ promoted.projects }}"
+
+- name: Boot a tenant-style clone of the candidate first
+  goldenimage.pipeline.clone_gate:
+    snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
+    snapshot_namespace: golden-images-block
+    project_namespace: acme
+  register: gate
+
+- name: Promote it, recording the gate's pass on the golden
+  goldenimage.pipeline.golden_selection:
+    family: ubuntu-24-04
+    mode: Block
+    snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
+    gate_result: "{{ gate }}"
 
 - name: Roll back to the snapshot the last promotion replaced, named so a rerun is a no-op
   goldenimage.pipeline.golden_selection:
@@ -308,6 +346,13 @@ projects:
     reason:
       description: One sentence on the outcome.
       type: str
+gate_passed:
+  description:
+    - The pass of the clone gate the served golden records (annotation C(goldenimage.pipeline/gate-passed)),
+      after the task (in check mode, as predicted); null when it records none.
+  returned: always
+  type: dict
+  sample: {verdict: passed, at: "2026-08-28T10:02:11Z", memory: 8Gi, project: acme}
 rollback:
   description:
     - With O(rollback=true) when nothing was written, V(noop) true and V(reason), why the named state
@@ -369,6 +414,8 @@ def argument_spec():
         release_digest=dict(type="str"),
         method=dict(type="str", choices=["selection", "label"], default="selection"),
         rollback=dict(type="bool", default=False),
+        gate_result=dict(type="dict"),
+        allow_ungated=dict(type="bool", default=False),
         verify_projects=dict(type="bool", default=False),
         wait_timeout=dict(type="int", default=1200, aliases=["verify_timeout"]),
         wait_sleep=dict(type="int", default=15, aliases=["verify_interval"]),
@@ -406,6 +453,7 @@ class Promotion:
             "projects": [],
             "unresolved": [],
             "duration": 0.0,
+            "gate_passed": None,
         }
         self.family = None
         self.mode = None
@@ -471,11 +519,41 @@ class Promotion:
         rules.refuse_candidate(found, name, self.golden_ns, self.family, self.mode)
         return found
 
-    def rollback(self, record, what, current, missing):
-        plan = rules.rollback_plan(record, what, current, self.params["snapshot"], missing)
+    def rollback(self, record, what, current, missing, goldens):
+        p = self.params
+        plan = rules.rollback_plan(
+            record,
+            what,
+            current,
+            named=p["snapshot"],
+            missing=missing,
+            goldens=goldens,
+            mode=self.mode,
+            gated=bool(p["gate_result"]),
+            allow_ungated=p["allow_ungated"],
+        )
         if plan["noop"]:
             self.result["rollback"] = {"noop": True, "reason": plan["reason"]}
         return plan
+
+    def gate_record(self, target):
+        """The record of the gate's pass for ``target`` (refusing any other result), None without one."""
+        gate = self.params["gate_result"]
+        if not gate:
+            return None
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        return rules.gate_record(gate, target, now)
+
+    def record_gate(self, candidate, record):
+        """Write the gate's pass on the golden about to be served (first pass kept); returns the golden."""
+        patch = rules.gate_patch(candidate, record) if record else None
+        if patch:
+            candidate, _changed = self.module.patch(
+                API, KIND, _name(candidate), self.golden_ns, patch, before=candidate
+            )
+            self.result["changed"] = True
+        self.result["gate_passed"] = rules.gate_passed(candidate)
+        return candidate
 
     # method=selection ----------------------------------------------------------------------------
 
@@ -509,13 +587,14 @@ class Promotion:
                 self.mode,
                 self.selection_ns,
             )
-            plan = self.rollback(existing, what, spec.get("snapshotName"), missing)
+            plan = self.rollback(existing, what, spec.get("snapshotName"), missing, goldens)
             target, digest, noop = plan["target"], plan["digest"], plan["noop"]
             if noop:
                 digest = spec.get("releaseDigest")
         else:
             target, digest = p["snapshot"], p["release_digest"]
-        candidate = self.check_candidate(goldens, target)
+        record = self.gate_record(target)
+        candidate = self.record_gate(self.check_candidate(goldens, target), record)
 
         if existing is None:
             previous = before["snapshot"] if before["snapshot"] != target else None
@@ -538,7 +617,7 @@ class Promotion:
                     patch,
                     before=existing,
                 )
-        self.result["changed"] = changed
+        self.result["changed"] = self.result["changed"] or changed
         self.result["selection"] = after
         if self.module._diff:
             self.result["diff"] = object_diff(existing, after)
@@ -582,11 +661,13 @@ class Promotion:
                     self.mode,
                 )
             )
-            plan = self.rollback(incumbent, what, _name(incumbent), missing)
+            plan = self.rollback(incumbent, what, _name(incumbent), missing, goldens)
             target, rolled_back = plan["target"], not plan["noop"]
         else:
             target = p["snapshot"]
-        candidate = self.check_candidate(goldens, target)
+        record = self.gate_record(target)
+        candidate = self.record_gate(self.check_candidate(goldens, target), record)
+        recorded = self.result["changed"]
         plan = rules.label_plan(goldens, self.family, self.mode, target)
         original = {_name(g): g for g in goldens}
         diffs, by_name = [], dict(original)
@@ -616,7 +697,7 @@ class Promotion:
             diffs.append(object_diff(candidate, after))
             by_name[target] = after
             candidate = after
-        self.result["changed"] = bool(removed or plan["add"])
+        self.result["changed"] = bool(recorded or removed or plan["add"])
         self.result["labels"] = {"removed": removed, "added": plan["add"]}
         self.result["window_seconds"] = round(last_write - first_write, 3) if removed and plan["add"] else 0.0
         if self.module._diff:

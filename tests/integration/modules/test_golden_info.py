@@ -134,7 +134,7 @@ class Arranged:
             "snapshotHandle"
         )
 
-    def selection(self, suffix, family, snapshot, mode="Filesystem"):
+    def selection(self, suffix, family, snapshot, mode="Filesystem", namespace=FS_NS):
         name = "%s-%s" % (self.prefix, suffix)
         body = {
             "apiVersion": "kube-dc.com/v1",
@@ -142,8 +142,10 @@ class Arranged:
             "metadata": {"name": name},
             "spec": {"family": family, "mode": mode, "snapshotName": snapshot, "releaseDigest": DIGEST},
         }
-        self.custom.create_namespaced_custom_object("kube-dc.com", "v1", FS_NS, "goldenimageselections", body)
-        self.made.append(("kube-dc.com", "v1", FS_NS, "goldenimageselections", name))
+        self.custom.create_namespaced_custom_object(
+            "kube-dc.com", "v1", namespace, "goldenimageselections", body
+        )
+        self.made.append(("kube-dc.com", "v1", namespace, "goldenimageselections", name))
         return name
 
     def datavolume(self, namespace, name, source_ns, source):
@@ -360,6 +362,61 @@ def test_families_candidates_and_every_conflict(lab, arranged):
     checked = run["deb, check mode"]
     assert checked["changed"] is False
     assert checked["families"] == only["families"]
+
+
+def test_block_selections_in_golden_images_and_older_ones_in_golden_images_block(lab, arranged):
+    """Selections where the guide puts them (golden-images, one per family and mode, Block included) and an
+    older one still in golden-images-block: golden_info reads both. For deb the two name different Block
+    goldens, so the pair is held and both are named; alma has only the older one, and it serves."""
+    p = arranged.prefix
+    raw = arranged.wait_bound(BLOCK_NS, arranged.pvc(BLOCK_NS, "%s-raw" % p, mode="Block"))
+    deb, alma = "%s-deb" % p, "%s-alma" % p
+    old = arranged.golden("0123456789ab", raw, deb, namespace=BLOCK_NS, date="20260101")
+    new = arranged.golden("f0dea74da9c5", raw, deb, namespace=BLOCK_NS)
+    alma_old = arranged.golden("0123456789ab", raw, alma, namespace=BLOCK_NS, date="20260101")
+    arranged.wait_ready(BLOCK_NS, old, new, alma_old)
+    guide = arranged.selection("deb-block", deb, new, mode="Block")
+    older = arranged.selection("deb-block-old", deb, old, mode="block", namespace=BLOCK_NS)
+    alma_sel = arranged.selection("alma-block-old", alma, alma_old, mode="Block", namespace=BLOCK_NS)
+
+    run = run_playbook(
+        kube_play(
+            task("deb", family=deb, mode="Block", project_selector="kube-dc.com/project=%s" % p),
+            task("alma", family=alma, mode="Block", project_selector="kube-dc.com/project=%s" % p),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+
+    held = run["deb"]
+    serving = held["families"][0]["serving"]["Block"]
+    assert (serving["snapshot"], serving["held"], serving["path"], serving["conflicts"]) == (
+        None,
+        True,
+        "selection",
+        ["two_selections"],
+    )
+    (conflict,) = held["conflicts"]
+    assert (conflict["type"], conflict["family"], conflict["mode"]) == ("two_selections", deb, "Block")
+    assert sorted(conflict["names"]) == sorted([guide, older])
+    assert "%s/%s names %s" % (FS_NS, guide, new) in conflict["message"]
+    assert "%s/%s names %s" % (BLOCK_NS, older, old) in conflict["message"]
+    candidates = {c["name"]: c for c in held["families"][0]["candidates"]}
+    assert {n: (c["selected"], c["serving"]) for n, c in candidates.items()} == {
+        old: (True, False),
+        new: (True, False),
+    }
+
+    served = run["alma"]["families"][0]["serving"]["Block"]
+    assert (served["snapshot"], served["namespace"], served["path"], served["selection"]) == (
+        alma_old,
+        BLOCK_NS,
+        "selection",
+        alma_sel,
+    )
+    assert served["held"] is False and served["conflicts"] == []
+    assert served["handle"] == arranged.handle(BLOCK_NS, alma_old)
+    assert run["alma"]["conflicts"] == []
 
 
 def test_projects_resolution_and_clones(lab, arranged):

@@ -21,6 +21,19 @@ from tests.integration.support.runner import module_task, play, run_playbook
 MODULE = "goldenimage.pipeline.golden_selection"
 SEL_GROUP, SEL_PLURAL = "kube-dc.com", "goldenimageselections"
 OTHER_DIGEST = "sha256:" + "fedcba9876543210" * 4
+GATE_PASSED = "goldenimage.pipeline/gate-passed"
+PASSED = '{"at":"2026-01-01T00:00:00Z","verdict":"passed"}'
+
+
+def gate_of(snapshot, verdict="passed"):
+    """What goldenimage.pipeline.clone_gate registers for ``snapshot`` (the fields golden_selection reads)."""
+    return {
+        "verdict": verdict,
+        "passed": verdict == "passed",
+        "memory": "1Gi",
+        "source": {"namespace": "acme", "name": "golden-x"},
+        "invocation": {"module_args": {"snapshot": snapshot}},
+    }
 
 
 task = functools.partial(module_task, MODULE)
@@ -36,11 +49,15 @@ class Cluster(SnapshotCluster):
         self.projects = []
         self.disk = None
 
-    def ready_golden(self, suffix, active=False, family=None):
+    def ready_golden(self, suffix, active=False, family=None, gated=True):
+        """A Ready golden; ``gated`` ones record a passing clone gate, as a promoted golden does."""
         if self.disk is None:
             self.disk = self.pvc(FS_NS, "%s-disk" % self.prefix)
         name = "%s-%s" % (self.prefix, suffix)
         self.golden(name, self.disk, family or self.family, active=active)
+        if gated:
+            body = {"metadata": {"annotations": {GATE_PASSED: PASSED}}}
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, FS_NS, "volumesnapshots", name, body)
         self.wait_snapshot_ready(FS_NS, name)
         return name
 
@@ -223,6 +240,78 @@ def test_promote_predict_real_again_and_roll_back(lab, promo):
     assert live["metadata"]["annotations"]["goldenimage.pipeline/previous-snapshot"] == new
     assert promo.wait_selection_status(name, True)["snapshotHandle"] == promo.handle(old)
     assert all(promo.seeded_from(p) == "%s/%s" % (FS_NS, old) for p in projects)
+
+
+def test_a_second_rollback_never_serves_a_golden_no_gate_passed_unless_told(lab, promo):
+    """old is promoted through the gate, new without it; the rollback to old is fine, the rollback back to
+    new is refused (it records no pass) until it is gated or allow_ungated says so."""
+    old, new = promo.ready_golden("old", gated=False), promo.ready_golden("new", gated=False)
+    name = "%s-filesystem" % promo.family
+    run = run_playbook(
+        play(
+            task("promote old, gated", **args(promo, snapshot=old, gate_result=gate_of(old))),
+            task("promote new, no gate", **args(promo, snapshot=new)),
+            task("roll back to old", **args(promo, rollback=True)),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    lab.clear_audit()
+    refused = run_playbook(
+        play(
+            task("roll back to new", ignore_errors=True, **args(promo, rollback=True, snapshot=new)),
+            task(
+                "another golden's gate",
+                ignore_errors=True,
+                **args(promo, rollback=True, snapshot=new, gate_result=gate_of(old)),
+            ),
+            task(
+                "a gate that failed",
+                ignore_errors=True,
+                **args(promo, snapshot=new, gate_result=gate_of(new, "port_unreachable")),
+            ),
+        ),
+        env=lab.env(),
+    )
+    writes = lab.mutating_requests()
+    assert refused.ok, refused.log
+    allowed = run_playbook(
+        play(
+            task("roll back to new, allowed", **args(promo, rollback=True, snapshot=new, allow_ungated=True))
+        ),
+        env=lab.env(),
+    )
+    assert allowed.ok, allowed.log
+
+    gated = run["promote old, gated"]
+    assert gated["gate_passed"] == {
+        "verdict": "passed",
+        "at": gated["gate_passed"]["at"],
+        "memory": "1Gi",
+        "project": "acme",
+    }
+    assert run["promote new, no gate"]["gate_passed"] is None
+    assert run["roll back to old"]["selected"]["snapshot"] == old
+    notes = promo.get_snapshot(FS_NS, old)["metadata"]["annotations"]
+    assert notes[GATE_PASSED].startswith('{"at":"') and '"verdict":"passed"' in notes[GATE_PASSED]
+    assert GATE_PASSED not in (promo.get_snapshot(FS_NS, new)["metadata"].get("annotations") or {})
+
+    msg = refused["roll back to new"]["msg"]
+    assert msg.startswith(
+        "VolumeSnapshot %s/%s: refusing to roll GoldenImageSelection %s/%s back to it"
+        % (FS_NS, new, FS_NS, name)
+    ), msg
+    assert "no clone gate ever passed for it (it carries no %s record)" % GATE_PASSED in msg
+    assert "gate_result" in msg and "allow_ungated: true" in msg
+    assert refused["roll back to new"]["refused"] is True
+    assert "it is the clone gate of %s, not of %s" % (old, new) in refused["another golden's gate"]["msg"]
+    assert "its verdict is port_unreachable, not passed" in refused["a gate that failed"]["msg"]
+    assert writes == []
+
+    back = allowed["roll back to new, allowed"]
+    assert back["changed"] is True and back["selected"]["snapshot"] == new
+    assert back["gate_passed"] is None  # restored ungated on purpose: nothing claims a pass
+    assert promo.selection_obj(name)["spec"]["snapshotName"] == new
 
 
 @pytest.mark.lab_only

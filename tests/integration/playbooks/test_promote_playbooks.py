@@ -11,6 +11,7 @@ back. Every run is ``ansible-playbook -e`` on the playbook file itself.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import uuid
 
@@ -34,6 +35,8 @@ GATE = "Boot a tenant-style clone of the golden (the clone gate)"
 GATE_VERDICT = "Stop unless the clone booted and its remote port answered (fail closed, nothing written)"
 VERIFY = "Verify every project resolved to the selected golden"
 SUMMARY = "Show what each project is served"
+GATE_PASSED = "goldenimage.pipeline/gate-passed"
+INCUMBENT_GATE = '{"at":"2026-01-01T00:00:00Z","verdict":"passed"}'
 
 
 def build_disks(folder):
@@ -116,20 +119,18 @@ class Stage:
                 "import %s" % name,
             )
             labels = {"kube-dc.com/golden-os": self.family, "kube-dc.com/golden-mode": "Filesystem"}
+            annotations = {
+                "kube-dc.com/os-family-id": self.family,
+                "kube-dc.com/os-name": "Debian 12",
+                "kube-dc.com/golden-mode": "Filesystem",
+            }
             if role == "incumbent":
                 labels["kube-dc.com/golden-active"] = "true"  # served by the legacy label path
+                annotations[GATE_PASSED] = INCUMBENT_GATE  # gated when it was promoted, long ago
             golden = {
                 "apiVersion": "%s/%s" % SNAP,
                 "kind": "VolumeSnapshot",
-                "metadata": {
-                    "name": self.goldens[role],
-                    "labels": labels,
-                    "annotations": {
-                        "kube-dc.com/os-family-id": self.family,
-                        "kube-dc.com/os-name": "Debian 12",
-                        "kube-dc.com/golden-mode": "Filesystem",
-                    },
-                },
+                "metadata": {"name": self.goldens[role], "labels": labels, "annotations": annotations},
                 "spec": {"source": {"persistentVolumeClaimName": name}},
             }
             self.custom.create_namespaced_custom_object(*SNAP, FS_NS, "volumesnapshots", golden)
@@ -167,6 +168,13 @@ class Stage:
             if exc.status == 404:
                 return None
             raise
+
+    def golden(self, role):
+        return self.custom.get_namespaced_custom_object(*SNAP, FS_NS, "volumesnapshots", self.goldens[role])
+
+    def forget_gate(self, role):
+        body = {"metadata": {"annotations": {GATE_PASSED: None}}}
+        self.custom.patch_namespaced_custom_object(*SNAP, FS_NS, "volumesnapshots", self.goldens[role], body)
 
     def gate_vars(self):
         return {
@@ -282,6 +290,18 @@ def promoted(lab, kube_client, tmp_path_factory):
         story["gated rollback"] = stage.rollback(gated=True, target=stage.goldens["candidate"])
         story["gated rollback audit"] = lab.audit()
         story["after gated rollback"] = stage.selection()
+        story["candidate after promote"] = stage.golden("candidate")
+        # The recorded previous golden now carries no record of a pass (as one served by the label path and
+        # never gated): restoring it needs the gate, which then records the pass.
+        stage.forget_gate("incumbent")
+        lab.clear_audit()
+        story["ungated rollback"] = stage.rollback(target=stage.goldens["incumbent"])
+        story["ungated rollback writes"] = lab.mutating_requests()
+        lab.clear_audit()
+        story["gated ungated rollback"] = stage.rollback(gated=True, target=stage.goldens["incumbent"])
+        story["gated ungated rollback audit"] = lab.audit()
+        story["incumbent after gated rollback"] = stage.golden("incumbent")
+        story["after gated ungated rollback"] = stage.selection()
         yield story
     finally:
         stage.cleanup()
@@ -433,3 +453,40 @@ def test_a_rollback_run_twice_does_not_flip_back(promoted):
     assert promoted["rollback again writes"] == []
     assert promoted["after rollback again"]["spec"] == promoted["after rollback"]["spec"]
     assert_projects_served(run, stage, "incumbent")
+
+
+def test_a_passing_gate_is_recorded_on_the_promoted_golden(promoted):
+    run = promoted["promote"]
+    record = json.loads(promoted["candidate after promote"]["metadata"]["annotations"][GATE_PASSED])
+    assert record["verdict"] == "passed" and record["project"] == promoted["stage"].gate_project
+    assert record["memory"] == run[GATE]["memory"] and record["at"].endswith("Z")
+    assert run[WRITE]["gate_passed"] == record
+
+
+def test_a_rollback_to_a_golden_no_gate_passed_is_refused_unless_gated(promoted):
+    stage, refused = promoted["stage"], promoted["ungated rollback"]
+    incumbent = stage.goldens["incumbent"]
+    assert not refused.ok
+    failed = refused.entry("Find the snapshot the rollback restores")
+    assert failed["status"] == "failed"
+    msg = failed["result"]["msg"]
+    assert msg.startswith("VolumeSnapshot %s/%s: refusing to roll " % (FS_NS, incumbent)), msg
+    assert "no clone gate ever passed for it" in msg
+    assert (
+        "golden_promote_rollback_gate: true" in msg and "golden_promote_rollback_allow_ungated: true" in msg
+    )
+    assert GATE not in refused.task_names() and WRITE not in refused.task_names()
+    assert promoted["ungated rollback writes"] == []
+
+    # The same rollback with the gate: the clone boots, the pass is recorded on the golden, then the write.
+    gated = promoted["gated ungated rollback"]
+    assert gated.ok, gated.log
+    assert gated[GATE]["verdict"] == "passed"
+    assert promoted["after gated ungated rollback"]["spec"]["snapshotName"] == incumbent
+    notes = promoted["incumbent after gated rollback"]["metadata"]["annotations"]
+    assert json.loads(notes[GATE_PASSED])["verdict"] == "passed"
+    writes = writes_outside_the_gate(promoted["gated ungated rollback audit"], stage)
+    assert [(w["verb"], w["resource"], w["name"]) for w in writes] == [
+        ("patch", "volumesnapshots", incumbent),
+        ("patch", "goldenimageselections", stage.selection_name),
+    ], writes

@@ -483,6 +483,54 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env):
     assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]
 
 
+def test_a_private_bucket_without_presign_is_refused_before_any_write(env, checking_s3):
+    """An http source with neither presign nor secret_ref on a bucket that refuses anonymous reads: both
+    entry points stop at validation, naming the source and presign: true, and send no mutating request."""
+    s3 = checking_s3
+    _raw, qcow2 = make_disk(env.tmp, 9)
+    digest = sha256(qcow2)
+    key = "%s/20260828/disk.qcow2" % env.prefix
+    s3["client"].upload_file(str(qcow2), s3["bucket"], key)
+    url = "%s/%s/%s" % (s3["endpoint"], s3["bucket"], key)
+    source = {"http": {"url": url, "checksum": "sha256:" + digest}}
+    env.lab.clear_audit()
+    run = run_playbook(
+        role_play(
+            include(
+                "main",
+                rescue_name="main refused",
+                linux_golden_images=[image(env, "%s-prv" % env.prefix, source)],
+            ),
+            include(
+                "distribute",
+                tasks_from="distribute",
+                rescue_name="distribute refused",
+                linux_golden_artifacts=[image(env, "%s-prd" % env.prefix, source)],
+            ),
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert run.ok, run.log
+    assert env.lab.mutating_requests() == []
+    probes = [t for t in run.tasks if t["task"].startswith("Ask as anyone would whether CDI can read")]
+    assert [[r["get_status"] for r in t["result"]["results"]] for t in probes] == [[403], [403]], probes
+    for name in ("main refused", "distribute refused"):
+        msg = run[name]["msg"]
+        assert msg.startswith(
+            "http source %s: an anonymous GET of s3://%s/%s was refused (HTTP 403"
+            % (
+                url,
+                s3["bucket"],
+                key,
+            )
+        ), msg
+        assert "set presign: true on the source" in msg and "nothing was written" in msg
+    # Nothing past validation ran: no Secret, no signing, no import.
+    assert not [t for t in run.tasks if t["task"].startswith(("Write the bucket", "Sign the bucket"))]
+    assert env.datavolumes(BLOCK_NS) == [] and env.datavolumes(FS_NS) == []
+
+
 @pytest.mark.suite("faults")
 def test_creates_survive_injected_conflicts(env):
     """A 409 on create is read back by kube_object (not taken as "unchanged"): both objects are made, and the

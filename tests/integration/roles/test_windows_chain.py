@@ -25,10 +25,12 @@ from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.lab.access import MUTATING_VERBS
 from tests.lab.controllers.kubevirt import probe_template
+from tests.lab.controllers.volumes import parse_quantity
 
 pytestmark = pytest.mark.lab_only
 
 PLAYBOOK = ROOT / "playbooks" / "publish_windows_golden.yml"
+PROMOTE = ROOT / "playbooks" / "promote_golden.yml"
 MIB = 1024 * 1024
 DATE = "2026-08-09"
 FAMILY = "win11-chain"
@@ -80,7 +82,7 @@ class Chain:
         self.core.create_namespaced_secret(self.build, export_secret(lab))
         # A project namespace as Kube-DC labels them: the only kind the clone gate runs in.
         self.core.create_namespace(
-            {"metadata": {"name": self.project, "labels": {"kube-dc.com/project": "proj"}}}
+            {"metadata": {"name": self.project, "labels": {"kube-dc.com/project": self.tag}}}
         )
         self.raw = self.sealed_pvc("win11-sealed")
 
@@ -142,6 +144,38 @@ class Chain:
         # The whole chain (export, upload, import, gate VM, staging) as one playbook: minutes when loaded.
         return run_playbook(PLAYBOOK, env=env, extra_vars=extra_vars, timeout=600)
 
+    def promote(self, golden: str):
+        """playbooks/promote_golden.yml on the staged golden, as an operator runs it: the OS is not given,
+        the gate detects Windows from the golden; memory and disk growth are the role's defaults."""
+        extra_vars = {
+            "golden_promote_family": FAMILY,
+            "golden_promote_snapshot": golden,
+            "golden_promote_gate_project_namespace": self.project,
+            "golden_promote_gate_agent_timeout": 30,
+            "golden_promote_gate_port_timeout": 10,
+            "golden_promote_gate_provision_timeout": 60,
+            "golden_promote_gate_poll_interval": 1,
+            "golden_promote_gate_port_probe": probe_template(3389),
+            "golden_promote_project_selector": "kube-dc.com/project=%s" % self.tag,
+            "golden_promote_verify_timeout": 60,
+            "golden_promote_verify_interval": 1,
+        }
+        return run_playbook(PROMOTE, env=self.lab.env(), extra_vars=extra_vars, timeout=600)
+
+    def selections_naming(self, golden: str) -> list[str]:
+        """``namespace/name`` of every GoldenImageSelection naming ``golden``, in both golden namespaces."""
+        found = []
+        for namespace in (GOLDEN_NS, GOLDEN_NS + "-block"):
+            items = self.custom.list_namespaced_custom_object(
+                "kube-dc.com", "v1", namespace, "goldenimageselections"
+            )["items"]
+            found += [
+                "%s/%s" % (namespace, i["metadata"]["name"])
+                for i in items
+                if (i.get("spec") or {}).get("snapshotName") == golden
+            ]
+        return found
+
     def keys(self, bucket: str) -> list[str]:
         return [o["Key"] for o in self.s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
 
@@ -174,6 +208,14 @@ class Chain:
         return sorted(found)
 
     def cleanup(self) -> None:
+        items = self.custom.list_namespaced_custom_object(
+            "kube-dc.com", "v1", GOLDEN_NS, "goldenimageselections"
+        )
+        for item in items["items"]:
+            if (item.get("spec") or {}).get("family") == FAMILY:
+                self.custom.delete_namespaced_custom_object(
+                    "kube-dc.com", "v1", GOLDEN_NS, "goldenimageselections", item["metadata"]["name"]
+                )
         for name in self.snapshots():
             if name.startswith("golden-%s-" % FAMILY):
                 self.custom.delete_namespaced_custom_object(*SNAP, GOLDEN_NS, "volumesnapshots", name)
@@ -190,7 +232,8 @@ def chain(lab, kube_client, tmp_path_factory):
 
     1. the chain from the sealed PVC to a gated golden; 2. the same chain again with the guest's RDP
     closed by the lab's port knob (also the idempotency run: the object and the golden exist);
-    3. the licensed image aimed at a public bucket.
+    3. the licensed image aimed at a public bucket; 4. the golden of run 1 promoted with
+    playbooks/promote_golden.yml, gated again.
     """
     # Jobs in the lab run host executables: the seal verifier's python3 must be the one with dissect.
     path = os.environ.get("PATH", "")
@@ -210,7 +253,10 @@ def chain(lab, kube_client, tmp_path_factory):
         seen.update(closed_audit=lab.audit(), closed_leftovers=arranged.leftovers())
         # The refusal does not depend on the seal; the seal check's Job is left out to keep the file fast.
         refused = arranged.publish(arranged.public, publish_verify_seal=False)
-        yield dict(seen, env=arranged, first=first, closed=closed, refused=refused)
+        staged = first["Validate the golden against the contract"]["golden"]["name"]
+        promoted = arranged.promote(staged)
+        seen.update(staged=staged, selections=arranged.selections_naming(staged))
+        yield dict(seen, env=arranged, first=first, closed=closed, refused=refused, promoted=promoted)
     finally:
         os.environ["PATH"] = path
         arranged.cleanup()
@@ -368,3 +414,29 @@ def test_a_licensed_image_is_refused_for_a_public_bucket_before_any_upload(chain
     claims = env.core.list_namespaced_persistent_volume_claim(env.build).items
     assert [c.metadata.name for c in claims] == ["win11-sealed"]
     assert not [e for e in run.tasks if e["task"].startswith(("Gate ", "Take the export"))]
+
+
+def test_the_staged_windows_golden_is_promoted_through_its_gate(chain):
+    """publish -> gate -> promote in one lab run: the promote playbook detects Windows from the golden,
+    gates it at the catalog's 8Gi with a larger clone whose OS volume grew and RDP answering, then writes
+    the one GoldenImageSelection that serves it."""
+    env, run, golden = chain["env"], chain["promoted"], chain["staged"]
+    assert run.ok, run.log
+    gate = run["Boot a tenant-style clone of the golden (the clone gate)"]
+    assert gate["invocation"]["module_args"]["os"] == "windows"  # detected, not given
+    assert gate["verdict"] == "passed" and gate["passed"] is True, gate
+    assert (gate["memory"], gate["min_memory"]) == ("8Gi", "8Gi")
+    phases = {p["name"]: p for p in gate["phases"]}
+    assert list(phases) == ["provision", "start", "agent", "disk", "port"]
+    assert all(p["passed"] for p in phases.values()), gate["phases"]
+    # The clone is larger than the golden and the guest's OS volume grew into it.
+    restore = env.snapshots()[golden]["status"]["restoreSize"]
+    assert gate["os_volume"]["totalBytes"] > parse_quantity(restore), (gate["os_volume"], restore)
+    assert "ExpandDisks" in gate["expand_disks"]
+    assert "port 3389 answered at %s" % gate["probe"] in gate["msg"], gate["msg"]
+    written = run["Write the promotion or the rollback"]
+    assert written["changed"] is True and written["selected"]["snapshot"] == golden
+    assert written["gate_passed"]["verdict"] == "passed" and written["gate_passed"]["memory"] == "8Gi"
+    assert chain["selections"] == ["%s/%s-filesystem" % (GOLDEN_NS, FAMILY)]
+    verified = run["Verify every project resolved to the selected golden"]
+    assert [(p["namespace"], p["match"]) for p in verified["projects"]] == [(env.project, True)]

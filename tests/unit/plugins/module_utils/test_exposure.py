@@ -204,3 +204,26 @@ def test_worth_sampling():
     assert ex.worth_sampling((403, "AccessDenied"), (403, None))
     assert ex.worth_sampling((404, "NoSuchKey"), (404, None))
     assert not ex.worth_sampling((206, None), (200, None))
+
+
+def test_an_anonymous_import_is_refused_only_when_the_anonymous_read_is():
+    url = "http://rgw.example/cdi-os-images/ubuntu/noble.qcow2"
+    refused = ex.anonymous_import_refusal(url, "cdi-os-images", "ubuntu/noble.qcow2", (403, "AccessDenied"))
+    assert isinstance(refused, Refusal)
+    msg = refused.msg
+    assert msg.startswith(
+        "http source %s: an anonymous GET of s3://cdi-os-images/ubuntu/noble.qcow2 was " % url
+    )
+    assert "(HTTP 403 AccessDenied)" in msg and "neither presign nor secret_ref" in msg
+    assert "nothing was written; set presign: true on the source" in msg
+    assert refused.result["refused"] is True and refused.result["get_status"] == 403
+    assert "HTTP 401 refused" in ex.anonymous_import_refusal(url, "b", "k", (401, None)).msg
+    # Served, a missing key the server looked for, or no answer at all: the import goes ahead.
+    for get in ((206, None), (200, None), (404, "NoSuchKey"), (0, "EndpointConnectionError: x"), (500, "x")):
+        assert ex.anonymous_import_refusal(url, "b", "k", get) is None
+
+
+def test_an_anonymous_import_refusal_keeps_a_signature_out_of_the_message():
+    url = "https://s3.example/b/k?X-Amz-Signature=abc123&X-Amz-Credential=AKIA"
+    refused = ex.anonymous_import_refusal(url, "b", "k", (403, "AccessDenied"))
+    assert "abc123" not in refused.msg

@@ -346,6 +346,53 @@ def test_block_goldens_and_filters(world):
     assert [c["name"] for c in only["clones"]] == ["golden-debian-12-block-1"]
 
 
+def test_block_selections_where_the_guide_puts_them_and_where_older_ones_sit(world):
+    """The guide's layout: every selection in golden-images, Block included. An older Block selection may
+    still sit in golden-images-block: both are read, so one naming another snapshot holds the pair, and a
+    family that only has the older one is served by it."""
+    new_block, old_block = "golden-debian-12-20260828-block", "golden-debian-12-20260101-block"
+    alma_block = "golden-alma-9-20260101-block"
+    for name, family in ((old_block, "debian-12"), (new_block, "debian-12"), (alma_block, "alma-9")):
+        world["snapshots"].append(snap(name, namespace=BLOCK, family=family, mode="Block"))
+        world["contents"].append(content("snapcontent-%s" % name, "h-%s" % name))
+    world["selections"] = [
+        selection("debian-12-block", new_block, mode="Block"),
+        selection("debian-12-block", old_block, mode="block", namespace=BLOCK, digest=None),
+        selection("alma-9-block", alma_block, family="alma-9", mode="Block", namespace=BLOCK),
+    ]
+    result = run(world)
+    families = {f["family"]: f for f in result["families"]}
+    held = families["debian-12"]["serving"]["Block"]
+    assert (held["snapshot"], held["held"], held["path"], held["conflicts"]) == (
+        None,
+        True,
+        "selection",
+        ["two_selections"],
+    )
+    (conflict,) = [c for c in result["conflicts"] if c["mode"] == "Block"]
+    assert conflict["names"] == ["debian-12-block", "debian-12-block"]
+    assert conflict["snapshots"] == sorted([new_block, old_block])
+    assert "%s/debian-12-block names %s" % (FS, new_block) in conflict["message"]
+    assert "%s/debian-12-block names %s" % (BLOCK, old_block) in conflict["message"]
+    selected = {c["name"]: c["selected"] for c in families["debian-12"]["candidates"] if c["mode"] == "Block"}
+    assert selected == {old_block: True, new_block: True}
+    # The Filesystem pair is not governed by either: the label path still serves it.
+    assert families["debian-12"]["serving"]["Filesystem"]["path"] == "label"
+    alma = families["alma-9"]["serving"]["Block"]
+    assert (alma["snapshot"], alma["path"], alma["selection"], alma["namespace"], alma["handle"]) == (
+        alma_block,
+        "selection",
+        "alma-9-block",
+        BLOCK,
+        "h-%s" % alma_block,
+    )
+    assert [c["digest"] for c in families["alma-9"]["candidates"]] == [DIGEST]
+    # Both selections of one pair naming the same snapshot agree: it serves.
+    world["selections"][1] = selection("debian-12-block", new_block, mode="Block", namespace=BLOCK)
+    agreed = {f["family"]: f for f in run(world)["families"]}["debian-12"]["serving"]["Block"]
+    assert (agreed["snapshot"], agreed["held"], agreed["conflicts"]) == (new_block, False, [])
+
+
 def test_overridden_namespaces(world):
     moved = [snap(OLD, namespace="os-goldens"), snap(NEW, namespace="os-goldens", active=True)]
     moved.append(snap("golden-debian-12-block-1", namespace="os-block", mode="Block"))

@@ -222,9 +222,46 @@ def test_golden_selection_refuses_a_zero_wait_and_a_promotion_without_snapshot()
     assert refused.value.result["changed"] is False  # the runner's result fields come with the refusal
 
 
+def gated(name):
+    """A golden that records a passing clone gate, as a promoted one does."""
+    found = golden(name)
+    found["metadata"]["annotations"][selection.GATE_PASSED] = '{"at":"T","verdict":"passed"}'
+    return found
+
+
+def test_golden_selection_records_the_gate_on_the_golden_before_the_selection():
+    gate = {"verdict": "passed", "passed": True, "invocation": {"module_args": {"snapshot": "g2"}}}
+    kube = FakeKube(selection_params(snapshot="g2", gate_result=gate), [golden("g1"), golden("g2")])
+    assert golden_selection.Promotion(kube).run()["changed"] is True
+    assert kube.writes == [
+        ("patch", "VolumeSnapshot", FS, "g2"),  # the pass first, then the selection
+        ("create", "GoldenImageSelection", FS, "deb-filesystem"),
+    ]
+    # Already recorded: only the selection is written.
+    kube = FakeKube(selection_params(snapshot="g2", gate_result=gate), [golden("g1"), gated("g2")])
+    golden_selection.Promotion(kube).run()
+    assert kube.writes == [("create", "GoldenImageSelection", FS, "deb-filesystem")]
+    # Another golden's gate is refused before anything is written.
+    refused = FakeKube(selection_params(snapshot="g1", gate_result=gate), [golden("g1"), golden("g2")])
+    with pytest.raises(Refusal, match="it is the clone gate of g2, not of g1"):
+        golden_selection.Promotion(refused).run()
+    assert refused.writes == []
+
+
+def test_golden_selection_rollback_to_an_ungated_golden_writes_nothing():
+    objects = [golden("g1"), gated("g2"), sel("g2", **{selection.PREVIOUS_SNAPSHOT: "g1"})]
+    kube = FakeKube(selection_params(rollback=True), objects)
+    with pytest.raises(Refusal, match=r"^VolumeSnapshot golden-images/g1: refusing to roll .* no clone gate"):
+        golden_selection.Promotion(kube).run()
+    assert kube.writes == []
+    allowed = FakeKube(selection_params(rollback=True, allow_ungated=True), objects)
+    assert golden_selection.Promotion(allowed).run()["selected"]["snapshot"] == "g1"
+    assert allowed.writes == [("patch", "GoldenImageSelection", FS, "deb-filesystem")]
+
+
 def test_golden_selection_rollback_run_twice_writes_once():
     promoted = sel("g2", **{selection.PREVIOUS_SNAPSHOT: "g1"})
-    goldens = [golden("g1"), golden("g2")]
+    goldens = [gated("g1"), gated("g2")]
     first = FakeKube(selection_params(rollback=True), goldens + [promoted])
     result = golden_selection.Promotion(first).run()
     assert result["selected"]["snapshot"] == "g1"
