@@ -307,6 +307,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     consumers,
+    errors,
     inputs,
     jobs,
     kinds,
@@ -329,7 +330,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_client_from_params,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import _source
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import module_files
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
@@ -370,8 +371,8 @@ def argument_spec():
 
 
 def program_files():
-    """ConfigMap data: the Job's program, under its module file name."""
-    return {"_export_cli.py": _source(export_cli)}
+    """ConfigMap data: the Job's program and the error base it imports, under their module file names."""
+    return module_files(export_cli, errors)
 
 
 class ExportJob(RoundRunner):

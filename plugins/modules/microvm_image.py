@@ -480,15 +480,12 @@ class Runner:
 
     def _open(self):
         src = self.params["src"]
-        try:
-            image = self.io["disk"].Image(src)
-        except self.io["disk"].DiskError as exc:
-            raise PipelineError("microvm_image %s: %s" % (src, exc)) from exc
+        image = self.io["disk"].Image(src)  # its DiskError names the file
         try:
             parts = self.io["partitions"].read_partitions(image.read, src)
-        except self.io["partitions"].PartitionTableError as exc:
+        except BaseException:
             image.close()
-            raise PipelineError(str(exc)) from exc
+            raise
         for part in parts:
             if part["size"] is None:
                 part["size"] = image.virtual_size

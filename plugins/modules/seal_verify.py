@@ -359,13 +359,11 @@ def rule_options(params):
 
 def verify_file(path, params):
     try:
-        return seal_cli.verify(path, **rule_options(params))
+        return seal_cli.verify_file(path, **rule_options(params))
     except _disk.MissingLibrary as exc:
         raise PipelineError(
             missing_required_lib(exc.name, reason=DISSECT_REASON), exception=traceback.format_exc()
         ) from exc
-    except (seal.SealError, _disk.DiskError) as exc:
-        raise PipelineError("cannot verify %s: %s" % (path, exc)) from exc
 
 
 class SealVerify(object):
