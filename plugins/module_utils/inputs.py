@@ -7,7 +7,8 @@
 Pure: no I/O. Each rule raises ``Refusal`` naming the option, the rule and the supported move:
 durations (timeouts, intervals, pauses) must be positive; a version is a string, never a YAML float
 (``1.10`` reaches a module as ``1.1``); an object key is one S3 accepts and that cannot climb out of
-its prefix. A kubeconfig that is named but not there is refused naming its path.
+its prefix. A kubeconfig, or any file a module reads, that is named but not there is refused naming its
+path.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -117,6 +118,17 @@ def object_key(key, option="key"):
                 "use plain path segments",
             )
     return key
+
+
+def require_file(path, is_file, subject, move):
+    """A file a module reads on the controller: it must exist and be a regular file. Returns ``path``.
+
+    ``is_file`` is what the caller saw (``os.path.isfile(path)``); ``subject`` names the option or the
+    object the file stands for, ``move`` says what to give instead.
+    """
+    if is_file:
+        return path
+    raise Refusal(subject, "it does not exist or is not a file", move)
 
 
 def kubeconfig_file(path, exists):

@@ -629,8 +629,7 @@ class Promotion:
         )
         problems = rules.active_problems(current, self.family, self.mode, target)
         self.result["selected"] = {"snapshot": target, "namespace": self.golden_ns}
-        if problems:
-            raise PipelineError("after moving %s: %s" % (golden.ACTIVE_LABEL, "; ".join(problems)))
+        rules.active_after_move(problems)
         return self.verify(candidate)
 
     # Projects ------------------------------------------------------------------------------------
@@ -669,11 +668,7 @@ class Promotion:
             return self.result
         expected = self.expected_handle(candidate)
         self.result["selected"]["handle"] = expected
-        if expected is None:
-            raise PipelineError(
-                "cannot verify projects: %s %s/%s has no bound content with a snapshot handle"
-                % (KIND, self.golden_ns, _name(candidate))
-            )
+        rules.verifiable_handle(expected, self.golden_ns, _name(candidate))
         self.result.update(self.verify_round(expected, _name(candidate)))
         return self.result
 

@@ -127,7 +127,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._packer import Packer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 
@@ -155,10 +154,7 @@ class PackerRun(object):
         self.sleeper = sleeper
 
     def run(self):
-        p = self.p
-        if p["command"] != "version" and not p["chdir"]:
-            raise Refusal("option chdir", "packer %s needs the work directory" % p["command"], "give chdir")
-        return getattr(self, p["command"])()
+        return getattr(self, self.p["command"])()
 
     def short(self, args):
         rc, out, err = self.tool.run(args)
@@ -240,8 +236,14 @@ class PackerRun(object):
             self.sleeper(rounds.pause(p["wait_sleep"], now))
 
 
+# Every command but version runs in the work directory, checked by Ansible before the runner starts.
+ARGUMENT_RULES = dict(
+    required_if=[("command", command, ("chdir",)) for command in ("init", "validate", "build")]
+)
+
+
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
     p = module.params
     tool = Packer(module, p["binary"], p["chdir"], p["environment"])
     run_module(module, lambda: PackerRun(p, tool, module.check_mode).run())
