@@ -135,7 +135,7 @@ def test_a_revision_without_a_recorded_manifest_needs_the_file():
         apt_release.need_manifest_file("v20261129", None)
     assert caught.value.msg.startswith("v20261129 has no manifest in the catalog; give manifest")
     assert caught.value.result["refused"] is True
-    with pytest.raises(apt_release.AptError, match="^the tip has no manifest"):
+    with pytest.raises(apt_release.AptError, match=r"^the tip has no manifest"):
         apt_release.need_manifest_file(None, "")
 
 
