@@ -343,7 +343,6 @@ diff:
   elements: dict
 """
 
-import copy
 import hashlib
 import os
 import time
@@ -388,10 +387,10 @@ def argument_spec():
         catalog=catalog_options(),
         state=dict(type="str", choices=["present", "absent"], default="present"),
     )
-    spec.update(copy.deepcopy(inputs.WAIT_ARG_SPEC))
+    spec.update(inputs.wait_arg_spec())
     spec.update(
-        report_every=dict(rounds_.ROUND_ARG_SPEC["report_every"]),
-        started=dict(rounds_.ROUND_ARG_SPEC["started"]),
+        report_every=dict(rounds_.RESUME_ARG_SPEC["report_every"]),
+        started=dict(rounds_.RESUME_ARG_SPEC["started"]),
         created=dict(type="bool"),
         uploaded=dict(type="bool"),
         progress_seen=dict(type="list", elements="int"),

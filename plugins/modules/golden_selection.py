@@ -109,7 +109,7 @@ options:
     description:
       - Longest pause, in seconds, between two checks of the projects.
       - The old name C(verify_interval) is kept as an alias.
-    type: int
+    type: float
     default: 15
     aliases: [verify_interval]
   namespace:
@@ -370,15 +370,11 @@ def argument_spec():
         method=dict(type="str", choices=["selection", "label"], default="selection"),
         rollback=dict(type="bool", default=False),
         verify_projects=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=1200, aliases=["verify_timeout"]),
-        wait_sleep=dict(type="int", default=15, aliases=["verify_interval"]),
         namespace=dict(type="str"),
         project_selector=dict(type="str", default=rules.PROJECT_SELECTOR),
-        wait=rounds_.ROUND_ARG_SPEC["wait"],
-        report_every=rounds_.ROUND_ARG_SPEC["report_every"],
-        started=rounds_.ROUND_ARG_SPEC["started"],
-        last_state=rounds_.ROUND_ARG_SPEC["last_state"],
-        changed_at=rounds_.ROUND_ARG_SPEC["changed_at"],
+        **rounds_.round_arg_spec(
+            1200, 15, timeout_aliases=["verify_timeout"], sleep_aliases=["verify_interval"]
+        ),
         verify_handle=dict(type="str"),
         verify_snapshot=dict(type="str"),
     )

@@ -132,7 +132,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 
 
 def argument_spec():
-    spec = dict(rounds_.ROUND_ARG_SPEC)
+    spec = rounds_.round_arg_spec(timeout=7200)
     spec.update(
         command={"type": "str", "choices": ["version", "init", "validate", "build"], "required": True},
         chdir={"type": "path"},
@@ -140,7 +140,6 @@ def argument_spec():
         binary={"type": "str", "default": "packer"},
         environment={"type": "dict", "default": {}},
         job={"type": "int"},
-        wait_timeout={"type": "int", "default": 7200},
     )
     return spec
 

@@ -150,7 +150,7 @@ options:
   wait_sleep:
     description:
       - Longest pause, in seconds, between two polls of the Job.
-    type: int
+    type: float
     default: 2
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
@@ -338,8 +338,7 @@ def argument_spec():
         verifier_image=dict(type="str"),
         install_missing=dict(type="bool", default=False),
         verifier_command=dict(type="list", elements="str", default=["python3", "-m", seal_cli.__name__]),
-        wait_timeout=dict(type="int", default=300),
-        wait_sleep=dict(type="int", default=2),
+        **inputs.wait_arg_spec(300, 2, wait=None),
     )
 
 

@@ -268,7 +268,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_digest import object_sha256
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal, run_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import WAIT_ARG_SPEC, positive_all
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive_all, wait_arg_spec
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_url
 
 DV = ("cdi.kubevirt.io/v1beta1", "DataVolume")
@@ -311,7 +311,7 @@ def argument_spec():
         allow_host_assisted=dict(type="bool", default=False),
         url_validate_certs=dict(type="bool", default=True),
     )
-    spec.update(WAIT_ARG_SPEC)
+    spec.update(wait_arg_spec())
     return spec
 
 

@@ -83,3 +83,10 @@ def test_a_file_to_read_must_be_there():
         inputs.require_file("/tmp/disk.raw", False, "image /tmp/disk.raw", "build it first")
     assert error.value.msg == "image /tmp/disk.raw: it does not exist or is not a file; build it first"
     assert error.value.result["refused"] is True
+
+
+def test_a_float_duration_is_shown_as_given():
+    with pytest.raises(errors.Refusal, match=r"^option wait_sleep: 0 is not a duration"):
+        inputs.positive(0.0, "wait_sleep")
+    with pytest.raises(errors.Refusal, match=r"^option wait_sleep: -0\.5 is not a duration"):
+        inputs.positive(-0.5, "wait_sleep")
