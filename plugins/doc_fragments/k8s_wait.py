@@ -27,6 +27,6 @@ options:
     description:
       - Longest pause, in seconds, between two polls of the object. Polling starts after a quarter
         of a second and doubles up to this, so a quick object is seen at once.
-    type: int
+    type: float
     default: 2
 """

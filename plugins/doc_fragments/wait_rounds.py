@@ -26,7 +26,7 @@ options:
     default: 1800
   wait_sleep:
     description: Seconds between two reads of the object waited for.
-    type: int
+    type: float
     default: 5
   report_every:
     description:

@@ -8,7 +8,8 @@ Everything is read with the ``dissect`` libraries, without mounting, loop device
 partition table, boot sectors, filesystem metadata and the few files a check asks for are read; every
 byte read from the image files is counted, so callers can prove that a 60 GiB disk cost kilobytes.
 
-This file imports nothing from Ansible: the verifier Job runs it with a plain Python.
+This file imports nothing from Ansible (only the collection's own ``errors``): the verifier Job runs it
+with a plain Python.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,6 +20,8 @@ import os
 import stat
 import sys
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 QCOW2_MAGIC = b"QFI\xfb"
 NTFS_OEM = b"NTFS    "
 BITLOCKER_OEM = b"-FVE-FS-"
@@ -28,7 +31,7 @@ LIBRARIES = ("dissect.hypervisor", "dissect.volume", "dissect.ntfs", "dissect.ex
 SECTOR = 512
 
 
-class DiskError(Exception):
+class DiskError(PipelineError):
     """The image cannot be opened or read; the message names the file and the cause."""
 
 

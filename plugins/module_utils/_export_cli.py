@@ -4,11 +4,12 @@
 
 """The export Job's program: convert a sealed disk to a compressed qcow2 and upload it to a bucket key.
 
-It runs in a pod next to the claim (``golden_export_job`` ships it in a ConfigMap), so no byte of the
-disk passes through the Ansible controller, and it needs nothing but ``python3`` and ``qemu-img`` in the
-image: the S3 calls are signed here (AWS Signature Version 4) with the standard library. Credentials
-come from the environment (``EXPORT_ACCESS_KEY_ID``, ``EXPORT_SECRET_ACCESS_KEY``, optionally
-``EXPORT_SESSION_TOKEN``), which the Job fills from a Secret; they are never printed.
+It runs in a pod next to the claim (``golden_export_job`` ships it in a ConfigMap with ``errors.py``,
+its one sibling), so no byte of the disk passes through the Ansible controller, and it needs nothing but
+``python3`` and ``qemu-img`` in the image: the S3 calls are signed here (AWS Signature Version 4) with
+the standard library. Credentials come from the environment (``EXPORT_ACCESS_KEY_ID``,
+``EXPORT_SECRET_ACCESS_KEY``, optionally ``EXPORT_SESSION_TOKEN``), which the Job fills from a Secret;
+they are never printed.
 
 The steps: ``qemu-img convert -c -O qcow2`` onto scratch space; the sha256 of the qcow2; a HEAD of the
 key (an object already there with this sha256 is left alone, anything else is refused); a multipart
@@ -40,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, urlsplit
 from xml.etree import ElementTree
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 MARKER = "GOLDEN_EXPORT_RESULT "
 READ_CHUNK = 8 * 1024 * 1024
 PROGRESS_SECONDS = 10.0
@@ -49,7 +52,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 META = {"sha256": "sha256", "source": "source-url", "uid": "source-uid", "at": "mirrored-at"}
 
 
-class ExportError(Exception):
+class ExportError(PipelineError):
     """The export cannot go on; ``code`` names the case for the module (``key_exists``, ``s3``...)."""
 
     def __init__(self, msg, code="failed"):

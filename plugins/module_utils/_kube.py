@@ -344,8 +344,12 @@ class NotRaw(Exception):
     """The credentials need the kubernetes client (the reason says which form); not an error."""
 
 
-class ApiError(Exception):
-    """A non-2xx answer on the raw path, with what the client's ApiException carries."""
+class ApiError(PipelineError):
+    """A non-2xx answer on the raw path, with what the client's ApiException carries.
+
+    Like every error of the collection it is a ``PipelineError``, but one the retry layer still reads
+    first (see ``undecided``): a 503 is ridden out, a 404 is "absent", exactly as for ApiException.
+    """
 
     def __init__(self, status, reason, body, headers):
         super(ApiError, self).__init__("(%s)\nReason: %s" % (status, reason))
@@ -355,8 +359,16 @@ class ApiError(Exception):
         self.headers = headers
 
 
-class ResourceNotFoundError(Exception):
-    """The server does not serve (apiVersion, kind): named as the dynamic client names it."""
+class ResourceNotFoundError(PipelineError):
+    """The server does not serve (apiVersion, kind): named as the dynamic client names it, and read by
+    the retry layer like the dynamic client's error of that name (``served`` answers False)."""
+
+
+def undecided(exc):
+    """Whether the retry layer (or a read's caller) still decides what ``exc`` means: any foreign error,
+    and the raw path's answers, which stand for the client's ApiException and ResourceNotFoundError.
+    Every other ``PipelineError`` is a verdict and passes through as it is."""
+    return not isinstance(exc, PipelineError) or isinstance(exc, (ApiError, ResourceNotFoundError))
 
 
 def auth_values(params, environ=None):
@@ -731,9 +743,9 @@ class KubeModule(AnsibleModule):
         while True:
             try:
                 return call()
-            except PipelineError:
-                raise
             except Exception as exc:
+                if not undecided(exc):
+                    raise
                 if recover is not None:
                     outcome = recover(exc, attempts)
                     if outcome is not None:
@@ -844,7 +856,7 @@ class KubeModule(AnsibleModule):
 
     def fail_from_exception(self, action, exc, **extra):
         """Raise ``KubeError`` for a failed request (never exits: the module's one exit does)."""
-        if isinstance(exc, PipelineError):
+        if not undecided(exc):
             exc.fields.update(extra)
             raise exc
         raise KubeError.from_exception(action, exc, **extra)
@@ -1206,9 +1218,9 @@ class KubeModule(AnsibleModule):
             return self._retrying(action, send)
         try:
             return send()
-        except PipelineError:
-            raise
         except Exception as exc:
+            if not undecided(exc):
+                raise
             raise KubeError.from_exception(action, exc) from exc
 
     def _pool_request(self, api, method, url, headers, data, timeout, mutating):
@@ -1260,9 +1272,9 @@ class KubeModule(AnsibleModule):
                         "%s: the answer is larger than %d bytes; not reading on" % (action, limit)
                     )
                 handle.write(chunk)
-        except PipelineError:
-            raise
         except Exception as exc:
+            if not undecided(exc):
+                raise
             raise KubeError.from_exception(action, exc) from exc
         finally:
             response.release_conn()
@@ -1343,10 +1355,20 @@ class KubeModule(AnsibleModule):
     ):
         """Poll one object until ``predicate`` holds; returns ``(obj, duration)``; raises WaitError.
 
-        Throttling, 5xx and dropped connections during the poll are ridden out, not fatal.
+        Throttling, 5xx and dropped connections during the poll are ridden out, not fatal; any other
+        failed read raises ``KubeError`` naming the object.
         """
+
+        def fetch():
+            try:
+                return self._read(api_version, kind, name, namespace)
+            except Exception as exc:
+                if is_transient(exc) or not undecided(exc):
+                    raise
+                raise KubeError.from_exception("get %s" % ref(kind, name, namespace), exc) from exc
+
         return wait_for(
-            lambda: self._read(api_version, kind, name, namespace),
+            fetch,
             predicate,
             timeout,
             sleep,

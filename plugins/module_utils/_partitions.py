@@ -19,12 +19,14 @@ import struct
 import uuid
 import zlib
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 EXT_MAGIC_OFFSET = 1024 + 56
 EXT_LABEL_OFFSET = 1024 + 120
 EXTENDED_MBR = (0x05, 0x0F, 0x85)
 
 
-class PartitionTableError(Exception):
+class PartitionTableError(PipelineError):
     """The table is there but damaged: the message names the disk and what is wrong."""
 
 

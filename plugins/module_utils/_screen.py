@@ -12,6 +12,7 @@ __metaclass__ = type
 import io
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 SCREENSHOT_PATH = (
     "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/vnc/screenshot"
@@ -21,12 +22,12 @@ FRAME_SIZE = (256, 192)
 PILLOW_REASON = "to decode the console screenshot; install Pillow (pip install Pillow) on the controller"
 
 
-class MissingPillow(Exception):
-    pass
+class MissingPillow(PipelineError):
+    """Pillow is not installed on the controller."""
 
 
-class NotAnImage(Exception):
-    pass
+class NotAnImage(PipelineError):
+    """The answer is not a PNG image; the message says what it is."""
 
 
 def pillow_image():

@@ -42,6 +42,20 @@ DISSECT_REQUIREMENTS = (
 )
 
 
+def verify_file(path, **options):
+    """``verify`` of a file on the controller: a disk that cannot be judged fails naming the file.
+
+    A missing ``dissect`` package passes through as ``_disk.MissingLibrary`` (the module says how to
+    install it); in the verifier Job the claim is named instead, by the Job's caller.
+    """
+    try:
+        return verify(path, **options)
+    except _disk.MissingLibrary:
+        raise
+    except (seal.SealError, _disk.DiskError) as exc:
+        raise type(exc)("cannot verify %s: %s" % (path, exc.msg)) from exc
+
+
 def verify(
     path,
     os_name=None,

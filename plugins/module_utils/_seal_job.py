@@ -48,9 +48,14 @@ def _source(module):
         return fh.read()
 
 
+def module_files(*modules):
+    """ConfigMap data: the source of each module under its file name, for a Job that runs them."""
+    return {"%s.py" % m.__name__.rsplit(".", 1)[-1]: _source(m) for m in modules}
+
+
 def verifier_files():
     """ConfigMap data: the verifier and its siblings, under their module file names."""
-    return {"%s.py" % m.__name__.rsplit(".", 1)[-1]: _source(m) for m in (seal, _disk, errors, seal_cli)}
+    return module_files(seal, _disk, errors, seal_cli)
 
 
 def configmap_definition(name, namespace, files):

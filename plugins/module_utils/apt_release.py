@@ -170,6 +170,28 @@ def pocket(suite):
 # -------------------------------------------------------------------------------- manifest
 
 
+def need_manifest_file(revision, path):
+    """The catalog records no manifest for ``revision`` (the tip, None without a catalog): the build
+    manifest must be given as a file (``path``)."""
+    if not path:
+        raise AptError(
+            "%s has no manifest in the catalog; give manifest (the build manifest of that revision)"
+            % (revision or "the tip")
+        )
+
+
+def manifest_revision(path, manifest, revision):
+    """The revision compared: the catalog's tip (``revision``), which a manifest file of another revision
+    may not stand in for; without a catalog, the one the file names."""
+    named = (manifest or {}).get("revision")
+    if revision and named and named != revision:
+        raise AptError(
+            "manifest %s is of revision %s but the default stream's tip is %s; give the tip's manifest"
+            % (path, named, revision)
+        )
+    return revision or named
+
+
 def manifest_packages(manifest, where):
     """``{package: version}`` the image has installed, from a build manifest or catalog entry."""
     listed = (manifest or {}).get("packages")

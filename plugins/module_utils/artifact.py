@@ -37,6 +37,12 @@ def pick_compression(requested, zstd_ok, zstd_error=""):
     )
 
 
+def check_dest_folder(dest, folder, exists):
+    """The artifact is written into an existing directory (``exists``: the caller looked); none is made."""
+    if not exists:
+        raise Refusal("artifact %s" % dest, "its directory %s does not exist" % folder, "create it first")
+
+
 def convert_options(compression):
     """qemu-img convert's options for a qcow2 output with ``compression``."""
     argv = ["-O", "qcow2"]

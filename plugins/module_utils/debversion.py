@@ -16,9 +16,11 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-class VersionError(ValueError):
-    pass
+
+class VersionError(PipelineError, ValueError):
+    """A string dpkg would not accept as a version; the message says why."""
 
 
 def parse(version):

@@ -20,6 +20,8 @@ import calendar
 import datetime
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
 PG = "postgresql"
 OS = "ubuntu"
 
@@ -43,7 +45,7 @@ _DAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
 
-class EOLViolation(ValueError):
+class EOLViolation(PipelineError, ValueError):
     """A requested version is past its EOL date (or unknown to the table). ``violations`` lists each."""
 
     def __init__(self, message, violations):

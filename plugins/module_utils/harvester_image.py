@@ -163,6 +163,30 @@ def check_request(revision_name, replicas, retry):
         raise Refusal(subject, "retry is %s, outside Harvester's range 0 to 10" % retry, "give 0 to 10")
 
 
+def check_versions(revision_name, os_version, pg_versions):
+    """A registration labels the image with its OS stream and its PostgreSQL majors: both are given."""
+    subject = "revision %s" % revision_name
+    if not pg_versions:
+        raise Refusal(
+            subject, "pg_versions is required with state=present", "name the PostgreSQL majors baked in"
+        )
+    if not os_version:
+        raise Refusal(
+            subject, "os_version is required with state=present", 'give the OS stream, e.g. "24.04"'
+        )
+
+
+def revision_stream(revision_name, os_version=None):
+    """The OS stream of a revision: its name checked against ``os_version`` when given, else read from
+    the name (``v20261201-2404`` is 24.04). A name that does not say so is refused."""
+    try:
+        if os_version:
+            return revision.validate_revision(revision_name, os_version).os_stream
+        return revision.parse_revision(revision_name).os_stream
+    except ValueError as exc:
+        raise ImageError(str(exc)) from None
+
+
 def check_src_checksum(src, actual, given):
     """The checksum of an uploaded file: computed from it, and equal to the one given if any."""
     if given and given != actual:

@@ -7,7 +7,8 @@
 Pure: no I/O. Each rule raises ``Refusal`` naming the option, the rule and the supported move:
 durations (timeouts, intervals, pauses) must be positive; a version is a string, never a YAML float
 (``1.10`` reaches a module as ``1.1``); an object key is one S3 accepts and that cannot climb out of
-its prefix. A kubeconfig that is named but not there is refused naming its path.
+its prefix. A kubeconfig, or any file a module reads, that is named but not there is refused naming its
+path.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,12 +20,31 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 # S3's limit on an object key, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
 
-# The wait options every waiting module takes (documented by the k8s_wait doc fragment).
+# The wait options every waiting module takes (documented by the k8s_wait doc fragment): whether to wait,
+# how many seconds in all, and the longest pause between two reads (a fraction of a second allowed).
 WAIT_ARG_SPEC = {
     "wait": {"type": "bool", "default": True},
     "wait_timeout": {"type": "int", "default": 300},
-    "wait_sleep": {"type": "int", "default": 2},
+    "wait_sleep": {"type": "float", "default": 2},
 }
+
+
+def wait_arg_spec(timeout=300, sleep=2, wait=True, timeout_aliases=(), sleep_aliases=()):
+    """``WAIT_ARG_SPEC`` with a module's own defaults: the one spelling and the one type of every wait.
+
+    ``wait`` is the default of the ``wait`` option, or None for a module that always waits (no ``wait``
+    option). ``timeout_aliases`` and ``sleep_aliases`` keep the old names a role may still pass.
+    """
+    spec = {
+        "wait_timeout": dict(WAIT_ARG_SPEC["wait_timeout"], default=timeout),
+        "wait_sleep": dict(WAIT_ARG_SPEC["wait_sleep"], default=sleep),
+    }
+    if wait is not None:
+        spec["wait"] = dict(WAIT_ARG_SPEC["wait"], default=wait)
+    for option, aliases in (("wait_timeout", timeout_aliases), ("wait_sleep", sleep_aliases)):
+        if aliases:
+            spec[option]["aliases"] = list(aliases)
+    return spec
 
 
 def positive(value, option, allow_none=False):
@@ -36,9 +56,10 @@ def positive(value, option, allow_none=False):
             "option %s" % option, "%r is not a number of seconds" % (value,), "give a positive number"
         )
     if value <= 0:
+        shown = int(value) if float(value).is_integer() else value  # wait_sleep: 0 arrives as 0.0
         raise Refusal(
             "option %s" % option,
-            "%s is not a duration: it must be greater than zero, checked before anything is written" % value,
+            "%s is not a duration: it must be greater than zero, checked before anything is written" % shown,
             "give a positive number of seconds",
         )
     return value
@@ -117,6 +138,17 @@ def object_key(key, option="key"):
                 "use plain path segments",
             )
     return key
+
+
+def require_file(path, is_file, subject, move):
+    """A file a module reads on the controller: it must exist and be a regular file. Returns ``path``.
+
+    ``is_file`` is what the caller saw (``os.path.isfile(path)``); ``subject`` names the option or the
+    object the file stands for, ``move`` says what to give instead.
+    """
+    if is_file:
+        return path
+    raise Refusal(subject, "it does not exist or is not a file", move)
 
 
 def kubeconfig_file(path, exists):

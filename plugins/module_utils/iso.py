@@ -18,7 +18,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 MIB = 1024 * 1024
 DEFAULT_MIN_IMAGE_SIZE = 100 * MIB
@@ -32,6 +32,12 @@ VOLUME_ID_MAX = 32
 
 class IsoError(PipelineError):
     """The ISO cannot be remastered; the message says which file and why."""
+
+
+def require_xorriso(dest, xorriso, check_mode):
+    """A rebuild needs xorriso (``xorriso``: its path, None when not found); check mode rebuilds nothing."""
+    if not check_mode and not xorriso:
+        raise Refusal("rebuilding %s" % dest, "xorriso is required to rebuild the ISO", "install xorriso")
 
 
 def claim_size(iso_bytes, requested=""):

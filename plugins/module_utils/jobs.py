@@ -30,6 +30,8 @@ EXPORT_SCRATCH = "/scratch"
 EXPORT_CODE = "/exporter"
 EXPORT_PACKAGE = "ansible_collections/goldenimage/pipeline/plugins/module_utils"
 EXPORT_PROGRAM = "ansible_collections.goldenimage.pipeline.plugins.module_utils._export_cli"
+# An export's name is its Job's, ConfigMap's and (with "-scratch") claim's; a Job's pods add a suffix.
+EXPORT_MAX_NAME = 56
 # qemu-img convert -p rewrites "    (45.20/100%)" on one line.
 _PROGRESS = re.compile(r"\((\d+(?:\.\d+)?)/100%\)")
 
@@ -153,6 +155,55 @@ def export_job_definition(name, namespace, labels, image, sealed, scratch, files
     items = [{"key": key, "path": "%s/%s" % (EXPORT_PACKAGE, key)} for key in sorted(files)]
     pod["volumes"].append({"name": "exporter", "configMap": {"name": name, "items": items}})
     return definition
+
+
+def require_claim(claim, namespace, name, move, role=None, rule="it does not exist"):
+    """A claim the Job reads or writes: ``claim`` is what was read (None: absent), which is refused
+    naming it (and its ``role`` in the Job), before anything is written. Returns the claim."""
+    if claim is not None:
+        return claim
+    subject = "PersistentVolumeClaim %s/%s" % (namespace, name)
+    raise Refusal("%s (%s)" % (subject, role) if role else subject, rule, move)
+
+
+def check_export_request(name, scratch_size, scratch_bytes):
+    """An export's own options: a name that leaves room for the names made from it, and a scratch claim
+    (``scratch_bytes``: its size read as a quantity) that can hold the qcow2."""
+    if len(name) > EXPORT_MAX_NAME:
+        raise Refusal(
+            "option name (%s)" % name, "it is longer than %d characters" % EXPORT_MAX_NAME, "shorten it"
+        )
+    if scratch_bytes <= 0:
+        raise Refusal(
+            "option scratch_size (%s)" % scratch_size,
+            "an empty scratch claim holds no qcow2",
+            "give a size such as 80Gi",
+        )
+
+
+def export_secret(namespace, name, secret, access_key, secret_key, session_token):
+    """The Secret an export Job takes the bucket's credentials from: ``secret`` is what was read. It
+    must exist and hold the two named keys; the token's key is used only when present. Returns the
+    reference ``export_job_definition`` takes."""
+    where = "Secret %s/%s" % (namespace, name)
+    if secret is None:
+        raise Refusal(
+            where, "it does not exist", "create it with the bucket's credentials; nothing was exported"
+        )
+    data = dict(secret.get("data") or {}, **(secret.get("stringData") or {}))
+    missing = [k for k in (access_key, secret_key) if k not in data]
+    if missing:
+        raise Refusal(
+            where,
+            "it has no key %s" % " and no key ".join(missing),
+            "add the keys, or name the ones it has with access_key_field and secret_key_field",
+        )
+    return {
+        "name": name,
+        "access_key": access_key,
+        "secret_key": secret_key,
+        "session_token": session_token if session_token in data else None,
+    }
 
 
 def is_export_object(obj, name):

@@ -640,6 +640,56 @@ def merge_index(existing, tagged):
     return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests}
 
 
+def check_compression_level(level):
+    """The gzip level of the image layers: 1 (fastest) to 9."""
+    if not 1 <= level <= 9:
+        raise Refusal("compression_level %s" % level, "is not a gzip level", "use 1 (fastest) to 9")
+    return level
+
+
+def source_date_epoch(given, environ_value=None):
+    """The timestamp every file and config carries: ``given`` (the option), else ``SOURCE_DATE_EPOCH``
+    from the environment (``environ_value``, unset or empty meaning 0). Seconds since 1970."""
+    epoch = given
+    if epoch is None:
+        raw = environ_value or "0"
+        if not raw.isdigit():
+            raise Refusal(
+                "SOURCE_DATE_EPOCH %r" % raw,
+                "is not a number of seconds",
+                "unset it or set source_date_epoch",
+            )
+        epoch = int(raw)
+    if epoch < 0:
+        raise Refusal("source_date_epoch %s" % epoch, "is before 1970", "give seconds since 1970")
+    return epoch
+
+
+def check_dest_layout(dest, listing, is_layout):
+    """``dest`` receives an OCI layout: it is empty or new (``listing``: what it holds), or already one
+    (``is_layout``). Anything else is someone's directory, and nothing is written into it."""
+    if listing and not is_layout:
+        raise Refusal(
+            "dest %s" % dest,
+            "is a non-empty directory that is not an OCI image layout (it holds %s)" % ", ".join(listing[:5]),
+            "point dest at an empty or new directory, or at an existing OCI layout",
+        )
+
+
+def refuse_unsealed(src, checks, sealed, failed):
+    """``require_sealed``: a root filesystem that fails seal.py's checks is refused, each failed check
+    named with its evidence and the hygiene report attached."""
+    if sealed:
+        return
+    raise Refusal(
+        "root filesystem of %s" % src,
+        "fails the sealing checks %s: %s"
+        % (", ".join(failed), "; ".join(c["evidence"] for c in checks if not c["passed"])),
+        "seal the image (truncate machine-id, remove host keys, cloud-init clean) and rebuild it",
+        hygiene={"sealed": sealed, "failed": failed, "checks": checks},
+    )
+
+
 def layout_tags(tags=None):
     """The tag (and registry repository suffix) of each image; names must be distinct."""
     names = dict((name, name) for name in IMAGE_NAMES)
@@ -683,7 +733,7 @@ def parse_registry(value, has_credentials=False):
 
 
 def check_repository(repository):
-    if not re.match(
+    if not isinstance(repository, str) or not re.match(
         r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$", repository
     ):
         raise Refusal(

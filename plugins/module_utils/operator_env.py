@@ -136,6 +136,42 @@ def replicas_wanted(value, option="replicas"):
     return count
 
 
+def check_request(ref, stream, has_catalog, replicas, replicas_from_nodes):
+    """The options of a change to the Deployment ``ref``, refused before anything is read: a stream is
+    only set with the catalog that validates it, and the replica count is given one way."""
+    if stream is not None and not has_catalog:
+        raise Refusal(
+            ref,
+            "os_version %s is given without a catalog" % stream,
+            "give catalog, the record whose validated streams it may point at",
+        )
+    if replicas is not None and replicas_from_nodes:
+        raise Refusal(ref, "replicas and replicas_from_nodes are both given", "give one of them")
+    if replicas is not None:
+        replicas_wanted(replicas)
+
+
+def require_deployment(ref, deployment):
+    """The operator's Deployment as read: absent is refused naming it. Returns it."""
+    if deployment is None:
+        raise Refusal(ref, "it does not exist", "give the namespace and name of the operator's Deployment")
+    return deployment
+
+
+def replica_count(ref, replicas, replicas_from_nodes, nodes):
+    """The replica count to set: ``replicas``, or the number of schedulable ``nodes`` (a list of names)
+    with ``replicas_from_nodes``, which finds none at its peril: it is refused rather than set to 0."""
+    if not replicas_from_nodes:
+        return replicas
+    if not nodes:
+        raise Refusal(
+            ref,
+            "replicas_from_nodes found no schedulable Node (none Ready, uncordoned and untainted)",
+            "give replicas explicitly",
+        )
+    return len(nodes)
+
+
 def with_env(deployment, container, changes):
     """The containers of ``deployment`` with ``changes`` ({var: value}) applied to ``container``'s env."""
     out = copy.deepcopy(containers(deployment))

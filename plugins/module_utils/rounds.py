@@ -16,25 +16,30 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import (
-    WAIT_ARG_SPEC,
     positive,
     positive_all,
+    wait_arg_spec,
 )
 
 # A round returns after this many seconds at most, so a line is printed at least this often.
 REPORT_EVERY = 20
 
-# The options of a module that waits in rounds (documented by the wait_rounds doc fragment): the shared
-# wait options, and what the action plugin threads from one round to the next.
-ROUND_ARG_SPEC = dict(
-    WAIT_ARG_SPEC,
-    wait_timeout={"type": "int", "default": 1800},
-    wait_sleep={"type": "int", "default": 5},
+# What the action plugin threads from one round of a wait to the next (documented by wait_rounds).
+RESUME_ARG_SPEC = dict(
     report_every={"type": "int", "default": REPORT_EVERY},
     started={"type": "float"},
     last_state={"type": "str"},
     changed_at={"type": "float"},
 )
+
+
+def round_arg_spec(timeout=1800, sleep=5, **aliases):
+    """The options of a module that waits in rounds (documented by the wait_rounds doc fragment): the
+    shared wait options (``inputs.wait_arg_spec``, here with the rounds' defaults) and ``RESUME_ARG_SPEC``."""
+    return dict(wait_arg_spec(timeout, sleep, **aliases), **RESUME_ARG_SPEC)
+
+
+ROUND_ARG_SPEC = round_arg_spec()
 
 
 def from_params(params, now, durations=()):
@@ -96,11 +101,11 @@ class Rounds(object):
         return {"started": self.started, "last_state": self.last_state, "changed_at": self.changed_at}
 
 
-def object_arg_spec(**options):
-    """The options of a module that waits in rounds for one namespaced object: ``ROUND_ARG_SPEC``, the
-    object's ``name`` and ``namespace``, and ``options`` (which may override a default of the first)."""
+def object_arg_spec(timeout=1800, sleep=5, **options):
+    """The options of a module that waits in rounds for one namespaced object: ``round_arg_spec`` with
+    the module's wait defaults, the object's ``name`` and ``namespace``, and the module's ``options``."""
     spec = dict(
-        ROUND_ARG_SPEC,
+        round_arg_spec(timeout, sleep),
         name={"type": "str", "required": True},
         namespace={"type": "str", "required": True},
     )

@@ -21,7 +21,7 @@ __metaclass__ = type
 import codecs
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 NTFS_OEM = b"NTFS    "
 BITLOCKER_OEM = b"-FVE-FS-"
@@ -63,7 +63,7 @@ BACKGROUND_APT_UNITS = ("unattended-upgrades.service", "apt-daily.timer", "apt-d
 SYSTEMD_ETC = "/etc/systemd/system"
 
 
-class SealError(Exception):
+class SealError(PipelineError):
     """The disk cannot be judged (no Windows partition, unknown layout); the message says why."""
 
 

@@ -670,6 +670,25 @@ def golden_handle(obj, contents):
     return content_handle(_by_name(contents).get(bound))
 
 
+def verifiable_handle(handle, namespace, snapshot):
+    """The handle the projects are checked against: the selected golden's, through its bound content.
+
+    A golden without one cannot be verified, so the verification fails naming it (the selection has
+    been written by then; the projects simply cannot be compared with it)."""
+    if handle is None:
+        raise PipelineError(
+            "cannot verify projects: %s %s/%s has no bound content with a snapshot handle"
+            % (golden.SNAPSHOT_KIND, namespace, snapshot)
+        )
+    return handle
+
+
+def active_after_move(problems):
+    """The golden-active labels as re-read after moving them: any problem left fails the task."""
+    if problems:
+        raise PipelineError("after moving %s: %s" % (golden.ACTIVE_LABEL, "; ".join(problems)))
+
+
 def _by_name(objects):
     if isinstance(objects, dict):
         return objects

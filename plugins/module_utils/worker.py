@@ -234,6 +234,14 @@ def catalog(images):
     return entries
 
 
+def present_catalog(images):
+    """The catalog state=present keeps: ``images`` is required (an empty list keeps no golden), since
+    a catalog left out is more likely a mistake than a wish to keep nothing."""
+    if images is None:
+        raise Refusal("option images", "state=present needs the catalog", "give images (it may be empty)")
+    return catalog(images)
+
+
 def _storage_request(size, storage_class):
     """``spec.storage``: the size, and the class only when one is named (empty: the cluster's default)."""
     storage = {"resources": {"requests": {"storage": size}}}

@@ -82,7 +82,7 @@ options:
     default: 14400
   wait_sleep:
     description: Seconds between two reads of the VM, and between two screenshots.
-    type: int
+    type: float
     default: 30
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
@@ -155,6 +155,8 @@ API_VERSION = "kubevirt.io/v1"
 
 def argument_spec():
     return rounds_.object_arg_spec(
+        timeout=14400,
+        sleep=30,
         console={"type": "bool", "default": False},
         console_dir={"type": "str", "default": ""},
         stuck_after={"type": "int", "default": 1800},
@@ -163,8 +165,6 @@ def argument_spec():
         seen={"type": "str"},
         memory={"type": "dict"},
         screenshot={"type": "dict"},
-        wait_timeout={"type": "int", "default": 14400},
-        wait_sleep={"type": "int", "default": 30},
     )
 
 

@@ -345,7 +345,6 @@ diff:
   elements: dict
 """
 
-import copy
 import hashlib
 import os
 import time
@@ -356,7 +355,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     inputs,
     kinds,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
@@ -391,10 +389,10 @@ def argument_spec():
         catalog=catalog_options(),
         state=dict(type="str", choices=["present", "absent"], default="present"),
     )
-    spec.update(copy.deepcopy(inputs.WAIT_ARG_SPEC))
+    spec.update(inputs.wait_arg_spec())
     spec.update(
-        report_every=dict(rounds_.ROUND_ARG_SPEC["report_every"]),
-        started=dict(rounds_.ROUND_ARG_SPEC["started"]),
+        report_every=dict(rounds_.RESUME_ARG_SPEC["report_every"]),
+        started=dict(rounds_.RESUME_ARG_SPEC["started"]),
         created=dict(type="bool"),
         uploaded=dict(type="bool"),
         progress_seen=dict(type="list", elements="int"),
@@ -426,19 +424,9 @@ def checked_inputs(p):
     majors = [inputs.version_string(v, "pg_versions") for v in p["pg_versions"] or []]
     hi.check_url(p["url"])
     if p["state"] == "present":
-        if not majors:
-            raise PipelineError("revision %s: pg_versions is required with state=present" % p["name"])
-        if not stream:
-            raise PipelineError("revision %s: os_version is required with state=present" % p["name"])
+        hi.check_versions(p["name"], stream, majors)
         hi.check_request(p["name"], p["replicas"], p["retry"])
-    try:
-        if stream:
-            stream = revision.validate_revision(p["name"], stream).os_stream
-        else:
-            stream = revision.parse_revision(p["name"]).os_stream
-    except ValueError as exc:
-        raise PipelineError(str(exc)) from None
-    return stream, majors
+    return hi.revision_stream(p["name"], stream), majors
 
 
 class BakedImage:
@@ -468,8 +456,9 @@ class BakedImage:
         p = self.p
         checksum = hi.normalize_checksum(p["checksum"])
         if p["src"]:
-            if not os.path.isfile(p["src"]):
-                raise PipelineError("src %s is not a file" % p["src"])
+            inputs.require_file(
+                p["src"], os.path.isfile(p["src"]), "src %s" % p["src"], "give the image file"
+            )
             checksum = hi.check_src_checksum(p["src"], _sha512(p["src"]), checksum)
         elif not checksum:
             self.module.warn("no checksum given: Harvester cannot verify the download")
@@ -887,13 +876,18 @@ def _append_line(path, line):
         out.write(line + "\n")
 
 
+# Which options go together, checked by Ansible before the runner starts.
+ARGUMENT_RULES = dict(
+    mutually_exclusive=[("url", "src")],
+    required_if=[
+        ("state", "present", ("url", "src"), True),
+        ("state", "present", ("pg_versions", "os_version")),
+    ],
+)
+
+
 def main():
-    module = KubeModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
-        mutually_exclusive=[("url", "src")],
-        required_if=[("state", "present", ("url", "src"), True)],
-    )
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
     run_module(module, lambda: BakedImage(module).run())
 
 

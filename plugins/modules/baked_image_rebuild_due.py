@@ -217,12 +217,7 @@ class RebuildDue(object):
                 raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
             if entry.get("manifest"):
                 return revision, entry["manifest"]
-        if not p["manifest"]:
-            raise PipelineError(
-                "%s has no manifest in the catalog; give manifest (the build manifest of that revision)"
-                % (revision or "the tip"),
-                refused=True,
-            )
+        apt_release.need_manifest_file(revision, p["manifest"])
         try:
             with open(p["manifest"]) as handle:
                 data = json.load(handle)
@@ -230,13 +225,7 @@ class RebuildDue(object):
             raise PipelineError(
                 "manifest %s cannot be read: %s" % (p["manifest"], exc), refused=True
             ) from None
-        if revision and data.get("revision") and data["revision"] != revision:
-            raise PipelineError(
-                "manifest %s is of revision %s but the default stream's tip is %s; give the tip's manifest"
-                % (p["manifest"], data["revision"], revision),
-                refused=True,
-            )
-        return revision or data.get("revision"), data
+        return apt_release.manifest_revision(p["manifest"], data, revision), data
 
     def offers(self):
         p = self.p

@@ -129,7 +129,7 @@ options:
     description:
       - Longest pause, in seconds, between two polls.
       - The old name C(poll_interval) is kept as an alias.
-    type: int
+    type: float
     default: 2
     aliases: [poll_interval]
   keep:
@@ -441,7 +441,7 @@ cleanup_errors:
   elements: str
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._clone_gate import Gate
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
@@ -459,8 +459,9 @@ def argument_spec():
         agent_timeout=dict(type="int", default=1200),
         disk_timeout=dict(type="int", default=300),
         port_timeout=dict(type="int", default=300),
-        wait_timeout=dict(type="int", default=600, aliases=["provision_timeout"]),
-        wait_sleep=dict(type="int", default=2, aliases=["poll_interval"]),
+        **inputs.wait_arg_spec(
+            600, 2, wait=None, timeout_aliases=["provision_timeout"], sleep_aliases=["poll_interval"]
+        ),
         keep=dict(type="bool", default=False),
         storage_class=dict(type="str"),
         grow_by=dict(type="str", default=gate.GROW_BY),

@@ -185,7 +185,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 
@@ -219,16 +218,9 @@ class OperatorEnv(object):
         p = self.p
         rounds = rounds_.from_params(p, self.clock())
         stream = inputs.version_string(p["os_version"], "os_version") if p["os_version"] is not None else None
-        if stream is not None and not p["catalog"]:
-            raise Refusal(
-                self.ref,
-                "os_version %s is given without a catalog" % stream,
-                "give catalog, the record whose validated streams it may point at",
-            )
-        if p["replicas"] is not None and p["replicas_from_nodes"]:
-            raise Refusal(self.ref, "replicas and replicas_from_nodes are both given", "give one of them")
-        if p["replicas"] is not None:
-            operator_env.replicas_wanted(p["replicas"])
+        operator_env.check_request(
+            self.ref, stream, bool(p["catalog"]), p["replicas"], p["replicas_from_nodes"]
+        )
         return rounds, stream
 
     def read(self):
@@ -246,11 +238,7 @@ class OperatorEnv(object):
     def run(self):
         p = self.p
         rounds, stream = self.checked()
-        before = self.read()
-        if before is None:
-            raise Refusal(
-                self.ref, "it does not exist", "give the namespace and name of the operator's Deployment"
-            )
+        before = operator_env.require_deployment(self.ref, self.read())
         container = operator_env.pick_container(before, p["container"])
         doc = CatalogStore(self.module, p["catalog"]).read() if p["catalog"] else None
         nodes = self.nodes()
@@ -260,13 +248,7 @@ class OperatorEnv(object):
             changes[operator_env.OS_ENV] = operator_env.stream_for_env(doc, before, container, stream)
         if p["replicas"] is not None or p["replicas_from_nodes"]:
             operator_env.check_settable(before, container, operator_env.REPLICAS_ENV)
-            if p["replicas_from_nodes"] and not nodes:
-                raise Refusal(
-                    self.ref,
-                    "replicas_from_nodes found no schedulable Node (none Ready, uncordoned and untainted)",
-                    "give replicas explicitly",
-                )
-            count = len(nodes) if p["replicas_from_nodes"] else p["replicas"]
+            count = operator_env.replica_count(self.ref, p["replicas"], p["replicas_from_nodes"], nodes)
             changes[operator_env.REPLICAS_ENV] = str(count)
         patch = operator_env.env_patch(before, container, changes)
         after, changed = before, False

@@ -592,6 +592,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     catalog,
     details,
+    inputs,
     repave,
     rollout,
     rounds,
@@ -648,9 +649,7 @@ def argument_spec():
         opt_in=dict(type="str", choices=["immediate", "next-maintenance", "undo-opt-in"]),
         halt_on_failure=dict(type="bool", default=True),
         purge_data=dict(type="bool", default=False),
-        wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=900),
-        wait_sleep=dict(type="float", default=2),
+        **inputs.wait_arg_spec(900, 2),
         api_version=dict(type="str", default="db.goldenimage.io/v1alpha1"),
         kind=dict(type="str", default="DBInstance"),
         trigger_annotation=dict(type="str", default="repave-trigger"),

@@ -107,14 +107,14 @@ report:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._qemu_img import (
     QemuImg,
     digests,
     read_text,
     write_text,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
 
 def argument_spec():
@@ -148,13 +148,9 @@ class DiskImage(object):
 
     def run(self):
         p = self.p
-        if not os.path.isfile(p["src"]):
-            raise Refusal("image %s" % p["src"], "it does not exist or is not a file", "build it first")
+        inputs.require_file(p["src"], os.path.isfile(p["src"]), "image %s" % p["src"], "build it first")
         folder = os.path.dirname(os.path.abspath(p["dest"]))
-        if not os.path.isdir(folder):
-            raise Refusal(
-                "artifact %s" % p["dest"], "its directory %s does not exist" % folder, "create it first"
-            )
+        artifact.check_dest_folder(p["dest"], folder, os.path.isdir(folder))
         name = os.path.basename(p["dest"])
         before = self.qemu.info(p["src"])
         kept = None if p["force"] else self.current(name)

@@ -307,6 +307,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     consumers,
+    errors,
     inputs,
     jobs,
     kinds,
@@ -329,16 +330,14 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_client_from_params,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import _source
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import module_files
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 
 SOURCE_PATH = "/source"
-MAX_NAME = 56
 
 
 def argument_spec():
@@ -370,8 +369,8 @@ def argument_spec():
 
 
 def program_files():
-    """ConfigMap data: the Job's program, under its module file name."""
-    return {"_export_cli.py": _source(export_cli)}
+    """ConfigMap data: the Job's program and the error base it imports, under their module file names."""
+    return module_files(export_cli, errors)
 
 
 class ExportJob(RoundRunner):
@@ -391,27 +390,13 @@ class ExportJob(RoundRunner):
     # ------------------------------------------------------------ inputs, before any request
     def inputs(self):
         p = self.p
-        if len(p["name"]) > MAX_NAME:
-            raise Refusal(
-                "option name (%s)" % p["name"], "it is longer than %d characters" % MAX_NAME, "shorten it"
-            )
+        scratch_bytes = worker.quantity_bytes(p["scratch_size"], "option scratch_size")
+        jobs.check_export_request(p["name"], p["scratch_size"], scratch_bytes)
         inputs.object_key(p["key"], "key")
         check_endpoint(p["endpoint_url"])
         check_endpoint(p["pod_endpoint_url"], "pod_endpoint_url")
-        if not (p["pod_endpoint_url"] or p["endpoint_url"]):
-            raise Refusal(
-                "option pod_endpoint_url",
-                "neither it nor endpoint_url is set",
-                "name the endpoint the pod reaches",
-            )
         mirror.check_export_source(p["source"])
         mirror.check_concurrency(p["concurrency"])
-        if worker.quantity_bytes(p["scratch_size"], "option scratch_size") <= 0:
-            raise Refusal(
-                "option scratch_size (%s)" % p["scratch_size"],
-                "an empty scratch claim holds no qcow2",
-                "give a size such as 80Gi",
-            )
         return mirror.part_size_bytes(p["part_size"])
 
     def source_name(self):
@@ -421,36 +406,20 @@ class ExportJob(RoundRunner):
     def sealed_claim(self):
         p = self.p
         claim = self.client.claim(p["namespace"], p["pvc"])
-        if claim is None:
-            raise Refusal(
-                "PersistentVolumeClaim %s/%s" % (p["namespace"], p["pvc"]),
-                "it does not exist",
-                "give the claim of the sealed disk; nothing was exported",
-            )
-        return claim
+        return jobs.require_claim(
+            claim, p["namespace"], p["pvc"], "give the claim of the sealed disk; nothing was exported"
+        )
 
     def check_secret(self):
         p = self.p
-        secret = self.module.get("v1", "Secret", p["credentials_secret"], p["namespace"])
-        where = "Secret %s/%s" % (p["namespace"], p["credentials_secret"])
-        if secret is None:
-            raise Refusal(
-                where, "it does not exist", "create it with the bucket's credentials; nothing was exported"
-            )
-        data = dict(secret.get("data") or {}, **(secret.get("stringData") or {}))
-        missing = [k for k in (p["access_key_field"], p["secret_key_field"]) if k not in data]
-        if missing:
-            raise Refusal(
-                where,
-                "it has no key %s" % " and no key ".join(missing),
-                "add the keys, or name the ones it has with access_key_field and secret_key_field",
-            )
-        return {
-            "name": p["credentials_secret"],
-            "access_key": p["access_key_field"],
-            "secret_key": p["secret_key_field"],
-            "session_token": p["session_token_field"] if p["session_token_field"] in data else None,
-        }
+        return jobs.export_secret(
+            p["namespace"],
+            p["credentials_secret"],
+            self.module.get("v1", "Secret", p["credentials_secret"], p["namespace"]),
+            p["access_key_field"],
+            p["secret_key_field"],
+            p["session_token_field"],
+        )
 
     def held(self, client):
         p = self.p
@@ -855,12 +824,18 @@ def phase_of(log):
     return None
 
 
+# Which options go together, checked by Ansible before the runner starts. The pod needs an endpoint
+# it reaches: pod_endpoint_url, else the controller's endpoint_url (or AWS_ENDPOINT_URL).
+ARGUMENT_RULES = dict(
+    required_if=[
+        ("state", "present", ("pvc", "bucket", "key", "credentials_secret", "image")),
+        ("state", "present", ("pod_endpoint_url", "endpoint_url"), True),
+    ],
+)
+
+
 def main():
-    module = KubeModule(
-        argument_spec=argument_spec(),
-        required_if=[("state", "present", ("pvc", "bucket", "key", "credentials_secret", "image"))],
-        supports_check_mode=True,
-    )
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
     hide_url_secrets(module, ("endpoint_url", "pod_endpoint_url"))
     run_module(module, lambda: ExportJob(module.params, module, JobClient(module), module.check_mode).run())
 

@@ -174,7 +174,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
-    Refusal,
     run_module,
 )
 
@@ -208,8 +207,10 @@ class ExportObject(transfer.UploadRun):
         mirror.check_concurrency(p["concurrency"])
         requested = mirror.part_size_bytes(p["part_size"])
         expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
-        if not os.path.isfile(p["path"]):
-            raise Refusal("option path (%s)" % p["path"], "it is not a file", "give the exported image file")
+        path = p["path"]
+        inputs.require_file(
+            path, os.path.isfile(path), "option path (%s)" % path, "give the exported image file"
+        )
         return expected, requested
 
     def hash_file(self):

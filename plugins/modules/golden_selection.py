@@ -133,7 +133,7 @@ options:
     description:
       - Longest pause, in seconds, between two checks of the projects.
       - The old name C(verify_interval) is kept as an alias.
-    type: int
+    type: float
     default: 15
     aliases: [verify_interval]
   namespace:
@@ -417,15 +417,11 @@ def argument_spec():
         gate_result=dict(type="dict"),
         allow_ungated=dict(type="bool", default=False),
         verify_projects=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=1200, aliases=["verify_timeout"]),
-        wait_sleep=dict(type="int", default=15, aliases=["verify_interval"]),
         namespace=dict(type="str"),
         project_selector=dict(type="str", default=rules.PROJECT_SELECTOR),
-        wait=rounds_.ROUND_ARG_SPEC["wait"],
-        report_every=rounds_.ROUND_ARG_SPEC["report_every"],
-        started=rounds_.ROUND_ARG_SPEC["started"],
-        last_state=rounds_.ROUND_ARG_SPEC["last_state"],
-        changed_at=rounds_.ROUND_ARG_SPEC["changed_at"],
+        **rounds_.round_arg_spec(
+            1200, 15, timeout_aliases=["verify_timeout"], sleep_aliases=["verify_interval"]
+        ),
         verify_handle=dict(type="str"),
         verify_snapshot=dict(type="str"),
     )
@@ -710,8 +706,7 @@ class Promotion:
         )
         problems = rules.active_problems(current, self.family, self.mode, target)
         self.result["selected"] = {"snapshot": target, "namespace": self.golden_ns}
-        if problems:
-            raise PipelineError("after moving %s: %s" % (golden.ACTIVE_LABEL, "; ".join(problems)))
+        rules.active_after_move(problems)
         return self.verify(candidate)
 
     # Projects ------------------------------------------------------------------------------------
@@ -750,11 +745,7 @@ class Promotion:
             return self.result
         expected = self.expected_handle(candidate)
         self.result["selected"]["handle"] = expected
-        if expected is None:
-            raise PipelineError(
-                "cannot verify projects: %s %s/%s has no bound content with a snapshot handle"
-                % (KIND, self.golden_ns, _name(candidate))
-            )
+        rules.verifiable_handle(expected, self.golden_ns, _name(candidate))
         self.result.update(self.verify_round(expected, _name(candidate)))
         return self.result
 

@@ -341,7 +341,7 @@ def argument_spec():
         fail_on_invalid=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
     )
-    spec.update(inputs.WAIT_ARG_SPEC)
+    spec.update(inputs.wait_arg_spec())
     return spec
 
 

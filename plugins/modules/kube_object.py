@@ -68,7 +68,7 @@ options:
     default: 120
   wait_sleep:
     description: Seconds between polls with O(wait).
-    type: int
+    type: float
     default: 2
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
@@ -170,7 +170,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     object_diff,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive_all
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive_all, wait_arg_spec
 
 
 def argument_spec():
@@ -179,9 +179,7 @@ def argument_spec():
         namespace=dict(type="str"),
         state=dict(type="str", choices=list(objects.STATES), default="present"),
         propagation=dict(type="str", choices=list(objects.PROPAGATION)),
-        wait=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=120),
-        wait_sleep=dict(type="int", default=2),
+        **wait_arg_spec(120, 2, wait=False),
     )
 
 

@@ -354,7 +354,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import microvm, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive, version_string
@@ -397,22 +396,7 @@ def argument_spec():
 def check_inputs(params, environ=None):
     """Every parameter rule, before the disk is opened. Returns the normalized settings."""
     environ = os.environ if environ is None else environ
-    if not params.get("dest") and not params.get("registry"):
-        raise Refusal(
-            "microvm_image %s" % params["src"],
-            "has nowhere to put the images",
-            "set dest (an OCI layout directory) and/or registry with repository",
-        )
-    if params.get("registry") and not params.get("repository"):
-        raise Refusal("registry %s" % params["registry"], "needs a repository to push to", "set repository")
-    if bool(params.get("username")) != bool(params.get("password")):
-        raise Refusal("registry credentials", "username and password go together", "set both or neither")
-    if not 1 <= params["compression_level"] <= 9:
-        raise Refusal(
-            "compression_level %s" % params["compression_level"],
-            "is not a gzip level",
-            "use 1 (fastest) to 9",
-        )
+    microvm.check_compression_level(params["compression_level"])
     positive(params["timeout"], "timeout")
     settings = {
         "kernel_version": version_string(params.get("kernel_version"), "kernel_version"),
@@ -420,19 +404,9 @@ def check_inputs(params, environ=None):
         "scheme": None,
         "host": None,
     }
-    epoch = params.get("source_date_epoch")
-    if epoch is None:
-        raw = environ.get("SOURCE_DATE_EPOCH", "0") or "0"
-        if not raw.isdigit():
-            raise Refusal(
-                "SOURCE_DATE_EPOCH %r" % raw,
-                "is not a number of seconds",
-                "unset it or set source_date_epoch",
-            )
-        epoch = int(raw)
-    if epoch < 0:
-        raise Refusal("source_date_epoch %s" % epoch, "is before 1970", "give seconds since 1970")
-    settings["epoch"] = epoch
+    settings["epoch"] = microvm.source_date_epoch(
+        params.get("source_date_epoch"), environ.get("SOURCE_DATE_EPOCH")
+    )
     if params.get("registry"):
         refuse_credentials(
             "https://%s/" % params["registry"].split("://")[-1], "registry", "set username and password"
@@ -480,15 +454,12 @@ class Runner:
 
     def _open(self):
         src = self.params["src"]
-        try:
-            image = self.io["disk"].Image(src)
-        except self.io["disk"].DiskError as exc:
-            raise PipelineError("microvm_image %s: %s" % (src, exc)) from exc
+        image = self.io["disk"].Image(src)  # its DiskError names the file
         try:
             parts = self.io["partitions"].read_partitions(image.read, src)
-        except self.io["partitions"].PartitionTableError as exc:
+        except BaseException:
             image.close()
-            raise PipelineError(str(exc)) from exc
+            raise
         for part in parts:
             if part["size"] is None:
                 part["size"] = image.virtual_size
@@ -517,13 +488,7 @@ class Runner:
         if params.get("dest"):
             layout = self.io["oci"].Layout(params["dest"])
             listing = layout.listing()
-            if listing and not layout.exists():
-                raise Refusal(
-                    "dest %s" % params["dest"],
-                    "is a non-empty directory that is not an OCI image layout (it holds %s)"
-                    % ", ".join(listing[:5]),
-                    "point dest at an empty or new directory, or at an existing OCI layout",
-                )
+            microvm.check_dest_layout(params["dest"], listing, bool(listing) and layout.exists())
         image, parts = self._open()
         try:
             return self._run(settings, layout, image, parts)
@@ -548,14 +513,8 @@ class Runner:
 
         checks = seal.linux_checks(fs.view)
         sealed, failed = seal.verdict(checks)
-        if params["require_sealed"] and not sealed:
-            raise Refusal(
-                "root filesystem of %s" % params["src"],
-                "fails the sealing checks %s: %s"
-                % (", ".join(failed), "; ".join(c["evidence"] for c in checks if not c["passed"])),
-                "seal the image (truncate machine-id, remove host keys, cloud-init clean) and rebuild it",
-                hygiene={"sealed": sealed, "failed": failed, "checks": checks},
-            )
+        if params["require_sealed"]:
+            microvm.refuse_unsealed(params["src"], checks, sealed, failed)
 
         parts_of = microvm.split(
             tree,
@@ -756,8 +715,17 @@ def fs_entry_inum(tree, path):
     return tree[path].inum
 
 
+# Which options go together, checked by Ansible before the runner starts: the images go to dest (an OCI
+# layout directory) and/or registry, a registry needs its repository, credentials come in pairs.
+ARGUMENT_RULES = dict(
+    required_one_of=[("dest", "registry")],
+    required_by={"registry": "repository"},
+    required_together=[("username", "password")],
+)
+
+
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
     run_module(module, lambda: Runner(module).run())
 
 

@@ -268,7 +268,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
-    Refusal,
     run_module,
 )
 
@@ -314,8 +313,11 @@ class MirrorObject(transfer.UploadRun):
         requested = mirror.part_size_bytes(p["part_size"])
         mirror.check_concurrency(p["concurrency"])
         inputs.positive(p["url_timeout"], "url_timeout")
-        if p["path"] and not os.path.isfile(p["path"]):
-            raise Refusal("option path (%s)" % p["path"], "it is not a file on the controller", "give a file")
+        if p["path"]:
+            path = p["path"]
+            inputs.require_file(
+                path, os.path.isfile(path), "option path (%s)" % path, "give a file on the controller"
+            )
         return filename, expected, requested
 
     def existing(self, client, filename):

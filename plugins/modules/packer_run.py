@@ -127,13 +127,12 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._packer import Packer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 
 
 def argument_spec():
-    spec = dict(rounds_.ROUND_ARG_SPEC)
+    spec = rounds_.round_arg_spec(timeout=7200)
     spec.update(
         command={"type": "str", "choices": ["version", "init", "validate", "build"], "required": True},
         chdir={"type": "path"},
@@ -141,7 +140,6 @@ def argument_spec():
         binary={"type": "str", "default": "packer"},
         environment={"type": "dict", "default": {}},
         job={"type": "int"},
-        wait_timeout={"type": "int", "default": 7200},
     )
     return spec
 
@@ -155,10 +153,7 @@ class PackerRun(object):
         self.sleeper = sleeper
 
     def run(self):
-        p = self.p
-        if p["command"] != "version" and not p["chdir"]:
-            raise Refusal("option chdir", "packer %s needs the work directory" % p["command"], "give chdir")
-        return getattr(self, p["command"])()
+        return getattr(self, self.p["command"])()
 
     def short(self, args):
         rc, out, err = self.tool.run(args)
@@ -240,8 +235,14 @@ class PackerRun(object):
             self.sleeper(rounds.pause(p["wait_sleep"], now))
 
 
+# Every command but version runs in the work directory, checked by Ansible before the runner starts.
+ARGUMENT_RULES = dict(
+    required_if=[("command", command, ("chdir",)) for command in ("init", "validate", "build")]
+)
+
+
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
     p = module.params
     tool = Packer(module, p["binary"], p["chdir"], p["environment"])
     run_module(module, lambda: PackerRun(p, tool, module.check_mode).run())

@@ -150,7 +150,7 @@ options:
   wait_sleep:
     description:
       - Longest pause, in seconds, between two polls of the Job.
-    type: int
+    type: float
     default: 2
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
@@ -338,8 +338,7 @@ def argument_spec():
         verifier_image=dict(type="str"),
         install_missing=dict(type="bool", default=False),
         verifier_command=dict(type="list", elements="str", default=["python3", "-m", seal_cli.__name__]),
-        wait_timeout=dict(type="int", default=300),
-        wait_sleep=dict(type="int", default=2),
+        **inputs.wait_arg_spec(300, 2, wait=None),
     )
 
 
@@ -359,13 +358,11 @@ def rule_options(params):
 
 def verify_file(path, params):
     try:
-        return seal_cli.verify(path, **rule_options(params))
+        return seal_cli.verify_file(path, **rule_options(params))
     except _disk.MissingLibrary as exc:
         raise PipelineError(
             missing_required_lib(exc.name, reason=DISSECT_REASON), exception=traceback.format_exc()
         ) from exc
-    except (seal.SealError, _disk.DiskError) as exc:
-        raise PipelineError("cannot verify %s: %s" % (path, exc)) from exc
 
 
 class SealVerify(object):

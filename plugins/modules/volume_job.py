@@ -193,7 +193,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
@@ -247,13 +246,15 @@ class VolumeJob(RoundRunner):
                 # Check mode: an earlier task of the same run would have created it (Filesystem assumed).
                 claim = {"metadata": {"name": p[role]["claim"], "namespace": p["namespace"]}, "spec": {}}
                 self.predicted.append(p[role]["claim"])
-            if claim is None:
-                raise Refusal(
-                    "PersistentVolumeClaim %s/%s (%s)" % (p["namespace"], p[role]["claim"], role),
-                    "it does not exist, so there is nothing to convert %s"
-                    % ("from" if role == "source" else "into"),
-                    "create it first; nothing was written",
-                )
+            jobs.require_claim(
+                claim,
+                p["namespace"],
+                p[role]["claim"],
+                "create it first; nothing was written",
+                role,
+                "it does not exist, so there is nothing to convert %s"
+                % ("from" if role == "source" else "into"),
+            )
             volume = {"name": role, "path": path, "file": p[role]["file"], "read_only": read_only}
             if jobs.claim_mode(claim) == "Block":
                 volume["path"] = "/dev/%s" % role

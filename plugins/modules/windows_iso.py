@@ -113,10 +113,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso, iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso, inputs, iso
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 
@@ -176,13 +175,10 @@ def rebuild(params, source_sha256):
 def run(module):
     """Skip when the record proves ``dest`` current, predict in check mode, else rebuild."""
     params = module.params
-    if not os.path.isfile(params["src"]):
-        raise Refusal("source ISO %s" % params["src"], "it does not exist", "give the installer ISO's path")
+    src = params["src"]
+    inputs.require_file(src, os.path.isfile(src), "source ISO %s" % src, "give the installer ISO's path")
     xorriso = module.get_bin_path("xorriso")
-    if not module.check_mode and not xorriso:
-        raise Refusal(
-            "rebuilding %s" % params["dest"], "xorriso is required to rebuild the ISO", "install xorriso"
-        )
+    iso.require_xorriso(params["dest"], xorriso, module.check_mode)
     source_sha256 = _iso.sha256_file(params["src"])
     dest = params["dest"]
     current = _iso.sha256_file(dest) if os.path.isfile(dest) else None

@@ -268,7 +268,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_digest import object_sha256
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal, run_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import WAIT_ARG_SPEC, positive_all
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive_all, wait_arg_spec
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_url
 
 DV = ("cdi.kubevirt.io/v1beta1", "DataVolume")
@@ -311,7 +311,7 @@ def argument_spec():
         allow_host_assisted=dict(type="bool", default=False),
         url_validate_certs=dict(type="bool", default=True),
     )
-    spec.update(WAIT_ARG_SPEC)
+    spec.update(wait_arg_spec())
     return spec
 
 
@@ -346,9 +346,7 @@ class Runner:
 
     # --- state=present
     def present(self):
-        if self.p["images"] is None:
-            raise Refusal("option images", "state=present needs the catalog", "give images (it may be empty)")
-        entries = worker.catalog(self.p["images"])
+        entries = worker.present_catalog(self.p["images"])
         live = {e["name"]: self.module.get(*DV, name=e["name"], namespace=self.ns) for e in entries}
         to_create = []
         for entry in entries:  # every refusal before the first write
@@ -456,8 +454,6 @@ class Runner:
 
     # --- state=rendered
     def rendered(self):
-        if not self.p["pool"]:
-            raise Refusal("option pool", "state=rendered needs the pool", "give pool {name, namespace, ...}")
         pool = worker.pool_request(self.p["pool"])
         if not pool["golden"]:
             return self._done(
@@ -511,12 +507,18 @@ class Runner:
         return result
 
 
+# Which options each state needs, checked by Ansible before the runner starts.
+ARGUMENT_RULES = dict(
+    required_if=[
+        ("state", "present", ("images",)),
+        ("state", "absent", ("name",)),
+        ("state", "rendered", ("pool",)),
+    ],
+)
+
+
 def main():
-    module = KubeModule(
-        argument_spec=argument_spec(),
-        supports_check_mode=True,
-        required_if=[("state", "absent", ("name",)), ("state", "rendered", ("pool",))],
-    )
+    module = KubeModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
     run_module(module, lambda: Runner(module).run())
 
 

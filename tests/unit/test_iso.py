@@ -6,6 +6,7 @@ import re
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 MIB = iso.MIB
 TREE = {
@@ -117,3 +118,13 @@ def test_up_to_date_needs_same_source_settings_and_result():
     assert not iso.up_to_date(record, "a", {"x": 1}, "changed")
     assert not iso.up_to_date(record, "a", {"x": 1}, None)
     assert not iso.up_to_date(None, "a", {"x": 1}, "r")
+
+
+def test_a_rebuild_needs_xorriso_but_check_mode_does_not():
+    iso.require_xorriso("/out/win.iso", "/usr/bin/xorriso", False)
+    iso.require_xorriso("/out/win.iso", None, True)
+    with pytest.raises(Refusal) as caught:
+        iso.require_xorriso("/out/win.iso", None, False)
+    assert caught.value.msg == (
+        "rebuilding /out/win.iso: xorriso is required to rebuild the ISO; install xorriso"
+    )

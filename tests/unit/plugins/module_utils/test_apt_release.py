@@ -127,3 +127,25 @@ def test_an_expired_release_is_refused():
     stale = apt_release.parse_release("Valid-Until: Sun, 01 Nov 2026 10:00:00 UTC\n" + RELEASE, "a")
     with pytest.raises(PipelineError, match="a: the Release file expired on Sun, 01 Nov 2026"):
         apt_release.check_fresh(stale, now, "a")
+
+
+def test_a_revision_without_a_recorded_manifest_needs_the_file():
+    apt_release.need_manifest_file("v20261129", "/tmp/m.json")
+    with pytest.raises(apt_release.AptError) as caught:
+        apt_release.need_manifest_file("v20261129", None)
+    assert caught.value.msg.startswith("v20261129 has no manifest in the catalog; give manifest")
+    assert caught.value.result["refused"] is True
+    with pytest.raises(apt_release.AptError, match=r"^the tip has no manifest"):
+        apt_release.need_manifest_file(None, "")
+
+
+def test_a_manifest_file_of_another_revision_does_not_stand_in_for_the_tip():
+    assert apt_release.manifest_revision("m.json", {"revision": "v1"}, "v1") == "v1"
+    assert apt_release.manifest_revision("m.json", {}, "v1") == "v1"
+    assert apt_release.manifest_revision("m.json", {"revision": "v2"}, None) == "v2"
+    with pytest.raises(apt_release.AptError) as caught:
+        apt_release.manifest_revision("m.json", {"revision": "v20261201"}, "v20261129")
+    assert caught.value.msg == (
+        "manifest m.json is of revision v20261201 but the default stream's tip is v20261129; give the "
+        "tip's manifest"
+    )

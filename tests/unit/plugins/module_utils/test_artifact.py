@@ -78,3 +78,10 @@ def test_a_build_that_lacks_a_requested_major_is_refused(build, words):
     with pytest.raises(Refusal) as refused:
         artifact.pg_manifest(["16", "17"], build)
     assert refused.value.msg.startswith("the build manifest: " + words)
+
+
+def test_the_artifact_goes_into_an_existing_directory():
+    artifact.check_dest_folder("/out/disk.qcow2", "/out", True)
+    with pytest.raises(Refusal) as caught:
+        artifact.check_dest_folder("/out/disk.qcow2", "/out", False)
+    assert caught.value.msg == "artifact /out/disk.qcow2: its directory /out does not exist; create it first"

@@ -195,6 +195,29 @@ def test_request_numbers_in_range_pass():
     assert hi.check_request(REV, None, 0) is None and hi.check_request(REV, 4, 10) is None
 
 
+@pytest.mark.parametrize(
+    ("os_version", "pg_versions", "missing"),
+    [("24.04", [], "pg_versions"), ("24.04", None, "pg_versions"), (None, ["17"], "os_version")],
+)
+def test_a_registration_names_its_stream_and_majors(os_version, pg_versions, missing):
+    with pytest.raises(errors.Refusal) as caught:
+        hi.check_versions("v20261201-2404", os_version, pg_versions)
+    assert caught.value.msg.startswith(
+        "revision v20261201-2404: %s is required with state=present; " % missing
+    )
+    assert hi.check_versions("v20261201-2404", "24.04", ["17"]) is None
+
+
+def test_the_stream_of_a_revision_is_its_name_s_and_must_match_the_one_given():
+    assert hi.revision_stream("v20261201-2404") == "24.04"
+    assert hi.revision_stream("v20261201-2404", "24.04") == "24.04"
+    assert hi.revision_stream("v20260615") == "22.04"
+    for name, stream in (("nightly", None), ("v20260615", "24.04")):
+        with pytest.raises(hi.ImageError) as caught:
+            hi.revision_stream(name, stream)
+        assert caught.value.result["refused"] is True and name in caught.value.msg
+
+
 def test_an_uploaded_file_must_match_the_checksum_given():
     assert hi.check_src_checksum("/tmp/x", "a" * 128, None) == "a" * 128
     with pytest.raises(errors.Refusal, match="not the checksum given"):

@@ -73,3 +73,20 @@ def test_a_kubeconfig_that_is_not_there_is_refused_naming_its_path():
     assert error.value.msg.startswith(
         "kubeconfig ~/clusters/prod.yaml (option kubeconfig or K8S_AUTH_KUBECONFIG): the file does not exist"
     )
+
+
+def test_a_file_to_read_must_be_there():
+    assert (
+        inputs.require_file("/tmp/disk.raw", True, "image /tmp/disk.raw", "build it first") == "/tmp/disk.raw"
+    )
+    with pytest.raises(errors.Refusal) as error:
+        inputs.require_file("/tmp/disk.raw", False, "image /tmp/disk.raw", "build it first")
+    assert error.value.msg == "image /tmp/disk.raw: it does not exist or is not a file; build it first"
+    assert error.value.result["refused"] is True
+
+
+def test_a_float_duration_is_shown_as_given():
+    with pytest.raises(errors.Refusal, match=r"^option wait_sleep: 0 is not a duration"):
+        inputs.positive(0.0, "wait_sleep")
+    with pytest.raises(errors.Refusal, match=r"^option wait_sleep: -0\.5 is not a duration"):
+        inputs.positive(-0.5, "wait_sleep")

@@ -109,3 +109,51 @@ def test_an_export_only_ever_claims_objects_carrying_its_mark():
         jobs.refuse_foreign_objects([foreign, other_job], "x", "ns")
     assert caught.value.msg.startswith("PersistentVolumeClaim ns/x-scratch, ConfigMap ns/x: it exists")
     assert caught.value.msg.endswith("give the export another name; nothing was written")
+
+
+def test_a_claim_that_is_not_there_is_refused_naming_it_and_its_role():
+    claim = {"metadata": {"name": "disk"}}
+    assert jobs.require_claim(claim, "ns", "disk", "create it first") is claim
+    with pytest.raises(Refusal) as caught:
+        jobs.require_claim(None, "ns", "disk", "give the claim of the sealed disk")
+    assert (
+        caught.value.msg
+        == "PersistentVolumeClaim ns/disk: it does not exist; give the claim of the sealed disk"
+    )
+    with pytest.raises(Refusal) as caught:
+        jobs.require_claim(None, "ns", "imp", "create it first", "source", "nothing to convert from")
+    assert (
+        caught.value.msg == "PersistentVolumeClaim ns/imp (source): nothing to convert from; create it first"
+    )
+
+
+def test_an_export_name_leaves_room_and_its_scratch_claim_holds_something():
+    jobs.check_export_request("x" * jobs.EXPORT_MAX_NAME, "80Gi", 80 * 2**30)
+    with pytest.raises(Refusal, match=r"option name .*: it is longer than 56 characters; shorten it"):
+        jobs.check_export_request("x" * (jobs.EXPORT_MAX_NAME + 1), "80Gi", 80 * 2**30)
+    with pytest.raises(Refusal, match=r"option scratch_size \(0\): an empty scratch claim holds no qcow2"):
+        jobs.check_export_request("exp", "0", 0)
+
+
+def test_the_export_secret_holds_the_named_keys():
+    def secret(**data):
+        return {"data": data}
+
+    ref = jobs.export_secret(
+        "ns", "s3", secret(accessKeyId="a", secretKey="b"), "accessKeyId", "secretKey", "tok"
+    )
+    assert ref == {
+        "name": "s3",
+        "access_key": "accessKeyId",
+        "secret_key": "secretKey",
+        "session_token": None,
+    }
+    with_token = jobs.export_secret(
+        "ns", "s3", {"stringData": {"a": "1", "b": "2", "tok": "3"}}, "a", "b", "tok"
+    )
+    assert with_token["session_token"] == "tok"
+    with pytest.raises(Refusal, match="Secret ns/s3: it does not exist; create it with the bucket's"):
+        jobs.export_secret("ns", "s3", None, "a", "b", "t")
+    with pytest.raises(Refusal) as caught:
+        jobs.export_secret("ns", "s3", secret(user="x"), "accessKeyId", "secretKey", "t")
+    assert caught.value.msg.startswith("Secret ns/s3: it has no key accessKeyId and no key secretKey; add")

@@ -157,6 +157,8 @@ class Handler(BaseHTTPRequestHandler):
         api.log.append((verb, name or (body or {}).get("metadata", {}).get("name"), fault or "ok"))
         if fault == "drop":
             return self._drop()
+        if fault == "403":
+            return self._send(403, status(403, "Forbidden", "may not read configmaps"))
         if fault in ("500", "503", "429"):
             reason = {"500": "InternalError", "503": "ServiceUnavailable", "429": "TooManyRequests"}[fault]
             return self._send(int(fault), status(int(fault), reason, "injected"))
@@ -361,6 +363,44 @@ def test_a_read_gives_up_at_the_bound_and_says_so(api, module):
         "(InternalError, 500)"
     )
     assert err.value.fields["status"] == 500 and err.value.fields["attempts"] == 3
+
+
+# --- the raw read path: its answers are PipelineErrors that the retry layer still reads first -----------
+
+
+@pytest.fixture
+def raw_module(api):
+    """A module whose reads go over the raw connection (no kubernetes client is built)."""
+    with patch_module_args({"kubeconfig": api.kubeconfig}):
+        m = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
+        m.backoff = _kube.Backoff(base=0.001, cap=0.01)
+        yield m
+    assert m._kube_client is None
+
+
+def test_the_raw_paths_errors_derive_from_the_one_base_and_are_still_retried(api, raw_module):
+    assert issubclass(_kube.ApiError, errors.PipelineError)
+    assert issubclass(_kube.ResourceNotFoundError, errors.PipelineError)
+    api.objects["a"] = api.bump(cm("a", {"k": "v"}))
+    api.script = [("get", "500"), ("get", "503"), ("get", "429")]
+    assert raw_module.get("v1", "ConfigMap", "a", NS)["data"] == {"k": "v"}
+    assert api.script == [] and raw_module.retried == 3
+    assert raw_module.get("v1", "ConfigMap", "gone", NS) is None  # a 404 is "absent", not an error
+
+
+def test_an_unserved_kind_on_the_raw_path_is_not_served_rather_than_an_error(api, raw_module):
+    assert raw_module.served("v1", "Nothing") is False
+    assert raw_module.served("v1", "ConfigMap") is True
+    with pytest.raises(_kube.KubeError, match="find Nothing in v1: the API server does not serve this kind"):
+        raw_module.get("v1", "Nothing", "a", NS)
+
+
+def test_a_wait_whose_read_is_refused_fails_naming_the_object(api, raw_module):
+    api.script = [("get", "503"), ("get", "403")]
+    with pytest.raises(_kube.KubeError) as err:
+        raw_module.wait("v1", "ConfigMap", "a", NS, lambda obj: (obj is not None, None), str, "a", 5, 0.01)
+    assert err.value.msg == "get ConfigMap ns/a: may not read configmaps (Forbidden, 403)"
+    assert isinstance(err.value.cause, _kube.ApiError)
 
 
 # --- create ------------------------------------------------------------------------------------

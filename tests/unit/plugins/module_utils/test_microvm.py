@@ -399,3 +399,48 @@ def test_fragments_always_set_the_kernel_filename_and_mount_the_modules():
     assert capmvm["volumes"] == [
         {"id": "modules", "image": refs["modules"], "mountPoint": "/lib/modules/5.10.77"}
     ]
+
+
+def test_the_compression_level_is_a_gzip_level():
+    assert microvm.check_compression_level(9) == 9
+    for level in (0, 10):
+        with pytest.raises(Refusal, match="compression_level %d: is not a gzip level; use 1" % level):
+            microvm.check_compression_level(level)
+
+
+def test_source_date_epoch_from_the_option_else_the_environment():
+    assert microvm.source_date_epoch(5) == 5
+    assert microvm.source_date_epoch(None, "1700000000") == 1700000000
+    assert microvm.source_date_epoch(None, "") == 0 and microvm.source_date_epoch(None) == 0
+    with pytest.raises(Refusal, match="SOURCE_DATE_EPOCH 'yesterday': is not a number of seconds"):
+        microvm.source_date_epoch(None, "yesterday")
+    with pytest.raises(Refusal, match="source_date_epoch -1: is before 1970"):
+        microvm.source_date_epoch(-1)
+
+
+def test_dest_is_empty_new_or_already_a_layout():
+    microvm.check_dest_layout("/out", [], False)
+    microvm.check_dest_layout("/out", ["index.json", "oci-layout", "blobs"], True)
+    with pytest.raises(Refusal) as caught:
+        microvm.check_dest_layout("/home/me", ["notes.txt"], False)
+    assert caught.value.msg.startswith(
+        "dest /home/me: is a non-empty directory that is not an OCI image layout (it holds notes.txt)"
+    )
+
+
+def test_require_sealed_refuses_naming_each_failed_check():
+    checks = [
+        {"name": "machine_id_empty", "passed": False, "evidence": "/etc/machine-id holds an id"},
+        {"name": "ssh_host_keys_absent", "passed": True, "evidence": "none"},
+    ]
+    assert microvm.refuse_unsealed("disk.raw", checks, True, []) is None
+    with pytest.raises(Refusal) as caught:
+        microvm.refuse_unsealed("disk.raw", checks, False, ["machine_id_empty"])
+    assert caught.value.msg.startswith(
+        "root filesystem of disk.raw: fails the sealing checks machine_id_empty: /etc/machine-id holds an id;"
+    )
+    assert caught.value.result["hygiene"] == {
+        "sealed": False,
+        "failed": ["machine_id_empty"],
+        "checks": checks,
+    }

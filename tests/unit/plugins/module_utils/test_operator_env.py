@@ -1,6 +1,6 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, operator_env
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 OS, REP = operator_env.OS_ENV, operator_env.REPLICAS_ENV
 
@@ -139,3 +139,36 @@ def test_rollout_verdict_as_kubectl_rollout_status():
     ]
     assert operator_env.rollout_verdict(stuck) == (False, "its progress deadline was exceeded: m")
     assert operator_env.rollout_verdict(None) == (False, "the Deployment is gone")
+
+
+REF = "Deployment dbaas/dbinstance-operator"
+
+
+def test_a_request_is_refused_before_anything_is_read():
+    operator_env.check_request(REF, "24.04", True, None, False)
+    operator_env.check_request(REF, None, False, 3, False)
+    with pytest.raises(Refusal, match=r"os_version 24\.04 is given without a catalog; give catalog"):
+        operator_env.check_request(REF, "24.04", False, None, False)
+    with pytest.raises(Refusal, match="replicas and replicas_from_nodes are both given; give one of them"):
+        operator_env.check_request(REF, None, False, 3, True)
+    with pytest.raises(PipelineError, match="replicas: 0 is not a whole number"):
+        operator_env.check_request(REF, None, False, 0, False)
+
+
+def test_the_deployment_must_exist():
+    found = {"metadata": {"name": "dbinstance-operator"}}
+    assert operator_env.require_deployment(REF, found) is found
+    with pytest.raises(Refusal) as caught:
+        operator_env.require_deployment(REF, None)
+    assert caught.value.msg == (
+        "Deployment dbaas/dbinstance-operator: it does not exist; give the namespace and name of the "
+        "operator's Deployment"
+    )
+
+
+def test_the_replica_count_from_nodes_is_never_zero():
+    assert operator_env.replica_count(REF, 2, False, None) == 2
+    assert operator_env.replica_count(REF, None, True, ["a", "b", "c"]) == 3
+    for nodes in ([], None):
+        with pytest.raises(Refusal, match="replicas_from_nodes found no schedulable Node"):
+            operator_env.replica_count(REF, None, True, nodes)

@@ -1,7 +1,7 @@
 """A long wait in short rounds: the deadline, the round's end, news, and stuck versus still working."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
 
@@ -31,8 +31,22 @@ def test_zero_and_negative_timeouts_are_refused(timeout):
         Rounds(now=0.0, timeout=timeout)
 
 
-def test_object_arg_spec_adds_the_object_and_lets_a_module_override_a_round_default():
-    spec = rounds.object_arg_spec(wait_timeout={"type": "int", "default": 14400}, label={"type": "str"})
+def test_object_arg_spec_adds_the_object_and_lets_a_module_set_its_wait_defaults():
+    spec = rounds.object_arg_spec(timeout=14400, sleep=30, label={"type": "str"})
     assert spec["name"] == spec["namespace"] == {"type": "str", "required": True}
-    assert spec["wait_timeout"]["default"] == 14400 and spec["label"] == {"type": "str"}
+    assert spec["wait_timeout"] == {"type": "int", "default": 14400}
+    assert spec["wait_sleep"] == {"type": "float", "default": 30} and spec["label"] == {"type": "str"}
     assert set(rounds.ROUND_ARG_SPEC) < set(spec) and rounds.ROUND_ARG_SPEC["wait_timeout"]["default"] == 1800
+
+
+def test_the_rounds_wait_options_are_the_shared_ones_with_their_own_defaults():
+    shared = inputs.WAIT_ARG_SPEC
+    for option in shared:
+        assert dict(rounds.ROUND_ARG_SPEC[option], default=None) == dict(shared[option], default=None)
+    assert (
+        rounds.ROUND_ARG_SPEC["wait_timeout"]["default"],
+        rounds.ROUND_ARG_SPEC["wait_sleep"]["default"],
+    ) == (
+        1800,
+        5,
+    )

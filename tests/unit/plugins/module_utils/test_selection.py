@@ -592,3 +592,19 @@ def test_verification_line_state_and_timeout_name_what_is_pending():
         "(stuck: the state did not change in 60s): b: not seeded: no VolumeSnapshot for this family"
     )
     assert s.verification_timeout([], "H", "g2", 60, "stuck").endswith("no project namespace could be read")
+
+
+def test_projects_are_verified_only_against_a_bound_handle():
+    assert s.verifiable_handle("snap-123", "golden-images", "ubuntu-22-04-20260601") == "snap-123"
+    with pytest.raises(s.PipelineError) as caught:
+        s.verifiable_handle(None, "golden-images", "ubuntu-22-04-20260601")
+    assert caught.value.msg == (
+        "cannot verify projects: VolumeSnapshot golden-images/ubuntu-22-04-20260601 has no bound content "
+        "with a snapshot handle"
+    )
+
+
+def test_a_problem_left_after_moving_the_active_label_fails():
+    assert s.active_after_move([]) is None
+    with pytest.raises(s.PipelineError, match=r"after moving kube-dc\.com/golden-active: two goldens active"):
+        s.active_after_move(["two goldens active"])

@@ -457,3 +457,15 @@ def test_import_state_only_failed_is_terminal():
         {"metadata": {"name": "g", "namespace": "cozy-public"}, "status": {"phase": "Failed"}}
     )
     assert not done and "failed to import" in failed
+
+
+def test_state_present_needs_the_catalog_even_an_empty_one():
+    assert w.present_catalog([]) == []
+    with pytest.raises(Refusal) as caught:
+        w.present_catalog(None)
+    assert caught.value.msg == "option images: state=present needs the catalog; give images (it may be empty)"
+
+
+def test_a_pool_left_out_is_refused_naming_what_it_needs():
+    with pytest.raises(Refusal, match=r"pool None/None: pool\.name is required; give the pool's name"):
+        w.pool_request(None)

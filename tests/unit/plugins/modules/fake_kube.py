@@ -139,13 +139,19 @@ class FakeKube:
             self.writes.append(("patch", kind, namespace, name))
         return after, True
 
-    def delete(self, api_version, kind, name, namespace=None, before=None):
+    def delete(self, api_version, kind, name, namespace=None, before=None, propagation=None):
         if (api_version, kind, namespace, name) not in self.objects:
             return False
         if not self.check_mode:
             del self.objects[(api_version, kind, namespace, name)]
             self.writes.append(("delete", kind, namespace, name))
         return True
+
+    def delete_and_wait(self, api_version, kind, name, namespace, timeout, sleep, before=None, **options):
+        """Objects here are gone at once, as a finalizer-free object is."""
+        return self.delete(
+            api_version, kind, name, namespace, before=before, propagation=options.get("propagation")
+        )
 
     def wait(
         self, api_version, kind, name, namespace, predicate, describe, pending, timeout, sleep, progress=None

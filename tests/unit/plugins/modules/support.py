@@ -14,6 +14,11 @@ class Clock:
         self.now += seconds
 
 
+def rejected(spec, rules, params):
+    """What AnsibleModule would fail with for ``params`` under a module's spec and option rules."""
+    return ArgumentSpecValidator(spec, **rules).validate(params).error_messages
+
+
 def validated(spec, params):
     """``params`` with the module's defaults filled in, as AnsibleModule would hand them to the runner."""
     result = ArgumentSpecValidator(spec).validate(params)

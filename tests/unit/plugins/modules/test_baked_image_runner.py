@@ -8,6 +8,7 @@ import yaml
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors
 from ansible_collections.goldenimage.pipeline.plugins.modules import baked_image
 from fake_kube import ApiError, FakeKube, params_of
+from support import rejected
 
 NS = "harvester-public"
 IMAGE = "ubuntu-2204-postgres-v20260615"
@@ -213,3 +214,28 @@ def test_absent_shows_the_image_and_the_catalog_in_the_diff(tmp_path):
     assert headers == ["VirtualMachineImage %s/%s" % (NS, IMAGE), "catalog file %s" % catalog_file]
     assert "imported: true" in result["diff"][1]["before"] and "imported: false" in result["diff"][1]["after"]
     assert "feedface" not in json.dumps(result["diff"])
+
+
+def test_a_registration_without_its_majors_or_stream_is_refused_by_the_argument_spec():
+    spec, rules = baked_image.argument_spec(), baked_image.ARGUMENT_RULES
+    given = {"name": "v20260615", "url": SIGNED}
+    assert rejected(spec, rules, dict(given, os_version="22.04", pg_versions=["17"])) == []
+    assert rejected(spec, rules, dict(given, os_version="22.04")) == [
+        "state is present but all of the following are missing: pg_versions"
+    ]
+    assert rejected(spec, rules, {"name": "v20260615", "state": "absent"}) == []
+
+
+def test_an_empty_list_of_majors_is_refused_before_anything_is_read():
+    kube = FakeKube(params(pg_versions=[]))
+    with pytest.raises(
+        errors.Refusal, match="revision v20260615: pg_versions is required with state=present"
+    ):
+        baked_image.BakedImage(kube).run()
+    assert kube.writes == []
+
+
+def test_an_upload_of_a_file_that_is_not_there_is_refused(tmp_path):
+    kube = FakeKube(params(url=None, src=str(tmp_path / "absent.qcow2"), checksum=None))
+    with pytest.raises(errors.Refusal, match=r"absent\.qcow2: it does not exist or is not a file"):
+        baked_image.BakedImage(kube).run()

@@ -6,6 +6,8 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
 
+from tests.unit.plugins.modules import support
+
 
 class Module:
     check_mode = False
@@ -27,16 +29,25 @@ def refused(match, **params):
     return info.value
 
 
-def test_nowhere_to_put_the_images():
-    refused("has nowhere to put the images; set dest")
+def rejected(**params):
+    return support.rejected(microvm_image.argument_spec(), microvm_image.ARGUMENT_RULES, params)
 
 
-def test_registry_without_repository():
-    refused("needs a repository to push to", registry="r.example.com")
+def test_where_the_images_go_and_the_credentials_are_argument_rules():
+    src = "/nonexistent/disk.raw"
+    assert rejected(src=src) == ["one of the following is required: dest, registry"]
+    assert rejected(src=src, registry="r.example.com") == [
+        "missing parameter(s) required by 'registry': repository"
+    ]
+    assert rejected(src=src, dest="/tmp/x", username="u") == [
+        "parameters are required together: username, password"
+    ]
+    assert rejected(src=src, dest="/tmp/x") == []
+    assert rejected(src=src, registry="r.example.com", repository="a/b", username="u", password="p") == []
 
 
-def test_username_without_password():
-    refused("username and password go together", dest="/tmp/x", username="u")
+def test_a_null_repository_is_refused_not_a_crash():
+    refused("is not an OCI repository name", registry="r.example.com", repository=None)
 
 
 def test_credentials_in_the_registry_option():

@@ -65,3 +65,13 @@ def test_a_build_past_its_timeout_is_stopped():
                 params(wait_timeout=30, **result["resume"]), build, clock=clock, sleeper=clock.sleep
             ).run()
     assert build.stopped == [4242]
+
+
+def test_every_command_but_version_needs_the_work_directory():
+    spec, rules = packer_run.argument_spec(), packer_run.ARGUMENT_RULES
+    assert support.rejected(spec, rules, {"command": "version"}) == []
+    for command in ("init", "validate", "build"):
+        assert support.rejected(spec, rules, {"command": command}) == [
+            "command is %s but all of the following are missing: chdir" % command
+        ]
+        assert support.rejected(spec, rules, {"command": command, "chdir": "/w"}) == []

@@ -12,6 +12,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import worker_image
 
+from tests.unit.plugins.modules.support import rejected
+
 SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 NAME = "talos-worker-%s-v1.13.0" % SCHEMATIC
 ENTRY = {
@@ -276,3 +278,16 @@ def test_durations_must_be_positive():
     with pytest.raises(Refusal) as exc:
         run(Observed(images=[ENTRY], wait_timeout=0))
     assert exc.value.msg.startswith("option wait_timeout: 0 is not a duration")
+
+
+def test_what_each_state_needs_is_an_argument_rule():
+    spec, rules = worker_image.argument_spec(), worker_image.ARGUMENT_RULES
+    assert rejected(spec, rules, {}) == ["state is present but all of the following are missing: images"]
+    assert rejected(spec, rules, {"images": []}) == []
+    assert rejected(spec, rules, {"state": "absent"}) == [
+        "state is absent but all of the following are missing: name"
+    ]
+    assert rejected(spec, rules, {"state": "rendered"}) == [
+        "state is rendered but all of the following are missing: pool"
+    ]
+    assert rejected(spec, rules, {"state": "info"}) == []
