@@ -163,7 +163,7 @@ retries:
   sample: 0
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     KubeError,
     KubeModule,
@@ -198,6 +198,8 @@ class Apply(object):
         # Secret values are masked wherever the result would echo them (the invocation included).
         self.module.no_log_values.update(objects.secret_values(definitions))
         objects.check_definitions(definitions, state)
+        if state != "absent":
+            objects.check_urls(definitions, self.params["namespace"])
         if state == "absent" and self.params["wait"]:
             positive_all(self.params, ("wait_timeout", "wait_sleep"))
         entries, diffs = [], []
@@ -270,7 +272,9 @@ class Apply(object):
             raise
 
     def _diff(self, want, before, after):
-        diff = object_diff(objects.hide_secret(before), objects.hide_secret(after, before))
+        diff = redact.redact_fields(
+            object_diff(objects.hide_secret(before), objects.hide_secret(after, before))
+        )
         diff["before_header"] = diff["after_header"] = objects.describe(want)
         return diff
 
