@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.support.anonymous_s3 import AnonymousAwareS3
 from tests.integration.support.runner import ROOT, run_playbook
+from tests.integration.support.secrets import cluster_traces, leaks, new_secret, run_traces, with_password
 from tests.lab.controllers.cdi import publish_container_disk
 from tests.lab.controllers.volumes import snapshot_data
 
@@ -27,6 +28,10 @@ PUBLISH = ROOT / "playbooks" / "publish_linux_golden.yml"
 DATE = "2026-08-28"
 SIZE = 8 * 1024 * 1024
 ROLE = "goldenimage.pipeline.linux_golden"
+SOURCE_CHECK = (
+    "Check each image's source (refuses credentials in a URL, a tag without a digest, an http source "
+    "without a sha256 checksum)"
+)
 
 
 def make_disk(workdir: pathlib.Path, seed: int) -> tuple[pathlib.Path, pathlib.Path]:
@@ -263,8 +268,7 @@ def test_refusals_write_nothing(env):
     run = publish(env, images)
     assert not run.ok
     assert env.lab.mutating_requests() == []
-    plan = "Plan each image (refuses a tag without a digest and an http source without a sha256 checksum)"
-    messages = [r.get("msg", "") for r in run[plan]["results"]]
+    messages = [r.get("msg", "") for r in run[SOURCE_CHECK]["results"]]
     assert "registry source docker://quay.io/containerdisks/debian:12 has no digest" in messages[0]
     assert "pin it as docker://quay.io/containerdisks/debian@sha256:<digest>" in messages[0]
     assert "has no checksum" in messages[1] and "checksum: sha256:<hex" in messages[1]
@@ -557,3 +561,39 @@ def test_a_zero_timeout_is_refused_before_anything_is_written(env):
     refused = run["Refuse zero or negative timeouts and intervals before anything is written"]
     messages = [r.get("msg", "") for r in refused["results"] if r.get("failed")]
     assert messages and "option linux_golden_import_timeout: 0 is not a duration" in messages[0], messages
+
+
+@pytest.mark.suite("secrets")
+def test_a_password_in_a_source_url_is_refused_before_anything_is_written(env, kube_client):
+    password = new_secret()
+    family = "%s-secret" % env.prefix
+    hex64 = "ab" * 32
+    images = [
+        image(env, family, {"http": {"url": "{{ http_with_password }}", "checksum": "sha256:" + hex64}}),
+        image(
+            env, family + "2", {"registry": {"url": "{{ registry_with_password }}", "pull_method": "node"}}
+        ),
+    ]
+    extra_vars = {
+        "linux_golden_images": images,
+        "linux_golden_date": DATE,
+        "linux_golden_poll_interval": 1,
+        "linux_golden_import_timeout": 10,
+        "http_with_password": with_password(
+            "%s/%s/disk.qcow2" % (env.lab.s3.endpoint_url, env.bucket), password
+        ),
+        "registry_with_password": with_password(
+            "docker://quay.io/os/debian@sha256:" + hex64, password, "bot"
+        ),
+    }
+    env.lab.clear_audit()
+    run = run_playbook(PUBLISH, env=env.lab.env(), extra_vars=extra_vars, timeout=240, args=["-vvv"])
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    messages = [r.get("msg", "") for r in run[SOURCE_CHECK]["results"]]
+    assert "option source.http.url (http://REDACTED@" in messages[0], messages
+    assert "source.http.secret_ref" in messages[0] and "presign: true" in messages[0]
+    assert "option source.registry.url (docker://REDACTED@quay.io/os/debian@sha256:" in messages[1], messages
+    assert "source.registry.secret_ref" in messages[1]
+    found = run_traces(run) + cluster_traces(kube_client, [BLOCK_NS, FS_NS])
+    assert leaks(found, [password]) == []
