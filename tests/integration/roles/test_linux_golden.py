@@ -501,9 +501,9 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env, checking_
     refused = run["basic auth refused"]["msg"]
     assert "failed to import" in refused and "got 400" in refused, refused
     assert env.snapshot(FS_NS, golden_name(basic, digest)) is None
-    planned = [t for t in run.tasks if t["task"].startswith("Plan each artifact")]
-    assert planned[-1]["status"] == "failed"  # the third include: refused before anything is written
-    assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]
+    checked = [t for t in run.tasks if t["task"].startswith("Check each artifact's source")]
+    assert checked[-1]["status"] == "failed"  # the third include: refused before anything is written
+    assert "sets both presign and secret_ref" in checked[-1]["result"]["results"][0]["msg"]
 
 
 @pytest.mark.suite("faults")
@@ -595,5 +595,35 @@ def test_a_password_in_a_source_url_is_refused_before_anything_is_written(env, k
     assert "source.http.secret_ref" in messages[0] and "presign: true" in messages[0]
     assert "option source.registry.url (docker://REDACTED@quay.io/os/debian@sha256:" in messages[1], messages
     assert "source.registry.secret_ref" in messages[1]
+    found = run_traces(run) + cluster_traces(kube_client, [BLOCK_NS, FS_NS])
+    assert leaks(found, [password]) == []
+
+
+@pytest.mark.suite("secrets")
+def test_distribute_refuses_a_password_in_an_artifact_url_before_anything_is_written(env, kube_client):
+    password = new_secret()
+    url = "%s/%s/win.qcow2" % (env.lab.s3.endpoint_url, env.bucket)
+    artifact = {
+        "family": "%s-dist-secret" % env.prefix,
+        "os_name": "Windows 11",
+        "size": str(SIZE),
+        "source": {"http": {"url": "{{ url_with_password }}", "checksum": "sha256:" + "cd" * 32}},
+    }
+    env.lab.clear_audit()
+    run = run_playbook(
+        role_play(include("distribute", tasks_from="distribute", linux_golden_artifacts=[artifact])),
+        env=env.lab.env(),
+        extra_vars={"url_with_password": with_password(url, password)},
+        args=["-vvv"],
+        timeout=240,
+    )
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    check = (
+        "Check each artifact's source (refuses credentials in a URL and an http source without a sha256 "
+        "checksum)"
+    )
+    msg = run[check]["results"][0]["msg"]
+    assert "option source.http.url (http://REDACTED@" in msg and "presign: true" in msg, msg
     found = run_traces(run) + cluster_traces(kube_client, [BLOCK_NS, FS_NS])
     assert leaks(found, [password]) == []

@@ -1,7 +1,7 @@
-"""Secrets suite for the roles that take a bucket, mirror or API URL: windows_bake, harvester_upload and
-worker_image refuse a URL with a password in it by their first steps, before anything is written to the
-cluster (the lab's audit log) or to the bucket (its listing), and the password is found nowhere: not in
-the ``-vvv`` output, a task result, nor any object or Event of the namespace.
+"""Secrets suite for the roles that take a bucket, mirror or API URL: windows_bake, windows_export,
+harvester_upload and worker_image refuse a URL with a password in it by their first steps, before
+anything is written to the cluster (the lab's audit log) or to the bucket (its listing), and the password
+is found nowhere: not in the ``-vvv`` output, a task result, nor any object or Event of the namespace.
 
 The URL reaches the play through extra vars, as it would from a vault or an inventory (a playbook's own
 lines are quoted back by ansible-core on a failure).
@@ -166,4 +166,34 @@ def test_worker_image_refuses_a_mirror_or_factory_url_with_a_password(
     )
     msg = refusal(run, task)
     assert "option %s (https://REDACTED@s3.example:9000/factory)" % where in msg, msg
+    assert_nothing_written_or_leaked(lab, kube_client, kube_namespace, [run], password, bucket)
+
+
+@pytest.mark.suite("secrets")
+@pytest.mark.parametrize(
+    "option",
+    ["windows_export_endpoint_url", "windows_export_pod_endpoint_url", "windows_export_import_url_base"],
+)
+def test_windows_export_refuses_a_bucket_url_with_a_password(lab, kube_client, kube_namespace, option):
+    password = new_secret()
+    bucket = "exports-%s" % uuid.uuid4().hex[:8]
+    role = include(
+        "windows_export",
+        windows_export_namespace=kube_namespace,
+        windows_export_pvc="sealed-disk",
+        windows_export_bucket=bucket,
+        windows_export_image="registry.example.com/tools/golden-export:1",
+        windows_export_import=True,
+        **{option: SECRET_URL},
+    )
+    lab.clear_audit()
+    run = run_playbook(
+        kube_play(role),
+        env=lab.env(),
+        args=["-vvv"],
+        extra_vars={"url_with_password": with_password("https://s3.example:9000", password)},
+    )
+    msg = refusal(run, "Refuse bucket URLs that carry credentials before anything is written")
+    assert "option %s (https://REDACTED@s3.example:9000)" % option in msg, msg
+    assert bucket not in bucket_names(lab)
     assert_nothing_written_or_leaked(lab, kube_client, kube_namespace, [run], password, bucket)
