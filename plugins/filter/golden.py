@@ -15,13 +15,14 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, linux_golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def _raising(func, *args):
     try:
         return func(*args)
-    except golden.GoldenError as exc:
-        raise AnsibleFilterError(str(exc)) from None
+    except PipelineError as exc:  # a GoldenError, or a Refusal (a URL with credentials)
+        raise AnsibleFilterError(exc.msg) from None
 
 
 def golden_name(family, date=None, digest=None):

@@ -3,14 +3,15 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
 """Input normalisations as filters (inputs.base_url, artifact.bare_digest, iso.claim_size), so roles join
-and compare values without regular expressions or arithmetic in Jinja."""
+and compare values without regular expressions or arithmetic in Jinja, and the refusal of a URL with
+credentials (redact.refuse_credentials), so a role refuses it with the rule every module applies."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, inputs, iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, inputs, iso, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
@@ -35,6 +36,26 @@ def iso_claim_size(iso_bytes, requested=""):
         raise AnsibleFilterError("iso_claim_size: %s" % exc.msg) from None
 
 
+def url_without_credentials(value, option="url", move=None):
+    """``value`` when it is empty or a URL without user-info; a URL with credentials fails the task, the
+    message naming ``option``, the URL redacted and ``move`` (the supported alternative)."""
+    if value is None or value == "":
+        return ""
+    try:
+        return redact.refuse_credentials(
+            str(value),
+            option,
+            move or "give the URL without credentials, and the credentials in their own options",
+        )
+    except PipelineError as exc:
+        raise AnsibleFilterError(exc.msg) from None
+
+
 class FilterModule(object):
     def filters(self):
-        return {"base_url": base_url, "bare_digest": bare_digest, "iso_claim_size": iso_claim_size}
+        return {
+            "base_url": base_url,
+            "bare_digest": bare_digest,
+            "iso_claim_size": iso_claim_size,
+            "url_without_credentials": url_without_credentials,
+        }

@@ -23,7 +23,7 @@ import tempfile
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.apt_release import AptError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_url
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_message, redact_url
 
 NOT_FOUND = (404, 410)
 
@@ -42,7 +42,7 @@ def fetch(url, timeout=60, validate_certs=True):
             "GET %s: HTTP %s %s" % (redact_url(url), exc.code, exc.reason), refused=False
         ) from None
     except Exception as exc:
-        raise AptError("GET %s: %s" % (redact_url(url), exc), refused=False) from None
+        raise AptError("GET %s: %s" % (redact_url(url), redact_message(str(exc))), refused=False) from None
 
 
 def gpgv(keyring, signed, signature=None):

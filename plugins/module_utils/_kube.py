@@ -40,7 +40,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import pa
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import strip_query
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import secrets_in, strip_query
 
 # Fields the server owns: comparing them would report a change on every run.
 SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink")
@@ -684,6 +684,9 @@ class KubeModule(AnsibleModule):
         spec = auth_argument_spec()
         spec.update(argument_spec or {})
         super(KubeModule, self).__init__(argument_spec=spec, **kwargs)
+        # A password or signature inside a URL, in any option, is masked in everything the module returns,
+        # its invocation included (a refusal of that URL is printed with it at -vvv otherwise).
+        self.no_log_values.update(secrets_in(self.params))
         self._kube_client = None
         self._resources = {}
         self._raw = None  # the raw read connection, False when the credentials need the client

@@ -40,7 +40,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     error_code,
     jittered_backoff,
-    redact_message,
     sign_with_sent_checksum,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -105,7 +104,7 @@ class Source:
             except Exception as exc:  # http.client.IncompleteRead, a reset connection, a read timeout
                 raise SourceError(
                     "reading %s failed after %d bytes: %s"
-                    % (self.name, self.read_bytes, redact_message(str(exc)))
+                    % (self.name, self.read_bytes, redact.redact_message(str(exc)))
                 ) from exc
             if not piece:
                 break
@@ -153,7 +152,7 @@ def open_source(path=None, url=None, timeout=60, validate_certs=True, headers=No
             http_agent="goldenimage.pipeline-os-mirror",
         )
     except Exception as exc:  # HTTPError, URLError, socket errors: all mean "cannot read the source"
-        raise SourceError("GET %s: %s" % (redact.redact_url(url), redact_message(str(exc)))) from exc
+        raise SourceError("GET %s: %s" % (redact.redact_url(url), redact.redact_message(str(exc)))) from exc
     length = response.headers.get("Content-Length")
     return Source(response, int(length) if length and length.isdigit() else None, url)
 
@@ -274,7 +273,7 @@ class Upload:
                 raise
             if not isinstance(exc, Exception):
                 raise
-            raise TransferError("%s: %s" % (self.action, redact_message(str(exc))), cleanup) from exc
+            raise TransferError("%s: %s" % (self.action, redact.redact_message(str(exc))), cleanup) from exc
         finally:
             if self._spool is not None:
                 self._spool.close()

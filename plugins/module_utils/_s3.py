@@ -21,10 +21,7 @@ __metaclass__ = type
 
 import functools
 import random
-import re
 import time
-
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
@@ -136,12 +133,7 @@ def call_failed(action, exc, bucket=None, **fields):
         fields.setdefault("error_code", code)
     if bucket and code == "NoSuchBucket":
         return S3Error("%s: bucket %s does not exist; create it first" % (action, bucket), **fields)
-    return S3Error("%s: %s" % (action, redact_message(str(exc))), **fields)
-
-
-def redact_message(text):
-    """Foreign error text with every URL in it redacted (a client error may quote the request URL)."""
-    return re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+", lambda m: redact.redact_url(m.group(0)), text)
+    return S3Error("%s: %s" % (action, redact.redact_message(str(exc))), **fields)
 
 
 def check_endpoint(endpoint_url, option="endpoint_url"):
@@ -151,27 +143,12 @@ def check_endpoint(endpoint_url, option="endpoint_url"):
     return endpoint_url
 
 
-def url_secrets(url):
-    """The parts of ``url`` that are secrets: the user-info password and signature/token query values."""
-    found = []
-    try:
-        parts = urlsplit(url or "")
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        password = parts.password
-    except (TypeError, ValueError):
-        return found
-    if password:
-        found.extend({password, unquote(password), quote(unquote(password), safe="")})
-    found.extend(value for name, value in pairs if value and name.lower() in redact.SECRET_QUERY)
-    return found
-
-
 def hide_url_secrets(module, options):
     """Mask the secret parts of the URL options in every output of ``module`` (invocation included)."""
     for option in options:
         value = module.params.get(option)
         if isinstance(value, str):
-            for secret in url_secrets(value):
+            for secret in redact.url_secrets(value):
                 module.no_log_values.add(secret)
 
 

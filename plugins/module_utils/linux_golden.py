@@ -16,7 +16,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, redact
 
 _REGISTRY = re.compile(r"^docker://(?P<repo>[^@\s]+?)(?::(?P<tag>[^:/@\s]+))?(?:@(?P<digest>\S+))?$")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -31,6 +31,15 @@ _HTTP_KEYS = {
 }
 _REGISTRY_KEYS = {"url": "url", "secret_ref": "secretRef", "cert_config_map": "certConfigMap"}
 _PULL_METHODS = ("pod", "node")
+# The supported moves for a source URL with credentials in it (the URL lands in the DataVolume's spec).
+HTTP_CREDENTIALS_MOVE = (
+    "put the user and password in a Secret (keys accessKeyId and secretKey) and give source.http.secret_ref, "
+    "or set source.http.presign: true for a private S3 bucket"
+)
+REGISTRY_CREDENTIALS_MOVE = (
+    "put the registry's user and password in a Secret (keys accessKeyId and secretKey) and give "
+    "source.registry.secret_ref"
+)
 
 
 class SourceError(golden.GoldenError):
@@ -98,6 +107,7 @@ def registry_digest(url):
 
 def http_checksum(url, checksum):
     """The ``sha256:<hex>`` checksum an http source must carry, normalized."""
+    url = redact.redact_url(url)
     if not checksum:
         raise SourceError(
             "http source %s has no checksum: without one the bytes CDI downloads are not verified and "
@@ -121,6 +131,9 @@ def pinned_source(source):
     kind = _kind(source)
     if kind == "registry":
         value = _settings(source["registry"], _REGISTRY_KEYS, kind)
+        redact.refuse_credentials(
+            str(value.get("url") or "").strip(), "source.registry.url", REGISTRY_CREDENTIALS_MOVE
+        )
         registry_digest(value.get("url"))
         out = {cdi: value[key] for key, cdi in _REGISTRY_KEYS.items() if value.get(key)}
         method = value.get("pull_method")
@@ -133,17 +146,20 @@ def pinned_source(source):
         out["url"] = str(out["url"]).strip()
         return {"registry": out}
     value = _settings(source["http"], _HTTP_KEYS, kind)
-    url = str(value.get("url") or "").strip()
+    url = redact.refuse_credentials(
+        str(value.get("url") or "").strip(), "source.http.url", HTTP_CREDENTIALS_MOVE
+    )
+    shown = redact.redact_url(url)
     if not _HTTP.match(url):
-        raise SourceError("http source %r is not an http(s) URL" % (value.get("url"),))
+        raise SourceError("http source %r is not an http(s) URL" % (shown,))
     presign = value.get("presign", False)
     if not isinstance(presign, bool):
-        raise SourceError("source.http.presign of %s must be true or false, got %r" % (url, presign))
+        raise SourceError("source.http.presign of %s must be true or false, got %r" % (shown, presign))
     if presign and value.get("secret_ref"):
         raise SourceError(
             "source.http of %s sets both presign and secret_ref: CDI sends a secretRef as HTTP basic auth, "
             "which S3 and RGW refuse, while presign signs the URL itself; keep presign for an S3 bucket, or "
-            "secret_ref for a server that takes basic auth" % url
+            "secret_ref for a server that takes basic auth" % shown
         )
     out = {cdi: value[key] for key, cdi in _HTTP_KEYS.items() if value.get(key)}
     out["url"] = url

@@ -707,6 +707,12 @@ def layout_tags(tags=None):
 # Registry references and fragments ----------------------------------------------------------------
 
 
+def registry_url(value):
+    """The registry option as a URL, for the redaction rules: ``host[:port]`` reads as ``https://host[:port]/``."""
+    text = str(value or "").strip()
+    return text if "://" in text else "https://%s/" % text
+
+
 def parse_registry(value, has_credentials=False):
     """``(scheme, host)`` of the registry option. Plain HTTP only when spelt ``http://``."""
     text = str(value).strip().rstrip("/")

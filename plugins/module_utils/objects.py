@@ -16,7 +16,7 @@ __metaclass__ = type
 import base64
 import copy
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, golden, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, golden, kinds, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 STATES = ("present", "patched", "absent")
@@ -35,6 +35,11 @@ GUARDED_DELETES = {
     ("snapshot.storage.k8s.io", "VolumeSnapshot"): "goldenimage.pipeline.golden_snapshot with state=absent",
     ("harvesterhci.io", "VirtualMachineImage"): "goldenimage.pipeline.baked_image with state=absent",
 }
+# What to do instead of a URL with a password inside an object the module writes.
+URL_CREDENTIALS_MOVE = (
+    "put the credentials in a Secret and reference it (a DataVolume's source.http.secretRef), or give a "
+    "presigned URL (goldenimage.pipeline.bucket_object_url) for a bucket object"
+)
 HIDDEN = "<hidden>"
 HIDDEN_CHANGED = "<hidden: changed>"
 
@@ -86,6 +91,19 @@ def check_definitions(definitions, state):
                 "give each object once, with all its fields",
             )
         seen.add(key)
+
+
+def check_urls(definitions, namespace=None):
+    """Refuse a URL with credentials in its user-info anywhere in a definition (a Secret aside, the place
+    for credentials): the object stores it in its spec, and the module prints the object. ``namespace`` is
+    the one a definition that names none goes to."""
+    for index, definition in enumerate(definitions):
+        if isinstance(definition, dict) and definition.get("kind") != "Secret":
+            _api, kind, name, own = ident(definition)
+            shown = describe({"kind": kind, "metadata": {"name": name, "namespace": own or namespace}})
+            redact.refuse_credentials_in(
+                definition, "definitions[%d] (%s)" % (index, shown), URL_CREDENTIALS_MOVE
+            )
 
 
 def check_delete(current):
@@ -246,7 +264,7 @@ def entry(definition, action, obj=None):
         "name": name,
         "namespace": namespace,
         "action": action,
-        "object": hide_secret(obj) if obj is not None else None,
+        "object": redact.redact_fields(hide_secret(obj)) if obj is not None else None,
     }
 
 

@@ -17,8 +17,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import re
 
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
@@ -42,6 +43,14 @@ SECRET_QUERY = frozenset(
         "apikey",
     )
 )
+
+
+CREDENTIALS_RULE = (
+    "the URL carries credentials in its user-info, and a URL is stored and printed where no secret may be "
+    "(object metadata, catalogs, image specs, events, logs)"
+)
+# A URL inside free text (an error message, an object field): a scheme, ``://`` and no blank or quote.
+URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 def _netloc_without_userinfo(parts):
@@ -90,31 +99,6 @@ def redact_url(url):
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def signed_query_values(value, shortest=4):
-    """The secret query values of every URL in ``value`` (a string, or dicts and lists holding them), as
-    they are written in the URL and decoded: what a module masks wherever it would echo ``value`` (a
-    DataVolume's presigned source URL). Values shorter than ``shortest`` are left, as masking them would
-    blank every such run of characters of the output."""
-    found = set()
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found.update(signed_query_values(item, shortest))
-        return found
-    if not isinstance(value, str) or "?" not in value:
-        return found
-    try:
-        query = urlsplit(value).query
-    except ValueError:
-        return found
-    for part in query.split("&"):
-        name, _eq, written = part.partition("=")
-        if unquote(name).lower() in SECRET_QUERY:
-            found.update(form for form in (written, unquote(written)) if len(form) >= shortest)
-    return found
-
-
 def strip_query(url):
     """The URL without query or fragment: what to record for a presigned object URL."""
     parts = urlsplit(url)
@@ -130,6 +114,83 @@ def storable_url(url):
     return redact_url(url)
 
 
+def redact_message(text):
+    """``text`` with every URL in it redacted (foreign error text may quote a request URL)."""
+    if not isinstance(text, str):
+        return text
+    return URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)), text)
+
+
+def redact_fields(value):
+    """``value`` (a mapping, list or string, nested) with every URL in every string redacted.
+
+    For objects that are printed: a DataVolume's spec, a diff. Returns a copy; ``value`` is unchanged.
+    """
+    if isinstance(value, dict):
+        return {key: redact_fields(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_fields(item) for item in value]
+    return redact_message(value)
+
+
+def _spellings(value, decoded):
+    """A secret as the URL carries it, decoded, and quoted again: the forms output may show it in."""
+    return {form for form in (value, decoded, quote(decoded, safe="")) if form}
+
+
+def url_secrets(url):
+    """The parts of ``url`` that are secrets, each as the URL spells it, decoded and quoted: the user-info
+    password and the values of the query parameters that carry signatures or tokens."""
+    found = set()
+    try:
+        parts = urlsplit(url or "")
+        password = parts.password
+    except (TypeError, ValueError):
+        return []
+    if password:
+        found.update(_spellings(password, unquote(password)))
+    for pair in parts.query.split("&"):
+        name, _sep, value = pair.partition("=")
+        if value and unquote_plus(name).lower() in SECRET_QUERY:
+            found.update(_spellings(value, unquote_plus(value)))
+    return sorted(found)
+
+
+def secrets_in(value):
+    """The secrets (``url_secrets``) of every URL found in ``value``: a string, or mappings and lists of them.
+
+    A module masks these in everything it returns, its invocation included, whichever option held the URL.
+    """
+    found = set()
+    if isinstance(value, dict):
+        for item in value.values():
+            found.update(secrets_in(item))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.update(secrets_in(item))
+    elif isinstance(value, str) and "://" in value:
+        for match in URL_IN_TEXT.finditer(value):
+            found.update(url_secrets(match.group(0)))
+    return found
+
+
+def refuse_credentials_in(value, subject, alternative, path=""):
+    """``refuse_credentials`` for every URL in ``value`` (nested mappings and lists): the refusal names
+    ``subject`` (``DataVolume ns/x``) and the field that holds the URL (``spec.source.http.url``)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            refuse_credentials_in(item, subject, alternative, "%s.%s" % (path, key) if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            refuse_credentials_in(item, subject, alternative, "%s[%d]" % (path, index))
+    elif isinstance(value, str) and "://" in value:
+        for match in URL_IN_TEXT.finditer(value):
+            user, password = credentials(match.group(0))
+            if user is not None or password is not None:
+                shown = "%s field %s (%s)" % (subject, path, redact_url(match.group(0)))
+                raise Refusal(shown, CREDENTIALS_RULE, alternative)
+
+
 def refuse_credentials(url, option, alternative):
     """Refuse a URL input that carries a password: it would be stored and printed with the URL.
 
@@ -137,12 +198,7 @@ def refuse_credentials(url, option, alternative):
     """
     user, password = credentials(url)
     if user is not None or password is not None:
-        raise Refusal(
-            "option %s (%s)" % (option, redact_url(url)),
-            "the URL carries credentials in its user-info, and a URL is stored and printed where no "
-            "secret may be (object metadata, catalogs, image specs, events, logs)",
-            alternative,
-        )
+        raise Refusal("option %s (%s)" % (option, redact_url(url)), CREDENTIALS_RULE, alternative)
     return url
 
 

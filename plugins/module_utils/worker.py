@@ -19,7 +19,7 @@ import math
 import re
 from fractions import Fraction
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, mirror, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 NAMESPACE = "cozy-public"
@@ -118,16 +118,16 @@ def check_version(value, subject):
 
 def check_factory(url, subject):
     """``http(s)://host[/path]``, without credentials, query or fragment; a trailing ``/`` is trimmed."""
+    move = "give the Image Factory's base URL (default %s), or the base URL of the mirror bucket" % FACTORY
+    if isinstance(url, str):
+        redact.refuse_credentials(url, "%s imageFactoryURL" % subject, move + ", without credentials")
     if not isinstance(url, str) or not _FACTORY.match(url):
-        shown = url
-        if isinstance(url, str) and "@" in url:
-            shown = "<a URL with credentials>"
         raise Refusal(
             subject,
             "imageFactoryURL %r is not an http(s) URL of the form https://host[/path] without credentials, "
             "query or fragment; the image URL <factory>/image/<schematicID>/<version>/%s is built from it"
-            % (shown, PLATFORM_IMAGE),
-            "give the Image Factory's base URL (default %s), or the base URL of the mirror bucket" % FACTORY,
+            % (redact.redact_url(url), PLATFORM_IMAGE),
+            move,
         )
     return url.rstrip("/")
 
@@ -419,7 +419,7 @@ def golden_summary(dv, pvc, datavolumes, golden_namespace=NAMESPACE):
         "progress": state.get("progress") or "N/A",
         "storage": _request(dv),
         "storage_class": claim_class(pvc) or _storage(dv).get("storageClassName") or "",
-        "url": _http(dv).get("url"),
+        "url": redact.redact_url(_http(dv).get("url")),
         "checksum": _http(dv).get("checksum"),
         "failed": state.get("phase") == FAILED,
         "reason": importer_reason(dv) if state.get("phase") == FAILED else None,
@@ -664,6 +664,12 @@ def pool_request(raw):
                 "it has no osImage and no imageURL, so there is nothing for its disk to import",
                 "give osImage.builtin to clone a golden, or imageURL for the HTTP import",
             )
+        redact.refuse_credentials(
+            pool["imageURL"],
+            "%s imageURL" % subject,
+            "give an image URL the worker disks may read without credentials, or osImage.builtin to clone a "
+            "golden of the catalog",
+        )
     return pool
 
 

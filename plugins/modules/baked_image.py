@@ -86,6 +86,7 @@ options:
     description:
       - Base URL of the Harvester API that serves the upload action, when it is not the Kubernetes API server
         of the kubeconfig (for example C(https://harvester.example.com)). Used only with O(src).
+      - The upload authenticates with the kubeconfig's credentials; a URL with credentials in it is refused.
     type: str
   os_version:
     description:
@@ -354,6 +355,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     harvester_image,
     inputs,
     kinds,
+    redact,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
@@ -423,6 +425,13 @@ def checked_inputs(p):
     stream = inputs.version_string(p["os_version"], "os_version")
     majors = [inputs.version_string(v, "pg_versions") for v in p["pg_versions"] or []]
     hi.check_url(p["url"])
+    if p["harvester_url"]:
+        redact.refuse_credentials(
+            p["harvester_url"],
+            "harvester_url",
+            "give the URL alone: the upload authenticates with the kubeconfig's credentials (its token or "
+            "client certificate)",
+        )
     if p["state"] == "present":
         hi.check_versions(p["name"], stream, majors)
         hi.check_request(p["name"], p["replicas"], p["retry"])

@@ -184,6 +184,7 @@ licensed:
 """
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_message
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_module,
@@ -191,7 +192,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     check_endpoint,
     error_code,
     has_credentials,
-    redact_message,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module

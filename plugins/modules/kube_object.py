@@ -196,8 +196,10 @@ class Apply(object):
         # Secret values, and the signatures and tokens of URLs (a DataVolume's presigned source), are
         # masked wherever the result would echo them (the invocation included).
         self.module.no_log_values.update(objects.secret_values(definitions))
-        self.module.no_log_values.update(redact.signed_query_values(definitions))
+        self.module.no_log_values.update(redact.secrets_in(definitions))
         objects.check_definitions(definitions, state)
+        if state != "absent":
+            objects.check_urls(definitions, self.params["namespace"])
         if state == "absent" and self.params["wait"]:
             positive_all(self.params, ("wait_timeout", "wait_sleep"))
         entries, diffs = [], []
@@ -210,7 +212,7 @@ class Apply(object):
             if diff is not None:
                 diffs.append(diff)
         # The objects read back may hold such URLs too (CDI copies the source URL into a claim's annotation).
-        self.module.no_log_values.update(redact.signed_query_values([entries, diffs]))
+        self.module.no_log_values.update(redact.secrets_in([entries, diffs]))
         changed = any(e["action"] in ("created", "patched", "deleted") for e in entries)
         result = {
             "changed": changed,
@@ -272,7 +274,9 @@ class Apply(object):
             raise
 
     def _diff(self, want, before, after):
-        diff = object_diff(objects.hide_secret(before), objects.hide_secret(after, before))
+        diff = redact.redact_fields(
+            object_diff(objects.hide_secret(before), objects.hide_secret(after, before))
+        )
         diff["before_header"] = diff["after_header"] = objects.describe(want)
         return diff
 

@@ -357,7 +357,10 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive, version_string
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import refuse_credentials
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import (
+    refuse_credentials,
+    url_secrets,
+)
 
 SLIM_CHOICES = ["apt", "docs", "locales", "kernel", "firmware"]
 
@@ -408,9 +411,7 @@ def check_inputs(params, environ=None):
         params.get("source_date_epoch"), environ.get("SOURCE_DATE_EPOCH")
     )
     if params.get("registry"):
-        refuse_credentials(
-            "https://%s/" % params["registry"].split("://")[-1], "registry", "set username and password"
-        )
+        refuse_credentials(microvm.registry_url(params["registry"]), "registry", "set username and password")
         settings["scheme"], settings["host"] = microvm.parse_registry(
             params["registry"], bool(params.get("username"))
         )
@@ -726,6 +727,9 @@ ARGUMENT_RULES = dict(
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **ARGUMENT_RULES)
+    # A password inside the registry URL is refused, and masked in the invocation that prints it.
+    if module.params.get("registry"):
+        module.no_log_values.update(url_secrets(microvm.registry_url(module.params["registry"])))
     run_module(module, lambda: Runner(module).run())
 
 

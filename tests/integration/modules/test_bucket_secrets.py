@@ -18,9 +18,9 @@ import threading
 import uuid
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import secret_forms
 
 from tests.integration.support.runner import play, run_playbook
+from tests.integration.support.secrets import leaks, run_traces
 from tests.lab.s3 import S3Server
 
 TAG = uuid.uuid4().hex[:12]
@@ -104,11 +104,7 @@ class Secrets:
 
 def traces(world, runs, exclude=()):
     """Every text a run left: outputs, results, bucket objects and metadata, files left behind."""
-    found = []
-    for run in runs:
-        found.append(("stdout", run.stdout))
-        found.append(("stderr", run.stderr))
-        found.extend(("result of %s" % entry["task"], json.dumps(entry["result"])) for entry in run.tasks)
+    found = run_traces(*runs)
     client = world["client"]
     for bucket in client.list_buckets()["Buckets"]:
         for obj in client.list_objects_v2(Bucket=bucket["Name"]).get("Contents") or []:
@@ -120,17 +116,6 @@ def traces(world, runs, exclude=()):
         if path.is_file() and path not in exclude:
             found.append((str(path), path.read_bytes().decode("utf-8", "replace")))
     return found
-
-
-def leaks(found, secrets):
-    """``(where, form, the text around it)`` for every form of every secret found."""
-    return [
-        (where, form, text[max(0, text.index(form) - 300) : text.index(form) + 60])
-        for secret in secrets
-        for form in secret_forms(secret)
-        for where, text in found
-        if form and form in text
-    ]
 
 
 @pytest.mark.suite("secrets")

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from tests.integration.support.runner import ROOT, run_playbook
+from tests.integration.support.secrets import cluster_traces, leaks, new_secret, run_traces, with_password
 from tests.lab.controllers.cdi import publish_container_disk
 from tests.lab.controllers.volumes import snapshot_data
 
@@ -26,6 +27,10 @@ PUBLISH = ROOT / "playbooks" / "publish_linux_golden.yml"
 DATE = "2026-08-28"
 SIZE = 8 * 1024 * 1024
 ROLE = "goldenimage.pipeline.linux_golden"
+SOURCE_CHECK = (
+    "Check each image's source (refuses credentials in a URL, a tag without a digest, an http source "
+    "without a sha256 checksum)"
+)
 
 
 def make_disk(workdir: pathlib.Path, seed: int) -> tuple[pathlib.Path, pathlib.Path]:
@@ -247,8 +252,7 @@ def test_refusals_write_nothing(env):
     run = publish(env, images)
     assert not run.ok
     assert env.lab.mutating_requests() == []
-    plan = "Plan each image (refuses a tag without a digest and an http source without a sha256 checksum)"
-    messages = [r.get("msg", "") for r in run[plan]["results"]]
+    messages = [r.get("msg", "") for r in run[SOURCE_CHECK]["results"]]
     assert "registry source docker://quay.io/containerdisks/debian:12 has no digest" in messages[0]
     assert "pin it as docker://quay.io/containerdisks/debian@sha256:<digest>" in messages[0]
     assert "has no checksum" in messages[1] and "checksum: sha256:<hex" in messages[1]
@@ -478,9 +482,9 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env):
     refused = run["basic auth refused"]["msg"]
     assert "failed to import" in refused and "got 400" in refused, refused
     assert env.snapshot(FS_NS, golden_name(basic, digest)) is None
-    planned = [t for t in run.tasks if t["task"].startswith("Plan each artifact")]
-    assert planned[-1]["status"] == "failed"  # the third include: refused before anything is written
-    assert "sets both presign and secret_ref" in planned[-1]["result"]["results"][0]["msg"]
+    checked = [t for t in run.tasks if t["task"].startswith("Check each artifact's source")]
+    assert checked[-1]["status"] == "failed"  # the third include: refused before anything is written
+    assert "sets both presign and secret_ref" in checked[-1]["result"]["results"][0]["msg"]
 
 
 def test_a_private_bucket_without_presign_is_refused_before_any_write(env, checking_s3):
@@ -586,3 +590,69 @@ def test_a_zero_timeout_is_refused_before_anything_is_written(env):
     refused = run["Refuse zero or negative timeouts and intervals before anything is written"]
     messages = [r.get("msg", "") for r in refused["results"] if r.get("failed")]
     assert messages and "option linux_golden_import_timeout: 0 is not a duration" in messages[0], messages
+
+
+@pytest.mark.suite("secrets")
+def test_a_password_in_a_source_url_is_refused_before_anything_is_written(env, kube_client):
+    password = new_secret()
+    family = "%s-secret" % env.prefix
+    hex64 = "ab" * 32
+    images = [
+        image(env, family, {"http": {"url": "{{ http_with_password }}", "checksum": "sha256:" + hex64}}),
+        image(
+            env, family + "2", {"registry": {"url": "{{ registry_with_password }}", "pull_method": "node"}}
+        ),
+    ]
+    extra_vars = {
+        "linux_golden_images": images,
+        "linux_golden_date": DATE,
+        "linux_golden_poll_interval": 1,
+        "linux_golden_import_timeout": 10,
+        "http_with_password": with_password(
+            "%s/%s/disk.qcow2" % (env.lab.s3.endpoint_url, env.bucket), password
+        ),
+        "registry_with_password": with_password(
+            "docker://quay.io/os/debian@sha256:" + hex64, password, "bot"
+        ),
+    }
+    env.lab.clear_audit()
+    run = run_playbook(PUBLISH, env=env.lab.env(), extra_vars=extra_vars, timeout=240, args=["-vvv"])
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    messages = [r.get("msg", "") for r in run[SOURCE_CHECK]["results"]]
+    assert "option source.http.url (http://REDACTED@" in messages[0], messages
+    assert "source.http.secret_ref" in messages[0] and "presign: true" in messages[0]
+    assert "option source.registry.url (docker://REDACTED@quay.io/os/debian@sha256:" in messages[1], messages
+    assert "source.registry.secret_ref" in messages[1]
+    found = run_traces(run) + cluster_traces(kube_client, [BLOCK_NS, FS_NS])
+    assert leaks(found, [password]) == []
+
+
+@pytest.mark.suite("secrets")
+def test_distribute_refuses_a_password_in_an_artifact_url_before_anything_is_written(env, kube_client):
+    password = new_secret()
+    url = "%s/%s/win.qcow2" % (env.lab.s3.endpoint_url, env.bucket)
+    artifact = {
+        "family": "%s-dist-secret" % env.prefix,
+        "os_name": "Windows 11",
+        "size": str(SIZE),
+        "source": {"http": {"url": "{{ url_with_password }}", "checksum": "sha256:" + "cd" * 32}},
+    }
+    env.lab.clear_audit()
+    run = run_playbook(
+        role_play(include("distribute", tasks_from="distribute", linux_golden_artifacts=[artifact])),
+        env=env.lab.env(),
+        extra_vars={"url_with_password": with_password(url, password)},
+        args=["-vvv"],
+        timeout=240,
+    )
+    assert not run.ok
+    assert env.lab.mutating_requests() == []
+    check = (
+        "Check each artifact's source (refuses credentials in a URL and an http source without a sha256 "
+        "checksum)"
+    )
+    msg = run[check]["results"][0]["msg"]
+    assert "option source.http.url (http://REDACTED@" in msg and "presign: true" in msg, msg
+    found = run_traces(run) + cluster_traces(kube_client, [BLOCK_NS, FS_NS])
+    assert leaks(found, [password]) == []

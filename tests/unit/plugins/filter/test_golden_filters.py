@@ -50,3 +50,11 @@ def test_pinned_source_refusals_are_filter_errors():
     with pytest.raises(AnsibleFilterError) as err:
         filters.source_digest({"http": {"url": "http://s3/b/k.qcow2"}})
     assert "http source http://s3/b/k.qcow2 has no checksum" in str(err.value)
+
+
+def test_a_source_url_with_credentials_is_a_filter_error_without_them():
+    for rule in (filters.pinned_source, filters.source_digest):
+        with pytest.raises(AnsibleFilterError) as err:
+            rule({"http": {"url": "http://u:hunter2@s3/b/k.qcow2", "checksum": HEX}})
+        assert "option source.http.url (http://REDACTED@s3/b/k.qcow2)" in str(err.value)
+        assert "hunter2" not in str(err.value)

@@ -109,3 +109,14 @@ def test_mirror_shown_source_of_a_path_or_nothing():
 
 def test_mirror_shown_source_of_an_unreadable_url_shows_nothing_of_it():
     assert mirror_shown_source({"url": "http://[::1/x"}) == "REDACTED"
+
+
+def test_url_without_credentials_passes_a_plain_url_and_refuses_user_info():
+    from ansible_collections.goldenimage.pipeline.plugins.filter.inputs import url_without_credentials
+
+    assert url_without_credentials("https://s3.example:9000/b?x=1", "o") == "https://s3.example:9000/b?x=1"
+    assert url_without_credentials("", "o") == "" and url_without_credentials(None, "o") == ""
+    with pytest.raises(AnsibleFilterError) as err:
+        url_without_credentials("http://k:hunter2@s3.example", "windows_bake_iso_url_base", "use a Secret")
+    assert str(err.value).startswith("option windows_bake_iso_url_base (http://REDACTED@s3.example): ")
+    assert str(err.value).endswith("; use a Secret") and "hunter2" not in str(err.value)

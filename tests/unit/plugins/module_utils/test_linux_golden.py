@@ -1,6 +1,7 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import linux_golden as lg
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 HEX = "f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
 REF = "docker://quay.io/containerdisks/ubuntu@sha256:" + HEX
@@ -122,3 +123,38 @@ def test_malformed_sources_are_refused(source, text):
 
 def test_source_errors_are_golden_errors():
     assert issubclass(lg.SourceError, golden.GoldenError)
+
+
+@pytest.mark.parametrize(
+    "source, option, move",
+    [
+        (
+            {"http": {"url": "http://mirror:hunter2@rgw.example/k.qcow2", "checksum": HEX}},
+            "source.http.url",
+            "presign",
+        ),
+        ({"http": "https://hunter2@rgw.example/k.qcow2"}, "source.http.url", "secret_ref"),
+        (
+            {"registry": "docker://bot:hunter2@quay.io/os/debian@sha256:" + HEX},
+            "source.registry.url",
+            "secret_ref",
+        ),
+        (
+            {"registry": {"url": "docker://bot:hunter2@quay.io/os/debian:12"}},
+            "source.registry.url",
+            "secret_ref",
+        ),
+    ],
+)
+def test_a_source_url_with_credentials_is_refused_without_echoing_them(source, option, move):
+    for rule in (lg.pinned_source, lg.source_digest):
+        with pytest.raises(Refusal) as err:
+            rule(source)
+        assert err.value.msg.startswith("option %s (" % option) and "REDACTED@" in err.value.msg
+        assert "hunter2" not in err.value.msg and move in err.value.msg
+
+
+def test_messages_show_a_tokenised_url_redacted():
+    with pytest.raises(lg.SourceError) as err:
+        lg.pinned_source({"http": {"url": URL + "?token=t0k&X-Amz-Signature=s1g"}})
+    assert "t0k" not in str(err.value) and "s1g" not in str(err.value) and "token=REDACTED" in str(err.value)

@@ -366,6 +366,12 @@ def test_layout_tags_refusals():
         microvm.layout_tags({"kernel": "modules"})
 
 
+def test_registry_url_reads_host_port_as_https():
+    assert microvm.registry_url("registry.example.com:5000") == "https://registry.example.com:5000/"
+    assert microvm.registry_url("u:pw@registry.example.com") == "https://u:pw@registry.example.com/"
+    assert microvm.registry_url("http://u:pw@127.0.0.1:5000") == "http://u:pw@127.0.0.1:5000"
+
+
 def test_parse_registry():
     assert microvm.parse_registry("registry.example.com:5000") == ("https", "registry.example.com:5000")
     assert microvm.parse_registry("http://127.0.0.1:5000/") == ("http", "127.0.0.1:5000")

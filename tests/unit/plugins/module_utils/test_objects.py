@@ -104,6 +104,30 @@ def test_secret_values_are_hidden_and_collected_in_every_form():
     assert "0" not in values
 
 
+def test_a_url_with_credentials_is_refused_naming_the_object_and_the_field():
+    dv = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {"name": "d", "namespace": "ns"},
+        "spec": {"source": {"http": {"url": "https://u:hunter2@h/k.img"}}},
+    }
+    with pytest.raises(Refusal) as caught:
+        objects.check_urls([cm(data={"a": "https://h/k?token=t"}), dv])
+    msg = caught.value.msg
+    assert msg.startswith(
+        "definitions[1] (DataVolume ns/d) field spec.source.http.url (https://REDACTED@h/k.img)"
+    )
+    assert "hunter2" not in msg and "secretRef" in msg and "presigned URL" in msg
+    # A Secret is where credentials belong; a signed URL is not refused (it is masked where printed).
+    objects.check_urls([dict(cm(stringData={"url": "https://u:p@h/"}), kind="Secret")])
+    objects.check_urls([cm(data={"a": "https://h/k?X-Amz-Signature=s1g"})])
+
+
+def test_an_object_is_shown_with_its_urls_redacted():
+    shown = objects.entry(cm(), "created", cm(data={"a": "https://h/k?X-Amz-Signature=s1g&part=1"}))
+    assert shown["object"]["data"]["a"] == "https://h/k?X-Amz-Signature=REDACTED&part=1"
+
+
 def test_summary_and_selector():
     entries = [{"action": "created"}, {"action": "unchanged"}, {"action": "created"}]
     assert objects.summary(entries) == "created 2, unchanged 1"

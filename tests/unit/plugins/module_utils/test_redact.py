@@ -57,17 +57,57 @@ def test_redact_text_masks_every_form():
     assert out.count(redact.MASK) == 3
 
 
-def test_signed_query_values_are_found_wherever_a_definition_holds_a_url():
-    url = (
-        "http://s3.lab:9000/isos/w.iso?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=key%2F20261203%2Fus"
-        "-east-1%2Fs3%2Faws4_request&X-Amz-Expires=600&X-Amz-Signature=5e1f00d2&token=t0k3n%2Bx&n=1"
+def test_redact_message_redacts_every_url_in_text():
+    text = redact.redact_message(
+        'Could not connect to "http://u:pw@h:1/b/k?X-Amz-Signature=s1g" nor ftp://h/x'
     )
-    definitions = [{"kind": "DataVolume", "spec": {"source": {"http": {"url": url}}}}, {"kind": "Other"}]
-    assert redact.signed_query_values(definitions) == {
-        "key%2F20261203%2Fus-east-1%2Fs3%2Faws4_request",
-        "key/20261203/us-east-1/s3/aws4_request",
-        "5e1f00d2",
-        "t0k3n%2Bx",
-        "t0k3n+x",
+    assert "pw" not in text and "s1g" not in text and "http://REDACTED@h:1/b/k" in text
+    assert "ftp://h/x" in text
+
+
+def test_url_secrets_are_what_masking_needs():
+    assert set(redact.url_secrets("http://u:p%40ss@h/b?token=t0k&X-Amz-Date=1")) == {"p%40ss", "p@ss", "t0k"}
+    assert redact.url_secrets("http://h/b") == []
+    # A query value as the URL spells it (what an echoed URL shows), decoded, and quoted again.
+    signed = "https://s3/b/k?X-Amz-Credential=AKIA%2F2026%2Fus&X-Amz-Signature=s1g%2Bx+y"
+    assert set(redact.url_secrets(signed)) == {
+        "AKIA%2F2026%2Fus",
+        "AKIA/2026/us",
+        "s1g%2Bx+y",
+        "s1g+x y",
+        "s1g%2Bx%20y",
     }
-    assert redact.signed_query_values({"url": "http://h/p?n=1&ok=yes", "list": ["plain", 3]}) == set()
+
+
+def test_secrets_in_finds_the_secrets_of_urls_anywhere_in_a_structure():
+    params = {
+        "definitions": [
+            {"spec": {"source": {"http": {"url": "https://s3/b/k?X-Amz-Signature=s1g&X-Amz-Date=1"}}}},
+            {"data": {"note": "mirror at http://user:pw0rd@h/x, then go"}},
+        ],
+        "name": "plain",
+        "count": 3,
+        "registry": "docker://ro:t0ken@quay.io/x@sha256:" + "a" * 64,
+    }
+    assert redact.secrets_in(params) == {"s1g", "pw0rd", "t0ken"}
+    assert redact.secrets_in({"url": "https://h/k?part=1", "ref": "docker://quay.io/x@sha256:ab"}) == set()
+
+
+def test_redact_fields_redacts_every_url_and_leaves_the_value_alone():
+    obj = {"spec": {"urls": ["http://u:pw@h/k", "https://h/k?token=t"], "size": 3, "name": "n"}}
+    shown = redact.redact_fields(obj)
+    assert shown == {
+        "spec": {"urls": ["http://REDACTED@h/k", "https://h/k?token=REDACTED"], "size": 3, "name": "n"}
+    }
+    assert obj["spec"]["urls"][0] == "http://u:pw@h/k"
+
+
+def test_refuse_credentials_in_names_the_path_of_the_url():
+    value = {"spec": {"source": {"http": {"url": "http://u:hunter2@h/k"}}, "other": ["https://h/k?token=t"]}}
+    with pytest.raises(errors.Refusal) as exc:
+        redact.refuse_credentials_in(value, "DataVolume ns/x", "use a Secret")
+    assert exc.value.msg.startswith("DataVolume ns/x field spec.source.http.url (http://REDACTED@h/k): ")
+    assert "hunter2" not in exc.value.msg and exc.value.msg.endswith("; use a Secret")
+    redact.refuse_credentials_in({"spec": {"url": "https://h/k?token=t"}}, "DataVolume ns/x", "x")
+    with pytest.raises(errors.Refusal, match=r"^x field a\[1\] \(docker://REDACTED@quay.io/r\)"):
+        redact.refuse_credentials_in({"a": ["n", "docker://u:p@quay.io/r"]}, "x", "y")

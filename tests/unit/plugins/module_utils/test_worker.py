@@ -82,12 +82,22 @@ def test_prerelease_version_accepted():
     assert entry(version="v1.14.0-alpha.1")["name"].endswith("-v1.14.0-alpha.1")
 
 
-@pytest.mark.parametrize("bad", ["ftp://f", "factory.talos.dev", "https://u:p@f.example", "https://f/x?y=1"])
+@pytest.mark.parametrize("bad", ["ftp://f", "factory.talos.dev", "https://f/x?y=1"])
 def test_factory_refused(bad):
     with pytest.raises(Refusal) as exc:
         entry(imageFactoryURL=bad)
     assert "is not an http(s) URL of the form https://host[/path]" in exc.value.msg
-    assert "u:p" not in exc.value.msg
+
+
+def test_urls_with_credentials_are_refused_by_the_one_rule_without_echoing_them():
+    with pytest.raises(Refusal) as exc:
+        entry(imageFactoryURL="https://u:hunter2@f.example")
+    assert "imageFactoryURL (https://REDACTED@f.example): the URL carries credentials" in exc.value.msg
+    assert "hunter2" not in exc.value.msg and "without credentials" in exc.value.msg
+    with pytest.raises(Refusal) as exc:
+        pool(osImage=None, imageURL="https://u:hunter2@f.example/talos.raw.xz")
+    assert "imageURL (https://REDACTED@f.example/talos.raw.xz): the URL carries credentials" in exc.value.msg
+    assert "hunter2" not in exc.value.msg and "osImage.builtin" in exc.value.msg
 
 
 def test_pool_side_uses_the_same_patterns():

@@ -86,6 +86,7 @@ def test_check_mode_writes_nothing(tmp_path):
         ({"retry": 11}, "retry is 11"),
         ({"url": "http://u:hunter2@mirror/k.qcow2"}, "credentials in its user-info"),
         ({"url": "http://u:hunter2@mirror/k.qcow2", "state": "absent"}, "credentials in its user-info"),
+        ({"url": None, "src": "/x.qcow2", "harvester_url": "https://u:hunter2@hv"}, "option harvester_url ("),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_read_or_written(given, text):
