@@ -28,7 +28,7 @@ description:
     M(goldenimage.pipeline.golden_snapshot), and a Harvester VirtualMachineImage with a pointer to
     M(goldenimage.pipeline.baked_image), since those delete paths ask who uses the object first.
   - O(state=absent) of a PersistentVolumeClaim, a DataVolume or a VirtualMachine asks who uses it first,
-    with the reference query the collection's other delete paths share. A claim (a DataVolume's: its
+    with the reference query the collection's other delete paths share. A claim (for a DataVolume, its
     claim) is refused while a pod or a VirtualMachine mounts it, or while a claim (C(dataSource),
     C(dataSourceRef)), a DataVolume or a VirtualMachine's C(dataVolumeTemplates) (C(source.pvc)) clones
     it or a VolumeSnapshot is taken of it, in any namespace; pods that ended, its own importer pods and

@@ -20,11 +20,11 @@ description:
     creates the goldens that do not exist and refuses an entry edited after its golden exists (a
     DataVolume spec cannot be changed in place). Removing an entry stops managing its golden; this
     module never deletes a golden for that.
-  - O(state=absent) deletes the golden O(name), refused while anything uses it, each consumer named: a
-    worker disk cloning it (C(source.pvc) or the golden annotation), a claim cloning it (C(dataSource),
-    C(dataSourceRef)), a VirtualMachine's C(dataVolumeTemplates), a VolumeSnapshot of it, a pod or a
-    VirtualMachine mounting it, in any namespace (the reference query every delete path of the
-    collection asks).
+  - O(state=absent) deletes the golden O(name), refused while anything uses it, naming each consumer (a
+    worker disk cloning it by C(source.pvc) or the golden annotation, a claim cloning it by C(dataSource)
+    or C(dataSourceRef), a VirtualMachine's C(dataVolumeTemplates), a VolumeSnapshot of it, a pod or a
+    VirtualMachine mounting it, in any namespace), with the reference query every delete path of the
+    collection asks.
   - O(state=info) answers, for every golden, its phase and progress and which pools and disks clone it.
   - O(state=rendered) returns the worker disk of O(pool). With C(osImage) it is a clone of the golden
     (C(source.pvc)) on the StorageClass the guards checked; without it, the HTTP import exactly as it
