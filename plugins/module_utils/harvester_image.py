@@ -23,6 +23,7 @@ import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     catalog,
+    consumers,
     eol,
     kinds,
     redact,
@@ -251,16 +252,15 @@ def printable(obj):
 # ------------------------------------------------------------------------------ consumers
 
 
-def consumer(kind, namespace, name, why):
-    """One thing that uses an image: the record every delete guard of the collection speaks."""
-    return {"kind": kind, "namespace": namespace, "name": name, "why": why}
+# One thing that uses an image: the record every delete guard of the collection speaks.
+consumer = consumers.consumer
 
 
 def _uses_image(claim, image_id, storage_class):
     if kinds.annotations(claim).get(IMAGE_ID_ANNOTATION) == image_id:
         return "its annotation %s names the image" % IMAGE_ID_ANNOTATION
     if storage_class and kinds.spec(claim).get("storageClassName") == storage_class:
-        return "it uses the image's StorageClass %s" % storage_class
+        return "it is on the image's StorageClass %s" % storage_class
     return None
 
 
@@ -283,22 +283,29 @@ def image_consumers(image, revision_name, catalogs=(), dbinstances=(), claims=()
     found = []
     for (kind, namespace, name), doc in catalogs:
         for stream, why in catalog.tips_using(doc, revision_name, ref):
-            found.append(consumer(kind, namespace, name, "stream %s: %s" % (stream, why)))
+            found.append(consumer(kind, namespace, name, "serves it as stream %s: %s" % (stream, why)))
     for db in dbinstances:
         state = kinds.status(db)
         applied = (state.get("appliedSpec") or {}).get("imageRevision")
         target = (state.get("repave") or {}).get("targetRevision")
         why = None
         if applied == revision_name:
-            why = "its applied revision is %s (phase %s)" % (applied, state.get("phase") or "unknown")
+            why = "runs on it: its applied revision is %s (phase %s)" % (
+                applied,
+                state.get("phase") or "unknown",
+            )
         elif target == revision_name:
-            why = "it is repaving onto %s" % target
+            why = "is repaving onto it: its target revision is %s" % target
         if why:
             found.append(consumer(db.get("kind") or "DBInstance", kinds.namespace(db), kinds.name(db), why))
     for claim in claims:
         why = _uses_image(claim, image_id, storage_class)
         if why:
-            found.append(consumer("PersistentVolumeClaim", kinds.namespace(claim), kinds.name(claim), why))
+            found.append(
+                consumer(
+                    "PersistentVolumeClaim", kinds.namespace(claim), kinds.name(claim), "uses it: " + why
+                )
+            )
     for vm in vms:
         text = kinds.annotations(vm).get(VCT_ANNOTATION)
         if not text:
@@ -313,7 +320,7 @@ def image_consumers(image, revision_name, catalogs=(), dbinstances=(), claims=()
                     "VirtualMachine",
                     kinds.namespace(vm),
                     kinds.name(vm),
-                    "its annotation %s does not parse, so it may declare a disk of the image"
+                    "may use it: its annotation %s does not parse, so it may declare a disk of the image"
                     % VCT_ANNOTATION,
                 )
             )
@@ -326,31 +333,23 @@ def image_consumers(image, revision_name, catalogs=(), dbinstances=(), claims=()
                         "VirtualMachine",
                         kinds.namespace(vm),
                         kinds.name(vm),
-                        "its disk %s in %s: %s" % (kinds.name(template), VCT_ANNOTATION, why),
+                        "uses it: its disk %s in %s: %s" % (kinds.name(template), VCT_ANNOTATION, why),
                     )
                 )
                 break
     return found
 
 
-def describe_consumer(record):
-    where = "%s/%s" % (record["namespace"], record["name"]) if record.get("namespace") else record["name"]
-    return "%s %s (%s)" % (record["kind"], where, record["why"])
-
-
-def refuse_delete(image, revision_name, consumers):
+def refuse_delete(image, revision_name, found):
     """Refuse deleting an image something uses, naming each consumer; None when nothing does."""
-    if not consumers:
-        return None
     pvcs = sorted(
-        "%s/%s" % (c["namespace"], c["name"]) for c in consumers if c["kind"] == "PersistentVolumeClaim"
+        "%s/%s" % (c["namespace"], c["name"]) for c in found or [] if c["kind"] == "PersistentVolumeClaim"
     )
-    return Refusal(
-        "refusing to delete %s %s (revision %s)" % (KIND, kinds.ref(image), revision_name),
-        "it is in use by %s" % "; ".join(describe_consumer(c) for c in consumers),
+    return consumers.refuse_delete(
+        "%s %s (revision %s)" % (KIND, kinds.ref(image), revision_name),
+        found,
         "move the stream tip to another revision (goldenimage.pipeline.baked_image_stream), repave those "
         "databases (goldenimage.pipeline.dbinstance_repave) and delete the disks and VMs left on it first",
-        consumers=consumers,
         pvcs=pvcs,
     )
 

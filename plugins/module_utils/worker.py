@@ -19,6 +19,7 @@ import math
 import re
 from fractions import Fraction
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers as who_uses
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, mirror, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
@@ -444,16 +445,44 @@ def describe_import(dv):
     return "%s %s %s" % (kinds.ref(dv), state.get("phase") or "Pending", state.get("progress") or "N/A")
 
 
-def refuse_delete_in_use(namespace, name, datavolumes):
-    who = consumers(namespace, name, datavolumes)
-    if who["disks"]:
-        raise Refusal(
-            "golden DataVolume %s/%s" % (namespace, name),
-            "%d worker disk(s) still clone it: %s" % (len(who["disks"]), ", ".join(who["disks"])),
-            "move those pools to another golden (or remove their osImage) and let their disks be replaced, "
-            "then delete it",
-            consumers=who,
+def delete_consumers(golden, observed):
+    """Who uses the golden DataVolume ``golden`` (as read): the collection's reference query of its claim
+    (``consumers.delete_consumers``: pods and VMs mounting it; claims, DataVolumes, VM
+    dataVolumeTemplates and snapshots made from it, in any namespace; its own importer pods left out),
+    and the worker disks whose golden annotation names it. ``observed``: ``consumers.volume_plan``'s."""
+    namespace, name = kinds.namespace(golden), kinds.name(golden)
+    found, _taken = who_uses.delete_consumers(golden, observed)
+    seen = {(c["kind"], c["namespace"], c["name"]) for c in found}
+    for dv in clones_of(namespace, name, observed.get("datavolumes") or []):
+        if ("DataVolume", kinds.namespace(dv), kinds.name(dv)) in seen or kinds.terminating(dv):
+            continue
+        pool = kinds.annotations(dv).get(POOL_ANNOTATION)
+        found.append(
+            who_uses.consumer(
+                "DataVolume",
+                kinds.namespace(dv),
+                kinds.name(dv),
+                "is a worker disk%s made from it (annotation %s)"
+                % (" of pool %s" % pool if pool else "", GOLDEN_ANNOTATION),
+            )
         )
+    return found
+
+
+def refuse_delete_in_use(golden, observed):
+    """Refuse deleting the golden ``golden`` while anything uses it, naming each consumer."""
+    found = delete_consumers(golden, observed)
+    refusal = who_uses.refuse_delete(
+        "golden DataVolume %s" % kinds.ref(golden),
+        found,
+        "move those pools to another golden (or remove their osImage) and let their disks be replaced, "
+        "then delete it",
+        pools=consumers(kinds.namespace(golden), kinds.name(golden), observed.get("datavolumes") or [])[
+            "pools"
+        ],
+    )
+    if refusal is not None:
+        raise refusal
 
 
 def refuse_not_golden(namespace, name, dv):

@@ -278,7 +278,7 @@ consumers:
     - kind: DBInstance
       namespace: orders
       name: pg-1
-      why: its applied revision is v20260615 (phase Available)
+      why: "runs on it: its applied revision is v20260615 (phase Available)"
 cleaned_up:
   description:
     - On a replica count mismatch found at C(Initialized), whether the image this run created was deleted

@@ -27,6 +27,14 @@ description:
     VolumeSnapshot or any object carrying the golden contract's family) is refused with a pointer to
     M(goldenimage.pipeline.golden_snapshot), and a Harvester VirtualMachineImage with a pointer to
     M(goldenimage.pipeline.baked_image), since those delete paths ask who uses the object first.
+  - O(state=absent) of a PersistentVolumeClaim, a DataVolume or a VirtualMachine asks who uses it first,
+    with the reference query the collection's other delete paths share. A claim (for a DataVolume, its
+    claim) is refused while a pod or a VirtualMachine mounts it, or while a claim (C(dataSource),
+    C(dataSourceRef)), a DataVolume or a VirtualMachine's C(dataVolumeTemplates) (C(source.pvc)) clones
+    it or a VolumeSnapshot is taken of it, in any namespace; pods that ended, its own importer pods and
+    objects being deleted do not count. A VirtualMachine (unless O(propagation=Orphan)) is refused while
+    anything but itself uses a DataVolume it owns, since its delete takes them along. The refusal names
+    each consumer, and every object of the task is read and asked about before the first delete.
   - "Transient errors are ridden out with jittered exponential backoff, bounded in attempts and in time:
     throttling (429), 5xx answers and dropped connections. A C(409) on create reads the object back: when it
     holds what was sent (the reply of an earlier attempt was lost after the server committed it) it is the
@@ -163,7 +171,14 @@ retries:
   sample: 0
 """
 
+<<<<<<< HEAD
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects, redact
+=======
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers, objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import (
+    observe_volume_users,
+)
+>>>>>>> wip/h17
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     KubeError,
     KubeModule,
@@ -189,6 +204,7 @@ class Apply(object):
     def __init__(self, module):
         self.module = module
         self.params = module.params
+        self._users = {}  # namespace -> what may use a volume there (read once per run)
 
     def run(self):
         state = self.params["state"]
@@ -203,9 +219,11 @@ class Apply(object):
         if state == "absent" and self.params["wait"]:
             positive_all(self.params, ("wait_timeout", "wait_sleep"))
         entries, diffs = [], []
-        for definition in definitions:
+        # Every delete is read and asked about first: a refusal comes before the first delete.
+        deletes = [self.read_for_delete(d) for d in definitions] if state == "absent" else []
+        for index, definition in enumerate(definitions):
             if state == "absent":
-                item, diff = self.absent(definition)
+                item, diff = self.absent(*deletes[index])
             else:
                 item, diff = self.present(definition, create=state == "present")
             entries.append(item)
@@ -280,13 +298,36 @@ class Apply(object):
         diff["before_header"] = diff["after_header"] = objects.describe(want)
         return diff
 
-    def absent(self, definition):
+    def read_for_delete(self, definition):
+        """``(where, want, current)`` of an object to delete, refused while it is not the collection's
+        own or while something uses it (or what its delete takes with it)."""
+        where = self._where(definition)
+        want = where[4]
+        current = self.module.get(*where[:4])
+        if current is None:
+            return where, want, None
+        objects.check_delete(current)
+        if consumers.asks(current):
+            namespace = where[3]
+            if namespace not in self._users:
+                try:
+                    self._users[namespace] = observe_volume_users(self.module, namespace)
+                except PipelineError as exc:
+                    raise PipelineError(
+                        "%s: cannot tell who uses it, nothing was deleted: %s"
+                        % (objects.describe(current), exc.msg),
+                        **exc.fields,
+                    ) from exc
+            refusal = consumers.delete_refusal(current, self._users[namespace], self.params["propagation"])
+            if refusal is not None:
+                raise refusal
+        return where, want, current
+
+    def absent(self, where, want, current):
         m = self.module
-        api_version, kind, name, namespace, want = self._where(definition)
-        current = m.get(api_version, kind, name, namespace)
+        api_version, kind, name, namespace, _want = where
         if current is None:
             return objects.entry(want, "absent"), None
-        objects.check_delete(current)
         propagation = self.params["propagation"]
         if self.params["wait"]:
             m.delete_and_wait(

@@ -20,7 +20,11 @@ description:
     creates the goldens that do not exist and refuses an entry edited after its golden exists (a
     DataVolume spec cannot be changed in place). Removing an entry stops managing its golden; this
     module never deletes a golden for that.
-  - O(state=absent) deletes the golden O(name), refused while any worker disk still clones it.
+  - O(state=absent) deletes the golden O(name), refused while anything uses it, naming each consumer (a
+    worker disk cloning it by C(source.pvc) or the golden annotation, a claim cloning it by C(dataSource)
+    or C(dataSourceRef), a VirtualMachine's C(dataVolumeTemplates), a VolumeSnapshot of it, a pod or a
+    VirtualMachine mounting it, in any namespace), with the reference query every delete path of the
+    collection asks.
   - O(state=info) answers, for every golden, its phase and progress and which pools and disks clone it.
   - O(state=rendered) returns the worker disk of O(pool). With C(osImage) it is a clone of the golden
     (C(source.pvc)) on the StorageClass the guards checked; without it, the HTTP import exactly as it
@@ -264,6 +268,9 @@ timed_out:
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import (
+    observe_volume_users,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_digest import object_sha256
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, WaitTimeout
@@ -439,9 +446,9 @@ class Runner:
         if dv is None:
             return self._done({"changed": False, "goldens": []})
         worker.refuse_not_golden(self.ns, name, dv)
-        datavolumes = self._all_datavolumes()
-        worker.refuse_delete_in_use(self.ns, name, datavolumes)
-        summary = self._summaries([dv], datavolumes)
+        observed = observe_volume_users(self.module, self.ns)
+        worker.refuse_delete_in_use(dv, observed)
+        summary = self._summaries([dv], observed["datavolumes"])
         self.module.delete(*DV, name=name, namespace=self.ns, before=dv)
         return self._done({"changed": True, "goldens": summary, "diff": object_diff(dv, None)})
 

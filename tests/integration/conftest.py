@@ -18,19 +18,25 @@ from tests.lab.s3 import s3_client
 __all__ = ["nodes", "operator_settings"]
 
 # The slow tier (`make slow`): whole roles and playbooks, run as a user runs them, and the module files
-# whose tests each import, bake or boot for tens of seconds; their tests in a suite (data loss, secrets,
-# ...) stay in make test. Module tests that stream GiB-sized data or wait by design carry the marker.
+# whose tests each import, bake or boot for tens of seconds. Their tests in a suite (data loss, secrets,
+# bad input, idempotence) stay in make test; a fault-suite test stays slow (make slow, or make faults
+# for those marked faults). Module tests that stream GiB-sized data or wait by design carry the marker.
 SLOW_DIRS = ("roles", "playbooks")
 SLOW_FILES = ("test_baked_image.py", "test_worker_image.py", "test_console_screenshot.py")
+
+
+def in_make_test(item):
+    """Whether a test of a slow directory or file stays in make test: it is in a suite, not the faults one."""
+    suites = {name for marker in item.iter_markers("suite") for name in marker.args}
+    return bool(suites) and "faults" not in suites and item.get_closest_marker("faults") is None
 
 
 def pytest_collection_modifyitems(config, items):
     here = pathlib.Path(__file__).parent
     for item in items:
         path = pathlib.Path(str(item.path))
-        if any(path.is_relative_to(here / name) for name in SLOW_DIRS) or (
-            path.name in SLOW_FILES and item.get_closest_marker("suite") is None
-        ):
+        slow = any(path.is_relative_to(here / name) for name in SLOW_DIRS) or path.name in SLOW_FILES
+        if slow and not in_make_test(item):
             item.add_marker(pytest.mark.slow)
 
 

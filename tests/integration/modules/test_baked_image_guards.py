@@ -125,9 +125,15 @@ def test_absent_asks_who_uses_the_image_and_keeps_imported_true_to_the_cluster(
         result = refused(run, title)
         assert result["refused"] is True, result
         msg = result["msg"]
-        assert msg.startswith("refusing to delete VirtualMachineImage %s/%s" % (kube_namespace, image)), msg
-        assert "DBInstance %s/orders (its applied revision is %s" % (kube_namespace, used) in msg, msg
-        assert "ConfigMap %s/catalog (stream 22.04: its tip is %s" % (kube_namespace, used) in msg, msg
+        assert msg.startswith(
+            "VirtualMachineImage %s/%s (revision %s): refusing to delete it" % (kube_namespace, image, used)
+        ), msg
+        assert (
+            "DBInstance %s/orders runs on it: its applied revision is %s" % (kube_namespace, used) in msg
+        ), msg
+        assert (
+            "ConfigMap %s/catalog serves it as stream 22.04: its tip is %s" % (kube_namespace, used) in msg
+        ), msg
         kinds = {(c["kind"], c["namespace"], c["name"]) for c in result["consumers"]}
         assert {("DBInstance", kube_namespace, "orders"), ("ConfigMap", kube_namespace, "catalog")} <= kinds
         assert result["pvcs"] == []

@@ -128,6 +128,7 @@ def env(lab, kube_client, kube_namespace, sealed):
     return Env(lab, kube_client, kube_namespace, sealed)
 
 
+@pytest.mark.suite("idempotence")
 def test_an_export_job_uploads_from_a_volume_the_controller_cannot_see(env, tmp_path):
     claim = env.claim("win11-sealed")
     key = "windows/11/2026-08-09/windows11-x64-golden.qcow2"
@@ -136,11 +137,26 @@ def test_an_export_job_uploads_from_a_volume_the_controller_cannot_see(env, tmp_
         kube_play(
             env.task("predict", "win11-sealed", key, check=True),
             env.task("export", "win11-sealed", key),
-            env.task("again", "win11-sealed", key),
         ),
         env=env.lab.env(),
     )
     assert run.ok, run.log
+    writes = env.writes()
+    stored = env.s3.head_object(Bucket=env.bucket, Key=key)
+    # The second run, alone in the audit log: it must find the export and send no mutating request at all.
+    env.lab.clear_audit()
+    rerun = run_playbook(
+        kube_play(
+            env.task("again", "win11-sealed", key), env.task("check again", "win11-sealed", key, check=True)
+        ),
+        env=env.lab.env(),
+    )
+    assert rerun.ok, rerun.log
+    assert env.lab.mutating_requests() == [], env.lab.mutating_requests()
+    again_stored = env.s3.head_object(Bucket=env.bucket, Key=key)
+    assert (again_stored["ETag"], again_stored["LastModified"]) == (stored["ETag"], stored["LastModified"])
+    assert [o["Key"] for o in env.s3.list_objects_v2(Bucket=env.bucket).get("Contents", [])] == [key]
+    assert rerun["check again"]["changed"] is False and rerun["check again"]["action"] == "skip"
 
     # Check mode predicted the export and wrote nothing.
     predict = run["predict"]
@@ -170,9 +186,8 @@ def test_an_export_job_uploads_from_a_volume_the_controller_cannot_see(env, tmp_
     assert env.leftovers() == []
 
     # The rerun found the claim's export and wrote nothing at all.
-    again = run["again"]
+    again = rerun["again"]
     assert again["changed"] is False and again["action"] == "skip" and again["sha256"] == digest
-    writes = env.writes()
     made = [w for w in writes if w[0] == "create"]
     assert sorted(w[1] for w in made) == ["configmaps", "jobs", "persistentvolumeclaims"], writes
 

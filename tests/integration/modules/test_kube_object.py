@@ -242,6 +242,94 @@ def test_a_delete_of_what_the_collection_did_not_make_or_of_a_golden_is_refused(
     assert not kept["metadata"].get("deletionTimestamp")
 
 
+@pytest.mark.suite("data-loss")
+def test_a_delete_of_a_claim_something_uses_is_refused_naming_each_user(lab, kube_client, kube_namespace):
+    """The collection's own claim, mounted by a pod, cloned by a claim through dataSourceRef and by a
+    DataVolume of another namespace: the delete asks who uses it first and names each; nothing at all is
+    deleted, not even the unused claim listed before it in the same task."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    other = kube_namespace + "-b"
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        scratch = dict(
+            claim("scratch"), metadata={"name": "scratch", "namespace": kube_namespace, "labels": OURS}
+        )
+        unused = dict(
+            claim("unused"), metadata={"name": "unused", "namespace": kube_namespace, "labels": OURS}
+        )
+        made = run_playbook(kube_play(apply("make", [scratch, unused])), env=lab.env())
+        assert made.ok, made.log
+        core.create_namespaced_pod(
+            kube_namespace,
+            {
+                "metadata": {"name": "reader"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "sh", "image": "busybox:1", "command": ["sleep", "300"]}],
+                    "volumes": [{"name": "s", "persistentVolumeClaim": {"claimName": "scratch"}}],
+                },
+            },
+        )
+        copy = claim("copy")
+        copy["spec"]["dataSourceRef"] = {"kind": "PersistentVolumeClaim", "name": "scratch"}
+        core.create_namespaced_persistent_volume_claim(kube_namespace, copy)
+        client.CustomObjectsApi(kube_client).create_namespaced_custom_object(
+            "cdi.kubevirt.io",
+            "v1beta1",
+            other,
+            "datavolumes",
+            {
+                "apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "DataVolume",
+                "metadata": {"name": "elsewhere"},
+                "spec": {
+                    "source": {"pvc": {"namespace": kube_namespace, "name": "scratch"}},
+                    "storage": {"resources": {"requests": {"storage": "8Mi"}}},
+                },
+            },
+        )
+        lab.clear_audit()
+        for check in (True, False):
+            refused = run_playbook(
+                kube_play(
+                    apply(
+                        "delete",
+                        [unused, scratch],
+                        state="absent",
+                        propagation="Foreground",
+                        ignore_errors=True,
+                    )
+                ),
+                env=lab.env(),
+                check=check,
+            )
+            out = refused["delete"]
+            assert out["refused"] is True, out
+            where = "PersistentVolumeClaim %s/scratch" % kube_namespace
+            assert out["msg"].startswith("%s: refusing to delete it, 3 object(s) use it: " % where), out[
+                "msg"
+            ]
+            for user in (
+                "Pod %s/reader mounts %s" % (kube_namespace, where),
+                "PersistentVolumeClaim %s/copy clones from %s" % (kube_namespace, where),
+                "DataVolume %s/elsewhere clones from %s" % (other, where),
+            ):
+                assert user in out["msg"], out["msg"]
+            assert {(c["kind"], c["namespace"], c["name"]) for c in out["consumers"]} == {
+                ("Pod", kube_namespace, "reader"),
+                ("PersistentVolumeClaim", kube_namespace, "copy"),
+                ("DataVolume", other, "elsewhere"),
+            }
+        assert [r for r in lab.mutating_requests() if r["verb"] in ("delete", "deletecollection")] == []
+        for name in ("scratch", "unused"):
+            kept = core.read_namespaced_persistent_volume_claim(name, kube_namespace)
+            assert kept.metadata.deletion_timestamp is None
+    finally:
+        core.delete_namespace(other)
+
+
 @pytest.mark.suite("faults")
 def test_a_run_converges_under_faults_and_a_rerun_writes_nothing(lab, kube_namespace):
     names = ["cm-%02d" % i for i in range(12)]

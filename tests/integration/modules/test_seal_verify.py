@@ -373,6 +373,44 @@ def test_module_on_claims(lab, kube_client, kube_namespace, made, venv_python_fi
     assert first["resource"] == "configmaps", first
 
 
+@pytest.mark.lab_only
+@pytest.mark.suite("idempotence")
+def test_a_second_verification_changes_nothing_and_leaves_nothing(
+    lab, kube_client, kube_namespace, made, venv_python_first
+):
+    """A claim's disk can change without its object changing, so every run reads it again, in a Job: a
+    second run reports changed=false and the same verdict, and its only requests that write are the create
+    and delete of its own scratch ConfigMap and Job (and the Job's pod): each object it creates it deletes,
+    and nothing else (the claim above all) is written."""
+    from kubernetes import client
+
+    _claim(kube_client, lab, kube_namespace, "golden-fs", "Filesystem", made["qcow2-compressed"])
+    first = run_playbook(_claim_play(kube_namespace), env=lab.env())
+    assert first.entry("claim")["status"] == "ok", first.log
+    lab.clear_audit()
+    second = run_playbook(_claim_play(kube_namespace), env=lab.env())
+    assert second.entry("claim")["status"] == "ok", second.log
+    again = second["claim"]
+    assert again["changed"] is False and again["sealed"] is True
+    assert again["checks"] == first["claim"]["checks"]
+    writes = lab.mutating_requests()
+    scratch = again["job"]["name"]
+    assert writes and all(r["name"].startswith(scratch) for r in writes), writes
+    assert {r["resource"] for r in writes} <= {"configmaps", "jobs", "pods"}, writes
+    for resource in ("configmaps", "jobs"):
+        made_names = {r["name"] for r in writes if r["resource"] == resource and r["verb"] == "create"}
+        gone = {r["name"] for r in writes if r["resource"] == resource and r["verb"] == "delete"}
+        assert made_names == gone == {scratch}, writes
+    core, batch = client.CoreV1Api(kube_client), client.BatchV1Api(kube_client)
+    assert batch.list_namespaced_job(kube_namespace).items == []
+    assert core.list_namespaced_pod(kube_namespace).items == []
+    assert [
+        c.metadata.name
+        for c in core.list_namespaced_config_map(kube_namespace).items
+        if c.metadata.name.startswith("seal-verify-")
+    ] == []
+
+
 def _claim_play(namespace, kubeconfig="{{ lookup('env', 'KUBECONFIG') }}", **args):
     return [
         {

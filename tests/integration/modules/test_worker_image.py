@@ -262,6 +262,65 @@ def test_catalog_check_mode_real_idempotent_and_diff(lab, world):
     assert writes(lab) == [] and world.golden(name) is not None
 
 
+@pytest.mark.suite("data-loss")
+def test_absent_refuses_a_golden_a_claim_clones_through_data_source_ref(lab, world):
+    """No worker disk clones the golden, but a claim does (dataSourceRef): the delete asks the collection's
+    reference query, is refused naming the claim, and deletes nothing; once the claim is gone it goes."""
+    version = "v1.13.9"
+    world.publish(SCHEMATIC, version)
+    name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    run = run_playbook(
+        kube_play(task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180)),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    world.core.create_namespaced_persistent_volume_claim(
+        world.ns,
+        {
+            "metadata": {"name": "copy-of-golden"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": world.cls,
+                "resources": {"requests": {"storage": "64Mi"}},
+                "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": name},
+            },
+        },
+    )
+    absent = task("delete", ignore_errors=True, state="absent", name=name, namespace=world.ns)
+    lab.clear_audit()
+    for check in (True, False):
+        run = run_playbook(kube_play(absent), env=lab.env(), check=check)
+        out = run["delete"]
+        assert out["refused"] is True, out
+        assert out["msg"] == (
+            "golden DataVolume %s/%s: refusing to delete it, 1 object(s) use it: PersistentVolumeClaim "
+            "%s/copy-of-golden clones from PersistentVolumeClaim %s/%s; move those pools to another golden "
+            "(or remove their osImage) and let their disks be replaced, then delete it"
+            % (world.ns, name, world.ns, world.ns, name)
+        )
+        assert out["consumers"] == [
+            {
+                "kind": "PersistentVolumeClaim",
+                "namespace": world.ns,
+                "name": "copy-of-golden",
+                "why": "clones from PersistentVolumeClaim %s/%s" % (world.ns, name),
+            }
+        ]
+    assert [r for r in writes(lab) if r["verb"] in ("delete", "deletecollection")] == []
+    assert world.golden(name) is not None
+
+    world.core.delete_namespaced_persistent_volume_claim("copy-of-golden", world.ns)
+    deadline = time.monotonic() + 60
+    while any(
+        p.metadata.name == "copy-of-golden"
+        for p in world.core.list_namespaced_persistent_volume_claim(world.ns).items
+    ):
+        assert time.monotonic() < deadline, "copy-of-golden is not gone"
+        time.sleep(0.2)
+    run = run_playbook(kube_play(absent), env=lab.env())
+    assert run["delete"]["changed"] is True and "refused" not in run["delete"], run["delete"]
+
+
 def test_refusals_write_nothing_and_say_why(lab, world):
     version = "v1.13.1"
     world.publish(SCHEMATIC, version)
@@ -596,10 +655,11 @@ def test_twenty_workers_cost_one_import(lab, world):
     disks = sorted(
         "%s/%s" % (world.tenant, n) for n in names + ["md0-cross-disk-system", "md0-cross-2-disk-system"]
     )
+    golden_claim = "PersistentVolumeClaim %s/%s" % (world.ns, name)
     assert run["delete in use"]["msg"] == (
-        "golden DataVolume %s/%s: 22 worker disk(s) still clone it: %s; move those pools to another golden "
-        "(or remove their osImage) and let their disks be replaced, then delete it"
-        % (world.ns, name, ", ".join(disks))
+        "golden DataVolume %s/%s: refusing to delete it, 22 object(s) use it: %s; move those pools to "
+        "another golden (or remove their osImage) and let their disks be replaced, then delete it"
+        % (world.ns, name, "; ".join("DataVolume %s clones from %s" % (d, golden_claim) for d in disks))
     )
     assert world.golden(name) is not None
 

@@ -631,7 +631,7 @@ def test_unsealed_bake_keeps_the_disk_then_cleanup(
 
 @pytest.mark.lab_only
 def test_wait_times_out_naming_the_last_status(lab, kube_client, kube_namespace):
-    Cluster(lab, kube_client, kube_namespace)
+    cluster = Cluster(lab, kube_client, kube_namespace)
     run = run_playbook(
         [bake_play(kube_namespace, windows_bake_name="bake-slow", windows_bake_timeout=4)], env=lab.env()
     )
@@ -639,6 +639,14 @@ def test_wait_times_out_naming_the_last_status(lab, kube_client, kube_namespace)
     message = run["Report the failed bake"]["msg"]
     assert "timed out after 4s waiting for VM %s/bake-slow to stop" % kube_namespace in message, message
     assert "last seen status Running" in message and "kept for diagnosis" in message
+
+    # The VM still runs: the cleanup deletes it (and waits until its instance and launcher pod are gone,
+    # which hold the disk on a real cluster) before the disk, which nothing uses any more by then.
+    assert cluster.vm("bake-slow")["metadata"]["labels"]["goldenimage.pipeline/bake-state"] == "failed"
+    clean = run_playbook([bake_play(kube_namespace, tasks_from="cleanup_failed")], env=lab.env())
+    assert clean.ok, clean.log
+    cleaned = clean["result"]["windows_bake_result | default(windows_bake_cleaned)"]
+    assert "PersistentVolumeClaim/bake-slow-disk" in cleaned and "VirtualMachine/bake-slow" in cleaned
 
 
 @pytest.mark.lab_only

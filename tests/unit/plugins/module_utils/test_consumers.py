@@ -175,9 +175,155 @@ def test_the_jobs_own_pods_do_not_count_and_every_other_mount_or_clone_does():
         ("PersistentVolumeClaim", "copy"),
         ("DataVolume", "dv"),
     ]
-    assert all(c["loses"] is None for c in found)
+    # One record shape, and no force passes them: a volume's consumer says nothing it could lose.
+    assert all(set(c) == {"kind", "namespace", "name", "why"} for c in found)
+    assert consumers.blocking(found, force=True) == found
     maps = consumers.volume_consumers("ConfigMap", "build", "exp", observed, own)
     assert [(c["kind"], c["name"], c["why"]) for c in maps] == [
         ("Pod", "projected", "mounts ConfigMap build/exp")
     ]
     assert consumers.volume_consumers("ConfigMap", "build", "exp", {}) == []
+
+
+# delete_consumers: kube_object's delete of a claim, a DataVolume or a VirtualMachine -------------
+
+
+def meta(name, namespace="db", **extra):
+    return dict({"name": name, "namespace": namespace}, **extra)
+
+
+def claim_ref(name, namespace=None):
+    ref = {"kind": "PersistentVolumeClaim", "name": name}
+    if namespace:
+        ref["namespace"] = namespace
+    return ref
+
+
+def mounting(name, claim, namespace="db", phase="Running", owners=None):
+    extra = {"ownerReferences": owners} if owners else {}
+    return {
+        "metadata": meta(name, namespace, **extra),
+        "spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]},
+        "status": {"phase": phase},
+    }
+
+
+CLAIM = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta("data")}
+
+
+def test_a_claim_is_used_by_mounts_clones_and_snapshots_in_any_namespace():
+    observed = {
+        "pods": [
+            mounting("app", "data"),
+            mounting("done", "data", phase="Succeeded"),  # an ended pod mounts nothing
+            mounting("importer", "data", owners=[{"kind": "PersistentVolumeClaim", "name": "data"}]),
+            mounting("same-name-elsewhere", "data", namespace="other"),
+        ],
+        "pvcs": [
+            {"metadata": meta("data"), "spec": {}},
+            {"metadata": meta("near"), "spec": {"dataSource": claim_ref("data")}},
+            {"metadata": meta("far", "other"), "spec": {"dataSourceRef": claim_ref("data", "db")}},
+            {"metadata": meta("own-ns", "other"), "spec": {"dataSourceRef": claim_ref("data")}},
+            {
+                "metadata": meta("gone", deletionTimestamp="2026-01-01T00:00:00Z"),
+                "spec": {"dataSource": claim_ref("data")},
+            },
+        ],
+        "datavolumes": [
+            {"metadata": meta("dv", "other"), "spec": {"source": {"pvc": claim_ref("data", "db")}}}
+        ],
+        "vms": [
+            {
+                "metadata": meta("vm", "other"),
+                "spec": {
+                    "dataVolumeTemplates": [
+                        {"metadata": {"name": "r"}, "spec": {"source": {"pvc": claim_ref("data", "db")}}}
+                    ]
+                },
+            }
+        ],
+        "snapshots": [
+            {
+                "metadata": meta("snap"),
+                "spec": {"source": {"persistentVolumeClaimName": "data"}},
+                "status": {"readyToUse": True},
+            }
+        ],
+    }
+    found, taken = consumers.delete_consumers(CLAIM, observed)
+    assert taken == []
+    assert [consumers.describe(c) for c in found] == [
+        "Pod db/app mounts PersistentVolumeClaim db/data",
+        "VirtualMachine other/vm clones PersistentVolumeClaim db/data in its dataVolumeTemplates",
+        "PersistentVolumeClaim db/near clones from PersistentVolumeClaim db/data",
+        "PersistentVolumeClaim other/far clones from PersistentVolumeClaim db/data",
+        "DataVolume other/dv clones from PersistentVolumeClaim db/data",
+        "VolumeSnapshot db/snap is a snapshot of PersistentVolumeClaim db/data (ready)",
+    ]
+    refusal = consumers.delete_refusal(CLAIM, observed)
+    assert refusal.msg.startswith(
+        "PersistentVolumeClaim db/data: refusing to delete it, 6 object(s) use it: "
+    )
+    assert refusal.msg.endswith("then run again; nothing was deleted")
+    assert consumers.delete_refusal(CLAIM, {"pvcs": [{"metadata": meta("data"), "spec": {}}]}) is None
+
+
+def test_a_datavolume_is_asked_about_through_its_claim_its_own_pods_left_out():
+    dv = {"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": meta("data")}
+    observed = {
+        "pods": [
+            mounting("importer", "data", owners=[{"kind": "DataVolume", "name": "data"}]),
+            {"metadata": meta("virt"), "spec": {"volumes": [{"name": "d", "dataVolume": {"name": "data"}}]}},
+        ],
+        "datavolumes": [{"metadata": meta("data"), "spec": {"source": {"http": {"url": "x"}}}}],
+    }
+    assert [c["name"] for c in consumers.delete_consumers(dv, observed)[0]] == ["virt"]
+    assert consumers.asks(dv) and consumers.asks(CLAIM)
+    assert not consumers.asks({"apiVersion": "batch/v1", "kind": "Job"})
+    assert not consumers.asks({"apiVersion": "v1", "kind": "ConfigMap"})
+
+
+def test_a_vm_is_asked_about_what_its_delete_takes_with_it():
+    vm = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": meta("vm", uid="u-vm"),
+        "spec": {
+            "dataVolumeTemplates": [{"metadata": {"name": "vm-root"}}],
+            "template": {"spec": {"volumes": [{"name": "r", "dataVolume": {"name": "vm-root"}}]}},
+        },
+    }
+    owned = {"kind": "VirtualMachine", "name": "vm", "uid": "u-vm"}
+    observed = {
+        "vms": [vm],
+        "pods": [
+            mounting("virt-launcher-vm", "vm-root", owners=[{"kind": "VirtualMachineInstance", "name": "vm"}])
+        ],
+        "datavolumes": [
+            {"metadata": meta("vm-root", ownerReferences=[owned]), "spec": {}},
+            {"metadata": meta("vm-extra", ownerReferences=[owned]), "spec": {}},
+        ],
+        "pvcs": [{"metadata": meta("copy"), "spec": {"dataSource": claim_ref("vm-extra")}}],
+    }
+    found, taken = consumers.delete_consumers(vm, observed)
+    assert taken == ["vm-extra", "vm-root"]
+    assert [(c["kind"], c["name"]) for c in found] == [("PersistentVolumeClaim", "copy")]
+    refusal = consumers.delete_refusal(vm, observed, "Foreground")
+    assert refusal.msg.startswith(
+        "VirtualMachine db/vm (with its DataVolumes vm-extra, vm-root): refusing to delete it, 1 object(s) "
+        "use it: PersistentVolumeClaim db/copy clones from PersistentVolumeClaim db/vm-extra"
+    )
+    # Orphan leaves the DataVolumes: the VM's delete takes nothing with it.
+    assert consumers.delete_consumers(vm, observed, "Orphan") == ([], [])
+    assert consumers.delete_refusal(vm, {"vms": [vm]}) is None
+
+
+def test_the_volume_plan_lists_pods_and_snapshots_locally_and_clones_everywhere():
+    plan = {q["key"]: (q["namespace"], q["optional"]) for q in consumers.volume_plan("db")}
+    assert plan == {
+        "pods": ("db", False),
+        "pvcs": (None, False),
+        "datavolumes": (None, True),
+        "vms": (None, True),
+        "snapshots": ("db", True),
+    }

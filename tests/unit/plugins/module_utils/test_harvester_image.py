@@ -87,8 +87,9 @@ def test_every_kind_of_consumer_is_named_with_why():
     ]
     assert all(set(c) == {"kind", "namespace", "name", "why"} for c in found)
     assert "default stream" in found[0]["why"] and "validated" in found[0]["why"]
-    assert found[1]["why"] == "its applied revision is v20260615 (phase Available)"
-    assert found[2]["why"] == "it is repaving onto v20260615"
+    assert found[1]["why"] == "runs on it: its applied revision is v20260615 (phase Available)"
+    assert found[2]["why"] == "is repaving onto it: its target revision is v20260615"
+    assert found[3]["why"] == "uses it: it is on the image's StorageClass %s" % SC
     assert "does not parse" in found[6]["why"]
 
 
@@ -108,17 +109,23 @@ def test_a_catalog_tip_counts_unless_it_records_another_image():
 
 def test_refusal_names_each_consumer_and_the_supported_move():
     found = [
-        hi.consumer("DBInstance", "orders", "pg-1", "its applied revision is v20260615 (phase Available)")
+        hi.consumer(
+            "DBInstance", "orders", "pg-1", "runs on it: its applied revision is v20260615 (phase Available)"
+        )
     ]
     found.append(
-        hi.consumer("PersistentVolumeClaim", "orders", "pg-1-os", "it uses the image's StorageClass lh-1")
+        hi.consumer(
+            "PersistentVolumeClaim", "orders", "pg-1-os", "uses it: it is on the image's StorageClass lh-1"
+        )
     )
     refusal = hi.refuse_delete(image(), REV, found)
     assert isinstance(refusal, errors.Refusal)
+    # The one message shape of every delete guard (consumers.refuse_delete).
     assert refusal.msg.startswith(
-        "refusing to delete VirtualMachineImage %s/%s (revision %s): it is in use by " % (NS, NAME, REV)
+        "VirtualMachineImage %s/%s (revision %s): refusing to delete it, 2 object(s) use it: "
+        % (NS, NAME, REV)
     )
-    assert "DBInstance orders/pg-1 (its applied revision" in refusal.msg
+    assert "DBInstance orders/pg-1 runs on it: its applied revision" in refusal.msg
     assert "baked_image_stream" in refusal.msg and "dbinstance_repave" in refusal.msg
     assert refusal.result["consumers"] == found and refusal.result["pvcs"] == ["orders/pg-1-os"]
     assert refusal.result["refused"] is True

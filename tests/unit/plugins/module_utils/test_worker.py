@@ -232,13 +232,81 @@ def test_consumers_by_annotation_and_source():
 
 
 def test_delete_refused_while_cloned():
+    golden = w.render_golden(entry())
     with pytest.raises(Refusal) as exc:
-        w.refuse_delete_in_use("cozy-public", NAME, [disk("a")])
+        w.refuse_delete_in_use(golden, {"datavolumes": [disk("a")]})
     assert exc.value.msg == (
-        "golden DataVolume cozy-public/%s: 1 worker disk(s) still clone it: tenant-a/a; move those pools to "
-        "another golden (or remove their osImage) and let their disks be replaced, then delete it" % NAME
+        "golden DataVolume cozy-public/%s: refusing to delete it, 1 object(s) use it: DataVolume tenant-a/a "
+        "clones from PersistentVolumeClaim cozy-public/%s; move those pools to another golden (or remove "
+        "their osImage) and let their disks be replaced, then delete it" % (NAME, NAME)
     )
-    w.refuse_delete_in_use("cozy-public", NAME, [disk("a", golden="other")])
+    assert exc.value.result["pools"] == ["tenant-a/md0"]
+    w.refuse_delete_in_use(golden, {"datavolumes": [disk("a", golden="other")]})
+
+
+def test_delete_asks_the_reference_query_not_only_the_worker_disks():
+    """Claims cloning the golden (dataSourceRef, dataSource), VMs cloning it in their dataVolumeTemplates,
+    snapshots of it, pods and VMs mounting it and annotated disks all count; its importer does not."""
+    golden = w.render_golden(entry())
+    golden["metadata"]["uid"] = "u-golden"
+    ref = {"kind": "PersistentVolumeClaim", "name": NAME, "namespace": "cozy-public"}
+    observed = {
+        "pvcs": [
+            {"metadata": {"name": "by-ref", "namespace": "tenant-b"}, "spec": {"dataSourceRef": ref}},
+            {
+                "metadata": {"name": "by-source", "namespace": "cozy-public"},
+                "spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": NAME}},
+            },
+            # A dataSource never reaches another namespace: this one names a claim of its own.
+            {
+                "metadata": {"name": "elsewhere", "namespace": "tenant-b"},
+                "spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": NAME}},
+            },
+        ],
+        "vms": [
+            {
+                "metadata": {"name": "vm", "namespace": "tenant-c"},
+                "spec": {
+                    "dataVolumeTemplates": [
+                        {"metadata": {"name": "root"}, "spec": {"source": {"pvc": ref}}},
+                    ]
+                },
+            }
+        ],
+        "snapshots": [
+            {
+                "metadata": {"name": "snap", "namespace": "cozy-public"},
+                "spec": {"source": {"persistentVolumeClaimName": NAME}},
+            }
+        ],
+        "pods": [
+            {
+                "metadata": {
+                    "name": "importer",
+                    "namespace": "cozy-public",
+                    "ownerReferences": [{"kind": "PersistentVolumeClaim", "name": NAME}],
+                },
+                "spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": NAME}}]},
+            }
+        ],
+        "datavolumes": [golden, disk("annotated-only", annotate=True)],
+    }
+    observed["datavolumes"][1]["spec"]["source"]["pvc"]["name"] = "somewhere-else"
+    found = w.delete_consumers(golden, observed)
+    assert [(c["kind"], c["namespace"], c["name"]) for c in found] == [
+        ("VirtualMachine", "tenant-c", "vm"),
+        ("PersistentVolumeClaim", "tenant-b", "by-ref"),
+        ("PersistentVolumeClaim", "cozy-public", "by-source"),
+        ("VolumeSnapshot", "cozy-public", "snap"),
+        ("DataVolume", "tenant-a", "annotated-only"),
+    ]
+    assert found[0]["why"] == "clones PersistentVolumeClaim cozy-public/%s in its dataVolumeTemplates" % NAME
+    assert found[-1]["why"] == (
+        "is a worker disk of pool md0 made from it (annotation kubernetes-worker-image.cozystack.io/golden)"
+    )
+    with pytest.raises(Refusal) as exc:
+        w.refuse_delete_in_use(golden, observed)
+    assert "5 object(s) use it" in exc.value.msg and exc.value.result["consumers"] == found
 
 
 def test_delete_of_a_non_golden_refused():

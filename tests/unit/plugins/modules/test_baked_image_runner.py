@@ -167,8 +167,8 @@ def test_absent_refuses_an_image_a_database_runs_on_and_the_default_tip(tmp_path
     with pytest.raises(errors.Refusal) as exc:
         run(kube)
     msg = exc.value.msg
-    assert "DBInstance orders/pg-1 (its applied revision is v20260615" in msg
-    assert "catalog file %s (stream 22.04: its tip is v20260615" % catalog_file in msg
+    assert "DBInstance orders/pg-1 runs on it: its applied revision is v20260615" in msg
+    assert "catalog file %s serves it as stream 22.04: its tip is v20260615" % catalog_file in msg
     assert kube.writes == [] and kube.get(*VMI, IMAGE, NS) is not None
     assert yaml.safe_load(catalog_file.read_text())["images"]["v20260615"]["imported"] is True
 
@@ -202,7 +202,7 @@ def test_absent_finds_catalog_configmaps_nobody_named(tmp_path):
             "data": {"catalog.yaml": "version: 9"},
         }
     )
-    with pytest.raises(errors.Refusal, match=r"ConfigMap ops/cat \(stream 22.04"):
+    with pytest.raises(errors.Refusal, match=r"ConfigMap ops/cat serves it as stream 22.04"):
         run(kube)
     assert any("catalog ConfigMap ops/bad" in w for w in kube.warnings)
 

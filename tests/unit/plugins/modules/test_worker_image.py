@@ -219,7 +219,10 @@ def test_absent_refused_while_cloned_and_deletes_when_not():
     observed = Observed(objects=[golden(), worker_disk("md0-0-disk-system")], state="absent", name=NAME)
     with pytest.raises(Refusal) as exc:
         run(observed)
-    assert "1 worker disk(s) still clone it: tenant-a/md0-0-disk-system" in exc.value.msg
+    assert (
+        "refusing to delete it, 1 object(s) use it: DataVolume tenant-a/md0-0-disk-system clones from "
+        "PersistentVolumeClaim cozy-public/%s" % NAME
+    ) in exc.value.msg
     assert observed.writes == []
     observed = Observed(objects=[golden()], state="absent", name=NAME)
     assert run(observed)["changed"] is True and observed.writes == [("delete", NAME)]
