@@ -60,9 +60,16 @@ if [ -n "${ACT:-}" ]; then
   act=(--tags "$ACT")
 fi
 
+lab_seconds=$((SECONDS - started))
 .venv/bin/ansible-playbook -i localhost, -c local playbooks/demo.yml "${act[@]}" \
   -e "ansible_python_interpreter=$PWD/.venv/bin/python" -e "demo_workdir=$state/work" \
   -e "demo_lab_state=$state" "$@"
+
+# Each act's seconds, as the summary play recorded them ("<act> <seconds>" a line, in the order they ran).
+acts=""
+while read -r name seconds; do
+  acts+="${acts:+, }$name $seconds s"
+done <"$state/act-seconds"
 
 cat <<MSG
 
@@ -71,5 +78,6 @@ The lab and the registry are still running.
   S3:         $AWS_ENDPOINT_URL      (credentials in $state/s3.env)
   registry:   http://$DEMO_REGISTRY
   stop them:  DEMO_STATE=$state tools/demo.sh stop
-  wall time:  $((SECONDS - started)) s, the lab's start included
+  each act:   lab start $lab_seconds s, ${acts:-no act ran}
+  wall time:  $((SECONDS - started)) s for the whole demo, the lab's start included
 MSG

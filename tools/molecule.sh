@@ -6,7 +6,14 @@
 # K8S_AUTH_KUBECONFIG and AWS_*.
 #   tools/molecule.sh                 every scenario
 #   tools/molecule.sh ROLE [SCENARIO] one role, or one scenario of it
+#   tools/molecule.sh --list [...]    the scenario directories it would run, one a line, and nothing else
+# The scenarios are found, never listed here: a role's new scenario runs without touching this file.
 set -euo pipefail
+list=false
+if [ "${1:-}" = --list ]; then
+  list=true
+  shift
+fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 python="$repo/.venv/bin/python"
@@ -21,9 +28,13 @@ while IFS= read -r file; do
   scenarios+=("${file%/molecule.yml}")
 done < <(compgen -G "roles/${1:-*}/molecule/${2:-*}/molecule.yml" | sort)
 if [ ${#scenarios[@]} -eq 0 ]; then
-  echo "molecule: no scenario under roles/${1:-*}/molecule/${2:-*}/"
+  echo "molecule: no scenario under roles/${1:-*}/molecule/${2:-*}/" >&2
   [ $# -eq 0 ] && exit 0
   exit 1
+fi
+if $list; then
+  printf '%s\n' "${scenarios[@]}"
+  exit 0
 fi
 
 mkdir -p "$repo/.lab"

@@ -3,8 +3,9 @@ names what each made, so a change that breaks an act fails here instead of on a 
 
 One run of the whole demo (one lab start) keeps this small. Before the lab is stopped, what the acts made
 is read back from it through the API (and the lab's audit log of client requests), so the checks rest on
-the cluster's state, not only on what the playbooks printed. `ACT=<name>` is checked for the act
-selection alone, from the play list `ansible-playbook --list-tasks` prints, without a lab.
+the cluster's state, not only on what the playbooks printed. `ACT=<name>` is checked for every act from
+the play list `ansible-playbook --list-tasks` prints, without a lab, and the shortest act (workers) runs
+alone through tools/demo.sh on a lab of its own.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import time
 
 import pytest
 import yaml
+
+from tests.lab.s3 import s3_client
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
@@ -40,18 +44,49 @@ def demo_env(state, **extra):
     return env
 
 
-def read_lab(state: pathlib.Path) -> dict:
-    """What the demo left in its lab, read through the API as any client would, and the audit log."""
+def run_demo(state: pathlib.Path, **env) -> subprocess.CompletedProcess:
+    """tools/demo.sh on a lab of its own in ``state`` (left running: stop_demo stops it)."""
+    run = subprocess.run(
+        [str(ROOT / "tools/demo.sh")],
+        cwd=ROOT,
+        env=demo_env(state, **env),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert run.returncode == 0, "rc=%d\n%s\n%s" % (run.returncode, run.stdout[-20000:], run.stderr[-5000:])
+    return run
+
+
+def stop_demo(state: pathlib.Path) -> None:
+    subprocess.run(
+        [str(ROOT / "tools/demo.sh"), "stop"],
+        cwd=ROOT,
+        env=demo_env(state),
+        capture_output=True,
+        check=False,
+    )
+
+
+def lab_api(state: pathlib.Path):
+    """The API client of the demo's lab, CoreV1Api, and a lister of custom objects (all namespaces)."""
     from kubernetes import client, config
 
     api = config.new_client_from_config(config_file=str(state / "kubeconfig"))
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    custom = client.CustomObjectsApi(api)
 
     def items(group, version, plural, namespace=None):
         if namespace:
             return custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
         return custom.list_cluster_custom_object(group, version, plural)["items"]
 
+    return api, client.CoreV1Api(api), items
+
+
+def read_lab(state: pathlib.Path) -> dict:
+    """What the demo left in its lab, read through the API as any client would, and the audit log."""
+    api, core, items = lab_api(state)
     lab = json.loads((state / "lab.json").read_text())
     answer = api.rest_client.pool_manager.request(
         "GET", lab["url"] + "/lab/audit", headers={"Authorization": "Bearer " + lab["token"]}
@@ -69,6 +104,7 @@ def read_lab(state: pathlib.Path) -> dict:
         "catalog": core.read_namespaced_config_map("baked-image-catalog", "dbinstance-system").data[
             "catalog.yaml"
         ],
+        "dvs": items("cdi.kubevirt.io", "v1beta1", "datavolumes"),
         "dbs": items(*DB[:2], DB[3], DB[2]),
         "events": [api.sanitize_for_serialization(e) for e in core.list_namespaced_event("databases").items],
         "audit": json.loads(answer.data)["items"],
@@ -76,18 +112,13 @@ def read_lab(state: pathlib.Path) -> dict:
     }
 
 
-def mirror_keys(state: pathlib.Path) -> list[str]:
-    import boto3
-
+def lab_s3(state: pathlib.Path):
     env = dict(line.split("=", 1) for line in (state / "s3.env").read_text().split() if "=" in line)
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
-    return [o["Key"] for o in s3.list_objects_v2(Bucket="cdi-os-images").get("Contents", [])]
+    return s3_client(env)
+
+
+def mirror_keys(state: pathlib.Path) -> list[str]:
+    return [o["Key"] for o in lab_s3(state).list_objects_v2(Bucket="cdi-os-images").get("Contents", [])]
 
 
 @pytest.fixture(scope="module")
@@ -95,30 +126,11 @@ def demo(tmp_path_factory):
     state = tmp_path_factory.mktemp("demo") / "lab"
     started = time.monotonic()
     try:
-        run = subprocess.run(
-            [str(ROOT / "tools/demo.sh")],
-            cwd=ROOT,
-            env=demo_env(state),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
+        run = run_demo(state)
         seconds = time.monotonic() - started
-        assert run.returncode == 0, "rc=%d\n%s\n%s" % (
-            run.returncode,
-            run.stdout[-20000:],
-            run.stderr[-5000:],
-        )
         found = read_lab(state)
     finally:
-        subprocess.run(
-            [str(ROOT / "tools/demo.sh"), "stop"],
-            cwd=ROOT,
-            env=demo_env(state),
-            capture_output=True,
-            check=False,
-        )
+        stop_demo(state)
     print("demo wall time: %.0f s" % seconds)
     return {"out": run.stdout, "state": state, "lab": found}
 
@@ -162,9 +174,17 @@ def test_golden_act_mirrors_by_digest_publishes_staged_gates_and_promotes(demo):
     assert sorted(seeded) == sorted(PROJECTS), sorted(seeded)
     for vs in seeded.values():
         assert vs["metadata"]["annotations"]["kube-dc.com/seeded-from"] == "%s/%s" % (BLOCK_NS, name), vs
-    tenant = next(p for p in lab["pvcs"] if p["metadata"]["name"] == "web-1-root")
-    assert tenant["metadata"]["namespace"] == "shop-prod" and tenant["status"]["phase"] == "Bound"
-    assert tenant["spec"]["dataSource"]["name"] == "golden-%s-block" % FAMILY
+    # The tenant's disk is a DataVolume cloning the project's copy, as a VM's dataVolumeTemplate is.
+    (tenant,) = [d for d in lab["dvs"] if d["metadata"]["name"] == "web-1-root"]
+    assert tenant["metadata"]["namespace"] == "shop-prod" and tenant["status"]["phase"] == "Succeeded"
+    assert tenant["spec"]["source"]["snapshot"] == {
+        "namespace": "shop-prod",
+        "name": "golden-%s-block" % FAMILY,
+    }
+    claim = next(p for p in lab["pvcs"] if p["metadata"]["name"] == "web-1-root")
+    assert claim["metadata"]["namespace"] == "shop-prod" and claim["status"]["phase"] == "Bound", claim
+    # datavolume_wait printed its progress line.
+    assert "DataVolume shop-prod/web-1-root (tenant disk of web-1): phase Succeeded" in out, out
     # golden_info's report as the act prints it.
     report = task_msg(out, "Show what each family serves and who clones what")
     assert "serves %s/Block: %s/%s (decided by selection" % (FAMILY, BLOCK_NS, name) in report, report
@@ -301,10 +321,21 @@ def test_summary_tells_how_to_look_stop_and_go_real(demo):
     assert '"golden VolumeSnapshots: 1"' in lines and '"GoldenImageSelections: 1"' in lines, lines
     assert '"Harvester VirtualMachineImages: 2"' in lines and '"DBInstances: 4"' in lines, lines
     assert "stream 22.04: tip %s validated=True, the default" % NEW_REVISION in lines, lines
+    # The Kube-DC copies in every project, the tenant's clone, and the buckets the acts published to.
+    assert '"project copies Kube-DC seeded: %d"' % len(PROJECTS) in lines, lines
+    assert "kubectl --kubeconfig %s get volumesnapshots -A" % kubeconfig in lines, lines
+    assert "DataVolume shop-prod/web-1-root from shop-prod/golden-%s-block phase=Succeeded" % FAMILY in lines
+    for bucket in ("cdi-os-images", "baked-images"):
+        assert "s3 ls --recursive s3://%s" % bucket in lines, lines
+    assert "s3://cdi-os-images/%s/20261128/sha256-" % FAMILY in lines, lines
     assert "DEMO_STATE=%s tools/demo.sh stop" % demo["state"] in lines
     assert "K8S_AUTH_KUBECONFIG=<kubeconfig>" in lines
     for playbook in ("publish_linux_golden", "promote_golden", "publish_baked_image", "repave_dbinstances"):
         assert playbook in lines, lines
+    # tools/demo.sh closes with every act's seconds, in the order they ran, and the wall time.
+    acts = r"lab start \d+ s, golden \d+ s, baked \d+ s, workers \d+ s, microvm \d+ s, summary \d+ s"
+    assert re.search(r"^  each act:   %s$" % acts, demo["out"], re.M), demo["out"][-2000:]
+    assert re.search(r"^  wall time:  \d+ s for the whole demo", demo["out"], re.M), demo["out"][-2000:]
 
 
 @pytest.mark.parametrize(
@@ -359,3 +390,79 @@ def test_one_act_runs_alone(act, plays, absent):
         line for line in run.stdout.splitlines() if "TAGS:" in line and "Validating arguments" not in line
     ]
     assert tasks and absent not in "\n".join(tasks), run.stdout
+
+
+def test_workers_act_runs_alone_on_its_own_lab(tmp_path):
+    """`ACT=workers tools/demo.sh` runs that act and the summary only, on a lab of its own."""
+    state = tmp_path / "lab"
+    try:
+        run = run_demo(state, ACT="workers")
+        api, core, items = lab_api(state)
+        found = {
+            "dvs": items("cdi.kubevirt.io", "v1beta1", "datavolumes"),
+            "pvcs": [
+                api.sanitize_for_serialization(p)
+                for p in core.list_persistent_volume_claim_for_all_namespaces().items
+            ],
+            "snapshots": items("snapshot.storage.k8s.io", "v1", "volumesnapshots"),
+            "selections": items("kube-dc.com", "v1", "goldenimageselections"),
+            "images": items("harvesterhci.io", "v1beta1", "virtualmachineimages"),
+            "dbs": items(*DB[:2], DB[3]),
+            "profile": items("cdi.kubevirt.io", "v1beta1", "storageprofiles"),
+            "namespaces": sorted(n.metadata.name for n in core.list_namespace().items),
+            "buckets": sorted(b["Name"] for b in lab_s3(state).list_buckets()["Buckets"]),
+        }
+    finally:
+        stop_demo(state)
+    out, lines = run.stdout, summary(run.stdout)
+    print(out[out.index("The lab and the registry are still running.") :])
+
+    # The act's own lines: the golden imported, the pool rendered to clone it, the refused render.
+    assert "%s phase=Succeeded" % WORKER_GOLDEN in lines, lines
+    assert "clones PVC %s into 1Gi of class replicated" % WORKER_GOLDEN in out, out
+    assert "refused as expected: pool tenant-demo/tiny: diskSize 32Mi" in out, out
+    assert '"DataVolumes: 1"' in lines, lines
+
+    # What it reported is in the lab: the golden DataVolume and its claim, on the class that CSI-clones.
+    namespace, name = WORKER_GOLDEN.split("/")
+    (golden,) = found["dvs"]
+    assert (golden["metadata"]["namespace"], golden["metadata"]["name"]) == (namespace, name), golden
+    assert golden["status"]["phase"] == "Succeeded", golden["status"]
+    (claim,) = found["pvcs"]
+    assert (claim["metadata"]["namespace"], claim["metadata"]["name"]) == (namespace, name), claim
+    assert claim["status"]["phase"] == "Bound" and claim["spec"]["storageClassName"] == "replicated", claim
+    strategies = {p["metadata"]["name"]: (p.get("spec") or {}).get("cloneStrategy") for p in found["profile"]}
+    assert strategies.get("replicated") == "csi-clone", strategies
+    # Rendering writes nothing, the refused render least of all: the tenant namespace holds no disk.
+    assert "tenant-demo" in found["namespaces"]
+    assert [p for p in found["pvcs"] + found["dvs"] if p["metadata"]["namespace"] == "tenant-demo"] == []
+
+    # No other act ran: none of their objects, namespaces or buckets, and none of their tasks printed.
+    assert found["snapshots"] == [] and found["selections"] == [], (found["snapshots"], found["selections"])
+    assert found["images"] == [] and found["dbs"] == [], (found["images"], found["dbs"])
+    # (The golden namespaces are the platform's: the lab, as Kube-DC, has them from the start.)
+    for other in PROJECTS + ("databases", "dbinstance-system"):
+        assert other not in found["namespaces"], found["namespaces"]
+    assert "demo-image-factory" in found["buckets"], found["buckets"]
+    for other in ("demo-upstream", "cdi-os-images", "baked-images"):
+        assert other not in found["buckets"], found["buckets"]
+    for task in (
+        "Make the upstream image",
+        "Make each revision's qcow2",
+        "Wait until the operator has provisioned all four",
+        "Make a small merged-/usr root tree",
+    ):
+        assert "TASK [%s" % task not in out, task
+    for count in (
+        '"golden VolumeSnapshots: 0"',
+        '"GoldenImageSelections: 0"',
+        '"Harvester VirtualMachineImages: 0"',
+        '"DBInstances: 0"',
+        '"bucket cdi-os-images: 0 objects"',
+    ):
+        assert count in lines, (count, lines)
+    assert re.search(r'"micro-VM images in registry 127\.0\.0\.1:\d+: 0"', lines), lines
+
+    # tools/demo.sh closes with the lab's start, this act's and the summary's seconds, and the wall time.
+    assert re.search(r"^  each act:   lab start \d+ s, workers \d+ s, summary \d+ s$", out, re.M), out[-2000:]
+    assert re.search(r"^  wall time:  \d+ s for the whole demo", out, re.M), out[-2000:]
