@@ -171,14 +171,10 @@ retries:
   sample: 0
 """
 
-<<<<<<< HEAD
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects, redact
-=======
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers, objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers, objects, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import (
     observe_volume_users,
 )
->>>>>>> wip/h17
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     KubeError,
     KubeModule,
