@@ -14,7 +14,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, linux_golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, golden, linux_golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
@@ -40,9 +40,15 @@ def source_digest(source):
     return _raising(linux_golden.source_digest, source)
 
 
+def gate_os(os_name, family="", chosen=""):
+    """The clone gate's guest OS for a golden (``gate.golden_os``)."""
+    return _raising(gate.golden_os, os_name, family, chosen)
+
+
 class FilterModule(object):
     def filters(self):
         return {
+            "gate_os": gate_os,
             "golden_name": golden_name,
             "pinned_source": pinned_source,
             "source_digest": source_digest,

@@ -152,6 +152,17 @@ def port_for(os_name, port=None):
     return port
 
 
+def golden_os(os_name="", family="", chosen=""):
+    """The gate's guest OS for a golden: ``chosen`` when given, else ``windows`` when the golden's OS name
+    or family says Windows, else ``linux``. The OS picks the port probed and the catalog minimum memory
+    (a Windows golden gated as Linux would boot at 1Gi and be probed on 22)."""
+    if chosen:
+        if chosen not in MIN_MEMORY:
+            raise GateError("os must be one of %s, not %r" % (", ".join(sorted(MIN_MEMORY)), chosen))
+        return chosen
+    return "windows" if "windows" in ("%s %s" % (os_name or "", family or "")).lower() else "linux"
+
+
 def gate_memory(os_name, memory=None, min_memory=None):
     """``(memory, min_memory)`` of a gate: the catalog minimum for the OS unless given, and the guest
     memory defaulting to it. Every path that runs a gate (module, role, playbook) resolves it here."""

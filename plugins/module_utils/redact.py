@@ -140,18 +140,19 @@ def _spellings(value, decoded):
 
 def url_secrets(url):
     """The parts of ``url`` that are secrets, each as the URL spells it, decoded and quoted: the user-info
-    password and the values of the query parameters that carry signatures or tokens."""
+    password and the values of the query parameters that carry signatures or tokens. A part already
+    redacted (``MASK``) is no secret: masking it would blank every redacted URL of the output."""
     found = set()
     try:
         parts = urlsplit(url or "")
         password = parts.password
     except (TypeError, ValueError):
         return []
-    if password:
+    if password and password != MASK:
         found.update(_spellings(password, unquote(password)))
     for pair in parts.query.split("&"):
         name, _sep, value = pair.partition("=")
-        if value and unquote_plus(name).lower() in SECRET_QUERY:
+        if value and value != MASK and unquote_plus(name).lower() in SECRET_QUERY:
             found.update(_spellings(value, unquote_plus(value)))
     return sorted(found)
 

@@ -178,7 +178,7 @@ class BakeWait(RoundRunner):
     def run(self):
         p = self.p
         now = self.clock()
-        self.rounds = rounds_.from_params(p, now)
+        self.rounds = rounds_.from_params(p, now, ("stuck_after",))
         memory = dict(p["memory"] or console.bake_memory(p["console"]))
         seen = p["seen"] if p["seen"] is not None else ""
         vm = self.read(None)

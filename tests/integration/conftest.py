@@ -26,9 +26,12 @@ SLOW_FILES = ("test_baked_image.py", "test_worker_image.py", "test_console_scree
 
 
 def in_make_test(item):
-    """Whether a test of a slow directory or file stays in make test: it is in a suite, not the faults one."""
+    """Whether a test of a slow directory or file stays in make test: it is marked quick, or it is in a
+    suite other than the faults one."""
+    if item.get_closest_marker("faults") is not None:
+        return False
     suites = {name for marker in item.iter_markers("suite") for name in marker.args}
-    return bool(suites) and "faults" not in suites and item.get_closest_marker("faults") is None
+    return item.get_closest_marker("quick") is not None or (bool(suites) and "faults" not in suites)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -70,3 +70,37 @@ def test_documented_defaults_match_defaults_file(role):
 def test_options_are_prefixed_with_the_role_name(role):
     unprefixed = sorted(name for name in _options(role) if not name.startswith(f"{role}_"))
     assert not unprefixed, f"{role}: options {unprefixed} do not start with {role}_"
+
+
+# URL options a role hands to a module of this collection that refuses credentials itself.
+URLS_CHECKED_BY_THE_MODULE = {"os_mirror_endpoint_url": "os_mirror_object (_s3.s3_module)"}
+
+
+def _tasks_checking_credentials(role: str) -> str:
+    """The text of every task of ``role`` that passes a value through url_without_credentials."""
+    checked = []
+    for path in sorted((ROLES_DIR / role / "tasks").glob("*.yml")):
+        tasks = _load(path)
+        for task in tasks if isinstance(tasks, list) else []:
+            text = yaml.safe_dump(task)
+            if "url_without_credentials" in text:
+                checked.append(text)
+    return "\n".join(checked)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_url_option_is_checked_for_credentials(role):
+    """A URL option is refused when it carries a password, before the role writes anything: none may be
+    stored, rendered into an image or printed (a new URL option without that check fails here)."""
+    checked = _tasks_checking_credentials(role)
+    urls = [name for name in _options(role) if name.endswith("_url") or name.endswith("_url_base")]
+    unchecked = [name for name in urls if name not in checked and name not in URLS_CHECKED_BY_THE_MODULE]
+    assert not unchecked, (
+        f"{role}: {unchecked} never pass through goldenimage.pipeline.url_without_credentials"
+    )
+
+
+def test_the_golden_namespaces_never_relax_pod_security():
+    """The gate VM belongs in a project namespace; no option turns the golden namespaces privileged."""
+    choices = _options("golden_namespaces")["golden_namespaces_pod_security"]["choices"]
+    assert "privileged" not in choices and "baseline" in choices

@@ -53,6 +53,10 @@ def under_faults(lab, seed, playbook, capsys, start):
         lab.faults.reset()
     with capsys.disabled():
         print(score_line(playbook, run, injected))
+    # A run that met no fault proves nothing: 5xx and dropped replies at least (a run that writes little
+    # may draw no conflict).
+    missing = [kind for kind in ("error", "drop") if not injected.get(kind)]
+    assert not missing, "no %s was injected during %s: %s" % ("/".join(missing), playbook, injected)
     return run
 
 

@@ -487,10 +487,12 @@ def test_distribute_from_a_private_s3_bucket_with_a_presigned_url(env):
     assert "sets both presign and secret_ref" in checked[-1]["result"]["results"][0]["msg"]
 
 
-def test_a_private_bucket_without_presign_is_refused_before_any_write(env, checking_s3):
+def test_a_private_bucket_without_presign_is_refused_before_any_write(env):
     """An http source with neither presign nor secret_ref on a bucket that refuses anonymous reads: both
     entry points stop at validation, naming the source and presign: true, and send no mutating request."""
-    s3 = checking_s3
+    # A bucket on the lab's S3 is private until a policy or ACL opens it, as on S3.
+    s3 = {"endpoint": env.lab.s3.endpoint_url, "client": env.lab.s3.client(), "bucket": "prv-" + env.prefix}
+    s3["client"].create_bucket(Bucket=s3["bucket"])
     _raw, qcow2 = make_disk(env.tmp, 9)
     digest = sha256(qcow2)
     key = "%s/20260828/disk.qcow2" % env.prefix

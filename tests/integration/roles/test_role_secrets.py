@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.integration.roles.test_windows_bake import bake_play, iso_vars
-from tests.integration.support.runner import kube_play, run_playbook
+from tests.integration.support.runner import kube_play, play, run_playbook
 from tests.integration.support.secrets import cluster_traces, leaks, new_secret, run_traces, with_password
 from tests.lab.s3 import s3_client
 
@@ -197,3 +197,28 @@ def test_windows_export_refuses_a_bucket_url_with_a_password(lab, kube_client, k
     assert "option %s (https://REDACTED@s3.example:9000)" % option in msg, msg
     assert bucket not in bucket_names(lab)
     assert_nothing_written_or_leaked(lab, kube_client, kube_namespace, [run], password, bucket)
+
+
+@pytest.mark.suite("secrets")
+@pytest.mark.parametrize("option", ["packer_build_pgdg_url", "packer_build_pgdg_key_url"])
+def test_packer_build_refuses_a_repository_url_with_a_password(tmp_path, option):
+    """The PGDG URLs end up in the image's apt sources: a password there would ship in every golden."""
+    password = new_secret()
+    out = tmp_path / "out"
+    role = include(
+        "packer_build",
+        packer_build_base_image=str(tmp_path / "base.qcow2"),
+        packer_build_base_image_checksum="sha256:" + "0" * 64,
+        packer_build_output_dir=str(out),
+        **{option: SECRET_URL},
+    )
+    run = run_playbook(
+        play(role),
+        args=["-vvv"],
+        extra_vars={"url_with_password": with_password("https://apt.example.org/pgdg", password)},
+    )
+    msg = refusal(run, "Refuse repository URLs that carry credentials before anything is built")
+    assert "option %s (https://REDACTED@apt.example.org/pgdg)" % option in msg, msg
+    assert "not in the golden" in msg
+    assert not out.exists()
+    assert leaks(run_traces(run), [password]) == []

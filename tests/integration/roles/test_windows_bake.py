@@ -288,11 +288,13 @@ def check_answer_file(text: str, apply_updates: bool) -> None:
     assert PASSWORD not in joined
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("apply_updates", [False, True])
 def test_answer_file_renders_valid(apply_updates):
     check_answer_file(render(windows_bake_apply_updates=apply_updates), apply_updates)
 
 
+@pytest.mark.quick
 def test_updates_are_off_by_default():
     defaults = yaml.safe_load((ROLE_DIR / "defaults" / "main.yml").read_text())
     assert defaults["windows_bake_apply_updates"] is False

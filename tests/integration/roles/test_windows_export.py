@@ -255,6 +255,7 @@ def test_export_upload_and_import_a_kms_image_from_a_private_bucket(env):
     assert imported[: 32 * MIB] == raw.read_bytes() and not imported[32 * MIB :].strip(b"\0")
 
 
+@pytest.mark.suite("bad-input")
 def test_byol_refuses_a_licensed_image_under_private_of_a_public_bucket(env):
     env.sealed_pvc("win11-licensed")
     run = env.play(
@@ -277,6 +278,31 @@ def test_byol_refuses_a_licensed_image_under_private_of_a_public_bucket(env):
     assert not env.s3.list_multipart_uploads(Bucket=env.public).get("Uploads")
     assert env.jobs() == []
     assert env.pvcs() == ["win11-licensed"]
+
+
+@pytest.mark.suite("bad-input")
+def test_an_export_cdi_could_not_import_is_refused_before_anything_is_converted(env):
+    """Import on, a bucket that refuses anonymous reads, and neither presign nor a Secret: CDI could never
+    read the export, so the role stops after the BYOL guard, before the Job, the scratch volume or a key."""
+    env.sealed_pvc("win11-noimport")
+    env.lab.clear_audit()
+    run = env.play(
+        windows_export_pvc="win11-noimport",
+        windows_export_bucket=env.private,
+        windows_export_license="kms",
+        windows_export_import=True,
+        windows_export_import_url_base=env.lab.s3.endpoint_url,
+        windows_export_import_size="64Mi",
+    )
+    assert not run.ok
+    failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+    assert [entry["task"] for entry in failed] == ["Refuse an export CDI could not import"], run.log
+    msg = failed[0]["result"]["msg"]
+    assert "bucket %s refuses anonymous reads" % env.private in msg
+    assert "windows_export_import_presign=true" in msg and "Nothing was converted or uploaded." in msg
+    assert env.keys(env.private) == []
+    assert env.jobs() == [] and env.pvcs() == ["win11-noimport"]
+    assert [r for r in env.lab.mutating_requests() if r.get("namespace") == env.namespace] == []
 
 
 FAULTS = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05}

@@ -439,3 +439,35 @@ def test_a_reference_names_the_object_and_its_run():
         "namespace": "acme",
         "run": "r",
     }
+
+
+@pytest.mark.parametrize(
+    "os_name, family, chosen, expected",
+    [
+        ("Windows 11", "w11", "", "windows"),
+        ("", "windows-server-2025", "", "windows"),
+        ("Ubuntu 24.04", "ubuntu-24-04", "", "linux"),
+        ("", "", "", "linux"),
+        ("Windows 11", "windows-11", "linux", "linux"),
+    ],
+)
+def test_the_golden_says_which_os_the_gate_boots(os_name, family, chosen, expected):
+    assert gate.golden_os(os_name, family, chosen) == expected
+    with pytest.raises(gate.GateError, match="os must be one of linux, windows, not 'bsd'"):
+        gate.golden_os(os_name, family, "bsd")
+
+
+def test_the_promote_path_gates_a_windows_golden_at_the_catalog_minimum():
+    """golden_promote passes the OS from gate_os and no memory of its own: a Windows golden gets 8Gi."""
+    import pathlib
+
+    import yaml
+
+    role = pathlib.Path(__file__).resolve().parents[4] / "roles" / "golden_promote"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    tasks = yaml.safe_load((role / "tasks" / "main.yml").read_text())
+    call = next(t for t in tasks if "goldenimage.pipeline.clone_gate" in t)["goldenimage.pipeline.clone_gate"]
+    assert "goldenimage.pipeline.gate_os(" in call["os"]
+    assert defaults["golden_promote_gate_memory"] == defaults["golden_promote_gate_min_memory"] == ""
+    os_name = gate.golden_os("Windows 11", "windows-11", defaults["golden_promote_gate_os"])
+    assert gate.gate_memory(os_name, defaults["golden_promote_gate_memory"] or None) == ("8Gi", "8Gi")

@@ -79,6 +79,11 @@ def test_url_secrets_are_what_masking_needs():
     }
 
 
+def test_a_redacted_url_holds_no_secret():
+    # A result is searched after its objects were redacted: REDACTED must not become a value to mask.
+    assert redact.url_secrets(redact.redact_url("https://u:pw@h/k?X-Amz-Signature=s1g&token=t0k")) == []
+
+
 def test_secrets_in_finds_the_secrets_of_urls_anywhere_in_a_structure():
     params = {
         "definitions": [

@@ -74,3 +74,9 @@ def test_timeout_names_the_last_status():
 def test_zero_timeout_is_refused_before_anything_is_read():
     with pytest.raises(Refusal, match="option wait_timeout"):
         bake_wait.BakeWait(params(wait_timeout=0), None).run()
+
+
+@pytest.mark.parametrize("stuck_after", [0, -5])
+def test_a_zero_or_negative_stuck_after_is_refused_before_anything_is_read(stuck_after):
+    with pytest.raises(Refusal, match="option stuck_after"):
+        bake_wait.BakeWait(params(stuck_after=stuck_after), None).run()
