@@ -19,6 +19,10 @@ figures then also give the CPU of this process and of the lab per report, and th
 
     .venv/bin/python bench/golden_info.py [--projects 50,500] [--repeat 5]
     .venv/bin/python bench/golden_info.py --store --no-naive --no-playbook --projects 500,5000,50000
+    .venv/bin/python bench/golden_info.py --smoke
+
+Ends with the issue's figures: each size against the baseline, 50,000 projects against its 10 s and the
+growth between sizes against linear (see bench/verdict.py).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
 from bench.labproc import LabProcess, in_parallel, load  # noqa: E402
+from bench.verdict import golden_info_lines  # noqa: E402
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -599,7 +604,15 @@ def main() -> int:
         " running (fleet sizes the API would take long to seed)",
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the GET-each verification")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a quick run: --store, 50 and 500 projects, once",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.store = args.no_naive = args.no_playbook = True
+        args.projects, args.repeat = "50,500", 1
     steps = sorted(int(n) for n in args.projects.split(","))
 
     rows = []
@@ -731,6 +744,8 @@ def main() -> int:
             "growth %d -> %d projects (%.1fx): adapter %.2fx time (%.2fx cpu here, %.2fx cpu in the lab),"
             " baseline %.2fx time" % (c0, c1, c1 / c0, n1 / n0, p1 / p0, l1 / max(l0, 1e-3), o1 / o0)
         )
+    for line in golden_info_lines([(count, old_s, new_s) for count, old_s, new_s, _, _ in ratios]):
+        print(line)
     print(
         "(setup and all runs: %.1fs; in-process figures: medians of %d paired runs; the lab runs in its own"
         " process; adapter pages hold %d objects; %s)" % (setup, args.repeat, _kube_page(), load())
