@@ -128,6 +128,9 @@ def start_proxy(endpoint, cap_mib):
     return proc, "http://127.0.0.1:%s" % proc.stdout.readline().strip()
 
 
+UTILS = "ansible_collections.goldenimage.pipeline.plugins.module_utils"
+
+
 def baseline_transfer(revision):
     """The upload adapter as it was at ``revision`` (same _s3 and mirror as now), loaded as a module."""
     import importlib.util
@@ -139,6 +142,8 @@ def baseline_transfer(revision):
         check=True,
         text=True,
     ).stdout
+    # Since then redact_message moved from _s3 to redact: the baseline imports it from where it is now.
+    source = source.replace("    redact_message,\n)", ")\nfrom %s.redact import redact_message" % UTILS)
     path = pathlib.Path(tempfile.mkdtemp(prefix="os-mirror-baseline-")) / "_mirror_transfer_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("_mirror_transfer_baseline", path)
