@@ -19,9 +19,10 @@ as a footnote only.
 Bytes read are counted by the verifier itself, and for the seed's commands read from
 /proc/<shell>/io (rchar, which includes the commands the shell ran).
 
-    .venv/bin/python bench/seal_verify.py [--data-gib 1,4,8] [--repeat 3]
+    .venv/bin/python bench/seal_verify.py [--data-gib 1,4,8] [--repeat 3] [--smoke]
 
-Exits non-zero when seal_verify misses its targets: under 0.25 s cold and under 8 MiB read.
+Ends with the issue's figures at each size: the cold ratio against the seed's method and a verdict on
+0.25 s and on 8 MiB read (see bench/verdict.py). Exits non-zero when seal_verify misses its targets.
 """
 
 from __future__ import annotations
