@@ -26,6 +26,10 @@ MiB (this process, its upload threads included; the server and the forwarder run
     .venv/bin/python bench/os_mirror.py [--size-mib 256] [--part-mib 64] [--concurrency 2] [--repeat 3]
     .venv/bin/python bench/os_mirror.py --matrix --part-mib 16 32 64 --concurrency 1 2 4
     .venv/bin/python bench/os_mirror.py --ab-only --size-mib 32 --part-mib 8 --cap-mib 1.5
+    .venv/bin/python bench/os_mirror.py --smoke
+
+Ends with the issue's figures: the speed-up over one put_object on the capped link (goal >= 2x) and the
+client's CPU per MiB on loopback (goal <= 2.5 ms/MiB), see bench/verdict.py.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3
 
 sys.path.insert(0, str(ROOT))
 from bench.labproc import load  # noqa: E402
+from bench.verdict import mirror_lines  # noqa: E402
 from tests.lab.s3 import S3Endpoint  # noqa: E402
 
 KEYS = S3Endpoint("")  # the only identity the lab's S3 accepts
@@ -123,6 +128,9 @@ def start_proxy(endpoint, cap_mib):
     return proc, "http://127.0.0.1:%s" % proc.stdout.readline().strip()
 
 
+UTILS = "ansible_collections.goldenimage.pipeline.plugins.module_utils"
+
+
 def baseline_transfer(revision):
     """The upload adapter as it was at ``revision`` (same _s3 and mirror as now), loaded as a module."""
     import importlib.util
@@ -134,6 +142,8 @@ def baseline_transfer(revision):
         check=True,
         text=True,
     ).stdout
+    # Since then redact_message moved from _s3 to redact: the baseline imports it from where it is now.
+    source = source.replace("    redact_message,\n)", ")\nfrom %s.redact import redact_message" % UTILS)
     path = pathlib.Path(tempfile.mkdtemp(prefix="os-mirror-baseline-")) / "_mirror_transfer_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("_mirror_transfer_baseline", path)
@@ -302,10 +312,13 @@ def main() -> int:
     parser.add_argument("--cap-mib", type=float, default=25.0, help="per-connection cap of the capped link")
     parser.add_argument("--baseline", default="d7f5fb3", help="git revision of the upload adapter to compare")
     parser.add_argument("--ab-only", action="store_true", help="only the paired put/old/new runs")
+    parser.add_argument("--smoke", action="store_true", help="a quick run: --ab-only, 16 MiB, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.ab_only, args.size_mib, args.part_mib, args.repeat = True, 16, [4], 1
 
     proc, endpoint = start_server()
-    lines, ok = [], True
+    lines, ok, by_link = [], True, []
     try:
         client = s3_client(
             endpoint_url=endpoint,
@@ -332,6 +345,7 @@ def main() -> int:
                     ("capped %g MiB/s a connection" % args.cap_mib, capped),
                 ):
                     found = ab(url, path, digest, part_mib, concurrency, args.repeat, baseline)
+                    by_link.append(found)
                     put_wall = found["put"][0]
                     for label, name in (
                         ("put", "one put_object"),
@@ -400,6 +414,10 @@ def main() -> int:
         % (size // MIB, endpoint, args.repeat, args.part_mib[0], args.concurrency[0], load())
     )
     print("\n".join(lines))
+    loopback, capped = by_link
+    cpu_ms_per_mib = loopback["new"][1] * 1000 / (size / MIB)
+    for line in mirror_lines(capped["put"][0], capped["new"][0], cpu_ms_per_mib, args.cap_mib):
+        print(line)
     return 0 if ok else 1
 
 

@@ -8,7 +8,10 @@ collection on the baseline adapter (dynamic-client objects) and on this one (raw
 fleet size. Prints medians, the old/new ratio and the growth of time against the growth of objects.
 Requests come from the lab's audit log. Exits non-zero when a verdict does not match the fleet seeded.
 
-    .venv/bin/python bench/repave_report.py [--instances 0,1000,10000] [--repeat 3]
+    .venv/bin/python bench/repave_report.py [--instances 0,1000,10000] [--repeat 3] [--smoke]
+
+Ends with the issue's figures: each size against the baseline, 100,000 DBInstances against its 30 s and
+the growth between sizes against linear (see bench/verdict.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from bench.labproc import (  # noqa: E402
     load,
     playbook,
 )
+from bench.verdict import drift_lines  # noqa: E402
 from tests.lab.objects import now_rfc3339  # noqa: E402
 
 # The adapter before list bodies were parsed raw (the dynamic client's objects, then to_dict).
@@ -182,7 +186,10 @@ def main() -> int:
     parser.add_argument("--instances", default="0,100,1000", help="comma-separated fleet sizes, increasing")
     parser.add_argument("--repeat", type=int, default=3, help="paired runs per size (medians are shown)")
     parser.add_argument("--baseline", default=BASELINE, help="git revision of the adapter to compare with")
+    parser.add_argument("--smoke", action="store_true", help="a quick run: 100 and 1,000, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.instances, args.repeat = "100,1000", 1
     steps = sorted(int(n) for n in args.instances.split(","))
     rows = []
     with (
@@ -259,6 +266,9 @@ def main() -> int:
                 % ("", count // previous[0], new_s / previous[1], old_s / previous[2])
             )
         previous = (count, new_s, old_s)
+    steps = [(r[0], statistics.median(r[2]["old"]), statistics.median(r[2]["new"])) for r in rows]
+    for line in drift_lines(steps):
+        print(line)
     print(
         "(seconds: medians of %d paired ansible-playbook runs, start-up included as the 0 row shows;"
         " old = the same collection with %s's %s; lab cpu = the lab's own process during a new run,"

@@ -19,9 +19,10 @@ as a footnote only.
 Bytes read are counted by the verifier itself, and for the seed's commands read from
 /proc/<shell>/io (rchar, which includes the commands the shell ran).
 
-    .venv/bin/python bench/seal_verify.py [--data-gib 1,4,8] [--repeat 3]
+    .venv/bin/python bench/seal_verify.py [--data-gib 1,4,8] [--repeat 3] [--smoke]
 
-Exits non-zero when seal_verify misses its targets: under 0.25 s cold and under 8 MiB read.
+Ends with the issue's figures at each size: the cold ratio against the seed's method and a verdict on
+0.25 s and on 8 MiB read (see bench/verdict.py). Exits non-zero when seal_verify misses its targets.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli  # noqa: E402
 
+from bench.verdict import seal_lines  # noqa: E402
 from tests.integration.support import disks  # noqa: E402
 
 GIB = 1024**3
@@ -214,7 +216,10 @@ def main() -> int:
     )
     parser.add_argument("--data-gib", default="1,4,8", help="GiB of random file data in C:, comma-separated")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="a quick run: no data, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.data_gib, args.repeat = "0", 1
     missing = disks.missing_tools() + [t for t in ("ntfsls", "ntfscat") if not disks.shutil.which(t)]
     if missing:
         raise SystemExit("missing tools: %s (Debian: gdisk ntfs-3g wimtools e2fsprogs qemu-utils)" % missing)
@@ -284,6 +289,9 @@ def main() -> int:
             % (gib, ours_i, seed_i, seed_i / max(ours_i, 1e-6), ours_cpu)
         )
         print("footnote: %d GiB, verifier in this process, warm: %.3fs" % (gib, warm["seconds"]))
+    figures = [(gib, image_only[0], read, image_only[1]) for gib, _, _, read, *_, image_only in rows]
+    for line in seal_lines(figures):
+        print(line)
     print(
         "targets (image cold, fresh process <= %.2f s, < %d MiB read): %s"
         % (TARGET_SECONDS, TARGET_BYTES // MIB, "met" if ok else "MISSED")

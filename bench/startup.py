@@ -15,7 +15,10 @@ module processes):
 Then ``python -X importtime`` inside the module process: golden_info run directly with its arguments,
 the top imports by cumulative time. Prints medians and the ratios A/B and A/B1.
 
-    .venv/bin/python bench/startup.py [--objects 500,5000] [--repeat 5]
+    .venv/bin/python bench/startup.py [--objects 500,5000] [--repeat 5] [--smoke]
+
+Ends with the issue's figure at each size: the paired cpu ratio golden_info/k8s_info (goal <= 0.8 at 500
+objects and more), see bench/verdict.py.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.labproc import COLLECTIONS, LabProcess, in_parallel, load, playbook  # noqa: E402
+from bench.verdict import startup_lines  # noqa: E402
 
 SNAP = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
 PROJECT_LABEL = "kube-dc.com/project"
@@ -62,8 +66,8 @@ def seed(lab, start, stop):
     """Project namespaces ``start`` .. ``stop - 1``, each with one labelled golden copy (runs in the lab)."""
     namespaces = lab.store.resource("", "v1", "namespaces")
     snaps = lab.store.resource(*SNAP)
-    if start == 0:
-        for name in ("golden-images", "golden-images-block"):
+    for name in ("golden-images", "golden-images-block"):  # the lab makes them itself
+        if not lab.store.exists(namespaces, None, name):
             lab.store.create(namespaces, {"metadata": {"name": name}})
 
     def one(i):
@@ -155,7 +159,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", default="500,5000", help="comma-separated project counts, increasing")
     parser.add_argument("--repeat", type=int, default=5, help="paired runs per size (medians are shown)")
+    parser.add_argument("--smoke", action="store_true", help="a quick run: 50 objects, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.objects, args.repeat = "50", 1
     steps = sorted(int(n) for n in args.objects.split(","))
     rows = []
     with tempfile.TemporaryDirectory() as state, LabProcess(state) as lab:
@@ -178,6 +185,7 @@ def main() -> int:
             print("... %d objects done (%s)" % (count, load()), file=sys.stderr, flush=True)
         imports, top, code = importtime(lab.kubeconfig)
     print("%8s  %-28s %8s %8s %8s" % ("objects", "command", "cpu s", "wall s", "lab cpu"))
+    figures = []
     for count, cpu, wall, lab_cpu in rows:
         med = {k: statistics.median(v) for k, v in cpu.items()}
         for what in cpu:
@@ -185,17 +193,14 @@ def main() -> int:
                 "%8d  %-28s %8.2f %8.2f %8.2f"
                 % (count, what, med[what], statistics.median(wall[what]), statistics.median(lab_cpu[what]))
             )
-        a = med["A golden_info"]
+        a, b = med["A golden_info"], med["B k8s_info, same lists"]
+        paired = statistics.median(
+            x / y for x, y in zip(cpu["A golden_info"], cpu["B k8s_info, same lists"], strict=True)
+        )
+        figures.append((count, a, b, paired))
         print(
             "%8d  cpu ratio A/B %.2f, A/B1 %.2f; pairwise A/B median %.2f"
-            % (
-                count,
-                a / med["B k8s_info, same lists"],
-                a / med["B1 k8s_info, largest list"],
-                statistics.median(
-                    x / y for x, y in zip(cpu["A golden_info"], cpu["B k8s_info, same lists"], strict=True)
-                ),
-            )
+            % (count, a / b, a / med["B1 k8s_info, largest list"], paired)
         )
     print(
         "golden_info module process, python -X importtime (exit %d): %.3fs of top-level imports"
@@ -207,6 +212,8 @@ def main() -> int:
         "(medians of %d paired runs; cpu = user+sys of ansible-playbook and its children; lab cpu = the lab's"
         " own process, not included; %s)" % (args.repeat, load())
     )
+    for line in startup_lines(figures):
+        print(line)
     return 0
 
 

@@ -466,12 +466,13 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
         lab.faults.set_object("VolumeSnapshot/%s/%s" % (FS_NS, failed), None)
     assert run.ok, run.log
     timeout = run["stuck"]
-    # The elapsed time is what was waited, a little past the 3 s under load.
-    assert re.match(
-        r"timed out after 3\.\ds waiting for VolumeSnapshot golden-images/%s to be readyToUse \(stuck"
+    # The wait gave up at its timeout, not before it (how far past it depends on the machine's load).
+    waited = re.match(
+        r"timed out after (\d+\.\d)s waiting for VolumeSnapshot golden-images/%s to be readyToUse \(stuck"
         % stuck,
         timeout["msg"],
-    ), timeout["msg"]
+    )
+    assert waited and float(waited.group(1)) >= 3, timeout["msg"]
     assert (
         "last observed: readyToUse=unset" in timeout["msg"]
         or "last observed: readyToUse=false" in timeout["msg"]
@@ -483,7 +484,8 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
     failure = run["failed"]
     assert failure["msg"].startswith("failed while waiting for VolumeSnapshot golden-images/%s" % failed)
     assert "status.error: " in failure["msg"]
-    assert failure["duration"] < 30
+    # The wait ended on the error it saw, not at its 120 s timeout.
+    assert "timed out" not in failure["msg"] and "stuck" not in failure, failure
 
 
 @pytest.mark.lab_only

@@ -321,7 +321,8 @@ def test_the_chain_passes_from_a_sealed_pvc_to_a_gated_staged_golden(chain):
         ("disk", True),
         ("port", True),
     ]
-    assert all(isinstance(p["seconds"], (int, float)) and 0 <= p["seconds"] < 60 for p in gate["phases"])
+    # Each phase reports what it took; that it ended within its timeout is what "passed" says.
+    assert all(isinstance(p["seconds"], (int, float)) and p["seconds"] >= 0 for p in gate["phases"])
     # The project namespace is a labelled Kube-DC project, so the gate restores from the copy the seeder
     # published there, as a tenant's VM would.
     assert gate["source"]["published_by"] == "project" and gate["source"]["namespace"] == env.project

@@ -1,0 +1,94 @@
+"""The verdict and ratio lines the benches print, on fixed figures (the benchmarks themselves are not run)."""
+
+from __future__ import annotations
+
+from bench import verdict
+
+
+def test_a_figure_within_its_goal_passes_and_one_beyond_it_fails():
+    assert verdict.verdict("golden_info 50000 projects", 8.1, 10, "s") == (
+        "golden_info 50000 projects: 8.1 s (goal <= 10 s): PASS"
+    )
+    assert verdict.verdict("golden_info 50000 projects", 10.4, 10, "s").endswith(": FAIL")
+    assert verdict.verdict("speed-up", 2.27, 2, "x", ">=") == "speed-up: 2.27x (goal >= 2x): PASS"
+    assert verdict.verdict("speed-up", 1.9, 2, "x", ">=").endswith(": FAIL")
+    assert verdict.verdict("read", 8, 8, "MiB", "<").endswith("(goal < 8 MiB): FAIL")
+
+
+def test_a_run_below_the_goals_scale_is_not_judged():
+    note = verdict.scale_note(500, 50_000, "projects")
+    line = verdict.verdict("golden_info 500 projects", 0.08, 10, "s", scale_note=note)
+    assert line == (
+        "golden_info 500 projects: 0.08 s (goal <= 10 s): "
+        "not judged (goal is at 50000 projects, measured at 500)"
+    )
+    assert verdict.scale_note(100_000, 100_000, "DBInstances") == ""
+
+
+def test_growth_is_judged_against_linear_with_ten_percent_slack():
+    assert (
+        verdict.growth("growth", 5000, 50000, 1.0, 9.7)
+        == "growth 5000->50000 (10x objects): 9.7x (goal <= 11x): PASS"
+    )
+    assert verdict.growth("growth", 5000, 50000, 1.0, 11.5).endswith(": FAIL")
+    assert verdict.growth("growth", 100, 1000, 0.5, 5.4).endswith("(goal <= 11x): PASS")
+
+
+def test_golden_info_lines_give_the_ratio_at_each_size_the_goal_and_the_growth():
+    lines = verdict.golden_info_lines([(5000, 4.2, 1.24), (50000, 41, 8.1)])
+    assert lines == [
+        "golden_info 5000 projects: 1.24 s against the dynamic client's 4.2 s: 3.39x",
+        "golden_info 50000 projects: 8.1 s against the dynamic client's 41 s: 5.06x",
+        "golden_info 50000 projects: 8.1 s (goal <= 10 s): PASS",
+        "golden_info growth 5000->50000 (10x objects): 6.53x (goal <= 11x): PASS",
+    ]
+    slow = verdict.golden_info_lines([(5000, 4.2, 1.0), (50000, 41, 12.0)])
+    assert slow[2].endswith(": FAIL") and slow[3].endswith("12x (goal <= 11x): FAIL")
+
+
+def test_drift_lines_skip_the_growth_from_an_empty_fleet():
+    lines = verdict.drift_lines([(0, 1.1, 1.0), (10000, 10.7, 3.0), (100000, 115, 29.0)])
+    assert lines[0] == "drift report 0 DBInstances: 1 s against the dynamic client's 1.1 s: 1.10x"
+    assert "drift report 100000 DBInstances: 29 s (goal <= 30 s): PASS" in lines
+    assert [line for line in lines if "growth" in line] == [
+        "drift report growth 10000->100000 (10x objects): 9.67x (goal <= 11x): PASS"
+    ]
+    assert verdict.drift_lines([(1000, 4.9, 2.0)])[-1].endswith(
+        "not judged (goal is at 100000 DBInstances, measured at 1000)"
+    )
+
+
+def test_seal_lines_judge_time_and_bytes_and_give_the_seeds_ratio():
+    lines = verdict.seal_lines([(4, 0.2, 3 * 1024 * 1024, 5.8)])
+    assert lines == [
+        "seal_verify fresh process, image cold, 4 GiB data: 0.2 s against the seed's convert-and-read 5.8 s: "
+        "29.00x",
+        "seal_verify fresh process, image cold, 4 GiB data: 0.2 s (goal <= 0.25 s): PASS",
+        "seal_verify fresh process, image cold, 4 GiB data, bytes read: 3 MiB (goal < 8 MiB): PASS",
+    ]
+    late = verdict.seal_lines([(8, 0.65, 9 * 1024 * 1024, 5.8)])
+    assert late[1].endswith(": FAIL") and late[2].endswith(": FAIL")
+
+
+def test_mirror_lines_judge_the_speed_up_on_the_capped_link_and_the_cpu_per_mib():
+    lines = verdict.mirror_lines(capped_put=10.0, capped_mirror=4.0, loopback_cpu_ms=2.1, cap_mib=25)
+    assert lines == [
+        "mirror, capped 25 MiB/s a connection: 4 s against one put_object 10 s: 2.50x",
+        "mirror speed-up over one put_object, capped link: 2.5x (goal >= 2x): PASS",
+        "mirror client cpu, loopback: 2.1 ms/MiB (goal <= 2.5 ms/MiB): PASS",
+    ]
+    slow = verdict.mirror_lines(capped_put=10.0, capped_mirror=6.0, loopback_cpu_ms=5.4, cap_mib=25)
+    assert slow[1].endswith(": FAIL") and slow[2].endswith(": FAIL")
+
+
+def test_startup_lines_judge_the_paired_cpu_ratio_from_500_objects():
+    lines = verdict.startup_lines([(50, 1.0, 1.1, 0.9), (500, 1.6, 2.2, 0.73), (5000, 2.0, 2.3, 0.87)])
+    assert lines[0] == (
+        "golden_info task cpu against k8s_info, 50 objects: 1 s against kubernetes.core.k8s_info 1.1 s: 1.10x"
+    )
+    assert lines[1].endswith("not judged (goal is at 500 objects, measured at 50)")
+    assert (
+        lines[3]
+        == "golden_info task cpu against k8s_info, 500 objects, paired ratio: 0.73 (goal <= 0.8): PASS"
+    )
+    assert lines[5].endswith("0.87 (goal <= 0.8): FAIL")
