@@ -693,8 +693,21 @@ class KubeModule(AnsibleModule):
         self._raw_paths = {}
         self._raw_groups = {}
         self.mutations = 0
+        self.written = []  # "created ConfigMap ns/x", ...: what this run changed, in order
         self.retried = 0
         self.backoff = Backoff()
+
+    def fail_json(self, msg, **kwargs):
+        """Fail with what this run wrote before the failure (``written``): a run stopped half-way, by a
+        permission it lacks or anything else, says what exists now. A 403 names it in the message too."""
+        if self.written:
+            kwargs.setdefault("written", list(self.written))
+            if kwargs.get("status") == 403:
+                shown = ", ".join(self.written[:10])
+                if len(self.written) > 10:
+                    shown += " and %d more" % (len(self.written) - 10)
+                msg = "%s. Written by this run before the refusal: %s" % (msg.rstrip(". "), shown)
+        super(KubeModule, self).fail_json(msg=msg, **kwargs)
 
     # kubernetes.core's client factory asks its module for these two.
     @property
@@ -1015,13 +1028,15 @@ class KubeModule(AnsibleModule):
                 existing=current,
             )
 
-        return self._retrying(
+        created = self._retrying(
             "create %s" % what,
             lambda: self._send(
                 lambda: res.create(body=definition, namespace=namespace if res.namespaced else None)
             ),
             read_back,
         )
+        self.written.append("created %s" % ref(kind, (created.get("metadata") or {}).get("name"), namespace))
+        return created
 
     def patch(self, api_version, kind, name, namespace, patch, before=None):
         """Merge-patch an object. Returns ``(after, changed)``; no request when nothing would change.
@@ -1067,7 +1082,10 @@ class KubeModule(AnsibleModule):
             return False, None
 
         after = self._retrying("patch %s" % ref(kind, name, namespace), send, reread)
-        return after, not same_object(before, after)
+        changed = not same_object(before, after)
+        if changed:
+            self.written.append("patched %s" % ref(kind, name, namespace))
+        return after, changed
 
     def replace(self, definition, before=None):
         """Replace an object (optimistic: uses ``before``'s resourceVersion). Returns ``(after, changed)``.
@@ -1114,7 +1132,10 @@ class KubeModule(AnsibleModule):
             return False, None
 
         after = self._retrying("replace %s" % ref(kind, name, namespace), send, reread)
-        return after, not same_object(before, after)
+        changed = not same_object(before, after)
+        if changed:
+            self.written.append("replaced %s" % ref(kind, name, namespace))
+        return after, changed
 
     def delete(self, api_version, kind, name, namespace=None, before=None, propagation=None):
         """Delete an object. Returns True when it existed (and, outside check mode, was deleted).
@@ -1143,7 +1164,9 @@ class KubeModule(AnsibleModule):
                 return False, None
             return None
 
-        return self._retrying("delete %s" % ref(kind, name, namespace), send, gone)
+        deleted = self._retrying("delete %s" % ref(kind, name, namespace), send, gone)
+        self.written.append("deleted %s" % ref(kind, name, namespace))
+        return deleted
 
     def delete_and_wait(
         self, api_version, kind, name, namespace, timeout, sleep, before=None, propagation=None, progress=None
@@ -1212,11 +1235,15 @@ class KubeModule(AnsibleModule):
         if timeout is not None and not isinstance(timeout, urllib3.Timeout):
             timeout = urllib3.Timeout(connect=min(timeout, 30), read=timeout)
 
+        action = action or "%s %s" % (method, strip_query(url))
+
         def send():
             data = body() if callable(body) else body
-            return self._pool_request(api, method, url, headers, data, timeout, mutating)
+            response = self._pool_request(api, method, url, headers, data, timeout, mutating)
+            if mutating:
+                self.written.append("sent %s" % action)
+            return response
 
-        action = action or "%s %s" % (method, strip_query(url))
         if retry:
             return self._retrying(action, send)
         try:

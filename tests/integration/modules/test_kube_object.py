@@ -358,3 +358,31 @@ def test_a_run_converges_under_faults_and_a_rerun_writes_nothing(lab, kube_names
     again = run_playbook(kube_play(apply("update", second)), env=lab.env())
     assert again.ok and again["update"]["changed"] is False, again.log
     assert lab.mutating_requests() == []
+
+
+def test_a_permission_missing_half_way_says_what_the_run_wrote(lab, kube_namespace, tmp_path):
+    """A token that may create ConfigMaps but not Secrets: the run stops at the Secret with the 403 and
+    says what it wrote first (``written``, and in the message), so nothing half-done goes unreported."""
+    user = "configmaps-only-" + kube_namespace[-6:]
+    token = lab.add_token(
+        user, [{"verbs": ["get", "list", "create"], "groups": [""], "resources": ["configmaps"]}]
+    )
+    kubeconfig = str(lab.write_kubeconfig(tmp_path / "limited.kubeconfig", token, user))
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": kube_namespace, "labels": dict(OURS)},
+        "stringData": {"key": "value"},
+    }
+    definitions = [config_map(kube_namespace, "first", {"a": "1"}), secret]
+    run = run_playbook(
+        kube_play(apply("limited", definitions, kubeconfig=kubeconfig, ignore_errors=True)),
+        env=lab.env(),
+    )
+    assert run.entry("limited")["status"] == "ignored", run.log
+    result = run["limited"]
+    assert result["status"] == 403, result
+    assert result["written"] == ["created ConfigMap %s/first" % kube_namespace], result
+    assert result["msg"].endswith(
+        "Written by this run before the refusal: created ConfigMap %s/first" % kube_namespace
+    ), result["msg"]
