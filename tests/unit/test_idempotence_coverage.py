@@ -3,7 +3,8 @@
 The modules are the files of plugins/modules. A module is covered when a test marked
 ``@pytest.mark.suite("idempotence")`` names it (``goldenimage.pipeline.<module>``) in its own source or
 in what it uses from its file: the module-level constants, helpers and fixtures it refers to, followed
-transitively (``task = functools.partial(module_task, MODULE)`` and ``MODULE = "..."`` included).
+transitively (``task = functools.partial(module_task, MODULE)`` and ``MODULE = "..."`` included), and
+asserts that a run reported no change (``["changed"] is False``); naming a module alone covers nothing.
 
 A module that never writes is listed in READ_ONLY with the reason; one that cannot be idempotent by
 design is listed in NOT_IDEMPOTENT and must say so in its own documentation (``idempotent: support:
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 import yaml
@@ -22,6 +24,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = ROOT / "plugins" / "modules"
 TESTS = ROOT / "tests"
 PREFIX = "goldenimage.pipeline."
+# An assertion that a run changed nothing: result["changed"] is False, changed == False, not r["changed"].
+NO_CHANGE = re.compile(
+    r"""changed['"]?\]?\)?\s*(is|==)\s*False|not\s+\w+(\[['"]\w+['"]\])*\[['"]changed['"]\]"""
+)
 
 READ_ONLY = {
     "bake_wait": "waits for a bake VM to stop, reading the VM and its console; it writes nothing",
@@ -101,6 +107,8 @@ def covered():
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and _in_idempotence_suite(node):
                 source = _reach(node, top, text)
+                if not NO_CHANGE.search(source):
+                    continue
                 for name in names:
                     if PREFIX + name in source:
                         found.setdefault(name, []).append("%s::%s" % (path.relative_to(ROOT), node.name))
@@ -153,7 +161,10 @@ def test_the_scan_follows_constants_helpers_and_fixtures(tmp_path, monkeypatch):
         '    return "goldenimage.pipeline.beta"\n'
         '@pytest.mark.suite("idempotence")\n'
         "def test_a(made):\n"
-        '    task("again")\n'
+        '    assert task("again")["changed"] is False\n'
+        '@pytest.mark.suite("idempotence")\n'
+        "def test_c():\n"
+        '    return "goldenimage.pipeline.gamma"  # names it, proves nothing\n'
         '@pytest.mark.suite("secrets")\n'
         "def test_b():\n"
         '    return "goldenimage.pipeline.gamma"\n'
