@@ -11,12 +11,22 @@ the standard library. Credentials come from the environment (``EXPORT_ACCESS_KEY
 ``EXPORT_SECRET_ACCESS_KEY``, optionally ``EXPORT_SESSION_TOKEN``), which the Job fills from a Secret;
 they are never printed.
 
-The steps: ``qemu-img convert -c -O qcow2`` onto scratch space; the sha256 of the qcow2; a HEAD of the
-key (an object already there with this sha256 is left alone, anything else is refused); a multipart
-upload whose metadata carries the sha256, each part sent with its Content-MD5 and its own sha256 (the
-server checks both) while the sha256 of the whole is computed again; the upload is completed with
-``If-None-Match: *`` only when that digest matches, and the stored object is checked with a HEAD. Any
-failure aborts the upload, so nothing partial is left under the key. The last line of the log is
+The steps: ``qemu-img convert -c -O qcow2`` onto scratch space, then a HEAD of the key.
+- The key holds an object (a rerun): the sha256 of the qcow2 is computed (its one read, nothing is sent);
+  an object with this sha256 is left alone, anything else is refused.
+- The key is free: the qcow2 is read once. Its parts go to a staging key next to the key
+  (``--staging-key``, ``<key>.partial-<random>`` by default) as a multipart upload, each part with its
+  Content-MD5 and its own sha256 (the server checks both), while the sha256 of the whole is computed; that
+  upload is completed with ``If-None-Match: *``. S3 takes metadata only when an object is made, so the key
+  is then made (after another HEAD finds it still free) by a server-side copy of the staging object that
+  carries the sha256 and the other
+  metadata (``x-amz-metadata-directive: REPLACE``): CopyObject up to COPY_PART_LIMIT (5 GiB, S3's limit),
+  above it a multipart upload of UploadPartCopy ranges completed with ``If-None-Match: *``. A HEAD checks
+  the stored sha256 and size (a mismatch deletes the object again), and the staging object is deleted.
+  Any failure aborts the pending upload and deletes the staging object, and the error says so: the key
+  never keeps an object that was not checked, and no staging object is left.
+The progress phases are ``convert``, then ``upload`` and ``copy`` (or ``sha256`` on a rerun); the result
+reports ``read_bytes``, the bytes of the qcow2 read after the conversion. The last line of the log is
 ``MARKER`` followed by the result as JSON.
 """
 
