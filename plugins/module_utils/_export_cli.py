@@ -19,9 +19,9 @@ The steps: ``qemu-img convert -c -O qcow2`` onto scratch space, then a HEAD of t
   Content-MD5 and its own sha256 (the server checks both), while the sha256 of the whole is computed; that
   upload is completed with ``If-None-Match: *``. S3 takes metadata only when an object is made, so the key
   is then made (after another HEAD finds it still free) by a server-side copy of the staging object that
-  carries the sha256 and the other
-  metadata (``x-amz-metadata-directive: REPLACE``): CopyObject up to COPY_PART_LIMIT (5 GiB, S3's limit),
-  above it a multipart upload of UploadPartCopy ranges completed with ``If-None-Match: *``. A HEAD checks
+  carries the sha256 and the other metadata (``x-amz-metadata-directive: REPLACE``): CopyObject up to
+  COPY_PART_LIMIT (5 GiB, S3's limit), above it a multipart upload of UploadPartCopy ranges completed
+  with ``If-None-Match: *``. A HEAD checks
   the stored sha256 and size (a mismatch deletes the object again), and the staging object is deleted.
   Any failure aborts the pending upload and deletes the staging object, and the error says so: the key
   never keeps an object that was not checked, and no staging object is left.
@@ -417,7 +417,7 @@ def publish(s3, opts, staging, digest, size, progress):
         )
         _expect(answer, 200, what)
         if b"<Error>" in answer.body:  # a copy may fail after its 200
-            raise ExportError("%s: %s" % (what, Answer(500, {}, answer.body).error_code()), "s3")
+            raise ExportError("%s: %s" % (what, answer.error_code()), "s3")
         progress.step(size, force=True)
         return 1
 
