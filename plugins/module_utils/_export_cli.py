@@ -11,12 +11,22 @@ the standard library. Credentials come from the environment (``EXPORT_ACCESS_KEY
 ``EXPORT_SECRET_ACCESS_KEY``, optionally ``EXPORT_SESSION_TOKEN``), which the Job fills from a Secret;
 they are never printed.
 
-The steps: ``qemu-img convert -c -O qcow2`` onto scratch space; the sha256 of the qcow2; a HEAD of the
-key (an object already there with this sha256 is left alone, anything else is refused); a multipart
-upload whose metadata carries the sha256, each part sent with its Content-MD5 and its own sha256 (the
-server checks both) while the sha256 of the whole is computed again; the upload is completed with
-``If-None-Match: *`` only when that digest matches, and the stored object is checked with a HEAD. Any
-failure aborts the upload, so nothing partial is left under the key. The last line of the log is
+The steps: ``qemu-img convert -c -O qcow2`` onto scratch space, then a HEAD of the key.
+- The key holds an object (a rerun): the sha256 of the qcow2 is computed (its one read, nothing is sent);
+  an object with this sha256 is left alone, anything else is refused.
+- The key is free: the qcow2 is read once. Its parts go to a staging key next to the key
+  (``--staging-key``, ``<key>.partial-<random>`` by default) as a multipart upload, each part with its
+  Content-MD5 and its own sha256 (the server checks both), while the sha256 of the whole is computed; that
+  upload is completed with ``If-None-Match: *``. S3 takes metadata only when an object is made, so the key
+  is then made (after another HEAD finds it still free) by a server-side copy of the staging object that
+  carries the sha256 and the other metadata (``x-amz-metadata-directive: REPLACE``): CopyObject up to
+  COPY_PART_LIMIT (5 GiB, S3's limit), above it a multipart upload of UploadPartCopy ranges completed
+  with ``If-None-Match: *``. A HEAD checks
+  the stored sha256 and size (a mismatch deletes the object again), and the staging object is deleted.
+  Any failure aborts the pending upload and deletes the staging object, and the error says so: the key
+  never keeps an object that was not checked, and no staging object is left.
+The progress phases are ``convert``, then ``upload`` and ``copy`` (or ``sha256`` on a rerun); the result
+reports ``read_bytes``, the bytes of the qcow2 read after the conversion. The last line of the log is
 ``MARKER`` followed by the result as JSON.
 """
 
@@ -48,6 +58,8 @@ READ_CHUNK = 8 * 1024 * 1024
 PROGRESS_SECONDS = 10.0
 ATTEMPTS = 4
 MAX_PARTS = 10000
+# CopyObject copies at most 5 GiB; a larger object is copied in parts of this size (UploadPartCopy).
+COPY_PART_LIMIT = 5 * 1024 * 1024 * 1024
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 META = {"sha256": "sha256", "source": "source-url", "uid": "source-uid", "at": "mirrored-at"}
 
@@ -242,20 +254,48 @@ def _etag(answer):
     return (answer.header("etag") or "").strip('"')
 
 
-def upload(s3, opts, path, digest, size, progress):
-    """The multipart upload; returns the number of parts. Aborts on any failure."""
-    bucket, key = opts.bucket, opts.key
-    meta = {
+def object_headers(opts, digest):
+    """The metadata and Content-Type the exported object carries."""
+    headers = {
         "x-amz-meta-" + META["sha256"]: digest,
         "x-amz-meta-" + META["source"]: opts.source_url,
         "x-amz-meta-" + META["at"]: opts.exported_at,
         "Content-Type": opts.content_type,
     }
     if opts.source_uid:
-        meta["x-amz-meta-" + META["uid"]] = opts.source_uid
+        headers["x-amz-meta-" + META["uid"]] = opts.source_uid
+    return headers
+
+
+def _complete(s3, bucket, key, upload_id, parts, where, appeared):
+    """CompleteMultipartUpload with ``If-None-Match: *``: an object that appeared under the key wins."""
+    body = "<CompleteMultipartUpload>%s</CompleteMultipartUpload>" % "".join(
+        '<Part><PartNumber>%d</PartNumber><ETag>"%s"</ETag></Part>' % (n, e) for n, e in parts
+    )
+    done = s3.request(
+        "POST",
+        bucket,
+        key,
+        {"uploadId": upload_id},
+        {"If-None-Match": "*", "Content-Type": "application/xml"},
+        body.encode("utf-8"),
+        what="CompleteMultipartUpload " + where,
+    )
+    if done.status in (409, 412):
+        raise ExportError(appeared, "key_exists")
+    _expect(done, 200, "CompleteMultipartUpload " + where)
+    if b"<Error>" in done.body:  # S3 may answer 200 with an error body
+        raise ExportError(
+            "CompleteMultipartUpload %s: %s" % (where, Answer(500, {}, done.body).error_code()), "s3"
+        )
+
+
+def multipart(s3, bucket, key, headers, send, progress):
+    """A multipart upload to ``key``: ``send(upload_id)`` returns ``(parts, value)`` and the upload is
+    completed; returns ``(len(parts), value)``. Any failure aborts the upload."""
     where = "s3://%s/%s" % (bucket, key)
     created = _expect(
-        s3.request("POST", bucket, key, {"uploads": ""}, meta, what="CreateMultipartUpload " + where),
+        s3.request("POST", bucket, key, {"uploads": ""}, headers, what="CreateMultipartUpload " + where),
         200,
         "CreateMultipartUpload " + where,
     )
@@ -263,40 +303,44 @@ def upload(s3, opts, path, digest, size, progress):
     if not upload_id:
         raise ExportError("CreateMultipartUpload %s: no UploadId in the answer" % where, "s3")
     try:
-        parts = _send_parts(s3, opts, path, upload_id, digest, size, progress)
-        body = "<CompleteMultipartUpload>%s</CompleteMultipartUpload>" % "".join(
-            '<Part><PartNumber>%d</PartNumber><ETag>"%s"</ETag></Part>' % (n, e) for n, e in parts
+        parts, value = send(upload_id)
+        _complete(
+            s3, bucket, key, upload_id, parts, where, "%s appeared while the export was written" % where
         )
-        done = s3.request(
-            "POST",
-            bucket,
-            key,
-            {"uploadId": upload_id},
-            {"If-None-Match": "*", "Content-Type": "application/xml"},
-            body.encode("utf-8"),
-            what="CompleteMultipartUpload " + where,
-        )
-        if done.status in (409, 412):
-            raise ExportError(
-                "%s appeared while the export was uploaded; nothing was replaced" % where, "key_exists"
-            )
-        _expect(done, 200, "CompleteMultipartUpload " + where)
-        if b"<Error>" in done.body:  # S3 may answer 200 with an error body
-            raise ExportError(
-                "CompleteMultipartUpload %s: %s" % (where, Answer(500, {}, done.body).error_code()), "s3"
-            )
-    except BaseException:
+    except BaseException as exc:
         try:
-            s3.request("DELETE", bucket, key, {"uploadId": upload_id}, what="AbortMultipartUpload " + where)
-        except ExportError as exc:
-            progress.say("could not abort the upload %s: %s" % (upload_id, exc.msg))
+            answer = s3.request(
+                "DELETE", bucket, key, {"uploadId": upload_id}, what="AbortMultipartUpload " + where
+            )
+            _expect(answer, 204, "AbortMultipartUpload " + where)
+            note = "the multipart upload to %s was aborted" % where
+        except ExportError as problem:
+            note = "the multipart upload %s to %s could not be aborted: %s" % (upload_id, where, problem.msg)
+        progress.say(note)
+        if isinstance(exc, ExportError):
+            exc.msg = "%s; %s" % (exc.msg, note)
         raise
-    return len(parts)
+    return len(parts), value
 
 
-def _send_parts(s3, opts, path, upload_id, digest, size, progress):
+def stage(s3, opts, path, staging, size, progress):
+    """The one read of the qcow2: its parts are uploaded to ``staging`` while its sha256 is computed.
+
+    Returns ``(parts, sha256, bytes read)``; the multipart upload is aborted on any failure."""
+    parts, (digest, read) = multipart(
+        s3,
+        opts.bucket,
+        staging,
+        {"Content-Type": opts.content_type},
+        lambda upload_id: _send_parts(s3, opts, path, staging, upload_id, size, progress),
+        progress,
+    )
+    return parts, digest, read
+
+
+def _send_parts(s3, opts, path, key, upload_id, size, progress):
     progress.phase("upload", size)
-    streamed, sent, futures = hashlib.sha256(), 0, []
+    streamed, futures = hashlib.sha256(), []
     # S3 takes at most 10,000 parts: a larger file gets larger parts (whole MiB).
     mib = 1024 * 1024
     per_part = (size + MAX_PARTS - 1) // MAX_PARTS
@@ -305,12 +349,12 @@ def _send_parts(s3, opts, path, upload_id, digest, size, progress):
     def put(number, chunk):
         md5 = hashlib.md5(chunk)
         headers = {"Content-MD5": base64.b64encode(md5.digest()).decode("ascii")}
-        what = "UploadPart %d of s3://%s/%s" % (number, opts.bucket, opts.key)
+        what = "UploadPart %d of s3://%s/%s" % (number, opts.bucket, key)
         answer = _expect(
             s3.request(
                 "PUT",
                 opts.bucket,
-                opts.key,
+                key,
                 {"partNumber": str(number), "uploadId": upload_id},
                 headers,
                 chunk,
@@ -325,8 +369,10 @@ def _send_parts(s3, opts, path, upload_id, digest, size, progress):
             )
         return number, _etag(answer), len(chunk)
 
+    read = 0
     with ThreadPoolExecutor(max_workers=opts.concurrency) as pool, open(path, "rb") as fh:
         for number, chunk in enumerate(iter(lambda: fh.read(part_size), b""), 1):
+            read += len(chunk)
             streamed.update(chunk)
             futures.append(pool.submit(put, number, chunk))
             while sum(1 for f in futures if not f.done()) >= opts.concurrency:
@@ -334,17 +380,73 @@ def _send_parts(s3, opts, path, upload_id, digest, size, progress):
             for f in futures:
                 if f.done() and f.exception() is not None:
                     raise f.exception()
-            sent = sum(f.result()[2] for f in futures if f.done())
-            progress.step(sent)
+            progress.step(sum(f.result()[2] for f in futures if f.done()))
         parts = [f.result() for f in futures]
-    progress.step(size, force=True)
-    if streamed.hexdigest() != digest:
+    progress.step(read, force=True)
+    if read != size:
         raise ExportError(
-            "the qcow2 changed while it was uploaded (sha256 %s, then %s); nothing was stored"
-            % (digest, streamed.hexdigest()),
+            "the qcow2 changed while it was uploaded (%d bytes, then %d read); nothing was stored"
+            % (size, read),
             "changed",
         )
-    return [(n, e) for n, e, _l in parts]
+    return [(n, e) for n, e, _l in parts], (streamed.hexdigest(), read)
+
+
+def publish(s3, opts, staging, digest, size, progress):
+    """The final key made by a server-side copy of ``staging`` that carries the metadata: CopyObject up to
+    COPY_PART_LIMIT bytes, else a multipart copy of ranges. Returns the copy's part count (1 for
+    CopyObject)."""
+    bucket, key = opts.bucket, opts.key
+    where = "s3://%s/%s" % (bucket, key)
+    source = {"x-amz-copy-source": "/%s/%s" % (quote(bucket, safe=""), quote(staging, safe="/-_.~"))}
+    headers = object_headers(opts, digest)
+    progress.phase("copy", size)
+    if held(s3, bucket, key) is not None:
+        raise ExportError(
+            "%s appeared while the export was uploaded; nothing was replaced" % where, "key_exists"
+        )
+    if size <= COPY_PART_LIMIT:
+        what = "CopyObject %s to %s" % (staging, where)
+        answer = s3.request(
+            "PUT",
+            bucket,
+            key,
+            None,
+            dict(headers, **source, **{"x-amz-metadata-directive": "REPLACE"}),
+            what=what,
+        )
+        _expect(answer, 200, what)
+        if b"<Error>" in answer.body:  # a copy may fail after its 200
+            raise ExportError("%s: %s" % (what, answer.error_code()), "s3")
+        progress.step(size, force=True)
+        return 1
+
+    def copy_parts(upload_id):
+        parts = []
+        for number, start in enumerate(range(0, size, COPY_PART_LIMIT), 1):
+            end = min(size, start + COPY_PART_LIMIT) - 1
+            what = "UploadPartCopy %d of %s" % (number, where)
+            answer = _expect(
+                s3.request(
+                    "PUT",
+                    bucket,
+                    key,
+                    {"partNumber": str(number), "uploadId": upload_id},
+                    dict(source, **{"x-amz-copy-source-range": "bytes=%d-%d" % (start, end)}),
+                    what=what,
+                ),
+                200,
+                what,
+            )
+            etag = (ElementTree.fromstring(answer.body).findtext("{*}ETag") or "").strip('"')
+            if not etag:
+                raise ExportError("%s: %s" % (what, answer.error_code()), "s3")
+            parts.append((number, etag))
+            progress.step(end + 1)
+        progress.step(size, force=True)
+        return parts, None
+
+    return multipart(s3, bucket, key, headers, copy_parts, progress)[0]
 
 
 def held(s3, bucket, key):
@@ -380,19 +482,58 @@ def export(opts, environ, progress):
     qcow2 = os.path.join(opts.scratch, opts.filename)
     convert(opts.source, qcow2, opts.compress, progress)
     converted = time.monotonic()
-    digest, size = file_sha256(qcow2, progress)
-    result = {"sha256": digest, "size": size, "convert_seconds": round(converted - started, 3)}
+    result = {"convert_seconds": round(converted - started, 3)}
     found = held(s3, opts.bucket, opts.key)
     if found is not None:
+        digest, size = file_sha256(qcow2, progress)
         if found.get(META["sha256"]) == digest:
-            return dict(result, action="skip", bytes_moved=0, seconds=round(time.monotonic() - started, 3))
+            return dict(
+                result,
+                sha256=digest,
+                size=size,
+                read_bytes=size,
+                action="skip",
+                bytes_moved=0,
+                seconds=round(time.monotonic() - started, 3),
+            )
         raise ExportError(
             "%s already holds another object (sha256 %s, from %s); an exported key holds one content for "
             "ever: export under a new key (a new date)"
             % (where, found.get(META["sha256"]) or "unknown", found.get(META["source"]) or "unknown"),
             "key_exists",
         )
-    parts = upload(s3, opts, qcow2, digest, size, progress)
+    size = os.path.getsize(qcow2)
+    staging = opts.staging_key or "%s.partial-%s" % (opts.key, os.urandom(6).hex())
+    parts, digest, read = stage(s3, opts, qcow2, staging, size, progress)
+    try:
+        copied = publish(s3, opts, staging, digest, read, progress)
+        verify(s3, opts, digest, read)
+    except BaseException as exc:
+        _gone, note = remove_staging(s3, opts.bucket, staging)
+        if isinstance(exc, ExportError):
+            exc.msg = "%s; %s" % (exc.msg, note)
+        raise
+    gone, note = remove_staging(s3, opts.bucket, staging)
+    if not gone:
+        raise ExportError("exported %s, but %s" % (where, note), "staging")
+    return dict(
+        result,
+        sha256=digest,
+        size=read,
+        read_bytes=read,
+        action="upload",
+        parts=parts,
+        copy_parts=copied,
+        part_size=opts.part_size,
+        bytes_moved=read,
+        seconds=round(time.monotonic() - started, 3),
+        upload_seconds=round(time.monotonic() - converted, 3),
+    )
+
+
+def verify(s3, opts, digest, size):
+    """The final key holds ``size`` bytes with this sha256 metadata, or it is deleted again."""
+    where = "s3://%s/%s" % (opts.bucket, opts.key)
     stored = held(s3, opts.bucket, opts.key) or {}
     if stored.get(META["sha256"]) != digest or str(stored.get("content-length")) != str(size):
         s3.request("DELETE", opts.bucket, opts.key, what="DELETE " + where)
@@ -401,16 +542,18 @@ def export(opts, environ, progress):
             % (where, stored.get(META["sha256"]), stored.get("content-length"), digest, size),
             "s3",
         )
-    seconds = time.monotonic() - started
-    return dict(
-        result,
-        action="upload",
-        parts=parts,
-        part_size=opts.part_size,
-        bytes_moved=size,
-        seconds=round(seconds, 3),
-        upload_seconds=round(time.monotonic() - converted, 3),
-    )
+
+
+def remove_staging(s3, bucket, staging):
+    """Delete the staging object: ``(gone, a sentence saying so)``."""
+    where = "s3://%s/%s" % (bucket, staging)
+    try:
+        answer = s3.request("DELETE", bucket, staging, what="DELETE " + where)
+        if answer.status not in (200, 204):
+            raise ExportError("DELETE %s: HTTP %d %s" % (where, answer.status, answer.error_code()), "s3")
+    except ExportError as exc:
+        return False, "the staging object %s could not be deleted: %s" % (where, exc.msg)
+    return True, "the staging object %s was deleted" % where
 
 
 def parser():
@@ -423,6 +566,7 @@ def parser():
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--bucket", required=True)
     p.add_argument("--key", required=True)
+    p.add_argument("--staging-key", default="", help="where the parts go first (default: KEY.partial-RANDOM)")
     p.add_argument("--part-size", type=int, default=16 * 1024 * 1024)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--content-type", default="application/x-qemu-disk")

@@ -16,33 +16,36 @@ description:
     cluster, so that no byte of it passes through the Ansible controller and any volume works (a Ceph RBD
     volume has no path on the controller). A Job in O(namespace) converts it with C(qemu-img convert -c -O
     qcow2) onto a scratch claim and uploads the qcow2 to O(key) of O(bucket).
-  - The upload is multipart. The Job computes the qcow2's sha256 and records it as the C(sha256) metadata,
-    sends each part with its Content-MD5 and its own sha256 (the server checks both) while computing the
-    sha256 of the whole again, completes the upload with C(If-None-Match) only when the two digests match,
-    and checks the stored object with a HEAD. Any failure aborts the upload, so nothing partial is left under
-    O(key). The module then reads the object's metadata itself, from the controller, and fails unless it
-    names the digest the Job reported.
+  - The Job reads the qcow2 once. It uploads it in parts (multipart, each part with its Content-MD5 and its
+    own sha256, which the server checks) to a staging key next to O(key) (C(<key>.partial-<namespace>-<name>))
+    while it computes the sha256 of the whole, then makes O(key) by a server-side copy of the staging object
+    that records the digest as the C(sha256) metadata (CopyObject, or a multipart copy of ranges above 5 GiB),
+    checks the stored object's sha256 and size with a HEAD, and deletes the staging object. Any failure aborts
+    the uploads and deletes the staging object, so nothing partial or unchecked is left. The module then reads
+    the object's metadata itself, from the controller, and fails unless it names the digest the Job reported.
+  - When O(key) already holds an object by the time the Job has converted the disk, the Job only computes the
+    qcow2's sha256; the same digest leaves the object alone, another one is refused.
   - The credentials the Job signs with come from the Secret O(credentials_secret) (CDI's C(accessKeyId) and
-    C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself
-    (AWS Signature Version 4) and needs only C(python3) and C(qemu-img) in O(image). Its program is not part
-    of the image; the module ships it in a ConfigMap, so the Job always runs the code of this module.
-  - Before anything is written, the module reads O(key) from the controller (with the S3 connection
-    options). A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid)
-    is left alone and the task reports no change, with no Job; a key that holds anything else is refused.
-    Export a changed image under a new key (a new date).
-  - The Job, its pod, the ConfigMap and the scratch claim are deleted when the export ends, on failure and
-    on timeout too (a multipart upload the killed Job left is aborted); what could not be deleted is reported
-    by name with the command that removes it.
-  - The wait runs in rounds of O(report_every) seconds; the action plugin prints the Job's phase and
-    percent (convert, sha256, upload) after each round.
+    C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself (AWS
+    Signature Version 4) and needs only C(python3) and C(qemu-img) in O(image). Its program is not part of the
+    image; the module ships it in a ConfigMap, so the Job always runs the code of this module.
+  - Before anything is written, the module reads O(key) from the controller (with the S3 connection options).
+    A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid) is left
+    alone and the task reports no change, with no Job; a key that holds anything else is refused. Export a
+    changed image under a new key (a new date).
+  - The Job, its pod, the ConfigMap and the scratch claim are deleted when the export ends, on failure and on
+    timeout too (a multipart upload the killed Job left is aborted and its staging object deleted); what could
+    not be deleted is reported by name with the command that removes it.
+  - The wait runs in rounds of O(report_every) seconds; the action plugin prints the Job's phase and percent
+    (convert, then upload and copy, or sha256 when the key is held) after each round.
   - With O(state=absent) the module removes what an interrupted export (a killed controller) left under
     O(name), the Job with its pods, the ConfigMap and the scratch claim, and aborts the multipart uploads to
-    O(key) when O(bucket) and O(key) are given. Each object is read first; one without this export's
-    C(goldenimage.pipeline/export-job) label is not deleted and is reported in RV(left_alone). Who uses the
-    scratch claim and the ConfigMap is asked first (pods and VirtualMachines mounting them, claims and
-    DataVolumes cloning from the claim, other than the Job's own pods); any such consumer refuses the task,
-    naming each, before anything is deleted. At the end of an export, an object in use is not deleted and
-    is reported in RV(left_behind).
+    O(key) and to its staging key, and deletes the staging object, when O(bucket) and O(key) are given. Each
+    object is read first; one without this export's C(goldenimage.pipeline/export-job) label is not deleted
+    and is reported in RV(left_alone). Who uses the scratch claim and the ConfigMap is asked first (pods and
+    VirtualMachines mounting them, claims and DataVolumes cloning from the claim, other than the Job's own
+    pods); any such consumer refuses the task, naming each, before anything is deleted. At the end of an
+    export, an object in use is not deleted and is reported in RV(left_behind).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -236,6 +239,11 @@ size:
   returned: success, except in check mode for a free key
   type: int
   sample: 6818156544
+read_bytes:
+  description: Bytes of the qcow2 the Job read after converting it, once its size (a single pass).
+  returned: when the Job ran
+  type: int
+  sample: 6818156544
 parts:
   description: Multipart parts the Job uploaded.
   returned: when uploaded
@@ -287,7 +295,8 @@ left_behind:
   type: list
   elements: dict
 aborted_uploads:
-  description: Ids of the multipart uploads to the key a failed or timed-out Job left, aborted by the module.
+  description: Ids of the multipart uploads to the key or its staging key a failed or timed-out Job left,
+    aborted by the module, and the s3:// URL of the staging object it deleted.
   returned: when a failed export left one
   type: list
   elements: str
@@ -387,6 +396,10 @@ class ExportJob(RoundRunner):
         self.ref = {"name": params["name"], "namespace": params["namespace"]}
         self.scratch = params["name"] + "-scratch"
 
+    def staging_key(self):
+        """Where the Job uploads the parts before the final object is copied from them (export_cli)."""
+        return "%s.partial-%s-%s" % (self.p["key"], self.p["namespace"], self.p["name"])
+
     # ------------------------------------------------------------ inputs, before any request
     def inputs(self):
         p = self.p
@@ -464,6 +477,8 @@ class ExportJob(RoundRunner):
             p["bucket"],
             "--key",
             p["key"],
+            "--staging-key",
+            self.staging_key(),
             "--part-size",
             str(mirror.plan_part_size(None, part_size)),
             "--concurrency",
@@ -621,13 +636,14 @@ class ExportJob(RoundRunner):
                 job=dict(self.ref),
                 left_behind=left,
             )
-        for name in ("sha256", "size", "parts", "seconds", "convert_seconds"):
+        for name in ("sha256", "size", "read_bytes", "parts", "seconds", "convert_seconds"):
             if name in outcome:
                 result[name] = outcome[name]
         result["action"] = outcome.get("action", "upload")
         result["changed"] = result["action"] == "upload"
         result["verified_by"] = [
-            "sha256 of the qcow2, computed again while it was sent (in the Job)",
+            "sha256 of the qcow2, computed while it was sent (in the Job)",
+            "sha256 metadata and size of the stored object, read with a HEAD (in the Job)",
             "Content-MD5 and the ETag of every part (in the Job)",
             "sha256 metadata of the stored object, read from the controller",
         ]
@@ -651,19 +667,23 @@ class ExportJob(RoundRunner):
         return PipelineError(msg, job=dict(self.ref), **fields)
 
     def abort_pending(self):
-        """Abort the multipart uploads to the key that a killed Job left (its pod is gone by now), so a
-        failed export leaves no stored parts behind either; ``(upload ids, problem or None)``."""
+        """Abort the multipart uploads to the key and to its staging key that a killed Job left (its pod is
+        gone by now) and delete the staging object it may have completed, so a failed export leaves no
+        stored parts behind either; ``(upload ids and the staging object's s3:// URL, problem or None)``."""
         p = self.p
-        aborted = []
+        aborted, staging = [], self.staging_key()
         try:
             client = s3_client_from_params(p)
             answer = client.list_multipart_uploads(Bucket=p["bucket"], Prefix=p["key"])
             for upload in answer.get("Uploads") or []:
-                if upload.get("Key") == p["key"]:
+                if upload.get("Key") in (p["key"], staging):
                     client.abort_multipart_upload(
-                        Bucket=p["bucket"], Key=p["key"], UploadId=upload["UploadId"]
+                        Bucket=p["bucket"], Key=upload["Key"], UploadId=upload["UploadId"]
                     )
                     aborted.append(upload["UploadId"])
+            if head(client, p["bucket"], staging) is not None:
+                client.delete_object(Bucket=p["bucket"], Key=staging)
+                aborted.append("s3://%s/%s" % (p["bucket"], staging))
         except Exception as exc:
             where = "s3://%s/%s" % (p["bucket"], p["key"])
             return aborted, "could not abort the pending uploads to %s: %s" % (
@@ -817,7 +837,7 @@ class ExportJob(RoundRunner):
 
 
 def phase_of(log):
-    """The phase the program announced last (convert, sha256, upload)."""
+    """The phase the program announced last (convert, sha256, upload, copy)."""
     for line in reversed((log or "").splitlines()):
         if line.startswith("phase "):
             return line[len("phase ") :].split(":", 1)[0]

@@ -152,6 +152,33 @@ def test_a_job_that_reports_another_digest_than_the_stored_object_fails(s3):
         job.run()
 
 
+def test_a_failed_job_leaves_no_staging_upload_or_object_behind(s3):
+    """A Job killed mid-export leaves the upload to its staging key pending, or the staging object it
+    completed: the module aborts the one and deletes the other, and leaves the bucket's other keys alone."""
+    bucket = new_bucket(s3[1])
+    job, kube = runner(s3, bucket, [claim(), SECRET])
+    job.run()
+    argv = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["command"]
+    staging = argv[argv.index("--staging-key") + 1]
+    assert staging == "%s.partial-%s-%s" % (KEY, NS, NAME)
+    pending = s3[1].create_multipart_upload(Bucket=bucket, Key=staging)["UploadId"]
+    s3[1].put_object(Bucket=bucket, Key=staging, Body=b"parts")
+    s3[1].put_object(Bucket=bucket, Key=KEY + ".partial-other-export", Body=b"not ours")
+    failed = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": NAME, "namespace": NS, "labels": {jobs.EXPORT_MARK: NAME}},
+        "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]},
+    }
+    log = _export_cli.MARKER + json.dumps({"error": "killed", "code": "s3"}) + "\n"
+    job, _kube = runner(s3, bucket, [claim(), SECRET, failed], log=log, started=900.0, last_state="running")
+    with pytest.raises(PipelineError, match="killed") as raised:
+        job.run()
+    assert raised.value.fields["aborted_uploads"] == [pending, "s3://%s/%s" % (bucket, staging)]
+    assert keys(s3[1], bucket) == [KEY + ".partial-other-export"]
+    assert s3[1].list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
 @pytest.mark.parametrize(
     "objects, given, words",
     [
