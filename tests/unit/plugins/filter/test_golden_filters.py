@@ -8,7 +8,18 @@ HEX = "f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
 
 
 def test_the_filters_are_registered():
-    assert sorted(filters.FilterModule().filters()) == ["golden_name", "pinned_source", "source_digest"]
+    assert sorted(filters.FilterModule().filters()) == [
+        "gate_os",
+        "golden_name",
+        "pinned_source",
+        "source_digest",
+    ]
+
+
+def test_gate_os_is_the_gate_rule():
+    assert filters.gate_os("Windows 11", "windows-11") == "windows"
+    assert filters.gate_os("", "ubuntu-24-04") == "linux"
+    assert filters.gate_os("Windows 11", "windows-11", "linux") == "linux"
 
 
 def test_golden_name_uses_the_contract_naming():
@@ -58,3 +69,8 @@ def test_a_source_url_with_credentials_is_a_filter_error_without_them():
             rule({"http": {"url": "http://u:hunter2@s3/b/k.qcow2", "checksum": HEX}})
         assert "option source.http.url (http://REDACTED@s3/b/k.qcow2)" in str(err.value)
         assert "hunter2" not in str(err.value)
+
+
+def test_gate_os_refuses_an_os_the_gate_does_not_know():
+    with pytest.raises(AnsibleFilterError, match="os must be one of linux, windows, not 'bsd'"):
+        filters.gate_os("", "", "bsd")
