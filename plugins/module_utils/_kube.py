@@ -700,12 +700,13 @@ class KubeModule(AnsibleModule):
     def fail_json(self, msg, **kwargs):
         """Fail with what this run wrote before the failure (``written``): a run stopped half-way, by a
         permission it lacks or anything else, says what exists now. A 403 names it in the message too."""
-        if self.written:
-            kwargs.setdefault("written", list(self.written))
+        written = getattr(self, "written", None)  # unset when the options fail validation in __init__
+        if written:
+            kwargs.setdefault("written", list(written))
             if kwargs.get("status") == 403:
-                shown = ", ".join(self.written[:10])
-                if len(self.written) > 10:
-                    shown += " and %d more" % (len(self.written) - 10)
+                shown = ", ".join(written[:10])
+                if len(written) > 10:
+                    shown += " and %d more" % (len(written) - 10)
                 msg = "%s. Written by this run before the refusal: %s" % (msg.rstrip(". "), shown)
         super(KubeModule, self).fail_json(msg=msg, **kwargs)
 

@@ -212,6 +212,33 @@ def test_fail_from_exception_raises_the_status_and_the_one_exit_reports_it(api, 
     assert result["snapshot"] == {}
 
 
+def test_a_failure_returns_what_the_run_wrote_and_a_403_says_it(capsys):
+    def failing(status):
+        return lambda: (_ for _ in ()).throw(errors.PipelineError("boom", status=status))
+
+    results = []
+    with patch_module_args({}):
+        module = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
+        module.written = ["created ConfigMap ns/a", "patched Secret ns/b"]
+        for status in (403, 500):
+            with pytest.raises(SystemExit):
+                errors.run_module(module, failing(status))
+            results.append(json.loads(capsys.readouterr().out))
+    forbidden, other = results
+    assert forbidden["written"] == other["written"] == module.written
+    assert forbidden["msg"] == (
+        "boom. Written by this run before the refusal: created ConfigMap ns/a, patched Secret ns/b"
+    )
+    assert other["msg"] == "boom"  # not a 403: the failure's own message; written says what exists
+
+
+def test_bad_options_fail_before_anything_is_written(capsys):
+    with patch_module_args({"wait_timeout": "soon"}), pytest.raises(SystemExit):
+        _kube.KubeModule(argument_spec={"wait_timeout": {"type": "int"}})
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] is True and "wait_timeout" in result["msg"] and "written" not in result
+
+
 def _python(code):
     env = dict(os.environ, PYTHONPATH=COLLECTIONS)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
