@@ -590,23 +590,35 @@ class DBInstanceOperator(Controller):
         if not status_changed and not object_changed:
             return False
 
-        def on_object(current: dict) -> bool:
-            changed = False
-            current_notes = current["metadata"].get("annotations") or {}
-            if clear and clear in current_notes:
-                del current_notes[clear]
-                changed = True
-            spec = current.setdefault("spec", {})
-            if default_engine and not spec.get("engineVersion"):
-                spec["engineVersion"] = default_engine
-                changed = True
-            return changed
+        # A defaulting webhook fills engineVersion at admission, before any status: the spec goes first, so
+        # no reader sees the instance Available without its engineVersion.
+        if default_engine and not (obj.get("spec") or {}).get("engineVersion"):
 
-        # Status and metadata are two writes through the API (the status subresource comes first).
+            def fill(current: dict) -> bool:
+                spec = current.setdefault("spec", {})
+                if spec.get("engineVersion"):
+                    return False
+                spec["engineVersion"] = default_engine
+                return True
+
+            fresh = modify(self.lab.store, rt, meta.get("namespace"), meta["name"], fill)
+            if (fresh.get("status") or {}) != (obj.get("status") or {}):
+                return True  # the status moved meanwhile: the runner reconciles again on what it is now
+            body["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"]
+            body["spec"] = fresh["spec"]
+        # Then the status, on the resourceVersion the decision was made on, then the trigger annotation.
         if status_changed:
             self.lab.store.update(rt, body, subresource="status")
-        if object_changed:
-            modify(self.lab.store, rt, meta.get("namespace"), meta["name"], on_object)
+        if clear and clear in notes:
+
+            def drop(current: dict) -> bool:
+                current_notes = current["metadata"].get("annotations") or {}
+                if clear not in current_notes:
+                    return False
+                del current_notes[clear]
+                return True
+
+            modify(self.lab.store, rt, meta.get("namespace"), meta["name"], drop)
         return True
 
     def _event(self, obj: dict, event_type: str, reason: str, message: str) -> None:
