@@ -283,6 +283,9 @@ class SnapshotController(Controller):
             if exc.code != 404:
                 raise
         if spec.get("deletionPolicy") == "Delete":
+            # The backend snapshot goes before its content, as the CSI sidecar deletes it before it lets
+            # the content go: no reader sees the content gone and its data still there.
+            self._drop_data(content)
             try:
                 self.lab.store.delete(
                     snapshot_type(self.lab, "volumesnapshotcontents"), None, content["metadata"]["name"]
@@ -302,12 +305,18 @@ class SnapshotController(Controller):
             if store.exists(content_rt, None, name):
                 self._reconcile_content(store.get(content_rt, None, name))
             return
-        if (obj.get("spec") or {}).get("deletionPolicy") != "Delete":
-            return
-        handle = (obj.get("status") or {}).get("snapshotHandle") or (
-            ((obj.get("spec") or {}).get("source") or {}).get("snapshotHandle", "")
+        if (obj.get("spec") or {}).get("deletionPolicy") == "Delete":
+            self._drop_data(obj)
+
+    def _drop_data(self, content: dict) -> None:
+        """Drop the data behind ``content``'s snapshot handle unless another content still refers to it."""
+        store = self.lab.store
+        handle = (content.get("status") or {}).get("snapshotHandle") or (
+            ((content.get("spec") or {}).get("source") or {}).get("snapshotHandle", "")
         )
-        for other in store.list(content_rt)[0]:
+        for other in store.list(snapshot_type(self.lab, "volumesnapshotcontents"))[0]:
+            if other["metadata"]["name"] == content["metadata"]["name"]:
+                continue
             other_handle = (other.get("status") or {}).get("snapshotHandle") or (
                 ((other.get("spec") or {}).get("source") or {}).get("snapshotHandle")
             )
