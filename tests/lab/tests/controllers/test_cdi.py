@@ -432,5 +432,5 @@ def test_faults_and_deletion_cancel(cdi_lab, bucket, monkeypatch):
     controller = next(c for c in cdi_lab.controllers if isinstance(c, cdi.DataVolumeController))
     assert controller.transfers() == [(cdi_lab.namespace, "slow")]
     cdi_lab.delete(CDI, "datavolumes", "slow")
-    until(lambda: not controller.transfers(), 5, "the import to stop")
+    until(lambda: not controller.transfers(), 15, "the import to stop")
     cdi_lab.wait_gone("", "persistentvolumeclaims", "slow")

@@ -151,7 +151,7 @@ def test_download_with_progress_checksum_sizes_and_storage_class(mini, qcow2, ht
     data = mini.context.state_dir / "volumes" / "backingimages" / f"{uid}.img"
     assert data.read_bytes() == qcow2.read_bytes()
     mini.store.delete(vmi_rt(mini), mini.namespace, "img-a")
-    until(lambda: not data.exists() and not mini.exists(SC, "storageclasses", f"lh-{uid}"), 10, "cleanup")
+    until(lambda: not data.exists() and not mini.exists(SC, "storageclasses", f"lh-{uid}"), 20, "cleanup")
 
 
 def test_template_by_annotation_wins_over_the_request(mini, qcow2, http_root):
@@ -277,7 +277,7 @@ def test_upload_endpoint_and_delete_webhook(lab, kube_client, kube_namespace, qc
     assert err.value.status == 422
     assert f"being used by volume {kube_namespace}/os-disk" in err.value.body
     core.delete_namespaced_persistent_volume_claim("os-disk", kube_namespace)
-    until(lambda: not core.list_namespaced_persistent_volume_claim(kube_namespace).items, 10, "pvc gone")
+    until(lambda: not core.list_namespaced_persistent_volume_claim(kube_namespace).items, 20, "pvc gone")
     custom.delete_namespaced_custom_object(H, "v1beta1", kube_namespace, IMAGES, name)
     until(lambda: not lab.store.exists(lab.store.resource(SC, "v1", "storageclasses"), None, storage_class))
 

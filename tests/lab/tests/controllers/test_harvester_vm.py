@@ -191,7 +191,7 @@ def test_claim_waits_for_the_image_and_its_import(mini, images):
     vm["metadata"]["annotations"][TEMPLATES] = json.dumps([real])
     mini.store.update(mini.rt(KV, "virtualmachines"), vm)
     mini.wait("", PVC, "vm-os", lambda o: (o.get("status") or {}).get("phase") == "Pending")
-    until(lambda: mini.events("vm-os", "ProvisioningFailed"), 5, "ProvisioningFailed event")
+    until(lambda: mini.events("vm-os", "ProvisioningFailed"), 15, "ProvisioningFailed event")
     event = mini.events("vm-os", "ProvisioningFailed")[-1]
     assert "is not ready" in event["message"] and f"{mini.namespace}-later" in event["message"]
     assert event["type"] == "Warning"
@@ -203,7 +203,7 @@ def test_claim_waits_for_the_image_and_its_import(mini, images):
     send(mini, "later", images["linux-qcow2"])
     mini.wait("", PVC, "vm-os", bound, timeout=10)
     mini.wait(KV, "virtualmachineinstances", "vm", agent_up, timeout=10)
-    until(lambda: any("smaller than" in e["message"] for e in mini.events("small-os")), 5, "size refused")
+    until(lambda: any("smaller than" in e["message"] for e in mini.events("small-os")), 15, "size refused")
     assert not bound(mini.get("", PVC, "small-os"))
 
 

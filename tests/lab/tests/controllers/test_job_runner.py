@@ -310,7 +310,7 @@ def test_deleting_the_job_kills_its_process(mini):
     pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("lab://"))
     os.kill(pid, 0)
     mini.delete("batch", "jobs", "sleeper", "Background")
-    until(lambda: not os.path.exists(f"/proc/{pid}") or "zombie" in _proc_state(pid), 5, "process killed")
+    until(lambda: not os.path.exists(f"/proc/{pid}") or "zombie" in _proc_state(pid), 15, "process killed")
     mini.wait_gone("", "pods", pod["metadata"]["name"])
 
 

@@ -153,7 +153,7 @@ def test_sealed_windows_vm_boots_and_rdp_answers(mini, images):
             return True
         return False
 
-    until(refused, 5, "guest port closed")
+    until(refused, 15, "guest port closed")
 
 
 def set_pod_security(mini, level: str) -> None:
@@ -213,7 +213,7 @@ def test_unbootable_disk_runs_but_agent_never_connects(mini, images, case):
         KV, "virtualmachineinstances", "broken", lambda o: o.get("status", {}).get("phase") == "Running"
     )
     assert cond(vmi, "Ready") == "True"  # QEMU runs; the firmware finds nothing to boot
-    until(lambda: mini.events("broken", "GuestNotBooting"), 5, "GuestNotBooting event")
+    until(lambda: mini.events("broken", "GuestNotBooting"), 15, "GuestNotBooting event")
     assert mini.events("broken", "GuestNotBooting")[0]["type"] == "Warning"
     vmi = mini.get(KV, "virtualmachineinstances", "broken")
     assert vmi["metadata"]["annotations"]["lab.goldenimage.io/boot"].startswith("no bootable device")

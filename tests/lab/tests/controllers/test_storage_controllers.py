@@ -16,7 +16,7 @@ from tests.lab.controllers.storage import (
     volume_path,
 )
 
-from .conftest import PROVISIONER, SNAP
+from .conftest import PROVISIONER, SNAP, until
 
 MIB = 1024 * 1024
 
@@ -110,7 +110,11 @@ def test_block_claim_binds_to_a_sparse_file_of_the_requested_size(mini):
     stat = path.stat()
     assert stat.st_size == 64 * MIB
     assert stat.st_blocks == 0  # sparse: nothing allocated yet
-    assert [e["reason"] for e in mini.events("disk")][-2:] == ["Provisioning", "ProvisioningSucceeded"]
+    # The Event is written after the bind the waits above saw.
+    until(
+        lambda: [e["reason"] for e in mini.events("disk")][-2:] == ["Provisioning", "ProvisioningSucceeded"],
+        what="Provisioning then ProvisioningSucceeded",
+    )
 
 
 def test_filesystem_claim_binds_to_a_directory(mini):
