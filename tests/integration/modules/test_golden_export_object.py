@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.integration.modules.test_os_mirror import s3  # noqa: F401 - the server and its request log
+from tests.integration.modules.test_os_mirror import s3  # noqa: F401  # pylint: disable=unused-import
 from tests.integration.support.runner import module_task, play, run_playbook
 
 MODULE = "goldenimage.pipeline.golden_export_object"

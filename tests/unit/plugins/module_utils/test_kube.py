@@ -214,7 +214,10 @@ def test_fail_from_exception_raises_the_status_and_the_one_exit_reports_it(api, 
 
 def test_a_failure_returns_what_the_run_wrote_and_a_403_says_it(capsys):
     def failing(status):
-        return lambda: (_ for _ in ()).throw(errors.PipelineError("boom", status=status))
+        def runner():
+            raise errors.PipelineError("boom", status=status)
+
+        return runner
 
     results = []
     with patch_module_args({}):
