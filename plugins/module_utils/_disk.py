@@ -71,7 +71,7 @@ def _import_alone(name, library):
                 continue
             spec = importlib.util.find_spec(package)
             if spec is None or spec.submodule_search_locations is None:
-                raise ImportError("no package %s" % package)
+                raise MissingLibrary(library, ImportError("no package %s" % package))
             sys.modules[package] = importlib.util.module_from_spec(spec)
         return importlib.import_module(name)
     except ImportError as exc:

@@ -23,6 +23,7 @@ import datetime
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import RoundOver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import FIRST_POLL, is_transient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -52,10 +53,6 @@ def window_view(window, now):
         "closes_at": iso(closes),
         "next_open": iso(window.next_open(now)),
     }
-
-
-class RoundOver(Exception):
-    """The round's time is up before the roll-out's: return, and let the next round continue."""
 
 
 class RolloutHalted(PipelineError):

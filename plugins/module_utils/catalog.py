@@ -424,10 +424,11 @@ def requested_major(requested, today=None, eol_table=None):
         return found
     try:
         text = inputs.version_string(requested, "engineVersion")
-        found["major"] = eol.normalize_pg_major(text)
-    except PipelineError as exc:
+    except PipelineError as exc:  # not even a string
         found.update(problem=MALFORMED, detail=exc.msg)
         return found
+    try:
+        found["major"] = eol.normalize_pg_major(text)
     except ValueError:
         found["problem"] = MALFORMED  # a string, but not a major number
         return found

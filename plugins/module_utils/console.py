@@ -38,7 +38,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, Refusal
 
 BLANK = "blank"
 SETUP = "setup"
@@ -83,9 +83,9 @@ class Frame(object):
     def __init__(self, width, height, rgb):
         width, height = int(width), int(height)
         if width < 1 or height < 1:
-            raise ValueError("a frame needs at least one pixel, got %dx%d" % (width, height))
+            raise InvalidValue("a frame needs at least one pixel, got %dx%d" % (width, height))
         if len(rgb) != width * height * 3:
-            raise ValueError(
+            raise InvalidValue(
                 "a %dx%d RGB frame holds %d bytes, got %d" % (width, height, width * height * 3, len(rgb))
             )
         self.width, self.height, self.rgb = width, height, bytes(rgb)

@@ -12,6 +12,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue
+
 DETAILS = ("auto", "full", "summary")
 # ``auto`` returns every row up to this many, the condensed report above it.
 DETAIL_LIMIT = 1000
@@ -21,7 +23,7 @@ def detail_level(details, rows, limit=None):
     """``"full"`` or ``"summary"``: what ``details`` (one of ``DETAILS``) asks of a report of ``rows``."""
     limit = DETAIL_LIMIT if limit is None else limit
     if details not in DETAILS:
-        raise ValueError("details must be one of %s, not %r" % (", ".join(DETAILS), details))
+        raise InvalidValue("details must be one of %s, not %r" % (", ".join(DETAILS), details))
     if details == "auto":
         return "full" if rows <= limit else "summary"
     return details

@@ -20,7 +20,7 @@ import calendar
 import datetime
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, PipelineError
 
 PG = "postgresql"
 OS = "ubuntu"
@@ -65,14 +65,14 @@ def parse_eol_date(value):
         try:
             return datetime.date(int(day.group(1)), int(day.group(2)), int(day.group(3)))
         except ValueError as exc:
-            raise ValueError("EOL date %r is not a valid date: %s" % (text, exc)) from exc
+            raise InvalidValue("EOL date %r is not a valid date: %s" % (text, exc)) from exc
     month = _MONTH.match(text)
     if month:
         year, mon = int(month.group(1)), int(month.group(2))
         if not 1 <= mon <= 12:
-            raise ValueError("EOL month %r is not a valid month" % text)
+            raise InvalidValue("EOL month %r is not a valid month" % text)
         return datetime.date(year, mon, calendar.monthrange(year, mon)[1])
-    raise ValueError("EOL date %r: expected YYYY-MM-DD or YYYY-MM" % text)
+    raise InvalidValue("EOL date %r: expected YYYY-MM-DD or YYYY-MM" % text)
 
 
 def parse_today(value=None):
@@ -87,19 +87,19 @@ def parse_today(value=None):
     if re.match(r"^\d{8}$", text):
         text = "%s-%s-%s" % (text[:4], text[4:6], text[6:])
     if not _DAY.match(text):
-        raise ValueError("today %r: expected YYYY-MM-DD or YYYYMMDD" % value)
+        raise InvalidValue("today %r: expected YYYY-MM-DD or YYYYMMDD" % value)
     return parse_eol_date(text)
 
 
 def normalize_pg_major(value):
     """``15``, ``"15"``, ``15.0`` -> ``"15"``. Anything else (``"15.4"``, ``"x"``) is refused."""
     if isinstance(value, bool):
-        raise ValueError("PostgreSQL major %r is not a major version number" % (value,))
+        raise InvalidValue("PostgreSQL major %r is not a major version number" % (value,))
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     text = str(value).strip()
     if not re.match(r"^[1-9]\d*$", text):
-        raise ValueError("PostgreSQL major %r is not a major version number (e.g. 16)" % (value,))
+        raise InvalidValue("PostgreSQL major %r is not a major version number (e.g. 16)" % (value,))
     return text
 
 
@@ -124,7 +124,7 @@ def _merged(overrides):
     merged = {}
     unknown = sorted(set(overrides) - {PG, OS})
     if unknown:
-        raise ValueError("EOL overrides: unknown key(s) %s; expected %r and/or %r" % (unknown, PG, OS))
+        raise InvalidValue("EOL overrides: unknown key(s) %s; expected %r and/or %r" % (unknown, PG, OS))
     for kind in (PG, OS):
         entries = dict(DEFAULT_EOL_TABLE[kind])
         entries.update(overrides.get(kind) or {})

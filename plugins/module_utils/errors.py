@@ -30,6 +30,11 @@ class PipelineError(Exception):
         return result
 
 
+class InvalidValue(PipelineError, ValueError):
+    """A value a domain rule cannot read (a date, a window, a version). Still a ``ValueError``, so a
+    caller that adds the option's name to the message can catch it as one."""
+
+
 class Refusal(PipelineError):
     """A request refused before anything is written: the object, the rule it breaks, the supported move.
 

@@ -312,9 +312,9 @@ def image_consumers(image, revision_name, catalogs=(), dbinstances=(), claims=()
             continue
         try:
             templates = json.loads(text)
-            if not isinstance(templates, list):
-                raise ValueError("not a list")
         except ValueError:
+            templates = None
+        if not isinstance(templates, list):
             found.append(
                 consumer(
                     "VirtualMachine",

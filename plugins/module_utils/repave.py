@@ -31,7 +31,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     revision,
     rollout,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, Refusal
 
 CURRENT = "Current"
 OS_UPDATE = "OSUpdateAvailable"
@@ -206,13 +206,13 @@ def check_policy(policy):
     policy = {k: v for k, v in dict(policy or {}).items() if v is not None}
     unknown = sorted(set(policy) - set(POLICY_KEYS))
     if unknown:
-        raise ValueError(
+        raise InvalidValue(
             "maintenance_policy: unknown key(s) %s; expected %s" % (unknown, ", ".join(POLICY_KEYS))
         )
     for key, value in policy.items():
         unit = "months" if key == "migration_deadline_months" else "days"
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError("maintenance_policy.%s %r: expected a number of %s >= 0" % (key, value, unit))
+            raise InvalidValue("maintenance_policy.%s %r: expected a number of %s >= 0" % (key, value, unit))
     policy.setdefault("migration_deadline_months", MIGRATION_MONTHS)
     return policy
 
@@ -482,9 +482,9 @@ def claim_templates(vm):
     try:
         items = json.loads(text)
     except ValueError as exc:
-        raise ValueError("annotation %s is not valid JSON: %s" % (TEMPLATES, exc)) from exc
+        raise InvalidValue("annotation %s is not valid JSON: %s" % (TEMPLATES, exc)) from exc
     if not isinstance(items, list) or not all(isinstance(i, dict) and kinds.name(i) for i in items):
-        raise ValueError("annotation %s is not a list of named PersistentVolumeClaims" % TEMPLATES)
+        raise InvalidValue("annotation %s is not a list of named PersistentVolumeClaims" % TEMPLATES)
     return items
 
 

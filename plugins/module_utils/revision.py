@@ -29,6 +29,8 @@ import collections
 import datetime
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue
+
 DEFAULT_STREAM = "22.04"
 ARTIFACT_PREFIX = "ubuntu-"
 ARTIFACT_INFIX = "-postgres-"
@@ -53,7 +55,7 @@ def validate_stream(os_stream):
     """Return the OS stream as text (``"22.04"``); refuse anything not shaped ``NN.NN``."""
     text = str(os_stream).strip() if os_stream is not None else ""
     if not _STREAM.match(text):
-        raise ValueError("OS stream %r: expected an Ubuntu LTS version such as 22.04 or 24.04" % (os_stream,))
+        raise InvalidValue("OS stream %r: expected an Ubuntu LTS version such as 22.04 or 24.04" % (os_stream,))
     return text
 
 
@@ -74,11 +76,11 @@ def build_date(value):
         return value
     text = str(value).strip().replace("-", "") if value is not None else ""
     if not re.match(r"^\d{8}$", text):
-        raise ValueError("build date %r: expected YYYYMMDD or YYYY-MM-DD" % (value,))
+        raise InvalidValue("build date %r: expected YYYYMMDD or YYYY-MM-DD" % (value,))
     try:
         return datetime.date(int(text[:4]), int(text[4:6]), int(text[6:]))
     except ValueError as exc:
-        raise ValueError("build date %r is not a calendar date: %s" % (value, exc)) from exc
+        raise InvalidValue("build date %r is not a calendar date: %s" % (value, exc)) from exc
 
 
 def validate_build(build):
@@ -86,10 +88,10 @@ def validate_build(build):
     if isinstance(build, bool) or not isinstance(build, int):
         text = str(build).strip() if build is not None else ""
         if not text.isdigit():
-            raise ValueError("build %r: expected a whole number from 1 to %d" % (build, MAX_BUILD))
+            raise InvalidValue("build %r: expected a whole number from 1 to %d" % (build, MAX_BUILD))
         build = int(text)
     if not FIRST_BUILD <= build <= MAX_BUILD:
-        raise ValueError(
+        raise InvalidValue(
             "build %r: a day has builds 1 (no suffix) to %d (-r%d); use the next day's date"
             % (build, MAX_BUILD, MAX_BUILD)
         )
@@ -117,7 +119,7 @@ def next_revision(date, os_stream, existing=(), default_stream=DEFAULT_STREAM):
         name = revision_name(date, os_stream, default_stream, number)
         if name not in taken:
             return name
-    raise ValueError(
+    raise InvalidValue(
         "%s: all %d builds of the day exist; use the next day's date"
         % (revision_name(date, os_stream, default_stream), MAX_BUILD)
     )
@@ -128,7 +130,7 @@ def parse_revision(name, default_stream=DEFAULT_STREAM):
     text = str(name).strip() if name is not None else ""
     match = _REVISION.match(text)
     if not match:
-        raise ValueError(
+        raise InvalidValue(
             "revision %r: expected v<YYYYMMDD> (default stream %s) or v<YYYYMMDD>-<stream without dot> "
             "such as v20261201-2404, with -r<NN> (02 to 99) for a later build of the same day"
             % (name, default_stream)
@@ -139,7 +141,7 @@ def parse_revision(name, default_stream=DEFAULT_STREAM):
     if match.group(3) is not None:
         build = int(match.group(3))
         if build <= FIRST_BUILD:
-            raise ValueError(
+            raise InvalidValue(
                 "revision %r: the first build of a day has no -r suffix; later builds are -r02 to -r%d"
                 % (name, MAX_BUILD)
             )
@@ -147,7 +149,7 @@ def parse_revision(name, default_stream=DEFAULT_STREAM):
         return Revision(text, day, validate_stream(default_stream), False, build)
     stream = _stream_from_suffix(suffix)
     if stream == validate_stream(default_stream):
-        raise ValueError(
+        raise InvalidValue(
             "revision %r: the default stream %s is named without a suffix (v%s)"
             % (name, stream, match.group(1))
         )
@@ -160,7 +162,7 @@ def validate_revision(name, os_stream=None, default_stream=DEFAULT_STREAM):
     if os_stream is not None:
         stream = validate_stream(os_stream)
         if rev.os_stream != stream:
-            raise ValueError(
+            raise InvalidValue(
                 "revision %s belongs to OS stream %s, not %s (the %s name would be %s)"
                 % (
                     rev.name,
@@ -203,7 +205,7 @@ def parse_artifact_name(file_name, default_stream=DEFAULT_STREAM):
     text = str(file_name).strip() if file_name is not None else ""
     match = _ARTIFACT.match(text)
     if not match:
-        raise ValueError(
+        raise InvalidValue(
             "artifact %r: expected ubuntu-<stream without dot>-postgres-<revision>.qcow2, "
             "e.g. ubuntu-2204-postgres-v20260615.qcow2" % (file_name,)
         )

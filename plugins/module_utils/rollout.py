@@ -20,6 +20,8 @@ import datetime
 import re
 import zoneinfo
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue
+
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _UTC = datetime.timezone.utc
@@ -35,17 +37,17 @@ def parse_max_unavailable(value, total):
     least 1 (like a Deployment's maxUnavailable)."""
     usage = "expected a count such as 2 or a percentage of the fleet such as 25%"
     if isinstance(value, (bool, float)):
-        raise ValueError("max_unavailable %r: %s" % (value, usage))
+        raise InvalidValue("max_unavailable %r: %s" % (value, usage))
     match = re.match(r"^(-?\d+)\s*(%?)$", str(value).strip()) if value is not None else None
     if not match:
-        raise ValueError("max_unavailable %r: %s" % (value, usage))
+        raise InvalidValue("max_unavailable %r: %s" % (value, usage))
     number = int(match.group(1))
     if match.group(2):
         if not 0 < number <= 100:
-            raise ValueError("max_unavailable %r: a percentage must be between 1%% and 100%%" % (value,))
+            raise InvalidValue("max_unavailable %r: a percentage must be between 1%% and 100%%" % (value,))
         return max(1, int(total) * number // 100)
     if number < 1:
-        raise ValueError("max_unavailable %r: at least 1 instance must be allowed down to repave" % (value,))
+        raise InvalidValue("max_unavailable %r: at least 1 instance must be allowed down to repave" % (value,))
     return number
 
 
@@ -73,7 +75,7 @@ def _instant(day, at, tz):
 
 def _utc(now):
     if not isinstance(now, datetime.datetime) or now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError("now %r: expected an aware datetime" % (now,))
+        raise InvalidValue("now %r: expected an aware datetime" % (now,))
     return now.astimezone(_UTC)
 
 
@@ -152,7 +154,7 @@ def _clock(spec, key):
     value = spec.get(key)
     match = _HHMM.match(str(value).strip()) if value is not None else None
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59:
-        raise ValueError("window.%s %r: expected a wall-clock time HH:MM such as 22:00" % (key, value))
+        raise InvalidValue("window.%s %r: expected a wall-clock time HH:MM such as 22:00" % (key, value))
     return datetime.time(int(match.group(1)), int(match.group(2)))
 
 
@@ -162,10 +164,10 @@ def parse_window(spec):
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise ValueError("window %r: expected a mapping with days, start, end and timezone" % (spec,))
+        raise InvalidValue("window %r: expected a mapping with days, start, end and timezone" % (spec,))
     unknown = sorted(set(spec) - {"days", "start", "end", "timezone"})
     if unknown:
-        raise ValueError("window: unknown key(s) %s; expected days, start, end, timezone" % unknown)
+        raise InvalidValue("window: unknown key(s) %s; expected days, start, end, timezone" % unknown)
     days = spec.get("days")
     if days is None:
         numbers = range(7)
@@ -173,23 +175,23 @@ def parse_window(spec):
         if isinstance(days, str):
             days = days.split(",")
         if not days:
-            raise ValueError("window.days is empty; leave it out for every day")
+            raise InvalidValue("window.days is empty; leave it out for every day")
         numbers = []
         for day in days:
             name = str(day).strip().lower()
             if name not in DAYS and name not in _FULL_DAYS:
-                raise ValueError("window.days: %r is not a day; use %s" % (day, ", ".join(DAYS)))
+                raise InvalidValue("window.days: %r is not a day; use %s" % (day, ", ".join(DAYS)))
             numbers.append(DAYS.index(name[:3]))
     start, end = _clock(spec, "start"), _clock(spec, "end")
     if start == end:
-        raise ValueError(
+        raise InvalidValue(
             "window: start and end are both %s; a window needs a length" % start.strftime("%H:%M")
         )
     timezone = str(spec.get("timezone") or "UTC").strip()
     try:
         return Window(numbers, start, end, timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(
+        raise InvalidValue(
             "window.timezone %r is not an IANA time zone such as Europe/Berlin" % timezone
         ) from exc
 
@@ -228,7 +230,7 @@ def match_selector(labels, selector):
             negate, key = _EXISTS_TERM.match(term).groups()
             ok = (key in labels) != bool(negate)
         else:
-            raise ValueError("label selector %r: cannot read %r" % (selector, term))
+            raise InvalidValue("label selector %r: cannot read %r" % (selector, term))
         if not ok:
             return False
     return True
@@ -239,7 +241,7 @@ def _group_selector(group):
         return str(group["label_selector"] or "")
     if isinstance(group, str):
         return group
-    raise ValueError("order: each group is {label_selector: ...}, got %r" % (group,))
+    raise InvalidValue("order: each group is {label_selector: ...}, got %r" % (group,))
 
 
 def order_instances(instances, groups, selector_match=None):
@@ -265,7 +267,7 @@ def plan(instances, targets, max_unavailable, groups=None):
     start until an instance is Available again.
     """
     if isinstance(max_unavailable, bool) or not isinstance(max_unavailable, int) or max_unavailable < 1:
-        raise ValueError(
+        raise InvalidValue(
             "max_unavailable %r: expected a count >= 1 (see parse_max_unavailable)" % (max_unavailable,)
         )
     ordered = order_instances(instances, groups)
@@ -290,7 +292,7 @@ def estimate_batch_seconds(history_seconds, default):
     if observed:
         return max(observed)
     if default is None or float(default) <= 0:
-        raise ValueError("default batch duration %r: expected seconds > 0" % (default,))
+        raise InvalidValue("default batch duration %r: expected seconds > 0" % (default,))
     return float(default)
 
 

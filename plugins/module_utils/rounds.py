@@ -42,6 +42,15 @@ def round_arg_spec(timeout=1800, sleep=5, **aliases):
 ROUND_ARG_SPEC = round_arg_spec()
 
 
+class RoundOver(Exception):
+    """Control flow inside one runner, never out of it: this round's share of the wait has passed while
+    the whole wait has not, so the runner reports ``last`` (the object seen last, if any) and returns."""
+
+    def __init__(self, last=None):
+        super(RoundOver, self).__init__("round over")
+        self.last = last
+
+
 def from_params(params, now, durations=()):
     """The ``Rounds`` of a module's parameters; every duration is checked before anything is read."""
     positive_all(params, ("wait_timeout", "wait_sleep", "report_every") + tuple(durations))

@@ -403,14 +403,6 @@ def argument_spec():
     return spec
 
 
-class RoundOver(Exception):
-    """This round's share of the wait has passed while the whole wait has not: report and continue."""
-
-    def __init__(self, last):
-        super(RoundOver, self).__init__("round over")
-        self.last = last
-
-
 def _sha512(path):
     digest = hashlib.sha512()
     with open(path, "rb") as handle:
@@ -548,7 +540,7 @@ class BakedImage:
             storage_class = hi.storage_class_of(after)
             if storage_class and not checked:
                 self.check_replicas(after, storage_class)
-        except RoundOver as over:
+        except rounds_.RoundOver as over:
             return self.round_over(name, namespace, over.last or after, seen, created, uploaded)
         except hi.ReplicaMismatch as exc:
             if "cleaned_up" in exc.fields:  # found at Initialized: already says what became of the image
@@ -686,7 +678,7 @@ class BakedImage:
         except WaitTimeout as exc:
             self.result["duration"] = round(self.result["duration"] + exc.elapsed, 3)
             if not last:
-                raise RoundOver(exc.last) from None
+                raise rounds_.RoundOver(exc.last) from None
             elapsed = max(0.0, time.time() - self.started)
             exc.msg = hi.timeout_message(
                 pending, elapsed, seen or [hi.progress(exc.last)], exc.stuck, exc.state

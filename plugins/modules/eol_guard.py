@@ -119,7 +119,7 @@ violations:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, PipelineError, run_module
 
 
 def argument_spec():
@@ -132,14 +132,14 @@ def argument_spec():
 
 
 def run(params):
-    """Return ``(failed, result)`` for the module's parameters; raises ValueError on bad input
-    (a Refusal, which is also a PipelineError, for a version given as a YAML float)."""
+    """Return ``(failed, result)`` for the module's parameters; raises InvalidValue on a value the
+    rules cannot read, a Refusal for a version given as a YAML float."""
     today = eol.parse_today(params["today"])
     table = params["eol_overrides"] or None
     os_version = inputs.version_string(params["os_version"], "os_version")
     majors = [eol.normalize_pg_major(inputs.version_string(v, "pg_versions")) for v in params["pg_versions"]]
     if not majors:
-        raise ValueError("pg_versions is empty: name at least one PostgreSQL major")
+        raise InvalidValue("pg_versions is empty: name at least one PostgreSQL major")
     result = dict(
         changed=False,
         today=today.isoformat(),
@@ -161,10 +161,8 @@ def check(params):
     """The module's runner: the result when every version is supported, else a PipelineError."""
     try:
         failed, result = run(params)
-    except PipelineError:
-        raise
-    except ValueError as exc:
-        raise PipelineError("eol_guard: %s" % exc) from None
+    except InvalidValue as exc:
+        raise PipelineError("eol_guard: %s" % exc.msg) from None
     if failed:
         fields = dict(result)
         raise PipelineError(fields.pop("msg"), **fields)
