@@ -55,7 +55,9 @@ def validate_stream(os_stream):
     """Return the OS stream as text (``"22.04"``); refuse anything not shaped ``NN.NN``."""
     text = str(os_stream).strip() if os_stream is not None else ""
     if not _STREAM.match(text):
-        raise InvalidValue("OS stream %r: expected an Ubuntu LTS version such as 22.04 or 24.04" % (os_stream,))
+        raise InvalidValue(
+            "OS stream %r: expected an Ubuntu LTS version such as 22.04 or 24.04" % (os_stream,)
+        )
     return text
 
 

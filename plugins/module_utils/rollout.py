@@ -47,7 +47,9 @@ def parse_max_unavailable(value, total):
             raise InvalidValue("max_unavailable %r: a percentage must be between 1%% and 100%%" % (value,))
         return max(1, int(total) * number // 100)
     if number < 1:
-        raise InvalidValue("max_unavailable %r: at least 1 instance must be allowed down to repave" % (value,))
+        raise InvalidValue(
+            "max_unavailable %r: at least 1 instance must be allowed down to repave" % (value,)
+        )
     return number
 
 

@@ -119,7 +119,11 @@ violations:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    InvalidValue,
+    PipelineError,
+    run_module,
+)
 
 
 def argument_spec():
