@@ -37,7 +37,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import secrets_in, strip_query
@@ -1409,6 +1409,31 @@ class KubeModule(AnsibleModule):
             transient=is_transient,
             first_sleep=FIRST_POLL,
         )
+
+    def wait_round(
+        self, rounds, api_version, kind, name, namespace, predicate, describe, pending, sleep, progress=None
+    ):
+        """``wait`` for this round's share only: ``(obj, True)`` once ``predicate`` holds, ``(obj, False)``
+        when the round is over first (the caller reports and returns ``rounds.resume()``). The time-out of
+        the whole wait, counted from ``rounds.started`` across rounds, raises ``WaitTimeout``."""
+        budget = max(0.0, min(rounds.round_end, rounds.deadline) - time.time())
+        try:
+            return self.wait(
+                api_version, kind, name, namespace, predicate, describe, pending, budget, sleep, progress
+            )[0], True
+        except WaitTimeout as exc:
+            now = time.time()
+            rounds.see(exc.state, now)
+            if not rounds.expired(now):
+                return exc.last, False
+            stuck, _words = rounds.verdict(now)
+            raise WaitTimeout(
+                rounds.timeout_message(pending, exc.state, now),
+                last=exc.last,
+                state=exc.state,
+                elapsed=rounds.elapsed(now),
+                stuck=stuck,
+            ) from None
 
 
 class _ErrorResponse(object):

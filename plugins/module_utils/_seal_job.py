@@ -15,9 +15,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import time
 import uuid
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, errors, jobs, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, errors, jobs, rounds, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -155,8 +156,9 @@ def describe_job(job):
 class VerifierJob:
     """The Job's life: create, wait, read the verdict, delete. Raises PipelineError; never exits."""
 
-    def __init__(self, module, namespace, pvc, client=None):
+    def __init__(self, module, namespace, pvc, client=None, report=None):
         self.module = module
+        self.report = report  # report(line): where progress lines go while the Job runs
         self.client = client or JobClient(module)
         self.namespace = namespace
         self.pvc = pvc
@@ -199,6 +201,16 @@ class VerifierJob:
         return result
 
     def verdict(self, timeout, sleep):
+        started, reporter = time.monotonic(), rounds.Reporter()
+
+        def progress(job):
+            state, now = describe_job(job), time.monotonic()
+            if self.report is not None and reporter.due(state, now):
+                self.report(
+                    "seal_verify: Job %s/%s verifying PersistentVolumeClaim %s: %s (%ds)"
+                    % (self.namespace, self.name, self.pvc, state, now - started)
+                )
+
         try:
             finished, duration = self.module.wait(
                 "batch/v1",
@@ -210,6 +222,7 @@ class VerifierJob:
                 "the verifier Job %s/%s to finish" % (self.namespace, self.name),
                 timeout,
                 sleep,
+                progress=progress,
             )
         except PipelineError as exc:
             exc.fields["job"] = dict(self.job)

@@ -42,6 +42,22 @@ def round_arg_spec(timeout=1800, sleep=5, **aliases):
 ROUND_ARG_SPEC = round_arg_spec()
 
 
+class Reporter(object):
+    """Which observations of a wait that cannot return between rounds become a progress line: a new
+    state, or the same one again after ``every`` seconds."""
+
+    def __init__(self, every=REPORT_EVERY):
+        self.every = every
+        self.state = None
+        self.at = None
+
+    def due(self, state, now):
+        if self.at is not None and state == self.state and now - self.at < self.every:
+            return False
+        self.state, self.at = state, now
+        return True
+
+
 class RoundOver(Exception):
     """Control flow inside one runner, never out of it: this round's share of the wait has passed while
     the whole wait has not, so the runner reports ``last`` (the object seen last, if any) and returns."""
@@ -105,6 +121,15 @@ class Rounds(object):
         if self.changed_at is None:
             return True, "stuck: the state did not change in %ds" % int(self.elapsed(now))
         return False, "still working: the state last changed %.1fs ago" % (float(now) - self.changed_at)
+
+    def timeout_message(self, pending, state, now):
+        """The time-out of the whole wait (every round of it), naming what was still pending."""
+        return "timed out after %.1fs waiting for %s (%s); last observed: %s" % (
+            self.elapsed(now),
+            pending,
+            self.verdict(now)[1],
+            state,
+        )
 
     def resume(self):
         return {"started": self.started, "last_state": self.last_state, "changed_at": self.changed_at}

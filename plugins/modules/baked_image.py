@@ -366,6 +366,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     find_catalogs,
     locate,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
@@ -721,7 +722,7 @@ class BakedImage:
             if line:
                 self.module.log(line)
                 if self.p["progress_file"]:
-                    _append_line(self.p["progress_file"], line)
+                    append_line(self.p["progress_file"], line)
 
         self.result["upload"] = report.record()
         try:
@@ -866,15 +867,6 @@ def served_versions(module, kind):
         if group not in versions or getattr(res, "preferred", False):
             versions[group] = res.group_version
     return [versions[group] for group in sorted(versions)]
-
-
-def _append_line(path, line):
-    """One whole line per write, so a reader never sees half of one as complete."""
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(path, "a") as out:
-        out.write(line + "\n")
 
 
 # Which options go together, checked by Ansible before the runner starts.

@@ -117,6 +117,7 @@ options:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.k8s_wait
+  - goldenimage.pipeline.wait_rounds.resume
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
 attributes:
@@ -131,6 +132,8 @@ attributes:
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - In check mode nothing is sent but reads, and nothing is waited for.
+  - The wait for C(readyToUse) runs in rounds of O(report_every) seconds; the action plugin prints each
+    round's C(line) (the snapshot's state and the time waited), so a slow snapshot class is not silent.
   - O(wait_timeout) and O(wait_sleep) must be greater than zero; another value is refused before anything
     is written.
 seealso:
@@ -199,6 +202,23 @@ snapshot:
       labels: {kube-dc.com/golden-os: ubuntu-24-04, kube-dc.com/golden-mode: Block}
     spec: {source: {persistentVolumeClaimName: ubuntu-24-04-convert}}
     status: {readyToUse: true, restoreSize: 10Gi}
+line:
+  description: The snapshot's state and the seconds waited, printed by the action plugin after each round.
+  returned: when the module waited for C(readyToUse)
+  type: str
+  sample: >-
+    VolumeSnapshot golden-images/golden-ubuntu-24-04-20260828-f0dea74da9c5: readyToUse=false,
+    restoreSize=unset, boundVolumeSnapshotContentName=snapcontent-5f3a, error=unset (21s)
+lines:
+  description: Every line printed while the task ran, one per round of the wait.
+  returned: always
+  type: list
+  elements: str
+rounds:
+  description: How many calls of the module the wait took (set by the action plugin).
+  returned: always
+  type: int
+  sample: 2
 golden:
   description: The golden as a consumer sees it.
   returned: when state is present or absent, or validated with a single name
@@ -310,12 +330,15 @@ diff:
         labels: {kube-dc.com/golden-os: ubuntu-24-04}
 """
 
+import time
+
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     consumers,
     golden,
     golden_inventory,
     inputs,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
@@ -342,6 +365,7 @@ def argument_spec():
         force=dict(type="bool", default=False),
     )
     spec.update(inputs.wait_arg_spec())
+    spec.update(rounds_.RESUME_ARG_SPEC)
     return spec
 
 
@@ -366,7 +390,7 @@ class Golden:
         self.digest = None
 
     def run(self):
-        inputs.positive_all(self.params, ("wait_timeout", "wait_sleep"))
+        inputs.positive_all(self.params, ("wait_timeout", "wait_sleep", "report_every"))
         return getattr(self, self.params["state"])()
 
     def placement(self):
@@ -464,13 +488,34 @@ class Golden:
                 phases.append(now)
 
         pending = "%s %s/%s to be readyToUse" % (KIND, namespace, name)
+        rounds = rounds_.from_params(self.params, time.time())
         try:
-            obj, duration = self.wait(name, namespace, _ready, pending, progress=progress)
+            obj, done = self.module.wait_round(
+                rounds,
+                API,
+                KIND,
+                name,
+                namespace,
+                _ready,
+                golden.describe_progress,
+                pending,
+                self.params["wait_sleep"],
+                progress=progress,
+            )
         except WaitError as exc:
             last = exc.last if exc.last is not None else current
+            exc.fields.update(self.result)
             exc.fields.update(snapshot=last, golden=self.summary(last))
             raise
-        self.result["duration"] = round(duration, 3)
+        obj = current if obj is None else obj
+        elapsed = rounds.elapsed(time.time())
+        self.result.update(
+            done=done,
+            duration=round(elapsed, 3),
+            line="%s %s/%s: %s (%ds)" % (KIND, namespace, name, golden.describe_progress(obj), elapsed),
+        )
+        if not done:
+            self.result["resume"] = rounds.resume()
         return obj
 
     # state=validated ---------------------------------------------------------------------------

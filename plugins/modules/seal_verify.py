@@ -142,6 +142,12 @@ options:
       - python3
       - -m
       - ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_cli
+  progress_file:
+    description:
+      - A file the wait for the verifier Job (O(pvc)) appends its progress lines to (the Job's counts and
+        the seconds waited, on each change and at least every 20 s); set by the action plugin, which runs a
+        claim's verification as an async job and prints the lines as they come.
+    type: path
   wait_timeout:
     description:
       - Seconds to wait for the verifier Job (O(pvc) only). The Job is deleted when the time is up.
@@ -157,6 +163,10 @@ extends_documentation_fragment:
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
 attributes:
+  action:
+    description: An action plugin of the same name runs on the controller around the module.
+    support: full
+    details: For O(pvc) it runs the module as an async job and prints its progress lines as they come.
   check_mode:
     support: partial
     details:
@@ -208,6 +218,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lines:
+  description: The progress lines printed while the task ran (the verifier Job's, with O(pvc)).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "seal_verify: Job build/seal-verify-3f2a9c1d verifying PersistentVolumeClaim win11-disk: active=1 (0s)"
+rounds:
+  description: How many calls of the module the task took (always 1).
+  returned: always
+  type: int
 sealed:
   description: Whether every check passed.
   returned: unless skipped in check mode
@@ -311,6 +332,7 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, inputs, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import VerifierJob
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
@@ -338,6 +360,7 @@ def argument_spec():
         verifier_image=dict(type="str"),
         install_missing=dict(type="bool", default=False),
         verifier_command=dict(type="list", elements="str", default=["python3", "-m", seal_cli.__name__]),
+        progress_file=dict(type="path"),
         **inputs.wait_arg_spec(300, 2, wait=None),
     )
 
@@ -383,7 +406,8 @@ class SealVerify(object):
             seal.refuse_without_verifier_image(p["verifier_image"], what)
             if self.module.check_mode:
                 return seal.check_mode_skip(what)
-            job = VerifierJob(self.module, p["namespace"], p["pvc"])
+            report = (lambda line: append_line(p["progress_file"], line)) if p["progress_file"] else None
+            job = VerifierJob(self.module, p["namespace"], p["pvc"], report=report)
             command = p["verifier_command"] + (["--install-missing"] if p["install_missing"] else [])
             result = job.run(p["verifier_image"], command, rule_options(p))
         result["changed"] = False

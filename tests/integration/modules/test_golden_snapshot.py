@@ -456,7 +456,7 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
         common = {"family": "%s-debian" % cluster.prefix, "os_name": "Debian", "pvc": pvc, "wait_sleep": 1}
         run = run_playbook(
             kube_play(
-                task("stuck", ignore_errors=True, name=stuck, wait_timeout=3, **common),
+                task("stuck", ignore_errors=True, name=stuck, wait_timeout=3, report_every=1, **common),
                 task("failed", ignore_errors=True, name=failed, wait_timeout=120, **common),
             ),
             env=lab.env(),
@@ -478,6 +478,12 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
         or "last observed: readyToUse=false" in timeout["msg"]
     )
     assert timeout["stuck"] is True
+    # The wait ran in rounds of report_every, each printing the snapshot's state and the time waited; the
+    # time-out counts from the first round, not the last.
+    assert timeout["rounds"] >= 3, timeout
+    assert len(timeout["lines"]) == timeout["rounds"] - 1, timeout["lines"]
+    for line in timeout["lines"]:
+        assert re.match(r"VolumeSnapshot golden-images/%s: readyToUse=\w+, .* \(\d+s\)$" % stuck, line), line
     assert timeout["changed"] is True  # the snapshot was created before the wait gave up
     assert timeout["golden"]["ready"] is False
 

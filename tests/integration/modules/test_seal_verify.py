@@ -355,6 +355,15 @@ def test_module_on_claims(lab, kube_client, kube_namespace, made, venv_python_fi
     assert fs["sealed"] is True and fs["changed"] is False
     assert fs["format"] == "qcow2" and fs["chain"][0]["path"] == "/disk/disk.img"
     assert fs["job"]["name"].startswith("seal-verify-") and fs["job"]["pod"]
+    # The claim's verification ran as an async job and printed the Job's progress as it came.
+    assert fs["lines"] and all(
+        line.startswith(
+            "seal_verify: Job %s/%s verifying PersistentVolumeClaim golden-fs: "
+            % (kube_namespace, fs["job"]["name"])
+        )
+        for line in fs["lines"]
+    ), fs["lines"]
+    assert fs["lines"][0].endswith("(0s)"), fs["lines"]
     block = run["block"]
     assert block["sealed"] is False and block["failed_checks"] == ["nothing_after_windows_partition"]
     assert block["format"] == "raw"

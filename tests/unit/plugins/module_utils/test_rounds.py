@@ -25,6 +25,14 @@ def test_news_and_the_verdict():
     assert resumed.started == 0.0 and resumed.see("b", 50.0) is False and resumed.changed_at == 40.0
 
 
+def test_the_time_out_of_the_whole_wait_counts_from_its_first_round():
+    later = Rounds(now=90.0, timeout=60, started=30.0, last_state="readyToUse=false")
+    assert later.timeout_message("VolumeSnapshot a/b to be readyToUse", "readyToUse=false", 91.5) == (
+        "timed out after 61.5s waiting for VolumeSnapshot a/b to be readyToUse (stuck: the state did not "
+        "change in 61s); last observed: readyToUse=false"
+    )
+
+
 @pytest.mark.parametrize("timeout", [0, -5])
 def test_zero_and_negative_timeouts_are_refused(timeout):
     with pytest.raises(Refusal, match="option wait_timeout"):
@@ -50,3 +58,11 @@ def test_the_rounds_wait_options_are_the_shared_ones_with_their_own_defaults():
         1800,
         5,
     )
+
+
+def test_a_wait_that_cannot_return_reports_each_new_state_and_repeats_one_every_report_every():
+    reporter = rounds.Reporter(every=20)
+    assert reporter.due("active=1", 0.0) is True
+    assert reporter.due("active=1", 19.9) is False
+    assert reporter.due("active=1", 20.0) is True
+    assert reporter.due("succeeded=1", 21.0) is True
