@@ -16,6 +16,7 @@ from ansible_collections.goldenimage.pipeline.plugins.plugin_utils._progress imp
 
 class ActionModule(PollingAction):
     MODULE = "goldenimage.pipeline.seal_verify"
+    ROUNDS = False
 
     def in_background(self, args):
         return bool(args.get("pvc"))

@@ -35,13 +35,16 @@ class PollingAction(ActionBase):
     # True when the first round does the task's work and the later ones only wait for its effect: the
     # result is then the first round's, updated with the last round's.
     KEEP_FIRST = False
+    # False for a module that does its work in one call (perhaps as an async job): no ``started`` to pass.
+    ROUNDS = True
     _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
         result = super(PollingAction, self).run(tmp, task_vars)
         args = dict(self._task.args)
-        # The wait's clock starts when the task does, not when the first module call has started up.
-        args.setdefault("started", time.time())
+        if self.ROUNDS:
+            # The wait's clock starts when the task does, not when the first module call has started up.
+            args.setdefault("started", time.time())
         lines = []
         rounds = 0
         changed, diff = False, None

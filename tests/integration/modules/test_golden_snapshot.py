@@ -456,7 +456,7 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
         common = {"family": "%s-debian" % cluster.prefix, "os_name": "Debian", "pvc": pvc, "wait_sleep": 1}
         run = run_playbook(
             kube_play(
-                task("stuck", ignore_errors=True, name=stuck, wait_timeout=3, report_every=1, **common),
+                task("stuck", ignore_errors=True, name=stuck, wait_timeout=20, report_every=1, **common),
                 task("failed", ignore_errors=True, name=failed, wait_timeout=120, **common),
             ),
             env=lab.env(),
@@ -472,7 +472,7 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
         % stuck,
         timeout["msg"],
     )
-    assert waited and float(waited.group(1)) >= 3, timeout["msg"]
+    assert waited and float(waited.group(1)) >= 20, timeout["msg"]
     assert (
         "last observed: readyToUse=unset" in timeout["msg"]
         or "last observed: readyToUse=false" in timeout["msg"]
@@ -480,7 +480,8 @@ def test_a_stuck_or_failed_snapshot_is_named(lab, cluster):
     assert timeout["stuck"] is True
     # The wait ran in rounds of report_every, each printing the snapshot's state and the time waited; the
     # time-out counts from the first round, not the last.
-    assert timeout["rounds"] >= 3, timeout
+    # (A module's start-up on a loaded machine can take seconds: 20 s leaves room for two rounds at least.)
+    assert timeout["rounds"] >= 2, timeout["lines"]
     assert len(timeout["lines"]) == timeout["rounds"] - 1, timeout["lines"]
     for line in timeout["lines"]:
         assert re.match(r"VolumeSnapshot golden-images/%s: readyToUse=\w+, .* \(\d+s\)$" % stuck, line), line
