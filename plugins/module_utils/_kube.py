@@ -1294,7 +1294,7 @@ class KubeModule(AnsibleModule):
         """
         action = action or "GET %s" % path
         response = self.request("GET", path, query=query, headers=headers, timeout=timeout, action=action)
-        written = 0
+        written, whole = 0, False
         try:
             for chunk in response.stream(STREAM_CHUNK):
                 written += len(chunk)
@@ -1303,11 +1303,16 @@ class KubeModule(AnsibleModule):
                         "%s: the answer is larger than %d bytes; not reading on" % (action, limit)
                     )
                 handle.write(chunk)
+            whole = True
         except Exception as exc:
             if not undecided(exc):
                 raise
             raise KubeError.from_exception(action, exc) from exc
         finally:
+            if not whole:
+                # A connection with the rest of an answer still on it must not go back to the pool: the
+                # next request would read that rest as its own answer.
+                response.close()
             response.release_conn()
         return written
 
