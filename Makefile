@@ -76,7 +76,8 @@ unit: setup
 integration: setup
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not faults" tests/lab/tests tests/integration
 
-# Whole roles and playbooks, and the GiB-sized module tests (marked slow): as long as make test, so on its own.
+# The integration tests make test leaves out (tests/integration/conftest.py): the module tests outside the
+# cross-cutting suites, and whole roles and playbooks; longer than make test, so on its own.
 slow: setup
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "slow and not faults" tests/integration
 
