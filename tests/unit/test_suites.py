@@ -20,9 +20,10 @@ def test_one_line_per_suite_that_ran_then_what_did_not_pass():
     assert SUITES == ("data-loss", "secrets", "faults", "bad-input", "idempotence")
 
 
-def test_make_test_selects_the_suites_of_roles_and_playbooks_but_not_their_fault_tests():
-    """make test's marker expression over tests/integration: a role's or playbook's test in the data-loss,
-    secrets, bad-input or idempotence suite is selected, one in the fault suite (or unmarked) is not."""
+def test_make_test_selects_the_suites_of_modules_and_leaves_role_and_playbook_stories_to_make_slow():
+    """make test's marker expression over tests/integration: a module test in a suite (the module-level
+    fault suite included) is selected, one in no suite is not; a role's or playbook's test is selected
+    only when marked quick, whatever its suite."""
     import pathlib
     import subprocess
     import sys
@@ -30,17 +31,16 @@ def test_make_test_selects_the_suites_of_roles_and_playbooks_but_not_their_fault
     root = pathlib.Path(__file__).resolve().parents[2]
     listed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only"]
-        + ["-m", "not faults and not slow", "tests/integration/roles", "tests/integration/playbooks"],
+        + ["-m", "not faults and not slow", "tests/integration"],
         cwd=root,
         capture_output=True,
         text=True,
         check=False,
     ).stdout
-    roles = "tests/integration/roles/"
-    assert roles + "test_golden_namespaces.py::test_a_rerun_sends_zero_mutating_requests" in listed, listed
-    assert roles + "test_golden_promote_retention.py::test_promotion_then_retention_keeps" in listed
-    assert roles + "test_linux_golden.py::test_a_zero_timeout_is_refused_before_anything" in listed
-    # In the fault suite (and the idempotence one): make slow, not make test.
+    modules, roles = "tests/integration/modules/", "tests/integration/roles/"
+    assert modules + "test_golden_snapshot.py::test_absent_asks_who_uses_the_golden" in listed, listed
+    assert modules + "test_faults_kube.py::" in listed
+    assert modules + "test_golden_snapshot.py::test_make_a_golden_three_times" not in listed  # no suite
+    assert roles + "test_windows_bake.py::test_answer_file_renders_valid" in listed  # quick
+    assert roles + "test_golden_namespaces.py::test_a_rerun_sends_zero_mutating_requests" not in listed
     assert "test_one_run_converges_under_faults_and_lost_replies" not in listed
-    # In no suite: make slow.
-    assert roles + "test_linux_golden.py::test_refusals_write_nothing" not in listed
