@@ -39,8 +39,10 @@ def in_make_test(item):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The hook sees every item of the session (unit and lab tests too): only this directory's are tiered.
+    here = pathlib.Path(__file__).parent
     for item in items:
-        if not in_make_test(item):
+        if pathlib.Path(str(item.path)).is_relative_to(here) and not in_make_test(item):
             item.add_marker(pytest.mark.slow)
 
 

@@ -31,13 +31,15 @@ def test_make_test_selects_the_suites_of_modules_and_leaves_role_and_playbook_st
     root = pathlib.Path(__file__).resolve().parents[2]
     listed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only"]
-        + ["-m", "not faults and not slow", "tests/integration"],
+        + ["-m", "not faults and not slow", "tests/unit/test_suites.py", "tests/integration"],
         cwd=root,
         capture_output=True,
         text=True,
         check=False,
     ).stdout
     modules, roles = "tests/integration/modules/", "tests/integration/roles/"
+    # The tiers are the integration tests': a unit test collected in the same run stays in make test.
+    assert "tests/unit/test_suites.py::test_make_test_selects" in listed, listed
     assert modules + "test_golden_snapshot.py::test_absent_asks_who_uses_the_golden" in listed, listed
     assert modules + "test_faults_kube.py::" in listed
     assert modules + "test_golden_snapshot.py::test_make_a_golden_three_times" not in listed  # no suite
