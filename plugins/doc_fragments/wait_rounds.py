@@ -8,9 +8,28 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    # The options that carry a wait from one round (one call of the module) to the next, and the action
-    # plugin that does it: shared by the wait modules and by modules that also wait (golden_snapshot).
-    _RESUME = r"""
+    # ansible-test reads each fragment as one string literal, so the resume options are written twice.
+
+    # Modules that wait in rounds: the action plugin of the same name calls them again and prints a line.
+    DOCUMENTATION = r"""
+options:
+  wait:
+    description:
+      - Wait for the outcome. V(false) reads once and reports; nothing is waited for in check mode either.
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - How many seconds to wait in total, counted from O(started). Zero or negative is refused before
+        anything is read or written.
+      - On time-out the task fails naming the last observed state and whether it was C(stuck) (nothing
+        changed since the wait began) or C(still working).
+    type: int
+    default: 1800
+  wait_sleep:
+    description: Seconds between two reads of the object waited for.
+    type: float
+    default: 5
   report_every:
     description:
       - Longest time, in seconds, one call of the module waits before it returns a progress C(line); a wait
@@ -38,27 +57,33 @@ attributes:
     details: The action plugin calls the module round after round and prints each round's line as it comes.
 """
 
-    # Modules that wait in rounds: the action plugin of the same name calls them again and prints a line.
-    DOCUMENTATION = r"""
+    # The resume options and the action plugin alone, for a module whose own wait options are another
+    # fragment's (goldenimage.pipeline.k8s_wait): golden_snapshot.
+    RESUME = r"""
 options:
-  wait:
+  report_every:
     description:
-      - Wait for the outcome. V(false) reads once and reports; nothing is waited for in check mode either.
-    type: bool
-    default: true
-  wait_timeout:
-    description:
-      - How many seconds to wait in total, counted from O(started). Zero or negative is refused before
-        anything is read or written.
-      - On time-out the task fails naming the last observed state and whether it was C(stuck) (nothing
-        changed since the wait began) or C(still working).
+      - Longest time, in seconds, one call of the module waits before it returns a progress C(line); a wait
+        module returns sooner when the observed state changes. The action plugin calls it again with
+        C(resume) and prints each line, so a wait prints a line at least this often.
     type: int
-    default: 1800
-  wait_sleep:
-    description: Seconds between two reads of the object waited for.
+    default: 20
+  started:
+    description:
+      - When the wait began, in seconds since the epoch. Set by the action plugin from C(resume); leave it out
+        to start now.
     type: float
-    default: 5
-""" + _RESUME.lstrip("\n")
-
-    # For a module whose own wait options are another fragment's (goldenimage.pipeline.k8s_wait).
-    RESUME = "options:\n" + _RESUME.lstrip("\n")
+  last_state:
+    description: The state the previous round reported (from C(resume)); set by the action plugin.
+    type: str
+  changed_at:
+    description:
+      - When the observed state last changed, in seconds since the epoch (from C(resume)); set by the action
+        plugin.
+    type: float
+attributes:
+  action:
+    description: An action plugin of the same name runs on the controller around the module.
+    support: full
+    details: The action plugin calls the module round after round and prints each round's line as it comes.
+"""
