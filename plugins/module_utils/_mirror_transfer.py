@@ -567,10 +567,6 @@ class UploadRun:
         self.started = time.monotonic()
         self.transfer_seconds = None
 
-    def _run(self):
-        """Each upload module's own steps (os_mirror_object, golden_export_object)."""
-        raise NotImplementedError("a subclass of UploadRun defines _run")
-
     def run(self):
         try:
             self._run()
