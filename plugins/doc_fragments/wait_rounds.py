@@ -87,3 +87,19 @@ attributes:
     support: full
     details: The action plugin calls the module round after round and prints each round's line as it comes.
 """
+
+    # A module that does its work in one call, run by its action plugin as an async job that reports.
+    BACKGROUND = r"""
+options:
+  progress_file:
+    description:
+      - A file the module appends its progress lines to while it runs (phase, percent or bytes, seconds since
+        the task began; every 10 percent and at least every 30 s). Set by the action plugin, which runs the
+        module as an async job and prints the lines as they come; leave it out.
+    type: path
+attributes:
+  action:
+    description: An action plugin of the same name runs on the controller around the module.
+    support: full
+    details: It runs the module as an async job and prints its progress lines as they come.
+"""

@@ -36,7 +36,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror, redact, rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     error_code,
     jittered_backoff,
@@ -90,11 +91,14 @@ class Source:
     ``name`` is how messages call it: a URL is redacted (no user-info, no signature) before it is kept.
     """
 
-    def __init__(self, stream, size, name):
+    def __init__(self, stream, size, name, progress=None):
         self.stream = stream
         self.size = size
         self.name = redact.redact_url(name)
         self.read_bytes = 0
+        # progress(source) after every read; ``phase`` says what the reading is for (hash, copy, upload).
+        self.progress = progress
+        self.phase = "read"
 
     def read(self, count):
         pieces, wanted = [], count
@@ -112,6 +116,8 @@ class Source:
             wanted -= len(piece)
             self.read_bytes += len(piece)
         data = b"".join(pieces)
+        if self.progress is not None:
+            self.progress(self)
         if len(data) < count and self.size is not None and self.read_bytes != self.size:
             raise SourceError(
                 "%s ended after %d of the %d bytes it announced" % (self.name, self.read_bytes, self.size)
@@ -131,14 +137,15 @@ class Source:
         self.stream.close()
 
 
-def open_source(path=None, url=None, timeout=60, validate_certs=True, headers=None):
-    """A Source for a local file or an http(s) URL (read as a stream, never held whole in memory)."""
+def open_source(path=None, url=None, timeout=60, validate_certs=True, headers=None, progress=None):
+    """A Source for a local file or an http(s) URL (read as a stream, never held whole in memory);
+    ``progress(source)`` is called after each read."""
     if path:
         try:
             stream = open(path, "rb")  # noqa: SIM115 - the Source owns it and closes it
         except OSError as exc:
             raise SourceError("cannot open %s: %s" % (path, exc)) from exc
-        return Source(stream, os.fstat(stream.fileno()).st_size, path)
+        return Source(stream, os.fstat(stream.fileno()).st_size, path, progress)
     from ansible.module_utils.urls import open_url
 
     request_headers = {"Accept-Encoding": "identity"}
@@ -154,11 +161,12 @@ def open_source(path=None, url=None, timeout=60, validate_certs=True, headers=No
     except Exception as exc:  # HTTPError, URLError, socket errors: all mean "cannot read the source"
         raise SourceError("GET %s: %s" % (redact.redact_url(url), redact.redact_message(str(exc)))) from exc
     length = response.headers.get("Content-Length")
-    return Source(response, int(length) if length and length.isdigit() else None, url)
+    return Source(response, int(length) if length and length.isdigit() else None, url, progress)
 
 
 def hash_source(source):
     """``(sha256 hex, size)`` of a source, read to its end."""
+    source.phase = "hash"
     digest = hashlib.sha256()
     while True:
         chunk = source.read(READ_CHUNK)
@@ -173,6 +181,7 @@ def spool_source(source, directory=None):
     The copy is what gets uploaded, so the bytes sent are the bytes hashed, and the upstream is read once.
     """
     stream = tempfile.TemporaryFile(prefix="os-mirror-", dir=directory)  # noqa: SIM115 - returned open
+    source.phase = "copy"
     digest = hashlib.sha256()
     try:
         while True:
@@ -185,7 +194,7 @@ def spool_source(source, directory=None):
     except BaseException:
         stream.close()
         raise
-    return Source(stream, source.read_bytes, source.name), digest.hexdigest()
+    return Source(stream, source.read_bytes, source.name, source.progress), digest.hexdigest()
 
 
 # Bucket reads --------------------------------------------------------------------------------------
@@ -286,6 +295,7 @@ class Upload:
         if head(self.client, self.bucket, self.key) is not None:
             raise KeyExists(self.bucket, self.key, "already exists")
         self.action = "upload %s to %s" % (source.name, where)
+        source.phase = "upload"
         first = source.read(self.part_size)
         if len(first) < self.part_size or source.size == len(first):
             method = "put"
@@ -582,6 +592,22 @@ class UploadRun:
         if self.transfer_seconds is None:
             self.result["seconds"] = round(time.monotonic() - self.started, 3)
         return self.result
+
+    def progress(self):
+        """What a Source calls after each read: a line in the action plugin's progress file every 10 % and
+        every 30 s of each phase (hash, copy, upload), or None without a progress file."""
+        path = self.params.get("progress_file")
+        if not path:
+            return None
+        report = rounds.TransferProgress(None)
+
+        def seen(source):
+            report.name = source.name
+            line = report.seen(source.read_bytes, source.size, time.monotonic() - self.started, source.phase)
+            if line:
+                append_line(path, line)
+
+        return seen
 
     def set_diff(self, before, after):
         if self.module._diff:

@@ -420,50 +420,6 @@ def timeout_message(pending, elapsed, seen, stuck, state):
     return "timed out after %.1fs waiting for %s (%s); last observed: %s" % (elapsed, pending, verdict, state)
 
 
-UPLOAD_REPORT_PERCENT = 10  # a progress line per this many percent of the file sent
-UPLOAD_REPORT_SECONDS = 30.0  # and at least this often
-
-
-class UploadProgress(object):
-    """Which moments of an upload are reported: every ``UPLOAD_REPORT_PERCENT`` and every 30 s.
-
-    ``seen(sent, total, elapsed)`` returns the line to log, or None; ``record`` is what the result says.
-    """
-
-    def __init__(self, src, total):
-        self.src, self.total = src, total
-        self.sent, self.elapsed = 0, 0.0
-        self.reported = []  # [percent, seconds] at each report
-        self._last_percent, self._last_time = -UPLOAD_REPORT_PERCENT, 0.0
-
-    def percent(self):
-        return 100 if not self.total else int(self.sent * 100 // self.total)
-
-    def seen(self, sent, total, elapsed):
-        self.sent, self.total, self.elapsed = sent, total, elapsed
-        percent = self.percent()
-        due = (
-            percent >= self._last_percent + UPLOAD_REPORT_PERCENT
-            or elapsed - self._last_time >= UPLOAD_REPORT_SECONDS
-            or sent >= total
-        )
-        if not due:
-            return None
-        self._last_percent, self._last_time = percent, elapsed
-        self.reported.append([percent, round(elapsed, 1)])
-        return "upload %s: %d%% (%d of %d bytes) after %.1fs" % (self.src, percent, sent, total, elapsed)
-
-    def record(self):
-        return {
-            "src": self.src,
-            "bytes_sent": self.sent,
-            "size": self.total,
-            "percent": self.percent(),
-            "seconds": round(self.elapsed, 3),
-            "reported": list(self.reported),
-        }
-
-
 def failure(obj):
     """Why the import will not finish by itself, or None while it may."""
     if kinds.condition_true(obj, "RetryLimitExceeded"):

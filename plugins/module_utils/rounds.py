@@ -58,6 +58,61 @@ class Reporter(object):
         return True
 
 
+TRANSFER_REPORT_PERCENT = 10  # a progress line per this many percent of a transfer of known size
+TRANSFER_REPORT_SECONDS = 30.0  # and at least this often
+
+
+class TransferProgress(object):
+    """Which moments of a transfer (an upload, a hash, a copy) become a line: every
+    ``TRANSFER_REPORT_PERCENT`` of a known size, at least every 30 s, and the end. A new phase (hash, then
+    upload) reports its own start and counts again.
+
+    ``seen(done, total, elapsed, phase)`` returns the line to print, or None; ``record()`` is what a
+    result says of the last phase.
+    """
+
+    def __init__(self, name, total=None):
+        self.name, self.total = name, total
+        self.phase = None
+        self.done, self.elapsed = 0, 0.0
+        self.reported = []  # [percent, seconds] at each report of the last phase
+        self._last_percent, self._last_time = None, 0.0
+
+    def percent(self):
+        if self.total is None:
+            return None
+        return 100 if not self.total else int(self.done * 100 // self.total)
+
+    def seen(self, done, total, elapsed, phase="upload"):
+        if phase != self.phase:
+            self.phase, self.reported, self._last_percent = phase, [], None
+        self.done, self.total, self.elapsed = done, total, elapsed
+        percent = self.percent()
+        due = (
+            self._last_percent is None
+            or elapsed - self._last_time >= TRANSFER_REPORT_SECONDS
+            or (percent is not None and percent >= self._last_percent + TRANSFER_REPORT_PERCENT)
+            or (total is not None and done >= total)
+        )
+        if not due:
+            return None
+        self._last_percent, self._last_time = (percent or 0), elapsed
+        self.reported.append([percent, round(elapsed, 1)])
+        if percent is None:
+            return "%s %s: %d bytes after %.1fs" % (phase, self.name, done, elapsed)
+        return "%s %s: %d%% (%d of %d bytes) after %.1fs" % (phase, self.name, percent, done, total, elapsed)
+
+    def record(self):
+        return {
+            "src": self.name,
+            "bytes_sent": self.done,
+            "size": self.total,
+            "percent": self.percent(),
+            "seconds": round(self.elapsed, 3),
+            "reported": list(self.reported),
+        }
+
+
 class RoundOver(Exception):
     """Control flow inside one runner, never out of it: this round's share of the wait has passed while
     the whole wait has not, so the runner reports ``last`` (the object seen last, if any) and returns."""

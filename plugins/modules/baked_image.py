@@ -714,7 +714,7 @@ class BakedImage:
     def upload(self, name, namespace, current):
         """POST the file to Harvester's upload action (the image is initialized)."""
         size = os.path.getsize(self.p["src"])
-        report = hi.UploadProgress(self.p["src"], size)
+        report = rounds_.TransferProgress(self.p["src"], size)
         started = time.monotonic()
 
         def progress(sent, total):

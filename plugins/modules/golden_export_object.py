@@ -75,6 +75,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.wait_rounds.background
 attributes:
   check_mode:
     support: full
@@ -103,6 +104,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lines:
+  description: The progress lines printed while the task ran (hash, copy and upload phases).
+  returned: always
+  type: list
+  elements: str
+  sample: ["upload /srv/images/noble.img: 40% (1073741824 of 2684354560 bytes) after 12.5s"]
+rounds:
+  description: How many calls of the module the task took (always 1).
+  returned: always
+  type: int
 action:
   description: V(upload) or V(skip) (the key already holds these bytes).
   returned: success
@@ -188,6 +199,7 @@ def argument_spec():
         concurrency=dict(type="int", default=4),
         part_size=dict(type="raw", default="16M"),
         content_type=dict(type="str", default="application/octet-stream"),
+        progress_file=dict(type="path"),
     )
 
 
@@ -214,7 +226,7 @@ class ExportObject(transfer.UploadRun):
         return expected, requested
 
     def hash_file(self):
-        source = transfer.open_source(path=self.params["path"])
+        source = transfer.open_source(path=self.params["path"], progress=self.progress())
         try:
             return transfer.hash_source(source)[0]
         except transfer.SourceError as exc:
@@ -257,7 +269,7 @@ class ExportObject(transfer.UploadRun):
         p = self.params
         source_name = p["source"] or os.path.abspath(p["path"])
         exported_at = mirror.timestamp(datetime.datetime.now(datetime.timezone.utc))
-        source = transfer.open_source(path=p["path"])
+        source = transfer.open_source(path=p["path"], progress=self.progress())
         job = transfer.Upload(
             client,
             p["bucket"],

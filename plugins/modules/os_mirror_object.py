@@ -115,6 +115,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.wait_rounds.background
 attributes:
   check_mode:
     support: full
@@ -166,6 +167,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lines:
+  description: The progress lines printed while the task ran (hash, copy and upload phases).
+  returned: always
+  type: list
+  elements: str
+  sample: ["upload /srv/images/noble.img: 40% (1073741824 of 2684354560 bytes) after 12.5s"]
+rounds:
+  description: How many calls of the module the task took (always 1).
+  returned: always
+  type: int
 changed:
   description: Whether an object was (or, in check mode, would be) written.
   returned: always
@@ -288,6 +299,7 @@ def argument_spec():
         url_timeout=dict(type="int", default=60),
         url_validate_certs=dict(type="bool", default=True),
         spool_dir=dict(type="path"),
+        progress_file=dict(type="path"),
     )
 
 
@@ -346,7 +358,11 @@ class MirrorObject(transfer.UploadRun):
     def open_source(self):
         p = self.params
         return transfer.open_source(
-            path=p["path"], url=p["url"], timeout=p["url_timeout"], validate_certs=p["url_validate_certs"]
+            path=p["path"],
+            url=p["url"],
+            timeout=p["url_timeout"],
+            validate_certs=p["url_validate_certs"],
+            progress=self.progress(),
         )
 
     def hash_source(self):

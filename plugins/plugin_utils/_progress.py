@@ -173,3 +173,13 @@ class PollingAction(ActionBase):
 
     def between(self, out, args, task_vars):
         """What runs between two rounds, changing ``args`` of the next (nothing by default)."""
+
+
+class BackgroundAction(PollingAction):
+    """A module that does its work in one call, run as an async job whose progress lines are printed as
+    they come (a multi-GiB transfer is one call, and ansible-core shows a module's output only at its end)."""
+
+    ROUNDS = False
+
+    def in_background(self, args):
+        return True

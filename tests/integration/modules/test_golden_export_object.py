@@ -30,6 +30,12 @@ def test_a_second_upload_of_the_same_file_changes_nothing_and_writes_nothing(s3,
     first = run_playbook(play(module_task(MODULE, "upload", **params)), env=endpoint.env())
     assert first.ok, first.log
     assert first["upload"]["changed"] is True
+    # Run as an async job that printed its progress: the file hashed (the digest is not given), then sent.
+    size = image.stat().st_size
+    assert first["upload"]["lines"][-1].startswith(
+        "upload %s: 100%% (%d of %d bytes) after " % (image, size, size)
+    ), first["upload"]["lines"]
+    assert any(line.startswith("hash %s: " % image) for line in first["upload"]["lines"])
     assert log.since(start), "the request log sees the first upload's writes"
     stored = client.head_object(Bucket=bucket, Key=KEY)
     assert stored["Metadata"]["sha256"] == hashlib.sha256(image.read_bytes()).hexdigest()

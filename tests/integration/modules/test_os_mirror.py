@@ -243,7 +243,19 @@ def test_mirror_check_then_real_then_skip(s3, bucket, images, upstream):
         "sha256 of the whole stream (computed while it was sent)",
         "composite sha256 of the stored object (ChecksumSHA256 of its parts)",
     }
+    # Each transfer ran as an async job printing its phases as they went: the local file hashed first (the
+    # key needs its digest), then uploaded; the remote one, its digest given, only uploaded.
+    assert [line.split(" ", 1)[0] for line in local["lines"]] == sorted(
+        [line.split(" ", 1)[0] for line in local["lines"]]
+    ), local["lines"]
+    assert {line.split(" ", 1)[0] for line in local["lines"]} == {"hash", "upload"}, local["lines"]
+    assert re.fullmatch(
+        r"upload %s: 100%% \(%d of %d bytes\) after [0-9.]+s" % (re.escape(str(disk)), size, size),
+        local["lines"][-1],
+    ), local["lines"]
+    assert len([line for line in local["lines"] if line.startswith("upload ")]) >= 5  # every 10 percent
     remote_result = run["real: remote image"]
+    assert {line.split(" ", 1)[0] for line in remote_result["lines"]} == {"upload"}, remote_result["lines"]
     assert remote_result["key"] == key_of(remote, remote_sha)
     assert (remote_result["method"], remote_result["digest_from"]) == ("multipart", "given")
     part_puts = [p for m, p in real_writes if m == "PUT" and "partNumber=" in p]

@@ -289,19 +289,6 @@ def test_a_failure_after_the_write_says_what_it_leaves():
     )
 
 
-def test_upload_progress_reports_every_ten_percent_and_every_thirty_seconds():
-    report = hi.UploadProgress("big.img", 1000)
-    lines = [report.seen(sent, 1000, sent / 100.0) for sent in range(0, 1001, 20)]
-    said = [line for line in lines if line]
-    assert said[0] == "upload big.img: 0% (0 of 1000 bytes) after 0.0s"
-    assert [pair[0] for pair in report.reported] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
-    slow = hi.UploadProgress("big.img", 10**9)
-    assert slow.seen(0, 10**9, 0.0)
-    assert slow.seen(1, 10**9, 10.0) is None
-    assert "0% (2 of" in slow.seen(2, 10**9, 31.0)  # no percent gained, but 30 s passed
-    assert slow.record()["bytes_sent"] == 2 and slow.record()["percent"] == 0
-
-
 def test_replica_mismatch_says_what_became_of_the_image():
     image = {"metadata": {"namespace": "ns", "name": "ubuntu-2204-postgres-v20260706"}}
     gone = hi.replica_mismatch_cleanup(hi.ReplicaMismatch("replicas: asked for 4"), image, True)

@@ -66,3 +66,31 @@ def test_a_wait_that_cannot_return_reports_each_new_state_and_repeats_one_every_
     assert reporter.due("active=1", 19.9) is False
     assert reporter.due("active=1", 20.0) is True
     assert reporter.due("succeeded=1", 21.0) is True
+
+
+def test_transfer_progress_reports_every_ten_percent_and_every_thirty_seconds():
+    report = rounds.TransferProgress("big.img", 1000)
+    lines = [report.seen(sent, 1000, sent / 100.0) for sent in range(0, 1001, 20)]
+    said = [line for line in lines if line]
+    assert said[0] == "upload big.img: 0% (0 of 1000 bytes) after 0.0s"
+    assert [pair[0] for pair in report.reported] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+    slow = rounds.TransferProgress("big.img", 10**9)
+    assert slow.seen(0, 10**9, 0.0)
+    assert slow.seen(1, 10**9, 10.0) is None
+    assert "0% (2 of" in slow.seen(2, 10**9, 31.0)  # no percent gained, but 30 s passed
+    assert slow.record()["bytes_sent"] == 2 and slow.record()["percent"] == 0
+
+
+def test_transfer_progress_of_an_unknown_size_and_of_a_new_phase():
+    report = rounds.TransferProgress("https://mirror/x.img")
+    assert report.seen(0, None, 0.0, "hash") == "hash https://mirror/x.img: 0 bytes after 0.0s"
+    assert report.seen(10**6, None, 29.0, "hash") is None
+    assert (
+        report.seen(2 * 10**6, None, 30.0, "hash") == "hash https://mirror/x.img: 2000000 bytes after 30.0s"
+    )
+    # The upload that follows reports its own start at once, and its percent from there.
+    assert (
+        report.seen(0, 100, 31.0, "upload") == "upload https://mirror/x.img: 0% (0 of 100 bytes) after 31.0s"
+    )
+    assert report.seen(5, 100, 32.0, "upload") is None
+    assert report.record()["reported"] == [[0, 31.0]]
