@@ -45,11 +45,29 @@ def gate_os(os_name, family="", chosen=""):
     return _raising(gate.golden_os, os_name, family, chosen)
 
 
+def linux_golden_plan(images, date="", namespace=""):
+    """The build plan of ``linux_golden`` (``linux_golden.build_plan``)."""
+    return _raising(linux_golden.build_plan, images, date, namespace)
+
+
+def linux_golden_distribution_plan(artifacts, date="", namespaces=None):
+    """The distribution plan of ``linux_golden`` (``linux_golden.distribution_plan``)."""
+    return _raising(linux_golden.distribution_plan, artifacts, date, namespaces or {})
+
+
+def linux_golden_secret_refs(plan):
+    """The Secrets a plan's http sources name, once per namespace (``linux_golden.secret_refs``)."""
+    return linux_golden.secret_refs(plan)
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "gate_os": gate_os,
             "golden_name": golden_name,
+            "linux_golden_distribution_plan": linux_golden_distribution_plan,
+            "linux_golden_plan": linux_golden_plan,
+            "linux_golden_secret_refs": linux_golden_secret_refs,
             "pinned_source": pinned_source,
             "source_digest": source_digest,
         }

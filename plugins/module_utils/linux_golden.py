@@ -173,3 +173,101 @@ def source_digest(source):
     if "registry" in block:
         return registry_digest(block["registry"]["url"])
     return block["http"]["checksum"]
+
+
+# A Job name is also a label value, which Kubernetes holds to 63 characters.
+_LABEL_MAX = 63
+
+
+def _plan_entry(image, date, where):
+    if not isinstance(image, dict) or not image.get("family"):
+        raise SourceError("%s: expected a mapping with family, os_name, size and source" % where)
+    try:
+        source = pinned_source(image.get("source"))
+        digest = image.get("digest") or source_digest(image.get("source"))
+        name = golden.versioned_name(image["family"], date or None, digest)
+    except golden.GoldenError as exc:
+        raise SourceError("%s (family %s): %s" % (where, image["family"], exc.msg)) from None
+    http = (image.get("source") or {}).get("http") or {}
+    return {
+        "family": image["family"],
+        "os_name": image.get("os_name"),
+        "size": image.get("size"),
+        "source": source,
+        "digest": digest,
+        "golden": name,
+        "secret_ref": http.get("secret_ref") or "",
+        "presign": bool(http.get("presign", False)),
+    }
+
+
+def _refuse_repeats(plan, option):
+    names = [entry["golden"] for entry in plan]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise SourceError(
+            "%s makes the same golden more than once (%s): each (family, digest) appears once per run"
+            % (option, ", ".join(repeated))
+        )
+
+
+def build_plan(images, date, namespace):
+    """What the build entry point makes of each image: the golden's name, its import DataVolume, its
+    converted volume and conversion Job, all in ``namespace`` (a snapshot sits beside its source PVC).
+    Refuses, before anything is written, a source that is not pinned, a family whose Job name Kubernetes
+    cannot hold, and two images that make the same golden."""
+    plan = []
+    for index, image in enumerate(images or []):
+        entry = _plan_entry(image, date, "linux_golden_images[%d]" % index)
+        job = entry["golden"] + "-convert"
+        if len(job) > _LABEL_MAX:
+            raise SourceError(
+                "family %s makes the Job name %s (%d characters), longer than the %d Kubernetes allows: "
+                "use a family id of at most %d characters"
+                % (entry["family"], job, len(job), _LABEL_MAX, _LABEL_MAX - (len(job) - len(entry["family"])))
+            )
+        entry.update(
+            datavolume=entry["golden"] + "-import",
+            pvc=entry["golden"] + "-disk",
+            job=job,
+            namespace=namespace,
+        )
+        plan.append(entry)
+    _refuse_repeats(plan, "linux_golden_images")
+    return plan
+
+
+def distribution_plan(artifacts, date, namespaces):
+    """What the distribute entry point imports: each artifact a bucket object (``source.http``), imported
+    as ``<golden>-disk`` in the namespace of its volume mode (``namespaces``: mode -> namespace)."""
+    plan = []
+    for index, artifact in enumerate(artifacts or []):
+        where = "linux_golden_artifacts[%d]" % index
+        entry = _plan_entry(artifact, date, where)
+        if "http" not in entry["source"]:
+            raise SourceError(
+                "artifact %s has a registry source: distribution imports a qcow2 from the bucket over "
+                "http (a large containerdisk does not survive a registry's storage driver); give "
+                "source: {http: {url: ..., checksum: sha256:<hex>}}, or build it here with the role's main "
+                "entry point" % entry["family"]
+            )
+        mode = artifact.get("mode") or "Filesystem"
+        if mode not in namespaces:
+            raise SourceError(
+                "%s (family %s): mode %r is not %s"
+                % (where, entry["family"], mode, " or ".join(sorted(namespaces)))
+            )
+        entry.update(mode=mode, datavolume=entry["golden"] + "-disk", namespace=namespaces[mode])
+        plan.append(entry)
+    _refuse_repeats(plan, "linux_golden_artifacts")
+    return plan
+
+
+def secret_refs(plan):
+    """The Secrets a plan's http sources name, once per namespace: ``[{namespace, name}]``."""
+    refs = []
+    for entry in plan or []:
+        ref = {"namespace": entry["namespace"], "name": entry["secret_ref"]}
+        if entry.get("secret_ref") and ref not in refs:
+            refs.append(ref)
+    return refs

@@ -11,6 +11,9 @@ def test_the_filters_are_registered():
     assert sorted(filters.FilterModule().filters()) == [
         "gate_os",
         "golden_name",
+        "linux_golden_distribution_plan",
+        "linux_golden_plan",
+        "linux_golden_secret_refs",
         "pinned_source",
         "source_digest",
     ]
@@ -74,3 +77,21 @@ def test_a_source_url_with_credentials_is_a_filter_error_without_them():
 def test_gate_os_refuses_an_os_the_gate_does_not_know():
     with pytest.raises(AnsibleFilterError, match="os must be one of linux, windows, not 'bsd'"):
         filters.gate_os("", "", "bsd")
+
+
+def test_the_linux_golden_plans_are_the_domain_plans_and_refuse_as_filter_errors():
+    image = {
+        "family": "ubuntu",
+        "os_name": "Ubuntu",
+        "size": "8Mi",
+        "source": {"registry": "docker://q/u@sha256:" + HEX},
+    }
+    plan = filters.linux_golden_plan([image], "2026-08-28", "golden-images-block")
+    assert plan[0]["job"] == "golden-ubuntu-20260828-f0dea74da9c5-convert"
+    with pytest.raises(AnsibleFilterError, match="same golden more than once"):
+        filters.linux_golden_plan([image, image], "2026-08-28", "ns")
+    with pytest.raises(AnsibleFilterError, match="has a registry source"):
+        filters.linux_golden_distribution_plan([image], "2026-08-28", {"Filesystem": "golden-images"})
+    assert filters.linux_golden_secret_refs([dict(plan[0], secret_ref="s3")]) == [
+        {"namespace": "golden-images-block", "name": "s3"}
+    ]

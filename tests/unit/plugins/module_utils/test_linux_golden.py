@@ -158,3 +158,77 @@ def test_messages_show_a_tokenised_url_redacted():
     with pytest.raises(lg.SourceError) as err:
         lg.pinned_source({"http": {"url": URL + "?token=t0k&X-Amz-Signature=s1g"}})
     assert "t0k" not in str(err.value) and "s1g" not in str(err.value) and "token=REDACTED" in str(err.value)
+
+
+def image(family="ubuntu-24-04", source=None, **extra):
+    return dict(
+        family=family, os_name="Ubuntu 24.04", size="8Mi", source=source or {"registry": REF}, **extra
+    )
+
+
+def test_the_build_plan_names_every_object_of_a_golden_in_one_namespace():
+    http = {"http": {"url": URL, "checksum": "sha256:" + "ab" * 32, "secret_ref": "s3"}}
+    plan = lg.build_plan([image(), image("debian-12", http)], "2026-08-28", "golden-images-block")
+    first = plan[0]
+    assert first["golden"] == "golden-ubuntu-24-04-20260828-f0dea74da9c5"
+    assert (first["datavolume"], first["pvc"], first["job"]) == (
+        first["golden"] + "-import",
+        first["golden"] + "-disk",
+        first["golden"] + "-convert",
+    )
+    assert first["namespace"] == "golden-images-block" and first["source"] == {"registry": {"url": REF}}
+    assert (first["digest"], first["secret_ref"], first["presign"]) == ("sha256:" + HEX, "", False)
+    assert plan[1]["digest"] == "sha256:" + "ab" * 32 and plan[1]["secret_ref"] == "s3"
+    # A digest given beside the source names the golden.
+    assert lg.build_plan([image(digest="sha256:" + "cd" * 32)], "20260828", "ns")[0]["golden"].endswith(
+        "cdcdcdcdcdcd"
+    )
+
+
+def test_the_build_plan_refuses_before_anything_is_written():
+    with pytest.raises(lg.SourceError, match=r"linux_golden_images\[1\] \(family debian\): "):
+        lg.build_plan([image(), image("debian", {"registry": "docker://q/debian:12"})], "2026-08-28", "ns")
+    long_family = "f" * 40
+    with pytest.raises(lg.SourceError) as caught:
+        lg.build_plan([image(long_family)], "2026-08-28", "ns")
+    # The Job name is golden-<family>-<8>-<12>-convert: 37 characters besides the family.
+    assert (
+        "(77 characters), longer than the 63 Kubernetes allows: use a family id of at most 26"
+        in caught.value.msg
+    )
+    assert len(lg.build_plan([image("f" * 26)], "2026-08-28", "ns")[0]["job"]) == 63
+    with pytest.raises(lg.SourceError, match="linux_golden_images makes the same golden more than once"):
+        lg.build_plan([image(), image()], "2026-08-28", "ns")
+    with pytest.raises(lg.SourceError, match=r"linux_golden_images\[0\]: expected a mapping"):
+        lg.build_plan(["ubuntu"], "2026-08-28", "ns")
+
+
+NAMESPACES = {"Filesystem": "golden-images", "Block": "golden-images-block"}
+
+
+def test_the_distribution_plan_imports_bucket_objects_in_the_namespace_of_their_mode():
+    http = {"http": {"url": URL, "checksum": "sha256:" + HEX, "presign": True}}
+    plan = lg.distribution_plan(
+        [image(source=http), image("debian", http, mode="Block")], "2026-08-28", NAMESPACES
+    )
+    assert [(e["mode"], e["namespace"]) for e in plan] == [
+        ("Filesystem", "golden-images"),
+        ("Block", "golden-images-block"),
+    ]
+    assert plan[0]["datavolume"] == plan[0]["golden"] + "-disk" and plan[0]["presign"] is True
+    with pytest.raises(lg.SourceError, match="artifact ubuntu-24-04 has a registry source"):
+        lg.distribution_plan([image()], "2026-08-28", NAMESPACES)
+    with pytest.raises(lg.SourceError, match="mode 'block' is not Block or Filesystem"):
+        lg.distribution_plan([image(source=http, mode="block")], "2026-08-28", NAMESPACES)
+    with pytest.raises(lg.SourceError, match="linux_golden_artifacts makes the same golden"):
+        lg.distribution_plan([image(source=http), image(source=http)], "2026-08-28", NAMESPACES)
+
+
+def test_secret_refs_name_each_secret_once_per_namespace():
+    plan = [
+        {"namespace": "a", "secret_ref": "s3"},
+        {"namespace": "a", "secret_ref": "s3"},
+        {"namespace": "b", "secret_ref": "s3"},
+        {"namespace": "a", "secret_ref": ""},
+    ]
+    assert lg.secret_refs(plan) == [{"namespace": "a", "name": "s3"}, {"namespace": "b", "name": "s3"}]
