@@ -526,6 +526,25 @@ def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
 ENGINE_VERSION = "engineVersion"
 
 
+def dbinstance_subject(definition):
+    """How a refusal names the DBInstance: its namespace/name when the manifest has one."""
+    meta = (definition or {}).get("metadata") or {}
+    if meta.get("name"):
+        return "DBInstance %s/%s" % (meta.get("namespace") or "default", meta["name"])
+    return "DBInstance spec"
+
+
+def manifest_spec(definition):
+    """The ``spec`` of a DBInstance manifest; a manifest without a spec mapping is refused."""
+    spec = (definition or {}).get("spec")
+    if not isinstance(spec, dict):
+        raise CatalogError(
+            "%s: the manifest has no spec mapping; give the DBInstance manifest"
+            % dbinstance_subject(definition)
+        )
+    return spec
+
+
 def dbinstance_spec(doc, spec, today=None, eol_table=None):
     """A DBInstance ``spec`` as it may be applied: ``(new spec, engine version, defaulted)``.
 

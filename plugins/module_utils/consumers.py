@@ -72,6 +72,12 @@ def refuse_delete(subject, consumers, move, **fields):
     )
 
 
+def users_unknown(subject, exc):
+    """The Refusal for a delete whose reference query failed: not knowing who uses an object is never
+    taken to mean nobody does."""
+    return Refusal(subject, "cannot tell who uses it, nothing was deleted: %s" % exc.msg, **exc.fields)
+
+
 # The golden side ----------------------------------------------------------------------------------
 
 

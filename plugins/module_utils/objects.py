@@ -106,6 +106,28 @@ def check_urls(definitions, namespace=None):
             )
 
 
+def namespace_of(definition, kind, namespace):
+    """The namespace a namespaced object is written in; refused when neither source names one."""
+    if not namespace:
+        raise Refusal(
+            describe(definition),
+            "%s is namespaced and neither the definition nor option namespace names a namespace" % kind,
+            "give metadata.namespace or namespace",
+        )
+    return namespace
+
+
+def check_write(current):
+    """Refuse to write over an object the server is deleting: the write would land on a dying object."""
+    since = ((current or {}).get("metadata") or {}).get("deletionTimestamp")
+    if since:
+        raise Refusal(
+            describe(current),
+            "it is being deleted (since %s); nothing was written" % since,
+            "run again once it is gone",
+        )
+
+
 def check_delete(current):
     """Refuse to delete ``current`` (the object as read) unless it is one of the collection's own
     intermediate objects. Decided from the object itself, never from the name the caller gave."""

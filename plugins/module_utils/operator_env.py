@@ -283,3 +283,15 @@ def rollout_state(deployment):
         s["ready"],
         s["available"],
     )
+
+
+def rollout_failed_message(ref, what, failure, state):
+    return "%s: the rollout of %s failed: %s; last observed: %s" % (ref, what, failure, state)
+
+
+def rollout_timeout_message(ref, what, timeout, words, state):
+    """A rollout wait that ran out: what it waited for, for how long, and the replicas still pending."""
+    return (
+        "%s: timed out after %ds waiting for the rollout of %s (%s); still pending: every replica updated "
+        "and available; last observed: %s" % (ref, timeout, what, words, state)
+    )

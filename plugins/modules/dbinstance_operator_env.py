@@ -289,7 +289,7 @@ class OperatorEnv(object):
             news = rounds.see(state, now) and rounds.changed_at is not None
             if failure:
                 raise PipelineError(
-                    "%s: the rollout of %s failed: %s; last observed: %s" % (self.ref, what, failure, state),
+                    operator_env.rollout_failed_message(self.ref, what, failure, state),
                     **self.fields(result, obj, rounds, now),
                 )
             if done or (news and not first and not rounds.expired(now)):
@@ -298,9 +298,9 @@ class OperatorEnv(object):
             if rounds.expired(now):
                 stuck, words = rounds.verdict(now)
                 raise PipelineError(
-                    "%s: timed out after %ds waiting for the rollout of %s (%s); still pending: every "
-                    "replica updated and available; last observed: %s"
-                    % (self.ref, self.p["wait_timeout"], what, words, state),
+                    operator_env.rollout_timeout_message(
+                        self.ref, what, self.p["wait_timeout"], words, state
+                    ),
                     stuck=stuck,
                     **self.fields(result, obj, rounds, now),
                 )

@@ -147,22 +147,12 @@ def argument_spec():
     )
 
 
-def subject(definition):
-    meta = (definition or {}).get("metadata") or {}
-    if meta.get("name"):
-        return "DBInstance %s/%s" % (meta.get("namespace") or "default", meta["name"])
-    return "DBInstance spec"
-
-
 def run(module):
     """Resolve the spec's engineVersion; returns the result, raises PipelineError for a refusal."""
     p = module.params
     definition = p["definition"]
-    if definition is not None and not isinstance(definition.get("spec"), dict):
-        raise PipelineError(
-            "%s: the manifest has no spec mapping; give the DBInstance manifest" % subject(definition)
-        )
-    spec = definition["spec"] if definition is not None else p["spec"]
+    subject = catalog.dbinstance_subject(definition)
+    spec = catalog.manifest_spec(definition) if definition is not None else p["spec"]
     store = CatalogStore(module, p["catalog"])
     doc = store.read()
     table = p["eol_overrides"] or None
@@ -172,11 +162,9 @@ def run(module):
         stream, tip, _image = catalog.default_tip(doc)
         supported = catalog.supported_engine_versions(doc, day, table)
     except catalog.CatalogError as exc:
-        raise PipelineError(
-            "%s: %s (%s)" % (subject(definition), exc.msg, store.where), refused=True
-        ) from None
+        raise PipelineError("%s: %s (%s)" % (subject, exc.msg, store.where), refused=True) from None
     except ValueError as exc:
-        raise PipelineError("%s: %s" % (subject(definition), exc), refused=True) from None
+        raise PipelineError("%s: %s" % (subject, exc), refused=True) from None
     result = dict(
         changed=False,
         spec=resolved,

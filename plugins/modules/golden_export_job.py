@@ -780,9 +780,8 @@ class ExportJob(RoundRunner):
             observed = self.observe_users()
         except PipelineError as exc:
             if refuse:
-                raise PipelineError(
-                    "cannot tell who uses the scratch claim and ConfigMap of export %s/%s, nothing was "
-                    "deleted: %s" % (ns, p["name"], exc.msg)
+                raise consumers.users_unknown(
+                    "the scratch claim and ConfigMap of export %s/%s" % (ns, p["name"]), exc
                 ) from exc
             observed, unread = None, exc.msg
         made = (("ConfigMap", p["name"]), ("PersistentVolumeClaim", self.scratch))

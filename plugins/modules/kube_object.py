@@ -243,12 +243,7 @@ class Apply(object):
         res = self.module.resource(api_version, kind)
         if not res.namespaced:
             return api_version, kind, name, None, objects.desired(definition)
-        namespace = namespace or self.params["namespace"]
-        if not namespace:
-            raise PipelineError(
-                "%s: %s is namespaced and neither the definition nor option namespace names a namespace; "
-                "give metadata.namespace or namespace" % (objects.describe(definition), kind)
-            )
+        namespace = objects.namespace_of(definition, kind, namespace or self.params["namespace"])
         return api_version, kind, name, namespace, objects.desired(definition, namespace)
 
     def present(self, definition, create):
@@ -261,11 +256,7 @@ class Apply(object):
                 return objects.entry(want, "missing"), None
             after = self._create(want)
             return objects.entry(want, "created", after), self._diff(want, None, after)
-        if (current.get("metadata") or {}).get("deletionTimestamp"):
-            raise PipelineError(
-                "%s is being deleted (since %s); nothing was written: run again once it is gone"
-                % (objects.describe(want), current["metadata"]["deletionTimestamp"])
-            )
+        objects.check_write(current)
         if not objects.pending(want, current):
             return objects.entry(want, "unchanged", current), None
         after, changed = m.patch(api_version, kind, name, namespace, objects.patch_of(want), before=current)
@@ -309,11 +300,7 @@ class Apply(object):
                 try:
                     self._users[namespace] = observe_volume_users(self.module, namespace)
                 except PipelineError as exc:
-                    raise PipelineError(
-                        "%s: cannot tell who uses it, nothing was deleted: %s"
-                        % (objects.describe(current), exc.msg),
-                        **exc.fields,
-                    ) from exc
+                    raise consumers.users_unknown(objects.describe(current), exc) from exc
             refusal = consumers.delete_refusal(current, self._users[namespace], self.params["propagation"])
             if refusal is not None:
                 raise refusal

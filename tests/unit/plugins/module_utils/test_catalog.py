@@ -366,6 +366,20 @@ def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule
         catalog.dbinstance_spec(seeded(), ["engineVersion"], today=TODAY)
 
 
+def test_a_dbinstance_manifest_is_named_and_needs_a_spec_mapping():
+    named = {"metadata": {"name": "orders", "namespace": "shop"}, "spec": {"storage": "1Gi"}}
+    assert catalog.dbinstance_subject(named) == "DBInstance shop/orders"
+    assert catalog.dbinstance_subject({"metadata": {"name": "orders"}}) == "DBInstance default/orders"
+    assert catalog.dbinstance_subject(None) == "DBInstance spec"
+    assert catalog.manifest_spec(named) == {"storage": "1Gi"}
+    for bad in ({"kind": "DBInstance"}, dict(named, spec="engineVersion: 16"), dict(named, spec=None)):
+        with pytest.raises(
+            catalog.CatalogError, match="no spec mapping; give the DBInstance manifest"
+        ) as exc:
+            catalog.manifest_spec(bad)
+        assert exc.value.result["refused"] is True
+
+
 def test_a_tip_whose_image_is_gone_is_refused_naming_the_revision_whatever_the_catalog_says():
     doc = registered(("v20260615", "22.04", ["16"], True), ("v20260701", "22.04", ["16"], True))
     doc, _changed = catalog.register_image(

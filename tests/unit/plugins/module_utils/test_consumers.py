@@ -327,3 +327,16 @@ def test_the_volume_plan_lists_pods_and_snapshots_locally_and_clones_everywhere(
         "vms": (None, True),
         "snapshots": ("db", True),
     }
+
+
+def test_a_failed_reference_query_refuses_the_delete_and_keeps_what_the_query_said():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+    failed = PipelineError("list pods in ns: 403 Forbidden", status=403)
+    refusal = consumers.users_unknown("ConfigMap ns/a", failed)
+    assert isinstance(refusal, Refusal) and refusal.result["refused"] is True
+    assert (
+        refusal.msg
+        == "ConfigMap ns/a: cannot tell who uses it, nothing was deleted: list pods in ns: 403 Forbidden"
+    )
+    assert refusal.result["status"] == 403

@@ -182,3 +182,25 @@ def test_deletes_the_guarded_modules_own_are_refused(current, says):
     with pytest.raises(Refusal) as caught:
         objects.check_delete(current)
     assert says in caught.value.result["msg"]
+
+
+def test_a_namespaced_object_needs_a_namespace_from_the_definition_or_the_option():
+    nameless = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    assert objects.namespace_of(nameless, "ConfigMap", "ns") == "ns"
+    for missing in (None, ""):
+        with pytest.raises(Refusal) as caught:
+            objects.namespace_of(nameless, "ConfigMap", missing)
+        assert caught.value.result["refused"] is True
+        assert caught.value.move == "give metadata.namespace or namespace"
+
+
+def test_an_object_the_server_is_deleting_is_not_written_over():
+    objects.check_write(obj("v1", "ConfigMap"))
+    objects.check_write(None)
+    dying = obj("v1", "ConfigMap")
+    dying["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    with pytest.raises(
+        Refusal, match=r"being deleted \(since 2026-12-01T00:00:00Z\); nothing was written"
+    ) as caught:
+        objects.check_write(dying)
+    assert caught.value.move == "run again once it is gone"

@@ -172,3 +172,18 @@ def test_the_replica_count_from_nodes_is_never_zero():
     for nodes in ([], None):
         with pytest.raises(Refusal, match="replicas_from_nodes found no schedulable Node"):
             operator_env.replica_count(REF, None, True, nodes)
+
+
+def test_a_rollout_that_fails_or_runs_out_names_the_deployment_what_it_waited_for_and_the_last_state():
+    failed = operator_env.rollout_failed_message(
+        "Deployment ops/op", "PG_OS=24.04", "its deadline passed", "1 of 2"
+    )
+    assert (
+        failed
+        == "Deployment ops/op: the rollout of PG_OS=24.04 failed: its deadline passed; last observed: 1 of 2"
+    )
+    late = operator_env.rollout_timeout_message(
+        "Deployment ops/op", "PG_OS=24.04", 600, "no change for 5m", "1 of 2"
+    )
+    assert late.startswith("Deployment ops/op: timed out after 600s waiting for the rollout of PG_OS=24.04")
+    assert "still pending: every replica updated and available; last observed: 1 of 2" in late

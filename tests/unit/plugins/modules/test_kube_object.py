@@ -100,7 +100,7 @@ def test_an_object_being_deleted_is_refused():
     dying["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     with pytest.raises(PipelineError) as caught:
         run(Kube(params(definitions=[cm("a", {"a": "2"})]), [dying]))
-    assert "ConfigMap ns/a is being deleted" in caught.value.msg
+    assert "ConfigMap ns/a: it is being deleted" in caught.value.msg
 
 
 def test_a_namespaced_object_without_a_namespace_is_refused():
