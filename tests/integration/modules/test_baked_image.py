@@ -10,6 +10,7 @@ import yaml
 
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
+from tests.lab.s3 import s3_client
 
 MODULE = "goldenimage.pipeline.baked_image"
 H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
@@ -272,19 +273,9 @@ def test_no_entry_of_the_catalog_keeps_a_presigned_url(lab, kube_client, kube_na
     nothing; check mode writes nothing and says the catalog would be rewritten."""
     import json
 
-    import boto3
-    from botocore.config import Config
     from kubernetes import client
 
-    env = lab.env()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-    )
+    s3 = s3_client(lab.env())
     bucket, key = mirror["url"].split("/")[-3], "baked/" + mirror["url"].rsplit("/", 1)[1]
     presigned = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=900)
     assert all(word in presigned for word in SECRETS)
