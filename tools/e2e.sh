@@ -13,6 +13,7 @@
 # Settings (environment): E2E_ACCEL=auto|kvm|tcg  E2E_PG_VERSIONS="15" (what the distribution ships)
 #   E2E_ENGINE_VERSION=15  E2E_BASE_TIMEOUT  E2E_BAKE_TIMEOUT  E2E_BENCH_TIMEOUT  E2E_TIMEOUT_BAKED
 #   E2E_TIMEOUT_APT (seconds; the last two bound each VM's wait for PostgreSQL)
+#   E2E_REPEAT=3 (boots of each image, interleaved; the figures are medians with their spread)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -23,7 +24,7 @@ pg_versions=${E2E_PG_VERSIONS:-15}
 engine_version=${E2E_ENGINE_VERSION:-15}
 base_timeout=${E2E_BASE_TIMEOUT:-1800}
 bake_timeout=${E2E_BAKE_TIMEOUT:-2700}
-bench_timeout=${E2E_BENCH_TIMEOUT:-3000}
+bench_timeout=${E2E_BENCH_TIMEOUT:-5400}
 export ANSIBLE_COLLECTIONS_PATH=$repo/.collections
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 
@@ -152,7 +153,7 @@ rm -rf "${cache:?}/boot"
 run_bounded "$bench_timeout" "the boot-to-ready benchmark" "$py" bench/boot_to_ready.py \
   --base "$base" --baked "$baked" --engine-version "$engine_version" --accel "$accel" \
   --timeout-baked "${E2E_TIMEOUT_BAKED:-600}" --timeout-apt "${E2E_TIMEOUT_APT:-1800}" \
-  --results "$cache/results.json" --workdir "$cache/boot"
+  --repeat "${E2E_REPEAT:-3}" --results "$cache/results.json" --workdir "$cache/boot"
 "$py" - "$cache/results.json" "$base_s" "$bake_s" "$manifest" <<'PY'
 import json, sys
 path, base_s, bake_s, manifest_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
