@@ -184,14 +184,16 @@ class GuestAgent(JsonSocket):
             raise BenchError("guest agent %s failed: %s" % (command, reply))
         return reply["return"]
 
-    def run(self, argv, timeout=30.0):
-        """Runs a program in the guest; returns (exit code, stdout)."""
+    def run(self, argv, timeout=30.0, stderr=False):
+        """Runs a program in the guest; returns (exit code, stdout, and stderr after it when asked)."""
         pid = self.call("guest-exec", path=argv[0], arg=argv[1:], **{"capture-output": True})["pid"]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = self.call("guest-exec-status", pid=pid)
             if status.get("exited"):
                 out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")
+                if stderr:
+                    out += base64.b64decode(status.get("err-data", "")).decode(errors="replace")
                 return status.get("exitcode"), out
             time.sleep(0.5)
         raise BenchError("%s did not finish in the guest within %ds" % (" ".join(argv), timeout))
@@ -406,12 +408,19 @@ ANALYSIS = {
 
 
 def analyse(vm, engine_version, lines=25):
-    """``{name: first lines of its output}`` of each ANALYSIS command run in the guest (or its error)."""
+    """``{name: first lines of its output}`` of each ANALYSIS command run in the guest (or its error).
+
+    systemd-analyze answers only once the boot has finished (cloud-init's final stage included), which
+    under emulation is well after PostgreSQL is ready: wait for that first."""
     found = {}
+    try:
+        vm.agent.run(["/usr/bin/systemctl", "is-system-running", "--wait"], timeout=300)
+    except (BenchError, OSError, ConnectionError) as exc:
+        return {name: ["not read: the boot did not finish: %s" % exc] for name in ANALYSIS}
     for name, argv in ANALYSIS.items():
         argv = [part.replace("{v}", engine_version) for part in argv]
         try:
-            rc, out = vm.agent.run(argv, timeout=120)
+            rc, out = vm.agent.run(argv, timeout=120, stderr=True)
         except (BenchError, OSError, ConnectionError) as exc:
             found[name] = ["not read: %s" % exc]
             continue

@@ -111,7 +111,9 @@ echo "accelerator: $accel"
 log "2/3 packer_build role on the base image (PostgreSQL $pg_versions from the distribution, $accel)"
 key=$(basename "$base" .qcow2)
 key=${key##*-}
-out=$cache/baked-$key
+# The bake is cached per base image and per what builds it: a change to the role's provisioning bakes again.
+bake_key=$(cat roles/packer_build/files/* roles/packer_build/templates/* tests/e2e/bake.yml | sha256sum | cut -c1-8)
+out=$cache/baked-$key-$bake_key
 mkdir -p "$out"
 # A revision built earlier from this base is reused: its date makes the role find its manifest.
 build_date=$(find "$out" -maxdepth 1 -name '*.manifest.json' -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)

@@ -184,9 +184,13 @@ seal() {
   # --no-create: opening another user's file with O_CREAT in a sticky directory such as
   # /var/log/postgresql is refused even to root (fs.protected_regular).
   find /var/log -type f -exec truncate --no-create -s 0 {} +
-  if command -v journalctl >/dev/null 2>&1; then
-    journalctl --rotate >/dev/null 2>&1 || true
-    journalctl --vacuum-time=1s >/dev/null 2>&1 || true
+  if [ -d /var/log/journal ]; then
+    # The build's journal would ship in every clone (journald preallocates 8 MiB per file), and under
+    # the emptied machine-id each clone keeps its own anyway. journald writes to /run from here on, so
+    # its files under /var can go; the directory stays, keeping the journal persistent in clones.
+    # (An older journald without --relinquish-var writes to the deleted files until shutdown frees them.)
+    journalctl --relinquish-var >/dev/null 2>&1 || true
+    find /var/log/journal -mindepth 1 -delete
   fi
   sync
 }
