@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from tests.integration.support import SETTLE_SECONDS
 from tests.integration.support.runner import kube_play, run_playbook
 from tests.lab.controllers.console import CONSOLE
 
@@ -33,7 +34,7 @@ def vm_body(name, screen=None, volumes=None):
     }
 
 
-def wait_phase(custom, namespace, name, phase, timeout=30.0):
+def wait_phase(custom, namespace, name, phase, timeout=SETTLE_SECONDS):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:

@@ -23,6 +23,7 @@ import time
 import pytest
 import yaml
 
+from tests.integration.support import SETTLE_SECONDS
 from tests.integration.support.runner import (
     ROOT,
     module_task,
@@ -147,7 +148,7 @@ class Fleet:
         found = self.custom.list_namespaced_custom_object(self.group, self.version, self.namespace, PLURAL)
         return {i["metadata"]["name"]: i for i in found["items"]}
 
-    def settle(self, names, phase="Available", timeout=30):
+    def settle(self, names, phase="Available", timeout=SETTLE_SECONDS):
         """Wait until every named instance is in ``phase`` with no trigger left."""
         deadline = time.monotonic() + timeout
         while True:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-from tests.integration.support import disks
+from tests.integration.support import SETTLE_SECONDS, disks
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
 
@@ -191,14 +191,14 @@ def pvc(lab, namespace, name):
     return get(lab, "persistentvolumeclaims", namespace, name, ("", "v1"))
 
 
-def wait(what, check, timeout=30):
+def wait(what, check, timeout=SETTLE_SECONDS, detail=None):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         found = check()
         if found:
             return found
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f": {detail()}" if detail else ""))
 
 
 def agent_up(vmi) -> bool:
@@ -213,7 +213,8 @@ def create_instance(lab, kube_client, namespace, name, catalog, revision=OLD) ->
     custom_api(kube_client).create_namespaced_custom_object(
         *KV, namespace, "virtualmachines", vm_body(name, catalog, revision)
     )
-    wait(f"{name} to boot", lambda: agent_up(get(lab, "virtualmachineinstances", namespace, name)))
+    vmi = functools.partial(get, lab, "virtualmachineinstances", namespace, name)
+    wait(f"{name} to boot", lambda: agent_up(vmi()), detail=lambda: (vmi() or {}).get("status"))
     data = wait(f"{name}-pgdata bound", lambda: bound(pvc(lab, namespace, f"{name}-pgdata")))
     (volume_path(lab.controller_manager.lab, data) / "PG_VERSION").write_text(f"16 {name}\n")
     return data

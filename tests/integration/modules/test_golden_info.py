@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from tests.integration.support import SETTLE_SECONDS
 from tests.integration.support.runner import kube_play, module_task, run_playbook
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
@@ -67,7 +68,7 @@ class Arranged:
         self.made.append(("", "v1", namespace, "persistentvolumeclaims", name))
         return name
 
-    def wait_bound(self, namespace, name, timeout=30):
+    def wait_bound(self, namespace, name, timeout=SETTLE_SECONDS):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound":
@@ -111,7 +112,7 @@ class Arranged:
                 return None
             raise
 
-    def wait_ready(self, namespace, *names, timeout=30):
+    def wait_ready(self, namespace, *names, timeout=SETTLE_SECONDS):
         found = {}
         deadline = time.monotonic() + timeout
         for name in names:
@@ -247,7 +248,7 @@ def seeder_runs(lab):
     return any(type(c).__module__.endswith(".kubedc") for c in getattr(manager, "controllers", []))
 
 
-def wait_seeded(arranged, lab, family, golden_name, projects, timeout=30):
+def wait_seeded(arranged, lab, family, golden_name, projects, timeout=SETTLE_SECONDS):
     """Every project's copy of ``family`` is Ready and bound to the golden's handle."""
     if not seeder_runs(lab):
         for project in projects:

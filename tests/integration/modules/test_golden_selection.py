@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.modules.test_golden_snapshot import DIGEST, FS_NS, GROUP, VERSION
 from tests.integration.modules.test_golden_snapshot import Cluster as SnapshotCluster
+from tests.integration.support import SETTLE_SECONDS
 from tests.integration.support.runner import module_task, play, run_playbook
 
 MODULE = "goldenimage.pipeline.golden_selection"
@@ -97,7 +98,7 @@ class Cluster(SnapshotCluster):
             return None
         return (obj["metadata"].get("annotations") or {}).get("kube-dc.com/seeded-from")
 
-    def wait_seeded(self, project, golden, timeout=30):
+    def wait_seeded(self, project, golden, timeout=SETTLE_SECONDS):
         want = "%s/%s" % (FS_NS, golden)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -116,7 +117,7 @@ class Cluster(SnapshotCluster):
                 return None
             raise
 
-    def wait_selection_status(self, name, ready, timeout=30):
+    def wait_selection_status(self, name, ready, timeout=SETTLE_SECONDS):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = (self.selection_obj(name) or {}).get("status") or {}
