@@ -404,6 +404,7 @@ ANALYSIS = {
     "critical_chain": ["/usr/bin/systemd-analyze", "critical-chain", "postgresql@{v}-main.service"],
     "blame": ["/usr/bin/systemd-analyze", "blame"],
     "cloud_init": ["/usr/bin/cloud-init", "analyze", "blame"],
+    "ssh_host_keys": ["/bin/sh", "-c", "ls /etc/ssh/ssh_host_*_key.pub"],
 }
 
 

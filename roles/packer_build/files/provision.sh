@@ -7,6 +7,7 @@
 #   PG_VERSIONS="15 16 17"  OS_VERSION=22.04  PG_REPO=pgdg|distribution
 #   PGDG_URL  PGDG_KEY_URL  BUILD_USER  REVISION  CA_BUNDLE (a file; empty means none)
 #   MANIFEST (where the build manifest is written)
+#   SSH_HOST_KEY_TYPES="ed25519 ecdsa" (what each VM generates at first boot)
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -19,6 +20,7 @@ BUILD_USER=${BUILD_USER:-packer}
 REVISION=${REVISION:-unknown}
 CA_BUNDLE=${CA_BUNDLE:-}
 MANIFEST=${MANIFEST:-/etc/goldenimage/build-manifest.json}
+SSH_HOST_KEY_TYPES=${SSH_HOST_KEY_TYPES:-ed25519 ecdsa}
 
 log() { printf '==> provision: %s\n' "$*"; }
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
@@ -156,6 +158,32 @@ settle_locale() {
   fi
 }
 
+settle_ssh_host_keys() {
+  # cloud-init generates rsa, ecdsa and ed25519 host keys at every VM's first boot; the 3072-bit RSA key
+  # alone takes about 10 s under emulation. Generate only the configured types, and have sshd offer
+  # exactly those (its defaults would look for the others and log their absence at every start).
+  local type list="" sep=""
+  for type in $SSH_HOST_KEY_TYPES; do
+    case "$type" in
+      ed25519 | ecdsa | rsa) ;;
+      *) die "SSH_HOST_KEY_TYPES: unknown host key type $type (ed25519, ecdsa, rsa)" ;;
+    esac
+    list="$list$sep$type"
+    sep=", "
+  done
+  [ -n "$list" ] || die "SSH_HOST_KEY_TYPES is empty; name at least one host key type"
+  log "ssh host key types: $list"
+  mkdir -p /etc/cloud/cloud.cfg.d /etc/ssh/sshd_config.d
+  printf '# goldenimage.pipeline: the host keys each VM generates at first boot\nssh_genkeytypes: [%s]\n' "$list" \
+    >/etc/cloud/cloud.cfg.d/60-goldenimage-ssh-host-keys.cfg
+  {
+    printf '# goldenimage.pipeline: the host keys cloud-init generates at first boot\n'
+    for type in $SSH_HOST_KEY_TYPES; do
+      printf 'HostKey /etc/ssh/ssh_host_%s_key\n' "$type"
+    done
+  } >/etc/ssh/sshd_config.d/60-goldenimage-host-keys.conf
+}
+
 seal() {
   log "sealing"
   local home
@@ -207,6 +235,7 @@ case "${1:-}" in
     disable_clusters
     disable_background_apt
     settle_locale
+    settle_ssh_host_keys
     write_manifest
     ;;
   seal)

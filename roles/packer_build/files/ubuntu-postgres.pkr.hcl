@@ -110,6 +110,11 @@ variable "pgdg_key_url" {
   default = "https://www.postgresql.org/media/keys/ACCC4CF8.asc"
 }
 
+variable "ssh_host_key_types" {
+  type    = list(string)
+  default = ["ed25519", "ecdsa"]
+}
+
 locals {
   guest_manifest = "/etc/goldenimage/build-manifest.json"
   guest_ca       = "/tmp/goldenimage-build-ca.crt"
@@ -123,6 +128,7 @@ locals {
     "REVISION=${var.revision}",
     "CA_BUNDLE=${local.guest_ca}",
     "MANIFEST=${local.guest_manifest}",
+    "SSH_HOST_KEY_TYPES=${join(" ", var.ssh_host_key_types)}",
   ]
   # Root runs the script with the settings above; sudo must not reset them.
   sudo_command = "sudo -n env {{ .Vars }} bash '{{ .Path }}'"

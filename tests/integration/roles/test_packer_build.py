@@ -43,6 +43,18 @@ def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def dated_build(tmp_path, **role_vars):
+    """Role variables for a build of 2026-11-29 from a small real base image into tmp_path/out."""
+    base = qcow2(tmp_path / "base.qcow2", megabytes=1)
+    return {
+        "packer_build_base_image": str(base),
+        "packer_build_base_image_checksum": "sha256:" + sha256(base),
+        "packer_build_output_dir": str(tmp_path / "out"),
+        "packer_build_date": "2026-11-29",
+        **role_vars,
+    }
+
+
 def test_check_mode_renders_and_validates_both_streams(tmp_path):
     assert shutil.which("packer"), "packer is required (apt-get install packer)"
     base = qcow2(tmp_path / "base.qcow2", megabytes=1)
@@ -87,20 +99,18 @@ def test_check_mode_renders_and_validates_both_streams(tmp_path):
     )
 
 
-def test_eol_guard_stops_before_packer(tmp_path):
-    base = qcow2(tmp_path / "base.qcow2", megabytes=1)
+def test_an_unknown_ssh_host_key_type_is_refused_before_anything_runs(tmp_path):
     out = tmp_path / "out"
-    run = run_playbook(
-        play(
-            {
-                "packer_build_base_image": str(base),
-                "packer_build_base_image_checksum": "sha256:" + sha256(base),
-                "packer_build_output_dir": str(out),
-                "packer_build_date": "2026-11-29",
-                "packer_build_pg_versions": ["13", "14", "15"],
-            }
-        )
-    )
+    run = run_playbook(play(dated_build(tmp_path, packer_build_ssh_host_key_types=["ed25519", "dsa"])))
+    assert not run.ok
+    assert "packer_build_ssh_host_key_types" in run.log and "dsa" in run.log, run.log
+    assert "Read the Packer version" not in run.task_names()
+    assert not out.exists()
+
+
+def test_eol_guard_stops_before_packer(tmp_path):
+    out = tmp_path / "out"
+    run = run_playbook(play(dated_build(tmp_path, packer_build_pg_versions=["13", "14", "15"])))
     assert not run.ok
     entry = run.entry("Refuse PostgreSQL majors and OS streams past end of life")
     assert entry["status"] == "failed"
