@@ -20,7 +20,7 @@ BUILD_USER=${BUILD_USER:-packer}
 REVISION=${REVISION:-unknown}
 CA_BUNDLE=${CA_BUNDLE:-}
 MANIFEST=${MANIFEST:-/etc/goldenimage/build-manifest.json}
-SSH_HOST_KEY_TYPES=${SSH_HOST_KEY_TYPES:-ed25519 ecdsa}
+SSH_HOST_KEY_TYPES=${SSH_HOST_KEY_TYPES-ed25519 ecdsa} # set but empty is refused, not defaulted
 
 log() { printf '==> provision: %s\n' "$*"; }
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }

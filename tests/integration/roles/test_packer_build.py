@@ -99,11 +99,14 @@ def test_check_mode_renders_and_validates_both_streams(tmp_path):
     )
 
 
-def test_an_unknown_ssh_host_key_type_is_refused_before_anything_runs(tmp_path):
+@pytest.mark.parametrize(
+    "types, says", [(["ed25519", "dsa"], "dsa"), ([], "no SSH host key")], ids=["unknown", "none"]
+)
+def test_ssh_host_key_types_unknown_or_none_are_refused_before_anything_runs(tmp_path, types, says):
     out = tmp_path / "out"
-    run = run_playbook(play(dated_build(tmp_path, packer_build_ssh_host_key_types=["ed25519", "dsa"])))
+    run = run_playbook(play(dated_build(tmp_path, packer_build_ssh_host_key_types=types)))
     assert not run.ok
-    assert "packer_build_ssh_host_key_types" in run.log and "dsa" in run.log, run.log
+    assert "packer_build_ssh_host_key_types" in run.log and says in run.log, run.log
     assert "Read the Packer version" not in run.task_names()
     assert not out.exists()
 
