@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
 from bench.labproc import LabProcess, in_parallel, load  # noqa: E402
-from bench.verdict import golden_info_lines  # noqa: E402
+from bench.verdict import floor_lines, golden_info_lines  # noqa: E402
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -488,6 +489,44 @@ def module_run(module):
     return golden_info.run(module)
 
 
+CONTINUE = re.compile(rb'"continue":"([^"]+)"')
+
+
+def floor_once(module, page):
+    """The API server's share of a report: golden_info's pages fetched on the module's own connection
+    and read whole, never parsed (the continue token is taken from the list metadata, which is at one
+    end of the body). What the module adds is its time minus this."""
+    from urllib.parse import urlencode
+
+    api = module._reader()
+    for query in golden_inventory.observation_plan(golden_inventory.golden_namespaces()):
+        if query["optional"] and not module.served(query["api"], query["kind"]):
+            continue
+        res = module.locate(query["api"], query["kind"])
+        path = res.path(namespace=query["namespace"] if res.namespaced else None)
+        sent = [("labelSelector", query["selector"])] if query["selector"] else []
+        sent.append(("limit", page))
+        token = None
+        while True:
+            url = (
+                api.configuration.host.rstrip("/")
+                + path
+                + "?"
+                + urlencode(sent + [("continue", token)] if token else sent)
+            )
+            response = module._pool_request(
+                api, "GET", url, {"Accept": "application/json"}, None, None, False
+            )
+            try:
+                body = response.data
+            finally:
+                response.release_conn()
+            found = CONTINUE.search(body[-4096:]) or CONTINUE.search(body[:4096])
+            token = found.group(1).decode() if found else None
+            if not token:
+                break
+
+
 def report_once(lister):
     observed = golden_info.observe(lister, golden_inventory.golden_namespaces())
     result = golden_inventory.report(
@@ -609,6 +648,12 @@ def main() -> int:
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the GET-each verification")
     parser.add_argument(
+        "--floor-pages",
+        default="",
+        help="comma-separated page sizes at which the API server floor is also measured (how the server's"
+        " share depends on the page size)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="a quick run: --store, 50 and 500 projects, once",
@@ -618,10 +663,12 @@ def main() -> int:
         args.store = args.no_naive = args.no_playbook = True
         args.projects, args.repeat = "50,500", 1
     steps = sorted(int(n) for n in args.projects.split(","))
+    other_pages = [int(n) for n in args.floor_pages.split(",") if n]
 
     rows = []
     ratios = []
     listed_requests = {}
+    floors = []
     with (
         tempfile.TemporaryDirectory() as state,
         LabProcess(
@@ -665,7 +712,7 @@ def main() -> int:
                 print("FAIL: the baseline and the adapter report differently", file=sys.stderr)
                 return 1
             # Paired: old and new alternate, so a load swing hits both.
-            old_t, new_t, new_cpu, lab_cpu = [], [], [], []
+            old_t, new_t, new_cpu, lab_cpu, floor_t, other_t = [], [], [], [], [], {}
             old_verbs = new_verbs = None
             for _ in range(args.repeat):
                 seconds, verbs = measure(lab, lambda: report_once(lister), 1)
@@ -677,8 +724,12 @@ def main() -> int:
                 lab_cpu.append(lab.cpu() - lab_before)
                 new_t.append(seconds)
                 new_verbs = new_verbs or verbs
+                floor_t.append(measure(lab, lambda: floor_once(module, _kube_page()), 1)[0])
+                for page in other_pages:
+                    other_t.setdefault(page, []).append(measure(lab, lambda p=page: floor_once(module, p), 1))
             old_s, new_s = statistics.median(old_t), statistics.median(new_t)
             cpu_s, lab_s = statistics.median(new_cpu), statistics.median(lab_cpu)
+            floor_s = statistics.median(floor_t)
             rows.append(("golden_info, baseline (dynamic client)", count, old_verbs, old_s, same))
             rows.append(
                 (
@@ -690,7 +741,27 @@ def main() -> int:
                     % (summary["project_entries"], old_s / new_s, cpu_s, lab_s),
                 )
             )
+            rows.append(
+                (
+                    "API server floor (pages read, not parsed)",
+                    count,
+                    new_verbs,
+                    floor_s,
+                    "the module's own share %.3fs" % (new_s - floor_s),
+                )
+            )
+            for page, runs in sorted(other_t.items()):
+                rows.append(
+                    (
+                        "API server floor, pages of %d" % page,
+                        count,
+                        runs[0][1],
+                        statistics.median(seconds for seconds, _ in runs),
+                        "against %.3fs with pages of %d" % (floor_s, _kube_page()),
+                    )
+                )
             ratios.append((count, old_s, new_s, cpu_s, lab_s))
+            floors.append((count, floor_s, new_s))
             print(
                 "... %d projects: old %.3fs, new %.3fs (%s)" % (count, old_s, new_s, load()), file=sys.stderr
             )
@@ -749,6 +820,8 @@ def main() -> int:
             " baseline %.2fx time" % (c0, c1, c1 / c0, n1 / n0, p1 / p0, l1 / max(l0, 1e-3), o1 / o0)
         )
     for line in golden_info_lines([(count, old_s, new_s) for count, old_s, new_s, _, _ in ratios]):
+        print(line)
+    for line in floor_lines("golden_info", "projects", floors):
         print(line)
     print(
         "(setup and all runs: %.1fs; in-process figures: medians of %d paired runs; the lab runs in its own"

@@ -98,6 +98,33 @@ def fleet_lines(what: str, unit: str, goal: float, goal_scale: int, steps: list)
     return lines
 
 
+def floor_lines(what: str, unit: str, steps: list) -> list[str]:
+    """``steps``: (objects, API server floor seconds, module seconds) by increasing size: how much of the
+    module's time is the API server answering the same pages, and how each part grows."""
+    lines = [
+        "%s %d %s: API server floor %s of %s; the module's own share %s (%.0f%%)"
+        % (
+            what,
+            count,
+            unit,
+            amount(floor, "s"),
+            amount(total, "s"),
+            amount(total - floor, "s"),
+            100.0 * (total - floor) / max(total, 1e-9),
+        )
+        for count, floor, total in steps
+    ]
+    sized = [step for step in steps if step[0]]
+    for (n0, f0, t0), (n1, f1, t1) in itertools.pairwise(sized):
+        lines.append(
+            "API server floor growth %d->%d (%sx objects): %.2fx"
+            % (n0, n1, number(n1 / n0), f1 / max(f0, 1e-9))
+        )
+        if t0 > f0:  # a share within the noise at the smaller size has no growth to judge
+            lines.append(growth("%s own share growth" % what, n0, n1, t0 - f0, t1 - f1))
+    return lines
+
+
 def golden_info_lines(steps: list) -> list[str]:
     """golden_info in process: (projects, dynamic-client seconds, raw-page seconds) by size."""
     return fleet_lines("golden_info", "projects", GOLDEN_INFO_SECONDS, GOLDEN_INFO_SCALE, steps)

@@ -46,6 +46,18 @@ def test_golden_info_lines_give_the_ratio_at_each_size_the_goal_and_the_growth()
     assert slow[2].endswith(": FAIL") and slow[3].endswith("12x (goal <= 11x): FAIL")
 
 
+def test_floor_lines_split_the_module_time_into_the_api_servers_part_and_its_own():
+    lines = verdict.floor_lines("golden_info", "projects", [(5000, 2.0, 3.0), (50000, 30.0, 12.0 + 30.0)])
+    assert lines == [
+        "golden_info 5000 projects: API server floor 2 s of 3 s; the module's own share 1 s (33%)",
+        "golden_info 50000 projects: API server floor 30 s of 42 s; the module's own share 12 s (29%)",
+        "API server floor growth 5000->50000 (10x objects): 15.00x",
+        "golden_info own share growth 5000->50000 (10x objects): 12x (goal <= 11x): FAIL",
+    ]
+    noisy = verdict.floor_lines("golden_info", "projects", [(50, 0.05, 0.04), (500, 0.12, 0.2)])
+    assert not any("own share growth" in line for line in noisy)
+
+
 def test_drift_lines_skip_the_growth_from_an_empty_fleet():
     lines = verdict.drift_lines([(0, 1.1, 1.0), (10000, 10.7, 3.0), (100000, 115, 29.0)])
     assert lines[0] == "drift report 0 DBInstances: 1 s against the dynamic client's 1.1 s: 1.10x"
