@@ -120,7 +120,7 @@ def floor_lines(what: str, unit: str, steps: list) -> list[str]:
             "API server floor growth %d->%d (%sx objects): %.2fx"
             % (n0, n1, number(n1 / n0), f1 / max(f0, 1e-9))
         )
-        if t0 > f0:  # a share within the noise at the smaller size has no growth to judge
+        if t0 > f0 and t1 > f1:  # a share within the noise of the floor has no growth to judge
             lines.append(growth("%s own share growth" % what, n0, n1, t0 - f0, t1 - f1))
     return lines
 
