@@ -50,7 +50,9 @@ def _serve(conn, state, controllers):
     from tests.lab import Lab
 
     classes = _resolve(controllers) if controllers else []
-    with Lab(state, with_s3=False, controllers=classes) as lab:
+    # Without controllers nothing is deleted or run, so kube-controller-manager stays off too: a bench
+    # measures the API server answering, not it catching up with namespaces just seeded.
+    with Lab(state, with_s3=False, controllers=classes, kube_controllers=bool(classes)) as lab:
         conn.send({"kubeconfig": str(lab.kubeconfig), "url": lab.url, "env": lab.env()})
         while True:
             what, args = conn.recv()

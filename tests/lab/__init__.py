@@ -41,6 +41,7 @@ class Lab:
         dbinstance_version: str | None = None,
         controllers: list | None = None,
         seed: int | None = None,
+        kube_controllers: bool = True,
     ):
         self.state_dir = pathlib.Path(state_dir).resolve()
         self.port = port
@@ -48,6 +49,10 @@ class Lab:
         self.dbinstance_group = dbinstance_group or os.environ.get("LAB_DBINSTANCE_GROUP") or None
         self.dbinstance_version = dbinstance_version or os.environ.get("LAB_DBINSTANCE_VERSION") or None
         self._controller_classes = controllers
+        # kube-controller-manager (namespace finalization, garbage collection, a ServiceAccount and a
+        # kube-root-ca.crt ConfigMap in every namespace); a bench that deletes nothing runs without it,
+        # so two objects per seeded namespace are not still being written while it measures.
+        self.kube_controllers = kube_controllers
         self.store = None  # an ApiStore once started
         self.faults = Faults(seed=seed)
         self.tokens = Tokens()
@@ -143,7 +148,8 @@ class Lab:
         self._apply_crds()
         # A CRD is served only once it is Established; the VolumeSnapshotClass below needs its CRD.
         self.apiserver.wait_for_crds(self.store)
-        self.apiserver.start_controller_manager()
+        if self.kube_controllers:
+            self.apiserver.start_controller_manager()
         self._apply_fixtures()
 
     def _apply_crds(self) -> None:
