@@ -10,6 +10,9 @@ project count in steps. At each step it measures:
 - verification of one (family, mode) the way golden_selection verifies: listed, not fetched;
 - the same verification done naively, one GET of the copy and one of its content per project,
   for comparison;
+- the API server floor: golden_info's pages fetched and read whole, never parsed, after each module run
+  (``--floor-pages`` at other page sizes too), so the module's own share and its growth show apart from
+  the server's;
 and at the last step runs the module once through ansible-playbook. Requests come from the lab's
 audit log. Exits non-zero when the listed approaches send more requests as projects grow.
 
