@@ -496,38 +496,29 @@ CONTINUE = re.compile(rb'"continue":"([^"]+)"')
 
 
 def floor_once(module, page):
-    """The API server's share of a report: golden_info's pages fetched on the module's own connection
-    and read whole, never parsed (the continue token is taken from the list metadata, which is at one
-    end of the body). What the module adds is its time minus this."""
-    from urllib.parse import urlencode
+    """The API server's share of a report: golden_info's LISTs sent by the module's own list (same
+    pages, same connection, same retry layer) with each body read whole and never parsed; the continue
+    token is taken from the list metadata, which is at one end of the body. What the module adds is
+    its time minus this."""
 
-    api = module._reader()
-    for query in golden_inventory.observation_plan(golden_inventory.golden_namespaces()):
-        if query["optional"] and not module.served(query["api"], query["kind"]):
-            continue
-        res = module.locate(query["api"], query["kind"])
-        path = res.path(namespace=query["namespace"] if res.namespaced else None)
-        sent = [("labelSelector", query["selector"])] if query["selector"] else []
-        sent.append(("limit", page))
-        token = None
-        while True:
-            url = (
-                api.configuration.host.rstrip("/")
-                + path
-                + "?"
-                + urlencode(sent + [("continue", token)] if token else sent)
-            )
-            response = module._pool_request(
-                api, "GET", url, {"Accept": "application/json"}, None, None, False
-            )
-            try:
-                body = response.data
-            finally:
-                response.release_conn()
-            found = CONTINUE.search(body[-4096:]) or CONTINUE.search(body[:4096])
-            token = found.group(1).decode() if found else None
-            if not token:
-                break
+    def unparsed(path, query=None, api=None):
+        body = module._get_body(path, query, api)
+        found = CONTINUE.search(body[-4096:]) or CONTINUE.search(body[:4096])
+        return {"items": [], "metadata": {"continue": found.group(1).decode() if found else None}}
+
+    module._get_json = unparsed
+    try:
+        for query in golden_inventory.observation_plan(golden_inventory.golden_namespaces()):
+            if not query["optional"] or module.served(query["api"], query["kind"]):
+                module.list(
+                    query["api"],
+                    query["kind"],
+                    query["namespace"],
+                    label_selector=query["selector"],
+                    page=page,
+                )
+    finally:
+        del module._get_json
 
 
 def report_once(lister):

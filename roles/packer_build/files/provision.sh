@@ -163,7 +163,7 @@ settle_ssh_host_keys() {
   # alone takes about 10 s under emulation. Generate only the configured types, and have sshd offer
   # exactly those (its defaults would look for the others and log their absence at every start).
   # The role's argument spec decides which types are valid; this only writes them down.
-  local type list
+  local list
   # shellcheck disable=SC2086 # one word per type
   list=$(printf '%s, ' $SSH_HOST_KEY_TYPES)
   list=${list%, }
