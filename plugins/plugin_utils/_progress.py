@@ -101,6 +101,10 @@ class PollingAction(ActionBase):
         )
         # A backstop only: the module's waits end at its wait_timeout, and a transfer at the size it sends.
         limit = int(args.get("wait_timeout") or 0) + self.BACKGROUND_LIMIT
+        # The job's directory holds its module file, arguments included. async_wrapper removes it up to
+        # 5 s after writing the result async_status reads, so the task removes it itself once the job has
+        # finished: nothing the task was given stays on disk after it.
+        jobdir = self._connection._shell.tmpdir or self._make_tmp_path()
         saved, self._task.async_val = self._task.async_val, limit
         try:
             job = self._execute_module(
@@ -112,6 +116,7 @@ class PollingAction(ActionBase):
         finally:
             self._task.async_val = saved
         if job.get("failed") or "ansible_job_id" not in job:
+            self._remove_job_dir(jobdir)  # no job runs from it
             return job
         status_args = {"jid": job["ansible_job_id"], "_async_dir": async_dir}
         printed = 0
@@ -139,6 +144,8 @@ class PollingAction(ActionBase):
                 if status.get("finished") or status.get("failed"):
                     break
                 time.sleep(self.BACKGROUND_POLL)
+            # Only a job that has ended: a running one still reads its module file.
+            self._remove_job_dir(jobdir)
         finally:
             self._execute_module(
                 module_name="ansible.legacy.async_status",
@@ -153,6 +160,16 @@ class PollingAction(ActionBase):
         for key in ("ansible_job_id", "started", "finished", "results_file"):
             status.pop(key, None)
         return status
+
+    def _remove_job_dir(self, path):
+        """Remove a job's directory, leaving the directory the other module calls share alone (which
+        ``_remove_tmp_path`` would forget)."""
+        if self._should_remove_tmp_path(path):
+            done = self._low_level_execute_command(
+                self._connection._shell.remove(path, recurse=True), sudoable=False
+            )
+            if done.get("rc", 0) != 0:
+                display.warning("Could not remove the job directory %s: %s" % (path, done.get("stderr", "")))
 
     def _print_progress(self, path, printed, lines, task_vars):
         """Print the progress lines not printed yet; only whole lines, the last may still be written."""
