@@ -91,6 +91,22 @@ disable_clusters() {
   systemctl stop postgresql.service >/dev/null 2>&1 || true
 }
 
+start_clusters_early() {
+  # A VM made from the image activates its cluster from cloud-init's init stage, and the packaged unit
+  # would then wait for basic.target, which waits for that whole stage (users, ssh keys, apt sources):
+  # seconds of every first boot. A cluster needs its filesystems, /run/postgresql and the network target,
+  # not the rest of early boot; its shutdown ordering stays as packaged.
+  log "clusters start as soon as they are activated, not after cloud-init's init stage"
+  mkdir -p /etc/systemd/system/postgresql@.service.d
+  cat >/etc/systemd/system/postgresql@.service.d/50-goldenimage-early-start.conf <<'EOF'
+[Unit]
+DefaultDependencies=no
+After=local-fs.target systemd-tmpfiles-setup.service network.target
+Conflicts=shutdown.target
+Before=shutdown.target
+EOF
+}
+
 disable_background_apt() {
   # Background apt would write packages into every VM's copy-on-write delta and drift PG minors.
   log "disabling unattended-upgrades and the apt daily timers"
@@ -229,6 +245,7 @@ case "${1:-}" in
     fi
     install_postgresql
     disable_clusters
+    start_clusters_early
     disable_background_apt
     settle_locale
     settle_ssh_host_keys
