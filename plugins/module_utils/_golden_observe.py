@@ -21,17 +21,13 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
 
 
 def lists(module, plan):
-    """``{key: [items of each LIST]}``: one LIST per query of ``plan``; an optional kind the cluster
-    does not serve lists as empty."""
+    """``{key: [items of each LIST]}``: one LIST per query of ``plan`` (several in flight at once); an
+    optional kind the cluster does not serve lists as empty."""
+    sent = [query for query in plan if not query["optional"] or module.served(query["api"], query["kind"])]
+    answers, asked = iter(module.list_each(sent)), {id(query) for query in sent}
     listed = {}
     for query in plan:
-        if query["optional"] and not module.served(query["api"], query["kind"]):
-            items = []
-        else:
-            items = module.list(
-                query["api"], query["kind"], query["namespace"], label_selector=query["selector"]
-            )
-        listed.setdefault(query["key"], []).append(items)
+        listed.setdefault(query["key"], []).append(next(answers) if id(query) in asked else [])
     return listed
 
 

@@ -62,6 +62,11 @@ STREAM_CHUNK = 1024 * 1024
 # in a fifth of the requests.
 LIST_PAGE = 10000
 LIST_RESTARTS = 3
+# Lists of different kinds in flight at once (``list_each``): the API server builds one while this process
+# parses another. golden_info straight to kube-apiserver, medians of 5 paired runs: 5,000 projects 1.68 s
+# against 1.88 s one after the other (the server alone 1.19 s); 20,000 projects 7.53 s against 9.51 s
+# (5.46 s). Kept small: each is a large request to the API server, as an informer's initial list is.
+LIST_WORKERS = 3
 # Set on a create that has only generateName: the retry after a lost reply finds its object by it.
 CREATE_REQUEST_LABEL = "goldenimage.pipeline/create-request"
 KUBERNETES_REASON = (
@@ -959,6 +964,35 @@ class KubeModule(AnsibleModule):
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
         return items
+
+    def list_each(self, queries):
+        """``[items of each query]``, in the order given: one ``list`` per query (dicts with ``api``,
+        ``kind``, ``namespace`` and ``selector``), up to ``LIST_WORKERS`` in flight at once.
+
+        Discovery runs first, on this thread, so the lists share what it found. When lists fail, the
+        error of the earliest in the order given is raised, once the lists in flight have ended.
+        """
+        for query in queries:
+            self.locate(query["api"], query["kind"])
+
+        def one(query):
+            return self.list(
+                query["api"], query["kind"], query["namespace"], label_selector=query["selector"]
+            )
+
+        if len(queries) < 2:
+            return [one(query) for query in queries]
+        from concurrent.futures import ThreadPoolExecutor
+
+        # Paused around all of them: a list ending must not restart the collector while another parses.
+        with paused_gc(), ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="kube-list") as pool:
+            futures = [pool.submit(one, query) for query in queries]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
 
     def _pages(self, action, path, query, absent_namespace):
         """The items of every page of one list, following ``continue``; an expired token restarts it."""

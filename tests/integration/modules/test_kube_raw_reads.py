@@ -129,3 +129,42 @@ def test_golden_info_reads_the_tls_lab_without_the_client(tls_lab):
     paths = [r["path"].split("?")[0] for r in tls_lab.audit()]
     assert not [p for p in paths if p in CLIENT_DISCOVERY], paths
     assert [r for r in tls_lab.audit() if r["verb"] == "list"]
+
+
+def test_lists_of_several_kinds_are_in_flight_together_and_answer_in_order(tls_lab, tmp_path):
+    import threading
+
+    namespace = "each-" + uuid.uuid4().hex[:8]
+    with module(tls_lab.kubeconfig) as m:
+        m.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for i in range(3):
+            m.create(config_map(namespace, "cm-%d" % i, {"i": str(i)}))
+        queries = [
+            {"api": "v1", "kind": kind, "namespace": ns, "selector": None}
+            for kind, ns in (("ConfigMap", namespace), ("Namespace", None), ("Secret", namespace))
+        ]
+        want = [m.list(q["api"], q["kind"], q["namespace"]) for q in queries]
+        # Every list waits at the barrier until the others are in flight: one after the other, the first
+        # would wait alone and break it.
+        together = threading.Barrier(len(queries), timeout=30)
+        read = m._get_json
+
+        def meeting(path, query=None, api=None):
+            together.wait()
+            return read(path, query, api)
+
+        m._get_json = meeting
+        assert m.list_each(queries) == want
+        del m._get_json
+    # The first list that fails raises its own error (the others have ended by then).
+    token = tls_lab.add_token(
+        "each-" + uuid.uuid4().hex[:6],
+        [{"verbs": ["list"], "groups": [""], "resources": ["configmaps", "namespaces"]}],
+    )
+    limited = tls_lab.write_kubeconfig(tmp_path / "limited", token=token, user="limited")
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+
+    with module(limited) as m, pytest.raises(PipelineError) as caught:
+        m.list_each(queries)
+    assert caught.value.result["msg"].startswith("list Secret in %s: " % namespace)
+    assert caught.value.result["status"] == 403

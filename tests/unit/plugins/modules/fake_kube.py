@@ -9,6 +9,8 @@ import copy
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, merge_patch
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitFailed
 
+from tests.unit.plugins.modules.support import list_each
+
 
 def params_of(argument_spec, **given):
     """The params AnsibleModule would hand the runner: every option, defaults filled in."""
@@ -69,6 +71,8 @@ class _Client:
 
 
 class FakeKube:
+    list_each = list_each
+
     def __init__(self, params, objects=(), check_mode=False, on_create=None, refuse=None):
         self.params = params
         self.check_mode = check_mode

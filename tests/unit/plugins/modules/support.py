@@ -24,3 +24,8 @@ def validated(spec, params):
     result = ArgumentSpecValidator(spec).validate(params)
     assert not result.error_messages, result.error_messages
     return result.validated_parameters
+
+
+def list_each(kube, queries):
+    """``KubeModule.list_each`` for a fake with a ``list``: the same answers, one list after the other."""
+    return [kube.list(q["api"], q["kind"], q["namespace"], label_selector=q["selector"]) for q in queries]

@@ -15,6 +15,8 @@ from ansible_collections.goldenimage.pipeline.plugins.modules import (
     golden_snapshot,
 )
 
+from tests.unit.plugins.modules.support import list_each
+
 # An in-memory stand-in for the Kubernetes adapter (KubeModule): objects as dicts, every write recorded.
 
 
@@ -26,6 +28,8 @@ def defaults(argument_spec, **params):
 
 
 class FakeKube:
+    list_each = list_each
+
     def __init__(self, params, objects=(), served=None, check_mode=False):
         self.params = params
         self.check_mode = check_mode

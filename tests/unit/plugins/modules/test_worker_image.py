@@ -12,7 +12,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import worker_image
 
-from tests.unit.plugins.modules.support import rejected
+from tests.unit.plugins.modules.support import list_each, rejected
 
 SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 NAME = "talos-worker-%s-v1.13.0" % SCHEMATIC
@@ -46,6 +46,8 @@ class _Reviews:
 
 
 class Observed:
+    list_each = list_each
+
     def __init__(self, objects=(), check_mode=False, allowed=True, **params):
         self.objects = {}
         for obj in objects:
