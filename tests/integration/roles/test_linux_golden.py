@@ -126,29 +126,43 @@ class Env:
         return sorted(i["metadata"]["name"] for i in found["items"] if self.prefix in i["metadata"]["name"])
 
     def cleanup(self):
+        from kubernetes.client.rest import ApiException
+
+        def delete(call, *args, **kwargs):
+            # What a DataVolume owned goes with it meanwhile (its import PVC): already gone is done.
+            try:
+                call(*args, **kwargs)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+        snapshots = ("snapshot.storage.k8s.io", "v1")
         for namespace in (BLOCK_NS, FS_NS):
             for name in self.datavolumes(namespace):
-                self.custom.delete_namespaced_custom_object(
-                    "cdi.kubevirt.io", "v1beta1", namespace, "datavolumes", name
+                delete(
+                    self.custom.delete_namespaced_custom_object,
+                    "cdi.kubevirt.io",
+                    "v1beta1",
+                    namespace,
+                    "datavolumes",
+                    name,
                 )
-            found = self.custom.list_namespaced_custom_object(
-                "snapshot.storage.k8s.io", "v1", namespace, "volumesnapshots"
-            )
+            found = self.custom.list_namespaced_custom_object(*snapshots, namespace, "volumesnapshots")
             for item in found["items"]:
                 if self.prefix in item["metadata"]["name"]:
-                    self.custom.delete_namespaced_custom_object(
-                        "snapshot.storage.k8s.io",
-                        "v1",
+                    delete(
+                        self.custom.delete_namespaced_custom_object,
+                        *snapshots,
                         namespace,
                         "volumesnapshots",
                         item["metadata"]["name"],
                     )
             for name in self.names(self.batch.list_namespaced_job, namespace):
-                self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+                delete(self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background")
             for name in self.names(self.core.list_namespaced_persistent_volume_claim, namespace):
-                self.core.delete_namespaced_persistent_volume_claim(name, namespace)
+                delete(self.core.delete_namespaced_persistent_volume_claim, name, namespace)
             for name in self.names(self.core.list_namespaced_secret, namespace):
-                self.core.delete_namespaced_secret(name, namespace)
+                delete(self.core.delete_namespaced_secret, name, namespace)
 
 
 @pytest.fixture
