@@ -155,7 +155,7 @@ rm -rf "${cache:?}/boot"
 run_bounded "$bench_timeout" "the boot-to-ready benchmark" "$py" bench/boot_to_ready.py \
   --base "$base" --baked "$baked" --engine-version "$engine_version" --accel "$accel" \
   --timeout-baked "${E2E_TIMEOUT_BAKED:-600}" --timeout-apt "${E2E_TIMEOUT_APT:-1800}" \
-  --repeat "${E2E_REPEAT:-3}" --results "$cache/results.json" --workdir "$cache/boot"
+  --repeat "${E2E_REPEAT:-3}" --bus-check sata scsi --results "$cache/results.json" --workdir "$cache/boot"
 "$py" - "$cache/results.json" "$base_s" "$bake_s" "$manifest" <<'PY'
 import json, sys
 path, base_s, bake_s, manifest_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -115,6 +115,11 @@ variable "ssh_host_key_types" {
   default = ["ed25519", "ecdsa"]
 }
 
+variable "initramfs_modules" {
+  type    = string
+  default = "dep"
+}
+
 locals {
   guest_manifest = "/etc/goldenimage/build-manifest.json"
   guest_ca       = "/tmp/goldenimage-build-ca.crt"
@@ -129,6 +134,7 @@ locals {
     "CA_BUNDLE=${local.guest_ca}",
     "MANIFEST=${local.guest_manifest}",
     "SSH_HOST_KEY_TYPES=${join(" ", var.ssh_host_key_types)}",
+    "INITRAMFS_MODULES=${var.initramfs_modules}",
   ]
   # Root runs the script with the settings above; sudo must not reset them.
   sudo_command = "sudo -n env {{ .Vars }} bash '{{ .Path }}'"
