@@ -23,6 +23,10 @@ CA_BUNDLE=${CA_BUNDLE:-}
 MANIFEST=${MANIFEST:-/etc/goldenimage/build-manifest.json}
 SSH_HOST_KEY_TYPES=${SSH_HOST_KEY_TYPES-ed25519 ecdsa} # set but empty is refused, not defaulted
 INITRAMFS_MODULES=${INITRAMFS_MODULES:-dep}
+case "$INITRAMFS_MODULES" in
+  dep | most) ;;
+  *) printf 'provision: INITRAMFS_MODULES=%s is not supported; use dep or most\n' "$INITRAMFS_MODULES" >&2; exit 1 ;;
+esac
 # The storage drivers of every disk bus a KubeVirt VM can boot from (virtio, scsi, sata), and NVMe.
 DISK_BUS_MODULES="virtio_pci virtio_blk virtio_scsi sd_mod ahci nvme"
 
@@ -159,8 +163,9 @@ supervise_clusters_directly() {
       printf "ExecCondition=/bin/sh -c '! grep -Eqx \"[[:space:]]*disabled[[:space:]]*\" %s/start.conf'\n" "$conf"
       # The server's own output goes to the cluster's log file, opened by the cluster's owner: systemd
       # would open it as root, which fs.protected_regular refuses in the sticky /var/log/postgresql.
-      printf "ExecStart=\nExecStart=/bin/sh -c 'exec /usr/lib/postgresql/%s/bin/postgres -D %s -c config_file=%s/postgresql.conf >>%s 2>&1'\n" \
-        "$version" "$datadir" "$conf" "$logfile"
+      # No -D: the data directory is the one the configuration names, as for pg_ctlcluster.
+      printf "ExecStart=\nExecStart=/bin/sh -c 'exec /usr/lib/postgresql/%s/bin/postgres -c config_file=%s/postgresql.conf >>%s 2>&1'\n" \
+        "$version" "$conf" "$logfile"
       cat <<'EOF'
 ExecStop=
 ExecReload=
@@ -355,6 +360,9 @@ seal() {
   fi
   sync
 }
+
+# Sourced (to try one step in a running guest), it only defines the steps.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 case "${1:-}" in
   install)
