@@ -302,6 +302,18 @@ class Lab:
             env.update(self.s3.env())
         return env
 
+    def hold(self, keys: list[str], fault: str = "stuck") -> None:
+        """Set an object fault on each key and return once no reconcile that began before is running."""
+        for key in keys:
+            self.faults.set_object(key, fault)
+        if self.controller_manager is not None:
+            self.controller_manager.settle()
+
+    def wait_writes(self, quiet: float = 0.5, timeout: float = 60.0) -> None:
+        """Return once the front forwards no write and has forwarded none for `quiet` seconds."""
+        if self.apiserver is not None and self.apiserver.front is not None:
+            self.apiserver.front.wait_writes(quiet, timeout)
+
     # ------------------------------------------------------------------ audit
     def audit(self) -> list[dict]:
         return self.apiserver.audit_records() if self.apiserver is not None else []

@@ -113,7 +113,10 @@ class ApiStore:
         for group, version, path in paths:
             try:
                 resources = self._json("GET", path).get("resources") or []
-            except ApiError:
+            except ApiError as exc:
+                if exc.code != 404:
+                    # A loaded server's 503 is no removal: what was known of the version stays known.
+                    found.update({k: v for k, v in self._types.items() if k[:2] == (group, version)})
                 continue  # a group that went away between the two requests
             subresources: dict[str, list[str]] = {}
             for res in resources:

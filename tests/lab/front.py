@@ -16,6 +16,7 @@ The API server's own audit log is the record of what reached it; requests the fr
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -148,7 +149,11 @@ class _Handler(BaseHTTPRequestHandler):
             commit_drop = (
                 verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
             )
-            self._forward(method, raw, verb, ref, commit_drop)
+            if verb in MUTATING_VERBS:
+                with front.forwarding_write():
+                    self._forward(method, raw, verb, ref, commit_drop)
+            else:
+                self._forward(method, raw, verb, ref, commit_drop)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except ApiError as exc:  # a platform route refused (the VMI is missing, not running, ...)
@@ -261,17 +266,22 @@ class _Handler(BaseHTTPRequestHandler):
                 front.record(dict(record, code=reply.status, dropped=True, committed=True, audit_id=audit_id))
                 self._drop()
                 return
+            # A write's answer is read whole before it is relayed: however the client fares (killed
+            # mid-reply), the API server has finished and audited the request once this returns.
+            answer = reply.read() if verb in MUTATING_VERBS else None
             self.send_response(reply.status, reply.reason)
-            streaming = reply.getheader("Content-Length") is None
+            streaming = answer is None and reply.getheader("Content-Length") is None
             for key, value in reply.getheaders():
-                if key.lower() in HOP_HEADERS:
+                if key.lower() in HOP_HEADERS or (answer is not None and key.lower() == "content-length"):
                     continue
                 self.send_header(key, value)
-            if streaming:
+            if answer is not None:
+                self.send_header("Content-Length", str(len(answer)))
+            elif streaming:
                 self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             if not streaming:
-                self.wfile.write(reply.read())
+                self.wfile.write(reply.read() if answer is None else answer)
                 return
             while True:
                 chunk = reply.read1(65536)
@@ -383,6 +393,9 @@ class FrontServer(ThreadingHTTPServer):
         self.tokens = tokens
         self.injected: list[dict] = []
         self._lock = threading.Lock()
+        self._writes = 0  # writes being forwarded now
+        self._last_write = 0.0  # monotonic time the last one began or ended
+        self._writes_changed = threading.Condition(self._lock)
         self._thread = threading.Thread(target=self.serve_forever, name="lab-front", daemon=True)
 
     @property
@@ -474,6 +487,38 @@ class FrontServer(ThreadingHTTPServer):
                 "status": {"code": exc.code, "reason": exc.reason, "message": exc.message},
             }
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+    @contextlib.contextmanager
+    def forwarding_write(self):
+        with self._lock:
+            self._writes += 1
+            self._last_write = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writes -= 1
+                self._last_write = time.monotonic()
+                self._writes_changed.notify_all()
+
+    def wait_writes(self, quiet: float = 0.5, timeout: float = 60.0) -> None:
+        """Return once no write is being forwarded and none began or ended for `quiet` seconds.
+
+        A killed client's last request can still be in the socket buffers or on its way to the API
+        server; what it commits is in the audit log once this returns.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                settled = self._writes == 0 and now - self._last_write >= quiet
+                if settled:
+                    return
+                if now >= deadline:
+                    raise TimeoutError(
+                        "%d write(s) still being forwarded after %.0f s" % (self._writes, timeout)
+                    )
+                self._writes_changed.wait(min(quiet, deadline - now))
 
     def record(self, record: dict) -> None:
         record.setdefault("time", time.time())

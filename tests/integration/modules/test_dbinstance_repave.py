@@ -552,6 +552,19 @@ def kill_tree(proc):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
+    # Dead (or a zombie, whose sockets are closed too): nothing of the run sends another byte.
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in stopped):
+        assert time.monotonic() < deadline, "killed processes still alive"
+        time.sleep(0.02)
+
+
+def _alive(pid):
+    try:
+        state = pathlib.Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def test_interrupted_rollout_resumes_without_repaving_twice(lab, fleet, monkeypatch):
@@ -572,18 +585,23 @@ def test_interrupted_rollout_resumes_without_repaving_twice(lab, fleet, monkeypa
                 time.sleep(0.02)
         finally:
             kill_tree(proc)
-    # Hold what the killed run started where it is until the rerun has looked at it, so the rerun
-    # meets instances mid-repave however slow it is to start.
-    started = {h[2] for h in fleet.history("RepaveStarted")}
-    # What the killed run asked for: those started, and any it triggered that the operator had not yet.
+    # What the killed run asked for is every write it got to the API server, its last one included.
+    lab.wait_writes()
     triggered = {w["name"] for w in fleet.writes()}
-    assert started <= triggered, (started, triggered)
-    keys = ["DBInstance/%s/%s" % (fleet.namespace, n) for n in started]
-    for key in keys:
-        lab.faults.set_object(key, "stuck")
+    # Hold all of it where it is until the rerun has looked, so the rerun meets instances mid-repave (or
+    # triggered and not yet started) however slow it is to start.
+    keys = ["DBInstance/%s/%s" % (fleet.namespace, n) for n in triggered]
+    lab.hold(keys)
     try:
+        started = {h[2] for h in fleet.history("RepaveStarted")}
+        assert started and started <= triggered, (started, triggered)
         items = fleet.items()
-        frozen = {n for n in started if items[n]["status"]["phase"] == "Repaving"}
+        frozen = {
+            n
+            for n in triggered
+            if items[n]["status"]["phase"] == "Repaving"
+            or (items[n]["metadata"].get("annotations") or {}).get(TRIGGER) == "now"
+        }
         assert frozen, "the killed run's repaves all finished before they could be held"
         lab.clear_audit()
         outcome = {}

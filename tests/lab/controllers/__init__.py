@@ -85,6 +85,8 @@ class _Runner:
         self.due: dict[_Key, float] = {}
         self.heap: list[tuple[float, _Key]] = []
         self.types: dict[_Key, ResourceType] = {}
+        # Held for one reconcile, fault check included: a fault set before taking it holds every later one.
+        self.busy = threading.Lock()
         name = controller.name or type(controller).__name__
         self.thread = threading.Thread(target=self._run, name=f"lab-controller-{name}", daemon=True)
 
@@ -148,7 +150,8 @@ class _Runner:
             key = (event.rt.group, event.rt.plural, meta.get("namespace", ""), meta.get("name", ""))
             self.due.pop(key, None)
             try:
-                self.controller.deleted(event.rt, _copy(event.obj))
+                with self.busy:
+                    self.controller.deleted(event.rt, _copy(event.obj))
             except Exception:
                 log.exception("controller %s: handling deletion failed", self.controller.name)
             return
@@ -165,12 +168,18 @@ class _Runner:
             self._reconcile(rt, key)
 
     def _reconcile(self, rt: ResourceType, key: _Key) -> None:
+        with self.busy:
+            self._reconcile_now(rt, key)
+
+    def _reconcile_now(self, rt: ResourceType, key: _Key) -> None:
         _, _, namespace, name = key
         if self.faults.object_fault(rt.kind, namespace, name) == "stuck":
             return
         try:
             obj = self.store.get(rt, namespace or None, name)
-        except ApiError:
+        except ApiError as exc:
+            if exc.code != 404:  # a loaded API server's 5xx or 429 is not a deletion: come back
+                self.schedule(rt, {"metadata": {"namespace": namespace, "name": name}}, 1.0)
             return  # gone; the DELETED event reports it
         try:
             requeue = self.controller.reconcile(rt, obj)
@@ -214,6 +223,12 @@ class ControllerManager:
             runner = _Runner(controller, self.lab.store, self.lab.faults)
             self._runners.append(runner)
             runner.thread.start()
+
+    def settle(self) -> None:
+        """Wait for the reconciles in progress; the ones after this see the faults set before it."""
+        for runner in self._runners:
+            with runner.busy:
+                pass
 
     def stop(self) -> None:
         for runner in self._runners:
