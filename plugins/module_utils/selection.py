@@ -715,11 +715,27 @@ def project_resolution(namespace, snapshot, contents, expected):
     if not bound:
         entry["reason"] = "seeded snapshot %s is not bound to a content yet" % _name(snapshot)
         return entry
-    handle = content_handle(_by_name(contents).get(bound))
-    entry["handle"] = handle
+    content = _by_name(contents).get(bound)
+    handle = content_handle(content)
     if handle is None:
         entry["reason"] = "content %s has no snapshot handle" % bound
-    elif handle == expected:
+        return entry
+    # The seeder re-points a copy by deleting its snapshot and content and creating both again under
+    # the same names: a snapshot listed before that and its content read after it would pair the old,
+    # gone snapshot with the new handle. Only a content whose volumeSnapshotRef carries this snapshot's
+    # uid (what the snapshot controller sets when it binds them) is what the snapshot resolves to.
+    ref_uid = (kinds.spec(content).get("volumeSnapshotRef") or {}).get("uid")
+    uid = (snapshot.get("metadata") or {}).get("uid")
+    if not ref_uid or ref_uid != uid:
+        entry["reason"] = "content %s is not bound back to snapshot %s (uid %s; the content refers to %s)" % (
+            bound,
+            _name(snapshot),
+            uid,
+            ref_uid or "no uid yet",
+        )
+        return entry
+    entry["handle"] = handle
+    if handle == expected:
         entry["match"] = True
         entry["reason"] = "resolved to the intended handle"
     else:

@@ -332,7 +332,9 @@ projects:
       description: Its bound VolumeSnapshotContent.
       type: str
     handle:
-      description: The snapshot handle the project resolved to.
+      description:
+        - The snapshot handle the project resolved to, through a content bound back to its snapshot
+          (the content's C(spec.volumeSnapshotRef.uid) is the snapshot's); null otherwise.
       type: str
     expected:
       description: The handle of the selected golden.

@@ -50,6 +50,7 @@ def copy(project, family="debian-12", mode="Filesystem", seeded_from=None, bound
         "metadata": {
             "name": name,
             "namespace": project,
+            "uid": "u-%s-%s" % (project, family),
             "labels": {"kube-dc.com/golden-os": family, "kube-dc.com/golden-mode": mode},
             "annotations": {"kube-dc.com/seeded-from": seeded_from or "%s/%s" % (FS, NEW)},
         },
@@ -62,7 +63,10 @@ def copy(project, family="debian-12", mode="Filesystem", seeded_from=None, bound
 
 
 def copy_content(project, handle, family="debian-12"):
-    return content("kdc-%s-%s-fs" % (project, family), handle, pre_provisioned=True)
+    """The content of ``copy(project)``, bound back to it (its volumeSnapshotRef carries the copy's uid)."""
+    obj = content("kdc-%s-%s-fs" % (project, family), handle, pre_provisioned=True)
+    obj["spec"]["volumeSnapshotRef"] = {"uid": "u-%s-%s" % (project, family)}
+    return obj
 
 
 def selection(name, snapshot, family="debian-12", mode="filesystem", namespace=FS, digest=DIGEST):

@@ -32,9 +32,10 @@ def selection(name, snapshot, family="deb", mode="Filesystem", namespace="golden
     }
 
 
-def content(name, handle, pre_provisioned=True):
+def content(name, handle, pre_provisioned=True, ref_uid=None):
     if pre_provisioned:
-        return {"metadata": {"name": name}, "spec": {"source": {"snapshotHandle": handle}}}
+        spec = {"source": {"snapshotHandle": handle}, "volumeSnapshotRef": {"uid": ref_uid}}
+        return {"metadata": {"name": name}, "spec": spec}
     return {"metadata": {"name": name}, "spec": {"source": {}}, "status": {"snapshotHandle": handle}}
 
 
@@ -376,11 +377,12 @@ def test_the_explanation_says_neither_state_is_safe_and_recommends_selections():
 # Projects ----------------------------------------------------------------------------------------------
 
 
-def project_snapshot(namespace, bound, seeded_from="golden-images/a", name="golden-deb"):
+def project_snapshot(namespace, bound, seeded_from="golden-images/a", name="golden-deb", uid=None):
     return {
         "metadata": {
             "name": name,
             "namespace": namespace,
+            "uid": uid or "u-" + namespace,
             "annotations": {"kube-dc.com/seeded-from": seeded_from},
         },
         "status": {"boundVolumeSnapshotContentName": bound},
@@ -404,7 +406,7 @@ def test_project_resolutions_compare_handles_per_namespace():
         project_snapshot("p-block", "kdc-ok", name="golden-deb-block"),
         project_snapshot("elsewhere", "kdc-ok"),
     ]
-    contents = [content("kdc-ok", "H-a"), content("kdc-wrong", "H-b")]
+    contents = [content("kdc-ok", "H-a", ref_uid="u-p-ok"), content("kdc-wrong", "H-b", ref_uid="u-p-wrong")]
     projects = ["p-wrong", "p-ok", "p-unbound", "p-nohandle", "p-block", "p-empty"]
     found = s.project_resolutions(projects, snaps, contents, "deb", "Filesystem", "H-a")
     by_ns = {e["namespace"]: e for e in found}
@@ -417,6 +419,24 @@ def test_project_resolutions_compare_handles_per_namespace():
     assert by_ns["p-block"]["reason"].startswith("not seeded")
     assert by_ns["p-empty"]["snapshot"] is None
     assert s.unresolved(found) == ["p-block", "p-empty", "p-nohandle", "p-unbound", "p-wrong"]
+
+
+def test_a_project_read_across_its_reseed_does_not_resolve():
+    # The seeder re-points a copy by deleting its snapshot and content and creating both again under the
+    # same names. The snapshot listed before that (uid u-old, bound) read with the content fetched after
+    # it (the new handle, not bound to any snapshot yet) is no resolution: the project holds no bound copy.
+    listed = project_snapshot("p", "kdc-p", uid="u-old")
+    recreated = content("kdc-p", "H-new")
+    found = s.project_resolution("p", listed, [recreated], "H-new")
+    assert (found["match"], found["handle"], found["content"]) == (False, None, "kdc-p")
+    assert found["reason"] == (
+        "content kdc-p is not bound back to snapshot golden-deb (uid u-old; the content refers to no uid yet)"
+    )
+    # Bound to the new snapshot: only that one resolves through it.
+    recreated["spec"]["volumeSnapshotRef"]["uid"] = "u-new"
+    assert s.project_resolution("p", listed, [recreated], "H-new")["reason"].endswith("refers to u-new)")
+    fresh = project_snapshot("p", "kdc-p", uid="u-new")
+    assert s.project_resolution("p", fresh, [recreated], "H-new")["match"] is True
 
 
 def test_label_path_never_serves_a_golden_that_is_not_ready():

@@ -328,6 +328,8 @@ class Clock:
 
 def project(namespace, handle):
     """A project namespace, its seeded snapshot and the content that snapshot is bound to."""
+    bound = content("c-" + namespace, handle)
+    bound["spec"]["volumeSnapshotRef"] = {"uid": "u-" + namespace}  # bound back to the snapshot below
     return [
         {"kind": "Namespace", "metadata": {"name": namespace, "labels": {"kube-dc.com/project": "x"}}},
         {
@@ -335,11 +337,12 @@ def project(namespace, handle):
             "metadata": {
                 "name": "golden-deb",
                 "namespace": namespace,
+                "uid": "u-" + namespace,
                 "labels": {"kube-dc.com/golden-os": "deb"},
             },
             "status": {"boundVolumeSnapshotContentName": "c-" + namespace},
         },
-        content("c-" + namespace, handle),
+        bound,
     ]
 
 
