@@ -214,7 +214,12 @@ def create_instance(lab, kube_client, namespace, name, catalog, revision=OLD) ->
         *KV, namespace, "virtualmachines", vm_body(name, catalog, revision)
     )
     vmi = functools.partial(get, lab, "virtualmachineinstances", namespace, name)
-    wait(f"{name} to boot", lambda: agent_up(vmi()), detail=lambda: (vmi() or {}).get("status"))
+    # The lab's boot verdict is in the VMI's annotations: a failure says why the guest did not boot.
+    wait(
+        f"{name} to boot",
+        lambda: agent_up(vmi()),
+        detail=lambda: {k: (vmi() or {}).get(k) for k in ("status", "metadata")},
+    )
     data = wait(f"{name}-pgdata bound", lambda: bound(pvc(lab, namespace, f"{name}-pgdata")))
     (volume_path(lab.controller_manager.lab, data) / "PG_VERSION").write_text(f"16 {name}\n")
     return data

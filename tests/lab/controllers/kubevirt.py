@@ -602,7 +602,11 @@ class VirtController(Controller):
         try:
             pvc = self.lab.store.get(core_types(self.lab)["pvc"], namespace, claim)
             image = disk_image_path(self.lab, pvc)
-        except (ApiError, ValueError) as exc:
+        except ApiError as exc:
+            if exc.code != 404:
+                raise  # a loaded API server's 5xx is no verdict on the disk: the runner comes back
+            return f"no bootable device: claim {claim}: {exc}", None, 0
+        except ValueError as exc:
             return f"no bootable device: claim {claim}: {exc}", None, 0
         if not image.exists() or image.is_dir():
             return f"no bootable device: claim {claim} holds no disk image", None, 0
