@@ -149,10 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
             commit_drop = (
                 verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
             )
-            if verb in MUTATING_VERBS:
-                with front.forwarding_write():
-                    self._forward(method, raw, verb, ref, commit_drop)
-            else:
+            counted = front.forwarding_write() if verb in MUTATING_VERBS else contextlib.nullcontext()
+            with counted:
                 self._forward(method, raw, verb, ref, commit_drop)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -268,20 +266,19 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             # A write's answer is read whole before it is relayed: however the client fares (killed
             # mid-reply), the API server has finished and audited the request once this returns.
-            answer = reply.read() if verb in MUTATING_VERBS else None
+            whole = verb in MUTATING_VERBS or reply.getheader("Content-Length") is not None
+            body = reply.read() if whole else None
             self.send_response(reply.status, reply.reason)
-            streaming = answer is None and reply.getheader("Content-Length") is None
             for key, value in reply.getheaders():
-                if key.lower() in HOP_HEADERS or (answer is not None and key.lower() == "content-length"):
-                    continue
-                self.send_header(key, value)
-            if answer is not None:
-                self.send_header("Content-Length", str(len(answer)))
-            elif streaming:
+                if key.lower() not in HOP_HEADERS and key.lower() != "content-length":
+                    self.send_header(key, value)
+            if body is None:
                 self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if not streaming:
-                self.wfile.write(reply.read() if answer is None else answer)
+            if body is not None:
+                self.wfile.write(body)
                 return
             while True:
                 chunk = reply.read1(65536)
