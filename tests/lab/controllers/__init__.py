@@ -13,8 +13,10 @@ import importlib.util
 import inspect
 import logging
 import pathlib
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,7 @@ CONTROLLER_MODULES = (
 )
 CONFLICT_RETRY_SECONDS = 0.05
 EVENT_BATCH_SECONDS = 0.05  # longest a runner takes watch events before it reconciles what is due
+STALL_SECONDS = 15.0  # a runner this long in one step is stalled: its stack goes to the log
 
 
 @dataclass
@@ -87,6 +90,7 @@ class _Runner:
         self.types: dict[_Key, ResourceType] = {}
         # Held for one reconcile, fault check included: a fault set before taking it holds every later one.
         self.busy = threading.Lock()
+        self.beat = time.monotonic()  # when the loop last moved on (a turn or a reconcile ended)
         name = controller.name or type(controller).__name__
         self.thread = threading.Thread(target=self._run, name=f"lab-controller-{name}", daemon=True)
 
@@ -116,6 +120,7 @@ class _Runner:
     def _run(self) -> None:
         next_resync = 0.0
         while not self.stopping.is_set():
+            self.beat = time.monotonic()
             try:
                 if time.monotonic() >= next_resync:
                     self.resync()
@@ -166,6 +171,7 @@ class _Runner:
             del self.due[key]
             rt = self.types.pop(key)
             self._reconcile(rt, key)
+            self.beat = time.monotonic()
 
     def _reconcile(self, rt: ResourceType, key: _Key) -> None:
         with self.busy:
@@ -217,12 +223,33 @@ class ControllerManager:
         self.lab = lab
         self.controllers = [cls(lab) for cls in controllers]
         self._runners: list[_Runner] = []
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         for controller in self.controllers:
             runner = _Runner(controller, self.lab.store, self.lab.faults)
             self._runners.append(runner)
             runner.thread.start()
+        threading.Thread(target=self._watch_stalls, name="lab-controller-watchdog", daemon=True).start()
+
+    def _watch_stalls(self) -> None:
+        """Log where a runner is when it has not moved on for STALL_SECONDS (once per stall)."""
+        reported: dict[int, float] = {}
+        while not self._stopping.wait(STALL_SECONDS / 3):
+            now = time.monotonic()
+            for runner in list(self._runners):
+                beat = runner.beat
+                if now - beat < STALL_SECONDS or reported.get(id(runner)) == beat:
+                    continue
+                reported[id(runner)] = beat
+                frame = sys._current_frames().get(runner.thread.ident or -1)
+                stack = "".join(traceback.format_stack(frame)) if frame is not None else "(not running)\n"
+                log.warning(
+                    "controller %s: no progress for %.0f s, at:\n%s",
+                    runner.controller.name,
+                    now - beat,
+                    stack,
+                )
 
     def settle(self) -> None:
         """Wait for the reconciles in progress; the ones after this see the faults set before it."""
@@ -231,6 +258,7 @@ class ControllerManager:
                 pass
 
     def stop(self) -> None:
+        self._stopping.set()
         for runner in self._runners:
             runner.stop()
         for runner in self._runners:

@@ -7,6 +7,7 @@ taken for one, would leave an object unreconciled for good with nothing logged.
 from __future__ import annotations
 
 import threading
+import time
 
 from tests.lab.apistore import ApiStore
 from tests.lab.controllers import Controller, ControllerManager, _Runner
@@ -145,3 +146,29 @@ def test_a_group_answering_404_is_gone():
     store._json = _store_answering(_discovery(ApiError(404, "NotFound", "gone")))._json
     store.discover()
     assert ("db.goldenimage.io", "v1alpha1", "dbinstances") not in store._types
+
+
+def test_a_stalled_runner_logs_where_it_is(monkeypatch, caplog):
+    import tests.lab.controllers as controllers
+
+    monkeypatch.setattr(controllers, "STALL_SECONDS", 0.3)
+    release = threading.Event()
+    runner, _, _ = _runner([])
+    runner.thread = threading.Thread(target=lambda: release.wait(10), name="stalled", daemon=True)
+    runner.thread.start()
+    runner.beat -= 1.0  # last moved on a second ago
+    manager = ControllerManager.__new__(ControllerManager)
+    manager._runners, manager._stopping = [runner], threading.Event()
+    watchdog = threading.Thread(target=manager._watch_stalls, daemon=True)
+    with caplog.at_level("WARNING", logger=controllers.__name__):
+        watchdog.start()
+        deadline = time.monotonic() + 5
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the same stall is reported once
+        manager._stopping.set()
+        release.set()
+        watchdog.join(5)
+    assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+    message = caplog.records[0].getMessage()
+    assert message.startswith("controller counting: no progress for ") and "release.wait(10)" in message
