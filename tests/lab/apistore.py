@@ -385,7 +385,10 @@ class ApiSubscription:
     def __init__(self, store: ApiStore, kinds: set[tuple[str, str]] | None):
         self._store = store
         self.kinds = kinds
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # Not SimpleQueue: on CPython 3.11 its get(timeout=) blocks until the next put when the deadline
+        # passes between taking its free internal lock and re-checking (a preempted thread on a loaded
+        # machine), which stalled a controller until some unrelated event arrived.
+        self._queue: queue.Queue = queue.Queue()
         self.closed = False
         self._threads: dict[tuple[str, str], threading.Thread] = {}
         self._replies: list = []
