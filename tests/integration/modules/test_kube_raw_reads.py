@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import uuid
 
 import pytest
@@ -66,6 +67,12 @@ def test_reads_go_raw_and_match_the_client(tls_lab):
         client_side.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         for i in range(5):
             client_side.create(config_map(namespace, "cm-%d" % i, {"i": str(i)}))
+        # kube-controller-manager publishes the cluster CA into every new namespace in its own time: both
+        # sides must list after it did, or they compare different moments of the namespace.
+        deadline = time.monotonic() + 60
+        while client_side.get("v1", "ConfigMap", "kube-root-ca.crt", namespace) is None:
+            assert time.monotonic() < deadline, "kube-root-ca.crt never appeared in %s" % namespace
+            time.sleep(0.2)
         want_list = client_side.list("v1", "ConfigMap", namespace, page=2)
         want_get = client_side.get("v1", "ConfigMap", "cm-3", namespace)
         want_namespaces = client_side.list("v1", "Namespace")
