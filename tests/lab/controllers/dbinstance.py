@@ -246,10 +246,22 @@ class DBInstanceOperator(Controller):
         return most
 
     def _note(self, obj: dict, what: str, when: float | None = None) -> None:
+        with self._history_lock:
+            self._append(obj, what, when)
+
+    def _append(self, obj: dict, what: str, when: float | None = None) -> None:
         meta = obj["metadata"]
         moment = time.monotonic() if when is None else when
+        self.history.append((moment, meta.get("namespace", ""), meta["name"], what))
+
+    def _write_noted(self, rt: ResourceType, obj: dict, change, notes, **kwargs) -> None:
+        """`_write`, then note each (what, when) of `notes`, all under the history lock: the write is
+        visible to readers before its reply returns here, so a test that saw the written state and then
+        reads the history waits for these notes instead of missing them."""
         with self._history_lock:
-            self.history.append((moment, meta.get("namespace", ""), meta["name"], what))
+            self._write(rt, obj, change, **kwargs)
+            for what, when in notes:
+                self._append(obj, what, when)
 
     # --- types and settings
     def _find_group(self) -> str:
@@ -498,18 +510,21 @@ class DBInstanceOperator(Controller):
             set_conditions(s, {"Ready": ("False", "Repaving", message)})
 
         began = time.monotonic()  # taken before the write: the recorded interval covers the whole phase
-        self._write(rt, obj, start)
+        self._write_noted(rt, obj, start, [("RepaveStarted", began), (f"RepaveStep:{STEPS[0]}", None)])
         self._since[meta["uid"]] = (STEPS[0], began)
-        self._note(obj, "RepaveStarted", began)
         self._event(obj, "Normal", "RepaveStarted", f"repave to {tip} started")
-        self._note(obj, f"RepaveStep:{STEPS[0]}")
         self._event(obj, "Normal", "RepaveStep", f"{STEPS[0]} (target {tip})")
         return cfg.step
 
     def _fail_blocked(self, rt: ResourceType, obj: dict, cfg: _Settings, reason: str, message: str) -> None:
         """The request itself is invalid: Failed, and the trigger is cleared so no retry loop hides why."""
-        self._write(rt, obj, lambda s: _phase(s, "Failed", reason=reason, message=message), clear=cfg.trigger)
-        self._note(obj, f"RepaveBlocked:{reason}")
+        self._write_noted(
+            rt,
+            obj,
+            lambda s: _phase(s, "Failed", reason=reason, message=message),
+            [(f"RepaveBlocked:{reason}", None)],
+            clear=cfg.trigger,
+        )
         self._event(obj, "Warning", "RepaveBlocked", message)
         return None
 
@@ -531,9 +546,12 @@ class DBInstanceOperator(Controller):
             return wait
         if step == "SwappingOSDisk" and fault == "swap-conflict":
             message = f"swapping the OS disk to {target} failed: conflict; retrying while {cfg.trigger}=now"
-            self._write(rt, obj, lambda s: _phase(s, "Failed", reason="SwapFailed", message=message))
+
+            def fail(s: dict) -> None:
+                _phase(s, "Failed", reason="SwapFailed", message=message)
+
+            self._write_noted(rt, obj, fail, [("RepaveFailed:SwapFailed", None)])
             self._since[meta["uid"]] = ("Failed", time.monotonic())
-            self._note(obj, "RepaveFailed:SwapFailed")
             self._event(obj, "Warning", "RepaveFailed", message)
             return cfg.step
         index = STEPS.index(step)
@@ -546,9 +564,8 @@ class DBInstanceOperator(Controller):
                 s["message"] = message
                 set_conditions(s, {"Ready": ("False", "Repaving", message)})
 
-            self._write(rt, obj, advance)
+            self._write_noted(rt, obj, advance, [(f"RepaveStep:{following}", None)])
             self._since[meta["uid"]] = (following, time.monotonic())
-            self._note(obj, f"RepaveStep:{following}")
             self._event(obj, "Normal", "RepaveStep", f"{following} (target {target})")
             return cfg.step
         return self._complete(rt, obj, cfg, target)
@@ -562,9 +579,14 @@ class DBInstanceOperator(Controller):
             image.get("os_version") or applied.get("osVersion") or self._stream_of(obj, cfg)
         )
         message = f"repaved {before} -> {target}"
-        self._write(rt, obj, lambda s: self._available(s, obj, cfg, applied, message), clear=cfg.trigger)
+        self._write_noted(
+            rt,
+            obj,
+            lambda s: self._available(s, obj, cfg, applied, message),
+            [("RepaveCompleted", None)],
+            clear=cfg.trigger,
+        )
         self._since.pop(obj["metadata"]["uid"], None)
-        self._note(obj, "RepaveCompleted")
         self._event(obj, "Normal", "RepaveCompleted", message)
         return None
 
