@@ -9,6 +9,7 @@
 #   MANIFEST (where the build manifest is written)
 #   SSH_HOST_KEY_TYPES="ed25519 ecdsa" (what each VM generates at first boot)
 #   INITRAMFS_MODULES=dep|most (dep: what the root filesystem needs plus every KubeVirt disk bus)
+#   CLOUD_INIT_DATASOURCE=nocloud|auto (nocloud: the seed is a local disk, read before networking)
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -27,6 +28,13 @@ case "$INITRAMFS_MODULES" in
   dep | most) ;;
   *) printf 'provision: INITRAMFS_MODULES=%s is not supported; use dep or most\n' "$INITRAMFS_MODULES" >&2; exit 1 ;;
 esac
+CLOUD_INIT_DATASOURCE=${CLOUD_INIT_DATASOURCE:-nocloud}
+case "$CLOUD_INIT_DATASOURCE" in
+  nocloud | auto) ;;
+  *) printf 'provision: CLOUD_INIT_DATASOURCE=%s is not supported; use nocloud or auto\n' "$CLOUD_INIT_DATASOURCE" >&2; exit 1 ;;
+esac
+# Where the bootloaders keep their settings (a test points SYSROOT at a directory tree).
+SYSROOT=${SYSROOT:-}
 # The storage drivers of every disk bus a KubeVirt VM can boot from (virtio, scsi, sata), and NVMe.
 DISK_BUS_MODULES="virtio_pci virtio_blk virtio_scsi sd_mod ahci nvme"
 
@@ -233,6 +241,49 @@ EOF
   [ -z "$missing" ] || die "the initramfs lacks disk bus drivers:$missing"
 }
 
+read_seed_locally() {
+  # KubeVirt hands a VM its cloud-init seed on a local disk (cloudInitNoCloud), but unless told so
+  # cloud-init runs NoCloud as a network datasource: bootcmd, users and SSH keys (and with them the
+  # activation of the VM's PostgreSQL cluster) wait for the network to be online and for a second
+  # cloud-init process, seconds of every first boot under emulation. "ds=nocloud" on the kernel command
+  # line is cloud-init's own switch for a local seed: that stage then runs in cloud-init-local, before
+  # networking. It also makes NoCloud the only datasource, so images booted with a config drive or a
+  # network metadata service are built with CLOUD_INIT_DATASOURCE=auto. The datasource list says so too,
+  # and ds-identify (a shell script every boot runs among systemd's generators) then probes no other.
+  local grub_defaults=$SYSROOT/etc/default/grub grub_cfg=$SYSROOT/boot/grub/grub.cfg conf found=""
+  if [ "$CLOUD_INIT_DATASOURCE" = auto ]; then
+    log "cloud-init detects its datasource at boot"
+    return 0
+  fi
+  # Last in the directory's order: the distribution's 90_dpkg.cfg lists every datasource.
+  mkdir -p "$SYSROOT/etc/cloud/cloud.cfg.d"
+  printf '# goldenimage.pipeline: VMs get their seed on a local disk (cloudInitNoCloud)\ndatasource_list: [NoCloud, None]\n' \
+    >"$SYSROOT/etc/cloud/cloud.cfg.d/99-goldenimage-datasource.cfg"
+  log "kernel command line: ds=nocloud (cloud-init reads the NoCloud seed before networking)"
+  if [ -f "$grub_defaults" ]; then
+    mkdir -p "$grub_defaults.d"
+    # shellcheck disable=SC2016 # expanded by update-grub when it sources the file
+    printf '# goldenimage.pipeline: the NoCloud seed is a local disk; cloud-init reads it before networking\nGRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }ds=nocloud"\n' \
+      >"$grub_defaults.d/60-goldenimage-nocloud.cfg"
+    command -v update-grub >/dev/null 2>&1 || die "$grub_defaults exists but update-grub does not; set CLOUD_INIT_DATASOURCE=auto"
+    update-grub
+    grep -Eq '^[[:space:]]*linux[[:space:]]' "$grub_cfg" || die "$grub_cfg has no kernel line after update-grub"
+    if grep -E '^[[:space:]]*linux[[:space:]]' "$grub_cfg" | grep -Evq '[[:space:]]ds=nocloud([[:space:]]|$)'; then
+      die "$grub_cfg has a kernel line without ds=nocloud after update-grub"
+    fi
+    found="$grub_cfg"
+  fi
+  for conf in "$SYSROOT/boot/extlinux/extlinux.conf" "$SYSROOT/boot/syslinux/syslinux.cfg" "$SYSROOT/boot/syslinux/extlinux.conf"; do
+    [ -f "$conf" ] || continue
+    # Every APPEND line (a kernel's arguments) gets the switch once.
+    sed -i -E '/^[[:space:]]*APPEND[[:space:]]/I{/[[:space:]]ds=nocloud([[:space:]]|$)/!s/[[:space:]]*$/ ds=nocloud/}' "$conf"
+    grep -Eiq '^[[:space:]]*APPEND[[:space:]]' "$conf" || die "$conf has no APPEND line to put ds=nocloud on"
+    found="${found:+$found, }$conf"
+  done
+  [ -n "$found" ] || die "found neither GRUB ($grub_defaults) nor extlinux configuration to put ds=nocloud on the kernel command line; set CLOUD_INIT_DATASOURCE=auto"
+  log "ds=nocloud is on every kernel line of $found"
+}
+
 disable_background_apt() {
   # Background apt would write packages into every VM's copy-on-write delta and drift PG minors.
   log "disabling unattended-upgrades and the apt daily timers"
@@ -380,6 +431,7 @@ case "${1:-}" in
     disable_background_apt
     settle_locale
     settle_ssh_host_keys
+    read_seed_locally
     slim_initramfs
     write_manifest
     ;;

@@ -120,6 +120,11 @@ variable "initramfs_modules" {
   default = "dep"
 }
 
+variable "cloud_init_datasource" {
+  type    = string
+  default = "nocloud"
+}
+
 locals {
   guest_manifest = "/etc/goldenimage/build-manifest.json"
   guest_ca       = "/tmp/goldenimage-build-ca.crt"
@@ -135,6 +140,7 @@ locals {
     "MANIFEST=${local.guest_manifest}",
     "SSH_HOST_KEY_TYPES=${join(" ", var.ssh_host_key_types)}",
     "INITRAMFS_MODULES=${var.initramfs_modules}",
+    "CLOUD_INIT_DATASOURCE=${var.cloud_init_datasource}",
   ]
   # Root runs the script with the settings above; sudo must not reset them.
   sudo_command = "sudo -n env {{ .Vars }} bash '{{ .Path }}'"

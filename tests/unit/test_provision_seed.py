@@ -1,0 +1,146 @@
+"""packer_build's provision.sh puts ds=nocloud on every kernel line of the image's bootloader.
+
+The step runs for real on a directory tree (SYSROOT) with the bootloader files a base image has; for
+GRUB a stand-in update-grub builds grub.cfg's kernel lines from the defaults the way grub-mkconfig does
+(sourcing /etc/default/grub, then /etc/default/grub.d/*.cfg)."""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+PROVISION = pathlib.Path(__file__).resolve().parents[2] / "roles/packer_build/files/provision.sh"
+
+EXTLINUX = """DEFAULT debian
+TIMEOUT 1
+LABEL debian
+  LINUX /vmlinuz
+  INITRD /initrd.img
+  APPEND root=UUID=1234 ro console=ttyS0,115200n8
+LABEL rescue
+  LINUX /vmlinuz.old
+  append root=UUID=1234 ro single ds=nocloud
+"""
+
+# What grub-mkconfig does with the defaults, reduced to the kernel lines.
+UPDATE_GRUB = """#!/bin/sh
+set -e
+. "$SYSROOT/etc/default/grub"
+for f in "$SYSROOT"/etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done
+mkdir -p "$SYSROOT/boot/grub"
+{
+  echo "menuentry 'Debian' {"
+  echo "	linux /vmlinuz root=UUID=1234 ro $GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT"
+  echo "}"
+  echo "menuentry 'Debian (recovery mode)' {"
+  echo "	linux /vmlinuz root=UUID=1234 ro single $GRUB_CMDLINE_LINUX"
+  echo "}"
+} >"$SYSROOT/boot/grub/grub.cfg"
+"""
+
+
+def run(tmp_path, datasource="nocloud", update_grub=UPDATE_GRUB):
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    tool = bindir / "update-grub"
+    tool.write_text(update_grub)
+    tool.chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH="%s:%s" % (bindir, os.environ["PATH"]),
+        SYSROOT=str(tmp_path / "root"),
+        PG_VERSIONS="17",
+        CLOUD_INIT_DATASOURCE=datasource,
+    )
+    return subprocess.run(
+        ["bash", "-c", '. "$1" && read_seed_locally', "provision-test", str(PROVISION)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def tree(tmp_path, files):
+    root = tmp_path / "root"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def kernel_lines(text, word):
+    return [line for line in text.splitlines() if line.strip().lower().startswith(word)]
+
+
+def test_every_extlinux_append_line_gets_the_switch_once_and_a_rerun_changes_nothing(tmp_path):
+    root = tree(tmp_path, {"boot/extlinux/extlinux.conf": EXTLINUX})
+    conf = root / "boot/extlinux/extlinux.conf"
+    first = run(tmp_path)
+    assert first.returncode == 0, first.stderr
+    appends = kernel_lines(conf.read_text(), "append")
+    assert len(appends) == 2
+    assert all(line.split().count("ds=nocloud") == 1 for line in appends), appends
+    assert appends[0].endswith("console=ttyS0,115200n8 ds=nocloud")
+    # Nothing else in the file moved.
+    assert [line for line in conf.read_text().splitlines() if "ds=nocloud" not in line] == [
+        line for line in EXTLINUX.splitlines() if "ds=nocloud" not in line and "APPEND" not in line
+    ]
+    # The datasource list names NoCloud alone, after the distribution's 90_dpkg.cfg in the directory's order.
+    listed = root / "etc/cloud/cloud.cfg.d/99-goldenimage-datasource.cfg"
+    assert "datasource_list: [NoCloud, None]" in listed.read_text().splitlines()
+    assert sorted(["90_dpkg.cfg", listed.name])[-1] == listed.name
+    written = conf.read_text()
+    again = run(tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert conf.read_text() == written
+
+
+def test_grub_gets_a_defaults_drop_in_and_every_generated_kernel_line_carries_it(tmp_path):
+    defaults = 'GRUB_CMDLINE_LINUX="console=ttyS0"\nGRUB_CMDLINE_LINUX_DEFAULT=""\n'
+    root = tree(tmp_path, {"etc/default/grub": defaults})
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (root / "etc/default/grub.d/60-goldenimage-nocloud.cfg").is_file()
+    linux = kernel_lines((root / "boot/grub/grub.cfg").read_text(), "linux")
+    assert len(linux) == 2
+    assert all(line.split().count("ds=nocloud") == 1 and "console=ttyS0" in line for line in linux), linux
+
+
+def test_a_grub_that_leaves_a_kernel_line_without_the_switch_fails_the_build(tmp_path):
+    tree(tmp_path, {"etc/default/grub": 'GRUB_CMDLINE_LINUX=""\n'})
+    sources_drop_ins = 'for f in "$SYSROOT"/etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done'
+    assert sources_drop_ins in UPDATE_GRUB
+    ignores_drop_ins = UPDATE_GRUB.replace(sources_drop_ins, "")
+    done = run(tmp_path, update_grub=ignores_drop_ins)
+    assert done.returncode != 0
+    assert "kernel line without ds=nocloud" in done.stderr, done.stderr
+
+
+def test_no_bootloader_found_fails_naming_the_way_out(tmp_path):
+    tree(tmp_path, {"etc/hostname": "build\n"})
+    done = run(tmp_path)
+    assert done.returncode != 0
+    assert "found neither GRUB" in done.stderr and "CLOUD_INIT_DATASOURCE=auto" in done.stderr, done.stderr
+
+
+def test_auto_leaves_the_kernel_command_line_alone(tmp_path):
+    files = {"boot/extlinux/extlinux.conf": EXTLINUX, "etc/default/grub": 'GRUB_CMDLINE_LINUX=""\n'}
+    root = tree(tmp_path, files)
+    done = run(tmp_path, datasource="auto")
+    assert done.returncode == 0, done.stderr
+    assert (root / "boot/extlinux/extlinux.conf").read_text() == EXTLINUX
+    assert not (root / "etc/default/grub.d").exists()
+    assert not (root / "boot/grub").exists()
+    assert not (root / "etc/cloud").exists()
+
+
+@pytest.mark.parametrize("value", ["NoCloud", "configdrive", " "])
+def test_an_unknown_datasource_is_refused_before_any_step(tmp_path, value):
+    root = tree(tmp_path, {"boot/extlinux/extlinux.conf": EXTLINUX})
+    done = run(tmp_path, datasource=value)
+    assert done.returncode != 0
+    assert "is not supported; use nocloud or auto" in done.stderr, done.stderr
+    assert (root / "boot/extlinux/extlinux.conf").read_text() == EXTLINUX
