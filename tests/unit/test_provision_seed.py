@@ -123,7 +123,7 @@ def test_no_bootloader_found_fails_naming_the_way_out(tmp_path):
     tree(tmp_path, {"etc/hostname": "build\n"})
     done = run(tmp_path)
     assert done.returncode != 0
-    assert "found neither GRUB" in done.stderr and "CLOUD_INIT_DATASOURCE=auto" in done.stderr, done.stderr
+    assert "found neither GRUB" in done.stderr and "packer_build_cloud_init_datasource to auto" in done.stderr, done.stderr
 
 
 def test_auto_leaves_the_kernel_command_line_alone(tmp_path):

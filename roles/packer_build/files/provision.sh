@@ -265,7 +265,7 @@ read_seed_locally() {
     # shellcheck disable=SC2016 # expanded by update-grub when it sources the file
     printf '# goldenimage.pipeline: the NoCloud seed is a local disk; cloud-init reads it before networking\nGRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }ds=nocloud"\n' \
       >"$grub_defaults.d/60-goldenimage-nocloud.cfg"
-    command -v update-grub >/dev/null 2>&1 || die "$grub_defaults exists but update-grub does not; set CLOUD_INIT_DATASOURCE=auto"
+    command -v update-grub >/dev/null 2>&1 || die "$grub_defaults exists but update-grub does not; set packer_build_cloud_init_datasource to auto"
     update-grub
     grep -Eq '^[[:space:]]*linux[[:space:]]' "$grub_cfg" || die "$grub_cfg has no kernel line after update-grub"
     if grep -E '^[[:space:]]*linux[[:space:]]' "$grub_cfg" | grep -Evq '[[:space:]]ds=nocloud([[:space:]]|$)'; then
@@ -280,7 +280,7 @@ read_seed_locally() {
     grep -Eiq '^[[:space:]]*APPEND[[:space:]]' "$conf" || die "$conf has no APPEND line to put ds=nocloud on"
     found="${found:+$found, }$conf"
   done
-  [ -n "$found" ] || die "found neither GRUB ($grub_defaults) nor extlinux configuration to put ds=nocloud on the kernel command line; set CLOUD_INIT_DATASOURCE=auto"
+  [ -n "$found" ] || die "found neither GRUB ($grub_defaults) nor extlinux configuration to put ds=nocloud on the kernel command line; set packer_build_cloud_init_datasource to auto"
   log "ds=nocloud is on every kernel line of $found"
 }
 
