@@ -33,7 +33,7 @@ case "$CLOUD_INIT_DATASOURCE" in
   nocloud | auto) ;;
   *) printf 'provision: CLOUD_INIT_DATASOURCE=%s is not supported; use nocloud or auto\n' "$CLOUD_INIT_DATASOURCE" >&2; exit 1 ;;
 esac
-# Where the bootloaders keep their settings (a test points SYSROOT at a directory tree).
+# The root read_seed_locally writes under: the bootloader and cloud-init settings (a test points it at a tree).
 SYSROOT=${SYSROOT:-}
 # The storage drivers of every disk bus a KubeVirt VM can boot from (virtio, scsi, sata), and NVMe.
 DISK_BUS_MODULES="virtio_pci virtio_blk virtio_scsi sd_mod ahci nvme"
