@@ -546,11 +546,12 @@ class DBInstanceOperator(Controller):
             return wait
         if step == "SwappingOSDisk" and fault == "swap-conflict":
             message = f"swapping the OS disk to {target} failed: conflict; retrying while {cfg.trigger}=now"
-
-            def fail(s: dict) -> None:
-                _phase(s, "Failed", reason="SwapFailed", message=message)
-
-            self._write_noted(rt, obj, fail, [("RepaveFailed:SwapFailed", None)])
+            self._write_noted(
+                rt,
+                obj,
+                lambda s: _phase(s, "Failed", reason="SwapFailed", message=message),
+                [("RepaveFailed:SwapFailed", None)],
+            )
             self._since[meta["uid"]] = ("Failed", time.monotonic())
             self._event(obj, "Warning", "RepaveFailed", message)
             return cfg.step
