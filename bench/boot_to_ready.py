@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import ctypes
 import datetime
 import json
@@ -40,6 +41,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -78,7 +80,7 @@ def _recv_exact(sock, size):
     return data
 
 
-def postgres_state(port, timeout=3.0):
+def postgres_state(port, timeout):
     """'ready' when PostgreSQL answers a startup message, 'starting' while it refuses as starting up."""
     try:
         sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -103,13 +105,60 @@ def postgres_state(port, timeout=3.0):
     return None
 
 
-def ssh_banner(port, timeout=2.0):
+def ssh_banner(port, timeout):
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             sock.settimeout(timeout)
             return sock.recv(4) == b"SSH-"
     except OSError:
         return False
+
+
+# While the guest has no address yet, QEMU's user network accepts a probe's connection on the host and
+# retransmits its SYN to the guest seconds apart; once it has one, PostgreSQL's answer may take a while
+# under emulation (a backend is forked). A probe that waits therefore sees the answer late, and probes
+# asked one after the other delay each other (up to 5 s a round with 2 s and 3 s waits). So each kind of
+# probe runs on its own thread and sends a fresh one every PROBE_INTERVAL_S while earlier ones still
+# wait: the first answer is timed within about an interval of when the guest could give it.
+PROBE_INTERVAL_S = 0.25
+
+
+class FirstAnswer(threading.Thread):
+    """Sends ``probe`` every ``interval`` seconds, up to ``in_flight`` at once, until a reply is
+    ``answered``; ``at`` is the VM's elapsed time at the first such reply, ``last`` the latest reply.
+    ``halt()`` stops it and returns once no probe runs."""
+
+    def __init__(self, vm, probe, answered, interval=PROBE_INTERVAL_S, in_flight=12):
+        super().__init__(daemon=True)
+        self.vm, self.probe, self.answered = vm, probe, answered
+        self.interval, self.in_flight = interval, in_flight
+        self.at = self.last = None
+        self._halted = threading.Event()
+
+    def _ask(self):
+        reply = self.probe()
+        return reply, round(self.vm.elapsed(), 1)
+
+    def run(self):
+        with concurrent.futures.ThreadPoolExecutor(self.in_flight) as pool:
+            pending, next_ask = set(), 0.0
+            while self.at is None and not self._halted.is_set() and self.vm.alive():
+                if time.monotonic() >= next_ask and len(pending) < self.in_flight:
+                    pending.add(pool.submit(self._ask))
+                    next_ask = time.monotonic() + self.interval
+                wait = max(0.0, next_ask - time.monotonic())
+                if not pending:
+                    self._halted.wait(wait)
+                    continue
+                done, pending = concurrent.futures.wait(pending, wait, concurrent.futures.FIRST_COMPLETED)
+                for reply, at in sorted((future.result() for future in done), key=lambda answer: answer[1]):
+                    self.last = reply
+                    if self.at is None and self.answered(reply):
+                        self.at = at
+
+    def halt(self):
+        self._halted.set()
+        self.join()
 
 
 class JsonSocket:
@@ -385,29 +434,30 @@ def measure(workdir, name, backing, template, args, pubkey, timeout, disk_bus="v
     )
     try:
         vm.start()
-        agent_s = ssh_s = None
-        last = None
-        next_agent_try = 0.0
-        while True:
-            if not vm.alive():
-                raise BenchError("%s: QEMU exited (rc %s)\n%s" % (name, vm.proc.returncode, vm.diagnostics()))
-            if vm.elapsed() > timeout:
-                raise BenchError(
-                    "%s: PostgreSQL did not accept connections within %ds of VM start (guest agent %s, "
-                    "ssh %s, last answer %s)\n%s" % (name, timeout, agent_s, ssh_s, last, vm.diagnostics())
-                )
-            # Unanswered syncs queue up in the channel until the agent starts: ask only now and then.
-            if agent_s is None and time.monotonic() >= next_agent_try:
-                next_agent_try = time.monotonic() + 5
-                if vm.agent.sync(0.3):
-                    agent_s = round(vm.elapsed(), 1)
-            if ssh_s is None and ssh_banner(vm.ssh_port):
-                ssh_s = round(vm.elapsed(), 1)
-            last = postgres_state(vm.pg_port)
-            if last == "ready":
-                ready_s = round(vm.elapsed(), 1)
-                break
-            time.sleep(0.1)
+        ready = FirstAnswer(vm, lambda: postgres_state(vm.pg_port, 3.0), lambda reply: reply == "ready")
+        ssh = FirstAnswer(vm, lambda: ssh_banner(vm.ssh_port, 2.0), bool)
+        # One channel, and unanswered syncs queue up in it until the agent starts: one at a time, seldom.
+        agent = FirstAnswer(vm, lambda: vm.agent.sync(0.3), bool, interval=5, in_flight=1)
+        watches = (ready, ssh, agent)
+        for watch in watches:
+            watch.start()
+        try:
+            while ready.at is None:
+                if not vm.alive():
+                    raise BenchError(
+                        "%s: QEMU exited (rc %s)\n%s" % (name, vm.proc.returncode, vm.diagnostics())
+                    )
+                if vm.elapsed() > timeout:
+                    raise BenchError(
+                        "%s: PostgreSQL did not accept connections within %ds of VM start (guest agent %s, "
+                        "ssh %s, last answer %s)\n%s"
+                        % (name, timeout, agent.at, ssh.at, ready.last, vm.diagnostics())
+                    )
+                time.sleep(0.1)
+        finally:
+            for watch in watches:
+                watch.halt()
+        ready_s, agent_s, ssh_s = ready.at, agent.at, ssh.at
         print("    PostgreSQL ready %.1fs after VM start" % ready_s, flush=True)
         rc, clusters = vm.agent.run(["/usr/bin/pg_lsclusters", "--no-header"])
         figures.update(
@@ -440,6 +490,13 @@ ANALYSIS = {
     "ssh_host_keys": ["/bin/sh", "-c", "ls /etc/ssh/ssh_host_*_key.pub"],
     "postgresql_unit": ["/usr/bin/systemctl", "show", "-p", "Type,ExecStart", "postgresql@{v}-main.service"],
     "initramfs": ["/bin/sh", "-c", "du -h /boot/initrd.img-*"],
+    "cloud_init_local_share": [
+        "/usr/bin/systemctl",
+        "show",
+        "-p",
+        "StartupCPUWeight,Nice",
+        "cloud-init-local.service",
+    ],
     # What cloud-init's start-up imports cost (page cache warm by now): the largest cumulative times.
     "cloud_init_imports": [
         "/bin/sh",

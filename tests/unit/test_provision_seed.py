@@ -1,4 +1,5 @@
-"""packer_build's provision.sh puts ds=nocloud on every kernel line of the image's bootloader.
+"""packer_build's provision.sh: ds=nocloud on every kernel line of the image's bootloader, and
+cloud-init-local first in line for the CPU while the system starts.
 
 The step runs for real on a directory tree (SYSROOT) with the bootloader files a base image has; for
 GRUB a stand-in update-grub builds grub.cfg's kernel lines from the defaults the way grub-mkconfig does
@@ -40,7 +41,7 @@ mkdir -p "$SYSROOT/boot/grub"
 """
 
 
-def run(tmp_path, datasource="nocloud", update_grub=UPDATE_GRUB):
+def run(tmp_path, datasource="nocloud", update_grub=UPDATE_GRUB, step="read_seed_locally"):
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     tool = bindir / "update-grub"
@@ -54,7 +55,7 @@ def run(tmp_path, datasource="nocloud", update_grub=UPDATE_GRUB):
         CLOUD_INIT_DATASOURCE=datasource,
     )
     return subprocess.run(
-        ["bash", "-c", '. "$1" && read_seed_locally', "provision-test", str(PROVISION)],
+        ["bash", "-c", '. "$1" && "$2"', "provision-test", str(PROVISION), step],
         env=env,
         capture_output=True,
         text=True,
@@ -146,3 +147,36 @@ def test_an_unknown_datasource_is_refused_before_any_step(tmp_path, value):
     assert done.returncode != 0
     assert "is not supported; use nocloud or auto" in done.stderr, done.stderr
     assert (root / "boot/extlinux/extlinux.conf").read_text() == EXTLINUX
+
+
+CLOUD_INIT_LOCAL = """[Unit]
+Description=Cloud-init: Local Stage (pre-network)
+DefaultDependencies=no
+Before=network-pre.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/cloud-init init --local
+"""
+
+
+@pytest.mark.parametrize("unit_dir", ["lib/systemd/system", "usr/lib/systemd/system"])
+def test_cloud_init_local_gets_the_cpu_first_while_the_system_starts(tmp_path, unit_dir):
+    root = tree(tmp_path, {unit_dir + "/cloud-init-local.service": CLOUD_INIT_LOCAL})
+    done = run(tmp_path, step="favour_cloud_init_local")
+    assert done.returncode == 0, done.stderr
+    drop_in = root / "etc/systemd/system/cloud-init-local.service.d/50-goldenimage-first.conf"
+    lines = [line for line in drop_in.read_text().splitlines() if line and not line.startswith("#")]
+    # Only while the system starts (StartupCPUWeight), and ahead of its own early-boot neighbours.
+    assert lines == ["[Service]", "StartupCPUWeight=1000", "Nice=-10"]
+    written = drop_in.read_text()
+    assert run(tmp_path, step="favour_cloud_init_local").returncode == 0
+    assert drop_in.read_text() == written
+    assert (root / unit_dir / "cloud-init-local.service").read_text() == CLOUD_INIT_LOCAL
+
+
+def test_an_image_without_cloud_init_local_gets_no_drop_in(tmp_path):
+    root = tree(tmp_path, {"etc/hostname": "build\n"})
+    done = run(tmp_path, step="favour_cloud_init_local")
+    assert done.returncode == 0, done.stderr
+    assert not (root / "etc/systemd").exists()

@@ -33,7 +33,7 @@ case "$CLOUD_INIT_DATASOURCE" in
   nocloud | auto) ;;
   *) printf 'provision: CLOUD_INIT_DATASOURCE=%s is not supported; use nocloud or auto\n' "$CLOUD_INIT_DATASOURCE" >&2; exit 1 ;;
 esac
-# The root read_seed_locally writes under: the bootloader and cloud-init settings (a test points it at a tree).
+# The root the bootloader and cloud-init steps write under (a test points it at a tree).
 SYSROOT=${SYSROOT:-}
 # The storage drivers of every disk bus a KubeVirt VM can boot from (virtio, scsi, sata), and NVMe.
 DISK_BUS_MODULES="virtio_pci virtio_blk virtio_scsi sd_mod ahci nvme"
@@ -284,6 +284,23 @@ read_seed_locally() {
   log "ds=nocloud is on every kernel line of $found"
 }
 
+favour_cloud_init_local() {
+  # On a first boot cloud-init-local is the critical path: networking waits for it (network-pre.target)
+  # and it runs bootcmd, the cluster's activation. It starts with the early-boot crowd (udev coldplug,
+  # journald, mounts, tmpfiles) on the VM's few vCPUs, and under emulation its Python start-up took
+  # about 6 s there against 3 to 4.5 s in an idle guest. While the system boots it gets the larger share.
+  local unit dir=$SYSROOT/etc/systemd/system/cloud-init-local.service.d
+  for unit in "$SYSROOT/lib/systemd/system/cloud-init-local.service" "$SYSROOT/usr/lib/systemd/system/cloud-init-local.service"; do
+    [ -f "$unit" ] || continue
+    mkdir -p "$dir"
+    printf '# goldenimage.pipeline: the first boot waits for this stage; it goes first while the system starts\n[Service]\nStartupCPUWeight=1000\nNice=-10\n' \
+      >"$dir/50-goldenimage-first.conf"
+    log "cloud-init-local gets the CPU first while the system starts"
+    return 0
+  done
+  log "no cloud-init-local.service: nothing to favour"
+}
+
 disable_background_apt() {
   # Background apt would write packages into every VM's copy-on-write delta and drift PG minors.
   log "disabling unattended-upgrades and the apt daily timers"
@@ -432,6 +449,7 @@ case "${1:-}" in
     settle_locale
     settle_ssh_host_keys
     read_seed_locally
+    favour_cloud_init_local
     slim_initramfs
     write_manifest
     ;;
