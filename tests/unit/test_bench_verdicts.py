@@ -154,3 +154,10 @@ def test_boot_to_ready_times_the_first_answer_even_while_an_earlier_probe_still_
     watch.join(5)
     assert watch.last == "ready"
     assert 0.3 <= watch.at <= 0.6, watch.at
+
+
+def test_boot_to_ready_says_when_no_guest_agent_answered_before_postgresql():
+    from bench import boot_to_ready
+
+    runs = [{"boot_to_ready_s": 21.7, "cow_delta_bytes": 1, "guest_agent_s": None}] * 3
+    assert boot_to_ready.summary(runs)["guest_agent_s"] is None
