@@ -637,7 +637,7 @@ def main(argv=None):
         "--timeout-apt", type=int, default=1200, help="seconds until the apt VM must be ready"
     )
     parser.add_argument("--shutdown-timeout", type=int, default=180)
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each scenario, interleaved")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each scenario, interleaved")
     parser.add_argument(
         "--bus-check",
         nargs="*",
