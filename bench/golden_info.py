@@ -13,8 +13,9 @@ project count in steps. At each step it measures:
 - the API server floor: golden_info's pages fetched and read whole, never parsed, after each module run
   (``--floor-pages`` at other page sizes too), so the module's own share and its growth show apart from
   the server's;
-and at the last step runs the module once through ansible-playbook. Requests come from the lab's
-audit log. Exits non-zero when the listed approaches send more requests as projects grow.
+and at the last step runs the module once through ansible-playbook, with its peak memory, and once more
+on the list adapter that kept each object's managedFields. Requests come from the lab's audit log. Exits
+non-zero when the listed approaches send more requests as projects grow.
 
 With --store the goldens and projects are written through the API (many at once), bound and ready,
 with no controller running, so fleets of tens of thousands of projects are seeded in minutes; the
@@ -24,7 +25,8 @@ figures then also give the CPU of this process and of the lab per report, and th
     .venv/bin/python bench/golden_info.py --store --no-naive --no-playbook --projects 500,5000,50000
     .venv/bin/python bench/golden_info.py --smoke
 
-Ends with the issue's figures: each size against the baseline, 50,000 projects against its 10 s and the
+Ends with the issue's figures: each size against the baseline, 50,000 projects against its 10 s (the wall
+time, and the module's own CPU apart from kube-apiserver's, which shares this machine's cores) and the
 growth between sizes against linear (see bench/verdict.py).
 """
 
@@ -33,11 +35,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import pathlib
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT / ".collections"))
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory, selection  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
-from bench.labproc import LabProcess, in_parallel, load  # noqa: E402
-from bench.verdict import floor_lines, golden_info_lines  # noqa: E402
+from bench.labproc import COLLECTIONS, LabProcess, baseline_collections, in_parallel, load, playbook  # noqa: E402
+from bench.verdict import floor_lines, golden_info_cpu_lines, golden_info_lines  # noqa: E402
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
@@ -64,6 +64,9 @@ FAMILIES = {
     "windows-11": (["20260809-dddddddddddd", "20260828-eeeeeeeeeeee"], None, 0),
 }
 VERIFY_FAMILY = "debian-12"
+# The list adapter, and the last revision whose lists kept each object's managedFields.
+ADAPTER = "plugins/module_utils/_kube.py"
+KEEPS_MANAGED_FIELDS = "3ef1c85"
 
 
 class Lister:
@@ -294,12 +297,29 @@ class World:
 
 
 def _store_put(lab, group, version, plural, obj, status=None):
-    """Create ``obj`` through the lab's API client, then write ``status`` through the status subresource."""
+    """Create ``obj`` through the lab's API client, then write ``status`` through the status subresource;
+    returns the object as the server holds it."""
     rt = lab.store.resource(group, version, plural)
     created = lab.store.create(rt, obj)
-    if status is not None:
-        created["status"] = status
-        lab.store.update(rt, created, subresource="status")
+    if status is None:
+        return created
+    created["status"] = status
+    return lab.store.update(rt, created, subresource="status")
+
+
+def _store_content(lab, name, policy, source, ref, handle):
+    """A VolumeSnapshotContent, bound to ``ref`` and ready with ``handle``."""
+    return _store_put(
+        lab,
+        GROUP,
+        VERSION,
+        "volumesnapshotcontents",
+        {
+            "metadata": {"name": name},
+            "spec": {"deletionPolicy": policy, "driver": DRIVER, "source": source, "volumeSnapshotRef": ref},
+        },
+        {"snapshotHandle": handle, "readyToUse": True, "restoreSize": 4194304},
+    )
 
 
 def store_goldens(lab):
@@ -317,21 +337,13 @@ def store_goldens(lab):
         if active:
             labels["kube-dc.com/golden-active"] = "true"
         content, handle = "snapcontent-%s-%s" % (namespace, name), "snap-%s-%s" % (namespace, name)
-        _store_put(
+        _store_content(
             lab,
-            GROUP,
-            VERSION,
-            "volumesnapshotcontents",
-            {
-                "metadata": {"name": content},
-                "spec": {
-                    "deletionPolicy": "Delete",
-                    "driver": DRIVER,
-                    "source": {"volumeHandle": "vol-%s" % name},
-                    "volumeSnapshotRef": {"name": name, "namespace": namespace},
-                },
-            },
-            {"snapshotHandle": handle, "readyToUse": True, "restoreSize": 4194304},
+            content,
+            "Delete",
+            {"volumeHandle": "vol-%s" % name},
+            {"name": name, "namespace": namespace},
+            handle,
         )
         _store_put(
             lab,
@@ -390,23 +402,7 @@ def store_projects(lab, layout, start, stop):
             index = selected if selected is not None else active if active is not None else 0
             served = goldens[family][0] if i % 25 == 0 and family == VERIFY_FAMILY else goldens[family][index]
             content, snap = "kdc-%s-%s-fs" % (project, family), "golden-%s" % family
-            _store_put(
-                lab,
-                GROUP,
-                VERSION,
-                "volumesnapshotcontents",
-                {
-                    "metadata": {"name": content},
-                    "spec": {
-                        "deletionPolicy": "Retain",
-                        "driver": DRIVER,
-                        "source": {"snapshotHandle": handles[served]},
-                        "volumeSnapshotRef": {"name": snap, "namespace": project},
-                    },
-                },
-                {"snapshotHandle": handles[served], "readyToUse": True, "restoreSize": 4194304},
-            )
-            _store_put(
+            copy = _store_put(
                 lab,
                 GROUP,
                 VERSION,
@@ -424,6 +420,15 @@ def store_projects(lab, layout, start, stop):
                     "spec": {"source": {"volumeSnapshotContentName": content}},
                 },
                 {"boundVolumeSnapshotContentName": content, "readyToUse": True, "restoreSize": "4Mi"},
+            )
+            # Bound back to its copy by uid, as the snapshot controller binds a pre-provisioned content.
+            _store_content(
+                lab,
+                content,
+                "Retain",
+                {"snapshotHandle": handles[served]},
+                {"name": snap, "namespace": project, "uid": copy["metadata"]["uid"]},
+                handles[served],
             )
         if i % 10 == 0:
             _store_put(
@@ -580,49 +585,27 @@ def verify_naive(world, lister, family, mode="Filesystem"):
     return out
 
 
-def run_module(lab):
-    """golden_info through ansible-playbook once: (seconds, API requests by verb, discovery, summary)."""
+def run_module(lab, kubeconfig, collections=COLLECTIONS):
+    """golden_info through ansible-playbook once: (seconds, API requests by verb, discovery, span, summary,
+    peak MiB resident of the module's process)."""
     play = [
         {
             "hosts": "localhost",
             "gather_facts": False,
             "tasks": [
-                {
-                    "name": "report",
-                    "goldenimage.pipeline.golden_info": {"kubeconfig": str(lab.kubeconfig)},
-                    "register": "info",
-                },
+                {"name": "report", "goldenimage.pipeline.golden_info": {}, "register": "info"},
                 {"name": "summary", "ansible.builtin.debug": {"msg": "SUMMARY {{ info.summary | to_json }}"}},
             ],
         }
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / "play.yml"
-        path.write_text(json.dumps(play))
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_NOCOLOR="1")
-        env["ANSIBLE_LOCAL_TEMP"] = str(pathlib.Path(tmp) / "local")
-        env["ANSIBLE_HOME"] = str(pathlib.Path(tmp) / "home")
-        command = [
-            str(pathlib.Path(sys.executable).with_name("ansible-playbook")),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=%s" % sys.executable,
-            str(path),
-        ]
-        lab.clear_audit()
-        started = time.perf_counter()
-        proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=str(ROOT))
-        elapsed = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit("ansible-playbook failed:\n%s\n%s" % (proc.stdout, proc.stderr))
+    lab.clear_audit()
+    env = dict(K8S_AUTH_KUBECONFIG=str(kubeconfig), KUBECONFIG=str(kubeconfig))
+    stdout, elapsed, _cpu, rss = playbook(play, env=env, collections=collections)
     verbs, discovery = api_requests(lab)
     span = api_span(lab)
-    line = next(ln for ln in proc.stdout.splitlines() if "SUMMARY" in ln)
+    line = next(ln for ln in stdout.splitlines() if "SUMMARY" in ln)
     summary = json.loads(line.split("SUMMARY", 1)[1].strip().rstrip('"').replace('\\"', '"'))
-    return elapsed, verbs, discovery, span, summary
+    return elapsed, verbs, discovery, span, summary, rss
 
 
 def total(verbs):
@@ -718,22 +701,28 @@ def main() -> int:
                 return 1
             # Paired: old and new alternate, so a load swing hits both.
             old_t, new_t, new_cpu, lab_cpu, floor_t, other_t = [], [], [], [], [], {}
+            server_cpu, floor_cpu, floor_server = [], [], []
             old_verbs = new_verbs = None
             for _ in range(args.repeat):
                 seconds, verbs = measure(lab, lambda: report_once(lister), 1)
                 old_t.append(seconds)
                 old_verbs = old_verbs or verbs
-                cpu_before, lab_before = time.process_time(), lab.cpu()
+                cpu_before, lab_before, server_before = time.process_time(), lab.cpu(), lab.server_cpu()
                 seconds, verbs = measure(lab, lambda: module_run(module), 1)
                 new_cpu.append(time.process_time() - cpu_before)
                 lab_cpu.append(lab.cpu() - lab_before)
+                server_cpu.append(lab.server_cpu() - server_before)
                 new_t.append(seconds)
                 new_verbs = new_verbs or verbs
+                cpu_before, server_before = time.process_time(), lab.server_cpu()
                 floor_t.append(measure(lab, lambda: floor_once(module, _kube_page()), 1)[0])
+                floor_cpu.append(time.process_time() - cpu_before)
+                floor_server.append(lab.server_cpu() - server_before)
                 for page in other_pages:
                     other_t.setdefault(page, []).append(measure(lab, lambda p=page: floor_once(module, p), 1))
             old_s, new_s = statistics.median(old_t), statistics.median(new_t)
             cpu_s, lab_s = statistics.median(new_cpu), statistics.median(lab_cpu)
+            server_s = statistics.median(server_cpu)
             floor_s = statistics.median(floor_t)
             rows.append(("golden_info, baseline (dynamic client)", count, old_verbs, old_s, same))
             rows.append(
@@ -742,8 +731,8 @@ def main() -> int:
                     count,
                     new_verbs,
                     new_s,
-                    "%d entries; old/new %.2f; cpu %.3fs here, %.3fs in the lab"
-                    % (summary["project_entries"], old_s / new_s, cpu_s, lab_s),
+                    "%d entries; old/new %.2f; cpu %.3fs here, %.3fs in the lab, %.3fs in its servers"
+                    % (summary["project_entries"], old_s / new_s, cpu_s, lab_s, server_s),
                 )
             )
             rows.append(
@@ -752,7 +741,8 @@ def main() -> int:
                     count,
                     new_verbs,
                     floor_s,
-                    "the module's own share %.3fs" % (new_s - floor_s),
+                    "the module's own share %.3fs; cpu %.3fs here (reading), %.3fs in the lab's servers"
+                    % (new_s - floor_s, statistics.median(floor_cpu), statistics.median(floor_server)),
                 )
             )
             for page, runs in sorted(other_t.items()):
@@ -765,7 +755,7 @@ def main() -> int:
                         "against %.3fs with pages of %d" % (floor_s, _kube_page()),
                     )
                 )
-            ratios.append((count, old_s, new_s, cpu_s, lab_s))
+            ratios.append((count, old_s, new_s, cpu_s, lab_s, server_s))
             floors.append((count, floor_s, new_s))
             print(
                 "... %d projects: old %.3fs, new %.3fs (%s)" % (count, old_s, new_s, load()), file=sys.stderr
@@ -800,17 +790,25 @@ def main() -> int:
                 )
             )
         if not args.no_playbook:
-            seconds, verbs, discovery, span, summary = run_module(lab)
-            rows.append(
-                (
-                    "golden_info (ansible-playbook)",
-                    steps[-1],
-                    verbs,
-                    seconds,
-                    "+%d discovery; requests span %.3fs; %d entries, %d clones"
-                    % (discovery, span, summary["project_entries"], summary["clones"]),
-                )
-            )
+            # The whole task, and the same task on the adapter that kept managedFields (peak memory).
+            with tempfile.TemporaryDirectory() as old_tree:
+                kept = baseline_collections(KEEPS_MANAGED_FIELDS, [ADAPTER], old_tree)
+                for what, tree in (
+                    ("golden_info (ansible-playbook)", COLLECTIONS),
+                    ("  the same, managedFields kept", kept),
+                ):
+                    seconds, verbs, discovery, span, summary, rss = run_module(lab, kubeconfig, tree)
+                    rows.append(
+                        (
+                            what,
+                            steps[-1],
+                            verbs,
+                            seconds,
+                            "+%d discovery; requests span %.3fs; %d entries, %d clones; peak %.0f MiB"
+                            " resident"
+                            % (discovery, span, summary["project_entries"], summary["clones"], rss),
+                        )
+                    )
         setup = time.perf_counter() - started
 
     print(
@@ -819,12 +817,16 @@ def main() -> int:
     )
     for what, count, verbs, seconds, note in rows:
         print("%-40s %8d %9d %9.3f  %-36s %s" % (what, count, total(verbs), seconds, fmt(verbs), note))
-    for (c0, o0, n0, p0, l0), (c1, o1, n1, p1, l1) in itertools.pairwise(ratios):
+    for (c0, o0, n0, p0, l0, _), (c1, o1, n1, p1, l1, _) in itertools.pairwise(ratios):
         print(
             "growth %d -> %d projects (%.1fx): adapter %.2fx time (%.2fx cpu here, %.2fx cpu in the lab),"
             " baseline %.2fx time" % (c0, c1, c1 / c0, n1 / n0, p1 / p0, l1 / max(l0, 1e-3), o1 / o0)
         )
-    for line in golden_info_lines([(count, old_s, new_s) for count, old_s, new_s, _, _ in ratios]):
+    for line in golden_info_lines([(count, old_s, new_s) for count, old_s, new_s, _, _, _ in ratios]):
+        print(line)
+    for line in golden_info_cpu_lines(
+        [(count, cpu_s, server_s) for count, _, _, cpu_s, _, server_s in ratios]
+    ):
         print(line)
     for line in floor_lines("golden_info", "projects", floors):
         print(line)

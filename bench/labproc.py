@@ -45,6 +45,18 @@ def _resolve(dotted):
     return getattr(importlib.import_module(module), attr)
 
 
+def _server_cpu(lab):
+    """CPU seconds the lab's server processes (kube-apiserver, etcd, and kube-controller-manager when it
+    runs) have used so far, from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for _, proc in lab.apiserver._procs:
+        with open("/proc/%d/stat" % proc.pid) as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 def _serve(conn, state, controllers):
     sys.path.insert(0, str(ROOT))
     from tests.lab import Lab
@@ -71,6 +83,8 @@ def _serve(conn, state, controllers):
                     answer = lab.clear_audit()
                 elif what == "cpu":
                     answer = time.process_time()
+                elif what == "server_cpu":
+                    answer = _server_cpu(lab)
                 else:
                     answer = _resolve(what)(lab, *args)
                 conn.send(("ok", answer))
@@ -122,8 +136,12 @@ class LabProcess:
         self._ask("clear")
 
     def cpu(self):
-        """CPU seconds the lab's process has used so far (server threads and controllers)."""
+        """CPU seconds the lab's Python process has used so far (its front and controllers)."""
         return self._ask("cpu")
+
+    def server_cpu(self):
+        """CPU seconds kube-apiserver and etcd have used so far."""
+        return self._ask("server_cpu")
 
     def env(self):
         return dict(self._env)
@@ -150,8 +168,17 @@ def baseline_collections(revision, files, into):
     return into
 
 
+# Runs a command and prints the peak resident set size of its largest process, the module's among them
+# (the kernel carries a child's peak up to its parent when the parent waits for it).
+PEAK_RSS = (
+    "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]);"
+    " print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)"
+)
+
+
 def playbook(play, env=None, collections=COLLECTIONS, timeout=1800):
-    """Run a list of plays with ansible-playbook: (stdout, wall seconds, CPU seconds of its processes)."""
+    """Run a list of plays with ansible-playbook: (stdout, wall seconds, CPU seconds of its processes, peak
+    MiB resident of its largest process)."""
     with tempfile.TemporaryDirectory(prefix="bench-play-") as tmp:
         path = pathlib.Path(tmp) / "play.yml"
         path.write_text(json.dumps(play))
@@ -165,6 +192,9 @@ def playbook(play, env=None, collections=COLLECTIONS, timeout=1800):
             ANSIBLE_RETRY_FILES_ENABLED="false",
         )
         command = [
+            sys.executable,
+            "-c",
+            PEAK_RSS,
             str(pathlib.Path(sys.executable).with_name("ansible-playbook")),
             "-i",
             "localhost,",
@@ -184,7 +214,7 @@ def playbook(play, env=None, collections=COLLECTIONS, timeout=1800):
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit("ansible-playbook failed:\n%s\n%s" % (proc.stdout[-4000:], proc.stderr[-4000:]))
-    return proc.stdout, wall, cpu
+    return proc.stdout, wall, cpu, int(proc.stderr.strip().splitlines()[-1]) / 1024
 
 
 def load():

@@ -177,7 +177,7 @@ def main() -> int:
             for _ in range(args.repeat):
                 for what, play in runs.items():
                     before = lab.cpu()
-                    _out, seconds, used = playbook(play, env=lab.env())
+                    _out, seconds, used, _rss = playbook(play, env=lab.env())
                     lab_cpu[what].append(lab.cpu() - before)
                     cpu[what].append(used)
                     wall[what].append(seconds)

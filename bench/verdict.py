@@ -125,9 +125,39 @@ def floor_lines(what: str, unit: str, steps: list) -> list[str]:
     return lines
 
 
+def own_cpu_lines(what: str, unit: str, goal: float, goal_scale: int, steps: list) -> list[str]:
+    """``steps``: (objects, CPU seconds of the module's process, CPU seconds of the API server and etcd) by
+    increasing size. The module's own cost, judged against the goal's seconds apart from the server it
+    waits on (which on a cluster runs on its own nodes), and its growth."""
+    lines = [
+        "%s %d %s: the module's cpu %s in its process; kube-apiserver and etcd %s"
+        % (what, count, unit, amount(cpu, "s"), amount(server, "s"))
+        for count, cpu, server in steps
+    ]
+    count, cpu, _server = steps[-1]
+    lines.append(
+        verdict(
+            "%s %d %s, the module's own cpu" % (what, count, unit),
+            cpu,
+            goal,
+            "s",
+            scale_note=scale_note(count, goal_scale, unit),
+        )
+    )
+    sized = [step for step in steps if step[0]]
+    for (n0, c0, _), (n1, c1, _) in itertools.pairwise(sized):
+        lines.append(growth("%s own cpu growth" % what, n0, n1, c0, c1))
+    return lines
+
+
 def golden_info_lines(steps: list) -> list[str]:
     """golden_info in process: (projects, dynamic-client seconds, raw-page seconds) by size."""
     return fleet_lines("golden_info", "projects", GOLDEN_INFO_SECONDS, GOLDEN_INFO_SCALE, steps)
+
+
+def golden_info_cpu_lines(steps: list) -> list[str]:
+    """golden_info in process: (projects, the module's cpu seconds, the API server's cpu seconds) by size."""
+    return own_cpu_lines("golden_info", "projects", GOLDEN_INFO_SECONDS, GOLDEN_INFO_SCALE, steps)
 
 
 def drift_lines(steps: list) -> list[str]:

@@ -936,13 +936,26 @@ class KubeModule(AnsibleModule):
     def get(self, api_version, kind, name, namespace=None):
         return self.fetch(api_version, kind, name, namespace)
 
-    def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None, page=None):
+    def list(
+        self,
+        api_version,
+        kind,
+        namespace=None,
+        label_selector=None,
+        field_selector=None,
+        page=None,
+        managed_fields=False,
+    ):
         """Every object of a kind as plain dicts, read page by page (``limit``/``continue``).
 
         List bodies are parsed as JSON: no dynamic-client objects are built, which is what keeps a
         list of tens of thousands of objects linear and cheap. Each page rides on the retry layer; a
         continue token that expired (410) restarts the list from its first page, a bounded number of
         times. A namespace that does not exist lists as empty.
+
+        ``metadata.managedFields`` (the server's record of which client set which field) is dropped
+        from each page as it is parsed unless ``managed_fields``: no rule reads it, and it is about
+        half of what a list holds in memory (golden_info at 50,000 projects: 1.9 GB against 0.8 GB).
         """
         res = self.locate(api_version, kind)
         path = res.path(namespace=namespace if res.namespaced else None)
@@ -959,7 +972,7 @@ class KubeModule(AnsibleModule):
             return (True, {"items": []}) if status_code(exc) == 404 and namespace else None
 
         with paused_gc():
-            items = self._pages(action, path, query, absent_namespace)
+            items = self._pages(action, path, query, absent_namespace, managed_fields)
         for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
@@ -994,7 +1007,7 @@ class KubeModule(AnsibleModule):
                     future.cancel()
                 raise
 
-    def _pages(self, action, path, query, absent_namespace):
+    def _pages(self, action, path, query, absent_namespace, managed_fields):
         """The items of every page of one list, following ``continue``; an expired token restarts it."""
         restarts = 0
         items = []
@@ -1009,7 +1022,11 @@ class KubeModule(AnsibleModule):
                     items, token = [], None
                     continue
                 raise
-            items.extend(answer.get("items") or [])
+            page = answer.get("items") or []
+            if not managed_fields:
+                for item in page:
+                    (item.get("metadata") or {}).pop("managedFields", None)
+            items.extend(page)
             token = (answer.get("metadata") or {}).get("continue")
             if not token:
                 return items

@@ -131,6 +131,7 @@ class Read(object):
                 p["namespace"],
                 label_selector=objects.selector(p["label_selectors"]),
                 field_selector=objects.selector(p["field_selectors"]),
+                managed_fields=True,  # returned as the API server holds them, as a get returns one
             )
         if not p["secret_data"]:
             resources = [objects.hide_secret(r) for r in resources]

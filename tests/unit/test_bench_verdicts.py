@@ -46,6 +46,20 @@ def test_golden_info_lines_give_the_ratio_at_each_size_the_goal_and_the_growth()
     assert slow[2].endswith(": FAIL") and slow[3].endswith("12x (goal <= 11x): FAIL")
 
 
+def test_golden_info_cpu_lines_judge_the_modules_own_cpu_apart_from_the_api_servers():
+    lines = verdict.golden_info_cpu_lines([(5000, 0.6, 1.5), (50000, 6.2, 16.0)])
+    assert lines == [
+        "golden_info 5000 projects: the module's cpu 0.6 s in its process; kube-apiserver and etcd 1.5 s",
+        "golden_info 50000 projects: the module's cpu 6.2 s in its process; kube-apiserver and etcd 16 s",
+        "golden_info 50000 projects, the module's own cpu: 6.2 s (goal <= 10 s): PASS",
+        "golden_info own cpu growth 5000->50000 (10x objects): 10.3x (goal <= 11x): PASS",
+    ]
+    slow = verdict.golden_info_cpu_lines([(5000, 0.6, 1.5), (50000, 10.5, 16.0)])
+    assert slow[2].endswith(": FAIL") and slow[3].endswith("17.5x (goal <= 11x): FAIL")
+    small = verdict.golden_info_cpu_lines([(50, 0.01, 0.02), (500, 0.08, 0.3)])
+    assert small[2].endswith("not judged (goal is at 50000 projects, measured at 500)")
+
+
 def test_floor_lines_split_the_module_time_into_the_api_servers_part_and_its_own():
     lines = verdict.floor_lines("golden_info", "projects", [(5000, 2.0, 3.0), (50000, 30.0, 12.0 + 30.0)])
     assert lines == [

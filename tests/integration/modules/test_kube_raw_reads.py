@@ -94,6 +94,40 @@ def test_reads_go_raw_and_match_the_client(tls_lab):
     assert paths.count("/api/v1") == 1  # each group version discovered once
 
 
+def test_lists_leave_out_managed_fields_unless_asked_and_kube_object_info_asks(tls_lab):
+    namespace = "managed-" + uuid.uuid4().hex[:8]
+    with module(tls_lab.kubeconfig) as m:
+        m.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        m.create(config_map(namespace, "cm", {"a": "1"}))
+        got = m.get("v1", "ConfigMap", "cm", namespace)
+        [listed] = [c for c in m.list("v1", "ConfigMap", namespace) if c["metadata"]["name"] == "cm"]
+        [kept] = [
+            c
+            for c in m.list("v1", "ConfigMap", namespace, managed_fields=True)
+            if c["metadata"]["name"] == "cm"
+        ]
+    assert got["metadata"]["managedFields"]  # the server keeps them: this is what a list drops
+    assert "managedFields" not in listed["metadata"]
+    assert listed["metadata"] == {k: v for k, v in got["metadata"].items() if k != "managedFields"}
+    assert kept == got
+    run = run_playbook(
+        play(
+            module_task(
+                "goldenimage.pipeline.kube_object_info",
+                "read",
+                kubeconfig=str(tls_lab.kubeconfig),
+                api_version="v1",
+                kind="ConfigMap",
+                namespace=namespace,
+            )
+        ),
+        env={"KUBECONFIG": str(tls_lab.kubeconfig)},
+    )
+    assert run.ok, run.log
+    [returned] = [r for r in run["read"]["resources"] if r["metadata"]["name"] == "cm"]
+    assert returned["metadata"]["managedFields"] == got["metadata"]["managedFields"]
+
+
 def test_an_rbac_refusal_reads_as_through_the_client(tls_lab, tmp_path):
     token = tls_lab.add_token(
         "reader-" + uuid.uuid4().hex[:6],
