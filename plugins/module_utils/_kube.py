@@ -955,7 +955,8 @@ class KubeModule(AnsibleModule):
 
         ``metadata.managedFields`` (the server's record of which client set which field) is dropped
         from each page as it is parsed unless ``managed_fields``: no rule reads it, and it is about
-        half of what a list holds in memory (golden_info at 50,000 projects: 1.9 GB against 0.8 GB).
+        half of what a list holds in memory (golden_info at 50,000 projects, the module's process at its
+        peak: 1,039 MiB against 2,080 MiB, for about 0.5 s of CPU spent freeing it page by page).
         """
         res = self.locate(api_version, kind)
         path = res.path(namespace=namespace if res.namespaced else None)
