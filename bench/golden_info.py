@@ -50,7 +50,15 @@ sys.path.insert(0, str(ROOT / ".collections"))
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory, selection  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
-from bench.labproc import COLLECTIONS, LabProcess, baseline_collections, in_parallel, load, playbook  # noqa: E402
+from bench.labproc import (  # noqa: E402
+    COLLECTIONS,
+    LabProcess,
+    add_direct_argument,
+    baseline_collections,
+    in_parallel,
+    load,
+    playbook,
+)
 from bench.verdict import floor_lines, golden_info_cpu_lines, golden_info_lines  # noqa: E402
 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
@@ -585,7 +593,7 @@ def verify_naive(world, lister, family, mode="Filesystem"):
     return out
 
 
-def run_module(lab, kubeconfig, collections=COLLECTIONS):
+def run_module(lab, direct, collections=COLLECTIONS):
     """golden_info through ansible-playbook once: (seconds, API requests by verb, discovery, span, summary,
     peak MiB resident of the module's process)."""
     play = [
@@ -599,8 +607,7 @@ def run_module(lab, kubeconfig, collections=COLLECTIONS):
         }
     ]
     lab.clear_audit()
-    env = dict(K8S_AUTH_KUBECONFIG=str(kubeconfig), KUBECONFIG=str(kubeconfig))
-    stdout, elapsed, _cpu, rss = playbook(play, env=env, collections=collections)
+    stdout, elapsed, _cpu, rss = playbook(play, env=lab.env(direct), collections=collections)
     verbs, discovery = api_requests(lab)
     span = api_span(lab)
     line = next(ln for ln in stdout.splitlines() if "SUMMARY" in ln)
@@ -628,11 +635,7 @@ def main() -> int:
         " running (fleet sizes the API would take long to seed)",
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the GET-each verification")
-    parser.add_argument(
-        "--direct",
-        action="store_true",
-        help="talk to kube-apiserver itself, not through the lab's front (a Python relay no cluster has)",
-    )
+    add_direct_argument(parser)
     parser.add_argument(
         "--floor-pages",
         default="",
@@ -797,7 +800,7 @@ def main() -> int:
                     ("golden_info (ansible-playbook)", COLLECTIONS),
                     ("  the same, managedFields kept", kept),
                 ):
-                    seconds, verbs, discovery, span, summary, rss = run_module(lab, kubeconfig, tree)
+                    seconds, verbs, discovery, span, summary, rss = run_module(lab, args.direct, tree)
                     rows.append(
                         (
                             what,

@@ -143,8 +143,23 @@ class LabProcess:
         """CPU seconds kube-apiserver and etcd have used so far."""
         return self._ask("server_cpu")
 
-    def env(self):
-        return dict(self._env)
+    def env(self, direct=False):
+        """Environment for ansible-playbook; ``direct``: its kubeconfig names kube-apiserver itself."""
+        env = dict(self._env)
+        if direct:
+            env.update(
+                K8S_AUTH_KUBECONFIG=str(self.direct_kubeconfig), KUBECONFIG=str(self.direct_kubeconfig)
+            )
+        return env
+
+
+def add_direct_argument(parser):
+    """``--direct``: the bench's clients talk to kube-apiserver itself, not through the lab's front."""
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="talk to kube-apiserver itself, not through the lab's front (a Python relay no cluster has)",
+    )
 
 
 def baseline_collections(revision, files, into):

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench.labproc import (  # noqa: E402
     COLLECTIONS,
     LabProcess,
+    add_direct_argument,
     baseline_collections,
     in_parallel,
     load,
@@ -147,10 +148,7 @@ def report(lab, collections, direct=False):
         out = Path(tmp) / "result.json"
         play[0]["vars"] = {"out": str(out)}
         lab.clear_audit()
-        env = lab.env()
-        if direct:
-            env.update(K8S_AUTH_KUBECONFIG=str(lab.direct_kubeconfig), KUBECONFIG=str(lab.direct_kubeconfig))
-        _stdout, elapsed, cpu, _rss = playbook(play, env=env, collections=collections)
+        _stdout, elapsed, cpu, _rss = playbook(play, env=lab.env(direct), collections=collections)
         result = json.loads(out.read_text())
     requests = {}
     for record in lab.audit():
@@ -193,11 +191,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="paired runs per size (medians are shown)")
     parser.add_argument("--baseline", default=BASELINE, help="git revision of the adapter to compare with")
     parser.add_argument("--smoke", action="store_true", help="a quick run: 100 and 1,000, once")
-    parser.add_argument(
-        "--direct",
-        action="store_true",
-        help="talk to kube-apiserver itself, not through the lab's front (a Python relay no cluster has)",
-    )
+    add_direct_argument(parser)
     args = parser.parse_args()
     if args.smoke:
         args.instances, args.repeat = "100,1000", 1
