@@ -518,12 +518,12 @@ def floor_once(module, page):
     token is taken from the list metadata, which is at one end of the body. What the module adds is
     its time minus this."""
 
-    def unparsed(path, query=None, api=None):
-        body = module._get_body(path, query, api)
+    def unparsed(path, query, _keep):
+        body = module._get_body(path, query)
         found = CONTINUE.search(body[-4096:]) or CONTINUE.search(body[:4096])
         return {"items": [], "metadata": {"continue": found.group(1).decode() if found else None}}
 
-    module._get_json = unparsed
+    module._get_page = unparsed
     try:
         for query in golden_inventory.observation_plan(golden_inventory.golden_namespaces()):
             if not query["optional"] or module.served(query["api"], query["kind"]):
@@ -535,7 +535,19 @@ def floor_once(module, page):
                     page=page,
                 )
     finally:
-        del module._get_json
+        del module._get_page
+
+
+def json_pages_run(module):
+    """``module_run`` with every page parsed by the standard json module, as without msgspec."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _listpage
+
+    lean = _listpage._lean()
+    _listpage._lean_pair = (None, None)
+    try:
+        return module_run(module)
+    finally:
+        _listpage._lean_pair = lean
 
 
 def report_once(lister):
@@ -704,6 +716,7 @@ def main() -> int:
                 return 1
             # Paired: old and new alternate, so a load swing hits both.
             old_t, new_t, new_cpu, lab_cpu, floor_t, other_t = [], [], [], [], [], {}
+            json_t, json_cpu = [], []
             server_cpu, floor_cpu, floor_server = [], [], []
             old_verbs = new_verbs = None
             for _ in range(args.repeat):
@@ -717,6 +730,9 @@ def main() -> int:
                 server_cpu.append(lab.server_cpu() - server_before)
                 new_t.append(seconds)
                 new_verbs = new_verbs or verbs
+                cpu_before = time.process_time()
+                json_t.append(measure(lab, lambda: json_pages_run(module), 1)[0])
+                json_cpu.append(time.process_time() - cpu_before)
                 cpu_before, server_before = time.process_time(), lab.server_cpu()
                 floor_t.append(measure(lab, lambda: floor_once(module, _kube_page()), 1)[0])
                 floor_cpu.append(time.process_time() - cpu_before)
@@ -736,6 +752,16 @@ def main() -> int:
                     new_s,
                     "%d entries; old/new %.2f; cpu %.3fs here, %.3fs in the lab, %.3fs in its servers"
                     % (summary["project_entries"], old_s / new_s, cpu_s, lab_s, server_s),
+                )
+            )
+            json_cpu_s = statistics.median(json_cpu)
+            rows.append(
+                (
+                    "  the same, pages parsed by json",
+                    count,
+                    new_verbs,
+                    statistics.median(json_t),
+                    "cpu %.3fs here; msgspec pages take %.2fx its cpu" % (json_cpu_s, cpu_s / json_cpu_s),
                 )
             )
             rows.append(

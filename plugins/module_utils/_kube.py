@@ -37,6 +37,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._listpage import decode_page
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
@@ -910,6 +911,10 @@ class KubeModule(AnsibleModule):
         """
         return json.loads(self._get_body(path, query, api))
 
+    def _get_page(self, path, query, keep_managed_fields):
+        """GET one page of a list once and parse it (``_listpage.decode_page``)."""
+        return decode_page(self._get_body(path, query), keep_managed_fields)
+
     def _get_body(self, path, query=None, api=None):
         """GET ``path`` once: the body as bytes (see ``_get_json``)."""
         api = api or self._reader()
@@ -956,7 +961,8 @@ class KubeModule(AnsibleModule):
         ``metadata.managedFields`` (the server's record of which client set which field) is dropped
         from each page as it is parsed unless ``managed_fields``: no rule reads it, and it is about
         half of what a list holds in memory (golden_info at 50,000 projects, the module's process at its
-        peak: 1,039 MiB against 2,080 MiB, for about 0.5 s of CPU spent freeing it page by page).
+        peak: 1,039 MiB against 2,080 MiB). With msgspec installed it is skipped without being built
+        (see ``_listpage``).
         """
         res = self.locate(api_version, kind)
         path = res.path(namespace=namespace if res.namespaced else None)
@@ -1008,26 +1014,27 @@ class KubeModule(AnsibleModule):
                     future.cancel()
                 raise
 
-    def _pages(self, action, path, query, absent_namespace, managed_fields):
-        """The items of every page of one list, following ``continue``; an expired token restarts it."""
+    def _pages(self, action, path, query, absent_namespace, keep):
+        """The items of every page of one list, following ``continue``; an expired token restarts it.
+
+        ``keep``: keep each item's ``metadata.managedFields``.
+        """
         restarts = 0
         items = []
         token = None
         while True:
             sent = query + [("continue", token)] if token else query
             try:
-                answer = self._retrying(action, lambda q=sent: self._get_json(path, q), absent_namespace)
+                answer = self._retrying(
+                    action, lambda q=sent: self._get_page(path, q, keep), absent_namespace
+                )
             except KubeError as exc:
                 if token and exc.status == 410 and restarts < LIST_RESTARTS:
                     restarts += 1
                     items, token = [], None
                     continue
                 raise
-            page = answer.get("items") or []
-            if not managed_fields:
-                for item in page:
-                    (item.get("metadata") or {}).pop("managedFields", None)
-            items.extend(page)
+            items.extend(answer.get("items") or [])
             token = (answer.get("metadata") or {}).get("continue")
             if not token:
                 return items

@@ -94,13 +94,28 @@ def test_reads_go_raw_and_match_the_client(tls_lab):
     assert paths.count("/api/v1") == 1  # each group version discovered once
 
 
-def test_lists_leave_out_managed_fields_unless_asked_and_kube_object_info_asks(tls_lab):
+def test_lists_leave_out_managed_fields_unless_asked_and_kube_object_info_asks(tls_lab, monkeypatch):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _listpage
+
     namespace = "managed-" + uuid.uuid4().hex[:8]
     with module(tls_lab.kubeconfig) as m:
         m.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         m.create(config_map(namespace, "cm", {"a": "1"}))
         got = m.get("v1", "ConfigMap", "cm", namespace)
+        got_namespace = m.get("v1", "Namespace", namespace)
+        json_pages = []
+        monkeypatch.setattr(
+            _listpage.json,
+            "loads",
+            lambda raw, parse=_listpage.json.loads: json_pages.append(1) or parse(raw),
+        )
+        # Namespaces fit the msgspec schema (managedFields never built); ConfigMaps carry "data" and
+        # are parsed by json.
+        [listed_namespace] = [n for n in m.list("v1", "Namespace") if n["metadata"]["name"] == namespace]
+        assert json_pages == []
         [listed] = [c for c in m.list("v1", "ConfigMap", namespace) if c["metadata"]["name"] == "cm"]
+        assert json_pages == [1]
+        monkeypatch.undo()
         [kept] = [
             c
             for c in m.list("v1", "ConfigMap", namespace, managed_fields=True)
@@ -109,6 +124,11 @@ def test_lists_leave_out_managed_fields_unless_asked_and_kube_object_info_asks(t
     assert got["metadata"]["managedFields"]  # the server keeps them: this is what a list drops
     assert "managedFields" not in listed["metadata"]
     assert listed["metadata"] == {k: v for k, v in got["metadata"].items() if k != "managedFields"}
+    assert got_namespace["metadata"]["managedFields"]
+    assert listed_namespace == dict(
+        got_namespace,
+        metadata={k: v for k, v in got_namespace["metadata"].items() if k != "managedFields"},
+    )
     assert kept == got
     run = run_playbook(
         play(
@@ -188,15 +208,15 @@ def test_lists_of_several_kinds_are_in_flight_together_and_answer_in_order(tls_l
         # Every list waits at the barrier until the others are in flight: one after the other, the first
         # would wait alone and break it.
         together = threading.Barrier(len(queries), timeout=30)
-        read = m._get_json
+        read = m._get_page
 
-        def meeting(path, query=None, api=None):
+        def meeting(path, query, keep):
             together.wait()
-            return read(path, query, api)
+            return read(path, query, keep)
 
-        m._get_json = meeting
+        m._get_page = meeting
         assert m.list_each(queries) == want
-        del m._get_json
+        del m._get_page
     # The first list that fails raises its own error (the others have ended by then).
     token = tls_lab.add_token(
         "each-" + uuid.uuid4().hex[:6],
