@@ -1014,11 +1014,8 @@ class KubeModule(AnsibleModule):
                     future.cancel()
                 raise
 
-    def _pages(self, action, path, query, absent_namespace, keep):
-        """The items of every page of one list, following ``continue``; an expired token restarts it.
-
-        ``keep``: keep each item's ``metadata.managedFields``.
-        """
+    def _pages(self, action, path, query, absent_namespace, managed_fields):
+        """The items of every page of one list, following ``continue``; an expired token restarts it."""
         restarts = 0
         items = []
         token = None
@@ -1026,7 +1023,7 @@ class KubeModule(AnsibleModule):
             sent = query + [("continue", token)] if token else query
             try:
                 answer = self._retrying(
-                    action, lambda q=sent: self._get_page(path, q, keep), absent_namespace
+                    action, lambda q=sent: self._get_page(path, q, managed_fields), absent_namespace
                 )
             except KubeError as exc:
                 if token and exc.status == 410 and restarts < LIST_RESTARTS:
