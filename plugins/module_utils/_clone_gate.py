@@ -21,7 +21,13 @@ import json
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _screen, gate, inputs, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _screen,
+    gate,
+    inputs,
+    kinds,
+    serving,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import tcp_connect
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
     WaitError,
@@ -173,6 +179,7 @@ class Gate:
             driver=driver,
             restore=kinds.status(candidate).get("restoreSize"),
             memory=memory,
+            digest=serving.release_digest(candidate),
             result=self.result,
         )
         self.enter("sweep")
@@ -218,9 +225,31 @@ class Gate:
             self.result["msg"] = "%s; %s" % (self.result["msg"], message)
         self.result["done"] = True
         self.result["line"] = self.line
+        self.record()
         if self.result["verdict"] != gate.PASSED and self.p["fail_on_reject"]:
             raise PipelineError(**self.result)
         return self.result
+
+    def record(self):
+        """Write the verdict on the golden for the release digest it carried when the gate began: promotion
+        reads it there (serving.gate_pass), so no caller can declare a pass. No verdict, no record."""
+        verdict = self.result.get("verdict")
+        if verdict in (None, gate.INCONCLUSIVE):
+            return
+        p = self.p
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        record = serving.gate_record(
+            verdict,
+            self.state.get("digest"),
+            self.run_id,
+            at,
+            self.result.get("proof") or "guest-agent",
+            project=self.project,
+        )
+        patch = {"metadata": {"annotations": {serving.GATE_RECORD: record}}}
+        self.module.patch(SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"], patch)
+        self.result["changed"] = True
+        self.result["gate_record"] = json.loads(record)
 
     def predict(self, handle):
         seeded = self.published(handle)

@@ -23,7 +23,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, kinds
@@ -41,9 +40,8 @@ PREVIOUS_DIGEST = "goldenimage.pipeline/previous-release-digest"
 # Written by a rollback (and removed by the next promotion): running the same rollback again is a no-op
 # instead of flipping back to what the first rollback removed.
 ROLLED_BACK = "goldenimage.pipeline/rolled-back"
-# Written on a golden when a clone gate passed for it on its way to being served (a gated promotion or
-# rollback). A rollback restores only a golden that records a pass, unless it runs the gate or is told to.
-GATE_PASSED = "goldenimage.pipeline/gate-passed"
+# Written on a golden at publish: its full release digest (the name keeps 12 hex digits only).
+RELEASE_DIGEST = "goldenimage.pipeline/release-digest"
 
 PATH_SELECTION = "selection"
 PATH_LABEL = "label"
@@ -390,11 +388,12 @@ def recorded_previous(obj):
     return annotations.get(PREVIOUS_SNAPSHOT) or None, annotations.get(PREVIOUS_DIGEST) or None
 
 
-def plan_selection(existing, family, mode, snapshot, digest=None):
+def plan_selection(existing, family, mode, snapshot, digest=None, previous=None):
     """The merge patch that makes ``existing`` select ``snapshot``; None when it already does.
 
-    Promotion records the snapshot (and digest) it replaces; re-selecting the same snapshot changes
-    nothing, not even the record. The mode is written in its canonical spelling.
+    Promotion records the snapshot (and digest) it replaces, or ``previous`` (``(snapshot, digest)``, the
+    golden the projects actually hold) when given; re-selecting the same snapshot changes nothing, not
+    even the record. The mode is written in its canonical spelling.
     """
     spec = _spec(existing)
     mode = golden.normalize_mode(mode)
@@ -405,7 +404,9 @@ def plan_selection(existing, family, mode, snapshot, digest=None):
         patch_spec["snapshotName"] = snapshot
         # A digest belongs to one snapshot: without a new one, the old one must not stay.
         patch_spec["releaseDigest"] = digest
-        if spec.get("snapshotName"):
+        if previous and previous[0]:
+            meta["annotations"] = {PREVIOUS_SNAPSHOT: previous[0], PREVIOUS_DIGEST: previous[1] or None}
+        elif spec.get("snapshotName"):
             meta["annotations"] = {
                 PREVIOUS_SNAPSHOT: spec.get("snapshotName"),
                 PREVIOUS_DIGEST: spec.get("releaseDigest") or None,
@@ -457,9 +458,7 @@ def refuse_label_path(governing, family, mode):
         )
 
 
-def rollback_plan(
-    record, what, current, named=None, missing=None, goldens=None, mode=None, gated=False, allow_ungated=False
-):
+def rollback_plan(record, what, current, named=None, missing=None):
     """What a rollback does: ``{"target", "digest", "noop", "reason"}``; refuses when it must not write.
 
     ``record``: the object carrying the promotion's record (the selection, or the active golden on
@@ -467,10 +466,7 @@ def rollback_plan(
     served now. A rollback that names its target (``named``) is a no-op when that target already
     serves, and is refused unless it is the recorded previous snapshot. Without a name, a rollback
     right after a rollback is a no-op: run twice, it must not flip back to what the first removed.
-
-    A rollback that writes restores a golden of ``goldens`` (those of ``mode``) that records a passing
-    clone gate (GATE_PASSED); one that records none is refused unless this rollback runs the gate
-    (``gated``, its pass is then recorded) or the caller restores it ungated on purpose (``allow_ungated``).
+    Whether the target may be served at all (a gate pass) is ``serving.refuse_ungated``'s to say.
     """
     if record is None:
         raise Refusal(
@@ -500,76 +496,21 @@ def rollback_plan(
             "refusing to roll back: the recorded previous snapshot is %s, not %s as given" % (target, named),
             "writing nothing",
         )
-    if not (gated or allow_ungated):
-        refuse_ungated(find_golden(goldens, target, mode), target, what, mode)
     return {"target": target, "digest": digest, "noop": False, "reason": ""}
 
 
-def refuse_ungated(obj, name, what, mode):
-    """Refuse to roll ``what`` back to golden ``name`` (``obj``; None: missing) unless it records a pass."""
-    subject = "VolumeSnapshot %s/%s" % (golden.namespace_for(mode), name)
-    if obj is None:
-        raise Refusal(subject, "refusing to roll %s back to it: it is not found" % what, "writing nothing")
-    if gate_passed(obj) is None:
+def served_digest(obj, given, name):
+    """The release digest a selection of golden ``name`` (``obj``) carries: the one recorded on the golden
+    at publish; a different one given is refused (a digest belongs to one set of bytes)."""
+    recorded = kinds.annotations(obj).get(RELEASE_DIGEST) or None
+    given = golden.normalize_digest(given) if given else None
+    if given and recorded and given != recorded:
         raise Refusal(
-            subject,
-            "refusing to roll %s back to it: no clone gate ever passed for it (it carries no %s record), and "
-            "a rollback does not silently serve a golden the gate never passed" % (what, GATE_PASSED),
-            "writing nothing; run the clone gate on it as part of the rollback "
-            "(golden_promote_rollback_gate: true, or gate_result: a passing clone_gate result), which "
-            "records the pass, or restore it ungated on purpose with allow_ungated: true "
-            "(golden_promote_rollback_allow_ungated: true)",
+            "option release_digest",
+            "it is %s, but golden %s was published with release digest %s" % (given, name, recorded),
+            "writing nothing; give the golden's own digest, or leave release_digest out",
         )
-
-
-def gate_record(gate, snapshot, now):
-    """The GATE_PASSED value for ``gate``, a clone_gate result that passed for golden ``snapshot``.
-
-    A compact JSON object: ``verdict``, ``at`` (``now``, RFC 3339 UTC) and, when the result has them, the
-    gate's ``memory`` and ``project`` namespace. A result that is not a pass, or the pass of another golden,
-    is refused: only what the gate said of this golden is recorded on it.
-    """
-    gate = gate or {}
-    verdict = gate.get("verdict")
-    if verdict != "passed" or gate.get("passed") is False:
-        raise Refusal(
-            "option gate_result",
-            "its verdict is %s, not passed: only a pass of the clone gate is recorded on a golden"
-            % (verdict or "missing"),
-            "writing nothing; give the result of a gate that passed, or leave gate_result out",
-        )
-    gated = ((gate.get("invocation") or {}).get("module_args") or {}).get("snapshot")
-    if gated and gated != snapshot:
-        raise Refusal(
-            "option gate_result",
-            "it is the clone gate of %s, not of %s" % (gated, snapshot),
-            "writing nothing; give the result of the gate that booted %s" % snapshot,
-        )
-    record = {"verdict": "passed", "at": now}
-    if gate.get("memory"):
-        record["memory"] = gate["memory"]
-    project = (gate.get("source") or {}).get("namespace")
-    if project:
-        record["project"] = project
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))
-
-
-def gate_passed(obj):
-    """The pass a golden records (GATE_PASSED) as a dict; None when it records none, or not a pass."""
-    text = kinds.annotations(obj).get(GATE_PASSED)
-    try:
-        record = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and record.get("verdict") == "passed" else None
-
-
-def gate_patch(obj, record):
-    """The merge patch recording ``record`` on golden ``obj``; None when it records a pass already (the
-    first pass is kept, so a promotion gated again writes nothing)."""
-    if gate_passed(obj) is not None:
-        return None
-    return {"metadata": {"annotations": {GATE_PASSED: record}}}
+    return given or recorded
 
 
 def mark_change(patch, existing, rollback):

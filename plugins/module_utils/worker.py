@@ -20,7 +20,7 @@ import re
 from fractions import Fraction
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers as who_uses
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, mirror, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, mirror, redact, serving
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 NAMESPACE = "cozy-public"
@@ -469,9 +469,11 @@ def delete_consumers(golden, observed):
     return found
 
 
-def refuse_delete_in_use(golden, observed):
-    """Refuse deleting the golden ``golden`` while anything uses it, naming each consumer."""
-    found = delete_consumers(golden, observed)
+def refuse_delete_in_use(golden, observed, pools=()):
+    """Refuse deleting the golden ``golden`` while anything uses it, naming each consumer: what the serving
+    truth of a worker golden says (``serving.worker_users``: its disks and claims, and every pool declared
+    in ``pools`` that names it, whatever its size)."""
+    found = serving.worker_users(golden, delete_consumers(golden, observed), pools, _pool_golden)
     refusal = who_uses.refuse_delete(
         "golden DataVolume %s" % kinds.ref(golden),
         found,
@@ -483,6 +485,10 @@ def refuse_delete_in_use(golden, observed):
     )
     if refusal is not None:
         raise refusal
+
+
+def _pool_golden(raw):
+    return pool_request(raw)["golden"]
 
 
 def refuse_not_golden(namespace, name, dv):

@@ -160,6 +160,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     golden,
     golden_inventory,
     retention,
+    serving,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
@@ -227,12 +228,11 @@ class Retention:
                 continue
             target = next(
                 o
-                for o in retention.pair_goldens(observed, family, mode, self.namespaces)
+                for o in serving.pair_goldens(observed, family, mode, self.namespaces)
                 if o["metadata"]["name"] == entry["name"]
             )
-            refusal = consumers.golden_delete_refusal(
-                where, consumers.golden_consumers(target, observed, self.namespaces)
-            )
+            state = serving.truth(observed, family, mode, self.namespaces)
+            refusal = serving.delete_refusal(state, entry["name"], where)
             if refusal is not None:  # the plan and the guard disagree: the guard wins
                 result["refused"].append(
                     {

@@ -27,10 +27,14 @@ description:
   - The snapshot a promotion replaces is recorded on the selection (annotations
     C(goldenimage.pipeline/previous-snapshot) and C(goldenimage.pipeline/previous-release-digest)), so
     O(rollback=true) restores it.
-  - Given the passing result of M(goldenimage.pipeline.clone_gate) in O(gate_result), it records the pass on
-    the golden it serves (annotation C(goldenimage.pipeline/gate-passed)) before the selection is written. A
-    rollback restores only a golden that records a pass, unless it is gated itself (O(gate_result)) or
-    O(allow_ungated=true) says to restore it without the gate.
+  - Promotion and rollback, on both paths, serve only a golden on which M(goldenimage.pipeline.clone_gate)
+    recorded a pass for its own release digest (annotation C(goldenimage.pipeline/gate), written by the gate,
+    never by a caller). Without one the run is refused naming the golden, writing nothing, unless
+    O(allow_ungated=true) with O(ungated_reason) serves it on purpose; the override is recorded on the golden
+    (annotation C(goldenimage.pipeline/ungated): who, why, when).
+  - The rollback target a promotion records is the golden the projects actually hold (their seeded copies'
+    snapshot handle), not only what a selection named. Every selection governing the family and mode is
+    moved in the one run; selections naming different snapshots are refused before any write.
   - With O(method=label) it uses the legacy C(kube-dc.com/golden-active) label instead, the least bad way;
     the label is removed from the incumbent and added to the candidate back to back, then exactly one active
     golden per family is verified and the length of the window between the two writes is reported. Neither
@@ -89,26 +93,19 @@ options:
         the first rollback removed. To roll back again on purpose, name the target in O(snapshot).
     type: bool
     default: false
-  gate_result:
-    description:
-      - The registered result of M(goldenimage.pipeline.clone_gate) for the golden this task serves (the
-        promotion's candidate, or the rollback's target), passed whole.
-      - Its verdict must be V(passed) and it must be the gate of that golden; anything else is refused,
-        writing nothing.
-      - The pass is recorded on the golden, before the selection or label is written, as annotation
-        C(goldenimage.pipeline/gate-passed), a JSON object with C(verdict), C(at) (UTC), C(memory) and
-        C(project). A golden that records a pass already keeps it, so a promotion gated again writes nothing.
-      - With O(rollback=true) the rollback counts as gated, so it may restore a golden that recorded no pass.
-    type: dict
   allow_ungated:
     description:
-      - With O(rollback=true), restore a golden that records no passing clone gate (no annotation
-        C(goldenimage.pipeline/gate-passed)), on purpose.
-      - Without it and without O(gate_result), such a rollback is refused naming the golden, writing nothing,
-        so a rollback (the second one, say) never silently serves a golden the gate never passed.
-      - A promotion ignores it.
+      - Serve (promote, or roll back to) a golden with no gate pass recorded for its release digest, on
+        purpose. O(ungated_reason) is then required; both are recorded on the golden with user and time.
+      - Without it such a run is refused naming the golden, writing nothing.
     type: bool
     default: false
+  ungated_reason:
+    description: Why the golden is served without a gate pass (recorded with O(allow_ungated=true)).
+    type: str
+  ungated_by:
+    description: Who decided it (recorded with O(allow_ungated=true)); defaults to the user running the task.
+    type: str
   verify_projects:
     description:
       - After the write, wait until every project namespace (see O(project_selector)) resolved to the snapshot
@@ -176,8 +173,8 @@ attributes:
         second time, and a rollback naming its target in O(snapshot) changes nothing when the target serves.
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
-  - Refusals (missing, unready, wrong family or mode, conflicting selections, nothing to roll back, a rollback
-    to a golden no gate passed, a gate result that is not a pass of the golden) write nothing.
+  - Refusals (missing, unready, wrong family or mode, conflicting selections, nothing to roll back, a golden
+    with no gate pass recorded for its release digest) write nothing.
 seealso:
   - module: goldenimage.pipeline.golden_snapshot
   - module: goldenimage.pipeline.golden_info
@@ -199,19 +196,25 @@ EXAMPLES = r"""
     msg: "{{ item.namespace }}: {{ item.handle }} (match: {{ item.match }})"
   loop: "{{ promoted.projects }}"
 
-- name: Boot a tenant-style clone of the candidate first
+- name: Boot a tenant-style clone of the candidate first (it records its verdict on the golden)
   goldenimage.pipeline.clone_gate:
     snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
     snapshot_namespace: golden-images-block
     project_namespace: acme
-  register: gate
 
-- name: Promote it, recording the gate's pass on the golden
+- name: Promote it; refused unless the gate's pass is recorded for its release digest
   goldenimage.pipeline.golden_selection:
     family: ubuntu-24-04
     mode: Block
     snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
-    gate_result: "{{ gate }}"
+
+- name: Serve a golden without the gate, on purpose and on the record
+  goldenimage.pipeline.golden_selection:
+    family: ubuntu-24-04
+    mode: Block
+    snapshot: golden-ubuntu-24-04-20260828-f0dea74da9c5
+    allow_ungated: true
+    ungated_reason: "CVE-2026-1234 hotfix; gate cluster down, change CHG-4411"
 
 - name: Roll back to the snapshot the last promotion replaced, named so a rerun is a no-op
   goldenimage.pipeline.golden_selection:
@@ -350,11 +353,23 @@ projects:
       type: str
 gate_passed:
   description:
-    - The pass of the clone gate the served golden records (annotation C(goldenimage.pipeline/gate-passed)),
-      after the task (in check mode, as predicted); null when it records none.
+    - The gate pass clone_gate recorded on the served golden for its release digest (annotation
+      C(goldenimage.pipeline/gate)); null when it records none (then C(ungated) says who served it and why).
   returned: always
   type: dict
-  sample: {verdict: passed, at: "2026-08-28T10:02:11Z", memory: 8Gi, project: acme}
+  sample:
+    verdict: passed
+    digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+    run: 3fa1c2d4
+    at: "2026-08-28T10:02:11Z"
+    proof: guest-agent
+    project: acme
+ungated:
+  description:
+    - With O(allow_ungated=true) and no gate pass, the record written on the golden (C(by), C(why), C(at)).
+  returned: when a golden was served without a gate pass
+  type: dict
+  sample: {by: ops, why: "hotfix, change CHG-4411", at: "2026-08-28T10:02:11Z"}
 rollback:
   description:
     - With O(rollback=true) when nothing was written, V(noop) true and V(reason), why the named state
@@ -391,11 +406,20 @@ diff:
   type: raw
 """
 
+import getpass
+import json
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden, inputs, kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    golden,
+    golden_inventory,
+    inputs,
+    kinds,
+    serving,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as rules
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     FIRST_POLL,
     KubeModule,
@@ -416,8 +440,9 @@ def argument_spec():
         release_digest=dict(type="str"),
         method=dict(type="str", choices=["selection", "label"], default="selection"),
         rollback=dict(type="bool", default=False),
-        gate_result=dict(type="dict"),
         allow_ungated=dict(type="bool", default=False),
+        ungated_reason=dict(type="str"),
+        ungated_by=dict(type="str"),
         verify_projects=dict(type="bool", default=False),
         namespace=dict(type="str"),
         project_selector=dict(type="str", default=rules.PROJECT_SELECTOR),
@@ -517,40 +542,42 @@ class Promotion:
         rules.refuse_candidate(found, name, self.golden_ns, self.family, self.mode)
         return found
 
-    def rollback(self, record, what, current, missing, goldens):
-        p = self.params
-        plan = rules.rollback_plan(
-            record,
-            what,
-            current,
-            named=p["snapshot"],
-            missing=missing,
-            goldens=goldens,
-            mode=self.mode,
-            gated=bool(p["gate_result"]),
-            allow_ungated=p["allow_ungated"],
-        )
+    def rollback(self, record, what, current, missing):
+        plan = rules.rollback_plan(record, what, current, named=self.params["snapshot"], missing=missing)
         if plan["noop"]:
             self.result["rollback"] = {"noop": True, "reason": plan["reason"]}
         return plan
 
-    def gate_record(self, target):
-        """The record of the gate's pass for ``target`` (refusing any other result), None without one."""
-        gate = self.params["gate_result"]
-        if not gate:
-            return None
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        return rules.gate_record(gate, target, now)
+    def truth(self):
+        """The serving truth of the pair, from the one observation every guard reads."""
+        namespaces = golden_inventory.golden_namespaces()
+        observed = observe(self.module, namespaces, self.family)
+        return serving.truth(observed, self.family, self.mode, namespaces)
 
-    def record_gate(self, candidate, record):
-        """Write the gate's pass on the golden about to be served (first pass kept); returns the golden."""
-        patch = rules.gate_patch(candidate, record) if record else None
-        if patch:
+    def intent(self, goldens, target, what, noop):
+        """The candidate, checked: the golden contract, then a gate pass recorded for its release digest or
+        the override on the record (written on the golden before the selection or label moves)."""
+        p = self.params
+        candidate = self.check_candidate(goldens, target)
+        if noop:
+            self.result["gate_passed"] = serving.gate_pass(candidate)
+            return candidate
+        if serving.refuse_ungated(
+            candidate, target, what, self.mode, p["allow_ungated"], p["ungated_reason"]
+        ):
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+            by = p["ungated_by"] or getpass.getuser()
+            record = serving.ungated_record(by, p["ungated_reason"], now)
+            patch = {"metadata": {"annotations": {serving.UNGATED: record}}}
             candidate, _changed = self.module.patch(
-                API, KIND, _name(candidate), self.golden_ns, patch, before=candidate
+                API, KIND, target, self.golden_ns, patch, before=candidate
             )
             self.result["changed"] = True
-        self.result["gate_passed"] = rules.gate_passed(candidate)
+            self.result["ungated"] = json.loads(record)
+            self.module.warn(
+                "serving %s without a gate pass, on purpose: %s (by %s)" % (target, p["ungated_reason"], by)
+            )
+        self.result["gate_passed"] = serving.gate_pass(candidate)
         return candidate
 
     # method=selection ----------------------------------------------------------------------------
@@ -559,6 +586,7 @@ class Promotion:
         p = self.params
         goldens, selections = self.read()
         before = self.report_state(goldens, selections)
+        state = self.truth()
         existing = rules.governing_selection(selections, self.family, self.mode)
         wanted_name = rules.selection_name(self.family, self.mode)
         if existing is None:
@@ -569,62 +597,76 @@ class Promotion:
         self.result["previous"] = {
             "snapshot": before["snapshot"]
             if before["path"] != rules.PATH_SELECTION
-            else spec.get("snapshotName"),
+            else spec.get("snapshotName") or None,
             "release_digest": spec.get("releaseDigest"),
             "path": before["path"],
         }
         noop = False
+        what = (
+            "GoldenImageSelection %s/%s" % (_ns(existing), _name(existing))
+            if existing is not None
+            else "GoldenImageSelection for %s/%s" % (self.family, self.mode)
+        )
         if p["rollback"]:
-            what = (
-                "GoldenImageSelection %s/%s" % (_ns(existing), _name(existing))
-                if existing is not None
-                else "GoldenImageSelection for %s/%s" % (self.family, self.mode)
-            )
             missing = "no GoldenImageSelection governs %s/%s in %s, so no previous snapshot is recorded" % (
                 self.family,
                 self.mode,
                 self.selection_ns,
             )
-            plan = self.rollback(existing, what, spec.get("snapshotName"), missing, goldens)
+            plan = self.rollback(existing, what, spec.get("snapshotName"), missing)
             target, digest, noop = plan["target"], plan["digest"], plan["noop"]
             if noop:
                 digest = spec.get("releaseDigest")
         else:
             target, digest = p["snapshot"], p["release_digest"]
-        record = self.gate_record(target)
-        candidate = self.record_gate(self.check_candidate(goldens, target), record)
+        candidate = self.intent(goldens, target, what, noop)
+        digest = rules.served_digest(candidate, digest, target)
+        previous = serving.rollback_previous(state)
+        previous = (previous, None) if previous and previous != target else None
 
         if existing is None:
-            previous = before["snapshot"] if before["snapshot"] != target else None
             after = self.module.create(
                 rules.selection_definition(
-                    wanted_name, self.selection_ns, self.family, self.mode, target, digest, (previous, None)
+                    wanted_name, self.selection_ns, self.family, self.mode, target, digest, previous
                 )
             )
-            changed = True
+            changed, written = True, [(None, after)]
         else:
-            patch = None if noop else rules.plan_selection(existing, self.family, self.mode, target, digest)
-            patch = rules.mark_change(patch, existing, rollback=p["rollback"] and not noop)
-            after, changed = existing, False
-            if patch:
-                after, changed = self.module.patch(
-                    rules.SELECTION_API_VERSION,
-                    rules.SELECTION_KIND,
-                    _name(existing),
-                    _ns(existing),
-                    patch,
-                    before=existing,
+            # Every selection governing the pair moves in this run: none is left naming the old golden.
+            written, changed = [], False
+            for sel in rules.selections_for(selections, self.family, self.mode) or [existing]:
+                patch = (
+                    None
+                    if noop
+                    else rules.plan_selection(sel, self.family, self.mode, target, digest, previous)
                 )
+                patch = rules.mark_change(patch, sel, rollback=p["rollback"] and not noop)
+                after = sel
+                if patch:
+                    after, one = self.module.patch(
+                        rules.SELECTION_API_VERSION,
+                        rules.SELECTION_KIND,
+                        _name(sel),
+                        _ns(sel),
+                        patch,
+                        before=sel,
+                    )
+                    changed = changed or one
+                written.append((sel, after))
+            after = written[0][1]
         self.result["changed"] = self.result["changed"] or changed
         self.result["selection"] = after
         if self.module._diff:
-            self.result["diff"] = object_diff(existing, after)
+            diffs = [object_diff(old, new) for old, new in written]
+            self.result["diff"] = diffs[0] if len(diffs) == 1 else diffs
         self.result["selected"] = {
             "snapshot": target,
             "namespace": self.golden_ns,
             "release_digest": kinds.spec(after).get("releaseDigest"),
             "selection": "%s/%s" % (_ns(after) or self.selection_ns, _name(after)),
         }
+        if len(written) > 1:
+            self.result["selections"] = ["%s/%s" % (_ns(new), _name(new)) for _old, new in written]
         return self.verify(candidate)
 
     # method=label --------------------------------------------------------------------------------
@@ -659,12 +701,14 @@ class Promotion:
                     self.mode,
                 )
             )
-            plan = self.rollback(incumbent, what, _name(incumbent), missing, goldens)
+            plan = self.rollback(incumbent, what, _name(incumbent), missing)
             target, rolled_back = plan["target"], not plan["noop"]
         else:
             target = p["snapshot"]
-        record = self.gate_record(target)
-        candidate = self.record_gate(self.check_candidate(goldens, target), record)
+            what = "%s on the label path" % golden.ACTIVE_LABEL
+        noop = not rolled_back and p["rollback"]
+        candidate = self.intent(goldens, target, what, noop)
+        previous = serving.rollback_previous(self.truth())
         recorded = self.result["changed"]
         plan = rules.label_plan(goldens, self.family, self.mode, target)
         original = {_name(g): g for g in goldens}
@@ -686,8 +730,8 @@ class Promotion:
             diffs.append(object_diff(original[name], after))
         if plan["add"]:
             meta = {"labels": {golden.ACTIVE_LABEL: "true"}}
-            if incumbent is not None and _name(incumbent) != target:
-                meta["annotations"] = rules.previous_annotations((_name(incumbent), None))
+            if previous and previous != target:
+                meta["annotations"] = rules.previous_annotations((previous, None))
             first_write = first_write or time.monotonic()
             patch = rules.mark_change({"metadata": meta}, candidate, rollback=rolled_back)
             after, _changed = self.module.patch(API, KIND, target, self.golden_ns, patch, candidate)

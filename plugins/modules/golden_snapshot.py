@@ -21,14 +21,21 @@ description:
     changing only its labels and annotations.
   - Goldens are named by version, C(golden-<family>-<YYYYMMDD>-<first 12 hex of the digest>), so a
     candidate sits beside the incumbent. A new golden is never active; promotion is a separate step
-    (M(goldenimage.pipeline.golden_selection)).
+    (M(goldenimage.pipeline.golden_selection)). With O(digest) the full digest is written on the golden
+    (annotation C(goldenimage.pipeline/release-digest)); the clone gate records its verdict for it.
+  - Publishing never makes a golden served. The first golden of a family and mode is published behind a
+    holding C(GoldenImageSelection) that names no snapshot (annotation C(goldenimage.pipeline/hold)), so
+    the family stays held until the first promotion. Where the seeder would serve a new golden by list
+    order (the label path with no golden labelled active, or two; a first golden on a cluster without
+    the selection kind), publishing is refused before anything is written.
   - With O(state=validated) it reports every contract key that is missing or inconsistent and changes nothing.
-  - With O(state=absent) it first asks who uses the golden, with the reference query
-    M(goldenimage.pipeline.golden_info) reports from, and refuses naming every consumer (kind,
-    C(namespace/name) and why) - PersistentVolumeClaims and DataVolumes still restoring from it directly or
-    through a project's seeded copy, project copies on its snapshot handle, C(GoldenImageSelection)s that
-    select it or record it as their rollback target, goldens recording it as theirs, and its own active
-    label. A refused run deletes nothing.
+  - With O(state=absent) it first asks the serving truth of the golden's family and mode (the one
+    M(goldenimage.pipeline.golden_info) and M(goldenimage.pipeline.golden_retention) ask) and refuses,
+    naming each reason, while the golden is served, staged (newer than what is served), the recorded
+    rollback target, in a held family, or used - PersistentVolumeClaims and DataVolumes still restoring
+    from it directly or through a project's seeded copy (gate and export volumes included), project copies
+    on its snapshot handle, C(GoldenImageSelection)s that select it or record it as their rollback target,
+    goldens recording it as theirs, and its own active label. A refused run deletes nothing.
   - Nothing producer-specific is written, only the contract keys above. The active label
     (C(kube-dc.com/golden-active)) and C(kube-dc.com/clone-min-size) are never written by this module.
 author:
@@ -107,11 +114,10 @@ options:
     default: true
   force:
     description:
-      - With O(state=absent), delete even a golden that is active, selected or recorded as a rollback target.
-        What that loses, new projects of the family are no longer seeded (an active or selected golden; the
-        selection fails closed and the family is skipped), and a rollback to it has nothing to restore.
-      - It never overrides a clone still restoring from the golden or a project copy on its snapshot handle,
-        since deleting the golden deletes the storage snapshot they read; those always refuse.
+      - With O(state=absent), delete a golden that is only staged (withdrawing a candidate on purpose) or
+        that belongs to a held family.
+      - It never overrides what is served, selected or labelled active, the recorded rollback target, a clone
+        still restoring from the golden or a project copy on its snapshot handle; those always refuse.
     type: bool
     default: false
 extends_documentation_fragment:
@@ -299,6 +305,28 @@ duration:
   returned: always
   type: float
   sample: 3.2
+held:
+  description:
+    - Set when publishing wrote the holding C(GoldenImageSelection) of a family with nothing served
+      (C(namespace/name) and why).
+  returned: when state is present and the family was held by this run
+  type: str
+  sample: >-
+    golden-images/ubuntu-24-04-filesystem: published, not promoted: nothing of this family is served
+    until the first promotion
+serving:
+  description:
+    - The serving truth of the family and mode when a golden is created or stamped, before the write
+      (C(served), C(path), C(held), C(why), C(staged)).
+  returned: when state is present and the golden was created or stamped
+  type: dict
+  sample: {served: null, path: none, held: false, why: "", staged: []}
+keep:
+  description: With O(state=absent), each reason the golden is kept, as C({reason, why}).
+  returned: when state is absent and the delete is refused
+  type: list
+  elements: dict
+  sample: [{reason: served, why: "it is served for ubuntu-24-04/Filesystem (...)"}]
 consumers:
   description:
     - With O(state=absent), who uses the golden, as C({kind, namespace, name, why, loses}); V(loses) says
@@ -333,16 +361,22 @@ diff:
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
-    consumers,
     golden,
     golden_inventory,
     inputs,
+    kinds,
+    selection,
+    serving,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND
@@ -464,7 +498,11 @@ class Golden:
         except golden.GoldenError as exc:
             raise PipelineError(str(exc), snapshot=existing or {}, **self.result) from None
         after = existing
+        if plan["action"] in ("create", "stamp"):
+            self.hold_until_promoted(p["family"], mode)
         if plan["action"] == "create":
+            if self.digest:
+                plan["definition"]["metadata"]["annotations"][serving.RELEASE_DIGEST] = self.digest
             after = self.module.create(plan["definition"])
             self.result["changed"] = True
         elif plan["action"] == "stamp":
@@ -478,6 +516,23 @@ class Golden:
         self.result.update(snapshot=after, golden=self.summary(after))
         self.warn_unknown(after)
         return self.result
+
+    def hold_until_promoted(self, family, mode):
+        """Publishing never serves: a family with nothing served gets a holding selection before its first
+        golden, and a family the seeder would serve by list order is refused (serving.publish_plan)."""
+        namespaces = golden_inventory.golden_namespaces()
+        state = serving.truth(observe(self.module, namespaces, family), family, mode, namespaces)
+        kind_served = self.module.served(selection.SELECTION_API_VERSION, selection.SELECTION_KIND)
+        try:
+            action = serving.publish_plan(state, kind_served)
+        except Refusal as exc:
+            exc.fields.update(self.result)
+            raise
+        if action == "hold":
+            held = self.module.create(serving.holding_selection(family, mode))
+            self.result["changed"] = True
+            self.result["held"] = "%s/%s: %s" % (kinds.namespace(held), kinds.name(held), serving.HOLD_REASON)
+        self.result["serving"] = {k: state[k] for k in ("served", "path", "held", "why", "staged")}
 
     def wait_ready(self, name, namespace, current):
         phases = self.result["progress"]
@@ -572,15 +627,9 @@ class Golden:
 
     # state=absent ------------------------------------------------------------------------------
 
-    def consumers(self, existing):
-        """Who uses this golden: the reference query golden_info reports from, asked before any delete."""
-        namespaces = golden_inventory.golden_namespaces()
-        observed = observe(self.module, namespaces, golden.observed_family(existing))
-        return consumers.golden_consumers(existing, observed, namespaces)
-
     def absent(self):
         p = self.params
-        _mode, namespace = self.placement()
+        mode, namespace = self.placement()
         name = self.name()
         existing = self.module.get(API, KIND, name, namespace)
         self.result.update(action="none", snapshot={}, golden={})
@@ -588,15 +637,20 @@ class Golden:
             return self.result
         self.result["golden"] = self.summary(existing)
         where = "%s %s/%s" % (KIND, namespace, name)
-        found = self.consumers(existing)
+        # The serving truth of the golden's own family and mode, asked right before the delete.
+        family = golden.observed_family(existing)
+        namespaces = golden_inventory.golden_namespaces()
+        state = serving.truth(observe(self.module, namespaces, family), family, mode, namespaces)
+        found = state["users"].get(name, [])
         self.result["consumers"] = found
-        refusal = consumers.golden_delete_refusal(where, found, p["force"])
+        refusal = serving.delete_refusal(state, name, where, p["force"])
         if refusal is not None:
             refusal.fields.update(self.result)
             raise refusal
-        if found:
+        reasons = serving.keep_reasons(state, name)
+        if reasons:
             self.module.warn(
-                "force: deleting %s although %s" % (where, "; ".join(consumers.describe(c) for c in found))
+                "force: deleting %s although %s" % (where, "; ".join(why for _r, why in reasons))
             )
         changed = self.module.delete(API, KIND, name, namespace, before=existing)
         self.result.update(changed=changed, action="delete" if changed else "none")

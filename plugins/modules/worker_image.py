@@ -23,8 +23,8 @@ description:
   - O(state=absent) deletes the golden O(name), refused while anything uses it, naming each consumer (a
     worker disk cloning it by C(source.pvc) or the golden annotation, a claim cloning it by C(dataSource)
     or C(dataSourceRef), a VirtualMachine's C(dataVolumeTemplates), a VolumeSnapshot of it, a pod or a
-    VirtualMachine mounting it, in any namespace), with the reference query every delete path of the
-    collection asks.
+    VirtualMachine mounting it, in any namespace) or a pool of O(pools) that names it, with the reference
+    query every delete path of the collection asks.
   - O(state=info) answers, for every golden, its phase and progress and which pools and disks clone it.
   - O(state=rendered) returns the worker disk of O(pool). With C(osImage) it is a clone of the golden
     (C(source.pvc)) on the StorageClass the guards checked; without it, the HTTP import exactly as it
@@ -125,6 +125,14 @@ options:
       imageURL:
         description: The image the pool's disks import over HTTP when O(pool.osImage) is absent.
         type: str
+  pools:
+    description:
+      - The pools declared in the catalog, each in the shape O(pool) takes (checked the same way).
+      - O(state=absent) refuses to delete a golden that any of them names in C(osImage), whatever its number
+        of workers (a pool scaled to zero still clones it at its next scale-up).
+    type: list
+    elements: dict
+    default: []
   allow_host_assisted:
     description:
       - Accept a clone strategy of V(copy) (a host-assisted copy over the pod network) instead of refusing it.
@@ -315,6 +323,7 @@ def argument_spec():
                 imageURL=dict(type="str"),
             ),
         ),
+        pools=dict(type="list", elements="dict", default=[]),
         allow_host_assisted=dict(type="bool", default=False),
         url_validate_certs=dict(type="bool", default=True),
     )
@@ -447,7 +456,7 @@ class Runner:
             return self._done({"changed": False, "goldens": []})
         worker.refuse_not_golden(self.ns, name, dv)
         observed = observe_volume_users(self.module, self.ns)
-        worker.refuse_delete_in_use(dv, observed)
+        worker.refuse_delete_in_use(dv, observed, self.p["pools"])
         summary = self._summaries([dv], observed["datavolumes"])
         self.module.delete(*DV, name=name, namespace=self.ns, before=dv)
         return self._done({"changed": True, "goldens": summary, "diff": object_diff(dv, None)})

@@ -87,7 +87,7 @@ CASES = [
         2,
         ["20260601", "20260501", "20260401", "20260301", "20260201"],
         ["20260101"],
-        ("20260301", "newer than served"),
+        ("20260301", "staged"),
     ),
     (
         "a clone in flight keeps an old one",
@@ -99,7 +99,7 @@ CASES = [
         2,
         ["20260601", "20260501", "20260101"],
         ["20260401", "20260301", "20260201"],
-        ("20260101", "cloned by PersistentVolumeClaim golden-images/vm-1-root (restores from it directly)"),
+        ("20260101", "PersistentVolumeClaim golden-images/vm-1-root restores from it directly"),
     ),
     (
         "a selection recording an old one as its rollback target keeps it",
@@ -109,7 +109,7 @@ CASES = [
         1,
         ["20260601", "20260201"],
         ["20260501", "20260401", "20260301", "20260101"],
-        ("20260201", "rollback target of GoldenImageSelection golden-images/sel"),
+        ("20260201", "rollback target"),
     ),
     (
         "a selection naming an old one: it is served, everything newer stays",
@@ -117,7 +117,7 @@ CASES = [
         1,
         DATES[::-1],
         [],
-        ("20260101", "selected by GoldenImageSelection golden-images/sel"),
+        ("20260101", "GoldenImageSelection golden-images/sel names it in spec.snapshotName"),
     ),
     (
         "label path: the active one is served, newer candidates stay",
@@ -127,7 +127,7 @@ CASES = [
         1,
         ["20260401", "20260301"],
         ["20260201", "20260101"],
-        ("20260401", "newer than served"),
+        ("20260401", "staged"),
     ),
     (
         "fewer goldens than keep: nothing to delete",
@@ -157,7 +157,7 @@ def test_a_held_pair_deletes_nothing():
     planned = retention.plan(observed(snapshots=goldens(*DATES), selections=two), FAMILY, "Filesystem", 1)
     assert planned["held"] is True and planned["served"] is None
     assert planned["delete"] == []
-    assert any(r.startswith("the pair is held") for r in reasons(planned, "20260101"))
+    assert any("is held" in r for r in reasons(planned, "20260101"))
 
 
 def test_other_families_and_modes_are_not_counted():

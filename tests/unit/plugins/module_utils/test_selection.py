@@ -465,34 +465,21 @@ def test_selection_method_needs_the_kind_and_label_method_needs_no_selection():
     assert s.refuse_label_path([], "deb", "Filesystem") is None
 
 
-PASSED = '{"at":"2026-01-01T00:00:00Z","verdict":"passed"}'
-
-
-def gated(name, **kw):
-    """A golden that records a passing clone gate, as a promoted one does."""
-    found = golden(name, **kw)
-    found["metadata"]["annotations"][s.GATE_PASSED] = PASSED
-    return found
-
-
-GATED = [gated("a"), gated("b"), gated("c")]
-
-
 def test_rollback_plan_restores_the_record_once():
     promoted = selection("sel", "b", **{s.PREVIOUS_SNAPSHOT: "a", s.PREVIOUS_DIGEST: OLD_DIGEST})
-    plan = s.rollback_plan(promoted, "sel", "b", goldens=GATED)
+    plan = s.rollback_plan(promoted, "sel", "b")
     assert plan == {"target": "a", "digest": OLD_DIGEST, "noop": False, "reason": ""}
     patch = s.mark_change(s.plan_selection(promoted, "deb", "Filesystem", "a", OLD_DIGEST), promoted, True)
     assert patch["metadata"]["annotations"][s.ROLLED_BACK] == "true"
     # After the rollback: the record now names b, the mark says a rollback put a there.
     rolled = selection("sel", "a", **{s.PREVIOUS_SNAPSHOT: "b", s.ROLLED_BACK: "true"})
-    again = s.rollback_plan(rolled, "sel", "a", goldens=GATED)
+    again = s.rollback_plan(rolled, "sel", "a")
     assert again["noop"] is True and again["target"] == "a" and "already rolled back to a" in again["reason"]
     # Naming the target moves on purpose; naming what serves is a no-op; naming anything else is refused.
-    assert s.rollback_plan(rolled, "sel", "a", named="b", goldens=GATED)["target"] == "b"
-    assert s.rollback_plan(rolled, "sel", "a", named="a", goldens=GATED)["noop"] is True
+    assert s.rollback_plan(rolled, "sel", "a", named="b")["target"] == "b"
+    assert s.rollback_plan(rolled, "sel", "a", named="a")["noop"] is True
     with pytest.raises(s.Refusal, match="the recorded previous snapshot is b, not c as given"):
-        s.rollback_plan(rolled, "sel", "a", named="c", goldens=GATED)
+        s.rollback_plan(rolled, "sel", "a", named="c")
     with pytest.raises(s.Refusal, match=r"^sel: refusing to roll back: nothing governs"):
         s.rollback_plan(None, "sel", None, missing="nothing governs")
     # The next promotion removes the mark, so the rollback after it restores again.
@@ -501,96 +488,23 @@ def test_rollback_plan_restores_the_record_once():
     assert s.mark_change(None, rolled, False) is None
 
 
-def test_a_rollback_to_a_golden_no_gate_passed_needs_the_gate_or_the_override():
-    """Promoted through the gate: a. Promoted with the gate off: b. Rolled back from b to a, the record
-    names b: a second rollback back to b must not happen silently."""
-    rolled = selection("sel", "a", **{s.PREVIOUS_SNAPSHOT: "b", s.ROLLED_BACK: "true"})
-    goldens = [gated("a"), golden("b")]
-    with pytest.raises(s.Refusal) as refused:
-        s.rollback_plan(rolled, "GoldenImageSelection golden-images/sel", "a", named="b", goldens=goldens)
-    msg = refused.value.msg
-    assert msg.startswith(
-        "VolumeSnapshot golden-images/b: refusing to roll GoldenImageSelection golden-images/sel back to it: "
-        "no clone gate ever passed for it (it carries no %s record)" % s.GATE_PASSED
-    ), msg
-    # Both supported moves are named: the gate (role and module spelling), or the explicit override.
-    assert "golden_promote_rollback_gate: true" in msg and "gate_result" in msg
-    assert "allow_ungated: true" in msg and "golden_promote_rollback_allow_ungated: true" in msg
-    assert refused.value.result["refused"] is True
-    # A rollback that runs the gate, or says so on purpose, restores it.
-    assert s.rollback_plan(rolled, "sel", "a", named="b", goldens=goldens, gated=True)["target"] == "b"
-    assert (
-        s.rollback_plan(rolled, "sel", "a", named="b", goldens=goldens, allow_ungated=True)["target"] == "b"
-    )
-    # Nothing to restore is nothing to refuse: no-ops stay no-ops.
-    assert s.rollback_plan(rolled, "sel", "a", goldens=goldens)["noop"] is True
-    assert s.rollback_plan(rolled, "sel", "a", named="a", goldens=goldens)["noop"] is True
+def test_a_promotion_records_what_the_projects_hold_as_the_rollback_target():
+    """The selection names b, which never served (say it was broken); the projects still hold a: the
+    record must name a, or a rollback would restore what no project ever ran."""
+    sel = selection("sel", "b")
+    patch = s.plan_selection(sel, "deb", "Filesystem", "c", previous=("a", None))
+    assert patch["metadata"]["annotations"][s.PREVIOUS_SNAPSHOT] == "a"
+    assert s.plan_selection(sel, "deb", "Filesystem", "c")["metadata"]["annotations"][s.PREVIOUS_SNAPSHOT] == "b"
 
 
-def test_the_gate_rule_fails_closed():
-    promoted = selection("sel", "b", **{s.PREVIOUS_SNAPSHOT: "a"})
-    # A target not listed, or listed in the other mode's namespace, is not restored.
-    with pytest.raises(s.Refusal, match=r"^VolumeSnapshot golden-images/a: .* it is not found"):
-        s.rollback_plan(promoted, "sel", "b")
-    with pytest.raises(s.Refusal, match=r"^VolumeSnapshot golden-images-block/a: .* it is not found"):
-        s.rollback_plan(promoted, "sel", "b", goldens=GATED, mode="Block")
-    assert (
-        s.rollback_plan(promoted, "sel", "b", goldens=[gated("a", mode="Block")], mode="block")["target"]
-        == "a"
-    )
-    # A record that is not a pass, or not JSON, is no pass.
-    for text in ('{"verdict":"no_boot"}', "yes", "", "[1]"):
-        other = golden("a")
-        other["metadata"]["annotations"][s.GATE_PASSED] = text
-        assert s.gate_passed(other) is None
-        with pytest.raises(s.Refusal, match="no clone gate ever passed"):
-            s.rollback_plan(promoted, "sel", "b", goldens=[other])
-
-
-def gate_result(snapshot="g1", verdict="passed", **extra):
-    result = {
-        "verdict": verdict,
-        "passed": verdict == "passed",
-        "memory": "8Gi",
-        "source": {"namespace": "acme", "name": "golden-deb"},
-        "invocation": {"module_args": {"snapshot": snapshot}},
-    }
-    result.update(extra)
-    return result
-
-
-def test_a_passing_gate_is_recorded_once():
-    record = s.gate_record(gate_result(), "g1", "2026-08-28T10:02:11Z")
-    assert record == '{"at":"2026-08-28T10:02:11Z","memory":"8Gi","project":"acme","verdict":"passed"}'
-    fresh = golden("g1")
-    assert s.gate_patch(fresh, record) == {"metadata": {"annotations": {s.GATE_PASSED: record}}}
-    fresh["metadata"]["annotations"][s.GATE_PASSED] = record
-    assert s.gate_passed(fresh) == {
-        "at": "2026-08-28T10:02:11Z",
-        "memory": "8Gi",
-        "project": "acme",
-        "verdict": "passed",
-    }
-    # Gated again later: the first pass is kept, nothing is written.
-    assert s.gate_patch(fresh, s.gate_record(gate_result(), "g1", "2026-09-01T00:00:00Z")) is None
-    # A result without invocation or source records what it has.
-    bare = {"verdict": "passed", "passed": True}
-    assert s.gate_record(bare, "g1", "T") == '{"at":"T","verdict":"passed"}'
-
-
-@pytest.mark.parametrize(
-    "result,match",
-    [
-        (gate_result(verdict="port_unreachable"), "its verdict is port_unreachable, not passed"),
-        (gate_result(verdict="inconclusive"), "its verdict is inconclusive, not passed"),
-        ({"skipped": True}, "its verdict is missing, not passed"),
-        (gate_result(passed=False), "its verdict is passed, not passed"),
-        (gate_result(snapshot="g2"), "it is the clone gate of g2, not of g1"),
-    ],
-)
-def test_only_a_pass_of_the_golden_is_recorded(result, match):
-    with pytest.raises(s.Refusal, match=r"^option gate_result: " + match):
-        s.gate_record(result, "g1", "T")
+def test_the_release_digest_served_is_the_one_published_with_the_golden():
+    g = golden("g1")
+    g["metadata"]["annotations"][s.RELEASE_DIGEST] = DIGEST
+    assert s.served_digest(g, None, "g1") == DIGEST
+    assert s.served_digest(g, DIGEST.upper(), "g1") == DIGEST
+    with pytest.raises(s.Refusal, match=r"^option release_digest: it is sha256:.*published with release digest"):
+        s.served_digest(g, OLD_DIGEST, "g1")
+    assert s.served_digest(golden("g2"), OLD_DIGEST, "g2") == OLD_DIGEST
 
 
 def test_verification_line_state_and_timeout_name_what_is_pending():

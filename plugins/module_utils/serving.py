@@ -1,0 +1,350 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""The one serving truth of a (family, mode), and the rules that keep it: what may be deleted, promoted, held.
+
+Pure: no I/O. ``truth`` answers, from one observation (``golden_inventory.assemble``'s ``observed``), which
+golden is served and through what (a selection wherever one governs, else the label path), which goldens are
+staged (newer than the served one, or every golden while nothing is served), which golden is the recorded
+rollback target, whether the family is held and why, which golden the projects actually hold, and who uses
+each golden (selections, the active label, project copies, clones in flight, gate and export volumes: every
+claim or DataVolume restoring from it). Retention, every delete, promotion, rollback, golden_info and the
+gate's choice of candidate ask it; none keeps a copy of the rule.
+
+Intent before serving: a golden is promoted only with a gate pass that ``clone_gate`` recorded on it for
+its exact release digest (``GATE_RECORD``), or with an override that records who and why (``UNGATED``).
+Publishing never serves: the first golden of a family is published behind a holding selection.
+
+Worker goldens (Cozystack's DataVolumes in ``cozy-public``) have no selection; what uses one is the pools
+declared in the catalog that name it, and the disks made from it (``worker_users``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    consumers,
+    golden,
+    golden_inventory,
+    kinds,
+    selection,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+
+# On the golden, written by golden_snapshot at publish: the full digest (the name keeps 12 hex only).
+RELEASE_DIGEST = selection.RELEASE_DIGEST
+# On the golden, written by clone_gate: its verdict for the golden's release digest (JSON).
+GATE_RECORD = "goldenimage.pipeline/gate"
+# On the golden, written by a promotion that served it without a gate pass on purpose (JSON: by, why, at).
+UNGATED = "goldenimage.pipeline/ungated"
+# On a holding selection: why it names no snapshot.
+HOLD = "goldenimage.pipeline/hold"
+HOLD_REASON = "published, not promoted: nothing of this family is served until the first promotion"
+
+SERVED = "served"
+STAGED = "staged"
+ROLLBACK = "rollback target"
+HELD = "the family is held"
+# What an explicit, forced delete of one named golden may go past: withdrawing a candidate, or deleting in a
+# family that is held. Nothing served, recorded for rollback, cloned, copied or declared is ever forced.
+FORCEABLE = (STAGED, HELD)
+
+
+def _recency(obj, family):
+    version = golden_inventory.parse_version(kinds.name(obj), family)
+    date = version["date"] or golden_inventory._created_date(obj) or ""
+    created = str(kinds.meta(obj).get("creationTimestamp") or "")
+    return (date, created, kinds.name(obj) or "")
+
+
+def newest_first(goldens, family):
+    """Goldens ordered newest first (version date, then creation time, then name)."""
+    return sorted(goldens, key=lambda obj: _recency(obj, family), reverse=True)
+
+
+def pair_goldens(observed, family, mode, namespaces):
+    """The goldens of (family, mode) from ``observed`` (golden namespaces only), in list order."""
+    goldens, _copies = golden_inventory.split_snapshots(observed.get("snapshots"), namespaces)
+    return [obj for obj_mode, obj in goldens if obj_mode == mode and golden.observed_family(obj) == family]
+
+
+def governing(observed, namespaces):
+    """The selections the consumer reads: those of every golden namespace, whichever wrote them."""
+    return golden_inventory._governing(observed.get("selections"), namespaces)
+
+
+def is_holding(sel):
+    """A selection that names no snapshot on purpose: the family stays held until the first promotion."""
+    return not kinds.spec(sel).get("snapshotName")
+
+
+def holding_selection(family, mode):
+    """The selection that holds a family published for the first time: it names no snapshot."""
+    body = selection.selection_definition(
+        selection.selection_name(family, mode), selection.SELECTION_NAMESPACE, family, mode, ""
+    )
+    body["metadata"]["annotations"] = {HOLD: HOLD_REASON}
+    return body
+
+
+def _projects_hold(observed, namespaces, family, mode):
+    """``{golden name: number of project copies on its handle}`` for (family, mode)."""
+    goldens, copies = golden_inventory.split_snapshots(observed.get("snapshots"), namespaces)
+    index = golden_inventory.index(goldens, copies, observed.get("contents"))
+    wanted = selection.project_snapshot_name(family, mode)
+    held = {}
+    for copy in copies:
+        owner = index.by_handle.get(index.copy_handle(copy)) if kinds.name(copy) == wanted else None
+        if owner is not None and owner[0] == mode:
+            held[kinds.name(owner[1])] = held.get(kinds.name(owner[1]), 0) + 1
+    return held
+
+
+def _record_of(governing_sels, ordered, served, path):
+    """The object carrying the promotion's record: the one governing selection, or the served golden."""
+    if path == selection.PATH_SELECTION:
+        return governing_sels[0] if len(governing_sels) == 1 else None
+    return next((g for g in ordered if kinds.name(g) == served), None)
+
+
+def truth(observed, family, mode, namespaces=None):
+    """The serving truth of (family, mode), from one observation. A dict:
+
+    - ``served``, ``path``, ``selection``, ``reason``, ``conflicts``: as ``selection.resolve_serving``;
+    - ``held`` and ``why``: whether projects are seeded with nothing new, and why (a holding selection,
+      a conflict, a selection naming a golden that cannot serve);
+    - ``goldens``: the names, newest first; ``active``: those labelled active; ``staged``: the goldens
+      newer than the served one (all of them while nothing is served); ``rollback_target``: the golden
+      the promotion's record names;
+    - ``projects_hold``: ``{golden: count}`` of project copies on each golden's handle;
+    - ``selections``: the governing selections' names; ``users``: ``{golden: [consumer records]}``
+      (``consumers.golden_consumers``); ``gate``: ``{golden: recorded gate pass or None}``.
+    """
+    namespaces = namespaces or golden_inventory.golden_namespaces()
+    mode = golden.normalize_mode(mode)
+    ordered = newest_first(pair_goldens(observed, family, mode, namespaces), family)
+    sels = governing(observed, namespaces)
+    canonical = [golden_inventory._canonical(obj, mode) for obj in ordered]
+    resolved = selection.resolve_serving(canonical, sels, family, mode)
+    mine = selection.selections_for(sels, family, mode)
+    served = resolved["snapshot"]
+    held, why = resolved["held"], resolved["reason"]
+    if mine and all(is_holding(s) for s in mine):
+        held, why = True, "%s/%s is held: %s" % (family, mode, HOLD_REASON)
+    served_obj = next((g for g in ordered if kinds.name(g) == served), None)
+    served_key = _recency(served_obj, family) if served_obj is not None else None
+    staged = [
+        kinds.name(g)
+        for g in ordered
+        if kinds.name(g) != served and (served_key is None or _recency(g, family) > served_key)
+    ]
+    record = _record_of(mine, ordered, served, resolved["path"])
+    return {
+        "family": family,
+        "mode": mode,
+        "served": served,
+        "path": resolved["path"],
+        "selection": resolved["selection"],
+        "selections": [kinds.name(s) for s in mine],
+        "reason": resolved["reason"],
+        "conflicts": resolved["conflicts"],
+        "held": held,
+        "why": why if held else "",
+        "goldens": [kinds.name(g) for g in ordered],
+        "active": [kinds.name(g) for g in ordered if golden.is_active(g)],
+        "staged": staged,
+        "rollback_target": selection.recorded_previous(record)[0] if record is not None else None,
+        "projects_hold": _projects_hold(observed, namespaces, family, mode),
+        "users": {kinds.name(g): consumers.golden_consumers(g, observed, namespaces) for g in ordered},
+        "gate": {kinds.name(g): gate_pass(g) for g in ordered},
+    }
+
+
+def keep_reasons(state, name):
+    """Why golden ``name`` of ``state`` (a ``truth``) must not be deleted: ``[(reason, why)]``, [] when
+    nothing keeps it. ``reason`` is SERVED, STAGED, ROLLBACK, HELD or the kind of a user."""
+    found = []
+    if name == state["served"]:
+        found.append(
+            (SERVED, "it is served for %s/%s (%s)" % (state["family"], state["mode"], state["reason"]))
+        )
+    if name in state["staged"]:
+        found.append((STAGED, "it is staged: newer than what is served, waiting for its gate and promotion"))
+    if name == state["rollback_target"]:
+        found.append(
+            (ROLLBACK, "it is the recorded rollback target of %s/%s" % (state["family"], state["mode"]))
+        )
+    if state["held"]:
+        found.append((HELD, state["why"]))
+    for user in state["users"].get(name, []):
+        found.append((user["kind"], consumers.describe(user)))
+    return found
+
+
+def blocking(reasons, force=False):
+    """The reasons a delete must not go past: all, or with ``force`` those force cannot override."""
+    return [r for r in reasons if not force or r[0] not in FORCEABLE]
+
+
+def delete_refusal(state, name, subject, force=False):
+    """The Refusal a delete of golden ``name`` raises, or None when it may go ahead (asked by every path that
+    deletes a golden: golden_snapshot, golden_retention, kube_object)."""
+    blockers = blocking(keep_reasons(state, name), force)
+    if not blockers:
+        return None
+    forceable = [r for r in keep_reasons(state, name) if r[0] in FORCEABLE]
+    move = (
+        "promote or select another golden first (goldenimage.pipeline.golden_selection) and wait until its "
+        "clones finish"
+    )
+    if forceable and len(forceable) == len(blockers):
+        move = "set force: true to withdraw it on purpose (it is only %s)" % " and ".join(
+            r[0] for r in forceable
+        )
+    return Refusal(
+        subject,
+        "refusing to delete it: %s" % "; ".join(why for _reason, why in blockers),
+        move,
+        keep=[{"reason": reason, "why": why} for reason, why in blockers],
+        consumers=state["users"].get(name, []),
+    )
+
+
+# Intent before serving ----------------------------------------------------------------------------
+
+
+def release_digest(obj):
+    """The full release digest recorded on a golden at publish, or None."""
+    return kinds.annotations(obj).get(RELEASE_DIGEST) or None
+
+
+def gate_record(verdict, digest, run, at, proof, **extra):
+    """The GATE_RECORD value clone_gate writes on a golden: its verdict for ``digest`` (JSON text)."""
+    record = dict(extra, verdict=verdict, digest=digest, run=run, at=at, proof=proof)
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def _json(text):
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def gate_pass(obj):
+    """The gate pass recorded on golden ``obj`` for its own release digest, or None: a record of another
+    digest (the bytes behind the name changed), a rejection, or no record at all is no pass."""
+    record = _json(kinds.annotations(obj).get(GATE_RECORD))
+    if not record or record.get("verdict") != "passed":
+        return None
+    if record.get("digest") != release_digest(obj):
+        return None
+    return record
+
+
+def ungated_record(by, why, at):
+    """The UNGATED value a promotion writes when it serves a golden without a gate pass on purpose."""
+    return json.dumps({"by": by, "why": why, "at": at}, sort_keys=True, separators=(",", ":"))
+
+
+def refuse_ungated(obj, name, what, mode, allow_ungated=False, reason=None):
+    """Refuse serving golden ``name`` (``obj``; None: missing) through ``what`` unless clone_gate recorded a
+    pass for its release digest, or the caller overrides on purpose with a reason (recorded)."""
+    subject = "VolumeSnapshot %s/%s" % (golden.namespace_for(mode), name)
+    if obj is None:
+        raise Refusal(subject, "refusing to serve it through %s: it is not found" % what, "writing nothing")
+    if gate_pass(obj) is not None:
+        return None
+    if allow_ungated:
+        if not reason:
+            raise Refusal(
+                "option allow_ungated",
+                "serving %s without a gate pass is recorded with who and why, and no reason was given" % name,
+                "give ungated_reason (it is written on the golden with the user and the time)",
+            )
+        return "ungated"
+    recorded = _json(kinds.annotations(obj).get(GATE_RECORD))
+    if recorded and recorded.get("verdict") == "passed":
+        why = "its recorded gate pass is for release digest %s, not its own %s" % (
+            recorded.get("digest"),
+            release_digest(obj),
+        )
+    elif recorded:
+        why = "the clone gate's verdict recorded for it is %s" % recorded.get("verdict")
+    else:
+        why = "no clone gate ever recorded a pass for it (annotation %s)" % GATE_RECORD
+    raise Refusal(
+        subject,
+        "refusing to serve it through %s: %s" % (what, why),
+        "writing nothing; run goldenimage.pipeline.clone_gate on it (the golden_promote role does), which "
+        "records its verdict for the golden's release digest, or serve it ungated on purpose with "
+        "allow_ungated: true and ungated_reason",
+    )
+
+
+def publish_plan(state, selection_kind_served):
+    """What publishing a new golden must do so that it is not served.
+
+    ``"none"``: a golden is served through a selection or the one active label, or the family is held
+    already, so the new one is staged. ``"hold"``: nothing of the family exists yet; write a holding
+    selection first. Refuses where the new golden could be served at once: the label path with no golden
+    labelled active (the seeder serves the first listed) or with two, and a first golden on a cluster
+    without the selection kind."""
+    if state["held"] or (state["served"] and state["path"] == selection.PATH_SELECTION):
+        return "none"
+    if state["path"] == selection.PATH_LABEL and len(state["active"]) == 1:
+        return "none"
+    where = "%s/%s" % (state["family"], state["mode"])
+    if state["path"] == selection.PATH_NONE and selection_kind_served:
+        return "hold"
+    if state["path"] == selection.PATH_NONE:
+        raise Refusal(
+            where,
+            "refusing to publish its first golden: the cluster serves no GoldenImageSelection, so the seeder "
+            "would serve it at once, before any gate",
+            "install Kube-DC's GoldenImageSelection CRD (publishing then holds the family until the first "
+            "promotion)",
+        )
+    raise Refusal(
+        where,
+        "refusing to publish: %s, so a new golden could be served by list order, before any gate"
+        % state["reason"],
+        "serve one golden on purpose first (goldenimage.pipeline.golden_selection with method: selection), "
+        "then publish",
+    )
+
+
+def rollback_previous(state):
+    """The golden a promotion records as its rollback target: the one the projects actually hold (when they
+    agree on one), else the one served now."""
+    held = state["projects_hold"]
+    if len(held) == 1:
+        return next(iter(held))
+    return state["served"]
+
+
+# Worker goldens -----------------------------------------------------------------------------------
+
+
+def worker_users(golden_dv, observed, pools, pool_golden):
+    """Who uses the worker golden ``golden_dv``: the disks and claims made from it
+    (``worker.delete_consumers``'s records, passed in ``observed``), and the pools declared in the catalog
+    that name it (``pools``; ``pool_golden(pool)`` gives the golden a pool clones), whatever their size."""
+    name = kinds.name(golden_dv)
+    found = list(observed)
+    for pool in pools or []:
+        if pool_golden(pool) == name:
+            found.append(
+                consumers.consumer(
+                    "Pool",
+                    pool.get("namespace"),
+                    pool.get("name"),
+                    "is declared in the catalog with it as its osImage (its next scale-up clones it)",
+                )
+            )
+    return found
