@@ -285,6 +285,14 @@ def resolve_serving(goldens, selections, family, mode):
         sel = governing[0]
         name = _spec(sel).get("snapshotName")
         result["selection"] = _name(sel)
+        if not name:
+            # A holding selection (written when a family is first published): held on purpose, no conflict.
+            result.update(
+                held=True,
+                reason="GoldenImageSelection %s/%s names no snapshot: %s/%s is held until its first promotion"
+                % (_namespace(sel), _name(sel), family, mode),
+            )
+            return result
         problems = serving_problems(find_golden(goldens, name, mode), family, mode)
         if problems:
             message = (

@@ -494,7 +494,9 @@ def test_a_promotion_records_what_the_projects_hold_as_the_rollback_target():
     sel = selection("sel", "b")
     patch = s.plan_selection(sel, "deb", "Filesystem", "c", previous=("a", None))
     assert patch["metadata"]["annotations"][s.PREVIOUS_SNAPSHOT] == "a"
-    assert s.plan_selection(sel, "deb", "Filesystem", "c")["metadata"]["annotations"][s.PREVIOUS_SNAPSHOT] == "b"
+    assert (
+        s.plan_selection(sel, "deb", "Filesystem", "c")["metadata"]["annotations"][s.PREVIOUS_SNAPSHOT] == "b"
+    )
 
 
 def test_the_release_digest_served_is_the_one_published_with_the_golden():
@@ -502,7 +504,9 @@ def test_the_release_digest_served_is_the_one_published_with_the_golden():
     g["metadata"]["annotations"][s.RELEASE_DIGEST] = DIGEST
     assert s.served_digest(g, None, "g1") == DIGEST
     assert s.served_digest(g, DIGEST.upper(), "g1") == DIGEST
-    with pytest.raises(s.Refusal, match=r"^option release_digest: it is sha256:.*published with release digest"):
+    with pytest.raises(
+        s.Refusal, match=r"^option release_digest: it is sha256:.*published with release digest"
+    ):
         s.served_digest(g, OLD_DIGEST, "g1")
     assert s.served_digest(golden("g2"), OLD_DIGEST, "g2") == OLD_DIGEST
 
