@@ -41,7 +41,7 @@ description:
     With O(guest_credentials) (Linux), the gate logs in over SSH with the OpenSSH client and reads the root
     filesystem's size in the guest (C(findmnt -bno SIZE /), else C(df -B1 /)) instead; RV(disk_check) names
     the check and its figures. A Linux clone that proved its boot by the SSH banner alone, with no
-    O(guest_credentials), cannot show its disk: the verdict is V(disk_unproven), never a pass.
+    O(guest_credentials), cannot show its disk, so the verdict is V(disk_unproven), never a pass.
     Phase 2, C(port) is a TCP connection to the remote port (O(port); RDP 3389 for Windows, SSH 22 for
     Linux) within O(port_timeout), from where tenants reach it (O(port_probe)).
   - Before anything is written, the module reads the cluster's KubeVirt CRs and refuses (V(inconclusive))
@@ -330,9 +330,9 @@ EXAMPLES = r"""
 RETURN = r"""
 verdict:
   description:
-    - V(passed), V(no_boot) (no boot proof: the guest agent never connected and, for Linux, no SSH banner
+    - V(passed), V(no_boot) (no boot proof, the guest agent never connected and, for Linux, no SSH banner
       answered), V(disk_not_grown) (the guest booted but its OS volume did not grow into the larger clone),
-      V(disk_unproven) (the guest booted but nothing inside it could report its disk: no guest agent and
+      V(disk_unproven) (the guest booted but nothing inside it could report its disk, with no guest agent and
       no O(guest_credentials)) or V(port_unreachable) (the guest booted, but the port did not answer).
       On a refusal or an infrastructure timeout, V(inconclusive).
   returned: unless skipped in check mode
@@ -340,7 +340,7 @@ verdict:
   sample: port_unreachable
 proof:
   description:
-    - What proved the clone booted. V(guest-agent) (C(AgentConnected)), V(ssh-banner) (Linux, no agent:
+    - What proved the clone booted. V(guest-agent) (C(AgentConnected)), V(ssh-banner) (Linux, no agent,
       the SSH server sent its C(SSH-2.0-) banner) or V(none) (no proof arrived; the verdict is V(no_boot)
       and RV(console_class) says what the screen showed).
   returned: when the gate reached a verdict
