@@ -22,19 +22,21 @@ import os
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _guest_ssh,
     _screen,
     gate,
+    golden,
     inputs,
     kinds,
+    selection,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import tcp_connect
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import read_banner, tcp_connect
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
     WaitError,
-    WaitFailed,
     WaitTimeout,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 SNAP = gate.SNAPSHOT_API
 VM = gate.VM_API
@@ -59,11 +61,15 @@ class Gate:
     unless kept, and anything it could not remove is reported by name with the command to remove it.
     """
 
-    def __init__(self, module, run_id=None, clock=time.time, probe=tcp_connect):
+    def __init__(
+        self, module, run_id=None, clock=time.time, probe=tcp_connect, banner=read_banner, ssh=_guest_ssh
+    ):
         self.module = module
         self.p = module.params
         self.clock = clock
         self.probe = probe
+        self.banner = banner
+        self.ssh = ssh
         # What the rounds carry from one call to the next (gate_state): the run, its stage, the result.
         self.state = dict(self.p.get("gate_state") or {})
         self.run_id = self.state.get("run_id") or run_id or binascii.hexlify(os.urandom(4)).decode()
@@ -156,6 +162,7 @@ class Gate:
         inputs.positive_all(p, DURATIONS)
         gate.refuse_project_namespace(self.project, p["snapshot_namespace"])
         gate.port_for(p["os"], p["port"])
+        self.check_credentials()
         memory, min_memory = gate.gate_memory(p["os"], p["memory"], p["min_memory"])
         self.result.update(memory=memory, min_memory=min_memory)
         problem = gate.memory_problem(memory, min_memory)
@@ -170,6 +177,8 @@ class Gate:
             raise
         self.check_expand_disks()
         candidate, handle, mode, driver = self.candidate()
+        # A release_digest given must be the golden's own: the record is written for the golden's.
+        selection.served_digest(candidate, p.get("release_digest"), p["snapshot"])
         if self.module.check_mode:
             return self.predict(handle)
         self.state.update(
@@ -184,6 +193,28 @@ class Gate:
         )
         self.enter("sweep")
         return None
+
+    def check_credentials(self):
+        """guest_credentials that cannot log in are refused before anything is written."""
+        p = self.p
+        creds = p.get("guest_credentials")
+        problem = gate.credentials_problem(creds)
+        if problem:
+            raise Refusal("option guest_credentials", problem, "give username and password or private_key")
+        if creds and p["os"] == "windows":
+            raise Refusal(
+                "option guest_credentials",
+                "the in-guest checks of a Windows clone need WinRM, which this gate does not speak yet",
+                "leave guest_credentials out for Windows: the guest agent reports C:\\ instead",
+            )
+        if creds and creds.get("private_key") and self.ssh.public_of(creds["private_key"]) is None:
+            raise Refusal(
+                "option guest_credentials",
+                "its private_key is not an OpenSSH private key that opens without a passphrase",
+                "give an unencrypted private key (PEM or OpenSSH format)",
+            )
+        if p.get("release_digest"):
+            p["release_digest"] = golden.normalize_digest(p["release_digest"])
 
     def check_expand_disks(self):
         """Link 1 of a disk that grows, before anything is written: a gate that clones larger than the
@@ -231,25 +262,16 @@ class Gate:
         return self.result
 
     def record(self):
-        """Write the verdict on the golden for the release digest it carried when the gate began: promotion
-        reads it there (serving.gate_pass), so no caller can declare a pass. No verdict, no record."""
-        verdict = self.result.get("verdict")
-        if verdict in (None, gate.INCONCLUSIVE):
+        """Write the gate record on the golden: promotion reads it there (serving.gate_pass) for the release
+        digest the golden carried when the gate began, so no caller can declare a pass. No verdict, none."""
+        record = self.result.get("gate_record")
+        if not record or record.get("verdict") in (None, gate.INCONCLUSIVE):
             return
         p = self.p
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        record = serving.gate_record(
-            verdict,
-            self.state.get("digest"),
-            self.run_id,
-            at,
-            self.result.get("proof") or "guest-agent",
-            project=self.project,
-        )
-        patch = {"metadata": {"annotations": {serving.GATE_RECORD: record}}}
+        text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        patch = {"metadata": {"annotations": {serving.GATE_RECORD: text}}}
         self.module.patch(SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"], patch)
         self.result["changed"] = True
-        self.result["gate_record"] = json.loads(record)
 
     def predict(self, handle):
         seeded = self.published(handle)
@@ -362,9 +384,26 @@ class Gate:
                 **self.marks,
             )
         )
+        user_data = None
+        if p["os"] == "linux":
+            # A one-time key when no credentials are given: cloud-init wants a key to authorise, and its
+            # private half is dropped at once (nobody logs in with it).
+            creds = p.get("guest_credentials") or {}
+            public = None
+            if creds.get("private_key"):
+                public = self.ssh.public_of(creds["private_key"])
+            public = public or self.ssh.keypair()[1]
+            user_data = gate.seed_user_data(public, password_login=bool(creds.get("password")))
         self.create(
             gate.vm_definition(
-                name, self.project, name, st["memory"], self.run_id, p["vm_annotations"], **self.marks
+                name,
+                self.project,
+                name,
+                st["memory"],
+                self.run_id,
+                p["vm_annotations"],
+                user_data=user_data,
+                **self.marks,
             )
         )
         return self.done_with("provision")
@@ -397,23 +436,50 @@ class Gate:
         return self.done_with("start")
 
     def stage_agent(self):
-        try:
-            _vmi, done = self.wait(
-                VM,
-                "VirtualMachineInstance",
-                self.names["vs"],
-                gate.agent_ready,
-                kinds.describe_vmi,
-                self.p["agent_timeout"],
-            )
-        except (WaitTimeout, WaitFailed) as exc:
-            self.phase("agent", False, self.stage_elapsed(), "guest agent never connected: %s" % exc.state)
-            self.line = str(exc)
-            self.read_console()
-            return self.finish(False, False, str(exc))
-        if not done:
-            return self.pending(self.p["agent_timeout"])
-        self.phase("agent", True, self.stage_elapsed(), "AgentConnected")
+        """The boot proof: the guest agent connecting, or on Linux the SSH server's banner (a stock cloud
+        image ships no agent); whichever comes first."""
+        st, p = self.state, self.p
+        linux = p["os"] == "linux"
+        timeout = p["agent_timeout"]
+        deadline = st["stage_started"] + timeout
+        port = gate.port_for(p["os"], p["port"])
+        key = "agent-linux" if linux else "agent"
+        while True:
+            vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
+            connected, failed = gate.agent_ready(vmi)
+            state = kinds.describe_vmi(vmi) if vmi else "no instance"
+            if connected:
+                self.phase("agent", True, self.stage_elapsed(), "AgentConnected")
+                return self.proved(gate.PROOF_AGENT)
+            if linux and vmi and not failed:
+                address = gate.probe_address(p["port_probe"], vmi, port)
+                if address is not None:
+                    data, error = self.banner(address, max(0.5, min(5.0, deadline - self.clock())))
+                    problem = error or gate.banner_problem(data)
+                    if problem is None:
+                        detail = "%s from %s:%d (no guest agent connected)" % (
+                            gate.banner_text(data),
+                            address[0],
+                            address[1],
+                        )
+                        self.result["probe"] = "%s:%d" % address
+                        self.phase("boot", True, self.stage_elapsed(), detail)
+                        return self.proved(gate.PROOF_SSH)
+                    state = "%s; SSH %s:%d: %s" % (state, address[0], address[1], problem)
+            st["last_state"] = state
+            now = self.clock()
+            if failed or now >= deadline:
+                why = failed or gate.timeout_message(gate.PENDING[key], now - st["stage_started"], state)
+                self.phase("agent", False, self.stage_elapsed(), "no boot proof: %s" % state)
+                self.line = why
+                self.read_console()
+                return self.finish(False, False, why)
+            if now >= self.round_end:
+                return self.pending(timeout, what=gate.PENDING[key])
+            time.sleep(min(p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+
+    def proved(self, proof):
+        self.result["proof"] = proof
         self.state["probe_attempts"] = 0
         return self.done_with("agent")
 
@@ -440,6 +506,13 @@ class Gate:
         st = self.state
         if not gate.parse_quantity(self.p["grow_by"]):
             return self.done_with("disk")
+        if self.p.get("guest_credentials"):
+            return self.disk_over_ssh()
+        if self.result.get("proof") != gate.PROOF_AGENT:
+            detail = "no guest agent reports the guest's filesystems and no guest_credentials were given"
+            self.phase("disk", False, self.stage_elapsed(), detail)
+            self.line = detail
+            return self.finish(True, False, None, disk_grown=None)
         deadline = st["stage_started"] + self.p["disk_timeout"]
         while True:
             items = self.filesystems()
@@ -453,9 +526,11 @@ class Gate:
             step = gate.port_step(self.clock(), deadline, self.round_end, problem)
             if step == "passed":
                 detail = gate.growth_words(volume, st["golden_size"], st["clone_size"])
+                self.result["disk_check"] = {"name": gate.CHECK_AGENT, "detail": detail}
                 self.phase("disk", True, self.stage_elapsed(), detail)
                 return self.done_with("disk")
             if step == "failed":
+                self.result["disk_check"] = {"name": gate.CHECK_AGENT, "detail": problem}
                 self.phase("disk", False, self.stage_elapsed(), problem)
                 self.line = problem
                 return self.finish(True, False, problem, disk_grown=False)
@@ -463,6 +538,57 @@ class Gate:
                 return self.pending(self.p["disk_timeout"])
             now = self.clock()
             time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+
+    def disk_over_ssh(self):
+        """The root filesystem's size read inside the guest over SSH with guest_credentials."""
+        st, p = self.state, self.p
+        port = gate.port_for(p["os"], p["port"])
+        deadline = st["stage_started"] + p["disk_timeout"]
+        while True:
+            vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
+            address = gate.probe_address(p["port_probe"], vmi, port) if vmi else None
+            problem, volume = "no address yet", None
+            if address is not None:
+                code, out, err = self.ssh.run(
+                    address,
+                    p["guest_credentials"],
+                    gate.ROOT_SIZE_COMMAND,
+                    max(1, min(30, deadline - self.clock())),
+                )
+                size = gate.root_size(out) if code == 0 else None
+                if size is None:
+                    problem = "ssh %s@%s:%d (%s) exited %d: %s" % (
+                        p["guest_credentials"]["username"],
+                        address[0],
+                        address[1],
+                        gate.ROOT_SIZE_COMMAND,
+                        code,
+                        err or out or "no output",
+                    )
+                else:
+                    volume = {"mountPoint": "/", "totalBytes": size}
+                    self.result["os_volume"] = dict(volume, usedBytes=None)
+                    problem = gate.growth_problem(volume, p["os"], st["golden_size"], st["clone_size"])
+            st["last_state"] = problem
+            step = gate.port_step(self.clock(), deadline, self.round_end, problem)
+            if step in ("passed", "failed"):
+                detail = problem
+                if volume is not None:
+                    detail = "%s (read over SSH: %s)" % (
+                        gate.growth_words(volume, st["golden_size"], st["clone_size"]),
+                        gate.ROOT_SIZE_COMMAND,
+                    )
+                self.result["disk_check"] = {"name": gate.CHECK_SSH, "detail": detail}
+                self.phase("disk", step == "passed", self.stage_elapsed(), detail)
+                if step == "passed":
+                    return self.done_with("disk")
+                self.line = problem
+                # A login that never worked proves nothing about the disk: unproven, not "not grown".
+                return self.finish(True, False, detail, disk_grown=False if volume is not None else None)
+            if step == "pending":
+                return self.pending(p["disk_timeout"], what="the guest's root filesystem over SSH")
+            now = self.clock()
+            time.sleep(min(p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
 
     def stage_port(self):
         st = self.state
@@ -509,10 +635,22 @@ class Gate:
         p = self.p
         verdict = gate.verdict(agent_ok, port_ok, disk_grown)
         port = gate.port_for(p["os"], p["port"])
-        msg = gate.explain(verdict, p["os"], port, self.result.get("probe", "-"), self.result.get("console"))
+        proof = self.result.setdefault("proof", gate.PROOF_NONE)
+        msg = gate.explain(
+            verdict, p["os"], port, self.result.get("probe", "-"), self.result.get("console"), proof
+        )
         if why:
             msg = "%s (%s)" % (msg, why)
         self.result.update(verdict=verdict, passed=verdict == gate.PASSED, msg=msg)
+        self.result["gate_record"] = gate.gate_record(
+            self.result,
+            "%s/%s" % (p["snapshot_namespace"], p["snapshot"]),
+            self.state.get("digest"),
+            self.state.get("handle"),
+            self.run_id,
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock())),
+            self.project,
+        )
         self.state["stage"] = "done"
         return True
 

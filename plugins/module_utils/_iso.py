@@ -84,7 +84,14 @@ def _extract_pycdlib(source, dest):
             os.makedirs(local, exist_ok=True)
             for name in names:
                 inside = folder.rstrip("/") + "/" + name
-                iso.get_file_from_iso(os.path.join(local, name), udf_path=inside)
+                target = os.path.join(local, name)
+                entry = iso.get_record(udf_path=inside)
+                if getattr(entry, "inode", None) is None or not entry.get_data_length():
+                    # A UDF file entry with no data (a Windows ISO's /boot.cat): pycdlib refuses to
+                    # copy it ("an entry without data"); it is an empty file, as 7z extracts it.
+                    open(target, "wb").close()
+                    continue
+                iso.get_file_from_iso(target, udf_path=inside)
     finally:
         iso.close()
     return label

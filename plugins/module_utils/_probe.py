@@ -23,3 +23,27 @@ def tcp_connect(address, timeout):
         return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     conn.close()
     return None
+
+
+def read_banner(address, timeout, limit=256):
+    """``(data, None)``: the first bytes ``(host, port)`` sent after accepting a TCP connection (an SSH
+    server sends its identification line unasked), within ``timeout`` seconds; ``(b"", why)`` when it
+    did not connect or sent nothing."""
+    try:
+        conn = socket.create_connection(address, timeout=timeout)
+    except (OSError, socket.timeout) as exc:
+        return b"", getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    data = b""
+    try:
+        conn.settimeout(timeout)
+        while b"\n" not in data and len(data) < limit:
+            chunk = conn.recv(limit - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except (OSError, socket.timeout) as exc:
+        if not data:
+            return b"", "connected, but no banner arrived (%s)" % (str(exc) or type(exc).__name__)
+    finally:
+        conn.close()
+    return data, None

@@ -20,7 +20,9 @@ tell apart by colour and layout, so "installing" is told from "wedged in the fir
     firmware boot lines and "Press any key to boot from CD or DVD". The machine is on its way to a
     boot loader, or waiting for a key the installer CD asks for.
 ``stop-error``
-    one flat blue covering most of the screen: a Windows stop error.
+    one flat blue covering most of the screen: a Windows stop error. Also Windows 11 24H2's black stop
+    screen: light text on black, like console text, but set in from the left margin and starting well
+    below the top of the screen, where firmware and boot-prompt lines start at the very top-left.
 ``blank``
     almost every pixel black: no signal, powered off, or the gap between two boots.
 ``match:<name>``
@@ -75,6 +77,10 @@ BROWSER_FLAT_SHARE = 0.45
 # A stop error: this share of blue pixels, and one flat colour (the blue) covering this share.
 STOP_BLUE_SHARE = 0.6
 STOP_FLAT_SHARE = 0.5
+# Windows 11 24H2's black stop screen: its text starts at least this far down the screen and this far
+# in from the left edge. Firmware and boot-prompt lines start on the first rows at the left edge.
+BLACK_STOP_TOP = 0.2
+BLACK_STOP_LEFT = 0.04
 
 
 class Frame(object):
@@ -129,6 +135,13 @@ def is_blue(r, g, b):
 _LIT_MASK = bytes(1 if value >= LIT else 0 for value in range(256))
 
 
+def _lit_top(frame, plane):
+    """The first row holding a lit pixel, or None."""
+    mask = plane.translate(_LIT_MASK)
+    first = mask.find(1)
+    return None if first < 0 else first // frame.width
+
+
 def _lit_span(frame, plane):
     """Leftmost and rightmost column holding a lit pixel, or None."""
     mask = plane.translate(_LIT_MASK)
@@ -170,9 +183,10 @@ def measure(frame, colours=None, plane=None):
             blue += count
         key = (r >> 4, g >> 4, b >> 4)
         flat[key] = flat.get(key, 0) + count
-    top = max(flat.items(), key=lambda item: (item[1], item[0]))
+    common = max(flat.items(), key=lambda item: (item[1], item[0]))
     span = _lit_span(frame, plane)
     left, right = span if span else (frame.width, frame.width)
+    top = _lit_top(frame, plane)
     return {
         "dark": round(dark / total, 4),
         "lit": round(lit / total, 4),
@@ -180,9 +194,10 @@ def measure(frame, colours=None, plane=None):
         "lit_left": round(left / float(frame.width), 4),
         "lit_centre": round((left + right) / 2.0 / frame.width, 4) if span else 0.5,
         "blue": round(blue / total, 4),
-        "flat": round(top[1] / total, 4),
-        "flat_is_blue": is_blue(*[c * 16 + 8 for c in top[0]]),
-        "flat_is_grey": _light_grey(*[c * 16 + 8 for c in top[0]]),
+        "flat": round(common[1] / total, 4),
+        "flat_is_blue": is_blue(*[c * 16 + 8 for c in common[0]]),
+        "flat_is_grey": _light_grey(*[c * 16 + 8 for c in common[0]]),
+        "lit_top": round(top / float(frame.height), 4) if top is not None else 1.0,
         "lit_run": round(_longest_run(frame, plane) / float(frame.width), 4),
         "lit_pixels": lit,
     }
@@ -212,6 +227,13 @@ def classify(features):
             _sure(f["lit_left"], TEXT_LEFT_MARGIN, TEXT_LEFT_MARGIN),
         )
         run = f.get("lit_run", 0.0)
+        if (
+            f.get("lit_top", 0.0) >= BLACK_STOP_TOP
+            and f["lit_left"] >= BLACK_STOP_LEFT
+            and run < MENU_BAR_SHARE
+        ):
+            # Text set in and low on a black screen: Windows 11 24H2's stop screen, not firmware lines.
+            return STOP_ERROR, min(text, _sure(f["lit_top"], BLACK_STOP_TOP, BLACK_STOP_TOP))
         if run >= MENU_BAR_SHARE:
             return FIRMWARE, min(text, _sure(run, MENU_BAR_SHARE, 0.3))
         return BOOTPROMPT, min(text, _sure(run, MENU_BAR_SHARE, MENU_BAR_SHARE))

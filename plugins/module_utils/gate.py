@@ -31,7 +31,25 @@ PASSED = "passed"
 NO_BOOT = "no_boot"
 PORT_UNREACHABLE = "port_unreachable"
 DISK_NOT_GROWN = "disk_not_grown"
+DISK_UNPROVEN = "disk_unproven"
 INCONCLUSIVE = "inconclusive"
+
+# What proved the clone booted. The guest agent connecting is the strongest and earliest proof. A stock
+# Linux cloud image ships no agent, so there the SSH server's banner is the proof: its host keys are made
+# at first boot (cloud-init, fed by the gate's NoCloud seed), so a banner means the OS came up. NONE: no
+# proof arrived (the verdict is no_boot and the console says what the screen showed).
+PROOF_AGENT = "guest-agent"
+PROOF_SSH = "ssh-banner"
+PROOF_NONE = "none"
+SSH_BANNER = "SSH-2.0-"
+# How the disk growth was read: the agent's filesystem list, or a command over SSH in the guest.
+CHECK_AGENT = "guest-agent-filesystems"
+CHECK_SSH = "ssh-root-filesystem"
+# The in-guest command of the SSH check: the root filesystem's size in bytes (util-linux findmnt,
+# with coreutils df as the fallback where findmnt is missing).
+ROOT_SIZE_COMMAND = "findmnt -bno SIZE / 2>/dev/null || df -B1 --output=size / | tail -n 1"
+# The NoCloud seed's volume and disk name in the gate's VM.
+SEED_VOLUME = "gate-seed"
 
 # A disk grows in three links, each healthy-looking on its own: KubeVirt's ExpandDisks grows the
 # image to its PVC (a feature gate before v1.9.0, GA from it), nothing sits after the OS volume, and
@@ -183,14 +201,94 @@ def memory_problem(memory, min_memory):
     return None
 
 
-def verdict(agent_connected, port_answered, disk_grown=True):
-    """``passed`` / ``no_boot`` (the agent never connected) / ``disk_not_grown`` (booted, the OS volume
-    did not grow into the larger disk) / ``port_unreachable`` (booted, port silent)."""
-    if not agent_connected:
+def verdict(booted, port_answered, disk_grown=True):
+    """``passed`` / ``no_boot`` (no boot proof: neither the agent nor, on Linux, the SSH banner) /
+    ``disk_not_grown`` (booted, the OS volume did not grow into the larger disk) / ``disk_unproven``
+    (booted, but nothing in the guest could report its disk: ``disk_grown`` is None) /
+    ``port_unreachable`` (booted, port silent)."""
+    if not booted:
         return NO_BOOT
+    if disk_grown is None:
+        return DISK_UNPROVEN
     if not disk_grown:
         return DISK_NOT_GROWN
     return PASSED if port_answered else PORT_UNREACHABLE
+
+
+PROOF_WORDS = {
+    PROOF_AGENT: "guest agent connected",
+    PROOF_SSH: "SSH banner answered, no guest agent",
+}
+
+
+def banner_problem(data):
+    """None when ``data`` (the first bytes a TCP peer sent) is an SSH server's identification line
+    (RFC 4253: ``SSH-2.0-<software>``), else why it is not a boot proof."""
+    text = bytes(data or b"")
+    if not text:
+        return "connected, but no banner arrived"
+    if not text.startswith(SSH_BANNER.encode("ascii")):
+        return "%r is not an SSH-2.0 banner" % text[:40]
+    return None
+
+
+def banner_text(data):
+    """The banner's first line, printable."""
+    line = bytes(data or b"").split(b"\n", 1)[0].rstrip(b"\r")
+    return line.decode("ascii", "replace")[:120]
+
+
+def seed_user_data(public_key, password_login=False):
+    """The NoCloud user-data of the gate's Linux VM: cloud-init makes the SSH host keys at first boot
+    (so the banner is a boot proof), password login stays off unless the gate logs in with a password,
+    and ``public_key`` (one line, ``ssh-ed25519 AAAA...``) is authorised for the image's default user."""
+    key = str(public_key or "").strip()
+    if not key or "\n" in key or not key.startswith(("ssh-", "ecdsa-", "sk-")):
+        raise GateError("the gate's seed needs one OpenSSH public key line, got %r" % key[:40])
+    return "#cloud-config\nssh_pwauth: %s\nssh_authorized_keys:\n  - %s\n" % (
+        "true" if password_login else "false",
+        key,
+    )
+
+
+def credentials_problem(credentials):
+    """Why ``guest_credentials`` cannot log in (None when they can): a username and a password or a
+    private key, and for now only over SSH (Linux)."""
+    if not credentials:
+        return None
+    if not str(credentials.get("username") or "").strip():
+        return "guest_credentials needs a username"
+    if not (credentials.get("password") or credentials.get("private_key")):
+        return "guest_credentials needs a password or a private_key"
+    return None
+
+
+def root_size(output):
+    """Bytes of the root filesystem from ``ROOT_SIZE_COMMAND``'s output, or None when it is not a number."""
+    lines = [line.strip() for line in str(output or "").splitlines() if line.strip()]
+    if not lines or not lines[-1].isdigit():
+        return None
+    return int(lines[-1])
+
+
+def gate_record(result, candidate, release_digest, handle, run_id, at, project):
+    """What a promotion reads of this gate run, in one dict to store keyed by the golden's release
+    digest: the verdict, the boot proof, the disk check and its figures, the run and its time."""
+    disk = result.get("disk_check") or {}
+    return {
+        "verdict": result.get("verdict"),
+        "passed": result.get("verdict") == PASSED,
+        "proof": result.get("proof") or PROOF_NONE,
+        "disk_check": disk.get("name") or "",
+        "disk_detail": disk.get("detail") or "",
+        "candidate": candidate,
+        "release_digest": release_digest or "",
+        "snapshot_handle": handle or "",
+        "project": project,
+        "run": run_id,
+        "at": at,
+        "memory": result.get("memory") or "",
+    }
 
 
 # What the clone's console last showed says where a clone that never connected its agent stopped.
@@ -213,19 +311,28 @@ def console_words(screen):
     return "%s (%s)" % (base, CONSOLE_MEANING.get(base, "unknown"))
 
 
-def explain(result, os_name, port, probe, screen=None):
+def explain(result, os_name, port, probe, screen=None, proof=PROOF_AGENT):
+    how = PROOF_WORDS.get(proof, proof)
     if result == PASSED:
-        return "the clone booted (guest agent connected) and port %d answered at %s" % (port, probe)
+        return "the clone booted (%s) and port %d answered at %s" % (how, port, probe)
     if result == NO_BOOT:
-        return "the clone did not boot: the guest agent never connected; its console last showed %s" % (
-            console_words(screen)
+        return "the clone did not boot: the guest agent never connected%s; its console last showed %s" % (
+            " and no SSH banner answered" if os_name == "linux" else "",
+            console_words(screen),
         )
     if result == DISK_NOT_GROWN:
-        return "the clone booted (guest agent connected) but its disk did not grow"
+        return "the clone booted (%s) but its disk did not grow" % how
+    if result == DISK_UNPROVEN:
+        return (
+            "the clone booted (%s) but whether its disk grew could not be read inside the guest: no guest "
+            "agent reports its filesystems and no guest_credentials were given to log in over SSH; give "
+            "guest_credentials, install qemu-guest-agent in the golden, or set grow_by: 0 to gate without "
+            "the disk link" % how
+        )
     return (
-        "the clone booted (guest agent connected) but port %d (%s remote access) did not answer at %s: "
+        "the clone booted (%s) but port %d (%s remote access) did not answer at %s: "
         "the image boots; look at the guest's firewall or remote-access service, not at its boot"
-        % (port, "RDP" if os_name == "windows" else "SSH", probe)
+        % (how, port, "RDP" if os_name == "windows" else "SSH", probe)
     )
 
 
@@ -494,9 +601,14 @@ def pvc_definition(name, namespace, snapshot_name, size, mode, storage_class, ru
     }
 
 
-def vm_definition(name, namespace, claim, memory, run_id, annotations=None, **marks):
-    """A VM booting the clone as a tenant's would: the claim as boot disk, the agent channel, pod network."""
-    disk = {"name": "boot", "bootOrder": 1, "disk": {"bus": "virtio"}}
+def vm_definition(name, namespace, claim, memory, run_id, annotations=None, user_data=None, **marks):
+    """A VM booting the clone as a tenant's would: the claim as boot disk, the agent channel, pod network,
+    and with ``user_data`` a NoCloud seed (a Linux tenant's VM gets cloud-init data the same way)."""
+    disks = [{"name": "boot", "bootOrder": 1, "disk": {"bus": "virtio"}}]
+    volumes = [{"name": "boot", "persistentVolumeClaim": {"claimName": claim}}]
+    if user_data:
+        disks.append({"name": SEED_VOLUME, "disk": {"bus": "virtio"}})
+        volumes.append({"name": SEED_VOLUME, "cloudInitNoCloud": {"userData": user_data}})
     labels = gate_labels(run_id, **marks)
     return {
         "apiVersion": VM_API,
@@ -514,14 +626,14 @@ def vm_definition(name, namespace, claim, memory, run_id, annotations=None, **ma
                 "spec": {
                     "domain": {
                         "devices": {
-                            "disks": [disk],
+                            "disks": disks,
                             "interfaces": [{"name": "default", "masquerade": {}}],
                         },
                         "memory": {"guest": memory},
                         "resources": {"requests": {"memory": memory}},
                     },
                     "networks": [{"name": "default", "pod": {}}],
-                    "volumes": [{"name": "boot", "persistentVolumeClaim": {"claimName": claim}}],
+                    "volumes": volumes,
                 },
             },
         },
@@ -572,6 +684,7 @@ PENDING = {
     "provision": "the published snapshot to be ready",
     "start": "the VM instance to run",
     "agent": "the guest agent to connect (AgentConnected)",
+    "agent-linux": "the guest agent to connect (AgentConnected) or the SSH server to send its banner",
     "disk": "the guest to report its OS volume grown into the larger disk",
 }
 

@@ -223,8 +223,9 @@ def release_digest(obj):
 
 
 def gate_record(verdict, digest, run, at, proof, **extra):
-    """The GATE_RECORD value clone_gate writes on a golden: its verdict for ``digest`` (JSON text)."""
-    record = dict(extra, verdict=verdict, digest=digest, run=run, at=at, proof=proof)
+    """A GATE_RECORD value as clone_gate writes it (``gate.gate_record``'s dict as JSON text): its verdict
+    for release digest ``digest``."""
+    record = dict(extra, verdict=verdict, release_digest=digest or "", run=run, at=at, proof=proof)
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
@@ -242,7 +243,7 @@ def gate_pass(obj):
     record = _json(kinds.annotations(obj).get(GATE_RECORD))
     if not record or record.get("verdict") != "passed":
         return None
-    if record.get("digest") != release_digest(obj):
+    if (record.get("release_digest") or None) != release_digest(obj):
         return None
     return record
 
@@ -271,7 +272,7 @@ def refuse_ungated(obj, name, what, mode, allow_ungated=False, reason=None):
     recorded = _json(kinds.annotations(obj).get(GATE_RECORD))
     if recorded and recorded.get("verdict") == "passed":
         why = "its recorded gate pass is for release digest %s, not its own %s" % (
-            recorded.get("digest"),
+            recorded.get("release_digest") or "none",
             release_digest(obj),
         )
     elif recorded:

@@ -23,12 +23,25 @@ description:
     C(runStrategy=Always) booting it with O(memory).
   - Phase 1, C(agent) is the guest agent connecting (VMI condition C(AgentConnected)) within O(agent_timeout),
     the strongest and earliest proof that the operating system booted.
+    Stock Ubuntu and Debian cloud images ship no C(qemu-guest-agent), so for O(os=linux) the SSH server's
+    banner (a TCP connection to the probed port that reads an C(SSH-2.0-) identification line) proves the
+    boot too, whichever comes first; the phase is then named C(boot). The SSH host keys are made at first
+    boot, so a banner means the OS came up. RV(proof) says which proof was used.
+  - A Linux gate VM gets a NoCloud seed (a C(cloudInitNoCloud) volume) whose user-data turns password login
+    off (on only when O(guest_credentials) carry a password) and authorises one SSH public key for the
+    image's default user, the public half of O(guest_credentials.private_key) or else a one-time key whose
+    private half is dropped at once. Without a datasource, cloud-init in a stock image makes no host keys
+    and its SSH server never starts.
     Then C(disk), the OS volume the guest agent reports (C(C:\\) or C(/), from KubeVirt's
     C(filesystemlist)), must be larger than the whole golden within O(disk_timeout). Only a disk that grew in
     all three links holds that. KubeVirt's C(ExpandDisks) grew the image to the PVC, nothing sits after the
     OS volume (the bake removes WinRE), and the guest extended the volume (cloudbase-init or cloud-init).
     Each link looks healthy on its own, so only the guest's own view can pass; otherwise the verdict is
     V(disk_not_grown).
+    With O(guest_credentials) (Linux), the gate logs in over SSH with the OpenSSH client and reads the root
+    filesystem's size in the guest (C(findmnt -bno SIZE /), else C(df -B1 /)) instead; RV(disk_check) names
+    the check and its figures. A Linux clone that proved its boot by the SSH banner alone, with no
+    O(guest_credentials), cannot show its disk, so the verdict is V(disk_unproven), never a pass.
     Phase 2, C(port) is a TCP connection to the remote port (O(port); RDP 3389 for Windows, SSH 22 for
     Linux) within O(port_timeout), from where tenants reach it (O(port_probe)).
   - Before anything is written, the module reads the cluster's KubeVirt CRs and refuses (V(inconclusive))
@@ -204,6 +217,33 @@ options:
         phase, what it waits for, the last state and the elapsed time at least this often.
     type: int
     default: 20
+  guest_credentials:
+    description:
+      - How to log in to a Linux clone over SSH for the in-guest checks (the root filesystem's size), as
+        C({username, password}) or C({username, private_key}) (an unencrypted OpenSSH or PEM private key,
+        its text). The key's public half is authorised by the gate VM's NoCloud seed, so the image's
+        default user (C(ubuntu), C(debian)) logs in with it. A password is handed to C(ssh) through an
+        askpass helper, never on a command line.
+      - Windows in-guest checks (C(Get-PartitionSupportedSize -DriveLetter C) over WinRM) are not
+        supported yet; O(guest_credentials) with O(os=windows) is refused. The guest agent reports C(C:\\).
+    type: dict
+    suboptions:
+      username:
+        description: The guest user.
+        type: str
+        required: true
+      password:
+        description: The user's password.
+        type: str
+      private_key:
+        description: The user's SSH private key, its text.
+        type: str
+  release_digest:
+    description:
+      - The candidate golden's release digest (C(sha256:<64 hex>)). It must be the one published with the
+        golden (annotation C(goldenimage.pipeline/release-digest)); another is refused before anything is
+        written. The record is always written for the golden's own digest.
+    type: str
   started:
     description:
       - When the gate began, in seconds since the epoch. Set by the action plugin; leave it out to start now.
@@ -271,21 +311,75 @@ EXAMPLES = r"""
     port_probe: "ssh-gate.acme.example.net:22"
   register: gate
 
+- name: Gate a stock Ubuntu golden (no guest agent) and prove its root filesystem grew over SSH
+  goldenimage.pipeline.clone_gate:
+    snapshot: golden-ubuntu-24-04-20260828-0123456789ab
+    snapshot_namespace: golden-images-block
+    project_namespace: acme
+    os: linux
+    release_digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    guest_credentials:
+      username: ubuntu
+      private_key: "{{ lookup('ansible.builtin.file', 'gate_ed25519') }}"
+  register: gate
+
 - name: Say what happened
   ansible.builtin.debug:
-    msg: "{{ gate.verdict }}: {{ gate.msg }}"
+    msg: "{{ gate.verdict }} ({{ gate.proof }}): {{ gate.msg }}"
 """
 
 RETURN = r"""
 verdict:
   description:
-    - V(passed), V(no_boot) (the guest agent never connected), V(disk_not_grown) (the guest booted but
-      its OS volume did not grow into the larger clone) or V(port_unreachable) (the agent connected, so
-      the guest booted, but the port did not answer). On a refusal or an infrastructure timeout,
-      V(inconclusive).
+    - V(passed), V(no_boot) (no boot proof, the guest agent never connected and, for Linux, no SSH banner
+      answered), V(disk_not_grown) (the guest booted but its OS volume did not grow into the larger clone),
+      V(disk_unproven) (the guest booted but nothing inside it could report its disk, with no guest agent and
+      no O(guest_credentials)) or V(port_unreachable) (the guest booted, but the port did not answer).
+      On a refusal or an infrastructure timeout, V(inconclusive).
   returned: unless skipped in check mode
   type: str
   sample: port_unreachable
+proof:
+  description:
+    - What proved the clone booted. V(guest-agent) (C(AgentConnected)), V(ssh-banner) (Linux, no agent,
+      the SSH server sent its C(SSH-2.0-) banner) or V(none) (no proof arrived; the verdict is V(no_boot)
+      and RV(console_class) says what the screen showed).
+  returned: when the gate reached a verdict
+  type: str
+  sample: ssh-banner
+disk_check:
+  description:
+    - How the disk's growth was read and what it showed, as C({name, detail}). V(guest-agent-filesystems)
+      is the guest agent's filesystem list; V(ssh-root-filesystem) is the root filesystem's size read
+      over SSH with O(guest_credentials).
+  returned: when the C(disk) phase read the guest
+  type: dict
+  sample:
+    name: ssh-root-filesystem
+    detail: "/ is 1.9 GiB on a 2.0 GiB clone of a 1.0 GiB golden (read over SSH: findmnt -bno SIZE / ...)"
+gate_record:
+  description:
+    - This run's verdict, written on the golden as annotation C(goldenimage.pipeline/gate) (JSON) when the
+      gate reached a verdict that is not V(inconclusive); promotion reads it there and accepts only a pass
+      for the golden's own release digest. C(verdict), C(passed), C(proof) (as RV(proof)), C(disk_check) and C(disk_detail)
+      (as RV(disk_check)), C(candidate) (C(namespace/name) of the golden snapshot), C(release_digest)
+      (the golden's, from annotation C(goldenimage.pipeline/release-digest); empty when it has none), C(snapshot_handle) (the candidate content's handle),
+      C(project), C(run) (the run id of its labels), C(at) (RFC 3339 UTC) and C(memory).
+  returned: when the gate reached a verdict
+  type: dict
+  sample:
+    verdict: passed
+    passed: true
+    proof: ssh-banner
+    disk_check: ssh-root-filesystem
+    disk_detail: "/ is 1.9 GiB on a 2.0 GiB clone of a 1.0 GiB golden (read over SSH: ...)"
+    candidate: golden-images-block/golden-ubuntu-24-04-20260828-0123456789ab
+    release_digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    snapshot_handle: snapshot-7c1f
+    project: acme
+    run: 5f3a9c21
+    at: "2026-08-28T10:15:00Z"
+    memory: 1Gi
 passed:
   description: Whether the verdict is V(passed).
   returned: unless skipped in check mode
@@ -299,8 +393,8 @@ phases:
   description:
     - Each phase that ran, in order, as C({name, passed, seconds, detail}). V(provision) covers the published
       snapshot becoming ready. V(start) covers the VMI reaching C(Running).
-      V(agent) covers C(AgentConnected). V(disk) covers the OS volume growing. V(port) covers the TCP
-      probe.
+      V(agent) covers C(AgentConnected); V(boot) replaces it when a Linux clone proved its boot by the
+      SSH banner. V(disk) covers the OS volume growing. V(port) covers the TCP probe.
   returned: unless skipped in check mode
   type: list
   elements: dict
@@ -472,6 +566,16 @@ def argument_spec():
         fail_on_reject=dict(type="bool", default=True),
         cleanup_timeout=dict(type="int", default=120),
         report_every=dict(type="int", default=gate.REPORT_EVERY),
+        guest_credentials=dict(
+            type="dict",
+            no_log=False,
+            options=dict(
+                username=dict(type="str", required=True),
+                password=dict(type="str", no_log=True),
+                private_key=dict(type="str", no_log=True),
+            ),
+        ),
+        release_digest=dict(type="str"),
         started=dict(type="float"),
         gate_state=dict(type="dict"),
     )

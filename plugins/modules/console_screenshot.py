@@ -22,7 +22,9 @@ description:
     Boot Manager menu (the selected entry a lit bar across the screen) or the setup browser (a flat
     light-grey body); the machine is wedged there. V(bootprompt) is mostly black with a little grey or
     white text from the left margin and no menu bar (firmware boot lines, or C(Press any key to boot from
-    CD or DVD)). V(stop-error) is one flat blue over most of the screen (a Windows stop error). V(blank) is
+    CD or DVD)) starting on the first rows. V(stop-error) is one flat blue over most of the screen (a Windows
+    stop error), or Windows 11 24H2's black stop screen (light text on black, set in from the left margin
+    and starting a fifth or more down the screen). V(blank) is
     a screen almost all black (no signal, powered off, between two boots). V(match:<name>) names one of
     O(references) whose average hash is within O(match_distance).
   - Earlier releases named V(setup) C(graphical) and V(bootprompt) C(text-console).

@@ -22,6 +22,12 @@ cluster the port is reached at the VMI's pod IP or through a Service instead. Th
 nothing of this annotation: a test hands the clone gate `probe_template(port)` as its `port_probe`,
 a `host:port` template reading it, as an operator names the Service tenants use.
 
+A Linux guest whose VM carries `lab.goldenimage.io/guest-agent: "absent"` is a stock cloud image: no
+agent ever connects. Its SSH server starts only when the VM has a NoCloud seed (a `cloudInitNoCloud`
+volume): without a datasource cloud-init makes no host keys and sshd does not start. With the seed, the
+forward of port 22 serves an `SSH-2.0-` banner, or, when the VM names one in
+`lab.goldenimage.io/guest-ssh: "<port>"`, points at a real sshd on that loopback port.
+
 Faults on `VirtualMachine/<ns>/<name>`: `stop-hangs` keeps the VMI Running when the VM is halted (its
 `Stopping` condition says the shutdown hangs) until the fault is cleared; `no-agent` keeps
 `AgentConnected` away from a guest that boots; `swap-conflict` answers 409 Conflict to every write that
@@ -57,6 +63,11 @@ NODE = "lab-node"
 PORT_OPEN = LAB_PREFIX + "port-open"
 FORWARDED = LAB_PREFIX + "forwarded-"
 REMOTE_NOTE = LAB_PREFIX + "remote-access"
+# A guest without qemu-guest-agent (a stock Linux cloud image): "absent" on the VM.
+AGENT_NOTE = LAB_PREFIX + "guest-agent"
+# A real SSH server on this host standing in for the guest's sshd: its loopback port, on the VM.
+GUEST_SSH_NOTE = LAB_PREFIX + "guest-ssh"
+SSH_BANNER = b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13 lab\r\n"
 FILESYSTEM_OVERHEAD = 0.055  # CDI's default share of a Filesystem volume kept free of the disk image
 AGENT_DELAY_ENV = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
 GUEST_PORTS = {"windows": 3389, "linux": 22}
@@ -671,6 +682,9 @@ class VirtController(Controller):
         wait = self._agent_delay() - (time.monotonic() - since) if since is not None else 0.0
         if wait > 0:
             return max(0.05, wait)
+        notes = meta.get("annotations") or {}
+        if notes.get(AGENT_NOTE) == "absent":
+            return self._agentless(vmi, guest)
         annotations = {}
         remote_off = "; remote access off: " in boot
         if remote_off:
@@ -681,6 +695,19 @@ class VirtController(Controller):
             annotations[FORWARDED + str(port)] = str(listener.port)
         cond = {"type": "AgentConnected", "status": "True"}
         self._set_vmi(vmi, conditions=[cond], guestOSInfo=dict(GUEST_OS[guest]), annotations=annotations)
+        return None
+
+    def _agentless(self, vmi: dict, guest: str) -> float | None:
+        """A guest with no agent: only its SSH server (Linux, with a NoCloud seed) shows it booted."""
+        meta = vmi["metadata"]
+        notes = meta.get("annotations") or {}
+        seeded = any(v.get("cloudInitNoCloud") for v in (vmi.get("spec") or {}).get("volumes") or [])
+        if guest != "linux" or not seeded or FORWARDED + "22" in notes:
+            return None
+        if notes.get(PORT_OPEN, "true").lower() == "false":
+            return None
+        port = notes.get(GUEST_SSH_NOTE) or str(self._open(meta["uid"], SSH_BANNER).port)
+        self._set_vmi(vmi, annotations={FORWARDED + "22": port})
         return None
 
     # --- guest ports ----------------------------------------------------------------------------

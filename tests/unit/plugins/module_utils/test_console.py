@@ -108,6 +108,27 @@ def stop_error(size, blue, text=WHITE, progress="0% complete"):
     return image
 
 
+def black_stop(size, progress="0% complete", left=8):
+    """Windows 11 24H2's stop screen: no sad face, no QR code, light text on black, set in from the left
+    and starting about a third of the way down."""
+    image, draw = screen(size)
+    width, height = size
+    x = width // left
+    lines = (
+        ("Your device ran into a problem and needs to restart.", height // 22),
+        (progress, height // 30),
+        ("", 0),
+        ("Stop code: CRITICAL_PROCESS_DIED", height // 40),
+        ("What failed: ntoskrnl.exe", height // 40),
+    )
+    y = height * 3 // 10
+    for line, size_px in lines:
+        if line:
+            draw.text((x, y), line, fill=WHITE, font=font(size_px))
+        y += max(size_px, height // 40) * 2
+    return image
+
+
 def classic_stop(size):
     image, draw = screen(size, (0, 0, 170))
     lines = [
@@ -201,6 +222,9 @@ CASES = {
         console.STOP_ERROR,
     ),
     "classic stop 640x480": (classic_stop((640, 480)), console.STOP_ERROR),
+    "24H2 black stop 1024x768": (black_stop((1024, 768)), console.STOP_ERROR),
+    "24H2 black stop 1280x800": (black_stop((1280, 800), "100% complete", left=10), console.STOP_ERROR),
+    "24H2 black stop 800x600": (black_stop((800, 600), "20% complete", left=12), console.STOP_ERROR),
     "setup 1024x768": (setup_window((1024, 768)), console.SETUP),
     "setup 800x600": (setup_window((800, 600), 80), console.SETUP),
     "desktop 1280x800": (desktop((1280, 800)), console.SETUP),
@@ -380,3 +404,20 @@ def test_only_a_running_instance_has_a_console():
         console.running_phase("VirtualMachineInstance", "ns/vm", {"status": {"phase": "Running"}})
         == "Running"
     )
+
+
+def test_two_24h2_black_stop_screens_in_a_row_are_a_stop_error_not_a_reinstall():
+    """The black stop screen looks like console text; read as a boot prompt, two in a row after Windows
+    had drawn would say "the CD boots before the disk" when Windows crashed."""
+    memory = console.bake_memory(True)
+    memory = console.remember(memory, judge(setup_window((1024, 768))), True)
+    first = judge(black_stop((1024, 768), "0% complete"))
+    memory = console.remember(memory, first, True)
+    second = judge(black_stop((1024, 768), "10% complete"))
+    assert console.shot_fatal(memory, second) == "stop-error", (first["features"], second["features"])
+    # Firmware lines after a reboot still read as the CD booting first.
+    lines = judge(firmware_text((1024, 768), BDS))
+    memory = console.remember(
+        console.remember(console.bake_memory(True), judge(setup_window((1024, 768))), True), lines, True
+    )
+    assert console.shot_fatal(memory, lines) == "reinstall"

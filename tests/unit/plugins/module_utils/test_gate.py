@@ -471,3 +471,99 @@ def test_the_promote_path_gates_a_windows_golden_at_the_catalog_minimum():
     assert defaults["golden_promote_gate_memory"] == defaults["golden_promote_gate_min_memory"] == ""
     os_name = gate.golden_os("Windows 11", "windows-11", defaults["golden_promote_gate_os"])
     assert gate.gate_memory(os_name, defaults["golden_promote_gate_memory"] or None) == ("8Gi", "8Gi")
+
+
+# The Linux boot proof, the NoCloud seed, the SSH disk check and the gate record --------------------
+
+
+def test_a_booted_guest_whose_disk_nothing_could_read_is_unproven_not_passed():
+    assert gate.verdict(True, True, None) == gate.DISK_UNPROVEN
+    assert gate.verdict(False, True, None) == gate.NO_BOOT
+    text = gate.explain(gate.DISK_UNPROVEN, "linux", 22, "10.0.0.7:22", proof=gate.PROOF_SSH)
+    assert "booted (SSH banner answered, no guest agent)" in text and "guest_credentials" in text
+
+
+def test_the_verdict_names_its_proof():
+    assert "(guest agent connected)" in gate.explain(gate.PASSED, "windows", 3389, "a:3389")
+    assert "(SSH banner answered, no guest agent)" in gate.explain(
+        gate.PASSED, "linux", 22, "a:22", proof=gate.PROOF_SSH
+    )
+    assert "no SSH banner answered" in gate.explain(gate.NO_BOOT, "linux", 22, "-", proof=gate.PROOF_NONE)
+
+
+@pytest.mark.parametrize(
+    "data,ok",
+    [
+        (b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n", True),
+        (b"SSH-2.0-dropbear\n", True),
+        (b"SSH-1.5-old\r\n", False),
+        (b"HTTP/1.1 400 Bad Request\r\n", False),
+        (b"", False),
+    ],
+)
+def test_only_an_ssh2_banner_proves_a_boot(data, ok):
+    assert (gate.banner_problem(data) is None) is ok
+
+
+def test_the_seed_turns_password_login_off_and_authorises_one_key():
+    data = gate.seed_user_data("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA clone-gate")
+    assert data.startswith("#cloud-config\n") and "ssh_pwauth: false" in data
+    assert "  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA clone-gate\n" in data
+    assert "ssh_pwauth: true" in gate.seed_user_data("ssh-ed25519 AAAA k", password_login=True)
+    for bad in ("", "not a key", "ssh-ed25519 AAAA\nruncmd: [reboot]"):
+        with pytest.raises(gate.GateError, match="one OpenSSH public key line"):
+            gate.seed_user_data(bad)
+
+
+def test_a_linux_vm_gets_the_nocloud_seed_and_a_windows_vm_none():
+    linux = gate.vm_definition("g", "p", "c", "1Gi", "r", user_data="#cloud-config\n")
+    spec = linux["spec"]["template"]["spec"]
+    assert spec["volumes"][1] == {
+        "name": gate.SEED_VOLUME,
+        "cloudInitNoCloud": {"userData": "#cloud-config\n"},
+    }
+    assert [d["name"] for d in spec["domain"]["devices"]["disks"]] == ["boot", gate.SEED_VOLUME]
+    windows = gate.vm_definition("g", "p", "c", "8Gi", "r")["spec"]["template"]["spec"]
+    assert [v["name"] for v in windows["volumes"]] == ["boot"]
+
+
+@pytest.mark.parametrize(
+    "output,size",
+    [("2040109465\n", 2040109465), ("   SIZE\n 2040109465 \n", 2040109465), ("", None), ("findmnt: x", None)],
+)
+def test_root_size_reads_the_commands_figure(output, size):
+    assert gate.root_size(output) == size
+
+
+def test_credentials_need_a_user_and_a_secret():
+    assert gate.credentials_problem(None) is None
+    assert gate.credentials_problem({"username": "ubuntu", "private_key": "k"}) is None
+    assert "username" in gate.credentials_problem({"username": "", "password": "x"})
+    assert "password or a private_key" in gate.credentials_problem({"username": "ubuntu"})
+
+
+def test_the_gate_record_keeps_verdict_proof_check_run_and_time_together():
+    result = {
+        "verdict": "passed",
+        "proof": gate.PROOF_SSH,
+        "memory": "1Gi",
+        "disk_check": {"name": gate.CHECK_SSH, "detail": "/ is 1.9 GiB"},
+    }
+    record = gate.gate_record(
+        result, "gi/g1", "sha256:" + "a" * 64, "h1", "run1", "2026-01-01T00:00:00Z", "acme"
+    )
+    assert record == {
+        "verdict": "passed",
+        "passed": True,
+        "proof": "ssh-banner",
+        "disk_check": "ssh-root-filesystem",
+        "disk_detail": "/ is 1.9 GiB",
+        "candidate": "gi/g1",
+        "release_digest": "sha256:" + "a" * 64,
+        "snapshot_handle": "h1",
+        "project": "acme",
+        "run": "run1",
+        "at": "2026-01-01T00:00:00Z",
+        "memory": "1Gi",
+    }
+    assert gate.gate_record({"verdict": "no_boot"}, "gi/g1", None, None, "r", "t", "p")["proof"] == "none"
