@@ -520,7 +520,6 @@ def _software_values(view, problems):
         return values
     _require("dissect.regf")
     from dissect.regf import RegistryHive
-    from dissect.regf.exceptions import Error as RegfError
 
     wanted = (
         ("state", image_facts.SETUP_STATE_KEY, (image_facts.IMAGE_STATE_VALUE,)),
@@ -539,7 +538,7 @@ def _software_values(view, problems):
                 value = _value(hive, key, name)
                 if value is not None:
                     values[slot][name] = value
-    except (RegfError, OSError, EOFError, ValueError, KeyError) as exc:
+    except Exception as exc:  # any parse failure of these bytes leaves the facts unproven
         problems.append(image_facts.unreadable(_shown(found), "not a readable registry hive: %s" % (exc,)))
     return values
 

@@ -34,6 +34,8 @@ WINDOWS_CASES = {
             "build_failed_absent",
             "bootstrap_script_absent",
             "bootstrap_log_final_line",
+            "image_state_generalized",
+            "credentials_absent",
             "remote_desktop_enabled",
         ],
     ),
@@ -155,6 +157,8 @@ def test_windows_cases(made, case):
         "build_failed_absent",
         "bootstrap_script_absent",
         "bootstrap_log_final_line",
+        "image_state_generalized",
+        "credentials_absent",
         "nothing_after_windows_partition",
         "remote_desktop_enabled",
     ]
