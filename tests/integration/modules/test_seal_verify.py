@@ -358,6 +358,8 @@ def test_module_on_claims(lab, kube_client, kube_namespace, made, venv_python_fi
     fs = run["filesystem"]
     assert fs["sealed"] is True and fs["changed"] is False
     assert fs["format"] == "qcow2" and fs["chain"][0]["path"] == "/disk/disk.img"
+    # The Job reads the image facts with the same rules (image_facts ships in its ConfigMap).
+    assert fs["facts"]["image_state"]["generalized"] is True and fs["exposure_reasons"] == []
     assert fs["job"]["name"].startswith("seal-verify-") and fs["job"]["pod"]
     # The claim's verification ran as an async job and printed the Job's progress as it came.
     assert fs["lines"] and all(
