@@ -486,6 +486,7 @@ def windows_facts(image, part, view=None, unreadable=None):
             "windows",
             [image_facts.unreadable("partition %s" % part["number"], unreadable)],
             bitlocker=bitlocker,
+            software_hive=None,
             image_state=None,
             edition=None,
             licensing=None,
@@ -498,10 +499,12 @@ def windows_facts(image, part, view=None, unreadable=None):
 def windows_view_facts(view, bitlocker):
     problems = []
     registry = _software_values(view, problems)
+    found = seal.find(view, seal.volume_path(image_facts.SOFTWARE_HIVE))
     return image_facts.document(
         "windows",
         problems,
         bitlocker=bitlocker,
+        software_hive=image_facts.hive_fact(view.read(found, 0, 12) if found else None),
         image_state=image_facts.image_state_fact(registry["state"].get(image_facts.IMAGE_STATE_VALUE)),
         edition=image_facts.edition_fact(registry["current"]),
         licensing=image_facts.licensing_fact(dict(registry["current"], **registry["licensing"])),

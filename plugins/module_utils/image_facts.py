@@ -13,7 +13,8 @@ The document is a plain dict, ``{"schema_version": 1, "os_family": "windows" | "
 
 * ``unreadable``: ``[{"source", "error"}]``, every place that had to be read and could not be. A fact that
   could not be read is not a fact that is absent: every entry is an exposure reason.
-* Windows: ``bitlocker`` (``{"encrypted", "source"}``), ``image_state`` (``{"value", "generalized"}``, value
+* Windows: ``bitlocker`` (``{"encrypted", "source"}``), ``software_hive`` (``{"dirty"}``: changes wait in
+  its transaction logs, which are not read), ``image_state`` (``{"value", "generalized"}``, value
   None when the hive holds none), ``edition`` (``EditionID``, product name, build, ``evaluation``),
   ``licensing`` (presence of the KMS host and port, ``BackupProductKeyDefault``, ``DigitalProductId``),
   ``autologon`` (``AutoAdminLogon``, ``DefaultUserName``, whether ``DefaultPassword`` is set) and
@@ -99,6 +100,17 @@ def unreadable(source, error):
 def bitlocker_fact(boot_sector):
     """Read from the boot sector: BitLocker writes ``-FVE-FS-`` where NTFS writes its OEM id."""
     return {"encrypted": bytes(boot_sector[3:11]) == b"-FVE-FS-", "source": "boot sector OEM id"}
+
+
+def hive_fact(head):
+    """The SOFTWARE hive's base block: ``dirty`` when its two sequence numbers differ, that is when changes
+    wait in its transaction logs (``SOFTWARE.LOG1``/``LOG2``), which are not read. None when absent."""
+    if head is None:
+        return None
+    data = bytes(head)
+    if len(data) < 12 or data[:4] != b"regf":
+        return {"dirty": None}
+    return {"dirty": data[4:8] != data[8:12]}
 
 
 def image_state_fact(value):

@@ -328,12 +328,26 @@ def _token(word):
 
 # What may stand before the program on a log line: a timestamp (``2026-08-09T10:03:02``, ``10:03:02``,
 # ``[2026-08-09``), a log label (``bootstrap:``), a level (``[INFO]``), the word ``running`` and
-# PowerShell's call operator. Anything else (``echo``, ``Write-Host``, ``rem``, ``#``) means the line
-# prints or comments the command instead of running it.
+# PowerShell's call operator. Anything else (``echo``, ``Write-Host``, ``rem``, ``#``, ``FAILED:``) means
+# the line prints, comments or reports the command instead of running it.
 _TIMESTAMP = re.compile(r"^[\[(]?\d[\d:.,TZ+/-]*[\])]?$", re.IGNORECASE)
 _LEVEL = re.compile(r"^\[[A-Za-z]+\]$")
 _LABEL = re.compile(r"^[A-Za-z][\w.-]*:$")
-_NOT_LABELS = ("echo:", "rem:", "write-host:", "write-output:", "print:", "cmd:", "powershell:")
+_NOT_LABELS = (
+    "echo:",
+    "rem:",
+    "write-host:",
+    "write-output:",
+    "print:",
+    "cmd:",
+    "powershell:",
+    # A label that reports the command's failure or skip is no run of it.
+    "failed:",
+    "fail:",
+    "error:",
+    "skipped:",
+    "skip:",
+)
 
 
 def _prefix_word(word):

@@ -283,7 +283,9 @@ facts:
     - The image-facts document, read from the disk itself (never declared); it carries presence, places and
       kinds, never a secret value. C(schema_version) (V(1)) and C(os_family) say how to read it;
       C(unreadable) lists every place that had to be read and could not be (each one an exposure reason).
-    - "Windows: C(bitlocker) (C(encrypted), from the boot sector's C(-FVE-FS-)), C(image_state) (C(value),
+    - "Windows: C(bitlocker) (C(encrypted), from the boot sector's C(-FVE-FS-)), C(software_hive)
+      (C(dirty): the hive's sequence numbers differ, so changes wait in C(SOFTWARE.LOG1)/C(LOG2), which are
+      not read), C(image_state) (C(value),
       C(generalized)), C(edition) (C(edition_id), C(product_name), C(build), C(evaluation)), C(licensing)
       (C(kms_host), C(kms_port), C(backup_product_key), C(digital_product_id): presence of
       C(KeyManagementServiceName), C(KeyManagementServicePort), C(BackupProductKeyDefault) and
@@ -302,6 +304,7 @@ facts:
     os_family: windows
     unreadable: []
     bitlocker: {encrypted: false, source: boot sector OEM id}
+    software_hive: {dirty: false}
     image_state: {value: IMAGE_STATE_GENERALIZE_RESEAL_TO_OOBE, generalized: true}
     edition: {edition_id: EnterpriseEval, product_name: Windows 11 Enterprise Evaluation, build: "26100",
               evaluation: true}

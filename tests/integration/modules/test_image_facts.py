@@ -71,6 +71,7 @@ WINDOWS = {
     "not_generalized": {SOFTWARE: ("hive", {"image_state": "IMAGE_STATE_COMPLETE"})},
     "no_image_state": {SOFTWARE: ("hive", {"image_state": None})},
     "broken_software_hive": {SOFTWARE: b"regf" + b"\0" * 4092},
+    "dirty_software_hive": {SOFTWARE: ("dirty", {})},
     "answer_files_elsewhere": {
         "AutoUnattend.xml": PANTHER_UNATTEND,
         "Windows/System32/Sysprep/unattend.xml": "<unattend><AutoLogon><Password><Value>x1</Value>"
@@ -88,7 +89,10 @@ def _files(changes):
     resolved = {}
     for name, content in changes.items():
         if isinstance(content, tuple):
-            content = disks.software_hive(**content[1])
+            hive = bytearray(disks.software_hive(**content[1]))
+            if content[0] == "dirty":  # Windows bumps the primary sequence number first, the secondary last
+                hive[4] = (hive[4] + 1) % 256
+            content = bytes(hive)
         resolved[name] = content
     return disks.sealed_windows_files(resolved)
 
@@ -162,6 +166,7 @@ def test_a_clean_generalized_disk_is_sealed_with_no_exposure_reason(made):
         "default_password": "absent",
     }
     assert facts["bitlocker"] == {"encrypted": False, "source": "boot sector OEM id"}
+    assert facts["software_hive"] == {"dirty": False}
     assert facts["unattend"] == []
     assert "IMAGE_STATE_GENERALIZE_RESEAL_TO_OOBE" in by_name(result)["image_state_generalized"]["evidence"]
 
@@ -230,6 +235,10 @@ def test_a_software_hive_that_cannot_be_read_is_not_sealed_and_unproven(made):
     assert result["failed_checks"] == ["image_state_generalized"]
     assert result["facts"]["unreadable"][0]["source"] == "C:\\Windows\\System32\\config\\SOFTWARE"
     assert result["exposure_reasons"][0].startswith("unproven: C:\\Windows\\System32\\config\\SOFTWARE")
+
+
+def test_a_dirty_software_hive_is_a_fact(made):
+    assert verdict(made, "dirty_software_hive")["facts"]["software_hive"] == {"dirty": True}
 
 
 def test_answer_files_are_found_wherever_setup_reads_them(made):

@@ -142,6 +142,13 @@ def test_edition_says_evaluation():
     assert image_facts.edition_fact({})["evaluation"] is False
 
 
+def test_hive_dirty_when_its_sequence_numbers_differ():
+    assert image_facts.hive_fact(b"regf\x05\0\0\0\x05\0\0\0") == {"dirty": False}
+    assert image_facts.hive_fact(b"regf\x06\0\0\0\x05\0\0\0") == {"dirty": True}
+    assert image_facts.hive_fact(b"\0" * 12) == {"dirty": None}
+    assert image_facts.hive_fact(None) is None
+
+
 def test_bitlocker_from_the_boot_sector():
     assert image_facts.bitlocker_fact(b"\xebX\x90-FVE-FS-" + b"\0" * 501)["encrypted"] is True
     assert image_facts.bitlocker_fact(b"\xebR\x90NTFS    " + b"\0" * 501)["encrypted"] is False

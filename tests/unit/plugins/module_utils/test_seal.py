@@ -293,6 +293,8 @@ def test_missing_and_empty_log_fail():
         ("# sysprep /generalize /oobe /shutdown", False),
         ("echo: sysprep /generalize /oobe /shutdown", False),
         ("would run sysprep /generalize /oobe /shutdown", False),
+        ("2026-08-09T10:03:02 FAILED: sysprep /generalize /oobe /shutdown", False),
+        ("[ERROR] error: sysprep /generalize /oobe /shutdown", False),
         ("sysprep /generalize /oobe /shutdown failed", False),
         ("sysprep /oobe /generalize /shutdown", False),
         ("sysprep /generalize /oobe /reboot", False),
