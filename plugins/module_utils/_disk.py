@@ -576,7 +576,8 @@ def linux_facts(view):
             text = view.read(path, 0, 64 * 1024).decode("utf-8", errors="replace")
             os_release = image_facts.os_release_fact(path, text)
             break
-    machine_id = view.read("/etc/machine-id", 0, 128) if view.is_file("/etc/machine-id") else None
+    regular = view.is_file("/etc/machine-id")
+    machine_id = view.read("/etc/machine-id", 0, 128) if view.exists("/etc/machine-id") else None
     keys = []
     for path in _key_candidates(view):
         fact = image_facts.private_key_fact(
@@ -587,7 +588,7 @@ def linux_facts(view):
     return image_facts.document(
         "linux",
         os_release=os_release,
-        machine_id=image_facts.machine_id_fact(machine_id if view.exists("/etc/machine-id") else None),
+        machine_id=image_facts.machine_id_fact(machine_id, regular),
         private_keys=keys,
     )
 

@@ -21,8 +21,8 @@ The document is a plain dict, ``{"schema_version": 1, "os_family": "windows" | "
   ``unattend`` (each answer file left on the volume, with the product keys and passwords it holds, by
   place in the file).
 * Linux: ``os_release`` (``ID``, ``VERSION_ID``, ``VERSION_CODENAME``, ``PRETTY_NAME`` and the file read),
-  ``machine_id`` (``absent``, ``empty``, ``uninitialized`` or ``set``) and ``private_keys`` (each private
-  key file left in the image: path, kind, PEM label, size).
+  ``machine_id`` (``absent``, ``not a regular file``, ``empty``, ``uninitialized`` or ``set``) and
+  ``private_keys`` (each private key file left in the image: path, kind, PEM label, size).
 
 ``exposure_reasons(facts)`` says why the bytes must never go to a bucket not proven private; an empty list
 means nothing was found. ``sealed_by_image_state(facts)`` is the registry's word on sysprep.
@@ -278,10 +278,13 @@ def os_release_fact(path, text):
     return fact
 
 
-def machine_id_fact(data):
-    """``absent`` (None), ``empty``, ``uninitialized`` or ``set``: only the state, never the id."""
+def machine_id_fact(data, regular=True):
+    """``absent`` (None), ``not a regular file`` (a link, not followed), ``empty``, ``uninitialized`` or
+    ``set``: only the state, never the id."""
     if data is None:
         return "absent"
+    if not regular:
+        return "not a regular file"
     text = bytes(data).strip()
     if not text:
         return "empty"

@@ -293,9 +293,10 @@ facts:
       C(default_password): V(absent), V(empty) or V(set)) and C(unattend) (each answer file left: C(path),
       C(parsed), C(error), C(product_keys) and C(passwords) by C(where) in the file and C(state))."
     - "Linux: C(os_release) (C(id), C(version_id), C(version_codename), C(pretty_name) and the C(path) read,
-      C(/etc/os-release) or C(/usr/lib/os-release)), C(machine_id) (V(absent), V(empty), V(uninitialized)
-      or V(set)) and C(private_keys) (C(path), C(kind) V(ssh_host_key), V(tls_snakeoil_key),
-      V(tls_private_key) or V(user_ssh_key), C(pem) label, C(size)), from C(/etc/ssh/ssh_host_*_key),
+      C(/etc/os-release) or C(/usr/lib/os-release)), C(machine_id) (V(absent), V(not a regular file),
+      V(empty), V(uninitialized) or V(set)) and C(private_keys) (C(path), C(kind) V(ssh_host_key),
+      V(tls_snakeoil_key), V(tls_private_key) or V(user_ssh_key), C(pem) label, C(size)), from
+      C(/etc/ssh/ssh_host_*_key),
       every file under C(/etc/ssl/private), and C(id_*) keys in C(/root/.ssh) and C(/home/*/.ssh)."
   returned: unless skipped in check mode
   type: dict

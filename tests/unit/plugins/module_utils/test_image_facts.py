@@ -256,6 +256,10 @@ def test_machine_id_state_only(data, state):
     assert image_facts.machine_id_fact(data) == state
 
 
+def test_a_machine_id_link_is_not_followed_nor_called_absent():
+    assert image_facts.machine_id_fact(b"", regular=False) == "not a regular file"
+
+
 def test_private_keys_by_kind_and_pem_label():
     pem = (
         b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
