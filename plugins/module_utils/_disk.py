@@ -20,6 +20,7 @@ import os
 import stat
 import sys
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 QCOW2_MAGIC = b"QFI\xfb"
@@ -310,6 +311,10 @@ class NtfsView:
             return None
         return rec.size()
 
+    def is_file(self, path):
+        rec = self._record(path)
+        return rec is not None and not rec.is_dir()
+
     def read(self, path, offset=0, length=-1):
         rec = self._record(path)
         if rec is None:
@@ -423,6 +428,11 @@ class ExtView:
             return None
         return node.size
 
+    def is_file(self, path):
+        """A regular file (a symlink is not followed, so it is not one)."""
+        node = self._inode(path)
+        return node is not None and node.filetype == stat.S_IFREG
+
     def read(self, path, offset=0, length=-1):
         node = self._inode(path)
         if node is None or node.filetype != stat.S_IFREG:
@@ -430,3 +440,172 @@ class ExtView:
         fh = node.open()
         fh.seek(offset)
         return fh.read(length)
+
+
+# Image facts --------------------------------------------------------------------------------------
+
+
+def read_image_facts(path_or_disk, os_family=None, partition=None):
+    """The image-facts document (``image_facts``) of a disk: a path to a raw or qcow2 file, or an open
+    ``Image``. ``os_family`` is ``windows`` or ``linux`` (detected from the partitions when None);
+    ``partition`` picks the partition as ``seal_verify`` does."""
+    image = path_or_disk if isinstance(path_or_disk, Image) else Image(path_or_disk)
+    try:
+        parts = partitions(image)
+        family = os_family or seal.detect_os(parts)
+        if family == "windows":
+            return windows_facts(image, seal.pick_windows_partition(parts, partition))
+        if family == "linux":
+            return linux_facts(ExtView(image, seal.pick_linux_partition(parts, partition)))
+        raise seal.SealError("cannot tell the OS: no partition holds NTFS, BitLocker or ext; name os_family")
+    finally:
+        if image is not path_or_disk:
+            image.close()
+
+
+def _shown(found):
+    return "C:" + found.replace("/", "\\")
+
+
+def windows_facts(image, part, view=None, unreadable=None):
+    """The facts of the Windows partition ``part``; ``view`` is its NtfsView when already open, None with
+    ``unreadable`` saying why when it cannot be read."""
+    bitlocker = image_facts.bitlocker_fact(image.read(part["offset"], SECTOR))
+    if view is None and unreadable is None:
+        if bitlocker["encrypted"]:
+            unreadable = "the volume is BitLocker-encrypted"
+        else:
+            try:
+                view = NtfsView(image, part)
+            except MissingLibrary:
+                raise
+            except DiskError as exc:
+                unreadable = str(exc)
+    if view is None:
+        return image_facts.document(
+            "windows",
+            [image_facts.unreadable("partition %s" % part["number"], unreadable)],
+            bitlocker=bitlocker,
+            software_hive=None,
+            image_state=None,
+            edition=None,
+            licensing=None,
+            autologon=None,
+            unattend=[],
+        )
+    return windows_view_facts(view, bitlocker)
+
+
+def windows_view_facts(view, bitlocker):
+    problems = []
+    registry = _software_values(view, problems)
+    found = seal.find(view, seal.volume_path(image_facts.SOFTWARE_HIVE))
+    return image_facts.document(
+        "windows",
+        problems,
+        bitlocker=bitlocker,
+        software_hive=image_facts.hive_fact(view.read(found, 0, 12) if found else None),
+        image_state=image_facts.image_state_fact(registry["state"].get(image_facts.IMAGE_STATE_VALUE)),
+        edition=image_facts.edition_fact(registry["current"]),
+        licensing=image_facts.licensing_fact(dict(registry["current"], **registry["licensing"])),
+        autologon=image_facts.autologon_fact(registry["winlogon"]),
+        unattend=_unattend_files(view),
+    )
+
+
+def _software_values(view, problems):
+    """Raw values of the SOFTWARE hive's keys the facts need; ``problems`` gets a hive that cannot be read.
+
+    Secret values stay in this frame: the builders of ``image_facts`` keep only their presence."""
+    values = {"state": {}, "current": {}, "licensing": {}, "winlogon": {}}
+    found = seal.find(view, seal.volume_path(image_facts.SOFTWARE_HIVE))
+    if found is None:
+        return values
+    _require("dissect.regf")
+    from dissect.regf import RegistryHive
+
+    wanted = (
+        ("state", image_facts.SETUP_STATE_KEY, (image_facts.IMAGE_STATE_VALUE,)),
+        (
+            "current",
+            image_facts.CURRENT_VERSION_KEY,
+            image_facts.EDITION_VALUES + image_facts.PRODUCT_ID_VALUES,
+        ),
+        ("licensing", image_facts.LICENSING_KEY, image_facts.LICENSING_VALUES),
+        ("winlogon", image_facts.WINLOGON_KEY, image_facts.WINLOGON_VALUES),
+    )
+    try:
+        hive = RegistryHive(view.open(found))
+        for slot, key, names in wanted:
+            for name in names:
+                value = _value(hive, key, name)
+                if value is not None:
+                    values[slot][name] = value
+    except Exception as exc:  # any parse failure of these bytes leaves the facts unproven
+        problems.append(image_facts.unreadable(_shown(found), "not a readable registry hive: %s" % (exc,)))
+    return values
+
+
+def _unattend_files(view):
+    paths = []
+    for windows_path in image_facts.UNATTEND_FILES:
+        found = seal.find(view, seal.volume_path(windows_path))
+        if found is not None and view.is_file(found):
+            paths.append(found)
+    for folder in image_facts.UNATTEND_FOLDERS:
+        found = seal.find(view, seal.volume_path(folder))
+        for name in sorted(view.list(found) or []) if found else []:
+            child = found + "/" + name
+            if name.lower().endswith(".xml") and view.is_file(child):
+                paths.append(child)
+    seen, facts = set(), []
+    for found in paths:
+        if found.lower() in seen:
+            continue
+        seen.add(found.lower())
+        data = view.read(found, 0, image_facts.MAX_UNATTEND_BYTES + 1)
+        facts.append(image_facts.unattend_fact(_shown(found), data))
+    return facts
+
+
+def linux_facts(view):
+    """The facts of an ext2/3/4 root read through ``view`` (an ExtView)."""
+    os_release = None
+    for path in image_facts.OS_RELEASE_FILES:
+        if view.is_file(path):
+            text = view.read(path, 0, 64 * 1024).decode("utf-8", errors="replace")
+            os_release = image_facts.os_release_fact(path, text)
+            break
+    regular = view.is_file("/etc/machine-id")
+    machine_id = view.read("/etc/machine-id", 0, 128) if view.exists("/etc/machine-id") else None
+    keys = []
+    for path in _key_candidates(view):
+        fact = image_facts.private_key_fact(
+            path, view.size(path), view.read(path, 0, image_facts.KEY_HEAD_BYTES)
+        )
+        if fact is not None:
+            keys.append(fact)
+    return image_facts.document(
+        "linux",
+        os_release=os_release,
+        machine_id=image_facts.machine_id_fact(machine_id, regular),
+        private_keys=keys,
+    )
+
+
+def _key_candidates(view):
+    """Files under /etc/ssh, /etc/ssl/private (all levels), /root/.ssh and /home/*/.ssh, in order."""
+    folders = [image_facts.SSH_DIR, image_facts.TLS_PRIVATE_DIR, "/root/.ssh"]
+    folders += ["/home/%s/.ssh" % name for name in sorted(view.list("/home") or [])]
+    found = []
+    pending = list(reversed(folders))
+    while pending:
+        folder = pending.pop()
+        for name in sorted(view.list(folder) or []):
+            path = folder + "/" + name
+            if view.is_dir(path):
+                if path.startswith(image_facts.TLS_PRIVATE_DIR + "/"):
+                    pending.append(path)
+            elif image_facts.is_key_candidate(path):
+                found.append(path)
+    return found

@@ -10,8 +10,8 @@ network:
     python3 -m ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_cli /disk/disk.img
 
 It prints one line, ``SEAL_VERIFY_RESULT <json>``, and exits 0 with a verdict (sealed or not) or 2
-when the disk cannot be judged. It imports nothing from Ansible, only its siblings (``seal``, ``_disk``,
-``errors``) and dissect.
+when the disk cannot be judged. It imports nothing from Ansible, only its siblings (``seal``, ``image_facts``,
+``_disk``, ``errors``) and dissect.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, image_facts, seal
 
 MARKER = "SEAL_VERIFY_RESULT "
 # Installed into a scratch directory when the verifier image lacks them (--install-missing).
@@ -82,7 +82,7 @@ def verify(
             )
         if chosen_os == "windows":
             target = seal.pick_windows_partition(parts, partition)
-            checks = _windows(
+            checks, facts = _windows(
                 image,
                 parts,
                 target,
@@ -94,12 +94,16 @@ def verify(
             )
         else:
             target = seal.pick_linux_partition(parts, partition)
-            checks = seal.linux_checks(_disk.ExtView(image, target), max_log_bytes, postgresql_clusters)
+            view = _disk.ExtView(image, target)
+            checks = seal.linux_checks(view, max_log_bytes, postgresql_clusters)
+            facts = _disk.linux_facts(view)
         sealed, failed = seal.verdict(checks)
         return {
             "sealed": sealed,
             "failed_checks": failed,
             "checks": checks,
+            "facts": facts,
+            "exposure_reasons": image_facts.exposure_reasons(facts),
             "os": chosen_os,
             "detected_os": detected,
             "partition": target["number"],
@@ -133,7 +137,8 @@ def _windows(
     if view is not None and remote_desktop_port:
         hive = seal.find(view, seal.volume_path(seal.SYSTEM_HIVE))
         remote_desktop = _disk.remote_desktop_settings(view, hive)
-    return seal.windows_checks(
+    facts = _disk.windows_facts(image, target, view=view, unreadable=unreadable)
+    checks = seal.windows_checks(
         boot,
         view,
         parts,
@@ -145,7 +150,9 @@ def _windows(
         unreadable=unreadable,
         remote_desktop=remote_desktop,
         remote_desktop_port=remote_desktop_port,
+        facts=facts,
     )
+    return checks, facts
 
 
 def _install_missing():

@@ -18,7 +18,14 @@ import json
 import time
 import uuid
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, errors, jobs, rounds, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _disk,
+    errors,
+    image_facts,
+    jobs,
+    rounds,
+    seal,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -56,7 +63,7 @@ def module_files(*modules):
 
 def verifier_files():
     """ConfigMap data: the verifier and its siblings, under their module file names."""
-    return module_files(seal, _disk, errors, seal_cli)
+    return module_files(seal, image_facts, _disk, errors, seal_cli)
 
 
 def configmap_definition(name, namespace, files):

@@ -21,6 +21,7 @@ __metaclass__ = type
 import codecs
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 NTFS_OEM = b"NTFS    "
@@ -45,6 +46,8 @@ WINDOWS_CHECKS = (
     "build_failed_absent",
     "bootstrap_script_absent",
     "bootstrap_log_final_line",
+    "image_state_generalized",
+    "credentials_absent",
     "nothing_after_windows_partition",
     "remote_desktop_enabled",
 )
@@ -323,14 +326,50 @@ def _token(word):
     return word[:-4] if word.endswith(".exe") else word
 
 
+# What may stand before the program on a log line: a timestamp (``2026-08-09T10:03:02``, ``10:03:02``,
+# ``[2026-08-09``), a log label (``bootstrap:``), a level (``[INFO]``), the word ``running`` and
+# PowerShell's call operator. Anything else (``echo``, ``Write-Host``, ``rem``, ``#``, ``FAILED:``) means
+# the line prints, comments or reports the command instead of running it.
+_TIMESTAMP = re.compile(r"^[\[(]?\d[\d:.,TZ+/-]*[\])]?$", re.IGNORECASE)
+_LEVEL = re.compile(r"^\[[A-Za-z]+\]$")
+_LABEL = re.compile(r"^[A-Za-z][\w.-]*:$")
+_NOT_LABELS = (
+    "echo:",
+    "rem:",
+    "write-host:",
+    "write-output:",
+    "print:",
+    "cmd:",
+    "powershell:",
+    # A label that reports the command's failure or skip is no run of it.
+    "failed:",
+    "fail:",
+    "error:",
+    "skipped:",
+    "skip:",
+)
+
+
+def _prefix_word(word):
+    if word in ("&", "running"):
+        return True
+    if _TIMESTAMP.match(word) or _LEVEL.match(word):
+        return True
+    return bool(_LABEL.match(word)) and word.casefold() not in _NOT_LABELS
+
+
 def ends_on(line, expected):
     """Whether ``line`` runs ``expected``: its words in order (the program by its base name, with or
-    without ``.exe``), followed by nothing but more switches."""
+    without ``.exe`` and a path), followed by nothing but more switches, and preceded by nothing but a
+    timestamp, a log label, a level, ``running`` or ``&`` (so ``echo sysprep ...`` is not a run)."""
     want = [_token(w) for w in expected.split()]
-    have = [_token(w) for w in line.split()]
+    words = line.split()
+    have = [_token(w) for w in words]
     if not want:
         return False
     for start in range(len(have) - len(want) + 1):
+        if not all(_prefix_word(word.casefold()) for word in words[:start]):
+            return False
         if have[start : start + len(want)] == want:
             rest = have[start + len(want) :]
             if all(word.startswith("/") for word in rest):
@@ -445,6 +484,59 @@ def check_remote_desktop(settings, port=REMOTE_DESKTOP_PORT):
     )
 
 
+def check_image_state(facts):
+    """The registry's word on sysprep, read from the SOFTWARE hive: generalized to OOBE, or not sealed.
+
+    A hive that holds no ``ImageState`` leaves the log line as the only proof (the check says so); a hive
+    that cannot be read fails."""
+    name = "image_state_generalized"
+    where = "%s\\%s\\%s" % (
+        image_facts.SOFTWARE_HIVE,
+        image_facts.SETUP_STATE_KEY,
+        image_facts.IMAGE_STATE_VALUE,
+    )
+    hive = [
+        u for u in facts.get("unreadable") or [] if u["source"].lower() == image_facts.SOFTWARE_HIVE.lower()
+    ]
+    if facts.get("image_state") is None or hive:
+        why = hive[0]["error"] if hive else "the volume cannot be read"
+        return check(name, False, "%s cannot be read: %s" % (where, why))
+    sealed = image_facts.sealed_by_image_state(facts)
+    if sealed is None:
+        return check(name, True, "%s is not recorded; the log line is the only proof of sysprep" % where)
+    if sealed:
+        return check(name, True, "%s is %s" % (where, image_facts.GENERALIZED))
+    return check(
+        name,
+        False,
+        "%s is %s, not %s: sysprep /generalize /oobe did not seal this image, whatever the log says"
+        % (where, facts["image_state"]["value"], image_facts.GENERALIZED),
+    )
+
+
+def check_credentials(facts):
+    """No answer file with a password or a product key, and no Winlogon DefaultPassword, is left."""
+    name = "credentials_absent"
+    if facts.get("image_state") is None:
+        why = "; ".join(u["error"] for u in facts.get("unreadable") or []) or "the volume cannot be read"
+        return check(name, False, "answer files and Winlogon cannot be checked: %s" % why)
+    found = image_facts.leftover_credentials(facts)
+    if found:
+        return check(
+            name,
+            False,
+            "%s: every clone would carry them; remove the answer files and the Winlogon DefaultPassword "
+            "before sysprep" % "; ".join(found),
+        )
+    left = ", ".join(u["path"] for u in facts.get("unattend") or [])
+    return check(
+        name,
+        True,
+        "no password or product key in an answer file%s, and no Winlogon DefaultPassword"
+        % (" (%s)" % left if left else ""),
+    )
+
+
 def windows_checks(
     boot_sector,
     view,
@@ -457,11 +549,13 @@ def windows_checks(
     unreadable=None,
     remote_desktop=None,
     remote_desktop_port=REMOTE_DESKTOP_PORT,
+    facts=None,
 ):
     """The four assertions, the partition-after-C: rule and the remote-access contract. ``view`` is None
     when NTFS cannot be read (BitLocker); ``unreadable`` then says why, and the file assertions fail with
     it as evidence. ``remote_desktop`` is what the adapter read from the SYSTEM hive (see
-    ``check_remote_desktop``); ``remote_desktop_port`` None (or 0) leaves that check out."""
+    ``check_remote_desktop``); ``remote_desktop_port`` None (or 0) leaves that check out. ``facts`` is the
+    image-facts document of the volume (``image_facts``): its ImageState and leftover credentials."""
     checks = [check_boot_sector(boot_sector)]
     if view is None:
         why = "cannot be checked: %s" % (unreadable or "the volume cannot be read as NTFS")
@@ -479,6 +573,10 @@ def windows_checks(
             )
         )
         checks.append(check_log_final_line(view, bootstrap_log, final_line))
+    if view is None or facts is None:
+        facts = {"unreadable": [{"source": "the volume", "error": unreadable or "the facts were not read"}]}
+    checks.append(check_image_state(facts))
+    checks.append(check_credentials(facts))
     checks.append(check_nothing_after(partitions, windows))
     if remote_desktop_port:
         if view is None:

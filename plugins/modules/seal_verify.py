@@ -30,6 +30,23 @@ description:
     C(C:\\Windows\\System32\\config\\SYSTEM), the current control set must have C(fDenyTSConnections=0),
     its RDP-Tcp listener on O(remote_desktop_port), and an enabled inbound firewall rule allowing TCP on
     that port (the Remote Desktop rule group the bake enables)."
+  - "Windows also, from the SOFTWARE hive (C(C:\\Windows\\System32\\config\\SOFTWARE)): its
+    C(Microsoft\\Windows\\CurrentVersion\\Setup\\State) C(ImageState) must be
+    C(IMAGE_STATE_GENERALIZE_RESEAL_TO_OOBE), which Setup records only once sysprep has generalized the
+    image; the log line is written before sysprep runs, so a disk whose ImageState says otherwise is not
+    sealed whatever its log says. A hive holding no ImageState leaves the log line as the only proof (the
+    evidence says so); a hive that cannot be parsed is not sealed."
+  - "Windows also: no credential is left behind. An answer file (C(C:\\autounattend.xml),
+    C(C:\\unattend.xml), C(C:\\Windows\\Panther\\unattend.xml), C(C:\\Windows\\Panther\\autounattend.xml),
+    every C(*.xml) in C(C:\\Windows\\Panther\\Unattend), C(C:\\Windows\\System32\\Sysprep\\unattend.xml),
+    C(C:\\Windows\\System32\\Sysprep\\Panther\\unattend.xml)) holding a password
+    (C(AdministratorPassword), an C(AutoLogon) or C(LocalAccounts) C(Password), with C(PlainText) true or
+    false) or a C(ProductKey), an answer file that cannot be parsed, or Winlogon's C(DefaultPassword) fails
+    the seal, naming the file and the place in it. Values Setup overwrote with C(*SENSITIVE*DATA*DELETED*)
+    are not credentials."
+  - "Every run records the image facts read on the way (RV(facts)) and why the image must never go to a
+    bucket not proven private (RV(exposure_reasons)). No secret value is ever put in them: a password, a
+    product key, a KMS host or a private key is recorded by presence, place and kind only."
   - "Linux: the image-hygiene rules: empty C(/etc/machine-id), no C(/etc/ssh/ssh_host_*) keys, no
     cloud-init instance data, no C(authorized_keys) in C(/root) or C(/home/*), no core dumps, and a small
     C(/var/log) (O(max_log_bytes)), unattended-upgrades and the apt daily timers not enabled in
@@ -93,7 +110,11 @@ options:
     description:
       - The command the log's last non-blank line must run. The line passes when it holds these words in
         order, the program by its base name with or without C(.exe) and a path, followed by nothing but
-        more switches; a timestamp or prefix before them is allowed.
+        more switches.
+      - Before them the line may hold only a timestamp (V(2026-08-09T10:03:02), V(10:03:02)), a log label
+        such as V(bootstrap:), a level such as V([INFO]), the word V(running) and PowerShell's V(&). A line
+        where any other word comes first (V(echo), V(Write-Host), V(rem), V(#)) prints or comments the
+        command instead of running it, and fails.
     type: str
     default: sysprep /generalize /oobe /shutdown
   max_log_bytes:
@@ -243,8 +264,8 @@ checks:
     name:
       description:
         - V(ntfs_boot_sector), V(build_failed_absent), V(bootstrap_script_absent),
-          V(bootstrap_log_final_line), V(nothing_after_windows_partition), V(remote_desktop_enabled)
-          for Windows;
+          V(bootstrap_log_final_line), V(image_state_generalized), V(credentials_absent),
+          V(nothing_after_windows_partition), V(remote_desktop_enabled) for Windows;
           V(machine_id_empty), V(ssh_host_keys_absent), V(cloud_init_instance_absent),
           V(build_authorized_keys_absent), V(core_dumps_absent), V(var_log_small) for Linux.
       type: str
@@ -257,6 +278,60 @@ checks:
       description: What was found, in a sentence.
       type: str
       sample: "C:\\BUILD_FAILED is present as C:\\build_failed (12 B): the build failed and said so"
+facts:
+  description:
+    - The image-facts document, read from the disk itself (never declared); it carries presence, places and
+      kinds, never a secret value. C(schema_version) (V(1)) and C(os_family) say how to read it;
+      C(unreadable) lists every place that had to be read and could not be (each one an exposure reason).
+    - "Windows: C(bitlocker) (C(encrypted), from the boot sector's C(-FVE-FS-)), C(software_hive)
+      (C(dirty): the hive's sequence numbers differ, so changes wait in C(SOFTWARE.LOG1)/C(LOG2), which are
+      not read), C(image_state) (C(value),
+      C(generalized)), C(edition) (C(edition_id), C(product_name), C(build), C(evaluation)), C(licensing)
+      (C(kms_host), C(kms_port), C(backup_product_key), C(digital_product_id): presence of
+      C(KeyManagementServiceName), C(KeyManagementServicePort), C(BackupProductKeyDefault) and
+      C(DigitalProductId)/C(DigitalProductId4)), C(autologon) (C(auto_admin_logon), C(default_user_name),
+      C(default_password): V(absent), V(empty) or V(set)) and C(unattend) (each answer file left: C(path),
+      C(parsed), C(error), C(product_keys) and C(passwords) by C(where) in the file and C(state))."
+    - "Linux: C(os_release) (C(id), C(version_id), C(version_codename), C(pretty_name) and the C(path) read,
+      C(/etc/os-release) or C(/usr/lib/os-release)), C(machine_id) (V(absent), V(not a regular file),
+      V(empty), V(uninitialized) or V(set)) and C(private_keys) (C(path), C(kind) V(ssh_host_key),
+      V(tls_snakeoil_key), V(tls_private_key) or V(user_ssh_key), C(pem) label, C(size)), from
+      C(/etc/ssh/ssh_host_*_key),
+      every file under C(/etc/ssl/private), and C(id_*) keys in C(/root/.ssh) and C(/home/*/.ssh)."
+  returned: unless skipped in check mode
+  type: dict
+  sample:
+    schema_version: 1
+    os_family: windows
+    unreadable: []
+    bitlocker: {encrypted: false, source: boot sector OEM id}
+    software_hive: {dirty: false}
+    image_state: {value: IMAGE_STATE_GENERALIZE_RESEAL_TO_OOBE, generalized: true}
+    edition: {edition_id: EnterpriseEval, product_name: Windows 11 Enterprise Evaluation, build: "26100",
+              evaluation: true}
+    licensing: {kms_host: false, kms_port: false, backup_product_key: true, digital_product_id: true}
+    autologon: {auto_admin_logon: false, default_user_name: null, default_password: absent}
+    unattend:
+      - path: C:\Windows\Panther\unattend.xml
+        parsed: true
+        error: null
+        product_keys: []
+        passwords:
+          - {where: oobeSystem/Microsoft-Windows-Shell-Setup/UserAccounts/AdministratorPassword,
+             state: deleted by Setup, plain_text: true}
+exposure_reasons:
+  description:
+    - Why the image's bytes must never go to a bucket not proven private, from RV(facts); empty when nothing
+      was found. Each starts with V(key-bearing) (KMS settings, a product key in an answer file, an
+      installed product key of an edition that is not an evaluation edition, a private key),
+      V(credential-bearing) (a password in an answer file, Winlogon's C(DefaultPassword)) or V(unproven)
+      (an encrypted volume, a place that could not be read).
+  returned: unless skipped in check mode
+  type: list
+  elements: str
+  sample:
+    - "credential-bearing: C:\\Windows\\Panther\\unattend.xml holds passwords
+      (oobeSystem/Microsoft-Windows-Shell-Setup/UserAccounts/AdministratorPassword)"
 failed_checks:
   description: Names of the checks that did not pass.
   returned: unless skipped in check mode

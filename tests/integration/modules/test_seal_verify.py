@@ -34,6 +34,8 @@ WINDOWS_CASES = {
             "build_failed_absent",
             "bootstrap_script_absent",
             "bootstrap_log_final_line",
+            "image_state_generalized",
+            "credentials_absent",
             "remote_desktop_enabled",
         ],
     ),
@@ -155,6 +157,8 @@ def test_windows_cases(made, case):
         "build_failed_absent",
         "bootstrap_script_absent",
         "bootstrap_log_final_line",
+        "image_state_generalized",
+        "credentials_absent",
         "nothing_after_windows_partition",
         "remote_desktop_enabled",
     ]
@@ -354,6 +358,8 @@ def test_module_on_claims(lab, kube_client, kube_namespace, made, venv_python_fi
     fs = run["filesystem"]
     assert fs["sealed"] is True and fs["changed"] is False
     assert fs["format"] == "qcow2" and fs["chain"][0]["path"] == "/disk/disk.img"
+    # The Job reads the image facts with the same rules (image_facts ships in its ConfigMap).
+    assert fs["facts"]["image_state"]["generalized"] is True and fs["exposure_reasons"] == []
     assert fs["job"]["name"].startswith("seal-verify-") and fs["job"]["pod"]
     # The claim's verification ran as an async job and printed the Job's progress as it came.
     assert fs["lines"] and all(

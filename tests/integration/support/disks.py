@@ -213,11 +213,24 @@ def system_hive(**settings) -> bytes:
     return cached.read_bytes()
 
 
+def software_hive(**settings) -> bytes:
+    """The bytes of a SOFTWARE hive written by hivexsh (``hives.software_hive``), made once per setting."""
+    key = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]
+    cached = GPT_CACHE / ("SOFTWARE-%s" % key)
+    if not cached.exists():
+        GPT_CACHE.mkdir(parents=True, exist_ok=True)
+        scratch = _scratch(cached)
+        hives.software_hive(scratch, **settings)
+        scratch.rename(cached)
+    return cached.read_bytes()
+
+
 def sealed_windows_files(changes: dict | None = None) -> dict:
     """C:\\ of a good bake: the log ends on the sysprep line, Remote Desktop is on and let in (the SYSTEM
-    hive); ``changes`` add (or, as None, remove) files."""
+    hive), the SOFTWARE hive records the image generalized to OOBE (an evaluation edition, no KMS, no
+    stored logon password); ``changes`` add (or, as None, remove) files."""
     files = {
-        "Windows/System32/config/SOFTWARE": b"regf" + b"\0" * 4092,
+        "Windows/System32/config/SOFTWARE": software_hive(),
         "Windows/System32/config/SYSTEM": system_hive(),
         "Windows/System32/Recovery/Winre.wim": b"MSWIM\0\0\0" + b"\0" * 1024,
         "Program Files/Cloudbase Solutions/Cloudbase-Init/conf/cloudbase-init.conf": "[DEFAULT]\r\n",

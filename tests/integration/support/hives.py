@@ -109,3 +109,38 @@ def system_hive(
     empty_hive(path)
     hivexsh(path, keys)
     return path.read_bytes()
+
+
+GENERALIZED = "IMAGE_STATE_GENERALIZE_RESEAL_TO_OOBE"
+
+
+def software_hive(
+    path: pathlib.Path,
+    image_state: str | None = GENERALIZED,
+    edition: str = "EnterpriseEval",
+    licensing: dict[str, str] | None = None,
+    winlogon: dict[str, str] | None = None,
+) -> bytes:
+    """A SOFTWARE hive as a sealed evaluation bake leaves it (ImageState generalized to OOBE), or as told.
+
+    ``licensing`` and ``winlogon`` are hivexsh values (``{"name": "string:text"}``) of
+    SoftwareProtectionPlatform and Winlogon."""
+    state = {} if image_state is None else {"ImageState": "string:" + image_state}
+    keys = {
+        "Microsoft\\Windows\\CurrentVersion\\Setup\\State": state,
+        "Microsoft\\Windows NT\\CurrentVersion": {
+            "EditionID": "string:" + edition,
+            "ProductName": "string:Windows 10 Enterprise",
+            "CurrentBuild": "string:26100",
+            "DigitalProductId": "hex:3:a4000000030000003030333239",
+        },
+        "Microsoft\\Windows NT\\CurrentVersion\\SoftwareProtectionPlatform": dict(
+            {"BackupProductKeyDefault": "string:NPPR9-FWDCX-D2C8J-H872K-2YT43"}, **(licensing or {})
+        ),
+        "Microsoft\\Windows NT\\CurrentVersion\\Winlogon": dict(
+            {"Shell": "string:explorer.exe"}, **(winlogon or {})
+        ),
+    }
+    empty_hive(path)
+    hivexsh(path, keys)
+    return path.read_bytes()

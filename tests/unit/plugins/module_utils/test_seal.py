@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts, seal
 
 SYSPREP = "C:\\Windows\\System32\\Sysprep\\sysprep.exe /generalize /oobe /shutdown"
 
@@ -97,10 +97,79 @@ RDP_ON = {
 }
 
 
+def windows_facts(image_state=image_facts.GENERALIZED, unattend=(), winlogon=None, unreadable=()):
+    return image_facts.document(
+        "windows",
+        unreadable,
+        bitlocker=image_facts.bitlocker_fact(NTFS_BOOT),
+        image_state=image_facts.image_state_fact(image_state),
+        edition=image_facts.edition_fact({"EditionID": "EnterpriseEval"}),
+        licensing=image_facts.licensing_fact({}),
+        autologon=image_facts.autologon_fact(winlogon or {}),
+        unattend=list(unattend),
+    )
+
+
+SEALED_FACTS = windows_facts()
+
+
 def test_sealed_windows_disk_passes_every_check():
-    checks = seal.windows_checks(NTFS_BOOT, sealed_view(), GPT, GPT[2], remote_desktop=RDP_ON)
+    checks = seal.windows_checks(
+        NTFS_BOOT, sealed_view(), GPT, GPT[2], remote_desktop=RDP_ON, facts=SEALED_FACTS
+    )
     assert [c["name"] for c in checks] == list(seal.WINDOWS_CHECKS)
     assert seal.verdict(checks) == (True, [])
+
+
+def test_without_image_facts_a_windows_disk_is_not_sealed():
+    checks = by_name(seal.windows_checks(NTFS_BOOT, sealed_view(), GPT, GPT[2], remote_desktop=RDP_ON))
+    assert not checks["image_state_generalized"]["passed"]
+    assert not checks["credentials_absent"]["passed"]
+
+
+@pytest.mark.parametrize("state", ["IMAGE_STATE_COMPLETE", "IMAGE_STATE_SPECIALIZE_RESEAL_TO_OOBE", "junk"])
+def test_image_state_other_than_generalized_fails_whatever_the_log_says(state):
+    checks = by_name(
+        seal.windows_checks(
+            NTFS_BOOT,
+            sealed_view(),
+            GPT,
+            GPT[2],
+            remote_desktop=RDP_ON,
+            facts=windows_facts(image_state=state),
+        )
+    )
+    assert checks["bootstrap_log_final_line"]["passed"]
+    assert not checks["image_state_generalized"]["passed"]
+    assert state in checks["image_state_generalized"]["evidence"]
+
+
+def test_image_state_absent_leaves_the_log_line_as_proof_and_an_unreadable_hive_fails():
+    absent = seal.check_image_state(windows_facts(image_state=None))
+    assert absent["passed"] and "the log line is the only proof" in absent["evidence"]
+    broken = windows_facts(unreadable=[image_facts.unreadable(image_facts.SOFTWARE_HIVE, "bad hbin")])
+    check = seal.check_image_state(broken)
+    assert not check["passed"] and "bad hbin" in check["evidence"]
+
+
+def test_credentials_left_in_an_answer_file_or_winlogon_fail_naming_the_file():
+    unattend = image_facts.unattend_fact(
+        "C:\\Windows\\Panther\\unattend.xml",
+        b"<unattend><UserAccounts><AdministratorPassword><Value>pw</Value></AdministratorPassword>"
+        b"</UserAccounts></unattend>",
+    )
+    check = seal.check_credentials(windows_facts(unattend=[unattend]))
+    assert not check["passed"]
+    assert "C:\\Windows\\Panther\\unattend.xml holds password" in check["evidence"]
+    check = seal.check_credentials(windows_facts(winlogon={"DefaultPassword": "pw", "AutoAdminLogon": "1"}))
+    assert not check["passed"] and "DefaultPassword is set and AutoAdminLogon is 1" in check["evidence"]
+    assert "pw" not in check["evidence"].replace("DefaultPassword", "")
+    redacted = image_facts.unattend_fact(
+        "C:\\Windows\\Panther\\unattend.xml",
+        b"<unattend><AdministratorPassword><Value>*SENSITIVE*DATA*DELETED*</Value></AdministratorPassword>"
+        b"</unattend>",
+    )
+    assert seal.check_credentials(windows_facts(unattend=[redacted]))["passed"]
 
 
 def test_bitlocker_boot_sector_fails_and_the_files_cannot_be_checked():
@@ -113,6 +182,8 @@ def test_bitlocker_boot_sector_fails_and_the_files_cannot_be_checked():
         "build_failed_absent",
         "bootstrap_script_absent",
         "bootstrap_log_final_line",
+        "image_state_generalized",
+        "credentials_absent",
         "remote_desktop_enabled",
     ]
     assert "-FVE-FS-" in checks[0]["evidence"]
@@ -212,6 +283,18 @@ def test_missing_and_empty_log_fail():
             True,
         ),
         ("10:03:02 running sysprep /generalize  /oobe /shutdown", True),
+        ("2026-08-09T10:03:02 sysprep /generalize /oobe /shutdown", True),
+        ("[2026-08-09 10:03:02] [INFO] bootstrap: running sysprep.exe /generalize /oobe /shutdown", True),
+        ("& C:\\Windows\\System32\\Sysprep\\sysprep.exe /generalize /oobe /shutdown", True),
+        ("echo sysprep /generalize /oobe /shutdown", False),
+        ("2026-08-09T10:03:02 echo sysprep /generalize /oobe /shutdown", False),
+        ("Write-Host sysprep /generalize /oobe /shutdown", False),
+        ("rem sysprep /generalize /oobe /shutdown", False),
+        ("# sysprep /generalize /oobe /shutdown", False),
+        ("echo: sysprep /generalize /oobe /shutdown", False),
+        ("would run sysprep /generalize /oobe /shutdown", False),
+        ("2026-08-09T10:03:02 FAILED: sysprep /generalize /oobe /shutdown", False),
+        ("[ERROR] error: sysprep /generalize /oobe /shutdown", False),
         ("sysprep /generalize /oobe /shutdown failed", False),
         ("sysprep /oobe /generalize /shutdown", False),
         ("sysprep /generalize /oobe /reboot", False),
