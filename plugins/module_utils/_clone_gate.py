@@ -34,6 +34,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._probe import read_banner, tcp_connect
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
     WaitError,
+    WaitFailed,
     WaitTimeout,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
@@ -129,12 +130,12 @@ class Gate:
             {"name": name, "passed": passed, "seconds": round(seconds, 3), "detail": detail}
         )
 
-    def wait(self, api, kind, name, predicate, describe, timeout):
+    def wait(self, api, kind, name, predicate, describe, timeout, pending=None):
         """Wait in this round for ``predicate``: ``(obj, True)`` once it holds, ``(last, False)`` when the
         round ends first. ``timeout`` counts from when the stage began, across rounds; running out of it
         raises WaitTimeout naming what was pending and the last state seen."""
         st = self.state
-        pending = gate.PENDING[st["stage"]]
+        pending = pending or gate.PENDING[st["stage"]]
         deadline = st["stage_started"] + timeout
         budget = max(0.0, min(deadline, self.round_end) - self.clock())
         try:
@@ -437,46 +438,53 @@ class Gate:
 
     def stage_agent(self):
         """The boot proof: the guest agent connecting, or on Linux the SSH server's banner (a stock cloud
-        image ships no agent); whichever comes first."""
-        st, p = self.state, self.p
+        image ships no agent); whichever comes first, in the one wait of the rounds."""
+        p = self.p
         linux = p["os"] == "linux"
         timeout = p["agent_timeout"]
-        deadline = st["stage_started"] + timeout
         port = gate.port_for(p["os"], p["port"])
-        key = "agent-linux" if linux else "agent"
-        while True:
-            vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
+        seen = {}
+
+        def booted(vmi):
             connected, failed = gate.agent_ready(vmi)
-            state = kinds.describe_vmi(vmi) if vmi else "no instance"
-            if connected:
-                self.phase("agent", True, self.stage_elapsed(), "AgentConnected")
-                return self.proved(gate.PROOF_AGENT)
-            if linux and vmi and not failed:
-                address = gate.probe_address(p["port_probe"], vmi, port)
-                if address is not None:
-                    data, error = self.banner(address, max(0.5, min(5.0, deadline - self.clock())))
-                    problem = error or gate.banner_problem(data)
-                    if problem is None:
-                        detail = "%s from %s:%d (no guest agent connected)" % (
-                            gate.banner_text(data),
-                            address[0],
-                            address[1],
-                        )
-                        self.result["probe"] = "%s:%d" % address
-                        self.phase("boot", True, self.stage_elapsed(), detail)
-                        return self.proved(gate.PROOF_SSH)
-                    state = "%s; SSH %s:%d: %s" % (state, address[0], address[1], problem)
-            st["last_state"] = state
-            now = self.clock()
-            if failed or now >= deadline:
-                why = failed or gate.timeout_message(gate.PENDING[key], now - st["stage_started"], state)
-                self.phase("agent", False, self.stage_elapsed(), "no boot proof: %s" % state)
-                self.line = why
-                self.read_console()
-                return self.finish(False, False, why)
-            if now >= self.round_end:
-                return self.pending(timeout, what=gate.PENDING[key])
-            time.sleep(min(p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+            seen.pop("ssh", None)
+            if connected or failed or not (linux and vmi):
+                return connected, failed
+            address = gate.probe_address(p["port_probe"], vmi, port)
+            if address is None:
+                return False, None
+            deadline = self.state["stage_started"] + timeout
+            data, error = self.banner(address, max(0.5, min(5.0, deadline - self.clock())))
+            problem = error or gate.banner_problem(data)
+            if problem is None:
+                seen["banner"] = (gate.banner_text(data), address)
+                return True, None
+            seen["ssh"] = "; SSH %s:%d: %s" % (address[0], address[1], problem)
+            return False, None
+
+        def describe(vmi):
+            return (kinds.describe_vmi(vmi) if vmi else "no instance") + seen.get("ssh", "")
+
+        pending = gate.PENDING["agent-linux" if linux else "agent"]
+        try:
+            _vmi, done = self.wait(
+                VM, "VirtualMachineInstance", self.names["vs"], booted, describe, timeout, pending
+            )
+        except (WaitTimeout, WaitFailed) as exc:
+            self.phase("agent", False, self.stage_elapsed(), "no boot proof: %s" % exc.state)
+            self.line = str(exc)
+            self.read_console()
+            return self.finish(False, False, str(exc))
+        if not done:
+            return self.pending(timeout, what=pending)
+        if "banner" in seen:
+            text, address = seen["banner"]
+            self.result["probe"] = "%s:%d" % address
+            detail = "%s from %s:%d (no guest agent connected)" % (text, address[0], address[1])
+            self.phase("boot", True, self.stage_elapsed(), detail)
+            return self.proved(gate.PROOF_SSH)
+        self.phase("agent", True, self.stage_elapsed(), "AgentConnected")
+        return self.proved(gate.PROOF_AGENT)
 
     def proved(self, proof):
         self.result["proof"] = proof

@@ -13,26 +13,23 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import io
-import time
+import random
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
-    TRANSIENT_STATUS,
-    KubeError,
+    CREATE_REQUEST_LABEL,
     status_code,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-CREATE_ATTEMPTS = 3
-CREATE_PAUSE = 1.0
 # A Job's log is read to its end; one far larger than this is not the log of the program it runs.
 MAX_LOG_BYTES = 16 * 1024 * 1024
 
 
 class JobClient(object):
-    def __init__(self, module, sleeper=time.sleep):
+    def __init__(self, module):
         self.module = module
-        self.sleeper = sleeper
 
     def claim(self, namespace, name):
         return self.module.get("v1", "PersistentVolumeClaim", name, namespace)
@@ -44,27 +41,15 @@ class JobClient(object):
     def create(self, definition):
         """Create ``definition`` and return the object the server holds.
 
-        A 409 means it exists (a retry after a lost reply, or a concurrent run): it is read and returned.
-        A 5xx or a dropped connection is retried after reading whether the create went through anyway.
+        It carries this request's own marker label, so the adapter's one rule for a 409 (the object is
+        adopted only when it holds every field sent: a reply lost after the server committed it) can only
+        recognise this very request; any other object of that name is refused, naming it. Transient
+        failures are retried by the adapter, once, not here again.
         """
-        meta = definition["metadata"]
-        api_version, kind = definition["apiVersion"], definition["kind"]
-        for attempt in range(1, CREATE_ATTEMPTS + 1):
-            try:
-                return self.module.create(definition)
-            except KubeError as exc:
-                status = exc.fields.get("status")
-                if status != 409 and status not in TRANSIENT_STATUS and status is not None:
-                    raise
-                if status is None and exc.fields.get("reason") != "ConnectionError":
-                    raise
-                found = self.module.get(api_version, kind, meta["name"], meta.get("namespace"))
-                if found is not None:
-                    return found
-                if attempt == CREATE_ATTEMPTS:
-                    raise
-                self.sleeper(CREATE_PAUSE * attempt)
-        return None
+        definition = copy.deepcopy(definition)
+        marker = "%016x" % random.getrandbits(64)
+        definition["metadata"].setdefault("labels", {})[CREATE_REQUEST_LABEL] = marker
+        return self.module.create(definition)
 
     def last_pod_log(self, namespace, job_name, strict=False, limit=MAX_LOG_BYTES):
         """``(pod name, log)`` of the Job's newest pod; ``(None, "")`` when it has none.

@@ -284,7 +284,9 @@ def refuse_ungated(obj, name, what, mode, allow_ungated=False, reason=None):
         "refusing to serve it through %s: %s" % (what, why),
         "writing nothing; run goldenimage.pipeline.clone_gate on it (the golden_promote role does), which "
         "records its verdict for the golden's release digest, or serve it ungated on purpose with "
-        "allow_ungated: true and ungated_reason",
+        "allow_ungated: true and ungated_reason (in the golden_promote role: golden_promote_allow_ungated: "
+        "true, or golden_promote_rollback_allow_ungated: true for a rollback, with "
+        "golden_promote_ungated_reason)",
     )
 
 

@@ -359,12 +359,14 @@ disk_check:
     detail: "/ is 1.9 GiB on a 2.0 GiB clone of a 1.0 GiB golden (read over SSH: findmnt -bno SIZE / ...)"
 gate_record:
   description:
-    - This run's verdict, written on the golden as annotation C(goldenimage.pipeline/gate) (JSON) when the
-      gate reached a verdict that is not V(inconclusive); promotion reads it there and accepts only a pass
-      for the golden's own release digest. C(verdict), C(passed), C(proof) (as RV(proof)), C(disk_check) and C(disk_detail)
-      (as RV(disk_check)), C(candidate) (C(namespace/name) of the golden snapshot), C(release_digest)
-      (the golden's, from annotation C(goldenimage.pipeline/release-digest); empty when it has none), C(snapshot_handle) (the candidate content's handle),
-      C(project), C(run) (the run id of its labels), C(at) (RFC 3339 UTC) and C(memory).
+    - This run's verdict, written on the golden as annotation C(goldenimage.pipeline/gate) (JSON) when
+      the gate reached a verdict that is not V(inconclusive); promotion reads it there and accepts only a
+      pass for the golden's own release digest.
+    - C(verdict), C(passed), C(proof) (as RV(proof)), C(disk_check) and C(disk_detail) (as RV(disk_check)),
+      C(candidate) (C(namespace/name) of the golden snapshot), C(release_digest) (the golden's, from
+      annotation C(goldenimage.pipeline/release-digest); empty when it has none), C(snapshot_handle) (the
+      candidate content's handle), C(project), C(run) (the run id of its labels), C(at) (RFC 3339 UTC) and
+      C(memory).
   returned: when the gate reached a verdict
   type: dict
   sample:

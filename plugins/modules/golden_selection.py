@@ -31,7 +31,7 @@ description:
     recorded a pass for its own release digest (annotation C(goldenimage.pipeline/gate), written by the gate,
     never by a caller). Without one the run is refused naming the golden, writing nothing, unless
     O(allow_ungated=true) with O(ungated_reason) serves it on purpose; the override is recorded on the golden
-    (annotation C(goldenimage.pipeline/ungated): who, why, when).
+    (annotation C(goldenimage.pipeline/ungated) with who, why and when).
   - The rollback target a promotion records is the golden the projects actually hold (their seeded copies'
     snapshot handle), not only what a selection named. Every selection governing the family and mode is
     moved in the one run; selections naming different snapshots are refused before any write.

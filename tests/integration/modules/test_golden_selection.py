@@ -22,19 +22,9 @@ from tests.integration.support.runner import module_task, play, run_playbook
 MODULE = "goldenimage.pipeline.golden_selection"
 SEL_GROUP, SEL_PLURAL = "kube-dc.com", "goldenimageselections"
 OTHER_DIGEST = "sha256:" + "fedcba9876543210" * 4
-GATE_PASSED = "goldenimage.pipeline/gate-passed"
-PASSED = '{"at":"2026-01-01T00:00:00Z","verdict":"passed"}'
-
-
-def gate_of(snapshot, verdict="passed"):
-    """What goldenimage.pipeline.clone_gate registers for ``snapshot`` (the fields golden_selection reads)."""
-    return {
-        "verdict": verdict,
-        "passed": verdict == "passed",
-        "memory": "1Gi",
-        "source": {"namespace": "acme", "name": "golden-x"},
-        "invocation": {"module_args": {"snapshot": snapshot}},
-    }
+GATE_PASSED = "goldenimage.pipeline/gate"
+# What clone_gate writes on a golden it passed (these goldens carry no release digest, nor does the record).
+PASSED = '{"at":"2026-01-01T00:00:00Z","release_digest":"","run":"r1","verdict":"passed"}'
 
 
 task = functools.partial(module_task, MODULE)
@@ -243,76 +233,65 @@ def test_promote_predict_real_again_and_roll_back(lab, promo):
     assert all(promo.seeded_from(p) == "%s/%s" % (FS_NS, old) for p in projects)
 
 
-def test_a_second_rollback_never_serves_a_golden_no_gate_passed_unless_told(lab, promo):
-    """old is promoted through the gate, new without it; the rollback to old is fine, the rollback back to
-    new is refused (it records no pass) until it is gated or allow_ungated says so."""
-    old, new = promo.ready_golden("old", gated=False), promo.ready_golden("new", gated=False)
+def test_nothing_is_served_without_the_gates_recorded_pass_unless_overridden_on_the_record(lab, promo):
+    """old records clone_gate's pass; new records none, then a rejection. Promoting or rolling back to new is
+    refused on both paths, writing nothing, until allow_ungated with a reason serves it on the record."""
+    old, new = promo.ready_golden("old"), promo.ready_golden("new", gated=False)
     name = "%s-filesystem" % promo.family
-    run = run_playbook(
-        play(
-            task("promote old, gated", **args(promo, snapshot=old, gate_result=gate_of(old))),
-            task("promote new, no gate", **args(promo, snapshot=new)),
-            task("roll back to old", **args(promo, rollback=True)),
-        ),
-        env=lab.env(),
-    )
+    run = run_playbook(play(task("promote old", **args(promo, snapshot=old))), env=lab.env())
     assert run.ok, run.log
     lab.clear_audit()
     refused = run_playbook(
         play(
-            task("roll back to new", ignore_errors=True, **args(promo, rollback=True, snapshot=new)),
+            task("promote new, never gated", ignore_errors=True, **args(promo, snapshot=new)),
             task(
-                "another golden's gate",
+                "no reason given",
                 ignore_errors=True,
-                **args(promo, rollback=True, snapshot=new, gate_result=gate_of(old)),
-            ),
-            task(
-                "a gate that failed",
-                ignore_errors=True,
-                **args(promo, snapshot=new, gate_result=gate_of(new, "port_unreachable")),
+                **args(promo, snapshot=new, allow_ungated=True),
             ),
         ),
         env=lab.env(),
     )
+    rejected = '{"release_digest":"","run":"r2","verdict":"port_unreachable"}'
+    body = {"metadata": {"annotations": {GATE_PASSED: rejected}}}
+    promo.custom.patch_namespaced_custom_object(GROUP, VERSION, FS_NS, "volumesnapshots", new, body)
+    lab.clear_audit()
+    again = run_playbook(
+        play(task("promote new, rejected", ignore_errors=True, **args(promo, snapshot=new))), env=lab.env()
+    )
     writes = lab.mutating_requests()
-    assert refused.ok, refused.log
+    assert refused.ok and again.ok, refused.log + again.log
+    msg = refused["promote new, never gated"]["msg"]
+    assert msg.startswith(
+        "VolumeSnapshot %s/%s: refusing to serve it through GoldenImageSelection" % (FS_NS, new)
+    )
+    assert "no clone gate ever recorded a pass for it (annotation %s)" % GATE_PASSED in msg
+    assert "allow_ungated: true and ungated_reason" in msg and refused["promote new, never gated"]["refused"]
+    assert "no reason was given" in refused["no reason given"]["msg"]
+    assert "verdict recorded for it is port_unreachable" in again["promote new, rejected"]["msg"]
+    assert writes == []
+    assert run["promote old"]["gate_passed"]["verdict"] == "passed"
+
     allowed = run_playbook(
         play(
-            task("roll back to new, allowed", **args(promo, rollback=True, snapshot=new, allow_ungated=True))
+            task(
+                "promote new, ungated on purpose",
+                **args(
+                    promo, snapshot=new, allow_ungated=True, ungated_reason="hotfix CHG-1", ungated_by="ops"
+                ),
+            ),
+            task("roll back to old", **args(promo, rollback=True)),
         ),
         env=lab.env(),
     )
     assert allowed.ok, allowed.log
-
-    gated = run["promote old, gated"]
-    assert gated["gate_passed"] == {
-        "verdict": "passed",
-        "at": gated["gate_passed"]["at"],
-        "memory": "1Gi",
-        "project": "acme",
-    }
-    assert run["promote new, no gate"]["gate_passed"] is None
-    assert run["roll back to old"]["selected"]["snapshot"] == old
-    notes = promo.get_snapshot(FS_NS, old)["metadata"]["annotations"]
-    assert notes[GATE_PASSED].startswith('{"at":"') and '"verdict":"passed"' in notes[GATE_PASSED]
-    assert GATE_PASSED not in (promo.get_snapshot(FS_NS, new)["metadata"].get("annotations") or {})
-
-    msg = refused["roll back to new"]["msg"]
-    assert msg.startswith(
-        "VolumeSnapshot %s/%s: refusing to roll GoldenImageSelection %s/%s back to it"
-        % (FS_NS, new, FS_NS, name)
-    ), msg
-    assert "no clone gate ever passed for it (it carries no %s record)" % GATE_PASSED in msg
-    assert "gate_result" in msg and "allow_ungated: true" in msg
-    assert refused["roll back to new"]["refused"] is True
-    assert "it is the clone gate of %s, not of %s" % (old, new) in refused["another golden's gate"]["msg"]
-    assert "its verdict is port_unreachable, not passed" in refused["a gate that failed"]["msg"]
-    assert writes == []
-
-    back = allowed["roll back to new, allowed"]
-    assert back["changed"] is True and back["selected"]["snapshot"] == new
-    assert back["gate_passed"] is None  # restored ungated on purpose: nothing claims a pass
-    assert promo.selection_obj(name)["spec"]["snapshotName"] == new
+    forced = allowed["promote new, ungated on purpose"]
+    assert forced["changed"] is True and forced["gate_passed"] is None
+    assert forced["ungated"]["by"] == "ops" and forced["ungated"]["why"] == "hotfix CHG-1"
+    notes = promo.get_snapshot(FS_NS, new)["metadata"]["annotations"]
+    assert '"why":"hotfix CHG-1"' in notes["goldenimage.pipeline/ungated"]
+    assert allowed["roll back to old"]["selected"]["snapshot"] == old
+    assert promo.selection_obj(name)["spec"]["snapshotName"] == old
 
 
 @pytest.mark.lab_only

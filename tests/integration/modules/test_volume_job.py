@@ -62,3 +62,52 @@ def test_a_completed_job_is_not_run_again(lab, kube_client, kube_namespace):
     jobs = client.BatchV1Api(kube_client).list_namespaced_job(kube_namespace).items
     assert [j.metadata.name for j in jobs] == ["vj-convert"]
     assert jobs[0].status.succeeded == 1
+
+
+def job_body(namespace, name, command):
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "x"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "run", "image": "busybox", "command": command}],
+                }
+            },
+        },
+    }
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("data-loss")
+def test_a_409_adopts_only_this_requests_own_job(lab, kube_namespace):
+    """A Job of the same name that this request did not make, even one with an equal spec, is refused and
+    named; a create whose reply is lost after the commit still returns the one object it made."""
+    from ansible.module_utils.testing import patch_module_args
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+        Backoff,
+        KubeError,
+        KubeModule,
+    )
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
+
+    with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
+        module = KubeModule(argument_spec={}, supports_check_mode=True)
+        module.backoff = Backoff(base=0.05, cap=0.5)
+        client = JobClient(module)
+        for name, theirs in (("vj-other", ["rm", "-rf", "/data"]), ("vj-same", ["true"])):
+            module.create(job_body(kube_namespace, name, theirs))
+            with pytest.raises(KubeError) as refused:
+                client.create(job_body(kube_namespace, name, ["true"]))
+            assert "Job %s/%s" % (kube_namespace, name) in refused.value.msg
+            assert "already exists and is not the object this run sent" in refused.value.msg
+        lab.faults.reset()
+        lab.faults.update({"commit_drop_rate": 1.0})
+        try:
+            made = client.create(job_body(kube_namespace, "vj-lost", ["true"]))
+        finally:
+            lab.faults.reset()
+    assert made["metadata"]["name"] == "vj-lost"

@@ -261,7 +261,12 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
     # what that promotion replaced.
     again = run_template(
         "goldenimage: promote",
-        dict(promote_answers(stage), golden_promote_gate=False),
+        dict(
+            promote_answers(stage),
+            golden_promote_gate=False,
+            golden_promote_allow_ungated=True,
+            golden_promote_ungated_reason="lab goldens are blank disks",
+        ),
         lab,
         tmp_path,
         monkeypatch,

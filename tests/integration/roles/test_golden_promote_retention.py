@@ -34,6 +34,8 @@ def promote(lab, family, snapshot, keep, check=False):
             "golden_promote_family": family,
             "golden_promote_snapshot": snapshot,
             "golden_promote_gate": False,
+            "golden_promote_allow_ungated": True,
+            "golden_promote_ungated_reason": "lab goldens are blank disks",
             "golden_promote_verify_projects": False,
             "golden_promote_retention_keep": keep,
         },

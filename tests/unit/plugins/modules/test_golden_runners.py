@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _clone_gate, selection
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _clone_gate, selection, serving
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import (
     clone_gate,
@@ -190,23 +190,37 @@ def test_golden_snapshot_absent_refuses_a_golden_a_clone_restores_from():
 
 
 def test_golden_snapshot_absent_deletes_an_unused_golden_and_returns():
-    kube = FakeKube(snapshot_params(state="absent", name="g1"), [golden("g1"), content("c-g1", "h1")])
+    """g1 is served, g2 was served before it and nothing records or clones it: g2 goes. The lone golden of
+    a label-path family is served (the seeder serves it silently), so it stays."""
+    observed = [golden("g1"), golden("g2"), content("c-g1", "h1"), sel("g1")]
+    observed[1]["metadata"]["name"] = "g0"
+    kube = FakeKube(snapshot_params(state="absent", name="g0"), observed)
     result = golden_snapshot.Golden(kube).run()
     assert result["changed"] is True and result["action"] == "delete" and result["consumers"] == []
-    assert kube.writes == [("delete", "VolumeSnapshot", FS, "g1")]
+    assert kube.writes == [("delete", "VolumeSnapshot", FS, "g0")]
+    alone = FakeKube(snapshot_params(state="absent", name="g1", force=True), [golden("g1")])
+    with pytest.raises(Refusal, match=r"it is served for deb/Filesystem \(g1 is the only golden"):
+        golden_snapshot.Golden(alone).run()
+    assert alone.writes == []
 
 
-def test_golden_snapshot_absent_force_passes_a_rollback_record_only():
+def test_golden_snapshot_absent_force_withdraws_a_staged_candidate_but_never_a_rollback_target():
     observed = [
         golden("g1"),
         golden("g2"),
+        golden("g3"),
         content("c-g1", "h1"),
         sel("g2", **{selection.PREVIOUS_SNAPSHOT: "g1"}),
     ]
-    refused = FakeKube(snapshot_params(state="absent", name="g1"), observed)
-    with pytest.raises(Refusal, match="records it as the rollback target"):
-        golden_snapshot.Golden(refused).run()
-    forced = FakeKube(snapshot_params(state="absent", name="g1", force=True), observed)
+    for force in (False, True):
+        refused = FakeKube(snapshot_params(state="absent", name="g1", force=force), observed)
+        with pytest.raises(Refusal, match="it is the recorded rollback target"):
+            golden_snapshot.Golden(refused).run()
+        assert refused.writes == []
+    staged = FakeKube(snapshot_params(state="absent", name="g3"), observed)
+    with pytest.raises(Refusal, match=r"it is staged.*set force: true to withdraw it"):
+        golden_snapshot.Golden(staged).run()
+    forced = FakeKube(snapshot_params(state="absent", name="g3", force=True), observed)
     assert golden_snapshot.Golden(forced).run()["changed"] is True
     assert forced.warnings and "force: deleting" in forced.warnings[0]
 
@@ -227,40 +241,48 @@ def test_golden_selection_refuses_a_zero_wait_and_a_promotion_without_snapshot()
 
 
 def gated(name):
-    """A golden that records a passing clone gate, as a promoted one does."""
+    """A golden on which clone_gate recorded a pass (it carries no release digest, nor does the record)."""
     found = golden(name)
-    found["metadata"]["annotations"][selection.GATE_PASSED] = '{"at":"T","verdict":"passed"}'
+    found["metadata"]["annotations"][serving.GATE_RECORD] = serving.gate_record(
+        "passed", None, "r1", "T", "x"
+    )
     return found
 
 
-def test_golden_selection_records_the_gate_on_the_golden_before_the_selection():
-    gate = {"verdict": "passed", "passed": True, "invocation": {"module_args": {"snapshot": "g2"}}}
-    kube = FakeKube(selection_params(snapshot="g2", gate_result=gate), [golden("g1"), golden("g2")])
+def test_golden_selection_serves_only_a_golden_the_gate_passed_or_an_override_on_the_record():
+    kube = FakeKube(selection_params(snapshot="g2"), [golden("g1"), gated("g2")])
     assert golden_selection.Promotion(kube).run()["changed"] is True
-    assert kube.writes == [
-        ("patch", "VolumeSnapshot", FS, "g2"),  # the pass first, then the selection
-        ("create", "GoldenImageSelection", FS, "deb-filesystem"),
-    ]
-    # Already recorded: only the selection is written.
-    kube = FakeKube(selection_params(snapshot="g2", gate_result=gate), [golden("g1"), gated("g2")])
-    golden_selection.Promotion(kube).run()
     assert kube.writes == [("create", "GoldenImageSelection", FS, "deb-filesystem")]
-    # Another golden's gate is refused before anything is written.
-    refused = FakeKube(selection_params(snapshot="g1", gate_result=gate), [golden("g1"), golden("g2")])
-    with pytest.raises(Refusal, match="it is the clone gate of g2, not of g1"):
+    refused = FakeKube(selection_params(snapshot="g1"), [golden("g1"), gated("g2")])
+    with pytest.raises(
+        Refusal, match=r"^VolumeSnapshot golden-images/g1: refusing to serve it .* no clone gate"
+    ):
         golden_selection.Promotion(refused).run()
     assert refused.writes == []
+    params = selection_params(snapshot="g1", allow_ungated=True, ungated_reason="hotfix", ungated_by="ops")
+    allowed = FakeKube(params, [golden("g1"), gated("g2")])
+    result = golden_selection.Promotion(allowed).run()
+    assert result["ungated"]["by"] == "ops" and result["ungated"]["why"] == "hotfix"
+    assert allowed.writes == [
+        ("patch", "VolumeSnapshot", FS, "g1"),  # the override on the record first, then the selection
+        ("create", "GoldenImageSelection", FS, "deb-filesystem"),
+    ]
 
 
 def test_golden_selection_rollback_to_an_ungated_golden_writes_nothing():
     objects = [golden("g1"), gated("g2"), sel("g2", **{selection.PREVIOUS_SNAPSHOT: "g1"})]
     kube = FakeKube(selection_params(rollback=True), objects)
-    with pytest.raises(Refusal, match=r"^VolumeSnapshot golden-images/g1: refusing to roll .* no clone gate"):
+    with pytest.raises(
+        Refusal, match=r"^VolumeSnapshot golden-images/g1: refusing to serve it .* no clone gate"
+    ):
         golden_selection.Promotion(kube).run()
     assert kube.writes == []
-    allowed = FakeKube(selection_params(rollback=True, allow_ungated=True), objects)
+    allowed = FakeKube(selection_params(rollback=True, allow_ungated=True, ungated_reason="r"), objects)
     assert golden_selection.Promotion(allowed).run()["selected"]["snapshot"] == "g1"
-    assert allowed.writes == [("patch", "GoldenImageSelection", FS, "deb-filesystem")]
+    assert allowed.writes == [
+        ("patch", "VolumeSnapshot", FS, "g1"),
+        ("patch", "GoldenImageSelection", FS, "deb-filesystem"),
+    ]
 
 
 def test_golden_selection_rollback_run_twice_writes_once():
@@ -284,10 +306,18 @@ def block_golden(name):
     return found
 
 
+def gated_block(name):
+    found = block_golden(name)
+    found["metadata"]["annotations"][serving.GATE_RECORD] = serving.gate_record(
+        "passed", None, "r1", "T", "x"
+    )
+    return found
+
+
 def test_golden_selection_of_a_block_golden_is_made_in_golden_images():
     """The guide's layout: one selection per family and mode, all in golden-images, Block included."""
     params = selection_params(snapshot="b1", mode="Block", wait=False)
-    kube = FakeKube(params, [block_golden("b1")])
+    kube = FakeKube(params, [gated_block("b1")])
     golden_selection.Promotion(kube).run()
     assert kube.writes == [("create", "GoldenImageSelection", FS, "deb-block")]
 
@@ -297,7 +327,7 @@ def test_golden_selection_writes_an_existing_block_selection_where_it_is():
     old["metadata"].update(name="deb-block", namespace="golden-images-block")
     old["spec"]["mode"] = "Block"
     params = selection_params(snapshot="b2", mode="Block", wait=False)
-    kube = FakeKube(params, [block_golden("b1"), block_golden("b2"), old])
+    kube = FakeKube(params, [block_golden("b1"), gated_block("b2"), old])
     golden_selection.Promotion(kube).run()
     assert kube.writes == [("patch", "GoldenImageSelection", "golden-images-block", "deb-block")]
 
@@ -347,7 +377,7 @@ def project(namespace, handle):
 
 
 def verifying(*projects, **params):
-    objects = [golden("g1"), golden("g2"), content("c-g1", "h1"), content("c-g2", "h2"), sel("g1")]
+    objects = [golden("g1"), gated("g2"), content("c-g1", "h1"), content("c-g2", "h2"), sel("g1")]
     for namespace, handle in projects:
         objects += project(namespace, handle)
     return FakeKube(selection_params(snapshot="g2", verify_projects=True, **params), objects)
