@@ -174,17 +174,22 @@ import datetime
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_module,
+    answer_of,
+    anonymous_client,
     call_failed,
+    canary_answers,
     check_endpoint,
+    read_controls,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
     run_module,
 )
 
@@ -199,6 +204,8 @@ def argument_spec():
         concurrency=dict(type="int", default=4),
         part_size=dict(type="raw", default="16M"),
         content_type=dict(type="str", default="application/octet-stream"),
+        license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
+        sensitive_reasons=dict(type="list", elements="str", default=[]),
         progress_file=dict(type="path"),
     )
 
@@ -219,6 +226,7 @@ class ExportObject(transfer.UploadRun):
         mirror.check_concurrency(p["concurrency"])
         requested = mirror.part_size_bytes(p["part_size"])
         expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
+        self.sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
         path = p["path"]
         inputs.require_file(
             path, os.path.isfile(path), "option path (%s)" % path, "give the exported image file"
@@ -259,11 +267,74 @@ class ExportObject(transfer.UploadRun):
             parts=mirror.part_count(size, part_size),
             part_size=part_size,
         )
+        self.prove_private(client)
         if self.module.check_mode:
             self.result["changed"] = True
             self.set_diff({}, mirror.object_summary(p["key"], size, expected or ""))
             return
         self.upload(client, expected, part_size)
+        self.check_uploaded(client)
+
+    def anonymous(self):
+        p = self.params
+        return anonymous_client(p["endpoint_url"], p.get("region"), p["validate_certs"], p.get("ca_bundle"))
+
+    def prove_private(self, client):
+        """Before the first byte: the destination's controls and, outside check mode, a canary under the
+        key's prefix read anonymously; ``exposure.prove_private`` decides. Check mode writes no canary, so
+        it refuses only what the controls already show public."""
+        p = self.params
+        prefix = exposure.key_prefix(p["key"])
+        controls = read_controls(client, p["bucket"])
+        canary = None
+        if not self.module.check_mode:
+            key = exposure.canary_key(prefix, os.urandom(8).hex())
+            canary = canary_answers(client, self.anonymous(), p["bucket"], key, exposure.CANARY_BODY)
+        proof = exposure.prove_private(p["bucket"], prefix, controls, canary, self.sensitive)
+        self.result["exposure"] = proof
+        if proof["canary_problem"]:
+            self.module.warn(proof["canary_problem"])
+        if not proof["allowed"] and (canary is not None or proof["verdict"] == exposure.PUBLIC):
+            raise PipelineError(proof["refusal"], refused=True)
+
+    def check_uploaded(self, client):
+        """The second check, on the object itself: anonymous reads of sensitive bytes that succeed now get
+        the object deleted again and the run failed."""
+        if not self.sensitive:
+            return
+        p = self.params
+        anonymous = self.anonymous()
+        answers = {
+            "get": exposure_answer(
+                lambda: anonymous.get_object(Bucket=p["bucket"], Key=p["key"], Range="bytes=0-0")
+            ),
+            "head": exposure_answer(lambda: anonymous.head_object(Bucket=p["bucket"], Key=p["key"])),
+        }
+        found = exposure.verdict(answers)
+        if found["verdict"] == exposure.PRIVATE:
+            return
+        try:
+            client.delete_object(Bucket=p["bucket"], Key=p["key"])
+            note = "it was deleted again"
+        except Exception as exc:
+            note = "deleting it failed: %s; delete it by hand" % call_failed("DELETE", exc).msg
+        raise PipelineError(
+            "s3://%s/%s was uploaded after the destination was proven private, but anonymous reads of it are "
+            "not refused now (%s); %s. %s"
+            % (
+                p["bucket"],
+                p["key"],
+                ", ".join("%s %s" % (name, answer[0]) for name, answer in sorted(answers.items())),
+                note,
+                exposure.remedy(p["bucket"], exposure.key_prefix(p["key"]), found["allowed"] or ["get"]),
+            ),
+            refused=True,
+        )
+
+
+def exposure_answer(call):
+    """``(status, code)`` of one anonymous read."""
+    return answer_of(call)[:2]
 
     def upload(self, client, expected, part_size):
         p = self.params
