@@ -317,6 +317,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import _expor
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     consumers,
     errors,
+    exposure,
     inputs,
     jobs,
     kinds,
@@ -370,6 +371,8 @@ def argument_spec():
         concurrency={"type": "int", "default": 4},
         content_type={"type": "str", "default": "application/x-qemu-disk"},
         labels={"type": "dict", "default": {}},
+        license={"type": "str", "default": "none", "choices": list(exposure.LICENSE_CHOICES)},
+        sensitive_reasons={"type": "list", "elements": "str", "default": []},
     )
     s3 = s3_arg_spec()
     # One validate_certs for both connections: kubernetes.core's (unset verifies S3 too).
@@ -378,8 +381,9 @@ def argument_spec():
 
 
 def program_files():
-    """ConfigMap data: the Job's program and the error base it imports, under their module file names."""
-    return module_files(export_cli, errors)
+    """ConfigMap data: the Job's program and what it imports (the exposure rule and its two helpers, the
+    error base), under their module file names."""
+    return module_files(export_cli, errors, exposure, inputs, redact)
 
 
 class ExportJob(RoundRunner):
@@ -410,6 +414,7 @@ class ExportJob(RoundRunner):
         check_endpoint(p["pod_endpoint_url"], "pod_endpoint_url")
         mirror.check_export_source(p["source"])
         mirror.check_concurrency(p["concurrency"])
+        self.sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
         return mirror.part_size_bytes(p["part_size"])
 
     def source_name(self):
@@ -494,6 +499,8 @@ class ExportJob(RoundRunner):
         ]
         if not p["compress"]:
             args.append("--no-compress")
+        for reason in self.sensitive:
+            args += ["--sensitive-reason", reason]
         files = program_files()
         configmap = {
             "apiVersion": "v1",
@@ -621,6 +628,7 @@ class ExportJob(RoundRunner):
                 line=line,
                 log=jobs.log_tail(log),
                 code=outcome.get("code"),
+                refused=outcome.get("code") == "exposed",
             )
         left = self.cleanup()
         held = self.held(s3_client_from_params(p))
@@ -636,7 +644,7 @@ class ExportJob(RoundRunner):
                 job=dict(self.ref),
                 left_behind=left,
             )
-        for name in ("sha256", "size", "read_bytes", "parts", "seconds", "convert_seconds"):
+        for name in ("sha256", "size", "read_bytes", "parts", "seconds", "convert_seconds", "exposure"):
             if name in outcome:
                 result[name] = outcome[name]
         result["action"] = outcome.get("action", "upload")
