@@ -230,9 +230,9 @@ def block_advice(bucket, prefix, allowed):
     return (
         "Block public access on bucket %s (PutPublicAccessBlock with BlockPublicAcls, IgnorePublicAcls, "
         "BlockPublicPolicy and RestrictPublicBuckets all true), or give it a bucket policy with no statement "
-        'allowing Principal "*" and no public-read ACL, so that anonymous %s is refused. A key prefix such as '
-        "private/ is a name, not protection, and a Rook ObjectBucketClaim drops a hand-applied bucket policy "
-        "when it reconciles" % (bucket, " and ".join(actions) or "reads are")
+        'allowing Principal "*" and no public-read ACL, so that anonymous %s is refused. A key prefix such '
+        "as private/ is a name, not protection, and a Rook ObjectBucketClaim drops a hand-applied bucket "
+        "policy when it reconciles" % (bucket, " and ".join(actions) or "reads are")
     )
 
 
