@@ -331,11 +331,6 @@ class ExportObject(transfer.UploadRun):
             refused=True,
         )
 
-
-def exposure_answer(call):
-    """``(status, code)`` of one anonymous read."""
-    return answer_of(call)[:2]
-
     def upload(self, client, expected, part_size):
         p = self.params
         source_name = p["source"] or os.path.abspath(p["path"])
@@ -360,6 +355,11 @@ def exposure_answer(call):
         for warning in report.pop("warnings", None) or []:
             self.module.warn(warning)
         self.uploaded(report, seconds, source_name)
+
+
+def exposure_answer(call):
+    """``(status, code)`` of one anonymous read."""
+    return answer_of(call)[:2]
 
 
 def main():
