@@ -555,7 +555,7 @@ def prove_destination(s3, opts, progress):
     prefix = exposure.key_prefix(opts.key)
     progress.say("phase prove: s3://%s/%s" % (opts.bucket, prefix))
     controls = read_controls(s3, opts.bucket)
-    canary = canary_answers(s3, opts.bucket, exposure.canary_key(prefix, os.urandom(8).hex()))
+    canary = canary_answers(s3, opts.bucket, exposure.canary_key(opts.key, os.urandom(8).hex()))
     proof = exposure.prove_private(opts.bucket, prefix, controls, canary, opts.sensitive_reason)
     progress.say("exposure: %s" % json.dumps({k: proof[k] for k in ("verdict", "public_by", "probes")}))
     if proof["canary_problem"]:

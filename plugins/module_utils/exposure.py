@@ -363,9 +363,11 @@ def sensitive_reasons(license_state=None, facts=None, facts_reasons=None):
     return [r for r in reasons if r and not (r in seen or seen.add(r))]
 
 
-def canary_key(prefix, token):
-    """The key of the throw-away canary object: under ``prefix`` (the destination's), unique per run."""
-    return "%s%s%s" % (prefix, CANARY_NAME, token)
+def canary_key(key, token):
+    """The key of the throw-away canary object for destination ``key``: under the same prefix, unique per
+    run, and ending with the same file name, so a policy statement that matches the destination by its
+    prefix or by its suffix (``.../*.qcow2``) matches the canary too."""
+    return "%s%s%s-%s" % (key_prefix(key), CANARY_NAME, token, key.rpartition("/")[2])
 
 
 def _probe_state(status):

@@ -288,7 +288,7 @@ class ExportObject(transfer.UploadRun):
         controls = read_controls(client, p["bucket"])
         canary = None
         if not self.module.check_mode:
-            key = exposure.canary_key(prefix, os.urandom(8).hex())
+            key = exposure.canary_key(p["key"], os.urandom(8).hex())
             canary = canary_answers(client, self.anonymous(), p["bucket"], key, exposure.CANARY_BODY)
         proof = exposure.prove_private(p["bucket"], prefix, controls, canary, self.sensitive)
         self.result["exposure"] = proof

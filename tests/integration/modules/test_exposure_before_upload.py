@@ -29,7 +29,7 @@ from tests.integration.support.runner import module_task, play, run_playbook
 KEY = "licensed/windows/11/2026-09-01/windows11-x64-golden.qcow2"
 PREFIX = "licensed/windows/11/2026-09-01/"
 MARK = b"QFI\xfb LICENSED-KMS-BYTES "
-KINDS = ("private", "getonly", "aclpublic", "policypublic")
+KINDS = ("private", "getonly", "aclpublic", "policypublic", "qcow2only")
 
 
 def _policy(bucket, actions, resources):
@@ -46,6 +46,11 @@ def make_buckets(client, tag):
         Policy=_policy(names["getonly"], "s3:GetObject", "arn:aws:s3:::%s/*" % names["getonly"]),
     )
     client.put_bucket_acl(Bucket=names["aclpublic"], ACL="public-read")
+    # Anonymous reads of *.qcow2 only: a canary not named like the image would be refused here.
+    client.put_bucket_policy(
+        Bucket=names["qcow2only"],
+        Policy=_policy(names["qcow2only"], "s3:GetObject", "arn:aws:s3:::%s/*.qcow2" % names["qcow2only"]),
+    )
     client.put_bucket_policy(
         Bucket=names["policypublic"],
         Policy=_policy(
@@ -119,6 +124,7 @@ EXPECTED_PROBE = {
     "getonly": "anonymous get of the canary HTTP 200",
     "aclpublic": "anonymous list of the prefix HTTP 200",
     "policypublic": "anonymous range get of the canary HTTP 206",
+    "qcow2only": "anonymous head of the canary HTTP 200",
 }
 
 
@@ -190,3 +196,38 @@ def test_the_export_jobs_program_never_lets_an_anonymous_reader_see_licensed_byt
         assert "KMS client setup key in the SOFTWARE hive" in result["error"]
         assert not (scratch / "x.qcow2").exists(), "refused before the conversion"
         assert _keys(client, bucket) == []
+
+
+def test_a_server_that_does_not_answer_the_controls_is_judged_by_the_canary(tmp_path):
+    """A store that answers GetBucketPolicyStatus and GetPublicAccessBlock with 501 NotImplemented: those
+    are recorded as not answered, never as private, and the canary (named like the image, so a policy
+    that opens only ``*.qcow2`` opens it too) proves the bucket public."""
+    from tests.lab.s3 import S3Server
+
+    server = S3Server()
+    endpoint = server.start()
+    server.front.not_implemented = {"policyStatus", "publicAccessBlock"}
+    try:
+        client = endpoint.client()
+        bucket = "qcow2only-" + uuid.uuid4().hex[:8]
+        client.create_bucket(Bucket=bucket)
+        client.put_bucket_policy(
+            Bucket=bucket, Policy=_policy(bucket, "s3:GetObject", "arn:aws:s3:::%s/*.qcow2" % bucket)
+        )
+        raw = tmp_path / "disk.raw"
+        raw.write_bytes(MARK + os.urandom(1024 * 1024))
+        env = {"EXPORT_ACCESS_KEY_ID": endpoint.access_key, "EXPORT_SECRET_ACCESS_KEY": endpoint.secret_key}
+        out = io.StringIO()
+        argv = ["--source", str(raw), "--scratch", str(tmp_path), "--filename", "x.qcow2", "--no-compress",
+                "--endpoint", endpoint.endpoint_url, "--bucket", bucket, "--key", KEY, "--source-url",
+                "pvc://ns/sealed", "--exported-at", "2026-12-02T00:00:00Z", "--sensitive-reason", "kms"]  # fmt: skip
+        with Poller(endpoint.endpoint_url, bucket, KEY, PREFIX) as poller:
+            code = cli.main(argv, environ=env, out=out)
+        result = cli.parse_log(out.getvalue())
+        assert poller.rounds > 0 and poller.reads == 0
+        assert code == 1 and result["code"] == "exposed", result
+        assert "controls not answered: policy_status, public_access_block" in result["error"]
+        assert "anonymous get of the canary HTTP 200" in result["error"]
+        assert _keys(client, bucket) == []
+    finally:
+        server.stop()

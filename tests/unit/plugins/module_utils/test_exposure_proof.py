@@ -141,3 +141,10 @@ def test_sensitive_reasons_join_the_licence_and_the_facts_reasons():
 def test_the_remedy_advises_source_s3_not_an_http_secret_ref():
     text = exposure.remedy("b", "w/", ["get"])
     assert "source.s3" in text and "secretRef" in text and "accessKeyId" in text
+
+
+def test_the_canary_sits_under_the_destination_prefix_and_ends_with_its_file_name():
+    key = exposure.canary_key("windows/11/2026-09-01/windows11-x64-golden.qcow2", "ab12")
+    assert key.startswith("windows/11/2026-09-01/.goldenimage-exposure-canary-ab12")
+    assert key.endswith("-windows11-x64-golden.qcow2")
+    assert exposure.canary_key("top.qcow2", "t") == ".goldenimage-exposure-canary-t-top.qcow2"
