@@ -337,10 +337,10 @@ def test_a_kms_image_is_imported_from_the_private_bucket_with_source_s3_and_a_se
 
 
 @pytest.mark.suite("bad-input")
-def test_a_kms_export_to_a_get_only_bucket_is_refused_by_the_job_before_its_first_byte(env):
+def test_a_kms_export_to_a_get_only_bucket_is_refused_before_anything_is_converted(env):
     """A policy granting anonymous s3:GetObject but not s3:ListBucket: an empty prefix answers 403 to
-    every anonymous probe, so the pre-conversion guard passes; the Job's canary proves the bucket public
-    and the Job stops before the conversion, and no anonymous reader ever sees the licensed bytes."""
+    every anonymous probe of a missing key; the guard's canary proves the bucket public before the Job,
+    the scratch volume or a key exist, and no anonymous reader ever sees the licensed bytes."""
     from tests.integration.modules.test_exposure_before_upload import Poller
 
     bucket = "wingetonly-%s" % env.tag
@@ -361,7 +361,9 @@ def test_a_kms_export_to_a_get_only_bucket_is_refused_by_the_job_before_its_firs
     assert poller.rounds > 0 and poller.reads == 0
     assert not run.ok
     failed = [entry for entry in run.tasks if entry["status"] == "failed"]
-    assert [entry["task"] for entry in failed] == ["Upload to s3://%s/%s" % (bucket, key)], run.log
+    assert [entry["task"] for entry in failed] == ["BYOL guard, who can read s3://%s/%s" % (bucket, key)], (
+        run.log
+    )
     msg = failed[0]["result"]["msg"]
     assert "bucket %s is public" % bucket in msg
     assert "anonymous get of the canary HTTP 200" in msg and "source.s3" in msg
