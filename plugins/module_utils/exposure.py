@@ -290,9 +290,10 @@ def anonymous_import_refusal(url, bucket, key, get):
         "an anonymous GET of s3://%s/%s was refused (HTTP %s %s), and CDI reads a source with neither "
         "presign nor secret_ref anonymously, so the import would fail (S3 also answers 403 for a missing "
         "key to anyone who may not list the bucket)" % (bucket, key, get[0], get[1] or "refused"),
-        "nothing was written; set presign: true on the source for a private S3 or Ceph RGW bucket (the URL "
-        "is signed with the bucket's keys; a secret_ref is sent as HTTP basic auth, which S3 and RGW "
-        "refuse)",
+        "nothing was written; for a private S3 or Ceph RGW bucket import with source.s3 and a secret_ref (a "
+        "Secret with accessKeyId and secretKey; CDI signs its requests), or set presign: true on the http "
+        "source (a bearer URL in the DataVolume until it expires); an http secret_ref is sent as HTTP basic "
+        "auth, which S3 and RGW refuse",
         bucket=bucket,
         key=key,
         get_status=get[0],

@@ -89,8 +89,9 @@ options:
     description:
       - The object is about to be imported by someone without credentials, such as a CDI http source with
         neither a presigned URL nor a C(secretRef).
-      - "Fail, naming the fix (C(presign: true) for an S3 or Ceph RGW bucket), when the anonymous GET of it
-        is refused with 401/403. An answer that proves nothing does not fail."
+      - "Fail, naming the fix (CDI's C(source.s3) with a C(secret_ref), or C(presign: true), for an S3 or Ceph
+        RGW bucket), when the anonymous GET of it is refused with 401/403. An answer that proves nothing does
+        not fail."
     type: bool
     default: false
   timeout:

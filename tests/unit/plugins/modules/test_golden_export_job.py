@@ -89,7 +89,8 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
         ("PersistentVolumeClaim", "sealed"),
     ]
     program = kube.get("v1", "ConfigMap", NAME, NS)
-    assert sorted(program["data"]) == ["_export_cli.py", "errors.py"]  # the program and its error base
+    # The program, the exposure rule it decides with (and that rule's two helpers), and the error base.
+    assert sorted(program["data"]) == ["_export_cli.py", "errors.py", "exposure.py", "inputs.py", "redact.py"]
     env = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {
         "name": "EXPORT_ACCESS_KEY_ID",
