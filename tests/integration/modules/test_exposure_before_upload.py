@@ -220,7 +220,8 @@ def test_a_server_that_does_not_answer_the_controls_is_judged_by_the_canary(tmp_
         out = io.StringIO()
         argv = ["--source", str(raw), "--scratch", str(tmp_path), "--filename", "x.qcow2", "--no-compress",
                 "--endpoint", endpoint.endpoint_url, "--bucket", bucket, "--key", KEY, "--source-url",
-                "pvc://ns/sealed", "--exported-at", "2026-12-02T00:00:00Z", "--sensitive-reason", "kms"]  # fmt: skip
+                "pvc://ns/sealed", "--exported-at", "2026-12-02T00:00:00Z",
+                "--sensitive-reason", "kms"]  # fmt: skip
         with Poller(endpoint.endpoint_url, bucket, KEY, PREFIX) as poller:
             code = cli.main(argv, environ=env, out=out)
         result = cli.parse_log(out.getvalue())
