@@ -115,7 +115,7 @@ notes:
   - The credentials options are used only to find an existing object for O(probe_existing); the three probes
     are never signed.
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
-  - With O(canary=true) the module writes (the canary and its delete) and reports RV(changed) false all the
+  - With O(canary=true) the module writes (the canary and its delete) and reports C(changed) false all the
     same, since nothing is left behind.
 seealso:
   - module: goldenimage.pipeline.golden_export_object

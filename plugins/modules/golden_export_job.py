@@ -27,7 +27,7 @@ description:
     qcow2's sha256; the same digest leaves the object alone, another one is refused.
   - Before it converts anything for a free O(key), the Job proves the destination with its own credentials
     and the same decision as M(goldenimage.pipeline.golden_export_object) (C(exposure.prove_private), shipped
-    with the program): it reads the bucket's controls (GetBucketPolicyStatus, GetBucketAcl,
+    with the program); it reads the bucket's controls (GetBucketPolicyStatus, GetBucketAcl,
     GetPublicAccessBlock; one that does not answer is recorded as not answered, never as private), writes a
     throw-away canary named like O(key) under its prefix, reads it unsigned with a GET, a ranged GET, a HEAD
     and a listing of the prefix, and deletes it. When the bytes are sensitive (a licensed O(license) or any
