@@ -99,6 +99,23 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
     assert keys(s3[1], bucket) == []
 
 
+def test_the_job_is_told_every_reason_the_bytes_are_sensitive(s3):
+    """The Job's program proves the destination private when any reason is given: the declared licence's
+    and those read from the image, each passed as --sensitive-reason; none, and it only reports."""
+    bucket = new_bucket(s3[1])
+    job, kube = runner(
+        s3, bucket, [claim(), SECRET], license="kms", sensitive_reasons=["Winlogon DefaultPassword set"]
+    )
+    job.run()
+    args = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["command"]
+    given = [args[i + 1] for i, arg in enumerate(args) if arg == "--sensitive-reason"]
+    assert given == ["declared licence kms (KMS-configured)", "Winlogon DefaultPassword set"]
+    plain, kube = runner(s3, new_bucket(s3[1]), [claim(), SECRET])
+    plain.run()
+    args = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--sensitive-reason" not in args
+
+
 def test_check_mode_predicts_the_upload_and_writes_nothing(s3):
     job, kube = runner(s3, new_bucket(s3[1]), [claim(), SECRET], check_mode=True)
     result = job.run()
