@@ -40,8 +40,10 @@ S3_SECRET_MOVE = (
 _PULL_METHODS = ("pod", "node")
 # The supported moves for a source URL with credentials in it (the URL lands in the DataVolume's spec).
 HTTP_CREDENTIALS_MOVE = (
-    "put the user and password in a Secret (keys accessKeyId and secretKey) and give source.http.secret_ref, "
-    "or set source.http.presign: true for a private S3 bucket"
+    "for a private S3 or RGW bucket give source.s3 with a secret_ref (a Secret with accessKeyId and "
+    "secretKey; CDI signs its requests) or set source.http.presign: true; for a web server behind basic "
+    "auth put the user and password in a Secret (keys accessKeyId and secretKey) and give "
+    "source.http.secret_ref"
 )
 REGISTRY_CREDENTIALS_MOVE = (
     "put the registry's user and password in a Secret (keys accessKeyId and secretKey) and give "
