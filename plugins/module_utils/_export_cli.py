@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, urlsplit
 from xml.etree import ElementTree
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MARKER = "GOLDEN_EXPORT_RESULT "
@@ -153,28 +154,45 @@ class S3:
             return http.client.HTTPSConnection(self.netloc, timeout=120, context=self.context)
         return http.client.HTTPConnection(self.netloc, timeout=120)
 
-    def request(self, method, bucket, key, query=None, headers=None, body=b"", what=None):
-        """One request, retried on 5xx and dropped connections; an Answer for every other status."""
+    def request(
+        self,
+        method,
+        bucket,
+        key,
+        query=None,
+        headers=None,
+        body=b"",
+        what=None,
+        anonymous=False,
+        attempts=ATTEMPTS,
+    ):
+        """One request, retried on 5xx and dropped connections; an Answer for every other status.
+
+        ``anonymous`` sends it unsigned, as anyone on the network can; ``attempts`` bounds the tries."""
         path = "%s/%s/%s" % (self.base, bucket, key) if key else "%s/%s" % (self.base, bucket)
         payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
         headers = dict(headers or {})
-        if self.token:
+        if self.token and not anonymous:
             headers["x-amz-security-token"] = self.token
         target = _uri_encode(path, safe="/-_.~") + (("?" + canonical_query(query)) if query else "")
         last = None
-        for attempt in range(1, ATTEMPTS + 1):
+        for attempt in range(1, attempts + 1):
             moment = datetime.datetime.now(datetime.timezone.utc)
-            sent = sign(
-                method,
-                self.netloc,
-                path,
-                query,
-                headers,
-                payload,
-                self.access_key,
-                self.secret_key,
-                self.region,
-                moment,
+            sent = (
+                dict(headers)
+                if anonymous
+                else sign(
+                    method,
+                    self.netloc,
+                    path,
+                    query,
+                    headers,
+                    payload,
+                    self.access_key,
+                    self.secret_key,
+                    self.region,
+                    moment,
+                )
             )
             conn = self._connection()
             try:
@@ -190,9 +208,9 @@ class S3:
                 return answer
             if answer is not None:
                 last = "HTTP %d %s" % (answer.status, answer.error_code())
-            if attempt < ATTEMPTS:
+            if attempt < attempts:
                 time.sleep(min(8.0, 0.5 * 2**attempt))
-        raise ExportError("%s: %s after %d attempts" % (what or method, last, ATTEMPTS), "s3")
+        raise ExportError("%s: %s after %d attempts" % (what or method, last, attempts), "s3")
 
 
 def _expect(answer, status, what):
@@ -460,6 +478,93 @@ def held(s3, bucket, key):
     return found
 
 
+def _reply(s3, method, bucket, key, query=None, body=b"", anonymous=False):
+    """``(status, code, Answer or None)`` of one request that must not stop the run: 0 when none answered.
+
+    One attempt for an answer that says "not implemented" (501), a few for a server that is unwell."""
+    try:
+        answer = s3.request(method, bucket, key, query, body=body, anonymous=anonymous, attempts=2)
+    except ExportError as exc:
+        return 0, exc.msg, None
+    code = None if 200 <= answer.status < 300 else answer.error_code()
+    return answer.status, code, answer
+
+
+def _xml(answer):
+    try:
+        return ElementTree.fromstring(answer.body) if answer is not None and answer.body else None
+    except ElementTree.ParseError:
+        return None
+
+
+def read_controls(s3, bucket):
+    """The bucket's controls as the Job's identity reads them, in the shape ``exposure.prove_private``
+    takes (the same reads as ``_s3.read_controls``, over http.client)."""
+    status, code, answer = _reply(s3, "GET", bucket, "", {"policyStatus": ""})
+    tree = _xml(answer) if status == 200 else None
+    public = (tree.findtext("{*}IsPublic") or "").strip().lower() == "true" if tree is not None else None
+    controls = {"policy_status": (status, code, public)}
+    status, code, answer = _reply(s3, "GET", bucket, "", {"acl": ""})
+    grants = []
+    tree = _xml(answer) if status == 200 else None
+    for grant in tree.iter("{*}Grant") if tree is not None else ():
+        who = grant.find("{*}Grantee")
+        uri = (who.findtext("{*}URI") or who.findtext("{*}ID") or "") if who is not None else ""
+        grants.append((uri.strip(), (grant.findtext("{*}Permission") or "").strip()))
+    controls["acl"] = (status, code, grants)
+    status, code, answer = _reply(s3, "GET", bucket, "", {"publicAccessBlock": ""})
+    tree = _xml(answer) if status == 200 else None
+    config = None
+    if tree is not None:
+        config = {
+            name: (tree.findtext("{*}" + name) or "").strip().lower() == "true"
+            for name in exposure.BLOCK_SETTINGS
+        }
+    controls["public_access_block"] = (status, code, config)
+    return controls
+
+
+def canary_answers(s3, bucket, key):
+    """Write the canary with the Job's credentials, read it unsigned four ways, delete it (the same
+    steps as ``_s3.canary_answers``); the delete's answer is returned, never dropped."""
+    prefix = exposure.key_prefix(key)
+    written = _reply(s3, "PUT", bucket, key, body=exposure.CANARY_BODY)[:2]
+    probes, deleted = {}, None
+    try:
+        if 200 <= written[0] < 300:
+            probes["get"] = _reply(s3, "GET", bucket, key, anonymous=True)[:2]
+            range_headers = {"Range": "bytes=0-0"}
+            try:
+                answer = s3.request("GET", bucket, key, None, range_headers, anonymous=True, attempts=2)
+                probes["range_get"] = (answer.status, None if answer.status < 300 else answer.error_code())
+            except ExportError as exc:
+                probes["range_get"] = (0, exc.msg)
+            probes["head"] = _reply(s3, "HEAD", bucket, key, anonymous=True)[:2]
+            probes["list"] = _reply(
+                s3, "GET", bucket, "", {"list-type": "2", "prefix": prefix}, anonymous=True
+            )[:2]
+    finally:
+        if written[0] == 0 or 200 <= written[0] < 300:
+            deleted = _reply(s3, "DELETE", bucket, key)[:2]
+    return {"key": key, "written": written, "probes": probes, "deleted": deleted}
+
+
+def prove_destination(s3, opts, progress):
+    """Before the first byte: ``exposure.prove_private`` on the bucket's controls and an anonymously read
+    canary under the key's prefix; ExportError ``exposed`` when the bytes may not go there."""
+    prefix = exposure.key_prefix(opts.key)
+    progress.say("phase prove: s3://%s/%s" % (opts.bucket, prefix))
+    controls = read_controls(s3, opts.bucket)
+    canary = canary_answers(s3, opts.bucket, exposure.canary_key(opts.key, os.urandom(8).hex()))
+    proof = exposure.prove_private(opts.bucket, prefix, controls, canary, opts.sensitive_reason)
+    progress.say("exposure: %s" % json.dumps({k: proof[k] for k in ("verdict", "public_by", "probes")}))
+    if proof["canary_problem"]:
+        progress.say("warning: " + proof["canary_problem"])
+    if not proof["allowed"]:
+        raise ExportError(proof["refusal"], "exposed")
+    return proof
+
+
 def export(opts, environ, progress):
     started = time.monotonic()
     access, secret = environ.get("EXPORT_ACCESS_KEY_ID"), environ.get("EXPORT_SECRET_ACCESS_KEY")
@@ -480,9 +585,16 @@ def export(opts, environ, progress):
     )
     where = "s3://%s/%s" % (opts.bucket, opts.key)
     qcow2 = os.path.join(opts.scratch, opts.filename)
+    # A free key is proven private (or its bytes not sensitive) before the conversion: a refusal costs
+    # seconds, and nothing of the image is written anywhere before it.
+    proof = None
+    if held(s3, opts.bucket, opts.key) is None:
+        proof = prove_destination(s3, opts, progress)
     convert(opts.source, qcow2, opts.compress, progress)
     converted = time.monotonic()
     result = {"convert_seconds": round(converted - started, 3)}
+    if proof is not None:
+        result["exposure"] = proof
     found = held(s3, opts.bucket, opts.key)
     if found is not None:
         digest, size = file_sha256(qcow2, progress)
@@ -502,6 +614,8 @@ def export(opts, environ, progress):
             % (where, found.get(META["sha256"]) or "unknown", found.get(META["source"]) or "unknown"),
             "key_exists",
         )
+    if proof is None:  # the key was held, then freed meanwhile
+        result["exposure"] = proof = prove_destination(s3, opts, progress)
     size = os.path.getsize(qcow2)
     staging = opts.staging_key or "%s.partial-%s" % (opts.key, os.urandom(6).hex())
     parts, digest, read = stage(s3, opts, qcow2, staging, size, progress)
@@ -575,6 +689,13 @@ def parser():
     p.add_argument("--exported-at", required=True)
     p.add_argument("--ca-file", default="")
     p.add_argument("--insecure", action="store_true")
+    p.add_argument(
+        "--sensitive-reason",
+        action="append",
+        default=[],
+        help="a reason the image's bytes are sensitive (a licence, a key, a credential); any makes the "
+        "export refuse a destination not proven private",
+    )
     return p
 
 

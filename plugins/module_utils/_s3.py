@@ -315,3 +315,58 @@ def s3_client_from_params(params, **options):
     """A client from a module's (or a role's) S3_ARG_SPEC parameters; ``options`` go to s3_client."""
     connection = {key: params.get(key) for key in S3_ARG_SPEC if key in params}
     return s3_client(**dict(connection, **options))
+
+
+def answer_of(call):
+    """``(status, code, response)`` of one boto3 call; status 0 and the error text when nothing answered."""
+    try:
+        response = call()
+    except Exception as exc:
+        metadata = (getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}
+        status = metadata.get("HTTPStatusCode")
+        if status is None:
+            return 0, "%s: %s" % (type(exc).__name__, redact.redact_message(str(exc))), None
+        return int(status), error_code(exc) or str(status), None
+    body = response.get("Body")
+    if body is not None:
+        body.close()
+    return int(response["ResponseMetadata"]["HTTPStatusCode"]), None, response
+
+
+def read_controls(signed, bucket):
+    """The bucket's exposure controls as its owner reads them: name -> ``(status, code, value)`` for
+    ``exposure.prove_private`` (policy_status: IsPublic; acl: ``[(grantee URI or id, permission)]``;
+    public_access_block: the configuration)."""
+    status, code, found = answer_of(lambda: signed.get_bucket_policy_status(Bucket=bucket))
+    controls = {"policy_status": (status, code, ((found or {}).get("PolicyStatus") or {}).get("IsPublic"))}
+    status, code, found = answer_of(lambda: signed.get_bucket_acl(Bucket=bucket))
+    grants = [
+        ((g.get("Grantee") or {}).get("URI") or (g.get("Grantee") or {}).get("ID") or "", g.get("Permission"))
+        for g in (found or {}).get("Grants") or []
+    ]
+    controls["acl"] = (status, code, grants)
+    status, code, found = answer_of(lambda: signed.get_public_access_block(Bucket=bucket))
+    controls["public_access_block"] = (status, code, (found or {}).get("PublicAccessBlockConfiguration"))
+    return controls
+
+
+def canary_answers(signed, anonymous, bucket, key, body):
+    """Write the canary ``key`` with the run's credentials, read it anonymously (GET, ranged GET, HEAD,
+    a listing of its prefix), delete it; the answers as ``exposure.prove_private`` takes them. The delete
+    is sent whenever the write was not refused, and its answer is returned, never dropped."""
+    prefix = key.rpartition("/")[0] + "/" if "/" in key else ""
+    written = answer_of(lambda: signed.put_object(Bucket=bucket, Key=key, Body=body))[:2]
+    probes = {}
+    deleted = None
+    try:
+        if 200 <= written[0] < 300:
+            probes["get"] = answer_of(lambda: anonymous.get_object(Bucket=bucket, Key=key))[:2]
+            probes["range_get"] = answer_of(
+                lambda: anonymous.get_object(Bucket=bucket, Key=key, Range="bytes=0-0")
+            )[:2]
+            probes["head"] = answer_of(lambda: anonymous.head_object(Bucket=bucket, Key=key))[:2]
+            probes["list"] = answer_of(lambda: anonymous.list_objects_v2(Bucket=bucket, Prefix=prefix))[:2]
+    finally:
+        if written[0] == 0 or 200 <= written[0] < 300:
+            deleted = answer_of(lambda: signed.delete_object(Bucket=bucket, Key=key))[:2]
+    return {"key": key, "written": written, "probes": probes, "deleted": deleted}

@@ -220,8 +220,8 @@ def worth_sampling(get, head):
     return get[0] in (403, 404) and head[0] in (403, 404)
 
 
-def remedy(bucket, prefix, allowed):
-    """What to add so anonymous reads of ``prefix`` in ``bucket`` are refused."""
+def block_advice(bucket, prefix, allowed):
+    """What to change so anonymous reads of ``prefix`` in ``bucket`` are refused (no import advice)."""
     actions = []
     if any(name != "list" for name in allowed):
         actions.append("s3:GetObject on arn:aws:s3:::%s/%s*" % (bucket, prefix))
@@ -230,11 +230,15 @@ def remedy(bucket, prefix, allowed):
     return (
         "Block public access on bucket %s (PutPublicAccessBlock with BlockPublicAcls, IgnorePublicAcls, "
         "BlockPublicPolicy and RestrictPublicBuckets all true), or give it a bucket policy with no statement "
-        'allowing Principal "*" and no public-read ACL, so that anonymous %s is refused; then import with a '
-        "CDI secretRef. A key prefix such as private/ is a name, not protection, and a Rook "
-        "ObjectBucketClaim drops a hand-applied bucket policy when it reconciles"
-        % (bucket, " and ".join(actions) or "reads are")
+        'allowing Principal "*" and no public-read ACL, so that anonymous %s is refused. A key prefix such '
+        "as private/ is a name, not protection, and a Rook ObjectBucketClaim drops a hand-applied bucket "
+        "policy when it reconciles" % (bucket, " and ".join(actions) or "reads are")
     )
+
+
+def remedy(bucket, prefix, allowed):
+    """What to add so anonymous reads of ``prefix`` in ``bucket`` are refused, and how to import then."""
+    return "%s; then %s" % (block_advice(bucket, prefix, allowed), PRIVATE_IMPORT_MOVE)
 
 
 def byol_refusal(license_state, bucket, key, prefix, result, statuses):
@@ -286,10 +290,244 @@ def anonymous_import_refusal(url, bucket, key, get):
         "an anonymous GET of s3://%s/%s was refused (HTTP %s %s), and CDI reads a source with neither "
         "presign nor secret_ref anonymously, so the import would fail (S3 also answers 403 for a missing "
         "key to anyone who may not list the bucket)" % (bucket, key, get[0], get[1] or "refused"),
-        "nothing was written; set presign: true on the source for a private S3 or Ceph RGW bucket (the URL "
-        "is signed with the bucket's keys; a secret_ref is sent as HTTP basic auth, which S3 and RGW "
-        "refuse)",
+        "nothing was written; for a private S3 or Ceph RGW bucket import with source.s3 and a secret_ref (a "
+        "Secret with accessKeyId and secretKey; CDI signs its requests), or set presign: true on the http "
+        "source (a bearer URL in the DataVolume until it expires); an http secret_ref is sent as HTTP basic "
+        "auth, which S3 and RGW refuse",
         bucket=bucket,
         key=key,
         get_status=get[0],
+    )
+
+
+# Proving a destination private before sensitive bytes move ---------------------------------------
+#
+# The proof has two halves, both read by the adapters and judged here:
+# - the bucket's controls, as the owner reads them: GetBucketPolicyStatus, GetBucketAcl and
+#   GetPublicAccessBlock. An API that does not answer (501 NotImplemented, AccessDenied, no answer) is
+#   recorded as "not answered", never as private;
+# - a throw-away canary object written under the destination prefix with the run's own credentials,
+#   then read anonymously four ways (GET, ranged GET, HEAD, and a listing of the prefix). A bucket that
+#   grants anonymous s3:GetObject but not s3:ListBucket answers 403 for a missing key and serves an
+#   existing one: only an object that exists proves anything, so the canary exists before it is probed.
+# Any 2xx of a probe, or a control that says public, makes the destination public. It is private only
+# when the canary was written and every probe was refused with 401/403.
+
+CANARY_PROBES = ("get", "range_get", "head", "list")
+CONTROLS = ("policy_status", "acl", "public_access_block")
+ANSWERED = "answered"
+NOT_ANSWERED = "not answered"
+PUBLIC_GROUP_URIS = (
+    "http://acs.amazonaws.com/groups/global/AllUsers",
+    "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
+)
+BLOCK_SETTINGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
+# S3 errors that answer a control read: there is no such configuration on the bucket.
+_NO_CONFIGURATION = {
+    "policy_status": ("NoSuchBucketPolicy",),
+    "acl": (),
+    "public_access_block": ("NoSuchPublicAccessBlockConfiguration",),
+}
+CANARY_BODY = b"goldenimage.pipeline exposure canary: not an image, safe to delete\n"
+CANARY_NAME = ".goldenimage-exposure-canary-"
+
+# What to do instead of putting a licensed or key-bearing image where anyone reads it.
+PRIVATE_IMPORT_MOVE = (
+    "import it with CDI's source.s3 and a secretRef (a Secret with accessKeyId and secretKey; CDI signs "
+    "its requests), so no bearer URL sits in a DataVolume spec"
+)
+
+
+def licence_reasons(license_state):
+    """The reasons a declared licence makes an image's bytes sensitive (empty for none/byol/evaluation)."""
+    state = normalize_license(license_state)
+    return ["declared licence %s (%s)" % (state, LICENSE_WORDS[state])] if state in LICENSED else []
+
+
+def sensitive_reasons(license_state=None, facts=None, facts_reasons=None):
+    """Every reason the bytes about to move are sensitive: the declared licence's, plus what the image's
+    facts say (``image_facts.exposure_reasons(facts)`` when ``facts`` is given; ``facts_reasons``, a list
+    already derived from them, is added as given). Order kept, duplicates dropped.
+
+    ``facts`` given but image_facts not importable is an error, never a silent "nothing found"."""
+    reasons = licence_reasons(license_state)
+    if facts is not None:
+        try:
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts
+        except ImportError as exc:
+            raise ExposureError(
+                "image facts were given but image_facts.exposure_reasons is not available to read them"
+            ) from exc
+        reasons += [str(r) for r in image_facts.exposure_reasons(facts) or []]
+    reasons += [str(r) for r in facts_reasons or []]
+    seen = set()
+    return [r for r in reasons if r and not (r in seen or seen.add(r))]
+
+
+def canary_key(key, token):
+    """The key of the throw-away canary object for destination ``key``: under the same prefix, unique per
+    run, and ending with the same file name, so a policy statement that matches the destination by its
+    prefix or by its suffix (``.../*.qcow2``) matches the canary too."""
+    return "%s%s%s-%s" % (key_prefix(key), CANARY_NAME, token, key.rpartition("/")[2])
+
+
+def _probe_state(status):
+    try:
+        status = int(status or 0)
+    except (TypeError, ValueError):
+        return UNKNOWN
+    if 200 <= status < 300:
+        return ALLOWED
+    if status in _REFUSED:
+        return DENIED
+    return UNKNOWN
+
+
+def judge_control(name, status, code=None, value=None):
+    """One control read by the owner, as a dict: ``state`` ANSWERED or NOT_ANSWERED, ``public`` (bool),
+    ``detail`` (what it said). ``value``: policy_status -> IsPublic (bool); acl -> the grants as
+    ``[(grantee URI or id, permission)]``; public_access_block -> the configuration dict."""
+    try:
+        status = int(status or 0)
+    except (TypeError, ValueError):
+        status = 0
+    out = {"status": status, "code": code or "", "state": NOT_ANSWERED, "public": False, "detail": ""}
+    if status == 404 and code in _NO_CONFIGURATION.get(name, ()):
+        out.update(state=ANSWERED, detail="none configured (%s)" % code)
+        return out
+    if not 200 <= status < 300:
+        out["detail"] = "not answered (HTTP %s %s)" % (status, code or "no answer")
+        return out
+    out["state"] = ANSWERED
+    if name == "policy_status":
+        out["public"] = bool(value)
+        out["detail"] = "IsPublic %s" % ("true" if value else "false")
+    elif name == "acl":
+        public = sorted(
+            "%s:%s" % (uri.rsplit("/", 1)[-1], permission)
+            for uri, permission in value or []
+            if uri in PUBLIC_GROUP_URIS
+        )
+        out["public"] = bool(public)
+        out["detail"] = (
+            "grants %s" % ", ".join(public) if public else "no grant to AllUsers/AuthenticatedUsers"
+        )
+    elif name == "public_access_block":
+        config = dict(value or {})
+        out["config"] = {setting: bool(config.get(setting)) for setting in BLOCK_SETTINGS}
+        on = [s for s in BLOCK_SETTINGS if out["config"][s]]
+        out["detail"] = "%s on" % ", ".join(on) if on else "all four settings off"
+    return out
+
+
+def prove_private(bucket, prefix, controls, canary, sensitive=()):
+    """The one decision on a destination before licensed, key-bearing or credential-bearing bytes move.
+
+    ``controls``: control name -> ``(status, code, value)`` as read by the owner (see ``judge_control``;
+    a missing name is "not answered"). ``canary``: ``{"key", "written": (status, code), "probes": {probe:
+    (status, code)}, "deleted": (status, code) or None}``; ``sensitive``: the reasons the bytes are
+    sensitive (``sensitive_reasons``).
+
+    Returns a dict: ``verdict`` (PUBLIC, PRIVATE or UNKNOWN), ``exposed``, ``public_by`` (the controls and
+    probes that say public, e.g. ``probe range_get HTTP 206``), ``controls`` (judged), ``not_answered``,
+    ``probes`` (probe -> status), ``canary_key``, ``canary_deleted`` (bool), ``canary_problem`` (a
+    sentence, or ""), ``sensitive`` (the reasons), ``allowed`` (may the bytes move) and ``refusal`` (the
+    message when they may not, naming the bucket, what answered and the supported move; else "").
+    """
+    judged = {}
+    for name in CONTROLS:
+        status, code, value = (tuple(controls.get(name) or ()) + (0, None, None))[:3]
+        judged[name] = judge_control(name, status, code, value)
+    block = judged["public_access_block"].get("config") or {}
+    public_by = []
+    if judged["policy_status"]["public"] and not block.get("RestrictPublicBuckets"):
+        public_by.append("GetBucketPolicyStatus IsPublic true")
+    if judged["acl"]["public"] and not block.get("IgnorePublicAcls"):
+        public_by.append("GetBucketAcl %s" % judged["acl"]["detail"])
+    probes = dict((canary or {}).get("probes") or {})
+    written = tuple((canary or {}).get("written") or (0, None))
+    states = {name: _probe_state((probes.get(name) or (0, None))[0]) for name in CANARY_PROBES}
+    for name in CANARY_PROBES:
+        if states[name] == ALLOWED:
+            what = "list of the prefix" if name == "list" else "%s of the canary" % name.replace("_", " ")
+            public_by.append("anonymous %s HTTP %s" % (what, probes[name][0]))
+    written_ok = _probe_state(written[0]) == ALLOWED
+    if public_by:
+        verdict_ = PUBLIC
+    elif written_ok and all(states[name] == DENIED for name in CANARY_PROBES):
+        verdict_ = PRIVATE
+    else:
+        verdict_ = UNKNOWN
+    deleted = (canary or {}).get("deleted")
+    key = (canary or {}).get("key") or ""
+    canary_deleted = not written_ok or (deleted is not None and _probe_state(deleted[0]) == ALLOWED)
+    problem = ""
+    if written_ok and not canary_deleted:
+        problem = "the canary s3://%s/%s could not be deleted (%s); delete it by hand" % (
+            bucket,
+            key,
+            "HTTP %s %s" % deleted if deleted else "no delete was sent",
+        )
+    sensitive = list(sensitive or ())
+    result = {
+        "verdict": verdict_,
+        "exposed": verdict_ == PUBLIC,
+        "public_by": public_by,
+        "controls": judged,
+        "not_answered": [name for name in CONTROLS if judged[name]["state"] == NOT_ANSWERED],
+        "probes": {name: (probes.get(name) or (0, None))[0] for name in CANARY_PROBES},
+        "canary_key": key,
+        "canary_written": written_ok,
+        "canary_deleted": canary_deleted,
+        "canary_problem": problem,
+        "sensitive": sensitive,
+        "allowed": not sensitive or verdict_ == PRIVATE,
+        "refusal": "",
+    }
+    if not result["allowed"]:
+        result["refusal"] = _proof_refusal(bucket, prefix, result, written)
+    return result
+
+
+def _proof_refusal(bucket, prefix, result, written):
+    why = "; ".join(result["sensitive"])
+    where = "s3://%s/%s" % (bucket, prefix)
+    seen = ", ".join("%s %s" % (name, result["probes"][name]) for name in CANARY_PROBES)
+    unanswered = ", ".join(result["not_answered"]) or "none"
+    tail = " Nothing of the image was written."
+    if result["canary_problem"]:
+        tail += " Also: %s." % result["canary_problem"]
+    if result["verdict"] == PUBLIC:
+        allowed = [name for name in CANARY_PROBES if _probe_state(result["probes"][name]) == ALLOWED]
+        allowed_reads = ["list" if name == "list" else "get" for name in allowed] or ["get"]
+        return (
+            "refusing to write sensitive bytes (%s) to %s: bucket %s is public, %s (anonymous canary "
+            "answers: %s; controls not answered: %s). %s, and %s.%s"
+            % (
+                why,
+                where,
+                bucket,
+                "; ".join(result["public_by"]),
+                seen,
+                unanswered,
+                block_advice(bucket, prefix, allowed_reads),
+                PRIVATE_IMPORT_MOVE,
+                tail,
+            )
+        )
+    if not result["canary_written"]:
+        cause = (
+            "the canary object could not be written there (HTTP %s %s), so nothing proves who reads it"
+            % (
+                written[0],
+                written[1] or "no answer",
+            )
+        )
+    else:
+        cause = "the anonymous reads of the canary were not all refused with 401/403 (answers: %s)" % seen
+    return (
+        "refusing to write sensitive bytes (%s) to %s: bucket %s is not proven private: %s (controls not "
+        "answered: %s). Give credentials that may write and delete under the prefix and an endpoint that "
+        "answers, on a bucket that refuses anonymous reads; then %s.%s"
+        % (why, where, bucket, cause, unanswered, PRIVATE_IMPORT_MOVE, tail)
     )

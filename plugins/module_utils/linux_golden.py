@@ -21,7 +21,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
 _REGISTRY = re.compile(r"^docker://(?P<repo>[^@\s]+?)(?::(?P<tag>[^:/@\s]+))?(?:@(?P<digest>\S+))?$")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 _HTTP = re.compile(r"^https?://\S+$")
-_KINDS = ("registry", "http")
+_KINDS = ("registry", "http", "s3")
 
 _HTTP_KEYS = {
     "url": "url",
@@ -30,11 +30,20 @@ _HTTP_KEYS = {
     "cert_config_map": "certConfigMap",
 }
 _REGISTRY_KEYS = {"url": "url", "secret_ref": "secretRef", "cert_config_map": "certConfigMap"}
+# CDI's s3 source: url, secretRef, certConfigMap. It has no checksum field: the checksum given here names
+# the golden (the export's sha256) and stays out of the DataVolume.
+_S3_KEYS = {"url": "url", "secret_ref": "secretRef", "cert_config_map": "certConfigMap"}
+S3_SECRET_MOVE = (
+    "give source.s3.secret_ref, a Secret in the DataVolume's namespace with accessKeyId and secretKey: CDI "
+    "signs its requests to the bucket with them, so no bearer URL sits in the DataVolume's spec"
+)
 _PULL_METHODS = ("pod", "node")
 # The supported moves for a source URL with credentials in it (the URL lands in the DataVolume's spec).
 HTTP_CREDENTIALS_MOVE = (
-    "put the user and password in a Secret (keys accessKeyId and secretKey) and give source.http.secret_ref, "
-    "or set source.http.presign: true for a private S3 bucket"
+    "for a private S3 or RGW bucket give source.s3 with a secret_ref (a Secret with accessKeyId and "
+    "secretKey; CDI signs its requests) or set source.http.presign: true; for a web server behind basic "
+    "auth put the user and password in a Secret (keys accessKeyId and secretKey) and give "
+    "source.http.secret_ref"
 )
 REGISTRY_CREDENTIALS_MOVE = (
     "put the registry's user and password in a Secret (keys accessKeyId and secretKey) and give "
@@ -57,11 +66,12 @@ def _kind(source):
     if others:
         raise SourceError(
             "source keys %s are not supported: the Linux producer imports from registry (a digest-pinned "
-            "containerdisk) or http (a bucket object with a sha256 checksum)" % ", ".join(others)
+            "containerdisk), http (a bucket object with a sha256 checksum) or s3 (an object of a private "
+            "bucket, read with a secretRef)" % ", ".join(others)
         )
     if len(kinds) != 1:
         raise SourceError(
-            "source must have exactly one of registry or http, got %s" % (", ".join(kinds) or "neither")
+            "source must have exactly one of registry, http or s3, got %s" % (", ".join(kinds) or "none")
         )
     return kinds[0]
 
@@ -72,7 +82,7 @@ def _settings(value, keys, kind):
         value = {"url": value}
     if not isinstance(value, dict):
         raise SourceError("source.%s must be a URL or a mapping with url, got %r" % (kind, value))
-    known = set(keys) | ({"pull_method"} if kind == "registry" else {"presign"})
+    known = set(keys) | {"registry": {"pull_method"}, "http": {"presign"}, "s3": {"checksum"}}[kind]
     unknown = sorted(set(value) - known)
     if unknown:
         raise SourceError(
@@ -145,6 +155,8 @@ def pinned_source(source):
             out["pullMethod"] = method
         out["url"] = str(out["url"]).strip()
         return {"registry": out}
+    if kind == "s3":
+        return {"s3": _s3_source(_settings(source["s3"], _S3_KEYS, kind))}
     value = _settings(source["http"], _HTTP_KEYS, kind)
     url = redact.refuse_credentials(
         str(value.get("url") or "").strip(), "source.http.url", HTTP_CREDENTIALS_MOVE
@@ -167,11 +179,38 @@ def pinned_source(source):
     return {"http": out}
 
 
+def _s3_source(value):
+    """CDI's ``source.s3`` of a private bucket's object: a path-style ``<endpoint>/<bucket>/<key>`` URL with
+    no credentials or query in it, read with the keys of ``secret_ref`` (required: without it CDI reads
+    anonymously, which is what an http source is for)."""
+    url = redact.refuse_credentials(str(value.get("url") or "").strip(), "source.s3.url", S3_SECRET_MOVE)
+    shown = redact.redact_url(url)
+    parts = url.split("?", 1)
+    if (
+        not _HTTP.match(url)
+        or len(parts) > 1
+        or len(url.split("/", 3)) < 4
+        or "/" not in url.split("/", 3)[3]
+    ):
+        raise SourceError(
+            "s3 source %r is not a path-style http(s)://<endpoint>/<bucket>/<key> URL without a query"
+            % (shown,)
+        )
+    if not value.get("secret_ref"):
+        raise SourceError("s3 source %s has no secret_ref: %s" % (shown, S3_SECRET_MOVE))
+    http_checksum(url, value.get("checksum"))
+    out = {cdi: value[key] for key, cdi in _S3_KEYS.items() if value.get(key)}
+    out["url"] = url
+    return out
+
+
 def source_digest(source):
-    """The digest that names the artifact: the registry digest, or the http object's sha256."""
+    """The digest that names the artifact: the registry digest, or the bucket object's sha256."""
     block = pinned_source(source)
     if "registry" in block:
         return registry_digest(block["registry"]["url"])
+    if "s3" in block:
+        return http_checksum(block["s3"]["url"], source["s3"].get("checksum"))
     return block["http"]["checksum"]
 
 
@@ -188,7 +227,10 @@ def _plan_entry(image, date, where):
         name = golden.versioned_name(image["family"], date or None, digest)
     except golden.GoldenError as exc:
         raise SourceError("%s (family %s): %s" % (where, image["family"], exc.msg)) from None
-    http = (image.get("source") or {}).get("http") or {}
+    given = image.get("source") or {}
+    http = given.get("http") or given.get("s3") or {}
+    if isinstance(http, str):
+        http = {}
     return {
         "family": image["family"],
         "os_name": image.get("os_name"),
@@ -244,12 +286,12 @@ def distribution_plan(artifacts, date, namespaces):
     for index, artifact in enumerate(artifacts or []):
         where = "linux_golden_artifacts[%d]" % index
         entry = _plan_entry(artifact, date, where)
-        if "http" not in entry["source"]:
+        if "registry" in entry["source"]:
             raise SourceError(
                 "artifact %s has a registry source: distribution imports a qcow2 from the bucket over "
                 "http (a large containerdisk does not survive a registry's storage driver); give "
-                "source: {http: {url: ..., checksum: sha256:<hex>}}, or build it here with the role's main "
-                "entry point" % entry["family"]
+                "source: {http: {url: ..., checksum: sha256:<hex>}} (or source.s3 with a secret_ref for a "
+                "private bucket), or build it here with the role's main entry point" % entry["family"]
             )
         mode = artifact.get("mode") or "Filesystem"
         if mode not in namespaces:
@@ -264,7 +306,7 @@ def distribution_plan(artifacts, date, namespaces):
 
 
 def secret_refs(plan):
-    """The Secrets a plan's http sources name, once per namespace: ``[{namespace, name}]``."""
+    """The Secrets a plan's http and s3 sources name, once per namespace: ``[{namespace, name}]``."""
     refs = []
     for entry in plan or []:
         ref = {"namespace": entry["namespace"], "name": entry["secret_ref"]}

@@ -37,7 +37,8 @@ GUARDED_DELETES = {
 }
 # What to do instead of a URL with a password inside an object the module writes.
 URL_CREDENTIALS_MOVE = (
-    "put the credentials in a Secret and reference it (a DataVolume's source.http.secretRef), or give a "
+    "put the credentials in a Secret and reference it (for a bucket object a DataVolume's source.s3 with a "
+    "secretRef, which CDI signs with; for a web server behind basic auth source.http.secretRef), or give a "
     "presigned URL (goldenimage.pipeline.bucket_object_url) for a bucket object"
 )
 HIDDEN = "<hidden>"

@@ -61,12 +61,37 @@ options:
     type: str
     choices: [none, byol, evaluation, volume, kms, key, activated]
     default: none
+  sensitive_reasons:
+    description:
+      - Further reasons the image's bytes are sensitive (from its facts, for example a product key or a
+        leftover password). Any reason makes the module fail as a licensed O(license) does, whatever
+        O(license) says.
+    type: list
+    elements: str
+    default: []
+  canary:
+    description:
+      - Prove the destination the way the export modules do before their first byte
+        (C(exposure.prove_private)), read the bucket's controls as its owner (GetBucketPolicyStatus,
+        GetBucketAcl, GetPublicAccessBlock; an API that does not answer is recorded as not answered, never as
+        private), write a throw-away canary object under the key's prefix (named like the key) with the
+        credentials, read it anonymously with a GET, a ranged GET, a HEAD and a listing of the prefix, and
+        delete it. Any 2xx, or a control that says public, makes the destination public; it is private only
+        when the canary was written and all four reads were refused with 401/403.
+      - This is what catches a bucket whose policy grants anonymous C(s3:GetObject) without
+        C(s3:ListBucket) while the prefix is still empty.
+      - With a licensed O(license) or any O(sensitive_reasons), the module fails unless the destination is
+        proven private. In check mode no canary is written; only the controls are read.
+      - A canary that could not be deleted is reported in RV(proof) and warned about.
+    type: bool
+    default: false
   anonymous_import:
     description:
       - The object is about to be imported by someone without credentials, such as a CDI http source with
         neither a presigned URL nor a C(secretRef).
-      - "Fail, naming the fix (C(presign: true) for an S3 or Ceph RGW bucket), when the anonymous GET of it
-        is refused with 401/403. An answer that proves nothing does not fail."
+      - "Fail, naming the fix (CDI's C(source.s3) with a C(secret_ref), or C(presign: true), for an S3 or Ceph
+        RGW bucket), when the anonymous GET of it is refused with 401/403. An answer that proves nothing does
+        not fail."
     type: bool
     default: false
   timeout:
@@ -90,6 +115,8 @@ notes:
   - The credentials options are used only to find an existing object for O(probe_existing); the three probes
     are never signed.
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
+  - With O(canary=true) the module writes (the canary and its delete) and reports C(changed) false all the
+    same, since nothing is left behind.
 seealso:
   - module: goldenimage.pipeline.golden_export_object
 """
@@ -181,7 +208,26 @@ licensed:
   returned: always
   type: bool
   sample: false
+proof:
+  description:
+    - With O(canary), the decision of C(exposure.prove_private) on the destination.
+    - C(verdict) (V(public), V(private) or V(unknown)), C(exposed), C(public_by) (the controls and probes
+      that say public), C(controls) (each with C(status), C(code), C(state) V(answered) or V(not answered),
+      C(public), C(detail)), C(not_answered), C(probes) (probe -> HTTP status, for C(get), C(range_get),
+      C(head), C(list)), C(canary_key), C(canary_written), C(canary_deleted), C(canary_problem),
+      C(sensitive) (the reasons), C(allowed) and C(refusal).
+  returned: when O(canary) is true
+  type: dict
+  sample:
+    verdict: public
+    public_by: ["GetBucketPolicyStatus IsPublic true", "anonymous get of the canary HTTP 200"]
+    probes: {get: 200, range_get: 206, head: 200, list: 403}
+    not_answered: []
+    canary_deleted: true
+    allowed: false
 """
+
+import os
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_message
@@ -189,7 +235,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_module,
     anonymous_client,
+    canary_answers,
     check_endpoint,
+    read_controls,
     error_code,
     has_credentials,
     s3_client_from_params,
@@ -206,6 +254,8 @@ def argument_spec():
         probe_existing=dict(type="bool", default=True),
         license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
         anonymous_import=dict(type="bool", default=False),
+        sensitive_reasons=dict(type="list", elements="str", default=[]),
+        canary=dict(type="bool", default=False),
         timeout=dict(type="int", default=20),
     )
 
@@ -256,6 +306,22 @@ def existing_sample(params, bucket, prefix):
     return None
 
 
+def prove(module, anonymous, bucket, key, sensitive):
+    """The destination's controls and, outside check mode, a canary named like ``key`` read anonymously;
+    ``exposure.prove_private`` decides."""
+    signed = s3_client_from_params(module.params, max_attempts=2)
+    controls = read_controls(signed, bucket)
+    canary = None
+    if not module.check_mode:
+        canary = canary_answers(
+            signed, anonymous, bucket, exposure.canary_key(key, os.urandom(8).hex()), exposure.CANARY_BODY
+        )
+    proof = exposure.prove_private(bucket, exposure.key_prefix(key), controls, canary, sensitive)
+    if proof["canary_problem"]:
+        module.warn(proof["canary_problem"])
+    return proof
+
+
 def run(module):
     """Probe anonymously, classify with ``exposure.verdict``, apply the BYOL rule; returns the result."""
     p = module.params
@@ -265,6 +331,7 @@ def run(module):
         url_endpoint, bucket, key = exposure.parse_url(p["url"])
         endpoint = url_endpoint or endpoint
     licensed = exposure.is_licensed(p["license"])
+    sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
     inputs.positive(p["timeout"], "timeout")
     prefix = p["prefix"] if p["prefix"] is not None else exposure.key_prefix(key)
     client = anonymous_client(
@@ -306,9 +373,19 @@ def run(module):
         errors={name: answer[1] for name, answer in answers.items() if answer[1]},
     )
     statuses = {name: answer[0] for name, answer in answers.items()}
-    refusal = exposure.byol_refusal(p["license"], bucket, key, prefix, found, statuses)
-    if refusal:
-        raise PipelineError(refusal, refused=True, **result)
+    if p["canary"]:
+        proof = prove(module, client, bucket, key, sensitive)
+        result.update(proof=proof, exposed=result["exposed"] or proof["exposed"])
+        if proof["verdict"] == exposure.PUBLIC:
+            result["verdict"] = exposure.PUBLIC
+        if not proof["allowed"] and (not module.check_mode or proof["verdict"] == exposure.PUBLIC):
+            raise PipelineError(proof["refusal"], refused=True, **result)
+    else:
+        refusal = exposure.byol_refusal(p["license"], bucket, key, prefix, found, statuses)
+        if not refusal and sensitive and found["verdict"] != exposure.PRIVATE:
+            refusal = exposure.byol_refusal("key", bucket, key, prefix, found, statuses)
+        if refusal:
+            raise PipelineError(refusal, refused=True, **result)
     if p["anonymous_import"]:
         unreadable = exposure.anonymous_import_refusal(
             p["url"] or "s3://%s/%s" % (bucket, key), bucket, key, get

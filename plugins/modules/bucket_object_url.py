@@ -17,6 +17,9 @@ description:
     credentials, keeping its C(checksum).
   - A C(secretRef) on the http source does not open such a bucket. CDI sends the Secret's C(accessKeyId)
     and C(secretKey) as HTTP basic auth, which S3 and RGW refuse; they accept a presigned URL.
+  - The import that needs no bearer URL at all is CDI's C(source.s3) with a C(secretRef), whose requests CDI
+    signs with the Secret's keys (the C(distribute) entry point of the C(goldenimage.pipeline.linux_golden)
+    role takes it as C(source.s3)); use a presigned URL where an http source is required.
   - Signing is done locally and writes nothing. The URL is signed for the host in O(url), the one the
     importer pod reaches (often an in-cluster service name the controller cannot reach), so no request is
     needed; O(check_object=true) reads the object first through O(endpoint_url) and refuses a missing one.

@@ -25,6 +25,14 @@ description:
     the object's metadata itself, from the controller, and fails unless it names the digest the Job reported.
   - When O(key) already holds an object by the time the Job has converted the disk, the Job only computes the
     qcow2's sha256; the same digest leaves the object alone, another one is refused.
+  - Before it converts anything for a free O(key), the Job proves the destination with its own credentials
+    and the same decision as M(goldenimage.pipeline.golden_export_object) (C(exposure.prove_private), shipped
+    with the program); it reads the bucket's controls (GetBucketPolicyStatus, GetBucketAcl,
+    GetPublicAccessBlock; one that does not answer is recorded as not answered, never as private), writes a
+    throw-away canary named like O(key) under its prefix, reads it unsigned with a GET, a ranged GET, a HEAD
+    and a listing of the prefix, and deletes it. When the bytes are sensitive (a licensed O(license) or any
+    O(sensitive_reasons)) and the destination is not proven private, the Job stops before its first byte and
+    the module fails with C(code=exposed), naming the bucket, what answered 2xx and the supported move.
   - The credentials the Job signs with come from the Secret O(credentials_secret) (CDI's C(accessKeyId) and
     C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself (AWS
     Signature Version 4) and needs only C(python3) and C(qemu-img) in O(image). Its program is not part of the
@@ -164,6 +172,22 @@ options:
       - Labels added to the Job, its pod, the ConfigMap and the scratch claim.
     type: dict
     default: {}
+  license:
+    description:
+      - License state of the image. V(none), V(byol) and V(evaluation) may go to any bucket (the Job still
+        makes the proof and reports it in RV(exposure)).
+      - V(volume), V(kms), V(key) and V(activated) are exported only to a destination proven private.
+    type: str
+    choices: [none, byol, evaluation, volume, kms, key, activated]
+    default: none
+  sensitive_reasons:
+    description:
+      - Further reasons the image's bytes are sensitive, as read from the image (a product key, a leftover
+        password, private keys). Any reason makes the export need a destination proven private, whatever
+        O(license) says.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - goldenimage.pipeline.s3.connection
   - kubernetes.core.k8s_auth_options
@@ -186,8 +210,10 @@ notes:
   - The S3 connection options (O(endpoint_url), O(access_key), O(secret_key)...) are the controller's, used
     to read the key before and after the export; the Job's credentials come from O(credentials_secret).
     O(validate_certs) applies to both the Kubernetes API and this S3 endpoint (unset, S3 verifies).
-  - Run the BYOL guard (M(goldenimage.pipeline.bucket_exposure)) right before this module, and again on the
-    uploaded object; the M(goldenimage.pipeline.windows_export) role does both.
+  - The Job's proof is made with the Job's credentials, from the pod, against O(pod_endpoint_url). Run
+    M(goldenimage.pipeline.bucket_exposure) with O(goldenimage.pipeline.bucket_exposure#module:canary=true)
+    before this module to refuse earlier, and again on the uploaded object; the
+    M(goldenimage.pipeline.windows_export) role does both.
 seealso:
   - module: goldenimage.pipeline.golden_export_object
   - module: goldenimage.pipeline.bucket_exposure
@@ -275,6 +301,23 @@ job:
   returned: always
   type: dict
   sample: {name: win11-export, namespace: golden-images-build}
+exposure:
+  description:
+    - The proof the Job made before its first byte (see M(goldenimage.pipeline.golden_export_object)'s
+      RV(goldenimage.pipeline.golden_export_object#module:exposure) for the fields); on a refusal, the
+      message names the same.
+  returned: when the Job exported to a free key
+  type: dict
+  sample:
+    verdict: private
+    probes: {get: 403, range_get: 403, head: 403, list: 403}
+    canary_deleted: true
+    allowed: true
+code:
+  description: Why the Job failed, V(exposed) when the destination was not proven private for sensitive bytes.
+  returned: when the Job failed
+  type: str
+  sample: exposed
 verified_by:
   description: How the stored object was checked.
   returned: when uploaded
@@ -317,6 +360,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import _expor
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     consumers,
     errors,
+    exposure,
     inputs,
     jobs,
     kinds,
@@ -370,6 +414,8 @@ def argument_spec():
         concurrency={"type": "int", "default": 4},
         content_type={"type": "str", "default": "application/x-qemu-disk"},
         labels={"type": "dict", "default": {}},
+        license={"type": "str", "default": "none", "choices": list(exposure.LICENSE_CHOICES)},
+        sensitive_reasons={"type": "list", "elements": "str", "default": []},
     )
     s3 = s3_arg_spec()
     # One validate_certs for both connections: kubernetes.core's (unset verifies S3 too).
@@ -378,8 +424,9 @@ def argument_spec():
 
 
 def program_files():
-    """ConfigMap data: the Job's program and the error base it imports, under their module file names."""
-    return module_files(export_cli, errors)
+    """ConfigMap data: the Job's program and what it imports (the exposure rule and its two helpers, the
+    error base), under their module file names."""
+    return module_files(export_cli, errors, exposure, inputs, redact)
 
 
 class ExportJob(RoundRunner):
@@ -410,6 +457,7 @@ class ExportJob(RoundRunner):
         check_endpoint(p["pod_endpoint_url"], "pod_endpoint_url")
         mirror.check_export_source(p["source"])
         mirror.check_concurrency(p["concurrency"])
+        self.sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
         return mirror.part_size_bytes(p["part_size"])
 
     def source_name(self):
@@ -494,6 +542,8 @@ class ExportJob(RoundRunner):
         ]
         if not p["compress"]:
             args.append("--no-compress")
+        for reason in self.sensitive:
+            args += ["--sensitive-reason", reason]
         files = program_files()
         configmap = {
             "apiVersion": "v1",
@@ -621,6 +671,7 @@ class ExportJob(RoundRunner):
                 line=line,
                 log=jobs.log_tail(log),
                 code=outcome.get("code"),
+                refused=outcome.get("code") == "exposed",
             )
         left = self.cleanup()
         held = self.held(s3_client_from_params(p))
@@ -636,7 +687,7 @@ class ExportJob(RoundRunner):
                 job=dict(self.ref),
                 left_behind=left,
             )
-        for name in ("sha256", "size", "read_bytes", "parts", "seconds", "convert_seconds"):
+        for name in ("sha256", "size", "read_bytes", "parts", "seconds", "convert_seconds", "exposure"):
             if name in outcome:
                 result[name] = outcome[name]
         result["action"] = outcome.get("action", "upload")

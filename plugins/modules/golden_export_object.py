@@ -22,6 +22,16 @@ description:
   - O(key) holds one content for ever. When it already holds an object whose C(sha256) metadata matches the
     file, nothing is written; when it holds anything else, the module refuses. Export a changed image under a
     new key (a new date).
+  - Before the first byte of a new upload the destination is proven (C(exposure.prove_private)), the
+    bucket's controls are read (GetBucketPolicyStatus, GetBucketAcl, GetPublicAccessBlock; an API that does
+    not answer is recorded as not answered, never as private), and a throw-away canary object, named like
+    O(key) under its prefix, is written with the module's credentials, read anonymously with a GET, a ranged
+    GET, a HEAD and a listing of the prefix, and deleted. Any 2xx, or a control that says public, makes the
+    destination public. When the bytes are sensitive (a licensed O(license), or any O(sensitive_reasons)),
+    the module uploads only to a destination proven private and otherwise refuses, naming the bucket, what
+    answered 2xx, and the supported move; nothing of the image is written.
+  - After a sensitive upload, the object itself is read anonymously once more; if anyone can read it, it is
+    deleted again and the module fails.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -72,6 +82,22 @@ options:
       - C(Content-Type) of the object.
     type: str
     default: application/octet-stream
+  license:
+    description:
+      - License state of the image. V(none), V(byol) and V(evaluation) may go to any bucket (the proof is
+        still made and reported in RV(exposure)).
+      - V(volume), V(kms), V(key) and V(activated) are uploaded only to a destination proven private.
+    type: str
+    choices: [none, byol, evaluation, volume, kms, key, activated]
+    default: none
+  sensitive_reasons:
+    description:
+      - Further reasons the image's bytes are sensitive, as read from the image (for example a product key,
+        a leftover password in an answer file, private keys). Any reason makes the upload need a destination
+        proven private, whatever O(license) says.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
@@ -81,6 +107,8 @@ attributes:
     support: full
     details:
       - A HEAD of O(key); the file is hashed only when O(key) already exists and O(sha256) is not given.
+      - For a free O(key), the bucket's controls are read; no canary is written, so check mode refuses only
+        a destination its controls already show public.
   diff_mode:
     support: full
   idempotent:
@@ -101,6 +129,14 @@ EXAMPLES = r"""
     source: pvc://golden-images-build/win11-sealed
     endpoint_url: https://s3.example.com
   register: exported
+
+- name: Upload a KMS-configured golden, only to a bucket proven private
+  goldenimage.pipeline.golden_export_object:
+    bucket: licensed-images
+    key: windows/11/2026-08-09/windows11-x64-golden.qcow2
+    path: /srv/export/windows11-x64-golden.qcow2
+    license: kms
+    endpoint_url: https://s3.example.com
 """
 
 RETURN = r"""
@@ -162,6 +198,24 @@ verified_by:
   sample:
     - sha256 of the whole stream (computed while it was sent)
     - ETag of the stored object (md5 of its parts)
+exposure:
+  description:
+    - The proof made before the upload (C(exposure.prove_private)); absent when O(key) already held the file.
+    - C(verdict) (V(public), V(private) or V(unknown)), C(exposed), C(public_by) (the controls and probes that
+      say public), C(controls) (each with C(status), C(code), C(state) V(answered) or V(not answered),
+      C(public), C(detail)), C(not_answered), C(probes) (probe -> HTTP status, for C(get), C(range_get),
+      C(head), C(list)), C(canary_key), C(canary_written), C(canary_deleted), C(canary_problem) (a canary
+      that could not be deleted, also warned about), C(sensitive) (the reasons), C(allowed) and C(refusal).
+  returned: when O(key) was free
+  type: dict
+  sample:
+    verdict: private
+    public_by: []
+    probes: {get: 403, range_get: 403, head: 403, list: 403}
+    not_answered: [public_access_block]
+    canary_deleted: true
+    sensitive: ["declared licence kms (KMS-configured)"]
+    allowed: true
 cleanup:
   description: On a failed transfer, what was aborted or deleted.
   returned: on failure of a transfer
@@ -174,17 +228,22 @@ import datetime
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_module,
+    answer_of,
+    anonymous_client,
     call_failed,
+    canary_answers,
     check_endpoint,
+    read_controls,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    PipelineError,
     run_module,
 )
 
@@ -199,6 +258,8 @@ def argument_spec():
         concurrency=dict(type="int", default=4),
         part_size=dict(type="raw", default="16M"),
         content_type=dict(type="str", default="application/octet-stream"),
+        license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
+        sensitive_reasons=dict(type="list", elements="str", default=[]),
         progress_file=dict(type="path"),
     )
 
@@ -219,6 +280,7 @@ class ExportObject(transfer.UploadRun):
         mirror.check_concurrency(p["concurrency"])
         requested = mirror.part_size_bytes(p["part_size"])
         expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
+        self.sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
         path = p["path"]
         inputs.require_file(
             path, os.path.isfile(path), "option path (%s)" % path, "give the exported image file"
@@ -259,11 +321,69 @@ class ExportObject(transfer.UploadRun):
             parts=mirror.part_count(size, part_size),
             part_size=part_size,
         )
+        self.prove_private(client)
         if self.module.check_mode:
             self.result["changed"] = True
             self.set_diff({}, mirror.object_summary(p["key"], size, expected or ""))
             return
         self.upload(client, expected, part_size)
+        self.check_uploaded(client)
+
+    def anonymous(self):
+        p = self.params
+        return anonymous_client(p["endpoint_url"], p.get("region"), p["validate_certs"], p.get("ca_bundle"))
+
+    def prove_private(self, client):
+        """Before the first byte: the destination's controls and, outside check mode, a canary under the
+        key's prefix read anonymously; ``exposure.prove_private`` decides. Check mode writes no canary, so
+        it refuses only what the controls already show public."""
+        p = self.params
+        prefix = exposure.key_prefix(p["key"])
+        controls = read_controls(client, p["bucket"])
+        canary = None
+        if not self.module.check_mode:
+            key = exposure.canary_key(p["key"], os.urandom(8).hex())
+            canary = canary_answers(client, self.anonymous(), p["bucket"], key, exposure.CANARY_BODY)
+        proof = exposure.prove_private(p["bucket"], prefix, controls, canary, self.sensitive)
+        self.result["exposure"] = proof
+        if proof["canary_problem"]:
+            self.module.warn(proof["canary_problem"])
+        if not proof["allowed"] and (canary is not None or proof["verdict"] == exposure.PUBLIC):
+            raise PipelineError(proof["refusal"], refused=True)
+
+    def check_uploaded(self, client):
+        """The second check, on the object itself: anonymous reads of sensitive bytes that succeed now get
+        the object deleted again and the run failed."""
+        if not self.sensitive:
+            return
+        p = self.params
+        anonymous = self.anonymous()
+        answers = {
+            "get": exposure_answer(
+                lambda: anonymous.get_object(Bucket=p["bucket"], Key=p["key"], Range="bytes=0-0")
+            ),
+            "head": exposure_answer(lambda: anonymous.head_object(Bucket=p["bucket"], Key=p["key"])),
+        }
+        found = exposure.verdict(answers)
+        if found["verdict"] == exposure.PRIVATE:
+            return
+        try:
+            client.delete_object(Bucket=p["bucket"], Key=p["key"])
+            note = "it was deleted again"
+        except Exception as exc:
+            note = "deleting it failed: %s; delete it by hand" % call_failed("DELETE", exc).msg
+        raise PipelineError(
+            "s3://%s/%s was uploaded after the destination was proven private, but anonymous reads of it are "
+            "not refused now (%s); %s. %s"
+            % (
+                p["bucket"],
+                p["key"],
+                ", ".join("%s %s" % (name, answer[0]) for name, answer in sorted(answers.items())),
+                note,
+                exposure.remedy(p["bucket"], exposure.key_prefix(p["key"]), found["allowed"] or ["get"]),
+            ),
+            refused=True,
+        )
 
     def upload(self, client, expected, part_size):
         p = self.params
@@ -289,6 +409,11 @@ class ExportObject(transfer.UploadRun):
         for warning in report.pop("warnings", None) or []:
             self.module.warn(warning)
         self.uploaded(report, seconds, source_name)
+
+
+def exposure_answer(call):
+    """``(status, code)`` of one anonymous read."""
+    return answer_of(call)[:2]
 
 
 def main():

@@ -129,6 +129,9 @@ class CheckingS3:
     def __init__(self, app, secrets: dict[str, str]):
         self.app = app
         self.secrets = secrets
+        # Subresources this server answers 501 NotImplemented, as some S3-compatible stores do for
+        # policyStatus or publicAccessBlock; empty: every one moto knows is answered, as AWS does.
+        self.not_implemented: set[str] = set()
 
     def __call__(self, environ, start_response):
         request = SignedRequest(
@@ -140,6 +143,12 @@ class CheckingS3:
         names = {name for name, _value in query_pairs(request.query)}
         authorization = request.header("authorization") or ""
         try:
+            if names & self.not_implemented:
+                raise Refused(
+                    "NotImplemented",
+                    "A header you provided implies functionality that is not implemented",
+                    501,
+                )
             if authorization.startswith("AWS ") or {"AWSAccessKeyId", "Signature"} <= names:
                 raise Refused("InvalidRequest", V2_ONLY, 400)
             if authorization and not authorization.startswith(ALGORITHM + " "):
@@ -259,6 +268,7 @@ class S3Server:
         self._keys = S3Endpoint("", access_key or lab.access_key, secret_key or lab.secret_key)
         self._server = None
         self._thread = None
+        self.front: CheckingS3 | None = None
         self.endpoint: S3Endpoint | None = None
 
     def start(self) -> S3Endpoint:
@@ -268,6 +278,7 @@ class S3Server:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per S3 request is noise
         keys = self._keys
         app = CheckingS3(DomainDispatcherApplication(create_backend_app), {keys.access_key: keys.secret_key})
+        self.front = app
         self._server = make_server("127.0.0.1", self.port, app, True, request_handler=_request_handler())
         self._thread = threading.Thread(target=self._server.serve_forever, name="lab-s3", daemon=True)
         self._thread.start()

@@ -441,3 +441,41 @@ def test_state_absent_refuses_while_anything_else_uses_the_scratch_claim(env):
         is None
     )
     assert env.core.read_namespaced_config_map("held", env.namespace)
+
+
+@pytest.mark.parametrize("kind", ["private", "getonly"])
+def test_a_licensed_export_proves_its_bucket_private_in_the_job_before_its_first_byte(env, kind):
+    """The Job's program reads the bucket's controls and an anonymously probed canary before it converts:
+    a bucket granting anonymous s3:GetObject without s3:ListBucket is refused, a private one exported to;
+    an anonymous poller reads nothing either way."""
+    import json
+
+    from tests.integration.modules.test_exposure_before_upload import Poller
+
+    key = "licensed/windows/11/2026-09-02/windows11-x64-golden.qcow2"
+    if kind == "getonly":
+        statement = {
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": "s3:GetObject",
+            "Resource": "arn:aws:s3:::%s/*" % env.bucket,
+        }
+        env.s3.put_bucket_policy(Bucket=env.bucket, Policy=json.dumps({"Statement": [statement]}))
+    env.claim("sealed-" + kind)
+    task = env.task("export", "sealed-" + kind, key, ignore_errors=True, license="kms")
+    with Poller(env.lab.s3.endpoint_url, env.bucket, key, key.rpartition("/")[0] + "/") as poller:
+        run = run_playbook(kube_play(task), env=env.lab.env())
+    out = run["export"]
+    assert poller.rounds > 0 and poller.reads == 0
+    keys = [o["Key"] for o in env.s3.list_objects_v2(Bucket=env.bucket).get("Contents", [])]
+    if kind == "private":
+        assert run.entry("export")["status"] == "ok" and out["changed"] is True, out
+        assert out["exposure"]["verdict"] == "private" and out["exposure"]["canary_deleted"] is True
+        assert keys == [key]
+    else:
+        assert run.entry("export")["status"] == "ignored" and out["refused"] is True, out
+        assert out["code"] == "exposed"
+        assert "bucket %s is public" % env.bucket in out["msg"]
+        assert "anonymous get of the canary HTTP 200" in out["msg"] and "source.s3" in out["msg"]
+        assert keys == []
+    assert env.leftovers() == []

@@ -548,7 +548,7 @@ def test_a_private_bucket_without_presign_is_refused_before_any_write(env):
                 key,
             )
         ), msg
-        assert "set presign: true on the source" in msg and "nothing was written" in msg
+        assert "source.s3 and a secret_ref" in msg and "nothing was written" in msg
     # Nothing past validation ran: no Secret, no signing, no import.
     assert not [t for t in run.tasks if t["task"].startswith(("Write the bucket", "Sign the bucket"))]
     assert env.datavolumes(BLOCK_NS) == [] and env.datavolumes(FS_NS) == []

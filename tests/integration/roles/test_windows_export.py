@@ -299,10 +299,76 @@ def test_an_export_cdi_could_not_import_is_refused_before_anything_is_converted(
     assert [entry["task"] for entry in failed] == ["Refuse an export CDI could not import"], run.log
     msg = failed[0]["result"]["msg"]
     assert "bucket %s refuses anonymous reads" % env.private in msg
-    assert "windows_export_import_presign=true" in msg and "Nothing was converted or uploaded." in msg
+    assert "windows_export_import_secret_ref" in msg and "source.s3" in msg
+    assert "Nothing was converted or uploaded." in msg
     assert env.keys(env.private) == []
     assert env.jobs() == [] and env.pvcs() == ["win11-noimport"]
     assert [r for r in env.lab.mutating_requests() if r.get("namespace") == env.namespace] == []
+
+
+def test_a_kms_image_is_imported_from_the_private_bucket_with_source_s3_and_a_secret(env):
+    """The supported import from a private bucket: CDI's source.s3 with a secretRef, whose requests CDI
+    signs with the Secret's keys; no URL with a signature or token sits in the DataVolume."""
+    env.sealed_pvc("win11-s3")
+    key = "windows/11/%s/windows11-x64-golden.qcow2" % DATE
+    run = env.play(
+        windows_export_pvc="win11-s3",
+        windows_export_bucket=env.private,
+        windows_export_license="kms",
+        windows_export_import=True,
+        windows_export_import_url_base=env.lab.s3.endpoint_url,
+        windows_export_import_secret_ref="image-bucket",
+        windows_export_import_access_key_id=env.lab.s3.access_key,
+        windows_export_import_secret_key=env.lab.s3.secret_key,
+        windows_export_import_size="64Mi",
+    )
+    assert run.ok, run.log
+    digest = env.s3.head_object(Bucket=env.private, Key=key)["Metadata"]["sha256"]
+    golden = "golden-windows-11-%s-%s" % (DATE.replace("-", ""), digest[:12])
+    dv = env.custom.get_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", GOLDEN_NS, "datavolumes", golden + "-disk"
+    )
+    assert dv["spec"]["source"] == {
+        "s3": {"url": "%s/%s/%s" % (env.lab.s3.endpoint_url, env.private, key), "secretRef": "image-bucket"}
+    }
+    assert env.snapshots(GOLDEN_NS)[golden]["status"]["readyToUse"] is True
+    secret = env.core.read_namespaced_secret("image-bucket", GOLDEN_NS)
+    assert sorted(secret.data) == ["accessKeyId", "secretKey"]
+
+
+@pytest.mark.suite("bad-input")
+def test_a_kms_export_to_a_get_only_bucket_is_refused_before_anything_is_converted(env):
+    """A policy granting anonymous s3:GetObject but not s3:ListBucket: an empty prefix answers 403 to
+    every anonymous probe of a missing key; the guard's canary proves the bucket public before the Job,
+    the scratch volume or a key exist, and no anonymous reader ever sees the licensed bytes."""
+    from tests.integration.modules.test_exposure_before_upload import Poller
+
+    bucket = "wingetonly-%s" % env.tag
+    env.s3.create_bucket(Bucket=bucket)
+    statement = {
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::%s/*" % bucket,
+    }
+    env.s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Statement": [statement]}))
+    env.sealed_pvc("win11-getonly")
+    key = "windows/11/%s/windows11-x64-golden.qcow2" % DATE
+    with Poller(env.lab.s3.endpoint_url, bucket, key, key.rpartition("/")[0] + "/") as poller:
+        run = env.play(
+            windows_export_pvc="win11-getonly", windows_export_bucket=bucket, windows_export_license="kms"
+        )
+    assert poller.rounds > 0 and poller.reads == 0
+    assert not run.ok
+    failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+    assert [entry["task"] for entry in failed] == ["BYOL guard, who can read s3://%s/%s" % (bucket, key)], (
+        run.log
+    )
+    msg = failed[0]["result"]["msg"]
+    assert "bucket %s is public" % bucket in msg
+    assert "anonymous get of the canary HTTP 200" in msg and "source.s3" in msg
+    assert env.keys(bucket) == []
+    assert env.jobs() == [] and env.pvcs() == ["win11-getonly"]
 
 
 FAULTS = {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05}

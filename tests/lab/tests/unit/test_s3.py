@@ -304,3 +304,53 @@ def test_other_authorization_schemes_get_s3s_400(lab_s3, bucket):
     )
     status, body = fetch(v2)
     assert (status, code_of(body)) == (400, "InvalidRequest") and b"AWS4-HMAC-SHA256" in body
+
+
+def test_the_owner_reads_policy_status_acl_and_public_access_block_as_on_aws(bucket):
+    client, name, base = bucket
+    # Nothing configured: S3's 404s with their codes, and an ACL with the owner alone.
+    for call, code in (
+        (client.get_bucket_policy_status, "NoSuchBucketPolicy"),
+        (client.get_public_access_block, "NoSuchPublicAccessBlockConfiguration"),
+    ):
+        with pytest.raises(Exception) as err:
+            call(Bucket=name)
+        assert err.value.response["Error"]["Code"] == code
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    grants = client.get_bucket_acl(Bucket=name)["Grants"]
+    assert [g["Permission"] for g in grants] == ["FULL_CONTROL"] and "URI" not in grants[0]["Grantee"]
+
+    client.put_bucket_policy(Bucket=name, Policy=public_read_policy(name))
+    assert client.get_bucket_policy_status(Bucket=name)["PolicyStatus"]["IsPublic"] is True
+    client.put_bucket_acl(Bucket=name, ACL="public-read")
+    uris = [g["Grantee"].get("URI") for g in client.get_bucket_acl(Bucket=name)["Grants"]]
+    assert "http://acs.amazonaws.com/groups/global/AllUsers" in uris
+    block = {
+        "BlockPublicAcls": False,
+        "IgnorePublicAcls": True,
+        "BlockPublicPolicy": False,
+        "RestrictPublicBuckets": True,
+    }
+    client.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=block)
+    assert client.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"] == block
+    # The anonymous side of the same: the policy and the ACL count for nothing now.
+    assert fetch(base + "/disk%201%2B2.qcow2")[0] == 403 and fetch(base + "?list-type=2")[0] == 403
+
+
+def test_a_store_can_leave_a_control_unanswered():
+    """Some S3-compatible stores answer GetBucketPolicyStatus or GetPublicAccessBlock 501 NotImplemented."""
+    from tests.lab.s3 import S3Server
+
+    server = S3Server()
+    endpoint = server.start()
+    try:
+        server.front.not_implemented = {"policyStatus"}
+        client = endpoint.client()
+        client.create_bucket(Bucket="unanswered")
+        with pytest.raises(Exception) as err:
+            client.get_bucket_policy_status(Bucket="unanswered")
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 501
+        assert err.value.response["Error"]["Code"] == "NotImplemented"
+        assert client.get_bucket_acl(Bucket="unanswered")["Grants"]
+    finally:
+        server.stop()

@@ -148,7 +148,10 @@ def test_a_first_export_reads_the_qcow2_once_and_stores_it_with_its_sha256(run):
     }
     assert got["ContentType"] == "application/x-qemu-disk"
     assert keys_and_uploads(run) == (["w/11/a.qcow2"], [])
+    # The destination is proven before the conversion (a canary read anonymously, then deleted).
+    assert result["exposure"]["verdict"] == "private" and result["exposure"]["canary_deleted"] is True
     assert [line.split(":")[0] for line in log.splitlines() if line.startswith("phase ")] == [
+        "phase prove",
         "phase convert",
         "phase upload",
         "phase copy",
@@ -193,12 +196,12 @@ def test_a_failed_copy_leaves_neither_the_staging_nor_the_final_object(run, monk
     real = cli.S3.request
     copies = []
 
-    def refuse_copies(self, method, bucket, key, query=None, headers=None, body=b"", what=None):
+    def refuse_copies(self, method, bucket, key, query=None, headers=None, body=b"", what=None, **options):
         if "x-amz-copy-source" in (headers or {}):
             copies.append(key)
             if len(copies) == 2 or limit == cli.COPY_PART_LIMIT:  # the second part, or the CopyObject
                 return cli.Answer(403, {}, b"<Error><Code>AccessDenied</Code></Error>")
-        return real(self, method, bucket, key, query, headers, body, what)
+        return real(self, method, bucket, key, query, headers, body, what, **options)
 
     monkeypatch.setattr(cli.S3, "request", refuse_copies)
     code, result, _q, _log = run("w/11/c.qcow2")

@@ -215,7 +215,11 @@ def test_an_anonymous_import_is_refused_only_when_the_anonymous_read_is():
         "http source %s: an anonymous GET of s3://cdi-os-images/ubuntu/noble.qcow2 was " % url
     )
     assert "(HTTP 403 AccessDenied)" in msg and "neither presign nor secret_ref" in msg
-    assert "nothing was written; set presign: true on the source" in msg
+    assert (
+        "nothing was written; for a private S3 or Ceph RGW bucket import with source.s3 and a secret_ref"
+        in msg
+    )
+    assert "set presign: true on the http source" in msg
     assert refused.result["refused"] is True and refused.result["get_status"] == 403
     assert "HTTP 401 refused" in ex.anonymous_import_refusal(url, "b", "k", (401, None)).msg
     # Served, a missing key the server looked for, or no answer at all: the import goes ahead.

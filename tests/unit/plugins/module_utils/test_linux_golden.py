@@ -106,9 +106,14 @@ def test_http_source_without_a_sha256_checksum_is_refused(checksum, text):
     "source,text",
     [
         ("docker://x", "is not a mapping"),
-        ({}, "exactly one of registry or http, got neither"),
+        ({}, "exactly one of registry, http or s3, got none"),
         ({"registry": REF, "http": {"url": URL, "checksum": HEX}}, "got registry, http"),
-        ({"s3": {"url": "s3://b/k"}}, "source keys s3 are not supported"),
+        ({"s3": {"url": "s3://b/k", "secret_ref": "b", "checksum": HEX}}, "is not a path-style http(s)"),
+        ({"s3": {"url": URL, "checksum": HEX}}, "has no secret_ref"),
+        ({"s3": {"url": URL + "?X-Amz-Signature=x", "secret_ref": "b", "checksum": HEX}}, "without a query"),
+        ({"s3": {"url": URL, "secret_ref": "b"}}, "has no checksum"),
+        ({"s3": {"url": URL, "secret_ref": "b", "checksum": HEX, "presign": True}}, "keys presign are not"),
+        ({"lvm": {}}, "source keys lvm are not supported"),
         ({"http": {"url": "ftp://x/y", "checksum": HEX}}, "is not an http(s) URL"),
         ({"http": {"url": URL, "checksum": HEX, "md5": "x"}}, "source.http keys md5 are not supported"),
         ({"registry": {"url": REF, "pull_method": "daemon"}}, "pull_method 'daemon' is not pod or node"),
@@ -232,3 +237,25 @@ def test_secret_refs_name_each_secret_once_per_namespace():
         {"namespace": "a", "secret_ref": ""},
     ]
     assert lg.secret_refs(plan) == [{"namespace": "a", "name": "s3"}, {"namespace": "b", "name": "s3"}]
+
+
+def test_a_private_bucket_object_becomes_cdis_s3_source_with_its_secret_ref():
+    source = {"s3": {"url": URL, "secret_ref": "bucket-keys", "checksum": HEX}}
+    assert lg.pinned_source(source) == {"s3": {"url": URL, "secretRef": "bucket-keys"}}
+    assert lg.source_digest(source) == golden.normalize_digest(
+        HEX if HEX.startswith("sha256:") else "sha256:" + HEX
+    )
+    plan = lg.distribution_plan(
+        [{"family": "windows-11-golden", "os_name": "windows", "size": "75Gi", "source": source}],
+        "2026-09-01",
+        {"Filesystem": "golden-images"},
+    )
+    assert plan[0]["source"] == {"s3": {"url": URL, "secretRef": "bucket-keys"}}
+    assert plan[0]["secret_ref"] == "bucket-keys"
+    assert lg.secret_refs(plan) == [{"namespace": "golden-images", "name": "bucket-keys"}]
+
+
+def test_an_s3_url_with_credentials_is_refused_naming_the_secret_ref_move():
+    with pytest.raises(Exception) as err:
+        lg.pinned_source({"s3": {"url": "https://AKIA:secret@s3.example.com/b/k.qcow2", "secret_ref": "x"}})
+    assert "secret_ref" in str(err.value) and "secret@" not in str(err.value)

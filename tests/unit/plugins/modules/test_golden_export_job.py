@@ -89,13 +89,31 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
         ("PersistentVolumeClaim", "sealed"),
     ]
     program = kube.get("v1", "ConfigMap", NAME, NS)
-    assert sorted(program["data"]) == ["_export_cli.py", "errors.py"]  # the program and its error base
+    # The program, the exposure rule it decides with (and that rule's two helpers), and the error base.
+    assert sorted(program["data"]) == ["_export_cli.py", "errors.py", "exposure.py", "inputs.py", "redact.py"]
     env = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {
         "name": "EXPORT_ACCESS_KEY_ID",
         "valueFrom": {"secretKeyRef": {"name": "s3", "key": "accessKeyId"}},
     } in env
     assert keys(s3[1], bucket) == []
+
+
+def test_the_job_is_told_every_reason_the_bytes_are_sensitive(s3):
+    """The Job's program proves the destination private when any reason is given: the declared licence's
+    and those read from the image, each passed as --sensitive-reason; none, and it only reports."""
+    bucket = new_bucket(s3[1])
+    job, kube = runner(
+        s3, bucket, [claim(), SECRET], license="kms", sensitive_reasons=["Winlogon DefaultPassword set"]
+    )
+    job.run()
+    args = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["command"]
+    given = [args[i + 1] for i, arg in enumerate(args) if arg == "--sensitive-reason"]
+    assert given == ["declared licence kms (KMS-configured)", "Winlogon DefaultPassword set"]
+    plain, kube = runner(s3, new_bucket(s3[1]), [claim(), SECRET])
+    plain.run()
+    args = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--sensitive-reason" not in args
 
 
 def test_check_mode_predicts_the_upload_and_writes_nothing(s3):
