@@ -111,7 +111,7 @@ def _record_of(governing_sels, ordered, served, path):
     return next((g for g in ordered if kinds.name(g) == served), None)
 
 
-def truth(observed, family, mode, namespaces=None):
+def truth(observed, family, mode, namespaces=None, users=True):
     """The serving truth of (family, mode), from one observation. A dict:
 
     - ``served``, ``path``, ``selection``, ``reason``, ``conflicts``: as ``selection.resolve_serving``;
@@ -122,7 +122,8 @@ def truth(observed, family, mode, namespaces=None):
       the promotion's record names;
     - ``projects_hold``: ``{golden: count}`` of project copies on each golden's handle;
     - ``selections``: the governing selections' names; ``users``: ``{golden: [consumer records]}``
-      (``consumers.golden_consumers``); ``gate``: ``{golden: recorded gate pass or None}``.
+      (``consumers.golden_consumers``; left empty with ``users=False``, for a report that lists clones
+      itself); ``gate``: ``{golden: recorded gate pass or None}``.
     """
     namespaces = namespaces or golden_inventory.golden_namespaces()
     mode = golden.normalize_mode(mode)
@@ -159,7 +160,10 @@ def truth(observed, family, mode, namespaces=None):
         "staged": staged,
         "rollback_target": selection.recorded_previous(record)[0] if record is not None else None,
         "projects_hold": _projects_hold(observed, namespaces, family, mode),
-        "users": {kinds.name(g): consumers.golden_consumers(g, observed, namespaces) for g in ordered},
+        "users": {
+            kinds.name(g): consumers.golden_consumers(g, observed, namespaces) if users else []
+            for g in ordered
+        },
         "gate": {kinds.name(g): gate_pass(g) for g in ordered},
     }
 

@@ -169,6 +169,10 @@ families:
           when nothing is served), V(namespace), V(path) (V(selection), V(label) or V(none), what decided),
           V(selection), V(held) (the seeder skips the family and projects keep their copy), V(reason),
           V(handle), V(conflicts) (their types) and V(order) (the candidates in the seeder's order).
+        - From the serving truth every delete and promotion asks - V(staged) (the goldens newer than the served
+          one, all of them while nothing is served), V(rollback_target) (the golden the promotion's record
+          names), V(why) (why the family is held) and V(gate) (the gate pass clone_gate recorded on each
+          golden for its release digest, by name).
       type: dict
       sample:
         Filesystem:
@@ -182,6 +186,10 @@ families:
             golden-windows-11-golden-20260828-f0dea74da9c5
           handle: snapshot-3b0c
           conflicts: []
+          staged: []
+          rollback_target: golden-windows-11-golden-20260801-0123456789ab
+          why: ""
+          gate: {golden-windows-11-golden-20260828-f0dea74da9c5: {verdict: passed, proof: guest-agent}}
 conflicts:
   description:
     - Every conflict found, with V(type) (V(two_active), V(zero_active), V(two_selections),
@@ -268,6 +276,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     golden,
     golden_inventory,
     selection,
+    serving,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
@@ -313,6 +322,16 @@ def run(module):
             family=p["family"],
             mode=mode,
         )
+        # The serving truth's own answers, beside what the report resolved with the same rule.
+        for fam in result["families"]:
+            for pair_mode, entry in fam["serving"].items():
+                state = serving.truth(observed, fam["family"], pair_mode, namespaces, users=False)
+                entry.update(
+                    staged=state["staged"],
+                    rollback_target=state["rollback_target"],
+                    why=state["why"],
+                    gate={name: record for name, record in state["gate"].items() if record},
+                )
     for conflict in result["conflicts"]:
         module.warn(conflict["message"])
     counts = golden_inventory.summary(result)

@@ -250,6 +250,8 @@ NEVER_GOLDENS = {
     "plugins/module_utils/_seal_job.py": "the seal Job's own Pod and ConfigMap",
     "plugins/module_utils/_mirror_transfer.py": "the mirror's own staging object",
     "plugins/module_utils/_kube.py": "the delete primitive itself",
+    "plugins/module_utils/_s3.py": "the exposure proof's own canary object under the destination prefix",
+    "plugins/modules/golden_export_object.py": "its own upload, when the probe after it finds it public",
     "plugins/modules/kube_object.py": "refuses any golden outright (objects.check_delete), naming its module",
 }
 # Files that may delete a golden: each asks the serving truth before it does.

@@ -61,6 +61,7 @@ class Observed:
             "namespace": "cozy-public",
             "name": None,
             "pool": None,
+            "pools": [],
             "allow_host_assisted": False,
             "url_validate_certs": True,
             "wait": False,
@@ -228,6 +229,21 @@ def test_absent_refused_while_cloned_and_deletes_when_not():
     assert observed.writes == []
     observed = Observed(objects=[golden()], state="absent", name=NAME)
     assert run(observed)["changed"] is True and observed.writes == [("delete", NAME)]
+
+
+def test_absent_refused_while_a_declared_pool_of_zero_workers_names_it():
+    """No disk clones it yet (the pool is scaled to zero), but its next scale-up will."""
+    pool = {
+        "name": "md0",
+        "namespace": "tenant-a",
+        "osImage": {"builtin": {"schematicID": SCHEMATIC, "version": "v1.13.0"}},
+    }
+    other = dict(pool, name="md1", osImage=None, imageURL="https://factory.example/image.raw.xz")
+    observed = Observed(objects=[golden()], state="absent", name=NAME, pools=[other, pool])
+    with pytest.raises(Refusal) as exc:
+        run(observed)
+    assert "Pool tenant-a/md0 is declared in the catalog with it as its osImage" in exc.value.msg
+    assert "md1" not in exc.value.msg and observed.writes == []
 
 
 def test_info_lists_consumers():
