@@ -125,8 +125,10 @@ def golden_consumers(target, observed, namespaces=None):
 
     handle = selection.golden_handle(target, index.contents)
     if handle:
+        seen = {kinds.status(target).get("boundVolumeSnapshotContentName")}
         for copy in copies:
             if index.copy_handle(copy) == handle:
+                seen.add(kinds.status(copy).get("boundVolumeSnapshotContentName"))
                 found.append(
                     golden_consumer(
                         golden.SNAPSHOT_KIND,
@@ -136,6 +138,21 @@ def golden_consumers(target, observed, namespaces=None):
                         "golden's delete frees" % handle,
                     )
                 )
+        # Any other content on the same storage snapshot (a copy made by hand or by another tool, in any
+        # namespace, labelled or not) loses its bytes with the golden's: it is a consumer as well.
+        for content in observed.get("contents") or []:
+            if kinds.name(content) in seen or selection.content_handle(content) != handle:
+                continue
+            ref = kinds.spec(content).get("volumeSnapshotRef") or {}
+            found.append(
+                golden_consumer(
+                    selection.CONTENT_KIND,
+                    ref.get("namespace"),
+                    kinds.name(content),
+                    "shares its storage snapshot handle %s (bound to VolumeSnapshot %s/%s), which the "
+                    "golden's delete frees" % (handle, ref.get("namespace"), ref.get("name")),
+                )
+            )
 
     for sel in observed.get("selections") or []:
         if kinds.namespace(sel) not in mode_of:

@@ -412,6 +412,15 @@ def golden_name(name=None, family=None, date=None, digest=None):
     )
 
 
+def predicted_pvc(name, namespace, mode):
+    """The claim check mode assumes when an earlier task of the run would have made it: Bound, in ``mode``."""
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"volumeMode": normalize_mode(mode)},
+        "status": {"phase": "Bound"},
+    }
+
+
 def pvc_problems(pvc, name, namespace, mode):
     """Why PersistentVolumeClaim ``name`` cannot be the source of a ``mode`` golden; [] when it can."""
     if not pvc:

@@ -40,6 +40,8 @@ PREVIOUS_DIGEST = "goldenimage.pipeline/previous-release-digest"
 # Written by a rollback (and removed by the next promotion): running the same rollback again is a no-op
 # instead of flipping back to what the first rollback removed.
 ROLLED_BACK = "goldenimage.pipeline/rolled-back"
+# On a holding selection (it names no snapshot until the first promotion, which removes it).
+HOLD = "goldenimage.pipeline/hold"
 # Written on a golden at publish: its full release digest (the name keeps 12 hex digits only).
 RELEASE_DIGEST = "goldenimage.pipeline/release-digest"
 
@@ -419,6 +421,8 @@ def plan_selection(existing, family, mode, snapshot, digest=None, previous=None)
                 PREVIOUS_SNAPSHOT: spec.get("snapshotName"),
                 PREVIOUS_DIGEST: spec.get("releaseDigest") or None,
             }
+        if HOLD in kinds.annotations(existing):
+            meta.setdefault("annotations", {})[HOLD] = None
     elif digest and spec.get("releaseDigest") != digest:
         patch_spec["releaseDigest"] = digest
     if spec.get("mode") != mode:

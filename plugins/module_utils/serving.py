@@ -42,13 +42,14 @@ GATE_RECORD = "goldenimage.pipeline/gate"
 # On the golden, written by a promotion that served it without a gate pass on purpose (JSON: by, why, at).
 UNGATED = "goldenimage.pipeline/ungated"
 # On a holding selection: why it names no snapshot.
-HOLD = "goldenimage.pipeline/hold"
+HOLD = selection.HOLD
 HOLD_REASON = "published, not promoted: nothing of this family is served until the first promotion"
 
 SERVED = "served"
 STAGED = "staged"
 ROLLBACK = "rollback target"
 HELD = "the family is held"
+CONFLICT = "serving is in conflict"
 # What an explicit, forced delete of one named golden may go past: withdrawing a candidate, or deleting in a
 # family that is held. Nothing served, recorded for rollback, cloned, copied or declared is ever forced.
 FORCEABLE = (STAGED, HELD)
@@ -123,13 +124,16 @@ def truth(observed, family, mode, namespaces=None, users=True):
     - ``projects_hold``: ``{golden: count}`` of project copies on each golden's handle;
     - ``selections``: the governing selections' names; ``users``: ``{golden: [consumer records]}``
       (``consumers.golden_consumers``; left empty with ``users=False``, for a report that lists clones
-      itself); ``gate``: ``{golden: recorded gate pass or None}``.
+      itself); ``gate``: ``{golden: recorded gate pass or None}``; ``digests`` and ``handles``: each
+      golden's release digest and storage snapshot handle.
     """
     namespaces = namespaces or golden_inventory.golden_namespaces()
     mode = golden.normalize_mode(mode)
-    ordered = newest_first(pair_goldens(observed, family, mode, namespaces), family)
+    listed = pair_goldens(observed, family, mode, namespaces)
+    ordered = newest_first(listed, family)
     sels = governing(observed, namespaces)
-    canonical = [golden_inventory._canonical(obj, mode) for obj in ordered]
+    # API list order, not recency: it decides the label path, as the seeder reads it.
+    canonical = [golden_inventory._canonical(obj, mode) for obj in listed]
     resolved = selection.resolve_serving(canonical, sels, family, mode)
     mine = selection.selections_for(sels, family, mode)
     served = resolved["snapshot"]
@@ -144,6 +148,8 @@ def truth(observed, family, mode, namespaces=None, users=True):
         if kinds.name(g) != served and (served_key is None or _recency(g, family) > served_key)
     ]
     record = _record_of(mine, ordered, served, resolved["path"])
+    contents = {kinds.name(c): c for c in observed.get("contents") or []}
+    recorded = golden_inventory._digests(mine)
     return {
         "family": family,
         "mode": mode,
@@ -164,7 +170,10 @@ def truth(observed, family, mode, namespaces=None, users=True):
             kinds.name(g): consumers.golden_consumers(g, observed, namespaces) if users else []
             for g in ordered
         },
-        "gate": {kinds.name(g): gate_pass(g) for g in ordered},
+        "gate": {kinds.name(g): gate_pass(g, selection.golden_handle(g, contents)) for g in ordered},
+        # The digest published with each golden, else the one a selection recorded for it.
+        "digests": {kinds.name(g): release_digest(g) or recorded.get(kinds.name(g)) for g in ordered},
+        "handles": {kinds.name(g): selection.golden_handle(g, contents) for g in ordered},
     }
 
 
@@ -184,6 +193,10 @@ def keep_reasons(state, name):
         )
     if state["held"]:
         found.append((HELD, state["why"]))
+    for conflict in state["conflicts"]:
+        # What is served cannot be told for sure (two active, none active among several, two selections):
+        # nothing of the pair is deleted until one golden is served on purpose.
+        found.append((CONFLICT, conflict["message"]))
     for user in state["users"].get(name, []):
         found.append((user["kind"], consumers.describe(user)))
     return found
@@ -226,13 +239,6 @@ def release_digest(obj):
     return kinds.annotations(obj).get(RELEASE_DIGEST) or None
 
 
-def gate_record(verdict, digest, run, at, proof, **extra):
-    """A GATE_RECORD value as clone_gate writes it (``gate.gate_record``'s dict as JSON text): its verdict
-    for release digest ``digest``."""
-    record = dict(extra, verdict=verdict, release_digest=digest or "", run=run, at=at, proof=proof)
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))
-
-
 def _json(text):
     try:
         found = json.loads(text) if text else None
@@ -241,15 +247,34 @@ def _json(text):
     return found if isinstance(found, dict) else None
 
 
-def gate_pass(obj):
+def gate_pass(obj, handle=None):
     """The gate pass recorded on golden ``obj`` for its own release digest, or None: a record of another
-    digest (the bytes behind the name changed), a rejection, or no record at all is no pass."""
+    digest (the bytes behind the name changed), of another golden, of another storage snapshot than
+    ``handle`` (the golden's, when known), a rejection, or no record at all is no pass."""
+    return gate_pass_problem(obj, handle)[0]
+
+
+def gate_pass_problem(obj, handle=None):
+    """``(record, None)`` for a pass of ``obj`` itself, else ``(None, why)``."""
     record = _json(kinds.annotations(obj).get(GATE_RECORD))
-    if not record or record.get("verdict") != "passed":
-        return None
+    if not record:
+        return None, "no clone gate ever recorded a pass for it (annotation %s)" % GATE_RECORD
+    if record.get("verdict") != "passed":
+        return None, "the clone gate's verdict recorded for it is %s" % record.get("verdict")
     if (record.get("release_digest") or None) != release_digest(obj):
-        return None
-    return record
+        return None, "its recorded gate pass is for release digest %s, not its own %s" % (
+            record.get("release_digest") or "none",
+            release_digest(obj),
+        )
+    me = "%s/%s" % (kinds.namespace(obj), kinds.name(obj))
+    if record.get("candidate") != me:
+        return None, "its recorded gate pass names golden %s, not %s" % (record.get("candidate"), me)
+    if handle and record.get("snapshot_handle") != handle:
+        return None, "its recorded gate pass is for storage snapshot %s, not its own %s" % (
+            record.get("snapshot_handle") or "none",
+            handle,
+        )
+    return record, None
 
 
 def ungated_record(by, why, at):
@@ -257,32 +282,24 @@ def ungated_record(by, why, at):
     return json.dumps({"by": by, "why": why, "at": at}, sort_keys=True, separators=(",", ":"))
 
 
-def refuse_ungated(obj, name, what, mode, allow_ungated=False, reason=None):
+def refuse_ungated(obj, name, what, mode, allow_ungated=False, reason=None, handle=None):
     """Refuse serving golden ``name`` (``obj``; None: missing) through ``what`` unless clone_gate recorded a
-    pass for its release digest, or the caller overrides on purpose with a reason (recorded)."""
+    pass for it (its release digest, its name, its storage snapshot ``handle``), or the caller overrides on
+    purpose with a reason (recorded)."""
     subject = "VolumeSnapshot %s/%s" % (golden.namespace_for(mode), name)
     if obj is None:
         raise Refusal(subject, "refusing to serve it through %s: it is not found" % what, "writing nothing")
-    if gate_pass(obj) is not None:
+    record, why = gate_pass_problem(obj, handle)
+    if record is not None:
         return None
     if allow_ungated:
-        if not reason:
+        if not (reason or "").strip():
             raise Refusal(
                 "option allow_ungated",
                 "serving %s without a gate pass is recorded with who and why, and no reason was given" % name,
                 "give ungated_reason (it is written on the golden with the user and the time)",
             )
         return "ungated"
-    recorded = _json(kinds.annotations(obj).get(GATE_RECORD))
-    if recorded and recorded.get("verdict") == "passed":
-        why = "its recorded gate pass is for release digest %s, not its own %s" % (
-            recorded.get("release_digest") or "none",
-            release_digest(obj),
-        )
-    elif recorded:
-        why = "the clone gate's verdict recorded for it is %s" % recorded.get("verdict")
-    else:
-        why = "no clone gate ever recorded a pass for it (annotation %s)" % GATE_RECORD
     raise Refusal(
         subject,
         "refusing to serve it through %s: %s" % (what, why),
@@ -327,12 +344,11 @@ def publish_plan(state, selection_kind_served):
 
 
 def rollback_previous(state):
-    """The golden a promotion records as its rollback target: the one the projects actually hold (when they
-    agree on one), else the one served now."""
+    """``(golden, release digest)`` a promotion records as its rollback target: the golden the projects
+    actually hold (when they agree on one), else the one served now; ``(None, None)`` when there is none."""
     held = state["projects_hold"]
-    if len(held) == 1:
-        return next(iter(held))
-    return state["served"]
+    name = next(iter(held)) if len(held) == 1 else state["served"]
+    return name, state["digests"].get(name) if name else None
 
 
 # Worker goldens -----------------------------------------------------------------------------------

@@ -169,10 +169,10 @@ families:
           when nothing is served), V(namespace), V(path) (V(selection), V(label) or V(none), what decided),
           V(selection), V(held) (the seeder skips the family and projects keep their copy), V(reason),
           V(handle), V(conflicts) (their types) and V(order) (the candidates in the seeder's order).
-        - From the serving truth every delete and promotion asks - V(staged) (the goldens newer than the served
-          one, all of them while nothing is served), V(rollback_target) (the golden the promotion's record
-          names), V(why) (why the family is held) and V(gate) (the gate pass clone_gate recorded on each
-          golden for its release digest, by name).
+        - From the serving truth that deletes and promotions ask - V(staged) (the goldens newer than the
+          served one, all of them while nothing is served), V(rollback_target) (the golden the promotion's
+          record names), V(why) (why the family is held) and V(gate) (the gate pass clone_gate recorded on
+          each golden for its release digest, by name).
       type: dict
       sample:
         Filesystem:

@@ -554,16 +554,17 @@ class Promotion:
         observed = observe(self.module, namespaces, self.family)
         return serving.truth(observed, self.family, self.mode, namespaces)
 
-    def intent(self, goldens, target, what, noop):
+    def intent(self, goldens, target, what, noop, state):
         """The candidate, checked: the golden contract, then a gate pass recorded for its release digest or
         the override on the record (written on the golden before the selection or label moves)."""
         p = self.params
         candidate = self.check_candidate(goldens, target)
+        handle = state["handles"].get(target)
         if noop:
-            self.result["gate_passed"] = serving.gate_pass(candidate)
+            self.result["gate_passed"] = serving.gate_pass(candidate, handle)
             return candidate
         if serving.refuse_ungated(
-            candidate, target, what, self.mode, p["allow_ungated"], p["ungated_reason"]
+            candidate, target, what, self.mode, p["allow_ungated"], p["ungated_reason"], handle
         ):
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
             by = p["ungated_by"] or getpass.getuser()
@@ -577,7 +578,7 @@ class Promotion:
             self.module.warn(
                 "serving %s without a gate pass, on purpose: %s (by %s)" % (target, p["ungated_reason"], by)
             )
-        self.result["gate_passed"] = serving.gate_pass(candidate)
+        self.result["gate_passed"] = serving.gate_pass(candidate, handle)
         return candidate
 
     # method=selection ----------------------------------------------------------------------------
@@ -619,10 +620,10 @@ class Promotion:
                 digest = spec.get("releaseDigest")
         else:
             target, digest = p["snapshot"], p["release_digest"]
-        candidate = self.intent(goldens, target, what, noop)
+        candidate = self.intent(goldens, target, what, noop, state)
         digest = rules.served_digest(candidate, digest, target)
         previous = serving.rollback_previous(state)
-        previous = (previous, None) if previous and previous != target else None
+        previous = previous if previous[0] and previous[0] != target else None
 
         if existing is None:
             after = self.module.create(
@@ -707,8 +708,9 @@ class Promotion:
             target = p["snapshot"]
             what = "%s on the label path" % golden.ACTIVE_LABEL
         noop = not rolled_back and p["rollback"]
-        candidate = self.intent(goldens, target, what, noop)
-        previous = serving.rollback_previous(self.truth())
+        state = self.truth()
+        candidate = self.intent(goldens, target, what, noop, state)
+        previous = serving.rollback_previous(state)
         recorded = self.result["changed"]
         plan = rules.label_plan(goldens, self.family, self.mode, target)
         original = {_name(g): g for g in goldens}
@@ -730,8 +732,8 @@ class Promotion:
             diffs.append(object_diff(original[name], after))
         if plan["add"]:
             meta = {"labels": {golden.ACTIVE_LABEL: "true"}}
-            if previous and previous != target:
-                meta["annotations"] = rules.previous_annotations((previous, None))
+            if previous[0] and previous[0] != target:
+                meta["annotations"] = rules.previous_annotations(previous)
             first_write = first_write or time.monotonic()
             patch = rules.mark_change({"metadata": meta}, candidate, rollback=rolled_back)
             after, _changed = self.module.patch(API, KIND, target, self.golden_ns, patch, candidate)

@@ -294,6 +294,14 @@ action:
   returned: when state is present or absent
   type: str
   sample: create
+predicted:
+  description:
+    - In check mode, the objects the golden needs that do not exist yet and that an earlier task of the same
+      run would have made (its PersistentVolumeClaim), assumed as the golden requires them.
+  returned: in check mode, when the source PVC does not exist yet
+  type: list
+  elements: str
+  sample: [PersistentVolumeClaim golden-images-block/golden-debian-12-20260828-f0dea74da9c5-disk]
 progress:
   description: Snapshot phases observed while waiting, in order (V(Pending), V(Bound), V(Ready)).
   returned: when state is present
@@ -483,6 +491,10 @@ class Golden:
         pvc_obj = None
         if existing is None and p["pvc"]:
             pvc_obj = self.module.get("v1", "PersistentVolumeClaim", p["pvc"], namespace)
+            if pvc_obj is None and self.module.check_mode:
+                # Check mode: an earlier task of the same run would have made it, Bound, in the golden's mode.
+                pvc_obj = golden.predicted_pvc(p["pvc"], namespace, mode)
+                self.result["predicted"] = ["PersistentVolumeClaim %s/%s" % (namespace, p["pvc"])]
         try:
             plan = golden.plan_golden(
                 existing,

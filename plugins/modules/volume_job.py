@@ -243,8 +243,13 @@ class VolumeJob(RoundRunner):
         for role, path, read_only in (("source", SOURCE_PATH, True), ("dest", DEST_PATH, False)):
             claim = self.client.claim(p["namespace"], p[role]["claim"])
             if claim is None and self.check_mode:
-                # Check mode: an earlier task of the same run would have created it (Filesystem assumed).
-                claim = {"metadata": {"name": p[role]["claim"], "namespace": p["namespace"]}, "spec": {}}
+                # Check mode: an earlier task of the same run would have created it. Its mode is the one this
+                # Job's options imply (a file names an image in a Filesystem volume; none, the Block device).
+                mode = "Filesystem" if p[role]["file"] else "Block"
+                claim = {
+                    "metadata": {"name": p[role]["claim"], "namespace": p["namespace"]},
+                    "spec": {"volumeMode": mode},
+                }
                 self.predicted.append(p[role]["claim"])
             jobs.require_claim(
                 claim,

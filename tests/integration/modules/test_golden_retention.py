@@ -95,14 +95,16 @@ def test_retention_deletes_only_what_nothing_uses(lab, cluster):
         retained = run["retain"]
         assert retained["changed"] is True and retained["refused"] == []
         why = {k["name"]: k["reasons"] for k in retained["kept"]}
-        assert why[made["20260501"]] == ["newer than served", "within keep (1 most recent)"]
-        assert why[made["20260401"]] == ["newer than served"]
+        assert why[made["20260501"]] == ["staged", "within keep (1 most recent)"]
+        assert why[made["20260401"]] == ["staged"]
         assert "served" in why[served]
-        assert "selected by GoldenImageSelection %s/%s" % (FS_NS, sel) in why[served]
-        assert why[rollback] == ["rollback target of GoldenImageSelection %s/%s" % (FS_NS, sel)]
-        assert why[cloned] == [
-            "cloned by PersistentVolumeClaim %s/%s (restores from it directly)" % (FS_NS, clone)
+        assert "GoldenImageSelection %s/%s names it in spec.snapshotName" % (FS_NS, sel) in why[served]
+        assert why[rollback] == [
+            "rollback target",
+            "GoldenImageSelection %s/%s records it as the rollback target (annotation "
+            "goldenimage.pipeline/previous-snapshot)" % (FS_NS, sel),
         ]
+        assert why[cloned] == ["PersistentVolumeClaim %s/%s restores from it directly" % (FS_NS, clone)]
         for date in dates[2:]:
             assert cluster.get_snapshot(FS_NS, made[date]) is not None, date
         for name in unused:

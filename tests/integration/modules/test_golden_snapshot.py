@@ -417,17 +417,31 @@ def test_validation_reports_every_problem_and_changes_nothing(lab, cluster):
 
 @pytest.mark.suite("data-loss")
 def test_absent_refuses_a_golden_in_service(lab, cluster):
+    """What is served, selected or labelled active is never deleted, force or not; force withdraws only a
+    staged candidate (newer than what is served) on purpose."""
     pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
     family = "%s-debian" % cluster.prefix
     active, selected = "%s-active" % cluster.prefix, "%s-selected" % cluster.prefix
+    staged = "%s-zstaged" % cluster.prefix  # created last, and after it by name: the newest
     cluster.golden(active, pvc, family, active=True)
     cluster.golden(selected, pvc, family)
+    cluster.golden(staged, pvc, family)
     cluster.selection("%s-sel" % cluster.prefix, family, "filesystem", selected)
-    gone = {"state": "absent", "name": selected, "wait_timeout": 120, "wait_sleep": 1}
+    gone = {"state": "absent", "name": staged, "wait_timeout": 120, "wait_sleep": 1}
+    lab.clear_audit()
+    refused = run_playbook(
+        kube_play(
+            task("active", ignore_errors=True, force=True, **{**gone, "name": active}),
+            task("selected", ignore_errors=True, **{**gone, "name": selected}),
+            task("selected, forced", ignore_errors=True, force=True, **{**gone, "name": selected}),
+            task("staged", ignore_errors=True, **gone),
+        ),
+        env=lab.env(),
+    )
+    assert refused.ok, refused.log
+    assert [r for r in lab.mutating_requests() if r["verb"] == "delete"] == []
     run = run_playbook(
         kube_play(
-            task("active", ignore_errors=True, **{**gone, "name": active}),
-            task("selected", ignore_errors=True, **gone),
             task("forced, predicted", check=True, diff=True, force=True, **gone),
             task("forced", force=True, **gone),
             task("again", force=True, **gone),
@@ -435,13 +449,21 @@ def test_absent_refuses_a_golden_in_service(lab, cluster):
         env=lab.env(),
     )
     assert run.ok, run.log
-    assert "carries kube-dc.com/golden-active=true, so projects of family %s" % family in run["active"]["msg"]
-    assert "GoldenImageSelection golden-images/%s-sel names it" % cluster.prefix in run["selected"]["msg"]
+    assert (
+        "carries kube-dc.com/golden-active=true, so projects of family %s" % family
+        in refused["active"]["msg"]
+    )
+    for name in ("selected", "selected, forced"):
+        msg = refused[name]["msg"]
+        assert "it is served for %s/Filesystem" % family in msg, msg
+        assert "GoldenImageSelection golden-images/%s-sel names it" % cluster.prefix in msg
+    assert "it is staged" in refused["staged"]["msg"] and "set force: true" in refused["staged"]["msg"]
     assert run["forced, predicted"]["changed"] is True
     assert run["forced, predicted"]["diff"]["after"] == {}
     assert run["forced"]["changed"] is True
     assert run["again"]["changed"] is False
-    assert cluster.get_snapshot(FS_NS, selected) is None
+    assert cluster.get_snapshot(FS_NS, staged) is None
+    assert cluster.get_snapshot(FS_NS, selected) is not None
     assert cluster.get_snapshot(FS_NS, active) is not None
 
 
@@ -571,7 +593,7 @@ def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster
                 "VolumeSnapshot %s/%s is a project's seeded copy on its snapshot handle" % (project, copy)
                 in msg
             )
-            assert "force cannot override" in msg
+            assert "it is served for %s/Filesystem" % family in msg
             kinds = sorted((c["kind"], c["namespace"], c["name"]) for c in refused["consumers"])
             assert ("PersistentVolumeClaim", FS_NS, "%s-direct" % cluster.prefix) in kinds
         assert (
@@ -579,12 +601,13 @@ def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster
         )
         target = run["rollback target"]
         assert target["refused"] is True, target
-        assert target["msg"] == (
-            "VolumeSnapshot %s/%s: refusing to delete it, 1 object(s) use it: GoldenImageSelection %s/%s "
-            "records it as the rollback target (annotation goldenimage.pipeline/previous-snapshot); select "
-            "or activate another golden first (goldenimage.pipeline.golden_selection), or set force: true, "
-            "which costs: a rollback of %s/Filesystem has nothing to restore"
-            % (FS_NS, previous, FS_NS, sel, family)
+        assert target["msg"].startswith(
+            "VolumeSnapshot %s/%s: refusing to delete it: it is the recorded rollback target of %s/Filesystem"
+            % (FS_NS, previous, family)
+        ), target["msg"]
+        assert (
+            "GoldenImageSelection %s/%s records it as the rollback target (annotation "
+            "goldenimage.pipeline/previous-snapshot)" % (FS_NS, sel) in target["msg"]
         )
     finally:
         for namespace, name in ((FS_NS, "%s-direct" % cluster.prefix),):

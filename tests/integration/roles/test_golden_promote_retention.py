@@ -68,7 +68,7 @@ def test_promotion_then_retention_keeps_the_rollback_target(lab, cluster):
     assert deletes(lab) == made[:2]
     why = {k["name"]: k["reasons"] for k in result["kept"]}
     assert "served" in why[made[3]]
-    assert any(r.startswith("rollback target of GoldenImageSelection") for r in why[made[2]]), why
+    assert "rollback target" in why[made[2]], why
 
     lab.clear_audit()
     again = promote(lab, family, made[3], 1)

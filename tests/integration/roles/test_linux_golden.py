@@ -256,6 +256,31 @@ def test_publish_end_to_end_then_again(env):
     assert writes == [], writes
 
 
+@pytest.mark.suite("idempotence")
+def test_publish_in_check_mode_runs_to_the_end_and_writes_nothing(env):
+    """Nothing exists yet, so every step after the import only predicts: the conversion Job is reported as
+    what would run, the golden as what would be made, and the run ends without a write."""
+    family = "%s-chk" % env.prefix
+    _raw, qcow2 = make_disk(env.tmp, 3)
+    url, digest = env.upload(qcow2, family)
+    images = [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
+    env.lab.clear_audit()
+    run = run_playbook(
+        PUBLISH,
+        env=env.lab.env(),
+        extra_vars={
+            "linux_golden_images": images,
+            "linux_golden_date": DATE,
+            "linux_golden_poll_interval": 1,
+        },
+        timeout=240,
+        check=True,
+    )
+    assert run.ok, run.log
+    assert env.lab.mutating_requests() == []
+    assert env.snapshot(BLOCK_NS, golden_name(family, digest)) is None
+
+
 def test_refusals_write_nothing(env):
     family = "%s-bad" % env.prefix
     images = [

@@ -8,8 +8,10 @@ declared by a pool is deleted; nothing is served without a recorded gate pass or
 family is left conflicted by a step that reported success.
 """
 
+import json
+
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import retention, selection, serving
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, retention, selection, serving
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -72,9 +74,19 @@ def annotate(obj, key, value):
     obj["metadata"].setdefault("annotations", {})[key] = value
 
 
-def passed(obj, verdict="passed", digest_of=None):
-    record = serving.gate_record(verdict, digest_of or serving.release_digest(obj), "r1", "T", "guest-agent")
-    annotate(obj, serving.GATE_RECORD, record)
+def passed(obj, verdict="passed", digest_of=None, candidate=None):
+    """What clone_gate writes on a golden it gated (gate.gate_record, as JSON)."""
+    name = obj["metadata"]["name"]
+    record = gate.gate_record(
+        {"verdict": verdict, "proof": "guest-agent"},
+        candidate or "%s/%s" % (FS, name),
+        digest_of or serving.release_digest(obj),
+        "h-" + name,
+        "r1",
+        "T",
+        "p1",
+    )
+    annotate(obj, serving.GATE_RECORD, json.dumps(record))
     return obj
 
 
@@ -203,6 +215,8 @@ def test_the_label_path_with_nothing_active_refuses_a_new_golden():
         ("no_boot", "the clone gate's verdict recorded for it is no_boot"),
         ("other-digest", "its recorded gate pass is for release digest sha256:"),
         ("garbage", "no clone gate ever recorded a pass"),
+        ("other-golden", "its recorded gate pass names golden golden-images/other"),
+        ("other-handle", "its recorded gate pass is for storage snapshot h-"),
     ],
 )
 def test_only_the_gates_pass_for_the_goldens_own_digest_lets_it_serve(record, why):
@@ -213,21 +227,29 @@ def test_only_the_gates_pass_for_the_goldens_own_digest_lets_it_serve(record, wh
         passed(obj, digest_of=digest(9))
     elif record == "garbage":
         annotate(obj, serving.GATE_RECORD, "[1]")
+    elif record == "other-golden":
+        passed(obj, candidate="golden-images/other")  # copied from another golden's record
+    handle = "h-elsewhere" if record == "other-handle" else None
+    if record == "other-handle":
+        passed(obj)
     with pytest.raises(Refusal) as refused:
-        serving.refuse_ungated(obj, golden_name(0), "GoldenImageSelection golden-images/s", "Filesystem")
+        serving.refuse_ungated(
+            obj, golden_name(0), "GoldenImageSelection golden-images/s", "Filesystem", handle=handle
+        )
     assert why in refused.value.msg and "allow_ungated: true and ungated_reason" in refused.value.msg
-    with pytest.raises(Refusal, match=r"option allow_ungated: .* no reason was given"):
-        serving.refuse_ungated(obj, golden_name(0), "s", "Filesystem", allow_ungated=True)
-    assert serving.refuse_ungated(obj, golden_name(0), "s", "Filesystem", True, "hotfix") == "ungated"
+    for blank in (None, "", "   "):
+        with pytest.raises(Refusal, match=r"option allow_ungated: .* no reason was given"):
+            serving.refuse_ungated(obj, golden_name(0), "s", "Filesystem", True, blank, handle)
+    assert serving.refuse_ungated(obj, golden_name(0), "s", "Filesystem", True, "hotfix", handle) == "ungated"
     assert serving.refuse_ungated(passed(make_golden(0)), golden_name(0), "s", "Filesystem") is None
 
 
 def test_the_rollback_target_recorded_is_what_the_projects_hold():
     w = world_with(0, 1, 2, selected=2)
     w.copies = {"p1": "h-" + golden_name(1), "p2": "h-" + golden_name(1)}
-    assert serving.rollback_previous(w.truth()) == golden_name(1)
+    assert serving.rollback_previous(w.truth()) == (golden_name(1), digest(1))
     w.copies["p2"] = "h-" + golden_name(0)
-    assert serving.rollback_previous(w.truth()) == golden_name(2)
+    assert serving.rollback_previous(w.truth()) == (golden_name(2), digest(2))
 
 
 def test_a_declared_pool_of_any_size_keeps_its_worker_golden():
@@ -400,7 +422,7 @@ class ServingMachine(RuleBasedStateMachine):
         if self.serve_check(name, allow_ungated) is None:
             return
         previous = serving.rollback_previous(state)
-        previous = (previous, None) if previous and previous != name else None
+        previous = previous if previous[0] and previous[0] != name else None
         if not sels:
             body = selection.selection_definition(
                 "debian-12-filesystem", FS, FAMILY, "Filesystem", name, None, previous
@@ -424,7 +446,7 @@ class ServingMachine(RuleBasedStateMachine):
             return  # refused: a selection governs, the label has no effect
         if self.serve_check(name, allow_ungated) is None:
             return
-        previous = serving.rollback_previous(self.w.truth())
+        previous = serving.rollback_previous(self.w.truth())[0]
         plan = selection.label_plan(goldens, FAMILY, "Filesystem", name)
         for other in plan["remove"]:
             self.w.goldens[other]["metadata"]["labels"].pop("kube-dc.com/golden-active", None)

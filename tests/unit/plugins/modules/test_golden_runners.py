@@ -4,9 +4,15 @@ and an observed state: they return a result or raise a PipelineError, and never 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _clone_gate, selection, serving
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _clone_gate,
+    gate,
+    selection,
+    serving,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import (
     clone_gate,
@@ -240,12 +246,17 @@ def test_golden_selection_refuses_a_zero_wait_and_a_promotion_without_snapshot()
     assert refused.value.result["changed"] is False  # the runner's result fields come with the refusal
 
 
-def gated(name):
+def record_of(obj, handle=None):
+    """What clone_gate writes on a golden it passed (gate.gate_record as JSON), for its storage snapshot."""
+    meta = obj["metadata"]
+    where = "%s/%s" % (meta["namespace"], meta["name"])
+    return json.dumps(gate.gate_record({"verdict": "passed"}, where, None, handle, "r1", "T", "acme"))
+
+
+def gated(name, handle=None):
     """A golden on which clone_gate recorded a pass (it carries no release digest, nor does the record)."""
     found = golden(name)
-    found["metadata"]["annotations"][serving.GATE_RECORD] = serving.gate_record(
-        "passed", None, "r1", "T", "x"
-    )
+    found["metadata"]["annotations"][serving.GATE_RECORD] = record_of(found, handle)
     return found
 
 
@@ -308,9 +319,7 @@ def block_golden(name):
 
 def gated_block(name):
     found = block_golden(name)
-    found["metadata"]["annotations"][serving.GATE_RECORD] = serving.gate_record(
-        "passed", None, "r1", "T", "x"
-    )
+    found["metadata"]["annotations"][serving.GATE_RECORD] = record_of(found)
     return found
 
 
@@ -377,7 +386,7 @@ def project(namespace, handle):
 
 
 def verifying(*projects, **params):
-    objects = [golden("g1"), gated("g2"), content("c-g1", "h1"), content("c-g2", "h2"), sel("g1")]
+    objects = [golden("g1"), gated("g2", "h2"), content("c-g1", "h1"), content("c-g2", "h2"), sel("g1")]
     for namespace, handle in projects:
         objects += project(namespace, handle)
     return FakeKube(selection_params(snapshot="g2", verify_projects=True, **params), objects)
