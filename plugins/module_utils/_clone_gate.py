@@ -269,9 +269,14 @@ class Gate:
         if not record or record.get("verdict") in (None, gate.INCONCLUSIVE):
             return
         p = self.p
+        current = self.module.get(SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"])
+        if not serving.record_changes(current, record):
+            return  # the same verdict for the same bytes is recorded already: the first one is kept
         text = json.dumps(record, sort_keys=True, separators=(",", ":"))
         patch = {"metadata": {"annotations": {serving.GATE_RECORD: text}}}
-        self.module.patch(SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"], patch)
+        self.module.patch(
+            SNAP, "VolumeSnapshot", p["snapshot"], p["snapshot_namespace"], patch, before=current
+        )
         self.result["changed"] = True
 
     def predict(self, handle):

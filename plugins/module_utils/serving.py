@@ -269,12 +269,30 @@ def gate_pass_problem(obj, handle=None):
     me = "%s/%s" % (kinds.namespace(obj), kinds.name(obj))
     if record.get("candidate") != me:
         return None, "its recorded gate pass names golden %s, not %s" % (record.get("candidate"), me)
-    if handle and record.get("snapshot_handle") != handle:
+    if handle and record.get("snapshot_handle") and record.get("snapshot_handle") != handle:
         return None, "its recorded gate pass is for storage snapshot %s, not its own %s" % (
             record.get("snapshot_handle") or "none",
             handle,
         )
     return record, None
+
+
+def record_changes(obj, record):
+    """Whether writing gate ``record`` on golden ``obj`` changes what it says: a verdict, digest, golden or
+    storage snapshot than the recorded one. The same verdict of the same bytes keeps the first record."""
+    current = _json(kinds.annotations(obj).get(GATE_RECORD)) or {}
+    keys = ("verdict", "release_digest", "candidate", "snapshot_handle")
+    return any(current.get(key) != record.get(key) for key in keys)
+
+
+def ungated_recorded(obj):
+    """The override recorded on golden ``obj`` (UNGATED) as a dict, or None."""
+    return _json(kinds.annotations(obj).get(UNGATED))
+
+
+def ungated_changes(recorded, by, why):
+    """Whether an override by ``by`` for ``why`` differs from the one recorded (the first one is kept)."""
+    return not recorded or recorded.get("by") != by or recorded.get("why") != why
 
 
 def ungated_record(by, why, at):
@@ -303,8 +321,9 @@ def refuse_ungated(obj, name, what, mode, allow_ungated=False, reason=None, hand
     raise Refusal(
         subject,
         "refusing to serve it through %s: %s" % (what, why),
-        "writing nothing; run goldenimage.pipeline.clone_gate on it (the golden_promote role does), which "
-        "records its verdict for the golden's release digest, or serve it ungated on purpose with "
+        "writing nothing; run goldenimage.pipeline.clone_gate on it (the golden_promote role does; "
+        "golden_promote_rollback_gate: true for a rollback), which records its verdict for the golden's "
+        "release digest, or serve it ungated on purpose with "
         "allow_ungated: true and ungated_reason (in the golden_promote role: golden_promote_allow_ungated: "
         "true, or golden_promote_rollback_allow_ungated: true for a rollback, with "
         "golden_promote_ungated_reason)",

@@ -566,15 +566,18 @@ class Promotion:
         if serving.refuse_ungated(
             candidate, target, what, self.mode, p["allow_ungated"], p["ungated_reason"], handle
         ):
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
             by = p["ungated_by"] or getpass.getuser()
-            record = serving.ungated_record(by, p["ungated_reason"], now)
-            patch = {"metadata": {"annotations": {serving.UNGATED: record}}}
-            candidate, _changed = self.module.patch(
-                API, KIND, target, self.golden_ns, patch, before=candidate
-            )
-            self.result["changed"] = True
-            self.result["ungated"] = json.loads(record)
+            recorded = serving.ungated_recorded(candidate)
+            if serving.ungated_changes(recorded, by, p["ungated_reason"]):
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+                record = serving.ungated_record(by, p["ungated_reason"], now)
+                patch = {"metadata": {"annotations": {serving.UNGATED: record}}}
+                candidate, _changed = self.module.patch(
+                    API, KIND, target, self.golden_ns, patch, before=candidate
+                )
+                self.result["changed"] = True
+                recorded = json.loads(record)
+            self.result["ungated"] = recorded
             self.module.warn(
                 "serving %s without a gate pass, on purpose: %s (by %s)" % (target, p["ungated_reason"], by)
             )

@@ -515,9 +515,9 @@ def test_golden_namespaces_and_zero_timeouts_are_refused_before_any_write(swept,
         for r in mutating(swept["second audit"])
         if r["namespace"] in ("golden-images", "golden-images-block", goldens)
     ]
-    # The one write there is the verdict of the run that did reach one ("sweeps first"), recorded on its
-    # golden; the refused runs wrote nothing.
-    assert [(r["verb"], r["resource"]) for r in touched] == [("patch", "volumesnapshots")], touched
+    # The only write there may be the verdict of the run that did reach one ("sweeps first"), recorded on
+    # its golden unless an earlier run recorded the same verdict already; the refused runs wrote nothing.
+    assert [(r["verb"], r["resource"]) for r in touched] in ([], [("patch", "volumesnapshots")]), touched
 
 
 @pytest.mark.suite("faults")

@@ -9,6 +9,7 @@ verification must catch what the seeder does silently. Each test labels its own 
 from __future__ import annotations
 
 import functools
+import json
 import time
 import uuid
 
@@ -47,7 +48,8 @@ class Cluster(SnapshotCluster):
         name = "%s-%s" % (self.prefix, suffix)
         self.golden(name, self.disk, family or self.family, active=active)
         if gated:
-            body = {"metadata": {"annotations": {GATE_PASSED: PASSED}}}
+            record = dict(json.loads(PASSED), candidate="%s/%s" % (FS_NS, name))
+            body = {"metadata": {"annotations": {GATE_PASSED: json.dumps(record)}}}
             self.custom.patch_namespaced_custom_object(GROUP, VERSION, FS_NS, "volumesnapshots", name, body)
         self.wait_snapshot_ready(FS_NS, name)
         return name

@@ -35,8 +35,14 @@ GATE = "Boot a tenant-style clone of the golden (the clone gate)"
 GATE_VERDICT = "Stop unless the clone booted and its remote port answered (fail closed, nothing written)"
 VERIFY = "Verify every project resolved to the selected golden"
 SUMMARY = "Show what each project is served"
-GATE_PASSED = "goldenimage.pipeline/gate-passed"
-INCUMBENT_GATE = '{"at":"2026-01-01T00:00:00Z","verdict":"passed"}'
+GATE_PASSED = "goldenimage.pipeline/gate"
+
+
+def incumbent_gate(name):
+    """The record clone_gate wrote on the incumbent when it was promoted, long ago (no digest, no handle)."""
+    return json.dumps(
+        {"at": "2026-01-01T00:00:00Z", "verdict": "passed", "candidate": "%s/%s" % (FS_NS, name)}
+    )
 
 
 def build_disks(folder):
@@ -126,7 +132,7 @@ class Stage:
             }
             if role == "incumbent":
                 labels["kube-dc.com/golden-active"] = "true"  # served by the legacy label path
-                annotations[GATE_PASSED] = INCUMBENT_GATE  # gated when it was promoted, long ago
+                annotations[GATE_PASSED] = incumbent_gate(self.goldens[role])  # gated when promoted, long ago
             golden = {
                 "apiVersion": "%s/%s" % SNAP,
                 "kind": "VolumeSnapshot",
@@ -382,8 +388,11 @@ def test_a_candidate_that_does_not_boot_is_refused_and_nothing_is_written(promot
     before, after = promoted["after promote"], promoted["after broken"]
     assert after["spec"] == before["spec"]
     assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
-    # The gate's own clone was the only thing written, and it was removed again.
-    assert writes_outside_the_gate(promoted["broken audit"], stage) == []
+    # The one write outside the gate's clone is its verdict, recorded on the broken golden.
+    writes = writes_outside_the_gate(promoted["broken audit"], stage)
+    assert [(w["verb"], w["resource"], w["name"]) for w in writes] == [
+        ("patch", "volumesnapshots", stage.goldens["broken"])
+    ], writes
     created = [(o["kind"], o["name"]) for o in run[GATE]["created"]]
     assert created and all(name.startswith("gate-") for _kind, name in created)
     audit = promoted["broken audit"]
@@ -436,9 +445,12 @@ def test_a_gated_rollback_boots_the_restored_golden_before_writing(promoted):
     assert written["previous"]["snapshot"] == stage.goldens["incumbent"]
     assert promoted["after gated rollback"]["spec"]["snapshotName"] == stage.goldens["candidate"]
     assert_projects_served(run, stage, "candidate")
-    # Besides the gate's clone (created and removed), the one write is the selection.
+    # Besides the gate's clone (created and removed), the gate's record on the golden, then the selection.
     writes = writes_outside_the_gate(promoted["gated rollback audit"], stage)
-    assert [(w["verb"], w["resource"]) for w in writes] == [("patch", "goldenimageselections")], writes
+    assert [(w["verb"], w["resource"]) for w in writes] == [
+        ("patch", "volumesnapshots"),
+        ("patch", "goldenimageselections"),
+    ], writes
 
 
 @pytest.mark.suite("idempotence")
@@ -470,8 +482,8 @@ def test_a_rollback_to_a_golden_no_gate_passed_is_refused_unless_gated(promoted)
     failed = refused.entry("Find the snapshot the rollback restores")
     assert failed["status"] == "failed"
     msg = failed["result"]["msg"]
-    assert msg.startswith("VolumeSnapshot %s/%s: refusing to roll " % (FS_NS, incumbent)), msg
-    assert "no clone gate ever passed for it" in msg
+    assert msg.startswith("VolumeSnapshot %s/%s: refusing to serve it through " % (FS_NS, incumbent)), msg
+    assert "no clone gate ever recorded a pass for it" in msg
     assert (
         "golden_promote_rollback_gate: true" in msg and "golden_promote_rollback_allow_ungated: true" in msg
     )
