@@ -560,7 +560,8 @@ class Promotion:
         p = self.params
         candidate = self.check_candidate(goldens, target)
         handle = state["handles"].get(target)
-        if noop:
+        if noop or state["served"] == target:
+            # Nothing new is served: the gate was asked when it was served (a verification, a rerun).
             self.result["gate_passed"] = serving.gate_pass(candidate, handle)
             return candidate
         if serving.refuse_ungated(

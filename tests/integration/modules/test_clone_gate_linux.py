@@ -94,6 +94,15 @@ def linux_gates(lab, goldens, kube_client, tmp_path_factory):  # noqa: F811
     project = project_namespace(core)
     creds = {"username": getpass.getuser(), "private_key": key.read_text()}
     common = {"snapshot": "golden-linux", "snapshot_namespace": goldens, "project_namespace": project}
+    # The golden was published with its release digest: the gate records its verdict for that digest.
+    client.CustomObjectsApi(kube_client).patch_namespaced_custom_object(
+        "snapshot.storage.k8s.io",
+        "v1",
+        goldens,
+        "volumesnapshots",
+        "golden-linux",
+        {"metadata": {"annotations": {"goldenimage.pipeline/release-digest": "sha256:" + "ab" * 32}}},
+    )
     old = os.environ.get(AGENT_DELAY)
     os.environ[AGENT_DELAY] = "0.3"
     from tests.integration.support.runner import kube_play, run_playbook

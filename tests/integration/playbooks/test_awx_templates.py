@@ -158,13 +158,14 @@ def test_publish_linux_golden_hands_its_golden_to_the_gate(lab, kube_client, tmp
         assert "passed: " in gated.stdout
         verdict = gated.results["Boot a tenant-style clone of the candidate"][0]
         assert verdict["verdict"] == "passed" and verdict["probe"]
-        # The gate wrote only in its project namespace (and the content it published there).
+        # The gate wrote only in its project namespace (and the content it published there), and its verdict
+        # on the golden it gated.
         outside = [
-            r
+            (r["verb"], r["resource"], r["name"])
             for r in lab.mutating_requests()
             if r["namespace"] not in (gate_project, None) and r["resource"] != "volumesnapshotcontents"
         ]
-        assert outside == []
+        assert outside == [("patch", "volumesnapshots", name)], outside
     finally:
         custom = client.CustomObjectsApi(kube_client)
         for plural, group, version in (

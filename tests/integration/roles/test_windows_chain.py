@@ -323,9 +323,9 @@ def test_the_chain_passes_from_a_sealed_pvc_to_a_gated_staged_golden(chain):
     ]
     # Each phase reports what it took; that it ended within its timeout is what "passed" says.
     assert all(isinstance(p["seconds"], (int, float)) and p["seconds"] >= 0 for p in gate["phases"])
-    # The project namespace is a labelled Kube-DC project, so the gate restores from the copy the seeder
-    # published there, as a tenant's VM would.
-    assert gate["source"]["published_by"] == "project" and gate["source"]["namespace"] == env.project
+    # The family is held until its first promotion, so the seeder has published no copy in the project: the
+    # gate publishes its own there (a pre-provisioned snapshot on the golden's handle) and restores from it.
+    assert gate["source"]["published_by"] == "gate" and gate["source"]["namespace"] == env.project
     assert gate["probe"].startswith("127.0.0.1:")
     summary = "\n".join(run["Summarise the publication"]["msg"])
     assert "gate: passed in %s, provision " % env.project in summary and "agent " in summary
@@ -339,7 +339,12 @@ def test_the_gate_leaves_nothing_behind(chain):
     ):
         gate = gate_of(run)
         assert gate["kept"] is False
-        assert [o["kind"] for o in gate["created"]] == ["PersistentVolumeClaim", "VirtualMachine"]
+        assert [o["kind"] for o in gate["created"]] == [
+            "VolumeSnapshotContent",
+            "VolumeSnapshot",
+            "PersistentVolumeClaim",
+            "VirtualMachine",
+        ], gate["created"]
         deleted = {(r["resource"], r["name"]) for r in audit if r["verb"] == "delete" and r["code"] < 300}
         for obj in gate["created"]:
             assert (obj["kind"].lower() + "s", obj["name"]) in deleted, obj
@@ -359,13 +364,14 @@ def test_a_second_run_uploads_and_imports_nothing_again(chain):
         chain["uploaded"]["LastModified"],
     )
     assert not env.s3.list_multipart_uploads(Bucket=env.private).get("Uploads")
-    # The golden is there: no DataVolume, claim or snapshot written again in the golden namespace.
+    # The golden is there: no DataVolume, claim or snapshot written again in the golden namespace; the one
+    # write is the gate's new verdict (port unreachable) recorded on the golden.
     writes = [
         (r["verb"], r["resource"], r["name"])
         for r in chain["closed_audit"]
         if r["verb"] in MUTATING_VERBS and not r.get("dry_run") and r["namespace"] == GOLDEN_NS
     ]
-    assert writes == []
+    assert [(verb, resource) for verb, resource, _name in writes] == [("patch", "volumesnapshots")], writes
     snapshot = [e for e in run.tasks if e["task"].startswith("Snapshot the imported volume as golden")]
     assert [(e["status"], e["result"]["changed"]) for e in snapshot] == [("ok", False)]
     summary = "\n".join(run["Summarise the publication"]["msg"])
