@@ -78,11 +78,6 @@ def governing(observed, namespaces):
     return golden_inventory._governing(observed.get("selections"), namespaces)
 
 
-def is_holding(sel):
-    """A selection that names no snapshot on purpose: the family stays held until the first promotion."""
-    return not kinds.spec(sel).get("snapshotName")
-
-
 def holding_selection(family, mode):
     """The selection that holds a family published for the first time: it names no snapshot."""
     body = selection.selection_definition(
@@ -138,8 +133,6 @@ def truth(observed, family, mode, namespaces=None, users=True):
     mine = selection.selections_for(sels, family, mode)
     served = resolved["snapshot"]
     held, why = resolved["held"], resolved["reason"]
-    if mine and all(is_holding(s) for s in mine):
-        held, why = True, "%s/%s is held: %s" % (family, mode, HOLD_REASON)
     served_obj = next((g for g in ordered if kinds.name(g) == served), None)
     served_key = _recency(served_obj, family) if served_obj is not None else None
     staged = [
@@ -149,6 +142,7 @@ def truth(observed, family, mode, namespaces=None, users=True):
     ]
     record = _record_of(mine, ordered, served, resolved["path"])
     contents = {kinds.name(c): c for c in observed.get("contents") or []}
+    handles = {kinds.name(g): selection.golden_handle(g, contents) for g in ordered}
     recorded = golden_inventory._digests(mine)
     return {
         "family": family,
@@ -170,10 +164,10 @@ def truth(observed, family, mode, namespaces=None, users=True):
             kinds.name(g): consumers.golden_consumers(g, observed, namespaces) if users else []
             for g in ordered
         },
-        "gate": {kinds.name(g): gate_pass(g, selection.golden_handle(g, contents)) for g in ordered},
+        "gate": {kinds.name(g): gate_pass(g, handles[kinds.name(g)]) for g in ordered},
         # The digest published with each golden, else the one a selection recorded for it.
         "digests": {kinds.name(g): release_digest(g) or recorded.get(kinds.name(g)) for g in ordered},
-        "handles": {kinds.name(g): selection.golden_handle(g, contents) for g in ordered},
+        "handles": handles,
     }
 
 
@@ -209,18 +203,18 @@ def blocking(reasons, force=False):
 
 def delete_refusal(state, name, subject, force=False):
     """The Refusal a delete of golden ``name`` raises, or None when it may go ahead (asked by every path that
-    deletes a golden: golden_snapshot, golden_retention, kube_object)."""
+    deletes a golden: golden_snapshot, golden_retention, worker goldens through ``worker_users``)."""
     blockers = blocking(keep_reasons(state, name), force)
     if not blockers:
         return None
-    forceable = [r for r in keep_reasons(state, name) if r[0] in FORCEABLE]
-    move = (
-        "promote or select another golden first (goldenimage.pipeline.golden_selection) and wait until its "
-        "clones finish"
-    )
-    if forceable and len(forceable) == len(blockers):
+    if all(reason in FORCEABLE for reason, _why in blockers):
         move = "set force: true to withdraw it on purpose (it is only %s)" % " and ".join(
-            r[0] for r in forceable
+            r for r, _w in blockers
+        )
+    else:
+        move = (
+            "promote or select another golden first (goldenimage.pipeline.golden_selection) and wait until "
+            "its clones finish"
         )
     return Refusal(
         subject,
@@ -283,6 +277,15 @@ def record_changes(obj, record):
     current = _json(kinds.annotations(obj).get(GATE_RECORD)) or {}
     keys = ("verdict", "release_digest", "candidate", "snapshot_handle")
     return any(current.get(key) != record.get(key) for key in keys)
+
+
+def serves_on_purpose(state, name):
+    """Whether ``name`` is served already by a selection naming it or as the one golden labelled active,
+    without conflict: moving to it again serves nothing new, so no gate is asked again. A golden the seeder
+    serves only by list order is not served on purpose."""
+    if state["served"] != name or state["conflicts"]:
+        return False
+    return state["path"] == selection.PATH_SELECTION or name in state["active"]
 
 
 def ungated_recorded(obj):

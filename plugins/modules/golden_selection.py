@@ -560,7 +560,7 @@ class Promotion:
         p = self.params
         candidate = self.check_candidate(goldens, target)
         handle = state["handles"].get(target)
-        if noop or state["served"] == target:
+        if noop or serving.serves_on_purpose(state, target):
             # Nothing new is served: the gate was asked when it was served (a verification, a rerun).
             self.result["gate_passed"] = serving.gate_pass(candidate, handle)
             return candidate

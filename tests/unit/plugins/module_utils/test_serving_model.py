@@ -592,3 +592,14 @@ ServingMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_serving_state_machine = ServingMachine.TestCase
+
+
+def test_only_what_serves_on_purpose_skips_the_gate_on_a_rerun():
+    w = world_with(0, 1)  # the label path, nothing active: the seeder serves by list order
+    state = w.truth()
+    assert state["served"] == golden_name(0) and not serving.serves_on_purpose(state, golden_name(0))
+    w.goldens[golden_name(0)]["metadata"]["labels"]["kube-dc.com/golden-active"] = "true"
+    assert serving.serves_on_purpose(w.truth(), golden_name(0))
+    w = world_with(0, 1, selected=1)
+    assert serving.serves_on_purpose(w.truth(), golden_name(1))
+    assert not serving.serves_on_purpose(w.truth(), golden_name(0))
