@@ -359,7 +359,9 @@ gate_passed:
   type: dict
   sample:
     verdict: passed
-    digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+    release_digest: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+    candidate: golden-images-block/golden-ubuntu-24-04-20260828-f0dea74da9c5
+    snapshot_handle: snapshot-3b0c
     run: 3fa1c2d4
     at: "2026-08-28T10:02:11Z"
     proof: guest-agent
@@ -370,6 +372,12 @@ ungated:
   returned: when a golden was served without a gate pass
   type: dict
   sample: {by: ops, why: "hotfix, change CHG-4411", at: "2026-08-28T10:02:11Z"}
+selections:
+  description: Every selection this run moved (C(namespace/name)), when more than one governs the family and mode.
+  returned: when several selections governed the family and mode
+  type: list
+  elements: str
+  sample: [golden-images/ubuntu-24-04-block, golden-images-block/ubuntu-24-04-block]
 rollback:
   description:
     - With O(rollback=true) when nothing was written, V(noop) true and V(reason), why the named state
