@@ -373,7 +373,7 @@ ungated:
   type: dict
   sample: {by: ops, why: "hotfix, change CHG-4411", at: "2026-08-28T10:02:11Z"}
 selections:
-  description: Every selection this run moved (C(namespace/name)), when more than one governs the family and mode.
+  description: Every selection this run moved (C(namespace/name)), when several govern the family and mode.
   returned: when several selections governed the family and mode
   type: list
   elements: str
