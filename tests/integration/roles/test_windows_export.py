@@ -229,12 +229,12 @@ def test_export_upload_and_import_a_kms_image_from_a_private_bucket(env):
     assert env.jobs() == []
     assert env.pvcs() == ["win11-sealed"]
 
-    golden = "golden-windows-11-%s-%s" % (DATE.replace("-", ""), digest[:12])
+    golden = "golden-windows-11-golden-%s-%s" % (DATE.replace("-", ""), digest[:12])
     snaps = env.snapshots(GOLDEN_NS)
     assert golden in snaps, sorted(snaps)
     snap = snaps[golden]
     assert snap["status"]["readyToUse"] is True
-    assert snap["metadata"]["labels"]["kube-dc.com/golden-os"] == "windows-11"
+    assert snap["metadata"]["labels"]["kube-dc.com/golden-os"] == "windows-11-golden"
     assert snap["metadata"]["annotations"]["kube-dc.com/os-name"] == "Windows 11"
     dv = env.custom.get_namespaced_custom_object(
         "cdi.kubevirt.io", "v1beta1", GOLDEN_NS, "datavolumes", golden + "-disk"
@@ -324,7 +324,7 @@ def test_a_kms_image_is_imported_from_the_private_bucket_with_source_s3_and_a_se
     )
     assert run.ok, run.log
     digest = env.s3.head_object(Bucket=env.private, Key=key)["Metadata"]["sha256"]
-    golden = "golden-windows-11-%s-%s" % (DATE.replace("-", ""), digest[:12])
+    golden = "golden-windows-11-golden-%s-%s" % (DATE.replace("-", ""), digest[:12])
     dv = env.custom.get_namespaced_custom_object(
         "cdi.kubevirt.io", "v1beta1", GOLDEN_NS, "datavolumes", golden + "-disk"
     )
