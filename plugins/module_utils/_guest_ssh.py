@@ -42,6 +42,10 @@ def keypair():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _text(raw):
+    return raw.decode("utf-8", "replace").strip()
+
+
 def public_of(private_key):
     """The OpenSSH public key line of ``private_key`` (ssh-keygen -y), or None when it cannot be read
     without a passphrase."""
@@ -50,8 +54,9 @@ def public_of(private_key):
         path = os.path.join(folder, "key")
         with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
             out.write(private_key if private_key.endswith("\n") else private_key + "\n")
-        done = subprocess.run(
+        done = subprocess.run(  # the exit code is read below
             ["ssh-keygen", "-y", "-P", "", "-f", path],
+            check=False,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -108,8 +113,9 @@ def run(address, credentials, command, timeout):
             ]
         argv += ["%s@%s" % (credentials["username"], address[0]), command]
         try:
-            done = subprocess.run(
+            done = subprocess.run(  # the exit code is the answer
                 argv,
+                check=False,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -120,7 +126,6 @@ def run(address, credentials, command, timeout):
             return 255, "", "ssh did not finish within %ds" % (timeout + 5)
         except OSError as exc:
             return 255, "", "ssh could not run: %s" % exc
-        decode = lambda raw: raw.decode("utf-8", "replace").strip()  # noqa: E731
-        return done.returncode, decode(done.stdout), decode(done.stderr)
+        return done.returncode, _text(done.stdout), _text(done.stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

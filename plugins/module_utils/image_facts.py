@@ -33,7 +33,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 SCHEMA_VERSION = 1
 

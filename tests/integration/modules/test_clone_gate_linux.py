@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.integration.modules.test_clone_gate import (  # noqa: F401  (fixtures)
+from tests.integration.modules.test_clone_gate import (  # noqa: F401  pylint: disable=unused-import
     _projects_deleted,
     goldens,
     project_namespace,

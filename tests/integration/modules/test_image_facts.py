@@ -79,7 +79,7 @@ WINDOWS = {
         "Windows/Panther/Unattend/Build.XML": "<unattend><not closed>",
     },
     "echo_sysprep": {
-        "bootstrap.log": disks.SEALED_LOG.split("\r\n")[0]
+        "bootstrap.log": disks.SEALED_LOG.split("\r\n", maxsplit=1)[0]
         + "\r\necho sysprep /generalize /oobe /shutdown\r\n"
     },
 }

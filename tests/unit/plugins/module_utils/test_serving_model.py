@@ -153,7 +153,7 @@ def test_the_truth_names_served_staged_and_rollback_target_from_one_observation(
     assert state["staged"] == [golden_name(3), golden_name(2)]
     assert state["rollback_target"] == golden_name(0)
     assert state["projects_hold"] == {golden_name(1): 2}
-    assert [r for r, _ in serving.keep_reasons(state, golden_name(1))][:1] == [serving.SERVED]
+    assert serving.keep_reasons(state, golden_name(1))[0][0] == serving.SERVED
     assert serving.keep_reasons(state, golden_name(0))[0][0] == serving.ROLLBACK
     assert serving.keep_reasons(state, golden_name(3))[0][0] == serving.STAGED
 
