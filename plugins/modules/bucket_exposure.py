@@ -229,7 +229,7 @@ proof:
 
 import os
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3, exposure, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_message
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
@@ -238,7 +238,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     canary_answers,
     check_endpoint,
     read_controls,
-    error_code,
     has_credentials,
     s3_client_from_params,
 )
@@ -270,26 +269,14 @@ def build_module():
     )
 
 
-def answer_of(call):
-    """``(status, code)`` of one request; status 0 with the error text when nothing answered."""
-    try:
-        response = call()
-    except Exception as exc:
-        metadata = (getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}
-        status = metadata.get("HTTPStatusCode")
-        if status is None:
-            return 0, "%s: %s" % (type(exc).__name__, redact_message(str(exc)))
-        return int(status), error_code(exc) or str(status)
-    else:
-        body = response.get("Body")
-        if body is not None:
-            body.close()
-        return int(response["ResponseMetadata"]["HTTPStatusCode"]), None
+def _answer(call):
+    """``(status, code)`` of one request (the adapter's ``answer_of`` without the response)."""
+    return _s3.answer_of(call)[:2]
 
 
 def probe_object(client, bucket, key):
-    get = answer_of(lambda: client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0"))
-    head = answer_of(lambda: client.head_object(Bucket=bucket, Key=key))
+    get = _answer(lambda: client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0"))
+    head = _answer(lambda: client.head_object(Bucket=bucket, Key=key))
     if head[0] == 404 and get[1] == "NoSuchBucket":
         head = (404, "NoSuchBucket")  # a HEAD has no body to say which is missing; the GET said
     return get, head
@@ -338,7 +325,7 @@ def run(module):
         endpoint, p.get("region"), p["validate_certs"], p.get("ca_bundle"), timeout=p["timeout"]
     )
     get, head = probe_object(client, bucket, key)
-    listing = answer_of(lambda: client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1))
+    listing = _answer(lambda: client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1))
     answers = {"get": get, "head": head, "list": listing}
     result = dict(
         changed=False,
