@@ -189,7 +189,7 @@ class Gate:
             driver=driver,
             restore=kinds.status(candidate).get("restoreSize"),
             memory=memory,
-            digest=serving.release_digest(candidate),
+            digest=golden.release_digest(candidate),
             result=self.result,
         )
         self.enter("sweep")

@@ -463,6 +463,19 @@ def read_image_facts(path_or_disk, os_family=None, partition=None):
             image.close()
 
 
+def read_facts_or_why(path, os_family=None):
+    """``read_image_facts`` for a guard: a disk that cannot be read or judged (no NTFS, BitLocker or ext
+    partition, a damaged file system) is answered by a document saying so, which
+    ``image_facts.exposure_reasons`` turns into a reason; a missing ``dissect`` package is raised, since
+    nothing was read at all."""
+    try:
+        return read_image_facts(path, os_family)
+    except MissingLibrary:
+        raise
+    except PipelineError as exc:
+        return image_facts.document(os_family or "unknown", [image_facts.unreadable(path, exc)])
+
+
 def _shown(found):
     return "C:" + found.replace("/", "\\")
 

@@ -4,14 +4,17 @@
 
 """The export Job's program: convert a sealed disk to a compressed qcow2 and upload it to a bucket key.
 
-It runs in a pod next to the claim (``golden_export_job`` ships it in a ConfigMap with ``errors.py``,
-its one sibling), so no byte of the disk passes through the Ansible controller, and it needs nothing but
-``python3`` and ``qemu-img`` in the image: the S3 calls are signed here (AWS Signature Version 4) with
-the standard library. Credentials come from the environment (``EXPORT_ACCESS_KEY_ID``,
-``EXPORT_SECRET_ACCESS_KEY``, optionally ``EXPORT_SESSION_TOKEN``), which the Job fills from a Secret;
-they are never printed.
+It runs in a pod next to the claim (``golden_export_job`` ships it in a ConfigMap with its siblings), so
+no byte of the disk passes through the Ansible controller. It needs ``python3``, ``qemu-img`` and the
+``dissect`` packages the seal verifier uses (images/golden-export/Containerfile): the S3 calls are signed
+here (AWS Signature Version 4) with the standard library. Credentials come from the environment
+(``EXPORT_ACCESS_KEY_ID``, ``EXPORT_SECRET_ACCESS_KEY``, optionally ``EXPORT_SESSION_TOKEN``), which the
+Job fills from a Secret; they are never printed.
 
-The steps: ``qemu-img convert -c -O qcow2`` onto scratch space, then a HEAD of the key.
+The steps: the image's facts are read from the disk itself (``_disk.read_facts_or_why``): a key, a
+password or a place that could not be read makes the bytes sensitive whatever the run declared, and
+sensitive bytes go only to a destination proven private (``exposure.prove_private``). Then ``qemu-img
+convert -c -O qcow2`` onto scratch space, then a HEAD of the key.
 - The key holds an object (a rerun): the sha256 of the qcow2 is computed (its one read, nothing is sent);
   an object with this sha256 is left alone, anything else is refused.
 - The key is free: the qcow2 is read once. Its parts go to a staging key next to the key
@@ -51,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, urlsplit
 from xml.etree import ElementTree
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, exposure
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MARKER = "GOLDEN_EXPORT_RESULT "
@@ -549,23 +552,41 @@ def canary_answers(s3, bucket, key):
     return {"key": key, "written": written, "probes": probes, "deleted": deleted}
 
 
-def prove_destination(s3, opts, progress):
+def read_facts(opts, progress):
+    """The image-facts document of the bytes about to move, read from them before anything is converted or
+    sent: what the disk holds decides, whatever the run declares. No dissect, no export."""
+    progress.say("phase facts: %s" % opts.source)
+    try:
+        return _disk.read_facts_or_why(opts.source, None if opts.os_family == "auto" else opts.os_family)
+    except _disk.MissingLibrary as exc:
+        raise ExportError(
+            "%s, so the image's facts (keys, passwords) cannot be read from %s: build the export image from "
+            "images/golden-export/Containerfile, which installs the dissect packages; nothing was exported"
+            % (exc.msg, opts.source),
+            "facts",
+        ) from exc
+
+
+def prove_destination(s3, opts, progress, sensitive):
     """Before the first byte: ``exposure.prove_private`` on the bucket's controls and an anonymously read
     canary under the key's prefix; ExportError ``exposed`` when the bytes may not go there."""
     prefix = exposure.key_prefix(opts.key)
     progress.say("phase prove: s3://%s/%s" % (opts.bucket, prefix))
     controls = read_controls(s3, opts.bucket)
     canary = canary_answers(s3, opts.bucket, exposure.canary_key(opts.key, os.urandom(8).hex()))
-    proof = exposure.prove_private(opts.bucket, prefix, controls, canary, opts.sensitive_reason)
+    proof = exposure.prove_private(opts.bucket, prefix, controls, canary, sensitive)
     progress.say("exposure: %s" % json.dumps({k: proof[k] for k in ("verdict", "public_by", "probes")}))
     if proof["canary_problem"]:
         progress.say("warning: " + proof["canary_problem"])
     if not proof["allowed"]:
-        raise ExportError(proof["refusal"], "exposed")
+        refused = ExportError(proof["refusal"], "exposed")
+        refused.fields["exposure"] = proof
+        raise refused
     return proof
 
 
 def export(opts, environ, progress):
+    """The whole export; an ExportError raised once the facts are read carries them (and the reasons)."""
     started = time.monotonic()
     access, secret = environ.get("EXPORT_ACCESS_KEY_ID"), environ.get("EXPORT_SECRET_ACCESS_KEY")
     if not access or not secret:
@@ -583,16 +604,30 @@ def export(opts, environ, progress):
         opts.ca_file,
         opts.insecure,
     )
+    facts = read_facts(opts, progress)
+    sensitive = exposure.sensitive_reasons(facts=facts, facts_reasons=opts.sensitive_reason)
+    try:
+        return _export(s3, opts, progress, started, facts, sensitive)
+    except ExportError as exc:
+        exc.fields.update(image_facts=facts, sensitive_reasons=sensitive)
+        raise
+
+
+def _export(s3, opts, progress, started, facts, sensitive):
     where = "s3://%s/%s" % (opts.bucket, opts.key)
     qcow2 = os.path.join(opts.scratch, opts.filename)
     # A free key is proven private (or its bytes not sensitive) before the conversion: a refusal costs
     # seconds, and nothing of the image is written anywhere before it.
     proof = None
     if held(s3, opts.bucket, opts.key) is None:
-        proof = prove_destination(s3, opts, progress)
+        proof = prove_destination(s3, opts, progress, sensitive)
     convert(opts.source, qcow2, opts.compress, progress)
     converted = time.monotonic()
-    result = {"convert_seconds": round(converted - started, 3)}
+    result = {
+        "convert_seconds": round(converted - started, 3),
+        "image_facts": facts,
+        "sensitive_reasons": sensitive,
+    }
     if proof is not None:
         result["exposure"] = proof
     found = held(s3, opts.bucket, opts.key)
@@ -615,7 +650,7 @@ def export(opts, environ, progress):
             "key_exists",
         )
     if proof is None:  # the key was held, then freed meanwhile
-        result["exposure"] = proof = prove_destination(s3, opts, progress)
+        result["exposure"] = proof = prove_destination(s3, opts, progress, sensitive)
     size = os.path.getsize(qcow2)
     staging = opts.staging_key or "%s.partial-%s" % (opts.key, os.urandom(6).hex())
     parts, digest, read = stage(s3, opts, qcow2, staging, size, progress)
@@ -690,11 +725,17 @@ def parser():
     p.add_argument("--ca-file", default="")
     p.add_argument("--insecure", action="store_true")
     p.add_argument(
+        "--os-family",
+        choices=("auto", "windows", "linux"),
+        default="auto",
+        help="the OS whose facts are read (auto: from the partitions)",
+    )
+    p.add_argument(
         "--sensitive-reason",
         action="append",
         default=[],
-        help="a reason the image's bytes are sensitive (a licence, a key, a credential); any makes the "
-        "export refuse a destination not proven private",
+        help="a declared reason the image's bytes are sensitive (a licence); any makes the export refuse a "
+        "destination not proven private, as the reasons read from the image do",
     )
     return p
 
@@ -706,7 +747,7 @@ def main(argv=None, environ=None, out=sys.stdout):
         result = export(opts, os.environ if environ is None else environ, progress)
         code = 0
     except ExportError as exc:
-        result, code = {"error": exc.msg, "code": exc.code}, 1
+        result, code = dict(exc.fields, error=exc.msg, code=exc.code), 1
     out.write(MARKER + json.dumps(result, sort_keys=True) + "\n")
     out.flush()
     return code

@@ -85,6 +85,15 @@ def _selection_mode(sel):
     return selection.selection_mode(sel)
 
 
+# How each kind of object uses a golden it names.
+CLONE_WHY = {
+    "pvcs": "restores from it",
+    "datavolumes": "restores from it",
+    "datasources": "names it as its source (every clone of the DataSource restores from it)",
+    "vms": "restores a disk from it in its dataVolumeTemplates (at its next start or scale-up)",
+}
+
+
 def golden_consumers(target, observed, namespaces=None):
     """Every consumer of the golden ``target`` (a VolumeSnapshot of a golden namespace).
 
@@ -112,15 +121,19 @@ def golden_consumers(target, observed, namespaces=None):
 
     goldens, copies = golden_inventory.split_snapshots(observed.get("snapshots"), namespaces)
     index = golden_inventory.index(goldens, copies, observed.get("contents"))
-    entries = golden_inventory.clones(observed.get("pvcs"), observed.get("datavolumes"), index)
-    for entry in entries:
+    for entry in golden_inventory.clones(observed, index):
         if entry["namespace"] != namespace or entry["name"] != name:
             continue
-        for kind, key in (("PersistentVolumeClaim", "pvcs"), ("DataVolume", "datavolumes")):
+        for key in golden_inventory.CLONE_LISTS:
             for used in entry[key]:
                 via = "directly" if used["via"] == "golden" else "through the project copy %s" % used["via"]
                 found.append(
-                    golden_consumer(kind, used["namespace"], used["name"], "restores from it %s" % via)
+                    golden_consumer(
+                        golden_inventory.CLONE_KINDS[key],
+                        used["namespace"],
+                        used["name"],
+                        "%s %s" % (CLONE_WHY[key], via),
+                    )
                 )
 
     handle = selection.golden_handle(target, index.contents)
@@ -273,8 +286,9 @@ def volume_consumers(kind, namespace, name, observed, own_pod=lambda pod: False,
 
     Pods (those ``own_pod`` tells apart, ended or being deleted left out) and VirtualMachines mounting
     it; for a claim also the claims cloning it (``dataSource``, ``dataSourceRef``), the DataVolumes and
-    VirtualMachine ``dataVolumeTemplates`` cloning it (``source.pvc``) and the VolumeSnapshots taken of
-    it. ``observed``: ``{"pods", "pvcs", "datavolumes", "vms", "snapshots"}``, items of the namespace or
+    VirtualMachine ``dataVolumeTemplates`` cloning it (``source.pvc``), the DataSources naming it
+    (``source.pvc``) and the VolumeSnapshots taken of it. ``observed``: ``{"pods", "pvcs", "datavolumes",
+    "datasources", "vms", "snapshots"}``, items of the namespace or
     of all namespaces (an item without a namespace is of ``namespace``; a missing key means none).
     ``skip``: ``(kind, namespace, name)`` of objects that do not count (those deleted with it).
     """
@@ -319,6 +333,15 @@ def volume_consumers(kind, namespace, name, observed, own_pod=lambda pod: False,
             (kinds.spec(dv).get("source") or {}).get("pvc"), dv_ns, namespace, name
         ):
             add("DataVolume", dv, "clones from %s" % where)
+    for source in observed.get("datasources") or []:
+        if _names_claim(
+            (kinds.spec(source).get("source") or {}).get("pvc"), _where(source, namespace), namespace, name
+        ):
+            add(
+                "DataSource",
+                source,
+                "names %s as its source (every clone of the DataSource reads it)" % where,
+            )
     for snapshot in observed.get("snapshots") or []:
         source = kinds.spec(snapshot).get("source") or {}
         if _where(snapshot, namespace) == namespace and source.get("persistentVolumeClaimName") == name:
@@ -347,11 +370,12 @@ def asks(obj):
 def volume_plan(namespace):
     """The LIST requests ``delete_consumers`` needs for an object of ``namespace``, in the shape of
     ``golden_inventory.observation_plan``: pods and snapshots of the namespace (they reach no other),
-    claims, DataVolumes and VirtualMachines of all namespaces (they clone across namespaces)."""
+    claims, DataVolumes, DataSources and VirtualMachines of all namespaces (they clone across namespaces)."""
     queries = [
         ("pods", kinds.CORE, "Pod", namespace, False),
         ("pvcs", kinds.CORE, CLAIM, None, False),
         ("datavolumes", kinds.CDI, "DataVolume", None, True),
+        ("datasources", kinds.CDI, "DataSource", None, True),
         ("vms", kinds.KUBEVIRT, "VirtualMachine", None, True),
         ("snapshots", kinds.SNAPSHOT, "VolumeSnapshot", namespace, True),
     ]

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import json
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
@@ -30,6 +31,10 @@ OS_NAME_ANNOTATION = "kube-dc.com/os-name"
 MODE_KEY = "kube-dc.com/golden-mode"
 ACTIVE_LABEL = "kube-dc.com/golden-active"
 CLONE_MIN_SIZE_ANNOTATION = "kube-dc.com/clone-min-size"
+# The released artifact's whole digest (the name keeps 12 hex digits of it), written at publish.
+RELEASE_DIGEST = "goldenimage.pipeline/release-digest"
+# What the golden's bytes hold, as read from them (image_facts): the document, compact JSON.
+IMAGE_FACTS_ANNOTATION = "goldenimage.pipeline/image-facts"
 
 FILESYSTEM = "Filesystem"
 BLOCK = "Block"
@@ -371,7 +376,54 @@ def summary(obj):
         "restore_size": status.get("restoreSize"),
         "content_name": status.get("boundVolumeSnapshotContentName"),
         "active": is_active(obj),
+        "image_facts": recorded_facts(obj),
     }
+
+
+def release_digest(obj):
+    """The full release digest recorded on a golden at publish, or None."""
+    return kinds.annotations(obj).get(RELEASE_DIGEST) or None
+
+
+def facts_annotation(facts, where):
+    """The annotation value that records ``facts`` (an image-facts document) on a golden: compact JSON
+    with sorted keys, so the same read gives the same value. GoldenError for anything else."""
+    if not isinstance(facts, dict) or "schema_version" not in facts or "os_family" not in facts:
+        raise GoldenError(
+            "%s: image_facts is not an image-facts document (a mapping with schema_version and os_family): "
+            "give the document as read, seal_verify's facts or golden_export_job's image_facts" % where
+        )
+    return json.dumps(facts, sort_keys=True, separators=(",", ":"))
+
+
+def recorded_facts(obj):
+    """The image-facts document recorded on a golden; None when none is. A value that is not JSON is
+    answered by a document saying so, which image_facts.exposure_reasons counts as unproven."""
+    text = kinds.annotations(obj).get(IMAGE_FACTS_ANNOTATION)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        return {"schema_version": None, "unreadable": [{"source": IMAGE_FACTS_ANNOTATION, "error": str(exc)}]}
+
+
+def facts_patch(existing, facts, where):
+    """What recording ``facts`` on the existing golden needs: None (nothing, or nothing given) or the
+    merge patch. A golden's bytes never change, so neither do their facts: other facts are refused."""
+    if facts is None:
+        return None
+    value = facts_annotation(facts, where)
+    recorded = kinds.annotations(existing).get(IMAGE_FACTS_ANNOTATION)
+    if recorded == value:
+        return None
+    if recorded:
+        raise GoldenError(
+            "%s records other image facts than the ones given: a golden's bytes never change, so its facts "
+            "do not either; read the facts from this golden's own source again, or make a new golden under "
+            "a new name for other bytes" % where
+        )
+    return {"metadata": {"annotations": {IMAGE_FACTS_ANNOTATION: value}}}
 
 
 def describe_progress(obj):

@@ -23,6 +23,18 @@ SEEDED_FROM_ANNOTATION = "kube-dc.com/seeded-from"
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 DATAVOLUME_API_VERSION = "cdi.kubevirt.io/v1beta1"
 DATAVOLUME_KIND = "DataVolume"
+DATASOURCE_KIND = "DataSource"
+VM_API_VERSION, VM_KIND = "kubevirt.io/v1", "VirtualMachine"
+# What restores from a golden by naming it, by list: a claim's dataSource, a DataVolume's source.snapshot,
+# a DataSource's source.snapshot (every clone of the DataSource reads it), a VirtualMachine's
+# dataVolumeTemplates (its next start, or a pool's next member, clones it).
+CLONE_LISTS = ("pvcs", "datavolumes", "datasources", "vms")
+CLONE_KINDS = {
+    "pvcs": "PersistentVolumeClaim",
+    "datavolumes": DATAVOLUME_KIND,
+    "datasources": DATASOURCE_KIND,
+    "vms": VM_KIND,
+}
 # A selection whose family and mode match no golden is reported with the conflicts.
 GOVERNS_NOTHING = "governs_nothing"
 
@@ -148,7 +160,7 @@ def candidate(obj, mode, handle, digests):
     status = obj.get("status") or {}
     family = golden.observed_family(obj)
     version = parse_version(meta.get("name"), family)
-    digest = digests.get(meta.get("name"))
+    digest = golden.release_digest(obj) or digests.get(meta.get("name"))
     prefix = version["digest_prefix"]
     if digest and not prefix:
         try:
@@ -174,6 +186,7 @@ def candidate(obj, mode, handle, digests):
         "serving": False,
         "problems": golden.validate_golden(_canonical(obj, mode)),
         "clones": 0,
+        "image_facts": golden.recorded_facts(obj),
     }
 
 
@@ -242,6 +255,8 @@ def observation_plan(namespaces, family=None, project_selector=selection.PROJECT
         ("projects", "v1", "Namespace", None, project_selector, False),
         ("selections", selection.SELECTION_API_VERSION, selection.SELECTION_KIND, None, None, True),
         ("datavolumes", DATAVOLUME_API_VERSION, DATAVOLUME_KIND, None, None, True),
+        ("datasources", DATAVOLUME_API_VERSION, DATASOURCE_KIND, None, None, True),
+        ("vms", VM_API_VERSION, VM_KIND, None, None, True),
     ]
     fields = ("key", "api", "kind", "namespace", "selector", "optional")
     plan = [{field: query[i] for i, field in enumerate(fields)} for query in queries]
@@ -251,7 +266,7 @@ def observation_plan(namespaces, family=None, project_selector=selection.PROJECT
 def assemble(listed, namespaces):
     """``observed`` for ``report`` and ``consumers`` from ``{key: [items of each LIST]}`` of the plan."""
     golden_spaces = set(namespaces.values())
-    observed = {key: [] for key in ("snapshots", "contents", "pvcs", "projects", "selections", "datavolumes")}
+    observed = {key: [] for key in ("snapshots", "contents", "pvcs", "projects", "selections") + CLONE_LISTS}
     for key, batches in listed.items():
         for items in batches:
             if key == "goldens":
@@ -350,18 +365,31 @@ def _pvc_sources(pvc):
     return found
 
 
-def _datavolume_source(dv):
-    snap = (((dv.get("spec") or {}).get("source") or {}).get("snapshot")) or {}
-    if not snap.get("name"):
-        return None
-    return (snap.get("namespace") or _namespace(dv), snap["name"])
+def _snapshot_source(spec, namespace):
+    snap = ((spec or {}).get("source") or {}).get("snapshot") or {}
+    return [(snap.get("namespace") or namespace, snap["name"])] if snap.get("name") else []
 
 
-def clones(pvcs, datavolumes, index, family=None, mode=None):
+def _sources(key, obj):
+    """(namespace, name) of each VolumeSnapshot the object of list ``key`` restores from."""
+    if key == "pvcs":
+        return _pvc_sources(obj)
+    if key == "vms":
+        found = []
+        for template in (obj.get("spec") or {}).get("dataVolumeTemplates") or []:
+            for where in _snapshot_source(template.get("spec"), _namespace(obj)):
+                if where not in found:
+                    found.append(where)
+        return found
+    return _snapshot_source(obj.get("spec"), _namespace(obj))
+
+
+def clones(observed, index, family=None, mode=None):
     """Who still restores from each golden, directly or through a project's seeded copy.
 
-    One entry per golden (with ``count`` 0 when nothing clones it), plus one per handle that no
-    listed golden owns any more (``golden`` is then None) when something still clones it.
+    ``observed``: the lists of CLONE_LISTS (a missing one is empty). One entry per golden (with ``count``
+    0 when nothing clones it), plus one per handle that no listed golden owns any more (``golden`` is then
+    None) when something still clones it.
     """
     entries = {}
     order = []
@@ -387,8 +415,7 @@ def clones(pvcs, datavolumes, index, family=None, mode=None):
                 mode=snap_mode,
                 handle=handle,
                 count=0,
-                pvcs=[],
-                datavolumes=[],
+                **{key: [] for key in CLONE_LISTS},
             )
             order.append(key)
         return entries[key]
@@ -406,13 +433,10 @@ def clones(pvcs, datavolumes, index, family=None, mode=None):
         entry[kind_list].append({"namespace": _namespace(consumer), "name": _name(consumer), "via": via})
         entry["count"] += 1
 
-    for pvc in pvcs or []:
-        for where in _pvc_sources(pvc):
-            add("pvcs", pvc, where)
-    for dv in datavolumes or []:
-        where = _datavolume_source(dv)
-        if where:
-            add("datavolumes", dv, where)
+    for key in CLONE_LISTS:
+        for obj in observed.get(key) or []:
+            for where in _sources(key, obj):
+                add(key, obj, where)
     result = []
     for key in order:
         entry = entries[key]
@@ -434,6 +458,8 @@ def report(
     namespaces=None,
     family=None,
     mode=None,
+    datasources=None,
+    vms=None,
 ):
     """The whole report: ``{"families", "conflicts", "projects", "clones"}``.
 
@@ -490,7 +516,8 @@ def report(
             }
         )
 
-    clone_entries = clones(pvcs, datavolumes, index, family, mode)
+    users = {"pvcs": pvcs, "datavolumes": datavolumes, "datasources": datasources, "vms": vms}
+    clone_entries = clones(users, index, family, mode)
     counts = {(e["namespace"], e["name"]): e["count"] for e in clone_entries if e["golden"]}
     for fam in families.values():
         for info in fam["candidates"]:
@@ -530,8 +557,8 @@ def condense(result, limit=None):
     clone_entries = []
     consumers = 0
     for entry in result["clones"]:
-        consumers += len(entry["pvcs"]) + len(entry["datavolumes"])
-        clone_entries.append(dict(entry, pvcs=[], datavolumes=[]))
+        consumers += sum(len(entry[key]) for key in CLONE_LISTS)
+        clone_entries.append(dict(entry, **{key: [] for key in CLONE_LISTS}))
     return dict(
         result,
         projects=kept,

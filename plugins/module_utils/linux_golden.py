@@ -240,6 +240,7 @@ def _plan_entry(image, date, where):
         "golden": name,
         "secret_ref": http.get("secret_ref") or "",
         "presign": bool(http.get("presign", False)),
+        "image_facts": image.get("image_facts"),
     }
 
 

@@ -43,7 +43,7 @@ ROLLED_BACK = "goldenimage.pipeline/rolled-back"
 # On a holding selection (it names no snapshot until the first promotion, which removes it).
 HOLD = "goldenimage.pipeline/hold"
 # Written on a golden at publish: its full release digest (the name keeps 12 hex digits only).
-RELEASE_DIGEST = "goldenimage.pipeline/release-digest"
+RELEASE_DIGEST = golden.RELEASE_DIGEST
 
 PATH_SELECTION = "selection"
 PATH_LABEL = "label"
@@ -514,7 +514,7 @@ def rollback_plan(record, what, current, named=None, missing=None):
 def served_digest(obj, given, name):
     """The release digest a selection of golden ``name`` (``obj``) carries: the one recorded on the golden
     at publish; a different one given is refused (a digest belongs to one set of bytes)."""
-    recorded = kinds.annotations(obj).get(RELEASE_DIGEST) or None
+    recorded = golden.release_digest(obj)
     given = golden.normalize_digest(given) if given else None
     if given and recorded and given != recorded:
         raise Refusal(

@@ -166,7 +166,7 @@ def truth(observed, family, mode, namespaces=None, users=True):
         },
         "gate": {kinds.name(g): gate_pass(g, handles[kinds.name(g)]) for g in ordered},
         # The digest published with each golden, else the one a selection recorded for it.
-        "digests": {kinds.name(g): release_digest(g) or recorded.get(kinds.name(g)) for g in ordered},
+        "digests": {kinds.name(g): golden.release_digest(g) or recorded.get(kinds.name(g)) for g in ordered},
         "handles": handles,
     }
 
@@ -228,11 +228,6 @@ def delete_refusal(state, name, subject, force=False):
 # Intent before serving ----------------------------------------------------------------------------
 
 
-def release_digest(obj):
-    """The full release digest recorded on a golden at publish, or None."""
-    return kinds.annotations(obj).get(RELEASE_DIGEST) or None
-
-
 def _json(text):
     try:
         found = json.loads(text) if text else None
@@ -255,10 +250,10 @@ def gate_pass_problem(obj, handle=None):
         return None, "no clone gate ever recorded a pass for it (annotation %s)" % GATE_RECORD
     if record.get("verdict") != "passed":
         return None, "the clone gate's verdict recorded for it is %s" % record.get("verdict")
-    if (record.get("release_digest") or None) != release_digest(obj):
+    if (record.get("release_digest") or None) != golden.release_digest(obj):
         return None, "its recorded gate pass is for release digest %s, not its own %s" % (
             record.get("release_digest") or "none",
-            release_digest(obj),
+            golden.release_digest(obj),
         )
     me = "%s/%s" % (kinds.namespace(obj), kinds.name(obj))
     if record.get("candidate") != me:

@@ -53,22 +53,6 @@ options:
         listing, so only when credentials are available).
     type: bool
     default: true
-  license:
-    description:
-      - License state of the image about to be uploaded there. V(none), V(byol) and V(evaluation) only report.
-      - V(volume), V(kms), V(key) and V(activated) make the module fail unless every anonymous read is refused
-        (an answer that proves nothing, such as a connection error, fails too).
-    type: str
-    choices: [none, byol, evaluation, volume, kms, key, activated]
-    default: none
-  sensitive_reasons:
-    description:
-      - Further reasons the image's bytes are sensitive (from its facts, for example a product key or a
-        leftover password). Any reason makes the module fail as a licensed O(license) does, whatever
-        O(license) says.
-    type: list
-    elements: str
-    default: []
   canary:
     description:
       - Prove the destination the way the export modules do before their first byte
@@ -100,6 +84,7 @@ options:
     type: int
     default: 20
 extends_documentation_fragment:
+  - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
 attributes:

@@ -25,18 +25,26 @@ description:
     the object's metadata itself, from the controller, and fails unless it names the digest the Job reported.
   - When O(key) already holds an object by the time the Job has converted the disk, the Job only computes the
     qcow2's sha256; the same digest leaves the object alone, another one is refused.
+  - Before anything else, the Job reads the image's facts from the disk itself, with the reader of
+    M(goldenimage.pipeline.seal_verify) (RV(image_facts)), which finds product keys and KMS settings,
+    passwords left in answer files or in Winlogon, BitLocker, and private keys left in a Linux image. Each
+    key, credential or place that could not be read is a reason the bytes are sensitive
+    (RV(sensitive_reasons)), whatever O(license) says; a disk whose OS cannot be told is unproven, so
+    sensitive too.
   - Before it converts anything for a free O(key), the Job proves the destination with its own credentials
     and the same decision as M(goldenimage.pipeline.golden_export_object) (C(exposure.prove_private), shipped
     with the program); it reads the bucket's controls (GetBucketPolicyStatus, GetBucketAcl,
     GetPublicAccessBlock; one that does not answer is recorded as not answered, never as private), writes a
     throw-away canary named like O(key) under its prefix, reads it unsigned with a GET, a ranged GET, a HEAD
-    and a listing of the prefix, and deletes it. When the bytes are sensitive (a licensed O(license) or any
-    O(sensitive_reasons)) and the destination is not proven private, the Job stops before its first byte and
-    the module fails with C(code=exposed), naming the bucket, what answered 2xx and the supported move.
+    and a listing of the prefix, and deletes it. When the bytes are sensitive (a reason read from the image,
+    a licensed O(license) or any O(sensitive_reasons)) and the destination is not proven private, the Job
+    stops before its first byte and the module fails with C(code=exposed), naming the bucket, what answered
+    2xx and the supported move.
   - The credentials the Job signs with come from the Secret O(credentials_secret) (CDI's C(accessKeyId) and
     C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself (AWS
-    Signature Version 4) and needs only C(python3) and C(qemu-img) in O(image). Its program is not part of the
-    image; the module ships it in a ConfigMap, so the Job always runs the code of this module.
+    Signature Version 4) and needs C(python3), C(qemu-img) and the C(dissect) packages in O(image). Its
+    program is not part of the image; the module ships it in a ConfigMap, so the Job always runs the code of
+    this module.
   - Before anything is written, the module reads O(key) from the controller (with the S3 connection options).
     A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid) is left
     alone and the task reports no change, with no Job; a key that holds anything else is refused. Export a
@@ -136,8 +144,9 @@ options:
     default: ""
   image:
     description:
-      - Container image of the Job. It needs C(python3) (the standard library only) and C(qemu-img). Build
-        it from C(images/golden-export/Containerfile) in the collection and push it to a registry the cluster
+      - Container image of the Job. It needs C(python3), C(qemu-img) and the C(dissect) packages that read
+        the image's facts (an image without them fails the export before anything is converted). Build it
+        from C(images/golden-export/Containerfile) in the collection and push it to a registry the cluster
         pulls from (on an air-gapped cluster, the local mirror).
       - Required with O(state=present).
     type: str
@@ -172,23 +181,14 @@ options:
       - Labels added to the Job, its pod, the ConfigMap and the scratch claim.
     type: dict
     default: {}
-  license:
+  os:
     description:
-      - License state of the image. V(none), V(byol) and V(evaluation) may go to any bucket (the Job still
-        makes the proof and reports it in RV(exposure)).
-      - V(volume), V(kms), V(key) and V(activated) are exported only to a destination proven private.
+      - Whose facts the Job reads. Detected from the partitions when omitted (NTFS or BitLocker means
+        V(windows), ext means V(linux)); a disk where neither is found is unproven.
     type: str
-    choices: [none, byol, evaluation, volume, kms, key, activated]
-    default: none
-  sensitive_reasons:
-    description:
-      - Further reasons the image's bytes are sensitive, as read from the image (a product key, a leftover
-        password, private keys). Any reason makes the export need a destination proven private, whatever
-        O(license) says.
-    type: list
-    elements: str
-    default: []
+    choices: [windows, linux]
 extends_documentation_fragment:
+  - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3.connection
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
@@ -313,8 +313,29 @@ exposure:
     probes: {get: 403, range_get: 403, head: 403, list: 403}
     canary_deleted: true
     allowed: true
+image_facts:
+  description:
+    - The image-facts document the Job read from the disk (the shape of
+      RV(goldenimage.pipeline.seal_verify#module:facts)); store it with the golden
+      (M(goldenimage.pipeline.golden_snapshot)'s O(goldenimage.pipeline.golden_snapshot#module:image_facts)).
+  returned: when the Job ran
+  type: dict
+  sample:
+    schema_version: 1
+    os_family: windows
+    unreadable: []
+    image_state: {value: IMAGE_STATE_GENERALIZE_RESEAL_TO_OOBE, generalized: true}
+sensitive_reasons:
+  description: Every reason the bytes were sensitive, read from the image and declared; empty when none.
+  returned: when the Job ran
+  type: list
+  elements: str
+  sample:
+    - "key-bearing: C:\\Windows\\Panther\\unattend.xml holds a product key (specialize/ProductKey)"
 code:
-  description: Why the Job failed, V(exposed) when the destination was not proven private for sensitive bytes.
+  description:
+    - Why the Job failed, V(exposed) when the destination was not proven private for sensitive bytes, V(facts)
+      when the image's facts could not be read at all (the image lacks dissect).
   returned: when the Job failed
   type: str
   sample: exposed
@@ -358,14 +379,17 @@ import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _disk,
     consumers,
     errors,
     exposure,
+    image_facts,
     inputs,
     jobs,
     kinds,
     mirror,
     redact,
+    seal,
     worker,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
@@ -416,6 +440,7 @@ def argument_spec():
         labels={"type": "dict", "default": {}},
         license={"type": "str", "default": "none", "choices": list(exposure.LICENSE_CHOICES)},
         sensitive_reasons={"type": "list", "elements": "str", "default": []},
+        os={"type": "str", "choices": ["windows", "linux"]},
     )
     s3 = s3_arg_spec()
     # One validate_certs for both connections: kubernetes.core's (unset verifies S3 too).
@@ -423,10 +448,24 @@ def argument_spec():
     return dict(spec, **s3)
 
 
+# What the Job reports that the module returns.
+RESULT_FIELDS = (
+    "sha256",
+    "size",
+    "read_bytes",
+    "parts",
+    "seconds",
+    "convert_seconds",
+    "exposure",
+    "image_facts",
+    "sensitive_reasons",
+)
+
+
 def program_files():
-    """ConfigMap data: the Job's program and what it imports (the exposure rule and its two helpers, the
-    error base), under their module file names."""
-    return module_files(export_cli, errors, exposure, inputs, redact)
+    """ConfigMap data: the Job's program and what it imports (the facts reader and its rules, the exposure
+    rule and its two helpers, the error base), under their module file names."""
+    return module_files(export_cli, _disk, image_facts, seal, errors, exposure, inputs, redact)
 
 
 class ExportJob(RoundRunner):
@@ -542,6 +581,8 @@ class ExportJob(RoundRunner):
         ]
         if not p["compress"]:
             args.append("--no-compress")
+        if p["os"]:
+            args += ["--os-family", p["os"]]
         for reason in self.sensitive:
             args += ["--sensitive-reason", reason]
         files = program_files()
@@ -672,6 +713,7 @@ class ExportJob(RoundRunner):
                 log=jobs.log_tail(log),
                 code=outcome.get("code"),
                 refused=outcome.get("code") == "exposed",
+                **{k: outcome[k] for k in ("image_facts", "sensitive_reasons", "exposure") if k in outcome},
             )
         left = self.cleanup()
         held = self.held(s3_client_from_params(p))
@@ -687,7 +729,7 @@ class ExportJob(RoundRunner):
                 job=dict(self.ref),
                 left_behind=left,
             )
-        for name in ("sha256", "size", "read_bytes", "parts", "seconds", "convert_seconds", "exposure"):
+        for name in RESULT_FIELDS:
             if name in outcome:
                 result[name] = outcome[name]
         result["action"] = outcome.get("action", "upload")

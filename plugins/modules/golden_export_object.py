@@ -27,9 +27,14 @@ description:
     not answer is recorded as not answered, never as private), and a throw-away canary object, named like
     O(key) under its prefix, is written with the module's credentials, read anonymously with a GET, a ranged
     GET, a HEAD and a listing of the prefix, and deleted. Any 2xx, or a control that says public, makes the
-    destination public. When the bytes are sensitive (a licensed O(license), or any O(sensitive_reasons)),
-    the module uploads only to a destination proven private and otherwise refuses, naming the bucket, what
-    answered 2xx, and the supported move; nothing of the image is written.
+    destination public. When the bytes are sensitive (a reason read from the file, a licensed O(license),
+    or any O(sensitive_reasons)), the module uploads only to a destination proven private and otherwise
+    refuses, naming the bucket, what answered 2xx, and the supported move; nothing of the image is written.
+  - Unless O(read_facts=false), the image's facts are read from the file first, with the reader of
+    M(goldenimage.pipeline.seal_verify) (RV(image_facts)), which finds product keys, KMS settings,
+    passwords left in answer files or Winlogon, BitLocker, and private keys left in a Linux image. Each is a
+    reason the bytes are sensitive (RV(sensitive_reasons)), and so is a file whose OS cannot be told or that
+    cannot be read.
   - After a sensitive upload, the object itself is read anonymously once more; if anyone can read it, it is
     deleted again and the module fails.
 author:
@@ -82,23 +87,16 @@ options:
       - C(Content-Type) of the object.
     type: str
     default: application/octet-stream
-  license:
+  read_facts:
     description:
-      - License state of the image. V(none), V(byol) and V(evaluation) may go to any bucket (the proof is
-        still made and reported in RV(exposure)).
-      - V(volume), V(kms), V(key) and V(activated) are uploaded only to a destination proven private.
-    type: str
-    choices: [none, byol, evaluation, volume, kms, key, activated]
-    default: none
-  sensitive_reasons:
-    description:
-      - Further reasons the image's bytes are sensitive, as read from the image (for example a product key,
-        a leftover password in an answer file, private keys). Any reason makes the upload need a destination
-        proven private, whatever O(license) says.
-    type: list
-    elements: str
-    default: []
+      - Read the image's facts from O(path) before anything is uploaded (a raw or qcow2 disk).
+      - Set V(false) only for a file that is not a VM disk (an installer ISO, a compressed vendor image),
+        whose facts cannot be read; then only O(license) and O(sensitive_reasons) decide, and RV(image_facts)
+        is null.
+    type: bool
+    default: true
 extends_documentation_fragment:
+  - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.wait_rounds.background
@@ -198,6 +196,19 @@ verified_by:
   sample:
     - sha256 of the whole stream (computed while it was sent)
     - ETag of the stored object (md5 of its parts)
+image_facts:
+  description:
+    - The image-facts document read from O(path) (the shape of
+      RV(goldenimage.pipeline.seal_verify#module:facts)); null with O(read_facts=false).
+  returned: always
+  type: dict
+  sample: {schema_version: 1, os_family: linux, unreadable: [], private_keys: []}
+sensitive_reasons:
+  description: Every reason the bytes are sensitive, read from the file and declared; empty when none.
+  returned: always
+  type: list
+  elements: str
+  sample: ["key-bearing: /etc/ssl/private/ssl-cert-snakeoil.key is left in the image (tls, PRIVATE KEY)"]
 exposure:
   description:
     - The proof made before the upload (C(exposure.prove_private)); absent when O(key) already held the file.
@@ -228,7 +239,7 @@ import datetime
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
@@ -260,6 +271,7 @@ def argument_spec():
         content_type=dict(type="str", default="application/octet-stream"),
         license=dict(type="str", default="none", choices=list(exposure.LICENSE_CHOICES)),
         sensitive_reasons=dict(type="list", elements="str", default=[]),
+        read_facts=dict(type="bool", default=True),
         progress_file=dict(type="path"),
     )
 
@@ -280,12 +292,25 @@ class ExportObject(transfer.UploadRun):
         mirror.check_concurrency(p["concurrency"])
         requested = mirror.part_size_bytes(p["part_size"])
         expected = mirror.normalize_sha256(p["sha256"]) if p["sha256"] else None
-        self.sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
         path = p["path"]
         inputs.require_file(
             path, os.path.isfile(path), "option path (%s)" % path, "give the exported image file"
         )
+        facts = self.read_facts(path) if p["read_facts"] else None
+        self.sensitive = exposure.sensitive_reasons(
+            p["license"], facts=facts, facts_reasons=p["sensitive_reasons"]
+        )
+        self.result.update(image_facts=facts, sensitive_reasons=self.sensitive)
         return expected, requested
+
+    def read_facts(self, path):
+        try:
+            return _disk.read_facts_or_why(path)
+        except _disk.MissingLibrary as exc:
+            raise PipelineError(
+                "%s, so the image's facts cannot be read from %s: install the collection's Python "
+                "requirements on the host the module runs on; nothing was uploaded" % (exc.msg, path)
+            ) from exc
 
     def hash_file(self):
         source = transfer.open_source(path=self.params["path"], progress=self.progress())

@@ -143,10 +143,12 @@ families:
     candidates:
       description:
         - Every golden of the family, in API list order, with V(name), V(namespace), V(mode), V(date)
-          (C(YYYYMMDD), from the versioned name, else the creation day), V(created), V(digest),
-          V(digest_prefix), V(size) (C(status.restoreSize)), V(ready), V(active), V(content), V(handle),
-          V(selected) (a selection names it), V(serving), V(problems) (contract violations) and V(clones)
-          (how many PVCs and DataVolumes restore from it).
+          (C(YYYYMMDD), from the versioned name, else the creation day), V(created), V(digest) (the release
+          digest recorded on the golden, else by a selection), V(digest_prefix), V(size)
+          (C(status.restoreSize)), V(ready), V(active), V(content), V(handle),
+          V(selected) (a selection names it), V(serving), V(problems) (contract violations), V(clones)
+          (how many PVCs and DataVolumes restore from it) and V(image_facts) (the image-facts document
+          recorded on the golden, see M(goldenimage.pipeline.golden_snapshot); None when none is).
       type: list
       elements: dict
       sample:
@@ -233,9 +235,10 @@ clones:
   description:
     - One entry per golden (V(count) 0 when nothing restores from it), plus one per snapshot handle that
       no listed golden owns any more but that something still restores from (V(golden) is then None).
-    - V(pvcs) and V(datavolumes) name each consumer and V(via), V(golden) for a direct restore or the
-      project's seeded copy C(<namespace>/<name>) it went through.
-    - When RV(details) is V(summary), V(pvcs) and V(datavolumes) are empty and V(count) still counts them.
+    - V(pvcs), V(datavolumes), V(datasources) (CDI DataSources whose C(source.snapshot) names it) and V(vms)
+      (VirtualMachines whose C(dataVolumeTemplates) restore from it) name each consumer and V(via),
+      V(golden) for a direct restore or the project's seeded copy C(<namespace>/<name>) it went through.
+    - When RV(details) is V(summary), those lists are empty and V(count) still counts them.
   returned: always
   type: list
   elements: dict
@@ -249,6 +252,8 @@ clones:
       count: 1
       pvcs: [{namespace: shop-prod, name: vm-1-root, via: shop-prod/golden-windows-11-golden}]
       datavolumes: []
+      datasources: []
+      vms: []
 details:
   description: How much of the report was returned, V(full) or V(summary) (see O(details)).
   returned: always
@@ -260,7 +265,7 @@ projects_omitted:
   type: int
   sample: 49980
 consumers_omitted:
-  description: Claims and DataVolumes left out of the consumer lists of RV(clones) by the summary.
+  description: Consumers left out of the lists of RV(clones) by the summary.
   returned: when RV(details) is V(summary)
   type: int
   sample: 5000
@@ -321,6 +326,8 @@ def run(module):
             namespaces=namespaces,
             family=p["family"],
             mode=mode,
+            datasources=observed["datasources"],
+            vms=observed["vms"],
         )
         # The serving truth's own answers, beside what the report resolved with the same rule.
         for fam in result["families"]:

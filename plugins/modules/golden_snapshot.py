@@ -105,8 +105,19 @@ options:
     type: str
   digest:
     description:
-      - Digest of the released artifact, C(sha256:<64 hex>). Its first 12 hex digits end a computed name.
+      - Digest of the released artifact, C(sha256:<64 hex>). Its first 12 hex digits end a computed name;
+        the whole digest is recorded on a new golden (annotation C(goldenimage.pipeline/release-digest)).
     type: str
+  image_facts:
+    description:
+      - The image-facts document read from the golden's bytes
+        (RV(goldenimage.pipeline.seal_verify#module:facts) of its source, or
+        RV(goldenimage.pipeline.golden_export_job#module:image_facts) of its export), recorded on the golden
+        as the annotation C(goldenimage.pipeline/image-facts) (compact JSON) and shown by
+        M(goldenimage.pipeline.golden_info).
+      - A golden without the annotation gets it (only the annotation changes). A golden that records other
+        facts is refused, since its bytes never change, so neither do their facts.
+    type: dict
   fail_on_invalid:
     description:
       - With O(state=validated), fail when a golden breaks the contract. Set V(false) to only report.
@@ -275,6 +286,10 @@ golden:
       type: str
       returned: when O(digest) is given
       sample: "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
+    image_facts:
+      description: The image-facts document recorded on the golden (see O(image_facts)); null when none is.
+      type: dict
+      sample: {schema_version: 1, os_family: linux, unreadable: [], private_keys: []}
 problems:
   description:
     - Contract violations, one sentence each naming the key and the rule; empty when the golden is valid.
@@ -403,6 +418,7 @@ def argument_spec():
         adopt=dict(type="bool", default=False),
         date=dict(type="str"),
         digest=dict(type="str"),
+        image_facts=dict(type="dict"),
         fail_on_invalid=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
     )
@@ -507,19 +523,27 @@ class Golden:
                 adopt=p["adopt"],
                 snapshot_class=p["snapshot_class"],
             )
+            where = "%s %s/%s" % (KIND, namespace, name)
+            facts = golden.facts_patch(existing or {}, p["image_facts"], where)
         except golden.GoldenError as exc:
             raise PipelineError(str(exc), snapshot=existing or {}, **self.result) from None
         after = existing
         if plan["action"] in ("create", "stamp"):
             self.hold_until_promoted(p["family"], mode)
         if plan["action"] == "create":
+            annotations = plan["definition"]["metadata"]["annotations"]
             if self.digest:
-                plan["definition"]["metadata"]["annotations"][serving.RELEASE_DIGEST] = self.digest
+                annotations[serving.RELEASE_DIGEST] = self.digest
+            if facts:
+                annotations.update(facts["metadata"]["annotations"])
             after = self.module.create(plan["definition"])
             self.result["changed"] = True
         elif plan["action"] == "stamp":
             after, changed = self.module.patch(API, KIND, name, namespace, plan["patch"], before=existing)
             self.result["changed"] = changed
+        if facts and plan["action"] != "create":
+            after, changed = self.module.patch(API, KIND, name, namespace, facts, before=after)
+            self.result["changed"] = self.result["changed"] or changed
         self.result["action"] = plan["action"]
         self.set_diff(existing, after)
         self.result["progress"] = [golden.phase(after)]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -67,3 +69,10 @@ def mirror(lab, qcow2):
         "sha512": hashlib.sha512(qcow2.read_bytes()).hexdigest(),
         "base": "%s/%s/baked/" % (env["AWS_ENDPOINT_URL"], bucket),
     }
+
+
+@pytest.fixture
+def venv_python_first(monkeypatch):
+    """The lab's Jobs run host executables from PATH: make python3 the one with dissect installed, as the
+    project's verifier and export images have it."""
+    monkeypatch.setenv("PATH", "%s:%s" % (pathlib.Path(sys.executable).parent, os.environ.get("PATH", "")))

@@ -109,6 +109,20 @@ def image(tmp_path_factory):
     return path
 
 
+def export_object(lab_s3, bucket, key, path, **options):
+    """golden_export_object of ``path`` to ``key`` in a playbook, its failure kept as the result."""
+    task = module_task(
+        "goldenimage.pipeline.golden_export_object",
+        "export",
+        ignore_errors=True,
+        bucket=bucket,
+        key=key,
+        path=str(path),
+        **options,
+    )
+    return run_playbook(play(task), env=lab_s3.env(), timeout=180)
+
+
 def _assert_refused(msg, bucket, probe):
     assert "bucket %s is public" % bucket in msg, msg
     assert probe in msg, msg
@@ -134,21 +148,7 @@ def test_golden_export_object_never_lets_an_anonymous_reader_see_licensed_bytes(
     for kind in KINDS:
         bucket = names[kind]
         with Poller(lab_s3.endpoint_url, bucket, KEY, PREFIX) as poller:
-            run = run_playbook(
-                play(
-                    module_task(
-                        "goldenimage.pipeline.golden_export_object",
-                        "export",
-                        ignore_errors=True,
-                        bucket=bucket,
-                        key=KEY,
-                        path=str(image),
-                        license="kms",
-                    )
-                ),
-                env=lab_s3.env(),
-                timeout=180,
-            )
+            run = export_object(lab_s3, bucket, KEY, image, license="kms")
         result = run["export"]
         status = [entry["status"] for entry in run.tasks]
         assert poller.rounds > 0

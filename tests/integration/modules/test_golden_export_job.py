@@ -20,7 +20,7 @@ from tests.integration.support import disks
 from tests.integration.support.runner import kube_play, module_task, run_playbook
 from tests.lab.access import MUTATING_VERBS
 
-pytestmark = pytest.mark.lab_only
+pytestmark = [pytest.mark.lab_only, pytest.mark.usefixtures("venv_python_first")]
 
 MIB = 1024 * 1024
 MODULE = "goldenimage.pipeline.golden_export_job"

@@ -8,6 +8,7 @@ marked ``lab_only``.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 import uuid
@@ -233,6 +234,44 @@ def test_make_a_golden_three_times(lab, cluster):
         "kube-dc.com/os-family-id",
         "kube-dc.com/os-name",
     ]
+
+
+FACTS = {
+    "schema_version": 1,
+    "os_family": "linux",
+    "unreadable": [],
+    "private_keys": [],
+    "machine_id": "empty",
+}
+FACTS_ANNOTATION = "goldenimage.pipeline/image-facts"
+
+
+def test_the_facts_read_from_the_bytes_are_recorded_once_and_never_replaced(lab, cluster):
+    pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
+    args = make_args(cluster, pvc)
+    other = dict(FACTS, private_keys=[{"path": "/etc/ssh/ssh_host_rsa_key", "kind": "ssh_host_key"}])
+    run = run_playbook(
+        kube_play(
+            task("bare", **args),
+            task("record", diff=True, image_facts=FACTS, **args),
+            task("again", image_facts=FACTS, **args),
+            task("other", ignore_errors=True, image_facts=other, **args),
+            task("not-a-document", ignore_errors=True, image_facts={"os": "linux"}, **args),
+        ),
+        env=lab.env(),
+    )
+    assert run["bare"]["changed"] is True and run["bare"]["golden"]["image_facts"] is None
+    # A golden made before its facts were known gets them; only the annotation changes.
+    recorded = run["record"]
+    assert recorded["changed"] is True and recorded["golden"]["image_facts"] == FACTS
+    assert recorded["diff"]["after"]["metadata"]["annotations"][FACTS_ANNOTATION]
+    assert run["again"]["changed"] is False
+    assert run.entry("other")["status"] == "ignored"
+    assert "records other image facts" in run["other"]["msg"] and "new golden" in run["other"]["msg"]
+    assert run.entry("not-a-document")["status"] == "ignored"
+    assert "not an image-facts document" in run["not-a-document"]["msg"]
+    live = cluster.get_snapshot(FS_NS, versioned(cluster))
+    assert json.loads(live["metadata"]["annotations"][FACTS_ANNOTATION]) == FACTS
 
 
 @pytest.mark.lab_only
@@ -623,6 +662,88 @@ def test_absent_asks_who_uses_the_golden_and_deletes_nothing_in_use(lab, cluster
                 cluster.custom.delete_cluster_custom_object(
                     GROUP, VERSION, "volumesnapshotcontents", content["metadata"]["name"]
                 )
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("data-loss")
+def test_a_datasource_or_a_vm_template_naming_a_golden_keeps_it(lab, cluster):
+    """Tenants consume goldens through CDI DataSources and VirtualMachine dataVolumeTemplates as well as
+    claims: an old golden (not served, staged or a rollback target) that a DataSource or a VM's template
+    names is not deleted, not even with force, and golden_info counts both as its clones."""
+    family = "%s-debian" % cluster.prefix
+    disk = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
+    old_a, old_b, served = ("%s-%s" % (cluster.prefix, n) for n in ("a", "b", "served"))
+    for name in (old_a, old_b, served):
+        cluster.golden(name, disk, family)
+        cluster.wait_snapshot_ready(FS_NS, name)
+    cluster.selection("%s-sel" % cluster.prefix, family, "Filesystem", served)
+    tenant = "%s-tenant" % cluster.prefix
+    cluster.ensure_namespace(tenant)
+    try:
+        cluster.custom.create_namespaced_custom_object(
+            "cdi.kubevirt.io",
+            "v1beta1",
+            tenant,
+            "datasources",
+            {
+                "apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "DataSource",
+                "metadata": {"name": "debian"},
+                "spec": {"source": {"snapshot": {"namespace": FS_NS, "name": old_a}}},
+            },
+        )
+        template = {
+            "metadata": {"name": "root"},
+            "spec": {
+                "source": {"snapshot": {"namespace": FS_NS, "name": old_b}},
+                "storage": {"resources": {"requests": {"storage": "4Mi"}}},
+            },
+        }
+        cluster.custom.create_namespaced_custom_object(
+            "kubevirt.io",
+            "v1",
+            tenant,
+            "virtualmachines",
+            {
+                "apiVersion": "kubevirt.io/v1",
+                "kind": "VirtualMachine",
+                "metadata": {"name": "db"},
+                "spec": {
+                    "runStrategy": "Halted",
+                    "dataVolumeTemplates": [template],
+                    "template": {"spec": {"domain": {"devices": {}}, "volumes": []}},
+                },
+            },
+        )
+        lab.clear_audit()
+        gone = {"state": "absent", "force": True, "wait_timeout": 30, "wait_sleep": 1, "ignore_errors": True}
+        run = run_playbook(
+            kube_play(
+                task("datasource", name=old_a, **gone),
+                task("template", name=old_b, **gone),
+                module_task("goldenimage.pipeline.golden_info", "info", family=family),
+            ),
+            env=lab.env(),
+        )
+        assert [r for r in lab.audit() if r["verb"] in ("delete", "deletecollection")] == []
+        assert run["datasource"]["refused"] is True, run["datasource"]
+        assert (
+            "DataSource %s/debian names it as its source (every clone of the DataSource restores from it)"
+            % tenant
+            in run["datasource"]["msg"]
+        )
+        assert run["template"]["refused"] is True, run["template"]
+        assert (
+            "VirtualMachine %s/db restores a disk from it in its dataVolumeTemplates" % tenant
+            in (run["template"]["msg"])
+        )
+        assert cluster.get_snapshot(FS_NS, old_a) and cluster.get_snapshot(FS_NS, old_b)
+        clones = {e["name"]: e for e in run["info"]["clones"] if e["golden"]}
+        assert clones[old_a]["datasources"] == [{"namespace": tenant, "name": "debian", "via": "golden"}]
+        assert clones[old_b]["vms"] == [{"namespace": tenant, "name": "db", "via": "golden"}]
+        assert clones[old_a]["count"] == clones[old_b]["count"] == 1
+    finally:
+        cluster.core.delete_namespace(tenant)
 
 
 @pytest.mark.lab_only

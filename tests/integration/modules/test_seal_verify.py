@@ -278,12 +278,6 @@ def test_unreadable_file_is_refused(made, tmp_path):
 # The PersistentVolumeClaim path: the verifier Job runs next to the volume ------------------------
 
 
-@pytest.fixture
-def venv_python_first(monkeypatch):
-    """Jobs in the lab run host executables from PATH: make python3 the one with dissect installed."""
-    monkeypatch.setenv("PATH", "%s:%s" % (pathlib.Path(sys.executable).parent, os.environ.get("PATH", "")))
-
-
 def _claim(kube_client, lab, namespace, name, mode, content: pathlib.Path):
     from kubernetes import client
 

@@ -16,7 +16,6 @@ import os
 import pathlib
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -302,12 +301,6 @@ def test_updates_are_off_by_default():
 
 
 # The role in the lab -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def venv_python_first(monkeypatch):
-    """The lab's Jobs run host executables from PATH: the verifier needs the python with dissect."""
-    monkeypatch.setenv("PATH", "%s:%s" % (pathlib.Path(sys.executable).parent, os.environ.get("PATH", "")))
 
 
 @pytest.fixture(scope="module")

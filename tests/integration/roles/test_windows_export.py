@@ -21,7 +21,7 @@ from tests.integration.roles.test_windows_chain import EXPORT_IMAGE, export_secr
 from tests.integration.support.runner import run_playbook
 from tests.lab.controllers.volumes import snapshot_data
 
-pytestmark = pytest.mark.lab_only
+pytestmark = [pytest.mark.lab_only, pytest.mark.usefixtures("venv_python_first")]
 
 MIB = 1024 * 1024
 DATE = "2026-08-09"

@@ -324,6 +324,7 @@ def test_the_volume_plan_lists_pods_and_snapshots_locally_and_clones_everywhere(
         "pods": ("db", False),
         "pvcs": (None, False),
         "datavolumes": (None, True),
+        "datasources": (None, True),
         "vms": (None, True),
         "snapshots": ("db", True),
     }
@@ -340,3 +341,21 @@ def test_a_failed_reference_query_refuses_the_delete_and_keeps_what_the_query_sa
         == "ConfigMap ns/a: cannot tell who uses it, nothing was deleted: list pods in ns: 403 Forbidden"
     )
     assert refusal.result["status"] == 403
+
+
+def test_a_datasource_naming_a_claim_uses_it():
+    """A CDI DataSource's source.pvc is read by every clone of the DataSource (a worker golden's case)."""
+    observed = {
+        "datasources": [
+            {
+                "metadata": {"namespace": "tenant-x", "name": "talos"},
+                "spec": {"source": {"pvc": {"namespace": "cozy-public", "name": "talos-v1"}}},
+            },
+            {
+                "metadata": {"namespace": "tenant-x", "name": "other"},
+                "spec": {"source": {"pvc": {"namespace": "cozy-public", "name": "talos-v2"}}},
+            },
+        ]
+    }
+    found = consumers.volume_consumers("PersistentVolumeClaim", "cozy-public", "talos-v1", observed)
+    assert [(c["kind"], c["namespace"], c["name"]) for c in found] == [("DataSource", "tenant-x", "talos")]

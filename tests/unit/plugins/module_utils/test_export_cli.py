@@ -148,9 +148,12 @@ def test_a_first_export_reads_the_qcow2_once_and_stores_it_with_its_sha256(run):
     }
     assert got["ContentType"] == "application/x-qemu-disk"
     assert keys_and_uploads(run) == (["w/11/a.qcow2"], [])
-    # The destination is proven before the conversion (a canary read anonymously, then deleted).
+    # The facts are read from the disk first (random bytes: no OS, so unproven and sensitive), then the
+    # destination is proven before the conversion (a canary read anonymously, then deleted).
+    assert result["image_facts"]["unreadable"] and "unproven" in result["sensitive_reasons"][0]
     assert result["exposure"]["verdict"] == "private" and result["exposure"]["canary_deleted"] is True
     assert [line.split(":")[0] for line in log.splitlines() if line.startswith("phase ")] == [
+        "phase facts",
         "phase prove",
         "phase convert",
         "phase upload",

@@ -269,6 +269,7 @@ def test_summary_and_progress():
         "restore_size": "10Gi",
         "content_name": "snapcontent-1",
         "active": True,
+        "image_facts": None,
     }
     assert g.phase(obj) == "Ready"
     assert g.phase({"status": {"boundVolumeSnapshotContentName": "c"}}) == "Bound"
@@ -374,3 +375,47 @@ def test_snapshot_failure_ignores_what_the_controller_retries():
     )
     conflict = "Operation cannot be fulfilled: the object has been modified; please apply your changes"
     assert g.snapshot_failure({"status": {"error": {"message": conflict}}}) is None
+
+
+# ---------------------------------------------------------------- image facts recorded on the golden
+FACTS = {
+    "schema_version": 1,
+    "os_family": "windows",
+    "unreadable": [],
+    "autologon": {"default_password": "set"},
+}
+
+
+def _with_facts(value):
+    return {"metadata": {"name": "g", "annotations": {g.IMAGE_FACTS_ANNOTATION: value}}}
+
+
+def test_facts_are_recorded_the_same_whatever_the_key_order():
+    shuffled = dict(reversed(list(FACTS.items())))
+    assert g.facts_annotation(FACTS, "g") == g.facts_annotation(shuffled, "g")
+    assert g.recorded_facts(_with_facts(g.facts_annotation(FACTS, "g"))) == FACTS
+    assert g.recorded_facts({"metadata": {}}) is None
+
+
+@pytest.mark.parametrize("facts", [{}, {"os_family": "linux"}, ["schema_version"], "facts"])
+def test_what_is_not_a_facts_document_is_refused(facts):
+    with pytest.raises(g.GoldenError, match="not an image-facts document"):
+        g.facts_annotation(facts, "VolumeSnapshot ns/g")
+
+
+def test_facts_are_added_once_and_never_replaced():
+    value = g.facts_annotation(FACTS, "g")
+    assert g.facts_patch({"metadata": {}}, None, "g") is None
+    assert g.facts_patch({"metadata": {}}, FACTS, "g") == {
+        "metadata": {"annotations": {g.IMAGE_FACTS_ANNOTATION: value}}
+    }
+    assert g.facts_patch(_with_facts(value), FACTS, "g") is None
+    with pytest.raises(g.GoldenError, match="records other image facts"):
+        g.facts_patch(_with_facts(value), dict(FACTS, autologon={}), "g")
+
+
+def test_a_record_that_is_not_json_is_unproven_not_clean():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts
+
+    reasons = image_facts.exposure_reasons(g.recorded_facts(_with_facts("{not json")))
+    assert reasons and "unproven" in reasons[0]

@@ -445,7 +445,14 @@ def _entry(i, match):
 
 
 def test_a_condensed_report_keeps_what_needs_attention_and_counts_the_rest():
-    clone = {"golden": "g/a", "count": 2, "pvcs": [{"name": "x"}], "datavolumes": [{"name": "y"}]}
+    clone = {
+        "golden": "g/a",
+        "count": 4,
+        "pvcs": [{"name": "x"}],
+        "datavolumes": [{"name": "y"}],
+        "datasources": [{"name": "s"}],
+        "vms": [{"name": "v"}],
+    }
     result = {
         "families": [{"family": "debian-12"}],
         "conflicts": [{"type": "zero_active"}],
@@ -455,7 +462,7 @@ def test_a_condensed_report_keeps_what_needs_attention_and_counts_the_rest():
     condensed = inv.condense(result, limit=2)
     assert [p["namespace"] for p in condensed["projects"]] == ["p-00000", "p-00003"]
     assert condensed["projects_omitted"] == 7
-    assert condensed["clones"] == [dict(clone, pvcs=[], datavolumes=[])]
-    assert condensed["consumers_omitted"] == 2
+    assert condensed["clones"] == [dict(clone, pvcs=[], datavolumes=[], datasources=[], vms=[])]
+    assert condensed["consumers_omitted"] == 4
     assert (condensed["families"], condensed["conflicts"]) == (result["families"], result["conflicts"])
     assert result["clones"][0]["pvcs"] == [{"name": "x"}]  # the full report is left as it was

@@ -11,7 +11,13 @@ family is left conflicted by a step that reported success.
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, retention, selection, serving
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    gate,
+    golden,
+    retention,
+    selection,
+    serving,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -80,7 +86,7 @@ def passed(obj, verdict="passed", digest_of=None, candidate=None):
     record = gate.gate_record(
         {"verdict": verdict, "proof": "guest-agent"},
         candidate or "%s/%s" % (FS, name),
-        digest_of or serving.release_digest(obj),
+        digest_of or golden.release_digest(obj),
         "h-" + name,
         "r1",
         "T",
@@ -562,8 +568,8 @@ class ServingMachine(RuleBasedStateMachine):
     @rule()
     def worker_render(self):
         """A pool's next scale-up renders a clone of its golden: the golden must still be there."""
-        for golden in self.pools.values():
-            assert golden in self.worker_goldens, "pool names %s, which was deleted" % golden
+        for name in self.pools.values():
+            assert name in self.worker_goldens, "pool names %s, which was deleted" % name
 
     # Invariants ---------------------------------------------------------------------------------
 

@@ -89,8 +89,18 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
         ("PersistentVolumeClaim", "sealed"),
     ]
     program = kube.get("v1", "ConfigMap", NAME, NS)
-    # The program, the exposure rule it decides with (and that rule's two helpers), and the error base.
-    assert sorted(program["data"]) == ["_export_cli.py", "errors.py", "exposure.py", "inputs.py", "redact.py"]
+    # The program, the facts reader and its rules, the exposure rule it decides with (and that rule's two
+    # helpers), and the error base.
+    assert sorted(program["data"]) == [
+        "_disk.py",
+        "_export_cli.py",
+        "errors.py",
+        "exposure.py",
+        "image_facts.py",
+        "inputs.py",
+        "redact.py",
+        "seal.py",
+    ]
     env = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {
         "name": "EXPORT_ACCESS_KEY_ID",
