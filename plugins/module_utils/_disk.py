@@ -523,7 +523,29 @@ def windows_view_facts(view, bitlocker):
         licensing=image_facts.licensing_fact(dict(registry["current"], **registry["licensing"])),
         autologon=image_facts.autologon_fact(registry["winlogon"]),
         unattend=_unattend_files(view),
+        private_keys=_windows_keys(view),
     )
+
+
+def _windows_keys(view):
+    """Private keys left on the volume: OpenSSH for Windows' host keys, users' ``.ssh\\id_*``."""
+    folders = [image_facts.WINDOWS_SSH_DIR]
+    users = seal.find(view, seal.volume_path(image_facts.WINDOWS_USERS_DIR))
+    for user in sorted(view.list(users) or []) if users else []:
+        folders.append("%s\\%s\\.ssh" % (image_facts.WINDOWS_USERS_DIR, user))
+    keys = []
+    for folder in folders:
+        found = seal.find(view, seal.volume_path(folder))
+        for name in sorted(view.list(found) or []) if found and view.is_dir(found) else []:
+            path = found + "/" + name
+            if not image_facts.is_windows_key_candidate(folder, name) or not view.is_file(path):
+                continue
+            fact = image_facts.private_key_fact(
+                "%s\\%s" % (folder, name), view.size(path), view.read(path, 0, image_facts.KEY_HEAD_BYTES)
+            )
+            if fact is not None:
+                keys.append(fact)
+    return keys
 
 
 def _software_values(view, problems):
@@ -533,6 +555,8 @@ def _software_values(view, problems):
     values = {"state": {}, "current": {}, "licensing": {}, "winlogon": {}}
     found = seal.find(view, seal.volume_path(image_facts.SOFTWARE_HIVE))
     if found is None:
+        # Every installed Windows has it: without it nothing about licensing or logon was read.
+        problems.append(image_facts.unreadable(image_facts.SOFTWARE_HIVE, "not found on the volume"))
         return values
     _require("dissect.regf")
     from dissect.regf import RegistryHive

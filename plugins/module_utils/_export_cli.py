@@ -65,6 +65,8 @@ MAX_PARTS = 10000
 # CopyObject copies at most 5 GiB; a larger object is copied in parts of this size (UploadPartCopy).
 COPY_PART_LIMIT = 5 * 1024 * 1024 * 1024
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# One byte of an object: enough to learn whether anonymous reads of it are answered.
+RANGE = {"Range": "bytes=0-0"}
 META = {"sha256": "sha256", "source": "source-url", "uid": "source-uid", "at": "mirrored-at"}
 
 
@@ -275,12 +277,13 @@ def _etag(answer):
     return (answer.header("etag") or "").strip('"')
 
 
-def object_headers(opts, digest):
-    """The metadata and Content-Type the exported object carries."""
+def object_headers(opts, digest, sensitive):
+    """The metadata and Content-Type the exported object carries; ``sensitive``: the reasons."""
     headers = {
         "x-amz-meta-" + META["sha256"]: digest,
         "x-amz-meta-" + META["source"]: opts.source_url,
         "x-amz-meta-" + META["at"]: opts.exported_at,
+        "x-amz-meta-" + exposure.SENSITIVE_META: exposure.sensitive_mark(sensitive),
         "Content-Type": opts.content_type,
     }
     if opts.source_uid:
@@ -413,14 +416,14 @@ def _send_parts(s3, opts, path, key, upload_id, size, progress):
     return [(n, e) for n, e, _l in parts], (streamed.hexdigest(), read)
 
 
-def publish(s3, opts, staging, digest, size, progress):
+def publish(s3, opts, staging, digest, size, progress, sensitive):
     """The final key made by a server-side copy of ``staging`` that carries the metadata: CopyObject up to
     COPY_PART_LIMIT bytes, else a multipart copy of ranges. Returns the copy's part count (1 for
     CopyObject)."""
     bucket, key = opts.bucket, opts.key
     where = "s3://%s/%s" % (bucket, key)
     source = {"x-amz-copy-source": "/%s/%s" % (quote(bucket, safe=""), quote(staging, safe="/-_.~"))}
-    headers = object_headers(opts, digest)
+    headers = object_headers(opts, digest, sensitive)
     progress.phase("copy", size)
     if held(s3, bucket, key) is not None:
         raise ExportError(
@@ -481,12 +484,20 @@ def held(s3, bucket, key):
     return found
 
 
-def _reply(s3, method, bucket, key, query=None, body=b"", anonymous=False):
+def object_answers(s3, opts):
+    """Unsigned reads of the object at the key: a ranged GET and a HEAD, ``{probe: (status, code)}``."""
+    return {
+        "get": _reply(s3, "GET", opts.bucket, opts.key, anonymous=True, headers=RANGE)[:2],
+        "head": _reply(s3, "HEAD", opts.bucket, opts.key, anonymous=True)[:2],
+    }
+
+
+def _reply(s3, method, bucket, key, query=None, body=b"", anonymous=False, headers=None):
     """``(status, code, Answer or None)`` of one request that must not stop the run: 0 when none answered.
 
     One attempt for an answer that says "not implemented" (501), a few for a server that is unwell."""
     try:
-        answer = s3.request(method, bucket, key, query, body=body, anonymous=anonymous, attempts=2)
+        answer = s3.request(method, bucket, key, query, headers, body=body, anonymous=anonymous, attempts=2)
     except ExportError as exc:
         return 0, exc.msg, None
     code = None if 200 <= answer.status < 300 else answer.error_code()
@@ -536,12 +547,7 @@ def canary_answers(s3, bucket, key):
     try:
         if 200 <= written[0] < 300:
             probes["get"] = _reply(s3, "GET", bucket, key, anonymous=True)[:2]
-            range_headers = {"Range": "bytes=0-0"}
-            try:
-                answer = s3.request("GET", bucket, key, None, range_headers, anonymous=True, attempts=2)
-                probes["range_get"] = (answer.status, None if answer.status < 300 else answer.error_code())
-            except ExportError as exc:
-                probes["range_get"] = (0, exc.msg)
+            probes["range_get"] = _reply(s3, "GET", bucket, key, anonymous=True, headers=RANGE)[:2]
             probes["head"] = _reply(s3, "HEAD", bucket, key, anonymous=True)[:2]
             probes["list"] = _reply(
                 s3, "GET", bucket, "", {"list-type": "2", "prefix": prefix}, anonymous=True
@@ -634,6 +640,10 @@ def _export(s3, opts, progress, started, facts, sensitive):
     if found is not None:
         digest, size = file_sha256(qcow2, progress)
         if found.get(META["sha256"]) == digest:
+            if exposure.held_needs_proof(found, sensitive):
+                refusal = exposure.held_refusal(opts.bucket, opts.key, object_answers(s3, opts), sensitive)
+                if refusal:
+                    raise ExportError(refusal, "exposed")
             return dict(
                 result,
                 sha256=digest,
@@ -655,7 +665,7 @@ def _export(s3, opts, progress, started, facts, sensitive):
     staging = opts.staging_key or "%s.partial-%s" % (opts.key, os.urandom(6).hex())
     parts, digest, read = stage(s3, opts, qcow2, staging, size, progress)
     try:
-        copied = publish(s3, opts, staging, digest, read, progress)
+        copied = publish(s3, opts, staging, digest, read, progress, sensitive)
         verify(s3, opts, digest, read)
     except BaseException as exc:
         _gone, note = remove_staging(s3, opts.bucket, staging)

@@ -317,6 +317,15 @@ def s3_client_from_params(params, **options):
     return s3_client(**dict(connection, **options))
 
 
+def object_reads(anonymous, bucket, key):
+    """An unsigned ranged GET and HEAD of one object with ``anonymous`` (``anonymous_client``):
+    ``{probe: (status, code)}``, what ``exposure.verdict`` judges."""
+    return {
+        "get": answer_of(lambda: anonymous.get_object(Bucket=bucket, Key=key, Range="bytes=0-0"))[:2],
+        "head": answer_of(lambda: anonymous.head_object(Bucket=bucket, Key=key))[:2],
+    }
+
+
 def answer_of(call):
     """``(status, code, response)`` of one boto3 call; status 0 and the error text when nothing answered."""
     try:

@@ -364,6 +364,42 @@ def sensitive_reasons(license_state=None, facts=None, facts_reasons=None):
     return [r for r in reasons if r and not (r in seen or seen.add(r))]
 
 
+# The metadata an export records on its object: whether its bytes were sensitive when it was made.
+SENSITIVE_META = "sensitive"
+
+
+def sensitive_mark(reasons):
+    """The value of the SENSITIVE_META metadata for bytes with these reasons."""
+    return "yes" if reasons else "no"
+
+
+def held_needs_proof(metadata, reasons):
+    """Whether an object the key already holds (the same bytes, so the run writes nothing) must still be
+    proven unreadable anonymously: sensitive by this run's reasons, or by the mark its export recorded. An
+    object without the mark is not known to be harmless."""
+    return bool(reasons) or (metadata or {}).get(SENSITIVE_META) != "no"
+
+
+def held_refusal(bucket, key, answers, reasons):
+    """The refusal for sensitive bytes already at ``bucket/key`` that anonymous reads reach (``answers``:
+    probe -> ``(status, code)`` of an unsigned GET and HEAD of the object), or None when all are refused.
+    The object is left in place: the run did not write it, and the supported move is the bucket's."""
+    found = verdict(answers)
+    if found["verdict"] == PRIVATE:
+        return None
+    return (
+        "s3://%s/%s already holds these bytes, but anonymous reads of it are not refused (%s), and they are "
+        "sensitive (%s); nothing was written or deleted. %s"
+        % (
+            bucket,
+            key,
+            ", ".join("%s %s" % (name, answer[0]) for name, answer in sorted(answers.items())),
+            "; ".join(reasons) or "its export recorded no verdict on them, so nothing shows they are not",
+            remedy(bucket, key_prefix(key), found["allowed"] or ["get"]),
+        )
+    )
+
+
 def canary_key(key, token):
     """The key of the throw-away canary object for destination ``key``: under the same prefix, unique per
     run, and ending with the same file name, so a policy statement that matches the destination by its

@@ -299,16 +299,26 @@ CONSOLE_MEANING = {
     console.STOP_ERROR: "a Windows stop error: it crashed while booting",
     console.BLANK: "a blank screen: no output at all",
 }
+# A Linux guest's console: what Windows' classes mean there.
+LINUX_CONSOLE_MEANING = dict(
+    CONSOLE_MEANING,
+    **{
+        console.SETUP: "the system's own output (kernel or service messages, a login prompt): it was still "
+        "starting, not wedged",
+        console.STOP_ERROR: "a crash screen: it failed while booting",
+    },
+)
 
 
-def console_words(screen):
+def console_words(screen, os_name="windows"):
     """``bootprompt (firmware boot lines ...)`` for the last screen seen, or why none was read."""
     if not screen:
         return "not read"
     if screen.get("error"):
         return "unreadable (%s)" % screen["error"]
     base = screen.get("base_class") or ""
-    return "%s (%s)" % (base, CONSOLE_MEANING.get(base, "unknown"))
+    meaning = LINUX_CONSOLE_MEANING if os_name == "linux" else CONSOLE_MEANING
+    return "%s (%s)" % (base, meaning.get(base, "unknown"))
 
 
 def explain(result, os_name, port, probe, screen=None, proof=PROOF_AGENT):
@@ -318,7 +328,7 @@ def explain(result, os_name, port, probe, screen=None, proof=PROOF_AGENT):
     if result == NO_BOOT:
         return "the clone did not boot: the guest agent never connected%s; its console last showed %s" % (
             " and no SSH banner answered" if os_name == "linux" else "",
-            console_words(screen),
+            console_words(screen, os_name),
         )
     if result == DISK_NOT_GROWN:
         return "the clone booted (%s) but its disk did not grow" % how

@@ -75,6 +75,9 @@ SSH_DIR = "/etc/ssh"
 TLS_PRIVATE_DIR = "/etc/ssl/private"
 SNAKEOIL_KEY = "/etc/ssl/private/ssl-cert-snakeoil.key"
 USER_SSH_KEY_NAMES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk")
+# Windows: OpenSSH for Windows keeps its host keys here; a user's keys are under the profile's .ssh.
+WINDOWS_SSH_DIR = "C:\\ProgramData\\ssh"
+WINDOWS_USERS_DIR = "C:\\Users"
 PEM_PRIVATE = re.compile(rb"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----")
 KEY_HEAD_BYTES = 8192
 
@@ -294,14 +297,16 @@ def machine_id_fact(data, regular=True):
 
 
 def private_key_kind(path):
-    name = path.rsplit("/", 1)[-1]
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    if path.startswith(WINDOWS_SSH_DIR + "\\") and name.startswith("ssh_host_") and name.endswith("_key"):
+        return "ssh_host_key"
     if path.startswith(SSH_DIR + "/") and name.startswith("ssh_host_") and name.endswith("_key"):
         return "ssh_host_key"
     if path == SNAKEOIL_KEY:
         return "tls_snakeoil_key"
     if path.startswith(TLS_PRIVATE_DIR + "/"):
         return "tls_private_key"
-    if "/.ssh/" in path:
+    if "/.ssh/" in path or "\\.ssh\\" in path:
         return "user_ssh_key"
     return "private_key"
 
@@ -314,6 +319,15 @@ def is_key_candidate(path):
     if path.startswith(TLS_PRIVATE_DIR + "/"):
         return True
     return "/.ssh/" in path and name in USER_SSH_KEY_NAMES
+
+
+def is_windows_key_candidate(folder, name):
+    """Whether the adapter reads the head of ``name`` in ``folder`` (a C:\\ path) of a Windows volume: a
+    host key of OpenSSH for Windows, or a user's ``id_*`` under ``C:\\Users\\<user>\\.ssh``."""
+    lowered = name.lower()
+    if folder.lower() == WINDOWS_SSH_DIR.lower():
+        return lowered.startswith("ssh_host_") and lowered.endswith("_key")
+    return folder.lower().endswith("\\.ssh") and lowered in USER_SSH_KEY_NAMES
 
 
 def private_key_fact(path, size, head):
@@ -400,11 +414,9 @@ def exposure_reasons(facts):
     family = facts.get("os_family")
     if family == "windows":
         reasons += _windows_reasons(facts)
-    elif family == "linux":
-        reasons += _linux_reasons(facts)
-    else:
+    elif family != "linux":
         reasons.append("%s: image facts of an unknown OS family %r" % (UNPROVEN, family))
-    return reasons
+    return reasons + _key_reasons(facts)
 
 
 def _windows_reasons(facts):
@@ -458,7 +470,7 @@ def _windows_reasons(facts):
     return reasons
 
 
-def _linux_reasons(facts):
+def _key_reasons(facts):
     return [
         "%s: %s is left in the image (%s%s)"
         % (KEY_BEARING, key["path"], key["kind"], ", " + key["pem"] if key.get("pem") else "")

@@ -58,8 +58,11 @@ FORCEABLE = (STAGED, HELD)
 def _recency(obj, family):
     version = golden_inventory.parse_version(kinds.name(obj), family)
     date = version["date"] or golden_inventory._created_date(obj) or ""
-    created = str(kinds.meta(obj).get("creationTimestamp") or "")
-    return (date, created, kinds.name(obj) or "")
+    return (date, _created(obj), kinds.name(obj) or "")
+
+
+def _created(obj):
+    return str(kinds.meta(obj).get("creationTimestamp") or "")
 
 
 def newest_first(goldens, family):
@@ -114,12 +117,13 @@ def truth(observed, family, mode, namespaces=None, users=True):
     - ``held`` and ``why``: whether projects are seeded with nothing new, and why (a holding selection,
       a conflict, a selection naming a golden that cannot serve);
     - ``goldens``: the names, newest first; ``active``: those labelled active; ``staged``: the goldens
-      newer than the served one (all of them while nothing is served); ``rollback_target``: the golden
-      the promotion's record names;
+      newer than the served one or published after it (all of them while nothing is served);
+      ``rollback_target``: the golden the promotion's record names;
     - ``projects_hold``: ``{golden: count}`` of project copies on each golden's handle;
     - ``selections``: the governing selections' names; ``users``: ``{golden: [consumer records]}``
       (``consumers.golden_consumers``; left empty with ``users=False``, for a report that lists clones
-      itself); ``gate``: ``{golden: recorded gate pass or None}``; ``digests`` and ``handles``: each
+      itself); ``gate``: ``{golden: recorded gate pass or None}``; ``ungated``: ``{golden: recorded
+      override or None}``; ``digests`` and ``handles``: each
       golden's release digest and storage snapshot handle.
     """
     namespaces = namespaces or golden_inventory.golden_namespaces()
@@ -135,10 +139,13 @@ def truth(observed, family, mode, namespaces=None, users=True):
     held, why = resolved["held"], resolved["reason"]
     served_obj = next((g for g in ordered if kinds.name(g) == served), None)
     served_key = _recency(served_obj, family) if served_obj is not None else None
+    # Staged: newer than what is served, or published after it (a candidate built from an older date is
+    # a candidate all the same).
     staged = [
         kinds.name(g)
         for g in ordered
-        if kinds.name(g) != served and (served_key is None or _recency(g, family) > served_key)
+        if kinds.name(g) != served
+        and (served_key is None or _recency(g, family) > served_key or _created(g) > _created(served_obj))
     ]
     record = _record_of(mine, ordered, served, resolved["path"])
     contents = {kinds.name(c): c for c in observed.get("contents") or []}
@@ -165,6 +172,7 @@ def truth(observed, family, mode, namespaces=None, users=True):
             for g in ordered
         },
         "gate": {kinds.name(g): gate_pass(g, handles[kinds.name(g)]) for g in ordered},
+        "ungated": {kinds.name(g): ungated_recorded(g) for g in ordered},
         # The digest published with each golden, else the one a selection recorded for it.
         "digests": {kinds.name(g): golden.release_digest(g) or recorded.get(kinds.name(g)) for g in ordered},
         "handles": handles,
@@ -180,7 +188,13 @@ def keep_reasons(state, name):
             (SERVED, "it is served for %s/%s (%s)" % (state["family"], state["mode"], state["reason"]))
         )
     if name in state["staged"]:
-        found.append((STAGED, "it is staged: newer than what is served, waiting for its gate and promotion"))
+        found.append(
+            (
+                STAGED,
+                "it is staged: newer than what is served or published after it, waiting for its gate and "
+                "promotion",
+            )
+        )
     if name == state["rollback_target"]:
         found.append(
             (ROLLBACK, "it is the recorded rollback target of %s/%s" % (state["family"], state["mode"]))
@@ -281,6 +295,32 @@ def serves_on_purpose(state, name):
     if state["served"] != name or state["conflicts"]:
         return False
     return state["path"] == selection.PATH_SELECTION or name in state["active"]
+
+
+SERVED_UNINTENDED = "served_unintended"
+
+
+def unintended(state):
+    """The conflict entry (``selection.resolve_serving``'s shape) when what ``state`` serves was not
+    served on purpose: by list order (nothing promoted it: a hold deleted, a snapshot made by hand), or
+    with neither a gate pass nor a recorded override; None otherwise."""
+    name = state["served"]
+    if not name:
+        return None
+    if not serves_on_purpose(state, name):
+        why = "it is served by list order (%s): nothing promoted it" % state["reason"]
+    elif not state["gate"].get(name) and not state["ungated"].get(name):
+        why = "it is served with neither a gate pass nor a recorded override (allow_ungated)"
+    else:
+        return None
+    return {
+        "type": SERVED_UNINTENDED,
+        "family": state["family"],
+        "mode": state["mode"],
+        "names": [name],
+        "message": "%s/%s serves %s, not on purpose: %s; gate it (goldenimage.pipeline.clone_gate) and "
+        "promote it, or promote another golden" % (state["family"], state["mode"], name, why),
+    }
 
 
 def ungated_recorded(obj):

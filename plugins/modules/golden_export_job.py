@@ -49,6 +49,11 @@ description:
     A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid) is left
     alone and the task reports no change, with no Job; a key that holds anything else is refused. Export a
     changed image under a new key (a new date).
+  - The exported object records whether its bytes were sensitive (metadata C(sensitive), V(yes) or V(no)).
+    When the key already holds this export and its bytes are sensitive (by this run's reasons or that record;
+    an object without it counts as sensitive), the object is read anonymously (a ranged GET and a HEAD) from
+    the controller, and by the Job when it finds the key held; if either is answered, the module fails with
+    C(code=exposed), naming the object and the supported move, and deletes nothing.
   - The Job, its pod, the ConfigMap and the scratch claim are deleted when the export ends, on failure and on
     timeout too (a multipart upload the killed Job left is aborted and its staging object deleted); what could
     not be deleted is reported by name with the command that removes it.
@@ -401,9 +406,11 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import head
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import RoundRunner
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    anonymous_client,
     call_failed,
     check_endpoint,
     hide_url_secrets,
+    object_reads,
     s3_arg_spec,
     s3_client_from_params,
 )
@@ -521,6 +528,22 @@ class ExportJob(RoundRunner):
             p["session_token_field"],
         )
 
+    def prove_held(self, held, result):
+        """The key holds this claim's export already: sensitive bytes there (by this run's reasons or the
+        mark the export recorded) must not be readable anonymously; nothing is written or deleted."""
+        p = self.p
+        if not exposure.held_needs_proof(held, self.sensitive):
+            return
+        validate = p.get("validate_certs")
+        anonymous = anonymous_client(
+            p["endpoint_url"], p.get("region"), True if validate is None else validate, p.get("ca_bundle")
+        )
+        refusal = exposure.held_refusal(
+            p["bucket"], p["key"], object_reads(anonymous, p["bucket"], p["key"]), self.sensitive
+        )
+        if refusal:
+            raise PipelineError(refusal, refused=True, code="exposed", **result)
+
     def held(self, client):
         p = self.p
         try:
@@ -620,6 +643,7 @@ class ExportJob(RoundRunner):
         summary = {"key": p["key"], "source": self.source_name(), "source_uid": claim["metadata"]["uid"]}
         if action == "skip":
             result.update(action="skip", sha256=held.get(mirror.META_SHA256), size=held.get("size"))
+            self.prove_held(held, result)
             result["diff"] = {"before": summary, "after": summary}
             return None
         made = self.definitions(claim, secret, part_size)

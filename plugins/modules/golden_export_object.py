@@ -22,6 +22,10 @@ description:
   - O(key) holds one content for ever. When it already holds an object whose C(sha256) metadata matches the
     file, nothing is written; when it holds anything else, the module refuses. Export a changed image under a
     new key (a new date).
+  - The object records whether its bytes were sensitive (metadata C(sensitive), V(yes) or V(no)). When the
+    key already holds the same bytes and they are sensitive (by this run's reasons or by that record; an
+    object without it counts as sensitive), the object is read anonymously (a ranged GET and a HEAD); if
+    either is answered, the module refuses, naming the object and the supported move, and deletes nothing.
   - Before the first byte of a new upload the destination is proven (C(exposure.prove_private)), the
     bucket's controls are read (GetBucketPolicyStatus, GetBucketAcl, GetPublicAccessBlock; an API that does
     not answer is recorded as not answered, never as private), and a throw-away canary object, named like
@@ -245,11 +249,11 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     s3_arg_spec,
     s3_module,
-    answer_of,
     anonymous_client,
     call_failed,
     canary_answers,
     check_endpoint,
+    object_reads,
     read_controls,
     s3_client_from_params,
 )
@@ -337,6 +341,10 @@ class ExportObject(transfer.UploadRun):
             recorded = (held.get("Metadata") or {}).get(mirror.META_SHA256)
             self.result["action"] = mirror.plan_export(p["bucket"], p["key"], recorded, digest)
             self.result.update(sha256=digest, size=held.get("ContentLength", size))
+            if exposure.held_needs_proof(held.get("Metadata"), self.sensitive):
+                refusal = exposure.held_refusal(p["bucket"], p["key"], self.anonymous_reads(), self.sensitive)
+                if refusal:
+                    raise PipelineError(refusal, refused=True, **self.result)
             summary = mirror.object_summary(p["key"], size, digest)
             self.set_diff(summary, summary)
             return
@@ -376,19 +384,16 @@ class ExportObject(transfer.UploadRun):
         if not proof["allowed"] and (canary is not None or proof["verdict"] == exposure.PUBLIC):
             raise PipelineError(proof["refusal"], refused=True)
 
+    def anonymous_reads(self):
+        return object_reads(self.anonymous(), self.params["bucket"], self.params["key"])
+
     def check_uploaded(self, client):
         """The second check, on the object itself: anonymous reads of sensitive bytes that succeed now get
         the object deleted again and the run failed."""
         if not self.sensitive:
             return
         p = self.params
-        anonymous = self.anonymous()
-        answers = {
-            "get": exposure_answer(
-                lambda: anonymous.get_object(Bucket=p["bucket"], Key=p["key"], Range="bytes=0-0")
-            ),
-            "head": exposure_answer(lambda: anonymous.head_object(Bucket=p["bucket"], Key=p["key"])),
-        }
+        answers = self.anonymous_reads()
         found = exposure.verdict(answers)
         if found["verdict"] == exposure.PRIVATE:
             return
@@ -414,12 +419,13 @@ class ExportObject(transfer.UploadRun):
         p = self.params
         source_name = p["source"] or os.path.abspath(p["path"])
         exported_at = mirror.timestamp(datetime.datetime.now(datetime.timezone.utc))
+        mark = {exposure.SENSITIVE_META: exposure.sensitive_mark(self.sensitive)}
         source = transfer.open_source(path=p["path"], progress=self.progress())
         job = transfer.Upload(
             client,
             p["bucket"],
             source,
-            lambda digest: (p["key"], mirror.final_metadata(digest, source_name, exported_at)),
+            lambda digest: (p["key"], dict(mirror.final_metadata(digest, source_name, exported_at), **mark)),
             part_size,
             p["concurrency"],
             content_type=p["content_type"],
@@ -434,11 +440,6 @@ class ExportObject(transfer.UploadRun):
         for warning in report.pop("warnings", None) or []:
             self.module.warn(warning)
         self.uploaded(report, seconds, source_name)
-
-
-def exposure_answer(call):
-    """``(status, code)`` of one anonymous read."""
-    return answer_of(call)[:2]
 
 
 def main():

@@ -172,9 +172,9 @@ families:
           V(selection), V(held) (the seeder skips the family and projects keep their copy), V(reason),
           V(handle), V(conflicts) (their types) and V(order) (the candidates in the seeder's order).
         - From the serving truth that deletes and promotions ask - V(staged) (the goldens newer than the
-          served one, all of them while nothing is served), V(rollback_target) (the golden the promotion's
-          record names), V(why) (why the family is held) and V(gate) (the gate pass clone_gate recorded on
-          each golden for its release digest, by name).
+          served one or published after it, all of them while nothing is served), V(rollback_target) (the
+          golden the promotion's record names), V(why) (why the family is held) and V(gate) (the gate pass
+          clone_gate recorded on each golden for its release digest, by name).
       type: dict
       sample:
         Filesystem:
@@ -195,8 +195,11 @@ families:
 conflicts:
   description:
     - Every conflict found, with V(type) (V(two_active), V(zero_active), V(two_selections),
-      V(broken_selection) or V(governs_nothing)), V(family), V(mode), V(names) (the goldens or
-      selections involved) and V(message).
+      V(broken_selection), V(governs_nothing) or V(served_unintended)), V(family), V(mode), V(names) (the
+      goldens or selections involved) and V(message).
+    - V(served_unintended) - a golden the seeder serves by list order (nothing promoted it, for example a
+      holding selection deleted since, or a snapshot made by hand), or one served with neither a gate pass
+      nor a recorded override.
   returned: always
   type: list
   elements: dict
@@ -339,6 +342,9 @@ def run(module):
                     why=state["why"],
                     gate={name: record for name, record in state["gate"].items() if record},
                 )
+                found = serving.unintended(state)
+                if found:
+                    result["conflicts"].append(found)
     for conflict in result["conflicts"]:
         module.warn(conflict["message"])
     counts = golden_inventory.summary(result)

@@ -16,11 +16,12 @@ description:
     name, else the creation time), the way CDI's C(DataImportCron) keeps C(importsToKeep) imports, and
     deletes the older ones.
   - A golden is never deleted when it is the one served (by the C(GoldenImageSelection) or the active
-    label), when it is newer than the served one (a candidate not yet promoted), or when the reference
-    query M(goldenimage.pipeline.golden_info) reports from and M(goldenimage.pipeline.golden_snapshot)
-    asks before a delete finds a consumer for it - a selection naming it or recording it as the rollback
-    target, a golden recording it as its rollback target, the active label, a PersistentVolumeClaim or
-    DataVolume still restoring from it directly or through a project's seeded copy, or a project copy on
+    label), when it is newer than the served one or published after it (a candidate not yet promoted), or
+    when the reference query M(goldenimage.pipeline.golden_info) reports from and
+    M(goldenimage.pipeline.golden_snapshot) asks before a delete finds a consumer for it - a selection naming
+    it or recording it as the rollback target, a golden recording it as its rollback target, the active
+    label, a PersistentVolumeClaim, DataVolume, DataSource or VirtualMachine template still restoring from it
+    directly or through a project's seeded copy, or a project copy on
     its snapshot handle. Each kept golden carries the reasons it is kept.
   - When the pair's serving is held by a conflict (two selections, a broken selection), nothing is deleted.
   - Right before each delete the cluster is observed again and the plan recomputed; a golden that gained

@@ -28,8 +28,10 @@ description:
     C(goldenimage.pipeline/previous-snapshot) and C(goldenimage.pipeline/previous-release-digest)), so
     O(rollback=true) restores it.
   - Promotion and rollback, on both paths, serve only a golden on which M(goldenimage.pipeline.clone_gate)
-    recorded a pass for its own release digest (annotation C(goldenimage.pipeline/gate), written by the gate,
-    never by a caller). Without one the run is refused naming the golden, writing nothing, unless
+    recorded a pass for its own release digest, name and storage snapshot handle (annotation
+    C(goldenimage.pipeline/gate)). The record stops a promotion by mistake, not a forger - anyone who may
+    patch VolumeSnapshots in the golden namespaces can write one, so grant that only to the pipeline's
+    identity. Without one the run is refused naming the golden, writing nothing, unless
     O(allow_ungated=true) with O(ungated_reason) serves it on purpose; the override is recorded on the golden
     (annotation C(goldenimage.pipeline/ungated) with who, why and when).
   - The rollback target a promotion records is the golden the projects actually hold (their seeded copies'

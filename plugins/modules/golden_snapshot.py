@@ -27,15 +27,17 @@ description:
     holding C(GoldenImageSelection) that names no snapshot (annotation C(goldenimage.pipeline/hold)), so
     the family stays held until the first promotion. Where the seeder would serve a new golden by list
     order (the label path with no golden labelled active, or two; a first golden on a cluster without
-    the selection kind), publishing is refused before anything is written.
+    the selection kind), publishing is refused before anything is written. A rerun for an existing golden
+    asks the same, so a holding selection deleted since makes it fail (the family is served by list order)
+    rather than report success.
   - With O(state=validated) it reports every contract key that is missing or inconsistent and changes nothing.
   - With O(state=absent) it first asks the serving truth of the golden's family and mode (the one
-    M(goldenimage.pipeline.golden_info) and M(goldenimage.pipeline.golden_retention) ask) and refuses,
-    naming each reason, while the golden is served, staged (newer than what is served), the recorded
-    rollback target, in a held family, or used - PersistentVolumeClaims and DataVolumes still restoring
-    from it directly or through a project's seeded copy (gate and export volumes included), project copies
-    on its snapshot handle, C(GoldenImageSelection)s that select it or record it as their rollback target,
-    goldens recording it as theirs, and its own active label. A refused run deletes nothing.
+    M(goldenimage.pipeline.golden_info) and M(goldenimage.pipeline.golden_retention) ask) and refuses, naming
+    each reason, while the golden is served, staged (newer than what is served, or published after it), the
+    recorded rollback target, in a held family, or used - PersistentVolumeClaims and DataVolumes still
+    restoring from it directly or through a project's seeded copy (gate and export volumes included), project
+    copies on its snapshot handle, C(GoldenImageSelection)s that select it or record it as their rollback
+    target, goldens recording it as theirs, and its own active label. A refused run deletes nothing.
   - Nothing producer-specific is written, only the contract keys above. The active label
     (C(kube-dc.com/golden-active)) and C(kube-dc.com/clone-min-size) are never written by this module.
 author:
@@ -528,8 +530,8 @@ class Golden:
         except golden.GoldenError as exc:
             raise PipelineError(str(exc), snapshot=existing or {}, **self.result) from None
         after = existing
-        if plan["action"] in ("create", "stamp"):
-            self.hold_until_promoted(p["family"], mode)
+        # Every run, a rerun too: a holding selection deleted since (a GitOps prune) is noticed.
+        self.hold_until_promoted(p["family"], mode)
         if plan["action"] == "create":
             annotations = plan["definition"]["metadata"]["annotations"]
             if self.digest:

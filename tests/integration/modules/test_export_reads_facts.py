@@ -73,6 +73,7 @@ EXPECTED = {
 
 
 def _job_program(lab_s3, bucket, source, scratch):
+    scratch.mkdir(exist_ok=True)
     out = io.StringIO()
     argv = ["--source", str(source), "--scratch", str(scratch), "--filename", "golden.qcow2",
             "--endpoint", lab_s3.endpoint_url, "--bucket", bucket, "--key", KEY, "--source-url",
@@ -138,3 +139,46 @@ def test_golden_export_object_reads_the_file_it_uploads(lab_s3, made, getonly, t
         assert words in result["msg"], result["msg"]
     assert result["image_facts"]["os_family"] == "windows"
     assert _keys(client, bucket) == []
+
+
+@pytest.fixture
+def private(lab_s3):
+    client = lab_s3.client()
+    bucket = "private-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    return client, bucket
+
+
+def test_a_rerun_proves_the_sensitive_object_it_finds_still_private(lab_s3, made, private, tmp_path):
+    """The key already holds the same bytes: nothing is written, but sensitive bytes (the mark the export
+    recorded) that someone made public since are refused, and the object is left for its owner."""
+    client, bucket = private
+    code, first, _poller, _log = _job_program(lab_s3, bucket, made["snakeoil"], tmp_path / "a")
+    assert code == 0, first
+    assert client.head_object(Bucket=bucket, Key=KEY)["Metadata"]["sensitive"] == "yes"
+    client.put_object_acl(Bucket=bucket, Key=KEY, ACL="public-read")
+    code, again, _poller, _log = _job_program(lab_s3, bucket, made["snakeoil"], tmp_path / "b")
+    assert code == 1 and again["code"] == "exposed", again
+    assert "already holds these bytes, but anonymous reads of it are not refused" in again["error"]
+    assert "nothing was written or deleted" in again["error"]
+    assert _keys(client, bucket) == [KEY]
+
+
+def test_golden_export_object_proves_a_held_object_by_its_mark(lab_s3, made, private, tmp_path):
+    client, bucket = private
+    clean = disks.qcow2(made["clean"], tmp_path / "clean.qcow2")
+    keyed = disks.qcow2(made["snakeoil"], tmp_path / "keyed.qcow2")
+    other = PREFIX + "keyed.qcow2"
+    for key, path in ((KEY, clean), (other, keyed)):
+        run = export_object(lab_s3, bucket, key, path)
+        assert run.ok, run.log
+    marks = {key: client.head_object(Bucket=bucket, Key=key)["Metadata"]["sensitive"] for key in (KEY, other)}
+    assert marks == {KEY: "no", other: "yes"}
+    for key in (KEY, other):
+        client.put_object_acl(Bucket=bucket, Key=key, ACL="public-read")
+    clean_again = export_object(lab_s3, bucket, KEY, clean)
+    keyed_again = export_object(lab_s3, bucket, other, keyed)
+    assert clean_again["export"]["action"] == "skip" and [t["status"] for t in clean_again.tasks] == ["ok"]
+    assert [t["status"] for t in keyed_again.tasks] == ["ignored"], keyed_again["export"]
+    assert "anonymous reads of it are not refused" in keyed_again["export"]["msg"]
+    assert sorted(_keys(client, bucket)) == sorted([KEY, other])

@@ -274,6 +274,30 @@ def test_the_facts_read_from_the_bytes_are_recorded_once_and_never_replaced(lab,
     assert json.loads(live["metadata"]["annotations"][FACTS_ANNOTATION]) == FACTS
 
 
+def test_a_rerun_notices_the_hold_was_deleted_and_the_report_calls_it_unintended(lab, cluster):
+    """A GitOps prune deletes the holding selection of a family nothing promoted: the seeder serves its
+    only golden by list order. The publish rerun fails naming it instead of reporting success, and
+    golden_info reports the serving as a conflict."""
+    pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
+    args = make_args(cluster, pvc)
+    first = run_playbook(kube_play(task("publish", **args)), env=lab.env())
+    assert first["publish"]["held"].startswith("%s/%s-filesystem" % (FS_NS, args["family"])), first["publish"]
+    cluster.custom.delete_namespaced_custom_object(
+        "kube-dc.com", "v1", FS_NS, "goldenimageselections", "%s-filesystem" % args["family"]
+    )
+    run = run_playbook(
+        kube_play(
+            task("rerun", ignore_errors=True, **args),
+            module_task("goldenimage.pipeline.golden_info", "info", family=args["family"]),
+        ),
+        env=lab.env(),
+    )
+    assert run.entry("rerun")["status"] == "ignored", run["rerun"]
+    assert "by list order" in run["rerun"]["msg"]
+    conflicts = [c for c in run["info"]["conflicts"] if c["type"] == "served_unintended"]
+    assert [c["names"] for c in conflicts] == [[versioned(cluster)]], run["info"]["conflicts"]
+
+
 @pytest.mark.lab_only
 def test_check_mode_sends_no_mutating_request(lab, cluster):
     pvc = cluster.pvc(FS_NS, "%s-disk" % cluster.prefix)
@@ -315,9 +339,12 @@ def test_a_rerun_writes_nothing_and_discovers_little(lab, cluster):
     assert second.ok, second.log
     assert second["make"]["changed"] is False
     assert lab.mutating_requests() == []
-    # Discovery of one group, then one read of the snapshot: no walk over every API group.
+    # A rerun asks the serving truth again (a hold deleted since is noticed): it discovers the groups of
+    # what it reads, once each, and no others (no walk over every API group).
     paths = [r["path"] for r in lab.audit()]
-    assert sum(1 for p in paths if p.startswith("/apis/") and p.count("/") == 3) <= 1, paths
+    groups = [p.split("/")[2] for p in paths if p.startswith("/apis/") and p.count("/") == 3]
+    assert sorted(groups) == sorted(set(groups)), paths
+    assert set(groups) <= {"snapshot.storage.k8s.io", "kube-dc.com", "cdi.kubevirt.io", "kubevirt.io"}, paths
 
 
 def test_block_golden_and_the_refusals(lab, cluster):

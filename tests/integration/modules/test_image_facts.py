@@ -78,6 +78,13 @@ WINDOWS = {
         "</Password></AutoLogon></unattend>",
         "Windows/Panther/Unattend/Build.XML": "<unattend><not closed>",
     },
+    "windows_keys": {
+        "ProgramData/ssh/ssh_host_ed25519_key": OPENSSH_KEY,
+        "ProgramData/ssh/ssh_host_ed25519_key.pub": "ssh-ed25519 AAAAC3Nza host\n",
+        "ProgramData/ssh/sshd_config": "Port 22\n",
+        "Users/Administrator/.ssh/id_ed25519": OPENSSH_KEY,
+    },
+    "no_software_hive": {SOFTWARE: None},
     "echo_sysprep": {
         "bootstrap.log": disks.SEALED_LOG.split("\r\n", maxsplit=1)[0]
         + "\r\necho sysprep /generalize /oobe /shutdown\r\n"
@@ -337,3 +344,21 @@ def test_the_module_returns_the_facts_and_no_secret(made):
     assert leftovers["facts"]["autologon"]["default_password"] == "set"
     for secret in SECRETS:
         assert secret not in run.log
+
+
+def test_windows_private_keys_are_flagged_and_the_disk_is_not_clean(made):
+    """OpenSSH for Windows keeps its host keys in C:\\ProgramData\\ssh; a user's keys sit in the profile."""
+    facts = _disk.read_image_facts(str(made["windows_keys"]))
+    assert [(k["path"], k["kind"]) for k in facts["private_keys"]] == [
+        ("C:\\ProgramData\\ssh\\ssh_host_ed25519_key", "ssh_host_key"),
+        ("C:\\Users\\Administrator\\.ssh\\id_ed25519", "user_ssh_key"),
+    ]
+    reasons = image_facts.exposure_reasons(facts)
+    assert len([r for r in reasons if r.startswith(image_facts.KEY_BEARING)]) == 2, reasons
+
+
+def test_a_windows_volume_without_its_software_hive_is_unproven(made):
+    facts = _disk.read_image_facts(str(made["no_software_hive"]))
+    assert facts["unreadable"] == [{"source": image_facts.SOFTWARE_HIVE, "error": "not found on the volume"}]
+    assert any(r.startswith(image_facts.UNPROVEN) for r in image_facts.exposure_reasons(facts))
+    assert verdict(made, "no_software_hive")["sealed"] is False

@@ -8,6 +8,7 @@ under its own family prefix and removes what it made.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import subprocess
@@ -700,3 +701,29 @@ def test_distribute_refuses_a_password_in_an_artifact_url_before_anything_is_wri
     assert "option source.http.url (http://REDACTED@" in msg and "presign: true" in msg, msg
     found = run_traces(run) + cluster_traces(kube_client, [BLOCK_NS, FS_NS])
     assert leaks(found, [password]) == []
+
+
+def test_a_new_golden_records_the_facts_read_from_its_volume(env, venv_python_first):
+    """The verifier Job reads the converted Block volume: the snakeoil key left in the image is a fact the
+    golden carries (annotation goldenimage.pipeline/image-facts), read from the bytes, never declared."""
+    from tests.integration.support import disks
+
+    family = "%s-facts" % env.prefix
+    tree = disks.ext4_tree(
+        env.tmp / "facts.tree",
+        {
+            "etc/os-release": 'ID=debian\nVERSION_ID="13"\nVERSION_CODENAME=trixie\n',
+            "etc/ssl/private/ssl-cert-snakeoil.key": "-----BEGIN PRIVATE KEY-----\nMIIE\n",
+        },
+    )
+    raw = disks.linux_disk(env.tmp / "facts.raw", tree)["path"]
+    qcow2 = disks.qcow2(raw, env.tmp / "facts.qcow2")
+    url, digest = env.upload(qcow2, family)
+    source = {"http": {"url": url, "checksum": "sha256:" + digest}}
+    images = [image(env, family, source, size=raw.stat().st_size)]
+    run = publish(env, images, linux_golden_verifier_image="registry.example.com/tools/seal-verifier:1")
+    assert run.ok, run.log
+    snap = env.snapshot(BLOCK_NS, golden_name(family, digest))
+    facts = json.loads(snap["metadata"]["annotations"]["goldenimage.pipeline/image-facts"])
+    assert facts["os_release"]["id"] == "debian"
+    assert [k["path"] for k in facts["private_keys"]] == ["/etc/ssl/private/ssl-cert-snakeoil.key"]

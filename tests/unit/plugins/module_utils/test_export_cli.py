@@ -145,6 +145,7 @@ def test_a_first_export_reads_the_qcow2_once_and_stores_it_with_its_sha256(run):
         "source-url": "pvc://ns/uid-1",
         "source-uid": "uid-1",
         "mirrored-at": "2026-12-02T00:00:00Z",
+        "sensitive": "yes",  # random bytes: no OS to read facts from, so unproven
     }
     assert got["ContentType"] == "application/x-qemu-disk"
     assert keys_and_uploads(run) == (["w/11/a.qcow2"], [])

@@ -423,7 +423,12 @@ def test_a_no_boot_verdict_says_what_the_console_last_showed(screen, words):
 
 
 def test_every_console_class_has_a_meaning():
-    assert set(gate.CONSOLE_MEANING) == set(console.CLASSES)
+    assert set(gate.CONSOLE_MEANING) == set(console.CLASSES) == set(gate.LINUX_CONSOLE_MEANING)
+
+
+def test_a_linux_no_boot_verdict_does_not_speak_of_windows():
+    text = gate.explain(gate.NO_BOOT, "linux", 22, "-", {"base_class": "setup"})
+    assert "no SSH banner answered" in text and "a login prompt" in text and "Windows" not in text
 
 
 def test_a_reference_names_the_object_and_its_run():

@@ -164,6 +164,30 @@ def test_the_truth_names_served_staged_and_rollback_target_from_one_observation(
     assert serving.keep_reasons(state, golden_name(3))[0][0] == serving.STAGED
 
 
+def test_a_candidate_published_after_the_served_golden_is_staged_whatever_its_build_date():
+    w = world_with(2, 5, selected=5)
+    late = make_golden(1)  # an older build date, published after golden 5
+    late["metadata"]["creationTimestamp"] = "2026-03-01T00:00:00Z"
+    w.goldens[golden_name(1)] = late
+    state = w.truth()
+    assert state["staged"] == [golden_name(1)]
+    assert serving.STAGED in [reason for reason, _why in serving.keep_reasons(state, golden_name(1))]
+    assert serving.keep_reasons(state, golden_name(2)) == []
+
+
+def test_what_is_served_without_intent_is_a_conflict_of_the_report():
+    w = world_with(0, selected=0)
+    assert serving.unintended(w.truth()) is None
+    # No promotion: the seeder serves the only golden by list order (a deleted hold, a hand-made snapshot).
+    w.selections.clear()
+    found = serving.unintended(w.truth())
+    assert found["type"] == serving.SERVED_UNINTENDED and "served by list order" in found["message"]
+    # Selected on purpose, but neither gated nor overridden.
+    w = world_with(0, selected=0)
+    del w.goldens[golden_name(0)]["metadata"]["annotations"][serving.GATE_RECORD]
+    assert "neither a gate pass nor a recorded override" in serving.unintended(w.truth())["message"]
+
+
 def test_a_selection_in_the_block_namespace_governs_too():
     """golden_selection may write a selection anywhere the consumer reads; retention used to read one."""
     w = world_with(0, 1)
