@@ -1,0 +1,58 @@
+"""Unknown variables in a playbook's or a role's namespace are refused before anything runs: a misspelt
+option never silently means its default. Runs ansible-playbook without a cluster: the refusal comes
+before any read."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.support.runner import ROOT, run_playbook
+
+pytestmark = pytest.mark.quick
+
+REPAVE = ROOT / "playbooks" / "repave_dbinstances.yml"
+CHECK = "Refuse unknown repave_* variables before reading anything"
+
+
+def test_a_misspelt_repave_option_is_refused_before_anything_runs():
+    run = run_playbook(
+        REPAVE,
+        extra_vars={
+            "repave_namespace": "databases",
+            "repave_catalog": {"path": "/nonexistent"},
+            "repave_windw": {"start": "22:00", "end": "04:00"},
+        },
+    )
+    assert not run.ok, run.log
+    assert run.task_names() == [CHECK], run.task_names()
+    msg = run[CHECK]["msg"]
+    assert "repave_windw (did you mean repave_window?)" in msg and "playbook" in msg, msg
+    assert run[CHECK]["unknown"] == ["repave_windw"]
+
+
+def test_a_misspelt_role_option_is_refused_and_results_and_play_vars_are_not():
+    plays = [
+        {
+            "name": "roles",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {"golden_namespaces_molecule_dir": "/tmp/x"},  # the playbook's own declaration
+            "tasks": [
+                {
+                    "name": "a result in the role's namespace",
+                    "ansible.builtin.set_fact": {"golden_namespaces_seen": True},
+                },
+                {
+                    "name": "the role",
+                    "ansible.builtin.include_role": {"name": "goldenimage.pipeline.golden_namespaces"},
+                },
+            ],
+        }
+    ]
+    run = run_playbook(plays, extra_vars={"golden_namespaces_pod_securty": "restricted"})
+    assert not run.ok, run.log
+    check = "Refuse unknown golden_namespaces_* variables before anything runs"
+    assert run.task_names()[-1] == check, run.task_names()
+    result = run[check]
+    assert result["unknown"] == ["golden_namespaces_pod_securty"], result
+    assert "did you mean golden_namespaces_pod_security?" in result["msg"] and "role" in result["msg"]
