@@ -204,7 +204,9 @@ class Rollout:
         estimate = rollout.estimate_batch_seconds(self.durations, self.p["batch_estimate"])
         window = self.windows.get(key)
         named = self.instances[key].get("name") in self.named
-        found = self.due.get(key) or {"action": repave.ACTION_REPAVE}
+        # Planned means a repave is pending, also toward an explicit revision the drift report (which
+        # compares with the tip) calls current.
+        found = dict(self.due.get(key) or {}, action=repave.ACTION_REPAVE)
         decision = repave.apply_decision(found, self.p["opt_in"], named, window, now, estimate)
         if (
             decision["held"] == repave.CLOSED

@@ -189,6 +189,10 @@ class Fleet:
             # Generous: a loaded machine can pause the lab for many seconds; the timeout tests set their own.
             "wait_timeout": 120,
         }
+        if extra.get("state") == "repaved" and not (set(extra) & {"opt_in", "window", "maintenance_policy"}):
+            # A roll-out starts only by intent: these runs are due by their forced-apply date (the tip was
+            # built months before the wall clock), which applies whatever the window and writes no opt-in.
+            base["maintenance_policy"] = {"forced_apply_after_days": 0}
         base.update(extra)
         return base
 
@@ -655,7 +659,15 @@ def test_window_and_opt_in(lab, fleet):
     run = run_playbook(
         play(
             task("outside", **closed),
-            task("too long", **fleet.args(state="repaved", window=open_window(30), batch_estimate=3600)),
+            task(
+                "too long",
+                **fleet.args(
+                    state="repaved",
+                    window=open_window(30),
+                    batch_estimate=3600,
+                    maintenance_policy={"auto_apply_after_days": 0},
+                ),
+            ),
             task("opt in", diff=True, **dict(closed, opt_in="next-maintenance")),
             task("report", **fleet.args()),
             task("undo", **fleet.args(state="repaved", opt_in="undo-opt-in")),
@@ -670,14 +682,17 @@ def test_window_and_opt_in(lab, fleet):
     outside = run["outside"]
     assert outside["changed"] is False and sorted(outside["pending"]) == ["w1", "w2"]
     assert outside["window"]["open"] is False
-    assert outside["next_window"] == outside["window"]["next_open"]
-    assert {e["result"] for e in outside["instances"]} == {"pending"}
-    too_long = run["too long"]
+    # No opt-in and no maintenance policy: never due, whatever the window does.
+    assert outside["next_window"] is None and outside["intent"]["applied_by"] == {}
+    assert {(e["result"], e["held"]) for e in outside["instances"]} == {("pending", "NotDue")}
+    too_long = run["too long"]  # due (auto-apply date passed), the window open but too short
     assert too_long["changed"] is False and sorted(too_long["pending"]) == ["w1", "w2"]
     assert too_long["window"]["open"] is True
+    assert {e["held"] for e in too_long["instances"]} == {"WindowClosed"}
 
     opted = run["opt in"]
     assert opted["changed"] is True and sorted(opted["pending"]) == ["w1", "w2"]
+    assert opted["next_window"] == opted["window"]["next_open"]
     assert {d["after"].get(OPT_IN) for d in opted["diff"]} == {"next-maintenance"}
     assert {e["opt_in"] for e in run["report"]["instances"]} == {"next-maintenance"}
     undone = run["undo"]
@@ -692,6 +707,7 @@ def test_window_and_opt_in(lab, fleet):
     immediate = run["immediate"]  # ignores the closed window
     assert immediate["changed"] is True and immediate["pending"] == []
     assert {e["result"] for e in immediate["instances"]} == {"repaved"}
+    assert immediate["intent"]["applied_by"] == {"w1": "immediate", "w2": "immediate"}
     after = by_name(run["after"])
     assert {e["verdict"] for e in after.values()} == {"Current"}
     assert {e["opt_in"] for e in after.values()} == {None}  # applied, so the opt-in is gone
@@ -976,3 +992,40 @@ def test_repave_playbook_defaults_start_nothing_outside_the_window(lab, fleet):
     assert fleet.revision("p1") == TIP and fleet.revision("p2") == OLD and fleet.revision("p3") == OLD
     assert OPT_IN not in fleet.annotations("p1")  # applied, so removed
     assert {fleet.annotations(n).get(OPT_IN) for n in ("p2", "p3")} == {"next-maintenance"}
+
+
+def test_repave_playbook_without_a_window_repaves_nothing_and_an_instance_window_is_its_own(lab, fleet):
+    """The missing line: no repave_window and no opt-in repaves nothing and says why; an instance whose
+    own annotation opens a window now is repaved in it, and only it."""
+    for name in ("n1", "n2"):
+        fleet.create(name)
+    fleet.settle(["n1", "n2"])
+    playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
+    run = run_playbook(playbook, env=lab.env(), extra_vars=playbook_vars(fleet))
+    assert run.ok, run.log
+    rollout = run["Repave the fleet"]
+    assert rollout["intent"]["applied_by"] == {} and rollout["intent"]["opt_in"] == "next-maintenance"
+    assert rollout["msg"].startswith("nothing repaved: n1, n2: no maintenance window"), rollout["msg"]
+    assert fleet.repaves("n1") == 0 and fleet.repaves("n2") == 0
+    # Only the choice is recorded (the opt-in annotation), never the trigger.
+    assert all(TRIGGER not in fleet.annotations(n) for n in ("n1", "n2"))
+
+    window = open_window(60)
+    fleet.custom.patch_namespaced_custom_object(
+        fleet.group,
+        fleet.version,
+        fleet.namespace,
+        PLURAL,
+        "n1",
+        {
+            "metadata": {
+                "annotations": {"goldenimage.pipeline/maintenance-window": "%(start)s-%(end)s UTC" % window}
+            }
+        },
+    )
+    run = run_playbook(playbook, env=lab.env(), extra_vars=playbook_vars(fleet))
+    assert run.ok, run.log
+    rollout = run["Repave the fleet"]
+    assert rollout["intent"]["applied_by"] == {"n1": "next-maintenance"}
+    assert by_name(rollout)["n2"]["held"] == "NoMaintenanceWindow"
+    assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 0
