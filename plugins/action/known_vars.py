@@ -8,14 +8,19 @@ What is known is read from where the collection documents it: inside a role, the
 (``meta/argument_specs.yml``, the entry point the role runs) and its defaults; in a playbook, the
 play's ``vars``; plus the task's ``known``. The play's ``vars`` are known inside its roles too: they are
 the playbook's own declarations. What is checked is every variable of the host with one of
-the prefixes, except what tasks registered or set as facts (results, not options). The rule is
-``inputs.unknown_variables``.
+the prefixes, except what tasks registered or set as facts (results, not options). ``roles`` adds the
+options of other roles of this collection (every entry point of their argument specs): a playbook that
+reads a role's namespace without running the role (an undo step beside the role) knows what the role
+takes. The rule is ``inputs.unknown_variables``.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
+import yaml
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
@@ -34,13 +39,30 @@ def _play(task):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("prefix", "known"))
+    _VALID_ARGS = frozenset(("prefix", "known", "roles"))
+    # plugins/action/known_vars.py -> the collection's roles/
+    ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "roles")
+
+    def role_options(self, names):
+        """The options of every entry point of these roles of this collection (FQCN or short names)."""
+        known = set()
+        for name in names:
+            short = str(name).rsplit(".", 1)[-1]
+            path = os.path.join(self.ROLES_DIR, short, "meta", "argument_specs.yml")
+            if not os.path.isfile(path):
+                raise PipelineError("known_vars: roles: %s is not a role of this collection" % name)
+            with open(path) as handle:
+                specs = (yaml.safe_load(handle) or {}).get("argument_specs") or {}
+            for entry in specs.values():
+                known |= set(((entry or {}).get("options") or {}).keys())
+        return known
 
     def known(self, task_vars):
         """``(known names, where)`` for the task's role, else its play. The play's own ``vars`` are the
         playbook's declarations and always known; what comes from outside (extra vars, an AWX survey,
         inventory) and what a play passes to a role is checked."""
         known = set(self._task.args.get("known") or [])
+        known |= self.role_options(self._task.args.get("roles") or [])
         play = _play(self._task)
         if play is not None:
             known |= set((play.vars or {}).keys())
@@ -75,9 +97,9 @@ class ActionModule(ActionBase):
         if not prefixes or not all(isinstance(p, str) and p for p in prefixes):
             result.update(failed=True, msg="known_vars: prefix is required (a string or a list of strings)")
             return result
-        known, where = self.known(task_vars)
-        names = set(task_vars) - self.results_of_tasks(task_vars)
         try:
+            known, where = self.known(task_vars)
+            names = set(task_vars) - self.results_of_tasks(task_vars)
             checked = inputs.unknown_variables(names, prefixes, known, where)
         except PipelineError as exc:
             result.update(failed=True, **exc.result)

@@ -33,6 +33,14 @@ options:
     type: list
     elements: str
     default: []
+  roles:
+    description:
+      - Roles of this collection whose argument specs (every entry point) are known too, for a playbook
+        that reads a role's namespace without running the role, such as a step that undoes what the role
+        did and receives the same answers.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
 attributes:
@@ -53,6 +61,11 @@ EXAMPLES = r"""
   goldenimage.pipeline.known_vars:
     prefix: repave_
     known: [repave_namespace, repave_catalog]
+
+- name: Refuse unknown golden_promote_* variables (the role's options are known here too)
+  goldenimage.pipeline.known_vars:
+    prefix: golden_promote_
+    roles: [goldenimage.pipeline.golden_promote]
 """
 
 RETURN = r"""
@@ -76,7 +89,9 @@ from ansible.module_utils.basic import AnsibleModule
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            prefix=dict(type="raw", required=True), known=dict(type="list", elements="str", default=[])
+            prefix=dict(type="raw", required=True),
+            known=dict(type="list", elements="str", default=[]),
+            roles=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )

@@ -56,3 +56,35 @@ def test_a_misspelt_role_option_is_refused_and_results_and_play_vars_are_not():
     result = run[check]
     assert result["unknown"] == ["golden_namespaces_pod_securty"], result
     assert "did you mean golden_namespaces_pod_security?" in result["msg"] and "role" in result["msg"]
+
+
+def test_the_awx_playbooks_refuse_a_misspelt_answer_and_know_what_the_workflow_hands_them():
+    """The workflow hands every node the same answers: the undo step knows golden_promote's options (a
+    gate answer included) and refuses only the misspelt one; the gate refuses its own misspelt option."""
+    undo = ROOT / "awx" / "playbooks" / "undo_failed_promotion.yml"
+    run = run_playbook(
+        undo,
+        extra_vars={
+            "golden_promote_family": "ubuntu-24-04",
+            "golden_promote_snapshot": "golden-x",
+            "golden_promote_gate_project_namespace": "gate",  # the workflow's survey answer
+            "golden_promote_verfy_timeout": 30,
+        },
+    )
+    check = "Refuse unknown golden_promote_* variables before anything runs"
+    assert not run.ok and run.task_names() == [check], run.log
+    assert run[check]["unknown"] == ["golden_promote_verfy_timeout"], run[check]
+    assert "did you mean golden_promote_verify_timeout?" in run[check]["msg"]
+
+    gate = ROOT / "awx" / "playbooks" / "gate_golden.yml"
+    run = run_playbook(gate, extra_vars={"golden_gate_snapshot": "golden-x", "golden_gate_wait_timout": 5})
+    check = "Refuse unknown golden_gate_* variables before anything runs"
+    assert not run.ok and run.task_names() == [check], run.log
+    assert run[check]["unknown"] == ["golden_gate_wait_timout"], run[check]
+
+
+def test_the_demo_refuses_a_misspelt_variable_before_any_act():
+    run = run_playbook(ROOT / "playbooks" / "demo.yml", extra_vars={"demo_workdri": "/tmp/x"})
+    check = "Refuse unknown demo_* variables before anything runs"
+    assert not run.ok and run.task_names() == [check], run.log
+    assert "demo_workdri (did you mean demo_workdir?)" in run[check]["msg"]
