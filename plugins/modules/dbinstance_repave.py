@@ -54,6 +54,22 @@ description:
   - With O(strategy=direct) the module swaps the OS disk of a Harvester VM itself (stop, new OS disk named
     after the revision, start, wait for the guest agent, delete the old OS disk); pgdata is never touched.
     O(state=absent) tears such a VM down with every disk it declared.
+  - "How the operator consumes the catalog this collection writes: it reads the catalog document (the
+    ConfigMap or file O(catalog) names: C(images) with each revision's OS version, PostgreSQL majors and
+    Harvester image, and C(streams) with each stream's tip and its C(validated) gate), and two env variables
+    of its Deployment: C(BACKING_IMAGE_OS_VERSION), the stream of a new DBInstance that names none, and
+    C(BACKING_IMAGE_REPLICAS), the replica count it asks for on each backing image
+    (M(goldenimage.pipeline.dbinstance_operator_env) sets both). A new instance gets the tip of that stream
+    if the stream is validated and the tip carries its engineVersion; a running one is compared with its
+    stream's tip (C(OSUpdateAvailable) or C(PGVersionEOL)) and repaved to it when C(repave-trigger=now) is
+    set.
+    Publishing a revision (M(goldenimage.pipeline.baked_image), M(goldenimage.pipeline.baked_image_stream))
+    changes what the operator reads next, with no redeploy; flipping the default stream is an env change and
+    a rolling restart."
+  - This module computes each target with the operator's rule (an instance's own C(spec.osVersion), else the
+    operator's C(BACKING_IMAGE_OS_VERSION), else the catalog's C(default_stream)) when O(operator) names the
+    operator's Deployment, so a repave aims where the operator provisions; RV(default_stream) says which was
+    used.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -256,6 +272,26 @@ options:
       - The date end-of-life is judged on, C(YYYY-MM-DD); today (UTC) on the run's clock when omitted.
       - Windows, auto-apply and forced-apply dates are always read from the run's one clock, the wall clock.
     type: str
+  operator:
+    description:
+      - The DBInstance operator's Deployment. Its container's C(BACKING_IMAGE_OS_VERSION) is the OS stream of
+        every instance that names none in C(spec.osVersion), as the operator uses it; unset, the catalog's
+        C(default_stream) is. Without this option the catalog's C(default_stream) is used.
+      - A Deployment that does not exist, several containers without O(operator.container), or a value read
+        from C(valueFrom) are refused before anything is written.
+    type: dict
+    suboptions:
+      namespace:
+        description: Its namespace.
+        type: str
+        required: true
+      name:
+        description: Its name.
+        type: str
+        required: true
+      container:
+        description: The operator's container, when the Deployment has more than one.
+        type: str
   os_volume:
     description:
       - With O(strategy=direct), the name of the VM's OS volume, the one whose claim is replaced.
@@ -379,6 +415,19 @@ changed:
   description: Whether an annotation (in direct mode, a VM or disk) was, or in check mode would be, written.
   returned: always
   type: bool
+default_stream:
+  description: The OS stream of instances that name none, and where it was read (O(operator)).
+  returned: unless O(state=absent)
+  type: dict
+  contains:
+    stream:
+      description: The stream.
+      type: str
+      sample: "22.04"
+    from:
+      description: Where it was read.
+      type: str
+      sample: Deployment dbinstance-system/dbinstance-operator env BACKING_IMAGE_OS_VERSION
 instances:
   description:
     - One entry per instance in scope, as found, with what the task did.
@@ -645,6 +694,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     catalog,
     details,
     inputs,
+    operator_env,
     repave,
     rollout,
     rounds,
@@ -714,6 +764,14 @@ def argument_spec():
             ),
         ),
         today=dict(type="str"),
+        operator=dict(
+            type="dict",
+            options=dict(
+                namespace=dict(type="str", required=True),
+                name=dict(type="str", required=True),
+                container=dict(type="str"),
+            ),
+        ),
         os_volume=dict(type="str", default="rootdisk"),
         data_volume=dict(type="str", default="pgdata"),
         report_every=dict(type="int", default=rounds.REPORT_EVERY),
@@ -773,7 +831,7 @@ class Repave:
             if self.driver is None:
                 self.driver = make_driver(self.module)
             if self.params["state"] != "absent" and self.doc is None:
-                self.doc = self.read_catalog()
+                self.doc = self.with_operator_default(self.read_catalog())
             state = self.params["state"]
             return (
                 self.report()
@@ -908,6 +966,27 @@ class Repave:
             raise PipelineError("read %s: %s" % (store.where, exc)) from exc
         if not doc["streams"]:
             raise repave.empty_catalog(store.where)
+        return doc
+
+    def with_operator_default(self, doc):
+        """The catalog with the default OS stream the operator gives an instance that names none
+        (``operator_env.default_stream``): targets are computed where the operator provisions."""
+        found = {"stream": doc.get("default_stream"), "from": "the catalog's default_stream"}
+        wanted = self.params.get("operator")
+        if wanted:
+            ref = operator_env.where(wanted["namespace"], wanted["name"])
+            deployment = operator_env.require_deployment(
+                ref, self.module.fetch("apps/v1", "Deployment", wanted["name"], wanted["namespace"])
+            )
+            container = operator_env.pick_container(deployment, wanted.get("container"))
+            value = operator_env.os_version_of(deployment, container)
+            stream = operator_env.default_stream(doc.get("default_stream"), value)
+            if value:
+                found = {"stream": stream, "from": "%s env %s" % (ref, operator_env.OS_ENV)}
+            else:
+                found["from"] += " (%s sets no %s)" % (ref, operator_env.OS_ENV)
+            doc = dict(doc, default_stream=stream)
+        self.result["default_stream"] = found
         return doc
 
     def observe(self):

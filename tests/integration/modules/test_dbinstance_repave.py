@@ -1029,3 +1029,118 @@ def test_repave_playbook_without_a_window_repaves_nothing_and_an_instance_window
     assert rollout["intent"]["applied_by"] == {"n1": "next-maintenance"}
     assert by_name(rollout)["n2"]["held"] == "NoMaintenanceWindow"
     assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 0
+
+
+# ------------------------------------------------------------------ the operator's disks and its env
+
+
+def claims(kube_client, namespace):
+    from kubernetes import client
+
+    found = client.CoreV1Api(kube_client).list_namespaced_persistent_volume_claim(namespace).items
+    return {c.metadata.name: c for c in found if not c.metadata.deletion_timestamp}
+
+
+def steady_claim(kube_client, namespace, name, quiet=1.0, timeout=SETTLE_SECONDS):
+    """``(uid, resourceVersion)`` of a claim once it has not changed for ``quiet`` seconds (bound)."""
+    deadline, last, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < deadline:
+        claim = claims(kube_client, namespace).get(name)
+        seen = (claim.metadata.uid, claim.metadata.resource_version) if claim else None
+        if seen != last:
+            last, since = seen, time.monotonic()
+        elif seen and time.monotonic() - since >= quiet:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError("claim %s/%s never settled: %s" % (namespace, name, last))
+
+
+def test_operator_repave_swaps_the_os_disk_and_leaves_pgdata_untouched(lab, kube_client, fleet):
+    """The operator path, as the direct path is tested: the instance's OS disk and pgdata are claims the
+    operator made (no owner); a repave through the trigger makes the new revision's OS disk under a new
+    name, deletes the old one, and pgdata keeps its uid and resourceVersion."""
+    fleet.create("keep")
+    fleet.settle(["keep"])
+    data = steady_claim(kube_client, fleet.namespace, "keep-pgdata")
+    assert "keep-os-%s" % OLD in claims(kube_client, fleet.namespace)
+    run = run_playbook(play(task("repave", **fleet.args(state="repaved", names=["keep"]))), env=lab.env())
+    assert run.ok, run.log
+    assert fleet.revision("keep") == TIP and fleet.repaves("keep") == 1
+    found = claims(kube_client, fleet.namespace)
+    assert "keep-os-%s" % TIP in found and "keep-os-%s" % OLD not in found, sorted(found)
+    assert not found["keep-pgdata"].metadata.owner_references  # ownerless, as Harvester makes it
+    assert steady_claim(kube_client, fleet.namespace, "keep-pgdata") == data  # untouched
+    # Teardown: no cascade from the VM, so the operator deletes every disk of the instance.
+    fleet.custom.delete_namespaced_custom_object(fleet.group, fleet.version, fleet.namespace, PLURAL, "keep")
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while [n for n in claims(kube_client, fleet.namespace) if n.startswith("keep-")]:
+        assert time.monotonic() < deadline, sorted(claims(kube_client, fleet.namespace))
+        time.sleep(0.1)
+
+
+def test_targets_follow_the_operators_backing_image_os_version(lab, kube_client, fleet, monkeypatch):
+    """One rule for the default stream: the operator provisions an instance that names no osVersion from
+    its Deployment's BACKING_IMAGE_OS_VERSION, and dbinstance_repave given that Deployment aims there too;
+    without it, the catalog's default stream is used and the operator is seen to disagree."""
+    from kubernetes import client
+
+    from tests.lab.controllers.dbinstance import OPERATOR_ENV
+
+    doc = yaml.safe_load(catalog_text())
+    doc["streams"]["24.04"]["validated"] = True
+    core = client.CoreV1Api(kube_client)
+    body = {"metadata": {"name": "two-streams"}, "data": {"catalog.yaml": yaml.safe_dump(doc)}}
+    core.create_namespaced_config_map(fleet.namespace, body)
+    labels = {"app": "dbinstance-operator"}
+    container = {
+        "name": "manager",
+        "image": "registry.example/dbinstance-operator:1.0",
+        "env": [
+            {"name": "BACKING_IMAGE_OS_VERSION", "value": "24.04"},
+            {"name": "BACKING_IMAGE_REPLICAS", "value": "3"},
+        ],
+    }
+    deployment = {
+        "metadata": {"name": "dbinstance-operator"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+    client.AppsV1Api(kube_client).create_namespaced_deployment(fleet.namespace, deployment)
+    monkeypatch.setenv(CATALOG_ENV, "%s/two-streams" % fleet.namespace)
+    monkeypatch.setenv(OPERATOR_ENV, "%s/dbinstance-operator" % fleet.namespace)
+    fleet.create("fresh", revision=None)  # provisioned by the operator: the env's stream
+    fleet.create("jammy", revision=OLD)  # runs 22.04 and names no stream: to be moved to 24.04
+    items = fleet.settle(["fresh", "jammy"])
+    assert fleet.revision("fresh") == "v20261201-2404"
+    assert items["fresh"]["status"]["backingImageReplicas"] == 3
+    catalog = {"namespace": fleet.namespace, "name": "two-streams"}
+    operator = {"namespace": fleet.namespace, "name": "dbinstance-operator"}
+    run = run_playbook(
+        play(
+            task("catalog default", **fleet.args(catalog=catalog)),
+            task("operator default", **fleet.args(catalog=catalog, operator=operator)),
+            task(
+                "repave", **fleet.args(state="repaved", names=["jammy"], catalog=catalog, operator=operator)
+            ),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    plain = by_name(run["catalog default"])
+    assert plain["fresh"]["target"] == TIP and plain["fresh"]["disagreement"]
+    assert run["catalog default"]["default_stream"]["stream"] == "22.04"
+    aimed = by_name(run["operator default"])
+    assert run["operator default"]["default_stream"] == {
+        "stream": "24.04",
+        "from": "Deployment %s/dbinstance-operator env BACKING_IMAGE_OS_VERSION" % fleet.namespace,
+    }
+    assert {n: (e["target"], e["verdict"]) for n, e in aimed.items()} == {
+        "fresh": ("v20261201-2404", "Current"),
+        "jammy": ("v20261201-2404", "OSUpdateAvailable"),
+    }
+    assert all(e["disagreement"] is None for e in aimed.values())
+    assert by_name(run["repave"])["jammy"]["result"] == "repaved"
+    assert fleet.revision("jammy") == "v20261201-2404" and fleet.repaves("jammy") == 1
