@@ -43,16 +43,23 @@ class ActionModule(ActionBase):
     # plugins/action/known_vars.py -> the collection's roles/
     ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "roles")
 
+    @staticmethod
+    def argument_specs(role_dir):
+        """``{entry point: spec}`` of the role in ``role_dir`` (its ``meta/argument_specs.yml``), read from
+        the file: a role loaded by ``include_role`` does not carry them."""
+        path = os.path.join(role_dir, "meta", "argument_specs.yml")
+        if not os.path.isfile(path):
+            return None
+        with open(path) as handle:
+            return (yaml.safe_load(handle) or {}).get("argument_specs") or {}
+
     def role_options(self, names):
         """The options of every entry point of these roles of this collection (FQCN or short names)."""
         known = set()
         for name in names:
-            short = str(name).rsplit(".", 1)[-1]
-            path = os.path.join(self.ROLES_DIR, short, "meta", "argument_specs.yml")
-            if not os.path.isfile(path):
+            specs = self.argument_specs(os.path.join(self.ROLES_DIR, str(name).rsplit(".", 1)[-1]))
+            if specs is None:
                 raise PipelineError("known_vars: roles: %s is not a role of this collection" % name)
-            with open(path) as handle:
-                specs = (yaml.safe_load(handle) or {}).get("argument_specs") or {}
             for entry in specs.values():
                 known |= set(((entry or {}).get("options") or {}).keys())
         return known
@@ -68,8 +75,8 @@ class ActionModule(ActionBase):
             known |= set((play.vars or {}).keys())
         role = getattr(self._task, "_role", None)
         if role is not None:
+            specs = self.argument_specs(getattr(role, "_role_path", "") or "") or {}
             entry = (getattr(role, "_from_files", None) or {}).get("tasks") or "main"
-            specs = getattr(getattr(role, "_metadata", None), "argument_specs", None) or {}
             known |= set(((specs.get(entry) or {}).get("options") or {}).keys())
             known |= set(role.get_default_vars().keys())
             return known, "role %s" % role.get_name()

@@ -88,3 +88,29 @@ def test_the_demo_refuses_a_misspelt_variable_before_any_act():
     check = "Refuse unknown demo_* variables before anything runs"
     assert not run.ok and run.task_names() == [check], run.log
     assert "demo_workdri (did you mean demo_workdir?)" in run[check]["msg"]
+
+
+def test_a_role_included_from_another_entry_point_knows_that_entry_points_options():
+    """include_role with tasks_from: distribute checks against the distribute entry point's spec (its
+    linux_golden_artifacts is known), not main's."""
+    plays = [
+        {
+            "name": "distribute",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "the role",
+                    "ansible.builtin.include_role": {
+                        "name": "goldenimage.pipeline.linux_golden",
+                        "tasks_from": "distribute",
+                    },
+                    "vars": {"linux_golden_artifacts": [], "linux_golden_import_timout": 5},
+                }
+            ],
+        }
+    ]
+    run = run_playbook(plays)
+    check = "Refuse unknown linux_golden_* variables before anything runs"
+    assert not run.ok and run.task_names()[-1] == check, run.log
+    assert run[check]["unknown"] == ["linux_golden_import_timout"], run[check]

@@ -198,5 +198,5 @@ def test_the_default_stream_is_the_operators_env_else_the_catalogs():
     assert operator_env.os_version_of(deployment([{"name": OS, "value": "24.04"}]), "manager") == "24.04"
     assert operator_env.os_version_of(deployment(), "manager") is None
     hidden = deployment([{"name": OS, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}])
-    with pytest.raises(Refusal, match="cannot be read here.*set it as a literal value"):
+    with pytest.raises(Refusal, match=r"cannot be read here.*set it as a literal value"):
         operator_env.os_version_of(hidden, "manager")
