@@ -86,15 +86,16 @@ unknown:
 from ansible.module_utils.basic import AnsibleModule
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            prefix=dict(type="raw", required=True),
-            known=dict(type="list", elements="str", default=[]),
-            roles=dict(type="list", elements="str", default=[]),
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        prefix=dict(type="raw", required=True),
+        known=dict(type="list", elements="str", default=[]),
+        roles=dict(type="list", elements="str", default=[]),
     )
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     module.fail_json(msg="known_vars reads the variables of the run: it runs as an action plugin only")
 
 
