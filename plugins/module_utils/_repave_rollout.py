@@ -22,7 +22,7 @@ __metaclass__ = type
 import datetime
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import RoundOver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import FIRST_POLL, is_transient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
@@ -31,10 +31,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 FINISHED = ("done", "failed")
 # A fleet line (counts, what is repaving and where, elapsed) at least this often while batches run.
 FLEET_LINE_EVERY = 30.0
-
-
-def utcnow():
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 def iso(when):
@@ -78,7 +74,12 @@ class Rollout:
     annotation changed), ``progress`` (``record``), ``warning`` (``text``) and ``result`` (``fields`` of
     the run's result), and ``round`` (``state``: the round ended, ``carry()`` for the next one). ``log``
     (optional) is called with each progress line as it happens. ``carried`` is an earlier round's
-    ``carry()``; ``round_end`` (clock seconds) ends this round, None for no rounds."""
+    ``carry()``; ``round_end`` (clock seconds) ends this round, None for no rounds.
+
+    Whether a planned instance may start is asked of ``repave.apply_decision`` at the moment its batch
+    comes up, with its own window (``windows``: key -> the instance's window, else the run's, else None)
+    and its dates (``due``: key -> its drift entry); ``replication`` maps a key to its replication group.
+    Every date is read from ``clock``, the one clock of the run."""
 
     def __init__(
         self,
@@ -95,6 +96,9 @@ class Rollout:
         clock=time.time,
         round_end=None,
         carried=None,
+        windows=None,
+        due=None,
+        replication=None,
     ):
         self.driver = driver
         self.p = params
@@ -105,8 +109,10 @@ class Rollout:
         self.in_flight = set(in_flight)
         self.limit = limit
         self.shown_window = window
-        # opt_in immediate applies now, outside any window (RDS's immediate does the same).
-        self.window = window if self.p["opt_in"] != "immediate" else None
+        self.windows = windows if windows is not None else {k: window for k in self.instances}
+        self.due = due or {}
+        self.replication = replication or {}
+        self.named = set(params.get("names") or ())
         self.log = log
         self.clock = clock
         self.round_end = round_end
@@ -151,7 +157,7 @@ class Rollout:
         wanted = set(candidates) | self.in_flight
         targets = {k: t for k, t in self.targets.items() if k in wanted}
         scope = [i for i in keyed if i["name"] in wanted or i.get("available") is False]
-        batches = rollout.plan(scope, targets, self.limit, self.p["order"] or None)
+        batches = rollout.plan(scope, targets, self.limit, self.p["order"] or None, self.replication)
         if not self.resumed:
             self.total = sum(len(b) for b in batches)
         return [b for b in batches if b]
@@ -190,43 +196,79 @@ class Rollout:
         """The wait stopped at the round's end, not at its own deadline: end the round."""
         return self.round_end is not None and self.clock() < deadline
 
-    def fits_now(self, now):
-        """``(True, None)`` when a batch may start now, else ``(False, next opening)``."""
-        if self.window is None:
-            return True, None
+    def now(self):
+        return datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc)
+
+    def decide(self, key, now):
+        """``repave.apply_decision`` for one planned instance at ``now``."""
         estimate = rollout.estimate_batch_seconds(self.durations, self.p["batch_estimate"])
-        if self.window.fits(now, estimate):
-            return True, None
-        following = self.window.next_fit(now, estimate)
-        if following is None:
+        window = self.windows.get(key)
+        named = self.instances[key].get("name") in self.named
+        # Planned means a repave is pending, also toward an explicit revision the drift report (which
+        # compares with the tip) calls current.
+        found = dict(self.due.get(key) or {}, action=repave.ACTION_REPAVE)
+        decision = repave.apply_decision(found, self.p["opt_in"], named, window, now, estimate)
+        if (
+            decision["held"] == repave.CLOSED
+            and window is not None
+            and window.next_fit(now, estimate) is None
+        ):
             self.emit(
                 "warning",
                 text="a batch is expected to take %ds, longer than the window %s is open: no batch will "
-                "start in it; widen the window or lower batch_estimate" % (estimate, self.window.describe()),
+                "start in it; widen the window or lower batch_estimate" % (estimate, window.describe()),
             )
-            return False, self.window.next_open(now)
-        return False, following
+        return decision
+
+    def sort_out(self, batch, now):
+        """``(may start, held)`` of a batch at ``now``: instances in flight are always looked after;
+        the others start only as ``repave.apply_decision`` allows, and each gets its reason."""
+        start, held = [], {}
+        for key in batch:
+            if key in self.in_flight:
+                start.append(key)
+                continue
+            decision = self.decide(key, now)
+            if decision["start"]:
+                start.append(key)
+                self.set_entry(key, applied_by=decision["by"], held=None, held_why=None)
+            else:
+                held[key] = decision
+                self.set_entry(
+                    key,
+                    result="pending",
+                    applied_by=None,
+                    held=decision["held"],
+                    held_why=decision["why"],
+                    current_apply=iso(decision["at"]),
+                )
+        return start, held
 
     def predict(self, batches):
         """Check mode: what would start now, and when the rest would. Returns the events."""
-        now = utcnow()
-        fits, next_window = self.fits_now(now)
-        first = batches[0] if batches else []
+        now = self.now()
+        starts_now, upcoming = [], []
+        for index, batch in enumerate(batches):
+            for key in batch:
+                self.set_entry(key, batch=index)
+            start, held = self.sort_out(batch, now)
+            upcoming += [d["at"] for d in held.values() if d["at"] is not None]
+            for key in start:
+                if key in self.in_flight:
+                    self.set_entry(key, result="in-flight")
+                else:
+                    self.set_entry(key, result="would-repave")
+                    self.emit("write", key=key, predicted=True)
+                    if index == 0:
+                        starts_now.append(key)
         self.emit(
             "result",
             fields={
-                "starts_now": [k for k in first if k not in self.in_flight] if fits else [],
-                "next_window": iso(next_window),
+                "starts_now": starts_now,
+                "next_window": iso(min(upcoming)) if upcoming else None,
                 "window": window_view(self.shown_window, now),
             },
         )
-        for index, batch in enumerate(batches):
-            for key in batch:
-                if key in self.in_flight:
-                    self.set_entry(key, batch=index, result="in-flight")
-                else:
-                    self.set_entry(key, batch=index, result="would-repave" if fits else "pending")
-                    self.emit("write", key=key, predicted=True)
         return self.take()
 
     # --- the run
@@ -247,7 +289,7 @@ class Rollout:
         self.line = self.fleet_text({})
         for key in pending:
             self.set_entry(key, result="pending")
-        self.emit("result", fields={"window": window_view(self.shown_window, utcnow()), "pending": pending})
+        self.emit("result", fields={"window": window_view(self.shown_window, self.now()), "pending": pending})
         return self.take()
 
     def pause(self):
@@ -264,6 +306,7 @@ class Rollout:
 
     def run_queue(self, queue):
         pending = []
+        upcoming = []
         first = True
         while queue:
             batch = queue.pop(0)
@@ -275,21 +318,20 @@ class Rollout:
             except RoundOver:
                 queue.insert(0, batch)
                 raise
-            fits, next_window = self.fits_now(utcnow())
-            if not fits:
-                # Nothing new starts; repaves an earlier run started are still seen through.
-                rest = batch + [k for b in queue for k in b]
-                self.run_batch([k for k in rest if k in self.in_flight])
-                pending = [k for k in rest if k not in self.in_flight]
-                self.emit("result", fields={"next_window": iso(next_window)})
-                break
+            # Nothing starts that apply_decision holds back; repaves an earlier run started are seen through.
+            batch, held = self.sort_out(batch, self.now())
+            pending += [k for k in held if k not in pending]
+            upcoming += [d["at"] for d in held.values() if d["at"] is not None]
+            self.emit("result", fields={"next_window": iso(min(upcoming)) if upcoming else None})
+            if not batch:
+                continue
             batch, deferred = self.admit(batch)
             if deferred:
                 queue.insert(0, deferred)
             if not self.p.get("wait", True):
                 # Start what may start now and return; a later run with the same options continues.
                 self.start_batch(batch)
-                pending = [k for b in queue for k in b]
+                pending += [k for b in queue for k in b if k not in pending]
                 break
             try:
                 self.run_batch(batch)
@@ -307,21 +349,17 @@ class Rollout:
         return [self.key(i) for i in fresh if not i.get("available")]
 
     def admit(self, batch):
-        """``(start now, deferred)``: as many new triggers as the budget allows at this moment."""
-        down = set(self.down_now())
-        new = [k for k in batch if k not in self.in_flight and k not in down]
-        room = self.limit - len(down)
-        if len(new) <= room:
-            return batch, []
-        if room < 1 and len(new) == len(batch):
-            down = set(self.wait_for_room())
-            room = self.limit - len(down)
-            new = [k for k in batch if k not in down]
-        keep = set(new[: max(room, 0)])
-        return [k for k in batch if k not in new or k in keep], [k for k in new if k not in keep]
+        """``(start now, deferred)``: as many new triggers as the budget and the replication groups
+        allow at this moment (``rollout.admit``); waits for room when none may start."""
+        start, deferred = rollout.admit(batch, self.down_now(), self.in_flight, self.limit, self.replication)
+        if not start and deferred:
+            down = self.wait_for_room(batch)
+            start, deferred = rollout.admit(batch, down, self.in_flight, self.limit, self.replication)
+        return start, deferred
 
-    def wait_for_room(self):
-        """Poll until fewer than max_unavailable instances are down; halt naming them otherwise."""
+    def wait_for_room(self, batch):
+        """Poll until an instance of ``batch`` may start (fewer than max_unavailable down, and no other
+        member of its replication group down); halt naming what is down otherwise."""
 
         def describe(down):
             return "down: %s" % (", ".join(sorted(down or [])) or "none")
@@ -332,11 +370,15 @@ class Rollout:
         try:
             down = wait_for(
                 self.down_now,
-                lambda down: (len(down) < self.limit, None),
+                lambda down: (
+                    bool(rollout.admit(batch, down, self.in_flight, self.limit, self.replication)[0]),
+                    None,
+                ),
                 self.budget(deadline),
                 self.p["wait_sleep"],
                 describe=describe,
-                pending="fewer than %d instance(s) to be unavailable (max_unavailable)" % self.limit,
+                pending="fewer than %d instance(s) to be unavailable (max_unavailable), none of them in "
+                "a replication group of %s" % (self.limit, ", ".join(batch)),
                 transient=is_transient,
                 first_sleep=FIRST_POLL,
             )

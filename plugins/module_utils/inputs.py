@@ -164,3 +164,34 @@ def kubeconfig_file(path, exists):
         "point it at a kubeconfig file, or leave it unset to use ~/.kube/config or the in-cluster "
         "service account",
     )
+
+
+def unknown_variables(names, prefixes, known, where):
+    """Refuse variables in a role's or playbook's namespace that it does not take.
+
+    ``names`` are the variables set for the run (extra vars, inventory, play vars, ...), ``prefixes`` the
+    namespaces (``repave_``, ``publish_``, ...), ``known`` the variables the role's argument spec or the
+    playbook documents. A misspelt option would otherwise silently mean its default (``repave_windw`` and
+    no window at all), so one unknown name in the namespace is refused, with the closest known name.
+    Returns the sorted names checked when all are known; ``where`` names the role or playbook.
+    """
+    import difflib
+
+    prefixes = tuple(prefixes)
+    known = set(known)
+    found = sorted(n for n in set(names) if isinstance(n, str) and n.startswith(prefixes))
+    unknown = [n for n in found if n not in known]
+    if not unknown:
+        return found
+    words = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        words.append("%s (did you mean %s?)" % (name, close[0]) if close else name)
+    raise Refusal(
+        where,
+        "unknown variable(s) %s: %s does not take them, and a misspelt option would silently mean its "
+        "default" % (", ".join(words), where),
+        "use the variables it documents (%s), or remove these; nothing was run"
+        % ", ".join(sorted(n for n in known if n.startswith(prefixes))),
+        unknown=unknown,
+    )

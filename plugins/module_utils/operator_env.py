@@ -79,6 +79,28 @@ def env_value(deployment, container, var):
     return entry.get("value"), False
 
 
+def default_stream(catalog_default, env_stream):
+    """The OS stream of a DBInstance that names none (``spec.osVersion``), as the operator picks it: its
+    ``BACKING_IMAGE_OS_VERSION`` when set, else the catalog's default stream. ``dbinstance_repave``
+    computes its targets with this rule, so a repave aims where the operator provisions."""
+    env_stream = str(env_stream).strip() if env_stream is not None else ""
+    return env_stream or catalog_default
+
+
+def os_version_of(deployment, container):
+    """The literal ``BACKING_IMAGE_OS_VERSION`` of the operator's container (None when unset); a value
+    read from valueFrom cannot be known here and is refused rather than guessed."""
+    value, from_source = env_value(deployment, container, OS_ENV)
+    if from_source:
+        raise Refusal(
+            "%s env %s" % (where(kinds.namespace(deployment), kinds.name(deployment), container), OS_ENV),
+            "it is read from valueFrom, so the default OS stream the operator uses cannot be read here",
+            "set it as a literal value (goldenimage.pipeline.dbinstance_operator_env os_version), or leave "
+            "operator unset to use the catalog's default stream",
+        )
+    return value
+
+
 def check_settable(deployment, container, var):
     entry = env_entry(deployment, container, var)
     if entry is not None and entry.get("valueFrom") is not None:

@@ -342,29 +342,143 @@ def _iso(when):
     return when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+# Why a pending OS repave starts, as recorded in a roll-out's result (RDS's ways of applying maintenance).
+BY_IMMEDIATE = "immediate"  # the run's opt_in immediate, for an instance the run names
+BY_FORCED = "forced-apply"  # the maintenance policy's forced-apply date has come: applied whatever the window
+BY_NEXT_MAINTENANCE = "next-maintenance"  # the run's opt_in next-maintenance, inside the instance's window
+BY_AUTO_APPLY = "auto-apply"  # the auto-apply date has passed, inside the instance's window
+NO_WINDOW, CLOSED, NOT_DUE = "NoMaintenanceWindow", "WindowClosed", "NotDue"
+
+
+def _midnight(text):
+    day = revision.build_date(text)
+    return datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc)
+
+
+def apply_decision(found, opt_in, named, window, now, seconds=0):
+    """Whether a pending OS repave may start at ``now`` (an aware datetime), the one rule every roll-out,
+    check-mode prediction and report (``current_apply``) asks.
+
+    ``found`` is ``drift``'s answer (its ``auto_apply_after`` and ``forced_apply`` dates), ``opt_in`` the
+    run's choice (or, for a report, the recorded one), ``named`` whether the run names the instance,
+    ``window`` the instance's own window or else the run's (None: no window), ``seconds`` how long the
+    repave is expected to take (it must fit before the window closes). A repave starts only:
+    with ``immediate`` for an instance the run names (``BY_IMMEDIATE``); once the forced-apply date has
+    come, whatever the window (``BY_FORCED``); inside the window with ``next-maintenance``
+    (``BY_NEXT_MAINTENANCE``) or once the auto-apply date has passed (``BY_AUTO_APPLY``). Anything else
+    waits, and a run with no window and no such choice starts nothing.
+
+    Returns ``{start, by, held, why, at}``: ``by`` why it starts, ``held`` why not (``NoMaintenanceWindow``,
+    ``WindowClosed``, ``NotDue``), ``why`` one sentence, ``at`` when it starts as things stand (now when it
+    starts; else the next fitting window opening from the date it becomes due, or the forced-apply date,
+    whichever is earlier; None when nothing says when).
+    """
+    decision = {"start": False, "by": None, "held": None, "why": None, "at": None}
+    if found.get("action") != ACTION_REPAVE:
+        decision["why"] = "no pending OS repave"
+        return decision
+    forced = _midnight(found["forced_apply"]) if found.get("forced_apply") else None
+    auto = _midnight(found["auto_apply_after"]) if found.get("auto_apply_after") else None
+
+    def starts(by, why):
+        decision.update(start=True, by=by, why=why, at=now)
+        return decision
+
+    if opt_in == IMMEDIATE and named:
+        return starts(BY_IMMEDIATE, "opt_in immediate names it: repaved now, outside any window")
+    if forced is not None and now >= forced:
+        return starts(
+            BY_FORCED, "its forced-apply date %s has come: repaved whatever the window" % _iso(forced)
+        )
+    if opt_in == NEXT_MAINTENANCE:
+        due = now
+    elif auto is not None:
+        due = max(auto, now)
+    else:
+        due = None
+    if window is None:
+        at = forced
+        decision.update(
+            held=NO_WINDOW,
+            why="no maintenance window (neither the run's window nor the instance's annotation %s sets one) "
+            "and no opt_in immediate names it: nothing is repaved%s"
+            % (rollout.WINDOW_ANNOTATION, " before its forced-apply date" if forced else ""),
+        )
+    elif due is None:
+        at = forced
+        decision.update(
+            held=NOT_DUE,
+            why="no opt-in and no auto-apply date (maintenance_policy) make it due: opt in with "
+            "next-maintenance to repave it in its window%s"
+            % (", or wait for the forced-apply date" if forced else ""),
+        )
+    else:
+        fit = window.next_fit(due, seconds) if seconds else window.next_open(due)
+        if due <= now and fit == now:
+            by = BY_NEXT_MAINTENANCE if opt_in == NEXT_MAINTENANCE else BY_AUTO_APPLY
+            return starts(by, "inside its maintenance window %s (%s)" % (window.describe(), by))
+        at = fit if forced is None or (fit is not None and fit < forced) else forced
+        if due > now:
+            why = "its auto-apply date %s has not passed" % _iso(auto)
+            decision.update(held=NOT_DUE, why=why + "; it is repaved in the first window after it")
+        else:
+            decision.update(
+                held=CLOSED,
+                why="its maintenance window %s is closed%s"
+                % (window.describe(), " or too short for the repave now" if seconds else ""),
+            )
+    decision["at"] = at if at is None or at >= now else now
+    return decision
+
+
+def bad_window(instance, exc):
+    """The refusal of an instance whose own maintenance window annotation cannot be read: it is never
+    repaved on the run's window instead, since its owner asked for another."""
+    return _refused(
+        instance,
+        "InvalidMaintenanceWindow",
+        str(exc),
+        "fix the annotation %s (or remove it to use the run's window)" % rollout.WINDOW_ANNOTATION,
+    )
+
+
+def intent(params, window, now):
+    """What a roll-out was asked to do, as its result records it: the run's ``opt_in`` (None: only what
+    the maintenance policy makes due), the instances it names, its window, its clock; ``applied_by``
+    (key -> ``apply_decision``'s reason) is filled in as repaves start."""
+    return {
+        "opt_in": params.get("opt_in"),
+        "names": list(params.get("names") or []),
+        "window": window.to_dict() if window is not None else None,
+        "maintenance_policy": {
+            k: v for k, v in (params.get("maintenance_policy") or {}).items() if v is not None
+        },
+        "now": _iso(now),
+        "applied_by": {},
+    }
+
+
+def held_message(entries):
+    """What a roll-out that started nothing says: each reason instances were held, with how many and the
+    first few, or None when none was held."""
+    held = {}
+    for key, entry in entries.items():
+        if entry.get("held"):
+            held.setdefault(entry["held_why"], []).append(key)
+    if not held:
+        return None
+    parts = []
+    for why, keys in sorted(held.items(), key=lambda item: -len(item[1])):
+        shown = ", ".join(sorted(keys)[:5]) + (" and %d more" % (len(keys) - 5) if len(keys) > 5 else "")
+        parts.append("%s: %s" % (shown, why))
+    return "nothing repaved: %s" % "; ".join(parts)
+
+
 def current_apply(found, opt_in, window, now):
     """RDS's CurrentApplyDate of a pending OS repave (``found`` is ``drift``'s answer), UTC ISO 8601 or
-    None: now with the opt-in ``immediate``; the next opening of ``window`` with ``next-maintenance``;
-    else the earlier of the first opening of the window from the auto-apply-after date on and the
-    forced-apply date; None when nothing says when. ``now`` is an aware datetime."""
-    if found.get("action") != ACTION_REPAVE:
-        return None
-    if opt_in == IMMEDIATE:
-        return _iso(now)
-    if opt_in == NEXT_MAINTENANCE:
-        opens = window.next_open(now) if window is not None else None
-        return _iso(opens) if opens else None
-    times = []
-    for key in ("auto_apply_after", "forced_apply"):
-        if not found.get(key):
-            continue
-        day = revision.build_date(found[key])
-        at = max(datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc), now)
-        if key == "auto_apply_after" and window is not None:
-            at = window.next_open(at)
-        if at is not None:
-            times.append(at)
-    return _iso(min(times)) if times else None
+    None, from the recorded ``opt_in`` and the instance's ``window`` (``apply_decision``)."""
+    at = apply_decision(found, opt_in, True, window, now)["at"]
+    return _iso(at) if at is not None else None
 
 
 def entry(instance, name, doc, found, disagreement=None):
@@ -738,12 +852,6 @@ def check_request(params):
     if p.get("opt_in") and p.get("state") != "repaved":
         raise Refusal(
             "option opt_in", "it records a choice about a pending repave", "use it with state repaved"
-        )
-    if p.get("opt_in") == NEXT_MAINTENANCE and not p.get("window"):
-        raise Refusal(
-            "opt_in next-maintenance",
-            "it repaves inside the maintenance window, and none is set",
-            "set window, or opt_in immediate with the instances to repave now in names",
         )
     if p.get("opt_in") == IMMEDIATE and not p.get("names"):
         raise Refusal(

@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import json
 import re
 import zoneinfo
 
@@ -258,7 +259,7 @@ def order_instances(instances, groups, selector_match=None):
     return sorted(instances, key=lambda inst: (rank(inst), inst.get("name") or ""))
 
 
-def plan(instances, targets, max_unavailable, groups=None):
+def plan(instances, targets, max_unavailable, groups=None, replication=None):
     """Batches (lists of names, in order) of the instances not yet on their target, each at most
     ``max_unavailable`` long.
 
@@ -267,11 +268,17 @@ def plan(instances, targets, max_unavailable, groups=None):
     batch; every other unavailable instance takes a place of the first batch, so the fleet never has
     more than ``max_unavailable`` down. An empty first batch means the budget is used up: nothing may
     start until an instance is Available again.
+
+    ``replication`` maps a name to its replication group (``replication_group``): two members of one
+    group never share a batch, and a member waits for a later batch while another member is down, so a
+    primary and its standby are never repaved together, whatever ``max_unavailable`` is. Each instance
+    takes the earliest batch that has room and no member of its group, so the order holds within a group.
     """
     if isinstance(max_unavailable, bool) or not isinstance(max_unavailable, int) or max_unavailable < 1:
         raise InvalidValue(
             "max_unavailable %r: expected a count >= 1 (see parse_max_unavailable)" % (max_unavailable,)
         )
+    replication = replication or {}
     ordered = order_instances(instances, groups)
     # Already current (on its target's revision): nothing to plan.
     pending = [
@@ -280,12 +287,60 @@ def plan(instances, targets, max_unavailable, groups=None):
     names = [i["name"] for i in pending if i.get("available") is False]
     names += [i["name"] for i in pending if i.get("available") is not False]
     planned = set(names)
-    down_elsewhere = sum(1 for i in instances if i.get("available") is False and i["name"] not in planned)
+    elsewhere = [i["name"] for i in instances if i.get("available") is False and i["name"] not in planned]
     if not names:
         return []
-    first = max(max_unavailable - down_elsewhere, 0)
-    rest = names[first:]
-    return [names[:first]] + [rest[k : k + max_unavailable] for k in range(0, len(rest), max_unavailable)]
+
+    def group(name):
+        return replication.get(name, name)
+
+    first = max(max_unavailable - len(elsewhere), 0)
+    batches = [[]]
+    members = [{group(n) for n in elsewhere}]
+    for name in names:
+        index = 0
+        while True:
+            if index == len(batches):
+                batches.append([])
+                members.append(set())
+            room = first if index == 0 else max_unavailable
+            if len(batches[index]) < room and group(name) not in members[index]:
+                break
+            index += 1
+        batches[index].append(name)
+        members[index].add(group(name))
+    return batches
+
+
+def admit(batch, down, in_flight, limit, replication=None):
+    """``(start now, deferred)`` of a batch about to start, from what is down at this moment.
+
+    Instances in flight (already repaving) and instances of the batch already down are kept, to be waited
+    on (they use no more of the budget than they already do). A new trigger is admitted
+    only while fewer than ``limit`` instances are down (those down count, whatever made them so) and no
+    other member of its replication group (``replication``: name -> group) is down or admitted: a
+    primary and its standby are never repaved together. The rest is deferred, in order.
+    """
+    replication = replication or {}
+    down = set(down)
+    in_flight = set(in_flight)
+
+    def group(name):
+        return replication.get(name, name)
+
+    busy = {group(k) for k in down | (in_flight & set(batch))}
+    room = limit - len(down | (in_flight & set(batch)))
+    start, deferred = [], []
+    for key in batch:
+        if key in in_flight or key in down:
+            start.append(key)
+        elif room < 1 or group(key) in busy:
+            deferred.append(key)
+        else:
+            start.append(key)
+            busy.add(group(key))
+            room -= 1
+    return start, deferred
 
 
 def estimate_batch_seconds(history_seconds, default):
@@ -355,3 +410,58 @@ def fleet_line(done, total, busy, failed, waiting, elapsed, phase=None):
         "; %s" % phase if phase else "",
         round(elapsed),
     )
+
+
+# ------------------------------------------------------------- an instance's own window, its group
+
+# A DBInstance (or a direct-mode VM) may carry its own weekly maintenance window, which wins over the
+# run's: "sat,sun 22:00-04:00 Europe/Berlin" (days and time zone optional: every day, UTC), or the
+# mapping the window option takes, as JSON.
+WINDOW_ANNOTATION = "goldenimage.pipeline/maintenance-window"
+# A standby names its primary (same namespace) with this label; a primary and its standbys form one
+# replication group, and at most one member of a group is ever down for a repave at a time.
+STANDBY_OF_LABEL = "goldenimage.pipeline/standby-of"
+WINDOW_FORMAT = (
+    '"[days ]HH:MM-HH:MM[ timezone]", for example "sat,sun 22:00-04:00 Europe/Berlin", or the mapping '
+    "the window option takes as JSON"
+)
+_WINDOW_TEXT = re.compile(r"^(?:(\S+)\s+)?(\d{1,2}:\d{2})\s*-\s*(\d{1,2}:\d{2})(?:\s+(\S+))?$")
+
+
+def parse_window_text(text):
+    """A ``Window`` from an instance's window annotation (see ``WINDOW_ANNOTATION``); None when empty."""
+    text = str(text or "").strip()
+    if not text:
+        return None
+    if text.startswith("{"):
+        try:
+            spec = json.loads(text)
+        except ValueError as exc:
+            raise InvalidValue("%r is not JSON: %s; expected %s" % (text, exc, WINDOW_FORMAT)) from exc
+        return parse_window(spec)
+    match = _WINDOW_TEXT.match(text)
+    if not match:
+        raise InvalidValue("%r: expected %s" % (text, WINDOW_FORMAT))
+    days, start, end, timezone = match.groups()
+    spec = {"start": start, "end": end}
+    if days:
+        spec["days"] = days.split(",")
+    if timezone:
+        spec["timezone"] = timezone
+    return parse_window(spec)
+
+
+def own_window(inst):
+    """The window an instance carries itself (its annotation), or None. Raises ``InvalidValue`` naming
+    the annotation when it cannot be read."""
+    text = (inst.get("annotations") or {}).get(WINDOW_ANNOTATION)
+    try:
+        return parse_window_text(text)
+    except ValueError as exc:
+        raise InvalidValue("annotation %s %s" % (WINDOW_ANNOTATION, exc)) from exc
+
+
+def replication_group(inst):
+    """The replication group of an instance: ``(namespace, primary name)``; a primary is its own."""
+    primary = str((inst.get("labels") or {}).get(STANDBY_OF_LABEL) or "").strip()
+    return (inst.get("namespace") or "", primary or inst.get("name") or "")

@@ -36,14 +36,40 @@ description:
     refused instance gets no annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
     and waits until the operator reports phase C(Available), C(status.appliedSpec.imageRevision) equals the
     target and the annotation is cleared.
+  - "Disruption only by intent: a repave starts only for an instance O(names) lists with O(opt_in=immediate),
+    once its forced-apply date (O(maintenance_policy)) has come whatever the window, or inside its maintenance
+    window with O(opt_in=next-maintenance) or once its auto-apply date has passed. An instance's window is its
+    own annotation C(goldenimage.pipeline/maintenance-window) (for example C(sat,sun 22:00-04:00
+    Europe/Berlin)), else O(window). With no window and no such choice nothing is repaved, and the result says
+    why for each instance (RV(instances[].held)) and in RV(msg); what started each repave is recorded in
+    RV(intent) and RV(instances[].applied_by)."
+  - A primary and its standbys (a standby carries the label C(goldenimage.pipeline/standby-of=<primary>))
+    are never repaved together, whatever O(max_unavailable) is; one member of such a group at a time.
   - A fleet is repaved in batches, never with more than O(max_unavailable) instances unavailable at once
-    (instances already unavailable count), in O(order), inside O(window). Before each batch the scope is
+    (instances already unavailable count), in O(order), each instance inside its window. Before each batch
+    the scope is
     listed again and only as many instances start as the budget allows at that moment. An instance already
     repaving (an interrupted run) is waited on and never triggered again; instances already on the target
     are skipped, so a rerun continues where the last run stopped.
   - With O(strategy=direct) the module swaps the OS disk of a Harvester VM itself (stop, new OS disk named
     after the revision, start, wait for the guest agent, delete the old OS disk); pgdata is never touched.
     O(state=absent) tears such a VM down with every disk it declared.
+  - "How the operator consumes the catalog this collection writes: it reads the catalog document (the
+    ConfigMap or file O(catalog) names: C(images) with each revision's OS version, PostgreSQL majors and
+    Harvester image, and C(streams) with each stream's tip and its C(validated) gate), and two env variables
+    of its Deployment: C(BACKING_IMAGE_OS_VERSION), the stream of a new DBInstance that names none, and
+    C(BACKING_IMAGE_REPLICAS), the replica count it asks for on each backing image
+    (M(goldenimage.pipeline.dbinstance_operator_env) sets both). A new instance gets the tip of that stream
+    if the stream is validated and the tip carries its engineVersion; a running one is compared with its
+    stream's tip (C(OSUpdateAvailable) or C(PGVersionEOL)) and repaved to it when C(repave-trigger=now) is
+    set.
+    Publishing a revision (M(goldenimage.pipeline.baked_image), M(goldenimage.pipeline.baked_image_stream))
+    changes what the operator reads next, with no redeploy; flipping the default stream is an env change and
+    a rolling restart."
+  - This module computes each target with the operator's rule (an instance's own C(spec.osVersion), else the
+    operator's C(BACKING_IMAGE_OS_VERSION), else the catalog's C(default_stream)) when O(operator) names the
+    operator's Deployment, so a repave aims where the operator provisions; RV(default_stream) says which was
+    used.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -105,10 +131,13 @@ options:
     default: 1
   window:
     description:
-      - A weekly maintenance window. No batch starts outside it, and a batch whose estimated duration does not
-        fit before the window closes does not start either; the module then ends without failing, with the
-        instances left reported as V(pending) and RV(next_window).
-      - Ignored with O(opt_in=immediate), which only applies to the instances named in O(names).
+      - The weekly maintenance window of the instances that carry none of their own (annotation
+        C(goldenimage.pipeline/maintenance-window), which wins). No repave starts outside an instance's window
+        (except with O(opt_in=immediate) or at the forced-apply date), nor when its estimated duration does
+        not fit before the window closes; the module then ends without failing, with those instances reported
+        as V(pending), why in RV(instances[].held), and RV(next_window).
+      - Without it, instances without a window of their own are repaved only with O(opt_in=immediate) or at
+        their forced-apply date.
       - With O(state=report), only used for RV(instances[].current_apply).
     type: dict
     suboptions:
@@ -154,7 +183,10 @@ options:
     description:
       - Like RDS C(apply-pending-maintenance-action). V(immediate) repaves the instances listed in O(names)
         now, outside any window; it is refused without O(names), so a window is only ever skipped for
-        instances a run names. V(next-maintenance) repaves inside O(window) (required). Both record the
+        instances a run names. V(next-maintenance) repaves each instance inside its window (its own
+        annotation, else O(window)); an instance with neither waits. Omitted, a run applies only what
+        O(maintenance_policy) makes due (the auto-apply date passed, inside the instance's window; the
+        forced-apply date come, whatever the window), which is what a scheduled run does. Both record the
         choice in the annotation C(goldenimage.pipeline/repave-opt-in) of each instance with a pending
         repave, which the report shows and which is removed once the repave is applied. V(undo-opt-in)
         removes the annotation and repaves nothing.
@@ -237,8 +269,29 @@ options:
         default: 3
   today:
     description:
-      - The date end-of-life is judged on, C(YYYY-MM-DD); today (UTC) when omitted.
+      - The date end-of-life is judged on, C(YYYY-MM-DD); today (UTC) on the run's clock when omitted.
+      - Windows, auto-apply and forced-apply dates are always read from the run's one clock, the wall clock.
     type: str
+  operator:
+    description:
+      - The DBInstance operator's Deployment. Its container's C(BACKING_IMAGE_OS_VERSION) is the OS stream of
+        every instance that names none in C(spec.osVersion), as the operator uses it; unset, the catalog's
+        C(default_stream) is. Without this option the catalog's C(default_stream) is used.
+      - A Deployment that does not exist, several containers without O(operator.container), or a value read
+        from C(valueFrom) are refused before anything is written.
+    type: dict
+    suboptions:
+      namespace:
+        description: Its namespace.
+        type: str
+        required: true
+      name:
+        description: Its name.
+        type: str
+        required: true
+      container:
+        description: The operator's container, when the Deployment has more than one.
+        type: str
   os_volume:
     description:
       - With O(strategy=direct), the name of the VM's OS volume, the one whose claim is replaced.
@@ -319,13 +372,21 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ drift.instances | selectattr('verdict', 'equalto', 'PGVersionEOL') | map(attribute='name') }}"
 
-- name: Repave one database now and wait for it
+- name: Repave one database now, outside its window, and wait for it
   goldenimage.pipeline.dbinstance_repave:
     state: repaved
     namespace: customers
     names: [orders-db]
+    opt_in: immediate
     catalog: {namespace: dbaas-system, name: baked-image-catalog}
     wait_timeout: 600
+
+- name: Scheduled run, each database in its own window once its auto-apply date has passed
+  goldenimage.pipeline.dbinstance_repave:
+    state: repaved
+    namespace: customers
+    catalog: {namespace: dbaas-system, name: baked-image-catalog}
+    maintenance_policy: {auto_apply_after_days: 14, forced_apply_after_days: 45}
 
 - name: Roll the fleet, standbys first, 10% at a time, Sunday night Berlin time
   goldenimage.pipeline.dbinstance_repave:
@@ -354,6 +415,19 @@ changed:
   description: Whether an annotation (in direct mode, a VM or disk) was, or in check mode would be, written.
   returned: always
   type: bool
+default_stream:
+  description: The OS stream of instances that name none, and where it was read (O(operator)).
+  returned: unless O(state=absent)
+  type: dict
+  contains:
+    stream:
+      description: The stream.
+      type: str
+      sample: "22.04"
+    from:
+      description: Where it was read.
+      type: str
+      sample: Deployment dbinstance-system/dbinstance-operator env BACKING_IMAGE_OS_VERSION
 instances:
   description:
     - One entry per instance in scope, as found, with what the task did.
@@ -417,6 +491,22 @@ instances:
     forced_apply:
       description: From O(maintenance_policy), the date by which the repave is applied.
       type: str
+    applied_by:
+      description:
+        - What started its repave in this run, V(immediate), V(forced-apply), V(next-maintenance) or
+          V(auto-apply); null when it did not start.
+      type: str
+      returned: with state repaved
+    held:
+      description:
+        - Why its pending repave did not start in this run, V(NoMaintenanceWindow), V(WindowClosed) or
+          V(NotDue); RV(instances[].held_why) says it in a sentence.
+      type: str
+      returned: when held with state repaved
+    held_why:
+      description: Why it was held, in one sentence with the supported move.
+      type: str
+      returned: when held with state repaved
     current_apply:
       description:
         - Like RDS's CurrentApplyDate, when the pending repave is applied as things stand (UTC, ISO 8601), or
@@ -481,10 +571,21 @@ instances:
       type: dict
       returned: with state absent
 msg:
-  description: With no instance in scope, says so (the namespace, selector and names it looked in).
-  returned: when no instance is in scope
+  description:
+    - With no instance in scope, says so (the namespace, selector and names it looked in).
+    - When a roll-out started nothing, why each instance was held.
+  returned: when no instance is in scope or nothing started
   type: str
   sample: "no DBInstance in scope (namespace customers; label selector tier=prod): nothing to repave"
+intent:
+  description:
+    - What the roll-out was asked to do and what started each repave. C(opt_in) (null when only the
+      maintenance policy applies), C(names), C(window) (the run's), C(maintenance_policy), C(now) (the run's
+      clock when it started, UTC) and C(applied_by) (instance to V(immediate), V(forced-apply),
+      V(next-maintenance) or V(auto-apply)).
+  returned: with state repaved
+  type: dict
+  sample: {opt_in: null, names: [], now: "2026-12-01T12:00:00Z", applied_by: {orders-db: forced-apply}}
 summary:
   description: Number of instances per verdict.
   returned: always
@@ -593,6 +694,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     catalog,
     details,
     inputs,
+    operator_env,
     repave,
     rollout,
     rounds,
@@ -662,6 +764,14 @@ def argument_spec():
             ),
         ),
         today=dict(type="str"),
+        operator=dict(
+            type="dict",
+            options=dict(
+                namespace=dict(type="str", required=True),
+                name=dict(type="str", required=True),
+                container=dict(type="str"),
+            ),
+        ),
         os_volume=dict(type="str", default="rootdisk"),
         data_volume=dict(type="str", default="pgdata"),
         report_every=dict(type="int", default=rounds.REPORT_EVERY),
@@ -703,6 +813,17 @@ class Repave:
         self.doc = doc
         self.driver = driver
         self.window = None
+        # Each instance's window (its own annotation, else the run's) and why one cannot be read.
+        self.windows = {}
+        self.bad_windows = {}
+
+    def now(self):
+        """The one clock of the run: every date and window of it is read from ``clock``."""
+        return datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc)
+
+    def today(self):
+        """The date end-of-life is judged on: the today option, else the run's clock (UTC)."""
+        return self.params["today"] or self.now().date().isoformat()
 
     def run(self):
         try:
@@ -710,7 +831,7 @@ class Repave:
             if self.driver is None:
                 self.driver = make_driver(self.module)
             if self.params["state"] != "absent" and self.doc is None:
-                self.doc = self.read_catalog()
+                self.doc = self.with_operator_default(self.read_catalog())
             state = self.params["state"]
             return (
                 self.report()
@@ -750,6 +871,13 @@ class Repave:
             if entry.get("verdict"):
                 summary[entry["verdict"]] = summary.get(entry["verdict"], 0) + 1
         self.result["summary"] = summary
+        if "intent" in self.result:
+            self.result["intent"]["applied_by"] = {
+                k: e["applied_by"] for k, e in self.entries.items() if e.get("applied_by")
+            }
+            held = repave.held_message(self.entries)
+            if held and not self.result["intent"]["applied_by"] and not self.result.get("resumes"):
+                self.result["msg"] = held
         if self.module._diff:
             self.result["diff"] = list(self.diffs.values())
         return self.result
@@ -840,6 +968,27 @@ class Repave:
             raise repave.empty_catalog(store.where)
         return doc
 
+    def with_operator_default(self, doc):
+        """The catalog with the default OS stream the operator gives an instance that names none
+        (``operator_env.default_stream``): targets are computed where the operator provisions."""
+        found = {"stream": doc.get("default_stream"), "from": "the catalog's default_stream"}
+        wanted = self.params.get("operator")
+        if wanted:
+            ref = operator_env.where(wanted["namespace"], wanted["name"])
+            deployment = operator_env.require_deployment(
+                ref, self.module.fetch("apps/v1", "Deployment", wanted["name"], wanted["namespace"])
+            )
+            container = operator_env.pick_container(deployment, wanted.get("container"))
+            value = operator_env.os_version_of(deployment, container)
+            stream = operator_env.default_stream(doc.get("default_stream"), value)
+            if value:
+                found = {"stream": stream, "from": "%s env %s" % (ref, operator_env.OS_ENV)}
+            else:
+                found["from"] += " (%s sets no %s)" % (ref, operator_env.OS_ENV)
+            doc = dict(doc, default_stream=stream)
+        self.result["default_stream"] = found
+        return doc
+
     def observe(self):
         p = self.params
         instances = self.scope()
@@ -848,13 +997,14 @@ class Repave:
             return instances
         self.result["missing"] = sorted(set(p["names"] or []) - {i["name"] for i in instances})
         policy = {k: v for k, v in (p["maintenance_policy"] or {}).items() if v is not None}
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = self.now()
         for inst in instances:
             try:
-                found = repave.drift(inst, self.doc, p["today"], None, policy)
+                found = repave.drift(inst, self.doc, self.today(), None, policy)
             except ValueError as exc:
                 raise Refusal(None, str(exc)) from exc
-            found["current_apply"] = repave.current_apply(found, inst.get("opt_in"), self.window, now)
+            window = self.window_of(inst)
+            found["current_apply"] = repave.current_apply(found, inst.get("opt_in"), window, now)
             operator = inst.get("operator") or {}
             disagreement = None
             if p["strategy"] == "operator":
@@ -865,6 +1015,18 @@ class Repave:
         if not instances and not p["names"]:
             self.result["msg"] = repave.empty_scope(p)
         return instances
+
+    def window_of(self, inst):
+        """The instance's own window (annotation), else the run's; an unreadable annotation is kept as
+        the instance's refusal and the run's window is not used in its place."""
+        key = self.key(inst)
+        if key not in self.windows:
+            try:
+                self.windows[key] = rollout.own_window(inst) or self.window
+            except ValueError as exc:
+                self.windows[key] = None
+                self.bad_windows[key] = repave.bad_window(inst, exc)
+        return self.windows[key]
 
     # --- state=report
 
@@ -891,6 +1053,8 @@ class Repave:
                 check(inst)
             except repave.RepaveRefused as exc:
                 found[self.key(inst)] = exc
+        for key, exc in self.bad_windows.items():
+            found.setdefault(key, exc)
         return found
 
     def repaved(self):
@@ -917,7 +1081,7 @@ class Repave:
             self.key,
             p["revision"],
             p["strategy"] == "operator",
-            p["today"],
+            self.today(),
             self.vetoes(instances),
         )
         carry = self.carried.get("rollout") or {}
@@ -952,6 +1116,9 @@ class Repave:
             clock=self.clock,
             round_end=self.round_end if p["wait"] and not self.module.check_mode else None,
             carried=carry,
+            windows={k: self.window_of(i) for k, i in by_key.items()},
+            due={k: self.entries.get(k) or {} for k in by_key},
+            replication={k: rollout.replication_group(i) for k, i in by_key.items()},
         )
         try:
             batches = plan.plan(found["candidates"])
@@ -963,6 +1130,7 @@ class Repave:
                 order=[k for b in batches for k in b],
                 max_unavailable=limit,
                 resumes=sorted(in_flight),
+                intent=repave.intent(p, self.window, self.now()),
             )
         self.result.update(pending=[], next_window=None)
         if self.module.check_mode:

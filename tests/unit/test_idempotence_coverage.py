@@ -40,6 +40,7 @@ READ_ONLY = {
     "dbinstance_spec": "validates and defaults a spec against the catalog it reads; never writes",
     "eol_guard": "pure: compares versions with the end-of-life table; no I/O",
     "golden_info": "lists goldens, selections, claims and DataVolumes; read-only report",
+    "known_vars": "compares the run's variables with the documented ones; writes nothing",
     "kube_object_info": "gets or lists objects; read-only",
 }
 NOT_IDEMPOTENT = {

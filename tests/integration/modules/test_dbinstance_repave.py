@@ -189,6 +189,10 @@ class Fleet:
             # Generous: a loaded machine can pause the lab for many seconds; the timeout tests set their own.
             "wait_timeout": 120,
         }
+        if extra.get("state") == "repaved" and not (set(extra) & {"opt_in", "window", "maintenance_policy"}):
+            # A roll-out starts only by intent: these runs are due by their forced-apply date (the tip was
+            # built months before the wall clock), which applies whatever the window and writes no opt-in.
+            base["maintenance_policy"] = {"forced_apply_after_days": 0}
         base.update(extra)
         return base
 
@@ -655,7 +659,15 @@ def test_window_and_opt_in(lab, fleet):
     run = run_playbook(
         play(
             task("outside", **closed),
-            task("too long", **fleet.args(state="repaved", window=open_window(30), batch_estimate=3600)),
+            task(
+                "too long",
+                **fleet.args(
+                    state="repaved",
+                    window=open_window(30),
+                    batch_estimate=3600,
+                    maintenance_policy={"auto_apply_after_days": 0},
+                ),
+            ),
             task("opt in", diff=True, **dict(closed, opt_in="next-maintenance")),
             task("report", **fleet.args()),
             task("undo", **fleet.args(state="repaved", opt_in="undo-opt-in")),
@@ -670,14 +682,17 @@ def test_window_and_opt_in(lab, fleet):
     outside = run["outside"]
     assert outside["changed"] is False and sorted(outside["pending"]) == ["w1", "w2"]
     assert outside["window"]["open"] is False
-    assert outside["next_window"] == outside["window"]["next_open"]
-    assert {e["result"] for e in outside["instances"]} == {"pending"}
-    too_long = run["too long"]
+    # No opt-in and no maintenance policy: never due, whatever the window does.
+    assert outside["next_window"] is None and outside["intent"]["applied_by"] == {}
+    assert {(e["result"], e["held"]) for e in outside["instances"]} == {("pending", "NotDue")}
+    too_long = run["too long"]  # due (auto-apply date passed), the window open but too short
     assert too_long["changed"] is False and sorted(too_long["pending"]) == ["w1", "w2"]
     assert too_long["window"]["open"] is True
+    assert {e["held"] for e in too_long["instances"]} == {"WindowClosed"}
 
     opted = run["opt in"]
     assert opted["changed"] is True and sorted(opted["pending"]) == ["w1", "w2"]
+    assert opted["next_window"] == opted["window"]["next_open"]
     assert {d["after"].get(OPT_IN) for d in opted["diff"]} == {"next-maintenance"}
     assert {e["opt_in"] for e in run["report"]["instances"]} == {"next-maintenance"}
     undone = run["undo"]
@@ -692,6 +707,7 @@ def test_window_and_opt_in(lab, fleet):
     immediate = run["immediate"]  # ignores the closed window
     assert immediate["changed"] is True and immediate["pending"] == []
     assert {e["result"] for e in immediate["instances"]} == {"repaved"}
+    assert immediate["intent"]["applied_by"] == {"w1": "immediate", "w2": "immediate"}
     after = by_name(run["after"])
     assert {e["verdict"] for e in after.values()} == {"Current"}
     assert {e["opt_in"] for e in after.values()} == {None}  # applied, so the opt-in is gone
@@ -976,3 +992,155 @@ def test_repave_playbook_defaults_start_nothing_outside_the_window(lab, fleet):
     assert fleet.revision("p1") == TIP and fleet.revision("p2") == OLD and fleet.revision("p3") == OLD
     assert OPT_IN not in fleet.annotations("p1")  # applied, so removed
     assert {fleet.annotations(n).get(OPT_IN) for n in ("p2", "p3")} == {"next-maintenance"}
+
+
+def test_repave_playbook_without_a_window_repaves_nothing_and_an_instance_window_is_its_own(lab, fleet):
+    """The missing line: no repave_window and no opt-in repaves nothing and says why; an instance whose
+    own annotation opens a window now is repaved in it, and only it."""
+    for name in ("n1", "n2"):
+        fleet.create(name)
+    fleet.settle(["n1", "n2"])
+    playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
+    run = run_playbook(playbook, env=lab.env(), extra_vars=playbook_vars(fleet))
+    assert run.ok, run.log
+    rollout = run["Repave the fleet"]
+    assert rollout["intent"]["applied_by"] == {} and rollout["intent"]["opt_in"] == "next-maintenance"
+    assert rollout["msg"].startswith("nothing repaved: n1, n2: no maintenance window"), rollout["msg"]
+    assert fleet.repaves("n1") == 0 and fleet.repaves("n2") == 0
+    # Only the choice is recorded (the opt-in annotation), never the trigger.
+    assert all(TRIGGER not in fleet.annotations(n) for n in ("n1", "n2"))
+
+    window = open_window(60)
+    fleet.custom.patch_namespaced_custom_object(
+        fleet.group,
+        fleet.version,
+        fleet.namespace,
+        PLURAL,
+        "n1",
+        {
+            "metadata": {
+                "annotations": {"goldenimage.pipeline/maintenance-window": "%(start)s-%(end)s UTC" % window}
+            }
+        },
+    )
+    run = run_playbook(playbook, env=lab.env(), extra_vars=playbook_vars(fleet))
+    assert run.ok, run.log
+    rollout = run["Repave the fleet"]
+    assert rollout["intent"]["applied_by"] == {"n1": "next-maintenance"}
+    assert by_name(rollout)["n2"]["held"] == "NoMaintenanceWindow"
+    assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 0
+
+
+# ------------------------------------------------------------------ the operator's disks and its env
+
+
+def claims(kube_client, namespace):
+    from kubernetes import client
+
+    found = client.CoreV1Api(kube_client).list_namespaced_persistent_volume_claim(namespace).items
+    return {c.metadata.name: c for c in found if not c.metadata.deletion_timestamp}
+
+
+def steady_claim(kube_client, namespace, name, quiet=1.0, timeout=SETTLE_SECONDS):
+    """``(uid, resourceVersion)`` of a claim once it has not changed for ``quiet`` seconds (bound)."""
+    deadline, last, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < deadline:
+        claim = claims(kube_client, namespace).get(name)
+        seen = (claim.metadata.uid, claim.metadata.resource_version) if claim else None
+        if seen != last:
+            last, since = seen, time.monotonic()
+        elif seen and time.monotonic() - since >= quiet:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError("claim %s/%s never settled: %s" % (namespace, name, last))
+
+
+def test_operator_repave_swaps_the_os_disk_and_leaves_pgdata_untouched(lab, kube_client, fleet):
+    """The operator path, as the direct path is tested: the instance's OS disk and pgdata are claims the
+    operator made (no owner); a repave through the trigger makes the new revision's OS disk under a new
+    name, deletes the old one, and pgdata keeps its uid and resourceVersion."""
+    fleet.create("keep")
+    fleet.settle(["keep"])
+    data = steady_claim(kube_client, fleet.namespace, "keep-pgdata")
+    assert "keep-os-%s" % OLD in claims(kube_client, fleet.namespace)
+    run = run_playbook(play(task("repave", **fleet.args(state="repaved", names=["keep"]))), env=lab.env())
+    assert run.ok, run.log
+    assert fleet.revision("keep") == TIP and fleet.repaves("keep") == 1
+    found = claims(kube_client, fleet.namespace)
+    assert "keep-os-%s" % TIP in found and "keep-os-%s" % OLD not in found, sorted(found)
+    assert not found["keep-pgdata"].metadata.owner_references  # ownerless, as Harvester makes it
+    assert steady_claim(kube_client, fleet.namespace, "keep-pgdata") == data  # untouched
+    # Teardown: no cascade from the VM, so the operator deletes every disk of the instance.
+    fleet.custom.delete_namespaced_custom_object(fleet.group, fleet.version, fleet.namespace, PLURAL, "keep")
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while [n for n in claims(kube_client, fleet.namespace) if n.startswith("keep-")]:
+        assert time.monotonic() < deadline, sorted(claims(kube_client, fleet.namespace))
+        time.sleep(0.1)
+
+
+def test_targets_follow_the_operators_backing_image_os_version(lab, kube_client, fleet, monkeypatch):
+    """One rule for the default stream: the operator provisions an instance that names no osVersion from
+    its Deployment's BACKING_IMAGE_OS_VERSION, and dbinstance_repave given that Deployment aims there too;
+    without it, the catalog's default stream is used and the operator is seen to disagree."""
+    from kubernetes import client
+
+    from tests.lab.controllers.dbinstance import OPERATOR_ENV
+
+    doc = yaml.safe_load(catalog_text())
+    doc["streams"]["24.04"]["validated"] = True
+    core = client.CoreV1Api(kube_client)
+    body = {"metadata": {"name": "two-streams"}, "data": {"catalog.yaml": yaml.safe_dump(doc)}}
+    core.create_namespaced_config_map(fleet.namespace, body)
+    labels = {"app": "dbinstance-operator"}
+    container = {
+        "name": "manager",
+        "image": "registry.example/dbinstance-operator:1.0",
+        "env": [
+            {"name": "BACKING_IMAGE_OS_VERSION", "value": "24.04"},
+            {"name": "BACKING_IMAGE_REPLICAS", "value": "3"},
+        ],
+    }
+    deployment = {
+        "metadata": {"name": "dbinstance-operator"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+    client.AppsV1Api(kube_client).create_namespaced_deployment(fleet.namespace, deployment)
+    monkeypatch.setenv(CATALOG_ENV, "%s/two-streams" % fleet.namespace)
+    monkeypatch.setenv(OPERATOR_ENV, "%s/dbinstance-operator" % fleet.namespace)
+    fleet.create("fresh", revision=None)  # provisioned by the operator: the env's stream
+    fleet.create("jammy", revision=OLD)  # runs 22.04 and names no stream: to be moved to 24.04
+    items = fleet.settle(["fresh", "jammy"])
+    assert fleet.revision("fresh") == "v20261201-2404"
+    assert items["fresh"]["status"]["backingImageReplicas"] == 3
+    catalog = {"namespace": fleet.namespace, "name": "two-streams"}
+    operator = {"namespace": fleet.namespace, "name": "dbinstance-operator"}
+    run = run_playbook(
+        play(
+            task("catalog default", **fleet.args(catalog=catalog)),
+            task("operator default", **fleet.args(catalog=catalog, operator=operator)),
+            task(
+                "repave", **fleet.args(state="repaved", names=["jammy"], catalog=catalog, operator=operator)
+            ),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    plain = by_name(run["catalog default"])
+    assert plain["fresh"]["target"] == TIP and plain["fresh"]["disagreement"]
+    assert run["catalog default"]["default_stream"]["stream"] == "22.04"
+    aimed = by_name(run["operator default"])
+    assert run["operator default"]["default_stream"] == {
+        "stream": "24.04",
+        "from": "Deployment %s/dbinstance-operator env BACKING_IMAGE_OS_VERSION" % fleet.namespace,
+    }
+    assert {n: (e["target"], e["verdict"]) for n, e in aimed.items()} == {
+        "fresh": ("v20261201-2404", "Current"),
+        "jammy": ("v20261201-2404", "OSUpdateAvailable"),
+    }
+    assert all(e["disagreement"] is None for e in aimed.values())
+    assert by_name(run["repave"])["jammy"]["result"] == "repaved"
+    assert fleet.revision("jammy") == "v20261201-2404" and fleet.repaves("jammy") == 1

@@ -326,7 +326,9 @@ def test_swap_check_mode_real_and_idempotent(lab, kube_client, kube_namespace, c
     common = {"namespace": kube_namespace, "names": ["db"], "catalog": {"path": catalog["path"]}, **FAST}
     lab.clear_audit()
     check = run_playbook(
-        play(task("report", **common), task("plan", check=True, state="repaved", **common)),
+        play(
+            task("report", **common), task("plan", check=True, state="repaved", opt_in="immediate", **common)
+        ),
         env=lab.env(),
         diff=True,
     )
@@ -343,12 +345,13 @@ def test_swap_check_mode_real_and_idempotent(lab, kube_client, kube_namespace, c
     assert check["plan"]["changed"] is True and check["plan"]["batches"] == [["db"]]
     assert check["plan"]["diff"][0]["after"][REVISION] == NEW
 
-    run = run_playbook(play(task("swap", state="repaved", **common)), env=lab.env())
+    run = run_playbook(play(task("swap", state="repaved", opt_in="immediate", **common)), env=lab.env())
     assert run.ok, run.log
     # The same repave again, alone, so the audit log holds only its requests.
     lab.clear_audit()
     second = run_playbook(
-        play(task("again", state="repaved", **common), task("after", **common)), env=lab.env()
+        play(task("again", state="repaved", opt_in="immediate", **common), task("after", **common)),
+        env=lab.env(),
     )
     assert second.ok, second.log
     assert lab.mutating_requests() == []
@@ -391,7 +394,10 @@ def test_a_run_killed_after_each_step_resumes(lab, kube_client, kube_namespace, 
 
     common = {"namespace": kube_namespace, "names": names, "catalog": {"path": catalog["path"]}, **FAST}
     run = run_playbook(
-        play(task("report", **common), task("resume", state="repaved", max_unavailable=1, **common)),
+        play(
+            task("report", **common),
+            task("resume", state="repaved", opt_in="immediate", max_unavailable=1, **common),
+        ),
         env=lab.env(),
     )
     assert run.ok, run.log
@@ -410,7 +416,17 @@ def test_a_new_disk_that_does_not_boot_stops_on_it_and_rolls_back(lab, kube_clie
     original = pvc(lab, kube_namespace, f"nb-os-{NEW}")
     common = {"namespace": kube_namespace, "names": ["nb"], "catalog": {"path": catalog["path"]}}
     run = run_playbook(
-        play(task("broken", state="repaved", revision=BROKEN, wait_timeout=45, wait_sleep=0.3, **common)),
+        play(
+            task(
+                "broken",
+                state="repaved",
+                opt_in="immediate",
+                revision=BROKEN,
+                wait_timeout=45,
+                wait_sleep=0.3,
+                **common,
+            )
+        ),
         env=lab.env(),
     )
     result = failed(run, "broken")
@@ -429,7 +445,10 @@ def test_a_new_disk_that_does_not_boot_stops_on_it_and_rolls_back(lab, kube_clie
     assert pvc(lab, kube_namespace, f"nb-os-{NEW}")["metadata"]["uid"] == original["metadata"]["uid"]
 
     back = run_playbook(
-        play(task("rollback", state="repaved", revision=NEW, **common, **FAST), task("report", **common)),
+        play(
+            task("rollback", state="repaved", opt_in="immediate", revision=NEW, **common, **FAST),
+            task("report", **common),
+        ),
         env=lab.env(),
     )
     assert back.ok, back.log
@@ -524,7 +543,17 @@ def test_a_stop_that_hangs_and_a_swap_that_conflicts_time_out_naming_the_step(
     lab.faults.update({"objects": faults})
     try:
         run = run_playbook(
-            play(task("stuck", state="repaved", max_unavailable=2, wait_timeout=5, wait_sleep=0.3, **common)),
+            play(
+                task(
+                    "stuck",
+                    state="repaved",
+                    opt_in="immediate",
+                    max_unavailable=2,
+                    wait_timeout=5,
+                    wait_sleep=0.3,
+                    **common,
+                )
+            ),
             env=lab.env(),
         )
     finally:
@@ -541,7 +570,8 @@ def test_a_stop_that_hangs_and_a_swap_that_conflicts_time_out_naming_the_step(
     )
 
     run = run_playbook(
-        play(task("resumed", state="repaved", max_unavailable=2, **common, **FAST)), env=lab.env()
+        play(task("resumed", state="repaved", opt_in="immediate", max_unavailable=2, **common, **FAST)),
+        env=lab.env(),
     )
     assert run.ok, run.log
     for name in ("hang", "clash"):
@@ -668,8 +698,16 @@ def test_repave_naming_a_data_volume_is_refused_before_the_first_write(
     lab.clear_audit()
     run = run_playbook(
         play(
-            task("refused", ignore_errors=True, state="repaved", **common, **options),
-            task("check", check=True, ignore_errors=True, state="repaved", **common, **options),
+            task("refused", ignore_errors=True, state="repaved", opt_in="immediate", **common, **options),
+            task(
+                "check",
+                check=True,
+                ignore_errors=True,
+                state="repaved",
+                opt_in="immediate",
+                **common,
+                **options,
+            ),
         ),
         env=lab.env(),
     )
@@ -738,8 +776,15 @@ def test_a_vm_left_with_its_data_swapped_out_gets_it_back_and_is_repaved(
         play(
             task("teardown", ignore_errors=True, state="absent", **common),
             # The same mistake again: the data is put back, then the wrong volume is refused.
-            task("again wrong", ignore_errors=True, state="repaved", os_volume="pgdata", **common),
-            task("repave", state="repaved", **common),
+            task(
+                "again wrong",
+                ignore_errors=True,
+                state="repaved",
+                opt_in="immediate",
+                os_volume="pgdata",
+                **common,
+            ),
+            task("repave", state="repaved", opt_in="immediate", **common),
             task("report", **common),
         ),
         env=lab.env(),
@@ -786,6 +831,7 @@ def test_a_data_disk_carrying_an_image_annotation_is_still_data(lab, kube_client
                 "repave",
                 ignore_errors=True,
                 state="repaved",
+                opt_in="immediate",
                 os_volume="pgdata",
                 catalog={"path": catalog["path"]},
                 **common,

@@ -32,6 +32,7 @@ FEEDS = {
     "controller_execution_environments": "execution_environment",
     "controller_projects": "project",
     "controller_templates": "job_template",
+    "controller_schedules": "schedule",
     "controller_workflows": "workflow_job_template",
 }
 
@@ -194,6 +195,17 @@ def test_controller_configuration_is_consistent():
                 assert {t["identifier"] for t in targets} <= set(nodes)
         approvals = [n for n in nodes.values() if n["unified_job_template"]["type"] == "workflow_approval"]
         assert len(approvals) == 1, "every workflow has one approval before it writes"
+    for schedule in CONTROLLER["controller_schedules"]:
+        chosen = templates[schedule["unified_job_template"]]
+        assert chosen.get("ask_variables_on_launch"), "%s: its extra_data would be dropped" % schedule["name"]
+        assert "FREQ=DAILY" in schedule["rrule"], schedule["rrule"]
+        questions = {q["variable"]: q for q in chosen["survey_spec"]["spec"]}
+        for variable, value in schedule["extra_data"].items():
+            question = questions.get(variable)
+            if question and question["type"] == "multiplechoice":
+                assert value in question["choices"], (schedule["name"], variable, value)
+        missing = [v for v, q in questions.items() if q.get("required") and v not in schedule["extra_data"]]
+        assert missing == [] or set(missing) <= {q for q in questions if "default" in questions[q]}, missing
     # Nothing secret: a key that names a secret holds only a reference to a credential input.
     import re
 

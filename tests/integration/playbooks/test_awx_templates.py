@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.integration.modules.test_dbinstance_repave import TIP, Fleet
+from tests.integration.modules.test_dbinstance_repave import OLD, TIP, Fleet, open_window
 from tests.integration.modules.test_worker_image import SCHEMATIC, World
 from tests.integration.modules.test_worker_image import pool as worker_pool
 from tests.integration.playbooks.test_awx import CONTROLLER, injected_env, run_template
@@ -32,6 +32,8 @@ from tests.integration.support import microvm_parts as parts
 from tests.lab.controllers.kubevirt import probe_template
 
 pytestmark = pytest.mark.lab_only
+
+WINDOW = "goldenimage.pipeline/maintenance-window"
 
 BLOCK_NS = "golden-images-block"
 DATE = "2026-08-28"
@@ -308,29 +310,85 @@ def test_promote_then_rollback_templates(lab, stage, tmp_path, monkeypatch):
 
 
 def test_repave_fleet_template(lab, kube_client, kube_namespace, operator_settings, tmp_path, monkeypatch):
-    """The maintenance workflow's last node: the roll-out with the survey's max_unavailable."""
+    """The maintenance workflow's last node: the roll-out with the survey's max_unavailable, in the
+    maintenance window the launch gives (the survey's Apply left at next-maintenance); the same launch
+    without a window repaves nothing and says why."""
     fleet = Fleet(lab, kube_client, kube_namespace, operator_settings)
     names = ["db-%d" % i for i in range(4)]
     for name in names:
         fleet.create(name)
     fleet.settle(names)
-    job = run_template(
-        "goldenimage: repave fleet",
-        {
-            "repave_catalog": fleet.catalog,
-            "repave_batch_pause": 0,
-            "repave_wait_timeout": 60,
-            "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
-        },
-        lab,
-        tmp_path,
-        monkeypatch,
-        survey={"repave_namespace": fleet.namespace, "repave_max_unavailable": "50%"},
-    )
+    launch = {
+        "repave_catalog": fleet.catalog,
+        "repave_batch_pause": 0,
+        "repave_wait_timeout": 60,
+        "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
+    }
+    survey = {"repave_namespace": fleet.namespace, "repave_max_unavailable": "50%"}
+    job = run_template("goldenimage: repave fleet", launch, lab, tmp_path, monkeypatch, survey=survey)
+    assert job.ok, job.stdout
+    assert "nothing repaved" in job.stdout and "no maintenance window" in job.stdout
+    assert {n: fleet.revision(n) for n in names} == {n: OLD for n in names}
+
+    launch["repave_window"] = open_window(60)
+    job = run_template("goldenimage: repave fleet", launch, lab, tmp_path, monkeypatch, survey=survey)
     assert job.ok, job.stdout
     assert "instance | revision | target | verdict | action" in job.stdout
     assert {n: fleet.revision(n) for n in names} == {n: TIP for n in names}
     assert fleet.operator.repaving_at_once(fleet.namespace) <= 2
+    rollout = job.results["Repave the fleet"][-1]
+    assert rollout["intent"]["applied_by"] == {n: "next-maintenance" for n in names}  # recorded
+
+
+def test_the_daily_schedule_applies_what_is_due_in_each_instances_window(
+    lab, kube_client, kube_namespace, operator_settings, tmp_path, monkeypatch
+):
+    """The schedule of awx/controller/goldenimage.yml launches the repave template with its extra_data
+    (repave_opt_in: scheduled and a maintenance policy): an instance whose own window is open and whose
+    auto-apply date has passed is repaved, one without a window waits, until its forced-apply date."""
+    schedule = next(
+        s for s in CONTROLLER["controller_schedules"] if s["extra_data"].get("repave_opt_in") == "scheduled"
+    )
+    assert schedule["unified_job_template"] == "goldenimage: repave fleet"
+    fleet = Fleet(lab, kube_client, kube_namespace, operator_settings)
+    for name in ("in-window", "no-window"):
+        fleet.create(name)
+    fleet.settle(["in-window", "no-window"])
+    window = open_window(60)
+    fleet.custom.patch_namespaced_custom_object(
+        fleet.group,
+        fleet.version,
+        fleet.namespace,
+        "dbinstances",
+        "in-window",
+        {"metadata": {"annotations": {WINDOW: "%(start)s-%(end)s UTC" % window}}},
+    )
+    # The schedule's answers: the survey's (its namespace, here this lab's, and when to apply) and the rest as
+    # extra vars, on this lab's catalog and CRD version, with no operator Deployment.
+    data = dict(schedule["extra_data"])
+    survey = {"repave_namespace": fleet.namespace, "repave_opt_in": data.pop("repave_opt_in")}
+    data.pop("repave_namespace")
+    data.pop("repave_operator", None)
+    data.update(
+        repave_catalog=fleet.catalog,
+        repave_api_version="%s/%s" % (fleet.group, fleet.version),
+        repave_batch_pause=0,
+        repave_wait_timeout=60,
+    )
+    policy = schedule["extra_data"]["repave_maintenance_policy"]
+    # Forced-apply far away first: only the window applies (the tip was built months ago).
+    early = dict(data, repave_maintenance_policy=dict(policy, forced_apply_after_days=3650))
+    job = run_template("goldenimage: repave fleet", early, lab, tmp_path, monkeypatch, survey=survey)
+    assert job.ok, job.stdout
+    rollout = job.results["Repave the fleet"][-1]
+    assert rollout["intent"]["applied_by"] == {"in-window": "auto-apply"}, rollout["intent"]
+    assert fleet.revision("in-window") == TIP and fleet.revision("no-window") == OLD
+    # The schedule's own policy: past the forced-apply date, applied whatever the window.
+    job = run_template("goldenimage: repave fleet", data, lab, tmp_path, monkeypatch, survey=survey)
+    assert job.ok, job.stdout
+    rollout = job.results["Repave the fleet"][-1]
+    assert rollout["intent"]["applied_by"] == {"no-window": "forced-apply"}, rollout["intent"]
+    assert fleet.revision("no-window") == TIP and fleet.repaves("in-window") == 1
 
 
 def test_mirror_template_with_the_s3_credential(lab, tmp_path, monkeypatch):

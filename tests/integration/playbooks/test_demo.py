@@ -267,9 +267,18 @@ def test_baked_act_repaves_the_fleet_in_the_window_under_max_unavailable(demo):
 
 def test_baked_act_leaves_pgdata_untouched(demo):
     out, lab = demo["out"], demo["lab"]
-    pgdata = {p["metadata"]["name"]: p for p in lab["pvcs"] if p["metadata"]["namespace"] == "databases"}
+    claims = {p["metadata"]["name"]: p for p in lab["pvcs"] if p["metadata"]["namespace"] == "databases"}
+    roles = {
+        n: (c["metadata"].get("labels") or {}).get("goldenimage.pipeline/disk-role")
+        for n, c in claims.items()
+    }
+    pgdata = {n: c for n, c in claims.items() if roles[n] == "data"}
     assert sorted(pgdata) == sorted("%s-pgdata" % n for n in FLEET), sorted(pgdata)
     assert all(p["status"]["phase"] == "Bound" for p in pgdata.values())
+    # The operator's OS disks: the new revision's, under a new name; the old revision's are deleted.
+    assert sorted(n for n in claims if roles[n] == "os") == sorted(
+        "%s-os-%s" % (n, NEW_REVISION) for n in FLEET
+    )
     # No client wrote to a pgdata claim after creating it: no update, patch or delete in the audit log.
     writes = [
         (r["verb"], r["name"])
@@ -277,6 +286,7 @@ def test_baked_act_leaves_pgdata_untouched(demo):
         if r["resource"] == "persistentvolumeclaims"
         and r["namespace"] == "databases"
         and r["verb"] in ("update", "patch", "delete", "deletecollection")
+        and r["name"] in pgdata
     ]
     assert writes == [], writes
     assert "pgdata untouched: 4 volumes, the same uid and resourceVersion as before the repave" in out

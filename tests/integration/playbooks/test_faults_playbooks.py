@@ -158,6 +158,8 @@ def test_repave_playbook_rolls_the_fleet_out_in_one_run_under_faults(lab, fleet,
         "repave_batch_pause": 0,
         "repave_wait_timeout": 120,
         "repave_api_version": "%s/%s" % (fleet.group, fleet.version),
+        # The intent: a maintenance window open for the whole run (without one nothing is repaved).
+        "repave_window": repave_suite.open_window(60),
     }
     playbook = ROOT / "playbooks" / "repave_dbinstances.yml"
     run = under_faults(
@@ -168,6 +170,7 @@ def test_repave_playbook_rolls_the_fleet_out_in_one_run_under_faults(lab, fleet,
         lambda: run_playbook(playbook, env=lab.env(), extra_vars=extra),
     )
     assert run.ok, run.log
+    assert sorted(run["Repave the fleet"]["intent"]["applied_by"]) == names  # started by the window
     fleet.settle(names)  # every instance Available, no trigger left behind
     assert {n: fleet.revision(n) for n in names} == {n: repave_suite.TIP for n in names}
     assert {n: fleet.repaves(n) for n in names} == {n: 1 for n in names}  # a lost reply never repaves twice

@@ -4,7 +4,23 @@ catalog, the two drift conditions, and the repave state machine with its pre-fli
 It is written apart from the collection's own repave rules on purpose: the module and the operator must
 not share a bug, so the catalog and the EOL table are read here again.
 
+The operator's own settings come from its Deployment's container env, as the seed's operator reads them:
+- BACKING_IMAGE_OS_VERSION  the OS stream of an instance that names none (spec.osVersion); unset, or no
+  Deployment, and the catalog's default_stream is used. The collection's dbinstance_repave applies the
+  same rule (operator_env.default_stream) when it is given the operator's Deployment.
+- BACKING_IMAGE_REPLICAS  the replica count the operator asks for on each backing image; recorded on each
+  instance as status.backingImageReplicas (absent when unset).
+A change of either re-reads every instance at once, as the rolling restart of the operator would.
+
+Disks, as Harvester makes them from the VM's volumeClaimTemplates annotation (ownerless claims): an
+instance that becomes Available has its OS disk ``<name>-os-<revision>`` and its data disk
+``<name>-pgdata``. A repave makes the new OS disk in SwappingOSDisk (a new name, never a reused one),
+deletes the old one in DeletingOldDisk and never touches pgdata; deleting the instance deletes both (no
+cascade would). The VM itself is not modelled, only its claims.
+
 Settings are read on every reconcile, so tests may change them at any time:
+- LAB_DBINSTANCE_OPERATOR  "<namespace>/<name>" of the operator's Deployment (default
+  dbinstance-system/dbinstance-operator)
 - LAB_DBINSTANCE_CATALOG  "<namespace>/<name>" of the catalog ConfigMap (key catalog.yaml)
 - LAB_DBINSTANCE_TRIGGER  the annotation that asks for a repave with the value "now"
 - LAB_DBINSTANCE_STEP_SECONDS  how long Provisioning and each repave step take (default 0.2)
@@ -39,6 +55,11 @@ DEFAULT_TRIGGER = "repave-trigger"
 STEP_ENV = "LAB_DBINSTANCE_STEP_SECONDS"
 DEFAULT_STEP_SECONDS = 0.2
 TODAY_ENV = "LAB_TODAY"
+OPERATOR_ENV = "LAB_DBINSTANCE_OPERATOR"
+DEFAULT_OPERATOR = "dbinstance-system/dbinstance-operator"
+OS_ENV = "BACKING_IMAGE_OS_VERSION"
+REPLICAS_ENV = "BACKING_IMAGE_REPLICAS"
+DISK_ROLE = "goldenimage.pipeline/disk-role"
 INITIAL_REVISION = "lab.goldenimage.io/initial-revision"
 
 STEPS = ("StoppingVM", "SwappingOSDisk", "StartingVM", "DeletingOldDisk")
@@ -202,6 +223,20 @@ class _Settings:
     day: datetime.date
     catalog: Catalog | None
     catalog_error: str
+    os_version: str = ""  # BACKING_IMAGE_OS_VERSION of the operator's Deployment ("" unset)
+    replicas: str = ""  # BACKING_IMAGE_REPLICAS
+
+    @property
+    def default_stream(self) -> str:
+        return self.os_version or (self.catalog.default_stream if self.catalog else "")
+
+
+def os_disk(name: str, revision: str) -> str:
+    return f"{name}-os-{revision}"
+
+
+def data_disk(name: str) -> str:
+    return f"{name}-pgdata"
 
 
 # ------------------------------------------------------------------------------------ controller
@@ -216,13 +251,14 @@ class DBInstanceOperator(Controller):
     def __init__(self, lab: LabContext):
         super().__init__(lab)
         self.group = self._find_group()
-        self.watches = ((self.group, PLURAL), (CORE, "configmaps"))
+        self.watches = ((self.group, PLURAL), (CORE, "configmaps"), ("apps", "deployments"))
         # (monotonic time, namespace, name, what); what: RepaveStarted, RepaveStep:<step>, RepaveCompleted,
         # RepaveBlocked:<reason>, RepaveFailed:<reason>, Deleted (while repaving)
         self.history: list[tuple[float, str, str, str]] = []
         self._history_lock = threading.Lock()
         self._since: dict[str, tuple[str, float]] = {}  # uid -> (what is being timed, monotonic start)
         self._catalog_cache: tuple[tuple, Catalog | None, str] | None = None
+        self._env_seen: tuple[str, str] | None = None
 
     # --- history for tests
     def snapshot(self, namespace: str | None = None) -> list[tuple[float, str, str, str]]:
@@ -299,6 +335,29 @@ class DBInstanceOperator(Controller):
             self._catalog_cache = (key, parsed, error)
         return self._catalog_cache[1], self._catalog_cache[2]
 
+    def _operator_location(self) -> tuple[str, str]:
+        namespace, _, name = (os.environ.get(OPERATOR_ENV) or DEFAULT_OPERATOR).partition("/")
+        return namespace, name
+
+    def _operator_env(self) -> tuple[str, str]:
+        """(BACKING_IMAGE_OS_VERSION, BACKING_IMAGE_REPLICAS) of the operator's Deployment, "" when unset
+        or when there is no Deployment; the container is the one that sets either, else the first."""
+        namespace, name = self._operator_location()
+        try:
+            deployment = self.lab.store.get(
+                self.lab.store.resource("apps", "v1", "deployments"), namespace, name
+            )
+        except ApiError:
+            return "", ""
+        containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
+        containers = containers or [{}]
+        wanted = (OS_ENV, REPLICAS_ENV)
+        chosen = next(
+            (c for c in containers if any(e.get("name") in wanted for e in c.get("env") or [])), containers[0]
+        )
+        env = {e.get("name"): e.get("value") for e in chosen.get("env") or []}
+        return _stream(env.get(OS_ENV)), str(env.get(REPLICAS_ENV) or "").strip()
+
     def _settings(self) -> _Settings:
         try:
             step = max(0.0, float(os.environ.get(STEP_ENV) or DEFAULT_STEP_SECONDS))
@@ -306,10 +365,19 @@ class DBInstanceOperator(Controller):
             step = DEFAULT_STEP_SECONDS
         catalog, error = self._catalog()
         trigger = os.environ.get(TRIGGER_ENV) or DEFAULT_TRIGGER
-        return _Settings(trigger, step, today(), catalog, error)
+        os_version, replicas = self._operator_env()
+        return _Settings(trigger, step, today(), catalog, error, os_version, replicas)
 
     # --- watch entry points
     def reconcile(self, rt: ResourceType, obj: dict) -> float | None:
+        if rt.plural == "deployments":
+            meta = obj["metadata"]
+            if (meta.get("namespace"), meta["name"]) == self._operator_location():
+                seen = self._operator_env()
+                if seen != self._env_seen:  # its rollout's status writes are not a new setting
+                    self._env_seen = seen
+                    self._resync_all()
+            return None
         if rt.plural == "configmaps":
             meta = obj["metadata"]
             if (meta.get("namespace"), meta["name"]) == self._catalog_location():
@@ -319,6 +387,11 @@ class DBInstanceOperator(Controller):
 
     def deleted(self, rt: ResourceType, obj: dict) -> None:
         meta = obj["metadata"]
+        if rt.plural == "deployments":
+            if (meta.get("namespace"), meta["name"]) == self._operator_location():
+                self._env_seen = None
+                self._resync_all()
+            return
         if rt.plural == "configmaps":
             if (meta.get("namespace"), meta["name"]) == self._catalog_location():
                 self._resync_all()
@@ -326,6 +399,8 @@ class DBInstanceOperator(Controller):
         self._since.pop(meta.get("uid", ""), None)
         if (obj.get("status") or {}).get("phase") == "Repaving":
             self._note(obj, "Deleted")
+        # The claims have no owner, so nothing cascades: teardown deletes every OS disk and the data disk.
+        self._delete_claims(obj, ("os", "data"))
 
     def _resync_all(self) -> None:
         """The catalog changed: every instance re-reads it now rather than at the next resync."""
@@ -378,10 +453,58 @@ class DBInstanceOperator(Controller):
             wanted = drift(cfg.catalog, stream, applied.get("imageRevision") or "", major, cfg.day)
         wanted["Ready"] = ("True", "Available", "the database is available")
         set_conditions(status, wanted)
+        self._replicas(status, cfg)
 
     def _stream_of(self, obj: dict, cfg: _Settings) -> str:
         wanted = _stream((obj.get("spec") or {}).get("osVersion"))
-        return wanted or (cfg.catalog.default_stream if cfg.catalog else "")
+        return wanted or cfg.default_stream
+
+    # --- disks (the claims Harvester makes from the VM's annotation: no owner)
+    def _claims_type(self) -> ResourceType:
+        return self.lab.store.resource(CORE, "v1", "persistentvolumeclaims")
+
+    def _ensure_claim(self, obj: dict, name: str, role: str, image: dict | None = None) -> None:
+        meta = obj["metadata"]
+        image = image or {}
+        labels = {DISK_ROLE: role, "db.goldenimage.io/instance": meta["name"]}
+        spec: dict = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "64Mi"}},
+        }
+        if image.get("storage_class"):
+            spec["storageClassName"] = image["storage_class"]
+        claim = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": meta.get("namespace"), "labels": labels},
+            "spec": spec,
+        }
+        try:
+            self.lab.store.create(self._claims_type(), claim)
+        except ApiError as exc:
+            if exc.code != 409:  # an existing claim of that name is the disk (Harvester reuses it)
+                raise
+
+    def _ensure_disks(self, obj: dict, revision: str, cfg: _Settings) -> None:
+        image = (cfg.catalog.images.get(revision) if cfg.catalog else None) or {}
+        if revision:
+            self._ensure_claim(obj, os_disk(obj["metadata"]["name"], revision), "os", image)
+        self._ensure_claim(obj, data_disk(obj["metadata"]["name"]), "data")
+
+    def _delete_claims(self, obj: dict, roles: tuple[str, ...], keep: str = "") -> None:
+        """Delete the instance's claims of these roles (found by its label), except ``keep``."""
+        rt = self._claims_type()
+        meta = obj["metadata"]
+        selector = f"db.goldenimage.io/instance={meta['name']}"
+        for entry in self.lab.store.list_page(rt, namespace=meta.get("namespace"), label_selector=selector)[
+            0
+        ]:
+            claim = entry.obj["metadata"]
+            if claim["name"] != keep and (claim.get("labels") or {}).get(DISK_ROLE) in roles:
+                try:
+                    self.lab.store.delete(rt, meta.get("namespace"), claim["name"])
+                except ApiError:
+                    pass  # already gone
 
     def _remaining(self, uid: str, what: str, seconds: float) -> float:
         """Seconds left of `what` for this instance; timing starts when first asked."""
@@ -430,6 +553,7 @@ class DBInstanceOperator(Controller):
                 self._guard(rt, obj, "Provisioning", cfg)
             return wait
         applied = {"imageRevision": tip, "osVersion": image["os_version"] or stream, "engineVersion": major}
+        self._ensure_disks(obj, tip, cfg)
         self._write(rt, obj, lambda s: self._available(s, obj, cfg, applied, "the database is available"))
         self._since.pop(meta["uid"], None)
         return None
@@ -449,6 +573,7 @@ class DBInstanceOperator(Controller):
             "osVersion": preset.get("osVersion") or image.get("os_version") or stream,
             "engineVersion": major,
         }
+        self._ensure_disks(obj, revision, cfg)
         self._write(
             rt,
             obj,
@@ -462,6 +587,13 @@ class DBInstanceOperator(Controller):
         status["appliedSpec"] = applied
         status.pop("repave", None)
         self._refresh(status, obj, cfg)
+
+    @staticmethod
+    def _replicas(status: dict, cfg: _Settings) -> None:
+        if cfg.replicas.isdigit():
+            status["backingImageReplicas"] = int(cfg.replicas)
+        else:
+            status.pop("backingImageReplicas", None)
 
     def _fail_new(self, rt: ResourceType, obj: dict, reason: str, message: str) -> None:
         self._write(rt, obj, lambda s: _phase(s, "Failed", reason=reason, message=message))
@@ -556,6 +688,11 @@ class DBInstanceOperator(Controller):
             self._event(obj, "Warning", "RepaveFailed", message)
             return cfg.step
         index = STEPS.index(step)
+        if step == "SwappingOSDisk":
+            image = (cfg.catalog.images.get(target) if cfg.catalog else None) or {}
+            self._ensure_claim(obj, os_disk(meta["name"], target), "os", image)
+        elif step == "DeletingOldDisk":
+            self._delete_claims(obj, ("os",), keep=os_disk(meta["name"], target))
         if index + 1 < len(STEPS):
             following = STEPS[index + 1]
             message = f"repaving -> {target}: {following}"

@@ -187,3 +187,16 @@ def test_a_rollout_that_fails_or_runs_out_names_the_deployment_what_it_waited_fo
     )
     assert late.startswith("Deployment ops/op: timed out after 600s waiting for the rollout of PG_OS=24.04")
     assert "still pending: every replica updated and available; last observed: 1 of 2" in late
+
+
+def test_the_default_stream_is_the_operators_env_else_the_catalogs():
+    """The one rule both the operator and dbinstance_repave apply to an instance that names no stream."""
+    assert operator_env.default_stream("22.04", "24.04") == "24.04"
+    assert operator_env.default_stream("22.04", " 24.04 ") == "24.04"
+    assert operator_env.default_stream("22.04", None) == "22.04"
+    assert operator_env.default_stream("22.04", "") == "22.04"
+    assert operator_env.os_version_of(deployment([{"name": OS, "value": "24.04"}]), "manager") == "24.04"
+    assert operator_env.os_version_of(deployment(), "manager") is None
+    hidden = deployment([{"name": OS, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}])
+    with pytest.raises(Refusal, match=r"cannot be read here.*set it as a literal value"):
+        operator_env.os_version_of(hidden, "manager")

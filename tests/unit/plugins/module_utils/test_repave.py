@@ -405,7 +405,8 @@ def test_current_apply_follows_the_opt_in_the_window_and_the_policy():
     assert repave.current_apply(pending, "next-maintenance", window, now) == "2026-12-06T01:00:00Z"
     # no opt-in: the first window from the auto-apply date on (Sunday 13th), before the forced date
     assert repave.current_apply(pending, None, window, now) == "2026-12-13T01:00:00Z"
-    assert repave.current_apply(pending, None, None, now) == "2026-12-10T00:00:00Z"
+    # no window: never by the auto-apply date, only at the forced-apply date
+    assert repave.current_apply(pending, None, None, now) == "2026-12-31T00:00:00Z"
     forced_first = dict(pending, auto_apply_after=None, forced_apply="2026-12-02")
     assert repave.current_apply(forced_first, None, window, now) == "2026-12-02T00:00:00Z"
     assert repave.current_apply({"action": "os-repave"}, None, window, now) is None

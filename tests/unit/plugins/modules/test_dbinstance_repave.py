@@ -1,8 +1,10 @@
 """The dbinstance_repave runner with observed state of its own: parameters in, a result (or a
 PipelineError carrying it) out, no SystemExit, and no write when the request is refused."""
 
+import datetime
 import json
 import re
+import time
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
@@ -10,11 +12,23 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 from ansible_collections.goldenimage.pipeline.plugins.modules import dbinstance_repave
 
 OLD, TIP = "v20260615", "v20260815"
+# A roll-out starts only inside a window or by a recorded choice. These runs give a window that is open
+# and a policy whose auto-apply date has passed, on a clock that reads 2026-12-01 12:00 UTC when the tests
+# start and ticks like the wall clock.
+NOON = datetime.datetime(2026, 12, 1, 12, tzinfo=datetime.UTC).timestamp()
+STARTED = time.time()
+OPEN = {"start": "06:00", "end": "18:00", "timezone": "UTC", "days": None}
+DUE = {"auto_apply_after_days": 0, "forced_apply_after_days": None, "migration_deadline_months": 3}
+
+
+def noon():
+    return NOON + time.time() - STARTED
 
 
 def defaults(**overrides):
     params = {name: spec.get("default") for name, spec in dbinstance_repave.argument_spec().items()}
     params.update(namespace="t", catalog={"path": "/unused"}, state="repaved", today="2026-12-01")
+    params.update(window=OPEN, maintenance_policy=DUE)
     params.update(overrides)
     return params
 
@@ -97,7 +111,7 @@ def db(name, revision=OLD, engine="16", phase="Available"):
 
 def run(driver, check_mode=False, **params):
     module = Module(defaults(**params), check_mode)
-    return dbinstance_repave.Repave(module, driver, doc()).run(), module
+    return dbinstance_repave.Repave(module, driver, doc(), clock=noon).run(), module
 
 
 @pytest.mark.parametrize(
@@ -190,7 +204,6 @@ def test_missing_names_and_bad_combinations_are_refused():
         run(Driver(db("a")), names=["nope"])
     for params, text in (
         ({"opt_in": "immediate", "state": "report"}, "use it with state repaved"),
-        ({"opt_in": "next-maintenance"}, "set window"),
         ({"state": "absent", "names": ["a"]}, "delete the DBInstance and let the operator tear it down"),
         ({"state": "absent", "strategy": "direct"}, "list the instances to tear down"),
         ({"catalog": None}, "catalog is required"),
@@ -260,7 +273,7 @@ def test_a_roll_out_reports_the_fleet_at_every_interval(monkeypatch):
     lines = []
     module = Module(defaults(max_unavailable=1, wait_sleep=0.05))
     module.debug = lines.append
-    result = dbinstance_repave.Repave(module, Driver(db("a"), db("b")), doc()).run()
+    result = dbinstance_repave.Repave(module, Driver(db("a"), db("b")), doc(), clock=noon).run()
     fleet = [p for p in result["progress"] if p["state"] == "fleet"]
     assert fleet[0]["repaving"] == ["a: Available"] and fleet[0]["waiting"] == 1 and fleet[0]["done"] == 0
     assert fleet[-1]["done"] == 2 and fleet[-1]["percent"] == 100 and fleet[-1]["repaving"] == []
@@ -317,7 +330,7 @@ def in_rounds(driver, between=None, **params):
     module = Module(defaults(**params))
     results = []
     while True:
-        result = dbinstance_repave.Repave(module, driver, doc()).run()
+        result = dbinstance_repave.Repave(module, driver, doc(), clock=noon).run()
         results.append(result)
         if result["done"]:
             return results
@@ -401,3 +414,122 @@ def test_a_fleet_report_above_the_limit_returns_what_needs_attention_and_counts_
         Module(defaults(state="report", details="full")), Driver(*fleet), doc_without_15
     ).run()
     assert asked["details"] == "full" and len(asked["instances"]) == 4
+
+
+# ------------------------------------------------------------------- disruption only by intent
+
+
+class Tracking(Driver):
+    """A repave takes the instance down for three looks; records who was down together."""
+
+    def __init__(self, *instances):
+        super().__init__(*instances)
+        self.down_together = []
+
+    def advance(self, inst, target):
+        name = inst["name"]
+        seen = self.looks[name] = self.looks.get(name, 0) + 1
+        if seen == 1:
+            self.writes.append(("trigger", name, target["revision"]))
+            self.instances[name]["available"] = False
+            self.instances[name]["phase"] = "Repaving"
+        self.down_together.append(sorted(n for n, i in self.instances.items() if i["available"] is False))
+        if seen < 3:
+            return {
+                "state": "working",
+                "phase": "Repaving",
+                "message": "x",
+                "changed": seen == 1,
+                "step": None,
+            }
+        self.instances[name].update(revision=target["revision"], available=True, phase="Available")
+        return {"state": "done", "phase": "Available", "message": "running", "changed": False, "step": None}
+
+
+def annotated(name, window=None, standby_of=None, **fields):
+    inst = db(name, **fields)
+    if window:
+        inst["annotations"] = {"goldenimage.pipeline/maintenance-window": window}
+    if standby_of:
+        inst["labels"] = {"goldenimage.pipeline/standby-of": standby_of}
+    return inst
+
+
+def test_no_window_and_no_opt_in_repaves_nothing_and_says_why():
+    driver = Driver(db("a"), db("b"))
+    result, _module = run(driver, window=None, maintenance_policy=None)
+    assert driver.writes == [] and driver.looks == {}
+    assert result["changed"] is False
+    assert {e["name"]: (e["result"], e["held"]) for e in result["instances"]} == {
+        "a": ("pending", "NoMaintenanceWindow"),
+        "b": ("pending", "NoMaintenanceWindow"),
+    }
+    assert result["msg"].startswith("nothing repaved: a, b: no maintenance window")
+    assert result["intent"]["opt_in"] is None and result["intent"]["applied_by"] == {}
+    # The same in check mode: nothing would start.
+    checked, _module = run(Driver(db("a")), check_mode=True, window=None, maintenance_policy=None)
+    assert checked["starts_now"] == [] and checked["changed"] is False
+
+
+def test_the_choice_that_started_each_repave_is_recorded():
+    driver = Driver(db("a"), db("b"))
+    result, _module = run(driver, window=None, maintenance_policy=None, opt_in="immediate", names=["a", "b"])
+    assert result["intent"]["applied_by"] == {"a": "immediate", "b": "immediate"}
+    assert result["intent"]["opt_in"] == "immediate" and result["intent"]["now"].startswith("2026-12-01T12:")
+
+
+def test_an_instance_window_is_used_before_the_run_s_and_without_one_nothing_starts():
+    # a's own window is open at noon UTC, b's is closed, c has none and the run gives none.
+    driver = Driver(annotated("a", "11:00-13:00"), annotated("b", "sat 01:00-02:00 Europe/Berlin"), db("c"))
+    result, _module = run(driver, window=None, max_unavailable=3)
+    entries = {e["name"]: e for e in result["instances"]}
+    assert (entries["a"]["result"], entries["a"]["applied_by"]) == ("repaved", "auto-apply")
+    assert (entries["b"]["result"], entries["b"]["held"]) == ("pending", "WindowClosed")
+    assert (entries["c"]["result"], entries["c"]["held"]) == ("pending", "NoMaintenanceWindow")
+    assert [w[1] for w in driver.writes if w[0] == "trigger"] == ["a"]
+    # The run's open window does not override b's own closed one.
+    driver = Driver(annotated("b", "sat 01:00-02:00 Europe/Berlin"))
+    result, _module = run(driver)
+    assert result["instances"][0]["held"] == "WindowClosed" and driver.writes == []
+
+
+def test_auto_apply_waits_for_its_date_and_forced_apply_ignores_the_window():
+    # TIP was built 2026-08-15; the clock reads 2026-12-01.
+    not_yet = {"auto_apply_after_days": 200, "forced_apply_after_days": None, "migration_deadline_months": 3}
+    driver = Driver(db("a"))
+    result, _module = run(driver, maintenance_policy=not_yet)
+    assert result["instances"][0]["held"] == "NotDue" and driver.writes == []
+    forced = {"auto_apply_after_days": None, "forced_apply_after_days": 90, "migration_deadline_months": 3}
+    driver = Driver(db("a"))
+    result, _module = run(driver, window=None, maintenance_policy=forced)
+    assert result["instances"][0]["applied_by"] == "forced-apply"
+    assert [w[1] for w in driver.writes if w[0] == "trigger"] == ["a"]
+
+
+def test_an_unreadable_instance_window_is_refused_not_replaced_by_the_run_s():
+    driver = Driver(annotated("a", "every night"), db("b"))
+    with pytest.raises(Refusal) as refused:
+        run(driver)
+    assert "InvalidMaintenanceWindow" in refused.value.msg and "goldenimage.pipeline/maintenance-window" in (
+        refused.value.msg
+    )
+    assert driver.writes == []
+
+
+def test_a_primary_and_its_standby_are_never_repaved_together_whatever_max_unavailable():
+    driver = Tracking(
+        annotated("p1"), annotated("s1", standby_of="p1"), annotated("s2", standby_of="p1"), annotated("p2")
+    )
+    result, _module = run(
+        driver,
+        max_unavailable=10,
+        wait_sleep=0.05,
+        order=[{"label_selector": "goldenimage.pipeline/standby-of"}],
+    )
+    assert {e["name"]: e["result"] for e in result["instances"]} == {
+        n: "repaved" for n in ("p1", "p2", "s1", "s2")
+    }
+    group = {"p1", "s1", "s2"}
+    assert all(len(group & set(down)) <= 1 for down in driver.down_together), driver.down_together
+    assert any(len(down) > 1 for down in driver.down_together)  # p2 still went with the group
+    assert result["batches"] == [["s1", "p2"], ["s2"], ["p1"]]

@@ -1,0 +1,190 @@
+"""A stateful property test of the fleet roll-out: windows open and close (the clock moves, the run's
+window and instances' own windows change), roll-outs run with every opt-in, runs are killed and resumed,
+auto-apply and forced-apply dates pass. The decisions are the collection's own pure rules
+(``rollout.plan``, ``rollout.admit``, ``repave.apply_decision``); the model plays the cluster.
+
+After every step:
+- nothing was repaved outside its window unless apply-immediately was recorded for it (or its
+  forced-apply date had come), judged from the clock and the window at the moment it started;
+- a primary and its standby are never repaving together;
+- an instance repaving is never triggered again (a resumed run waits on it);
+- pgdata is never detached or deleted: a repave replaces the OS disk only.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, rollout
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+UTC = datetime.UTC
+START = datetime.datetime(2026, 12, 1, 0, 0, tzinfo=UTC)  # a Tuesday
+BUILT = datetime.date(2026, 11, 20)  # the tip's build date
+WINDOWS = [
+    None,
+    "22:00-02:00",
+    "sat,sun 01:00-05:00 Europe/Berlin",
+    "tue,wed 09:00-10:00",
+    "12:00-13:00 America/New_York",
+]
+STEPS = 3  # looks a repave takes
+GROUPS = {"p1": ["s1a", "s1b"], "p2": ["s2a"], "p3": []}
+
+
+def policy_dates(auto_days, forced_days):
+    def day(days):
+        return (BUILT + datetime.timedelta(days=days)).isoformat() if days is not None else None
+
+    return {
+        "action": repave.ACTION_REPAVE,
+        "auto_apply_after": day(auto_days),
+        "forced_apply": day(forced_days),
+    }
+
+
+class FleetMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.now = START
+        self.run_window = None
+        self.instances = {}
+        for primary, standbys in GROUPS.items():
+            for name in [primary] + standbys:
+                self.instances[name] = {
+                    "name": name,
+                    "namespace": "db",
+                    "labels": {rollout.STANDBY_OF_LABEL: primary} if name != primary else {},
+                    "annotations": {},
+                    "revision": "old",
+                    "available": True,
+                    "looks": 0,  # > 0 while repaving
+                    "os_disk": "pg-%s-os-old" % name,
+                    "pgdata": "pg-%s-pgdata" % name,
+                    "attached": ["pg-%s-os-old" % name, "pg-%s-pgdata" % name],
+                }
+        self.claims = {c for i in self.instances.values() for c in i["attached"]}
+        self.due = policy_dates(None, None)
+        self.starts = []  # (name, decision, now, window, opt_in, names)
+        self.triggered_while_repaving = []
+
+    # --- the world
+    @rule(hours=st.integers(min_value=1, max_value=60))
+    def clock_moves(self, hours):
+        self.now += datetime.timedelta(hours=hours)
+
+    @rule(window=st.sampled_from(WINDOWS))
+    def run_window_changes(self, window):
+        self.run_window = window
+
+    @rule(
+        name=st.sampled_from(sorted(["p1", "s1a", "s1b", "p2", "s2a", "p3"])), window=st.sampled_from(WINDOWS)
+    )
+    def instance_window_changes(self, name, window):
+        notes = self.instances[name]["annotations"]
+        if window is None:
+            notes.pop(rollout.WINDOW_ANNOTATION, None)
+        else:
+            notes[rollout.WINDOW_ANNOTATION] = window
+
+    @rule(
+        auto=st.one_of(st.none(), st.integers(min_value=0, max_value=40)),
+        forced=st.one_of(st.none(), st.integers(min_value=5, max_value=60)),
+    )
+    def maintenance_policy_changes(self, auto, forced):
+        self.due = policy_dates(auto, forced)
+
+    @rule()
+    def repaves_progress(self):
+        """The operator takes one step on every repave in flight: the OS disk is swapped, pgdata stays."""
+        for inst in self.instances.values():
+            if inst["looks"] == 0:
+                continue
+            inst["looks"] += 1
+            if inst["looks"] > STEPS:
+                new = "pg-%s-os-tip" % inst["name"]
+                self.claims.add(new)
+                inst["attached"] = [new if c == inst["os_disk"] else c for c in inst["attached"]]
+                self.claims.discard(inst["os_disk"])
+                inst.update(os_disk=new, revision="tip", available=True, looks=0)
+
+    # --- a roll-out: one round of it. Each round knows only what the cluster shows, as a run resumed
+    # after a kill does: instances repaving are in flight, to be waited on, never triggered again.
+    def window_of(self, inst):
+        return rollout.own_window(inst) or (
+            rollout.parse_window_text(self.run_window) if self.run_window else None
+        )
+
+    @rule(
+        opt_in=st.sampled_from([None, "next-maintenance", "immediate"]),
+        names=st.sets(st.sampled_from(["p1", "s1a", "s1b", "p2", "s2a", "p3"])),
+        max_unavailable=st.integers(min_value=1, max_value=6),
+    )
+    def roll_out(self, opt_in, names, max_unavailable):
+        if opt_in == "immediate" and not names:
+            return  # refused up front (check_request)
+        listed = [dict(i) for i in self.instances.values() if not names or i["name"] in names]
+        targets = {i["name"]: {"revision": "tip"} for i in listed if i["revision"] != "tip"}
+        replication = {i["name"]: rollout.replication_group(i) for i in self.instances.values()}
+        in_flight = {i["name"] for i in listed if i["looks"] > 0}
+        batches = [b for b in rollout.plan(listed, targets, max_unavailable, None, replication) if b]
+        for batch in batches:
+            startable = []
+            for key in batch:
+                if key in in_flight:
+                    startable.append(key)
+                    continue
+                window = self.window_of(self.instances[key])
+                decision = repave.apply_decision(self.due, opt_in, key in names, window, self.now, 0)
+                if decision["start"]:
+                    startable.append(key)
+                    self.starts.append((key, decision, self.now, window, opt_in, set(names), dict(self.due)))
+            down = {n for n, i in self.instances.items() if not i["available"]}
+            start, _deferred = rollout.admit(startable, down, in_flight, max_unavailable, replication)
+            for key in start:
+                inst = self.instances[key]
+                if key in in_flight:
+                    continue
+                if inst["looks"] > 0:
+                    self.triggered_while_repaving.append(key)
+                inst.update(looks=1, available=False)
+            break  # one batch per round; the next round (or a rerun after a kill) plans again
+
+    # --- invariants
+    @invariant()
+    def nothing_outside_a_window_without_intent(self):
+        for key, decision, when, window, opt_in, names, due in self.starts:
+            forced = due["forced_apply"] and datetime.datetime.fromisoformat(due["forced_apply"]).replace(
+                tzinfo=UTC
+            )
+            if opt_in == "immediate" and key in names:
+                assert decision["by"] == repave.BY_IMMEDIATE
+            elif decision["by"] == repave.BY_FORCED:
+                assert forced is not None and when >= forced, (key, decision, when)
+            else:
+                assert window is not None and window.contains(when), (key, decision, when, window)
+
+    @invariant()
+    def a_primary_and_its_standby_never_repave_together(self):
+        busy = {}
+        for inst in self.instances.values():
+            if not inst["available"]:
+                group = rollout.replication_group(inst)
+                assert group not in busy, (inst["name"], busy.get(group))
+                busy[group] = inst["name"]
+
+    @invariant()
+    def no_instance_is_triggered_twice(self):
+        assert self.triggered_while_repaving == []
+
+    @invariant()
+    def pgdata_never_detached_or_deleted(self):
+        for inst in self.instances.values():
+            assert inst["pgdata"] in self.claims and inst["pgdata"] in inst["attached"]
+
+
+# Pure and fast: 200 sequences of up to 30 steps in a few seconds, in the normal unit tier.
+test_fleet_state_machine = FleetMachine.TestCase
+test_fleet_state_machine.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
