@@ -559,3 +559,95 @@ def dbinstance_spec(doc, spec, today=None, eol_table=None):
     out = copy.deepcopy(spec)
     out[ENGINE_VERSION] = major
     return out, major, requested is None or requested == ""
+
+
+# ------------------------------------------------------------------------ validation
+
+SMOKE_TESTS = "smoke_tests"
+PASSED, FAILED = "passed", "failed"
+SMOKE_TESTS_KEPT = 10
+
+
+def smoke_test(doc, name, ref, instance, at, by):
+    """The record of a smoke test of revision ``name`` on the DBInstance ``ref`` (``namespace/name``),
+    ``instance`` as observed now (None when it does not exist).
+
+    It passes when the test instance reached ``Available`` on that revision (``status.appliedSpec``
+    ``imageRevision``) and answers with an ``engineVersion`` the revision carries; otherwise it fails,
+    saying why. ``at`` is the time of the observation (ISO 8601), ``by`` who ran it.
+    """
+    doc = normalize(doc)
+    image = doc["images"].get(name)
+    if image is None:
+        raise CatalogError("revision %s is not in the catalog; register it before testing it" % name)
+    status = (instance or {}).get("status") or {}
+    applied = status.get("appliedSpec") or {}
+    engine = str(applied.get("engineVersion") or "").strip()
+    record = {
+        "revision": name,
+        "dbinstance": ref,
+        "at": at,
+        "by": by,
+        "phase": status.get("phase"),
+        "engine_version": engine or None,
+    }
+    if not instance:
+        reason = "the test DBInstance does not exist"
+    elif status.get("phase") != "Available":
+        reason = "the test DBInstance is %s, not Available (%s)" % (
+            status.get("phase"),
+            status.get("message"),
+        )
+    elif applied.get("imageRevision") != name:
+        reason = "the test DBInstance runs %s, not %s" % (applied.get("imageRevision"), name)
+    elif not engine:
+        reason = "the test DBInstance answers with no engineVersion"
+    elif engine not in image["pg_versions"]:
+        reason = "the test DBInstance answers engineVersion %s, which %s does not carry" % (engine, name)
+    else:
+        reason = None
+    record.update(result=FAILED if reason else PASSED, reason=reason)
+    return record
+
+
+def record_smoke_test(doc, record):
+    """The catalog with ``record`` added to its revision's ``smoke_tests`` (the last ten are kept)."""
+    doc = normalize(doc)
+    entry = dict(doc["images"][record["revision"]])
+    entry[SMOKE_TESTS] = (list(entry.get(SMOKE_TESTS) or []) + [dict(record)])[-SMOKE_TESTS_KEPT:]
+    doc["images"][record["revision"]] = entry
+    return doc, True
+
+
+def validation_evidence(doc, name):
+    """The last smoke test recorded for revision ``name`` when it passed, else None."""
+    tests = ((normalize(doc)["images"].get(name) or {}).get(SMOKE_TESTS)) or []
+    last = tests[-1] if tests else None
+    return last if last and last.get("result") == PASSED else None
+
+
+def require_validation_evidence(doc, os_version, tip=None):
+    """A stream becomes validated only on evidence: the last smoke test recorded for the revision it
+    validates (``tip``, default its current tip) passed. A stream already validated on that tip needs
+    nothing more. Raises CatalogError naming the revision and how to test it."""
+    doc = normalize(doc)
+    stream = revision.validate_stream(os_version)
+    current = doc["streams"].get(stream) or {}
+    name = tip or current.get("tip")
+    if name is None or (current.get("tip") == name and current.get("validated")):
+        return None
+    evidence = validation_evidence(doc, name)
+    if evidence is not None:
+        return evidence
+    tests = (doc["images"].get(name) or {}).get(SMOKE_TESTS) or []
+    why = (
+        "its last smoke test failed (%s at %s: %s)"
+        % (tests[-1]["dbinstance"], tests[-1]["at"], tests[-1]["reason"])
+        if tests
+        else "no smoke test of it is recorded"
+    )
+    raise CatalogError(
+        "stream %s: revision %s cannot be validated, %s; provision a test DBInstance from %s, wait for it to "
+        "be Available, then record the test with baked_image_stream smoke_test: {namespace, name} (a "
+        "separate run from the build)" % (stream, name, why, name)
+    )

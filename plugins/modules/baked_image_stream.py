@@ -28,6 +28,13 @@ description:
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
     validated. The default stream always stays validated, so its tip moves only with O(validated=true).
+  - Validation is evidence, not a flag. O(validated=true) is refused unless the last smoke test recorded for
+    the revision it validates passed. O(smoke_test) records one. The test DBInstance, provisioned from the
+    revision, is read now; the test passes when it is C(Available) on that revision and answers with an
+    C(engineVersion) the revision carries. The record (time, who ran it, the instance, the engine version,
+    the result and why it failed) is kept in the revision's catalog entry (C(smoke_tests)), whatever the
+    result; a failed test then refuses O(validated=true) in the same task. The build never validates; run
+    this after the test instance is up, in its own run.
   - Concurrent writers are safe (resourceVersion, retried on a conflict).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
@@ -49,6 +56,28 @@ options:
       - V(true) makes this stream the default OS stream. V(false) is refused for the current default (make
         another stream the default instead) and changes nothing otherwise.
     type: bool
+  smoke_test:
+    description:
+      - The test DBInstance provisioned from the revision (O(revision), else the stream's tip), read now and
+        recorded as the revision's smoke test.
+    type: dict
+    suboptions:
+      namespace:
+        description: Namespace of the test DBInstance.
+        type: str
+        required: true
+      name:
+        description: Name of the test DBInstance.
+        type: str
+        required: true
+      api_version:
+        description: API group and version that serves the DBInstance kind.
+        type: str
+        default: db.goldenimage.io/v1alpha1
+  tested_by:
+    description:
+      - Who ran the smoke test, recorded with it. Defaults to the user running the task on the controller.
+    type: str
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.catalog.required
@@ -75,9 +104,10 @@ EXAMPLES = r"""
     revision: v20261201-2404
     catalog: {namespace: dbaas-system, name: baked-image-catalog}
 
-- name: After testing, sign it off and make 24.04 the default stream
+- name: After a test DBInstance from it is Available, record the smoke test, sign it off, make it the default
   goldenimage.pipeline.baked_image_stream:
     os_version: "24.04"
+    smoke_test: {namespace: dbaas-smoke, name: smoke-v20261201-2404}
     validated: true
     default: true
     catalog: {namespace: dbaas-system, name: baked-image-catalog}
@@ -104,11 +134,21 @@ catalog:
     - With a refusal after C(imported=false) was recorded (in check mode, would be), the catalog so written.
   returned: success, and with that refusal
   type: dict
+smoke_test:
+  description: The smoke test recorded by this task (C(revision), C(dbinstance), C(at), C(by), C(phase),
+    C(engine_version), C(result) V(passed) or V(failed), C(reason)).
+  returned: when O(smoke_test) is given
+  type: dict
+  sample: {revision: v20261201-2404, dbinstance: dbaas-smoke/smoke-v20261201-2404, at: "2026-12-02T10:04:11Z",
+           by: ops, phase: Available, engine_version: "17", result: passed, reason: null}
 diff:
   description: The catalog YAML before and after, with C(--diff).
   returned: when diff mode is on
   type: dict
 """
+
+import datetime
+import getpass
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, harvester_image, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
@@ -127,6 +167,15 @@ def argument_spec():
         validated=dict(type="bool"),
         default=dict(type="bool"),
         catalog=catalog_options(required=True),
+        smoke_test=dict(
+            type="dict",
+            options=dict(
+                namespace=dict(type="str", required=True),
+                name=dict(type="str", required=True),
+                api_version=dict(type="str", default="db.goldenimage.io/v1alpha1"),
+            ),
+        ),
+        tested_by=dict(type="str"),
     )
 
 
@@ -191,11 +240,18 @@ def run(module):
             return catalog.mark_imported(doc, p["revision"])
         return doc, False
 
+    tested = observed_smoke_test(module, doc, name) if p["smoke_test"] else None
+    if tested is not None:
+        # The record stays whatever the rest of the task decides: it is what was observed.
+        first_test = update(store, lambda d: catalog.record_smoke_test(d, tested))
+        doc = first_test[1]
+
     # The catalog never keeps saying imported: true for an image that is gone or not imported: that is
     # written first, so a move the rules then refuse leaves the catalog telling the truth.
     first = update(store, observe) if imported is False else None
 
     def change(doc):
+        given = doc
         doc, marked = observe(doc)
         doc, moved = catalog.set_stream(
             doc,
@@ -206,6 +262,8 @@ def run(module):
             imported=imported,
             missing=missing,
         )
+        if p["validated"]:  # after the rules on the image itself, which say more
+            catalog.require_validation_evidence(given, stream, p["revision"])
         return doc, marked or moved
 
     try:
@@ -216,15 +274,39 @@ def run(module):
         raise written_first(module, store, exc, name, first) from None
     if first and first[2]:
         before, changed = first[0], True
+    if tested is not None:
+        before, changed = first_test[0], True
     result = {
         "changed": changed,
         "stream": after["streams"].get(stream, {}),
         "default_stream": after["default_stream"],
         "catalog": after,
     }
+    if tested is not None:
+        result["smoke_test"] = tested
     if module._diff:
         result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
     return result
+
+
+DBINSTANCE_API = "db.goldenimage.io/v1alpha1"
+
+
+def observed_smoke_test(module, doc, name):
+    """The smoke test of revision ``name`` on the DBInstance O(smoke_test) names, as it is now."""
+    test = module.params["smoke_test"]
+    if not name:
+        raise PipelineError("smoke_test: the stream has no tip to test; give the revision", refused=True)
+    instance = module.get(
+        test.get("api_version") or DBINSTANCE_API, "DBInstance", test["name"], test["namespace"]
+    )
+    ref = "%s/%s" % (test["namespace"], test["name"])
+    at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    by = module.params["tested_by"] or getpass.getuser()
+    try:
+        return catalog.smoke_test(doc, name, ref, instance, at, by)
+    except catalog.CatalogError as exc:
+        raise PipelineError(exc.msg, refused=True) from None
 
 
 def main():

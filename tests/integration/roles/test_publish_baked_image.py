@@ -38,6 +38,11 @@ EOL_TASK = STEP_TASKS["eol"]
 
 
 SEALED_TREE = {
+    # What the revision is declared to be, read from the bytes: Ubuntu 22.04 with the servers of 15, 16, 17.
+    "etc/os-release": 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n',
+    "usr/lib/postgresql/15/bin/postgres": b"\x7fELF",
+    "usr/lib/postgresql/16/bin/postgres": b"\x7fELF",
+    "usr/lib/postgresql/17/bin/postgres": b"\x7fELF",
     "etc/postgresql/16/main/start.conf": "manual\n",
     "etc/postgresql/17/main/start.conf": "manual\n",
     "etc/systemd/system/multi-user.target.wants/": b"",
