@@ -519,8 +519,11 @@ class SealVerify(object):
                     for v in declared.get("pg_versions") or []
                 ],
             )
+        # The seal's own verdict first (it names the failed checks); then what the bytes contradict.
+        result = seal.refuse_unsealed(result, what, p["fail_on_unsealed"])
+        if result.get("problems"):
             image_facts.refuse_contradicted(what, result["problems"], result.get("facts"))
-        return seal.refuse_unsealed(result, what, p["fail_on_unsealed"])
+        return result
 
 
 def main():
