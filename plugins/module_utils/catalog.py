@@ -651,3 +651,62 @@ def require_validation_evidence(doc, os_version, tip=None):
         "be Available, then record the test with baked_image_stream smoke_test: {namespace, name} (a "
         "separate run from the build)" % (stream, name, why, name)
     )
+
+
+# ----------------------------------------------------------------------------- facts
+
+FACTS = "facts"
+
+
+def facts_problems(entry):
+    """What is wrong with the facts a catalog ``entry`` records about its bytes: [] when they were read
+    (baked_image ``artifact``) and say what the entry is declared to be, with no private key and no
+    initialized cluster every VM would share."""
+    facts = (entry or {}).get(FACTS)
+    if not isinstance(facts, dict) or not facts:
+        return ["no facts read from its bytes are recorded (it was registered without artifact)"]
+    problems = []
+    read = (facts.get("os_release") or {}).get("version_id")
+    if read != entry.get("os_version"):
+        problems.append(
+            "its os-release says VERSION_ID=%s, it is declared %s" % (read, entry.get("os_version"))
+        )
+    try:
+        majors = _majors(facts.get("pg_majors") or [])
+    except CatalogError:
+        majors = list(facts.get("pg_majors") or [])
+    if majors != entry.get("pg_versions"):
+        problems.append(
+            "it holds PostgreSQL %s, it is declared %s"
+            % (", ".join(majors) or "none", ", ".join(entry.get("pg_versions") or []) or "none")
+        )
+    for key in facts.get("private_keys") or []:
+        problems.append("it keeps the private key %s every VM would share" % key)
+    for cluster in facts.get("initialized_clusters") or []:
+        problems.append("it ships the initialized cluster %s every VM would share" % cluster)
+    return problems
+
+
+def require_recorded_facts(doc, os_version, name):
+    """A revision reaches a tip (is served, validated, made the default) only when the catalog records the
+    facts read from its bytes and they agree with its entry. Raises CatalogError naming the revision,
+    what is wrong and the supported move."""
+    doc = normalize(doc)
+    stream = revision.validate_stream(os_version)
+    entry = doc["images"].get(name)
+    if entry is None:
+        return  # set_stream says the revision is not in the catalog
+    problems = facts_problems(entry)
+    if not problems:
+        return
+    if FACTS not in entry or not entry.get(FACTS):
+        move = (
+            "register it again with goldenimage.pipeline.baked_image artifact: <its image file> (the "
+            "harvester_upload role and publish_baked_image always pass it), then move the tip"
+        )
+    else:
+        move = "build a new revision from a sealed image that is what it is declared to be"
+    raise CatalogError(
+        "stream %s: revision %s cannot be at its tip, validated or the default: %s; %s"
+        % (stream, name, "; ".join(problems), move)
+    )

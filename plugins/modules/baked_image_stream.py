@@ -24,6 +24,11 @@ description:
     refusal says so. Nothing else is written.
   - No catalog entry keeps a signed URL or user-info; an entry holding one (written by an older release or
     by hand) is written back without it by any run that reads it, with a warning naming the revisions.
+  - A revision reaches a tip, a sign-off or the default only with the facts read from its bytes recorded in
+    its catalog entry (C(facts), written by M(goldenimage.pipeline.baked_image) given
+    O(goldenimage.pipeline.baked_image#module:artifact)) and agreeing with it (the OS stream and PostgreSQL
+    majors it is declared, no private key, no initialized cluster). A revision registered without them is
+    refused, saying to register it again with its artifact.
   - Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
@@ -251,7 +256,10 @@ def run(module):
     first = update(store, observe) if imported is False else None
 
     def change(doc):
+        if tested is not None and module.check_mode:  # the record check mode did not write
+            doc = catalog.record_smoke_test(doc, tested)[0]
         given = doc
+        current = (doc["streams"].get(stream) or {}).get("tip")
         doc, marked = observe(doc)
         doc, moved = catalog.set_stream(
             doc,
@@ -262,7 +270,11 @@ def run(module):
             imported=imported,
             missing=missing,
         )
-        if p["validated"]:  # after the rules on the image itself, which say more
+        # After the rules on the image itself, which say more: the facts read from its bytes, then the
+        # evidence of a smoke test.
+        if (p["revision"] and p["revision"] != current) or p["validated"] or p["default"]:
+            catalog.require_recorded_facts(given, stream, p["revision"] or current)
+        if p["validated"]:
             catalog.require_validation_evidence(given, stream, p["revision"])
         return doc, marked or moved
 

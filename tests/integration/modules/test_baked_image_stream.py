@@ -10,6 +10,7 @@ import yaml
 
 from tests.integration.modules.test_baked_image import play, refused, task
 from tests.integration.support.runner import run_playbook
+from tests.integration.support.smoke import running_database
 
 MODULE = "goldenimage.pipeline.baked_image_stream"
 H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
@@ -34,6 +35,14 @@ def seed_catalog(namespace, live_image):
             "checksum": "a" * 128,
             "source": "s3://mirror/" + name,
             "imported": imported,
+            # What baked_image read from each artifact's bytes when it registered it.
+            "facts": {
+                "os_release": {"id": "ubuntu", "version_id": os_version, "version_codename": None},
+                "pg_majors": majors,
+                "initialized_clusters": [],
+                "private_keys": [],
+                "machine_id": "empty",
+            },
         }
         if ref:
             entry["image"] = ref
@@ -65,7 +74,9 @@ def live_imported_image(kube_client, namespace, mirror, name="live"):
 
 @pytest.mark.lab_only
 @pytest.mark.suite("idempotence")
-def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_namespace, mirror, tmp_path):
+def test_stream_moves_refusals_filter_and_conflicts(
+    lab, kube_client, kube_namespace, mirror, tmp_path, monkeypatch
+):
     from kubernetes import client
 
     live = live_imported_image(kube_client, kube_namespace, mirror)
@@ -77,6 +88,24 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
     file_catalog = tmp_path / "catalog.yaml"
     file_catalog.write_text(text)
     where = {"namespace": kube_namespace, "name": "catalog"}
+    # The sign-off rests on a smoke test: a test DBInstance provisioned from v20260615 (the operator reads
+    # this test's catalog), recorded before the stream is validated.
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    running_database(lab, kube_client, kube_namespace, "smoke", "v20260615", engine="17")
+    tested = run_playbook(
+        play(
+            task(
+                "smoke test",
+                module=MODULE,
+                os_version="22.04",
+                revision="v20260615",
+                smoke_test={"namespace": kube_namespace, "name": "smoke"},
+                catalog=where,
+            )
+        ),
+        env=lab.env(),
+    )
+    assert tested.ok and tested["smoke test"]["smoke_test"]["result"] == "passed", tested.log
     first = dict(os_version="22.04", revision="v20260615", validated=True, default=True, catalog=where)
     lab.faults.update({"conflict_rate": 0.5, "seed": 11})
     lab.clear_audit()

@@ -17,6 +17,7 @@ import yaml
 
 from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
+from tests.integration.support.smoke import running_database
 from tests.lab.s3 import s3_client
 
 PLAYBOOK = ROOT / "playbooks" / "publish_baked_image.yml"
@@ -120,7 +121,7 @@ def inputs(tmp_path, namespace, bucket, **more):
     )
 
 
-def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespace, s3, tmp_path):
+def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespace, s3, tmp_path, monkeypatch):
     from kubernetes import client
 
     bucket = "baked-" + kube_namespace
@@ -203,9 +204,16 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
         assert listing(s3, bucket) == objects
         assert catalog_of(kube_client, kube_namespace) == doc
 
-        # Signing the revision off (and making its stream the default) is asked for explicitly.
+        # Signing the revision off (and making its stream the default) is asked for explicitly, in a run of
+        # its own, on a smoke test: a test DBInstance provisioned from the revision, Available on it.
+        monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+        running_database(lab, kube_client, kube_namespace, "smoke", REVISION, engine="17")
+        smoke = {"namespace": kube_namespace, "name": "smoke"}
         signed = publish(
-            lab, dict(extra, publish_validated=True, publish_default_stream=True), "--tags", "stream"
+            lab,
+            dict(extra, publish_validated=True, publish_default_stream=True, publish_smoke_test=smoke),
+            "--tags",
+            "stream",
         )
         assert signed.ok, signed.log
         assert changed_tasks(signed) == ["Move the tip of the stream to the revision"]
@@ -374,7 +382,7 @@ OPERATOR_TASK = STEP_TASKS["operator"]
 @pytest.mark.lab_only
 @pytest.mark.suite("idempotence")
 def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
-    lab, kube_client, kube_namespace, nodes, tmp_path
+    lab, kube_client, kube_namespace, nodes, tmp_path, monkeypatch
 ):
     """The seed's flip: the 24.04 stream is published, refused as the default while not validated (the
     operator untouched), then signed off and made the default: BACKING_IMAGE_OS_VERSION follows, and
@@ -426,8 +434,16 @@ def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
     assert "BACKING_IMAGE_OS_VERSION 22.04" in line and "BACKING_IMAGE_REPLICAS 3" in line, line
     assert line.endswith("no drift"), line
 
-    # Signed off and made the default: the env follows after the rollout.
-    signed = dict(extra, publish_validated=True, publish_default_stream=True)
+    # Smoke-tested on a test DBInstance provisioned from the revision, signed off and made the default:
+    # the env follows after the rollout.
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    running_database(lab, kube_client, kube_namespace, "smoke", "v20261201-2404", engine="17")
+    signed = dict(
+        extra,
+        publish_validated=True,
+        publish_default_stream=True,
+        publish_smoke_test={"namespace": kube_namespace, "name": "smoke"},
+    )
     flipped = publish(lab, signed, "--tags", "stream,summary")
     assert flipped.ok, flipped.log
     assert OPERATOR_TASK in changed_tasks(flipped), changed_tasks(flipped)

@@ -73,10 +73,27 @@ class CatalogModel(RuleBasedStateMachine):
             facts=image_facts.catalog_facts(facts),
             imported=True,
         )
+        self.move_tip(stream, name)
+
+    def move_tip(self, stream, name):
+        """baked_image_stream moving a tip: the stream rules, then the facts recorded for the revision."""
         try:
-            self.doc, _ = catalog.set_stream(self.doc, stream, tip=name)
+            moved, _ = catalog.set_stream(self.doc, stream, tip=name)
+            catalog.require_recorded_facts(self.doc, stream, name)
         except catalog.CatalogError:
-            pass  # the default stream's tip waits for validation
+            return  # the default stream's tip waits for validation; a revision without facts is refused
+        self.doc = moved
+
+    @rule(stream=st.sampled_from(STREAMS), majors=MAJORS)
+    def publish_without_artifact(self, stream, majors):
+        """baked_image without artifact: the revision is registered on its declaration alone."""
+        name = self._revision(stream)
+        if name is None:
+            return
+        self.doc, _ = catalog.register_image(
+            self.doc, name, stream, majors, "%0128x" % self.day, "upload", imported=True
+        )
+        self.move_tip(stream, name)
 
     @rule(stream=st.sampled_from(STREAMS), available=st.booleans(), engine=st.sampled_from(["", "16", "17"]))
     def smoke_test(self, stream, available, engine):

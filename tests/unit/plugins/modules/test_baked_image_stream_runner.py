@@ -7,9 +7,27 @@ from ansible_collections.goldenimage.pipeline.plugins.modules import baked_image
 from fake_kube import FakeKube, params_of
 
 
-def catalog_file(tmp_path, imported=True, tested=False):
+def read_facts(stream="22.04", majors=("16", "17"), keys=()):
+    """A catalog entry's facts as baked_image records them from an artifact's bytes."""
+    return {
+        "os_release": {"id": "ubuntu", "version_id": stream, "version_codename": None},
+        "pg_majors": list(majors),
+        "initialized_clusters": [],
+        "private_keys": list(keys),
+        "machine_id": "empty",
+    }
+
+
+def catalog_file(tmp_path, imported=True, tested=False, facts=True):
     doc, _changed = catalog.register_image(
-        catalog.empty(), "v20260615", "22.04", ["16", "17"], "a" * 128, "upload", imported=imported
+        catalog.empty(),
+        "v20260615",
+        "22.04",
+        ["16", "17"],
+        "a" * 128,
+        "upload",
+        imported=imported,
+        facts=(read_facts() if facts is True else facts) or None,
     )
     if tested:  # a passing smoke test of the revision is on record
         instance = {
@@ -208,3 +226,47 @@ def test_a_failed_smoke_test_is_recorded_and_refuses_the_sign_off(tmp_path, inst
     doc = yaml.safe_load(path.read_text())
     assert doc["images"]["v20260615"]["smoke_tests"][-1]["result"] == "failed"
     assert doc["streams"] == {}
+
+
+def test_a_revision_without_facts_read_from_its_bytes_never_reaches_a_tip(tmp_path):
+    """Registered without artifact: its OS and majors are only declared, so it is not served, signed off
+    or made the default; the refusal says to register it again with its artifact. Nothing is written."""
+    path = catalog_file(tmp_path, facts=False, tested=True)
+    before = path.read_text()
+    for asked in (
+        dict(revision="v20260615"),
+        dict(revision="v20260615", validated=True, default=True),
+    ):
+        with pytest.raises(errors.PipelineError) as exc:
+            run(path, os_version="22.04", **asked)
+        msg = exc.value.msg
+        assert "revision v20260615 cannot be at its tip, validated or the default" in msg, msg
+        assert "no facts read from its bytes are recorded" in msg and "baked_image artifact:" in msg, msg
+        assert path.read_text() == before
+
+
+def test_recorded_facts_that_contradict_the_entry_are_refused_at_the_tip(tmp_path):
+    facts = read_facts(stream="24.04", majors=("17",), keys=["/etc/ssl/private/ssl-cert-snakeoil.key"])
+    path = catalog_file(tmp_path, facts=facts)
+    with pytest.raises(errors.PipelineError) as exc:
+        run(path, os_version="22.04", revision="v20260615")
+    msg = exc.value.msg
+    assert "os-release says VERSION_ID=24.04, it is declared 22.04" in msg, msg
+    assert "it holds PostgreSQL 17, it is declared 16, 17" in msg, msg
+    assert "ssl-cert-snakeoil.key every VM would share" in msg and "build a new revision" in msg, msg
+
+
+def test_check_mode_predicts_a_sign_off_on_the_smoke_test_it_would_record(tmp_path):
+    """Check mode records nothing, yet predicts the sign-off the recorded smoke test would allow."""
+    path = catalog_file(tmp_path)
+    before = path.read_text()
+    asked = dict(
+        os_version="22.04",
+        revision="v20260615",
+        validated=True,
+        smoke_test={"namespace": "smoke", "name": "pg-smoke"},
+    )
+    p = params_of(baked_image_stream.argument_spec(), catalog={"path": str(path)}, **asked)
+    result = baked_image_stream.run(FakeKube(p, [smoke_instance()], check_mode=True))
+    assert result["changed"] and result["stream"] == {"tip": "v20260615", "validated": True}
+    assert result["smoke_test"]["result"] == "passed" and path.read_text() == before
