@@ -407,6 +407,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     find_catalogs,
     locate,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
@@ -836,10 +837,7 @@ class BakedImage:
 
     def dbinstances(self):
         """Every DBInstance of every API group that serves the kind (found by discovery, not by name)."""
-        items = []
-        for api_version in served_versions(self.module, "DBInstance"):
-            items.extend(self.module.list(api_version, "DBInstance"))
-        return items
+        return all_dbinstances(self.module)
 
     def consumers(self, image, catalogs):
         vms = []
@@ -927,22 +925,6 @@ def forbidden_detail(exc):
     """What a 403 says was refused (the Status message names the verb, the resource and the namespace)."""
     body = exc.fields.get("body")
     return (body.get("message") if isinstance(body, dict) else None) or exc.msg
-
-
-def served_versions(module, kind):
-    """``group/version`` of each API group that serves ``kind``, its preferred version, from discovery."""
-    try:
-        found = module.client.resources.search(kind=kind)
-    except Exception as exc:
-        module.fail_from_exception("discover the API groups that serve %s" % kind, exc)
-    versions = {}
-    for res in found or ():
-        if "/" in (getattr(res, "name", "") or ""):
-            continue  # a subresource (status, scale) of the kind
-        group = getattr(res, "group", "") or ""
-        if group not in versions or getattr(res, "preferred", False):
-            versions[group] = res.group_version
-    return [versions[group] for group in sorted(versions)]
 
 
 # Which options go together, checked by Ansible before the runner starts.

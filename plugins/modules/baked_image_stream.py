@@ -79,6 +79,22 @@ options:
         description: API group and version that serves the DBInstance kind.
         type: str
         default: db.goldenimage.io/v1alpha1
+  drops_majors:
+    description:
+      - The PostgreSQL majors this change drops knowingly. A change (a tip moved, a default flipped) that
+        leaves running databases on a major not yet past end of life that the tip of their stream no longer
+        carries is refused unless every such major is named here. Every DBInstance in the cluster is read, in
+        every namespace and every API group that serves the kind, not one namespace the caller names.
+      - The instances affected are returned in RV(stranded) and warned about either way.
+    type: list
+    elements: raw
+    default: []
+  migration_grace_months:
+    description:
+      - Months after a major's end of life that a database still running it may run before it is deleted
+        whatever its owner does. Recorded in the catalog (C(migration_grace_months)); default 3 when the
+        catalog holds none.
+    type: int
   tested_by:
     description:
       - Who ran the smoke test, recorded with it. Defaults to the user running the task on the controller.
@@ -146,6 +162,18 @@ smoke_test:
   type: dict
   sample: {revision: v20261201-2404, dbinstance: dbaas-smoke/smoke-v20261201-2404, at: "2026-12-02T10:04:11Z",
            by: ops, phase: Available, engine_version: "17", result: passed, reason: null}
+stranded:
+  description:
+    - The databases this change leaves on a major the tip of their stream no longer carries, though it is
+      not past end of life (the operator marks them C(PGVersionEOL) and refuses their repaves). Their
+      migrate-by date is the major's end of life and they are deleted after the grace the catalog holds;
+      neither is counted from a build date. On a refusal, the same list.
+  returned: success, and with that refusal
+  type: list
+  elements: dict
+  sample:
+    - {namespace: orders, name: pg-1, major: "15", stream: "22.04", tip: v20261201, eol_date: "2027-11-11",
+       migrate_by: "2027-11-11", deleted_after: "2028-02-11"}
 diff:
   description: The catalog YAML before and after, with C(--diff).
   returned: when diff mode is on
@@ -161,6 +189,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     CatalogStore,
     catalog_options,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
@@ -181,6 +210,8 @@ def argument_spec():
             ),
         ),
         tested_by=dict(type="str"),
+        drops_majors=dict(type="list", elements="raw", default=[]),
+        migration_grace_months=dict(type="int"),
     )
 
 
@@ -204,7 +235,7 @@ def update(store, change):
     try:
         return store.update(change)
     except catalog.CatalogError as exc:
-        raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
+        raise PipelineError("%s: %s" % (store.where, exc.msg), **dict(exc.fields, refused=True)) from None
 
 
 def written_first(module, store, exc, name, first):
@@ -245,6 +276,11 @@ def run(module):
             return catalog.mark_imported(doc, p["revision"])
         return doc, False
 
+    # Every database in the cluster, all namespaces: a tip moved or a default flipped that drops a major
+    # they run strands them.
+    databases = []
+    if p["revision"] or p["default"]:
+        databases = [d for d in map(catalog.database_of, all_dbinstances(module)) if d]
     tested = observed_smoke_test(module, doc, name) if p["smoke_test"] else None
     if tested is not None:
         # The record stays whatever the rest of the task decides: it is what was observed.
@@ -276,8 +312,14 @@ def run(module):
             catalog.require_recorded_facts(given, stream, p["revision"] or current)
         if p["validated"]:
             catalog.require_validation_evidence(given, stream, p["revision"])
+        if p["migration_grace_months"] is not None:
+            doc, graced = catalog.set_grace(doc, p["migration_grace_months"])
+            moved = moved or graced
+        found[:] = catalog.stranded(given, doc, databases)
+        catalog.require_named_drops(found, p["drops_majors"])
         return doc, marked or moved
 
+    found = []
     try:
         before, after, changed = update(store, change)
     except PipelineError as exc:
@@ -296,6 +338,20 @@ def run(module):
     }
     if tested is not None:
         result["smoke_test"] = tested
+    result["stranded"] = found
+    for entry in found:
+        module.warn(
+            "DBInstance %s/%s runs PostgreSQL %s, which the tip of stream %s no longer carries: it turns "
+            "PGVersionEOL; its owner migrates it by %s, it is deleted after %s"
+            % (
+                entry["namespace"],
+                entry["name"],
+                entry["major"],
+                entry["stream"],
+                entry["migrate_by"],
+                entry["deleted_after"],
+            )
+        )
     if module._diff:
         result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
     return result

@@ -218,7 +218,10 @@ def test_baked_act_publishes_revisions_and_moves_the_validated_tip(demo):
         test = doc["images"][revision]["smoke_tests"][-1]
         assert test["result"] == "passed" and test["dbinstance"] == "dbinstance-smoke/smoke-" + revision, test
         assert test["engine_version"] == "17" and test["phase"] == "Available", test
-        assert "revision %s: smoke test passed on DBInstance dbinstance-smoke/smoke-%s" % (revision, revision) in out
+        assert (
+            "revision %s: smoke test passed on DBInstance dbinstance-smoke/smoke-%s" % (revision, revision)
+            in out
+        )
     assert "stream 22.04: tip held at %s" % OLD_REVISION in out
     assert "stream 22.04: tip %s, validated True, the default stream" % NEW_REVISION in out
     assert [d for d in lab["dbs"] if d["metadata"]["namespace"] == "dbinstance-smoke"] == []

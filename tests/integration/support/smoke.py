@@ -48,3 +48,21 @@ def running_database(lab, kube_client, namespace, name, revision, engine="16", t
 def smoke_test_of(namespace, name):
     """The ``smoke_test`` option of baked_image_stream naming that test DBInstance."""
     return {"namespace": namespace, "name": name}
+
+
+def catalog_configmap(kube_client, namespace, images, tip, default_stream="22.04"):
+    """The ConfigMap ``catalog`` in ``namespace``: ``images``, ``default_stream`` validated at ``tip``."""
+    import yaml
+    from kubernetes import client
+
+    text = yaml.safe_dump(
+        {
+            "version": 1,
+            "default_stream": default_stream,
+            "streams": {default_stream: {"tip": tip, "validated": True}},
+            "images": images,
+        }
+    )
+    client.CoreV1Api(kube_client).create_namespaced_config_map(
+        namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": text}}
+    )

@@ -1,8 +1,10 @@
 """A stateful property test over the baked image catalog, through the rules that guard it.
 
 Publish revisions (whose bytes say an OS and majors, declared the same or not), record smoke tests,
-validate, flip the default stream. After every step: the default stream is validated on evidence, and
-every tip's recorded facts match what it is declared to be. Pure model: fast, in the unit tier.
+validate, flip the default stream, with databases running on the tips. After every step: the default
+stream is validated on evidence, every tip's recorded facts match what it is declared to be, and no database
+on a major not past end of life is made PGVersionEOL by a publish unless the publish named that major as
+dropped. Pure model: fast, in the unit tier.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 STREAMS = ("22.04", "24.04")
-MAJORS = st.sets(st.sampled_from(["15", "16", "17", "18"]), min_size=1).map(sorted)
+MAJORS = st.sets(st.sampled_from(["14", "15", "16", "17", "18"]), min_size=1).map(sorted)
+TODAY = "2026-12-06"  # PostgreSQL 14 is past its end of life (2026-11-12), 15 to 18 are not
 
 
 def facts_of(stream, majors, snakeoil=False):
@@ -40,6 +43,8 @@ class CatalogModel(RuleBasedStateMachine):
         super().__init__()
         self.doc = catalog.empty()
         self.day = 0
+        self.fleet = []  # {namespace, name, stream (None: the default), major}
+        self.dropped = set()  # majors a publish named as dropped
 
     def _revision(self, stream):
         self.day += 1
@@ -63,26 +68,60 @@ class CatalogModel(RuleBasedStateMachine):
             with pytest.raises(image_facts.Refusal):
                 image_facts.refuse_contradicted("revision %s" % name, problems, facts)
             return
+        self.register(name, stream, declared, facts)
+        self.move_tip(stream, name)
+
+    def register(self, name, stream, majors, facts):
+        """baked_image registering revision ``name`` with the facts read from its artifact."""
         self.doc, _ = catalog.register_image(
             self.doc,
             name,
             stream,
-            declared,
+            majors,
             "%0128x" % self.day,
             "upload",
             facts=image_facts.catalog_facts(facts),
             imported=True,
         )
-        self.move_tip(stream, name)
 
-    def move_tip(self, stream, name):
-        """baked_image_stream moving a tip: the stream rules, then the facts recorded for the revision."""
+    def move_tip(self, stream, name, drops=()):
+        """baked_image_stream moving a tip: the stream rules, the facts recorded for the revision, then the
+        databases it would strand, every one of the cluster."""
         try:
             moved, _ = catalog.set_stream(self.doc, stream, tip=name)
             catalog.require_recorded_facts(self.doc, stream, name)
+            found = catalog.stranded(self.doc, moved, self.fleet, today=TODAY)
+            catalog.require_named_drops(found, drops)
         except catalog.CatalogError:
             return  # the default stream's tip waits for validation; a revision without facts is refused
+        self.dropped |= {e["major"] for e in found} & set(drops)  # only what the run named
         self.doc = moved
+
+    @rule(stream=st.sampled_from(STREAMS + (None,)), major=st.sampled_from(["14", "15", "16", "17"]))
+    def provision(self, stream, major):
+        """A database created on the tip of its stream (the default when None), if that tip carries it."""
+        wanted = stream or self.doc["default_stream"]
+        tip = (self.doc["streams"].get(wanted) or {}).get("tip") if wanted else None
+        if tip and major in self.doc["images"][tip]["pg_versions"]:
+            self.fleet.append(
+                {
+                    "namespace": "ns%d" % (len(self.fleet) % 3),
+                    "name": "db%d" % len(self.fleet),
+                    "stream": stream,
+                    "major": major,
+                }
+            )
+
+    @rule(stream=st.sampled_from(STREAMS), majors=MAJORS, drop=st.booleans())
+    def publish_dropping(self, stream, majors, drop):
+        """A publish whose run names (or not) every major the new tip leaves out."""
+        name = self._revision(stream)
+        if name is None:
+            return
+        facts = facts_of(stream, majors)
+        self.register(name, stream, majors, facts)
+        left_out = {"14", "15", "16", "17", "18"} - set(majors)
+        self.move_tip(stream, name, drops=sorted(left_out) if drop else ())
 
     @rule(stream=st.sampled_from(STREAMS), majors=MAJORS)
     def publish_without_artifact(self, stream, majors):
@@ -113,11 +152,13 @@ class CatalogModel(RuleBasedStateMachine):
     def validate(self, stream, default):
         if not (self.doc["streams"].get(stream) or {}).get("tip"):
             return
-        try:  # baked_image_stream: evidence first, then the stream rules
+        try:  # baked_image_stream: evidence first, then the stream rules, then the databases a flip strands
             catalog.require_validation_evidence(self.doc, stream)
-            self.doc, _ = catalog.set_stream(self.doc, stream, validated=True, default=default or None)
+            moved, _ = catalog.set_stream(self.doc, stream, validated=True, default=default or None)
+            catalog.require_named_drops(catalog.stranded(self.doc, moved, self.fleet, today=TODAY), ())
         except catalog.CatalogError:
-            pass
+            return
+        self.doc = moved
 
     @invariant()
     def no_unvalidated_default(self):
@@ -125,7 +166,19 @@ class CatalogModel(RuleBasedStateMachine):
         if stream:
             entry = self.doc["streams"][stream]
             assert entry["validated"]
-            assert catalog.validation_evidence(self.doc, entry["tip"]) is not None
+            # A passing smoke test of the tip is on record (a later failed one of a tip already validated
+            # is recorded too, and does not withdraw the sign-off).
+            tests = self.doc["images"][entry["tip"]].get("smoke_tests") or []
+            assert any(t["result"] == catalog.PASSED for t in tests), tests
+
+    @invariant()
+    def no_supported_database_made_pg_version_eol_unless_named(self):
+        for item in self.fleet:
+            if item["major"] == "14" or item["major"] in self.dropped:
+                continue  # past end of life anyway, or dropped by a run that named it
+            stream = item["stream"] or self.doc["default_stream"]
+            tip = self.doc["streams"][stream]["tip"]
+            assert item["major"] in self.doc["images"][tip]["pg_versions"], (item, tip)
 
     @invariant()
     def every_tip_is_what_its_bytes_say(self):
@@ -137,5 +190,5 @@ class CatalogModel(RuleBasedStateMachine):
             assert facts["private_keys"] == [] and facts["initialized_clusters"] == []
 
 
-CatalogModel.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+CatalogModel.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 test_catalog_model = CatalogModel.TestCase
