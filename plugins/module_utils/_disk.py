@@ -627,7 +627,31 @@ def linux_facts(view):
         os_release=os_release,
         machine_id=image_facts.machine_id_fact(machine_id, regular),
         private_keys=keys,
+        postgresql=_postgresql(view),
     )
+
+
+def _postgresql(view):
+    """The raw reads ``image_facts.postgresql_fact`` builds on: servers, configured clusters, data dirs."""
+    installed = {
+        name: view.is_file("%s/%s/%s" % (image_facts.PG_LIB_DIR, name, image_facts.PG_SERVER))
+        for name in view.list(image_facts.PG_LIB_DIR) or []
+    }
+    configured = [
+        (major, name)
+        for major in view.list(image_facts.PG_CONF_DIR) or []
+        for name in view.list("%s/%s" % (image_facts.PG_CONF_DIR, major)) or []
+    ]
+    data_dirs = {}
+    for major in view.list(image_facts.PG_DATA_DIR) or []:
+        for name in view.list("%s/%s" % (image_facts.PG_DATA_DIR, major)) or []:
+            folder = "%s/%s/%s" % (image_facts.PG_DATA_DIR, major, name)
+            if view.is_dir(folder):
+                marker = folder + "/PG_VERSION"
+                data_dirs[(major, name)] = (
+                    view.read(marker, 0, 64).decode("ascii", "replace") if view.is_file(marker) else None
+                )
+    return image_facts.postgresql_fact(installed, configured, data_dirs)
 
 
 def _key_candidates(view):

@@ -35,12 +35,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import calendar
 import copy
+import datetime
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs, redact, revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 CATALOG_VERSION = 1
+# How long an instance whose PostgreSQL major reached end of life may run before it is deleted whatever its
+# owner does (the seed's "force-deleted at T+3 months"); a catalog may hold its own.
+GRACE_KEY = "migration_grace_months"
+MIGRATION_GRACE_MONTHS = 3
 DATA_KEY = "catalog.yaml"
 IDENTITY = ("os_version", "pg_versions", "checksum", "source")
 _ENTRY_ORDER = (
@@ -116,6 +122,8 @@ def normalize(doc):
         }
     default = doc.get("default_stream")
     result["default_stream"] = revision.validate_stream(default) if default else None
+    if doc.get(GRACE_KEY) is not None:
+        result[GRACE_KEY] = _grace(doc[GRACE_KEY])
     return result
 
 
@@ -161,6 +169,8 @@ def dump(doc):
         "streams": streams,
         "images": images,
     }
+    if GRACE_KEY in doc:
+        out[GRACE_KEY] = doc[GRACE_KEY]
     return _yaml().safe_dump(out, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
@@ -559,3 +569,284 @@ def dbinstance_spec(doc, spec, today=None, eol_table=None):
     out = copy.deepcopy(spec)
     out[ENGINE_VERSION] = major
     return out, major, requested is None or requested == ""
+
+
+# ------------------------------------------------------------------------ validation
+
+SMOKE_TESTS = "smoke_tests"
+PASSED, FAILED = "passed", "failed"
+SMOKE_TESTS_KEPT = 10
+
+
+def smoke_test(doc, name, ref, instance, at, by):
+    """The record of a smoke test of revision ``name`` on the DBInstance ``ref`` (``namespace/name``),
+    ``instance`` as observed now (None when it does not exist).
+
+    It passes when the test instance reached ``Available`` on that revision (``status.appliedSpec``
+    ``imageRevision``) and answers with an ``engineVersion`` the revision carries; otherwise it fails,
+    saying why. ``at`` is the time of the observation (ISO 8601), ``by`` who ran it.
+    """
+    doc = normalize(doc)
+    image = doc["images"].get(name)
+    if image is None:
+        raise CatalogError("revision %s is not in the catalog; register it before testing it" % name)
+    status = (instance or {}).get("status") or {}
+    applied = status.get("appliedSpec") or {}
+    engine = str(applied.get("engineVersion") or "").strip()
+    record = {
+        "revision": name,
+        "dbinstance": ref,
+        "at": at,
+        "by": by,
+        "phase": status.get("phase"),
+        "engine_version": engine or None,
+    }
+    if not instance:
+        reason = "the test DBInstance does not exist"
+    elif status.get("phase") != "Available":
+        reason = "the test DBInstance is %s, not Available (%s)" % (
+            status.get("phase"),
+            status.get("message"),
+        )
+    elif applied.get("imageRevision") != name:
+        reason = "the test DBInstance runs %s, not %s" % (applied.get("imageRevision"), name)
+    elif not engine:
+        reason = "the test DBInstance answers with no engineVersion"
+    elif engine not in image["pg_versions"]:
+        reason = "the test DBInstance answers engineVersion %s, which %s does not carry" % (engine, name)
+    else:
+        reason = None
+    record.update(result=FAILED if reason else PASSED, reason=reason)
+    return record
+
+
+def record_smoke_test(doc, record):
+    """The catalog with ``record`` added to its revision's ``smoke_tests`` (the last ten are kept)."""
+    doc = normalize(doc)
+    entry = dict(doc["images"][record["revision"]])
+    entry[SMOKE_TESTS] = (list(entry.get(SMOKE_TESTS) or []) + [dict(record)])[-SMOKE_TESTS_KEPT:]
+    doc["images"][record["revision"]] = entry
+    return doc, True
+
+
+def validation_evidence(doc, name):
+    """The last smoke test recorded for revision ``name`` when it passed, else None."""
+    tests = ((normalize(doc)["images"].get(name) or {}).get(SMOKE_TESTS)) or []
+    last = tests[-1] if tests else None
+    return last if last and last.get("result") == PASSED else None
+
+
+def require_validation_evidence(doc, os_version, tip=None):
+    """A stream becomes validated only on evidence: the last smoke test recorded for the revision it
+    validates (``tip``, default its current tip) passed. A stream already validated on that tip needs
+    nothing more. Raises CatalogError naming the revision and how to test it."""
+    doc = normalize(doc)
+    stream = revision.validate_stream(os_version)
+    current = doc["streams"].get(stream) or {}
+    name = tip or current.get("tip")
+    if name is None or (current.get("tip") == name and current.get("validated")):
+        return None
+    evidence = validation_evidence(doc, name)
+    if evidence is not None:
+        return evidence
+    tests = (doc["images"].get(name) or {}).get(SMOKE_TESTS) or []
+    why = (
+        "its last smoke test failed (%s at %s: %s)"
+        % (tests[-1]["dbinstance"], tests[-1]["at"], tests[-1]["reason"])
+        if tests
+        else "no smoke test of it is recorded"
+    )
+    raise CatalogError(
+        "stream %s: revision %s cannot be validated, %s; provision a test DBInstance from %s, wait for it to "
+        "be Available, then record the test with baked_image_stream smoke_test: {namespace, name} (a "
+        "separate run from the build)" % (stream, name, why, name)
+    )
+
+
+# ----------------------------------------------------------------------------- facts
+
+FACTS = "facts"
+
+
+def facts_problems(entry):
+    """What is wrong with the facts a catalog ``entry`` records about its bytes: [] when they were read
+    (baked_image ``artifact``) and say what the entry is declared to be, with no private key and no
+    initialized cluster every VM would share."""
+    facts = (entry or {}).get(FACTS)
+    if not isinstance(facts, dict) or not facts:
+        return ["no facts read from its bytes are recorded (it was registered without artifact)"]
+    problems = []
+    read = (facts.get("os_release") or {}).get("version_id")
+    if read != entry.get("os_version"):
+        problems.append(
+            "its os-release says VERSION_ID=%s, it is declared %s" % (read, entry.get("os_version"))
+        )
+    try:
+        majors = _majors(facts.get("pg_majors") or [])
+    except CatalogError:
+        majors = list(facts.get("pg_majors") or [])
+    if majors != entry.get("pg_versions"):
+        problems.append(
+            "it holds PostgreSQL %s, it is declared %s"
+            % (", ".join(majors) or "none", ", ".join(entry.get("pg_versions") or []) or "none")
+        )
+    for key in facts.get("private_keys") or []:
+        problems.append("it keeps the private key %s every VM would share" % key)
+    for cluster in facts.get("initialized_clusters") or []:
+        problems.append("it ships the initialized cluster %s every VM would share" % cluster)
+    return problems
+
+
+def require_recorded_facts(doc, os_version, name):
+    """A revision reaches a tip (is served, validated, made the default) only when the catalog records the
+    facts read from its bytes and they agree with its entry. Raises CatalogError naming the revision,
+    what is wrong and the supported move."""
+    doc = normalize(doc)
+    stream = revision.validate_stream(os_version)
+    entry = doc["images"].get(name)
+    if entry is None:
+        return  # set_stream says the revision is not in the catalog
+    problems = facts_problems(entry)
+    if not problems:
+        return
+    if FACTS not in entry or not entry.get(FACTS):
+        move = (
+            "register it again with goldenimage.pipeline.baked_image artifact: <its image file> (the "
+            "harvester_upload role and publish_baked_image always pass it), then move the tip"
+        )
+    else:
+        move = "build a new revision from a sealed image that is what it is declared to be"
+    raise CatalogError(
+        "stream %s: revision %s cannot be at its tip, validated or the default: %s; %s"
+        % (stream, name, "; ".join(problems), move)
+    )
+
+
+# --------------------------------------------------------------------------- stranding
+
+
+def _grace(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CatalogError("%s %r: expected a number of months >= 0" % (GRACE_KEY, value))
+    return value
+
+
+def set_grace(doc, months):
+    """The catalog holding ``months`` as its migration grace; returns ``(new_doc, changed)``."""
+    doc = normalize(doc)
+    months = _grace(months)
+    if doc.get(GRACE_KEY, MIGRATION_GRACE_MONTHS) == months and GRACE_KEY in doc:
+        return doc, False
+    doc[GRACE_KEY] = months
+    return doc, True
+
+
+def grace_months(doc):
+    """The migration grace the catalog holds (months after a major's end of life), default 3."""
+    return normalize(doc).get(GRACE_KEY, MIGRATION_GRACE_MONTHS)
+
+
+def migration_dates(doc, major, eol_table=None):
+    """``{eol_date, migrate_by, deleted_after}`` (ISO dates) of a database running PostgreSQL ``major``:
+    its owner migrates it (pg_dump and restore) by the major's end of life, and it is deleted whatever its
+    owner does the grace the catalog holds after that. Never counted from a build date: the data format,
+    not the image, sets the clock. All None for a major the EOL table does not know."""
+    end = eol.eol_table(eol_table)[eol.PG].get(eol.normalize_pg_major(major))
+    if end is None:
+        return {"eol_date": None, "migrate_by": None, "deleted_after": None}
+    index = end.month - 1 + grace_months(doc)
+    year, month = end.year + index // 12, index % 12 + 1
+    last = calendar.monthrange(year, month)[1]
+    return {
+        "eol_date": end.isoformat(),
+        "migrate_by": end.isoformat(),
+        "deleted_after": datetime.date(year, month, min(end.day, last)).isoformat(),
+    }
+
+
+def _carried(doc, stream, major):
+    """``(tip, carried)``: the tip of ``stream`` (the default stream when None) and whether it carries
+    ``major``."""
+    stream = stream or doc["default_stream"]
+    tip = (doc["streams"].get(stream) or {}).get("tip") if stream else None
+    image = doc["images"].get(tip) if tip else None
+    return tip, bool(image and major in image["pg_versions"])
+
+
+def database_of(obj):
+    """What a DBInstance object says about the database it runs: ``{namespace, name, stream, major}``
+    (``stream`` None when it follows the default stream), or None when it runs none yet (never provisioned
+    or refused at creation: no data to strand)."""
+    meta, spec = (obj or {}).get("metadata") or {}, (obj or {}).get("spec") or {}
+    applied = ((obj or {}).get("status") or {}).get("appliedSpec") or {}
+    if not applied.get("imageRevision"):
+        return None
+    stream = spec.get("osVersion")
+    return {
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "stream": str(stream) if stream not in (None, "") else None,
+        "major": applied.get("engineVersion") or spec.get("engineVersion"),
+    }
+
+
+def stranded(before, after, instances, today=None, eol_table=None):
+    """The databases a catalog change strands: each instance (``{namespace, name, stream, major}``,
+    ``stream`` None for one that follows the default stream) whose PostgreSQL major is not past end of
+    life, which the tip of its stream carried before the change and does not carry after it. Its operator
+    would mark it ``PGVersionEOL`` and refuse every repave of it: no more OS patches until it is migrated.
+
+    Returns ``[{namespace, name, major, stream, tip, eol_date, migrate_by, deleted_after}]``, by major
+    then namespace and name."""
+    before, after = normalize(before), normalize(after)
+    found = []
+    for item in instances:
+        try:
+            major = eol.normalize_pg_major(item.get("major"))
+        except ValueError:
+            continue  # not a major: the operator refuses it whatever the catalog says
+        verdict = requested_major(major, today, eol_table)
+        if verdict["eol_date"] is None or verdict["past_eol"]:
+            continue  # not supported anyway: no publish strands it
+        was, now = _carried(before, item.get("stream"), major), _carried(after, item.get("stream"), major)
+        if was[1] and not now[1]:
+            entry = {
+                "namespace": item.get("namespace"),
+                "name": item.get("name"),
+                "major": major,
+                "stream": item.get("stream") or after["default_stream"],
+                "tip": now[0],
+            }
+            entry.update(migration_dates(after, major, eol_table))
+            found.append(entry)
+    return sorted(found, key=lambda e: (int(e["major"]), e["namespace"] or "", e["name"] or ""))
+
+
+def require_named_drops(found, dropped):
+    """A change that strands databases goes ahead only when the run names every major it drops
+    (``dropped``); raises CatalogError listing the instances affected and their dates otherwise."""
+    named = {eol.normalize_pg_major(m) for m in dropped or ()}
+    missing = sorted({e["major"] for e in found} - named, key=int)
+    if not missing:
+        return
+    shown = [e for e in found if e["major"] in missing]
+    listing = "; ".join(
+        "%s/%s (PostgreSQL %s on stream %s, supported until %s: migrate by %s, deleted after %s)"
+        % (
+            e["namespace"],
+            e["name"],
+            e["major"],
+            e["stream"],
+            e["eol_date"],
+            e["migrate_by"],
+            e["deleted_after"],
+        )
+        for e in shown
+    )
+    raise CatalogError(
+        "the tip would drop PostgreSQL %s, which is not past end of life, while %d database(s) run it: %s. "
+        "Each would turn PGVersionEOL and get no OS patches until migrated. Keep the major in the build, or "
+        "name it in drops_majors (publish_drop_majors) to drop it knowingly"
+        % (", ".join(missing), len(shown), listing),
+        stranded=found,
+    )

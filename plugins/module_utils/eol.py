@@ -220,7 +220,7 @@ def eol_guard(pg_majors, os_stream, today=None, table=None):
     day = parse_today(today)
     violations = check_eol(pg_majors, os_stream, day, table)
     if violations:
-        message = "EOL guard (build date %s): %s" % (
+        message = "EOL guard (judged on %s): %s" % (
             day.isoformat(),
             "; ".join(v["message"] for v in violations),
         )
@@ -230,3 +230,42 @@ def eol_guard(pg_majors, os_stream, today=None, table=None):
         "pg_supported": supported_pg_majors(day, table),
         "os_supported": supported_os_streams(day, table),
     }
+
+
+def judging_day(build_date=None, now=None):
+    """The day a build's EOL is judged on: the later of the wall clock (``now``, default today in UTC) and
+    the build date. A build date in the past never brings back a version that has reached its end of life
+    (a revision named ``v20250101`` built today still may not carry PostgreSQL 13); one in the future is
+    judged on that day, as the image will be served from it."""
+    clock = parse_today(now)
+    if build_date is None or build_date == "":
+        return clock
+    return max(clock, parse_today(build_date))
+
+
+def extensions(overrides):
+    """Overrides that move an EOL date the built-in table knows later (support claimed past its end),
+    oldest first: ``[{"kind", "version", "default", "override", "message"}]``. A version the table does not
+    know, or an earlier date, is not one. Every caller reports these and the catalog records them."""
+    if not overrides:
+        return []
+    merged = eol_table(overrides)
+    defaults = eol_table()
+    found = []
+    for kind in (PG, OS):
+        for version in _sorted_versions(merged[kind]):
+            before, after = defaults[kind].get(version), merged[kind][version]
+            if before is None or after <= before:
+                continue
+            label = "PostgreSQL" if kind == PG else "Ubuntu"
+            found.append(
+                {
+                    "kind": kind,
+                    "version": version,
+                    "default": before.isoformat(),
+                    "override": after.isoformat(),
+                    "message": "%s %s: end of life moved from %s to %s by an override"
+                    % (label, version, before.isoformat(), after.isoformat()),
+                }
+            )
+    return found

@@ -21,8 +21,15 @@ The document is a plain dict, ``{"schema_version": 1, "os_family": "windows" | "
   ``unattend`` (each answer file left on the volume, with the product keys and passwords it holds, by
   place in the file).
 * Linux: ``os_release`` (``ID``, ``VERSION_ID``, ``VERSION_CODENAME``, ``PRETTY_NAME`` and the file read),
-  ``machine_id`` (``absent``, ``not a regular file``, ``empty``, ``uninitialized`` or ``set``) and
-  ``private_keys`` (each private key file left in the image: path, kind, PEM label, size).
+  ``machine_id`` (``absent``, ``not a regular file``, ``empty``, ``uninitialized`` or ``set``),
+  ``private_keys`` (each private key file left in the image: path, kind, PEM label, size) and
+  ``postgresql`` (``majors``: each ``/usr/lib/postgresql/<N>`` holding a server, ``bin/postgres``;
+  ``clusters``: each cluster the image carries, configured under ``/etc/postgresql/<N>/<name>`` or with a
+  data directory under ``/var/lib/postgresql/<N>/<name>``, ``initialized`` when that directory holds a
+  ``PG_VERSION``: every VM booted from the image would share its database system identifier).
+
+``declaration_problems(facts, os_version, pg_versions)`` compares what a baked image is declared to be with
+what its bytes say; ``catalog_facts(facts)`` is the part a catalog entry keeps.
 
 ``exposure_reasons(facts)`` says why the bytes must never go to a bucket not proven private; an empty list
 means nothing was found. ``sealed_by_image_state(facts)`` is the registry's word on sysprep.
@@ -34,6 +41,8 @@ __metaclass__ = type
 
 import re
 from xml.etree import ElementTree
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 SCHEMA_VERSION = 1
 
@@ -78,6 +87,10 @@ USER_SSH_KEY_NAMES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk
 # Windows: OpenSSH for Windows keeps its host keys here; a user's keys are under the profile's .ssh.
 WINDOWS_SSH_DIR = "C:\\ProgramData\\ssh"
 WINDOWS_USERS_DIR = "C:\\Users"
+PG_LIB_DIR = "/usr/lib/postgresql"
+PG_DATA_DIR = "/var/lib/postgresql"
+PG_CONF_DIR = "/etc/postgresql"
+PG_SERVER = "bin/postgres"
 PEM_PRIVATE = re.compile(rb"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----")
 KEY_HEAD_BYTES = 8192
 
@@ -346,7 +359,154 @@ def private_key_fact(path, size, head):
     return {"path": path, "kind": kind, "pem": label, "size": size}
 
 
+def _major(name):
+    return name if isinstance(name, str) and name.isdigit() and not name.startswith("0") else None
+
+
+def postgresql_fact(installed, configured, data_dirs):
+    """The PostgreSQL the image carries.
+
+    ``installed``: ``{major: whether /usr/lib/postgresql/<major>/bin/postgres is a file}`` for every entry
+    of /usr/lib/postgresql; ``configured``: ``[(major, name)]`` under /etc/postgresql; ``data_dirs``:
+    ``{(major, name): PG_VERSION's text or None}`` under /var/lib/postgresql. Directories that are not
+    major numbers are not PostgreSQL's and are left out.
+    """
+    majors = sorted((m for m, server in (installed or {}).items() if _major(m) and server), key=int)
+    clusters = {}
+    for major, name in configured or ():
+        if _major(major):
+            clusters[(major, name)] = {"major": major, "name": name, "configured": True, "initialized": False}
+    for (major, name), version in (data_dirs or {}).items():
+        if not _major(major):
+            continue
+        entry = clusters.setdefault(
+            (major, name), {"major": major, "name": name, "configured": False, "initialized": False}
+        )
+        if version is not None:
+            entry["initialized"] = True
+            entry["pg_version"] = version.strip()[:16]
+            entry["data_directory"] = "%s/%s/%s" % (PG_DATA_DIR, major, name)
+    ordered = [clusters[key] for key in sorted(clusters, key=lambda k: (int(k[0]), k[1]))]
+    return {"majors": majors, "clusters": ordered}
+
+
 # Rules --------------------------------------------------------------------------------------------
+
+
+def _declared_majors(pg_versions):
+    return sorted({str(v).strip() for v in pg_versions or ()}, key=lambda v: (len(v), v))
+
+
+def declaration_problems(facts, os_version, pg_versions):
+    """What a baked image's bytes contradict in its declaration, or leave in it that every VM would share.
+
+    Each problem is ``{"fact", "read", "declared", "message"}``, the fact read and the declaration side by
+    side; [] when the bytes agree. ``os_version`` is the Ubuntu stream (``22.04``), compared with
+    os-release's ``VERSION_ID``; ``pg_versions`` the majors, compared with the servers installed under
+    /usr/lib/postgresql. Private keys (the snakeoil pair PostgreSQL serves TLS with, SSH host keys) and
+    initialized clusters (one database system identifier) would be shared by every VM made from it.
+    """
+    if not isinstance(facts, dict) or facts.get("os_family") != "linux":
+        return [
+            _problem("os_family", (facts or {}).get("os_family"), "linux", "no Linux image facts were read")
+        ]
+    problems = [
+        _problem(
+            "unreadable",
+            item.get("source"),
+            None,
+            "%s could not be read (%s)" % (item.get("source"), item.get("error")),
+        )
+        for item in facts.get("unreadable") or []
+    ]
+    release = facts.get("os_release") or {}
+    read = release.get("version_id")
+    if read != str(os_version):
+        where = release.get("path") or "/etc/os-release"
+        problems.append(
+            _problem(
+                "os_release",
+                read,
+                str(os_version),
+                "%s says VERSION_ID=%s (%s), the declaration says %s"
+                % (where, read, release.get("pretty_name") or release.get("id"), os_version)
+                if release
+                else "the image has no os-release; the declaration says %s" % os_version,
+            )
+        )
+    postgresql = facts.get("postgresql") or {}
+    installed, declared = list(postgresql.get("majors") or []), _declared_majors(pg_versions)
+    if _declared_majors(installed) != declared:
+        problems.append(
+            _problem(
+                "pg_majors",
+                installed,
+                declared,
+                "%s holds PostgreSQL %s (a server, bin/postgres, per major), the declaration says %s"
+                % (PG_LIB_DIR, ", ".join(installed) or "none", ", ".join(declared) or "none"),
+            )
+        )
+    for cluster in postgresql.get("clusters") or []:
+        if cluster.get("initialized"):
+            problems.append(
+                _problem(
+                    "initialized_cluster",
+                    cluster["data_directory"],
+                    None,
+                    "cluster %s/%s is initialized (%s/PG_VERSION): every VM would share its database system "
+                    "identifier; the seal removes it and the first boot makes a fresh one"
+                    % (cluster["major"], cluster["name"], cluster["data_directory"]),
+                )
+            )
+    for key in facts.get("private_keys") or []:
+        problems.append(
+            _problem(
+                "private_key",
+                key["path"],
+                None,
+                "%s (%s) is left in the image: every VM would share it; the seal removes it and the "
+                "first boot generates one per VM" % (key["path"], key["kind"]),
+            )
+        )
+    return problems
+
+
+def refuse_contradicted(subject, problems, facts):
+    """An image whose bytes contradict its declaration (``declaration_problems``) or carry what every VM
+    made from it would share is refused, each fact read beside what was declared, before anything is
+    uploaded or registered."""
+    if not problems:
+        return
+    raise Refusal(
+        subject,
+        "the bytes are not what is declared: %s" % "; ".join(problem["message"] for problem in problems),
+        "build the revision again from what the declaration says (the seal removes private keys and "
+        "initialized clusters), or declare what the image is",
+        problems=problems,
+        facts=facts,
+    )
+
+
+def _problem(fact, read, declared, message):
+    return {"fact": fact, "read": read, "declared": declared, "message": message}
+
+
+def catalog_facts(facts):
+    """What a catalog entry keeps of a Linux image's facts: os-release, the majors and clusters, the key
+    paths left (never a key), the machine-id state."""
+    release = (facts or {}).get("os_release") or {}
+    postgresql = (facts or {}).get("postgresql") or {}
+    return {
+        "os_release": {k: release.get(k) for k in ("id", "version_id", "version_codename")},
+        "pg_majors": list(postgresql.get("majors") or []),
+        "initialized_clusters": [
+            "%s/%s" % (c["major"], c["name"])
+            for c in postgresql.get("clusters") or []
+            if c.get("initialized")
+        ],
+        "private_keys": [key["path"] for key in (facts or {}).get("private_keys") or []],
+        "machine_id": (facts or {}).get("machine_id"),
+    }
 
 
 def sealed_by_image_state(facts):

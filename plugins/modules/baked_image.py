@@ -82,6 +82,25 @@ options:
         Progress (percent, bytes, elapsed) goes to the module log every 10% and at least every 30 seconds,
         and to RV(upload).
     type: path
+  artifact:
+    description:
+      - The local qcow2 (or raw) file whose bytes are registered (the file O(url) serves, or O(src)), read
+        offline before anything is written. Its C(os-release), the PostgreSQL servers installed
+        (C(/usr/lib/postgresql/<N>/bin/postgres)), the clusters initialized in it (a data directory with a
+        C(PG_VERSION)) and the private keys left in it (the C(ssl-cert) snakeoil key PostgreSQL serves TLS
+        with, SSH host keys) are compared with O(os_version) and O(pg_versions). A stream that
+        C(VERSION_ID) contradicts, a different set of majors, an initialized cluster or a private key every
+        VM would share is refused, each fact read beside the declaration (RV(problems)).
+      - The facts read are recorded in the catalog entry (C(facts)).
+      - Without it nothing reads the bytes; the module warns, and the catalog entry holds no C(facts). The
+        C(harvester_upload) role and the C(publish_baked_image) playbook always give it.
+    type: path
+  eol_overrides:
+    description:
+      - The EOL overrides the build was checked with (as for M(goldenimage.pipeline.eol_guard)). Each one
+        that moves a date the built-in table knows later is recorded in the catalog entry
+        (C(eol_extensions)) and warned about, so the catalog says which support is claimed past its end.
+    type: dict
   harvester_url:
     description:
       - Base URL of the Harvester API that serves the upload action, when it is not the Kubernetes API server
@@ -279,6 +298,25 @@ consumers:
       namespace: orders
       name: pg-1
       why: "runs on it: its applied revision is v20260615 (phase Available)"
+facts:
+  description:
+    - What the bytes of O(artifact) say, as the catalog entry records them.
+  returned: when state is present and O(artifact) was read
+  type: dict
+  sample: {os_release: {id: ubuntu, version_id: "22.04", version_codename: jammy},
+           pg_majors: ["15", "16", "17"], initialized_clusters: [], private_keys: [], machine_id: empty}
+problems:
+  description:
+    - On a refusal, each contradiction between the bytes and the declaration, with C(fact), C(read),
+      C(declared) and C(message).
+  returned: when the artifact contradicts the declaration
+  type: list
+  elements: dict
+  sample:
+    - fact: os_release
+      read: "22.04"
+      declared: "24.04"
+      message: "/etc/os-release says VERSION_ID=22.04 (Ubuntu 22.04.5 LTS), the declaration says 24.04"
 cleaned_up:
   description:
     - On a replica count mismatch found at C(Initialized), whether the image this run created was deleted
@@ -351,8 +389,11 @@ import os
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _disk,
     catalog,
+    eol,
     harvester_image,
+    image_facts,
     inputs,
     kinds,
     redact,
@@ -366,6 +407,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     find_catalogs,
     locate,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
@@ -382,6 +424,8 @@ def argument_spec():
         namespace=dict(type="str", default="default"),
         url=dict(type="str", no_log=True),
         src=dict(type="path"),
+        artifact=dict(type="path"),
+        eol_overrides=dict(type="dict"),
         harvester_url=dict(type="str"),
         os_version=dict(type="raw"),
         pg_versions=dict(type="list", elements="raw"),
@@ -440,6 +484,8 @@ class BakedImage:
         self.result = {"changed": False, "duration": 0.0, "image": {}}
         self.store = CatalogStore(module, self.p["catalog"]) if self.p["catalog"] else None
         self.os_version, self.pg_versions = None, None
+        self.facts = None
+        self.extended = []
         self.round_started = time.time()
         self.started = self.p["started"] if self.p["started"] is not None else self.round_started
         # A later round of the same task: the registration is done, only its wait goes on.
@@ -447,6 +493,13 @@ class BakedImage:
 
     def run(self):
         self.os_version, self.pg_versions = checked_inputs(self.p)
+        try:
+            extended = eol.extensions(self.p["eol_overrides"])
+        except ValueError as exc:
+            raise PipelineError("eol_overrides: %s" % exc, refused=True) from None
+        self.extended = [{k: e[k] for k in ("kind", "version", "default", "override")} for e in extended]
+        for item in extended if not self.resumed else ():
+            self.module.warn("revision %s: %s, recorded in the catalog" % (self.p["name"], item["message"]))
         return self.present() if self.p["state"] == "present" else self.absent()
 
     def _ref(self, name, namespace):
@@ -476,11 +529,34 @@ class BakedImage:
             storage_class=p["storage_class"],
         )
 
+    def read_facts(self):
+        """The artifact's facts, read offline before anything is written; a contradiction is refused."""
+        artifact = self.p["artifact"]
+        if not artifact:
+            if self.resumed:
+                return None
+            self.module.warn(
+                "revision %s: no artifact given, so its OS and PostgreSQL majors are declared, not read from "
+                "its bytes; give artifact (the local file) to have them checked" % self.p["name"]
+            )
+            return None
+        inputs.require_file(
+            artifact, os.path.isfile(artifact), "artifact %s" % artifact, "give the image file registered"
+        )
+        facts = _disk.read_image_facts(artifact, "linux")
+        image_facts.refuse_contradicted(
+            "revision %s (artifact %s)" % (self.p["name"], artifact),
+            image_facts.declaration_problems(facts, self.os_version, self.pg_versions),
+            image_facts.catalog_facts(facts),
+        )
+        self.result["facts"] = image_facts.catalog_facts(facts)
+        return self.result["facts"]
+
     def register(self, doc, desired, obj=None, storage_class=None):
         meta = desired["metadata"]
-        extra = {}
+        extra = {"facts": self.facts, "eol_extensions": self.extended or None}
         if obj is not None:
-            extra = dict(
+            extra.update(
                 image={"namespace": meta["namespace"], "name": meta["name"]},
                 storage_class=storage_class,
                 imported=hi.imported(obj),
@@ -496,6 +572,7 @@ class BakedImage:
         )
 
     def present(self):
+        self.facts = self.read_facts()
         desired = self.desired()
         name, namespace = kinds.name(desired), kinds.namespace(desired)
         if self.store is not None:  # refuse a changed source before touching the cluster
@@ -760,10 +837,7 @@ class BakedImage:
 
     def dbinstances(self):
         """Every DBInstance of every API group that serves the kind (found by discovery, not by name)."""
-        items = []
-        for api_version in served_versions(self.module, "DBInstance"):
-            items.extend(self.module.list(api_version, "DBInstance"))
-        return items
+        return all_dbinstances(self.module)
 
     def consumers(self, image, catalogs):
         vms = []
@@ -851,22 +925,6 @@ def forbidden_detail(exc):
     """What a 403 says was refused (the Status message names the verb, the resource and the namespace)."""
     body = exc.fields.get("body")
     return (body.get("message") if isinstance(body, dict) else None) or exc.msg
-
-
-def served_versions(module, kind):
-    """``group/version`` of each API group that serves ``kind``, its preferred version, from discovery."""
-    try:
-        found = module.client.resources.search(kind=kind)
-    except Exception as exc:
-        module.fail_from_exception("discover the API groups that serve %s" % kind, exc)
-    versions = {}
-    for res in found or ():
-        if "/" in (getattr(res, "name", "") or ""):
-            continue  # a subresource (status, scale) of the kind
-        group = getattr(res, "group", "") or ""
-        if group not in versions or getattr(res, "preferred", False):
-            versions[group] = res.group_version
-    return [versions[group] for group in sorted(versions)]
 
 
 # Which options go together, checked by Ansible before the runner starts.

@@ -24,10 +24,22 @@ description:
     refusal says so. Nothing else is written.
   - No catalog entry keeps a signed URL or user-info; an entry holding one (written by an older release or
     by hand) is written back without it by any run that reads it, with a warning naming the revisions.
+  - A revision reaches a tip, a sign-off or the default only with the facts read from its bytes recorded in
+    its catalog entry (C(facts), written by M(goldenimage.pipeline.baked_image) given
+    O(goldenimage.pipeline.baked_image#module:artifact)) and agreeing with it (the OS stream and PostgreSQL
+    majors it is declared, no private key, no initialized cluster). A revision registered without them is
+    refused, saying to register it again with its artifact.
   - Moving the tip resets C(validated) to false unless
     O(validated) is given, since the sign-off belongs to a revision.
   - O(validated) records the sign-off; O(default=true) makes the stream the default, which requires it to be
     validated. The default stream always stays validated, so its tip moves only with O(validated=true).
+  - Validation is evidence, not a flag. O(validated=true) is refused unless the last smoke test recorded for
+    the revision it validates passed. O(smoke_test) records one. The test DBInstance, provisioned from the
+    revision, is read now; the test passes when it is C(Available) on that revision and answers with an
+    C(engineVersion) the revision carries. The record (time, who ran it, the instance, the engine version,
+    the result and why it failed) is kept in the revision's catalog entry (C(smoke_tests)), whatever the
+    result; a failed test then refuses O(validated=true) in the same task. The build never validates; run
+    this after the test instance is up, in its own run.
   - Concurrent writers are safe (resourceVersion, retried on a conflict).
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
@@ -49,6 +61,44 @@ options:
       - V(true) makes this stream the default OS stream. V(false) is refused for the current default (make
         another stream the default instead) and changes nothing otherwise.
     type: bool
+  smoke_test:
+    description:
+      - The test DBInstance provisioned from the revision (O(revision), else the stream's tip), read now and
+        recorded as the revision's smoke test.
+    type: dict
+    suboptions:
+      namespace:
+        description: Namespace of the test DBInstance.
+        type: str
+        required: true
+      name:
+        description: Name of the test DBInstance.
+        type: str
+        required: true
+      api_version:
+        description: API group and version that serves the DBInstance kind.
+        type: str
+        default: db.goldenimage.io/v1alpha1
+  drops_majors:
+    description:
+      - The PostgreSQL majors this change drops knowingly. A change (a tip moved, a default flipped) that
+        leaves running databases on a major not yet past end of life that the tip of their stream no longer
+        carries is refused unless every such major is named here. Every DBInstance in the cluster is read, in
+        every namespace and every API group that serves the kind, not one namespace the caller names.
+      - The instances affected are returned in RV(stranded) and warned about either way.
+    type: list
+    elements: raw
+    default: []
+  migration_grace_months:
+    description:
+      - Months after a major's end of life that a database still running it may run before it is deleted
+        whatever its owner does. Recorded in the catalog (C(migration_grace_months)); default 3 when the
+        catalog holds none.
+    type: int
+  tested_by:
+    description:
+      - Who ran the smoke test, recorded with it. Defaults to the user running the task on the controller.
+    type: str
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.catalog.required
@@ -75,9 +125,10 @@ EXAMPLES = r"""
     revision: v20261201-2404
     catalog: {namespace: dbaas-system, name: baked-image-catalog}
 
-- name: After testing, sign it off and make 24.04 the default stream
+- name: After a test DBInstance from it is Available, record the smoke test, sign it off, make it the default
   goldenimage.pipeline.baked_image_stream:
     os_version: "24.04"
+    smoke_test: {namespace: dbaas-smoke, name: smoke-v20261201-2404}
     validated: true
     default: true
     catalog: {namespace: dbaas-system, name: baked-image-catalog}
@@ -104,11 +155,33 @@ catalog:
     - With a refusal after C(imported=false) was recorded (in check mode, would be), the catalog so written.
   returned: success, and with that refusal
   type: dict
+smoke_test:
+  description: The smoke test recorded by this task (C(revision), C(dbinstance), C(at), C(by), C(phase),
+    C(engine_version), C(result) V(passed) or V(failed), C(reason)).
+  returned: when O(smoke_test) is given
+  type: dict
+  sample: {revision: v20261201-2404, dbinstance: dbaas-smoke/smoke-v20261201-2404, at: "2026-12-02T10:04:11Z",
+           by: ops, phase: Available, engine_version: "17", result: passed, reason: null}
+stranded:
+  description:
+    - The databases this change leaves on a major the tip of their stream no longer carries, though it is
+      not past end of life (the operator marks them C(PGVersionEOL) and refuses their repaves). Their
+      migrate-by date is the major's end of life and they are deleted after the grace the catalog holds;
+      neither is counted from a build date. On a refusal, the same list.
+  returned: success, and with that refusal
+  type: list
+  elements: dict
+  sample:
+    - {namespace: orders, name: pg-1, major: "15", stream: "22.04", tip: v20261201, eol_date: "2027-11-11",
+       migrate_by: "2027-11-11", deleted_after: "2028-02-11"}
 diff:
   description: The catalog YAML before and after, with C(--diff).
   returned: when diff mode is on
   type: dict
 """
+
+import datetime
+import getpass
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, harvester_image, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
@@ -116,6 +189,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     CatalogStore,
     catalog_options,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
 
@@ -127,6 +201,17 @@ def argument_spec():
         validated=dict(type="bool"),
         default=dict(type="bool"),
         catalog=catalog_options(required=True),
+        smoke_test=dict(
+            type="dict",
+            options=dict(
+                namespace=dict(type="str", required=True),
+                name=dict(type="str", required=True),
+                api_version=dict(type="str", default="db.goldenimage.io/v1alpha1"),
+            ),
+        ),
+        tested_by=dict(type="str"),
+        drops_majors=dict(type="list", elements="raw", default=[]),
+        migration_grace_months=dict(type="int"),
     )
 
 
@@ -150,7 +235,7 @@ def update(store, change):
     try:
         return store.update(change)
     except catalog.CatalogError as exc:
-        raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
+        raise PipelineError("%s: %s" % (store.where, exc.msg), **dict(exc.fields, refused=True)) from None
 
 
 def written_first(module, store, exc, name, first):
@@ -191,11 +276,26 @@ def run(module):
             return catalog.mark_imported(doc, p["revision"])
         return doc, False
 
+    # Every database in the cluster, all namespaces: a tip moved or a default flipped that drops a major
+    # they run strands them.
+    databases = []
+    if p["revision"] or p["default"]:
+        databases = [d for d in map(catalog.database_of, all_dbinstances(module)) if d]
+    tested = observed_smoke_test(module, doc, name) if p["smoke_test"] else None
+    if tested is not None:
+        # The record stays whatever the rest of the task decides: it is what was observed.
+        first_test = update(store, lambda d: catalog.record_smoke_test(d, tested))
+        doc = first_test[1]
+
     # The catalog never keeps saying imported: true for an image that is gone or not imported: that is
     # written first, so a move the rules then refuse leaves the catalog telling the truth.
     first = update(store, observe) if imported is False else None
 
     def change(doc):
+        if tested is not None and module.check_mode:  # the record check mode did not write
+            doc = catalog.record_smoke_test(doc, tested)[0]
+        given = doc
+        current = (doc["streams"].get(stream) or {}).get("tip")
         doc, marked = observe(doc)
         doc, moved = catalog.set_stream(
             doc,
@@ -206,8 +306,20 @@ def run(module):
             imported=imported,
             missing=missing,
         )
+        # After the rules on the image itself, which say more: the facts read from its bytes, then the
+        # evidence of a smoke test.
+        if (p["revision"] and p["revision"] != current) or p["validated"] or p["default"]:
+            catalog.require_recorded_facts(given, stream, p["revision"] or current)
+        if p["validated"]:
+            catalog.require_validation_evidence(given, stream, p["revision"])
+        if p["migration_grace_months"] is not None:
+            doc, graced = catalog.set_grace(doc, p["migration_grace_months"])
+            moved = moved or graced
+        found[:] = catalog.stranded(given, doc, databases)
+        catalog.require_named_drops(found, p["drops_majors"])
         return doc, marked or moved
 
+    found = []
     try:
         before, after, changed = update(store, change)
     except PipelineError as exc:
@@ -216,15 +328,53 @@ def run(module):
         raise written_first(module, store, exc, name, first) from None
     if first and first[2]:
         before, changed = first[0], True
+    if tested is not None:
+        before, changed = first_test[0], True
     result = {
         "changed": changed,
         "stream": after["streams"].get(stream, {}),
         "default_stream": after["default_stream"],
         "catalog": after,
     }
+    if tested is not None:
+        result["smoke_test"] = tested
+    result["stranded"] = found
+    for entry in found:
+        module.warn(
+            "DBInstance %s/%s runs PostgreSQL %s, which the tip of stream %s no longer carries: it turns "
+            "PGVersionEOL; its owner migrates it by %s, it is deleted after %s"
+            % (
+                entry["namespace"],
+                entry["name"],
+                entry["major"],
+                entry["stream"],
+                entry["migrate_by"],
+                entry["deleted_after"],
+            )
+        )
     if module._diff:
         result["diff"] = {"before": catalog.dump(before), "after": catalog.dump(after)}
     return result
+
+
+DBINSTANCE_API = "db.goldenimage.io/v1alpha1"
+
+
+def observed_smoke_test(module, doc, name):
+    """The smoke test of revision ``name`` on the DBInstance O(smoke_test) names, as it is now."""
+    test = module.params["smoke_test"]
+    if not name:
+        raise PipelineError("smoke_test: the stream has no tip to test; give the revision", refused=True)
+    instance = module.get(
+        test.get("api_version") or DBINSTANCE_API, "DBInstance", test["name"], test["namespace"]
+    )
+    ref = "%s/%s" % (test["namespace"], test["name"])
+    at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    by = module.params["tested_by"] or getpass.getuser()
+    try:
+        return catalog.smoke_test(doc, name, ref, instance, at, by)
+    except catalog.CatalogError as exc:
+        raise PipelineError(exc.msg, refused=True) from None
 
 
 def main():

@@ -12,8 +12,10 @@ module: eol_guard
 short_description: Refuse PostgreSQL majors and Ubuntu streams that are past end of life
 version_added: 0.1.0
 description:
-  - Checks every requested PostgreSQL major and the OS stream against the end-of-life table, with
-    O(today) as the build date. A version is supported on its EOL date and refused the day after.
+  - Checks every requested PostgreSQL major and the OS stream against the end-of-life table on the later
+    of today (the wall clock, UTC) and O(today), the build date. A build date in the past never lets a
+    version through that has reached its end of life. A version is supported on its EOL date and refused
+    the day after.
   - Fails with a message naming each refused version, its EOL date and the supported set, so a
     build that would bake a past-EOL version stops before anything is built.
   - The table holds the PostgreSQL final-release dates and Ubuntu LTS end of standard support. Ubuntu
@@ -37,13 +39,16 @@ options:
     type: raw
   today:
     description:
-      - Build date, C(YYYY-MM-DD) or C(YYYYMMDD). Defaults to today (UTC).
+      - Build date, C(YYYY-MM-DD) or C(YYYYMMDD). Defaults to today (UTC). The check is made on the later
+        of this date and today (RV(today)).
     type: str
   eol_overrides:
     description:
       - 'Dates that add to or replace the built-in table, as
         C({"postgresql": {"19": "2031-11-13"}, "ubuntu": {"26.04": "2031-04"}}).'
       - Values are C(YYYY-MM-DD) or C(YYYY-MM) (the month's last day).
+      - An override that moves a date the table knows later claims support past its published end; each
+        one is reported (RV(extended)) and warned about, and the publishing run records it in the catalog.
     type: dict
     default: {}
 extends_documentation_fragment:
@@ -79,10 +84,27 @@ EXAMPLES = r"""
 
 RETURN = r"""
 today:
-  description: The build date the check used.
+  description: The day the check judged on, the later of today (UTC) and the build date O(today).
   returned: always
   type: str
   sample: "2026-11-29"
+build_date:
+  description: The build date given (O(today)), or today when none was.
+  returned: always
+  type: str
+  sample: "2025-01-01"
+extended:
+  description: Each override that moves a known end-of-life date later, with C(kind), C(version),
+    C(default), C(override) and C(message).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - kind: postgresql
+      version: "15"
+      default: "2027-11-11"
+      override: "2028-05-11"
+      message: "PostgreSQL 15: end of life moved from 2027-11-11 to 2028-05-11 by an override"
 pg_versions:
   description: The requested PostgreSQL majors, normalized.
   returned: success
@@ -135,10 +157,12 @@ def argument_spec():
     )
 
 
-def run(params):
-    """Return ``(failed, result)`` for the module's parameters; raises InvalidValue on a value the
-    rules cannot read, a Refusal for a version given as a YAML float."""
-    today = eol.parse_today(params["today"])
+def run(params, now=None):
+    """Return ``(failed, result)`` for the module's parameters, judged on the later of ``now`` (default:
+    the wall clock) and the build date; raises InvalidValue on a value the rules cannot read, a Refusal
+    for a version given as a YAML float."""
+    build_date = eol.parse_today(params["today"])
+    today = eol.judging_day(build_date, now)
     table = params["eol_overrides"] or None
     os_version = inputs.version_string(params["os_version"], "os_version")
     majors = [eol.normalize_pg_major(inputs.version_string(v, "pg_versions")) for v in params["pg_versions"]]
@@ -147,6 +171,8 @@ def run(params):
     result = dict(
         changed=False,
         today=today.isoformat(),
+        build_date=build_date.isoformat(),
+        extended=eol.extensions(table),
         pg_versions=majors,
         pg_supported=eol.supported_pg_majors(today, table),
         os_supported=eol.supported_os_streams(today, table),
@@ -161,10 +187,10 @@ def run(params):
     return False, result
 
 
-def check(params):
+def check(params, now=None):
     """The module's runner: the result when every version is supported, else a PipelineError."""
     try:
-        failed, result = run(params)
+        failed, result = run(params, now)
     except InvalidValue as exc:
         raise PipelineError("eol_guard: %s" % exc.msg) from None
     if failed:
@@ -173,9 +199,16 @@ def check(params):
     return result
 
 
+def checked(module):
+    result = check(module.params)
+    for item in result["extended"]:
+        module.warn(item["message"] + ": support is claimed past its published end")
+    return result
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    run_module(module, lambda: check(module.params))
+    run_module(module, lambda: checked(module))
 
 
 if __name__ == "__main__":

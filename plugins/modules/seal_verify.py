@@ -131,6 +131,15 @@ options:
     type: list
     elements: str
     default: []
+  declared:
+    description:
+      - Linux only. What the image is declared to be, C(os_version) (the Ubuntu stream, for example
+        V(22.04)) and C(pg_versions) (the PostgreSQL majors baked in). The facts read from the bytes must
+        agree, that is C(VERSION_ID) of os-release is the stream, the servers under
+        C(/usr/lib/postgresql) are the majors, no cluster is initialized (a C(PG_VERSION) under
+        C(/var/lib/postgresql)) and no private key is left. Otherwise the image is refused with
+        RV(problems), each fact beside the declaration, whatever O(fail_on_unsealed) says.
+    type: dict
   remote_desktop_port:
     description:
       - Windows only. The port Remote Desktop must be enabled and let in on, the one the clone gate
@@ -278,6 +287,13 @@ checks:
       description: What was found, in a sentence.
       type: str
       sample: "C:\\BUILD_FAILED is present as C:\\build_failed (12 B): the build failed and said so"
+problems:
+  description:
+    - With O(declared), each contradiction between the bytes and the declaration (C(fact), C(read),
+      C(declared), C(message)); empty when they agree.
+  returned: when O(declared) is given
+  type: list
+  elements: dict
 facts:
   description:
     - The image-facts document, read from the disk itself (never declared); it carries presence, places and
@@ -404,7 +420,13 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, inputs, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _disk,
+    eol,
+    image_facts,
+    inputs,
+    seal,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
@@ -431,6 +453,7 @@ def argument_spec():
         final_line=dict(type="str", default=seal.DEFAULT_FINAL_LINE),
         max_log_bytes=dict(type="int", default=seal.DEFAULT_MAX_LOG_BYTES),
         postgresql_clusters=dict(type="list", elements="str", default=[]),
+        declared=dict(type="dict"),
         remote_desktop_port=dict(type="int", default=seal.REMOTE_DESKTOP_PORT),
         verifier_image=dict(type="str"),
         install_missing=dict(type="bool", default=False),
@@ -486,7 +509,21 @@ class SealVerify(object):
             command = p["verifier_command"] + (["--install-missing"] if p["install_missing"] else [])
             result = job.run(p["verifier_image"], command, rule_options(p))
         result["changed"] = False
-        return seal.refuse_unsealed(result, what, p["fail_on_unsealed"])
+        if p["declared"] is not None:
+            declared = p["declared"]
+            result["problems"] = image_facts.declaration_problems(
+                result.get("facts"),
+                inputs.version_string(declared.get("os_version"), "declared.os_version"),
+                [
+                    eol.normalize_pg_major(inputs.version_string(v, "declared.pg_versions"))
+                    for v in declared.get("pg_versions") or []
+                ],
+            )
+        # The seal's own verdict first (it names the failed checks); then what the bytes contradict.
+        result = seal.refuse_unsealed(result, what, p["fail_on_unsealed"])
+        if result.get("problems"):
+            image_facts.refuse_contradicted(what, result["problems"], result.get("facts"))
+        return result
 
 
 def main():

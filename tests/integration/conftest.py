@@ -59,14 +59,19 @@ def qcow2(tmp_path_factory) -> pathlib.Path:
 def mirror(lab, qcow2):
     """The image in a bucket of the lab's S3, readable by URL as a public mirror is: anyone lists the bucket
     (so a missing key answers 404, as S3 tells a caller who may list) and reads the image."""
+    return public_mirror(lab, qcow2, "mirror-")
+
+
+def public_mirror(lab, path, prefix):
+    """``path`` in a new public-read bucket of the lab's S3: its ``url``, ``sha512`` and the ``base`` URL."""
     env = lab.env()
     s3 = s3_client(env)
-    bucket = "mirror-" + uuid.uuid4().hex[:8]
+    bucket = prefix + uuid.uuid4().hex[:8]
     s3.create_bucket(Bucket=bucket, ACL="public-read")
-    s3.put_object(Bucket=bucket, Key="baked/" + qcow2.name, Body=qcow2.read_bytes(), ACL="public-read")
+    s3.put_object(Bucket=bucket, Key="baked/" + path.name, Body=path.read_bytes(), ACL="public-read")
     return {
-        "url": "%s/%s/baked/%s" % (env["AWS_ENDPOINT_URL"], bucket, qcow2.name),
-        "sha512": hashlib.sha512(qcow2.read_bytes()).hexdigest(),
+        "url": "%s/%s/baked/%s" % (env["AWS_ENDPOINT_URL"], bucket, path.name),
+        "sha512": hashlib.sha512(path.read_bytes()).hexdigest(),
         "base": "%s/%s/baked/" % (env["AWS_ENDPOINT_URL"], bucket),
     }
 
@@ -76,3 +81,22 @@ def venv_python_first(monkeypatch):
     """The lab's Jobs run host executables from PATH: make python3 the one with dissect installed, as the
     project's verifier and export images have it."""
     monkeypatch.setenv("PATH", "%s:%s" % (pathlib.Path(sys.executable).parent, os.environ.get("PATH", "")))
+
+
+JAMMY = 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
+
+
+@pytest.fixture(scope="module")
+def baked_mirror(lab, tmp_path_factory):
+    """A sealed Ubuntu 22.04 root with the servers of PostgreSQL 16 and 17 (GPT, ext4 by mkfs.ext4 -d,
+    qcow2), in a public bucket like ``mirror``; ``path`` is the local file baked_image reads as
+    ``artifact``, so the revision registered from it has its facts recorded."""
+    from tests.integration.support import disks
+
+    folder = tmp_path_factory.mktemp("baked-mirror")
+    files = {"etc/os-release": JAMMY}
+    files.update({"usr/lib/postgresql/%s/bin/postgres" % m: b"\x7fELF" for m in ("16", "17")})
+    tree = disks.ext4_tree(folder / "root", files)
+    raw = disks.linux_disk(folder / "disk.raw", tree, disk_size=32 * disks.MIB)["path"]
+    path = disks.qcow2(raw, folder / "ubuntu-2204-postgres.qcow2")
+    return dict(public_mirror(lab, path, "baked-mirror-"), path=str(path))

@@ -2,7 +2,9 @@
 # Runs inside the Packer build VM, as root.
 #   provision.sh install   security upgrade, PostgreSQL majors (clusters stopped and disabled),
 #                          no background apt, build manifest
-#   provision.sh seal      first-boot state, identity, build user's keys, caches and logs removed
+#   provision.sh seal      first-boot state, identity, private keys (the snakeoil pair), initialized
+#                          clusters, build user's keys, caches and logs removed; the first boot makes
+#                          each VM its own TLS key pair and fresh clusters
 # Settings come from the environment (set by the Packer template):
 #   PG_VERSIONS="15 16 17"  OS_VERSION=22.04  PG_REPO=pgdg|distribution
 #   PGDG_URL  PGDG_KEY_URL  BUILD_USER  REVISION  CA_BUNDLE (a file; empty means none)
@@ -390,9 +392,87 @@ settle_ssh_host_keys() {
   } >/etc/ssh/sshd_config.d/60-goldenimage-host-keys.conf
 }
 
+remove_private_keys() {
+  # ssl-cert, which postgresql-common pulls in, generates the snakeoil pair the clusters serve TLS with
+  # when it installs: every VM made from the image would serve TLS with one private key. Every private key
+  # under /etc/ssl/private goes, and the snakeoil certificate with its key; the first boot generates the
+  # pair afresh before any cluster starts (as it does SSH host keys).
+  local dir=$SYSROOT/etc/ssl/private units=$SYSROOT/etc/systemd/system
+  log "removing private keys: every file under /etc/ssl/private and the snakeoil certificate"
+  if [ -d "$dir" ]; then
+    find "$dir" -mindepth 1 \( -type f -o -type l \) -delete
+  fi
+  rm -f "$SYSROOT/etc/ssl/certs/ssl-cert-snakeoil.pem"
+  mkdir -p "$units"
+  cat >"$units/goldenimage-snakeoil.service" <<'EOF'
+[Unit]
+Description=This VM's own snakeoil TLS key pair (goldenimage.pipeline: the image ships none)
+DefaultDependencies=no
+After=local-fs.target
+Before=postgresql.service
+ConditionPathExists=!/etc/ssl/private/ssl-cert-snakeoil.key
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/sbin/make-ssl-cert generate-default-snakeoil --force-overwrite
+EOF
+}
+
+empty_clusters() {
+  # A cluster initialized at build time would give every VM the same database system identifier (and
+  # the same data). Each cluster keeps its configuration under /etc/postgresql, its data directory is
+  # emptied, and its first start on a VM initializes it afresh (fresh-cluster, from the unit's drop-in).
+  local conf datadir folder lib=$SYSROOT/usr/local/lib/goldenimage
+  for conf in "$SYSROOT"/etc/postgresql/*/*; do
+    [ -f "$conf/postgresql.conf" ] || continue
+    datadir=$(conf_value "$conf/postgresql.conf" data_directory)
+    if [ -n "$datadir" ] && [ -d "$SYSROOT$datadir" ]; then
+      log "emptying the data directory $datadir of cluster ${conf#"$SYSROOT"/etc/postgresql/}"
+      find "$SYSROOT$datadir" -mindepth 1 -delete
+    fi
+  done
+  for folder in "$SYSROOT"/var/lib/postgresql/*/*; do
+    [ -e "$folder/PG_VERSION" ] || continue
+    log "emptying the data directory ${folder#"$SYSROOT"}"
+    find "$folder" -mindepth 1 -delete
+  done
+  mkdir -p "$lib" "$SYSROOT/etc/systemd/system/postgresql@.service.d"
+  cat >"$lib/fresh-cluster" <<'EOF'
+#!/bin/sh
+# goldenimage.pipeline: the image ships each cluster configured and empty; its first start on a VM
+# initializes it here, so every VM has its own database system identifier. Argument: <major>-<name>.
+set -eu
+version=${1%%-*}
+name=${1#*-}
+conf=/etc/postgresql/$version/$name
+datadir=$(sed -n -E "s/^[[:space:]]*data_directory[[:space:]]*=?[[:space:]]*'?([^'#]*)'?.*/\1/p" "$conf/postgresql.conf" | tail -n 1)
+datadir=${datadir:-/var/lib/postgresql/$version/$name}
+[ -s "$datadir/PG_VERSION" ] && exit 0
+owner=$(stat -c %U "$conf")
+install -d -m 0700 -o "$owner" -g "$(id -gn "$owner")" "$datadir"
+runuser -u "$owner" -- "/usr/lib/postgresql/$version/bin/initdb" -D "$datadir" --encoding=UTF8 \
+  --locale=C.UTF-8 --auth-local=peer --auth-host=scram-sha-256 >/dev/null
+# The cluster's configuration is the one under /etc/postgresql, as pg_createcluster leaves it.
+rm -f "$datadir/postgresql.conf" "$datadir/pg_hba.conf" "$datadir/pg_ident.conf"
+EOF
+  chmod 0755 "$lib/fresh-cluster"
+  cat >"$SYSROOT/etc/systemd/system/postgresql@.service.d/40-goldenimage-first-boot.conf" <<'EOF'
+# goldenimage.pipeline: this VM's own TLS key pair and a fresh cluster before the cluster's first start.
+[Unit]
+Wants=goldenimage-snakeoil.service
+After=goldenimage-snakeoil.service
+
+[Service]
+ExecStartPre=+/usr/local/lib/goldenimage/fresh-cluster %i
+EOF
+}
+
 seal() {
   log "sealing"
   local home
+  remove_private_keys
+  empty_clusters
   if command -v cloud-init >/dev/null 2>&1; then
     # Every VM made from this image must run first boot (and its bootstrap) afresh.
     cloud-init clean --logs

@@ -5,7 +5,6 @@ before the first write (counted from the lab's audit log)."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -14,10 +13,10 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
 
 from tests.integration.modules.test_baked_image import catalog_of, play, refused, task
 from tests.integration.support.runner import run_playbook
+from tests.integration.support.smoke import running_database
 
 STREAM = "goldenimage.pipeline.baked_image_stream"
 H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
-INITIAL_REVISION = "lab.goldenimage.io/initial-revision"
 
 
 def registration(namespace, mirror, name, **more):
@@ -32,6 +31,8 @@ def registration(namespace, mirror, name, **more):
         wait_timeout=120,
         wait_sleep=1,
     )
+    if mirror.get("artifact"):
+        body["artifact"] = mirror["artifact"]
     body.update(more)
     return body
 
@@ -40,38 +41,10 @@ def writes(lab, namespace):
     return [r for r in lab.mutating_requests() if r["namespace"] == namespace]
 
 
-def dbinstance_api(lab):
-    return (getattr(lab, "dbinstance_group", None) or "db.goldenimage.io"), (
-        getattr(lab, "dbinstance_version", None) or "v1alpha1"
-    )
-
-
-def running_database(lab, kube_client, namespace, name, revision):
-    """A DBInstance the operator reports Available on ``revision`` (an old database, fast)."""
-    from kubernetes import client
-
-    group, version = dbinstance_api(lab)
-    custom = client.CustomObjectsApi(kube_client)
-    body = {
-        "apiVersion": "%s/%s" % (group, version),
-        "kind": "DBInstance",
-        "metadata": {"name": name, "annotations": {INITIAL_REVISION: revision}},
-        "spec": {"engineVersion": "16"},
-    }
-    custom.create_namespaced_custom_object(group, version, namespace, "dbinstances", body)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        obj = custom.get_namespaced_custom_object(group, version, namespace, "dbinstances", name)
-        if ((obj.get("status") or {}).get("appliedSpec") or {}).get("imageRevision") == revision:
-            return obj
-        time.sleep(0.1)
-    raise AssertionError("the DBInstance never ran on %s: %s" % (revision, obj.get("status")))
-
-
 @pytest.mark.lab_only
 @pytest.mark.suite("data-loss")
 def test_absent_asks_who_uses_the_image_and_keeps_imported_true_to_the_cluster(
-    lab, kube_client, kube_namespace, mirror, monkeypatch
+    lab, kube_client, kube_namespace, baked_mirror, monkeypatch
 ):
     from kubernetes import client
 
@@ -80,23 +53,34 @@ def test_absent_asks_who_uses_the_image_and_keeps_imported_true_to_the_cluster(
 
     used, spare = "v20260901", "v20260902"
     where = {"namespace": kube_namespace, "name": "catalog"}
+    # Registered from its artifact (facts read from the bytes), put at the tip, smoke-tested on a test
+    # DBInstance provisioned from it, then signed off and made the default in a run of its own.
+    mirror = dict(baked_mirror, artifact=baked_mirror["path"])
     setup = run_playbook(
         play(
             task("used", **registration(kube_namespace, mirror, used)),
             task("spare", **registration(kube_namespace, mirror, spare)),
-            task(
-                "tip",
-                module=STREAM,
-                os_version="22.04",
-                revision=used,
-                validated=True,
-                default=True,
-                catalog=where,
-            ),
+            task("tip", module=STREAM, os_version="22.04", revision=used, catalog=where),
         ),
         env=lab.env(),
     )
     assert setup.ok, setup.log
+    running_database(lab, kube_client, kube_namespace, "smoke", used, engine="17")
+    signed = run_playbook(
+        play(
+            task(
+                "sign off",
+                module=STREAM,
+                os_version="22.04",
+                smoke_test={"namespace": kube_namespace, "name": "smoke"},
+                validated=True,
+                default=True,
+                catalog=where,
+            )
+        ),
+        env=lab.env(),
+    )
+    assert signed.ok and signed["sign off"]["smoke_test"]["result"] == "passed", signed.log
     running_database(lab, kube_client, kube_namespace, "orders", used)
     # A revision the catalog says is imported, whose image is gone already.
     core = client.CoreV1Api(kube_client)

@@ -10,6 +10,7 @@ import yaml
 
 from tests.integration.modules.test_baked_image import play, refused, task
 from tests.integration.support.runner import run_playbook
+from tests.integration.support.smoke import catalog_configmap, running_database
 
 MODULE = "goldenimage.pipeline.baked_image_stream"
 H, V, IMAGES = "harvesterhci.io", "v1beta1", "virtualmachineimages"
@@ -34,6 +35,14 @@ def seed_catalog(namespace, live_image):
             "checksum": "a" * 128,
             "source": "s3://mirror/" + name,
             "imported": imported,
+            # What baked_image read from each artifact's bytes when it registered it.
+            "facts": {
+                "os_release": {"id": "ubuntu", "version_id": os_version, "version_codename": None},
+                "pg_majors": majors,
+                "initialized_clusters": [],
+                "private_keys": [],
+                "machine_id": "empty",
+            },
         }
         if ref:
             entry["image"] = ref
@@ -63,9 +72,18 @@ def live_imported_image(kube_client, namespace, mirror, name="live"):
     raise AssertionError("the live image did not import: %s" % obj.get("status"))
 
 
+def smoke_test_run(lab, namespace, revision, where, **more):
+    """baked_image_stream recording the smoke test of ``revision`` on the test DBInstance ``smoke``."""
+    smoke = {"namespace": namespace, "name": "smoke"}
+    body = dict(module=MODULE, os_version="22.04", revision=revision, smoke_test=smoke, catalog=where, **more)
+    return run_playbook(play(task("smoke test", **body)), env=lab.env())
+
+
 @pytest.mark.lab_only
 @pytest.mark.suite("idempotence")
-def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_namespace, mirror, tmp_path):
+def test_stream_moves_refusals_filter_and_conflicts(
+    lab, kube_client, kube_namespace, mirror, tmp_path, monkeypatch
+):
     from kubernetes import client
 
     live = live_imported_image(kube_client, kube_namespace, mirror)
@@ -77,6 +95,12 @@ def test_stream_moves_refusals_filter_and_conflicts(lab, kube_client, kube_names
     file_catalog = tmp_path / "catalog.yaml"
     file_catalog.write_text(text)
     where = {"namespace": kube_namespace, "name": "catalog"}
+    # The sign-off rests on a smoke test: a test DBInstance provisioned from v20260615 (the operator reads
+    # this test's catalog), recorded before the stream is validated.
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    running_database(lab, kube_client, kube_namespace, "smoke", "v20260615", engine="17")
+    tested = smoke_test_run(lab, kube_namespace, "v20260615", where)
+    assert tested.ok and tested["smoke test"]["smoke_test"]["result"] == "passed", tested.log
     first = dict(os_version="22.04", revision="v20260615", validated=True, default=True, catalog=where)
     lab.faults.update({"conflict_rate": 0.5, "seed": 11})
     lab.clear_audit()
@@ -283,3 +307,85 @@ def test_an_image_deleted_behind_the_catalogs_back_holds_no_tip(lab, kube_client
     assert gone["absent"]["catalogs_updated"] == ["catalog ConfigMap %s/catalog" % kube_namespace]
     assert stored()["images"][rev]["imported"] is False
     assert "revision %s: its VirtualMachineImage" % rev in refused(gone, "move back")["msg"]
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("data-loss")
+def test_a_tip_that_drops_a_supported_major_is_refused_while_databases_run_it(
+    lab, kube_client, kube_namespace, monkeypatch
+):
+    """PostgreSQL 15 (supported until 2027-11-11) runs in two namespaces, neither the catalog's: a tip
+    without 15 is refused naming both, with dates from 15's end of life and the catalog's grace; named in
+    drops_majors it goes ahead, and the operator marks both PGVersionEOL."""
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(kube_client), client.CustomObjectsApi(kube_client)
+    doc = yaml.safe_load(seed_catalog(kube_namespace, "none"))
+    images = {name: doc["images"][name] for name in ("v20260615",)}
+    images["v20260615"]["pg_versions"] = images["v20260615"]["facts"]["pg_majors"] = ["15", "16", "17"]
+    images["v20261201"] = dict(
+        images["v20260615"],
+        pg_versions=["16", "17"],
+        build_date="2026-12-01",
+        facts=dict(images["v20260615"]["facts"], pg_majors=["16", "17"]),
+    )
+    catalog_configmap(kube_client, kube_namespace, images, "v20260615")
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    other = "%s-b" % kube_namespace
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        apps = kube_namespace + "-apps"
+        core.create_namespace({"metadata": {"name": apps}})
+        running_database(lab, kube_client, apps, "orders", "v20260615", engine="15")
+        running_database(lab, kube_client, other, "billing", "v20260615", engine="15")
+        running_database(lab, kube_client, kube_namespace, "smoke", "v20261201", engine="17")
+        where = {"namespace": kube_namespace, "name": "catalog"}
+        move = dict(module=MODULE, os_version="22.04", revision="v20261201", validated=True, catalog=where)
+        setup = smoke_test_run(lab, kube_namespace, "v20261201", where, ignore_errors=True)
+        # The test is recorded whatever the rest of the task says (the default stream's tip moves only
+        # validated, so this move alone is refused).
+        recorded = yaml.safe_load(core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY])
+        assert recorded["images"]["v20261201"]["smoke_tests"][-1]["result"] == "passed", setup.log
+        before = core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY]
+        lab.clear_audit()
+        run = run_playbook(
+            play(
+                task("refused", ignore_errors=True, **move),
+                task("check", check=True, drops_majors=[15], **move),
+            ),
+            env=lab.env(),
+        )
+        assert lab.mutating_requests() == []
+        assert core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY] == before
+        msg = refused(run, "refused")["msg"]
+        assert (
+            "the tip would drop PostgreSQL 15, which is not past end of life, while 2 database(s) run it"
+            in msg
+        )
+        for ref in ("%s/orders" % apps, "%s/billing" % other):
+            assert (
+                "%s (PostgreSQL 15 on stream 22.04, supported until 2027-11-11: migrate by 2027-11-11, "
+                "deleted after 2028-02-11)" % ref in msg
+            ), msg
+        assert [(e["namespace"], e["name"]) for e in refused(run, "refused")["stranded"]] == [
+            (apps, "orders"),
+            (other, "billing"),
+        ]
+        assert run["check"]["changed"] is True and len(run["check"]["stranded"]) == 2
+
+        done = run_playbook(play(task("dropped", drops_majors=[15], **move)), env=lab.env())
+        assert done.ok and done["dropped"]["stream"] == {"tip": "v20261201", "validated": True}, done.log
+        assert {e["deleted_after"] for e in done["dropped"]["stranded"]} == {"2028-02-11"}
+        deadline = time.monotonic() + 20
+        while True:
+            obj = custom.get_namespaced_custom_object(
+                "db.goldenimage.io", "v1alpha1", apps, "dbinstances", "orders"
+            )
+            conditions = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+            if conditions.get("PGVersionEOL") == "True":
+                break
+            assert time.monotonic() < deadline, obj.get("status")
+            time.sleep(0.2)
+    finally:
+        core.delete_namespace(other)
+        core.delete_namespace(kube_namespace + "-apps")

@@ -27,7 +27,8 @@ def task(title, /, **params):
 
 
 def imported_images(*revisions):
-    """Catalog entries of ``(revision, stream)`` pairs, imported, with no image to observe."""
+    """Catalog entries of ``(revision, stream)`` pairs, imported, with no image to observe, and the facts
+    baked_image read from their bytes."""
     return {
         name: {
             "os_version": stream,
@@ -36,6 +37,13 @@ def imported_images(*revisions):
             "checksum": "a" * 128,
             "source": "s3://mirror/" + name,
             "imported": True,
+            "facts": {
+                "os_release": {"id": "ubuntu", "version_id": stream, "version_codename": None},
+                "pg_majors": ["15", "16", "17"],
+                "initialized_clusters": [],
+                "private_keys": [],
+                "machine_id": "empty",
+            },
         }
         for name, stream in revisions
     }

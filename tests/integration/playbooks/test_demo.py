@@ -105,7 +105,7 @@ def read_lab(state: pathlib.Path) -> dict:
             "catalog.yaml"
         ],
         "dvs": items("cdi.kubevirt.io", "v1beta1", "datavolumes"),
-        "dbs": items(*DB[:2], DB[3], DB[2]),
+        "dbs": items(*DB[:2], DB[3]),
         "events": [api.sanitize_for_serialization(e) for e in core.list_namespaced_event("databases").items],
         "audit": json.loads(answer.data)["items"],
         "mirror": mirror_keys(state),
@@ -212,7 +212,19 @@ def test_baked_act_publishes_revisions_and_moves_the_validated_tip(demo):
     assert doc["default_stream"] == "22.04"
     assert doc["streams"]["22.04"] == {"tip": NEW_REVISION, "validated": True}, doc["streams"]
     assert all(doc["images"][r]["imported"] for r in (OLD_REVISION, NEW_REVISION)), doc["images"]
-    assert "stream 22.04: moved or updated, tip %s, validated True, the default stream" % NEW_REVISION in out
+    # Each revision was validated in a step of its own, on a smoke test recorded in its entry: a test
+    # DBInstance provisioned from it, Available on it, deleted afterwards.
+    for revision in (OLD_REVISION, NEW_REVISION):
+        test = doc["images"][revision]["smoke_tests"][-1]
+        assert test["result"] == "passed" and test["dbinstance"] == "dbinstance-smoke/smoke-" + revision, test
+        assert test["engine_version"] == "17" and test["phase"] == "Available", test
+        assert (
+            "revision %s: smoke test passed on DBInstance dbinstance-smoke/smoke-%s" % (revision, revision)
+            in out
+        )
+    assert "stream 22.04: tip held at %s" % OLD_REVISION in out
+    assert "stream 22.04: tip %s, validated True, the default stream" % NEW_REVISION in out
+    assert [d for d in lab["dbs"] if d["metadata"]["namespace"] == "dbinstance-smoke"] == []
 
 
 def test_baked_act_reports_the_drift_as_pending_maintenance(demo):
@@ -366,6 +378,7 @@ def test_summary_tells_how_to_look_stop_and_go_real(demo):
             [
                 "Act baked",
                 "Publish a baked image revision",
+                "Validate a baked image revision on a smoke test",
                 "Repave DBInstances to their stream's tip",
                 "Summary",
             ],

@@ -17,6 +17,7 @@ import yaml
 
 from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
+from tests.integration.support.smoke import catalog_configmap, running_database
 from tests.lab.s3 import s3_client
 
 PLAYBOOK = ROOT / "playbooks" / "publish_baked_image.yml"
@@ -38,6 +39,11 @@ EOL_TASK = STEP_TASKS["eol"]
 
 
 SEALED_TREE = {
+    # What the revision is declared to be, read from the bytes: Ubuntu 22.04 with the servers of 15, 16, 17.
+    "etc/os-release": 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n',
+    "usr/lib/postgresql/15/bin/postgres": b"\x7fELF",
+    "usr/lib/postgresql/16/bin/postgres": b"\x7fELF",
+    "usr/lib/postgresql/17/bin/postgres": b"\x7fELF",
     "etc/postgresql/16/main/start.conf": "manual\n",
     "etc/postgresql/17/main/start.conf": "manual\n",
     "etc/systemd/system/multi-user.target.wants/": b"",
@@ -115,7 +121,7 @@ def inputs(tmp_path, namespace, bucket, **more):
     )
 
 
-def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespace, s3, tmp_path):
+def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespace, s3, tmp_path, monkeypatch):
     from kubernetes import client
 
     bucket = "baked-" + kube_namespace
@@ -198,9 +204,16 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
         assert listing(s3, bucket) == objects
         assert catalog_of(kube_client, kube_namespace) == doc
 
-        # Signing the revision off (and making its stream the default) is asked for explicitly.
+        # Signing the revision off (and making its stream the default) is asked for explicitly, in a run of
+        # its own, on a smoke test: a test DBInstance provisioned from the revision, Available on it.
+        monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+        running_database(lab, kube_client, kube_namespace, "smoke", REVISION, engine="17")
+        smoke = {"namespace": kube_namespace, "name": "smoke"}
         signed = publish(
-            lab, dict(extra, publish_validated=True, publish_default_stream=True), "--tags", "stream"
+            lab,
+            dict(extra, publish_validated=True, publish_default_stream=True, publish_smoke_test=smoke),
+            "--tags",
+            "stream",
         )
         assert signed.ok, signed.log
         assert changed_tasks(signed) == ["Move the tip of the stream to the revision"]
@@ -369,7 +382,7 @@ OPERATOR_TASK = STEP_TASKS["operator"]
 @pytest.mark.lab_only
 @pytest.mark.suite("idempotence")
 def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
-    lab, kube_client, kube_namespace, nodes, tmp_path
+    lab, kube_client, kube_namespace, nodes, tmp_path, monkeypatch
 ):
     """The seed's flip: the 24.04 stream is published, refused as the default while not validated (the
     operator untouched), then signed off and made the default: BACKING_IMAGE_OS_VERSION follows, and
@@ -378,19 +391,9 @@ def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
 
     from tests.integration.modules.test_dbinstance_operator_env import imported_images, operator_deployment
 
-    core, apps = client.CoreV1Api(kube_client), client.AppsV1Api(kube_client)
+    apps = client.AppsV1Api(kube_client)
     images = imported_images(("v20261129", "22.04"), ("v20261201-2404", "24.04"))
-    text = yaml.safe_dump(
-        {
-            "version": 1,
-            "default_stream": "22.04",
-            "streams": {"22.04": {"tip": "v20261129", "validated": True}},
-            "images": images,
-        }
-    )
-    core.create_namespaced_config_map(
-        kube_namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": text}}
-    )
+    catalog_configmap(kube_client, kube_namespace, images, "v20261129")
     env = [{"name": "BACKING_IMAGE_OS_VERSION", "value": "22.04"}]
     apps.create_namespaced_deployment(kube_namespace, operator_deployment("dbinstance-operator", env))
     extra = {
@@ -421,8 +424,16 @@ def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
     assert "BACKING_IMAGE_OS_VERSION 22.04" in line and "BACKING_IMAGE_REPLICAS 3" in line, line
     assert line.endswith("no drift"), line
 
-    # Signed off and made the default: the env follows after the rollout.
-    signed = dict(extra, publish_validated=True, publish_default_stream=True)
+    # Smoke-tested on a test DBInstance provisioned from the revision, signed off and made the default:
+    # the env follows after the rollout.
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    running_database(lab, kube_client, kube_namespace, "smoke", "v20261201-2404", engine="17")
+    signed = dict(
+        extra,
+        publish_validated=True,
+        publish_default_stream=True,
+        publish_smoke_test={"namespace": kube_namespace, "name": "smoke"},
+    )
     flipped = publish(lab, signed, "--tags", "stream,summary")
     assert flipped.ok, flipped.log
     assert OPERATOR_TASK in changed_tasks(flipped), changed_tasks(flipped)
@@ -436,7 +447,8 @@ def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
     )
 
     lab.clear_audit()
-    again = publish(lab, signed, "--tags", "stream,operator,summary")
+    # The same sign-off again, without a new smoke test to record (each one recorded is a change).
+    again = publish(lab, dict(signed, publish_smoke_test={}), "--tags", "stream,operator,summary")
     assert again.ok, again.log
     assert changed_tasks(again) == [], changed_tasks(again)
     assert lab.mutating_requests() == []

@@ -398,3 +398,89 @@ def test_a_tip_whose_image_is_gone_is_refused_naming_the_revision_whatever_the_c
             catalog.set_stream(doc, "22.04", missing=True, imported=False, **change)
     undone, changed = catalog.set_stream(doc, "22.04", validated=False, missing=True, imported=False)
     assert changed is False and undone["streams"]["22.04"]["validated"] is False
+
+
+# ------------------------------------------------------------------------- stranding
+
+TODAY_STRANDING = "2026-12-06"
+
+
+def two_tips():
+    """22.04 (the default) at a revision with 15, 16, 17; a later one that drops 15; one that drops 14 too."""
+    doc = registered(
+        ("v20261101", "22.04", ["14", "15", "16", "17"], True),
+        ("v20261201", "22.04", ["16", "17"], True),
+    )
+    doc, _changed = catalog.set_stream(doc, "22.04", tip="v20261101", validated=True, default=True)
+    return doc
+
+
+def db(name, major, namespace="orders", stream=None):
+    return {"namespace": namespace, "name": name, "stream": stream, "major": major}
+
+
+def test_a_tip_that_drops_a_supported_major_strands_its_databases_with_dates_from_its_eol():
+    before = two_tips()
+    after, _ = catalog.set_stream(before, "22.04", tip="v20261201", validated=True)
+    fleet = [db("pg15", "15"), db("pg15b", "15", namespace="billing", stream="22.04"), db("pg14", "14")]
+    fleet.append(db("pg16", "16"))
+    found = catalog.stranded(before, after, fleet, today=TODAY_STRANDING)
+    # 14 is past its end of life (2026-11-12): no publish strands it; 16 is still carried.
+    assert [(e["namespace"], e["name"]) for e in found] == [("billing", "pg15b"), ("orders", "pg15")]
+    assert found[0] == {
+        "namespace": "billing",
+        "name": "pg15b",
+        "major": "15",
+        "stream": "22.04",
+        "tip": "v20261201",
+        "eol_date": "2027-11-11",
+        "migrate_by": "2027-11-11",
+        "deleted_after": "2028-02-11",
+    }
+    with pytest.raises(catalog.CatalogError) as exc:
+        catalog.require_named_drops(found, [])
+    msg = exc.value.msg
+    assert (
+        "the tip would drop PostgreSQL 15, which is not past end of life, while 2 database(s) run it" in msg
+    )
+    assert "orders/pg15 (PostgreSQL 15 on stream 22.04, supported until 2027-11-11" in msg
+    assert "deleted after 2028-02-11" in msg and "drops_majors" in msg
+    assert exc.value.fields["stranded"] == found
+    catalog.require_named_drops(found, ["15"])  # named: it goes ahead
+
+
+def test_the_grace_the_catalog_holds_sets_the_delete_date_never_a_build_date():
+    doc, changed = catalog.set_grace(two_tips(), 6)
+    assert changed and catalog.grace_months(doc) == 6
+    assert catalog.load(catalog.dump(doc))["migration_grace_months"] == 6
+    assert catalog.migration_dates(doc, "15") == {
+        "eol_date": "2027-11-11",
+        "migrate_by": "2027-11-11",
+        "deleted_after": "2028-05-11",
+    }
+    assert catalog.set_grace(doc, 6) == (doc, False)
+    with pytest.raises(catalog.CatalogError):
+        catalog.set_grace(doc, -1)
+
+
+def test_a_default_flip_strands_the_databases_that_follow_the_default_stream():
+    doc = registered(
+        ("v20261101", "22.04", ["15", "16", "17"], True),
+        ("v20261201-2404", "24.04", ["16", "17"], True),
+    )
+    doc, _ = catalog.set_stream(doc, "22.04", tip="v20261101", validated=True, default=True)
+    doc, _ = catalog.set_stream(doc, "24.04", tip="v20261201-2404", validated=True)
+    after, _ = catalog.set_stream(doc, "24.04", default=True)
+    fleet = [db("follows", "15"), db("pinned", "15", stream="22.04")]
+    found = catalog.stranded(doc, after, fleet, today=TODAY_STRANDING)
+    assert [(e["name"], e["stream"], e["tip"]) for e in found] == [("follows", "24.04", "v20261201-2404")]
+
+
+def test_only_databases_that_run_are_read_from_dbinstances():
+    running = {
+        "metadata": {"namespace": "orders", "name": "pg"},
+        "spec": {"engineVersion": "16"},
+        "status": {"appliedSpec": {"imageRevision": "v20261101", "engineVersion": "15"}},
+    }
+    assert catalog.database_of(running) == db("pg", "15")
+    assert catalog.database_of({"metadata": {"name": "new"}, "spec": {"engineVersion": "15"}}) is None

@@ -98,7 +98,7 @@ def test_guard_message_names_version_date_and_supported_set():
     with pytest.raises(eol.EOLViolation) as info:
         eol.eol_guard([13, 15, 16, 17], "22.04", "2026-11-29")
     message = str(info.value)
-    assert "build date 2026-11-29" in message
+    assert "judged on 2026-11-29" in message
     assert "PostgreSQL 13 reached end of life on 2025-11-13" in message
     assert "supported: 15, 16, 17, 18" in message
     assert isinstance(info.value, ValueError)
@@ -120,3 +120,19 @@ def test_the_default_table_is_parsed_once_and_each_caller_gets_its_own_copy():
     second = eol.eol_table()
     assert second[eol.PG]["16"] is not None and second == eol.eol_table({})
     assert second[eol.PG] is not eol.eol_table()[eol.PG]
+
+
+def test_the_judging_day_is_the_later_of_the_clock_and_the_build_date():
+    assert eol.judging_day("20250101", now="2026-12-06").isoformat() == "2026-12-06"
+    assert eol.judging_day("20270101", now="2026-12-06").isoformat() == "2027-01-01"
+    assert eol.judging_day(None, now="2026-12-06").isoformat() == "2026-12-06"
+
+
+def test_extensions_are_overrides_moving_a_known_end_later():
+    assert eol.extensions(None) == []
+    found = eol.extensions(
+        {"ubuntu": {"22.04": "2032-04"}, "postgresql": {"13": "2025-01-01", "20": "2032-11-11"}}
+    )
+    assert [(e["kind"], e["version"], e["default"], e["override"]) for e in found] == [
+        ("ubuntu", "22.04", "2027-04-30", "2032-04-30")
+    ]

@@ -363,3 +363,92 @@ def test_what_could_not_be_read_is_unproven():
     assert image_facts.exposure_reasons(encrypted) == [
         "unproven: the volume is BitLocker-encrypted, so nothing on it was read"
     ]
+
+
+# PostgreSQL facts and the declaration of a baked image ---------------------------------------------
+
+UBUNTU_2204 = {
+    "id": "ubuntu",
+    "version_id": "22.04",
+    "version_codename": "jammy",
+    "pretty_name": "Ubuntu 22.04.5 LTS",
+    "path": "/etc/os-release",
+}
+
+
+def baked_facts(release=UBUNTU_2204, majors=("15", "16", "17"), clusters=None, keys=()):
+    return image_facts.document(
+        "linux",
+        os_release=release,
+        machine_id="empty",
+        private_keys=[
+            {"path": path, "kind": image_facts.private_key_kind(path), "pem": None, "size": 9}
+            for path in keys
+        ],
+        postgresql=image_facts.postgresql_fact({m: True for m in majors}, [], clusters or {}),
+    )
+
+
+def test_majors_are_the_servers_installed_and_clusters_say_whether_they_are_initialized():
+    fact = image_facts.postgresql_fact(
+        {"15": True, "16": True, "17": False, "lib": True, "017": True},
+        [("16", "main"), ("17", "main"), ("conf", "x")],
+        {("16", "main"): "16\n", ("17", "main"): None},
+    )
+    # 17 has only a client (no bin/postgres), and neither "lib" nor "017" is a major.
+    assert fact["majors"] == ["15", "16"]
+    assert fact["clusters"] == [
+        {
+            "major": "16",
+            "name": "main",
+            "configured": True,
+            "initialized": True,
+            "pg_version": "16",
+            "data_directory": "/var/lib/postgresql/16/main",
+        },
+        {"major": "17", "name": "main", "configured": True, "initialized": False},
+    ]
+
+
+def test_a_baked_image_that_agrees_with_its_declaration_has_no_problem():
+    assert image_facts.declaration_problems(baked_facts(), "22.04", ["17", "15", "16"]) == []
+
+
+def test_a_2204_image_declared_2404_is_a_problem_with_both_sides():
+    (problem,) = image_facts.declaration_problems(baked_facts(), "24.04", ["15", "16", "17"])
+    assert problem["fact"] == "os_release" and (problem["read"], problem["declared"]) == ("22.04", "24.04")
+    assert "VERSION_ID=22.04" in problem["message"] and "says 24.04" in problem["message"]
+
+
+def test_majors_missing_or_extra_are_a_problem():
+    (problem,) = image_facts.declaration_problems(
+        baked_facts(majors=("16", "17")), "22.04", ["15", "16", "17"]
+    )
+    assert problem["fact"] == "pg_majors" and problem["read"] == ["16", "17"]
+    assert problem["declared"] == ["15", "16", "17"]
+
+
+def test_no_os_release_is_a_problem():
+    (problem,) = image_facts.declaration_problems(baked_facts(release=None), "22.04", ["15", "16", "17"])
+    assert problem["fact"] == "os_release" and "no os-release" in problem["message"]
+
+
+def test_a_shared_snakeoil_key_and_an_initialized_cluster_are_problems():
+    facts = baked_facts(keys=["/etc/ssl/private/ssl-cert-snakeoil.key"], clusters={("16", "main"): "16"})
+    problems = image_facts.declaration_problems(facts, "22.04", ["15", "16", "17"])
+    assert [p["fact"] for p in problems] == ["initialized_cluster", "private_key"]
+    assert "database system identifier" in problems[0]["message"]
+    assert "tls_snakeoil_key" in problems[1]["message"]
+    kept = image_facts.catalog_facts(facts)
+    assert kept["private_keys"] == ["/etc/ssl/private/ssl-cert-snakeoil.key"]
+    assert kept["initialized_clusters"] == ["16/main"] and kept["pg_majors"] == ["15", "16", "17"]
+
+
+def test_the_refusal_names_the_subject_and_carries_the_problems():
+    facts = baked_facts()
+    problems = image_facts.declaration_problems(facts, "24.04", ["15", "16", "17"])
+    with pytest.raises(image_facts.Refusal) as caught:
+        image_facts.refuse_contradicted("revision v20261201-2404", problems, facts)
+    assert caught.value.msg.startswith("revision v20261201-2404: the bytes are not what is declared")
+    assert caught.value.fields["problems"] == problems and caught.value.fields["refused"]
+    image_facts.refuse_contradicted("revision v20261201-2404", [], facts)
