@@ -181,9 +181,9 @@ def _blocked_words(engine):
     if problem == catalog.UNSET:
         why = "its PostgreSQL major is unknown (engineVersion is not set)"
     elif problem == catalog.MALFORMED:
-        why = (
-            "its PostgreSQL major is unknown (engineVersion %r is set but is not a major version such as 16)"
-            % (engine["requested"],)
+        why = "its PostgreSQL major is unknown (%s)" % (
+            engine.get("detail")
+            or "engineVersion %r is set but is not a major version such as 16" % (engine["requested"],)
         )
     elif problem == catalog.NOT_CARRIED:
         why = "revision %s does not carry PostgreSQL %s" % (engine["revision"], major)

@@ -330,7 +330,8 @@ def test_tips_using_names_each_stream_whose_tip_is_the_image():
 @pytest.mark.parametrize(
     ("requested", "text"),
     [
-        (16.0, 'quote it: engineVersion: "16.0"'),
+        (16.0, 'a major is a whole number, so write engineVersion: "16"'),
+        ("16.0", 'a major is a whole number, so write engineVersion: "16"'),
         ("  ", "option engineVersion: '  ' is not a version string"),
         ("sixteen", "is set but is not a major version number"),
     ],
@@ -360,8 +361,9 @@ def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule
         catalog.dbinstance_spec(seeded(), {"engineVersion": "18"}, today=TODAY)
     with pytest.raises(catalog.CatalogError, match="reached end of life"):
         catalog.dbinstance_spec(seeded(), {"engineVersion": "15"}, today="2027-11-12")
-    with pytest.raises(catalog.CatalogError, match="quote it"):
-        catalog.dbinstance_spec(seeded(), {"engineVersion": 16.0}, today=TODAY)
+    for value in (16.0, "16.0"):
+        with pytest.raises(catalog.CatalogError, match='write engineVersion: "16"'):
+            catalog.dbinstance_spec(seeded(), {"engineVersion": value}, today=TODAY)
     with pytest.raises(catalog.CatalogError, match="expected a mapping"):
         catalog.dbinstance_spec(seeded(), ["engineVersion"], today=TODAY)
 
