@@ -227,17 +227,13 @@ def add_months(day, months):
 
 def migration_deadline(engine, target, policy):
     """When an instance that needs a PostgreSQL major migration is deleted whatever its owner does
-    (ISO date), or None: ``migration_deadline_months`` after the end of life of its major when that is
-    past, else after the build date of the target revision that no longer carries the major.
-    ``engine`` is the engineVersion verdict (``engine_of``)."""
+    (ISO date), or None: ``migration_deadline_months`` after the end of life of its major, when that is past
+    or the target revision no longer carries the major. Never counted from a build date: the data format,
+    not the image, sets the clock. ``engine`` is the engineVersion verdict (``engine_of``)."""
     months = check_policy(policy)["migration_deadline_months"]
-    if engine["past_eol"]:
-        start = engine["eol_date"]
-    elif engine["problem"] == catalog.NOT_CARRIED and target.get("build_date"):
-        start = revision.build_date(target["build_date"])
-    else:
+    if not (engine["past_eol"] or engine["problem"] == catalog.NOT_CARRIED) or not engine["eol_date"]:
         return None
-    return add_months(start, months).isoformat()
+    return add_months(engine["eol_date"], months).isoformat()
 
 
 def failed_at_creation(instance):

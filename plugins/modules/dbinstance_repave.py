@@ -262,9 +262,9 @@ options:
         type: int
       migration_deadline_months:
         description:
-          - Months after the end of life of its PostgreSQL major (or, for a major the tip no longer carries,
-            after the tip's build date) by which an instance needing a major migration is deleted, reported
-            as RV(instances[].migration_deadline).
+          - Months after the end of life of its PostgreSQL major by which an instance needing a major
+            migration is deleted, reported as RV(instances[].migration_deadline); the same for a major the
+            tip no longer carries (never counted from a build date).
         type: int
         default: 3
   today:
@@ -518,8 +518,8 @@ instances:
     migration_deadline:
       description:
         - For V(PGVersionEOL), the date by which the instance is deleted whatever its owner does
-          (O(maintenance_policy.migration_deadline_months) after its major's end of life, or after the build
-          date of the tip that dropped the major).
+          (O(maintenance_policy.migration_deadline_months) after its major's end of life, also when the tip
+          dropped the major before that).
       type: str
       sample: "2027-02-12"
     eol_date:

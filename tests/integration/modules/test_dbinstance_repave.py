@@ -838,13 +838,14 @@ def test_repave_playbook_reports_then_rolls_out_standbys_first(lab, fleet):
     assert "db-0 | %s | %s | OSUpdateAvailable | os-repave | - | 2026-08-29 | 2026-09-29 | " % (OLD, TIP) in (
         run.stdout
     )
-    # The tip dropped 15 (built 2026-08-15): deleted three months later whatever happens.
+    # The tip dropped 15: deleted three months after 15's end of life (2027-11-11) whatever happens, never
+    # counted from the tip's build date.
     assert (
         "legacy | %s | %s | PGVersionEOL | pg-major-migration | - | - | - | - | " % (OLD, TIP) in run.stdout
     )
     assert "legacy: " in run.stdout and "pg_dump" in run.stdout
     legacy = by_name(run["Report the drift (changes nothing)"])["legacy"]
-    assert legacy["migration_deadline"] == "2026-11-15", legacy
+    assert legacy["migration_deadline"] == "2028-02-11", legacy
     never = by_name(run["Report the drift (changes nothing)"])["never"]
     assert (never["verdict"], never["action"], never["migration_deadline"]) == (
         "UnsupportedEngineVersion",

@@ -21,8 +21,9 @@ def test_engine_version_states_its_error_once_and_chains_nothing():
 
 
 def test_engine_version_refuses_a_yaml_float():
-    with pytest.raises(AnsibleFilterError, match="quote it"):
-        engine.engine_version(CATALOG, 17.0, today="2026-12-01")
+    for value in (17.0, "17.0"):
+        with pytest.raises(AnsibleFilterError, match='whole number, so write engineVersion: "17"'):
+            engine.engine_version(CATALOG, value, today="2026-12-01")
     assert engine.engine_version(CATALOG, 17, today="2026-12-01") == "17"
     assert engine.engine_version(CATALOG, "", today="2026-12-01") == "17"
 

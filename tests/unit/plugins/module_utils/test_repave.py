@@ -143,13 +143,13 @@ def test_pg_eol_when_the_tip_does_not_carry_the_major():
     assert verdict["eol_date"] == "2027-11-11"
     assert verdict["description"] == (
         "revision v20261215 does not carry PostgreSQL 15: a repave cannot change the major; pg_dump and "
-        "restore into a DBInstance with engineVersion 16 or 17; migrate before 2027-03-15, when it is "
+        "restore into a DBInstance with engineVersion 16 or 17; migrate before 2028-02-11, when it is "
         "deleted (migration deadline)"
     )
-    # three months after the build of the tip that dropped the major, or as the policy says
-    assert verdict["migration_deadline"] == "2027-03-15"
+    # three months after the major's end of life (or as the policy says), never from the tip's build date
+    assert verdict["migration_deadline"] == "2028-02-11"
     later = repave.drift(db(engine="15"), fleet_catalog(), TODAY, policy={"migration_deadline_months": 6})
-    assert later["migration_deadline"] == "2027-06-15"
+    assert later["migration_deadline"] == "2028-05-11"
 
 
 def test_pg_eol_by_date_even_when_the_tip_carries_the_major_and_the_instance_is_on_it():
