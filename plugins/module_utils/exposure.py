@@ -394,7 +394,7 @@ def held_refusal(bucket, key, answers, reasons):
             bucket,
             key,
             ", ".join("%s %s" % (name, answer[0]) for name, answer in sorted(answers.items())),
-            "; ".join(reasons) or "its export recorded no verdict on them, so nothing shows they are not",
+            "; ".join(reasons) or "as its export recorded them, or it recorded no verdict at all",
             remedy(bucket, key_prefix(key), found["allowed"] or ["get"]),
         )
     )
