@@ -423,7 +423,7 @@ def db(name, major, namespace="orders", stream=None):
 
 def test_a_tip_that_drops_a_supported_major_strands_its_databases_with_dates_from_its_eol():
     before = two_tips()
-    after, _ = catalog.set_stream(before, "22.04", tip="v20261201", validated=True)
+    after, _changes = catalog.set_stream(before, "22.04", tip="v20261201", validated=True)
     fleet = [db("pg15", "15"), db("pg15b", "15", namespace="billing", stream="22.04"), db("pg14", "14")]
     fleet.append(db("pg16", "16"))
     found = catalog.stranded(before, after, fleet, today=TODAY_STRANDING)
@@ -470,9 +470,9 @@ def test_a_default_flip_strands_the_databases_that_follow_the_default_stream():
         ("v20261101", "22.04", ["15", "16", "17"], True),
         ("v20261201-2404", "24.04", ["16", "17"], True),
     )
-    doc, _ = catalog.set_stream(doc, "22.04", tip="v20261101", validated=True, default=True)
-    doc, _ = catalog.set_stream(doc, "24.04", tip="v20261201-2404", validated=True)
-    after, _ = catalog.set_stream(doc, "24.04", default=True)
+    doc, _changes = catalog.set_stream(doc, "22.04", tip="v20261101", validated=True, default=True)
+    doc, _changes = catalog.set_stream(doc, "24.04", tip="v20261201-2404", validated=True)
+    after, _changes = catalog.set_stream(doc, "24.04", default=True)
     fleet = [db("follows", "15"), db("pinned", "15", stream="22.04")]
     found = catalog.stranded(doc, after, fleet, today=TODAY_STRANDING)
     assert [(e["name"], e["stream"], e["tip"]) for e in found] == [("follows", "24.04", "v20261201-2404")]

@@ -73,7 +73,7 @@ class CatalogModel(RuleBasedStateMachine):
 
     def register(self, name, stream, majors, facts):
         """baked_image registering revision ``name`` with the facts read from its artifact."""
-        self.doc, _ = catalog.register_image(
+        self.doc, _changes = catalog.register_image(
             self.doc,
             name,
             stream,
@@ -88,7 +88,7 @@ class CatalogModel(RuleBasedStateMachine):
         """baked_image_stream moving a tip: the stream rules, the facts recorded for the revision, then the
         databases it would strand, every one of the cluster."""
         try:
-            moved, _ = catalog.set_stream(self.doc, stream, tip=name)
+            moved, _changes = catalog.set_stream(self.doc, stream, tip=name)
             catalog.require_recorded_facts(self.doc, stream, name)
             found = catalog.stranded(self.doc, moved, self.fleet, today=TODAY)
             catalog.require_named_drops(found, drops)
@@ -129,7 +129,7 @@ class CatalogModel(RuleBasedStateMachine):
         name = self._revision(stream)
         if name is None:
             return
-        self.doc, _ = catalog.register_image(
+        self.doc, _changes = catalog.register_image(
             self.doc, name, stream, majors, "%0128x" % self.day, "upload", imported=True
         )
         self.move_tip(stream, name)
@@ -146,7 +146,7 @@ class CatalogModel(RuleBasedStateMachine):
             }
         }
         record = catalog.smoke_test(self.doc, tip, "smoke/pg", instance, "t%d" % self.day, "ops")
-        self.doc, _ = catalog.record_smoke_test(self.doc, record)
+        self.doc, _changes = catalog.record_smoke_test(self.doc, record)
 
     @rule(stream=st.sampled_from(STREAMS), default=st.booleans())
     def validate(self, stream, default):
@@ -154,7 +154,7 @@ class CatalogModel(RuleBasedStateMachine):
             return
         try:  # baked_image_stream: evidence first, then the stream rules, then the databases a flip strands
             catalog.require_validation_evidence(self.doc, stream)
-            moved, _ = catalog.set_stream(self.doc, stream, validated=True, default=default or None)
+            moved, _changes = catalog.set_stream(self.doc, stream, validated=True, default=default or None)
             catalog.require_named_drops(catalog.stranded(self.doc, moved, self.fleet, today=TODAY), ())
         except catalog.CatalogError:
             return

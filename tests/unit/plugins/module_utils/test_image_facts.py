@@ -376,10 +376,13 @@ UBUNTU_2204 = {
 }
 
 
-def baked_facts(release=UBUNTU_2204, majors=("15", "16", "17"), clusters=None, keys=()):
+DEFAULT_RELEASE = "ubuntu 22.04"  # stands for UBUNTU_2204: a dict is no default value
+
+
+def baked_facts(release=DEFAULT_RELEASE, majors=("15", "16", "17"), clusters=None, keys=()):
     return image_facts.document(
         "linux",
-        os_release=release,
+        os_release=UBUNTU_2204 if release == DEFAULT_RELEASE else release,
         machine_id="empty",
         private_keys=[
             {"path": path, "kind": image_facts.private_key_kind(path), "pem": None, "size": 9}

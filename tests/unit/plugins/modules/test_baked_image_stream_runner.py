@@ -36,7 +36,7 @@ def catalog_file(tmp_path, imported=True, tested=False, facts=True):
                 "appliedSpec": {"imageRevision": "v20260615", "engineVersion": "17"},
             }
         }
-        doc, _ = catalog.record_smoke_test(
+        doc, _changes = catalog.record_smoke_test(
             doc, catalog.smoke_test(doc, "v20260615", "smoke/pg", instance, "t", "ops")
         )
     path = tmp_path / "catalog.yaml"
@@ -70,7 +70,7 @@ def run_with(path, objects, **given):
 
 def test_moves_the_tip_signs_it_off_and_reruns_change_nothing(tmp_path):
     path = catalog_file(tmp_path)
-    doc, _ = catalog.record_smoke_test(
+    doc, _changes = catalog.record_smoke_test(
         catalog.load(path.read_text()),
         catalog.smoke_test(
             catalog.load(path.read_text()), "v20260615", "smoke/pg", smoke_instance(), "t", "ops"
