@@ -18,10 +18,10 @@ wheels="$root/wheels"
 
 echo "==> sanity: copying the collection to $collection"
 mkdir -p "$collection"
-rsync -a --delete \
+rsync -a --delete --delete-excluded \
   --exclude=/.git --exclude=/.venv --exclude=/.collections --exclude=/.cache --exclude=/.lab \
   --exclude=/.ansible --exclude=/tests/output --exclude=__pycache__ --exclude='*.pyc' \
-  --exclude=.pytest_cache --exclude=.ruff_cache \
+  --exclude=.pytest_cache --exclude=.ruff_cache --exclude=.hypothesis \
   "$repo/" "$collection/"
 for dep in kubernetes/core amazon/aws; do
   mkdir -p "$root/ansible_collections/${dep%/*}"

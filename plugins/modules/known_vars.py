@@ -23,6 +23,8 @@ description:
     inventory) and what a play passes to a role.
   - Variables that tasks registered or set as facts are results, not options, and are not checked.
   - Every role and playbook of this collection that takes namespaced variables runs it first.
+author:
+  - goldenimage.pipeline maintainers (@goldenimage)
 options:
   prefix:
     description: The namespace(s), for example V(repave_) or V([publish_, packer_build_]).
