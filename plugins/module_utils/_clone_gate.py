@@ -23,6 +23,7 @@ import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     _guest_ssh,
+    _guest_winrm,
     _screen,
     gate,
     golden,
@@ -63,7 +64,14 @@ class Gate:
     """
 
     def __init__(
-        self, module, run_id=None, clock=time.time, probe=tcp_connect, banner=read_banner, ssh=_guest_ssh
+        self,
+        module,
+        run_id=None,
+        clock=time.time,
+        probe=tcp_connect,
+        banner=read_banner,
+        ssh=_guest_ssh,
+        winrm=_guest_winrm,
     ):
         self.module = module
         self.p = module.params
@@ -71,6 +79,8 @@ class Gate:
         self.probe = probe
         self.banner = banner
         self.ssh = ssh
+        # How the in-guest check logs in, per OS.
+        self.login = {"linux": ssh, "windows": winrm}
         # What the rounds carry from one call to the next (gate_state): the run, its stage, the result.
         self.state = dict(self.p.get("gate_state") or {})
         self.run_id = self.state.get("run_id") or run_id or binascii.hexlify(os.urandom(4)).decode()
@@ -199,14 +209,17 @@ class Gate:
         """guest_credentials that cannot log in are refused before anything is written."""
         p = self.p
         creds = p.get("guest_credentials")
-        problem = gate.credentials_problem(creds)
+        problem = gate.credentials_problem(creds, p["os"])
         if problem:
-            raise Refusal("option guest_credentials", problem, "give username and password or private_key")
-        if creds and p["os"] == "windows":
+            supported = "give username and password or private_key"
+            if p["os"] == "windows":
+                supported = "give username and password, and transport ntlm, kerberos or credssp (or https)"
+            raise Refusal("option guest_credentials", problem, supported)
+        if creds and p["os"] == "windows" and not self.login["windows"].available():
             raise Refusal(
                 "option guest_credentials",
-                "the in-guest checks of a Windows clone need WinRM, which this gate does not speak yet",
-                "leave guest_credentials out for Windows: the guest agent reports C:\\ instead",
+                _guest_winrm.MISSING,
+                "install pywinrm, or leave guest_credentials out: the guest agent then reports C:\\",
             )
         if creds and creds.get("private_key") and self.ssh.public_of(creds["private_key"]) is None:
             raise Refusal(
@@ -520,7 +533,7 @@ class Gate:
         if not gate.parse_quantity(self.p["grow_by"]):
             return self.done_with("disk")
         if self.p.get("guest_credentials"):
-            return self.disk_over_ssh()
+            return self.disk_in_guest()
         if self.result.get("proof") != gate.PROOF_AGENT:
             detail = "no guest agent reports the guest's filesystems and no guest_credentials were given"
             self.phase("disk", False, self.stage_elapsed(), detail)
@@ -552,46 +565,39 @@ class Gate:
             now = self.clock()
             time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
 
-    def disk_over_ssh(self):
-        """The root filesystem's size read inside the guest over SSH with guest_credentials."""
+    def disk_in_guest(self):
+        """The OS volume read inside the guest with guest_credentials: the root filesystem's size over SSH
+        (Linux), or C:'s partition and the size it could take over WinRM (Windows)."""
         st, p = self.state, self.p
-        port = gate.port_for(p["os"], p["port"])
+        os_name, creds = p["os"], p["guest_credentials"]
+        check, command, over, shown = {
+            "linux": (gate.CHECK_SSH, gate.ROOT_SIZE_COMMAND, "SSH", gate.ROOT_SIZE_COMMAND),
+            "windows": (gate.CHECK_WINRM, gate.PARTITION_SCRIPT, "WinRM", gate.PARTITION_CHECK),
+        }[os_name]
+        port = gate.login_port(os_name, creds, p["port"])
         deadline = st["stage_started"] + p["disk_timeout"]
         while True:
             vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
-            address = gate.probe_address(p["port_probe"], vmi, port) if vmi else None
-            problem, volume = "no address yet", None
+            address = gate.probe_address(creds.get("address") or p["port_probe"], vmi, port) if vmi else None
+            problem, volume, words = "no address yet", None, None
             if address is not None:
-                code, out, err = self.ssh.run(
-                    address,
-                    p["guest_credentials"],
-                    gate.ROOT_SIZE_COMMAND,
-                    max(1, min(30, deadline - self.clock())),
+                code, out, err = self.login[os_name].run(
+                    address, creds, command, max(1, min(30, deadline - self.clock()))
                 )
-                size = gate.root_size(out) if code == 0 else None
-                if size is None:
-                    problem = "ssh %s@%s:%d (%s) exited %d: %s" % (
-                        p["guest_credentials"]["username"],
-                        address[0],
-                        address[1],
-                        gate.ROOT_SIZE_COMMAND,
-                        code,
-                        err or out or "no output",
-                    )
+                volume, problem, words = gate.guest_reading(
+                    os_name, code, out, err, st["golden_size"], st["clone_size"]
+                )
+                if volume is None:
+                    problem = "%s %s@%s:%d %s" % (over, creds["username"], address[0], address[1], problem)
                 else:
-                    volume = {"mountPoint": "/", "totalBytes": size}
                     self.result["os_volume"] = dict(volume, usedBytes=None)
-                    problem = gate.growth_problem(volume, p["os"], st["golden_size"], st["clone_size"])
             st["last_state"] = problem
             step = gate.port_step(self.clock(), deadline, self.round_end, problem)
             if step in ("passed", "failed"):
                 detail = problem
                 if volume is not None:
-                    detail = "%s (read over SSH: %s)" % (
-                        gate.growth_words(volume, st["golden_size"], st["clone_size"]),
-                        gate.ROOT_SIZE_COMMAND,
-                    )
-                self.result["disk_check"] = {"name": gate.CHECK_SSH, "detail": detail}
+                    detail = "%s (read over %s: %s)" % (problem or words, over, shown)
+                self.result["disk_check"] = {"name": check, "detail": detail}
                 self.phase("disk", step == "passed", self.stage_elapsed(), detail)
                 if step == "passed":
                     return self.done_with("disk")
@@ -599,7 +605,7 @@ class Gate:
                 # A login that never worked proves nothing about the disk: unproven, not "not grown".
                 return self.finish(True, False, detail, disk_grown=False if volume is not None else None)
             if step == "pending":
-                return self.pending(p["disk_timeout"], what="the guest's root filesystem over SSH")
+                return self.pending(p["disk_timeout"], what="the guest's OS volume over %s" % over)
             now = self.clock()
             time.sleep(min(p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
 

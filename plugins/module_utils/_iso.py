@@ -87,8 +87,9 @@ def _extract_pycdlib(source, dest):
                 target = os.path.join(local, name)
                 entry = iso.get_record(udf_path=inside)
                 if getattr(entry, "inode", None) is None or not entry.get_data_length():
-                    # A UDF file entry with no data (a Windows ISO's /boot.cat): pycdlib refuses to
-                    # copy it ("an entry without data"); it is an empty file, as 7z extracts it.
+                    # The El Torito boot catalog's UDF entry (a Windows ISO's /boot.cat) has no inode in
+                    # pycdlib, which refuses to copy it ("an entry without data"), as it does an empty
+                    # file. The rebuild writes its own catalog, so an empty file keeps the name.
                     open(target, "wb").close()
                     continue
                 iso.get_file_from_iso(target, udf_path=inside)

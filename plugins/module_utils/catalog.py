@@ -38,7 +38,6 @@ __metaclass__ = type
 import calendar
 import copy
 import datetime
-import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs, redact, revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -423,9 +422,6 @@ UNSET, MALFORMED, NOT_CARRIED, PAST_EOL, NO_EOL_DATE, NONE_SUPPORTED = (
 )
 
 
-_WHOLE_WITH_ZEROS = re.compile(r"^\s*([1-9]\d*)\.0+\s*$")
-
-
 def requested_major(requested, today=None, eol_table=None):
     """What an engineVersion says by itself, no revision involved: ``{requested, major, problem, detail,
     eol_date, past_eol}``. ``major`` is None when it is not set (``problem`` unset) or not a major number
@@ -436,13 +432,13 @@ def requested_major(requested, today=None, eol_table=None):
     if requested is None or requested == "":
         found["problem"] = UNSET
         return found
-    whole = _WHOLE_WITH_ZEROS.match(str(requested)) if isinstance(requested, (float, str)) else None
+    whole = eol.zeros_major(requested)
     if whole:
         # 16.0 (a YAML number) and "16.0" get the one answer: a major is a whole number.
         found.update(
             problem=MALFORMED,
             detail="engineVersion %r is not a major version: a major is a whole number, so write "
-            'engineVersion: "%s"' % (requested, whole.group(1)),
+            'engineVersion: "%s"' % (requested, whole),
         )
         return found
     try:

@@ -20,7 +20,11 @@ import calendar
 import datetime
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    InvalidValue,
+    PipelineError,
+    Refusal,
+)
 
 PG = "postgresql"
 OS = "ubuntu"
@@ -91,16 +95,47 @@ def parse_today(value=None):
     return parse_eol_date(text)
 
 
+_WHOLE_WITH_ZEROS = re.compile(r"^\s*([1-9]\d*)\.0+\s*$")
+
+
+def zeros_major(value):
+    """The whole number a major written with a fraction of zeros means (``16.0``, ``"16.00"`` -> ``"16"``),
+    else None. Such a value gets one answer whether YAML read it as a number or a string: a major is a
+    whole number."""
+    if isinstance(value, bool) or not isinstance(value, (float, str)):
+        return None
+    whole = _WHOLE_WITH_ZEROS.match(str(value))
+    return whole.group(1) if whole else None
+
+
 def normalize_pg_major(value):
-    """``15``, ``"15"``, ``15.0`` -> ``"15"``. Anything else (``"15.4"``, ``"x"``) is refused."""
+    """``15``, ``"15"`` -> ``"15"``. Anything else (``15.0``, ``"15.4"``, ``"x"``) is refused."""
     if isinstance(value, bool):
         raise InvalidValue("PostgreSQL major %r is not a major version number" % (value,))
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
+    whole = zeros_major(value)
+    if whole:
+        raise InvalidValue(
+            "PostgreSQL major %r is not a major version number: a major is a whole number, so write %s"
+            % (value, whole)
+        )
     text = str(value).strip()
     if not re.match(r"^[1-9]\d*$", text):
         raise InvalidValue("PostgreSQL major %r is not a major version number (e.g. 16)" % (value,))
     return text
+
+
+def requested_majors(values, option="pg_versions"):
+    """Each major an option names, as text (``normalize_pg_major``), refused before anything runs with
+    the option named when one is not a whole number."""
+    majors = []
+    for value in values or []:
+        try:
+            majors.append(normalize_pg_major(value))
+        except InvalidValue as exc:
+            raise Refusal(
+                "option %s" % option, exc.msg, "write each major as a whole number, e.g. 16"
+            ) from None
+    return majors
 
 
 def eol_table(overrides=None):

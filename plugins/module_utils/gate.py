@@ -42,12 +42,31 @@ PROOF_AGENT = "guest-agent"
 PROOF_SSH = "ssh-banner"
 PROOF_NONE = "none"
 SSH_BANNER = "SSH-2.0-"
-# How the disk growth was read: the agent's filesystem list, or a command over SSH in the guest.
+# How the disk growth was read: the agent's filesystem list, a command over SSH in a Linux guest, or
+# PowerShell over WinRM in a Windows guest.
 CHECK_AGENT = "guest-agent-filesystems"
 CHECK_SSH = "ssh-root-filesystem"
+CHECK_WINRM = "winrm-partition"
 # The in-guest command of the SSH check: the root filesystem's size in bytes (util-linux findmnt,
 # with coreutils df as the fallback where findmnt is missing).
 ROOT_SIZE_COMMAND = "findmnt -bno SIZE / 2>/dev/null || df -B1 --output=size / | tail -n 1"
+# The in-guest script of the WinRM check, the seed's own Get-PartitionSupportedSize: C:'s partition size,
+# the largest size it could take, and its disk's size, in bytes on one line. The three figures tell the
+# three links apart (see partition_problem).
+PARTITION_CHECK = "Get-PartitionSupportedSize -DriveLetter C"
+PARTITION_SCRIPT = "; ".join(
+    (
+        "$ErrorActionPreference = 'Stop'",
+        "$p = Get-Partition -DriveLetter C",
+        "$s = " + PARTITION_CHECK,
+        "$d = Get-Disk -Number $p.DiskNumber",
+        "'{0} {1} {2}' -f $p.Size, $s.SizeMax, $d.Size",
+    )
+)
+WINRM_PORTS = {"https": 5986, "http": 5985}
+WINRM_TRANSPORTS = ("ntlm", "kerberos", "credssp", "basic")
+# A partition extended to the end of its disk leaves only alignment slack of SizeMax unclaimed.
+EXTEND_SLACK = 16 * 2**20
 # The NoCloud seed's volume and disk name in the gate's VM.
 SEED_VOLUME = "gate-seed"
 
@@ -251,16 +270,34 @@ def seed_user_data(public_key, password_login=False):
     )
 
 
-def credentials_problem(credentials):
+def credentials_problem(credentials, os_name="linux"):
     """Why ``guest_credentials`` cannot log in (None when they can): a username and a password or a
-    private key, and for now only over SSH (Linux)."""
+    private key over SSH (Linux); a username and a password over WinRM (Windows), never Basic
+    authentication over plain HTTP, which sends the password readable on the wire."""
     if not credentials:
         return None
     if not str(credentials.get("username") or "").strip():
         return "guest_credentials needs a username"
-    if not (credentials.get("password") or credentials.get("private_key")):
-        return "guest_credentials needs a password or a private_key"
+    if os_name != "windows":
+        if not (credentials.get("password") or credentials.get("private_key")):
+            return "guest_credentials needs a password or a private_key"
+        return None
+    if credentials.get("private_key") or not credentials.get("password"):
+        return "WinRM logs in with a password: guest_credentials needs a password and no private_key"
+    transport = credentials.get("transport") or "ntlm"
+    if transport not in WINRM_TRANSPORTS:
+        return "transport %r is not one of %s" % (transport, ", ".join(WINRM_TRANSPORTS))
+    if transport == "basic" and (credentials.get("scheme") or "https") == "http":
+        return "transport basic over scheme http sends the password readable on the wire"
     return None
+
+
+def login_port(os_name, credentials, port=None):
+    """The port the in-guest checks log in to: SSH's (the probed port) for Linux, WinRM's for Windows
+    (the one given, else 5986 for HTTPS and 5985 for HTTP)."""
+    if os_name != "windows":
+        return port_for(os_name, port)
+    return (credentials or {}).get("port") or WINRM_PORTS[(credentials or {}).get("scheme") or "https"]
 
 
 def root_size(output):
@@ -269,6 +306,75 @@ def root_size(output):
     if not lines or not lines[-1].isdigit():
         return None
     return int(lines[-1])
+
+
+def partition_sizes(output):
+    """``(size, size_max, disk)`` in bytes from ``PARTITION_SCRIPT``'s output, or None when its last line
+    is not three numbers."""
+    lines = [line.split() for line in str(output or "").splitlines() if line.strip()]
+    if not lines or len(lines[-1]) != 3 or not all(f.isdigit() for f in lines[-1]):
+        return None
+    return tuple(int(f) for f in lines[-1])
+
+
+def partition_problem(sizes, golden_size, clone_size_text):
+    """Which of the three links broke, from C:'s size, its SizeMax and its disk's size (None: C: grew).
+
+    The disk no larger than the golden: the image was not grown to its PVC (link 1). SizeMax beyond
+    C:'s size: the space is there and C: may take it, but nothing extended it (link 3). C: no larger
+    than the golden and unable to grow on a grown disk: a partition after C: strands the space (link 2).
+    """
+    size, size_max, disk = sizes
+    golden = parse_quantity(golden_size)
+    words = partition_words(sizes, golden_size, clone_size_text)
+    if disk <= golden:
+        return (
+            "%s: the guest's disk kept the golden's size, so KubeVirt's %s did not grow the image to its "
+            "volume (link 1)" % (words, EXPAND_DISKS)
+        )
+    if size_max - size > EXTEND_SLACK:
+        return (
+            "%s: C: may grow by %s (Get-PartitionSupportedSize SizeMax) but nothing extended it; "
+            "cloudbase-init's ExtendVolumesPlugin extends it at first boot (link 3)"
+            % (words, seal.human_size(size_max - size))
+        )
+    if size <= golden:
+        return (
+            "%s: C: cannot grow (SizeMax is its size) on a disk with %s beyond it, so a partition after "
+            "C: strands the space; the bake removes WinRE (reagentc /disable) before sysprep (link 2)"
+            % (words, seal.human_size(disk - size))
+        )
+    return None
+
+
+def partition_words(sizes, golden_size, clone_size_text):
+    """``C: is 1.9 GiB (SizeMax 1.9 GiB) on a 2.0 GiB disk; a 2.0 GiB clone of a 1.0 GiB golden``."""
+    size, size_max, disk = sizes
+    return "C: is %s (SizeMax %s) on a %s disk; a %s clone of a %s golden" % (
+        seal.human_size(size),
+        seal.human_size(size_max),
+        seal.human_size(disk),
+        seal.human_size(parse_quantity(clone_size_text)),
+        seal.human_size(parse_quantity(golden_size)),
+    )
+
+
+def guest_reading(os_name, code, out, err, golden_size, clone_size_text):
+    """What one in-guest read says: ``(volume, problem, words)``. ``volume`` is None when the command did
+    not answer with its figures (``problem`` then says what it answered); ``words`` describe a reading."""
+    if os_name == "windows":
+        sizes = partition_sizes(out) if code == 0 else None
+        if sizes is None:
+            return None, "exited %d: %s" % (code, err or out or "no output"), None
+        volume = {"mountPoint": OS_MOUNTS["windows"], "totalBytes": sizes[0]}
+        words = partition_words(sizes, golden_size, clone_size_text)
+        return volume, partition_problem(sizes, golden_size, clone_size_text), words
+    size = root_size(out) if code == 0 else None
+    if size is None:
+        return None, "exited %d: %s" % (code, err or out or "no output"), None
+    volume = {"mountPoint": "/", "totalBytes": size}
+    problem = growth_problem(volume, os_name, golden_size, clone_size_text)
+    return volume, problem, growth_words(volume, golden_size, clone_size_text)
 
 
 def gate_record(result, candidate, release_digest, handle, run_id, at, project):

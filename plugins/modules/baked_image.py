@@ -116,7 +116,8 @@ options:
   pg_versions:
     description:
       - The PostgreSQL majors baked into the image. Required with O(state=present).
-      - Whole numbers (C(16)) or strings; a YAML float (C(16.0)) is refused with "quote it".
+      - Whole numbers (C(16)) or strings of them; C(16.0), as a number or a string, is refused with the one
+        answer that a major is a whole number.
     type: list
     elements: raw
   replicas:
@@ -460,7 +461,7 @@ def checked_inputs(p):
     """The options as the rules read them, every input refusal raised before anything is read or written."""
     inputs.positive_all(p, ("wait_timeout", "wait_sleep", "report_every"))
     stream = inputs.version_string(p["os_version"], "os_version")
-    majors = [inputs.version_string(v, "pg_versions") for v in p["pg_versions"] or []]
+    majors = eol.requested_majors(p["pg_versions"])
     hi.check_url(p["url"])
     if p["harvester_url"]:
         redact.refuse_credentials(

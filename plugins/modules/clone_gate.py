@@ -28,22 +28,22 @@ description:
     boot too, whichever comes first; the phase is then named C(boot). The SSH host keys are made at first
     boot, so a banner means the OS came up. RV(proof) says which proof was used.
   - A Linux gate VM gets a NoCloud seed (a C(cloudInitNoCloud) volume) whose user-data turns password login
-    off (on only when O(guest_credentials) carry a password) and authorises one SSH public key for the
-    image's default user, the public half of O(guest_credentials.private_key) or else a one-time key whose
-    private half is dropped at once. Without a datasource, cloud-init in a stock image makes no host keys
-    and its SSH server never starts.
-    Then C(disk), the OS volume the guest agent reports (C(C:\\) or C(/), from KubeVirt's
+    off (on only when O(guest_credentials) carry a password) and authorises one SSH public key for the image's
+    default user, the public half of O(guest_credentials.private_key) or else a one-time key whose private
+    half is dropped at once. Without a datasource, cloud-init in a stock image makes no host keys and its SSH
+    server never starts. Then C(disk), the OS volume the guest agent reports (C(C:\\) or C(/), from KubeVirt's
     C(filesystemlist)), must be larger than the whole golden within O(disk_timeout). Only a disk that grew in
-    all three links holds that. KubeVirt's C(ExpandDisks) grew the image to the PVC, nothing sits after the
-    OS volume (the bake removes WinRE), and the guest extended the volume (cloudbase-init or cloud-init).
-    Each link looks healthy on its own, so only the guest's own view can pass; otherwise the verdict is
-    V(disk_not_grown).
-    With O(guest_credentials) (Linux), the gate logs in over SSH with the OpenSSH client and reads the root
-    filesystem's size in the guest (C(findmnt -bno SIZE /), else C(df -B1 /)) instead; RV(disk_check) names
-    the check and its figures. A Linux clone that proved its boot by the SSH banner alone, with no
-    O(guest_credentials), cannot show its disk, so the verdict is V(disk_unproven), never a pass.
-    Phase 2, C(port) is a TCP connection to the remote port (O(port); RDP 3389 for Windows, SSH 22 for
-    Linux) within O(port_timeout), from where tenants reach it (O(port_probe)).
+    all three links holds that. KubeVirt's C(ExpandDisks) grew the image to the PVC, nothing sits after the OS
+    volume (the bake removes WinRE), and the guest extended the volume (cloudbase-init or cloud-init). Each
+    link looks healthy on its own, so only the guest's own view can pass; otherwise the verdict is
+    V(disk_not_grown). With O(guest_credentials), the gate reads the volume inside the guest instead - for
+    Linux over SSH with the OpenSSH client, the root filesystem's size (C(findmnt -bno SIZE /), else C(df -B1
+    /)); for Windows over WinRM, C(Get-PartitionSupportedSize -DriveLetter C) with the sizes of C(C:) and its
+    disk, which name the link that broke. RV(disk_check) names the check and its figures. A Linux clone that
+    proved its boot by the SSH banner alone, with no O(guest_credentials), cannot show its disk, so the
+    verdict is V(disk_unproven), never a pass. Phase 2, C(port) is a TCP connection to the remote port
+    (O(port); RDP 3389 for Windows, SSH 22 for Linux) within O(port_timeout), from where tenants reach it
+    (O(port_probe)).
   - Before anything is written, the module reads the cluster's KubeVirt CRs and refuses (V(inconclusive))
     when C(ExpandDisks) is off (not in C(spec.configuration.developerConfiguration.featureGates) on a
     KubeVirt before v1.9.0, where it is GA) or cannot be read, naming the CR and the fix.
@@ -219,13 +219,19 @@ options:
     default: 20
   guest_credentials:
     description:
-      - How to log in to a Linux clone over SSH for the in-guest checks (the root filesystem's size), as
+      - How to log in to the clone for the in-guest checks, so "the disk grew" is proven inside the guest.
+      - Linux, over SSH with the OpenSSH client, reads the root filesystem's size. Give
         C({username, password}) or C({username, private_key}) (an unencrypted OpenSSH or PEM private key,
         its text). The key's public half is authorised by the gate VM's NoCloud seed, so the image's
         default user (C(ubuntu), C(debian)) logs in with it. A password is handed to C(ssh) through an
         askpass helper, never on a command line.
-      - Windows in-guest checks (C(Get-PartitionSupportedSize -DriveLetter C) over WinRM) are not
-        supported yet; O(guest_credentials) with O(os=windows) is refused. The guest agent reports C(C:\\).
+      - Windows, over WinRM with the Python library C(pywinrm) (as Ansible's C(winrm) connection), runs
+        C(Get-PartitionSupportedSize -DriveLetter C) with C(Get-Partition) and C(Get-Disk) and tells the
+        three links apart - the disk kept the golden's size (ExpandDisks), a partition after C(C:)
+        strands the space (WinRE), or C(C:) may grow but was not extended (cloudbase-init
+        ExtendVolumesPlugin). Give C({username, password}); O(guest_credentials.transport) C(basic) over
+        O(guest_credentials.scheme) C(http) is refused, as it sends the password readable.
+      - Checked before anything is written.
     type: dict
     suboptions:
       username:
@@ -236,8 +242,35 @@ options:
         description: The user's password.
         type: str
       private_key:
-        description: The user's SSH private key, its text.
+        description: The user's SSH private key, its text (Linux only).
         type: str
+      address:
+        description:
+          - Where the login goes, a C(host:port) template like O(port_probe) (C({ip}), C({port}),
+            C({name}), C({namespace}), C({annotations[KEY]})), with C({port}) the login port (SSH's probed
+            port, or O(guest_credentials.port) for WinRM). Defaults to O(port_probe).
+        type: str
+      transport:
+        description: WinRM's authentication (Windows only).
+        type: str
+        choices: [ntlm, kerberos, credssp, basic]
+        default: ntlm
+      scheme:
+        description: WinRM's listener (Windows only).
+        type: str
+        choices: [https, http]
+        default: https
+      port:
+        description: WinRM's port (Windows only); defaults to C(5986) for https and C(5985) for http.
+        type: int
+      server_cert_validation:
+        description:
+          - Whether the WinRM listener's certificate is checked against the host's CAs (Windows only). A
+            clone's listener certificate is made at its first boot, so no CA vouches for it, as with the
+            SSH check's host key; the gate connects only to the address its own VM reports.
+        type: str
+        choices: [ignore, validate]
+        default: ignore
   release_digest:
     description:
       - The candidate golden's release digest (C(sha256:<64 hex>)). It must be the one published with the
@@ -323,6 +356,18 @@ EXAMPLES = r"""
       private_key: "{{ lookup('ansible.builtin.file', 'gate_ed25519') }}"
   register: gate
 
+- name: Gate a Windows golden and prove C: grew inside the guest over WinRM (HTTPS, NTLM)
+  goldenimage.pipeline.clone_gate:
+    snapshot: golden-windows-11-golden-20260828-0123456789ab
+    snapshot_namespace: golden-images-fs
+    project_namespace: acme
+    os: windows
+    guest_credentials:
+      username: gate
+      password: "{{ vault_windows_gate_password }}"
+      address: "{ip}:{port}"
+  register: gate
+
 - name: Say what happened
   ansible.builtin.debug:
     msg: "{{ gate.verdict }} ({{ gate.proof }}): {{ gate.msg }}"
@@ -351,7 +396,8 @@ disk_check:
   description:
     - How the disk's growth was read and what it showed, as C({name, detail}). V(guest-agent-filesystems)
       is the guest agent's filesystem list; V(ssh-root-filesystem) is the root filesystem's size read
-      over SSH with O(guest_credentials).
+      over SSH with O(guest_credentials); V(winrm-partition) is C(C:)'s partition, the size it may take
+      (C(Get-PartitionSupportedSize)) and its disk's size read over WinRM, naming the broken link.
   returned: when the C(disk) phase read the guest
   type: dict
   sample:
@@ -575,6 +621,11 @@ def argument_spec():
                 username=dict(type="str", required=True),
                 password=dict(type="str", no_log=True),
                 private_key=dict(type="str", no_log=True),
+                address=dict(type="str"),
+                transport=dict(type="str", choices=list(gate.WINRM_TRANSPORTS), default="ntlm"),
+                scheme=dict(type="str", choices=sorted(gate.WINRM_PORTS), default="https"),
+                port=dict(type="int"),
+                server_cert_validation=dict(type="str", choices=["ignore", "validate"], default="ignore"),
             ),
         ),
         release_digest=dict(type="str"),

@@ -28,7 +28,8 @@ options:
   pg_versions:
     description:
       - PostgreSQL majors to be built, for example V([15, 16, 17]).
-      - Whole numbers or strings; a YAML float (C(16.0)) is refused with "quote it".
+      - Whole numbers (C(16)) or strings of them; C(16.0), as a number or a string, is refused with the one
+        answer that a major is a whole number.
     type: list
     elements: raw
     required: true
@@ -165,7 +166,7 @@ def run(params, now=None):
     today = eol.judging_day(build_date, now)
     table = params["eol_overrides"] or None
     os_version = inputs.version_string(params["os_version"], "os_version")
-    majors = [eol.normalize_pg_major(inputs.version_string(v, "pg_versions")) for v in params["pg_versions"]]
+    majors = eol.requested_majors(params["pg_versions"])
     if not majors:
         raise InvalidValue("pg_versions is empty: name at least one PostgreSQL major")
     result = dict(

@@ -21,15 +21,31 @@ MOUNTS = {
 }
 
 
+# "false" on the VM: the guest does not extend its OS volume (cloudbase-init without ExtendVolumes).
+EXTEND_NOTE = LAB_PREFIX + "extend-volumes"
+
+
+def partition(vmi: dict) -> tuple[int, int, int] | None:
+    """The OS partition as the guest sees it: (its size, the largest size it could take, the disk's
+    size), in bytes; None before the guest booted a disk the lab could read."""
+    notes = vmi["metadata"].get("annotations") or {}
+    if VOLUME_NOTE not in notes:
+        return None
+    offset, size, last = (int(v) for v in notes[VOLUME_NOTE].split(","))
+    disk = int(notes.get(DISK_NOTE) or 0)
+    room = disk - offset - GPT_TAIL if last and disk - GPT_TAIL > offset + size else size
+    extended = notes.get(EXTEND_NOTE, "true").lower() != "false"
+    return (room if extended else size), room, disk
+
+
 def filesystems(vmi: dict) -> list[dict]:
     """The guest's filesystems as its agent reports them: the OS volume, extended when it can be."""
     notes = vmi["metadata"].get("annotations") or {}
     guest = notes.get(BOOT_NOTE, "").split(":", 1)[0]
-    if guest not in MOUNTS or VOLUME_NOTE not in notes:
+    found = partition(vmi)
+    if guest not in MOUNTS or found is None:
         return []
-    offset, size, last = (int(v) for v in notes[VOLUME_NOTE].split(","))
-    disk = int(notes.get(DISK_NOTE) or 0)
-    total = disk - offset - GPT_TAIL if last and disk - GPT_TAIL > offset + size else size
+    total, _room, _disk = found
     return [
-        dict(MOUNTS[guest], totalBytes=total, usedBytes=min(total, size // 2), disk=[{"busType": "virtio"}])
+        dict(MOUNTS[guest], totalBytes=total, usedBytes=min(total, total // 2), disk=[{"busType": "virtio"}])
     ]

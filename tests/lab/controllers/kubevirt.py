@@ -47,10 +47,12 @@ from ..objects import ApiError, ResourceType, TypeHooks, conflict, now_rfc3339
 from . import Controller, LabContext
 from .bootdisk import BootCheck, image_virtual_size, inspect
 from .console import ConsoleController
-from .guestagent import BOOT_NOTE, DISK_NOTE, LAB_PREFIX, VOLUME_NOTE
+from .guestagent import BOOT_NOTE, DISK_NOTE, LAB_PREFIX, VOLUME_NOTE, partition
 from .kit import condition, modify, record_event
 from .storage import ensure_bound
 from .volumes import core_types, disk_image_path, parse_quantity
+from .winrm import PORT as WINRM_PORT
+from .winrm import WinRMGuest
 
 if TYPE_CHECKING:
     from ..apistore import ApiStore
@@ -67,6 +69,8 @@ REMOTE_NOTE = LAB_PREFIX + "remote-access"
 AGENT_NOTE = LAB_PREFIX + "guest-agent"
 # A real SSH server on this host standing in for the guest's sshd: its loopback port, on the VM.
 GUEST_SSH_NOTE = LAB_PREFIX + "guest-ssh"
+# "<user>:<password>" on a Windows VM: its WinRM service (winrm.py) starts with the agent and accepts them.
+GUEST_WINRM_NOTE = LAB_PREFIX + "guest-winrm"
 SSH_BANNER = b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13 lab\r\n"
 FILESYSTEM_OVERHEAD = 0.055  # CDI's default share of a Filesystem volume kept free of the disk image
 AGENT_DELAY_ENV = "LAB_KUBEVIRT_AGENT_DELAY_SECONDS"
@@ -693,6 +697,9 @@ class VirtController(Controller):
             port = GUEST_PORTS[guest]
             listener = self._open(meta["uid"], b"SSH-2.0-lab\r\n" if guest == "linux" else b"")
             annotations[FORWARDED + str(port)] = str(listener.port)
+        if guest == "windows" and notes.get(GUEST_WINRM_NOTE):
+            winrm = self._open_winrm(vmi, notes[GUEST_WINRM_NOTE])
+            annotations[FORWARDED + str(WINRM_PORT)] = str(winrm.port)
         cond = {"type": "AgentConnected", "status": "True"}
         self._set_vmi(vmi, conditions=[cond], guestOSInfo=dict(GUEST_OS[guest]), annotations=annotations)
         return None
@@ -719,12 +726,26 @@ class VirtController(Controller):
                 listener = self._listeners[uid] = _Listener(banner)
             return listener
 
+    def _open_winrm(self, vmi: dict, credentials: str) -> WinRMGuest:
+        uid = vmi["metadata"]["uid"]
+        with self._lock:
+            listener = self._listeners.get(uid + "/winrm")
+            if listener is None:
+                meta = vmi["metadata"]
+
+                def sizes() -> tuple[int, int, int]:  # read at each request, as the guest would
+                    return partition(self._get(self.types()[1], meta["namespace"], meta["name"]) or vmi)
+
+                listener = self._listeners[uid + "/winrm"] = WinRMGuest(credentials, sizes)
+            return listener
+
     def _close(self, uid: str) -> None:
         with self._lock:
-            listener = self._listeners.pop(uid, None)
+            listeners = [self._listeners.pop(k, None) for k in (uid, uid + "/winrm")]
             self._running_since.pop(uid, None)
-        if listener is not None:
-            listener.close()
+        for listener in listeners:
+            if listener is not None:
+                listener.close()
 
     def _stop_owned_vmi(self, vm: dict) -> None:
         """virt-controller stops a deleted VM's instance itself, without waiting for the garbage collector."""

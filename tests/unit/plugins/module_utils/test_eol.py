@@ -50,7 +50,13 @@ def test_supported_on_build_date():
 
 
 def test_check_eol_clean():
-    assert eol.check_eol([15, "16", 17.0], "22.04", "2026-11-29") == []
+    assert eol.check_eol([15, "16", 17], "22.04", "2026-11-29") == []
+
+
+@pytest.mark.parametrize("value", [16.0, "16.0", " 16.00 "])
+def test_a_major_with_a_fraction_of_zeros_gets_one_answer_as_a_number_or_a_string(value):
+    with pytest.raises(eol.InvalidValue, match=r"a major is a whole number, so write 16$"):
+        eol.normalize_pg_major(value)
 
 
 def test_check_eol_past_pg_majors():

@@ -572,3 +572,51 @@ def test_the_gate_record_keeps_verdict_proof_check_run_and_time_together():
         "memory": "1Gi",
     }
     assert gate.gate_record({"verdict": "no_boot"}, "gi/g1", None, None, "r", "t", "p")["proof"] == "none"
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    "sizes,link",
+    [
+        ((GIB, GIB, GIB), "(link 1)"),  # the disk kept the golden's size: ExpandDisks
+        ((GIB, GIB, 2 * GIB), "(link 2)"),  # C: cannot grow on a grown disk: a partition after it
+        ((GIB, 2 * GIB - 2**20, 2 * GIB), "(link 3)"),  # C: may grow but nothing extended it
+        ((2 * GIB - 2**20, 2 * GIB - 2**20, 2 * GIB), None),  # grown to the end of its disk
+        ((2 * GIB - 8 * 2**20, 2 * GIB - 2**20, 2 * GIB), None),  # alignment slack is not a broken link
+    ],
+)
+def test_the_partition_figures_name_the_link_that_broke(sizes, link):
+    problem = gate.partition_problem(sizes, "1Gi", "2Gi")
+    if link is None:
+        assert problem is None
+    else:
+        assert link in problem and problem.startswith("C: is ")
+
+
+def test_the_partition_script_reads_the_seeds_check_and_its_output_is_three_numbers():
+    assert "Get-PartitionSupportedSize -DriveLetter C" in gate.PARTITION_SCRIPT
+    assert gate.partition_sizes("1 2 3\r\n") == (1, 2, 3)
+    assert gate.partition_sizes("WARNING: x\r\n10 20 30") == (10, 20, 30)
+    for bad in ("", "1 2", "a b c", "1 2 3 4"):
+        assert gate.partition_sizes(bad) is None
+    volume, problem, words = gate.guest_reading("windows", 1, "", "Access is denied", "1Gi", "2Gi")
+    assert volume is None and words is None and problem == "exited 1: Access is denied"
+    volume, problem, _ = gate.guest_reading(
+        "windows", 0, "%d %d %d" % (2 * GIB, 2 * GIB, 2 * GIB), "", "1Gi", "2Gi"
+    )
+    assert volume == {"mountPoint": "C:\\", "totalBytes": 2 * GIB} and problem is None
+
+
+def test_windows_credentials_log_in_with_a_password_never_readable_on_the_wire():
+    windows = {"username": "gate", "password": "p"}
+    assert gate.credentials_problem(windows, "windows") is None
+    assert "private_key" in gate.credentials_problem({"username": "gate", "private_key": "k"}, "windows")
+    assert "readable" in gate.credentials_problem(dict(windows, transport="basic", scheme="http"), "windows")
+    assert gate.credentials_problem(dict(windows, transport="basic"), "windows") is None
+    assert "not one of" in gate.credentials_problem(dict(windows, transport="digest"), "windows")
+    assert gate.login_port("windows", windows) == 5986
+    assert gate.login_port("windows", dict(windows, scheme="http")) == 5985
+    assert gate.login_port("windows", dict(windows, port=15986)) == 15986
+    assert gate.login_port("linux", {"username": "u"}, 2222) == 2222
