@@ -61,8 +61,20 @@ LINUX_CHECKS = (
     "background_apt_disabled",
     "postgresql_clusters_at_boot",
 )
-# Background apt writes packages into every clone's copy-on-write delta and drifts PostgreSQL minors.
-BACKGROUND_APT_UNITS = ("unattended-upgrades.service", "apt-daily.timer", "apt-daily-upgrade.timer")
+# Background apt writes packages into every clone's copy-on-write delta and drifts PostgreSQL minors; the
+# Ubuntu Pro, motd-news and snap-repair timers fetch at boot in every clone likewise.
+BACKGROUND_APT_UNITS = (
+    "unattended-upgrades.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "ua-timer.timer",
+    "motd-news.timer",
+    "snapd.snap-repair.timer",
+)
+# Started by apt's own hooks rather than enabled (Ubuntu Pro's apt-news and esm-cache): only a mask stops
+# them. A unit is masked by an empty file or a link to /dev/null of its name in /etc/systemd/system.
+APT_HOOK_UNITS = ("apt-news.service", "esm-cache.service")
+UNIT_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")
 SYSTEMD_ETC = "/etc/systemd/system"
 
 
@@ -698,16 +710,31 @@ def enablement_links(view):
     return links
 
 
+def unmasked(view, units):
+    """The ``units`` the image ships that no mask in /etc/systemd/system stops."""
+    found = []
+    for unit in units:
+        mask = "%s/%s" % (SYSTEMD_ETC, unit)
+        shipped = any(view.exists("%s/%s" % (folder, unit)) for folder in UNIT_DIRS)
+        # An empty file or a symbolic link (to /dev/null) reads as no bytes.
+        if shipped and not (view.exists(mask) and view.read(mask, 0, 1) == b""):
+            found.append("%s (shipped, not masked)" % unit)
+    return found
+
+
 def check_background_apt(view, links=None):
     links = enablement_links(view) if links is None else links
     found = [path for unit in BACKGROUND_APT_UNITS for path in links.get(unit, [])]
+    found += unmasked(view, APT_HOOK_UNITS)
     return absence(
         "background_apt_disabled",
         found,
-        "background apt is enabled at boot by %s: every clone would upgrade itself into its "
-        "copy-on-write delta and drift the PostgreSQL minors; disable and mask unattended-upgrades and the "
-        "apt daily timers before sealing",
-        "unattended-upgrades.service, apt-daily.timer and apt-daily-upgrade.timer are not enabled",
+        "background apt is enabled at boot by %s: every clone would upgrade or fetch into its "
+        "copy-on-write delta and drift the PostgreSQL minors; disable and mask unattended-upgrades, the "
+        "apt daily, Ubuntu Pro, motd-news and snap-repair timers, and mask apt-news and esm-cache "
+        "before sealing",
+        "%s are not enabled; %s are masked or absent"
+        % (", ".join(BACKGROUND_APT_UNITS), ", ".join(APT_HOOK_UNITS)),
     )
 
 

@@ -180,3 +180,42 @@ def test_an_image_without_cloud_init_local_gets_no_drop_in(tmp_path):
     done = run(tmp_path, step="favour_cloud_init_local")
     assert done.returncode == 0, done.stderr
     assert not (root / "etc/systemd").exists()
+
+
+def stand_ins(tmp_path, snap_rc):
+    """systemctl and snap stand-ins that log their arguments; snap answers with ``snap_rc``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    log = tmp_path / "calls.log"
+    for name, rc in (("systemctl", 0), ("snap", snap_rc)):
+        tool = bindir / name
+        tool.write_text('#!/bin/sh\necho "%s $*" >>"%s"\nexit %d\n' % (name, log, rc))
+        tool.chmod(0o755)
+    return log
+
+
+def test_background_apt_ubuntu_pro_and_snap_refreshes_are_stopped(tmp_path):
+    tree(tmp_path, {"etc/hostname": "build\n"})
+    log = stand_ins(tmp_path, 0)
+    done = run(tmp_path, step="disable_background_apt")
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    masked = {line.split()[-1] for line in calls if line.startswith("systemctl mask ")}
+    for unit in (
+        "apt-daily.timer",
+        "apt-news.service",
+        "esm-cache.service",
+        "ua-timer.timer",
+        "motd-news.timer",
+    ):
+        assert unit in masked, calls
+    assert "snapd.snap-repair.timer" in masked and "snap refresh --hold" in calls
+    periodic = tmp_path / "root/etc/apt/apt.conf.d/99-goldenimage-no-periodic"
+    assert 'APT::Periodic::Enable "0";' in periodic.read_text()
+
+
+def test_a_snapd_that_cannot_hold_refreshes_fails_the_build(tmp_path):
+    tree(tmp_path, {"etc/hostname": "build\n"})
+    stand_ins(tmp_path, 1)
+    done = run(tmp_path, step="disable_background_apt")
+    assert done.returncode == 1 and "'snap refresh --hold' failed" in done.stderr

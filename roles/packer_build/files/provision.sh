@@ -304,16 +304,24 @@ favour_cloud_init_local() {
 }
 
 disable_background_apt() {
-  # Background apt would write packages into every VM's copy-on-write delta and drift PG minors.
-  log "disabling unattended-upgrades and the apt daily timers"
+  # Background apt would write packages into every VM's copy-on-write delta and drift PG minors; Ubuntu
+  # Pro's apt-news/esm-cache (started by apt hooks), motd-news and snap-repair fetch in every clone too.
+  log "disabling unattended-upgrades, the apt daily, Ubuntu Pro, motd-news and snap-repair timers"
   local unit
   for unit in unattended-upgrades.service apt-daily.timer apt-daily-upgrade.timer \
-    apt-daily.service apt-daily-upgrade.service; do
+    apt-daily.service apt-daily-upgrade.service ua-timer.timer motd-news.timer motd-news.service \
+    snapd.snap-repair.timer apt-news.service esm-cache.service; do
     systemctl stop "$unit" >/dev/null 2>&1 || true
     systemctl disable "$unit" >/dev/null 2>&1 || true
     systemctl mask "$unit" >/dev/null 2>&1 || true
   done
-  cat >/etc/apt/apt.conf.d/99-goldenimage-no-periodic <<'EOF'
+  # snapd refreshes snaps by itself, on no timer: hold every refresh (snapd 2.58 and later).
+  if command -v snap >/dev/null 2>&1; then
+    snap refresh --hold >/dev/null || die "snapd is installed but 'snap refresh --hold' failed"
+    log "snap refreshes held"
+  fi
+  mkdir -p "$SYSROOT/etc/apt/apt.conf.d"
+  cat >"$SYSROOT/etc/apt/apt.conf.d/99-goldenimage-no-periodic" <<'EOF'
 APT::Periodic::Enable "0";
 APT::Periodic::Update-Package-Lists "0";
 APT::Periodic::Unattended-Upgrade "0";

@@ -123,6 +123,7 @@ def made(tmp_path_factory):
             "etc/ssl/private/app/tls.der": b"\x30\x82\x04\xa2\x02\x01\x00",
             "etc/ssl/certs/ssl-cert-snakeoil.pem": "-----BEGIN CERTIFICATE-----\nMIIC\n",
             "root/.ssh/id_ed25519": OPENSSH_KEY,
+            "usr/lib/systemd/system/apt-news.service": "[Unit]\n",
         },
     )
     # Debian and Ubuntu ship /etc/os-release as a link to /usr/lib/os-release.
@@ -130,8 +131,14 @@ def made(tmp_path_factory):
     out["linux"] = disks.linux_disk(folder / "linux.raw", tree)["path"]
     clean = disks.ext4_tree(
         folder / "clean.tree",
-        {"etc/os-release": OS_RELEASE.replace("12", "13").replace("bookworm", "trixie")},
+        {
+            "etc/os-release": OS_RELEASE.replace("12", "13").replace("bookworm", "trixie"),
+            "usr/lib/systemd/system/apt-news.service": "[Unit]\n",
+        },
     )
+    # Masked the way systemctl mask does it: a link to /dev/null.
+    (clean / "etc" / "systemd" / "system").mkdir(parents=True)
+    (clean / "etc" / "systemd" / "system" / "apt-news.service").symlink_to("/dev/null")
     out["linux-clean"] = disks.linux_disk(folder / "linux-clean.raw", clean)["path"]
     return out
 
@@ -312,6 +319,8 @@ def test_linux_facts_each_read_each_key_flagged(made):
     )
     assert MACHINE_ID.strip() not in json.dumps(facts) + json.dumps(reasons)
     assert _disk.read_image_facts(str(made["linux"])) == facts
+    background = by_name(result)["background_apt_disabled"]
+    assert not background["passed"] and "apt-news.service (shipped, not masked)" in background["evidence"]
 
 
 def test_a_clean_linux_image_has_no_exposure_reason(made):
@@ -323,6 +332,7 @@ def test_a_clean_linux_image_has_no_exposure_reason(made):
     )
     assert facts["machine_id"] == "empty" and facts["private_keys"] == []
     assert result["exposure_reasons"] == []
+    assert by_name(result)["background_apt_disabled"]["passed"]
 
 
 task = functools.partial(module_task, "goldenimage.pipeline.seal_verify")

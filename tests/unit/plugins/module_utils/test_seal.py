@@ -389,6 +389,29 @@ def test_sealed_linux_root_passes():
             "apt-daily-upgrade.timer",
         ),
         (
+            {"/etc/systemd/system/timers.target.wants/ua-timer.timer": ""},
+            "background_apt_disabled",
+            "ua-timer.timer",
+        ),
+        (
+            {"/etc/systemd/system/timers.target.wants/snapd.snap-repair.timer": ""},
+            "background_apt_disabled",
+            "snapd.snap-repair.timer",
+        ),
+        (
+            {"/usr/lib/systemd/system/apt-news.service": "[Unit]\n"},
+            "background_apt_disabled",
+            "apt-news.service (shipped, not masked)",
+        ),
+        (
+            {
+                "/lib/systemd/system/esm-cache.service": "[Unit]\n",
+                "/etc/systemd/system/esm-cache.service": "x",
+            },
+            "background_apt_disabled",
+            "esm-cache.service (shipped, not masked)",
+        ),
+        (
             {"/etc/postgresql/16/main/start.conf": "# comment\n auto \n"},
             "postgresql_clusters_at_boot",
             "16/main (/etc/postgresql/16/main/start.conf says auto)",
@@ -428,7 +451,15 @@ def test_only_the_requested_postgresql_cluster_starts_at_boot():
 
 
 def test_disabled_units_and_other_targets_pass():
-    view = linux_view(**{"/etc/systemd/system/apt-daily.timer": "", "/etc/systemd/system/foo.target/x": ""})
+    view = linux_view(
+        **{
+            "/etc/systemd/system/apt-daily.timer": "",
+            "/etc/systemd/system/foo.target/x": "",
+            # Masked (an empty file, as a link to /dev/null reads): shipped but stopped.
+            "/usr/lib/systemd/system/apt-news.service": "[Unit]\n",
+            "/etc/systemd/system/apt-news.service": "",
+        }
+    )
     assert seal.check_background_apt(view)["passed"]
     assert sorted(seal.enablement_links(view)) == ["fstrim.timer", "ssh.service"]
 
