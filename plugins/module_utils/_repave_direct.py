@@ -213,6 +213,7 @@ class DirectDriver:
         result = dict(step, changed=False)
         if not write:
             return result
+        result["diff"] = repave_steps.write_view(observed, write)
         if "delete" in write:
             for claim in write["delete"]:
                 before = observed["claims"].get(claim)

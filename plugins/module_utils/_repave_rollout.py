@@ -413,7 +413,7 @@ class Rollout:
                 since.setdefault(key, self.clock())
                 state = self.driver.advance(inst, self.targets[key])
                 if state.get("changed"):
-                    self.emit("write", key=key)
+                    self.emit("write", key=key, diff=state.get("diff"))
                 if state["state"] in FINISHED:
                     seconds = self.clock() - since[key]
                     if state["state"] == "done":
@@ -459,7 +459,7 @@ class Rollout:
         for key in batch:
             state = self.driver.advance(self.instances[key], self.targets[key])
             if state.get("changed"):
-                self.emit("write", key=key)
+                self.emit("write", key=key, diff=state.get("diff"))
             if state["state"] in FINISHED:
                 self.finish(key, state, 0.0)
                 if state["state"] == "failed":

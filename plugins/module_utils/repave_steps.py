@@ -125,6 +125,31 @@ def state(status, phase, message, step=None, write=None):
     return {"state": status, "phase": phase, "message": message, "step": step, "write": write}
 
 
+def write_view(observed, write):
+    """What a step's write changes on the VM and its claims, for --diff: ``{field: (before, after)}``; an
+    ``after`` of None means the thing is gone. A swap shows the volume's claim before and after, a delete
+    each claim it removes, a stop or start the run strategy."""
+    vm = observed.get("vm") or {}
+    if write.get("delete"):
+        claims = observed.get("claims") or {}
+        return {
+            "claim %s" % name: (kinds.status(claims.get(name) or {}).get("phase") or "present", None)
+            for name in write["delete"]
+        }
+    spec = (write.get("patch") or {}).get("spec") or {}
+    view = {}
+    if "runStrategy" in spec:
+        view["runStrategy"] = (run_strategy(vm), spec["runStrategy"])
+    volumes = ((spec.get("template") or {}).get("spec") or {}).get("volumes")
+    if volumes is not None:
+        before = repave.claims_of(vm)
+        after = repave.claims_of({"spec": {"template": {"spec": {"volumes": volumes}}}})
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) != after.get(name):
+                view["volume %s claim" % name] = (before.get(name), after.get(name))
+    return view
+
+
 def _patch(patch, action, conflict=None):
     return {"patch": patch, "action": action, "conflict": conflict}
 

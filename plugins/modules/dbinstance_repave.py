@@ -682,7 +682,10 @@ resume:
   returned: when the roll-out is not over
   type: dict
 diff:
-  description: Per instance, the watched annotations before and after.
+  description:
+    - Per instance, the watched annotations before and after. With O(strategy=direct) also what the steps
+      changed on the VM and its claims - the OS volume's claim (C(volume <name> claim), the swap), the run
+      strategy, and each claim deleted (C(claim <name>) in C(before) with its phase, gone from C(after)).
   returned: when diff mode is on
   type: list
 """
@@ -882,8 +885,9 @@ class Repave:
             self.result["diff"] = list(self.diffs.values())
         return self.result
 
-    def note(self, inst, changes):
-        """Note annotation writes for --diff; ``changes`` maps an annotation to its value (None: removed)."""
+    def note(self, inst, changes, view=None):
+        """Note writes for --diff: ``changes`` maps an annotation to its value (None: removed); ``view`` is
+        what a step changed on the VM and its claims, ``{field: (before, after)}``."""
         key = self.key(inst)
         diff = self.diffs.get(key)
         if diff is None:
@@ -893,17 +897,20 @@ class Repave:
             where = "%s %s" % (self.params["kind"], key)
             diff = {"before_header": where, "after_header": where, "before": before, "after": dict(before)}
             self.diffs[key] = diff
+        for name, (before, after) in (view or {}).items():
+            diff["before"].setdefault(name, before)
+            changes = dict(changes, **{name: after})
         for name, value in changes.items():
             if value is None:
                 diff["after"].pop(name, None)
             else:
                 diff["after"][name] = value
 
-    def record_write(self, inst, target):
+    def record_write(self, inst, target, view=None):
         if self.params["strategy"] == "operator":
             self.note(inst, {self.params["trigger_annotation"]: "now"})
         else:
-            self.note(inst, {REVISION_ANNOTATION: target["revision"]})
+            self.note(inst, {REVISION_ANNOTATION: target["revision"]}, view)
 
     def set_opt_in(self, inst, value):
         if self.driver.set_opt_in(inst, value):
@@ -921,7 +928,7 @@ class Repave:
             elif kind == "write":
                 if not event.get("predicted"):
                     self.result["changed"] = True
-                self.record_write(instances[key], targets[key])
+                self.record_write(instances[key], targets[key], event.get("diff"))
             elif kind == "opt-in":
                 self.result["changed"] = True
                 self.note(instances[key], {OPT_IN_ANNOTATION: event["value"]})

@@ -345,8 +345,17 @@ def test_swap_check_mode_real_and_idempotent(lab, kube_client, kube_namespace, c
     assert check["plan"]["changed"] is True and check["plan"]["batches"] == [["db"]]
     assert check["plan"]["diff"][0]["after"][REVISION] == NEW
 
-    run = run_playbook(play(task("swap", state="repaved", opt_in="immediate", **common)), env=lab.env())
+    run = run_playbook(
+        play(task("swap", state="repaved", opt_in="immediate", **common)), env=lab.env(), diff=True
+    )
     assert run.ok, run.log
+    # --diff shows the OS disk's claim swapped and the old claim deleted, not only the annotation.
+    diff = run["swap"]["diff"][0]
+    swapped = [k for k in diff["after"] if k.startswith("volume ") and diff["before"][k] != diff["after"][k]]
+    assert len(swapped) == 1, diff
+    old_claim = diff["before"][swapped[0]]
+    assert "claim %s" % old_claim in diff["before"] and "claim %s" % old_claim not in diff["after"], diff
+    assert diff["after"][REVISION] == NEW and diff["before"]["runStrategy"] == diff["after"]["runStrategy"]
     # The same repave again, alone, so the audit log holds only its requests.
     lab.clear_audit()
     second = run_playbook(

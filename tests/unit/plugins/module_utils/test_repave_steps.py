@@ -319,3 +319,17 @@ def test_the_claims_a_deleted_vm_left_are_recognised_for_every_revision_form():
         assert pattern.match(claim), claim
     for claim in ("db2-os-%s" % OLD, "db-os-latest", "db-os-v2026081", "other-pgdata", "db-pgdata-old"):
         assert not pattern.match(claim), claim
+
+
+def test_the_diff_view_of_each_write_shows_the_stop_the_swap_and_the_delete():
+    running = observed(machine(), vmi())
+    assert repave_steps.write_view(running, step(running)["write"]) == {"runStrategy": ("Always", "Halted")}
+    stopped = observed(halted(machine()))
+    assert repave_steps.write_view(stopped, step(stopped)["write"]) == {
+        "volume rootdisk claim": ("db-os-%s" % OLD, "db-os-%s" % NEW)
+    }
+    disks = claims(OS_OLD, DATA, OS_NEW)
+    disks["db-os-%s" % OLD]["status"] = {"phase": "Bound"}
+    assert repave_steps.write_view(observed(swapped(), None, disks), {"delete": ["db-os-%s" % OLD]}) == {
+        "claim db-os-%s" % OLD: ("Bound", None)
+    }
