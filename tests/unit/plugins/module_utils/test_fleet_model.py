@@ -1,21 +1,27 @@
 """A stateful property test of the fleet roll-out: windows open and close (the clock moves, the run's
 window and instances' own windows change), roll-outs run with every opt-in, runs are killed and resumed,
 auto-apply and forced-apply dates pass. The decisions are the collection's own pure rules
-(``rollout.plan``, ``rollout.admit``, ``repave.apply_decision``); the model plays the cluster.
+(``rollout.plan``, ``rollout.admit``, ``repave.apply_decision``, and for each repave in flight the direct
+strategy's ``repave_steps.next_step``); the model plays the cluster: it applies each step's write to a
+Harvester VM and its claims (a merge patch, a claim delete) and reacts as KubeVirt and Harvester do (a
+halted VM loses its instance, a running one boots the disk its volume names, a declared claim is made).
 
 After every step:
 - nothing was repaved outside its window unless apply-immediately was recorded for it (or its
   forced-apply date had come), judged from the clock and the window at the moment it started;
 - a primary and its standby are never repaving together;
 - an instance repaving is never triggered again (a resumed run waits on it);
-- pgdata is never detached or deleted: a repave replaces the OS disk only.
+- pgdata is never detached or deleted, and every claim a VM's volumes name exists: a repave replaces the
+  OS disk only, and never deletes the one a VM boots.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
+import json
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, repave_steps, rollout
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -30,8 +36,60 @@ WINDOWS = [
     "tue,wed 09:00-10:00",
     "12:00-13:00 America/New_York",
 ]
-STEPS = 3  # looks a repave takes
 GROUPS = {"p1": ["s1a", "s1b"], "p2": ["s2a"], "p3": []}
+IMAGES = {
+    "images/old": {"status": {"storageClassName": "lh"}},
+    "images/tip": {"status": {"storageClassName": "lh"}},
+}
+TARGET = {"revision": "tip", "image": {"namespace": "images", "name": "tip"}, "storage_class": "lh"}
+
+
+def claim_template(name, image=None):
+    meta = {"name": name, "annotations": {repave.IMAGE_ID: image}} if image else {"name": name}
+    return {
+        "metadata": meta,
+        "spec": {"storageClassName": "lh", "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def harvester_vm(name):
+    """A Harvester VM on the old image: its OS disk and pgdata declared in volumeClaimTemplates."""
+    os_disk, pgdata = repave_steps.os_disk_name(name, "old"), "%s-pgdata" % name
+    templates = [claim_template(os_disk, "images/old"), claim_template(pgdata)]
+    volumes = [
+        {"name": "rootdisk", "persistentVolumeClaim": {"claimName": os_disk}},
+        {"name": "pgdata", "persistentVolumeClaim": {"claimName": pgdata}},
+    ]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "db",
+            "resourceVersion": "1",
+            "annotations": {repave.TEMPLATES: json.dumps(templates), repave_steps.REVISION: "old"},
+        },
+        "spec": {
+            "runStrategy": "Always",
+            "template": {
+                "spec": {
+                    "domain": {
+                        "devices": {"disks": [{"name": "rootdisk", "bootOrder": 1}, {"name": "pgdata"}]}
+                    },
+                    "volumes": volumes,
+                }
+            },
+        },
+    }
+
+
+def merge_patch(target, patch):
+    """RFC 7386: objects merge, None removes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def policy_dates(auto_days, forced_days):
@@ -60,12 +118,13 @@ class FleetMachine(RuleBasedStateMachine):
                     "annotations": {},
                     "revision": "old",
                     "available": True,
-                    "looks": 0,  # > 0 while repaving
-                    "os_disk": "pg-%s-os-old" % name,
-                    "pgdata": "pg-%s-pgdata" % name,
-                    "attached": ["pg-%s-os-old" % name, "pg-%s-pgdata" % name],
+                    "repaving": False,
+                    "vm": harvester_vm(name),
+                    "vmi": None,
                 }
-        self.claims = {c for i in self.instances.values() for c in i["attached"]}
+        self.claims = {}
+        for inst in self.instances.values():
+            self.cluster_reacts(inst)
         self.due = policy_dates(None, None)
         self.starts = []  # (name, decision, now, window, opt_in, names)
         self.triggered_while_repaving = []
@@ -98,17 +157,48 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule()
     def repaves_progress(self):
-        """The operator takes one step on every repave in flight: the OS disk is swapped, pgdata stays."""
+        """One look of the direct strategy at every repave in flight: ``next_step`` on what the cluster
+        shows, its write applied, then the cluster reacts."""
         for inst in self.instances.values():
-            if inst["looks"] == 0:
+            if not inst["repaving"]:
                 continue
-            inst["looks"] += 1
-            if inst["looks"] > STEPS:
-                new = "pg-%s-os-tip" % inst["name"]
-                self.claims.add(new)
-                inst["attached"] = [new if c == inst["os_disk"] else c for c in inst["attached"]]
-                self.claims.discard(inst["os_disk"])
-                inst.update(os_disk=new, revision="tip", available=True, looks=0)
+            vm = inst["vm"]
+            observed = {
+                "name": inst["name"],
+                "namespace": "db",
+                "vm": vm,
+                "vmi": inst["vmi"],
+                "claims": self.claims_of_namespace(),
+                "images": IMAGES,
+            }
+            step = repave_steps.next_step(observed, TARGET, "rootdisk")
+            assert step["state"] != "failed", step
+            write = step.get("write") or {}
+            for claim in write.get("delete") or ():
+                self.claims.pop(claim, None)
+            if write.get("patch"):
+                merge_patch(vm, write["patch"])
+                vm["metadata"]["resourceVersion"] = str(int(vm["metadata"]["resourceVersion"]) + 1)
+            self.cluster_reacts(inst)
+            if step["state"] == "done":
+                inst.update(revision="tip", available=True, repaving=False)
+
+    def claims_of_namespace(self):
+        return {name: copy.deepcopy(body) for name, body in self.claims.items()}
+
+    def cluster_reacts(self, inst):
+        vm = inst["vm"]
+        for template in repave.claim_templates(vm):  # Harvester makes each declared claim
+            self.claims.setdefault(template["metadata"]["name"], copy.deepcopy(template))
+        if vm["spec"].get("runStrategy") == "Halted":
+            inst["vmi"] = None
+        elif inst["vmi"] is None:  # KubeVirt boots the disks the volumes name, the agent connects
+            volumes = copy.deepcopy(vm["spec"]["template"]["spec"]["volumes"])
+            inst["vmi"] = {
+                "metadata": {"name": inst["name"]},
+                "spec": {"volumes": volumes},
+                "status": {"phase": "Running", "conditions": [{"type": "AgentConnected", "status": "True"}]},
+            }
 
     # --- a roll-out: one round of it. Each round knows only what the cluster shows, as a run resumed
     # after a kill does: instances repaving are in flight, to be waited on, never triggered again.
@@ -128,7 +218,7 @@ class FleetMachine(RuleBasedStateMachine):
         listed = [dict(i) for i in self.instances.values() if not names or i["name"] in names]
         targets = {i["name"]: {"revision": "tip"} for i in listed if i["revision"] != "tip"}
         replication = {i["name"]: rollout.replication_group(i) for i in self.instances.values()}
-        in_flight = {i["name"] for i in listed if i["looks"] > 0}
+        in_flight = {i["name"] for i in listed if i["repaving"]}
         batches = [b for b in rollout.plan(listed, targets, max_unavailable, None, replication) if b]
         for batch in batches:
             startable = []
@@ -147,9 +237,9 @@ class FleetMachine(RuleBasedStateMachine):
                 inst = self.instances[key]
                 if key in in_flight:
                     continue
-                if inst["looks"] > 0:
+                if inst["repaving"]:
                     self.triggered_while_repaving.append(key)
-                inst.update(looks=1, available=False)
+                inst.update(repaving=True, available=False)
             break  # one batch per round; the next round (or a rerun after a kill) plans again
 
     # --- invariants
@@ -182,7 +272,10 @@ class FleetMachine(RuleBasedStateMachine):
     @invariant()
     def pgdata_never_detached_or_deleted(self):
         for inst in self.instances.values():
-            assert inst["pgdata"] in self.claims and inst["pgdata"] in inst["attached"]
+            pgdata = "%s-pgdata" % inst["name"]
+            named = repave.claims_of(inst["vm"])
+            assert named.get("pgdata") == pgdata and pgdata in self.claims, (inst["name"], named)
+            assert all(claim in self.claims for claim in named.values()), (inst["name"], named)
 
 
 # Pure and fast: 200 sequences of up to 30 steps in a few seconds, in the normal unit tier.
