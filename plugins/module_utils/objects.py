@@ -118,8 +118,10 @@ def namespace_of(definition, kind, namespace):
     return namespace
 
 
-def check_write(current):
-    """Refuse to write over an object the server is deleting: the write would land on a dying object."""
+def check_write(current, want=None):
+    """Refuse to write over an object the server is deleting (the write would land on a dying object), and
+    a write that would make deletable what was not: labelling someone else's object as the collection's
+    would let ``state=absent`` delete it later."""
     since = ((current or {}).get("metadata") or {}).get("deletionTimestamp")
     if since:
         raise Refusal(
@@ -127,6 +129,26 @@ def check_write(current):
             "it is being deleted (since %s); nothing was written" % since,
             "run again once it is gone",
         )
+    if current and want and not deletable(current):
+        labelled = copy.deepcopy(current)
+        kinds.meta(labelled).setdefault("labels", {}).update(kinds.labels(want))
+        if deletable(labelled):
+            key, value = MANAGED_BY
+            raise Refusal(
+                describe(current),
+                "it exists and was not made by this collection, and this write would label it %s=%s, "
+                "which would let kube_object delete it; nothing was written" % (key, value),
+                "name an object that does not exist yet, or leave the label out to change it in place",
+            )
+
+
+def deletable(current):
+    """Whether ``check_delete`` lets kube_object delete ``current``."""
+    try:
+        check_delete(current)
+    except Refusal:
+        return False
+    return True
 
 
 def check_delete(current):
@@ -134,6 +156,13 @@ def check_delete(current):
     intermediate objects. Decided from the object itself, never from the name the caller gave."""
     api_version = current.get("apiVersion") or ""
     group = api_version.split("/")[0] if "/" in api_version else ""
+    if (group, current.get("kind")) == ("", "Namespace"):
+        raise Refusal(
+            describe(current),
+            "deleting a namespace deletes everything in it (goldens, tenants' disks), and kube_object never "
+            "deletes one",
+            "delete it with kubectl once it is empty, if that is what you mean",
+        )
     guarded = GUARDED_DELETES.get((group, current.get("kind")))
     if guarded or golden.observed_family(current):
         raise Refusal(

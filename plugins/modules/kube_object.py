@@ -18,6 +18,10 @@ description:
     merge-patched with the given fields only when it does not already hold them (fields the server or
     other writers added are left alone). An object that already holds every given field is not written
     to at all, so a rerun sends no mutating request.
+  - A write never makes deletable what was not. An existing object that does not carry
+    C(app.kubernetes.io/managed-by=goldenimage.pipeline) is refused, with nothing written, when the definition
+    would add that label, since O(state=absent) would then delete someone else's object (a tenant's database
+    named like a test instance, say).
   - With O(state=patched) an existing object is merge-patched the same way; a missing one is not created
     (it is reported with action C(missing) and a warning).
   - With O(state=absent) each object is deleted with the O(propagation) policy; one that is already gone is
@@ -26,7 +30,8 @@ description:
     C(app.kubernetes.io/managed-by=goldenimage.pipeline), as read from the cluster. A golden (a
     VolumeSnapshot or any object carrying the golden contract's family) is refused with a pointer to
     M(goldenimage.pipeline.golden_snapshot), and a Harvester VirtualMachineImage with a pointer to
-    M(goldenimage.pipeline.baked_image), since those delete paths ask who uses the object first.
+    M(goldenimage.pipeline.baked_image), since those delete paths ask who uses the object first. A Namespace
+    is never deleted, labelled or not, since everything in it goes with it.
   - O(state=absent) of a PersistentVolumeClaim, a DataVolume or a VirtualMachine asks who uses it first,
     with the reference query the collection's other delete paths share. A claim (for a DataVolume, its
     claim) is refused while a pod or a VirtualMachine mounts it, or while a claim (C(dataSource),
@@ -256,7 +261,7 @@ class Apply(object):
                 return objects.entry(want, "missing"), None
             after = self._create(want)
             return objects.entry(want, "created", after), self._diff(want, None, after)
-        objects.check_write(current)
+        objects.check_write(current, want)
         if not objects.pending(want, current):
             return objects.entry(want, "unchanged", current), None
         after, changed = m.patch(api_version, kind, name, namespace, objects.patch_of(want), before=current)

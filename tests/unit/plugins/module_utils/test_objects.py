@@ -176,6 +176,8 @@ def test_the_collections_own_intermediate_objects_may_be_deleted(current):
             "who uses it",
         ),
         (obj("harvesterhci.io/v1beta1", "VirtualMachineImage", OURS), "baked_image with state=absent"),
+        # A namespace takes everything in it along, labelled or not.
+        (obj("v1", "Namespace", OURS), "kube_object never deletes one"),
     ],
 )
 def test_deletes_the_guarded_modules_own_are_refused(current, says):
@@ -204,3 +206,14 @@ def test_an_object_the_server_is_deleting_is_not_written_over():
     ) as caught:
         objects.check_write(dying)
     assert caught.value.move == "run again once it is gone"
+
+
+def test_a_write_never_makes_deletable_what_was_not():
+    tenants = obj("db.goldenimage.io/v1alpha1", "DBInstance", {"team": "payments"})
+    claim = {"metadata": {"labels": OURS}}
+    with pytest.raises(Refusal, match="would let kube_object delete it; nothing was written") as caught:
+        objects.check_write(tenants, claim)
+    assert caught.value.move.startswith("name an object that does not exist yet")
+    objects.check_write(obj("db.goldenimage.io/v1alpha1", "DBInstance", OURS), claim)  # ours already
+    objects.check_write(tenants, {"metadata": {"labels": {"team": "payments"}}})  # no label added
+    objects.check_write(obj("v1", "Namespace"), claim)  # never deletable, so labelling it changes nothing
