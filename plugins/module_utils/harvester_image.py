@@ -481,33 +481,6 @@ def winning_template(image, classes):
     return None, None
 
 
-def replica_trap(requested, in_force, storage_class_name, template, why):
-    """The failure message when the replica count in force is not the one requested, else None."""
-    if requested is None or str(in_force) == str(requested):
-        return None
-    if template:
-        cause = (
-            "Harvester took the parameters of the Longhorn StorageClass %s (%s), which has "
-            "numberOfReplicas=%s, and ignored storageClassParameters.numberOfReplicas"
-            % (template, why, in_force)
-        )
-        fix = (
-            'set numberOfReplicas: "%s" on %s, or annotate the image with %s naming a Longhorn class '
-            "that has %s replicas, then delete this image and register the revision again"
-            % (requested, template, SC_ANNOTATION, requested)
-        )
-    else:
-        cause = "the StorageClass holds numberOfReplicas=%s" % in_force
-        fix = "delete this image and register it again with the replica count you need"
-    return "replicas: asked for %s copies but StorageClass %s has numberOfReplicas=%s: %s. To fix it: %s" % (
-        requested,
-        storage_class_name,
-        in_force,
-        cause,
-        fix,
-    )
-
-
 # ------------------------------------------------------------------- half-done work, said as it is
 
 
@@ -563,7 +536,7 @@ def still_imported(ref, deleted, revision_name, where, cause, missing_permission
 
 
 class ReplicaMismatch(PipelineError):
-    """The replica count in force is not the one asked for (see ``replica_trap``)."""
+    """The replica count in force is not the one asked for (see ``backing_copies.replica_trap``)."""
 
 
 def replica_mismatch_cleanup(exc, image, deleted, cleanup_error=None):

@@ -23,7 +23,16 @@ description:
   - The StorageClass is read from C(status.storageClassName), never computed. Harvester ignores
     C(storageClassParameters.numberOfReplicas) when a Longhorn template class applies (the class named by the
     annotation C(harvesterhci.io/storageClassName), or the cluster default). When the replica count in force
-    differs from O(replicas) the module fails, naming the class that won and how to fix it.
+    differs from O(replicas) the module fails, naming the class that won and how to fix it, first with a
+    Longhorn StorageClass used only for baked images, named in O(storage_class); never a change to the
+    cluster default class, which every other volume follows.
+  - Before a new image is created (and in check mode, with reads only) the count it would get is predicted
+    from the StorageClasses. A count the class that would win cannot hold, or more copies than there are
+    schedulable Nodes, is refused before anything is written (RV(prediction)).
+  - Once the image is imported, its Longhorn C(BackingImage) (named by the image StorageClass's
+    C(backingImage) parameter, in C(longhorn-system)) is read. The copies it holds ready, one per disk in
+    C(status.diskFileStatusMap), and the minimum Longhorn keeps (C(spec.minNumberOfCopies)) are returned in
+    RV(copies).
   - The replica count is verified as soon as Harvester has created the image's StorageClass
     (C(Initialized=True)), before the download or upload, not after the import. On a wrong count an image
     this run created is deleted at once (nothing can use an image that is not imported) and RV(cleaned_up)
@@ -275,6 +284,26 @@ replicas_in_force:
   returned: when the StorageClass exists
   type: int
   sample: 4
+prediction:
+  description:
+    - The replica count a new image would get, predicted before it is created, with C(requested),
+      C(in_force), C(template) (the Longhorn class Harvester would take its parameters from, or null),
+      C(why) and C(nodes) (the schedulable Nodes, null when not known).
+  returned: when O(replicas) is given and the image did not exist
+  type: dict
+  sample: {requested: 4, in_force: 4, template: null, why: null, nodes: 4}
+copies:
+  description:
+    - What the imported image's Longhorn BackingImage holds, C(ready_copies) (the disks whose copy is
+      C(ready)), C(min_copies) (C(spec.minNumberOfCopies)), C(backing_image), C(storage_class) and
+      C(class_replicas); C(readable) is false (and the counts null) when the cluster serves no BackingImage
+      or it may not be read.
+  returned: when the image is imported
+  type: dict
+  sample: {revision: v20261201-2404, image: harvester-public/ubuntu-2404-postgres-v20261201-2404,
+           storage_class: lh-6c1f0bde, class_replicas: 4,
+           backing_image: harvester-public-ubuntu-2404-postgres-v20261201-2404,
+           min_copies: 4, ready_copies: 4, ready_disks: [], readable: true}
 revision:
   description: The catalog entry of the revision.
   returned: when O(catalog) is given and state is present
@@ -390,7 +419,9 @@ import os
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _backing_copies,
     _disk,
+    backing_copies,
     catalog,
     eol,
     harvester_image,
@@ -582,6 +613,8 @@ class BakedImage:
             except catalog.CatalogError as exc:
                 raise PipelineError("%s: %s" % (self.store.where, exc.msg), refused=True) from None
         existing = self.module.get(API, KIND, name, namespace)
+        if existing is None and not self.resumed:  # the count a new image gets, refused before it is made
+            self.predict(desired)
         after = existing
         created = existing is None or bool(self.p["created"])
         if existing is not None:
@@ -627,6 +660,8 @@ class BakedImage:
             raise self.left_behind(exc, created) from None
         except PipelineError as exc:
             raise self.left_behind(exc, created) from None
+        if hi.imported(after):
+            self.result["copies"] = _backing_copies.held_by_image(self.module, self.p["name"], after)
         if self.store is not None:
             self.record(desired, after, storage_class)
         return self.finish(name, namespace, after, True)
@@ -681,6 +716,22 @@ class BakedImage:
                 }
             )
 
+    def predict(self, desired):
+        """What the image would get: the class Harvester would take its parameters from, against O(replicas)
+        and the schedulable nodes; a count that class cannot hold is refused before anything is written."""
+        if self.p["replicas"] is None:
+            return
+        nodes = _backing_copies.schedulable_nodes(
+            self.module, "the replica count is not compared with the node count"
+        )
+        self.result["prediction"] = backing_copies.predict(
+            "revision %s" % self.p["name"],
+            self.p["replicas"],
+            desired,
+            _backing_copies.storage_classes(self.module),
+            len(nodes) if nodes is not None else None,
+        )
+
     def check_replicas(self, image, storage_class):
         self.result["storage_class"] = storage_class
         found = self.module.get(kinds.STORAGE, "StorageClass", storage_class)
@@ -692,8 +743,10 @@ class BakedImage:
         self.result["replicas_in_force"] = int(in_force) if str(in_force or "").isdigit() else in_force
         if self.p["replicas"] is None or str(in_force) == str(self.p["replicas"]):
             return
-        template, why = hi.winning_template(image, self.module.list(kinds.STORAGE, "StorageClass"))
-        raise hi.ReplicaMismatch(hi.replica_trap(self.p["replicas"], in_force, storage_class, template, why))
+        template, why = hi.winning_template(image, _backing_copies.storage_classes(self.module))
+        raise hi.ReplicaMismatch(
+            backing_copies.replica_trap(self.p["replicas"], in_force, storage_class, template, why)
+        )
 
     def check_replicas_early(self, image, created):
         """Check the count once the StorageClass exists; a wrong count deletes an image this run made."""

@@ -25,6 +25,13 @@ description:
   - Every run reports C(drift) between the env and the records it should follow, whether or not anything is
     set, C(BACKING_IMAGE_OS_VERSION) against the catalog's default stream (with O(catalog)), and
     C(BACKING_IMAGE_REPLICAS) against the schedulable Node count (when Nodes can be listed).
+  - With O(catalog), the drift also names each published revision (imported, its image recorded) whose
+    backing image holds fewer copies than there are schedulable Nodes. What it holds is read from the
+    image's Longhorn C(BackingImage), the disks whose copy is C(ready) in C(status.diskFileStatusMap), not
+    from the StorageClass parameter alone (a node added after a revision was published gets no copy of it).
+    Each such entry carries the remedies in order, first a Longhorn StorageClass used only for baked images
+    (never a change to the cluster default class), then Longhorn's minimum copies on that BackingImage, or
+    a new revision. RV(copies) lists what every published revision holds.
   - The env is written with a merge patch guarded by the Deployment's C(resourceVersion); the task then waits
     for the rollout (C(observedGeneration) caught up, every replica updated and available), printing a line
     at least every O(report_every) seconds. A rollout still under way from an earlier run is waited for too.
@@ -73,6 +80,9 @@ notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - Listing Nodes needs cluster-wide C(list nodes); without it O(replicas_from_nodes) is refused and the
     replica drift is not reported.
+  - Reading the copies needs C(get) on the VirtualMachineImages, on StorageClasses and on
+    C(backingimages.longhorn.io) in C(longhorn-system); a revision whose BackingImage cannot be read is
+    compared by its class's count.
 seealso:
   - module: goldenimage.pipeline.baked_image_stream
 """
@@ -140,6 +150,24 @@ drift:
       expected: "24.04"
       message: BACKING_IMAGE_OS_VERSION is 22.04 but the catalog's default OS stream is 24.04
       move: set it with goldenimage.pipeline.dbinstance_operator_env os_version, ...
+    - what: BackingImage copies
+      revision: v20261201-2404
+      operator: 3
+      expected: 4
+      message: revision v20261201-2404 holds 3 ready copies of BackingImage longhorn-system/... but 4 nodes
+        are schedulable, so a VM on a node without a copy waits for one at first boot
+      move: create a Longhorn StorageClass used only for baked images with numberOfReplicas "4" ...
+      remedies:
+        - create a Longhorn StorageClass used only for baked images ...
+        - raise Longhorn's minimum copies of BackingImage ...
+        - or publish a new revision ...
+copies:
+  description:
+    - What each published revision of O(catalog) holds (see M(goldenimage.pipeline.baked_image) RV(copies));
+      null without O(catalog) or when Nodes cannot be listed.
+  returned: success
+  type: list
+  elements: dict
 done:
   description: Whether the rollout is complete.
   returned: success
@@ -176,7 +204,12 @@ diff:
 import copy
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, operator_env
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _backing_copies,
+    backing_copies,
+    inputs,
+    operator_env,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
     CatalogStore,
@@ -235,6 +268,18 @@ class OperatorEnv(object):
             self.module.warn("cannot list Nodes (%s): the replica drift is not reported" % exc.msg)
             return None
 
+    def copies(self, doc, nodes):
+        """What every published revision of the catalog holds, or None when that cannot be compared."""
+        if doc is None or nodes is None:
+            return None
+        try:
+            return _backing_copies.published(self.module, doc)
+        except KubeError as exc:
+            self.module.warn(
+                "cannot read the published revisions' images (%s): their copies are not reported" % exc.msg
+            )
+            return None
+
     def run(self):
         p = self.p
         rounds, stream = self.checked()
@@ -255,6 +300,7 @@ class OperatorEnv(object):
         if patch is not None:
             after, changed = self.module.patch(API, KIND, p["name"], p["namespace"], patch, before=before)
         env = {var: operator_env.env_value(after, container, var)[0] for var in VARS}
+        held = self.copies(doc, nodes)
         result = {
             "changed": changed,
             "container": container,
@@ -266,7 +312,9 @@ class OperatorEnv(object):
                 doc["default_stream"] if doc else None,
                 env[operator_env.REPLICAS_ENV],
                 len(nodes) if nodes is not None else None,
-            ),
+            )
+            + backing_copies.short_of(held or [], len(nodes or [])),
+            "copies": held,
         }
         if self.module._diff and changed:
             result["diff"] = {

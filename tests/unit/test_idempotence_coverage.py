@@ -31,6 +31,7 @@ NO_CHANGE = re.compile(
 
 READ_ONLY = {
     "bake_wait": "waits for a bake VM to stop, reading the VM and its console; it writes nothing",
+    "baked_image_copies": "gets and lists images, classes, backing images and nodes; always changed=false",
     "baked_image_rebuild_due": "reads APT metadata over HTTP and decides; always changed=false",
     "bucket_exposure": "sends three anonymous reads (GET, HEAD, list) and a signed list; no write",
     "bucket_object_url": "signs a URL locally, at most one HEAD; writes nothing",

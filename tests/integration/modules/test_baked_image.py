@@ -218,7 +218,7 @@ def test_replica_trap_failed_and_stuck_imports_upload_and_absent(
         storage.delete_storage_class(template, _preload_content=False)
     trap = refused(run, "trap")
     assert "asked for 4 copies" in trap["msg"] and template in trap["msg"], run.log
-    assert "harvesterhci.io/storageClassName" in trap["msg"] and trap["replicas_in_force"] == 2
+    assert "harvesterhci.io/storageClassName" in trap["msg"] and trap["prediction"]["in_force"] == 2
     failed = refused(run, "failed")
     assert "RetryLimitExceeded" in failed["msg"] and "404" in failed["msg"]
     stuck = refused(run, "stuck")
@@ -391,25 +391,17 @@ def test_upload_streams_a_multi_gib_file_with_a_small_footprint(lab, kube_namesp
 
 
 @pytest.mark.lab_only
-def test_replica_count_fails_fast_at_initialized_and_cleans_up(
-    lab, kube_client, kube_namespace, mirror, qcow2, monkeypatch
+def test_replica_count_the_class_cannot_hold_is_refused_before_the_image_is_created(
+    lab, kube_client, kube_namespace, mirror
 ):
-    """A wrong replica count is found when the StorageClass exists, while the import would still take long
-    (here: a download throttled to minutes), and the image this run created is deleted."""
+    """A wrong replica count is predicted from the template class before anything is written: no image is
+    created (so none is left to delete), and the first remedy is a class used only for baked images."""
     from kubernetes import client
-
-    from tests.lab.controllers.harvester import RATE_ENV
-
-    rate, wait_timeout = 1000, 90
-    monkeypatch.setenv(RATE_ENV, str(rate))  # the lab runs in this process: the import takes minutes
-    # The import cannot finish within the task's wait: a refusal that names the replica count was found
-    # before the import, at Initialized, whatever the machine's speed.
-    assert qcow2.stat().st_size / rate > wait_timeout
 
     storage = client.StorageV1Api(kube_client)
     template = "tmpl2-" + kube_namespace
     two_copies_class(storage, template)
-    image = "ubuntu-2204-postgres-v20260706"
+    lab.clear_audit()
     try:
         run = run_playbook(
             play(
@@ -424,18 +416,19 @@ def test_replica_count_fails_fast_at_initialized_and_cleans_up(
                     pg_versions=["16"],
                     replicas=4,
                     storage_class=template,
-                    wait_timeout=wait_timeout,
+                    wait_timeout=90,
                     wait_sleep=1,
                 )
             ),
             env=lab.env(),
         )
+        writes = lab.mutating_requests()
     finally:
         storage.delete_storage_class(template, _preload_content=False)
     trap = refused(run, "trap")
     assert "asked for 4 copies" in trap["msg"] and template in trap["msg"], run.log
-    assert trap["cleaned_up"] is True and trap["registered"] is False, trap
-    assert "was deleted before its import finished" in trap["msg"]
-    assert "timed out" not in trap["msg"], trap["msg"]
+    assert "To fix it: create a Longhorn StorageClass used only for baked images" in trap["msg"]
+    assert trap["refused"] is True and "cleaned_up" not in trap, trap
+    assert writes == [], writes
     left = client.CustomObjectsApi(kube_client).list_namespaced_custom_object(H, V, kube_namespace, IMAGES)
-    assert [i["metadata"]["name"] for i in left["items"] if i["metadata"]["name"] == image] == []
+    assert left["items"] == []

@@ -490,3 +490,59 @@ def test_stream_promotion_flips_the_operator_env_only_onto_a_validated_stream(
         "BACKING_IMAGE_OS_VERSION is 22.04 but the catalog's default OS stream is 24.04" in s for s in shown
     ), shown
     assert len(shown) == 2, shown  # the replica count still matches the 3 schedulable nodes
+
+
+TIMEOUTS_TASK = "Refuse zero or negative timeouts and intervals before anything is built or written"
+PREDICT_TASK = "Predict the copies the revision's backing image gets, before anything is built or written"
+
+
+@pytest.mark.lab_only
+def test_what_is_known_at_the_start_is_refused_before_the_build_or_any_write(
+    lab, kube_client, kube_namespace, s3, tmp_path
+):
+    """Timeouts of 0, a default flip in a run that builds, and a replica count the target class cannot hold
+    (predicted in check mode too, with reads only) stop the run before the build, the bucket or the API."""
+    from kubernetes import client
+
+    from tests.integration.modules.test_baked_image import two_copies_class
+
+    bucket = "baked-" + kube_namespace
+    storage = client.StorageV1Api(kube_client)
+    template = "tmpl-publish-" + kube_namespace
+    two_copies_class(storage, template)
+    cases = [
+        ({"publish_operator_timeout": 0}, (), TIMEOUTS_TASK, "option publish_operator_timeout: 0 is not"),
+        (
+            {"harvester_upload_wait_sleep": 0},
+            (),
+            TIMEOUTS_TASK,
+            "option harvester_upload_wait_sleep: 0 is not",
+        ),
+        ({"publish_default_stream": True}, (), INPUTS_TASK, "publish_default_stream=true are refused"),
+        (
+            {"harvester_upload_storage_class": template},
+            (),
+            PREDICT_TASK,
+            "Harvester would use numberOfReplicas=2",
+        ),
+        ({"harvester_upload_storage_class": template}, ("--check",), PREDICT_TASK, "first remedy"),
+    ]
+    try:
+        for more, args, task, words in cases:
+            extra = inputs(tmp_path, kube_namespace, bucket, **more)
+            lab.clear_audit()
+            run = publish(lab, extra, *args)
+            assert not run.ok, (more, run.log)
+            failed = [entry for entry in run.tasks if entry["status"] == "failed"]
+            assert [entry["task"] for entry in failed] == [task], (more, run.log)
+            msg = json.dumps(failed[0]["result"])
+            if words == "first remedy":  # check mode: the same refusal, from reads only
+                words = "create a Longhorn StorageClass used only for baked images"
+            assert words in msg, (more, msg)
+            assert lab.mutating_requests() == [], (more, lab.mutating_requests())
+            assert EOL_TASK not in run.task_names() and STEP_TASKS["build"] not in run.task_names()
+            assert not (tmp_path / "out").exists()
+            assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    finally:
+        storage.delete_storage_class(template, _preload_content=False)
+        empty_bucket(s3, bucket)

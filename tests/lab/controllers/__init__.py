@@ -35,6 +35,7 @@ CONTROLLER_MODULES = (
     "cdi",
     "kubedc",
     "harvester",
+    "longhorn",
     "harvester_vm",
     "kubevirt",
     "dbinstance",

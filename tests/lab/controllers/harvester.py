@@ -6,7 +6,8 @@ What Harvester (with Longhorn backing images) does, on the lab's volume store:
   default when it is a Longhorn class): the template's parameters replace the request's for the merged
   keys. The validating webhook keeps displayName unique, makes the source and the parameters immutable
   and refuses to delete an image whose StorageClass a PVC uses.
-- the controller creates the image's StorageClass `lh-<image uid>` and records it in
+- the controller creates the image's Longhorn BackingImage (see `longhorn.py`: its copies, one per disk)
+  and StorageClass `lh-<image uid>` and records the class in
   `status.storageClassName`; `sourceType: download` really downloads `spec.url` (HTTP, or the lab's S3
   endpoint) with `status.progress`, checks `spec.checksum` (SHA-512, as Longhorn does) and reads the
   sizes with `qemu-img info`; failures count in `status.failed` until `RetryLimitExceeded`.
@@ -34,6 +35,7 @@ from ..extensions import add_admission, add_route
 from ..objects import ApiError, ResourceType, TypeHooks, bad_request, conflict, invalid, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, condition, modify, record_event
+from .longhorn import delete_backing_image, ensure_backing_image
 from .storage import DEFAULT_CLASS_ANNOTATION
 from .volumes import remove_data, volumes_dir
 
@@ -300,6 +302,8 @@ class HarvesterImageController(Controller):
         if cancel is not None:
             cancel.set()
         remove_data(self.lab, self.data_path(obj))
+        meta = obj["metadata"]
+        delete_backing_image(self.lab.store, f"{meta['namespace']}-{meta['name']}")
         storage_class = (obj.get("status") or {}).get("storageClassName")
         if storage_class:
             try:
@@ -347,6 +351,10 @@ class HarvesterImageController(Controller):
             "allowVolumeExpansion": True,
         }
         sc_rt = self.lab.store.resource("storage.k8s.io", "v1", "storageclasses")
+        # Harvester's backing image backend creates the BackingImage, then the class naming it.
+        ensure_backing_image(
+            self.lab.store, image, parameters["backingImage"], parameters.get("numberOfReplicas") or "3"
+        )
         if not self.lab.store.exists(sc_rt, None, sc_name):
             try:
                 self.lab.store.create(sc_rt, storage_class)

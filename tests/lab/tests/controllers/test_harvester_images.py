@@ -297,3 +297,64 @@ def test_download_from_the_loopback_bucket(lab, kube_client, kube_namespace, qco
     )
     store_rt = lab.store.resource(H, "v1beta1", IMAGES)
     until(lambda: imported(lab.store.get(store_rt, kube_namespace, "s3-img")), 15, "imported from S3")
+
+
+def test_backing_image_copies_follow_the_minimum_not_the_nodes(mini, qcow2, http_root):
+    """Harvester makes the image's BackingImage with minNumberOfCopies from the class; Longhorn puts that
+    many ready copies on the schedulable nodes' disks and none on a node added later, until the minimum
+    is raised; a copy on a node gone reads unknown and is made again elsewhere."""
+    from tests.lab.controllers.longhorn import NAMESPACE, disk_uuid
+
+    core = mini.store.resource("", "v1", "nodes")
+    for node in list(mini.store.list(core)[0]):
+        mini.store.delete(core, None, node["metadata"]["name"])
+    names = [f"{mini.namespace}-{n}" for n in ("a", "b", "c", "d")]
+
+    def add_node(name, ready="True", unschedulable=False):
+        mini.store.create(core, {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable}})
+        node = mini.store.get(core, None, name)
+        node["status"] = {"conditions": [{"type": "Ready", "status": ready}]}
+        mini.store.update(core, node, subresource="status")
+        node = mini.store.get(core, None, name)
+        node["spec"]["taints"] = []  # the node lifecycle controller, which the lab does not run, lifts it
+        mini.store.update(core, node)
+
+    try:
+        for name in names[:3]:
+            add_node(name)
+        add_node(f"{mini.namespace}-cordoned", unschedulable=True)
+        body = image("img-copies", url=f"{http_root}/{qcow2.name}", params={"numberOfReplicas": "3"})
+        create_image(mini, body)
+        wait_image(mini, "img-copies", imported)
+        bi_rt = mini.store.resource("longhorn.io", "v1beta2", "backingimages")
+        bi_name = f"{mini.namespace}-img-copies"
+
+        def ready():
+            obj = mini.store.get(bi_rt, NAMESPACE, bi_name)
+            files = (obj.get("status") or {}).get("diskFileStatusMap") or {}
+            return sorted(d for d, f in files.items() if f["state"] == "ready"), obj
+
+        until(lambda: len(ready()[0]) == 3, 15, "three ready copies")
+        held, obj = ready()
+        assert held == sorted(disk_uuid(n) for n in names[:3])
+        assert obj["spec"]["minNumberOfCopies"] == 3
+        assert obj["metadata"]["annotations"]["harvesterhci.io/imageId"] == f"{mini.namespace}/img-copies"
+        sc = mini.get(SC, "storageclasses", get_image(mini, "img-copies")["status"]["storageClassName"])
+        assert sc["parameters"]["backingImage"] == bi_name
+
+        add_node(names[3])  # a node added: Longhorn makes no copy for it
+        time.sleep(2.5)
+        assert ready()[0] == held
+        obj["spec"]["minNumberOfCopies"] = 4  # the minimum raised: the fourth disk gets one
+        mini.store.update(bi_rt, obj)
+        until(lambda: disk_uuid(names[3]) in ready()[0], 15, "a copy on the new node")
+
+        mini.store.delete(core, None, names[0])  # a node gone: its copy is unknown, made again nowhere else
+        until(lambda: disk_uuid(names[0]) not in ready()[0], 15, "the lost copy")
+        assert len(ready()[0]) == 3
+
+        mini.store.delete(vmi_rt(mini), mini.namespace, "img-copies")
+        until(lambda: not mini.store.exists(bi_rt, NAMESPACE, bi_name), 20, "the backing image deleted")
+    finally:
+        for node in list(mini.store.list(core)[0]):
+            mini.store.delete(core, None, node["metadata"]["name"])

@@ -106,6 +106,7 @@ EXPECTED = {
         "Namespaced",
         True,
     ),
+    "BackingImage": ("longhorn.io", "v1beta2", "backingimages", "backingimage", ["lhbi"], "Namespaced", True),
     "DBInstance": ("db.goldenimage.io", "v1alpha1", "dbinstances", "dbinstance", ["dbi"], "Namespaced", True),
 }
 

@@ -1,5 +1,9 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, harvester_image
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    backing_copies,
+    catalog,
+    harvester_image,
+)
 
 SUM_A = "a" * 128
 SUM_B = "b" * 128
@@ -253,9 +257,9 @@ def test_replica_trap_names_the_winning_class():
     )
     named = {"metadata": {"annotations": {harvester_image.SC_ANNOTATION: "harvester-longhorn"}}}
     template, why = harvester_image.winning_template(named, [longhorn])
-    message = harvester_image.replica_trap(4, "2", "lh-1", template, why)
+    message = backing_copies.replica_trap(4, "2", "lh-1", template, why)
     assert "harvester-longhorn" in message and "annotation" in message and "asked for 4" in message
-    assert harvester_image.replica_trap(4, "4", "lh-1", None, None) is None
+    assert backing_copies.replica_trap(4, "4", "lh-1", None, None) is None
 
 
 # ----------------------------------------------------------------- guards of issue-level rules
