@@ -279,6 +279,16 @@ def manifest_record(manifest, sha256, location=None):
     return record
 
 
+def check_manifest_revision(path, manifest, name):
+    """A build manifest recorded for revision ``name`` must be that revision's."""
+    named = (manifest or {}).get("revision") if isinstance(manifest, dict) else None
+    if named != name:
+        raise AptError(
+            "manifest %s is of revision %s, not %s; give the manifest packer_build wrote beside %s's artifact"
+            % (path, named or "(none)", name, name)
+        )
+
+
 def baked_majors(manifest):
     pg = (manifest or {}).get("pg_versions") or (manifest or {}).get("postgresql") or []
     if isinstance(pg, dict):
