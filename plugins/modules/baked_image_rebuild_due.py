@@ -94,11 +94,13 @@ options:
     description: Seconds per HTTP request.
     type: int
     default: 60
-  validate_certs:
-    description: Verify TLS certificates, of the apt repositories and of the Kubernetes API.
+  apt_validate_certs:
+    description:
+      - Verify the TLS certificates of the APT repositories (their Release files are verified with C(gpgv)
+        whatever this says). The Kubernetes API's are O(validate_certs), which also reads
+        C(K8S_AUTH_VERIFY_SSL) as an AWX Kubernetes credential sets it.
     type: bool
     default: true
-    aliases: [verify_ssl]
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.catalog
@@ -252,7 +254,7 @@ def argument_spec():
         repositories=dict(type="list", elements="dict", required=True, options=REPOSITORY_SPEC),
         manifest=dict(type="list", elements="path", default=[]),
         http_timeout=dict(type="int", default=60),
-        validate_certs=dict(type="bool", default=True, aliases=["verify_ssl"]),
+        apt_validate_certs=dict(type="bool", default=True),
         catalog=catalog_options(),
     )
 
@@ -295,7 +297,7 @@ class RebuildDue(object):
         shown = redact_url(base)
         where = "%s %s" % (shown, suite)
         text, how = self.io.release(
-            base, suite, repo["keyring"], repo["allow_unsigned"], p["http_timeout"], p["validate_certs"]
+            base, suite, repo["keyring"], repo["allow_unsigned"], p["http_timeout"], p["apt_validate_certs"]
         )
         release = apt_release.parse_release(text, where)
         apt_release.check_fresh(release, datetime.datetime.now(datetime.timezone.utc), where)
@@ -304,7 +306,9 @@ class RebuildDue(object):
         for component in repo["components"]:
             for arch in repo["architectures"]:
                 path, digest, size = apt_release.pick_index(release, component, arch, where)
-                got, got_size, body = self.io.index(base, suite, path, p["http_timeout"], p["validate_certs"])
+                got, got_size, body = self.io.index(
+                    base, suite, path, p["http_timeout"], p["apt_validate_certs"]
+                )
                 apt_release.check_index(where, path, digest, size, got, got_size)
                 found = apt_release.packages(body)
                 self.indexes.append(
