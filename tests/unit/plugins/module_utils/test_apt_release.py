@@ -272,3 +272,15 @@ def test_every_stream_tip_is_compared_with_its_recorded_manifest_or_a_file():
         apt_release.comparisons(None, [])
     alone, _ = apt_release.comparisons(None, [("f.json", {"revision": "v2", "os_version": "22.04"})])
     assert (alone[0]["stream"], alone[0]["codename"], alone[0]["default"]) == ("22.04", "jammy", None)
+
+
+def test_a_manifest_recorded_for_a_revision_must_be_of_that_revision():
+    apt_release.check_manifest_revision("m.json", {"revision": "v20261129"}, "v20261129")
+    with pytest.raises(PipelineError) as caught:
+        apt_release.check_manifest_revision("m.json", {"revision": "v20261201"}, "v20261129")
+    assert caught.value.msg == (
+        "manifest m.json is of revision v20261201, not v20261129; give the manifest packer_build wrote "
+        "beside v20261129's artifact"
+    )
+    with pytest.raises(PipelineError, match="is of revision \\(none\\)"):
+        apt_release.check_manifest_revision("m.json", [], "v20261129")
