@@ -427,14 +427,8 @@ def test_the_daily_rebuild_check_schedule_fails_on_a_security_update(
     )
     assert "24.04 v20261201-2404: security: libc6 " in job.stdout
     # Report only: the same schedule's run with never succeeds and says the same.
-    job = run_template(
-        "goldenimage: baked image rebuild due",
-        data,
-        lab,
-        tmp_path,
-        monkeypatch,
-        survey={"rebuild_due_fail_on": "never"},
-    )
+    never = {"rebuild_due_fail_on": "never"}
+    job = run_template(schedule["unified_job_template"], data, lab, tmp_path, monkeypatch, survey=never)
     assert job.ok, job.stdout
     assert "24.04 v20261201-2404: security: openssl " in job.stdout
 
