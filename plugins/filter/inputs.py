@@ -4,7 +4,8 @@
 
 """Input normalisations as filters (inputs.base_url, artifact.bare_digest, iso.claim_size), so roles join
 and compare values without regular expressions or arithmetic in Jinja, and the refusal of a URL with
-credentials (redact.refuse_credentials), so a role refuses it with the rule every module applies."""
+credentials (redact.refuse_credentials), so a role refuses it with the rule every module applies, and the
+form of a URL a record may keep (redact.storable_url)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -51,6 +52,14 @@ def url_without_credentials(value, option="url", move=None):
         raise AnsibleFilterError(exc.msg) from None
 
 
+def storable_url(value):
+    """``value`` as a record kept outside the run may hold it (a manifest, a catalog): a signed query
+    dropped, user-info masked; a local path stays as it is."""
+    if value is None or value == "":
+        return ""
+    return redact.storable_url(str(value))
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -58,4 +67,5 @@ class FilterModule(object):
             "bare_digest": bare_digest,
             "iso_claim_size": iso_claim_size,
             "url_without_credentials": url_without_credentials,
+            "storable_url": storable_url,
         }

@@ -20,6 +20,8 @@ Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versio
         image: {namespace: harvester-public, name: ubuntu-2204-postgres-v20260615}
         storage_class: lh-<uid>
         imported: true
+        manifest: {sha256: <hex>, object: s3://<bucket>/<key>, package_count: 712,
+                   encoding: zlib+base64, package_list: <the installed packages>}
 
 Images are never removed and never change their content: registering a revision again with another
 checksum or source is refused ("build a new revision"). No secret is ever stored: every URL in every
@@ -48,6 +50,8 @@ CATALOG_VERSION = 1
 GRACE_KEY = "migration_grace_months"
 MIGRATION_GRACE_MONTHS = 3
 DATA_KEY = "catalog.yaml"
+# The entry's record of the build manifest (apt_release.manifest_record makes it).
+MANIFEST = "manifest"
 IDENTITY = ("os_version", "pg_versions", "checksum", "source")
 _ENTRY_ORDER = (
     "os_version",
@@ -225,6 +229,7 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
         updated = dict(wanted, build_date=rev.date.isoformat())
     if image is not None:
         updated["image"] = dict(image)
+    _same_manifest(name, current, extra.get(MANIFEST))
     for key, value in extra.items():
         if value is not None:
             updated[key] = value
@@ -234,6 +239,20 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
         return doc, False
     doc["images"][name] = updated
     return doc, True
+
+
+def _same_manifest(name, current, record):
+    """A revision's package manifest is part of what was published: once recorded, another one (a
+    different file digest) is refused like another checksum."""
+    held = (current or {}).get(MANIFEST)
+    if not record or not isinstance(held, dict) or not held.get("sha256"):
+        return
+    if held["sha256"] != record.get("sha256"):
+        raise CatalogError(
+            "revision %s is already in the catalog with another package manifest (sha256 %s, now %s); "
+            "published images are immutable: build a new revision"
+            % (name, held["sha256"], record.get("sha256"))
+        )
 
 
 def storable_source(source):
@@ -400,6 +419,20 @@ def default_tip(doc):
     if not entry.get("validated"):
         raise CatalogError("the default OS stream %s (tip %s) is not validated" % (stream, tip))
     return stream, tip, doc["images"][tip]
+
+
+def stream_tips(doc):
+    """``[(stream, tip, entry, default, validated)]`` of every stream whose tip is registered, the default
+    stream first, then the others by name. A stream without a tip has nothing to compare and is left out."""
+    doc = normalize(doc)
+    default = doc["default_stream"]
+    out = []
+    for stream in sorted(doc["streams"], key=lambda s: (s != default, s)):
+        entry = doc["streams"][stream]
+        tip = entry.get("tip")
+        if tip and tip in doc["images"]:
+            out.append((stream, tip, doc["images"][tip], stream == default, bool(entry.get("validated"))))
+    return out
 
 
 def supported_engine_versions(doc, today=None, eol_table=None, target=None):

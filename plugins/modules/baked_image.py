@@ -104,6 +104,20 @@ options:
       - Without it nothing reads the bytes; the module warns, and the catalog entry holds no C(facts). The
         C(harvester_upload) role and the C(publish_baked_image) playbook always give it.
     type: path
+  manifest:
+    description:
+      - The build manifest of the revision (the C(.manifest.json) C(packer_build) writes beside the artifact),
+        read before anything is written. Its C(revision) must be O(name).
+      - The catalog entry records it (C(manifest)) with the digest of the file, the kernel, the PostgreSQL
+        minors and the installed packages (C(package_list), compressed, as the catalog keeps every revision
+        in one ConfigMap), so M(goldenimage.pipeline.baked_image_rebuild_due) runs from the catalog alone.
+      - A revision recorded with another manifest (another digest) is refused, as its content is fixed once
+        published.
+    type: path
+  manifest_object:
+    description:
+      - Where the copy of O(manifest) is kept beside the artifact (C(s3://<bucket>/<key>)), recorded with it.
+    type: str
   eol_overrides:
     description:
       - The EOL overrides the build was checked with (as for M(goldenimage.pipeline.eol_guard)). Each one
@@ -308,7 +322,16 @@ revision:
   description: The catalog entry of the revision.
   returned: when O(catalog) is given and state is present
   type: dict
-  sample: {os_version: "24.04", pg_versions: ["15", "16", "17"], imported: true}
+  sample:
+    os_version: "24.04"
+    pg_versions: ["15", "16", "17"]
+    imported: true
+    manifest:
+      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+      object: s3://baked/ubuntu-24.04-postgres/v20261201-2404/sha256-<hex>/<artifact stem>.manifest.json
+      package_count: 712
+      encoding: zlib+base64
+      package_list: eNo92kvKZMcRgNG59qKm4l...
 catalog_changed:
   description: Whether a catalog (with O(state=absent), any catalog recording the image) was changed.
   returned: when O(catalog) is given, or a catalog was updated
@@ -415,12 +438,14 @@ diff:
 """
 
 import hashlib
+import json
 import os
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     _backing_copies,
     _disk,
+    apt_release,
     backing_copies,
     catalog,
     eol,
@@ -457,6 +482,8 @@ def argument_spec():
         url=dict(type="str", no_log=True),
         src=dict(type="path"),
         artifact=dict(type="path"),
+        manifest=dict(type="path"),
+        manifest_object=dict(type="str"),
         eol_overrides=dict(type="dict"),
         harvester_url=dict(type="str"),
         os_version=dict(type="raw"),
@@ -517,6 +544,7 @@ class BakedImage:
         self.store = CatalogStore(module, self.p["catalog"]) if self.p["catalog"] else None
         self.os_version, self.pg_versions = None, None
         self.facts = None
+        self.manifest = None
         self.extended = []
         self.round_started = time.time()
         self.started = self.p["started"] if self.p["started"] is not None else self.round_started
@@ -584,9 +612,27 @@ class BakedImage:
         self.result["facts"] = image_facts.catalog_facts(facts)
         return self.result["facts"]
 
+    def read_manifest(self):
+        """The catalog's record of the build manifest, read before anything is written."""
+        path = self.p["manifest"]
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+            data = json.loads(raw.decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PipelineError(
+                "revision %s: manifest %s cannot be read (%s); give the .manifest.json packer_build wrote"
+                % (self.p["name"], path, exc),
+                refused=True,
+            ) from None
+        apt_release.check_manifest_revision(path, data, self.p["name"])
+        return apt_release.manifest_record(data, hashlib.sha256(raw).hexdigest(), self.p["manifest_object"])
+
     def register(self, doc, desired, obj=None, storage_class=None):
         meta = desired["metadata"]
-        extra = {"facts": self.facts, "eol_extensions": self.extended or None}
+        extra = {"facts": self.facts, "eol_extensions": self.extended or None, "manifest": self.manifest}
         if obj is not None:
             extra.update(
                 image={"namespace": meta["namespace"], "name": meta["name"]},
@@ -604,6 +650,7 @@ class BakedImage:
         )
 
     def present(self):
+        self.manifest = self.read_manifest()
         self.facts = self.read_facts()
         desired = self.desired()
         name, namespace = kinds.name(desired), kinds.namespace(desired)

@@ -1,7 +1,7 @@
 """baked_image_rebuild_due against APT repositories on loopback: an Ubuntu-like archive (release,
 -updates and -security suites, InRelease) and a PGDG-like one (Release + Release.gpg, Packages.gz), both
 signed with a key made in the test; the manifest is the build manifest packer_build writes, or the one the
-catalog entry of the default stream's tip records."""
+catalog entry of each stream's tip records."""
 
 from __future__ import annotations
 
@@ -155,14 +155,15 @@ def test_rebuild_due_with_reasons_then_not_due_once_rebuilt(repos, tmp_path):
     assert "security: openssl 3.0.2-0ubuntu1.15 -> 3.0.2-0ubuntu1.16 (jammy-security, " in " ".join(
         due["lines"]
     )
-    assert due["other_updates"] == {"curl": "7.81.0-1ubuntu1.18"}
+    assert due["streams"]["22.04"]["other_updates"] == {"curl": "7.81.0-1ubuntu1.18"}
+    assert due["streams"]["22.04"]["security_updates"] == ["openssl 3.0.2-0ubuntu1.16"]
     verified = {(i["suite"], i["verified"], i["path"]) for i in due["indexes"]}
     assert ("jammy-security", "InRelease", "main/binary-amd64/Packages.xz") in verified
     assert ("jammy-pgdg", "Release.gpg", "main/binary-amd64/Packages.gz") in verified
     assert run["check mode"]["rebuild_due"] is True
     rebuilt = run["rebuilt"]
     assert rebuilt["rebuild_due"] is False and rebuilt["reasons"] == [], rebuilt
-    assert rebuilt["lines"][0].startswith("no rebuild due: v20261201 has every"), rebuilt["lines"]
+    assert rebuilt["lines"][0].startswith("22.04 v20261201: no rebuild due, it has every"), rebuilt["lines"]
 
 
 def test_signatures_and_index_hashes_are_checked(repos, tmp_path):
@@ -210,32 +211,164 @@ def test_signatures_and_index_hashes_are_checked(repos, tmp_path):
     assert "lists no Packages index for main/arm64" in refused(run, "no index")["msg"]
 
 
-@pytest.mark.lab_only
-def test_the_default_stream_tip_from_the_catalog(lab, kube_client, kube_namespace, repos, tmp_path):
-    from kubernetes import client
+NOBLE_INSTALLED = {
+    "base-files": "13ubuntu10.1",
+    "openssl": "3.0.13-0ubuntu3.4",
+    "libc6": "2.39-0ubuntu8.3",
+    "postgresql-17": "17.2-1.pgdg24.04+1",
+}
+NOBLE = {
+    "noble": {"base-files": "13ubuntu10", "openssl": "3.0.13-0ubuntu3", "libc6": "2.39-0ubuntu8"},
+    "noble-updates": {"base-files": "13ubuntu10.1", "libc6": "2.39-0ubuntu8.4"},
+    "noble-security": {"openssl": "3.0.13-0ubuntu3.5", "libc6": "2.39-0ubuntu8.4"},
+}
+NOBLE_PGDG = {"noble-pgdg": {"postgresql-17": "17.2-1.pgdg24.04+1"}}
+# Every stream's suites from one list: {codename} is each stream's release.
+BY_CODENAME = ["{codename}", "{codename}-updates", "{codename}-security"]
 
+
+@pytest.fixture(scope="module")
+def streams_repos(tmp_path_factory):
+    """The Ubuntu archive with jammy's and noble's pockets, PGDG with both, and a snapshot mirror that
+    serves jammy's security pocket under a dated directory (its Release says Suite: jammy-security)."""
+    base = tmp_path_factory.mktemp("apt-streams")
+    signer = Signer(base / "gnupg", "Test Archive <archive@example.invalid>")
+    for suite, pkgs in dict(ARCHIVE, **NOBLE).items():
+        write_suite(base / "www" / "ubuntu", suite, pkgs, signer)
+    for suite, pkgs in dict(PGDG, **NOBLE_PGDG).items():
+        write_suite(base / "www" / "pgdg", suite, pkgs, signer)
+    snapshot = {"curl": "7.81.0-1ubuntu1.17"}
+    write_suite(base / "www" / "snapshot", "jammy-20261201", snapshot, signer, release_suite="jammy-security")
+    server = Server(base / "www")
+    keyring = str(signer.keyring)
+    yield [
+        {"url": server.url + "/ubuntu", "suites": BY_CODENAME, "keyring": keyring},
+        {"url": server.url + "/pgdg", "suites": ["{codename}-pgdg"], "keyring": keyring},
+        {"url": server.url + "/snapshot", "suites": ["jammy-20261201"], "keyring": keyring},
+    ]
+    server.close()
+
+
+def recorded(packages, revision, os_version):
+    """The catalog entry's manifest record, as publishing makes it from the build manifest."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release
+
+    data = {
+        "revision": revision,
+        "os_version": os_version,
+        "packages": ["%s=%s" % kv for kv in sorted(packages.items())],
+    }
+    return apt_release.manifest_record(data, "0" * 64)
+
+
+def two_streams():
     from tests.integration.modules.test_dbinstance_operator_env import imported_images
 
-    images = imported_images(("v20261129", "22.04"), ("v20261201", "22.04"))
-    images["v20261201"]["manifest"] = {
-        "pg_versions": ["16", "17"],
-        "packages": ["%s=%s" % kv for kv in sorted(INSTALLED.items())],
+    images = imported_images(("v20261129", "22.04"), ("v20261201-2404", "24.04"), ("v20250601-2004", "20.04"))
+    images["v20261129"].update(pg_versions=["16", "17"], manifest=recorded(INSTALLED, "v20261129", "22.04"))
+    images["v20261201-2404"].update(
+        pg_versions=["17"], manifest=recorded(NOBLE_INSTALLED, "v20261201-2404", "24.04")
+    )
+    return {
+        "version": 1,
+        "default_stream": "22.04",
+        "streams": {
+            "22.04": {"tip": "v20261129", "validated": True},
+            "24.04": {"tip": "v20261201-2404", "validated": False},
+        },
+        "images": images,
     }
+
+
+def catalog_map(kube_client, namespace, name, doc):
+    from kubernetes import client
+
+    client.CoreV1Api(kube_client).create_namespaced_config_map(
+        namespace, {"metadata": {"name": name}, "data": {"catalog.yaml": yaml.safe_dump(doc)}}
+    )
+    return {"namespace": namespace, "name": name}
+
+
+@pytest.mark.lab_only
+def test_every_stream_from_the_catalog_alone_with_its_security_updates(
+    lab, kube_client, kube_namespace, streams_repos, tmp_path
+):
+    """No manifest file: each stream's tip is compared, from the package list its catalog entry records,
+    with the suites of its own release; the security updates are named per stream, among them one a
+    snapshot mirror serves under a dated directory whose Release says it is the security pocket."""
+    doc = two_streams()
+    where = catalog_map(kube_client, kube_namespace, "catalog", doc)
+    legacy = dict(
+        doc, streams=dict(doc["streams"], **{"20.04": {"tip": "v20250601-2004", "validated": True}})
+    )
+    older = catalog_map(kube_client, kube_namespace, "legacy", legacy)
+    auth = {"kubeconfig": "{{ lookup('env', 'KUBECONFIG') }}"}
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("catalog alone", catalog=where, repositories=streams_repos, **auth),
+            task(
+                "a tip without a manifest",
+                ignore_errors=True,
+                catalog=older,
+                repositories=streams_repos,
+                **auth,
+            ),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    got = run["catalog alone"]
+    assert got["changed"] is False and got["rebuild_due"] is True and got["security_due"] is True
+    assert got["revision"] == "v20261129"
+    assert sorted(got["streams"]) == ["22.04", "24.04"], got["streams"]
+    jammy, noble = got["streams"]["22.04"], got["streams"]["24.04"]
+    assert (jammy["revision"], jammy["default"], jammy["validated"]) == ("v20261129", True, True)
+    assert (noble["revision"], noble["default"], noble["validated"]) == ("v20261201-2404", False, False)
+    assert jammy["security_updates"] == ["curl 7.81.0-1ubuntu1.17", "openssl 3.0.2-0ubuntu1.16"], jammy
+    assert noble["security_updates"] == ["libc6 2.39-0ubuntu8.4", "openssl 3.0.13-0ubuntu3.5"], noble
+    kinds = {(r["stream"], r["kind"], r["package"]): r["suite"] for r in got["reasons"]}
+    assert kinds == {
+        ("22.04", "point-release", "base-files"): "jammy-updates",
+        ("22.04", "postgresql-minor", "postgresql-16"): "jammy-pgdg",
+        ("22.04", "security", "curl"): "jammy-20261201",
+        ("22.04", "security", "openssl"): "jammy-security",
+        ("24.04", "security", "libc6"): "noble-security",
+        ("24.04", "security", "openssl"): "noble-security",
+    }, kinds
+    # jammy's suites were never read for noble's tip, nor noble's for jammy's.
+    assert not [r for r in got["reasons"] if r["stream"] == "24.04" and "jammy" in r["suite"]]
+    assert "22.04 v20261129 (default stream): security: openssl 3.0.2-0ubuntu1.15 -> 3.0.2-0ubuntu1.16" in (
+        " ".join(got["lines"])
+    )
+    assert any(line.startswith("24.04 v20261201-2404: security: libc6 ") for line in got["lines"]), got[
+        "lines"
+    ]
+    indexes = {(i["suite"], i["security"]) for i in got["indexes"]}
+    assert ("jammy-20261201", True) in indexes and ("noble-updates", False) in indexes, indexes
+    # A tip published before builds recorded a manifest: the others are reported, the run fails naming it.
+    failed = refused(run, "a tip without a manifest")
+    assert failed["msg"].startswith("20.04 v20250601-2004 records no package manifest in the catalog"), failed
+    assert sorted(failed["streams"]) == ["22.04", "24.04"]
+    assert lab.mutating_requests() == []
+
+
+@pytest.mark.lab_only
+def test_a_manifest_file_stands_in_for_a_tip_that_records_none(
+    lab, kube_client, kube_namespace, repos, tmp_path
+):
+    from tests.integration.modules.test_dbinstance_operator_env import imported_images
+
     doc = {
         "version": 1,
         "default_stream": "22.04",
         "streams": {"22.04": {"tip": "v20261129", "validated": True}},
+        "images": imported_images(("v20261129", "22.04"), ("v20261201", "22.04")),
     }
-    core = client.CoreV1Api(kube_client)
-    core.create_namespaced_config_map(
-        kube_namespace,
-        {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": yaml.safe_dump(dict(doc, images=images))}},
-    )
-    where = {"namespace": kube_namespace, "name": "catalog"}
+    where = catalog_map(kube_client, kube_namespace, "catalog", doc)
     auth = {"kubeconfig": "{{ lookup('env', 'KUBECONFIG') }}"}
     run = run_playbook(
         play(
-            task("no manifest", ignore_errors=True, catalog=where, repositories=[pgdg(repos)], **auth),
             task(
                 "other revision",
                 ignore_errors=True,
@@ -247,77 +380,40 @@ def test_the_default_stream_tip_from_the_catalog(lab, kube_client, kube_namespac
             task(
                 "file",
                 catalog=where,
-                manifest=manifest(tmp_path / "t.json"),
+                manifest=[manifest(tmp_path / "t.json")],
                 repositories=[pgdg(repos)],
                 **auth,
             ),
         ),
         env=lab.env(),
     )
-    assert "v20261129 has no manifest in the catalog; give manifest" in refused(run, "no manifest")["msg"]
     msg = refused(run, "other revision")["msg"]
-    assert "is of revision v20261201 but the default stream's tip is v20261129" in msg, msg
+    assert "is of revision v20261201, which is the tip of no stream (22.04 v20261129)" in msg, msg
     assert run["file"]["revision"] == "v20261129" and run["file"]["rebuild_due"] is True
-    # The tip's recorded manifest is read from the catalog itself.
-    cm = core.read_namespaced_config_map("catalog", kube_namespace)
-    doc["streams"]["22.04"]["tip"] = "v20261201"
-    cm.data["catalog.yaml"] = yaml.safe_dump(dict(doc, images=images))
-    core.replace_namespaced_config_map("catalog", kube_namespace, cm)
-    lab.clear_audit()
-    run = run_playbook(
-        play(task("recorded", catalog=where, repositories=[pgdg(repos)], **auth)), env=lab.env()
-    )
-    assert run.ok, run.log
-    assert run["recorded"]["revision"] == "v20261201" and run["recorded"]["rebuild_due"] is True
-    assert [r["package"] for r in run["recorded"]["reasons"]] == ["postgresql-16"]
-    assert lab.mutating_requests() == []
+    assert [r["package"] for r in run["file"]["reasons"]] == ["postgresql-16"]
 
 
 @pytest.mark.lab_only
-def test_the_publish_playbook_step_runs_alone_from_a_schedule(
-    lab, kube_client, kube_namespace, repos, tmp_path
+def test_the_rebuild_due_playbook_fails_on_a_security_update_for_the_schedule(
+    lab, kube_client, kube_namespace, streams_repos, tmp_path
 ):
-    """``--tags rebuild_due`` reads the catalog's default tip and its manifest under the output
-    directory, says whether a rebuild is due, runs no other step and writes nothing; with
-    publish_fail_if_due it fails when one is due, for a scheduler to start the build."""
-    from kubernetes import client
-
-    from tests.integration.modules.test_dbinstance_operator_env import imported_images
+    """The playbook the daily schedule runs: per-stream lines, nothing written; with
+    rebuild_due_fail_on=security it fails when a tip lacks a security update, and a misspelt option is
+    refused before anything is read."""
     from tests.integration.support.runner import ROOT
 
-    doc = {
-        "version": 1,
-        "default_stream": "22.04",
-        "streams": {"22.04": {"tip": "v20261129", "validated": True}},
-        "images": imported_images(("v20261129", "22.04")),
-    }
-    client.CoreV1Api(kube_client).create_namespaced_config_map(
-        kube_namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": yaml.safe_dump(doc)}}
-    )
-    out = tmp_path / "out"
-    out.mkdir()
-    manifest(out / "ubuntu-2204-postgres-v20261129.manifest.json")
-    extra = {
-        "publish_output_dir": str(out),
-        "publish_catalog": {"namespace": kube_namespace, "name": "catalog"},
-        "publish_apt_repositories": [ubuntu(repos), pgdg(repos)],
-    }
-    playbook = ROOT / "playbooks" / "publish_baked_image.yml"
+    where = catalog_map(kube_client, kube_namespace, "catalog", two_streams())
+    extra = {"rebuild_due_catalog": where, "rebuild_due_apt_repositories": streams_repos}
+    playbook = ROOT / "playbooks" / "baked_image_rebuild_due.yml"
     lab.clear_audit()
-    run = run_playbook(playbook, env=lab.env(), extra_vars=extra, args=["--tags", "rebuild_due"])
+    run = run_playbook(playbook, env=lab.env(), extra_vars=extra)
     assert run.ok, run.log
-    said = run["Say whether a rebuild is due"]["msg"]
-    assert said[0] == "rebuild due: True (v20261129)", said
-    assert any(line.startswith("postgresql-minor: postgresql-16 16.4-1.pgdg22.04+1 -> 16.6") for line in said)
-    ran = run.task_names()
-    assert "EOL guard, before anything is built or uploaded" not in ran, ran
-    assert "Move the tip of the stream to the revision" not in ran, ran
+    said = run["Say, per stream, whether a rebuild is due"]["msg"]
+    assert any(line.startswith("24.04 v20261201-2404: security: openssl ") for line in said), said
     assert lab.mutating_requests() == []
-    failing = run_playbook(
-        playbook,
-        env=lab.env(),
-        extra_vars=dict(extra, publish_fail_if_due=True),
-        args=["--tags", "rebuild_due"],
-    )
+    failing = run_playbook(playbook, env=lab.env(), extra_vars=dict(extra, rebuild_due_fail_on="security"))
     assert not failing.ok
-    assert failing.entry("Say whether a rebuild is due")["status"] == "failed"
+    assert failing.entry("Say, per stream, whether a rebuild is due")["status"] == "failed"
+    misspelt = run_playbook(playbook, env=lab.env(), extra_vars=dict(extra, rebuild_due_fail_if="security"))
+    assert not misspelt.ok and "rebuild_due_fail_if" in misspelt.log
+    assert "Compare every stream's tip with the repositories (changes nothing)" not in misspelt.task_names()

@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from tests.integration.modules.test_baked_image_rebuild_due import streams_repos  # noqa: F401 (a fixture)
 from tests.integration.modules.test_dbinstance_repave import OLD, TIP, Fleet, open_window
 from tests.integration.modules.test_worker_image import SCHEMATIC, World
 from tests.integration.modules.test_worker_image import pool as worker_pool
@@ -389,6 +390,47 @@ def test_the_daily_schedule_applies_what_is_due_in_each_instances_window(
     rollout = job.results["Repave the fleet"][-1]
     assert rollout["intent"]["applied_by"] == {"no-window": "forced-apply"}, rollout["intent"]
     assert fleet.revision("no-window") == TIP and fleet.repaves("in-window") == 1
+
+
+def test_the_daily_rebuild_check_schedule_fails_on_a_security_update(
+    lab,
+    kube_client,
+    kube_namespace,
+    streams_repos,  # noqa: F811 (the imported fixture)
+    tmp_path,
+    monkeypatch,
+):
+    """The rebuild-due schedule launches its template with rebuild_due_fail_on: security: every stream's
+    tip is compared from the catalog alone (no manifest file), and a tip that lacks a security update fails
+    the job, whose lines name it per stream."""
+    from tests.integration.modules.test_baked_image_rebuild_due import catalog_map, two_streams
+
+    schedule = next(s for s in CONTROLLER["controller_schedules"] if "rebuild_due_fail_on" in s["extra_data"])
+    assert schedule["unified_job_template"] == "goldenimage: baked image rebuild due"
+    assert schedule["rrule"].endswith("RRULE:FREQ=DAILY;INTERVAL=1")
+    data = dict(schedule["extra_data"])
+    survey = {"rebuild_due_fail_on": data.pop("rebuild_due_fail_on")}
+    assert survey == {"rebuild_due_fail_on": "security"}
+    # Every stream's suites from one list, as the schedule gives them; this lab's catalog and repositories.
+    assert all("{codename}" in " ".join(r["suites"]) for r in data["rebuild_due_apt_repositories"])
+    data.update(
+        rebuild_due_catalog=catalog_map(kube_client, kube_namespace, "catalog", two_streams()),
+        rebuild_due_apt_repositories=streams_repos,
+    )
+    job = run_template(
+        "goldenimage: baked image rebuild due", data, lab, tmp_path, monkeypatch, survey=survey
+    )
+    assert not job.ok, job.stdout
+    assert (
+        "22.04 v20261129 (default stream): security: openssl 3.0.2-0ubuntu1.15 -> 3.0.2-0ubuntu1.16"
+        in job.stdout
+    )
+    assert "24.04 v20261201-2404: security: libc6 " in job.stdout
+    # Report only: the same schedule's run with never succeeds and says the same.
+    never = {"rebuild_due_fail_on": "never"}
+    job = run_template(schedule["unified_job_template"], data, lab, tmp_path, monkeypatch, survey=never)
+    assert job.ok, job.stdout
+    assert "24.04 v20261201-2404: security: openssl " in job.stdout
 
 
 def test_mirror_template_with_the_s3_credential(lab, tmp_path, monkeypatch):

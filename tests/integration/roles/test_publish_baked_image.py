@@ -10,11 +10,13 @@ EOL refusal, and an artifact that is not sealed, stop before anything reaches th
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 
 import pytest
 import yaml
 
+from tests.integration.modules.test_baked_image_rebuild_due import streams_repos  # noqa: F401 (a fixture)
 from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.integration.support.smoke import catalog_configmap, running_database
@@ -145,7 +147,10 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
         sums = manifest["checksums"]
         key = f"ubuntu-22.04-postgres/{REVISION}/sha256-{sums['sha256']}/{ARTIFACT}"
         objects = listing(s3, bucket)
-        assert [o[0] for o in objects] == [key], objects
+        assert [o[0] for o in objects if o[0].endswith(".qcow2")] == [key], objects
+        assert [o[0] for o in objects if o[0].endswith(".manifest.json")] == [
+            manifest_key(tmp_path, REVISION)
+        ]
         assert s3.head_object(Bucket=bucket, Key=key)["Metadata"]["sha256"] == sums["sha256"]
 
         image = client.CustomObjectsApi(kube_client).get_namespaced_custom_object(
@@ -232,12 +237,141 @@ def test_publish_end_to_end_then_nothing_changes(lab, kube_client, kube_namespac
         assert held.startswith("stream 22.04: tip held at v20261129") and "publish_validated=true" in held, (
             held
         )
-        assert len(listing(s3, bucket)) == 2
+        assert len([o for o in listing(s3, bucket) if o[0].endswith(".qcow2")]) == 2
     finally:
         empty_bucket(s3, bucket)
 
 
 @pytest.mark.lab_only
+def manifest_key(tmp_path, revision, stream="22.04"):
+    """The key of the build manifest beside the artifact: the revision's prefix, by its own digest."""
+    stem = "ubuntu-%s-postgres-%s" % (stream.replace(".", ""), revision)
+    path = tmp_path / "out" / (stem + ".manifest.json")
+    return "ubuntu-%s-postgres/%s/sha256-%s/%s.manifest.json" % (
+        stream,
+        revision,
+        hashlib.sha256(path.read_bytes()).hexdigest(),
+        stem,
+    )
+
+
+def build_manifest(path, stream, packages):
+    """The build manifest provision.sh leaves in the build VM (packer_build_artifact_build_manifest)."""
+    pg = {
+        m: {"minor": "%s.2" % m, "package_version": "%s.2-1.pgdg%s+1" % (m, stream)}
+        for m in ("15", "16", "17")
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "os_version": stream,
+                "kernel": "6.8.0-49-generic",
+                "postgresql": pg,
+                "packages": ["%s=%s" % kv for kv in sorted(packages.items())],
+            }
+        )
+    )
+    return str(path)
+
+
+@pytest.mark.lab_only
+def test_publish_records_the_package_manifest_and_the_daily_check_reads_every_stream(
+    lab,
+    kube_client,
+    kube_namespace,
+    s3,
+    streams_repos,  # noqa: F811 (the imported fixture)
+    tmp_path,
+):
+    """Two streams published with their build manifests: each manifest is an object beside its artifact
+    in the bucket and a record in its catalog entry, so the rebuild check, from the catalog alone (no
+    manifest file), reports per stream with the security updates each tip lacks."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release
+
+    from tests.integration.modules.test_baked_image_rebuild_due import INSTALLED, NOBLE_INSTALLED
+
+    bucket = "baked-" + kube_namespace
+    jammy_dir, noble_dir = tmp_path / "jammy", tmp_path / "noble"
+    jammy_dir.mkdir()
+    noble_dir.mkdir()
+    noble_release = (
+        'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n'
+    )
+    builds = {
+        "22.04": inputs(
+            jammy_dir,
+            kube_namespace,
+            bucket,
+            publish_artifact_build_manifest=build_manifest(jammy_dir / "build.json", "22.04", INSTALLED),
+        ),
+        "24.04": dict(
+            inputs(
+                noble_dir,
+                kube_namespace,
+                bucket,
+                publish_artifact=str(qcow2(noble_dir / "noble.qcow2", {"etc/os-release": noble_release})),
+                publish_artifact_build_manifest=build_manifest(
+                    noble_dir / "build.json", "24.04", NOBLE_INSTALLED
+                ),
+            ),
+            publish_os_version="24.04",
+            publish_build_date="20261201",
+        ),
+    }
+    revisions = {"22.04": REVISION, "24.04": "v20261201-2404"}
+    try:
+        for stream, extra in builds.items():
+            run = publish(lab, extra)
+            assert run.ok, (stream, run.log)
+        doc = catalog_of(kube_client, kube_namespace)
+        keys = [o[0] for o in listing(s3, bucket)]
+        for stream, folder in (("22.04", jammy_dir), ("24.04", noble_dir)):
+            revision = revisions[stream]
+            key = manifest_key(folder, revision, stream)
+            written = (folder / "out" / key.rsplit("/", 1)[1]).read_bytes()
+            # Beside the artifact: under the revision's prefix, the very bytes packer_build wrote.
+            assert key in keys, (key, keys)
+            artifact = [k for k in keys if k.startswith(key.split("/sha256-")[0]) and k.endswith(".qcow2")]
+            assert len(artifact) == 1, keys
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == written
+            record = doc["images"][revision]["manifest"]
+            assert record["sha256"] == hashlib.sha256(written).hexdigest()
+            assert record["object"] == "s3://%s/%s" % (bucket, key)
+            assert record["postgresql"] == {"15": "15.2", "16": "16.2", "17": "17.2"}
+            packages = apt_release.manifest_packages(record, revision)
+            assert packages == (INSTALLED if stream == "22.04" else NOBLE_INSTALLED)
+        assert doc["streams"] == {
+            "22.04": {"tip": REVISION, "validated": False},
+            "24.04": {"tip": "v20261201-2404", "validated": False},
+        }
+
+        # The daily check: the catalog alone, every stream.
+        check = {
+            "rebuild_due_catalog": {"namespace": kube_namespace, "name": "catalog"},
+            "rebuild_due_apt_repositories": streams_repos,
+        }
+        lab.clear_audit()
+        due = run_playbook(
+            ROOT / "playbooks" / "baked_image_rebuild_due.yml", env=lab.env(), extra_vars=check
+        )
+        assert due.ok, due.log
+        verdict = due["Compare every stream's tip with the repositories (changes nothing)"]
+        assert verdict["streams"]["22.04"]["security_updates"] == [
+            "curl 7.81.0-1ubuntu1.17",
+            "openssl 3.0.2-0ubuntu1.16",
+        ], verdict["streams"]["22.04"]
+        assert verdict["streams"]["24.04"]["security_updates"] == [
+            "libc6 2.39-0ubuntu8.4",
+            "openssl 3.0.13-0ubuntu3.5",
+        ], verdict["streams"]["24.04"]
+        said = due["Say, per stream, whether a rebuild is due"]["msg"]
+        assert any(line.startswith("22.04 v20261129: security: openssl ") for line in said), said
+        assert any(line.startswith("24.04 v20261201-2404: security: libc6 ") for line in said), said
+        assert [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace] == []
+    finally:
+        empty_bucket(s3, bucket)
+
+
 def test_eol_refusal_stops_before_anything_is_uploaded(lab, kube_namespace, s3, tmp_path):
     bucket = "baked-" + kube_namespace
     # A same-day rebuild: its revision is the day's second.

@@ -58,8 +58,10 @@ def write_suite(
     compression: str = "xz",
     component: str = "main",
     arch: str = "amd64",
+    release_suite: str | None = None,
 ) -> pathlib.Path:
-    """dists/<suite>/ with its Packages index (plain and compressed) and a Release listing both."""
+    """dists/<suite>/ with its Packages index (plain and compressed) and a Release listing both; its
+    ``Suite`` field is ``release_suite`` when given (a mirror serving a pocket under another directory)."""
     dist = root / "dists" / suite
     index_dir = dist / component / f"binary-{arch}"
     index_dir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,7 @@ def write_suite(
         lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data):>10} {component}/binary-{arch}/{name}")
     release = dist / "Release"
     release.write_text(
-        f"Origin: Test\nLabel: Test\nSuite: {suite}\nCodename: {suite.split('-')[0]}\n"
+        f"Origin: Test\nLabel: Test\nSuite: {release_suite or suite}\nCodename: {suite.split('-')[0]}\n"
         f"Date: Tue, 01 Dec 2026 10:00:00 UTC\nArchitectures: {arch}\nComponents: {component}\n"
         f"Description: {suite} for tests\nSHA256:\n" + "\n".join(lines) + "\n"
     )

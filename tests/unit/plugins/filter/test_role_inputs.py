@@ -120,3 +120,13 @@ def test_url_without_credentials_passes_a_plain_url_and_refuses_user_info():
         url_without_credentials("http://k:hunter2@s3.example", "windows_bake_iso_url_base", "use a Secret")
     assert str(err.value).startswith("option windows_bake_iso_url_base (http://REDACTED@s3.example): ")
     assert str(err.value).endswith("; use a Secret") and "hunter2" not in str(err.value)
+
+
+def test_storable_url_keeps_no_signature_or_password_in_a_manifest():
+    from ansible_collections.goldenimage.pipeline.plugins.filter.inputs import storable_url
+
+    signed = "https://b.s3.example.com/jammy.img?X-Amz-Signature=abc&X-Amz-Credential=k"
+    assert storable_url(signed) == "https://b.s3.example.com/jammy.img"
+    assert "secret" not in storable_url("https://user:secret@mirror.example.com/jammy.img")
+    assert storable_url("/srv/images/jammy.img") == "/srv/images/jammy.img"
+    assert storable_url("") == "" and storable_url(None) == ""

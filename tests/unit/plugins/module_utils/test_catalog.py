@@ -490,3 +490,42 @@ def test_only_databases_that_run_are_read_from_dbinstances():
     }
     assert catalog.database_of(running) == db("pg", "15")
     assert catalog.database_of({"metadata": {"name": "new"}, "spec": {"engineVersion": "15"}}) is None
+
+
+def test_stream_tips_lists_every_stream_with_a_tip_the_default_first():
+    doc = catalog.empty()
+    for name, stream in (("v20261129", "22.04"), ("v20261201-2404", "24.04")):
+        doc, _changed = catalog.register_image(doc, name, stream, ["17"], "a" * 128, "upload", imported=True)
+    doc["streams"] = {
+        "22.04": {"tip": "v20261129", "validated": False},
+        "24.04": {"tip": "v20261201-2404", "validated": True},
+        "26.04": {"tip": None, "validated": False},
+    }
+    doc["default_stream"] = "24.04"
+    tips = catalog.stream_tips(doc)
+    assert [(t[0], t[1], t[3], t[4]) for t in tips] == [
+        ("24.04", "v20261201-2404", True, True),
+        ("22.04", "v20261129", False, False),
+    ]
+
+
+def test_a_revision_keeps_the_package_manifest_it_was_published_with():
+    record = {"sha256": "a" * 64, "package_count": 1}
+    doc, changed = catalog.register_image(
+        catalog.empty(), "v20261129", "22.04", ["17"], "a" * 128, "upload", manifest=record
+    )
+    assert changed and doc["images"]["v20261129"]["manifest"] == record
+    # The same manifest again changes nothing; a registration without one keeps it.
+    assert (
+        catalog.register_image(doc, "v20261129", "22.04", ["17"], "a" * 128, "upload", manifest=record)[1]
+        is False
+    )
+    assert catalog.register_image(doc, "v20261129", "22.04", ["17"], "a" * 128, "upload")[0] == doc
+    with pytest.raises(catalog.CatalogError) as caught:
+        catalog.register_image(
+            doc, "v20261129", "22.04", ["17"], "a" * 128, "upload", manifest=dict(record, sha256="b" * 64)
+        )
+    assert caught.value.msg == (
+        "revision v20261129 is already in the catalog with another package manifest (sha256 %s, now %s); "
+        "published images are immutable: build a new revision" % ("a" * 64, "b" * 64)
+    )

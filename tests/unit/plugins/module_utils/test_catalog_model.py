@@ -10,7 +10,7 @@ dropped. Pure model: fast, in the unit tier.
 from __future__ import annotations
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release, catalog, image_facts
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -45,6 +45,7 @@ class CatalogModel(RuleBasedStateMachine):
         self.day = 0
         self.fleet = []  # {namespace, name, stream (None: the default), major}
         self.dropped = set()  # majors a publish named as dropped
+        self.manifests = {}  # revision -> the manifest record its first registration recorded
 
     def _revision(self, stream):
         self.day += 1
@@ -72,7 +73,13 @@ class CatalogModel(RuleBasedStateMachine):
         self.move_tip(stream, name)
 
     def register(self, name, stream, majors, facts):
-        """baked_image registering revision ``name`` with the facts read from its artifact."""
+        """baked_image registering revision ``name`` with the facts read from its artifact and the package
+        manifest its build wrote."""
+        built = {
+            "revision": name,
+            "packages": ["openssl=3.0.%d" % self.day, "postgresql-17=17.%d" % self.day],
+        }
+        record = apt_release.manifest_record(built, "%064x" % self.day)
         self.doc, _changes = catalog.register_image(
             self.doc,
             name,
@@ -82,7 +89,28 @@ class CatalogModel(RuleBasedStateMachine):
             "upload",
             facts=image_facts.catalog_facts(facts),
             imported=True,
+            manifest=record,
         )
+        self.manifests[name] = record
+
+    @rule(data=st.data())
+    def record_another_manifest(self, data):
+        """A registration of a published revision with another package manifest is refused."""
+        if not self.manifests:
+            return
+        name = data.draw(st.sampled_from(sorted(self.manifests)))
+        entry = self.doc["images"][name]
+        other = apt_release.manifest_record({"packages": ["openssl=9"]}, "f" * 64)
+        with pytest.raises(catalog.CatalogError, match="another package manifest"):
+            catalog.register_image(
+                self.doc,
+                name,
+                entry["os_version"],
+                entry["pg_versions"],
+                entry["checksum"],
+                entry["source"],
+                manifest=other,
+            )
 
     def move_tip(self, stream, name, drops=()):
         """baked_image_stream moving a tip: the stream rules, the facts recorded for the revision, then the
@@ -188,6 +216,18 @@ class CatalogModel(RuleBasedStateMachine):
             assert facts["os_release"]["version_id"] == stream == image["os_version"]
             assert facts["pg_majors"] == image["pg_versions"]
             assert facts["private_keys"] == [] and facts["initialized_clusters"] == []
+
+    @invariant()
+    def every_tip_can_be_checked_for_a_rebuild_from_the_catalog_alone(self):
+        tips = catalog.stream_tips(self.doc)
+        assert sorted(t[0] for t in tips) == sorted(self.doc["streams"])
+        if not tips:
+            return
+        compared, missing = apt_release.comparisons(tips, [])
+        assert missing == []
+        for item in compared:
+            assert item["manifest"] == self.manifests[item["revision"]]  # as first recorded
+            assert apt_release.manifest_packages(item["manifest"], item["revision"])
 
 
 CatalogModel.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

@@ -48,7 +48,7 @@ def params(tmp_path, recorded, **overrides):
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps(recorded))
     given = {
-        "manifest": str(path),
+        "manifest": [str(path)],
         "repositories": [{"url": "http://apt.postgresql.org/pub/repos/apt", "suites": ["jammy-pgdg"]}],
     }
     given.update(overrides)
@@ -76,6 +76,7 @@ def test_a_newer_minor_of_a_baked_major_makes_a_rebuild_due(tmp_path):
             "suite": "jammy-pgdg",
             "path": "main/binary-amd64/Packages",
             "verified": "InRelease",
+            "security": False,
             "packages": 2,
         }
     ]
@@ -85,7 +86,9 @@ def test_nothing_newer_is_no_rebuild(tmp_path):
     current = dict(MANIFEST, packages=["postgresql-16=16.5-1.pgdg22.04+1", "libpq5=17.1-1.pgdg22.04+1"])
     result = due.RebuildDue(Module(params(tmp_path, current)), fetch=Repositories()).run()
     assert result["rebuild_due"] is False and result["reasons"] == []
-    assert result["lines"][0].startswith("no rebuild due: v20261129 has every PostgreSQL minor")
+    assert result["lines"][0].startswith(
+        "manifest v20261129: no rebuild due, it has every PostgreSQL minor"
+    ), result["lines"]
 
 
 def test_an_index_that_does_not_match_its_release_fails_before_any_verdict(tmp_path):
@@ -95,9 +98,9 @@ def test_an_index_that_does_not_match_its_release_fails_before_any_verdict(tmp_p
 
 
 def test_without_a_catalog_the_manifest_file_is_needed_and_must_be_readable(tmp_path):
-    with pytest.raises(PipelineError, match="the tip has no manifest in the catalog; give manifest"):
-        due.RebuildDue(Module(params(tmp_path, MANIFEST, manifest=None)), fetch=Repositories()).run()
-    broken = params(tmp_path, MANIFEST, manifest=str(tmp_path / "absent.json"))
+    with pytest.raises(PipelineError, match="nothing to compare: give catalog"):
+        due.RebuildDue(Module(params(tmp_path, MANIFEST, manifest=[])), fetch=Repositories()).run()
+    broken = params(tmp_path, MANIFEST, manifest=[str(tmp_path / "absent.json")])
     with pytest.raises(PipelineError, match=r"absent\.json cannot be read") as caught:
         due.RebuildDue(Module(broken), fetch=Repositories()).run()
     assert caught.value.result["refused"] is True
