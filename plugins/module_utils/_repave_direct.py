@@ -19,7 +19,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave, repave_steps
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    consumers,
+    kinds,
+    repave,
+    repave_steps,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe_volume_users
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, is_transient, ref
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -266,6 +272,8 @@ class DirectDriver:
             "disk_roles": {n: dict(r) for n, r in roles.items()},
         }
         refusal = repave.teardown_refusal(where, roles, purge_data)
+        if refusal is None and roles:
+            refusal = self._users_refusal(name, namespace, sorted(roles))
         if refusal is not None:
             refusal.fields.update(outcome, changed=False, teardown=dict(outcome, changed=False))
             raise refusal
@@ -290,6 +298,31 @@ class DirectDriver:
                 "teardown of %s: %s" % (name, exc), teardown=dict(outcome, changed=True)
             ) from exc
         return dict(outcome, changed=True, msg="deleted %s" % what)
+
+    def _users_refusal(self, name, namespace, claims):
+        """The Refusal of the teardown while anything but this VM (and its launcher pods) uses one of its
+        claims: another VM mounting or declaring it, a pod, a clone, a snapshot; asked with the reference
+        query every delete path shares, before the first delete."""
+        try:
+            observed = observe_volume_users(self.module, namespace)
+        except PipelineError as exc:
+            raise consumers.users_unknown(ref(VM_KIND, name, namespace), exc) from exc
+        skip = {("VirtualMachine", namespace, name)}
+        found = []
+        for claim in claims:
+
+            def own(pod, claim=claim):
+                return consumers.owned_by(pod, "VirtualMachineInstance", name) or consumers.owned_by(
+                    pod, PVC_KIND, claim
+                )
+
+            found.extend(consumers.volume_consumers(PVC_KIND, namespace, claim, observed, own, skip))
+        return consumers.refuse_delete(
+            "the teardown of %s (PVCs %s)" % (ref(VM_KIND, name, namespace), ", ".join(claims)),
+            found,
+            "stop what else uses them, or remove them from the other VM's volumes and volumeClaimTemplates, "
+            "then run again; nothing was deleted",
+        )
 
     def _mark(self, claim, namespace, name, role):
         patch = {"metadata": {"labels": {TEARDOWN: name}, "annotations": {TEARDOWN_ROLE: role}}}

@@ -285,7 +285,8 @@ def volume_consumers(kind, namespace, name, observed, own_pod=lambda pod: False,
     """Who uses the claim or ConfigMap ``name`` of ``namespace``.
 
     Pods (those ``own_pod`` tells apart, ended or being deleted left out) and VirtualMachines mounting
-    it; for a claim also the claims cloning it (``dataSource``, ``dataSourceRef``), the DataVolumes and
+    it (or, for a claim, declaring it in Harvester's volumeClaimTemplates, so Harvester makes it again
+    for them); for a claim also the claims cloning it (``dataSource``, ``dataSourceRef``), the DataVolumes and
     VirtualMachine ``dataVolumeTemplates`` cloning it (``source.pvc``), the DataSources naming it
     (``source.pvc``) and the VolumeSnapshots taken of it. ``observed``: ``{"pods", "pvcs", "datavolumes",
     "datasources", "vms", "snapshots"}``, items of the namespace or
@@ -309,8 +310,13 @@ def volume_consumers(kind, namespace, name, observed, own_pod=lambda pod: False,
         vm_ns = _where(vm, namespace)
         template = (kinds.spec(vm).get("template") or {}).get("spec")
         templates = kinds.spec(vm).get("dataVolumeTemplates") or []
+        declared = kinds.declared_claims(vm) if kind == CLAIM and vm_ns == namespace else []
         if vm_ns == namespace and any(_uses(v, kind, name) for v in _pod_volumes(template)):
             add("VirtualMachine", vm, "has %s as a volume" % where)
+        elif declared is None:
+            add("VirtualMachine", vm, "has a volumeClaimTemplates annotation that cannot be read")
+        elif name in declared:
+            add("VirtualMachine", vm, "declares %s in its volumeClaimTemplates" % where)
         elif kind == CLAIM and any(
             _names_claim((kinds.spec(t).get("source") or {}).get("pvc"), vm_ns, namespace, name)
             for t in templates

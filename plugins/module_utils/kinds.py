@@ -12,6 +12,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 CORE = "v1"
 SNAPSHOT = "snapshot.storage.k8s.io/v1"
 KUBEVIRT = "kubevirt.io/v1"
@@ -21,6 +23,8 @@ KUBEDC = "kube-dc.com/v1"
 STORAGE = "storage.k8s.io/v1"
 APPS = "apps/v1"
 BATCH = "batch/v1"
+# Where a Harvester VM declares the claims Harvester makes for it (a JSON list of claim bodies).
+HARVESTER_CLAIM_TEMPLATES = "harvesterhci.io/volumeClaimTemplates"
 
 
 def meta(obj):
@@ -111,3 +115,18 @@ def snapshot_handle(content):
         return None
     declared = (spec(content).get("source") or {}).get("snapshotHandle")
     return declared or status(content).get("snapshotHandle") or None
+
+
+def declared_claims(vm):
+    """The claim names a Harvester VM declares in its volumeClaimTemplates annotation; None when the
+    annotation is there but cannot be read."""
+    text = annotations(vm).get(HARVESTER_CLAIM_TEMPLATES) or ""
+    if not text:
+        return []
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(items, list):
+        return None
+    return [name(item) for item in items if isinstance(item, dict) and name(item)]

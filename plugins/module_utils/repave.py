@@ -569,7 +569,7 @@ def preflight(instance, doc, target, today=None, eol_table=None):
 # holds data (never deleted without purge_data) is read from the claims and the VM, never from a name a
 # caller passes: a disk is an OS disk only when it is proven to be one, everything else is data.
 
-TEMPLATES = "harvesterhci.io/volumeClaimTemplates"
+TEMPLATES = kinds.HARVESTER_CLAIM_TEMPLATES
 IMAGE_ID = "harvesterhci.io/imageId"
 PREVIOUS = "goldenimage.pipeline/previous-os-disks"
 # On claims being torn down (label: the instance; annotation: the role), so a teardown killed after the

@@ -511,6 +511,47 @@ def test_teardown_refuses_data_without_purge_and_leaves_nothing_with_it(
     assert again["metadata"]["uid"] != first["metadata"]["uid"] and marker(lab, again) is None
 
 
+@pytest.mark.suite("data-loss")
+def test_teardown_never_deletes_a_claim_another_vm_declares_or_mounts(
+    lab, kube_client, kube_namespace, catalog
+):
+    """A halted VM that mounts another VM's pgdata (to inspect it): tearing it down with purge_data would
+    delete that pgdata, and Harvester would make it again, empty, for its owner. Refused, nothing deleted."""
+    data = create_instance(lab, kube_client, kube_namespace, "scratch", catalog)
+    body = vm_body("inspect", catalog)
+    notes = body["metadata"]["annotations"]
+    templates = [t for t in json.loads(notes[TEMPLATES]) if t["metadata"]["name"] != "inspect-pgdata"]
+    templates.append({"metadata": {"name": "scratch-pgdata"}, "spec": {"resources": {"requests": {}}}})
+    notes[TEMPLATES] = json.dumps(templates)
+    body["spec"]["runStrategy"] = "Halted"
+    for volume in body["spec"]["template"]["spec"]["volumes"]:
+        if volume["name"] == "pgdata":
+            volume["persistentVolumeClaim"]["claimName"] = "scratch-pgdata"
+    custom_api(kube_client).create_namespaced_custom_object(*KV, kube_namespace, "virtualmachines", body)
+    common = {
+        "namespace": kube_namespace,
+        "names": ["inspect"],
+        "state": "absent",
+        "purge_data": True,
+        **FAST,
+    }
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("check", check=True, ignore_errors=True, **common),
+            task("purge", ignore_errors=True, **common),
+        ),
+        env=lab.env(),
+    )
+    for name in ("check", "purge"):
+        refused = failed(run, name)
+        assert "scratch-pgdata" in refused["msg"] and "nothing was deleted" in refused["msg"], refused["msg"]
+        assert "VirtualMachine %s/scratch" % kube_namespace in refused["msg"], refused["msg"]
+    assert [r for r in lab.mutating_requests() if r["verb"] == "delete"] == []
+    kept = pvc(lab, kube_namespace, "scratch-pgdata")
+    assert kept["metadata"]["uid"] == data["metadata"]["uid"] and marker(lab, kept) == "16 scratch\n"
+
+
 def test_teardown_finds_the_disks_a_deleted_vm_left(lab, kube_client, kube_namespace, catalog):
     create_instance(lab, kube_client, kube_namespace, "gone", catalog)
     custom_api(kube_client).delete_namespaced_custom_object(*KV, kube_namespace, "virtualmachines", "gone")

@@ -359,3 +359,27 @@ def test_a_datasource_naming_a_claim_uses_it():
     }
     found = consumers.volume_consumers("PersistentVolumeClaim", "cozy-public", "talos-v1", observed)
     assert [(c["kind"], c["namespace"], c["name"]) for c in found] == [("DataSource", "tenant-x", "talos")]
+
+
+def test_a_vm_declaring_a_claim_in_its_volume_claim_templates_uses_it():
+    import json
+
+    declaring = {
+        "kind": "VirtualMachine",
+        "metadata": {
+            "name": "scratch",
+            "namespace": "db",
+            "annotations": {
+                "harvesterhci.io/volumeClaimTemplates": json.dumps([{"metadata": {"name": "d"}}])
+            },
+        },
+        "spec": {"template": {"spec": {"volumes": []}}},
+    }
+    found = consumers.volume_consumers("PersistentVolumeClaim", "db", "d", {"vms": [declaring]})
+    assert [(c["kind"], c["name"]) for c in found] == [("VirtualMachine", "scratch")]
+    assert "declares" in found[0]["why"]
+    unreadable = json.loads(json.dumps(declaring))
+    unreadable["metadata"]["annotations"]["harvesterhci.io/volumeClaimTemplates"] = "{not json"
+    found = consumers.volume_consumers("PersistentVolumeClaim", "db", "d", {"vms": [unreadable]})
+    assert "cannot be read" in found[0]["why"]
+    assert consumers.volume_consumers("PersistentVolumeClaim", "db", "other", {"vms": [declaring]}) == []
