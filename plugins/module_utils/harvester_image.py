@@ -199,6 +199,17 @@ def check_src_checksum(src, actual, given):
     return actual
 
 
+def check_artifact_checksum(revision, artifact, actual, registered):
+    """The facts are read from the bytes registered: the artifact's SHA-512 is the registered checksum."""
+    if registered and normalize_checksum(registered) != actual:
+        raise Refusal(
+            "revision %s (artifact %s)" % (revision, artifact),
+            "its SHA-512 is %s, but the bytes registered are %s: the facts read from it would describe "
+            "another image, and nothing was written" % (actual, normalize_checksum(registered)),
+            "give as artifact the very file registered (src, or the file url serves)",
+        )
+
+
 def identity_changes(existing, desired):
     """Immutable fields in which ``existing`` differs from ``desired`` (``[(field, old, new)]``).
 

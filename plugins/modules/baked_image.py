@@ -94,7 +94,10 @@ options:
   artifact:
     description:
       - The local qcow2 (or raw) file whose bytes are registered (the file O(url) serves, or O(src)), read
-        offline before anything is written. Its C(os-release), the PostgreSQL servers installed
+        offline before anything is written. Its SHA-512 must be the checksum registered
+        (O(src)'s or O(checksum)), so the facts describe the very bytes tenants boot; with O(url) and no
+        O(checksum), the artifact's SHA-512 becomes the checksum Harvester verifies the download against.
+        Its C(os-release), the PostgreSQL servers installed
         (C(/usr/lib/postgresql/<N>/bin/postgres)), the clusters initialized in it (a data directory with a
         C(PG_VERSION)) and the private keys left in it (the C(ssl-cert) snakeoil key PostgreSQL serves TLS
         with, SSH host keys) are compared with O(os_version) and O(pg_versions). A stream that
@@ -550,6 +553,7 @@ class BakedImage:
         self.started = self.p["started"] if self.p["started"] is not None else self.round_started
         # A later round of the same task: the registration is done, only its wait goes on.
         self.resumed = self.p["progress_seen"] is not None
+        self.digests = {}
 
     def run(self):
         self.os_version, self.pg_versions = checked_inputs(self.p)
@@ -567,15 +571,30 @@ class BakedImage:
 
     # state=present -----------------------------------------------------------------------------
 
-    def desired(self):
+    def digest(self, path):
+        """The SHA-512 of ``path``, read once however many checks ask for it (a multi-GB file)."""
+        if path not in self.digests:
+            self.digests[path] = _sha512(path)
+        return self.digests[path]
+
+    def registered_checksum(self):
+        """The checksum of the bytes registered: src's (equal to checksum when given), else checksum, else
+        the artifact's, so Harvester checks the download against the very bytes the facts were read from."""
         p = self.p
         checksum = hi.normalize_checksum(p["checksum"])
         if p["src"]:
             inputs.require_file(
                 p["src"], os.path.isfile(p["src"]), "src %s" % p["src"], "give the image file"
             )
-            checksum = hi.check_src_checksum(p["src"], _sha512(p["src"]), checksum)
-        elif not checksum:
+            return hi.check_src_checksum(p["src"], self.digest(p["src"]), checksum)
+        if not checksum and p["artifact"] and os.path.isfile(p["artifact"]):
+            return self.digest(p["artifact"])
+        return checksum
+
+    def desired(self):
+        p = self.p
+        checksum = self.registered_checksum()
+        if not checksum:
             self.module.warn("no checksum given: Harvester cannot verify the download")
         return hi.definition(
             p["namespace"],
@@ -603,6 +622,8 @@ class BakedImage:
         inputs.require_file(
             artifact, os.path.isfile(artifact), "artifact %s" % artifact, "give the image file registered"
         )
+        registered = self.registered_checksum()
+        hi.check_artifact_checksum(self.p["name"], artifact, self.digest(artifact), registered)
         facts = _disk.read_image_facts(artifact, "linux")
         image_facts.refuse_contradicted(
             "revision %s (artifact %s)" % (self.p["name"], artifact),

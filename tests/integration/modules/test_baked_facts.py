@@ -178,14 +178,17 @@ def test_baked_image_refuses_a_contradicting_artifact_before_anything_is_written
     common = dict(namespace=kube_namespace, pg_versions=["15", "16", "17"], replicas=1, catalog=catalog)
     common.update(wait_timeout=60, wait_sleep=1)
 
-    def register(title, name, stream, artifact, **more):
+    def register(title, name, stream, artifact, src=None, **more):
         path = str(made[artifact])
-        return task(title, name=name, os_version=stream, src=path, artifact=path, **common, **more)
+        src = str(made[src]) if src else path
+        return task(title, name=name, os_version=stream, src=src, artifact=path, **common, **more)
 
     run = run_playbook(
         play(
             register("as 24.04", "v20261201-2404", "24.04", "sealed", ignore_errors=True),
             register("shared key", "v20261201", "22.04", "unsealed", ignore_errors=True),
+            # The facts read from one file while another is uploaded would certify bytes nobody read.
+            register("other bytes", "v20261203", "22.04", "sealed", src="unsealed", ignore_errors=True),
             register("agrees", "v20261202", "22.04", "sealed"),
             module_defaults={"goldenimage.pipeline.baked_image": auth},
         ),
@@ -195,6 +198,8 @@ def test_baked_image_refuses_a_contradicting_artifact_before_anything_is_written
     assert refused["refused"] and refused["problems"][0]["fact"] == "os_release"
     assert "revision v20261201-2404 (artifact" in refused["msg"]
     assert {p["fact"] for p in run["shared key"]["problems"]} == {"initialized_cluster", "private_key"}
+    other = run["other bytes"]
+    assert other["refused"] and "the bytes registered are" in other["msg"], other["msg"]
     images = client.CustomObjectsApi(kube_client).list_namespaced_custom_object(
         "harvesterhci.io", "v1beta1", kube_namespace, "virtualmachineimages"
     )["items"]

@@ -252,7 +252,7 @@ def test_bad_input_is_refused_before_the_first_write(lab, kube_namespace, mirror
     assert writes(lab, kube_namespace) == [], writes(lab, kube_namespace)
     assert 'quote it: os_version: "24.1"' in refused(run, "float stream")["msg"]
     assert "option pg_versions" in refused(run, "float major")["msg"]
-    assert "quote it" in refused(run, "float major")["msg"]
+    assert "a major is a whole number, so write 16" in refused(run, "float major")["msg"]
     zero = refused(run, "zero timeout")["msg"]
     assert zero.startswith("option wait_timeout: 0 is not a duration"), zero
     assert refused(run, "negative sleep")["msg"].startswith("option wait_sleep: -1 is not a duration")
