@@ -264,8 +264,8 @@ def image_os(os_release, declared_stream, source="the image", default_stream=DEF
     if not (_OS_ID.match(os_id) and _OS_VERSION_ID.match(version_id)):
         raise Refusal(
             "%s" % source,
-            "its os-release gives no usable ID and VERSION_ID (ID=%r, VERSION_ID=%r), so what it is cannot be "
-            "named" % (os_id or None, version_id or None),
+            "its os-release gives no usable ID and VERSION_ID (ID=%r, VERSION_ID=%r), so what it is "
+            "cannot be named" % (os_id or None, version_id or None),
             "build from an image that carries /etc/os-release (or /usr/lib/os-release)",
         )
     stream = validate_stream(declared_stream)
