@@ -659,6 +659,12 @@ def analyse(vm, engine_version, lines=25):
     return found
 
 
+def missing_from_mirror(served):
+    """What an apt VM asked the local repository for and did not find, but for the signatures apt looks
+    for first (the repository is unsigned and trusted as such)."""
+    return [path for path in served["not_found"] if not path.endswith(("/InRelease", "/Release.gpg"))]
+
+
 def fresh_clusters(runs):
     """True when every run's cluster lives on its pgdata disk and no two runs share a database system
     identifier or a TLS certificate."""
@@ -944,7 +950,7 @@ def main(argv=None):
         # The image ships the cluster empty: each VM's first start initializes its own on its pgdata disk.
         "baked_fresh_cluster_per_vm": fresh_clusters(baked["runs"]),
         "apt_read_only_the_mirror": all(
-            run["mirror"]["requests"] > 0 and not run["mirror"]["not_found"] for run in apt["runs"]
+            run["mirror"]["requests"] > 0 and not missing_from_mirror(run["mirror"]) for run in apt["runs"]
         ),
         "reference": {"boot_to_ready": "~3 min -> 30-60 s", "cow_delta": "1-2 GB -> ~200 MB per VM"},
     }

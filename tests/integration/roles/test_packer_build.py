@@ -335,14 +335,26 @@ def fake_packer(path, fail=False):
     return path
 
 
-def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_path):
-    base = os_disk(tmp_path, "base", JAMMY)
-    common = {
+def faked_build(tmp_path, os_release, **role_vars):
+    """Role variables for a build of 2026-12-01 by the fake Packer from a base image with this os-release."""
+    base = os_disk(tmp_path, "base", os_release)
+    return {
         "packer_build_base_image": str(base),
         "packer_build_base_image_checksum": "sha256:" + sha256(base),
         "packer_build_date": "20261201",
         "packer_build_accelerator": "tcg",
+        **role_vars,
     }
+
+
+def result_of(run):
+    return run["Publish the result for later steps (packer_build_result)"]["ansible_facts"][
+        "packer_build_result"
+    ]
+
+
+def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_path):
+    common = faked_build(tmp_path, JAMMY)
     ok = dict(
         common,
         packer_build_output_dir=str(tmp_path / "ok"),
@@ -357,9 +369,7 @@ def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_pat
     )
     assert build["lines"][-1].startswith("Packer build in ") and "Builds finished" in build["lines"][-1]
     assert "qemu: Waiting for SSH to become available..." in run.stdout  # printed while it ran
-    facts = run["Publish the result for later steps (packer_build_result)"]["ansible_facts"][
-        "packer_build_result"
-    ]
+    facts = result_of(run)
     assert facts["built"] is True and facts["manifest"]["checksums"]["sha256"]
 
     bad = dict(
@@ -376,22 +386,17 @@ def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_pat
 
 
 def test_a_debian_base_image_is_named_by_its_os_release_never_as_ubuntu(tmp_path):
-    base = os_disk(tmp_path, "debian", BOOKWORM)
-    role_vars = {
-        "packer_build_base_image": str(base),
-        "packer_build_base_image_checksum": "sha256:" + sha256(base),
-        "packer_build_date": "20261201",
-        "packer_build_accelerator": "tcg",
-        "packer_build_pg_repo": "distribution",
-        "packer_build_pg_versions": ["15"],
-        "packer_build_output_dir": str(tmp_path / "out"),
-        "packer_build_packer_binary": str(fake_packer(tmp_path / "packer")),
-    }
+    role_vars = faked_build(
+        tmp_path,
+        BOOKWORM,
+        packer_build_pg_repo="distribution",
+        packer_build_pg_versions=["15"],
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+    )
     run = run_playbook(play(role_vars))
     assert run.ok, run.log
-    facts = run["Publish the result for later steps (packer_build_result)"]["ansible_facts"][
-        "packer_build_result"
-    ]
+    facts = result_of(run)
     assert facts["artifact"] == str(tmp_path / "out" / "debian-12-postgres-v20261201.qcow2")
     assert facts["os"] == {"id": "debian", "version_id": "12", "revision_stream": "22.04", "ubuntu": False}
     assert facts["manifest"]["os"] == {"id": "debian", "version_id": "12"}
@@ -400,14 +405,12 @@ def test_a_debian_base_image_is_named_by_its_os_release_never_as_ubuntu(tmp_path
 
 
 def test_an_ubuntu_base_image_of_another_stream_is_refused_before_packer(tmp_path):
-    base = os_disk(tmp_path, "noble", NOBLE)
-    role_vars = {
-        "packer_build_base_image": str(base),
-        "packer_build_base_image_checksum": "sha256:" + sha256(base),
-        "packer_build_date": "20261201",
-        "packer_build_output_dir": str(tmp_path / "out"),
-        "packer_build_packer_binary": str(fake_packer(tmp_path / "packer")),
-    }
+    role_vars = faked_build(
+        tmp_path,
+        NOBLE,
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+    )
     run = run_playbook(play(role_vars))
     assert not run.ok
     msg = run["Name the image by its os-release (an Ubuntu image must be the declared stream)"]["msg"]
