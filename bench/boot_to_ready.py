@@ -755,7 +755,13 @@ def probe_kvm(image, workdir, timeout):
                 time.sleep(2)
             else:
                 why.append("-cpu %s: no guest agent answer within %ds under KVM" % (model, timeout))
-        except BenchError as exc:
+        except (BenchError, OSError, ConnectionError) as exc:
+            # QEMU aborting right after start closes the agent's socket under the probe.
+            if vm.proc is not None:
+                try:
+                    vm.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
             stderr = (vm.dir / "qemu.stderr").read_text(errors="replace").strip().splitlines()
             why.append("-cpu %s: %s%s" % (model, exc, ": " + stderr[0] if stderr else ""))
         finally:

@@ -11,6 +11,8 @@
 # Packages.gz, Release; `deb [trusted=yes] http://HOST/ ./`). It is cached as CACHE_DIR/apt-mirror-<key>,
 # the key hashing this script and the base image's name (which carries its own content key). Needs root.
 set -euo pipefail
+# shellcheck source=tests/e2e/chroot.sh
+. "$(dirname "$0")/chroot.sh"
 
 base=${1:?usage: apt_mirror.sh BASE_IMAGE CACHE_DIR}
 cache_dir=${2:?usage: apt_mirror.sh BASE_IMAGE CACHE_DIR}
@@ -26,7 +28,7 @@ for tool in qemu-img dpkg-scanpackages apt-ftparchive gzip; do
 done
 [ -s "$base" ] || die "no base image at $base"
 
-key=$( { cat "$0"; basename "$base"; printf '%s\n' "${PACKAGES[@]}"; } | sha256sum | cut -c1-12)
+key=$( { cat "$0" "$(dirname "$0")/chroot.sh"; basename "$base"; printf '%s\n' "${PACKAGES[@]}"; } | sha256sum | cut -c1-12)
 repo=$cache_dir/apt-mirror-$key
 if [ -s "$repo/Release" ]; then
   log "cached: $repo ($(find "$repo" -name '*.deb' | wc -l) packages)"
@@ -37,16 +39,7 @@ fi
 work=$(mktemp -d "$cache_dir/apt-mirror-build.XXXXXX")
 root=$work/root
 mounted=""
-cleanup() {
-  local fs
-  for fs in dev/pts dev proc sys; do
-    mountpoint -q "$root/$fs" 2>/dev/null && umount -l "$root/$fs"
-  done
-  if [ -n "$mounted" ]; then
-    umount "$root" 2>/dev/null || umount -l "$root" || true
-  fi
-  rm -rf "$work"
-}
+cleanup() { chroot_cleanup "$root" "$work" "$mounted" mnt/debs; }
 trap cleanup EXIT
 
 log "copying the base image's root (raw, throwaway)"
@@ -54,10 +47,7 @@ qemu-img convert -f qcow2 -O raw "$base" "$work/disk.raw"
 mkdir -p "$root"
 mount -o "loop,offset=$((PART_START_SECTOR * 512))" "$work/disk.raw" "$root"
 mounted=1
-mount -t proc proc "$root/proc"
-mount -t sysfs sysfs "$root/sys"
-mount --bind /dev "$root/dev"
-mount --bind /dev/pts "$root/dev/pts"
+chroot_mounts "$root"
 # The image resolves through systemd-resolved, which does not run in a chroot.
 rm -f "$root/etc/resolv.conf"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
