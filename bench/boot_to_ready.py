@@ -523,6 +523,8 @@ def measure(workdir, name, backing, template, args, pubkey, timeout, disk_bus="v
         "seed": str(SEEDS / template),
         "timeout_s": timeout,
         "disk_bus": disk_bus,
+        # Emulated boots follow the host's speed: what the shared host was doing when this one started.
+        "host_loadavg_at_start": list(os.getloadavg()),
     }
     print(
         "==> %s: booting %s (%s, disk on %s, timeout %ds)"
@@ -900,6 +902,10 @@ def main(argv=None):
                     mirror=mirror,
                 )
             )  # fmt: skip
+            # Kept after every pair, so a run stopped early still leaves the boots it measured.
+            partial = args.results.with_suffix(".partial.json")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps({"accelerator": args.accel, "runs": runs}, indent=2) + "\n")
         scenarios = {name: summary(found) for name, found in runs.items()}
         # The baked initramfs must still boot a VM whose disk is not virtio.
         bus_checks = {}
