@@ -2,15 +2,23 @@
 """Boot-to-ready and copy-on-write delta of a baked PostgreSQL image against install-at-first-boot.
 
 Boots two VMs with QEMU, one after the other, each on a fresh qcow2 overlay (the way Harvester gives
-each VM a copy-on-write delta on a shared backing image) with a cloud-init NoCloud seed. The baked
+each VM a copy-on-write delta on a shared backing image) with a cloud-init NoCloud seed and a second,
+blank virtio disk for the database (serial ``pgdata``, as the seed's VMs get a pgdata volume beside the
+OS disk): the first boot formats and mounts it at /var/lib/postgresql before PostgreSQL starts. The baked
 artifact is compressed for transfer; a VM on KubeVirt boots from it as CDI imports it, decompressed, so
 it is converted once (``qemu-img convert``, as the import does) and the overlays sit on that copy, an
 uncompressed qcow2 like the base image:
 
-  baked  the baked image; first boot activates only the requested PostgreSQL major
+  baked  the baked image; first boot activates only the requested PostgreSQL major, whose cluster
+         the image ships empty: its first start initializes it on the pgdata disk
          (tests/e2e/seeds/baked.user-data), nothing is downloaded;
-  apt    the plain base image; first boot runs ``apt-get install postgresql`` from the distribution's
-         archive (tests/e2e/seeds/apt.user-data), reached through QEMU's user network.
+  apt    the plain base image; first boot runs ``apt-get install postgresql``
+         (tests/e2e/seeds/apt.user-data) from a local repository (``--apt-mirror``, filled before the
+         boots by tests/e2e/apt_mirror.sh) that this process serves on 127.0.0.1.
+
+Neither VM reaches any network: QEMU's user network runs with ``restrict=on``; the forwarded ports
+reach into the guest, and the apt VM's one way out, http://10.0.2.100/, is relayed (``guestfwd``,
+socat) to the repository on the host's loopback.
 
 Boot-to-ready is the time from starting QEMU until PostgreSQL answers a startup message on the
 forwarded port the way ``pg_isready`` counts it (an authentication request or refusal, not "the
@@ -18,9 +26,10 @@ database system is starting up"). After that the guest is shut down through its 
 the overlay's allocated size is the COW delta. No VM outlives this process: each one is stopped
 in a ``finally`` and dies with its parent (PR_SET_PDEATHSIG).
 
-    .venv/bin/python bench/boot_to_ready.py --base BASE.qcow2 --baked BAKED.qcow2 \\
-        [--engine-version 15] [--accel auto|kvm|tcg] [--results .cache/e2e/results.json]
-    .venv/bin/python bench/boot_to_ready.py --probe-kvm BASE.qcow2     prints kvm or tcg
+    .venv/bin/python bench/boot_to_ready.py --base BASE.qcow2 --baked BAKED.qcow2 --apt-mirror DIR \\
+        [--engine-version 15] [--accel auto|kvm|tcg] [--cpu-model host] [--results .cache/e2e/results.json]
+    .venv/bin/python bench/boot_to_ready.py --probe-kvm BASE.qcow2
+        prints "kvm <cpu model>" or "tcg" on its last line, and why on the lines before
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import base64
 import concurrent.futures
 import ctypes
 import datetime
+import functools
+import http.server
 import json
 import os
 import pathlib
@@ -53,6 +64,12 @@ SEEDS = ROOT / "tests" / "e2e" / "seeds"
 PR_SET_PDEATHSIG = 1
 PG_PROTOCOL_3 = 196608
 PG_STARTING_UP = "57P03"
+# Where the apt VM finds the local repository: an address of QEMU's user network that guestfwd relays.
+MIRROR_GUEST_ADDRESS = "10.0.2.100"
+PGDATA_SERIAL = "pgdata"
+# KVM's CPU models tried in order: the host's own, then without IA32_ARCH_CAPABILITIES (MSR 0x10a), which
+# some nested hosts refuse to set ("failed to set MSR 0x10a"), aborting QEMU at start.
+KVM_CPU_MODELS = ("host", "host,-arch-capabilities")
 
 
 class BenchError(RuntimeError):
@@ -262,10 +279,14 @@ DISK_BUSES = {
 class Vm:
     """One QEMU process on a qcow2 overlay of ``backing``; always stopped by ``stop()``."""
 
-    def __init__(self, workdir, name, backing, accel, memory, cpus, seed=None, disk_bus="virtio"):
+    def __init__(
+        self, workdir, name, backing, accel, memory, cpus, seed=None, disk_bus="virtio", cpu_model="host",
+        data_disk_gib=None, mirror_port=None,
+    ):  # fmt: skip
         self.dir = workdir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.overlay = self.dir / "overlay.qcow2"
+        self.data_disk = self.dir / "pgdata.qcow2" if data_disk_gib else None
         self.console = self.dir / "console.log"
         self.qmp_path = self.dir / "qmp.sock"
         self.qga_path = self.dir / "qga.sock"
@@ -275,8 +296,20 @@ class Vm:
             ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(backing), str(self.overlay)],
             check=True,
         )
+        if self.data_disk:
+            subprocess.run(
+                ["qemu-img", "create", "-q", "-f", "qcow2", str(self.data_disk), "%dG" % data_disk_gib],
+                check=True,
+            )
         # TCG: the default model without SVM, so the guest does not load nested-virtualisation modules.
-        cpu = "host" if accel == "kvm" else "qemu64,-svm"
+        cpu = cpu_model if accel == "kvm" else "qemu64,-svm"
+        # No way out but the forwarded ports in and, for the apt VM, the relay to the local repository.
+        netdev = "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:%d-:5432,hostfwd=tcp:127.0.0.1:%d-:22" % (
+            self.pg_port,
+            self.ssh_port,
+        )
+        if mirror_port:
+            netdev += ",guestfwd=tcp:%s:80-cmd:socat - TCP:127.0.0.1:%d" % (MIRROR_GUEST_ADDRESS, mirror_port)
         self.argv = [
             "qemu-system-x86_64",
             "-name", name,
@@ -291,13 +324,17 @@ class Vm:
             "-qmp", "unix:%s,server=on,wait=off" % self.qmp_path,
             "-drive", "file=%s,if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap" % self.overlay,
             *DISK_BUSES[disk_bus],
-            "-netdev", "user,id=net0,hostfwd=tcp:127.0.0.1:%d-:5432,hostfwd=tcp:127.0.0.1:%d-:22"
-            % (self.pg_port, self.ssh_port),
+            "-netdev", netdev,
             "-device", "virtio-net-pci,netdev=net0",
             "-chardev", "socket,id=qga0,path=%s,server=on,wait=off" % self.qga_path,
             "-device", "virtio-serial",
             "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
         ]  # fmt: skip
+        if self.data_disk:
+            self.argv += [
+                "-drive", "file=%s,if=none,id=disk1,format=qcow2,cache=unsafe,discard=unmap" % self.data_disk,
+                "-device", "virtio-blk-pci,drive=disk1,serial=%s" % PGDATA_SERIAL,
+            ]  # fmt: skip
         if seed:
             self.argv += ["-drive", "file=%s,if=virtio,format=raw,readonly=on" % seed]
         self.proc = None
@@ -377,9 +414,9 @@ class Vm:
                 self.proc.kill()
                 self.proc.wait()
 
-    def overlay_bytes(self):
+    def overlay_bytes(self, path=None):
         info = subprocess.run(
-            ["qemu-img", "info", "-U", "--output=json", str(self.overlay)],
+            ["qemu-img", "info", "-U", "--output=json", str(path or self.overlay)],
             capture_output=True,
             text=True,
             check=True,
@@ -413,19 +450,81 @@ def seed_iso(directory, user_data, instance):
 
 def user_data(template, engine_version, pubkey):
     text = (SEEDS / template).read_text()
+    text = text.replace("@APT_MIRROR@", "http://%s/" % MIRROR_GUEST_ADDRESS)
     return text.replace("@ENGINE_VERSION@", engine_version).replace("@SSH_AUTHORIZED_KEY@", pubkey)
 
 
-def measure(workdir, name, backing, template, args, pubkey, timeout, disk_bus="virtio"):
-    """Boots ``backing`` with a first-boot seed; returns its figures. The VM is gone when it returns."""
+class LocalMirror:
+    """The local apt repository served over HTTP on 127.0.0.1 from a thread of this process; counts the
+    requests and bytes each VM read from it (``take()`` returns and resets them)."""
+
+    def __init__(self, directory):
+        self.directory = pathlib.Path(directory).resolve()
+        if not (self.directory / "Release").is_file():
+            raise BenchError("%s is no apt repository (no Release); run tests/e2e/apt_mirror.sh" % directory)
+        self.requests, self.bytes, self.missing = 0, 0, []
+        self._lock = threading.Lock()
+        mirror = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def send_head(self):
+                found = super().send_head()
+                with mirror._lock:
+                    mirror.requests += 1
+                    if found is None:
+                        mirror.missing.append(self.path)
+                    elif hasattr(found, "fileno"):
+                        mirror.bytes += os.fstat(found.fileno()).st_size
+                return found
+
+        handler = functools.partial(Handler, directory=str(self.directory))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def take(self):
+        with self._lock:
+            found = {"requests": self.requests, "bytes": self.bytes, "not_found": self.missing}
+            self.requests, self.bytes, self.missing = 0, 0, []
+        return found
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def describe(self):
+        debs = sorted(path.name for path in self.directory.glob("*.deb"))
+        return {
+            "directory": str(self.directory),
+            "packages": len(debs),
+            "bytes": sum((self.directory / name).stat().st_size for name in debs),
+            "served_on": "127.0.0.1:%d, relayed to the guest as http://%s/"
+            % (self.port, MIRROR_GUEST_ADDRESS),
+        }
+
+
+def measure(workdir, name, backing, template, args, pubkey, timeout, disk_bus="virtio", mirror=None):
+    """Boots ``backing`` with a first-boot seed and a blank pgdata disk; returns its figures. The VM is gone
+    when it returns. ``mirror``: the LocalMirror the VM may read (the apt VM), None for no way out."""
     instance = "bench-%s-%s" % (name, uuid.uuid4().hex[:8])
     iso = seed_iso(workdir / name / "seed", user_data(template, args.engine_version, pubkey), instance)
-    vm = Vm(workdir, name, backing, args.accel, args.memory, args.cpus, seed=iso, disk_bus=disk_bus)
+    vm = Vm(
+        workdir, name, backing, args.accel, args.memory, args.cpus, seed=iso, disk_bus=disk_bus,
+        cpu_model=args.cpu_model, data_disk_gib=args.pgdata_gib, mirror_port=mirror.port if mirror else None,
+    )  # fmt: skip
+    if mirror:
+        mirror.take()
     figures = {
         "backing_image": str(backing),
         "seed": str(SEEDS / template),
         "timeout_s": timeout,
         "disk_bus": disk_bus,
+        # Emulated boots follow the host's speed: what the shared host was doing when this one started.
+        "host_loadavg_at_start": list(os.getloadavg()),
     }
     print(
         "==> %s: booting %s (%s, disk on %s, timeout %ds)"
@@ -465,8 +564,11 @@ def measure(workdir, name, backing, template, args, pubkey, timeout, disk_bus="v
             guest_agent_s=agent_s,
             ssh_s=ssh_s,
             clusters=[line.split()[:4] for line in clusters.splitlines() if line.strip()] if rc == 0 else [],
+            pgdata=pgdata_facts(vm, args.engine_version),
             analysis=analyse(vm, args.engine_version),
         )
+        if mirror:
+            figures["mirror"] = mirror.take()
         clean = vm.shutdown(args.shutdown_timeout)
         if not clean:
             raise BenchError(
@@ -474,10 +576,41 @@ def measure(workdir, name, backing, template, args, pubkey, timeout, disk_bus="v
                 % (name, args.shutdown_timeout, vm.diagnostics())
             )
         figures["cow_delta_bytes"] = vm.overlay_bytes()
-        print("    overlay after first boot: %s" % human(figures["cow_delta_bytes"]), flush=True)
+        figures["pgdata_disk_bytes"] = vm.overlay_bytes(vm.data_disk)
+        print(
+            "    overlay after first boot: %s; pgdata disk: %s, cluster %s"
+            % (human(figures["cow_delta_bytes"]), human(figures["pgdata_disk_bytes"]), figures["pgdata"]),
+            flush=True,
+        )
         return figures
     finally:
         vm.stop()
+
+
+def pgdata_facts(vm, engine_version):
+    """Where the cluster's data lives and whose it is: the device under its data directory, the database
+    system identifier initdb gave it and the fingerprint of the TLS certificate the VM serves."""
+    datadir = "/var/lib/postgresql/%s/main" % engine_version
+    steps = {
+        "source": ["/usr/bin/findmnt", "-n", "-o", "SOURCE,LABEL", "--target", datadir],
+        "system_identifier": [
+            "/bin/sh", "-c",
+            "/usr/lib/postgresql/%s/bin/pg_controldata %s | sed -n 's/^Database system identifier: *//p'"
+            % (engine_version, datadir),
+        ],
+        "snakeoil_sha256": [
+            "/bin/sh", "-c",
+            "openssl x509 -noout -fingerprint -sha256 -in /etc/ssl/certs/ssl-cert-snakeoil.pem | cut -d= -f2",
+        ],
+    }  # fmt: skip
+    found = {}
+    for name, argv in steps.items():
+        try:
+            rc, out = vm.agent.run(argv, timeout=60)
+            found[name] = out.strip() if rc == 0 and out.strip() else None
+        except (BenchError, OSError, ConnectionError):
+            found[name] = None
+    return found
 
 
 # What the guest says its boot spent, read once PostgreSQL is ready (the time is already taken).
@@ -528,6 +661,25 @@ def analyse(vm, engine_version, lines=25):
     return found
 
 
+def missing_from_mirror(served):
+    """What an apt VM asked the local repository for and did not find, but for the signatures apt looks
+    for first (the repository is unsigned and trusted as such)."""
+    return [path for path in served["not_found"] if not path.endswith(("/InRelease", "/Release.gpg"))]
+
+
+def fresh_clusters(runs):
+    """True when every run's cluster lives on its pgdata disk and no two runs share a database system
+    identifier or a TLS certificate."""
+    found = [run["pgdata"] for run in runs]
+    if not all(f["source"] and f["source"].split()[-1] == PGDATA_SERIAL for f in found):
+        return False
+    for key in ("system_identifier", "snakeoil_sha256"):
+        values = [f[key] for f in found]
+        if None in values or len(set(values)) != len(values):
+            return False
+    return True
+
+
 def spread(values):
     """``{median, min, max}`` of a list of figures."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
@@ -561,25 +713,62 @@ def goal_lines(results):
     ]
 
 
+def kvm_error(stderr):
+    """QEMU's report of a KVM internal error in one line: its first line, what failed and where."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    picked = [lines[0]] if lines else []
+    picked += [
+        line
+        for line in lines[1:]
+        if line == "emulation failure" or line.startswith(("EIP=", "CR0=", "Code="))
+    ]
+    return "; ".join(picked)
+
+
 def probe_kvm(image, workdir, timeout):
-    """'kvm' when a guest really boots under KVM (its agent answers), else 'tcg'."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "tcg", "/dev/kvm cannot be opened"
-    vm = Vm(workdir, "kvm-probe", image, "kvm", 512, 1)
+    """``("kvm", cpu model, why)`` when a guest really boots under KVM (its agent answers) with one of
+    KVM_CPU_MODELS, else ``("tcg", None, why)``; ``why`` says what each try found."""
     try:
-        vm.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not vm.alive():
-                return "tcg", "QEMU exited under KVM: %s" % vm.diagnostics(5)
-            if vm.agent.sync(1.0):
-                return "kvm", "guest agent answered %.1fs after start" % vm.elapsed()
-            time.sleep(3)
-        return "tcg", "no guest agent answer within %ds under KVM" % timeout
-    except BenchError as exc:
-        return "tcg", "%s: %s" % (exc, vm.diagnostics(3))
-    finally:
-        vm.stop()
+        os.close(os.open("/dev/kvm", os.O_RDWR))
+    except OSError as exc:
+        return "tcg", None, ["/dev/kvm cannot be opened: %s" % exc]
+    why = []
+    for model in KVM_CPU_MODELS:
+        vm = Vm(workdir, "kvm-probe", image, "kvm", 512, 1, cpu_model=model)
+        try:
+            vm.start()
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if not vm.alive():
+                    stderr = (vm.dir / "qemu.stderr").read_text(errors="replace").strip().splitlines()
+                    why.append("-cpu %s: QEMU exited under KVM: %s" % (model, " ".join(stderr[:2])))
+                    break
+                if vm.agent.sync(1.0):
+                    why.append("-cpu %s: the guest agent answered %.1fs after start" % (model, vm.elapsed()))
+                    return "kvm", model, why
+                # A nested KVM that cannot emulate an instruction stops the guest and says so.
+                stderr = (vm.dir / "qemu.stderr").read_text(errors="replace")
+                if "KVM internal error" in stderr:
+                    why.append(
+                        "-cpu %s: the guest stopped %.1fs after start: %s"
+                        % (model, vm.elapsed(), kvm_error(stderr))
+                    )
+                    break
+                time.sleep(2)
+            else:
+                why.append("-cpu %s: no guest agent answer within %ds under KVM" % (model, timeout))
+        except (BenchError, OSError, ConnectionError) as exc:
+            # QEMU aborting right after start closes the agent's socket under the probe.
+            if vm.proc is not None:
+                try:
+                    vm.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            stderr = (vm.dir / "qemu.stderr").read_text(errors="replace").strip().splitlines()
+            why.append("-cpu %s: %s%s" % (model, exc, ": " + stderr[0] if stderr else ""))
+        finally:
+            vm.stop()
+    return "tcg", None, why
 
 
 def human(size):
@@ -616,6 +805,12 @@ def table(results):
             sizes(apt["cow_delta_bytes"]),
             "%.1fx" % ratio["cow_delta"],
         ),
+        (
+            "pgdata disk",
+            sizes(spread([r["pgdata_disk_bytes"] for r in baked["runs"]])),
+            sizes(spread([r["pgdata_disk_bytes"] for r in apt["runs"]])),
+            "",
+        ),
         ("guest agent up (s)", seconds(baked["guest_agent_s"]), seconds(apt["guest_agent_s"]), ""),
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -628,6 +823,10 @@ def main(argv=None):
     parser.add_argument("--baked", type=pathlib.Path, help="baked image (qcow2)")
     parser.add_argument("--engine-version", default="15", help="PostgreSQL major the baked VM activates")
     parser.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"])
+    parser.add_argument("--cpu-model", default="host", help="QEMU CPU model under KVM (see --probe-kvm)")
+    parser.add_argument("--accel-why", default="", help="why this accelerator (recorded with the figures)")
+    parser.add_argument("--apt-mirror", type=pathlib.Path, help="the local apt repository (apt_mirror.sh)")
+    parser.add_argument("--pgdata-gib", type=int, default=2, help="size of each VM's blank pgdata disk")
     parser.add_argument("--memory", type=int, default=2048, help="MiB per VM")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument(
@@ -664,15 +863,18 @@ def main(argv=None):
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         if args.probe_kvm:
-            accel, why = probe_kvm(args.probe_kvm.resolve(), workdir, args.kvm_probe_timeout)
-            print(why, file=sys.stderr)
-            print(accel)
+            accel, model, why = probe_kvm(args.probe_kvm.resolve(), workdir, args.kvm_probe_timeout)
+            print("\n".join(why))
+            print("%s %s" % (accel, model) if model else accel)
             return 0
-        if not (args.base and args.baked):
-            parser.error("--base and --baked are required")
+        if not (args.base and args.baked and args.apt_mirror):
+            parser.error("--base, --baked and --apt-mirror are required")
         if args.accel == "auto":
-            args.accel, why = probe_kvm(args.base.resolve(), workdir, args.kvm_probe_timeout)
-            print("==> accelerator: %s (%s)" % (args.accel, why), flush=True)
+            args.accel, model, why = probe_kvm(args.base.resolve(), workdir, args.kvm_probe_timeout)
+            args.cpu_model = model or args.cpu_model
+            args.accel_why = "; ".join(why)
+            print("==> accelerator: %s (%s)" % (args.accel, args.accel_why), flush=True)
+        mirror = LocalMirror(args.apt_mirror)
         key = workdir / "id_ed25519"
         if not key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -695,8 +897,15 @@ def main(argv=None):
                 )
             )
             runs["apt"].append(
-                measure(workdir, "apt", args.base.resolve(), "apt.user-data", args, pubkey, args.timeout_apt)
-            )
+                measure(
+                    workdir, "apt", args.base.resolve(), "apt.user-data", args, pubkey, args.timeout_apt,
+                    mirror=mirror,
+                )
+            )  # fmt: skip
+            # Kept after every pair, so a run stopped early still leaves the boots it measured.
+            partial = args.results.with_suffix(".partial.json")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps({"accelerator": args.accel, "runs": runs}, indent=2) + "\n")
         scenarios = {name: summary(found) for name, found in runs.items()}
         # The baked initramfs must still boot a VM whose disk is not virtio.
         bus_checks = {}
@@ -710,6 +919,8 @@ def main(argv=None):
         print("boot_to_ready: %s" % exc, file=sys.stderr)
         return 1
     finally:
+        if "mirror" in locals():
+            mirror.close()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -718,6 +929,13 @@ def main(argv=None):
     results = {
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "accelerator": args.accel,
+        "cpu_model": args.cpu_model if args.accel == "kvm" else "qemu64,-svm",
+        "accelerator_why": args.accel_why,
+        "network": "QEMU user network with restrict=on: no way out of either VM; the apt VM reaches only "
+        "http://%s/, relayed to the local repository on 127.0.0.1" % MIRROR_GUEST_ADDRESS,
+        "apt_mirror": mirror.describe(),
+        "pgdata_disk": "a blank %d GiB virtio disk (serial %s) per VM, formatted and mounted at "
+        "/var/lib/postgresql by the first boot" % (args.pgdata_gib, PGDATA_SERIAL),
         "baked_artifact": str(args.baked.resolve()),
         "baked_disk": "the artifact decompressed as CDI imports it (qemu-img convert -O qcow2)",
         "engine_version": args.engine_version,
@@ -741,6 +959,11 @@ def main(argv=None):
         "baked_supervised_directly": all(
             "Type=notify" in (run["analysis"].get("postgresql_unit") or []) for run in baked["runs"]
         ),
+        # The image ships the cluster empty: each VM's first start initializes its own on its pgdata disk.
+        "baked_fresh_cluster_per_vm": fresh_clusters(baked["runs"]),
+        "apt_read_only_the_mirror": all(
+            run["mirror"]["requests"] > 0 and not missing_from_mirror(run["mirror"]) for run in apt["runs"]
+        ),
         "reference": {"boot_to_ready": "~3 min -> 30-60 s", "cow_delta": "1-2 GB -> ~200 MB per VM"},
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
@@ -757,6 +980,16 @@ def main(argv=None):
     print()
     print("\n".join(goal_lines(results)))
     print("results: %s" % args.results)
+    print("baked clusters: %s" % [run["pgdata"] for run in baked["runs"]])
+    if not results["baked_fresh_cluster_per_vm"]:
+        print(
+            "boot_to_ready: a baked VM's cluster was not its own, initialized on its pgdata disk",
+            file=sys.stderr,
+        )
+        return 1
+    if not results["apt_read_only_the_mirror"]:
+        print("boot_to_ready: an apt VM did not install from the local repository alone", file=sys.stderr)
+        return 1
     if not results["baked_supervised_directly"]:
         print("boot_to_ready: the baked VM's cluster did not run under systemd directly", file=sys.stderr)
         return 1

@@ -3,14 +3,19 @@
 #   1. builds a small bootable Debian 12 base image with debootstrap (tests/e2e/build_base.sh),
 #      cached under .cache/e2e by a content key;
 #   2. runs the real packer_build role on it (tests/e2e/bake.yml): Packer's QEMU builder, the
-#      distribution's PostgreSQL majors, provision.sh, sealing, compression, manifest;
-#   3. boots the baked image and the base image with QEMU and measures boot-to-ready and the
+#      distribution's PostgreSQL majors, provision.sh, sealing, compression, manifest; the role names
+#      the artifact by the base image's os-release (debian-12-postgres-<revision>.qcow2);
+#   3. fills a local apt repository with what `apt-get install postgresql` fetches on the base image
+#      (tests/e2e/apt_mirror.sh), before any measured boot;
+#   4. boots the baked image and the base image with QEMU, each with a blank pgdata disk and no way out
+#      but (for the apt VM) the local repository served on loopback, and measures boot-to-ready and the
 #      copy-on-write delta of each (bench/boot_to_ready.py); figures in .cache/e2e/results.json.
-# KVM is used where a guest really boots under it (probed once per host boot), else TCG.
+# KVM is used where a guest really boots under it (probed once per host boot, with the CPU models
+# bench/boot_to_ready.py tries), else TCG; why is recorded with the figures.
 # Every step has a time limit; a step that overruns is stopped with its whole process group, so no
 # VM is left running.
 #
-# Settings (environment): E2E_ACCEL=auto|kvm|tcg  E2E_PG_VERSIONS="15" (what the distribution ships)
+# Settings (environment): E2E_ACCEL=auto|kvm|tcg  E2E_CPU_MODEL (under KVM)  E2E_PG_VERSIONS="15" (what the distribution ships)
 #   E2E_ENGINE_VERSION=15  E2E_BASE_TIMEOUT  E2E_BAKE_TIMEOUT  E2E_BENCH_TIMEOUT  E2E_TIMEOUT_BAKED
 #   E2E_TIMEOUT_APT (seconds; the last two bound each VM's wait for PostgreSQL)
 #   E2E_REPEAT=5 (boots of each image, interleaved; the figures are medians with their spread: with 5,
@@ -36,7 +41,8 @@ die() { printf 'e2e: %s\n' "$*" >&2; exit 1; }
 # program:Debian package
 needs=(debootstrap:debootstrap extlinux:extlinux sfdisk:fdisk qemu-img:qemu-utils
   qemu-system-x86_64:qemu-system-x86 packer:packer cloud-localds:cloud-image-utils
-  genisoimage:genisoimage ssh-keygen:openssh-client fstrim:util-linux)
+  genisoimage:genisoimage ssh-keygen:openssh-client fstrim:util-linux socat:socat
+  dpkg-scanpackages:dpkg-dev apt-ftparchive:apt-utils)
 missing=()
 for pair in "${needs[@]}"; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
@@ -89,7 +95,7 @@ run_bounded() {
   return "$rc"
 }
 
-log "1/3 base image (Debian 12, debootstrap; cached)"
+log "1/4 base image (Debian 12, debootstrap; cached)"
 t0=$SECONDS
 run_bounded "$base_timeout" "the base image build" tests/e2e/build_base.sh "$cache" >"$cache/base.path"
 base=$(tail -n 1 "$cache/base.path")
@@ -102,15 +108,20 @@ if [ "$accel" = auto ]; then
   probe=$cache/accel-$(cat /proc/sys/kernel/random/boot_id)
   if [ ! -s "$probe" ]; then
     log "does a guest boot under KVM here?"
-    run_bounded 300 "the KVM probe" "$py" bench/boot_to_ready.py --probe-kvm "$base" --kvm-probe-timeout 120 \
+    run_bounded 600 "the KVM probe" "$py" bench/boot_to_ready.py --probe-kvm "$base" --kvm-probe-timeout 120 \
       --workdir "$cache/kvm-probe" >"$probe.tmp"
     mv "$probe.tmp" "$probe"
   fi
-  accel=$(tail -n 1 "$probe")
+  # The last line is "kvm <cpu model>" or "tcg"; the lines before say what each try found.
+  read -r accel cpu_model < <(tail -n 1 "$probe")
+  accel_why=$(head -n -1 "$probe" | paste -sd ';' -)
+else
+  accel_why="E2E_ACCEL=$accel"
 fi
-echo "accelerator: $accel"
+cpu_model=${E2E_CPU_MODEL:-${cpu_model:-host}}
+echo "accelerator: $accel ($accel_why)"
 
-log "2/3 packer_build role on the base image (PostgreSQL $pg_versions from the distribution, $accel)"
+log "2/4 packer_build role on the base image (PostgreSQL $pg_versions from the distribution, $accel)"
 key=$(basename "$base" .qcow2)
 key=${key##*-}
 # The bake is cached per base image and per what builds it: a change to the role's provisioning bakes again.
@@ -152,10 +163,17 @@ baked=$out/$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["arti
 [ -s "$baked" ] || die "the baked image $baked is missing"
 echo "baked image: $baked (${bake_s}s)"
 
-log "3/3 boot-to-ready and COW delta: baked image vs apt-get install at first boot ($accel)"
+log "3/4 local apt repository for the apt baseline (filled now, before any measured boot)"
+run_bounded "$base_timeout" "the local apt repository" tests/e2e/apt_mirror.sh "$base" "$cache" >"$cache/mirror.path"
+mirror=$(tail -n 1 "$cache/mirror.path")
+[ -s "$mirror/Release" ] || die "the local apt repository was not filled"
+echo "apt repository: $mirror"
+
+log "4/4 boot-to-ready and COW delta: baked image vs apt-get install at first boot ($accel)"
 rm -rf "${cache:?}/boot"
 run_bounded "$bench_timeout" "the boot-to-ready benchmark" "$py" bench/boot_to_ready.py \
-  --base "$base" --baked "$baked" --engine-version "$engine_version" --accel "$accel" \
+  --base "$base" --baked "$baked" --apt-mirror "$mirror" --engine-version "$engine_version" \
+  --accel "$accel" --cpu-model "$cpu_model" --accel-why "$accel_why" \
   --timeout-baked "${E2E_TIMEOUT_BAKED:-600}" --timeout-apt "${E2E_TIMEOUT_APT:-1800}" \
   --repeat "$repeat" --bus-check sata scsi --results "$cache/results.json" --workdir "$cache/boot"
 "$py" - "$cache/results.json" "$base_s" "$bake_s" "$manifest" <<'PY'
@@ -165,7 +183,7 @@ with open(path) as fh:
     results = json.load(fh)
 with open(manifest_path) as fh:
     manifest = json.load(fh)
-keep = ("revision", "artifact", "pg_versions", "kernel", "sizes", "compression", "checksums", "packer_version")
+keep = ("revision", "artifact", "os", "os_version", "pg_versions", "kernel", "sizes", "compression", "checksums", "packer_version")
 results["build"] = {
     "base_image_s": base_s,
     "packer_build_s": bake_s,

@@ -50,6 +50,14 @@ def image_name(name, os_stream=None, default_stream=revision.DEFAULT_STREAM):
     )
 
 
+def image_os(os_release, declared_stream, source="the image"):
+    return revision.image_os(os_release, _stream(declared_stream, "declared_stream"), source)
+
+
+def image_artifact_name(name, os):
+    return revision.image_artifact_name(name, os)
+
+
 def parse_revision(name, default_stream=revision.DEFAULT_STREAM):
     rev = revision.parse_revision(name, _stream(default_stream, "default_stream"))
     return {
@@ -68,4 +76,6 @@ class FilterModule(object):
             "artifact_name": _wrap(artifact_name),
             "image_name": _wrap(image_name),
             "parse_revision": _wrap(parse_revision),
+            "image_os": _wrap(image_os),
+            "image_artifact_name": _wrap(image_artifact_name),
         }

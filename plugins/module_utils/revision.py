@@ -19,6 +19,11 @@ The artifact of a revision is ``ubuntu-<stream without dot>-postgres-<revision>.
 
 The naming default never follows the catalog's default OS stream: flipping the default stream must
 not rename revisions that already exist.
+
+What an image is comes from its own ``/etc/os-release``, never from the stream a build declares
+(``image_os``): an Ubuntu image must be the declared stream, and an image of another distribution is
+named by its ``ID`` and ``VERSION_ID``, ``debian-12-postgres-v20261207.qcow2`` (``image_artifact_name``),
+its revision the build date alone. Only Ubuntu revisions belong to the catalog's streams.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -29,7 +34,7 @@ import collections
 import datetime
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, Refusal
 
 DEFAULT_STREAM = "22.04"
 ARTIFACT_PREFIX = "ubuntu-"
@@ -37,6 +42,10 @@ ARTIFACT_INFIX = "-postgres-"
 ARTIFACT_EXTENSION = ".qcow2"
 
 _STREAM = re.compile(r"^(\d{2})\.(\d{2})$")
+UBUNTU = "ubuntu"
+# os-release(5): ID is lower case letters, digits, ".", "_" and "-"; a VERSION_ID names a release.
+_OS_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_OS_VERSION_ID = re.compile(r"^[0-9][0-9a-z.~_-]*$")
 FIRST_BUILD = 1
 MAX_BUILD = 99
 # A revision name, unanchored, for code that finds revisions inside longer names (disk claims).
@@ -241,3 +250,55 @@ def is_newer(candidate, current, default_stream=DEFAULT_STREAM):
     day (same-day first builds of two streams are not newer than each other: compare one stream)."""
     new, old = parse_revision(candidate, default_stream), parse_revision(current, default_stream)
     return (new.date, new.build) > (old.date, old.build)
+
+
+def image_os(os_release, declared_stream, source="the image", default_stream=DEFAULT_STREAM):
+    """What an image is, read from its os-release (``{"id", "version_id"}``, as ``image_facts`` reads it):
+    ``{"id", "version_id", "revision_stream", "ubuntu"}``. ``revision_stream`` is the stream its revision is
+    named in: the declared one for Ubuntu, which must be the image's ``VERSION_ID``; the naming default for
+    another distribution, whose revision is the build date alone and whose name carries its own release.
+    """
+    release = os_release or {}
+    os_id = str(release.get("id") or "").strip()
+    version_id = str(release.get("version_id") or "").strip()
+    if not (_OS_ID.match(os_id) and _OS_VERSION_ID.match(version_id)):
+        raise Refusal(
+            "%s" % source,
+            "its os-release gives no usable ID and VERSION_ID (ID=%r, VERSION_ID=%r), so what it is "
+            "cannot be named" % (os_id or None, version_id or None),
+            "build from an image that carries /etc/os-release (or /usr/lib/os-release)",
+        )
+    stream = validate_stream(declared_stream)
+    if os_id == UBUNTU:
+        if version_id != stream:
+            raise Refusal(
+                "%s" % source,
+                "its os-release says Ubuntu %s, the build declares the %s stream" % (version_id, stream),
+                'declare the stream the image is (packer_build_os_version: "%s") or build from an Ubuntu %s '
+                "image" % (version_id, stream),
+            )
+        return {"id": os_id, "version_id": version_id, "revision_stream": stream, "ubuntu": True}
+    return {
+        "id": os_id,
+        "version_id": version_id,
+        "revision_stream": validate_stream(default_stream),
+        "ubuntu": False,
+    }
+
+
+def image_artifact_name(revision, os, default_stream=DEFAULT_STREAM):
+    """The artifact file name of ``revision`` for an image that is ``os`` (an ``image_os`` answer):
+    ``ubuntu-<stream>-postgres-<revision>.qcow2`` for Ubuntu (the revision must be of its stream),
+    ``<id>-<VERSION_ID without dots>-postgres-<revision>.qcow2`` for another distribution."""
+    found = os or {}
+    if found.get("id") == UBUNTU:
+        return artifact_name(revision, found.get("version_id"), default_stream)
+    checked = image_os(found, default_stream, default_stream=default_stream)
+    rev = validate_revision(revision, checked["revision_stream"], default_stream)
+    return "%s-%s%s%s%s" % (
+        checked["id"],
+        checked["version_id"].replace(".", ""),
+        ARTIFACT_INFIX,
+        rev.name,
+        ARTIFACT_EXTENSION,
+    )

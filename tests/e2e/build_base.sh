@@ -9,6 +9,8 @@
 # mirror, so a re-run with the same inputs reuses it. Needs root (loop mount), debootstrap,
 # extlinux, sfdisk and qemu-img.
 set -euo pipefail
+# shellcheck source=tests/e2e/chroot.sh
+. "$(dirname "$0")/chroot.sh"
 
 cache_dir=${1:?usage: build_base.sh CACHE_DIR}
 SUITE=bookworm
@@ -45,7 +47,7 @@ mbr=/usr/lib/syslinux/mbr/mbr.bin
 MIRROR=$(host_mirror)
 SECURITY_MIRROR=${MIRROR%/debian*}/debian-security
 mkdir -p "$cache_dir"
-key=$( { cat "$0"; printf '%s\n' "$MIRROR" "$SUITE" "$SIZE_MIB"; } | sha256sum | cut -c1-12)
+key=$( { cat "$0" "$(dirname "$0")/chroot.sh"; printf '%s\n' "$MIRROR" "$SUITE" "$SIZE_MIB"; } | sha256sum | cut -c1-12)
 image=$cache_dir/debian-12-base-$key.qcow2
 if [ -s "$image" ]; then
   log "cached: $image"
@@ -57,16 +59,7 @@ work=$(mktemp -d "$cache_dir/base-build.XXXXXX")
 root=$work/root
 raw=$work/disk.raw
 mounted=""
-cleanup() {
-  local fs
-  for fs in var/cache/apt/archives dev/pts dev proc sys; do
-    mountpoint -q "$root/$fs" 2>/dev/null && umount -l "$root/$fs"
-  done
-  if [ -n "$mounted" ]; then
-    umount "$root" 2>/dev/null || umount -l "$root" || true
-  fi
-  rm -rf "$work"
-}
+cleanup() { chroot_cleanup "$root" "$work" "$mounted" var/cache/apt/archives; }
 trap cleanup EXIT
 
 log "disk: ${SIZE_MIB} MiB raw, one partition from sector $PART_START_SECTOR"
@@ -93,10 +86,7 @@ debootstrap --variant=minbase --cache-dir="$(realpath "$debs")" --include="$incl
 
 log "installing ${PACKAGES[*]}"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-mount -t proc proc "$root/proc"
-mount -t sysfs sysfs "$root/sys"
-mount --bind /dev "$root/dev"
-mount --bind /dev/pts "$root/dev/pts"
+chroot_mounts "$root"
 mount --bind "$debs" "$root/var/cache/apt/archives"
 # With updates and security from the start, the image build's own upgrade has little left to do.
 cat >"$root/etc/apt/sources.list" <<EOF

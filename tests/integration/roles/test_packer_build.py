@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from tests.integration.support import disks
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
 
@@ -37,6 +38,22 @@ def qcow2(path, megabytes=4):
     subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(path)], check=True)
     raw.unlink()
     return path
+
+
+JAMMY = 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
+NOBLE = 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n'
+BOOKWORM = (
+    'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n'
+)
+
+
+def os_disk(folder, name, os_release):
+    """A real base image (qcow2, GPT, ext4 root made with mkfs.ext4 -d) whose /etc/os-release is given."""
+    tree = disks.ext4_tree(
+        folder / (name + ".tree"), {"etc/os-release": os_release, "usr/bin/true": b"\x7fELF"}
+    )
+    raw = disks.linux_disk(folder / (name + ".raw"), tree, disk_size=32 * disks.MIB)["path"]
+    return disks.qcow2(raw, folder / (name + ".qcow2"))
 
 
 def sha256(path):
@@ -302,7 +319,8 @@ elif command == "build":
         sys.exit(1)
     os.makedirs(config["output_directory"])  # packer makes it, and refuses one that exists
     image = config["output_directory"] + "/" + config["vm_name"]
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", image, "2M"], check=True)
+    # The built image is the base image as provisioned: the same os-release.
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", config["base_image"], image], check=True)
     majors = {m: {"minor": m + ".1", "package_version": m + ".1-1"} for m in config["pg_versions"]}
     json.dump({"postgresql": majors, "kernel": "6.8.0"}, open(config["build_manifest"], "w"))
     print("==> Builds finished. The artifacts of successful builds are:", flush=True)
@@ -317,14 +335,26 @@ def fake_packer(path, fail=False):
     return path
 
 
-def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_path):
-    base = qcow2(tmp_path / "base.qcow2", megabytes=1)
-    common = {
+def faked_build(tmp_path, os_release, **role_vars):
+    """Role variables for a build of 2026-12-01 by the fake Packer from a base image with this os-release."""
+    base = os_disk(tmp_path, "base", os_release)
+    return {
         "packer_build_base_image": str(base),
         "packer_build_base_image_checksum": "sha256:" + sha256(base),
         "packer_build_date": "20261201",
         "packer_build_accelerator": "tcg",
+        **role_vars,
     }
+
+
+def result_of(run):
+    return run["Publish the result for later steps (packer_build_result)"]["ansible_facts"][
+        "packer_build_result"
+    ]
+
+
+def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_path):
+    common = faked_build(tmp_path, JAMMY)
     ok = dict(
         common,
         packer_build_output_dir=str(tmp_path / "ok"),
@@ -339,9 +369,7 @@ def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_pat
     )
     assert build["lines"][-1].startswith("Packer build in ") and "Builds finished" in build["lines"][-1]
     assert "qemu: Waiting for SSH to become available..." in run.stdout  # printed while it ran
-    facts = run["Publish the result for later steps (packer_build_result)"]["ansible_facts"][
-        "packer_build_result"
-    ]
+    facts = result_of(run)
     assert facts["built"] is True and facts["manifest"]["checksums"]["sha256"]
 
     bad = dict(
@@ -355,3 +383,37 @@ def test_a_packer_build_prints_its_steps_and_a_failed_one_names_its_last(tmp_pat
     assert "failed (rc 1) at qemu: Provisioning with shell script" in msg and "provisioning failed" in msg, (
         msg
     )
+
+
+def test_a_debian_base_image_is_named_by_its_os_release_never_as_ubuntu(tmp_path):
+    role_vars = faked_build(
+        tmp_path,
+        BOOKWORM,
+        packer_build_pg_repo="distribution",
+        packer_build_pg_versions=["15"],
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+    )
+    run = run_playbook(play(role_vars))
+    assert run.ok, run.log
+    facts = result_of(run)
+    assert facts["artifact"] == str(tmp_path / "out" / "debian-12-postgres-v20261201.qcow2")
+    assert facts["os"] == {"id": "debian", "version_id": "12", "revision_stream": "22.04", "ubuntu": False}
+    assert facts["manifest"]["os"] == {"id": "debian", "version_id": "12"}
+    assert facts["manifest"]["os_version"] == "12"
+    assert not list((tmp_path / "out").glob("ubuntu-*"))
+
+
+def test_an_ubuntu_base_image_of_another_stream_is_refused_before_packer(tmp_path):
+    role_vars = faked_build(
+        tmp_path,
+        NOBLE,
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+    )
+    run = run_playbook(play(role_vars))
+    assert not run.ok
+    msg = run["Name the image by its os-release (an Ubuntu image must be the declared stream)"]["msg"]
+    assert "says Ubuntu 24.04, the build declares the 22.04 stream" in msg, msg
+    assert 'packer_build_os_version: \\"24.04\\"' in msg or 'packer_build_os_version: "24.04"' in msg, msg
+    assert not (tmp_path / "out").exists()

@@ -119,3 +119,34 @@ def test_same_day_build_number_refused(name, match):
 def test_build_refused(build):
     with pytest.raises(ValueError, match="build"):
         r.revision_name("20261201", "22.04", build=build)
+
+
+DEBIAN_12 = {"id": "debian", "version_id": "12", "version_codename": "bookworm"}
+UBUNTU_2204 = {"id": "ubuntu", "version_id": "22.04", "version_codename": "jammy"}
+
+
+def test_an_image_of_another_distribution_is_named_by_its_os_release():
+    found = r.image_os(DEBIAN_12, "22.04")
+    assert found == {"id": "debian", "version_id": "12", "revision_stream": "22.04", "ubuntu": False}
+    revision = r.revision_name("20261207", found["revision_stream"])
+    assert r.image_artifact_name(revision, found) == "debian-12-postgres-v20261207.qcow2"
+    # The declared stream names Ubuntu only: a Debian image declared 24.04 is still Debian 12, dated alone.
+    assert r.image_os(DEBIAN_12, "24.04")["revision_stream"] == "22.04"
+
+
+def test_an_ubuntu_image_keeps_its_stream_name_and_must_be_the_declared_stream():
+    found = r.image_os(UBUNTU_2204, "22.04")
+    assert r.image_artifact_name("v20260615", found) == "ubuntu-2204-postgres-v20260615.qcow2"
+    with pytest.raises(r.Refusal, match=r"says Ubuntu 22\.04, the build declares the 24\.04 stream"):
+        r.image_os(UBUNTU_2204, "24.04")
+
+
+@pytest.mark.parametrize("release", [None, {}, {"id": "debian"}, {"id": "Debian OS", "version_id": "12"}])
+def test_an_image_without_a_usable_os_release_is_refused(release):
+    with pytest.raises(r.Refusal, match="no usable ID and VERSION_ID"):
+        r.image_os(release, "22.04", source="base image /x.qcow2")
+
+
+def test_a_revision_of_another_stream_is_refused_for_a_non_ubuntu_image():
+    with pytest.raises(ValueError, match=r"belongs to OS stream 24\.04"):
+        r.image_artifact_name("v20261207-2404", r.image_os(DEBIAN_12, "22.04"))
