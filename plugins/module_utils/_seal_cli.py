@@ -11,7 +11,7 @@ network:
 
 It prints one line, ``SEAL_VERIFY_RESULT <json>``, and exits 0 with a verdict (sealed or not) or 2
 when the disk cannot be judged. It imports nothing from Ansible, only its siblings (``seal``, ``image_facts``,
-``_disk``, ``errors``) and dissect.
+``_disk``, ``_partitions``, ``errors``) and dissect.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,14 +26,18 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, image_facts, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _disk,
+    _partitions,
+    image_facts,
+    seal,
+)
 
 MARKER = "SEAL_VERIFY_RESULT "
 # Installed into a scratch directory when the verifier image lacks them (--install-missing).
 DISSECT_REQUIREMENTS = (
     "dissect.cstruct==4.7",
     "dissect.util==3.24",
-    "dissect.volume==3.18",
     "dissect.hypervisor==3.21",
     "dissect.ntfs==3.16",
     "dissect.extfs==3.15",
@@ -72,7 +76,7 @@ def verify(
     started = time.monotonic()
     image = _disk.Image(path)
     try:
-        parts = _disk.partitions(image)
+        parts = seal.check_partitions(path, _partitions.read_partitions(image))
         detected = seal.detect_os(parts)
         chosen_os = os_name or detected
         if chosen_os is None:

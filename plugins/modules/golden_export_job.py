@@ -385,6 +385,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     _disk,
+    _partitions,
     consumers,
     errors,
     exposure,
@@ -470,9 +471,9 @@ RESULT_FIELDS = (
 
 
 def program_files():
-    """ConfigMap data: the Job's program and what it imports (the facts reader and its rules, the exposure
-    rule and its two helpers, the error base), under their module file names."""
-    return module_files(export_cli, _disk, image_facts, seal, errors, exposure, inputs, redact)
+    """ConfigMap data: the Job's program and what it imports (the facts and partition readers and their
+    rules, the exposure rule and its two helpers, the error base), under their module file names."""
+    return module_files(export_cli, _disk, _partitions, image_facts, seal, errors, exposure, inputs, redact)
 
 
 class ExportJob(RoundRunner):
