@@ -32,6 +32,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     image_facts,
     seal,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MARKER = "SEAL_VERIFY_RESULT "
 # Installed into a scratch directory when the verifier image lacks them (--install-missing).
@@ -56,8 +57,8 @@ def verify_file(path, **options):
         return verify(path, **options)
     except _disk.MissingLibrary:
         raise
-    except (seal.SealError, _disk.DiskError) as exc:
-        raise type(exc)("cannot verify %s: %s" % (path, exc.msg)) from exc
+    except PipelineError as exc:
+        raise PipelineError("cannot verify %s: %s" % (path, exc.msg), **exc.fields) from exc
 
 
 def verify(
@@ -72,7 +73,7 @@ def verify(
     remote_desktop_port=seal.REMOTE_DESKTOP_PORT,
     postgresql_clusters=(),
 ):
-    """The verdict on one image as a dict; raises ``seal.SealError`` or ``_disk.DiskError``."""
+    """The verdict on one image as a dict; raises a ``PipelineError`` when the disk cannot be judged."""
     started = time.monotonic()
     image = _disk.Image(path)
     try:
@@ -209,7 +210,7 @@ def main(argv=None):
             postgresql_clusters=args.postgresql_clusters,
         )
         code = 0
-    except (seal.SealError, _disk.DiskError, subprocess.CalledProcessError) as exc:
+    except (PipelineError, subprocess.CalledProcessError) as exc:
         result = {"error": str(exc), "missing": getattr(exc, "name", None)}
         code = 2
     sys.stdout.write(MARKER + json.dumps(result, sort_keys=True) + "\n")

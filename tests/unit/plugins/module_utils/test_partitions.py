@@ -133,7 +133,9 @@ def test_a_damaged_table_names_the_disk_and_the_damage(tmp_path):
     with open(path, "r+b") as fh:
         fh.seek(1024 + 32)  # the first entry's first LBA, under the entries' CRC
         fh.write(b"\x01")
-    with pytest.raises(_partitions.PartitionTableError, match="gpt.raw: the GPT partition entries checksum"):
+    with pytest.raises(
+        _partitions.PartitionTableError, match=r"gpt\.raw: the GPT partition entries checksum"
+    ):
         read(path)
     with open(path, "r+b") as fh:
         fh.seek(512 + 16)
