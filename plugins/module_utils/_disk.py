@@ -52,9 +52,9 @@ def _import_alone(name, library):
     """Import the module ``name`` without running the ``__init__`` of the packages above it.
 
     ``dissect.hypervisor``'s ``__init__`` imports every format it knows (and compiles each one's
-    structure definitions), a quarter of a second where only qcow2 is read. The packages on the way are
-    registered as bare packages (their search path only), so ``name`` and what it imports load alone.
-    A package already imported whole is used as it is.
+    structure definitions), which costs more than reading the qcow2 (bench/README.md, "Opening a
+    qcow2"). The packages on the way are registered as bare packages (their search path only), so
+    ``name`` and what it imports load alone. A package already imported whole is used as it is.
     """
     if name in sys.modules:
         return sys.modules[name]
