@@ -25,8 +25,6 @@ def engine_version(doc, requested=None, today=None):
         return catalog.resolve_engine_version(doc, requested, today=today)
     except PipelineError as exc:
         raise AnsibleFilterError("engine_version: %s" % exc.msg) from None
-    except ValueError as exc:
-        raise AnsibleFilterError("engine_version: %s" % exc) from None
 
 
 class FilterModule(object):

@@ -17,7 +17,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 def quantity_bytes(value, option="value"):
     try:
         return gate.parse_quantity(value)
-    except (gate.GateError, PipelineError) as exc:
+    except PipelineError as exc:
         raise AnsibleFilterError("%s: %s" % (option, getattr(exc, "msg", None) or exc)) from exc
 
 

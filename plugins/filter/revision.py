@@ -20,8 +20,6 @@ def _wrap(function):
             return function(*args, **kwargs)
         except PipelineError as exc:
             raise AnsibleFilterError("%s: %s" % (function.__name__.strip("_"), exc.msg)) from None
-        except ValueError as exc:
-            raise AnsibleFilterError("%s: %s" % (function.__name__.strip("_"), exc)) from None
 
     filter_function.__name__ = function.__name__
     return filter_function

@@ -2,13 +2,14 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""Disk image adapter: raw or qcow2 (compressed clusters, backing chains), GPT or MBR, NTFS and ext4.
+"""Disk image adapter: raw or qcow2 (compressed clusters, backing chains), NTFS and ext4.
 
-Everything is read with the ``dissect`` libraries, without mounting, loop devices or root. Only the
-partition table, boot sectors, filesystem metadata and the few files a check asks for are read; every
-byte read from the image files is counted, so callers can prove that a 60 GiB disk cost kilobytes.
+qcow2 and the filesystems are read with the ``dissect`` libraries, the partition table with
+``_partitions``, without mounting, loop devices or root. Only the partition table, boot sectors,
+filesystem metadata and the few files a check asks for are read; every byte read from the image files
+is counted, so callers can prove that a 60 GiB disk cost kilobytes.
 
-This file imports nothing from Ansible (only the collection's own ``errors``): the verifier Job runs it
+This file imports nothing from Ansible (only the collection's own files): the verifier Job runs it
 with a plain Python.
 """
 
@@ -20,15 +21,11 @@ import os
 import stat
 import sys
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _partitions, image_facts, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 QCOW2_MAGIC = b"QFI\xfb"
-NTFS_OEM = b"NTFS    "
-BITLOCKER_OEM = b"-FVE-FS-"
-EXT_MAGIC_OFFSET = 1024 + 56
-EXT_MAGIC = b"\x53\xef"
-LIBRARIES = ("dissect.hypervisor", "dissect.volume", "dissect.ntfs", "dissect.extfs", "dissect.regf")
+LIBRARIES = ("dissect.hypervisor", "dissect.ntfs", "dissect.extfs", "dissect.regf")
 SECTOR = 512
 
 
@@ -55,9 +52,9 @@ def _import_alone(name, library):
     """Import the module ``name`` without running the ``__init__`` of the packages above it.
 
     ``dissect.hypervisor``'s ``__init__`` imports every format it knows (and compiles each one's
-    structure definitions), a quarter of a second where only qcow2 is read. The packages on the way are
-    registered as bare packages (their search path only), so ``name`` and what it imports load alone.
-    A package already imported whole is used as it is.
+    structure definitions), which costs more than reading the qcow2 (bench/README.md, "Opening a
+    qcow2"). The packages on the way are registered as bare packages (their search path only), so
+    ``name`` and what it imports load alone. A package already imported whole is used as it is.
     """
     if name in sys.modules:
         return sys.modules[name]
@@ -183,75 +180,6 @@ class Image:
         for fh in self.files:
             fh.close()
         self.files = []
-
-
-def _type_of(part):
-    kind = part.type
-    if isinstance(kind, int):
-        return "0x%02x" % kind
-    return str(kind).lower()
-
-
-def signature(image, offset):
-    """What a partition starts with: ``ntfs``, ``bitlocker``, ``ext`` or None."""
-    head = image.read(offset, 2048)
-    if head[3:11] == NTFS_OEM:
-        return "ntfs"
-    if head[3:11] == BITLOCKER_OEM:
-        return "bitlocker"
-    if head[EXT_MAGIC_OFFSET : EXT_MAGIC_OFFSET + 2] == EXT_MAGIC:
-        return "ext"
-    return None
-
-
-def partitions(image):
-    """The partition table as plain dicts; a disk that is one filesystem is partition 0."""
-    whole = signature(image, 0)
-    if whole is not None:
-        return [
-            {
-                "number": 0,
-                "offset": 0,
-                "size": image.virtual_size,
-                "type": "none",
-                "type_name": "whole disk",
-                "name": "",
-                "filesystem": whole,
-            }
-        ]
-    _require("dissect.volume")
-    from dissect.volume.disk import Disk
-
-    try:
-        image.stream.seek(0)  # the scheme is parsed from where the stream stands
-        disk = Disk(image.stream)
-    except Exception as exc:
-        raise DiskError("%s: no GPT or MBR partition table: %s" % (image.path, exc)) from exc
-    found = []
-    for part in disk.partitions:
-        kind = _type_of(part)
-        if kind in ("0x00", "0xee", "00000000-0000-0000-0000-000000000000") or not part.size:
-            continue
-        found.append(
-            {
-                "number": part.number,
-                "offset": part.offset,
-                "size": _part_size(part),
-                "type": kind,
-                "type_name": part.type_name,
-                "name": (part.name or "").strip("\x00") if isinstance(part.name, str) else "",
-                "filesystem": signature(image, part.offset),
-            }
-        )
-    return sorted(found, key=lambda p: p["offset"])
-
-
-def _part_size(part):
-    # A GPT entry's last LBA is inclusive; count it (dissect.volume leaves it out).
-    raw = part.raw
-    if raw is not None and hasattr(raw, "last_lba") and hasattr(raw, "first_lba"):
-        return (raw.last_lba - raw.first_lba + 1) * part.disk.sector_size
-    return part.size
 
 
 class _RangeFile:
@@ -451,7 +379,7 @@ def read_image_facts(path_or_disk, os_family=None, partition=None):
     ``partition`` picks the partition as ``seal_verify`` does."""
     image = path_or_disk if isinstance(path_or_disk, Image) else Image(path_or_disk)
     try:
-        parts = partitions(image)
+        parts = seal.check_partitions(image.path, _partitions.read_partitions(image))
         family = os_family or seal.detect_os(parts)
         if family == "windows":
             return windows_facts(image, seal.pick_windows_partition(parts, partition))

@@ -58,15 +58,13 @@ RETRY_BASE = 0.2
 RETRY_CAP = 5.0
 STREAM_CHUNK = 1024 * 1024
 # Objects per list page (the API server's limit/continue), and how often an expired continue restarts a list.
-# The API server answered 150,000 objects faster in pages of 10,000 than of 2,000 in every paired run
-# (17.6 against 38.8 s, 59.7 against 66.5 s; bench/golden_info.py --floor-pages),
-# in a fifth of the requests.
+# Pages of 10,000 were answered faster than pages of 2,000, in a fifth of the requests (bench/README.md,
+# "List page size").
 LIST_PAGE = 10000
 LIST_RESTARTS = 3
 # Lists of different kinds in flight at once (``list_each``): the API server builds one while this process
-# parses another. golden_info straight to kube-apiserver, medians of 5 paired runs: 5,000 projects 1.68 s
-# against 1.88 s one after the other (the server alone 1.19 s); 20,000 projects 7.53 s against 9.51 s
-# (5.46 s). Kept small: each is a large request to the API server, as an informer's initial list is.
+# parses another (bench/README.md, "Lists in flight"). Kept small: each is a large request to the API
+# server, as an informer's initial list is.
 LIST_WORKERS = 3
 # Set on a create that has only generateName: the retry after a lost reply finds its object by it.
 CREATE_REQUEST_LABEL = "goldenimage.pipeline/create-request"

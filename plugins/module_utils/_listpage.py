@@ -5,8 +5,8 @@
 """One page of a Kubernetes list body, parsed into plain dicts.
 
 A page is parsed with the standard ``json`` module, or, when msgspec is installed and the caller does
-not keep ``metadata.managedFields``, by a schema that skips that field without building it: at 50,000
-projects golden_info's lists spend about a third of the CPU they took with ``json`` plus dropping it.
+not keep ``metadata.managedFields``, by a schema that skips that field without building it, which saves
+most of the CPU a fleet-sized list costs (bench/README.md, "List page parsing").
 
 Both ways give the same dicts. The schema names every key it may meet and refuses any other one (an
 item's top level beyond ``apiVersion``/``kind``/``metadata``/``spec``/``status``, ObjectMeta beyond its

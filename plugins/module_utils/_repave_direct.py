@@ -164,7 +164,7 @@ class DirectDriver:
             roles = self.roles(vm, claims)
         except _Conflict as exc:
             raise PipelineError("%s; nothing was written, run again" % exc) from exc
-        except ValueError as exc:
+        except PipelineError as exc:
             raise repave.RepaveRefused(
                 repave.NOT_OS_DISK,
                 name,
@@ -256,8 +256,8 @@ class DirectDriver:
         pattern = repave_steps.own_claim_pattern(name)
         try:
             owned = repave.instance_claims(name, vm, claims, pattern)
-        except ValueError as exc:
-            raise PipelineError("cannot tell the disks of %s: %s" % (where, exc)) from exc
+        except PipelineError as exc:
+            raise PipelineError("cannot tell the disks of %s: %s" % (where, exc.msg)) from exc
         owned = {n for n in owned if n in claims}
         mine = {n: claims[n] for n in owned}
         try:

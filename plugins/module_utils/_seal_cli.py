@@ -11,7 +11,7 @@ network:
 
 It prints one line, ``SEAL_VERIFY_RESULT <json>``, and exits 0 with a verdict (sealed or not) or 2
 when the disk cannot be judged. It imports nothing from Ansible, only its siblings (``seal``, ``image_facts``,
-``_disk``, ``errors``) and dissect.
+``_disk``, ``_partitions``, ``errors``) and dissect.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,14 +26,19 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, image_facts, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+    _disk,
+    _partitions,
+    image_facts,
+    seal,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MARKER = "SEAL_VERIFY_RESULT "
 # Installed into a scratch directory when the verifier image lacks them (--install-missing).
 DISSECT_REQUIREMENTS = (
     "dissect.cstruct==4.7",
     "dissect.util==3.24",
-    "dissect.volume==3.18",
     "dissect.hypervisor==3.21",
     "dissect.ntfs==3.16",
     "dissect.extfs==3.15",
@@ -52,8 +57,8 @@ def verify_file(path, **options):
         return verify(path, **options)
     except _disk.MissingLibrary:
         raise
-    except (seal.SealError, _disk.DiskError) as exc:
-        raise type(exc)("cannot verify %s: %s" % (path, exc.msg)) from exc
+    except PipelineError as exc:
+        raise PipelineError("cannot verify %s: %s" % (path, exc.msg), **exc.fields) from exc
 
 
 def verify(
@@ -68,11 +73,11 @@ def verify(
     remote_desktop_port=seal.REMOTE_DESKTOP_PORT,
     postgresql_clusters=(),
 ):
-    """The verdict on one image as a dict; raises ``seal.SealError`` or ``_disk.DiskError``."""
+    """The verdict on one image as a dict; raises a ``PipelineError`` when the disk cannot be judged."""
     started = time.monotonic()
     image = _disk.Image(path)
     try:
-        parts = _disk.partitions(image)
+        parts = seal.check_partitions(path, _partitions.read_partitions(image))
         detected = seal.detect_os(parts)
         chosen_os = os_name or detected
         if chosen_os is None:
@@ -205,7 +210,7 @@ def main(argv=None):
             postgresql_clusters=args.postgresql_clusters,
         )
         code = 0
-    except (seal.SealError, _disk.DiskError, subprocess.CalledProcessError) as exc:
+    except (PipelineError, subprocess.CalledProcessError) as exc:
         result = {"error": str(exc), "missing": getattr(exc, "name", None)}
         code = 2
     sys.stdout.write(MARKER + json.dumps(result, sort_keys=True) + "\n")

@@ -20,6 +20,7 @@ import uuid
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     _disk,
+    _partitions,
     errors,
     image_facts,
     jobs,
@@ -63,7 +64,7 @@ def module_files(*modules):
 
 def verifier_files():
     """ConfigMap data: the verifier and its siblings, under their module file names."""
-    return module_files(seal, image_facts, _disk, errors, seal_cli)
+    return module_files(seal, image_facts, _disk, _partitions, errors, seal_cli)
 
 
 def configmap_definition(name, namespace, files):

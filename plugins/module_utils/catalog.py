@@ -65,7 +65,7 @@ _ENTRY_ORDER = (
 )
 
 
-class CatalogError(PipelineError, ValueError):
+class CatalogError(PipelineError):
     """A catalog change or lookup that the rules refuse; the message says why and what to do."""
 
     def __init__(self, msg, **fields):
@@ -181,15 +181,15 @@ def dump(doc):
 def _revision_key(name):
     try:
         return (0, revision.revision_sort_key(name))
-    except ValueError:
+    except PipelineError:
         return (1, name)
 
 
 def _majors(values):
     try:
         majors = sorted({eol.normalize_pg_major(v) for v in values}, key=int)
-    except ValueError as exc:
-        raise CatalogError(str(exc)) from exc
+    except PipelineError as exc:
+        raise CatalogError(exc.msg) from exc
     return majors
 
 
@@ -205,8 +205,8 @@ def register_image(doc, name, os_version, pg_versions, checksum, source, image=N
     doc = normalize(doc)
     try:
         rev = revision.validate_revision(name, os_version)
-    except ValueError as exc:
-        raise CatalogError(str(exc)) from exc
+    except PipelineError as exc:
+        raise CatalogError(exc.msg) from exc
     if not pg_versions:
         raise CatalogError("revision %s: pg_versions is empty; an image carries at least one major" % name)
     wanted = {
@@ -481,7 +481,7 @@ def requested_major(requested, today=None, eol_table=None):
         return found
     try:
         found["major"] = eol.normalize_pg_major(text)
-    except ValueError:
+    except PipelineError:
         found["problem"] = MALFORMED  # a string, but not a major number
         return found
     found.update(_end_of_life(found["major"], today, eol_table))
@@ -845,7 +845,7 @@ def stranded(before, after, instances, today=None, eol_table=None):
     for item in instances:
         try:
             major = eol.normalize_pg_major(item.get("major"))
-        except ValueError:
+        except PipelineError:
             continue  # not a major: the operator refuses it whatever the catalog says
         verdict = requested_major(major, today, eol_table)
         if verdict["eol_date"] is None or verdict["past_eol"]:

@@ -19,7 +19,7 @@ import re
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
-class VersionError(PipelineError, ValueError):
+class VersionError(PipelineError):
     """A string dpkg would not accept as a version; the message says why."""
 
 

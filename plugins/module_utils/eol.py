@@ -49,7 +49,7 @@ _DAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
 
-class EOLViolation(PipelineError, ValueError):
+class EOLViolation(PipelineError):
     """A requested version is past its EOL date (or unknown to the table). ``violations`` lists each."""
 
     def __init__(self, message, violations):

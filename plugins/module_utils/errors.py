@@ -30,9 +30,9 @@ class PipelineError(Exception):
         return result
 
 
-class InvalidValue(PipelineError, ValueError):
-    """A value a domain rule cannot read (a date, a window, a version). Still a ``ValueError``, so a
-    caller that adds the option's name to the message can catch it as one."""
+class InvalidValue(PipelineError):
+    """A value a domain rule cannot read (a date, a window, a version); a caller that adds the option's
+    name to the message catches it (or the base) and raises its own."""
 
 
 class Refusal(PipelineError):

@@ -159,7 +159,7 @@ def timeout_message(pending, elapsed, state):
     )
 
 
-class GateError(PipelineError, ValueError):
+class GateError(PipelineError):
     """A gate that cannot run as asked; the message says why."""
 
 
@@ -601,7 +601,7 @@ def refuse_non_project(namespace_obj, project, project_selector=PROJECT_SELECTOR
     labels = kinds.labels(namespace_obj)
     try:
         matched = rollout.match_selector(labels, project_selector)
-    except ValueError as exc:
+    except PipelineError as exc:
         raise Refusal(
             "option project_selector (%s)" % project_selector,
             "it is not a label selector: %s" % exc,

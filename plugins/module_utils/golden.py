@@ -55,7 +55,7 @@ _DIGEST = re.compile(r"^(sha256:)?([0-9a-f]{64})$")
 _DATE_FORMATS = ("%Y%m%d", "%Y-%m-%d")
 
 
-class GoldenError(PipelineError, ValueError):
+class GoldenError(PipelineError):
     """An input that cannot make a valid golden; the message names the rule."""
 
 

@@ -49,7 +49,7 @@ UPLOAD_PATH = "/v1/harvester/harvesterhci.io.virtualmachineimages/%s/%s"
 _SHA512 = re.compile(r"^[0-9a-f]{128}$")
 
 
-class ImageError(PipelineError, ValueError):
+class ImageError(PipelineError):
     """A request the rules refuse; the message names the field and the fix."""
 
     def __init__(self, msg, **fields):
@@ -91,8 +91,8 @@ def definition(
     """The VirtualMachineImage of revision ``name``: download from ``url``, else upload."""
     try:
         rev = revision.validate_revision(name, os_version)
-    except ValueError as exc:
-        raise ImageError(str(exc)) from exc
+    except PipelineError as exc:
+        raise ImageError(exc.msg) from exc
     obj_name = image_name(name, os_version)
     tags = labels(name, rev.os_stream, pg_versions)
     spec = {
@@ -184,8 +184,8 @@ def revision_stream(revision_name, os_version=None):
         if os_version:
             return revision.validate_revision(revision_name, os_version).os_stream
         return revision.parse_revision(revision_name).os_stream
-    except ValueError as exc:
-        raise ImageError(str(exc)) from None
+    except PipelineError as exc:
+        raise ImageError(exc.msg) from None
 
 
 def check_src_checksum(src, actual, given):

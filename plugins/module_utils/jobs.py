@@ -16,7 +16,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers, kinds, mirror, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 
 COMPLETE = "Complete"
@@ -34,6 +34,11 @@ EXPORT_PROGRAM = "ansible_collections.goldenimage.pipeline.plugins.module_utils.
 EXPORT_MAX_NAME = 56
 # qemu-img convert -p rewrites "    (45.20/100%)" on one line.
 _PROGRESS = re.compile(r"\((\d+(?:\.\d+)?)/100%\)")
+# Where the export Job reads its sealed claim (a Filesystem claim's directory; a Block claim's device).
+EXPORT_SOURCE_PATH = "/source"
+EXPORT_SOURCE_DEVICE = "/dev/source"
+# The export program announces each phase on a line of its own: "phase convert: ...".
+_PHASE = "phase "
 
 
 def claim_mode(claim):
@@ -157,6 +162,100 @@ def export_job_definition(name, namespace, labels, image, sealed, scratch, files
     return definition
 
 
+def export_scratch_name(name):
+    return name + "-scratch"
+
+
+def export_staging_key(p):
+    """Where the export Job uploads the parts before the final object is copied from them."""
+    return "%s.partial-%s-%s" % (p["key"], p["namespace"], p["name"])
+
+
+def export_source_name(p):
+    """The source an export records: its ``source`` option, else the claim's ``pvc://`` URL."""
+    return p["source"] or "pvc://%s/%s" % (p["namespace"], p["pvc"])
+
+
+def export_definitions(p, claim, secret, part_size, sensitive, files, exported_at):
+    """The objects an export makes, in the order they are created: its scratch claim, the ConfigMap of
+    the program's ``files`` and the Job. ``p``: the module's options; ``claim``: the sealed claim as read;
+    ``secret``: as ``export_secret`` checked it; ``sensitive``: the reasons the bytes must not be public;
+    ``exported_at``: the time recorded on the object (aware)."""
+    labels = dict(p["labels"], **{"app.kubernetes.io/name": "golden-export", EXPORT_MARK: p["name"]})
+    volume = {"name": "source", "path": EXPORT_SOURCE_PATH, "file": p["file"], "read_only": True}
+    if claim_mode(claim) == "Block":
+        volume["path"] = EXPORT_SOURCE_DEVICE
+    source_path, mount, device = present(volume, claim)
+    scratch_name = export_scratch_name(p["name"])
+    scratch_spec = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": p["scratch_size"]}},
+    }
+    if p["scratch_storage_class"]:
+        scratch_spec["storageClassName"] = p["scratch_storage_class"]
+    scratch = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": scratch_name, "namespace": p["namespace"], "labels": dict(labels)},
+        "spec": scratch_spec,
+    }
+    args = [
+        "--source",
+        source_path,
+        "--scratch",
+        EXPORT_SCRATCH,
+        "--filename",
+        p["key"].rsplit("/", 1)[-1],
+        "--endpoint",
+        p["pod_endpoint_url"] or p["endpoint_url"],
+        "--region",
+        p["region"] or "us-east-1",
+        "--bucket",
+        p["bucket"],
+        "--key",
+        p["key"],
+        "--staging-key",
+        export_staging_key(p),
+        "--part-size",
+        str(mirror.plan_part_size(None, part_size)),
+        "--concurrency",
+        str(p["concurrency"]),
+        "--content-type",
+        p["content_type"],
+        "--source-url",
+        redact.redact_url(export_source_name(p)),
+        "--source-uid",
+        claim["metadata"]["uid"],
+        "--exported-at",
+        mirror.timestamp(exported_at),
+    ]
+    if not p["compress"]:
+        args.append("--no-compress")
+    if p["os"]:
+        args += ["--os-family", p["os"]]
+    for reason in sensitive:
+        args += ["--sensitive-reason", reason]
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": p["name"], "namespace": p["namespace"], "labels": dict(labels)},
+        "data": files,
+    }
+    job = export_job_definition(
+        p["name"],
+        p["namespace"],
+        labels,
+        p["image"],
+        (volume, claim, mount, device),
+        {"metadata": {"name": scratch_name}},
+        files,
+        args,
+        secret,
+        p["wait_timeout"],
+    )
+    return [scratch, configmap, job]
+
+
 def require_claim(claim, namespace, name, move, role=None, rule="it does not exist"):
     """A claim the Job reads or writes: ``claim`` is what was read (None: absent), which is refused
     naming it (and its ``role`` in the Job), before anything is written. Returns the claim."""
@@ -211,6 +310,43 @@ def is_export_object(obj, name):
     return kinds.labels(obj).get(EXPORT_MARK) == name
 
 
+def is_export_pod(pod, name):
+    """A pod of export ``name``'s Job (it mounts the scratch claim and the ConfigMap by design)."""
+    return is_export_object(pod, name) and kinds.labels(pod).get("job-name") == name
+
+
+def export_pod_selector(name):
+    return "job-name=%s,%s=%s" % (name, EXPORT_MARK, name)
+
+
+def export_leftover(found, name, users, unread=None):
+    """What the end of export ``name`` does with an object it may have made, read as ``found``: ``gone``,
+    ``alone`` (not this export's: never deleted), ``in use`` (with why) or ``delete``. ``users``: who uses
+    it (``[]`` nobody, None when that could not be read, ``unread`` saying why)."""
+    if found is None:
+        return "gone", None
+    if not is_export_object(found, name):
+        return "alone", None
+    if users is None or users:
+        why = "; ".join(consumers.describe(c) for c in users or []) or (
+            "who uses it could not be read (%s)" % unread
+        )
+        return "in use", "in use: %s" % why
+    return "delete", None
+
+
+def export_leftover_note(namespace, left):
+    """What could not be deleted, and the command that deletes what nothing uses."""
+    names = ", ".join(
+        "%s %s/%s (%s)" % (item["kind"], namespace, item["name"], item["error"]) for item in left
+    )
+    # What is in use is left for its users to release; the rest can simply be deleted.
+    free = " ".join("%s/%s" % (i["kind"].lower(), i["name"]) for i in left if not i.get("in_use"))
+    return "could not delete %s" % names + (
+        "; remove them with: kubectl -n %s delete %s" % (namespace, free) if free else ""
+    )
+
+
 def refuse_foreign_objects(found, name, namespace):
     """Refuse an export whose Job, ConfigMap or scratch claim name is taken by an object it did not make:
     it would adopt it, and delete it at its end. ``found``: the objects read under those names."""
@@ -249,6 +385,14 @@ def log_progress(log):
     """The last percent qemu-img -p printed, as ``45.20%``, or None."""
     found = _PROGRESS.findall(log or "")
     return "%.2f%%" % float(found[-1]) if found else None
+
+
+def log_phase(log):
+    """The phase the export program announced last (convert, sha256, upload, copy), or None."""
+    for text in reversed((log or "").splitlines()):
+        if text.startswith(_PHASE):
+            return text[len(_PHASE) :].split(":", 1)[0]
+    return None
 
 
 def log_tail(log):

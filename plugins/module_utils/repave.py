@@ -31,7 +31,11 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     revision,
     rollout,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+    InvalidValue,
+    PipelineError,
+    Refusal,
+)
 
 CURRENT = "Current"
 OS_UPDATE = "OSUpdateAvailable"
@@ -57,7 +61,7 @@ _EXPECTED = {
 }
 
 
-class RepaveRefused(Refusal, ValueError):
+class RepaveRefused(Refusal):
     """A repave the rules refuse. ``reason`` is the status reason (``InvalidOSStream``, ...), ``name`` the
     instance; the message names the instance, the rule and the move that is supported instead."""
 
@@ -151,7 +155,7 @@ def _build_date(name, image):
     try:
         day = revision.build_date(image["build_date"]) if image.get("build_date") else None
         return (day or revision.parse_revision(name).date).isoformat()
-    except ValueError:
+    except PipelineError:
         return None
 
 
@@ -584,7 +588,7 @@ DATA_SWAPPED_OUT = "DataDiskSwappedOut"
 
 
 def claim_templates(vm):
-    """The claim bodies the VM declares in its annotation; ValueError when it is not a JSON list of named
+    """The claim bodies the VM declares in its annotation; InvalidValue when it is not a JSON list of named
     claims."""
     text = kinds.annotations(vm).get(TEMPLATES) or ""
     if not text:
@@ -654,7 +658,7 @@ def image_ids(vm, claims):
     if vm is not None:
         try:
             sources += claim_templates(vm)
-        except ValueError:
+        except PipelineError:
             pass
     for obj in sources:
         image = kinds.annotations(obj).get(IMAGE_ID)
@@ -887,8 +891,8 @@ def check_request(params):
             {k: v for k, v in p["window"].items() if v is not None} if p.get("window") else None
         )
         rollout.parse_max_unavailable(p.get("max_unavailable", 1), 1)
-    except ValueError as exc:
-        raise Refusal(None, str(exc)) from exc
+    except PipelineError as exc:
+        raise Refusal(None, exc.msg) from exc
     return window
 
 

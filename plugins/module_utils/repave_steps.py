@@ -32,6 +32,7 @@ import json
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, repave, revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 PREFIX = "goldenimage.pipeline/"
 REVISION = PREFIX + "image-revision"
@@ -171,8 +172,8 @@ def next_step(observed, target, os_volume):
         return state("failed", "deleted", "%s does not exist" % _ref(observed))
     try:
         templates = repave.claim_templates(vm)
-    except ValueError as exc:
-        return state("failed", "invalid", "%s: %s" % (_ref(observed), exc))
+    except PipelineError as exc:
+        return state("failed", "invalid", "%s: %s" % (_ref(observed), exc.msg))
     roles = observed_roles(observed)
     restore = restore_step(observed, roles)
     if restore is not None:

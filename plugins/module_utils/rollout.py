@@ -21,7 +21,7 @@ import json
 import re
 import zoneinfo
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import InvalidValue, PipelineError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -457,8 +457,8 @@ def own_window(inst):
     text = (inst.get("annotations") or {}).get(WINDOW_ANNOTATION)
     try:
         return parse_window_text(text)
-    except ValueError as exc:
-        raise InvalidValue("annotation %s %s" % (WINDOW_ANNOTATION, exc)) from exc
+    except PipelineError as exc:
+        raise InvalidValue("annotation %s %s" % (WINDOW_ANNOTATION, exc.msg)) from exc
 
 
 def replication_group(inst):

@@ -181,6 +181,17 @@ def find(view, path):
 # Partition layout -------------------------------------------------------------------------------
 
 
+def check_partitions(source, partitions):
+    """``partitions`` when the disk has some; a disk with neither a partition table nor a filesystem at
+    its start cannot be judged."""
+    if not partitions:
+        raise SealError(
+            "%s: no GPT or MBR partition table and no filesystem at its start; "
+            "give a raw or qcow2 disk image" % source
+        )
+    return partitions
+
+
 def describe_partition(part):
     label = " %r" % part["name"] if part.get("name") else ""
     return "partition %s%s (%s, %s at offset %d)" % (

@@ -65,7 +65,7 @@ UNSAFE_LABEL_PATH = (
 )
 
 
-class SelectionError(PipelineError, ValueError):
+class SelectionError(PipelineError):
     """A promotion or rollback that must not be written; the message says why and what to do."""
 
 

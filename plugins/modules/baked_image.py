@@ -559,8 +559,8 @@ class BakedImage:
         self.os_version, self.pg_versions = checked_inputs(self.p)
         try:
             extended = eol.extensions(self.p["eol_overrides"])
-        except ValueError as exc:
-            raise PipelineError("eol_overrides: %s" % exc, refused=True) from None
+        except PipelineError as exc:
+            raise PipelineError("eol_overrides: %s" % exc.msg, refused=True) from None
         self.extended = [{k: e[k] for k in ("kind", "version", "default", "override")} for e in extended]
         for item in extended if not self.resumed else ():
             self.module.warn("revision %s: %s, recorded in the catalog" % (self.p["name"], item["message"]))

@@ -262,8 +262,8 @@ def run(module):
     text = inputs.version_string(p["os_version"], "os_version")
     try:
         stream = revision.validate_stream(text)
-    except ValueError as exc:
-        raise PipelineError("%s: %s" % (store.where, exc), refused=True) from None
+    except PipelineError as exc:
+        raise PipelineError("%s: %s" % (store.where, exc.msg), refused=True) from None
     doc = store.read()
     # Without a revision, a sign-off or default still lands on the current tip: observe that one.
     name = p["revision"] or (doc["streams"].get(stream) or {}).get("tip")

@@ -1008,8 +1008,8 @@ class Repave:
         for inst in instances:
             try:
                 found = repave.drift(inst, self.doc, self.today(), None, policy)
-            except ValueError as exc:
-                raise Refusal(None, str(exc)) from exc
+            except PipelineError as exc:
+                raise Refusal(None, exc.msg) from exc
             window = self.window_of(inst)
             found["current_apply"] = repave.current_apply(found, inst.get("opt_in"), window, now)
             operator = inst.get("operator") or {}
@@ -1030,7 +1030,7 @@ class Repave:
         if key not in self.windows:
             try:
                 self.windows[key] = rollout.own_window(inst) or self.window
-            except ValueError as exc:
+            except PipelineError as exc:
                 self.windows[key] = None
                 self.bad_windows[key] = repave.bad_window(inst, exc)
         return self.windows[key]
@@ -1080,8 +1080,8 @@ class Repave:
             return self.finish()
         try:
             limit = rollout.parse_max_unavailable(p["max_unavailable"], len(instances))
-        except ValueError as exc:
-            raise Refusal(None, str(exc)) from exc
+        except PipelineError as exc:
+            raise Refusal(None, exc.msg) from exc
         found = repave.classify(
             instances,
             self.doc,
@@ -1129,8 +1129,8 @@ class Repave:
         )
         try:
             batches = plan.plan(found["candidates"])
-        except ValueError as exc:  # an order group's selector it cannot read
-            raise Refusal(None, str(exc)) from exc
+        except PipelineError as exc:  # an order group's selector it cannot read
+            raise Refusal(None, exc.msg) from exc
         if not carry:
             self.result.update(
                 batches=batches,

@@ -163,8 +163,8 @@ def run(module):
         supported = catalog.supported_engine_versions(doc, day, table)
     except catalog.CatalogError as exc:
         raise PipelineError("%s: %s (%s)" % (subject, exc.msg, store.where), refused=True) from None
-    except ValueError as exc:
-        raise PipelineError("%s: %s" % (subject, exc), refused=True) from None
+    except PipelineError as exc:
+        raise PipelineError("%s: %s" % (subject, exc.msg), refused=True) from None
     result = dict(
         changed=False,
         spec=resolved,

@@ -385,13 +385,12 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     _disk,
-    consumers,
+    _partitions,
     errors,
     exposure,
     image_facts,
     inputs,
     jobs,
-    kinds,
     mirror,
     redact,
     seal,
@@ -404,6 +403,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     object_diff,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import head
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._export_job import ExportObjects
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import RoundRunner
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     anonymous_client,
@@ -420,8 +420,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
     PipelineError,
     run_module,
 )
-
-SOURCE_PATH = "/source"
 
 
 def argument_spec():
@@ -470,9 +468,9 @@ RESULT_FIELDS = (
 
 
 def program_files():
-    """ConfigMap data: the Job's program and what it imports (the facts reader and its rules, the exposure
-    rule and its two helpers, the error base), under their module file names."""
-    return module_files(export_cli, _disk, image_facts, seal, errors, exposure, inputs, redact)
+    """ConfigMap data: the Job's program and what it imports (the facts and partition readers and their
+    rules, the exposure rule and its two helpers, the error base), under their module file names."""
+    return module_files(export_cli, _disk, _partitions, image_facts, seal, errors, exposure, inputs, redact)
 
 
 class ExportJob(RoundRunner):
@@ -487,11 +485,6 @@ class ExportJob(RoundRunner):
         self.module = module
         self.client = client
         self.ref = {"name": params["name"], "namespace": params["namespace"]}
-        self.scratch = params["name"] + "-scratch"
-
-    def staging_key(self):
-        """Where the Job uploads the parts before the final object is copied from them (export_cli)."""
-        return "%s.partial-%s-%s" % (self.p["key"], self.p["namespace"], self.p["name"])
 
     # ------------------------------------------------------------ inputs, before any request
     def inputs(self):
@@ -505,9 +498,6 @@ class ExportJob(RoundRunner):
         mirror.check_concurrency(p["concurrency"])
         self.sensitive = exposure.sensitive_reasons(p["license"], facts_reasons=p["sensitive_reasons"])
         return mirror.part_size_bytes(p["part_size"])
-
-    def source_name(self):
-        return self.p["source"] or "pvc://%s/%s" % (self.p["namespace"], self.p["pvc"])
 
     # ------------------------------------------------------------ reads, before any write
     def sealed_claim(self):
@@ -552,83 +542,6 @@ class ExportJob(RoundRunner):
             raise call_failed("HEAD s3://%s/%s" % (p["bucket"], p["key"]), exc, bucket=p["bucket"]) from exc
         return None if found is None else dict(found.get("Metadata") or {}, size=found.get("ContentLength"))
 
-    # ------------------------------------------------------------ the objects
-    def definitions(self, claim, secret, part_size):
-        p = self.p
-        labels = dict(p["labels"], **{"app.kubernetes.io/name": "golden-export", jobs.EXPORT_MARK: p["name"]})
-        volume = {"name": "source", "path": SOURCE_PATH, "file": p["file"], "read_only": True}
-        if jobs.claim_mode(claim) == "Block":
-            volume["path"] = "/dev/source"
-        source_path, mount, device = jobs.present(volume, claim)
-        scratch_spec = {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": p["scratch_size"]}},
-        }
-        if p["scratch_storage_class"]:
-            scratch_spec["storageClassName"] = p["scratch_storage_class"]
-        scratch = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": self.scratch, "namespace": p["namespace"], "labels": dict(labels)},
-            "spec": scratch_spec,
-        }
-        args = [
-            "--source",
-            source_path,
-            "--scratch",
-            jobs.EXPORT_SCRATCH,
-            "--filename",
-            p["key"].rsplit("/", 1)[-1],
-            "--endpoint",
-            p["pod_endpoint_url"] or p["endpoint_url"],
-            "--region",
-            p["region"] or "us-east-1",
-            "--bucket",
-            p["bucket"],
-            "--key",
-            p["key"],
-            "--staging-key",
-            self.staging_key(),
-            "--part-size",
-            str(mirror.plan_part_size(None, part_size)),
-            "--concurrency",
-            str(p["concurrency"]),
-            "--content-type",
-            p["content_type"],
-            "--source-url",
-            redact.redact_url(self.source_name()),
-            "--source-uid",
-            claim["metadata"]["uid"],
-            "--exported-at",
-            mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
-        ]
-        if not p["compress"]:
-            args.append("--no-compress")
-        if p["os"]:
-            args += ["--os-family", p["os"]]
-        for reason in self.sensitive:
-            args += ["--sensitive-reason", reason]
-        files = program_files()
-        configmap = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": p["name"], "namespace": p["namespace"], "labels": dict(labels)},
-            "data": files,
-        }
-        job = jobs.export_job_definition(
-            p["name"],
-            p["namespace"],
-            labels,
-            p["image"],
-            (volume, claim, mount, device),
-            {"metadata": {"name": self.scratch}},
-            files,
-            args,
-            secret,
-            p["wait_timeout"],
-        )
-        return [scratch, configmap, job]
-
     # ------------------------------------------------------------ the run
     def first_round(self, result):
         p = self.p
@@ -638,15 +551,27 @@ class ExportJob(RoundRunner):
         s3 = s3_client_from_params(p)
         held = self.held(s3)
         action = mirror.plan_claim_export(
-            p["bucket"], p["key"], held, self.source_name(), claim["metadata"]["uid"]
+            p["bucket"], p["key"], held, jobs.export_source_name(p), claim["metadata"]["uid"]
         )
-        summary = {"key": p["key"], "source": self.source_name(), "source_uid": claim["metadata"]["uid"]}
+        summary = {
+            "key": p["key"],
+            "source": jobs.export_source_name(p),
+            "source_uid": claim["metadata"]["uid"],
+        }
         if action == "skip":
             result.update(action="skip", sha256=held.get(mirror.META_SHA256), size=held.get("size"))
             self.prove_held(held, result)
             result["diff"] = {"before": summary, "after": summary}
             return None
-        made = self.definitions(claim, secret, part_size)
+        made = jobs.export_definitions(
+            p,
+            claim,
+            secret,
+            part_size,
+            self.sensitive,
+            program_files(),
+            datetime.datetime.now(datetime.timezone.utc),
+        )
         jobs.refuse_foreign_objects(
             [
                 self.module.get(d["apiVersion"], d["kind"], d["metadata"]["name"], p["namespace"])
@@ -695,7 +620,7 @@ class ExportJob(RoundRunner):
             kind, _cond = jobs.outcome(job)
             _pod, log = self.client.last_pod_log(p["namespace"], p["name"], strict=bool(kind))
             percent = jobs.log_progress(log) or percent
-            phase = phase_of(log)
+            phase = jobs.log_phase(log)
             line = jobs.line(p["namespace"], p["name"], job, percent, rounds.elapsed(now))
             if phase:
                 line += ", phase " + phase
@@ -788,7 +713,7 @@ class ExportJob(RoundRunner):
         gone by now) and delete the staging object it may have completed, so a failed export leaves no
         stored parts behind either; ``(upload ids and the staging object's s3:// URL, problem or None)``."""
         p = self.p
-        aborted, staging = [], self.staging_key()
+        aborted, staging = [], jobs.export_staging_key(p)
         try:
             client = s3_client_from_params(p)
             answer = client.list_multipart_uploads(Bucket=p["bucket"], Prefix=p["key"])
@@ -841,123 +766,15 @@ class ExportJob(RoundRunner):
             raise PipelineError(self.leftover_note(left), left_behind=left, **result)
         return result
 
-    def observe_users(self):
-        """The namespace's pods, claims, DataVolumes and VirtualMachines: who may use the scratch claim or
-        the ConfigMap (a cluster without CDI or KubeVirt has none of the latter)."""
-        ns = self.p["namespace"]
-        observed = {
-            "pods": self.module.list("v1", "Pod", ns),
-            "pvcs": self.module.list("v1", "PersistentVolumeClaim", ns),
-        }
-        for key, api_version, kind in (
-            ("datavolumes", "cdi.kubevirt.io/v1beta1", "DataVolume"),
-            ("vms", "kubevirt.io/v1", "VirtualMachine"),
-        ):
-            if self.module.served(api_version, kind):
-                observed[key] = self.module.list(api_version, kind, ns)
-        return observed
-
     def cleanup(self, removed=None, alone=None, refuse=False):
-        """Delete what this export made, read first: an object without the export's mark is left alone,
-        and the scratch claim and ConfigMap only when nothing but the Job's own pods uses them. ``refuse``
-        (state=absent): a consumer, or a reference query that fails, refuses before any delete; otherwise
-        what is in use is reported in the returned list. ``removed`` and ``alone`` collect what was deleted
-        and what was not this export's; in check mode nothing is deleted."""
-        p, ns = self.p, self.p["namespace"]
-        left = []
-        removed = [] if removed is None else removed
-        alone = [] if alone is None else alone
-        timeout, sleep = 120, min(2, p["wait_sleep"])
-        users, unread = {}, None
-
-        def remove(api_version, kind, name, **options):
-            try:
-                found = self.module.get(api_version, kind, name, ns)
-                if found is None:
-                    return
-                if not jobs.is_export_object(found, p["name"]):
-                    alone.append("%s %s/%s" % (kind, ns, name))
-                    return
-                if kind in users and users[kind] != []:
-                    why = "; ".join(consumers.describe(c) for c in users[kind] or []) or (
-                        "who uses it could not be read (%s)" % unread
-                    )
-                    left.append({"kind": kind, "name": name, "error": "in use: %s" % why, "in_use": True})
-                    return
-                if not self.check_mode:
-                    self.module.delete(api_version, kind, name, ns, **options)
-                removed.append("%s %s/%s" % (kind, ns, name))
-            except PipelineError as exc:
-                left.append({"kind": kind, "name": name, "error": exc.msg})
-
-        if not refuse:
-            # An export that ends stops its Job first: a timed-out Job must not finish its upload meanwhile.
-            remove("batch/v1", "Job", p["name"], propagation="Background")
-        try:
-            observed = self.observe_users()
-        except PipelineError as exc:
-            if refuse:
-                raise consumers.users_unknown(
-                    "the scratch claim and ConfigMap of export %s/%s" % (ns, p["name"]), exc
-                ) from exc
-            observed, unread = None, exc.msg
-        made = (("ConfigMap", p["name"]), ("PersistentVolumeClaim", self.scratch))
-        for made_kind, made_name in made:
-            users[made_kind] = (
-                None
-                if observed is None
-                else consumers.volume_consumers(made_kind, ns, made_name, observed, own_pod=self.own_pod)
-            )
-        if refuse:
-            refusal = consumers.refuse_delete(
-                "export %s/%s" % (ns, p["name"]),
-                [c for found in users.values() for c in found],
-                "stop or delete what uses its claim or ConfigMap, then run again; nothing was deleted",
-            )
-            if refusal:
-                raise refusal
-            remove("batch/v1", "Job", p["name"], propagation="Background")
-        # Read after the Job is gone, so that it makes no pod after these.
-        selector = "job-name=%s,%s=%s" % (p["name"], jobs.EXPORT_MARK, p["name"])
-        try:
-            pods = self.module.list("v1", "Pod", ns, label_selector=selector)
-        except PipelineError as exc:
-            pods = []
-            left.append({"kind": "Pod", "name": selector, "error": exc.msg})
-        for pod in pods:
-            name = kinds.name(pod)
-            try:
-                # A pod that still exists still holds the claims: wait until it is gone.
-                if not self.check_mode:
-                    self.module.delete_and_wait("v1", "Pod", name, ns, timeout, sleep, before=pod)
-                removed.append("Pod %s/%s" % (ns, name))
-            except PipelineError as exc:
-                left.append({"kind": "Pod", "name": name, "error": exc.msg})
-        for made_kind, made_name in made:
-            remove("v1", made_kind, made_name)
-        return left
-
-    def own_pod(self, pod):
-        """A pod of this export's Job (it mounts the scratch claim and the ConfigMap by design)."""
-        name = self.p["name"]
-        return jobs.is_export_object(pod, name) and kinds.labels(pod).get("job-name") == name
+        """Delete what this export made (``_export_job.ExportObjects.cleanup``)."""
+        objects = ExportObjects(
+            self.module, self.p["namespace"], self.p["name"], self.check_mode, self.p["wait_sleep"]
+        )
+        return objects.cleanup(removed, alone, refuse)
 
     def leftover_note(self, left):
-        ns = self.p["namespace"]
-        names = ", ".join("%s %s/%s (%s)" % (item["kind"], ns, item["name"], item["error"]) for item in left)
-        # What is in use is left for its users to release; the rest can simply be deleted.
-        free = " ".join("%s/%s" % (i["kind"].lower(), i["name"]) for i in left if not i.get("in_use"))
-        return "could not delete %s" % names + (
-            "; remove them with: kubectl -n %s delete %s" % (ns, free) if free else ""
-        )
-
-
-def phase_of(log):
-    """The phase the program announced last (convert, sha256, upload, copy)."""
-    for line in reversed((log or "").splitlines()):
-        if line.startswith("phase "):
-            return line[len("phase ") :].split(":", 1)[0]
-    return None
+        return jobs.export_leftover_note(self.p["namespace"], left)
 
 
 # Which options go together, checked by Ansible before the runner starts. The pod needs an endpoint

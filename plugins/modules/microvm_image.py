@@ -457,14 +457,10 @@ class Runner:
         src = self.params["src"]
         image = self.io["disk"].Image(src)  # its DiskError names the file
         try:
-            parts = self.io["partitions"].read_partitions(image.read, src)
+            return image, self.io["partitions"].read_partitions(image)
         except BaseException:
             image.close()
             raise
-        for part in parts:
-            if part["size"] is None:
-                part["size"] = image.virtual_size
-        return image, parts
 
     def _kernel_facts(self, fs, real):
         """``(head, banner version)`` of the kernel file, read in chunks (a vmlinux is tens of MiB)."""

@@ -56,8 +56,7 @@ description:
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
-  - dissect.hypervisor, dissect.volume, dissect.ntfs, dissect.extfs and dissect.regf (on the controller,
-    for O(path))
+  - dissect.hypervisor, dissect.ntfs, dissect.extfs and dissect.regf (on the controller, for O(path))
 options:
   path:
     description:
@@ -376,7 +375,7 @@ partitions:
   elements: dict
   sample:
     - {number: 3, offset: 44040192, size: 67108864, type: ebd0a0a2-b9e5-4433-87c0-68b6b72699c7,
-       type_name: Windows Basic data partition, name: Basic data partition, filesystem: ntfs}
+       type_name: Windows basic data partition, name: Basic data partition, filesystem: ntfs}
 format:
   description: Format of the image file, V(raw) or V(qcow2).
   returned: unless skipped in check mode

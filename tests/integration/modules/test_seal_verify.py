@@ -271,7 +271,7 @@ def test_unreadable_file_is_refused(made, tmp_path):
         seal_cli.verify(str(tmp_path / "missing.qcow2"))
     blank = tmp_path / "blank.raw"
     disks.run("truncate", "-s", "4M", blank)
-    with pytest.raises(seal_cli._disk.DiskError, match="no GPT or MBR partition table"):
+    with pytest.raises(seal_cli.seal.SealError, match="no GPT or MBR partition table and no filesystem"):
         seal_cli.verify(str(blank))
 
 

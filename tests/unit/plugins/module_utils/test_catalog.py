@@ -4,6 +4,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     catalog,
     harvester_image,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 SUM_A = "a" * 128
 SUM_B = "b" * 128
@@ -351,7 +352,7 @@ def test_a_set_but_malformed_engine_version_is_never_reported_as_not_set(request
 def test_catalog_refusals_are_pipeline_errors():
     with pytest.raises(catalog.CatalogError) as exc:
         catalog.set_stream(catalog.empty(), "22.04")
-    assert isinstance(exc.value, ValueError) and exc.value.result["refused"] is True
+    assert isinstance(exc.value, PipelineError) and exc.value.result["refused"] is True
 
 
 def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule():

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.modules import console_screenshot as module
 from PIL import Image, ImageDraw, ImageFont
 
@@ -340,9 +341,9 @@ def test_frames_are_reduced_and_checked():
     assert size == (1280, 800) and (frame.width, frame.height) == (256, 160)
     frame, size = module.frame_from_png(png(black((200, 100))))
     assert (frame.width, frame.height) == (200, 100)
-    with pytest.raises(ValueError, match="holds 12 bytes, got 3"):
+    with pytest.raises(PipelineError, match="holds 12 bytes, got 3"):
         console.Frame(2, 2, b"\0\0\0")
-    with pytest.raises(ValueError, match="at least one pixel"):
+    with pytest.raises(PipelineError, match="at least one pixel"):
         console.Frame(0, 1, b"")
 
 

@@ -1,5 +1,6 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import details
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def test_auto_details_are_full_up_to_the_limit_then_a_summary():
@@ -9,7 +10,7 @@ def test_auto_details_are_full_up_to_the_limit_then_a_summary():
     assert details.detail_level("summary", 3, limit=3) == "summary"
     assert details.detail_level("auto", details.DETAIL_LIMIT) == "full"
     assert details.detail_level("auto", details.DETAIL_LIMIT + 1) == "summary"
-    with pytest.raises(ValueError, match="details must be one of"):
+    with pytest.raises(PipelineError, match="details must be one of"):
         details.detail_level("all", 3)
 
 

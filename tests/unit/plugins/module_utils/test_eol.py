@@ -2,6 +2,7 @@ import datetime
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def test_default_table_dates():
@@ -28,7 +29,7 @@ def test_parse_eol_date(value, expected):
 
 @pytest.mark.parametrize("value", ["2027-13", "2027-02-30", "April 2027", ""])
 def test_parse_eol_date_refuses(value):
-    with pytest.raises(ValueError, match="EOL"):
+    with pytest.raises(PipelineError, match="EOL"):
         eol.parse_eol_date(value)
 
 
@@ -36,7 +37,7 @@ def test_parse_today_forms():
     assert eol.parse_today("20261129") == datetime.date(2026, 11, 29)
     assert eol.parse_today("2026-11-29") == datetime.date(2026, 11, 29)
     assert eol.parse_today(None) == datetime.datetime.now(datetime.UTC).date()
-    with pytest.raises(ValueError, match="today"):
+    with pytest.raises(PipelineError, match="today"):
         eol.parse_today("29/11/2026")
 
 
@@ -90,13 +91,13 @@ def test_overrides_add_and_move_dates():
 
 
 def test_overrides_refuse_unknown_key():
-    with pytest.raises(ValueError, match="unknown key"):
+    with pytest.raises(PipelineError, match="unknown key"):
         eol.eol_table({"postgres": {"19": "2031-11-13"}})
 
 
 @pytest.mark.parametrize("value", ["15.4", "abc", True, 0])
 def test_normalize_pg_major_refuses(value):
-    with pytest.raises(ValueError, match="major version"):
+    with pytest.raises(PipelineError, match="major version"):
         eol.normalize_pg_major(value)
 
 
@@ -107,7 +108,7 @@ def test_guard_message_names_version_date_and_supported_set():
     assert "judged on 2026-11-29" in message
     assert "PostgreSQL 13 reached end of life on 2025-11-13" in message
     assert "supported: 15, 16, 17, 18" in message
-    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, PipelineError)
     assert [v["version"] for v in info.value.violations] == ["13"]
 
 

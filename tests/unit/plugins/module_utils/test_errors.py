@@ -127,7 +127,27 @@ def test_the_raise_checker(source, expected):
     assert _builtin_raises(source) == expected
 
 
-def test_invalid_value_is_in_the_base_and_still_a_value_error():
+def test_invalid_value_is_in_the_base():
     exc = errors.InvalidValue("window.start '25:00': expected HH:MM")
-    assert isinstance(exc, errors.PipelineError) and isinstance(exc, ValueError)
+    assert isinstance(exc, errors.PipelineError)
     assert exc.result == {"msg": "window.start '25:00': expected HH:MM"}
+
+
+def test_no_error_of_the_collection_is_also_a_builtin_error():
+    """One base: an error that is also a ``ValueError`` (or any builtin error) invites callers to catch the
+    builtin, which also swallows the bugs it stands for; callers catch ``PipelineError`` or the class."""
+    doubled = sorted(
+        "%s:%s(%s)" % (rel, cls.__name__, ", ".join(b.__name__ for b in cls.__mro__ if b in BUILTIN_BASES))
+        for rel, cls in _exception_classes()
+        if issubclass(cls, errors.PipelineError) and any(b in BUILTIN_BASES for b in cls.__mro__)
+    )
+    assert doubled == []
+
+
+BUILTIN_BASES = {
+    value
+    for value in vars(builtins).values()
+    if isinstance(value, type)
+    and issubclass(value, BaseException)
+    and value not in (Exception, BaseException)
+}

@@ -1,5 +1,7 @@
 """The claim Job's layout, the one qemu-img conversion, how a Job ended, and qemu-img's percent."""
 
+import datetime
+
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import jobs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
@@ -157,3 +159,85 @@ def test_the_export_secret_holds_the_named_keys():
     with pytest.raises(Refusal) as caught:
         jobs.export_secret("ns", "s3", secret(user="x"), "accessKeyId", "secretKey", "t")
     assert caught.value.msg.startswith("Secret ns/s3: it has no key accessKeyId and no key secretKey; add")
+
+
+def marked(kind, name, mark="exp"):
+    return {"kind": kind, "metadata": {"name": name, "labels": {jobs.EXPORT_MARK: mark} if mark else {}}}
+
+
+def test_the_end_of_an_export_deletes_only_its_own_unused_objects():
+    user = {"kind": "Pod", "namespace": "ns", "name": "vm-launcher", "why": "mounts it"}
+    assert jobs.export_leftover(None, "exp", []) == ("gone", None)
+    assert jobs.export_leftover(marked("ConfigMap", "exp", mark="other"), "exp", []) == ("alone", None)
+    assert jobs.export_leftover(marked("ConfigMap", "exp", mark=None), "exp", []) == ("alone", None)
+    assert jobs.export_leftover(marked("ConfigMap", "exp"), "exp", []) == ("delete", None)
+    verdict, why = jobs.export_leftover(marked("PersistentVolumeClaim", "exp-scratch"), "exp", [user])
+    assert verdict == "in use" and why.startswith("in use: ") and "vm-launcher" in why
+    # Who uses it could not be read: it is kept, saying why.
+    assert jobs.export_leftover(marked("ConfigMap", "exp"), "exp", None, "forbidden") == (
+        "in use",
+        "in use: who uses it could not be read (forbidden)",
+    )
+
+
+def test_the_leftover_note_gives_the_command_for_what_nothing_uses():
+    left = [
+        {"kind": "ConfigMap", "name": "exp", "error": "timed out"},
+        {"kind": "PersistentVolumeClaim", "name": "exp-scratch", "error": "in use: Pod ns/x", "in_use": True},
+    ]
+    assert jobs.export_leftover_note("ns", left) == (
+        "could not delete ConfigMap ns/exp (timed out), "
+        "PersistentVolumeClaim ns/exp-scratch (in use: Pod ns/x)"
+        "; remove them with: kubectl -n ns delete configmap/exp"
+    )
+    assert "kubectl" not in jobs.export_leftover_note("ns", left[1:])
+
+
+def test_the_export_programs_last_phase_and_its_pods():
+    log = "phase convert: qcow2\n    (12.00/100%)\nphase upload: 3 parts\nuploaded part 1\n"
+    assert jobs.log_phase(log) == "upload"
+    assert jobs.log_phase("no phase yet") is None and jobs.log_phase(None) is None
+    pod = marked("Pod", "exp-abcde")
+    pod["metadata"]["labels"]["job-name"] = "exp"
+    assert jobs.is_export_pod(pod, "exp") and not jobs.is_export_pod(marked("Pod", "exp-x"), "exp")
+    assert jobs.export_pod_selector("exp") == "job-name=exp,%s=exp" % jobs.EXPORT_MARK
+
+
+def test_the_export_objects_are_the_scratch_claim_the_program_and_the_job():
+    p = {
+        "name": "exp",
+        "namespace": "ns",
+        "labels": {"team": "a"},
+        "file": "disk.img",
+        "scratch_size": "10Gi",
+        "scratch_storage_class": "",
+        "key": "goldens/win.qcow2",
+        "pod_endpoint_url": None,
+        "endpoint_url": "http://s3.example:9000",
+        "region": None,
+        "bucket": "b",
+        "concurrency": 4,
+        "content_type": "application/x-qemu-disk",
+        "source": None,
+        "pvc": "sealed",
+        "compress": True,
+        "os": "windows",
+        "image": "registry.example.com/tools/golden-export:1",
+        "wait_timeout": 600,
+    }
+    sealed = {
+        "metadata": {"name": "sealed", "namespace": "ns", "uid": "u-1"},
+        "spec": {"volumeMode": "Block"},
+    }
+    secret = {"name": "s3", "access_key": "id", "secret_key": "key", "session_token": None}
+    at = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+    scratch, configmap, job = jobs.export_definitions(
+        p, sealed, secret, 16 << 20, ["license"], {"a.py": "x"}, at
+    )
+    assert scratch["metadata"]["name"] == "exp-scratch" and "storageClassName" not in scratch["spec"]
+    assert configmap["data"] == {"a.py": "x"} and configmap["metadata"]["labels"][jobs.EXPORT_MARK] == "exp"
+    args = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert args[args.index("--source") + 1] == "/dev/source"
+    assert args[args.index("--staging-key") + 1] == "goldens/win.qcow2.partial-ns-exp"
+    assert args[args.index("--source-url") + 1] == "pvc://ns/sealed"
+    assert args[-4:] == ["--os-family", "windows", "--sensitive-reason", "license"]

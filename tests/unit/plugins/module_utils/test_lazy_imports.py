@@ -61,3 +61,21 @@ def test_a_qcow2_is_opened_with_the_qcow2_reader_alone(tmp_path):
     others = [m for m in loaded if m.startswith("dissect.hypervisor.") and "qcow2" not in m]
     # Only the reader, its structure definitions and its exceptions: no other format's definitions.
     assert sorted(others) == ["dissect.hypervisor.disk", "dissect.hypervisor.exceptions"]
+
+
+def test_the_partition_table_is_read_without_any_disk_library(tmp_path):
+    assert shutil.which("sfdisk")
+    image = tmp_path / "disk.raw"
+    image.write_bytes(bytes(4 * 1024 * 1024))
+    subprocess.run(
+        ["sfdisk", "-q", "--no-reread", "--no-tell-kernel", str(image)],
+        input="label: gpt\nstart=2048, size=2048\n",
+        text=True,
+        check=True,
+    )
+    loaded = loaded_after(
+        "from %s.module_utils import _disk, _partitions\n"
+        "parts = _partitions.read_partitions(_disk.Image(%r))\n"
+        "assert [p['number'] for p in parts] == [1], parts\n" % (PREFIX, str(image))
+    )
+    assert [m for m in loaded if m.split(".")[0] == "dissect"] == []

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 TODAY = "2026-12-20"
 VERDICTS = {
@@ -211,9 +211,9 @@ def test_verdicts_are_mutually_exclusive_and_match_their_action():
 
 
 def test_policy_is_checked():
-    with pytest.raises(ValueError, match="unknown key"):
+    with pytest.raises(PipelineError, match="unknown key"):
         repave.drift(db(), fleet_catalog(), TODAY, policy={"auto_apply_days": 3})
-    with pytest.raises(ValueError, match="forced_apply_after_days -1"):
+    with pytest.raises(PipelineError, match="forced_apply_after_days -1"):
         repave.drift(db(), fleet_catalog(), TODAY, policy={"forced_apply_after_days": -1})
 
 
@@ -367,7 +367,7 @@ def test_add_months_clamps_to_the_end_of_a_shorter_month():
 
 
 def test_a_bad_migration_deadline_is_refused():
-    with pytest.raises(ValueError, match="migration_deadline_months -1: expected a number of months"):
+    with pytest.raises(PipelineError, match="migration_deadline_months -1: expected a number of months"):
         repave.drift(db(), fleet_catalog(), TODAY, policy={"migration_deadline_months": -1})
 
 

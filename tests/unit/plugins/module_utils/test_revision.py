@@ -2,6 +2,7 @@ import datetime
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision as r
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 
 def test_revision_names_match_the_catalog():
@@ -36,33 +37,33 @@ def test_parse_revision():
     ],
 )
 def test_parse_revision_refuses(name, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(PipelineError, match=match):
         r.parse_revision(name)
 
 
 def test_validate_revision_against_stream():
     assert r.validate_revision("v20261201-2404", "24.04").date == datetime.date(2026, 12, 1)
-    with pytest.raises(ValueError, match=r"belongs to OS stream 22\.04, not 24\.04.*v20260615-2404"):
+    with pytest.raises(PipelineError, match=r"belongs to OS stream 22\.04, not 24\.04.*v20260615-2404"):
         r.validate_revision("v20260615", "24.04")
 
 
 @pytest.mark.parametrize("stream", ["22.4", "2204", "jammy", "", None])
 def test_stream_refused(stream):
-    with pytest.raises(ValueError, match="OS stream"):
+    with pytest.raises(PipelineError, match="OS stream"):
         r.revision_name("20260615", stream)
 
 
 @pytest.mark.parametrize("value", ["2026-13-01", "yesterday", "2026061"])
 def test_build_date_refused(value):
-    with pytest.raises(ValueError, match="build date"):
+    with pytest.raises(PipelineError, match="build date"):
         r.revision_name(value, "22.04")
 
 
 def test_parse_artifact_name():
     assert r.parse_artifact_name("ubuntu-2404-postgres-v20261201-2404.qcow2").os_stream == "24.04"
-    with pytest.raises(ValueError, match="belongs to OS stream"):
+    with pytest.raises(PipelineError, match="belongs to OS stream"):
         r.parse_artifact_name("ubuntu-2404-postgres-v20261201.qcow2")
-    with pytest.raises(ValueError, match="expected ubuntu-"):
+    with pytest.raises(PipelineError, match="expected ubuntu-"):
         r.parse_artifact_name("ubuntu-2204-postgres-v20260615.img")
 
 
@@ -74,7 +75,7 @@ def test_ordering():
     assert r.latest_revision(names, "26.04") is None
     assert r.is_newer("v20261201", "v20260615")
     assert not r.is_newer("v20261201", "v20261201-2404")
-    with pytest.raises(ValueError):
+    with pytest.raises(PipelineError):
         r.sort_revisions(["v20260615", "latest"])
 
 
@@ -111,13 +112,13 @@ def test_same_day_rebuilds_are_distinct_and_sort_after_the_first():
     ],
 )
 def test_same_day_build_number_refused(name, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(PipelineError, match=match):
         r.parse_revision(name)
 
 
 @pytest.mark.parametrize("build", [0, 100, "two", True])
 def test_build_refused(build):
-    with pytest.raises(ValueError, match="build"):
+    with pytest.raises(PipelineError, match="build"):
         r.revision_name("20261201", "22.04", build=build)
 
 

@@ -3,6 +3,7 @@ import zoneinfo
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 UTC = datetime.UTC
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
@@ -56,7 +57,7 @@ def test_max_unavailable_counts_and_percentages(value, total, expected):
     ],
 )
 def test_max_unavailable_refusals(value, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(PipelineError, match=message):
         rollout.parse_max_unavailable(value, 10)
 
 
@@ -78,7 +79,7 @@ def test_max_unavailable_refusals(value, message):
     ],
 )
 def test_window_refusals(spec, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(PipelineError, match=message):
         rollout.parse_window(spec)
 
 
@@ -96,7 +97,7 @@ def test_window_defaults_and_description():
         {"days": ["Friday", "mon"], "start": "22:00", "end": "4:00", "timezone": "Europe/Berlin"}
     )
     assert night.describe() == "mon,fri 22:00-04:00 Europe/Berlin (ends the next day)"
-    with pytest.raises(ValueError, match="aware datetime"):
+    with pytest.raises(PipelineError, match="aware datetime"):
         night.contains(datetime.datetime(2026, 6, 5, 23, 0))
 
 
@@ -220,7 +221,7 @@ def test_match_selector(selector, expected):
 
 @pytest.mark.parametrize("selector", ["role=(x)", "tier in gold", "=x", "a b"])
 def test_match_selector_refuses_what_it_cannot_read(selector):
-    with pytest.raises(ValueError, match="cannot read"):
+    with pytest.raises(PipelineError, match="cannot read"):
         rollout.match_selector({}, selector)
 
 
@@ -243,7 +244,7 @@ def test_order_puts_groups_first_then_the_rest_by_name():
     # any matcher can be passed
     ordered = rollout.order_instances(fleet, ["first"], lambda labels, sel: labels.get("role") == "primary")
     assert [i["name"] for i in ordered] == ["c", "a", "b", "d", "e"]
-    with pytest.raises(ValueError, match="each group is"):
+    with pytest.raises(PipelineError, match="each group is"):
         rollout.order_instances(fleet, [{"selector": "x"}])
 
 
@@ -292,7 +293,7 @@ def test_plan_never_exceeds_max_unavailable():
         # the two current instances that are down hold part of the first batch's budget
         assert len(batches[0]) == max(budget - 2, 0)
         assert sorted(n for b in batches for n in b) == ["db-%02d" % n for n in range(50)]
-    with pytest.raises(ValueError, match="expected a count >= 1"):
+    with pytest.raises(PipelineError, match="expected a count >= 1"):
         rollout.plan(fleet, targets_for(fleet), 0)
 
 
@@ -300,7 +301,7 @@ def test_estimate_batch_seconds():
     assert rollout.estimate_batch_seconds([40, 95.5, None, 60], 300) == 95.5
     assert rollout.estimate_batch_seconds([], 300) == 300.0
     assert rollout.estimate_batch_seconds(None, 120) == 120.0
-    with pytest.raises(ValueError, match="seconds > 0"):
+    with pytest.raises(PipelineError, match="seconds > 0"):
         rollout.estimate_batch_seconds([], 0)
 
 

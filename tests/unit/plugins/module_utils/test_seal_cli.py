@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
+MIB = 1024 * 1024
 
 
 def requirement_lines(path):
@@ -42,9 +43,26 @@ def verdict(out):
     return json.loads(line[len(seal_cli.MARKER) :])
 
 
-def test_an_image_without_dissect_fails_naming_the_package_and_installs_nothing(tmp_path):
+def windows_disk(tmp_path):
+    """A GPT disk whose basic data partition holds an empty NTFS: its table is read without dissect, its
+    files are not."""
     disk = tmp_path / "disk.raw"
-    disk.write_bytes(b"\0" * 1024 * 1024)
+    volume = tmp_path / "c.ntfs"
+    disk.write_bytes(bytes(8 * MIB))
+    volume.write_bytes(bytes(4 * MIB))
+    table = "label: gpt\nstart=2048, size=8192, type=EBD0A0A2-B9E5-4433-87C0-68B6B72699C7\n"
+    subprocess.run(
+        ["sfdisk", "-q", "--no-reread", "--no-tell-kernel", str(disk)], input=table, text=True, check=True
+    )
+    subprocess.run(["mkntfs", "-q", "-F", "-f", str(volume)], check=True, capture_output=True)
+    with open(disk, "r+b") as fh:
+        fh.seek(2048 * 512)
+        fh.write(volume.read_bytes())
+    return disk
+
+
+def test_an_image_without_dissect_fails_naming_the_package_and_installs_nothing(tmp_path):
+    disk = windows_disk(tmp_path)
     out = run_without_dissect(disk)
     result = verdict(out)
     assert out.returncode == 2, out

@@ -89,11 +89,12 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
         ("PersistentVolumeClaim", "sealed"),
     ]
     program = kube.get("v1", "ConfigMap", NAME, NS)
-    # The program, the facts reader and its rules, the exposure rule it decides with (and that rule's two
-    # helpers), and the error base.
+    # The program, the facts and partition readers and their rules, the exposure rule it decides with (and
+    # that rule's two helpers), and the error base.
     assert sorted(program["data"]) == [
         "_disk.py",
         "_export_cli.py",
+        "_partitions.py",
         "errors.py",
         "exposure.py",
         "image_facts.py",
