@@ -148,6 +148,17 @@ class Rounds(object):
         self.last_state = last_state
         self.changed_at = changed_at
 
+    @classmethod
+    def whole(cls, now, timeout):
+        """A wait that is one round from ``now`` (it reports nothing before its end); a budget already
+        spent (0 or less) still polls once."""
+        return cls(now, 1, report_every=1)._span(float(now) + max(0, timeout))
+
+    def _span(self, deadline):
+        self.timeout = deadline - self.started
+        self.deadline = self.round_end = deadline
+        return self
+
     def see(self, state, now):
         """Record an observed state; True when it is news (the first one, or one that differs)."""
         if state == self.last_state:
