@@ -251,6 +251,6 @@ def wait_for(
     ``rounds`` makes it one round's share of a longer wait (``Rounds`` on the same ``clock``): the
     round's end returns ``(obj, None)`` (report and resume), the deadline of the whole wait times out.
     """
-    rounds = rounds or Rounds.whole(clock(), timeout)
+    rounds = rounds or Rounds.span(clock(), timeout)
     runner = RoundRunner(rounds, sleep, clock, sleeper, transient, first_sleep, news_ends=False)
     return runner.run(_Predicate(runner, fetch, predicate, describe or _default_describe, progress, pending))

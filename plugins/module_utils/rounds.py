@@ -149,15 +149,14 @@ class Rounds(object):
         self.changed_at = changed_at
 
     @classmethod
-    def whole(cls, now, timeout):
-        """A wait that is one round from ``now`` (it reports nothing before its end); a budget already
-        spent (0 or less) still polls once."""
-        return cls(now, 1, report_every=1)._span(float(now) + max(0, timeout))
-
-    def _span(self, deadline):
-        self.timeout = deadline - self.started
-        self.deadline = self.round_end = deadline
-        return self
+    def span(cls, started, timeout, round_end=None):
+        """A wait that began at ``started`` and ends ``timeout`` seconds later (a budget already spent, 0
+        or less, still polls once), its round ending at ``round_end`` (None: at the deadline)."""
+        rounds = cls(started, 1, report_every=1)
+        rounds.timeout = max(0, timeout)
+        rounds.deadline = rounds.started + rounds.timeout
+        rounds.round_end = rounds.deadline if round_end is None else min(rounds.deadline, float(round_end))
+        return rounds
 
     def see(self, state, now):
         """Record an observed state; True when it is news (the first one, or one that differs)."""
