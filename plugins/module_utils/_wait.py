@@ -171,9 +171,10 @@ def _default_describe(obj):
 class _Predicate(Wait):
     """``wait_for``'s hooks: a fetch, a predicate, a description; ``WaitFailed`` and ``WaitTimeout``."""
 
-    def __init__(self, runner, fetch, predicate, describe, progress, pending):
+    def __init__(self, runner, fetch, predicate, describe, progress, pending, share=False):
         self.runner, self.fetch, self.predicate = runner, fetch, predicate
         self.describe, self.progress, self.pending = describe, progress, pending
+        self.share = share
 
     def observe(self):
         return self.fetch()
@@ -209,13 +210,21 @@ class _Predicate(Wait):
         state = self.describe(seen)
         if error is not None:
             state = "%s (last poll failed: %s)" % (state, error)
-        if stuck:
-            verdict = "stuck: the state did not change in %d polls" % self.runner.polls
+        if self.share:  # a share of a longer wait: the time-out of the whole wait, in its words
+            message = rounds.timeout_message(self.pending, state, now)
         else:
-            verdict = "still working: the state last changed %.1fs ago" % since_change
+            if stuck:
+                verdict = "stuck: the state did not change in %d polls" % self.runner.polls
+            else:
+                verdict = "still working: the state last changed %.1fs ago" % since_change
+            message = "timed out after %.1fs waiting for %s (%s); last observed: %s" % (
+                elapsed,
+                self.pending,
+                verdict,
+                state,
+            )
         return WaitTimeout(
-            "timed out after %.1fs waiting for %s (%s); last observed: %s"
-            % (elapsed, self.pending, verdict, state),
+            message,
             last=seen,
             state=state,
             elapsed=elapsed,
@@ -231,7 +240,7 @@ def wait_for(
     sleep,
     describe=None,
     progress=None,
-    clock=time.monotonic,
+    clock=None,
     sleeper=time.sleep,
     pending="the condition",
     transient=None,
@@ -248,9 +257,13 @@ def wait_for(
     up to ``sleep`` (a quick object is seen at once, a slow one is not hammered). The sleep never
     overshoots the deadline.
 
-    ``rounds`` makes it one round's share of a longer wait (``Rounds`` on the same ``clock``): the
-    round's end returns ``(obj, None)`` (report and resume), the deadline of the whole wait times out.
+    ``rounds`` makes it one round's share of a longer wait (``Rounds`` on ``clock``, by default the wall
+    clock, as the rounds span calls; ``timeout`` is then theirs): the round's end returns ``(obj, None)``
+    (report and resume), the deadline of the whole wait times out in ``Rounds.timeout_message``'s words.
     """
+    share = rounds is not None
+    clock = clock or (time.time if share else time.monotonic)
     rounds = rounds or Rounds.span(clock(), timeout)
     runner = RoundRunner(rounds, sleep, clock, sleeper, transient, first_sleep, news_ends=False)
-    return runner.run(_Predicate(runner, fetch, predicate, describe or _default_describe, progress, pending))
+    describe = describe or _default_describe
+    return runner.run(_Predicate(runner, fetch, predicate, describe, progress, pending, share))
