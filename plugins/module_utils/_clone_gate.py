@@ -37,7 +37,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import 
     WaitError,
     WaitFailed,
     WaitTimeout,
+    wait_for,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
 SNAP = gate.SNAPSHOT_API
@@ -164,6 +166,25 @@ class Gate:
                 state=exc.state,
                 elapsed=elapsed,
             ) from None
+
+    def poll(self, look, timeout):
+        """Look again until ``look()`` finds no problem (it returns None: the port accepted, the volume
+        grew): ``passed``; ``failed`` when the stage's ``timeout`` (from when it began, across rounds) ran
+        out; ``pending`` when this round is over first."""
+        rounds = Rounds.span(self.state["stage_started"], timeout, self.round_end)
+        try:
+            _problem, seconds = wait_for(
+                look,
+                lambda problem: (problem is None, None),
+                timeout,
+                self.p["wait_sleep"],
+                describe=str,
+                clock=self.clock,
+                rounds=rounds,
+            )
+        except WaitTimeout:
+            return "failed"
+        return "pending" if seconds is None else "passed"
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -539,31 +560,32 @@ class Gate:
             self.phase("disk", False, self.stage_elapsed(), detail)
             self.line = detail
             return self.finish(True, False, None, disk_grown=None)
-        deadline = st["stage_started"] + self.p["disk_timeout"]
-        while True:
+        seen = {}
+
+        def look():
             items = self.filesystems()
-            volume = gate.os_volume(items, self.p["os"]) if items is not None else None
+            volume = seen["volume"] = gate.os_volume(items, self.p["os"]) if items is not None else None
             problem = gate.growth_problem(volume, self.p["os"], st["golden_size"], st["clone_size"])
             if volume is not None:
                 self.result["os_volume"] = {
                     k: volume.get(k) for k in ("mountPoint", "totalBytes", "usedBytes")
                 }
             st["last_state"] = problem
-            step = gate.port_step(self.clock(), deadline, self.round_end, problem)
-            if step == "passed":
-                detail = gate.growth_words(volume, st["golden_size"], st["clone_size"])
-                self.result["disk_check"] = {"name": gate.CHECK_AGENT, "detail": detail}
-                self.phase("disk", True, self.stage_elapsed(), detail)
-                return self.done_with("disk")
-            if step == "failed":
-                self.result["disk_check"] = {"name": gate.CHECK_AGENT, "detail": problem}
-                self.phase("disk", False, self.stage_elapsed(), problem)
-                self.line = problem
-                return self.finish(True, False, problem, disk_grown=False)
-            if step == "pending":
-                return self.pending(self.p["disk_timeout"])
-            now = self.clock()
-            time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+            return problem
+
+        step = self.poll(look, self.p["disk_timeout"])
+        problem = st["last_state"]
+        if step == "passed":
+            detail = gate.growth_words(seen["volume"], st["golden_size"], st["clone_size"])
+            self.result["disk_check"] = {"name": gate.CHECK_AGENT, "detail": detail}
+            self.phase("disk", True, self.stage_elapsed(), detail)
+            return self.done_with("disk")
+        if step == "failed":
+            self.result["disk_check"] = {"name": gate.CHECK_AGENT, "detail": problem}
+            self.phase("disk", False, self.stage_elapsed(), problem)
+            self.line = problem
+            return self.finish(True, False, problem, disk_grown=False)
+        return self.pending(self.p["disk_timeout"])
 
     def disk_in_guest(self):
         """The OS volume read inside the guest with guest_credentials: the root filesystem's size over SSH
@@ -576,7 +598,9 @@ class Gate:
         }[os_name]
         port = gate.login_port(os_name, creds, p["port"])
         deadline = st["stage_started"] + p["disk_timeout"]
-        while True:
+        seen = {}
+
+        def look():
             vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
             address = gate.probe_address(creds.get("address") or p["port_probe"], vmi, port) if vmi else None
             problem, volume, words = "no address yet", None, None
@@ -591,32 +615,35 @@ class Gate:
                     problem = "%s %s@%s:%d %s" % (over, creds["username"], address[0], address[1], problem)
                 else:
                     self.result["os_volume"] = dict(volume, usedBytes=None)
+            seen.update(volume=volume, words=words)
             st["last_state"] = problem
-            step = gate.port_step(self.clock(), deadline, self.round_end, problem)
-            if step in ("passed", "failed"):
-                detail = problem
-                if volume is not None:
-                    detail = "%s (read over %s: %s)" % (problem or words, over, shown)
-                self.result["disk_check"] = {"name": check, "detail": detail}
-                self.phase("disk", step == "passed", self.stage_elapsed(), detail)
-                if step == "passed":
-                    return self.done_with("disk")
-                self.line = problem
-                # A login that never worked proves nothing about the disk: unproven, not "not grown".
-                return self.finish(True, False, detail, disk_grown=False if volume is not None else None)
-            if step == "pending":
-                return self.pending(p["disk_timeout"], what="the guest's OS volume over %s" % over)
-            now = self.clock()
-            time.sleep(min(p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+            return problem
+
+        step = self.poll(look, p["disk_timeout"])
+        if step == "pending":
+            return self.pending(p["disk_timeout"], what="the guest's OS volume over %s" % over)
+        problem, volume = st["last_state"], seen["volume"]
+        detail = problem
+        if volume is not None:
+            detail = "%s (read over %s: %s)" % (problem or seen["words"], over, shown)
+        self.result["disk_check"] = {"name": check, "detail": detail}
+        self.phase("disk", step == "passed", self.stage_elapsed(), detail)
+        if step == "passed":
+            return self.done_with("disk")
+        self.line = problem
+        # A login that never worked proves nothing about the disk: unproven, not "not grown".
+        return self.finish(True, False, detail, disk_grown=False if volume is not None else None)
 
     def stage_port(self):
         st = self.state
         port = gate.port_for(self.p["os"], self.p["port"])
         deadline = st["stage_started"] + self.p["port_timeout"]
         pending = "port %d to accept a TCP connection" % port
-        while True:
+        seen = {}
+
+        def look():
             vmi = self.module.fetch(VM, "VirtualMachineInstance", self.names["vs"], self.project)
-            address = gate.probe_address(self.p["port_probe"], vmi, port) if vmi else None
+            address = seen["address"] = gate.probe_address(self.p["port_probe"], vmi, port) if vmi else None
             error = "no address yet"
             if address is None:
                 st["last_state"] = error
@@ -626,19 +653,18 @@ class Gate:
                 error = self.probe(address, max(0.5, min(5.0, deadline - self.clock())))
                 if error is not None:
                     st["last_state"] = "%s:%d: %s" % (address[0], address[1], error)
-            step = gate.port_step(self.clock(), deadline, self.round_end, error)
-            if step == "passed":
-                self.phase("port", True, self.stage_elapsed(), "%s:%d accepted a connection" % address)
-                return self.finish(True, True)
-            if step == "failed":
-                detail = "%s (%d attempts)" % (st["last_state"], st.get("probe_attempts", 0))
-                self.phase("port", False, self.stage_elapsed(), detail)
-                self.line = gate.timeout_message(pending, self.stage_elapsed(), st["last_state"])
-                return self.finish(True, False, self.line)
-            if step == "pending":
-                return self.pending(self.p["port_timeout"], what=pending)
-            now = self.clock()
-            time.sleep(min(self.p["wait_sleep"], max(0.0, min(deadline, self.round_end) - now)))
+            return error
+
+        step = self.poll(look, self.p["port_timeout"])
+        if step == "passed":
+            self.phase("port", True, self.stage_elapsed(), "%s:%d accepted a connection" % seen["address"])
+            return self.finish(True, True)
+        if step == "failed":
+            detail = "%s (%d attempts)" % (st["last_state"], st.get("probe_attempts", 0))
+            self.phase("port", False, self.stage_elapsed(), detail)
+            self.line = gate.timeout_message(pending, self.stage_elapsed(), st["last_state"])
+            return self.finish(True, False, self.line)
+        return self.pending(self.p["port_timeout"], what=pending)
 
     def read_console(self):
         """The clone's console as the agent timed out: its class, or why it could not be read."""

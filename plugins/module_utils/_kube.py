@@ -38,7 +38,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._listpage import decode_page
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import kubeconfig_file
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import secrets_in, strip_query
@@ -1447,12 +1447,24 @@ class KubeModule(AnsibleModule):
     # Waits -----------------------------------------------------------------------------------
 
     def wait(
-        self, api_version, kind, name, namespace, predicate, describe, pending, timeout, sleep, progress=None
+        self,
+        api_version,
+        kind,
+        name,
+        namespace,
+        predicate,
+        describe,
+        pending,
+        timeout,
+        sleep,
+        progress=None,
+        rounds=None,
     ):
         """Poll one object until ``predicate`` holds; returns ``(obj, duration)``; raises WaitError.
 
         Throttling, 5xx and dropped connections during the poll are ridden out, not fatal; any other
-        failed read raises ``KubeError`` naming the object.
+        failed read raises ``KubeError`` naming the object. With ``rounds`` it is this round's share of
+        the wait (``_wait.wait_for``): ``(obj, None)`` when the round ends first.
         """
 
         def fetch():
@@ -1473,6 +1485,7 @@ class KubeModule(AnsibleModule):
             pending=pending,
             transient=is_transient,
             first_sleep=FIRST_POLL,
+            rounds=rounds,
         )
 
     def wait_round(
@@ -1481,24 +1494,20 @@ class KubeModule(AnsibleModule):
         """``wait`` for this round's share only: ``(obj, True)`` once ``predicate`` holds, ``(obj, False)``
         when the round is over first (the caller reports and returns ``rounds.resume()``). The time-out of
         the whole wait, counted from ``rounds.started`` across rounds, raises ``WaitTimeout``."""
-        budget = max(0.0, min(rounds.round_end, rounds.deadline) - time.time())
-        try:
-            return self.wait(
-                api_version, kind, name, namespace, predicate, describe, pending, budget, sleep, progress
-            )[0], True
-        except WaitTimeout as exc:
-            now = time.time()
-            rounds.see(exc.state, now)
-            if not rounds.expired(now):
-                return exc.last, False
-            stuck, _words = rounds.verdict(now)
-            raise WaitTimeout(
-                rounds.timeout_message(pending, exc.state, now),
-                last=exc.last,
-                state=exc.state,
-                elapsed=rounds.elapsed(now),
-                stuck=stuck,
-            ) from None
+        obj, seconds = self.wait(
+            api_version,
+            kind,
+            name,
+            namespace,
+            predicate,
+            describe,
+            pending,
+            rounds.timeout,
+            sleep,
+            progress,
+            rounds,
+        )
+        return obj, seconds is not None
 
 
 class _ErrorResponse(object):

@@ -25,7 +25,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import RoundOver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import FIRST_POLL, is_transient
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, nap, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 FINISHED = ("done", "failed")
@@ -296,9 +296,7 @@ class Rollout:
         """batch_pause between two batches, across rounds (``pause_until``)."""
         if self.pause_until is None:
             return
-        wait = self.budget(float(self.pause_until))
-        if wait:
-            time.sleep(wait)
+        nap(self.budget(float(self.pause_until)))
         if self.round_over(float(self.pause_until)):
             self.line = self.fleet_text({}, "pausing %ss between batches" % self.p["batch_pause"])
             raise RoundOver()

@@ -922,18 +922,6 @@ def gone(obj):
     return obj is None, None
 
 
-def port_step(now, deadline, round_end, error):
-    """After one look (``error`` None: the port accepted, the volume grew): ``passed``, ``failed`` (its
-    timeout ran out), ``pending`` (the round is over) or ``again``."""
-    if error is None:
-        return "passed"
-    if now >= deadline:
-        return "failed"
-    if now >= round_end:
-        return "pending"
-    return "again"
-
-
 def sweep_refusal(candidate, left, project, errors):
     """What an earlier run of the candidate left and could not be removed: the run refuses to add more."""
     runs = sorted({o.get("run") for o in left if o.get("run")})

@@ -148,6 +148,16 @@ class Rounds(object):
         self.last_state = last_state
         self.changed_at = changed_at
 
+    @classmethod
+    def span(cls, started, timeout, round_end=None):
+        """A wait that began at ``started`` and ends ``timeout`` seconds later (a budget already spent, 0
+        or less, still polls once), its round ending at ``round_end`` (None: at the deadline)."""
+        rounds = cls(started, 1, report_every=1)
+        rounds.timeout = max(0, timeout)
+        rounds.deadline = rounds.started + rounds.timeout
+        rounds.round_end = rounds.deadline if round_end is None else min(rounds.deadline, float(round_end))
+        return rounds
+
     def see(self, state, now):
         """Record an observed state; True when it is news (the first one, or one that differs)."""
         if state == self.last_state:

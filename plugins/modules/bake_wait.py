@@ -145,7 +145,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import bake, 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import (
-    RoundRunner,
+    ObjectWait,
     run_object_wait,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -168,7 +168,7 @@ def argument_spec():
     )
 
 
-class BakeWait(RoundRunner):
+class BakeWait(ObjectWait):
     """One round; ``fetch()`` reads the VM (None when absent)."""
 
     @property
@@ -195,7 +195,7 @@ class BakeWait(RoundRunner):
                     still = "the console still shows %s" % (memory["class"] or "nothing yet")
                     line = bake.line(self.ref, vm, self.rounds.elapsed(now), still)
                     memory["reported_at"] = now
-                self.sleeper(max(0.0, min(float(p["wait_sleep"]), self.rounds.deadline - now)))
+                self.runner(self.rounds).nap(min(float(p["wait_sleep"]), self.rounds.deadline - now))
                 return self.ask(vm, memory, seen, self.clock(), line=line)
             return self.console_round(vm, memory, shot, now)
         return self.status_round(vm, memory, seen, now)
@@ -223,37 +223,54 @@ class BakeWait(RoundRunner):
         return self.finish(vm, memory, bake.status(vm), now, line, notes)
 
     def status_round(self, vm, memory, seen, now):
-        while True:
-            status = bake.status(vm)
-            if status != seen or status == bake.STOPPED or bake.dead(vm):
-                return self.finish(vm, memory, status, now, bake.line(self.ref, vm, self.rounds.elapsed(now)))
-            if self.rounds.expired(now) or self.rounds.over(now):
-                return self.finish(vm, memory, status, now, bake.line(self.ref, vm, self.rounds.elapsed(now)))
-            self.sleeper(self.rounds.pause(self.p["wait_sleep"], now))
-            now = self.clock()
-            vm = self.read(vm)
+        """Poll the VM's status until it changes, stops or dies, or the round ends."""
+        self.first, self.memory = vm, memory
+        return self.runner(self.rounds).run(self, vm)
+
+    def state(self, vm):
+        return "%s/%s" % (bake.status(vm), self.memory["class"])
+
+    def verdict(self, vm, now):
+        return bake.status(vm) == bake.STOPPED, bake.dead(vm)
+
+    def failed(self, vm, what, now):
+        elapsed = self.rounds.elapsed(now)
+        return PipelineError(bake.dead_message(self.ref, what, elapsed), **self.fields(vm, now))
+
+    def timed_out(self, vm, now, stuck, words):
+        return PipelineError(
+            bake.timeout_message(self.ref, vm, self.p["wait_timeout"], words, self.p["timeout_hint"]),
+            stuck=stuck,
+            **self.fields(vm, now),
+        )
+
+    def report(self, vm, now, done, going_on):
+        return self.finish(vm, self.memory, bake.status(vm), now, self.fields(vm, now)["line"])
+
+    def fields(self, vm, now, line=None, notes=()):
+        elapsed = self.rounds.elapsed(now)
+        return {
+            "line": line or bake.line(self.ref, vm, elapsed),
+            "notes": list(notes),
+            "status": bake.status(vm),
+            "elapsed": int(elapsed),
+        }
 
     def finish(self, vm, memory, seen, now, line, notes=()):
         """After a line: stop on what does not recover, on Stopped, on the deadline; else go on."""
-        elapsed = self.rounds.elapsed(now)
         status = bake.status(vm)
         self.rounds.see("%s/%s" % (status, memory["class"]), now)
         memory = dict(memory, reported_at=now)
-        fields = {"line": line, "notes": list(notes), "status": status, "elapsed": int(elapsed)}
+        fields = self.fields(vm, now, line, notes)
         what = bake.dead(vm)
         if what and not self.check_mode:
-            raise PipelineError(bake.dead_message(self.ref, what, elapsed), **fields)
+            raise self.failed(vm, what, now)
         if status == bake.STOPPED:
             return dict(fields, changed=False, done=True)
         if self.check_mode or not self.p["wait"]:
             return dict(fields, changed=False, done=False)
         if self.rounds.expired(now):
-            stuck, words = self.rounds.verdict(now)
-            raise PipelineError(
-                bake.timeout_message(self.ref, vm, self.p["wait_timeout"], words, self.p["timeout_hint"]),
-                stuck=stuck,
-                **fields,
-            )
+            raise self.timed_out(vm, now, *self.rounds.verdict(now))
         if memory["enabled"] and status == bake.RUNNING:
             return self.ask(vm, memory, status, now, line=line, notes=notes)
         return dict(fields, changed=False, done=False, resume=self.resume(memory, seen))

@@ -144,7 +144,7 @@ stuck:
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import datavolume
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import (
-    RoundRunner,
+    ObjectWait,
     run_object_wait,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -163,81 +163,67 @@ def argument_spec():
     )
 
 
-class DataVolumeWait(RoundRunner):
+class DataVolumeWait(ObjectWait):
     """One round of the wait. ``fetch()`` returns the DataVolume or None."""
 
     def run(self):
         p = self.p
-        now = self.clock()
-        rounds = rounds_.from_params(p, now, ("absent_timeout",))
-        absent_since = p["absent_since"]
-        seen = datavolume.observe(None)
-        error = None
-        while True:
-            now = self.clock()
-            try:
-                dv = self.fetch()
-            except Exception as exc:
-                if not self.transient(exc):
-                    raise
-                error = str(exc)
-            else:
-                error = None
-                seen = datavolume.observe(dv)
-                absent_since = (absent_since or now) if not seen["exists"] else None
-                # The first state of a wait is shown with the first change, or when the round is over.
-                first = rounds.last_state is None
-                news = rounds.see(datavolume.state_key(seen), now) and not first
-                done, failure = datavolume.verdict(
-                    seen, now - absent_since if absent_since else 0.0, p["absent_timeout"]
-                )
-                if failure:
-                    raise self.failure(failure, seen, rounds, now, absent_since)
-                if done or self.check_mode or not p["wait"]:
-                    return self.result(seen, rounds, now, done, absent_since)
-                if news and not rounds.expired(now):
-                    return self.result(seen, rounds, now, False, absent_since)
-            if rounds.expired(now):
-                stuck, words = rounds.verdict(now)
-                if error:
-                    words = "%s; the last read failed: %s" % (words, error)
-                raise PipelineError(
-                    datavolume.timeout_message(
-                        p["namespace"], p["name"], seen, p["wait_timeout"], words, p["timeout_hint"]
-                    ),
-                    stuck=stuck,
-                    **self.fields(seen, rounds, now),
-                )
-            if rounds.over(now):
-                return self.result(seen, rounds, now, False, absent_since)
-            self.sleeper(rounds.pause(p["wait_sleep"], now))
+        self.rounds = rounds_.from_params(p, self.clock(), ("absent_timeout",))
+        self.absent_since = p["absent_since"]
+        # The first state of a wait is shown with the first change, or when the round is over.
+        runner = self.runner(self.rounds, quiet_first=True, stop=self.check_mode or not p["wait"])
+        return runner.run(self, datavolume.observe(None))
 
-    def fields(self, seen, rounds, now):
+    def observe(self):
+        return datavolume.observe(ObjectWait.observe(self))
+
+    def state(self, seen):
+        return datavolume.state_key(seen)
+
+    def verdict(self, seen, now):
+        self.absent_since = (self.absent_since or now) if not seen["exists"] else None
+        absent_for = now - self.absent_since if self.absent_since else 0.0
+        return datavolume.verdict(seen, absent_for, self.p["absent_timeout"])
+
+    def fields(self, seen, now):
         p = self.p
+        elapsed = self.rounds.elapsed(now)
         return {
             "phase": seen["phase"],
             "progress": seen["progress"],
             "restarts": seen["restarts"],
             "message": seen["message"],
-            "elapsed": round(rounds.elapsed(now), 1),
-            "line": datavolume.line(p["namespace"], p["name"], seen, rounds.elapsed(now), p["label"]),
+            "elapsed": round(elapsed, 1),
+            "line": datavolume.line(p["namespace"], p["name"], seen, elapsed, p["label"]),
             "last_state": datavolume.last_seen(seen),
-            "duration": round(rounds.elapsed(now), 3),
+            "duration": round(elapsed, 3),
         }
 
-    def failure(self, failure, seen, rounds, now, absent_since):
+    def failed(self, seen, failure, now):
         p = self.p
         if failure == "absent":
-            msg = datavolume.absent_message(p["namespace"], p["name"], now - absent_since, p["failed_hint"])
+            msg = datavolume.absent_message(
+                p["namespace"], p["name"], now - self.absent_since, p["failed_hint"]
+            )
         else:
             msg = datavolume.failed_message(p["namespace"], p["name"], seen, p["failed_hint"])
-        return PipelineError(msg, **self.fields(seen, rounds, now))
+        return PipelineError(msg, **self.fields(seen, now))
 
-    def result(self, seen, rounds, now, done, absent_since):
-        result = dict(self.fields(seen, rounds, now), changed=False, done=done)
+    def timed_out(self, seen, now, stuck, words):
+        p = self.p
+        return PipelineError(
+            datavolume.timeout_message(
+                p["namespace"], p["name"], seen, p["wait_timeout"], words, p["timeout_hint"]
+            ),
+            stuck=stuck,
+            **self.fields(seen, now),
+        )
+
+    def report(self, seen, now, done, going_on):
+        result = dict(self.fields(seen, now), changed=False, done=done)
         result.pop("last_state")
-        if not done:
-            result["resume"] = dict(rounds.resume(), absent_since=absent_since)
+        if going_on:
+            result["resume"] = dict(self.rounds.resume(), absent_since=self.absent_since)
         return result
 
 

@@ -216,6 +216,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     catalog_options,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
     run_module,
@@ -237,10 +238,10 @@ def argument_spec():
     )
 
 
-class OperatorEnv(object):
+class OperatorEnv(Wait):
     """One round: set the env (first round), report drift, wait for the rollout until the round is over."""
 
-    def __init__(self, module, clock=time.time, sleeper=time.sleep):
+    def __init__(self, module, clock=time.time, sleeper=None):
         self.module = module
         self.p = module.params
         self.clock = clock
@@ -326,35 +327,38 @@ class OperatorEnv(object):
         return self.wait(result, after, rounds, changes)
 
     def wait(self, result, obj, rounds, changes):
-        what = ", ".join("%s=%s" % kv for kv in sorted(changes.items())) or "its current template"
-        first = True
-        while True:
-            now = self.clock()
-            if not first:
-                obj = self.read()
-            done, failure = operator_env.rollout_verdict(obj)
-            state = operator_env.rollout_state(obj)
-            news = rounds.see(state, now) and rounds.changed_at is not None
-            if failure:
-                raise PipelineError(
-                    operator_env.rollout_failed_message(self.ref, what, failure, state),
-                    **self.fields(result, obj, rounds, now),
-                )
-            if done or (news and not first and not rounds.expired(now)):
-                return self.finish(result, obj, rounds, done)
-            first = False
-            if rounds.expired(now):
-                stuck, words = rounds.verdict(now)
-                raise PipelineError(
-                    operator_env.rollout_timeout_message(
-                        self.ref, what, self.p["wait_timeout"], words, state
-                    ),
-                    stuck=stuck,
-                    **self.fields(result, obj, rounds, now),
-                )
-            if rounds.over(now):
-                return self.finish(result, obj, rounds, False)
-            self.sleeper(rounds.pause(self.p["wait_sleep"], now))
+        self.result, self.rounds, self.first = result, rounds, obj
+        self.what = ", ".join("%s=%s" % kv for kv in sorted(changes.items())) or "its current template"
+        # The state right after the write is not news: the round reports the rollout's first change.
+        return RoundRunner(rounds, self.p["wait_sleep"], self.clock, self.sleeper, quiet_first=True).run(self)
+
+    def observe(self):
+        obj, self.first = self.first, None
+        return self.read() if obj is None else obj
+
+    def state(self, obj):
+        return operator_env.rollout_state(obj)
+
+    def verdict(self, obj, now):
+        return operator_env.rollout_verdict(obj)
+
+    def failed(self, obj, failure, now):
+        return PipelineError(
+            operator_env.rollout_failed_message(self.ref, self.what, failure, self.state(obj)),
+            **self.fields(self.result, obj, self.rounds, now),
+        )
+
+    def timed_out(self, obj, now, stuck, words):
+        return PipelineError(
+            operator_env.rollout_timeout_message(
+                self.ref, self.what, self.p["wait_timeout"], words, self.state(obj)
+            ),
+            stuck=stuck,
+            **self.fields(self.result, obj, self.rounds, now),
+        )
+
+    def report(self, obj, now, done, going_on):
+        return self.finish(self.result, obj, self.rounds, done)
 
     def fields(self, result, obj, rounds, now):
         out = dict(result)

@@ -404,7 +404,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import head
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._export_job import ExportObjects
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import RoundRunner
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import ObjectWait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     anonymous_client,
     call_failed,
@@ -473,11 +473,11 @@ def program_files():
     return module_files(export_cli, _disk, _partitions, image_facts, seal, errors, exposure, inputs, redact)
 
 
-class ExportJob(RoundRunner):
+class ExportJob(ObjectWait):
     """One round: on the first, decide from the key and make the Job; then wait; at the end, verify and
     delete what was made."""
 
-    def __init__(self, params, module, client, check_mode=False, clock=time.time, sleeper=time.sleep):
+    def __init__(self, params, module, client, check_mode=False, clock=time.time, sleeper=None):
         def job():
             return client.job(params["namespace"], params["name"])
 
@@ -614,42 +614,59 @@ class ExportJob(RoundRunner):
             # A Job of this name from an interrupted export is waited for; any other is not touched.
             jobs.refuse_foreign_objects([job], p["name"], p["namespace"])
             result.update(action="upload", changed=True)
-        percent = None
-        while True:
-            now = self.clock()
-            kind, _cond = jobs.outcome(job)
-            _pod, log = self.client.last_pod_log(p["namespace"], p["name"], strict=bool(kind))
-            percent = jobs.log_progress(log) or percent
-            phase = jobs.log_phase(log)
-            line = jobs.line(p["namespace"], p["name"], job, percent, rounds.elapsed(now))
-            if phase:
-                line += ", phase " + phase
-            if kind:
-                return self.finish(result, kind, log, line)
-            if rounds.expired(now):
-                stuck, words = rounds.verdict(now)
-                raise self.ended(
-                    jobs.timeout_message(
-                        p["namespace"],
-                        p["name"],
-                        job,
-                        percent,
-                        p["wait_timeout"],
-                        words,
-                        log,
-                        "Nothing partial is left under the key.",
-                    ),
-                    stuck=stuck,
-                    line=line,
-                    log=jobs.log_tail(log),
-                )
-            news = rounds.see(jobs.state_key(job, percent) + (phase or ""), now)
-            if news or rounds.over(now):
-                return dict(result, done=False, line=line, progress=percent, resume=rounds.resume())
-            self.sleeper(rounds.pause(p["wait_sleep"], now))
-            job = self.read(job)
-            if job is None:
-                raise self.ended(jobs.absent_message(p["namespace"], p["name"]))
+        self.rounds, self.result, self.first, self.percent = rounds, result, job, None
+        return self.runner(rounds).run(self)
+
+    def observe(self):
+        """``(job, kind, last pod's log, phase)``: the Job read before the wait first, then read anew."""
+        p = self.p
+        job = ObjectWait.observe(self)
+        if job is None:
+            raise self.ended(jobs.absent_message(p["namespace"], p["name"]))
+        kind, _cond = jobs.outcome(job)
+        _pod, log = self.client.last_pod_log(p["namespace"], p["name"], strict=bool(kind))
+        self.percent = jobs.log_progress(log) or self.percent
+        return job, kind, log, jobs.log_phase(log)
+
+    def state(self, seen):
+        return jobs.state_key(seen[0], self.percent) + (seen[3] or "")
+
+    def verdict(self, seen, now):
+        return bool(seen[1]), None
+
+    def line(self, seen, now):
+        job, _kind, _log, phase = seen
+        line = jobs.line(self.p["namespace"], self.p["name"], job, self.percent, self.rounds.elapsed(now))
+        return line + ", phase " + phase if phase else line
+
+    def timed_out(self, seen, now, stuck, words):
+        p, (job, _kind, log, _phase) = self.p, seen
+        return self.ended(
+            jobs.timeout_message(
+                p["namespace"],
+                p["name"],
+                job,
+                self.percent,
+                p["wait_timeout"],
+                words,
+                log,
+                "Nothing partial is left under the key.",
+            ),
+            stuck=stuck,
+            line=self.line(seen, now),
+            log=jobs.log_tail(log),
+        )
+
+    def report(self, seen, now, done, going_on):
+        if done:
+            return self.finish(self.result, seen[1], seen[2], self.line(seen, now))
+        return dict(
+            self.result,
+            done=False,
+            line=self.line(seen, now),
+            progress=self.percent,
+            resume=self.rounds.resume(),
+        )
 
     def finish(self, result, kind, log, line):
         p = self.p

@@ -430,6 +430,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as rules
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     FIRST_POLL,
     KubeModule,
@@ -471,7 +472,7 @@ _ns = kinds.namespace
 class Promotion:
     """The runner: ``run()`` returns the result or raises a PipelineError; it never exits."""
 
-    def __init__(self, module, clock=time.time, sleeper=time.sleep):
+    def __init__(self, module, clock=time.time, sleeper=None):
         self.module = module
         self.clock = clock
         self.sleeper = sleeper
@@ -815,43 +816,19 @@ class Promotion:
         """One round of the wait for every project to resolve to ``expected``: it returns at the first
         change, after O(report_every) seconds, or when all resolved; it raises on the time-out."""
         p = self.params
-        now = self.clock()
-        rounds = rounds_.from_params(p, now)
-        found, error = [], None
-        pause = FIRST_POLL
-        while True:
-            now = self.clock()
-            try:
-                found = self.resolutions(expected)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                error = str(exc)
-            else:
-                error = None
-                first = rounds.last_state is None
-                news = rounds.see(rules.verification_state(found), now) and not first
-                done = not rules.unresolved(found)
-                if done or self.module.check_mode or not p["wait"]:
-                    return self.verified(found, rounds, now, expected, snapshot, done)
-                if news and not rounds.expired(now):
-                    return self.verified(found, rounds, now, expected, snapshot, False)
-            if rounds.expired(now):
-                stuck, verdict = rounds.verdict(now)
-                if error:
-                    verdict = "%s; the last read failed: %s" % (verdict, error)
-                fields = self.verified(found, rounds, now, expected, snapshot, False)
-                fields.pop("resume")
-                raise PipelineError(
-                    rules.verification_timeout(found, expected, snapshot, p["wait_timeout"], verdict),
-                    stuck=stuck,
-                    **fields,
-                )
-            if rounds.over(now):
-                return self.verified(found, rounds, now, expected, snapshot, False)
-            # A quick seeder is seen at once, a slow one is not hammered; never past the round's end.
-            self.sleeper(rounds.pause(min(pause, p["wait_sleep"]), now))
-            pause *= 2
+        rounds = rounds_.from_params(p, self.clock())
+        runner = RoundRunner(
+            rounds,
+            p["wait_sleep"],
+            self.clock,
+            self.sleeper,
+            is_transient,
+            # A quick seeder is seen at once, a slow one is not hammered.
+            first_sleep=FIRST_POLL,
+            quiet_first=True,
+            stop=self.module.check_mode or not p["wait"],
+        )
+        return runner.run(Verification(self, rounds, expected, snapshot), [])
 
     def verified(self, found, rounds, now, expected, snapshot, done):
         elapsed = rounds.elapsed(now)
@@ -872,6 +849,35 @@ class Promotion:
         self.result = {"changed": False}
         self.result.update(self.verify_round(p["verify_handle"], p["verify_snapshot"]))
         return self.result
+
+
+class Verification(Wait):
+    """The hooks of the wait for every project to resolve to the handle ``expected`` (of ``snapshot``)."""
+
+    def __init__(self, promotion, rounds, expected, snapshot):
+        self.promotion, self.rounds, self.expected, self.snapshot = promotion, rounds, expected, snapshot
+
+    def observe(self):
+        return self.promotion.resolutions(self.expected)
+
+    def state(self, found):
+        return rules.verification_state(found)
+
+    def verdict(self, found, now):
+        return not rules.unresolved(found), None
+
+    def report(self, found, now, done, going_on):
+        return self.promotion.verified(found, self.rounds, now, self.expected, self.snapshot, done)
+
+    def timed_out(self, found, now, stuck, words):
+        fields = self.report(found, now, False, False)
+        fields.pop("resume", None)
+        timeout = self.promotion.params["wait_timeout"]
+        return PipelineError(
+            rules.verification_timeout(found, self.expected, self.snapshot, timeout, words),
+            stuck=stuck,
+            **fields,
+        )
 
 
 def main():

@@ -125,6 +125,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import packer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._packer import Packer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
     run_module,
@@ -144,8 +145,8 @@ def argument_spec():
     return spec
 
 
-class PackerRun(object):
-    def __init__(self, params, tool, check_mode=False, clock=time.time, sleeper=time.sleep):
+class PackerRun(Wait):
+    def __init__(self, params, tool, check_mode=False, clock=time.time, sleeper=None):
         self.p = params
         self.tool = tool
         self.check_mode = check_mode
@@ -200,39 +201,64 @@ class PackerRun(object):
         job = p["job"]
         if job is None:
             job = self.tool.start(["build", "-color=false"] + self.var_args() + ["."])
-        while True:
-            rc, log = self.tool.state()
-            now = self.clock()
-            line = packer.line(p["chdir"], log, rounds.elapsed(now), running=rc is None)
-            news = rounds.see(packer.phase(log) or "", now)
-            if rc is not None:
-                if rc != 0:
-                    raise PipelineError(
-                        packer.failed_message(p["chdir"], rc, log), rc=rc, line=line, stdout=packer.tail(log)
-                    )
-                return {"changed": True, "done": True, "rc": 0, "line": line, "stdout": packer.tail(log)}
-            if not self.tool.alive(job):
-                raise PipelineError(
-                    "packer build in %s stopped without an exit status (its process %d is gone); "
-                    "output ends with:\n%s" % (p["chdir"], job, packer.tail(log)),
-                    line=line,
-                )
-            if rounds.expired(now):
-                self.tool.stop(job)
-                _stuck, words = rounds.verdict(now)
-                raise PipelineError(
-                    packer.timeout_message(p["chdir"], p["wait_timeout"], words, log),
-                    line=line,
-                    stdout=packer.tail(log),
-                )
-            if news or rounds.over(now):
-                return {
-                    "changed": True,
-                    "done": False,
-                    "line": line,
-                    "resume": dict(rounds.resume(), job=job),
-                }
-            self.sleeper(rounds.pause(p["wait_sleep"], now))
+        self.rounds, self.job = rounds, job
+        return RoundRunner(rounds, p["wait_sleep"], self.clock, self.sleeper).run(self)
+
+    # The hooks of the build's wait: the process's exit status and its output so far.
+    def observe(self):
+        return self.tool.state()
+
+    def state(self, seen):
+        return packer.phase(seen[1]) or ""
+
+    def verdict(self, seen, now):
+        rc, _log = seen
+        if rc is None:
+            return False, not self.tool.alive(self.job) and "gone"
+        return rc == 0, rc != 0 and "failed"
+
+    def line(self, seen, now):
+        rc, log = seen
+        return packer.line(self.p["chdir"], log, self.rounds.elapsed(now), running=rc is None)
+
+    def failed(self, seen, failure, now):
+        rc, log = seen
+        if failure == "gone":
+            return PipelineError(
+                "packer build in %s stopped without an exit status (its process %d is gone); "
+                "output ends with:\n%s" % (self.p["chdir"], self.job, packer.tail(log)),
+                line=self.line(seen, now),
+            )
+        return PipelineError(
+            packer.failed_message(self.p["chdir"], rc, log),
+            rc=rc,
+            line=self.line(seen, now),
+            stdout=packer.tail(log),
+        )
+
+    def timed_out(self, seen, now, stuck, words):
+        self.tool.stop(self.job)
+        return PipelineError(
+            packer.timeout_message(self.p["chdir"], self.p["wait_timeout"], words, seen[1]),
+            line=self.line(seen, now),
+            stdout=packer.tail(seen[1]),
+        )
+
+    def report(self, seen, now, done, going_on):
+        if done:
+            return {
+                "changed": True,
+                "done": True,
+                "rc": 0,
+                "line": self.line(seen, now),
+                "stdout": packer.tail(seen[1]),
+            }
+        return {
+            "changed": True,
+            "done": False,
+            "line": self.line(seen, now),
+            "resume": dict(self.rounds.resume(), job=self.job),
+        }
 
 
 # Every command but version runs in the work directory, checked by Ansible before the runner starts.

@@ -189,7 +189,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import 
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import RoundRunner
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import ObjectWait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
     PipelineError,
@@ -226,10 +226,10 @@ def argument_spec():
     )
 
 
-class VolumeJob(RoundRunner):
+class VolumeJob(ObjectWait):
     """One round: lay the Job out from the claims, create it when absent, wait for it up to a round."""
 
-    def __init__(self, params, client, check_mode=False, transient=None, clock=time.time, sleeper=time.sleep):
+    def __init__(self, params, client, check_mode=False, transient=None, clock=time.time, sleeper=None):
         def job():
             return client.job(params["namespace"], params["name"])
 
@@ -307,50 +307,59 @@ class VolumeJob(RoundRunner):
             job = self.client.create(definition)
         else:
             result["command"] = ((kinds_containers(job) or [{}])[0]).get("command") or []
-        percent = None
-        while True:
-            now = self.clock()
-            kind, _cond = jobs.outcome(job)
-            if kind == jobs.FAILED:
-                _pod, log = self.client.last_pod_log(p["namespace"], p["name"])
-                raise PipelineError(
-                    jobs.failed_message(p["namespace"], p["name"], job, log, p["failed_hint"]),
-                    job=ref,
-                    log=jobs.log_tail(log),
-                    line=jobs.line(p["namespace"], p["name"], job, percent, rounds.elapsed(now)),
-                )
-            if kind != jobs.COMPLETE:
-                _pod, log = self.client.last_pod_log(p["namespace"], p["name"])
-                percent = jobs.log_progress(log) or percent
-            news = rounds.see(jobs.state_key(job, percent), now)
-            line = jobs.line(p["namespace"], p["name"], job, percent, rounds.elapsed(now))
-            if kind == jobs.COMPLETE or self.check_mode or not p["wait"]:
-                return dict(result, done=kind == jobs.COMPLETE, line=line, progress=percent)
-            if rounds.expired(now):
-                stuck, words = rounds.verdict(now)
-                raise PipelineError(
-                    jobs.timeout_message(
-                        p["namespace"],
-                        p["name"],
-                        job,
-                        percent,
-                        p["wait_timeout"],
-                        words,
-                        log,
-                        p["failed_hint"],
-                    ),
-                    job=ref,
-                    stuck=stuck,
-                    line=line,
-                    log=jobs.log_tail(log),
-                    duration=round(rounds.elapsed(now), 3),
-                )
-            if news or rounds.over(now):
-                return dict(result, done=False, line=line, progress=percent, resume=rounds.resume())
-            self.sleeper(rounds.pause(p["wait_sleep"], now))
-            job = self.read(job)
-            if job is None:
-                raise PipelineError(jobs.absent_message(p["namespace"], p["name"]), job=ref)
+        self.rounds, self.result, self.first, self.percent = rounds, result, job, None
+        return self.runner(rounds, stop=self.check_mode or not p["wait"]).run(self)
+
+    def observe(self):
+        """``(job, kind, last pod's log)``: the Job read before the wait first, then read anew."""
+        p = self.p
+        job = ObjectWait.observe(self)
+        if job is None:
+            raise PipelineError(jobs.absent_message(p["namespace"], p["name"]), job=self.result["job"])
+        kind, _cond = jobs.outcome(job)
+        log = None
+        if kind != jobs.COMPLETE:
+            _pod, log = self.client.last_pod_log(p["namespace"], p["name"])
+            if kind != jobs.FAILED:
+                self.percent = jobs.log_progress(log) or self.percent
+        return job, kind, log
+
+    def state(self, seen):
+        return jobs.state_key(seen[0], self.percent)
+
+    def verdict(self, seen, now):
+        return seen[1] == jobs.COMPLETE, seen[1] == jobs.FAILED and "failed"
+
+    def line(self, seen, now):
+        return jobs.line(self.p["namespace"], self.p["name"], seen[0], self.percent, self.rounds.elapsed(now))
+
+    def failed(self, seen, failure, now):
+        p, (job, _kind, log) = self.p, seen
+        return PipelineError(
+            jobs.failed_message(p["namespace"], p["name"], job, log, p["failed_hint"]),
+            job=self.result["job"],
+            log=jobs.log_tail(log),
+            line=self.line(seen, now),
+        )
+
+    def timed_out(self, seen, now, stuck, words):
+        p, (job, _kind, log) = self.p, seen
+        return PipelineError(
+            jobs.timeout_message(
+                p["namespace"], p["name"], job, self.percent, p["wait_timeout"], words, log, p["failed_hint"]
+            ),
+            job=self.result["job"],
+            stuck=stuck,
+            line=self.line(seen, now),
+            log=jobs.log_tail(log),
+            duration=round(self.rounds.elapsed(now), 3),
+        )
+
+    def report(self, seen, now, done, going_on):
+        result = dict(self.result, done=done, line=self.line(seen, now), progress=self.percent)
+        if going_on:
+            result["resume"] = self.rounds.resume()
+        return result
 
 
 def kinds_containers(job):

@@ -357,20 +357,6 @@ def test_the_wait_predicates_read_what_the_cluster_shows():
     assert gate.gone(None) == (True, None) and gate.gone({}) == (False, None)
 
 
-@pytest.mark.parametrize(
-    "now, error, step",
-    [
-        (10, None, "passed"),
-        (100, None, "passed"),  # an answer at the deadline still passes
-        (100, "refused", "failed"),
-        (50, "refused", "pending"),
-        (10, "refused", "again"),
-    ],
-)
-def test_each_probe_of_the_port_decides_the_next_step(now, error, step):
-    assert gate.port_step(now, 100, 50, error) == step
-
-
 def test_a_sweep_that_cannot_remove_an_earlier_run_refuses_naming_it_and_the_command():
     left = [{"kind": "VirtualMachine", "name": "gate-old", "namespace": "acme", "run": "old"}]
     text = gate.sweep_refusal("gold/g1", left, "acme", ["VirtualMachine gate-old: forbidden"])

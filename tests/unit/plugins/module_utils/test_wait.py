@@ -4,6 +4,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import 
     WaitTimeout,
     wait_for,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
 
 
 class FakeTime:
@@ -165,3 +166,27 @@ def test_polling_starts_fast_and_backs_off_to_the_sleep():
     with pytest.raises(WaitTimeout):
         run(states({"phase": "Pending"}), t, timeout=6, sleep=2, first_sleep=0.25)
     assert t.sleeps == [0.25, 0.5, 1, 2, 2, 0.25]
+
+
+# One round's share of a longer wait (``rounds``): the round's end returns, the deadline raises.
+
+
+def test_a_share_returns_at_the_round_end_with_no_duration():
+    t = FakeTime()
+    rounds = Rounds.span(90.0, 30, round_end=105.0)
+    obj, duration = run(states({"phase": "Pending"}), t, timeout=30, rounds=rounds)
+    assert (obj, duration) == ({"phase": "Pending"}, None)
+    assert t.now == 105.0 and sum(t.sleeps) == 5.0
+
+
+def test_a_share_times_out_at_the_deadline_of_the_whole_wait_counted_from_its_start():
+    t = FakeTime()
+    with pytest.raises(WaitTimeout) as err:
+        run(states({"phase": "Pending"}), t, timeout=14, rounds=Rounds.span(90.0, 14, round_end=200.0))
+    assert t.now == 104.0 and err.value.elapsed == 14.0
+
+
+def test_an_answer_at_the_deadline_still_counts():
+    t = FakeTime()
+    fetch = states({"phase": "Pending"}, {"phase": "Pending"}, {"ready": True})
+    assert run(fetch, t, timeout=4, sleep=2) == ({"ready": True}, 4)
