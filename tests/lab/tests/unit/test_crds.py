@@ -420,7 +420,27 @@ STORAGE_PROFILE = {
     },
 }
 
+BACKING_IMAGE = {
+    "apiVersion": "longhorn.io/v1beta2",
+    "kind": "BackingImage",
+    "metadata": _meta("vmi-0a1b2c3d", "default"),
+    "spec": {
+        "sourceType": "download",
+        "sourceParameters": {"url": "http://127.0.0.1:9000/images/ubuntu-24.04.qcow2"},
+        "checksum": "f" * 128,
+        "minNumberOfCopies": 3,
+        "diskFileSpecMap": {"disk-1": {"dataEngine": "v1"}},
+        "dataEngine": "v1",
+    },
+    "status": {
+        "uuid": "0a1b2c3d",
+        "size": 2361393152,
+        "diskFileStatusMap": {"disk-1": {"state": "ready", "progress": 100, "dataEngine": "v1"}},
+    },
+}
+
 GOOD = {
+    "BackingImage": BACKING_IMAGE,
     "StorageProfile": STORAGE_PROFILE,
     "VirtualMachineImage": VMIMAGE,
     "VirtualMachine": VM,

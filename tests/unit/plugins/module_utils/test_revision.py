@@ -149,5 +149,5 @@ def test_an_image_without_a_usable_os_release_is_refused(release):
 
 
 def test_a_revision_of_another_stream_is_refused_for_a_non_ubuntu_image():
-    with pytest.raises(ValueError, match=r"belongs to OS stream 24\.04"):
+    with pytest.raises(r.InvalidValue, match=r"belongs to OS stream 24\.04"):
         r.image_artifact_name("v20261207-2404", r.image_os(DEBIAN_12, "22.04"))

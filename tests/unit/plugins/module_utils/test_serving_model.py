@@ -297,6 +297,7 @@ def test_a_declared_pool_of_any_size_keeps_its_worker_golden():
 NEVER_GOLDENS = {
     "plugins/modules/baked_image.py": "Harvester VirtualMachineImages of a baked stream (their own guard)",
     "plugins/modules/golden_export_job.py": "the export's own Job, Pod, staging object and claims",
+    "plugins/module_utils/_export_job.py": "the export Job's own objects (golden_export_job's cleanup)",
     "plugins/module_utils/_clone_gate.py": "the gate's own VM, claim and snapshot copy, labelled by its run",
     "plugins/module_utils/_repave_direct.py": "a database VM's root claim, after the repave's own checks",
     "plugins/module_utils/_seal_job.py": "the seal Job's own Pod and ConfigMap",
