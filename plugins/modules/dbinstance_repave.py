@@ -1126,6 +1126,7 @@ class Repave:
             windows={k: self.window_of(i) for k, i in by_key.items()},
             due={k: self.entries.get(k) or {} for k in by_key},
             replication={k: rollout.replication_group(i) for k, i in by_key.items()},
+            peers=lambda: self.driver.list(None, None),
         )
         try:
             batches = plan.plan(found["candidates"])
