@@ -23,8 +23,8 @@ description:
     there is no data to pg_dump: delete it and create it with a supported engineVersion; a roll-out skips
     it)."
   - Like RDS describe-pending-maintenance-actions, each entry carries its action, its opt-in status, with
-    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the target's build date,
-    the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
+    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the day the target was
+    offered, the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
     An instance on an end-of-life major carries its migration deadline.
     The operator's own C(OSUpdateAvailable)/C(PGVersionEOL) conditions are shown, and any disagreement with
     this catalog is flagged.
@@ -255,10 +255,13 @@ options:
     type: dict
     suboptions:
       auto_apply_after_days:
-        description: Days after the build date from which the repave may be applied automatically.
+        description:
+          - Days after the target was offered from which the repave may be applied automatically. Offered is
+            the later of its build date and its last passing smoke test (the evidence of its validation), so
+            a revision validated today whose name carries an old date is offered from today.
         type: int
       forced_apply_after_days:
-        description: Days after the build date by which the repave is applied whatever the opt-in.
+        description: Days after the target was offered by which the repave is applied whatever the opt-in.
         type: int
       migration_deadline_months:
         description:
