@@ -113,7 +113,12 @@ options:
     description:
       - V(operator) triggers the DBInstance operator and waits for it.
       - V(direct) swaps the OS disk of Harvester VMs (C(kubevirt.io/v1) VirtualMachines named after the
-        instances) without an operator.
+        instances) without an operator. Such a VM says what it runs in its own annotations, where the
+        operator's DBInstance has its spec and status - C(goldenimage.pipeline/engine-version) (the
+        PostgreSQL major, as C(engineVersion)), C(goldenimage.pipeline/os-version) (its OS stream, unset
+        to follow the default stream) and C(goldenimage.pipeline/image-revision) (the revision it runs,
+        written by each repave). A VM without C(goldenimage.pipeline/engine-version) has no major the
+        catalog can judge, so it is never repaved; set the annotation first.
     type: str
     choices: [operator, direct]
     default: operator
