@@ -579,12 +579,25 @@ def _postgresql(view):
                 data_dirs[(major, name)] = (
                     view.read(marker, 0, 64).decode("ascii", "replace") if view.is_file(marker) else None
                 )
-    return image_facts.postgresql_fact(installed, configured, data_dirs)
+    # A cluster whose postgresql.conf moves its data elsewhere (data_directory) is read there too.
+    elsewhere = {}
+    for major, name in configured:
+        conf = "%s/%s/%s/postgresql.conf" % (image_facts.PG_CONF_DIR, major, name)
+        path = image_facts.configured_data_directory(
+            view.read(conf, 0, 1 << 20).decode("utf-8", "replace") if view.is_file(conf) else ""
+        )
+        if path:
+            marker = path.rstrip("/") + "/PG_VERSION"
+            text = view.read(marker, 0, 64).decode("ascii", "replace") if view.is_file(marker) else None
+            elsewhere[(major, name)] = (path, text)
+    return image_facts.postgresql_fact(installed, configured, data_dirs, elsewhere)
 
 
 def _key_candidates(view):
-    """Files under /etc/ssh, /etc/ssl/private (all levels), /root/.ssh and /home/*/.ssh, in order."""
-    folders = [image_facts.SSH_DIR, image_facts.TLS_PRIVATE_DIR, "/root/.ssh"]
+    """Files under /etc/ssh, /etc/ssl/private and /etc/postgresql (all levels), /root/.ssh, the postgres
+    user's ~/.ssh and /home/*/.ssh, in order."""
+    folders = [image_facts.SSH_DIR, image_facts.TLS_PRIVATE_DIR, image_facts.PG_CONF_DIR, "/root/.ssh"]
+    folders += [image_facts.PG_DATA_DIR + "/.ssh"]  # the postgres user's home
     folders += ["/home/%s/.ssh" % name for name in sorted(view.list("/home") or [])]
     found = []
     pending = list(reversed(folders))
@@ -593,7 +606,7 @@ def _key_candidates(view):
         for name in sorted(view.list(folder) or []):
             path = folder + "/" + name
             if view.is_dir(path):
-                if path.startswith(image_facts.TLS_PRIVATE_DIR + "/"):
+                if any(path.startswith(tree + "/") for tree in image_facts.KEY_TREES):
                     pending.append(path)
             elif image_facts.is_key_candidate(path):
                 found.append(path)

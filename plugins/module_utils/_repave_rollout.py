@@ -99,8 +99,12 @@ class Rollout:
         windows=None,
         due=None,
         replication=None,
+        peers=None,
     ):
         self.driver = driver
+        # Every instance of the namespaces, selected or not: a group member outside the selection that is
+        # down still keeps its group's other members from starting.
+        self.peers = peers
         self.p = params
         self.key = key
         self.scope = scope
@@ -344,7 +348,15 @@ class Rollout:
             key = self.key(inst)
             if key in self.instances:
                 self.instances[key] = inst
-        return [self.key(i) for i in fresh if not i.get("available")]
+        down = [self.key(i) for i in fresh if not i.get("available")]
+        if self.peers is not None:
+            groups = {self.replication.get(k, k) for k in self.instances}
+            for inst in self.peers():
+                key, group = self.key(inst), rollout.replication_group(inst)
+                if key not in self.instances and group in groups and not inst.get("available"):
+                    self.replication[key] = group
+                    down.append(key)
+        return down
 
     def admit(self, batch):
         """``(start now, deferred)``: as many new triggers as the budget and the replication groups

@@ -302,6 +302,28 @@ def tips_using(doc, name, image):
 # --------------------------------------------------------------------------- streams
 
 
+def available_since(name, image):
+    """The first day revision ``name`` can have been offered to a database: the later of its build date
+    (the catalog's, else its name's) and the day of its last passing smoke test, the evidence its
+    validation rests on. A revision built long ago and validated today is available from today, so a date
+    counted from it never falls before anyone could have applied it. ISO date or None."""
+    days = []
+    try:
+        built = revision.build_date(image["build_date"]) if image.get("build_date") else None
+        days.append(built or revision.parse_revision(name).date)
+    except PipelineError:
+        pass
+    passed = [
+        t.get("at") for t in image.get(SMOKE_TESTS) or [] if t.get("result") == "passed" and t.get("at")
+    ]
+    if passed:
+        try:
+            days.append(datetime.date.fromisoformat(str(max(passed))[:10]))
+        except ValueError:
+            pass
+    return max(days).isoformat() if days else None
+
+
 def set_stream(doc, os_version, tip=None, validated=None, default=None, imported=None, missing=False):
     """Move a stream's tip, set ``validated``, make it the default; returns ``(new_doc, changed)``.
 

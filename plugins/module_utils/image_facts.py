@@ -90,6 +90,8 @@ WINDOWS_USERS_DIR = "C:\\Users"
 PG_LIB_DIR = "/usr/lib/postgresql"
 PG_DATA_DIR = "/var/lib/postgresql"
 PG_CONF_DIR = "/etc/postgresql"
+# Folders searched for keys at every level (a cluster's server.key sits in /etc/postgresql/<N>/<name>).
+KEY_TREES = (TLS_PRIVATE_DIR, PG_CONF_DIR)
 PG_SERVER = "bin/postgres"
 PEM_PRIVATE = re.compile(rb"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----")
 KEY_HEAD_BYTES = 8192
@@ -319,6 +321,8 @@ def private_key_kind(path):
         return "tls_snakeoil_key"
     if path.startswith(TLS_PRIVATE_DIR + "/"):
         return "tls_private_key"
+    if path.startswith(PG_CONF_DIR + "/"):
+        return "postgresql_tls_key"
     if "/.ssh/" in path or "\\.ssh\\" in path:
         return "user_ssh_key"
     return "private_key"
@@ -330,6 +334,8 @@ def is_key_candidate(path):
     if path.startswith(SSH_DIR + "/") and name.startswith("ssh_host_") and name.endswith("_key"):
         return True
     if path.startswith(TLS_PRIVATE_DIR + "/"):
+        return True
+    if path.startswith(PG_CONF_DIR + "/") and name.endswith(".key"):
         return True
     return "/.ssh/" in path and name in USER_SSH_KEY_NAMES
 
@@ -363,13 +369,24 @@ def _major(name):
     return name if isinstance(name, str) and name.isdigit() and not name.startswith("0") else None
 
 
-def postgresql_fact(installed, configured, data_dirs):
+_DATA_DIRECTORY = re.compile(r"""^\s*data_directory\s*=?\s*'([^']*)'""", re.MULTILINE)
+
+
+def configured_data_directory(conf):
+    """The ``data_directory`` a cluster's postgresql.conf sets (the last one wins, as PostgreSQL reads
+    it), or None when it sets none."""
+    found = _DATA_DIRECTORY.findall(str(conf or ""))
+    return found[-1] if found and found[-1] else None
+
+
+def postgresql_fact(installed, configured, data_dirs, elsewhere=None):
     """The PostgreSQL the image carries.
 
     ``installed``: ``{major: whether /usr/lib/postgresql/<major>/bin/postgres is a file}`` for every entry
     of /usr/lib/postgresql; ``configured``: ``[(major, name)]`` under /etc/postgresql; ``data_dirs``:
-    ``{(major, name): PG_VERSION's text or None}`` under /var/lib/postgresql. Directories that are not
-    major numbers are not PostgreSQL's and are left out.
+    ``{(major, name): PG_VERSION's text or None}`` under /var/lib/postgresql; ``elsewhere``: ``{(major,
+    name): (the data_directory its postgresql.conf sets, PG_VERSION's text there or None)}``. Directories
+    that are not major numbers are not PostgreSQL's and are left out.
     """
     majors = sorted((m for m, server in (installed or {}).items() if _major(m) and server), key=int)
     clusters = {}
@@ -386,6 +403,11 @@ def postgresql_fact(installed, configured, data_dirs):
             entry["initialized"] = True
             entry["pg_version"] = version.strip()[:16]
             entry["data_directory"] = "%s/%s/%s" % (PG_DATA_DIR, major, name)
+    for (major, name), (path, version) in (elsewhere or {}).items():
+        if _major(major) and (major, name) in clusters and version is not None:
+            clusters[(major, name)].update(
+                initialized=True, pg_version=version.strip()[:16], data_directory=path
+            )
     ordered = [clusters[key] for key in sorted(clusters, key=lambda k: (int(k[0]), k[1]))]
     return {"majors": majors, "clusters": ordered}
 

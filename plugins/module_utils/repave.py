@@ -147,6 +147,7 @@ def target_of(instance, doc, revision=None):
         "storage_class": image.get("storage_class"),
         "pg_versions": list(image.get("pg_versions") or []),
         "build_date": _build_date(name, image),
+        "available_since": catalog.available_since(name, image),
     }
 
 
@@ -266,7 +267,8 @@ def _policy_dates(target, policy):
     dates = []
     for key in POLICY_KEYS[:2]:
         days = policy.get(key)
-        built = target.get("build_date")
+        # Counted from the day the revision was offered (validated), never before: a name's date can be old.
+        built = target.get("available_since") or target.get("build_date")
         if days is None or not built:
             dates.append(None)
         else:
@@ -279,7 +281,8 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
 
     Returns ``{target, verdict, action, description, auto_apply_after, forced_apply, eol_date}``:
     ``Current``; ``OSUpdateAvailable`` (action ``os-repave``, dates from ``policy`` counted from the
-    target's build date); ``PGVersionEOL`` (action ``pg-major-migration``, never a repave: the target
+    day the target was offered, ``catalog.available_since``); ``PGVersionEOL`` (action
+    ``pg-major-migration``, never a repave: the target
     does not carry the major or it is past EOL); ``InvalidOSStream`` (no action).
     """
     date = catalog.requested_major(instance.get("engine_version"), today, eol_table)["eol_date"]

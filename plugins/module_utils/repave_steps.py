@@ -280,6 +280,24 @@ def _toward(observed, templates, current, disk, target, os_volume):
     vm, vmi = observed["vm"], observed.get("vmi")
     claims = observed.get("claims") or {}
     notes = kinds.annotations(vm)
+    namespace = observed.get("namespace")
+    declared = [kinds.name(t) for t in templates]
+    existing = claims.get(disk)
+    # Before the stop: a claim of the new disk's name that the VM does not declare would stop the swap
+    # with the database already down.
+    if (
+        existing is not None
+        and not kinds.terminating(existing)
+        and disk not in declared
+        and disk not in repave.split_names(notes.get(PREVIOUS))
+    ):
+        return state(
+            "failed",
+            "swapping the OS disk",
+            "claim %s/%s exists but the VM does not declare it (left by an earlier VM of this name?): "
+            "nothing was stopped or swapped; check what it holds and delete it" % (namespace, disk),
+            SWAPPING,
+        )
     if notes.get(TARGET) != target["revision"] or run_strategy(vm) != "Halted":
         patch = {"metadata": {"annotations": {TARGET: target["revision"]}}, "spec": {"runStrategy": "Halted"}}
         if "running" in kinds.spec(vm):
@@ -293,25 +311,13 @@ def _toward(observed, templates, current, disk, target, os_volume):
         )
     if vmi is not None:
         return state("working", "waiting for the VM to stop", kinds.describe_vmi(vmi), STOPPING)
-    namespace = observed.get("namespace")
-    declared = [kinds.name(t) for t in templates]
-    existing = claims.get(disk)
-    if existing is not None:
-        if kinds.terminating(existing):
-            return state(
-                "working",
-                "waiting for the old claim %s to go" % disk,
-                "its name is used again only once it is deleted",
-                SWAPPING,
-            )
-        if disk not in declared and disk not in repave.split_names(notes.get(PREVIOUS)):
-            return state(
-                "failed",
-                "swapping the OS disk",
-                "claim %s/%s exists but the VM does not declare it (left by an earlier VM of this "
-                "name?): nothing was swapped; check what it holds and delete it" % (namespace, disk),
-                SWAPPING,
-            )
+    if existing is not None and kinds.terminating(existing):
+        return state(
+            "working",
+            "waiting for the old claim %s to go" % disk,
+            "its name is used again only once it is deleted",
+            SWAPPING,
+        )
     if disk not in declared:
         template = new_template(observed, templates, current, disk, target)
         if isinstance(template, str):

@@ -61,6 +61,17 @@ options:
     description: Set C(BACKING_IMAGE_REPLICAS) to the number of schedulable Nodes. Exclusive with O(replicas).
     type: bool
     default: false
+  drops_majors:
+    description:
+      - The PostgreSQL majors moving new instances to O(os_version) drops knowingly. A stream whose tip does
+        not carry a major that databases following the default stream run, not yet past end of life, strands
+        them (the operator marks them C(PGVersionEOL) and refuses every repave); such a change is refused,
+        before the write, unless each such major is named here. Every DBInstance of the cluster is read, the
+        rule is the one M(goldenimage.pipeline.baked_image_stream) applies to a catalog default flip.
+      - The instances affected are returned in RV(stranded) and warned about either way.
+    type: list
+    elements: raw
+    default: []
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.catalog
@@ -114,6 +125,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+stranded:
+  description:
+    - The databases this change leaves on a major the new stream's tip does not carry, each
+      C({namespace, name, major, stream, tip, eol_date, migrate_by, deleted_after}); empty when none.
+  returned: always
+  type: list
+  elements: dict
 changed:
   description: Whether the env was (or, in check mode, would be) changed.
   returned: always
@@ -207,6 +225,7 @@ import time
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     _backing_copies,
     backing_copies,
+    catalog,
     inputs,
     operator_env,
 )
@@ -215,6 +234,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_stor
     CatalogStore,
     catalog_options,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
@@ -235,6 +255,7 @@ def argument_spec():
         replicas=dict(type="int"),
         replicas_from_nodes=dict(type="bool", default=False),
         catalog=catalog_options(),
+        drops_majors=dict(type="list", elements="raw", default=[]),
     )
 
 
@@ -289,9 +310,11 @@ class OperatorEnv(Wait):
         doc = CatalogStore(self.module, p["catalog"]).read() if p["catalog"] else None
         nodes = self.nodes()
         changes = {}
+        stranded = []
         if stream is not None:
             operator_env.check_settable(before, container, operator_env.OS_ENV)
             changes[operator_env.OS_ENV] = operator_env.stream_for_env(doc, before, container, stream)
+            stranded = self.stranded(doc, before, container, changes[operator_env.OS_ENV])
         if p["replicas"] is not None or p["replicas_from_nodes"]:
             operator_env.check_settable(before, container, operator_env.REPLICAS_ENV)
             count = operator_env.replica_count(self.ref, p["replicas"], p["replicas_from_nodes"], nodes)
@@ -316,6 +339,7 @@ class OperatorEnv(Wait):
             )
             + backing_copies.short_of(held or [], len(nodes or [])),
             "copies": held,
+            "stranded": stranded,
         }
         if self.module._diff and changed:
             result["diff"] = {
@@ -325,6 +349,26 @@ class OperatorEnv(Wait):
         if self.module.check_mode or not p["wait"]:
             return self.finish(result, after, rounds, operator_env.rollout_verdict(after)[0])
         return self.wait(result, after, rounds, changes)
+
+    def stranded(self, doc, before, container, stream):
+        """The databases moving new instances to ``stream`` strands (every DBInstance of the cluster that
+        follows the default stream, on a supported major the new stream's tip does not carry); refused,
+        before the write, unless drops_majors names each major. The same rule as a catalog default flip."""
+        current = operator_env.env_value(before, container, operator_env.OS_ENV)[0] or doc["default_stream"]
+        if not current or current == stream:
+            return []
+        databases = [d for d in map(catalog.database_of, all_dbinstances(self.module)) if d]
+        found = catalog.stranded(
+            dict(doc, default_stream=current), dict(doc, default_stream=stream), databases
+        )
+        catalog.require_named_drops(found, self.p["drops_majors"])
+        for entry in found:
+            self.module.warn(
+                "DBInstance %s/%s runs PostgreSQL %s, which the tip of stream %s does not carry: it turns "
+                "PGVersionEOL; its owner migrates it by %s"
+                % (entry["namespace"], entry["name"], entry["major"], stream, entry["migrate_by"])
+            )
+        return found
 
     def wait(self, result, obj, rounds, changes):
         self.result, self.rounds, self.first = result, rounds, obj

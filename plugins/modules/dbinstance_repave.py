@@ -23,8 +23,8 @@ description:
     there is no data to pg_dump: delete it and create it with a supported engineVersion; a roll-out skips
     it)."
   - Like RDS describe-pending-maintenance-actions, each entry carries its action, its opt-in status, with
-    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the target's build date,
-    the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
+    O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the day the target was
+    offered, the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
     An instance on an end-of-life major carries its migration deadline.
     The operator's own C(OSUpdateAvailable)/C(PGVersionEOL) conditions are shown, and any disagreement with
     this catalog is flagged.
@@ -113,7 +113,12 @@ options:
     description:
       - V(operator) triggers the DBInstance operator and waits for it.
       - V(direct) swaps the OS disk of Harvester VMs (C(kubevirt.io/v1) VirtualMachines named after the
-        instances) without an operator.
+        instances) without an operator. Such a VM says what it runs in its own annotations, where the
+        operator's DBInstance has its spec and status - C(goldenimage.pipeline/engine-version) (the
+        PostgreSQL major, as C(engineVersion)), C(goldenimage.pipeline/os-version) (its OS stream, unset
+        to follow the default stream) and C(goldenimage.pipeline/image-revision) (the revision it runs,
+        written by each repave). A VM without C(goldenimage.pipeline/engine-version) has no major the
+        catalog can judge, so it is never repaved; set the annotation first.
     type: str
     choices: [operator, direct]
     default: operator
@@ -255,10 +260,13 @@ options:
     type: dict
     suboptions:
       auto_apply_after_days:
-        description: Days after the build date from which the repave may be applied automatically.
+        description:
+          - Days after the target was offered from which the repave may be applied automatically. Offered is
+            the later of its build date and its last passing smoke test (the evidence of its validation), so
+            a revision validated today whose name carries an old date is offered from today.
         type: int
       forced_apply_after_days:
-        description: Days after the build date by which the repave is applied whatever the opt-in.
+        description: Days after the target was offered by which the repave is applied whatever the opt-in.
         type: int
       migration_deadline_months:
         description:
@@ -1126,6 +1134,7 @@ class Repave:
             windows={k: self.window_of(i) for k, i in by_key.items()},
             due={k: self.entries.get(k) or {} for k in by_key},
             replication={k: rollout.replication_group(i) for k, i in by_key.items()},
+            peers=lambda: self.driver.list(None, None),
         )
         try:
             batches = plan.plan(found["candidates"])

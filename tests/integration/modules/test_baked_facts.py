@@ -96,6 +96,31 @@ def test_the_facts_name_os_release_the_servers_the_clusters_and_the_keys(made):
     )
 
 
+def test_keys_and_clusters_in_postgresqls_own_places_are_facts(made):
+    """A cluster's server.key beside its configuration, the postgres user's own SSH key, and a cluster whose
+    postgresql.conf moves its data elsewhere: each is read from the disk, none passes as sealed."""
+    rsa = SNAKEOIL.replace("PRIVATE KEY", "RSA PRIVATE KEY")
+    files = sealed(baked_tree())
+    files.update(
+        {
+            "etc/postgresql/16/main/server.key": rsa,
+            "var/lib/postgresql/.ssh/id_rsa": rsa,
+            "etc/postgresql/17/main/postgresql.conf": "# moved\ndata_directory = '/srv/pgdata17'\n",
+            "srv/pgdata17/PG_VERSION": "17\n",
+        }
+    )
+    facts = _disk.read_image_facts(str(disk(made["folder"], "pg-places", files)), "linux")
+    kinds = {k["path"]: k["kind"] for k in facts["private_keys"]}
+    assert kinds == {
+        "/etc/postgresql/16/main/server.key": "postgresql_tls_key",
+        "/var/lib/postgresql/.ssh/id_rsa": "user_ssh_key",
+    }
+    moved = [c for c in facts["postgresql"]["clusters"] if c["major"] == "17"]
+    assert moved and moved[0]["initialized"] and moved[0]["data_directory"] == "/srv/pgdata17", moved
+    problems = image_facts.declaration_problems(facts, "22.04", ["15", "16", "17"])
+    assert {p["fact"] for p in problems} == {"initialized_cluster", "private_key"}
+
+
 def test_a_2204_artifact_declared_2404_and_missing_majors_are_refused_by_the_seal_step(made):
     task = functools.partial(module_task, "goldenimage.pipeline.seal_verify")
     path = str(made["sealed"])

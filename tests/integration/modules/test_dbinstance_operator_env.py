@@ -279,3 +279,66 @@ def test_value_from_and_two_containers_are_refused(lab, kube_client, kube_namesp
     assert "container manager env BACKING_IMAGE_REPLICAS: it is read from valueFrom" in msg, msg
     assert "nope: it does not exist" in refused(run, "absent")["msg"]
     assert lab.mutating_requests() == []
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("bad-input")
+def test_pointing_new_instances_at_a_stream_that_strands_a_running_major_is_refused(
+    lab, kube_client, kube_namespace, nodes
+):
+    """The env flip is a default flip as the operator sees it: a PostgreSQL 15 database following the default
+    stream, on a tip that carries 15, would turn PGVersionEOL on a 24.04 tip without it."""
+    from kubernetes import client
+
+    images = imported_images(("v20260615", "22.04"), ("v20261201-2404", "24.04"))
+    images["v20261201-2404"]["pg_versions"] = ["16", "17"]
+    images["v20261201-2404"]["facts"]["pg_majors"] = ["16", "17"]
+    doc = {
+        "version": 1,
+        "default_stream": "24.04",
+        "streams": {
+            "22.04": {"tip": "v20260615", "validated": True},
+            "24.04": {"tip": "v20261201-2404", "validated": True},
+        },
+        "images": images,
+    }
+    core, apps = client.CoreV1Api(kube_client), client.AppsV1Api(kube_client)
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "catalog"}, "data": {"catalog.yaml": yaml.safe_dump(doc)}}
+    )
+    env = [{"name": OS_ENV, "value": "22.04"}]
+    apps.create_namespaced_deployment(kube_namespace, operator_deployment("dbinstance-operator", env))
+    custom = client.CustomObjectsApi(kube_client)
+    body = {
+        "apiVersion": "db.goldenimage.io/v1alpha1",
+        "kind": "DBInstance",
+        "metadata": {"name": "legacy15"},
+        "spec": {"engineVersion": "15"},
+    }
+    custom.create_namespaced_custom_object(
+        "db.goldenimage.io", "v1alpha1", kube_namespace, "dbinstances", body
+    )
+    applied = {
+        "status": {"phase": "Available", "appliedSpec": {"imageRevision": "v20260615", "engineVersion": "15"}}
+    }
+    custom.patch_namespaced_custom_object_status(
+        "db.goldenimage.io", "v1alpha1", kube_namespace, "dbinstances", "legacy15", applied
+    )
+    where = {"namespace": kube_namespace, "name": "catalog"}
+    dep = dict(namespace=kube_namespace, name="dbinstance-operator", wait=False, catalog=where)
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("check", check=True, ignore_errors=True, os_version="24.04", **dep),
+            task("flip", ignore_errors=True, os_version="24.04", **dep),
+        ),
+        env=lab.env(),
+    )
+    for name in ("check", "flip"):
+        msg = refused(run, name)["msg"]
+        assert "drop PostgreSQL 15" in msg and "%s/legacy15" % kube_namespace in msg, msg
+        assert "drops_majors" in msg
+    assert [r for r in lab.mutating_requests() if r.get("resource") == "deployments"] == []
+    named = run_playbook(play(task("named", os_version="24.04", drops_majors=[15], **dep)), env=lab.env())
+    assert named.ok, named.log
+    assert [(e["name"], e["major"]) for e in named["named"]["stranded"]] == [("legacy15", "15")]

@@ -662,10 +662,12 @@ def test_driver_lists_with_three_lists_records_opt_in_and_refuses_a_leftover_dis
         assert direct.list(["a"], None)[0]["opt_in"] is None
 
         target = target_of(catalog, NEW)
-        first = direct.advance(found[2], target)
-        assert (first["state"], first["step"], first["changed"]) == ("working", "StoppingVM", True)
+        lab.clear_audit()
         refused = direct.advance(found[2], target)
         assert refused["state"] == "failed" and "does not declare it" in refused["message"], refused
+        # Refused before the stop: nothing was written, the VM was not touched.
+        assert "nothing was stopped or swapped" in refused["message"] and refused["changed"] is False
+        assert [r for r in lab.mutating_requests() if r["namespace"] == kube_namespace] == []
     vm = get(lab, "virtualmachines", kube_namespace, "c")
     assert vm["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == f"c-os-{OLD}"
 

@@ -69,6 +69,7 @@ def test_target_is_the_tip_of_the_instance_stream_or_the_default_stream():
         "storage_class": "lh-v20261215",
         "pg_versions": ["16", "17"],
         "build_date": "2026-12-15",
+        "available_since": "2026-12-15",
     }
     # an explicit older revision (a rollback) is allowed: it is in the catalog and its stream validated
     assert repave.target_of(db(revision="v20261215"), doc, "v20260615")["revision"] == "v20260615"
@@ -484,3 +485,20 @@ def test_a_running_database_without_engine_version_is_not_given_the_default_majo
     assert "engineVersion is not set" in str(refusal(db(engine=None), doc=doc))
     with pytest.raises(catalog.CatalogError, match="revision v20990101 is not in the catalog"):
         catalog.check_engine_version(doc, "16", "2026-12-20", target="v20990101")
+
+
+def test_maintenance_dates_count_from_the_day_a_revision_was_validated_never_from_an_old_name():
+    """A revision named after 2025-06-01 but smoke-tested (validated) on 2026-12-04 is offered from
+    2026-12-04: a forced-apply date counted from its name would already have passed for every database."""
+    doc = fleet_catalog()
+    image = doc["images"]["v20261215"]
+    image["build_date"] = "2025-06-01"
+    image["smoke_tests"] = [
+        {"result": "failed", "at": "2026-12-20T09:00:00Z"},
+        {"result": "passed", "at": "2026-12-04T10:00:00Z"},
+    ]
+    target = repave.target_of(db(), doc)
+    assert target["available_since"] == "2026-12-04"
+    policy = {"auto_apply_after_days": 14, "forced_apply_after_days": 45}
+    verdict = repave.drift(db(), doc, today="2026-12-05", policy=policy)
+    assert (verdict["auto_apply_after"], verdict["forced_apply"]) == ("2026-12-18", "2027-01-18")

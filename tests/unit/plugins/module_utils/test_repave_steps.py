@@ -184,9 +184,13 @@ def test_a_missing_volume_and_an_unreadable_annotation_fail_without_writes():
     assert step(observed(None))["phase"] == "deleted"
 
 
-def test_a_leftover_claim_of_the_new_name_is_refused():
+def test_a_leftover_claim_of_the_new_name_is_refused_before_the_vm_is_stopped():
     found = step(observed(halted(machine()), None, claims(OS_OLD, DATA, OS_NEW)))
     assert found["state"] == "failed" and "does not declare it" in found["message"]
+    # A running VM is not stopped first: the database stays up.
+    running = step(observed(machine(), vmi(), claims(OS_OLD, DATA, OS_NEW)))
+    assert running["state"] == "failed" and running["write"] is None
+    assert "nothing was stopped or swapped" in running["message"]
 
 
 def test_an_unproven_previous_disk_is_kept():

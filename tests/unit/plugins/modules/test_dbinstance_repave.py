@@ -533,3 +533,11 @@ def test_a_primary_and_its_standby_are_never_repaved_together_whatever_max_unava
     assert all(len(group & set(down)) <= 1 for down in driver.down_together), driver.down_together
     assert any(len(down) > 1 for down in driver.down_together)  # p2 still went with the group
     assert result["batches"] == [["s1", "p2"], ["s2"], ["p1"]]
+
+
+def test_a_standby_waits_while_its_primary_outside_the_selection_is_down():
+    driver = Driver(annotated("shop", phase="Failed"), annotated("shop-standby", standby_of="shop"))
+    with pytest.raises(PipelineError) as halted:
+        run(driver, names=["shop-standby"], max_unavailable=5, wait_timeout=1, wait_sleep=0.05)
+    assert "shop" in halted.value.msg and "down" in halted.value.msg, halted.value.msg
+    assert [w for w in driver.writes if w[0] == "trigger"] == []
