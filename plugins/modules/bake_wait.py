@@ -227,15 +227,15 @@ class BakeWait(ObjectWait):
         self.first, self.memory = vm, memory
         return self.runner(self.rounds).run(self, vm)
 
-    def state(self, vm):
-        return "%s/%s" % (bake.status(vm), self.memory["class"])
+    def state(self, seen):
+        return "%s/%s" % (bake.status(seen), self.memory["class"])
 
-    def verdict(self, vm, now):
-        return bake.status(vm) == bake.STOPPED, bake.dead(vm)
+    def verdict(self, seen, now):
+        return bake.status(seen) == bake.STOPPED, bake.dead(seen)
 
-    def failed(self, vm, what, now):
+    def failed(self, seen, failure, now):
         elapsed = self.rounds.elapsed(now)
-        return PipelineError(bake.dead_message(self.ref, what, elapsed), **self.fields(vm, now))
+        return PipelineError(bake.dead_message(self.ref, failure, elapsed), **self.fields(seen, now))
 
     def timed_out(self, vm, now, stuck, words):
         return PipelineError(

@@ -380,16 +380,16 @@ class OperatorEnv(Wait):
         obj, self.first = self.first, None
         return self.read() if obj is None else obj
 
-    def state(self, obj):
-        return operator_env.rollout_state(obj)
+    def state(self, seen):
+        return operator_env.rollout_state(seen)
 
-    def verdict(self, obj, now):
-        return operator_env.rollout_verdict(obj)
+    def verdict(self, seen, now):
+        return operator_env.rollout_verdict(seen)
 
-    def failed(self, obj, failure, now):
+    def failed(self, seen, failure, now):
         return PipelineError(
-            operator_env.rollout_failed_message(self.ref, self.what, failure, self.state(obj)),
-            **self.fields(self.result, obj, self.rounds, now),
+            operator_env.rollout_failed_message(self.ref, self.what, failure, self.state(seen)),
+            **self.fields(self.result, seen, self.rounds, now),
         )
 
     def timed_out(self, obj, now, stuck, words):

@@ -860,11 +860,11 @@ class Verification(Wait):
     def observe(self):
         return self.promotion.resolutions(self.expected)
 
-    def state(self, found):
-        return rules.verification_state(found)
+    def state(self, seen):
+        return rules.verification_state(seen)
 
-    def verdict(self, found, now):
-        return not rules.unresolved(found), None
+    def verdict(self, seen, now):
+        return not rules.unresolved(seen), None
 
     def report(self, found, now, done, going_on):
         return self.promotion.verified(found, self.rounds, now, self.expected, self.snapshot, done)

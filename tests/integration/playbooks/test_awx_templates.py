@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.integration.modules.test_baked_image_rebuild_due import streams_repos  # noqa: F401 (a fixture)
+from tests.integration.modules.test_baked_image_rebuild_due import streams_repos  # noqa: F401  pylint: disable=unused-import
 from tests.integration.modules.test_dbinstance_repave import OLD, TIP, Fleet, open_window
 from tests.integration.modules.test_worker_image import SCHEMATIC, World
 from tests.integration.modules.test_worker_image import pool as worker_pool

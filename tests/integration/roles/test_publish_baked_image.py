@@ -16,7 +16,7 @@ import json
 import pytest
 import yaml
 
-from tests.integration.modules.test_baked_image_rebuild_due import streams_repos  # noqa: F401 (a fixture)
+from tests.integration.modules.test_baked_image_rebuild_due import streams_repos  # noqa: F401  pylint: disable=unused-import
 from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.integration.support.smoke import catalog_configmap, running_database

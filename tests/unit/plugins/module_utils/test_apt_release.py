@@ -270,7 +270,7 @@ def test_every_stream_tip_is_compared_with_its_recorded_manifest_or_a_file():
         apt_release.comparisons([], [])
     with pytest.raises(PipelineError, match="nothing to compare"):
         apt_release.comparisons(None, [])
-    alone, _ = apt_release.comparisons(None, [("f.json", {"revision": "v2", "os_version": "22.04"})])
+    alone = apt_release.comparisons(None, [("f.json", {"revision": "v2", "os_version": "22.04"})])[0]
     assert (alone[0]["stream"], alone[0]["codename"], alone[0]["default"]) == ("22.04", "jammy", None)
 
 
