@@ -13,9 +13,12 @@ ESP = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
 BASIC_DATA = "EBD0A0A2-B9E5-4433-87C0-68B6B72699C7"
 LINUX = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
 
-pytestmark = pytest.mark.skipif(
-    not all(shutil.which(t) for t in ("sfdisk", "mkfs.ext4", "mkntfs")), reason="sfdisk, mkfs.ext4, mkntfs"
-)
+
+@pytest.fixture(autouse=True)
+def _tools():
+    """The disks are made with real tools; a missing one fails the test (make deps installs them)."""
+    missing = [t for t in ("sfdisk", "mkfs.ext4", "mkntfs") if not shutil.which(t)]
+    assert not missing, "missing tools (make deps installs them): %s" % ", ".join(missing)
 
 
 def disk(path, size_mib, table=None):
