@@ -58,10 +58,22 @@ def test_build_install_and_doc(tmp_path):
         assert doc["return"], name
 
 
+def action_groups():
+    """Each action group of meta/runtime.yml: (its modules, its metadata entry or {})."""
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    groups = {}
+    for name, entries in runtime["action_groups"].items():
+        metadata = [e["metadata"] for e in entries if isinstance(e, dict)]
+        groups[name] = ([e for e in entries if isinstance(e, str)], metadata[0] if metadata else {})
+    return groups
+
+
 def test_action_group_lists_every_cluster_module():
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"] == ">=2.16.0"
-    group = runtime["action_groups"]["k8s"]
+    group, metadata = action_groups()["k8s"]
+    # One module_defaults entry configures this collection's cluster modules and kubernetes.core's.
+    assert metadata == {"extend_group": ["kubernetes.core.k8s"]}
     assert len(group) == len(set(group)), "duplicated action-group entry"
     for name in group:
         assert (ROOT / "plugins" / "modules" / f"{name}.py").is_file(), name
@@ -69,3 +81,26 @@ def test_action_group_lists_every_cluster_module():
     for path in (ROOT / "plugins" / "modules").glob("*.py"):
         takes_auth = "kubernetes.core.k8s_auth_options" in path.read_text()
         assert takes_auth == (path.stem in group), path.stem
+
+
+def test_every_module_documents_the_action_groups_it_is_in():
+    """ansible-doc shows each module's attributes.action_group.membership: exactly the groups that list it."""
+    groups = action_groups()
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+        ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false",
+    )
+    out = _run(str(BIN / "ansible-doc"), "--json", *("goldenimage.pipeline.%s" % m for m in modules), env=env)
+    docs = json.loads(out.stdout)
+    wrong = {}
+    for name in modules:
+        listed = sorted(
+            "goldenimage.pipeline.%s" % g for g, (members, _) in groups.items() if name in members
+        )
+        attribute = docs["goldenimage.pipeline.%s" % name]["doc"].get("attributes", {}).get("action_group")
+        documented = sorted(attribute["membership"]) if attribute else []
+        if documented != listed:
+            wrong[name] = (documented, listed)
+    assert wrong == {}, "documented vs meta/runtime.yml: %s" % wrong
