@@ -25,7 +25,17 @@ def test_build_install_and_doc(tmp_path):
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
     assert "MANIFEST.json" in names
-    for dev_only in ("tests/", "Makefile", ".ci/", "bench/", "tools/", ".venv/", ".collections/"):
+    dev_files = (
+        "tests/",
+        "Makefile",
+        ".ci/",
+        "bench/",
+        "tools/",
+        ".venv/",
+        ".collections/",
+        "playbooks/demo.yml",
+    )
+    for dev_only in dev_files:
         assert not any(n == dev_only.rstrip("/") or n.startswith(dev_only) for n in names), dev_only
 
     dest = tmp_path / "installed"
@@ -104,3 +114,13 @@ def test_every_module_documents_the_action_groups_it_is_in():
         if documented != listed:
             wrong[name] = (documented, listed)
     assert wrong == {}, "documented vs meta/runtime.yml: %s" % wrong
+
+
+def test_python_floor_is_declared_once_and_built_for():
+    """tests/config.yml's floor is the interpreter the execution environment installs and ruff's target."""
+    floor = yaml.safe_load((ROOT / "tests" / "config.yml").read_text())["modules"]["python_requires"]
+    assert floor == ">=3.11"
+    ee = yaml.safe_load((ROOT / "awx" / "execution-environment.yml").read_text())
+    assert ee["dependencies"]["python_interpreter"]["package_system"] == "python3.11"
+    assert 'target-version = "py311"' in (ROOT / "pyproject.toml").read_text()
+    assert sys.version_info[:2] >= (3, 11)
