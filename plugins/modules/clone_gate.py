@@ -356,7 +356,7 @@ EXAMPLES = r"""
       private_key: "{{ lookup('ansible.builtin.file', 'gate_ed25519') }}"
   register: gate
 
-- name: Gate a Windows golden and prove C: grew inside the guest over WinRM (HTTPS, NTLM)
+- name: "Gate a Windows golden and prove C: grew inside the guest over WinRM (HTTPS, NTLM)"
   goldenimage.pipeline.clone_gate:
     snapshot: golden-windows-11-golden-20260828-0123456789ab
     snapshot_namespace: golden-images-fs

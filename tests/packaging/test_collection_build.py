@@ -124,3 +124,16 @@ def test_python_floor_is_declared_once_and_built_for():
     assert ee["dependencies"]["python_interpreter"]["package_system"] == "python3.11"
     assert 'target-version = "py311"' in (ROOT / "pyproject.toml").read_text()
     assert sys.version_info[:2] >= (3, 11)
+
+
+def test_requires_ansible_floor_is_the_one_sanity_and_the_ee_use():
+    """meta/runtime.yml's floor is tested (tools/sanity.sh runs ansible-test of that ansible-core) and is the
+    lower bound the execution environment installs."""
+    import re
+
+    floor = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["requires_ansible"]
+    major_minor = re.fullmatch(r">=(\d+\.\d+)\.0", floor).group(1)
+    sanity = (ROOT / "tools" / "sanity.sh").read_text()
+    assert "floor_version=%s\n" % major_minor in sanity
+    ee = yaml.safe_load((ROOT / "awx" / "execution-environment.yml").read_text())
+    assert ee["dependencies"]["ansible_core"]["package_pip"].startswith("ansible-core>=%s," % major_minor)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.modules.test_baked_image import refused, two_copies_class
 from tests.integration.modules.test_baked_image import task as baked_task
-from tests.integration.modules.test_dbinstance_operator_env import nodes, operator_deployment  # noqa: F401
+from tests.integration.modules.test_dbinstance_operator_env import nodes, operator_deployment  # noqa: F401  # pylint: disable=unused-import
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
 

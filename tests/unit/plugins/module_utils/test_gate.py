@@ -603,7 +603,7 @@ def test_the_partition_script_reads_the_seeds_check_and_its_output_is_three_numb
         assert gate.partition_sizes(bad) is None
     volume, problem, words = gate.guest_reading("windows", 1, "", "Access is denied", "1Gi", "2Gi")
     assert volume is None and words is None and problem == "exited 1: Access is denied"
-    volume, problem, _ = gate.guest_reading(
+    volume, problem, _words = gate.guest_reading(
         "windows", 0, "%d %d %d" % (2 * GIB, 2 * GIB, 2 * GIB), "", "1Gi", "2Gi"
     )
     assert volume == {"mountPoint": "C:\\", "totalBytes": 2 * GIB} and problem is None
