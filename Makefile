@@ -36,7 +36,7 @@ help:
 	@echo "make slow    the slow tier: role and playbook tests, and module tests that stream GiB"
 	@echo "make faults  the slow fault suite: playbooks under injected conflicts, errors and lost replies"
 	@echo "make suites  the data-loss, secrets, fault, bad-input and idempotence suites, with a score line each"
-	@echo "make sanity  ansible-test sanity on a copy of the collection"
+	@echo "make sanity  ansible-test sanity on a copy of the collection, at the venv's ansible-core and at 2.16"
 	@echo "make demo    start the lab and loopback S3, run playbooks/demo.yml against them (ACT=workers: one act)"
 	@echo "make e2e     slow tiers that boot real VMs (make e2e-microvm: only the micro-VM boot times)"
 	@echo "make bench   benchmarks in bench/ at the scales of their goals (SMOKE=1: small, once)"

@@ -32,9 +32,22 @@ attributes:
   action_group:
     description:
       - Use C(group/goldenimage.pipeline.k8s) in C(module_defaults) to set the Kubernetes auth options once.
+      - The group extends C(kubernetes.core.k8s), so the same entry sets them for kubernetes.core's modules.
     support: full
     membership:
       - goldenimage.pipeline.k8s
+"""
+
+    # Bucket modules: their endpoint and credentials can be set once for the whole group.
+    ACTIONGROUP_S3 = r"""
+options: {}
+attributes:
+  action_group:
+    description:
+      - Use C(group/goldenimage.pipeline.s3) in C(module_defaults) to set the endpoint and credentials once.
+    support: full
+    membership:
+      - goldenimage.pipeline.s3
 """
 
     # Read-only modules.

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: bake_wait
 short_description: Wait for a Windows bake's VM to seal itself and stop, following its console
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Waits until the KubeVirt C(VirtualMachine) O(namespace)/O(name) is C(Stopped), which sysprep does when it
     has sealed the disk (whether it is sealed is M(goldenimage.pipeline.seal_verify)'s question).

@@ -87,6 +87,7 @@ extends_documentation_fragment:
   - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_s3
 attributes:
   check_mode:
     support: full

@@ -57,6 +57,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_s3
 attributes:
   check_mode:
     support: full
@@ -203,7 +204,7 @@ def head(client, bucket, key):
             ) from exc
         raise S3Error(
             "reading s3://%s/%s failed (%s): check the credentials and endpoint_url; no URL was signed"
-            % (bucket, key, code or type(exc).__name__),
+            % (bucket, key, code or exc.__class__.__name__),
             error_code=code,
         ) from exc
     metadata = found.get("Metadata") or {}

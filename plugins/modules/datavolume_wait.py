@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: datavolume_wait
 short_description: Wait for a CDI DataVolume's import, printing its phase and progress while it runs
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Waits until the C(DataVolume) O(namespace)/O(name) reaches phase C(Succeeded).
   - Only phase C(Failed) is terminal, and fails the wait at once with the importer's reason (the message

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: disk_image
 short_description: Write a compressed qcow2 artifact of a disk image, with its checksum files and size figures
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Converts the image O(src) into the qcow2 O(dest) with C(qemu-img convert), compressed as O(compression)
     asks, and writes C(<dest>.sha256) and C(<dest>.sha512) (the format of C(sha256sum) and C(sha512sum)).

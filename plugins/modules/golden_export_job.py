@@ -211,6 +211,14 @@ attributes:
     support: full
     details:
       - A rerun over a key that holds this claim's export sends no mutating request at all.
+  action_group:
+    description:
+      - In both groups - C(group/goldenimage.pipeline.k8s) in C(module_defaults) sets the Kubernetes auth
+        options, C(group/goldenimage.pipeline.s3) the S3 endpoint and credentials.
+    support: full
+    membership:
+      - goldenimage.pipeline.k8s
+      - goldenimage.pipeline.s3
 notes:
   - The S3 connection options (O(endpoint_url), O(access_key), O(secret_key)...) are the controller's, used
     to read the key before and after the export; the Job's credentials come from O(credentials_secret).

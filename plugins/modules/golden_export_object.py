@@ -103,6 +103,7 @@ extends_documentation_fragment:
   - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_s3
   - goldenimage.pipeline.wait_rounds.background
 attributes:
   check_mode:

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: kube_object
 short_description: Create, update or delete Kubernetes objects, riding out conflicts, 5xx and lost replies
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Applies a list of object definitions through the collection's Kubernetes adapter, so every request
     the roles send has the same retry layer as the collection's other modules.

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: kube_object_info
 short_description: Read Kubernetes objects by name or by selector, riding out 5xx and dropped connections
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Reads one object (O(name) given) or lists the objects of a kind (in O(namespace), or in every namespace)
     through the collection's Kubernetes adapter, so the roles' reads have the same bounded, jittered retries

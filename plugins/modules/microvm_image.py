@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: microvm_image
 short_description: Turn a raw or qcow2 disk into flintlock's kernel, modules and root filesystem OCI images
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads the disk's partition table itself (GPT or MBR, from the image's bytes), picks the root
     filesystem partition and reads its ext4 filesystem without mounting it, without a loop device

@@ -41,6 +41,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_s3
 attributes:
   check_mode:
     support: full

@@ -115,6 +115,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.attributes.actiongroup_s3
   - goldenimage.pipeline.wait_rounds.background
 attributes:
   check_mode:

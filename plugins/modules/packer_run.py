@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: packer_run
 short_description: Run Packer in a work directory, a build printing its step while it runs
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - V(version) reads Packer's version and whether it has C(packer init) (1.7.0 and later).
   - V(init) installs the plugins the template declares; it reports a change when one was installed.

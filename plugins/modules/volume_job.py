@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: volume_job
 short_description: Run the qemu-img conversion of one claim into another as a Job, printing its progress
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Converts the raw image of the claim O(source) into the claim O(dest) with C(qemu-img convert), in the
     Job O(namespace)/O(name), either onto a Block O(dest) in place (the golden's source volume), or

@@ -3,8 +3,10 @@
 - The execution environment: `ansible-builder create` builds a context from awx/execution-environment.yml,
   and `ansible-builder introspect` of the installed collection finds every Python library its plugins
   import and every system package in bindep.txt.
-- The configuration as code (awx/controller/goldenimage.yml) validates against the argument specs of the
-  awx.awx modules it feeds, read from that collection's own DOCUMENTATION.
+- The configuration as code (awx/controller/goldenimage.yml) defines only variables infra.aap_configuration's
+  dispatcher reads, validates against the argument specs of the awx.awx modules they feed (read from that
+  collection's own DOCUMENTATION), and the README loads it with the connection variables those roles read.
+- goldenimage.pipeline is not on Galaxy: the requirements files install it from git, as a project sync does.
 - The job templates' playbooks run under ansible-runner (AWX's execution engine) against the lab, with the
   template's survey answers as extra vars and the credentials' injected environment.
 """
@@ -26,15 +28,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 BIN = pathlib.Path(sys.executable).parent
 AWX_MODULES = ROOT / ".collections" / "ansible_collections" / "awx" / "awx" / "plugins" / "modules"
 CONTROLLER = yaml.safe_load((ROOT / "awx" / "controller" / "goldenimage.yml").read_text())
-# controller_<list> of infra.aap_configuration -> the awx.awx module each entry is passed to.
-FEEDS = {
-    "controller_credential_types": "credential_type",
-    "controller_execution_environments": "execution_environment",
-    "controller_projects": "project",
-    "controller_templates": "job_template",
-    "controller_schedules": "schedule",
-    "controller_workflows": "workflow_job_template",
-}
+# What infra.aap_configuration reads: the dispatcher's variables (each -> the awx.awx module it feeds), the
+# connection variables of its roles, the configure_aap playbook's directory variable.
+AAP = yaml.safe_load((pathlib.Path(__file__).parent / "aap_configuration.yml").read_text())
+FEEDS = AAP["dispatch"]
 
 
 def _run(*args, **kwargs):
@@ -103,7 +100,7 @@ def test_introspect_finds_every_import_and_system_package(installed_collection):
     missing = third_party_imports() - python
     assert not missing, "imported by the plugins but not in meta/execution-environment.yml: %s" % missing
     system = " ".join(found["system"])
-    for package in ("qemu-utils", "qemu-img", "xorriso", "ntfs-3g", "e2fsprogs", "skopeo"):
+    for package in ("qemu-utils", "qemu-img", "xorriso", "ntfs-3g", "e2fsprogs", "wimlib-utils"):
         assert package in system
 
 
@@ -122,9 +119,76 @@ def test_builder_create_writes_a_context_with_the_collections(tmp_path):
     assert (context / "Containerfile").is_file()
     galaxy = yaml.safe_load((context / "_build" / "requirements.yml").read_text())
     names = {c["name"] for c in galaxy["collections"]}
-    assert {"goldenimage.pipeline", "kubernetes.core", "amazon.aws"} <= names
+    assert {PROJECT["scm_url"], "kubernetes.core", "amazon.aws"} <= names
     containerfile = (context / "Containerfile").read_text()
     assert "introspect" in containerfile  # the collections' own dependencies are resolved in the build
+    stages = dict(
+        (chunk.split()[2], chunk) for chunk in ("\n" + containerfile).split("\nFROM ")[1:] if chunk.strip()
+    )
+    # EPEL (and CRB, which EPEL packages may need) in the base stage every other stage starts from, so the
+    # final stage's install-from-bindep finds ntfs-3g, p7zip-plugins and wimlib-utils.
+    assert "epel-release" in stages["base"] and "--set-enabled crb" in stages["base"]
+    assert "install-from-bindep" in stages["final"]
+    # git before the galaxy stage's install, which clones goldenimage.pipeline.
+    galaxy_stage = stages["galaxy"]
+    assert galaxy_stage.index("git-core") < galaxy_stage.index("ansible-galaxy collection install")
+
+
+def test_bindep_takes_the_epel_packages_from_epel_on_centos():
+    """ansible-builder installs bindep's default profile from the distribution's repositories and, on
+    CentOS, the `epel` profile with EPEL enabled; skopeo is a test tool and stays out of the EE."""
+    from bindep.depends import Depends
+
+    rules = Depends((ROOT / "bindep.txt").read_text())
+    centos = ["platform:rpm", "platform:redhat", "platform:centos", "platform:centos-9"]
+
+    def names(profiles):
+        return {rule[0] for rule in rules.active_rules(profiles)}
+
+    default, epel = names(centos + ["default"]), names(centos + ["epel"])
+    assert epel - default == {"ntfs-3g", "p7zip-plugins", "wimlib-utils"}
+    assert {"qemu-img", "xorriso", "e2fsprogs", "gdisk", "openssh-clients"} <= default
+    debian = names(["platform:dpkg", "platform:debian", "default"])
+    assert {"ntfs-3g", "p7zip-full", "wimtools", "qemu-utils"} <= debian
+    for run in (default, epel, debian):
+        assert "skopeo" not in run
+    assert "skopeo" in names(centos + ["test"]) and "skopeo" in names(["platform:dpkg", "test"])
+
+
+# ------------------------------------------------------------------------------- collection from git
+
+PROJECT = CONTROLLER["controller_projects"][0]
+
+
+@pytest.mark.parametrize("requirements", ["awx/requirements.yml", "collections/requirements.yml"])
+def test_requirements_take_the_collection_from_its_git_repository(requirements, tmp_path):
+    """Not on Galaxy, so by git URL: the project's own repository and branch. The entry installs as
+    ansible-galaxy does in a project sync or an EE build (here from a clone of this repository's HEAD)."""
+    entries = yaml.safe_load((ROOT / requirements).read_text())["collections"]
+    ours = [e for e in entries if e.get("type") == "git"]
+    assert ours == [{"name": PROJECT["scm_url"], "type": "git", "version": PROJECT["scm_branch"]}]
+    assert not [e for e in entries if e["name"] == "goldenimage.pipeline"], "it is not on Galaxy"
+
+    clone = tmp_path / "pipeline.git"
+    _run("git", "clone", "--quiet", "--bare", str(ROOT), str(clone))
+    head = _run("git", "rev-parse", "HEAD", cwd=ROOT).stdout.strip()
+    local = tmp_path / "requirements.yml"
+    local.write_text(yaml.safe_dump({"collections": [dict(ours[0], name="file://%s" % clone, version=head)]}))
+    _run(
+        str(BIN / "ansible-galaxy"),
+        "collection",
+        "install",
+        "--no-deps",
+        "-r",
+        str(local),
+        "-p",
+        str(tmp_path / "c"),
+    )
+    installed = tmp_path / "c" / "ansible_collections" / "goldenimage" / "pipeline"
+    info = json.loads((installed / "MANIFEST.json").read_text())["collection_info"]
+    assert (info["namespace"], info["name"]) == ("goldenimage", "pipeline")
+    assert (installed / "plugins" / "modules" / "golden_info.py").is_file()
+    assert not (installed / "tests").exists()  # built from galaxy.yml, its build_ignore applied
 
 
 # ------------------------------------------------------------------------------------------ controller
@@ -159,6 +223,66 @@ def check(value, options, where, problems):
                 check(element, option["suboptions"], "%s.%s[%d]" % (where, key, i), problems)
         elif isinstance(item, dict):
             check(item, option["suboptions"], "%s.%s" % (where, key), problems)
+
+
+def test_controller_variables_are_the_ones_the_dispatcher_reads():
+    """The dispatcher runs a role only for a variable it knows; any other name is silently ignored."""
+    assert sorted(set(CONTROLLER) - set(FEEDS)) == []
+    # Every organization the file's objects name is created by it (aap_organizations).
+    named = {e["organization"] for v in FEEDS for e in CONTROLLER.get(v, []) if "organization" in e}
+    assert named <= {o["name"] for o in CONTROLLER["aap_organizations"]}
+
+
+def load_command():
+    """The README's command that loads awx/controller/goldenimage.yml: (playbook, {variable: value})."""
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if "ansible-playbook infra.aap_configuration." in line)
+    words = shlex.split(line.strip())
+    given = dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "-e")
+    playbook = next(w for w in words if re.match(r"infra\.aap_configuration\.", w))
+    return playbook, given
+
+
+def test_readme_loads_the_configuration_with_the_variables_the_roles_read():
+    playbook, given = load_command()
+    assert playbook == "infra.aap_configuration.configure_aap"
+    assert given[AAP["configs_dir"]].endswith("awx/controller")
+    assert {"aap_hostname", "aap_token"} <= set(given)
+    assert sorted(set(given) - set(AAP["connection"]) - {AAP["configs_dir"]}) == []
+
+
+def installed_aap_configuration():
+    """infra.aap_configuration on the collections path, or None."""
+    paths = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) + [str(ROOT / ".collections")]
+    for path in filter(None, paths):
+        found = pathlib.Path(path) / "ansible_collections" / "infra" / "aap_configuration"
+        if (found / "roles" / "dispatch" / "defaults" / "main.yml").is_file():
+            return found
+    return None
+
+
+def test_the_record_of_aap_configuration_matches_its_own_files():
+    """aap_configuration.yml against the installed collection: the dispatcher's defaults name each
+    variable, the role it runs feeds the recorded module and passes the recorded connection variables."""
+    import re
+
+    found = installed_aap_configuration()
+    if found is None:
+        pytest.skip("infra.aap_configuration is not installed (it is not on PyPI; Galaxy has it)")
+    defaults = yaml.safe_load((found / "roles" / "dispatch" / "defaults" / "main.yml").read_text())
+    roles = {r["var"]: r["role"] for r in defaults["controller_configuration_dispatcher_roles"]}
+    assert set(FEEDS) <= set(roles), sorted(set(FEEDS) - set(roles))
+    for variable, module in FEEDS.items():
+        tasks = (found / "roles" / roles[variable] / "tasks" / "main.yml").read_text()
+        first = yaml.safe_load(tasks)[0]
+        assert module in {key.rsplit(".", 1)[-1] for key in first}, (variable, roles[variable], module)
+        passed = set(re.findall(r"\{\{ *(aap_\w+) *\| *default\(omit", tasks))
+        assert set(AAP["connection"]) <= passed, (roles[variable], sorted(set(AAP["connection"]) - passed))
+    configure = (found / "playbooks" / "configure_aap.yml").read_text()
+    assert AAP["configs_dir"] in configure and "infra.aap_configuration.dispatch" in configure
 
 
 def test_controller_configuration_validates_against_the_awx_modules():
