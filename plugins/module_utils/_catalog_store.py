@@ -174,10 +174,20 @@ class CatalogStore:
                 body["data"] = dict(current.get("data") or {}, **{catalog.DATA_KEY: text})
                 res.replace(body=body, name=name, namespace=namespace)
         except Exception as exc:
+            # A reply lost after the server committed (a retried write then meets its own commit as a 409):
+            # the catalog read back holds what was sent.
+            if self._configmap_text(self._reread()) == text:
+                return True
             if status_code(exc) == 409:
                 return False
             self.module.fail_from_exception("write %s" % ref("ConfigMap", name, namespace), exc)
         return True
+
+    def _reread(self):
+        try:
+            return self._get_configmap()
+        except Exception:  # the server is still unreachable: the write's own error is the one to report
+            return None
 
     def _update_file(self, change):
         before, after, changed = self._apply(self._read_file(), change)

@@ -657,9 +657,14 @@ def smoke_test(doc, name, ref, instance, at, by):
     status = (instance or {}).get("status") or {}
     applied = status.get("appliedSpec") or {}
     engine = str(applied.get("engineVersion") or "").strip()
+    meta = (instance or {}).get("metadata") or {}
     record = {
         "revision": name,
         "dbinstance": ref,
+        # What was observed: the same object at the same resourceVersion is the same test, however often a
+        # run that lost its reply is repeated.
+        "uid": meta.get("uid"),
+        "resource_version": meta.get("resourceVersion"),
         "at": at,
         "by": by,
         "phase": status.get("phase"),
@@ -684,11 +689,24 @@ def smoke_test(doc, name, ref, instance, at, by):
     return record
 
 
+SMOKE_TEST_IDENTITY = ("dbinstance", "uid", "resource_version", "result")
+
+
+def same_smoke_test(one, other):
+    """Whether two records are one observation: the same DBInstance object, unchanged since, with the same
+    result (the time it was looked at and who looked do not make it another test)."""
+    return all(one.get(key) == other.get(key) for key in SMOKE_TEST_IDENTITY)
+
+
 def record_smoke_test(doc, record):
-    """The catalog with ``record`` added to its revision's ``smoke_tests`` (the last ten are kept)."""
+    """The catalog with ``record`` added to its revision's ``smoke_tests`` (the last ten are kept), and
+    whether it changed: a record of the observation the last one already holds is not added again."""
     doc = normalize(doc)
     entry = dict(doc["images"][record["revision"]])
-    entry[SMOKE_TESTS] = (list(entry.get(SMOKE_TESTS) or []) + [dict(record)])[-SMOKE_TESTS_KEPT:]
+    tests = list(entry.get(SMOKE_TESTS) or [])
+    if tests and record.get("uid") and same_smoke_test(tests[-1], record):
+        return doc, False
+    entry[SMOKE_TESTS] = (tests + [dict(record)])[-SMOKE_TESTS_KEPT:]
     doc["images"][record["revision"]] = entry
     return doc, True
 

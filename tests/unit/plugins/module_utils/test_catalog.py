@@ -530,3 +530,29 @@ def test_a_revision_keeps_the_package_manifest_it_was_published_with():
         "revision v20261129 is already in the catalog with another package manifest (sha256 %s, now %s); "
         "published images are immutable: build a new revision" % ("a" * 64, "b" * 64)
     )
+
+
+def test_a_smoke_test_is_one_observation_of_one_object_at_one_resource_version():
+    doc = seeded()
+
+    def observed(version, phase="Available"):
+        instance = {
+            "metadata": {"uid": "u-1", "resourceVersion": version},
+            "status": {"phase": phase, "appliedSpec": {"imageRevision": "v20260615", "engineVersion": "17"}},
+        }
+        return catalog.smoke_test(doc, "v20260615", "smoke/pg", instance, "t-" + version, "ops")
+
+    doc, changed = catalog.record_smoke_test(doc, observed("7"))
+    assert changed is True
+    # Looked at again later, unchanged: not another test.
+    doc, changed = catalog.record_smoke_test(doc, observed("7"))
+    assert changed is False and len(doc["images"]["v20260615"]["smoke_tests"]) == 1
+    # The object changed since: a new observation.
+    doc, changed = catalog.record_smoke_test(doc, observed("8", phase="Failed"))
+    assert changed is True
+    assert [t["result"] for t in doc["images"]["v20260615"]["smoke_tests"]] == ["passed", "failed"]
+    # A test of an object that does not exist has nothing to identify it by: each is recorded.
+    missing = catalog.smoke_test(doc, "v20260615", "smoke/pg", None, "t", "ops")
+    doc, _changed = catalog.record_smoke_test(doc, missing)
+    doc, changed = catalog.record_smoke_test(doc, missing)
+    assert changed is True
