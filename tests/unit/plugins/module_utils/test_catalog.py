@@ -357,11 +357,12 @@ def test_catalog_refusals_are_pipeline_errors():
 
 def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule():
     spec = {"storage": "20Gi"}
-    resolved, major, defaulted = catalog.dbinstance_spec(seeded(), spec, today=TODAY)
+    resolved, major, defaulted, stream = catalog.dbinstance_spec(seeded(), spec, today=TODAY)
     assert (resolved, major, defaulted) == ({"storage": "20Gi", "engineVersion": "17"}, "17", True)
+    assert stream == "22.04"
     assert spec == {"storage": "20Gi"}  # the caller's spec is not changed
-    assert catalog.dbinstance_spec(seeded(), {"engineVersion": ""}, today=TODAY)[1:] == ("17", True)
-    assert catalog.dbinstance_spec(seeded(), {"engineVersion": "16"}, today=TODAY)[1:] == ("16", False)
+    assert catalog.dbinstance_spec(seeded(), {"engineVersion": ""}, today=TODAY)[1:3] == ("17", True)
+    assert catalog.dbinstance_spec(seeded(), {"engineVersion": "16"}, today=TODAY)[1:3] == ("16", False)
     with pytest.raises(catalog.CatalogError, match="18 is not in revision"):
         catalog.dbinstance_spec(seeded(), {"engineVersion": "18"}, today=TODAY)
     with pytest.raises(catalog.CatalogError, match="reached end of life"):
@@ -556,3 +557,34 @@ def test_a_smoke_test_is_one_observation_of_one_object_at_one_resource_version()
     doc, _changed = catalog.record_smoke_test(doc, missing)
     doc, changed = catalog.record_smoke_test(doc, missing)
     assert changed is True
+
+
+def test_dbinstance_spec_reads_the_instance_s_own_stream_and_refuses_misspelt_fields():
+    doc = seeded()
+    doc, _changed = catalog.register_image(
+        doc, "v20270401-2404", "24.04", ["16", "17", "18"], SUM_B, "s3://mirror/v20270401-2404", imported=True
+    )
+    doc, _changed = catalog.set_stream(doc, "24.04", tip="v20270401-2404", validated=True)
+    # 24.04's tip carries 18, the default stream's does not: the instance's own stream decides.
+    assert catalog.dbinstance_spec(doc, {"osVersion": "24.04"}, today=TODAY)[1:] == ("18", True, "24.04")
+    assert catalog.dbinstance_spec(doc, {"osVersion": "24.04", "engineVersion": "18"}, today=TODAY)[1] == "18"
+    with pytest.raises(catalog.CatalogError, match="18 is not in revision v20260615"):
+        catalog.dbinstance_spec(doc, {"engineVersion": "18"}, today=TODAY)
+    with pytest.raises(catalog.CatalogError, match=r"OS stream 20.04 \(spec.osVersion\) is not a stream"):
+        catalog.dbinstance_spec(doc, {"osVersion": "20.04"}, today=TODAY)
+    unvalidated = catalog.set_stream(doc, "24.04", tip="v20261201-2404")[0]
+    with pytest.raises(catalog.CatalogError, match=r"OS stream 24.04 .* is not validated"):
+        catalog.dbinstance_spec(unvalidated, {"osVersion": "24.04"}, today=TODAY)
+    with pytest.raises(PipelineError, match="quote it"):
+        catalog.dbinstance_spec(doc, {"osVersion": 24.04}, today=TODAY)
+    for key, field in (
+        ("engineVerison", "engineVersion"),
+        ("enginversion", "engineVersion"),
+        ("osVerison", "osVersion"),
+    ):
+        with pytest.raises(catalog.CatalogError, match="spec.%s .* rename it to %s" % (key, field)):
+            catalog.dbinstance_spec(doc, {key: "16"}, today=TODAY)
+    # Set, the field wins; unrelated fields pass.
+    assert (
+        catalog.misspelt_spec_fields({"engineVersion": "16", "engineVersions": "x", "storage": "1Gi"}) == []
+    )
