@@ -21,7 +21,9 @@ description:
     (the stream is not in the catalog or not validated); V(UnsupportedEngineVersion) (action C(recreate): the
     operator refused to create it, status reason C(UnsupportedEngineVersion), and it never ran a revision, so
     there is no data to pg_dump: delete it and create it with a supported engineVersion; a roll-out skips
-    it)."
+    it); V(EngineVersionUnknown) (no action: the running instance's major was never recorded, in
+    C(spec.engineVersion) or, in direct mode, the VM's C(goldenimage.pipeline/engine-version) annotation; it
+    is neither end of life nor repaved until that is set)."
   - Like RDS describe-pending-maintenance-actions, each entry carries its action, its opt-in status, with
     O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the day the target was
     offered, the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
@@ -31,9 +33,10 @@ description:
   - O(state=report) lists the scope with one LIST and reads the catalog once, whatever the number of
     instances, and never changes anything.
   - O(state=repaved) with O(strategy=operator) refuses, before writing anything, every instance whose
-    stream is not validated (C(InvalidOSStream)), whose target does not carry its major or whose major is
-    past end of life (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a
-    refused instance gets no annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
+    stream is not validated (C(InvalidOSStream)), whose major was never recorded (C(EngineVersionUnknown)),
+    whose target does not carry its major or whose major is past end of life
+    (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a refused instance gets no
+    annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
     and waits until the operator reports phase C(Available), C(status.appliedSpec.imageRevision) equals the
     target and the annotation is cleared.
   - "Disruption only by intent: a repave starts only for an instance O(names) lists with O(opt_in=immediate),
@@ -461,8 +464,8 @@ instances:
       sample: v20260815
     verdict:
       description:
-        - V(Current), V(OSUpdateAvailable), V(PGVersionEOL), V(UnsupportedEngineVersion) or
-          V(InvalidOSStream).
+        - V(Current), V(OSUpdateAvailable), V(PGVersionEOL), V(UnsupportedEngineVersion),
+          V(EngineVersionUnknown) or V(InvalidOSStream).
       type: str
     action:
       description: V(os-repave), V(pg-major-migration), V(recreate) or null.
@@ -543,7 +546,8 @@ instances:
       type: str
     reason:
       description:
-        - The refusal rule (V(InvalidOSStream), V(RepaveBlockedPGVersionEOL), V(NotAvailable); in direct
+        - The refusal rule (V(InvalidOSStream), V(EngineVersionUnknown), V(RepaveBlockedPGVersionEOL),
+          V(NotAvailable); in direct
           mode V(NotAnOSDisk)), or V(UnsupportedEngineVersion) for a skipped instance.
       type: str
       returned: when refused or skipped

@@ -174,10 +174,20 @@ def test_pg_eol_by_date_even_when_the_tip_carries_the_major_and_the_instance_is_
     )
 
 
-def test_unknown_engine_version_is_never_offered_a_repave():
+def test_unknown_engine_version_is_never_offered_a_repave_nor_called_end_of_life():
     verdict = repave.drift(db(engine=None), fleet_catalog(), TODAY)
-    assert verdict["verdict"] == "PGVersionEOL"
-    assert "major is unknown" in verdict["description"]
+    assert (verdict["verdict"], verdict["action"]) == ("EngineVersionUnknown", None)
+    assert "major is unknown (spec.engineVersion is not set)" in verdict["description"]
+    # A Harvester VM repaved directly keeps its major in an annotation: the words name it.
+    direct = db(engine=None, engine_field="annotation goldenimage.pipeline/engine-version")
+    verdict = repave.drift(direct, fleet_catalog(), TODAY)
+    assert verdict["description"].endswith(
+        "set annotation goldenimage.pipeline/engine-version to the major it runs (such as 16); it is judged "
+        "and repaved once it is known"
+    )
+    refused = refusal(direct)
+    assert refused.reason == "EngineVersionUnknown" and "pg_dump" not in str(refused)
+    assert repave.operator_disagreement("EngineVersionUnknown", {"PGVersionEOL": {"status": "True"}}) is None
 
 
 @pytest.mark.parametrize("stream", ["20.04", "24.04"])
@@ -482,7 +492,7 @@ def test_a_running_database_without_engine_version_is_not_given_the_default_majo
     assert catalog.check_engine_version(doc, None, "2026-12-20")["major"] == "17"
     verdict = catalog.check_engine_version(doc, None, "2026-12-20", target="v20261215")
     assert (verdict["problem"], verdict["major"]) == ("unset", None)
-    assert "engineVersion is not set" in str(refusal(db(engine=None), doc=doc))
+    assert "spec.engineVersion is not set" in str(refusal(db(engine=None), doc=doc))
     with pytest.raises(catalog.CatalogError, match="revision v20990101 is not in the catalog"):
         catalog.check_engine_version(doc, "16", "2026-12-20", target="v20990101")
 
