@@ -325,14 +325,17 @@ def available_since(name, image):
     return max(days).isoformat() if days else None
 
 
-def set_stream(doc, os_version, tip=None, validated=None, default=None, imported=None, missing=False):
+def set_stream(
+    doc, os_version, tip=None, validated=None, default=None, imported=None, missing=False, rollback=False
+):
     """Move a stream's tip, set ``validated``, make it the default; returns ``(new_doc, changed)``.
 
     ``imported`` is what the cluster says about ``tip`` (or, without ``tip``, about the stream's
     current tip) right now (None: trust the catalog); ``missing`` says its VirtualMachineImage does
     not exist at all. Neither a moved tip nor a sign-off or default lands on an image that is gone or
     not imported, whatever the catalog's ``imported`` says. Moving the tip resets ``validated`` to
-    false unless it is given: the sign-off belongs to a revision.
+    false unless it is given: the sign-off belongs to a revision. A tip moves back to an older revision
+    only with ``rollback``: it offers every instance on the newer one a repave to the older image.
     """
     doc = normalize(doc)
     stream = revision.validate_stream(os_version)
@@ -340,6 +343,12 @@ def set_stream(doc, os_version, tip=None, validated=None, default=None, imported
     entry = dict(before or {"tip": None, "validated": False})
     if tip is not None and tip != entry["tip"]:
         _check_tip(doc, stream, tip, imported, missing)
+        if entry["tip"] and not rollback and revision.is_newer(entry["tip"], tip):
+            raise CatalogError(
+                "revision %s is older than %s, the tip of stream %s: moving the tip back offers every "
+                "instance on %s a repave to the older image; give rollback: true to move it back on purpose, "
+                "or publish a new revision" % (tip, entry["tip"], stream, entry["tip"])
+            )
         entry = {"tip": tip, "validated": False}
     elif tip is not None:
         _check_tip(doc, stream, tip, imported, missing)

@@ -232,6 +232,19 @@ def check_policy(policy):
         unit = "months" if key == "migration_deadline_months" else "days"
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidValue("maintenance_policy.%s %r: expected a number of %s >= 0" % (key, value, unit))
+    forced, auto = policy.get("forced_apply_after_days"), policy.get("auto_apply_after_days")
+    if forced == 0:
+        # Forced the day a revision is offered would repave every database outside its window at once.
+        raise InvalidValue(
+            "maintenance_policy.forced_apply_after_days 0 forces every repave the day its revision is "
+            "offered, whatever the windows; give at least 1 day, and use opt_in immediate with names for "
+            "the instances to repave now"
+        )
+    if forced is not None and auto is not None and forced < auto:
+        raise InvalidValue(
+            "maintenance_policy.forced_apply_after_days %d comes before auto_apply_after_days %d; the forced "
+            "date is the last resort after the windows: give it at least %d" % (forced, auto, auto)
+        )
     policy.setdefault("migration_deadline_months", MIGRATION_MONTHS)
     return policy
 
@@ -493,6 +506,17 @@ def held_message(entries):
         shown = ", ".join(sorted(keys)[:5]) + (" and %d more" % (len(keys) - 5) if len(keys) > 5 else "")
         parts.append("%s: %s" % (shown, why))
     return "nothing repaved: %s" % "; ".join(parts)
+
+
+def rollout_line(applied_by, pending, next_window, check_mode):
+    """One line on a roll-out: what started each repave (or would, in check mode), what is left for later."""
+    started = ", ".join("%s (%s)" % (name, why) for name, why in sorted(applied_by.items()))
+    text = "%s: %s" % ("would start" if check_mode else "started", started or "nothing")
+    if pending:
+        text += "; still pending: %s" % ", ".join(pending)
+        if next_window:
+            text += " (next window %s)" % next_window
+    return text
 
 
 def current_apply(found, opt_in, window, now):

@@ -65,6 +65,13 @@ options:
       - V(true) makes this stream the default OS stream. V(false) is refused for the current default (make
         another stream the default instead) and changes nothing otherwise.
     type: bool
+  rollback:
+    description:
+      - V(true) lets O(revision) be older than the stream's tip (a tip moved back after a bad image). Without
+        it such a move is refused, since every instance on the newer tip would be offered a repave to the
+        older image. The sign-off belongs to a revision, so the older one needs O(validated) again.
+    type: bool
+    default: false
   smoke_test:
     description:
       - The test DBInstance provisioned from the revision (O(revision), else the stream's tip), read now and
@@ -206,6 +213,7 @@ def argument_spec():
         revision=dict(type="str"),
         validated=dict(type="bool"),
         default=dict(type="bool"),
+        rollback=dict(type="bool", default=False),
         catalog=catalog_options(required=True),
         smoke_test=dict(
             type="dict",
@@ -311,6 +319,7 @@ def run(module):
             default=p["default"],
             imported=imported,
             missing=missing,
+            rollback=p["rollback"],
         )
         # After the rules on the image itself, which say more: the facts read from its bytes, then the
         # evidence of a smoke test.

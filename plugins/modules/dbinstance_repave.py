@@ -269,7 +269,12 @@ options:
             a revision validated today whose name carries an old date is offered from today.
         type: int
       forced_apply_after_days:
-        description: Days after the target was offered by which the repave is applied whatever the opt-in.
+        description:
+          - Days after the target was offered by which the repave is applied whatever the opt-in and the
+            window.
+          - At least 1, and not before O(maintenance_policy.auto_apply_after_days); V(0) would force every
+            repave the day a revision is offered and is refused (O(opt_in=immediate) with O(names) is the
+            move for instances to repave now).
         type: int
       migration_deadline_months:
         description:
@@ -618,6 +623,14 @@ missing:
   returned: always
   type: list
   elements: str
+started:
+  description:
+    - One line on what started each repave (in check mode, would start it) and what is still pending, with
+      the next window.
+  returned: with state repaved
+  type: str
+  sample: "started: orders-db (forced-apply), billing-db (next-maintenance); still pending: ledger-db
+    (next window 2026-08-30T23:00:00Z)"
 batches:
   description: The roll-out plan, lists of instance names in order; instances already repaving lead the first.
   returned: with state repaved
@@ -893,6 +906,12 @@ class Repave:
             held = repave.held_message(self.entries)
             if held and not self.result["intent"]["applied_by"] and not self.result.get("resumes"):
                 self.result["msg"] = held
+            self.result["started"] = repave.rollout_line(
+                self.result["intent"]["applied_by"],
+                self.result.get("pending") or [],
+                self.result.get("next_window"),
+                self.module.check_mode,
+            )
         if self.module._diff:
             self.result["diff"] = list(self.diffs.values())
         return self.result

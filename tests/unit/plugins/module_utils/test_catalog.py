@@ -572,7 +572,7 @@ def test_dbinstance_spec_reads_the_instance_s_own_stream_and_refuses_misspelt_fi
         catalog.dbinstance_spec(doc, {"engineVersion": "18"}, today=TODAY)
     with pytest.raises(catalog.CatalogError, match=r"OS stream 20.04 \(spec.osVersion\) is not a stream"):
         catalog.dbinstance_spec(doc, {"osVersion": "20.04"}, today=TODAY)
-    unvalidated = catalog.set_stream(doc, "24.04", tip="v20261201-2404")[0]
+    unvalidated = catalog.set_stream(doc, "24.04", tip="v20261201-2404", rollback=True)[0]
     with pytest.raises(catalog.CatalogError, match=r"OS stream 24.04 .* is not validated"):
         catalog.dbinstance_spec(unvalidated, {"osVersion": "24.04"}, today=TODAY)
     with pytest.raises(PipelineError, match="quote it"):
@@ -588,3 +588,19 @@ def test_dbinstance_spec_reads_the_instance_s_own_stream_and_refuses_misspelt_fi
     assert (
         catalog.misspelt_spec_fields({"engineVersion": "16", "engineVersions": "x", "storage": "1Gi"}) == []
     )
+
+
+def test_a_tip_moves_back_only_on_purpose():
+    doc = seeded()
+    doc, _changed = catalog.register_image(
+        doc, "v20270401-2404", "24.04", ["16", "17", "18"], SUM_B, "s3://mirror/v20270401-2404", imported=True
+    )
+    doc, _changed = catalog.set_stream(doc, "24.04", tip="v20270401-2404")
+    with pytest.raises(
+        catalog.CatalogError, match=r"v20261201-2404 is older than v20270401-2404.*rollback: true"
+    ):
+        catalog.set_stream(doc, "24.04", tip="v20261201-2404")
+    back, changed = catalog.set_stream(doc, "24.04", tip="v20261201-2404", rollback=True)
+    assert changed and back["streams"]["24.04"] == {"tip": "v20261201-2404", "validated": False}
+    # Forward needs no word.
+    assert catalog.set_stream(back, "24.04", tip="v20270401-2404")[1] is True

@@ -226,6 +226,15 @@ def test_policy_is_checked():
         repave.drift(db(), fleet_catalog(), TODAY, policy={"auto_apply_days": 3})
     with pytest.raises(PipelineError, match="forced_apply_after_days -1"):
         repave.drift(db(), fleet_catalog(), TODAY, policy={"forced_apply_after_days": -1})
+    with pytest.raises(
+        PipelineError, match=r"forced_apply_after_days 0 forces every repave .* at least 1 day"
+    ):
+        repave.drift(db(), fleet_catalog(), TODAY, policy={"forced_apply_after_days": 0})
+    with pytest.raises(
+        PipelineError, match="forced_apply_after_days 7 comes before auto_apply_after_days 14"
+    ):
+        repave.check_policy({"auto_apply_after_days": 14, "forced_apply_after_days": 7})
+    assert repave.check_policy({"auto_apply_after_days": 0, "forced_apply_after_days": 1})
 
 
 # -------------------------------------------------------------------- operator's view
@@ -512,3 +521,14 @@ def test_maintenance_dates_count_from_the_day_a_revision_was_validated_never_fro
     policy = {"auto_apply_after_days": 14, "forced_apply_after_days": 45}
     verdict = repave.drift(db(), doc, today="2026-12-05", policy=policy)
     assert (verdict["auto_apply_after"], verdict["forced_apply"]) == ("2026-12-18", "2027-01-18")
+
+
+def test_the_rollout_line_names_what_started_each_repave_and_what_waits():
+    assert repave.rollout_line({}, [], None, True) == "would start: nothing"
+    line = repave.rollout_line(
+        {"b-db": "next-maintenance", "a-db": "forced-apply"}, ["c-db"], "2026-08-30T23:00:00Z", False
+    )
+    assert line == (
+        "started: a-db (forced-apply), b-db (next-maintenance); still pending: c-db "
+        "(next window 2026-08-30T23:00:00Z)"
+    )
