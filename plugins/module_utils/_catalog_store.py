@@ -126,9 +126,15 @@ class CatalogStore:
         for attempt in range(ATTEMPTS):
             current = self._get_configmap()
             before, after, changed = self._apply(self._configmap_text(current), change)
+            text = catalog.dump(after) if changed else None
+            if text is not None:
+                try:
+                    catalog.check_configmap_size(text, self.where)
+                except catalog.CatalogError as exc:
+                    raise PipelineError(exc.msg, refused=True) from None
             if not changed or self.module.check_mode:
                 return before, after, changed
-            if self._write_configmap(current, catalog.dump(after)):
+            if self._write_configmap(current, text):
                 return before, after, True
             time.sleep(min(0.05 * (attempt + 1), 0.5))
         raise PipelineError(

@@ -92,7 +92,9 @@ def load(text):
     if text is None or not str(text).strip():
         return empty()
     try:
-        doc = _yaml().safe_load(text)
+        yaml = _yaml()
+        # libyaml's loader when PyYAML has it: a catalog of many revisions is a megabyte of YAML.
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception as exc:
         raise CatalogError("the catalog is not valid YAML: %s" % exc) from exc
     return normalize(doc)
@@ -156,6 +158,30 @@ def unstorable(text):
     return sorted(str(name) for name, entry in images.items() if _storable(entry) != entry)
 
 
+# A ConfigMap holds at most 1 MiB (etcd's request limit, data and metadata together); the catalog stops
+# short of it so the write is refused here, with a move, rather than by the API server.
+CONFIGMAP_BUDGET = 1000 * 1024
+
+
+def check_configmap_size(text, where):
+    """Refuses catalog ``text`` too large for a ConfigMap, naming the largest revisions and the moves."""
+    size = len(text.encode("utf-8"))
+    if size <= CONFIGMAP_BUDGET:
+        return
+    doc = load(text)
+    sizes = sorted(
+        ((len(dump({"version": 1, "images": {n: e}}).encode("utf-8")), n) for n, e in doc["images"].items()),
+        reverse=True,
+    )
+    largest = ", ".join("%s (%d KiB)" % (name, bytes_ // 1024) for bytes_, name in sizes[:3])
+    raise CatalogError(
+        "%s would hold %d KiB, more than a ConfigMap's %d KiB allow with room for its metadata (largest "
+        "revisions: %s, most of it their package lists); nothing was written. Keep the catalog in a file "
+        "(catalog.path, in Git), which has no such limit"
+        % (where, size // 1024, CONFIGMAP_BUDGET // 1024, largest)
+    )
+
+
 def dump(doc):
     """Deterministic YAML: fixed key order, revisions and streams sorted, so Git diffs stay small."""
     doc = normalize(doc)
@@ -176,7 +202,14 @@ def dump(doc):
     }
     if GRACE_KEY in doc:
         out[GRACE_KEY] = doc[GRACE_KEY]
-    return _yaml().safe_dump(out, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    yaml = _yaml()
+    return yaml.dump(
+        out,
+        Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+    )
 
 
 def _revision_key(name):

@@ -604,3 +604,24 @@ def test_a_tip_moves_back_only_on_purpose():
     assert changed and back["streams"]["24.04"] == {"tip": "v20261201-2404", "validated": False}
     # Forward needs no word.
     assert catalog.set_stream(back, "24.04", tip="v20270401-2404")[1] is True
+
+
+def test_a_catalog_too_large_for_a_configmap_is_refused_naming_the_largest_revisions():
+    import base64
+    import os
+
+    doc = seeded()
+    catalog.check_configmap_size(catalog.dump(doc), "catalog ConfigMap ops/catalog")
+    # Package lists that do not compress, as large as a year of weekly builds' would be.
+    listing = base64.b64encode(os.urandom(45 * 1024)).decode()
+    record = {"sha256": "0" * 64, "package_count": 700, "encoding": "zlib+base64", "package_list": listing}
+    doc, _changed = catalog.register_image(
+        doc, "v20270101", "22.04", ["16", "17"], SUM_A, "upload", imported=True, manifest=record
+    )
+    for day in range(2, 25):
+        doc["images"]["v202701%02d" % day] = dict(doc["images"]["v20270101"])
+    with pytest.raises(catalog.CatalogError) as refused:
+        catalog.check_configmap_size(catalog.dump(doc), "catalog ConfigMap ops/catalog")
+    assert refused.value.msg.startswith("catalog ConfigMap ops/catalog would hold ")
+    assert "more than a ConfigMap's 1000 KiB allow" in refused.value.msg
+    assert "largest revisions: v202701" in refused.value.msg and "catalog.path" in refused.value.msg
