@@ -1007,7 +1007,7 @@ def test_repave_playbook_without_a_window_repaves_nothing_and_an_instance_window
     rollout = run["Repave the fleet"]
     assert rollout["intent"]["applied_by"] == {} and rollout["intent"]["opt_in"] == "next-maintenance"
     assert rollout["msg"].startswith("nothing repaved: n1, n2: no maintenance window"), rollout["msg"]
-    assert rollout["started"] == "started: nothing"
+    assert rollout["started"] == "started: nothing; still pending: n1, n2"
     assert "started: nothing" in run.entry("Show the roll-out")["result"]["msg"]
     assert fleet.repaves("n1") == 0 and fleet.repaves("n2") == 0
     # Only the choice is recorded (the opt-in annotation), never the trigger.
