@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, _retry, errors
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
 
 NS = "ns"
@@ -272,7 +272,7 @@ def api(server):
 def module(api):
     with patch_module_args({"kubeconfig": api.kubeconfig}):
         m = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
-        m.backoff = _kube.Backoff(base=0.001, cap=0.01)
+        m.backoff = _retry.kubernetes(base=0.001, cap=0.01)
         m.resource("v1", "ConfigMap")
         yield m
 
@@ -290,41 +290,7 @@ def writes(api, verb):
     return [entry for entry in api.log if entry[0] == verb]
 
 
-# --- the policy -----------------------------------------------------------------------------
-
-
-def test_backoff_is_jittered_exponential_and_bounded_in_count():
-    pauses = []
-    policy = _kube.Backoff(attempts=5, seconds=100, base=1, cap=3, sleeper=pauses.append, rand=lambda: 1.0)
-    attempts = policy.start()
-    while attempts.retry(Exception("x")):
-        pass
-    assert pauses == [1, 2, 3, 3]  # base * 2**n, capped, 4 pauses for 5 attempts
-    assert attempts.tried == 5
-    jittered = []
-    policy = _kube.Backoff(attempts=3, base=1, cap=8, sleeper=jittered.append, rand=lambda: 0.5)
-    attempts = policy.start()
-    while attempts.retry(Exception("x")):
-        pass
-    assert jittered == [0.5, 1.0]
-
-
-def test_backoff_is_bounded_in_time():
-    now = [0.0]
-    pauses = []
-
-    def sleep(seconds):
-        pauses.append(seconds)
-        now[0] += seconds
-
-    policy = _kube.Backoff(
-        attempts=100, seconds=10, base=4, cap=8, clock=lambda: now[0], sleeper=sleep, rand=lambda: 1.0
-    )
-    attempts = policy.start()
-    while attempts.retry(Exception("x")):
-        pass
-    assert sum(pauses) <= 10 and now[0] == 10
-    assert attempts.tried < 100
+# --- what a create recognises as its own ------------------------------------------------------
 
 
 def test_differences_accept_what_the_server_adds():
@@ -354,7 +320,7 @@ def test_reads_ride_out_5xx_429_and_drops(api, module):
 
 
 def test_a_read_gives_up_at_the_bound_and_says_so(api, module):
-    module.backoff = _kube.Backoff(attempts=3, base=0.001, cap=0.01)
+    module.backoff = _retry.kubernetes(attempts=3, base=0.001, cap=0.01)
     api.script = [("get", "500")] * 3
     with pytest.raises(_kube.KubeError) as err:
         module.get("v1", "ConfigMap", "a", NS)
@@ -373,7 +339,7 @@ def raw_module(api):
     """A module whose reads go over the raw connection (no kubernetes client is built)."""
     with patch_module_args({"kubeconfig": api.kubeconfig}):
         m = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
-        m.backoff = _kube.Backoff(base=0.001, cap=0.01)
+        m.backoff = _retry.kubernetes(base=0.001, cap=0.01)
         yield m
     assert m._kube_client is None
 
@@ -437,7 +403,7 @@ def test_a_create_that_meets_someone_elses_object_fails_naming_the_difference(ap
 
 
 def test_a_create_conflict_that_never_clears_is_bounded(api, module):
-    module.backoff = _kube.Backoff(attempts=4, base=0.001, cap=0.01)
+    module.backoff = _retry.kubernetes(attempts=4, base=0.001, cap=0.01)
     api.script = [("create", "conflict")] * 4
     with pytest.raises(_kube.KubeError) as err:
         module.create(cm("a", {"k": "v"}))
