@@ -601,26 +601,34 @@ class KubeModule(AnsibleModule):
                 raise
 
     def _pages(self, action, path, query, absent_namespace, managed_fields):
-        """The items of every page of one list, following ``continue``; an expired token restarts it."""
-        restarts = 0
-        items = []
-        token = None
+        """The items of every page of one list, following ``continue``; an expired token restarts it.
+
+        A page rides on the retry layer like any read; a 410 on a page after the first (its continue
+        token expired) is the page's answer "start again", not a failure, ``LIST_RESTARTS`` times.
+        """
+        expired = object()
+        listed = {"items": [], "token": None, "restarts": 0}
+
+        def restart_or_absent(exc, attempts):
+            if listed["token"] and status_code(exc) == 410 and listed["restarts"] < LIST_RESTARTS:
+                return True, expired
+            return absent_namespace(exc, attempts)
+
+        def page(sent):
+            return self._retrying(
+                action, lambda: self._get_page(path, sent, managed_fields), restart_or_absent
+            )
+
         while True:
-            sent = query + [("continue", token)] if token else query
-            try:
-                answer = self._retrying(
-                    action, lambda q=sent: self._get_page(path, q, managed_fields), absent_namespace
-                )
-            except KubeError as exc:
-                if token and exc.status == 410 and restarts < LIST_RESTARTS:
-                    restarts += 1
-                    items, token = [], None
-                    continue
-                raise
-            items.extend(answer.get("items") or [])
-            token = (answer.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+            token = listed["token"]
+            answer = page(query + [("continue", token)] if token else query)
+            if answer is expired:
+                listed.update(items=[], token=None, restarts=listed["restarts"] + 1)
+                continue
+            listed["items"].extend(answer.get("items") or [])
+            listed["token"] = (answer.get("metadata") or {}).get("continue")
+            if not listed["token"]:
+                return listed["items"]
 
     # Writes: each predicts in check mode and sends nothing -----------------------------------
 

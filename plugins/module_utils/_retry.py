@@ -14,7 +14,7 @@ for one request is the adapter's ``decide(exc, attempts)``, which answers with o
 * ``(DONE, value)``: the request is over after all (a read-back found the object, a 404 on a retried
   delete) and ``value`` is its result;
 * ``(AGAIN, why, hinted)``: send it again after a pause (``hinted``: the server's Retry-After seconds);
-* ``(REFRESH, why)``: the credentials were renewed, send it again at once (bounded by the policy);
+* ``(REFRESH,)``: the credentials were renewed, send it again at once (bounded by the policy);
 * ``(FAIL,)``: give up now.
 
 ``give_up(exc, attempts)`` raises the adapter's error (naming the attempts with ``attempts.note()``)
@@ -85,7 +85,7 @@ class Policy(object):
                 move = verdict[0]
                 if move == DONE:
                     return verdict[1]
-                if move == REFRESH and attempts.refresh(verdict[1]):
+                if move == REFRESH and attempts.refresh():
                     continue
                 if move == AGAIN and attempts.retry(verdict[1], verdict[2]):
                     continue
@@ -115,12 +115,13 @@ class Attempts(object):
         p.sleeper(seconds)
         return True
 
-    def refresh(self, why):
-        """Count one credential renewal and return True, or False when the policy allows no more."""
+    def refresh(self):
+        """Count one credential renewal and return True, or False when the policy allows no more.
+
+        A renewal is not a retry of a failure: it does not pause and ``note()`` does not name it."""
         if self.refreshed >= self.policy.refreshes:
             return False
         self.refreshed += 1
-        self.retries.append(why)
         self.tried += 1
         return True
 

@@ -11,6 +11,7 @@ import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
@@ -162,14 +163,30 @@ class Handler(BaseHTTPRequestHandler):
         if fault in ("500", "503", "429"):
             reason = {"500": "InternalError", "503": "ServiceUnavailable", "429": "TooManyRequests"}[fault]
             return self._send(int(fault), status(int(fault), reason, "injected"))
+        if fault == "expired":
+            return self._send(410, status(410, "Expired", "the continue token is too old"))
         if fault == "conflict":
             return self._send(
                 409, status(409, "Conflict", 'configmaps "%s": the object has been modified' % name)
             )
         code, answer = self._apply(verb, name, body)
+        if verb == "list":
+            answer = self._page(answer)
         if fault == "commit-drop" and code < 300:
             return self._drop()
         return self._send(code, answer)
+
+    def _page(self, answer):
+        """The page of a list that ``limit`` and ``continue`` ask for (the token is the next offset)."""
+        query = parse_qs(urlsplit(self.path).query)
+        if "limit" not in query:
+            return answer
+        start, limit = int(query.get("continue", ["0"])[0]), int(query["limit"][0])
+        items = answer["items"]
+        answer = dict(answer, items=items[start : start + limit])
+        if start + limit < len(items):
+            answer["metadata"] = {"continue": str(start + limit)}
+        return answer
 
     def _apply(self, verb, name, body):
         api = self.api
@@ -288,6 +305,29 @@ def cm(name, data, labels=None):
 
 def writes(api, verb):
     return [entry for entry in api.log if entry[0] == verb]
+
+
+# --- lists page by page ----------------------------------------------------------------------
+
+
+def test_an_expired_continue_token_restarts_the_list_from_its_first_page(api, module):
+    for index in range(3):
+        module.create(cm("c%d" % index, {"k": "v"}))
+    api.script = [("list", "ok"), ("list", "expired")]
+    items = module.list("v1", "ConfigMap", NS, page=1)
+    assert [i["metadata"]["name"] for i in items] == ["c0", "c1", "c2"]
+    assert [entry[2] for entry in writes(api, "list")] == ["ok", "expired", "ok", "ok", "ok"]
+
+
+def test_a_list_restarts_a_bounded_number_of_times(api, module):
+    for index in range(2):
+        module.create(cm("c%d" % index, {"k": "v"}))
+    api.script = [("list", "ok"), ("list", "expired")] * (_kube.LIST_RESTARTS + 1)
+    with pytest.raises(_kube.KubeError) as err:
+        module.list("v1", "ConfigMap", NS, page=1)
+    assert err.value.status == 410
+    assert len(writes(api, "list")) == 2 * (_kube.LIST_RESTARTS + 1)
+    assert module.retried == 0  # a restart is the list's own rule, not a retry of the request
 
 
 # --- what a create recognises as its own ------------------------------------------------------
