@@ -126,9 +126,15 @@ class CatalogStore:
         def once():
             current = self._get_configmap()
             before, after, changed = self._apply(self._configmap_text(current), change)
+            text = catalog.dump(after) if changed else None
+            if text is not None:
+                try:
+                    catalog.check_configmap_size(text, self.where)
+                except catalog.CatalogError as exc:
+                    raise PipelineError(exc.msg, refused=True) from None
             if not changed or self.module.check_mode:
                 return before, after, changed
-            if not self._write_configmap(current, catalog.dump(after)):
+            if not self._write_configmap(current, text):
                 raise _retry.Again("409 Conflict")
             return before, after, True
 
@@ -178,10 +184,20 @@ class CatalogStore:
                 body["data"] = dict(current.get("data") or {}, **{catalog.DATA_KEY: text})
                 res.replace(body=body, name=name, namespace=namespace)
         except Exception as exc:
+            # A reply lost after the server committed (a retried write then meets its own commit as a 409):
+            # the catalog read back holds what was sent.
+            if self._configmap_text(self._reread()) == text:
+                return True
             if status_code(exc) == 409:
                 return False
             self.module.fail_from_exception("write %s" % ref("ConfigMap", name, namespace), exc)
         return True
+
+    def _reread(self):
+        try:
+            return self._get_configmap()
+        except Exception:  # the server is still unreachable: the write's own error is the one to report
+            return None
 
     def _update_file(self, change):
         before, after, changed = self._apply(self._read_file(), change)
