@@ -27,7 +27,8 @@ def kube(lab):
 
     with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)
-        module.backoff = _retry.kubernetes(base=0.05, cap=0.5)  # the product's bound, shorter pauses for the suite
+        # The product's bound, shorter pauses for the suite.
+        module.backoff = _retry.kubernetes(base=0.05, cap=0.5)
         yield module
 
 

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, _kube_auth, _kube_raw
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube_auth, _kube_raw
 
 CA = b"-----BEGIN CERTIFICATE-----\nlab-ca\n-----END CERTIFICATE-----\n"
 CERT = b"-----BEGIN CERTIFICATE-----\nclient\n-----END CERTIFICATE-----\n"
@@ -224,7 +224,9 @@ def test_discovery_answers_map_to_paths():
     assert found.path() == "/apis/snapshot.storage.k8s.io/v1/volumesnapshots"
     assert found.path(namespace="p") == "/apis/snapshot.storage.k8s.io/v1/namespaces/p/volumesnapshots"
     assert found.path("g", "p") == "/apis/snapshot.storage.k8s.io/v1/namespaces/p/volumesnapshots/g"
-    cluster = _kube_raw.find_kind({"resources": [{"name": "namespaces", "kind": "Namespace"}]}, "v1", "Namespace")
+    cluster = _kube_raw.find_kind(
+        {"resources": [{"name": "namespaces", "kind": "Namespace"}]}, "v1", "Namespace"
+    )
     assert cluster.path("x", "ignored") == "/api/v1/namespaces/x"
     with pytest.raises(_kube_raw.ResourceNotFoundError):
         _kube_raw.find_kind({"resources": []}, "v1", "Nothing")
