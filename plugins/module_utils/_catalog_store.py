@@ -19,13 +19,11 @@ __metaclass__ = type
 
 import os
 import tempfile
-import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry, catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import ref, status_code
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-ATTEMPTS = 20
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 
 
@@ -86,6 +84,7 @@ class CatalogStore:
         self.where = describe(spec)
         self.locator = locate(spec)
         self._warned = False
+        self.conflicts = _retry.conflicts()  # a write that lost a race reads again and re-applies
 
     def missing_permission(self):
         """The grant a write of this catalog needs, as an RBAC rule reads."""
@@ -123,7 +122,8 @@ class CatalogStore:
         """
         if self.spec.get("path"):
             return self._update_file(change)
-        for attempt in range(ATTEMPTS):
+
+        def once():
             current = self._get_configmap()
             before, after, changed = self._apply(self._configmap_text(current), change)
             text = catalog.dump(after) if changed else None
@@ -134,13 +134,17 @@ class CatalogStore:
                     raise PipelineError(exc.msg, refused=True) from None
             if not changed or self.module.check_mode:
                 return before, after, changed
-            if self._write_configmap(current, text):
-                return before, after, True
-            time.sleep(min(0.05 * (attempt + 1), 0.5))
-        raise PipelineError(
-            "update %s: still conflicting after %d attempts (other writers keep changing it)"
-            % (self.where, ATTEMPTS)
-        )
+            if not self._write_configmap(current, text):
+                raise _retry.Again("409 Conflict")
+            return before, after, True
+
+        def give_up(_exc, attempts):
+            raise PipelineError(
+                "update %s: still conflicting after %d attempts (other writers keep changing it)"
+                % (self.where, attempts.tried)
+            ) from None
+
+        return self.conflicts.run(once, lambda _exc, _attempts: None, give_up)
 
     def _apply(self, text, change):
         """``(before, after, changed)`` of ``change`` on the stored ``text``; a stored entry holding a
