@@ -4,10 +4,12 @@ is a fake clock."""
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
     backoff_delay,
     jittered_backoff,
     s3_client,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+    S3_ARG_SPEC,
 )
 
 
