@@ -42,11 +42,11 @@ SPOOL_IN_MEMORY = 8 * 1024 * 1024
 
 @dataclass
 class Fault:
-    """An answer ``status``/``code`` the front gives instead of serving a request ``when(method, query
-    names, headers)`` selects: after letting ``after`` of them through, ``times`` times (then it serves
-    them again). ``hits`` counts the answers given."""
+    """An answer ``status``/``code`` the front gives instead of serving a request that
+    ``when(method, path, query names, headers by lower-case name)`` selects: after letting ``after`` of
+    them through, ``times`` times (then it serves them again). ``hits`` counts the answers given."""
 
-    when: Callable[[str, set, dict], bool]
+    when: Callable[[str, str, set, dict], bool]
     status: int = 503
     code: str = "SlowDown"
     times: int = 1
@@ -54,8 +54,8 @@ class Fault:
     hits: int = 0
     seen: int = 0
 
-    def answers(self, method: str, names: set, headers: dict) -> bool:
-        if not self.when(method, names, headers):
+    def answers(self, method: str, path: str, names: set, headers: dict) -> bool:
+        if not self.when(method, path, names, headers):
             return False
         self.seen += 1
         if self.seen <= self.after or self.hits >= self.times:
@@ -180,7 +180,14 @@ class CheckingS3:
         authorization = request.header("authorization") or ""
         headers = {name.lower(): value for name, value in request.headers}
         with self._faults_lock:
-            fault = next((f for f in self.faults if f.answers(request.method, names, headers)), None)
+            fault = next(
+                (
+                    f
+                    for f in self.faults
+                    if f.answers(request.method, unquote(request.raw_path), names, headers)
+                ),
+                None,
+            )
         if fault is not None:
             _spool_body(environ, None)  # read, so the connection is ready for the retry
             return error(environ, start_response, fault.status, fault.code, "injected by the lab")

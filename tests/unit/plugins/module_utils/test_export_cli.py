@@ -163,11 +163,11 @@ def test_a_key_holding_another_object_is_refused_and_nothing_is_left(run):
     assert keys_and_uploads(run) == (["w/11/b.qcow2"], [])
 
 
-def copies(method, names, headers):
+def copies(method, path, names, headers):
     return "x-amz-copy-source" in headers
 
 
-def parts(method, names, headers):
+def parts(method, path, names, headers):
     return method == "PUT" and "partNumber" in names and "x-amz-copy-source" not in headers
 
 
@@ -190,8 +190,8 @@ def test_a_part_answered_5xx_is_sent_again_by_botocore(run, lab_s3, monkeypatch)
     # Two answers 500 to the parts: botocore's standard retries send them again, within MAX_ATTEMPTS.
     tries = []
 
-    def part_tries(method, names, headers):
-        if parts(method, names, headers):
+    def part_tries(method, path, names, headers):
+        if parts(method, path, names, headers):
             tries.append(headers.get("amz-sdk-request", ""))
             return True
         return False
