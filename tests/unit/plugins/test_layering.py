@@ -41,10 +41,7 @@ OWN = "ansible_collections.goldenimage.pipeline.plugins."
 WAIT_RUNNER = "plugins/module_utils/_wait.py"
 SLEEPS = {
     "plugins/module_utils/_kube.py": "the pause between two attempts of one request (the retry layer)",
-    "plugins/module_utils/_s3.py": "the pause between two attempts of one S3 request (the retry layer)",
     "plugins/module_utils/_catalog_store.py": "the pause before writing the catalog again after a conflict",
-    "plugins/module_utils/_export_cli.py": "the export Job's own program, run in its pod with none of "
-    "module_utils but the files it is shipped with: its request retries and its upload pool's back-pressure",
     "plugins/plugin_utils/_progress.py": "the controller's poll of a background round's async job, whose "
     "deadline and verdict are the module's",
 }
