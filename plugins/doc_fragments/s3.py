@@ -26,13 +26,14 @@ options:
   access_key:
     description:
       - The access key ID.
-      - Falls back to E(AWS_ACCESS_KEY_ID), then the usual boto3 credential chain (profile, instance role).
+      - Falls back to E(AWS_ACCESS_KEY_ID), then E(AWS_ACCESS_KEY), then the usual boto3 credential chain
+        (profile, instance role).
     type: str
     aliases: [aws_access_key_id, aws_access_key]
   secret_key:
     description:
       - The secret access key. Never logged.
-      - Falls back to E(AWS_SECRET_ACCESS_KEY).
+      - Falls back to E(AWS_SECRET_ACCESS_KEY), then E(AWS_SECRET_KEY).
     type: str
     aliases: [aws_secret_access_key, aws_secret_key]
   session_token:
@@ -58,6 +59,20 @@ options:
       - Falls back to E(AWS_CA_BUNDLE).
     type: path
     aliases: [aws_ca_bundle]
+  profile:
+    description:
+      - A profile of the AWS config and credentials files to take the keys (and its settings) from, as
+        amazon.aws modules take it. Refused together with O(access_key), O(secret_key) or O(session_token).
+      - Falls back to E(AWS_PROFILE), then E(AWS_DEFAULT_PROFILE).
+    type: str
+    aliases: [aws_profile]
+  aws_config:
+    description:
+      - Parameters of botocore's C(Config) laid over the collection's (timeouts, C(s3) addressing, a proxy),
+        as amazon.aws modules take them. An unknown parameter is refused before any request.
+      - The retries are botocore's C(standard) mode, five attempts per request in all; a C(retries) entry
+        here replaces that.
+    type: dict
 requirements:
   - boto3 (on the controller)
 """
@@ -82,13 +97,14 @@ options:
   access_key:
     description:
       - The access key ID.
-      - Falls back to E(AWS_ACCESS_KEY_ID), then the usual boto3 credential chain (profile, instance role).
+      - Falls back to E(AWS_ACCESS_KEY_ID), then E(AWS_ACCESS_KEY), then the usual boto3 credential chain
+        (profile, instance role).
     type: str
     aliases: [aws_access_key_id, aws_access_key]
   secret_key:
     description:
       - The secret access key. Never logged.
-      - Falls back to E(AWS_SECRET_ACCESS_KEY).
+      - Falls back to E(AWS_SECRET_ACCESS_KEY), then E(AWS_SECRET_KEY).
     type: str
     aliases: [aws_secret_access_key, aws_secret_key]
   session_token:
@@ -109,6 +125,20 @@ options:
       - Falls back to E(AWS_CA_BUNDLE).
     type: path
     aliases: [aws_ca_bundle]
+  profile:
+    description:
+      - A profile of the AWS config and credentials files to take the keys (and its settings) from, as
+        amazon.aws modules take it. Refused together with O(access_key), O(secret_key) or O(session_token).
+      - Falls back to E(AWS_PROFILE), then E(AWS_DEFAULT_PROFILE).
+    type: str
+    aliases: [aws_profile]
+  aws_config:
+    description:
+      - Parameters of botocore's C(Config) laid over the collection's (timeouts, C(s3) addressing, a proxy),
+        as amazon.aws modules take them. An unknown parameter is refused before any request.
+      - The retries are botocore's C(standard) mode, five attempts per request in all; a C(retries) entry
+        here replaces that.
+    type: dict
 requirements:
   - boto3 (on the controller)
 """

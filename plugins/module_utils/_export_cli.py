@@ -64,6 +64,9 @@ MARKER = "GOLDEN_EXPORT_RESULT "
 READ_CHUNK = 8 * 1024 * 1024
 PROGRESS_SECONDS = 10.0
 META = {"sha256": "sha256", "source": "source-url", "uid": "source-uid", "at": "mirrored-at"}
+# What the export image installs besides the seal verifier's packages (images/golden-export/requirements.txt;
+# a unit test keeps them equal, and equal to the pin the tests run the program with).
+S3_REQUIREMENTS = ("boto3==1.44.8",)
 
 
 class ExportError(PipelineError):
