@@ -41,10 +41,11 @@ description:
     stops before its first byte and the module fails with C(code=exposed), naming the bucket, what answered
     2xx and the supported move.
   - The credentials the Job signs with come from the Secret O(credentials_secret) (CDI's C(accessKeyId) and
-    C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself (AWS
-    Signature Version 4) and needs C(python3), C(qemu-img) and the C(dissect) packages in O(image). Its
-    program is not part of the image; the module ships it in a ConfigMap, so the Job always runs the code of
-    this module.
+    C(secretKey) keys by default), never from the task's arguments; the Job talks to S3 with boto3 and needs
+    C(python3), C(qemu-img), C(boto3) and the C(dissect) packages in O(image) (images/golden-export in the
+    collection's repository installs them). Its program is not part of the image; the module ships it in a
+    ConfigMap with the collection's S3 client and transfer code, so the Job always runs the code of this
+    module, with the collection's S3 retry policy.
   - Before anything is written, the module reads O(key) from the controller (with the S3 connection options).
     A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid) is left
     alone and the task reports no change, with no Job; a key that holds anything else is refused. Export a
