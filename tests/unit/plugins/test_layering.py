@@ -48,19 +48,11 @@ WAIT_RUNNER = "plugins/module_utils/_wait.py"
 RETRY_LAYER = "plugins/module_utils/_retry.py"
 SLEEPS = {
     RETRY_LAYER: "the pause between two attempts of one request (the one retry layer)",
-    "plugins/module_utils/_s3.py": "the pause between two attempts of one S3 request (the retry layer)",
-    "plugins/module_utils/_export_cli.py": "the export Job's own program, run in its pod with none of "
-    "module_utils but the files it is shipped with: its request retries and its upload pool's back-pressure",
     "plugins/plugin_utils/_progress.py": "the controller's poll of a background round's async job, whose "
     "deadline and verdict are the module's",
 }
 # The adapters that loop over attempts outside the retry layer, each with why.
-RETRY_LOOPS = {
-    "plugins/module_utils/_export_cli.py": "the export Job's own program, run in its pod with none of "
-    "module_utils but the files it is shipped with (its requests move to boto3's retries)",
-    "plugins/module_utils/_s3.py": "the retries stacked on botocore's own (they move to botocore's retry "
-    "configuration, S3's one policy)",
-}
+RETRY_LOOPS = {}
 ATTEMPT_NAME = re.compile(r"(^|_)(attempts?|retry|retries|tries|tried)($|_)")
 
 # Violations in the current tree, each with the change that removes it. The test fails when a listed
