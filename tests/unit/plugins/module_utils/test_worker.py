@@ -375,8 +375,8 @@ def test_no_default_to_resolve_an_empty_class():
     with pytest.raises(Refusal) as exc:
         w.refuse_unresolved(pool(), None, "replicated", "cozy-public/g")
     assert (
-        "the pool has an empty StorageClass, which means the cluster default, and the cluster has no default"
-        in (exc.value.msg)
+        "the pool has an empty StorageClass, which CDI resolves to the default virt StorageClass, else the "
+        "cluster default, and the cluster has neither" in (exc.value.msg)
     )
 
 
@@ -524,7 +524,7 @@ def test_http_disk_is_the_pre_feature_render():
 def test_pool_without_any_image_refused():
     with pytest.raises(Refusal) as exc:
         w.pool_request({"name": "md0", "namespace": "tenant-a"})
-    assert "it has no osImage and no imageURL" in exc.value.msg
+    assert "it has no osImage, no imageURL and no Talos settings" in exc.value.msg
 
 
 def test_import_state_only_failed_is_terminal():

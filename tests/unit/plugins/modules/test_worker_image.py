@@ -48,8 +48,10 @@ class _Reviews:
 class Observed:
     list_each = list_each
 
-    def __init__(self, objects=(), check_mode=False, allowed=True, **params):
+    def __init__(self, objects=(), check_mode=False, allowed=True, namespace_exists=True, **params):
         self.objects = {}
+        if namespace_exists:
+            self.put({"kind": "Namespace", "metadata": {"name": params.get("namespace", "cozy-public")}})
         for obj in objects:
             self.put(obj)
         self.check_mode = check_mode
