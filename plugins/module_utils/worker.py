@@ -855,7 +855,8 @@ def pool_request(raw):
     if not pool.get("imageURL"):
         raise Refusal(
             subject,
-            "it has no osImage, no imageURL and no Talos settings, so there is nothing for its disk to import",
+            "it has no osImage, no imageURL and no Talos settings, so there is nothing for its disk to "
+            "import",
             "give osImage.builtin to clone a golden, or talos {schematicID, version} (or imageURL) for the "
             "HTTP import",
         )

@@ -131,8 +131,9 @@ options:
       talos:
         description:
           - The pool's Talos settings. C(osImage.builtin) inherits the fields it leaves out from them, and a
-            pool without C(osImage) imports C(<imageFactoryURL>/image/<schematicID>/<version>/openstack-amd64.raw.xz)
-            over HTTP, as the chart builds it.
+            pool without C(osImage) imports
+            C(<imageFactoryURL>/image/<schematicID>/<version>/openstack-amd64.raw.xz) over HTTP, as the
+            chart builds it.
         type: dict
         suboptions:
           schematicID:
@@ -309,8 +310,9 @@ orphans:
   returned: when state is info
   type: list
   elements: dict
-  sample: [{kind: DataVolume, namespace: tenant-acme, name: disk-system-k1-md0-a, golden: talos-worker-x-v1.12.4,
-            pool: tenant-acme/k1/md0}]
+  sample:
+    - {kind: DataVolume, namespace: tenant-acme, name: disk-system-k1-md0-a, golden: talos-worker-x-v1.12.4,
+       pool: tenant-acme/k1/md0}
 data_volume:
   description: The worker disk DataVolume of the pool.
   returned: when state is rendered
