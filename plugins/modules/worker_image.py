@@ -21,7 +21,8 @@ description:
     DataVolume spec cannot be changed in place). Removing an entry stops managing its golden; this
     module never deletes a golden for that.
   - O(state=absent) deletes the golden O(name), refused while anything uses it, naming each consumer (a
-    worker disk cloning it by C(source.pvc) or the golden annotation, a claim cloning it by C(dataSource)
+    worker disk cloning it by C(source.pvc) or the golden annotation, a DataVolume or a claim whose
+    DataVolume is gone, a claim cloning it by C(dataSource)
     or C(dataSourceRef), a VirtualMachine's C(dataVolumeTemplates), a VolumeSnapshot of it, a pod or a
     VirtualMachine mounting it, in any namespace) or a pool of O(pools) that names it, with the reference
     query every delete path of the collection asks.

@@ -855,6 +855,11 @@ def test_no_default_class_to_resolve_an_empty_one(lab, world):
     )
 
 
+def render(world, title, body, **extra):
+    """A state=rendered task of the pool ``body`` against the world's goldens."""
+    return task(title, state="rendered", namespace=world.ns, pool=body, **extra)
+
+
 def worker_rules():
     from ansible_collections.goldenimage.pipeline.plugins.module_utils import worker
 
@@ -942,18 +947,16 @@ def test_the_virt_default_class_is_the_one_cdi_and_the_collection_resolve(lab, w
                     namespace=world.ns,
                     wait_timeout=180,
                 ),
-                task(
+                render(
+                    world,
                     "pool at an empty class",
-                    state="rendered",
-                    namespace=world.ns,
-                    pool=pool(world, on_virt, name="md10", storageClass=""),
+                    pool(world, on_virt, name="md10", storageClass=""),
                 ),
-                task(
+                render(
+                    world,
                     "pool at an empty class, golden on the ordinary default",
+                    pool(world, on_plain, name="md11", storageClass=""),
                     ignore_errors=True,
-                    state="rendered",
-                    namespace=world.ns,
-                    pool=pool(world, on_plain, name="md11", storageClass=""),
                 ),
             ),
             env=lab.env(),
@@ -1008,7 +1011,7 @@ def test_two_clusters_in_one_namespace_keep_their_pools_apart(lab, world):
     run = run_playbook(
         kube_play(
             task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180),
-            task("render k1", state="rendered", namespace=world.ns, pool=k1),
+            render(world, "render k1", k1),
         ),
         env=lab.env(),
     )
@@ -1030,20 +1033,18 @@ def test_two_clusters_in_one_namespace_keep_their_pools_apart(lab, world):
     empty = {"storageClass": ""}
     run = run_playbook(
         kube_play(
-            task("k1", state="rendered", namespace=world.ns, pool=dict(k1, **empty)),
-            task(
+            render(world, "k1", dict(k1, **empty)),
+            render(
+                world,
                 "k2",
+                dict(k1, cluster="k2", **empty),
                 ignore_errors=True,
-                state="rendered",
-                namespace=world.ns,
-                pool=dict(k1, cluster="k2", **empty),
             ),
-            task(
+            render(
+                world,
                 "no cluster",
+                dict(k1, cluster=None, **empty),
                 ignore_errors=True,
-                state="rendered",
-                namespace=world.ns,
-                pool=dict(k1, cluster=None, **empty),
             ),
             task("who clones", state="info", namespace=world.ns),
         ),
@@ -1075,14 +1076,13 @@ def test_builtin_inherits_the_pools_talos_settings_and_http_imports_from_them(la
     run = run_playbook(
         kube_play(
             task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180),
-            task("explicit", state="rendered", namespace=world.ns, pool=explicit),
-            task("inherited", state="rendered", namespace=world.ns, pool=inherited),
-            task("http from talos", state="rendered", namespace=world.ns, pool=http),
-            task(
+            render(world, "explicit", explicit),
+            render(world, "inherited", inherited),
+            render(world, "http from talos", http),
+            render(
+                world,
                 "http overridden",
-                state="rendered",
-                namespace=world.ns,
-                pool=dict(http, imageURL="https://example.com/own.raw.xz"),
+                dict(http, imageURL="https://example.com/own.raw.xz"),
             ),
         ),
         env=lab.env(),
@@ -1141,7 +1141,7 @@ def test_claim_only_disks_keep_their_golden_and_orphans_stay_visible(lab, world)
                 namespace=world.ns,
                 wait_timeout=180,
             ),
-            task("render", state="rendered", namespace=world.ns, pool=pool(world, doomed, name="md15")),
+            render(world, "render", pool(world, doomed, name="md15")),
         ),
         env=lab.env(),
     )
@@ -1183,20 +1183,20 @@ def test_claim_only_disks_keep_their_golden_and_orphans_stay_visible(lab, world)
         "disks": ["%s/md14-hand-made" % world.tenant],
         "pools": ["%s/md14" % world.tenant],
     }
-    assert run["who clones"]["orphans"] == [
-        {
-            "kind": "DataVolume",
-            "namespace": world.tenant,
-            "name": "md15-a-disk-system",
-            "golden": doomed_name,
-            "pool": "%s/md15" % world.tenant,
-        },
+    assert run["who clones"]["orphans"] == [  # by golden, then disk
         {
             "kind": "PersistentVolumeClaim",
             "namespace": world.tenant,
             "name": "md16-left-behind",
             "golden": "talos-worker-%s-v0.0.9" % SCHEMATIC,
             "pool": "%s/md16" % world.tenant,
+        },
+        {
+            "kind": "DataVolume",
+            "namespace": world.tenant,
+            "name": "md15-a-disk-system",
+            "golden": doomed_name,
+            "pool": "%s/md15" % world.tenant,
         },
     ]
 
