@@ -624,8 +624,8 @@ def test_a_pool_is_its_cluster_and_name():
     with pytest.raises(Refusal) as exc:
         w.pool_claims(pool(), dvs, pvcs)
     assert exc.value.msg == (
-        "pool tenant-a/md0: the disks of pool md0 in namespace tenant-a belong to the clusters k1, k2, and the "
-        "pool names none; give pool.cluster, the tenant cluster the pool belongs to"
+        "pool tenant-a/md0: the disks of pool md0 in namespace tenant-a belong to the clusters k1, k2, and "
+        "the pool names none; give pool.cluster, the tenant cluster the pool belongs to"
     )
     # A hyphen in the cluster or the pool does not confuse the name: the pool is known.
     assert w.disk_cluster(chart_disk("disk-system-a-b-md-0-x", pool_name="md-0"), "md-0") == "a-b"
@@ -695,8 +695,8 @@ def test_claim_only_disks_are_read_by_every_query():
             "kind": "PersistentVolumeClaim",
             "namespace": "tenant-a",
             "name": "only-claim",
-            "why": "is a worker disk of pool md0 made from it (annotation %s; a claim whose DataVolume is gone)"
-            % w.GOLDEN_ANNOTATION,
+            "why": "is a worker disk of pool md0 made from it (annotation %s; a claim whose DataVolume is "
+            "gone)" % w.GOLDEN_ANNOTATION,
         }
     ]
     assert [w.kinds.name(p) for p in w.pool_claims(pool(), [], [only])] == ["only-claim"]
