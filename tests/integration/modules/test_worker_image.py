@@ -492,8 +492,9 @@ def test_refusals_write_nothing_and_say_why(lab, world):
             "for the mirrored raw.xz (sha256:<hex>)" % subject,
             "zero timeout": "option wait_timeout: 0 is not a duration: it must be greater than zero, checked "
             "before anything is written; give a positive number of seconds",
-            "no image": "%s: it has no osImage and no imageURL, so there is nothing for its disk to import; "
-            "give osImage.builtin to clone a golden, or imageURL for the HTTP import" % p,
+            "no image": "%s: it has no osImage, no imageURL and no Talos settings, so there is nothing for "
+            "its disk to import; give osImage.builtin to clone a golden, or talos {schematicID, version} (or "
+            "imageURL) for the HTTP import" % p,
             "not a golden": "DataVolume %s/plain: it is not a worker golden (it carries no "
             "kubernetes-worker-image.cozystack.io/schematic-id / "
             "kubernetes-worker-image.cozystack.io/talos-version "
