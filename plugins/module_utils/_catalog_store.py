@@ -19,10 +19,10 @@ __metaclass__ = type
 
 import os
 import tempfile
-import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import ref, status_code
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import nap
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 ATTEMPTS = 20
@@ -130,7 +130,7 @@ class CatalogStore:
                 return before, after, changed
             if self._write_configmap(current, catalog.dump(after)):
                 return before, after, True
-            time.sleep(min(0.05 * (attempt + 1), 0.5))
+            nap(min(0.05 * (attempt + 1), 0.5))  # another writer won: read the newest and apply again
         raise PipelineError(
             "update %s: still conflicting after %d attempts (other writers keep changing it)"
             % (self.where, ATTEMPTS)
