@@ -853,14 +853,14 @@ class BakedImage:
             self.result.update(image=hi.printable(getattr(exc, "last", None) or current))
             raise
 
-    def _wait(self, name, namespace, predicate, what, progress=None, seen=None):
+    def _wait(self, name, namespace, predicate, what, progress=None, seen=None, whole=False):
         """Wait this round's share (O(report_every) from the round's start) of the whole wait (O(wait_timeout)
         from its start, across rounds); ``RoundOver`` when the round ends first, the time-out of the whole
-        wait naming what was pending and the progress seen otherwise."""
+        wait naming what was pending and the progress seen otherwise. ``whole`` waits for the rest of the
+        wait in one go."""
         pending = "%s to be %s" % (self._ref(name, namespace), what)
-        rounds = rounds_.Rounds.span(
-            self.started, self.p["wait_timeout"], self.round_started + self.p["report_every"]
-        )
+        round_end = None if whole else self.round_started + self.p["report_every"]
+        rounds = rounds_.Rounds.span(self.started, self.p["wait_timeout"], round_end)
         began = time.time()
         try:
             obj, done = self.module.wait_round(
