@@ -155,7 +155,8 @@ class Gate:
             )
         except WaitTimeout as exc:
             st["last_state"] = exc.state
-            raise exc.reworded(gate.timeout_message(pending, exc.elapsed, exc.state)) from None
+            elapsed = self.clock() - st["stage_started"]  # on the gate's clock, as its lines are
+            raise exc.reworded(gate.timeout_message(pending, elapsed, exc.state)) from None
         if not done:
             st["last_state"] = describe(obj)
         return obj, done
