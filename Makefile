@@ -79,7 +79,7 @@ integration: setup
 # The integration tests make test leaves out (tests/integration/conftest.py): the module tests outside the
 # cross-cutting suites, and whole roles and playbooks; longer than make test, so on its own.
 slow: setup
-	$(BIN)/pytest -q -n 2 --dist loadfile -m "slow and not faults" tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "slow and not faults" --durations=25 tests/integration
 
 # Playbooks under conflict 0.2 + error 0.1 + drop 0.05 + commit-then-drop 0.05: minutes, so on its own.
 faults: setup

@@ -26,6 +26,9 @@ options:
         description:
           - Name of the catalog ConfigMap (key C(catalog.yaml)); a module that writes the catalog creates it
             when missing.
+          - A ConfigMap holds at most 1 MiB, and each revision's package manifest takes about 10 KiB of it;
+            a write that would take the catalog past 1000 KiB is refused before it is sent, naming the
+            largest revisions (keep such a catalog in a file, O(catalog.path)).
         type: str
       path:
         description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).
@@ -49,6 +52,9 @@ options:
         description:
           - Name of the catalog ConfigMap (key C(catalog.yaml)); a module that writes the catalog creates it
             when missing.
+          - A ConfigMap holds at most 1 MiB, and each revision's package manifest takes about 10 KiB of it;
+            a write that would take the catalog past 1000 KiB is refused before it is sent, naming the
+            largest revisions (keep such a catalog in a file, O(catalog.path)).
         type: str
       path:
         description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).

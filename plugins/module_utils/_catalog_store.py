@@ -20,12 +20,10 @@ __metaclass__ = type
 import os
 import tempfile
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry, catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import ref, status_code
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import nap
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-ATTEMPTS = 20
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 
 
@@ -86,6 +84,7 @@ class CatalogStore:
         self.where = describe(spec)
         self.locator = locate(spec)
         self._warned = False
+        self.conflicts = _retry.conflicts()  # a write that lost a race reads again and re-applies
 
     def missing_permission(self):
         """The grant a write of this catalog needs, as an RBAC rule reads."""
@@ -123,18 +122,29 @@ class CatalogStore:
         """
         if self.spec.get("path"):
             return self._update_file(change)
-        for attempt in range(ATTEMPTS):
+
+        def once():
             current = self._get_configmap()
             before, after, changed = self._apply(self._configmap_text(current), change)
+            text = catalog.dump(after) if changed else None
+            if text is not None:
+                try:
+                    catalog.check_configmap_size(text, self.where)
+                except catalog.CatalogError as exc:
+                    raise PipelineError(exc.msg, refused=True) from None
             if not changed or self.module.check_mode:
                 return before, after, changed
-            if self._write_configmap(current, catalog.dump(after)):
-                return before, after, True
-            nap(min(0.05 * (attempt + 1), 0.5))  # another writer won: read the newest and apply again
-        raise PipelineError(
-            "update %s: still conflicting after %d attempts (other writers keep changing it)"
-            % (self.where, ATTEMPTS)
-        )
+            if not self._write_configmap(current, text):
+                raise _retry.Again("409 Conflict")
+            return before, after, True
+
+        def give_up(_exc, attempts):
+            raise PipelineError(
+                "update %s: still conflicting after %d attempts (other writers keep changing it)"
+                % (self.where, attempts.tried)
+            ) from None
+
+        return self.conflicts.run(once, lambda _exc, _attempts: None, give_up)
 
     def _apply(self, text, change):
         """``(before, after, changed)`` of ``change`` on the stored ``text``; a stored entry holding a
@@ -174,10 +184,20 @@ class CatalogStore:
                 body["data"] = dict(current.get("data") or {}, **{catalog.DATA_KEY: text})
                 res.replace(body=body, name=name, namespace=namespace)
         except Exception as exc:
+            # A reply lost after the server committed (a retried write then meets its own commit as a 409):
+            # the catalog read back holds what was sent.
+            if self._configmap_text(self._reread()) == text:
+                return True
             if status_code(exc) == 409:
                 return False
             self.module.fail_from_exception("write %s" % ref("ConfigMap", name, namespace), exc)
         return True
+
+    def _reread(self):
+        try:
+            return self._get_configmap()
+        except Exception:  # the server is still unreachable: the write's own error is the one to report
+            return None
 
     def _update_file(self, change):
         before, after, changed = self._apply(self._read_file(), change)

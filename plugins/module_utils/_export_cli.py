@@ -6,8 +6,10 @@
 
 It runs in a pod next to the claim (``golden_export_job`` ships it in a ConfigMap with its siblings), so
 no byte of the disk passes through the Ansible controller. It needs ``python3``, ``qemu-img`` and the
-``dissect`` packages the seal verifier uses (images/golden-export/Containerfile): the S3 calls are signed
-here (AWS Signature Version 4) with the standard library. Credentials come from the environment
+``dissect`` packages the seal verifier uses and boto3 (images/golden-export/Containerfile): the S3 calls go
+through the collection's S3 adapter (``_s3``: one client, botocore's retry policy) and its transfer code
+(``_mirror_transfer``: one multipart upload, one server-side copy), shipped with this program. Credentials
+come from the environment
 (``EXPORT_ACCESS_KEY_ID``, ``EXPORT_SECRET_ACCESS_KEY``, optionally ``EXPORT_SESSION_TOKEN``), which the
 Job fills from a Secret; they are never printed.
 
@@ -18,13 +20,13 @@ convert -c -O qcow2`` onto scratch space, then a HEAD of the key.
 - The key holds an object (a rerun): the sha256 of the qcow2 is computed (its one read, nothing is sent);
   an object with this sha256 is left alone, anything else is refused.
 - The key is free: the qcow2 is read once. Its parts go to a staging key next to the key
-  (``--staging-key``, ``<key>.partial-<random>`` by default) as a multipart upload, each part with its
-  Content-MD5 and its own sha256 (the server checks both), while the sha256 of the whole is computed; that
-  upload is completed with ``If-None-Match: *``. S3 takes metadata only when an object is made, so the key
-  is then made (after another HEAD finds it still free) by a server-side copy of the staging object that
-  carries the sha256 and the other metadata (``x-amz-metadata-directive: REPLACE``): CopyObject up to
-  COPY_PART_LIMIT (5 GiB, S3's limit), above it a multipart upload of UploadPartCopy ranges completed
-  with ``If-None-Match: *``. A HEAD checks
+  (``--staging-key``, ``<key>.partial-<random>`` by default) as a multipart upload
+  (``_mirror_transfer.Upload``: each part with its signed ChecksumSHA256, which the server checks),
+  while the sha256 of the whole is computed; that upload is completed with ``If-None-Match: *``. S3 takes
+  metadata only when an object is made, so the key is then made (after another HEAD finds it still free)
+  by a server-side copy of the staging object that carries the sha256 and the other metadata
+  (``_mirror_transfer.copy_object``: CopyObject up to 5 GiB, above it UploadPartCopy ranges, both with
+  ``If-None-Match: *``). A HEAD checks
   the stored sha256 and size (a mismatch deletes the object again), and the staging object is deleted.
   Any failure aborts the pending upload and deletes the staging object, and the error says so: the key
   never keeps an object that was not checked, and no staging object is left.
@@ -38,36 +40,33 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import base64
-import datetime
 import hashlib
-import hmac
-import http.client
 import json
 import os
-import re
-import ssl
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import quote, urlsplit
-from xml.etree import ElementTree
+from urllib.parse import urlsplit
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, exposure
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+    anonymous_client,
+    call_failed,
+    canary_answers,
+    object_reads,
+    read_controls,
+    s3_client,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 MARKER = "GOLDEN_EXPORT_RESULT "
 READ_CHUNK = 8 * 1024 * 1024
 PROGRESS_SECONDS = 10.0
-ATTEMPTS = 4
-MAX_PARTS = 10000
-# CopyObject copies at most 5 GiB; a larger object is copied in parts of this size (UploadPartCopy).
-COPY_PART_LIMIT = 5 * 1024 * 1024 * 1024
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-# One byte of an object: enough to learn whether anonymous reads of it are answered.
-RANGE = {"Range": "bytes=0-0"}
 META = {"sha256": "sha256", "source": "source-url", "uid": "source-uid", "at": "mirrored-at"}
+# What the export image installs besides the seal verifier's packages (images/golden-export/requirements.txt;
+# a unit test keeps them equal, and equal to the pin the tests run the program with).
+S3_REQUIREMENTS = ("boto3==1.44.8",)
 
 
 class ExportError(PipelineError):
@@ -78,150 +77,54 @@ class ExportError(PipelineError):
         self.msg, self.code = msg, code
 
 
-# ---------------------------------------------------------------- signing (AWS SigV4, S3 flavour)
-def _uri_encode(text, safe="-_.~"):
-    return quote(text, safe=safe)
+# ---------------------------------------------------------------- S3
+def clients(opts, environ):
+    """``(signed, anonymous)``: boto3 clients with the Job's credentials and with none (what anyone on the
+    network can send)."""
+    access, secret = environ.get("EXPORT_ACCESS_KEY_ID"), environ.get("EXPORT_SECRET_ACCESS_KEY")
+    if not access or not secret:
+        raise ExportError(
+            "EXPORT_ACCESS_KEY_ID and EXPORT_SECRET_ACCESS_KEY are not set: the credentials Secret lacks "
+            "the keys",
+            "input",
+        )
+    parts = urlsplit(opts.endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ExportError("endpoint %s is not an http(s) URL" % opts.endpoint, "input")
+    tls = {"validate_certs": not opts.insecure, "ca_bundle": opts.ca_file or None}
+    try:
+        signed = s3_client(
+            endpoint_url=opts.endpoint,
+            access_key=access,
+            secret_key=secret,
+            session_token=environ.get("EXPORT_SESSION_TOKEN"),
+            region=opts.region,
+            max_pool_connections=max(10, opts.concurrency + 1),
+            **tls,
+        )
+        return signed, anonymous_client(opts.endpoint, opts.region, **tls)
+    except PipelineError as exc:
+        raise ExportError(exc.msg, "input") from exc
 
 
-def canonical_query(query):
-    pairs = sorted((_uri_encode(k), _uri_encode(v)) for k, v in (query or {}).items())
-    return "&".join("%s=%s" % pair for pair in pairs)
+def s3_call(what, call):
+    """``call()``, one boto3 request (retried by botocore); failing is ExportError ``s3`` naming ``what``."""
+    try:
+        return call()
+    except PipelineError:
+        raise
+    except Exception as exc:
+        raise ExportError(call_failed(what, exc).msg, "s3") from exc
 
 
-def sign(method, host, path, query, headers, payload_sha256, access_key, secret_key, region, moment):
-    """The headers to send: ``headers`` plus host, x-amz-date, x-amz-content-sha256 and Authorization.
-
-    ``path`` is the decoded path (``/bucket/key``); S3 encodes it once, keeping ``/``.
-    """
-    amz_date = moment.strftime("%Y%m%dT%H%M%SZ")
-    day = amz_date[:8]
-    signed = {k.lower(): " ".join(str(v).strip().split()) for k, v in headers.items()}
-    signed.update({"host": host, "x-amz-date": amz_date, "x-amz-content-sha256": payload_sha256})
-    names = sorted(signed)
-    canonical = "\n".join(
-        [
-            method,
-            _uri_encode(path, safe="/-_.~"),
-            canonical_query(query),
-            "".join("%s:%s\n" % (n, signed[n]) for n in names),
-            ";".join(names),
-            payload_sha256,
-        ]
-    )
-    scope = "%s/%s/s3/aws4_request" % (day, region)
-    to_sign = "\n".join(
-        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest()]
-    )
-    key = ("AWS4" + secret_key).encode("utf-8")
-    for part in (day, region, "s3", "aws4_request"):
-        key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-    out = dict(headers)
-    out.update({"x-amz-date": amz_date, "x-amz-content-sha256": payload_sha256})
-    out["Authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
-        access_key,
-        scope,
-        ";".join(names),
-        signature,
-    )
-    return out
-
-
-# ---------------------------------------------------------------- S3 over http.client
-class Answer:
-    def __init__(self, status, headers, body):
-        self.status, self.headers, self.body = status, headers, body
-
-    def header(self, name):
-        return self.headers.get(name.lower())
-
-    def error_code(self):
-        match = re.search(rb"<Code>([^<]+)</Code>", self.body or b"")
-        return match.group(1).decode("utf-8", "replace") if match else str(self.status)
-
-
-class S3:
-    def __init__(self, endpoint, region, access_key, secret_key, token=None, ca_file=None, insecure=False):
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ExportError("endpoint %s is not an http(s) URL" % endpoint, "input")
-        self.scheme, self.netloc, self.base = parts.scheme, parts.netloc, parts.path.rstrip("/")
-        self.region, self.access_key, self.secret_key, self.token = region, access_key, secret_key, token
-        self.context = None
-        if self.scheme == "https":
-            self.context = ssl.create_default_context(cafile=ca_file or None)
-            if insecure:
-                self.context.check_hostname = False
-                self.context.verify_mode = ssl.CERT_NONE
-
-    def _connection(self):
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(self.netloc, timeout=120, context=self.context)
-        return http.client.HTTPConnection(self.netloc, timeout=120)
-
-    def request(
-        self,
-        method,
-        bucket,
-        key,
-        query=None,
-        headers=None,
-        body=b"",
-        what=None,
-        anonymous=False,
-        attempts=ATTEMPTS,
-    ):
-        """One request, retried on 5xx and dropped connections; an Answer for every other status.
-
-        ``anonymous`` sends it unsigned, as anyone on the network can; ``attempts`` bounds the tries."""
-        path = "%s/%s/%s" % (self.base, bucket, key) if key else "%s/%s" % (self.base, bucket)
-        payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
-        headers = dict(headers or {})
-        if self.token and not anonymous:
-            headers["x-amz-security-token"] = self.token
-        target = _uri_encode(path, safe="/-_.~") + (("?" + canonical_query(query)) if query else "")
-        last = None
-        for attempt in range(1, attempts + 1):
-            moment = datetime.datetime.now(datetime.timezone.utc)
-            sent = (
-                dict(headers)
-                if anonymous
-                else sign(
-                    method,
-                    self.netloc,
-                    path,
-                    query,
-                    headers,
-                    payload,
-                    self.access_key,
-                    self.secret_key,
-                    self.region,
-                    moment,
-                )
-            )
-            conn = self._connection()
-            try:
-                conn.request(method, target, body=body or None, headers=sent)
-                reply = conn.getresponse()
-                answer = Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read())
-            except (OSError, http.client.HTTPException) as exc:
-                last = "%s: %s" % (type(exc).__name__, exc)
-                answer = None
-            finally:
-                conn.close()
-            if answer is not None and answer.status < 500:
-                return answer
-            if answer is not None:
-                last = "HTTP %d %s" % (answer.status, answer.error_code())
-            if attempt < attempts:
-                time.sleep(min(8.0, 0.5 * 2**attempt))
-        raise ExportError("%s: %s after %d attempts" % (what or method, last, attempts), "s3")
-
-
-def _expect(answer, status, what):
-    if answer.status != status:
-        raise ExportError("%s: HTTP %d %s" % (what, answer.status, answer.error_code()), "s3")
-    return answer
+def transfer_failed(exc, where):
+    """The ExportError of a failed ``_mirror_transfer`` step, with what its cleanup did."""
+    if isinstance(exc, transfer.KeyExists):
+        return ExportError(
+            "%s appeared while the export was written; nothing was replaced" % where, "key_exists"
+        )
+    done = "; ".join(exc.cleanup)
+    return ExportError("%s%s" % (exc.msg, "; " + done if done else ""), "s3")
 
 
 # ---------------------------------------------------------------- the steps
@@ -273,289 +176,77 @@ def file_sha256(path, progress):
     return digest.hexdigest(), size
 
 
-def _etag(answer):
-    return (answer.header("etag") or "").strip('"')
-
-
-def object_headers(opts, digest, sensitive):
-    """The metadata and Content-Type the exported object carries; ``sensitive``: the reasons."""
-    headers = {
-        "x-amz-meta-" + META["sha256"]: digest,
-        "x-amz-meta-" + META["source"]: opts.source_url,
-        "x-amz-meta-" + META["at"]: opts.exported_at,
-        "x-amz-meta-" + exposure.SENSITIVE_META: exposure.sensitive_mark(sensitive),
-        "Content-Type": opts.content_type,
+def object_metadata(opts, digest, sensitive):
+    """The metadata the exported object carries; ``sensitive``: the reasons."""
+    metadata = {
+        META["sha256"]: digest,
+        META["source"]: opts.source_url,
+        META["at"]: opts.exported_at,
+        exposure.SENSITIVE_META: exposure.sensitive_mark(sensitive),
     }
     if opts.source_uid:
-        headers["x-amz-meta-" + META["uid"]] = opts.source_uid
-    return headers
-
-
-def _complete(s3, bucket, key, upload_id, parts, where, appeared):
-    """CompleteMultipartUpload with ``If-None-Match: *``: an object that appeared under the key wins."""
-    body = "<CompleteMultipartUpload>%s</CompleteMultipartUpload>" % "".join(
-        '<Part><PartNumber>%d</PartNumber><ETag>"%s"</ETag></Part>' % (n, e) for n, e in parts
-    )
-    done = s3.request(
-        "POST",
-        bucket,
-        key,
-        {"uploadId": upload_id},
-        {"If-None-Match": "*", "Content-Type": "application/xml"},
-        body.encode("utf-8"),
-        what="CompleteMultipartUpload " + where,
-    )
-    if done.status in (409, 412):
-        raise ExportError(appeared, "key_exists")
-    _expect(done, 200, "CompleteMultipartUpload " + where)
-    if b"<Error>" in done.body:  # S3 may answer 200 with an error body
-        raise ExportError(
-            "CompleteMultipartUpload %s: %s" % (where, Answer(500, {}, done.body).error_code()), "s3"
-        )
-
-
-def multipart(s3, bucket, key, headers, send, progress):
-    """A multipart upload to ``key``: ``send(upload_id)`` returns ``(parts, value)`` and the upload is
-    completed; returns ``(len(parts), value)``. Any failure aborts the upload."""
-    where = "s3://%s/%s" % (bucket, key)
-    created = _expect(
-        s3.request("POST", bucket, key, {"uploads": ""}, headers, what="CreateMultipartUpload " + where),
-        200,
-        "CreateMultipartUpload " + where,
-    )
-    upload_id = ElementTree.fromstring(created.body).findtext("{*}UploadId") or ""
-    if not upload_id:
-        raise ExportError("CreateMultipartUpload %s: no UploadId in the answer" % where, "s3")
-    try:
-        parts, value = send(upload_id)
-        _complete(
-            s3, bucket, key, upload_id, parts, where, "%s appeared while the export was written" % where
-        )
-    except BaseException as exc:
-        try:
-            answer = s3.request(
-                "DELETE", bucket, key, {"uploadId": upload_id}, what="AbortMultipartUpload " + where
-            )
-            _expect(answer, 204, "AbortMultipartUpload " + where)
-            note = "the multipart upload to %s was aborted" % where
-        except ExportError as problem:
-            note = "the multipart upload %s to %s could not be aborted: %s" % (upload_id, where, problem.msg)
-        progress.say(note)
-        if isinstance(exc, ExportError):
-            exc.msg = "%s; %s" % (exc.msg, note)
-        raise
-    return len(parts), value
+        metadata[META["uid"]] = opts.source_uid
+    return metadata
 
 
 def stage(s3, opts, path, staging, size, progress):
     """The one read of the qcow2: its parts are uploaded to ``staging`` while its sha256 is computed.
 
-    Returns ``(parts, sha256, bytes read)``; the multipart upload is aborted on any failure."""
-    parts, (digest, read) = multipart(
-        s3,
-        opts.bucket,
-        staging,
-        {"Content-Type": opts.content_type},
-        lambda upload_id: _send_parts(s3, opts, path, staging, upload_id, size, progress),
-        progress,
-    )
-    return parts, digest, read
-
-
-def _send_parts(s3, opts, path, key, upload_id, size, progress):
+    Returns ``(parts, sha256, bytes read, part size)``; a failed upload leaves nothing (``Upload``)."""
     progress.phase("upload", size)
-    streamed, futures = hashlib.sha256(), []
-    # S3 takes at most 10,000 parts: a larger file gets larger parts (whole MiB).
-    mib = 1024 * 1024
-    per_part = (size + MAX_PARTS - 1) // MAX_PARTS
-    part_size = max(opts.part_size, (per_part + mib - 1) // mib * mib)
-
-    def put(number, chunk):
-        md5 = hashlib.md5(chunk)
-        headers = {"Content-MD5": base64.b64encode(md5.digest()).decode("ascii")}
-        what = "UploadPart %d of s3://%s/%s" % (number, opts.bucket, key)
-        answer = _expect(
-            s3.request(
-                "PUT",
-                opts.bucket,
-                key,
-                {"partNumber": str(number), "uploadId": upload_id},
-                headers,
-                chunk,
-                what=what,
-            ),
-            200,
-            what,
+    part_size = mirror.plan_part_size(size, opts.part_size)
+    with open(path, "rb") as fh:
+        source = transfer.Source(fh, size, path, lambda read: progress.step(read.read_bytes))
+        upload = transfer.Upload(
+            s3,
+            opts.bucket,
+            source,
+            lambda _digest: (staging, {}),
+            part_size,
+            opts.concurrency,
+            streamed=True,
+            content_type=opts.content_type,
         )
-        if _etag(answer) != md5.hexdigest():
-            raise ExportError(
-                "%s: the server stored ETag %s for md5 %s" % (what, _etag(answer), md5.hexdigest()), "s3"
-            )
-        return number, _etag(answer), len(chunk)
-
-    read = 0
-    with ThreadPoolExecutor(max_workers=opts.concurrency) as pool, open(path, "rb") as fh:
-        for number, chunk in enumerate(iter(lambda: fh.read(part_size), b""), 1):
-            read += len(chunk)
-            streamed.update(chunk)
-            futures.append(pool.submit(put, number, chunk))
-            while sum(1 for f in futures if not f.done()) >= opts.concurrency:
-                time.sleep(0.01)
-            for f in futures:
-                if f.done() and f.exception() is not None:
-                    raise f.exception()
-            progress.step(sum(f.result()[2] for f in futures if f.done()))
-        parts = [f.result() for f in futures]
-    progress.step(read, force=True)
-    if read != size:
-        raise ExportError(
-            "the qcow2 changed while it was uploaded (%d bytes, then %d read); nothing was stored"
-            % (size, read),
-            "changed",
-        )
-    return [(n, e) for n, e, _l in parts], (streamed.hexdigest(), read)
+        try:
+            report = upload.run()
+        except transfer.TransferError as exc:
+            raise transfer_failed(exc, "s3://%s/%s" % (opts.bucket, staging)) from exc
+    progress.step(report["size"], force=True)
+    return report["parts"], report["sha256"], report["size"], part_size
 
 
 def publish(s3, opts, staging, digest, size, progress, sensitive):
-    """The final key made by a server-side copy of ``staging`` that carries the metadata: CopyObject up to
-    COPY_PART_LIMIT bytes, else a multipart copy of ranges. Returns the copy's part count (1 for
-    CopyObject)."""
-    bucket, key = opts.bucket, opts.key
-    where = "s3://%s/%s" % (bucket, key)
-    source = {"x-amz-copy-source": "/%s/%s" % (quote(bucket, safe=""), quote(staging, safe="/-_.~"))}
-    headers = object_headers(opts, digest, sensitive)
+    """The final key made by a server-side copy of ``staging`` that carries the metadata. Returns the
+    copy's part count (1 for CopyObject)."""
+    where = "s3://%s/%s" % (opts.bucket, opts.key)
     progress.phase("copy", size)
-    if held(s3, bucket, key) is not None:
+    if held(s3, opts.bucket, opts.key) is not None:
         raise ExportError(
             "%s appeared while the export was uploaded; nothing was replaced" % where, "key_exists"
         )
-    if size <= COPY_PART_LIMIT:
-        what = "CopyObject %s to %s" % (staging, where)
-        answer = s3.request(
-            "PUT",
-            bucket,
-            key,
-            None,
-            dict(headers, **source, **{"x-amz-metadata-directive": "REPLACE"}),
-            what=what,
+    try:
+        copied = transfer.copy_object(
+            s3,
+            opts.bucket,
+            staging,
+            opts.key,
+            size,
+            object_metadata(opts, digest, sensitive),
+            opts.content_type,
+            progress.step,
         )
-        _expect(answer, 200, what)
-        if b"<Error>" in answer.body:  # a copy may fail after its 200
-            raise ExportError("%s: %s" % (what, answer.error_code()), "s3")
-        progress.step(size, force=True)
-        return 1
-
-    def copy_parts(upload_id):
-        parts = []
-        for number, start in enumerate(range(0, size, COPY_PART_LIMIT), 1):
-            end = min(size, start + COPY_PART_LIMIT) - 1
-            what = "UploadPartCopy %d of %s" % (number, where)
-            answer = _expect(
-                s3.request(
-                    "PUT",
-                    bucket,
-                    key,
-                    {"partNumber": str(number), "uploadId": upload_id},
-                    dict(source, **{"x-amz-copy-source-range": "bytes=%d-%d" % (start, end)}),
-                    what=what,
-                ),
-                200,
-                what,
-            )
-            etag = (ElementTree.fromstring(answer.body).findtext("{*}ETag") or "").strip('"')
-            if not etag:
-                raise ExportError("%s: %s" % (what, answer.error_code()), "s3")
-            parts.append((number, etag))
-            progress.step(end + 1)
-        progress.step(size, force=True)
-        return parts, None
-
-    return multipart(s3, bucket, key, headers, copy_parts, progress)[0]
+    except transfer.TransferError as exc:
+        raise transfer_failed(exc, where) from exc
+    progress.step(size, force=True)
+    return copied
 
 
 def held(s3, bucket, key):
     """The metadata of what ``key`` holds (``{}`` for none), or None when it is free."""
-    answer = s3.request("HEAD", bucket, key, what="HEAD s3://%s/%s" % (bucket, key))
-    if answer.status == 404:
+    found = s3_call("HEAD s3://%s/%s" % (bucket, key), lambda: transfer.head(s3, bucket, key))
+    if found is None:
         return None
-    _expect(answer, 200, "HEAD s3://%s/%s" % (bucket, key))
-    found = {k[len("x-amz-meta-") :]: v for k, v in answer.headers.items() if k.startswith("x-amz-meta-")}
-    found["content-length"] = answer.header("content-length")
-    return found
-
-
-def object_answers(s3, opts):
-    """Unsigned reads of the object at the key: a ranged GET and a HEAD, ``{probe: (status, code)}``."""
-    return {
-        "get": _reply(s3, "GET", opts.bucket, opts.key, anonymous=True, headers=RANGE)[:2],
-        "head": _reply(s3, "HEAD", opts.bucket, opts.key, anonymous=True)[:2],
-    }
-
-
-def _reply(s3, method, bucket, key, query=None, body=b"", anonymous=False, headers=None):
-    """``(status, code, Answer or None)`` of one request that must not stop the run: 0 when none answered.
-
-    One attempt for an answer that says "not implemented" (501), a few for a server that is unwell."""
-    try:
-        answer = s3.request(method, bucket, key, query, headers, body=body, anonymous=anonymous, attempts=2)
-    except ExportError as exc:
-        return 0, exc.msg, None
-    code = None if 200 <= answer.status < 300 else answer.error_code()
-    return answer.status, code, answer
-
-
-def _xml(answer):
-    try:
-        return ElementTree.fromstring(answer.body) if answer is not None and answer.body else None
-    except ElementTree.ParseError:
-        return None
-
-
-def read_controls(s3, bucket):
-    """The bucket's controls as the Job's identity reads them, in the shape ``exposure.prove_private``
-    takes (the same reads as ``_s3.read_controls``, over http.client)."""
-    status, code, answer = _reply(s3, "GET", bucket, "", {"policyStatus": ""})
-    tree = _xml(answer) if status == 200 else None
-    public = (tree.findtext("{*}IsPublic") or "").strip().lower() == "true" if tree is not None else None
-    controls = {"policy_status": (status, code, public)}
-    status, code, answer = _reply(s3, "GET", bucket, "", {"acl": ""})
-    grants = []
-    tree = _xml(answer) if status == 200 else None
-    for grant in tree.iter("{*}Grant") if tree is not None else ():
-        who = grant.find("{*}Grantee")
-        uri = (who.findtext("{*}URI") or who.findtext("{*}ID") or "") if who is not None else ""
-        grants.append((uri.strip(), (grant.findtext("{*}Permission") or "").strip()))
-    controls["acl"] = (status, code, grants)
-    status, code, answer = _reply(s3, "GET", bucket, "", {"publicAccessBlock": ""})
-    tree = _xml(answer) if status == 200 else None
-    config = None
-    if tree is not None:
-        config = {
-            name: (tree.findtext("{*}" + name) or "").strip().lower() == "true"
-            for name in exposure.BLOCK_SETTINGS
-        }
-    controls["public_access_block"] = (status, code, config)
-    return controls
-
-
-def canary_answers(s3, bucket, key):
-    """Write the canary with the Job's credentials, read it unsigned four ways, delete it (the same
-    steps as ``_s3.canary_answers``); the delete's answer is returned, never dropped."""
-    prefix = exposure.key_prefix(key)
-    written = _reply(s3, "PUT", bucket, key, body=exposure.CANARY_BODY)[:2]
-    probes, deleted = {}, None
-    try:
-        if 200 <= written[0] < 300:
-            probes["get"] = _reply(s3, "GET", bucket, key, anonymous=True)[:2]
-            probes["range_get"] = _reply(s3, "GET", bucket, key, anonymous=True, headers=RANGE)[:2]
-            probes["head"] = _reply(s3, "HEAD", bucket, key, anonymous=True)[:2]
-            probes["list"] = _reply(
-                s3, "GET", bucket, "", {"list-type": "2", "prefix": prefix}, anonymous=True
-            )[:2]
-    finally:
-        if written[0] == 0 or 200 <= written[0] < 300:
-            deleted = _reply(s3, "DELETE", bucket, key)[:2]
-    return {"key": key, "written": written, "probes": probes, "deleted": deleted}
+    return dict(found.get("Metadata") or {}, **{"content-length": found.get("ContentLength")})
 
 
 def read_facts(opts, progress):
@@ -573,13 +264,14 @@ def read_facts(opts, progress):
         ) from exc
 
 
-def prove_destination(s3, opts, progress, sensitive):
+def prove_destination(s3, anonymous, opts, progress, sensitive):
     """Before the first byte: ``exposure.prove_private`` on the bucket's controls and an anonymously read
     canary under the key's prefix; ExportError ``exposed`` when the bytes may not go there."""
     prefix = exposure.key_prefix(opts.key)
     progress.say("phase prove: s3://%s/%s" % (opts.bucket, prefix))
     controls = read_controls(s3, opts.bucket)
-    canary = canary_answers(s3, opts.bucket, exposure.canary_key(opts.key, os.urandom(8).hex()))
+    key = exposure.canary_key(opts.key, os.urandom(8).hex())
+    canary = canary_answers(s3, anonymous, opts.bucket, key, exposure.CANARY_BODY)
     proof = exposure.prove_private(opts.bucket, prefix, controls, canary, sensitive)
     progress.say("exposure: %s" % json.dumps({k: proof[k] for k in ("verdict", "public_by", "probes")}))
     if proof["canary_problem"]:
@@ -594,39 +286,24 @@ def prove_destination(s3, opts, progress, sensitive):
 def export(opts, environ, progress):
     """The whole export; an ExportError raised once the facts are read carries them (and the reasons)."""
     started = time.monotonic()
-    access, secret = environ.get("EXPORT_ACCESS_KEY_ID"), environ.get("EXPORT_SECRET_ACCESS_KEY")
-    if not access or not secret:
-        raise ExportError(
-            "EXPORT_ACCESS_KEY_ID and EXPORT_SECRET_ACCESS_KEY are not set: the credentials Secret lacks "
-            "the keys",
-            "input",
-        )
-    s3 = S3(
-        opts.endpoint,
-        opts.region,
-        access,
-        secret,
-        environ.get("EXPORT_SESSION_TOKEN"),
-        opts.ca_file,
-        opts.insecure,
-    )
+    s3, anonymous = clients(opts, environ)
     facts = read_facts(opts, progress)
     sensitive = exposure.sensitive_reasons(facts=facts, facts_reasons=opts.sensitive_reason)
     try:
-        return _export(s3, opts, progress, started, facts, sensitive)
+        return _export(s3, anonymous, opts, progress, started, facts, sensitive)
     except ExportError as exc:
         exc.fields.update(image_facts=facts, sensitive_reasons=sensitive)
         raise
 
 
-def _export(s3, opts, progress, started, facts, sensitive):
+def _export(s3, anonymous, opts, progress, started, facts, sensitive):
     where = "s3://%s/%s" % (opts.bucket, opts.key)
     qcow2 = os.path.join(opts.scratch, opts.filename)
     # A free key is proven private (or its bytes not sensitive) before the conversion: a refusal costs
     # seconds, and nothing of the image is written anywhere before it.
     proof = None
     if held(s3, opts.bucket, opts.key) is None:
-        proof = prove_destination(s3, opts, progress, sensitive)
+        proof = prove_destination(s3, anonymous, opts, progress, sensitive)
     convert(opts.source, qcow2, opts.compress, progress)
     converted = time.monotonic()
     result = {
@@ -641,7 +318,9 @@ def _export(s3, opts, progress, started, facts, sensitive):
         digest, size = file_sha256(qcow2, progress)
         if found.get(META["sha256"]) == digest:
             if exposure.held_needs_proof(found, sensitive):
-                refusal = exposure.held_refusal(opts.bucket, opts.key, object_answers(s3, opts), sensitive)
+                refusal = exposure.held_refusal(
+                    opts.bucket, opts.key, object_reads(anonymous, opts.bucket, opts.key), sensitive
+                )
                 if refusal:
                     raise ExportError(refusal, "exposed")
             return dict(
@@ -660,11 +339,17 @@ def _export(s3, opts, progress, started, facts, sensitive):
             "key_exists",
         )
     if proof is None:  # the key was held, then freed meanwhile
-        result["exposure"] = proof = prove_destination(s3, opts, progress, sensitive)
+        result["exposure"] = proof = prove_destination(s3, anonymous, opts, progress, sensitive)
     size = os.path.getsize(qcow2)
     staging = opts.staging_key or "%s.partial-%s" % (opts.key, os.urandom(6).hex())
-    parts, digest, read = stage(s3, opts, qcow2, staging, size, progress)
+    parts, digest, read, part_size = stage(s3, opts, qcow2, staging, size, progress)
     try:
+        if read != size:
+            raise ExportError(
+                "the qcow2 changed while it was uploaded (%d bytes, then %d read); nothing was stored"
+                % (size, read),
+                "changed",
+            )
         copied = publish(s3, opts, staging, digest, read, progress, sensitive)
         verify(s3, opts, digest, read)
     except BaseException as exc:
@@ -683,7 +368,7 @@ def _export(s3, opts, progress, started, facts, sensitive):
         action="upload",
         parts=parts,
         copy_parts=copied,
-        part_size=opts.part_size,
+        part_size=part_size,
         bytes_moved=read,
         seconds=round(time.monotonic() - started, 3),
         upload_seconds=round(time.monotonic() - converted, 3),
@@ -695,7 +380,7 @@ def verify(s3, opts, digest, size):
     where = "s3://%s/%s" % (opts.bucket, opts.key)
     stored = held(s3, opts.bucket, opts.key) or {}
     if stored.get(META["sha256"]) != digest or str(stored.get("content-length")) != str(size):
-        s3.request("DELETE", opts.bucket, opts.key, what="DELETE " + where)
+        s3_call("DELETE " + where, lambda: s3.delete_object(Bucket=opts.bucket, Key=opts.key))
         raise ExportError(
             "%s was stored with sha256 %s and %s bytes, not %s and %d; it was deleted again"
             % (where, stored.get(META["sha256"]), stored.get("content-length"), digest, size),
@@ -707,9 +392,7 @@ def remove_staging(s3, bucket, staging):
     """Delete the staging object: ``(gone, a sentence saying so)``."""
     where = "s3://%s/%s" % (bucket, staging)
     try:
-        answer = s3.request("DELETE", bucket, staging, what="DELETE " + where)
-        if answer.status not in (200, 204):
-            raise ExportError("DELETE %s: HTTP %d %s" % (where, answer.status, answer.error_code()), "s3")
+        s3_call("DELETE " + where, lambda: s3.delete_object(Bucket=bucket, Key=staging))
     except ExportError as exc:
         return False, "the staging object %s could not be deleted: %s" % (where, exc.msg)
     return True, "the staging object %s was deleted" % where

@@ -2,41 +2,48 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""Kubernetes adapter shared by every cluster-facing module of this collection.
+"""The module-facing Kubernetes client shared by every cluster-facing module of this collection.
 
 Authentication is exactly kubernetes.core's: its argument spec and its client factory are reused,
-not copied. The ``kubernetes`` library is imported on first use, never when the module loads, so
-a controller without it gets the standard "requires kubernetes" message. Reads (discovery, get,
-list) do not need it at all when the credentials are of the common forms (see ``raw_settings``):
-they go over urllib3 with what the client would have sent, which is most of a read task's start-up.
+not copied (``_kube_auth``). The ``kubernetes`` library is imported on first use, never when the module
+loads, so a controller without it gets the standard "requires kubernetes" message. Reads (discovery,
+get, list) do not need it at all when the credentials are of the common forms: they go over the raw
+path (``_kube_raw``, which says why it exists).
 
 Check mode is predicted here, client side: in check mode no mutating request (not even a
 server-side dry run) is sent, and the helpers return what the object would become.
 
-Every request rides on one retry layer (``Backoff``): throttling, 5xx and dropped connections are
-retried with jittered exponential backoff, bounded in attempts and in time. What a retry may not
-repeat blindly is decided by the write's own rule: a create that meets 409 reads the object back and
-keeps it only when it is the one it sent (the reply of an earlier attempt was lost after the server
-committed it), an update that meets 409 re-reads and re-applies, a delete that meets 404 on a retry
-is done.
+Every request rides on the collection's one retry layer (``_retry``, with the Kubernetes policy):
+throttling, 5xx and dropped connections are retried with full jitter, bounded in attempts and in
+time. What a retry may not repeat blindly is decided by the write's own rule: a create that meets 409
+reads the object back and keeps it only when it is the one it sent (the reply of an earlier attempt
+was lost after the server committed it), an update that meets 409 re-reads and re-applies, a delete
+that meets 404 on a retry is done.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
 import copy
 import json
 import os
 import random
-import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube_raw, _retry, retries
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube_auth import auth_argument_spec
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube_raw import (
+    ApiError,
+    RawConnection,
+    ResourceNotFoundError,
+    api_prefix,
+    find_kind,
+    unserved_kind,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._listpage import decode_page
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -46,16 +53,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import
 # Fields the server owns: comparing them would report a change on every run.
 SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink")
 SERVER_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
-TRANSIENT_STATUS = (429, 500, 502, 503, 504)
 MERGE_PATCH = "application/merge-patch+json"
 # Waits poll after a quarter second first, then back off to the module's wait_sleep.
 FIRST_POLL = 0.25
-# The retry bound of one request: this many attempts, and no new attempt after this many seconds.
-RETRY_ATTEMPTS = 8
-RETRY_SECONDS = 60.0
-# Backoff: full jitter over base * 2**n, capped (a Retry-After from the server is honoured up to the cap).
-RETRY_BASE = 0.2
-RETRY_CAP = 5.0
 STREAM_CHUNK = 1024 * 1024
 # Objects per list page (the API server's limit/continue), and how often an expired continue restarts a list.
 # Pages of 10,000 were answered faster than pages of 2,000, in a fifth of the requests (bench/README.md,
@@ -72,11 +72,6 @@ KUBERNETES_REASON = (
     "to talk to the Kubernetes API. Modules of goldenimage.pipeline run on the Ansible controller: "
     "install it there and use delegate_to: localhost (or connection: local) for these tasks"
 )
-
-
-def auth_argument_spec():
-    """kubernetes.core's auth options (kubeconfig, context, host, api_key, proxy_headers, ...)."""
-    return copy.deepcopy(AUTH_ARG_SPEC)
 
 
 def strip_server_fields(obj, include_status=False):
@@ -199,81 +194,16 @@ def status_code(exc):
 
 def is_transient(exc):
     """Errors worth riding out while polling: throttling, 5xx and dropped connections."""
-    return status_code(exc) in TRANSIENT_STATUS or _is_connection_error(exc)
+    return retries.transient_status(status_code(exc)) or _is_connection_error(exc)
 
 
 def retry_after(exc):
-    """Seconds from a Retry-After header of the error, or None."""
+    """Seconds from the Retry-After header of an API error, or None."""
     headers = getattr(exc, "headers", None)
-    value = None
-    if headers is not None:
-        try:
-            value = headers.get("Retry-After")
-        except AttributeError:
-            value = None
     try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
+        return retries.retry_after(headers.get("Retry-After") if headers is not None else None)
+    except AttributeError:
         return None
-
-
-class Backoff(object):
-    """The bound and the pauses of one request's retries: jittered exponential, in count and in time.
-
-    ``next_pause(exc)`` is the pause before the next attempt, or None when the bound is reached (the
-    caller then raises the last error). The clock, the sleeper and the random source are parameters.
-    """
-
-    def __init__(
-        self,
-        attempts=RETRY_ATTEMPTS,
-        seconds=RETRY_SECONDS,
-        base=RETRY_BASE,
-        cap=RETRY_CAP,
-        clock=time.monotonic,
-        sleeper=time.sleep,
-        rand=random.random,
-    ):
-        self.attempts = attempts
-        self.seconds = seconds
-        self.base = base
-        self.cap = cap
-        self.clock = clock
-        self.sleeper = sleeper
-        self.rand = rand
-
-    def start(self):
-        return _Attempts(self)
-
-
-class _Attempts(object):
-    def __init__(self, policy):
-        self.policy = policy
-        self.started = policy.clock()
-        self.tried = 1
-        self.retries = []
-
-    def retry(self, exc, why=None):
-        """Sleep before the next attempt and return True, or return False when the bound is reached."""
-        p = self.policy
-        elapsed = p.clock() - self.started
-        if self.tried >= p.attempts or elapsed >= p.seconds:
-            return False
-        pause = p.rand() * min(p.cap, p.base * (2 ** (self.tried - 1)))
-        hinted = retry_after(exc)
-        if hinted is not None:
-            pause = max(pause, min(hinted, p.cap))
-        pause = max(0.0, min(pause, p.seconds - elapsed))
-        self.retries.append(why or error_details(exc)["reason"])
-        self.tried += 1
-        p.sleeper(pause)
-        return True
-
-    def note(self):
-        """``" (after N attempts: reasons)"`` for a failure message, empty without retries."""
-        if not self.retries:
-            return ""
-        return " (after %d attempts; retried on: %s)" % (self.tried, ", ".join(self.retries))
 
 
 def differences(desired, actual, path=""):
@@ -313,342 +243,11 @@ def sent_fields(definition):
     return desired
 
 
-# The raw read path: reads without the kubernetes client -------------------------------------------
-#
-# A read (get, list, discovery) is one HTTP GET and a JSON body; building the kubernetes client for it
-# costs more than the read at small sizes (its import alone is most of a task's start-up). So reads go
-# over urllib3 with the credentials kubernetes.core would have used, resolved here the same way: the
-# module's options, else the K8S_AUTH_* variables; host with api_key (or client cert and key) alone,
-# else the kubeconfig (the option, else KUBECONFIG, else ~/.kube/config) and its context; the options
-# then override what the kubeconfig said. Only the forms below are done here; any other (an exec or
-# auth-provider user, username/password, in-cluster service account, several files in KUBECONFIG,
-# no_proxy or a NO_PROXY variable with a proxy, persist_config) builds the client as before, so its
-# behaviour and its errors are exactly kubernetes.core's.
-
-RAW_FALLBACK_USER_KEYS = ("auth-provider", "exec")
-# kubernetes.core's option -> the client's configuration name (its AUTH_ARG_MAP), in its order.
-AUTH_OPTIONS = (
-    ("kubeconfig", "kubeconfig"),
-    ("context", "context"),
-    ("host", "host"),
-    ("api_key", "api_key"),
-    ("username", "username"),
-    ("password", "password"),
-    ("validate_certs", "verify_ssl"),
-    ("ca_cert", "ssl_ca_cert"),
-    ("client_cert", "cert_file"),
-    ("client_key", "key_file"),
-    ("proxy", "proxy"),
-    ("no_proxy", "no_proxy"),
-    ("proxy_headers", "proxy_headers"),
-    ("persist_config", "persist_config"),
-)
-BOOL_OPTIONS = ("validate_certs", "persist_config")
-PROXY_HEADER_OPTIONS = (("proxy_basic_auth", False), ("basic_auth", False), ("user_agent", False))
-
-
-class NotRaw(Exception):
-    """The credentials need the kubernetes client (the reason says which form); not an error."""
-
-
-class ApiError(PipelineError):
-    """A non-2xx answer on the raw path, with what the client's ApiException carries.
-
-    Like every error of the collection it is a ``PipelineError``, but one the retry layer still reads
-    first (see ``undecided``): a 503 is ridden out, a 404 is "absent", exactly as for ApiException.
-    """
-
-    def __init__(self, status, reason, body, headers):
-        super(ApiError, self).__init__("(%s)\nReason: %s" % (status, reason))
-        self.status = status
-        self.reason = reason
-        self.body = body
-        self.headers = headers
-
-
-class ResourceNotFoundError(PipelineError):
-    """The server does not serve (apiVersion, kind): named as the dynamic client names it, and read by
-    the retry layer like the dynamic client's error of that name (``served`` answers False)."""
-
-
 def undecided(exc):
     """Whether the retry layer (or a read's caller) still decides what ``exc`` means: any foreign error,
     and the raw path's answers, which stand for the client's ApiException and ResourceNotFoundError.
     Every other ``PipelineError`` is a verdict and passes through as it is."""
     return not isinstance(exc, PipelineError) or isinstance(exc, (ApiError, ResourceNotFoundError))
-
-
-def auth_values(params, environ=None):
-    """``{option: value}`` as kubernetes.core resolves them: the option, else ``K8S_AUTH_<OPTION>``
-    (or ``K8S_AUTH_<CLIENT NAME>``), booleans read as it reads them."""
-    environ = os.environ if environ is None else environ
-    found = {}
-    for option, alias in AUTH_OPTIONS:
-        value = params.get(option)
-        if value is not None:
-            found[option] = value
-            continue
-        if option == "proxy_headers":
-            headers = {}
-            for key, _kind in PROXY_HEADER_OPTIONS:
-                env_value = environ.get("K8S_AUTH_PROXY_HEADERS_%s" % key.upper())
-                if env_value is not None:
-                    headers[key] = env_value
-            found[option] = headers
-            continue
-        env_value = environ.get("K8S_AUTH_%s" % option.upper()) or environ.get("K8S_AUTH_%s" % alias.upper())
-        if env_value is not None:
-            if option in BOOL_OPTIONS:
-                env_value = env_value.lower() not in ("0", "false", "no")
-            found[option] = env_value
-    for option in ("impersonate_user", "impersonate_groups"):
-        value = params.get(option)
-        if value is None:
-            value = environ.get("K8S_AUTH_%s" % option.upper())
-            if value is not None and option == "impersonate_groups":
-                value = [part for part in value.split(",") if part != ""]
-        if value:
-            found[option] = value
-    return found
-
-
-def _named(entries, name, what):
-    for entry in entries or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            return entry.get(what) or {}
-    raise NotRaw("the kubeconfig names no %s %r" % (what, name))
-
-
-def _file_or_data(section, key, base, temp):
-    """A file path for ``key`` (or the base64 ``key-data``, written to a private temporary file)."""
-    if "%s-data" % key in section:
-        data = section["%s-data" % key]
-        if not data:
-            return None
-        return temp(base64.standard_b64decode(data.encode() if isinstance(data, str) else data))
-    if key in section:
-        path = os.path.normpath(os.path.join(base, section[key]))
-        if not os.path.isfile(path):
-            raise NotRaw("the kubeconfig names a file that does not exist: %s" % path)
-        return path
-    return None
-
-
-def kubeconfig_settings(config, path, context, temp):
-    """What a kubeconfig (a dict; ``path`` its file or None) gives the client: host, token, TLS files."""
-    if not isinstance(config, dict):
-        raise NotRaw("the kubeconfig is not a mapping")
-    name = context or config.get("current-context")
-    if not name:
-        raise NotRaw("the kubeconfig has no current-context")
-    ctx = _named(config.get("contexts"), name, "context")
-    cluster = _named(config.get("clusters"), ctx.get("cluster"), "cluster")
-    user = _named(config.get("users"), ctx.get("user"), "user") if ctx.get("user") else {}
-    base = os.path.abspath(os.path.dirname(path)) if path else ""
-    settings = {}
-    if "auth-provider" in user:
-        raise NotRaw("the kubeconfig user has an auth-provider")
-    if "token" in user:
-        token = user["token"]
-    elif "tokenFile" in user:
-        token_path = os.path.normpath(os.path.join(base, user["tokenFile"]))
-        with open(token_path) as handle:
-            token = handle.read()
-    else:
-        token = None
-    if token:
-        settings["authorization"] = "Bearer %s" % token
-    elif "exec" in user:
-        raise NotRaw("the kubeconfig user runs an exec plugin")
-    elif "username" in user and "password" in user:
-        raise NotRaw("the kubeconfig user has a username and password")
-    if "server" in cluster:
-        settings["host"] = cluster["server"].rstrip("/")
-        if settings["host"].startswith("https"):
-            settings["ssl_ca_cert"] = _file_or_data(cluster, "certificate-authority", base, temp)
-            settings["cert_file"] = _file_or_data(user, "client-certificate", base, temp)
-            settings["key_file"] = _file_or_data(user, "client-key", base, temp)
-    if "insecure-skip-tls-verify" in cluster:
-        settings["verify_ssl"] = not cluster["insecure-skip-tls-verify"]
-    if "tls-server-name" in cluster:
-        settings["tls_server_name"] = cluster["tls-server-name"]
-    return settings
-
-
-def raw_settings(auth, environ=None, temp=None, read_yaml=None):
-    """The connection settings kubernetes.core would build from ``auth`` (see ``auth_values``).
-
-    Returns ``{host, authorization, verify_ssl, ssl_ca_cert, cert_file, key_file, tls_server_name,
-    proxy, proxy_headers, headers}``; raises ``NotRaw`` for a form that needs the client.
-    """
-    environ = os.environ if environ is None else environ
-    temp = temp or _private_file
-
-    def given(*names):
-        return all(auth.get(n) for n in names)
-
-    if given("username", "password") or auth.get("persist_config"):
-        raise NotRaw("username/password or persist_config")
-    proxy = auth.get("proxy")
-    if proxy and (auth.get("no_proxy") or environ.get("no_proxy") or environ.get("NO_PROXY")):
-        raise NotRaw("a proxy with no_proxy")
-    settings = {"host": "http://localhost", "verify_ssl": True}
-    if given("host", "api_key") or given("host", "client_cert", "client_key"):
-        pass
-    elif given("kubeconfig") or given("context") or not environ.get("KUBERNETES_SERVICE_HOST"):
-        config = auth.get("kubeconfig")
-        if isinstance(config, dict):
-            settings.update(kubeconfig_settings(config, None, auth.get("context"), temp))
-        else:
-            path = config or environ.get("KUBECONFIG") or "~/.kube/config"
-            if not config and os.pathsep in path:
-                raise NotRaw("KUBECONFIG names several files")
-            path = os.path.expanduser(path)
-            with open(path) as handle:
-                loaded = (read_yaml or _yaml_load)(handle)
-            settings.update(kubeconfig_settings(loaded, path, auth.get("context"), temp))
-    else:
-        raise NotRaw("the in-cluster service account")
-    if auth.get("host"):
-        settings["host"] = auth["host"].rstrip("/")
-    if auth.get("api_key") is not None:
-        settings["authorization"] = "Bearer %s" % auth["api_key"]
-    for option, name in (
-        ("validate_certs", "verify_ssl"),
-        ("ca_cert", "ssl_ca_cert"),
-        ("client_cert", "cert_file"),
-        ("client_key", "key_file"),
-    ):
-        if auth.get(option) is not None:
-            settings[name] = auth[option]
-    if proxy:
-        settings["proxy"] = proxy
-        chosen = auth.get("proxy_headers") or {}
-        settings["proxy_headers"] = {k: v for k, v in chosen.items() if v is not None}
-    headers = []
-    if auth.get("impersonate_user"):
-        headers.append(("Impersonate-User", auth["impersonate_user"]))
-    groups = auth.get("impersonate_groups") or []
-    for group in [groups] if isinstance(groups, str) else groups:
-        headers.append(("Impersonate-Group", group))
-    settings["headers"] = headers
-    return settings
-
-
-def _yaml_load(handle):
-    import yaml
-
-    return yaml.safe_load(handle)
-
-
-_TEMP_FILES = []
-
-
-def _private_file(data):
-    """A file only this user reads, holding ``data``; removed when the process ends."""
-    import atexit
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="goldenimage-kube-")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    if not _TEMP_FILES:
-        atexit.register(_remove_temp_files)
-    _TEMP_FILES.append(path)
-    return path
-
-
-def _remove_temp_files():
-    while _TEMP_FILES:
-        try:
-            os.unlink(_TEMP_FILES.pop())
-        except OSError:
-            pass
-
-
-class RawConnection(object):
-    """A urllib3 pool with the resolved credentials, shaped like the parts of ``ApiClient`` reads use:
-    ``configuration.host``, ``update_params_for_auth``, ``default_headers``, ``rest_client.pool_manager``."""
-
-    def __init__(self, settings):
-        import ssl
-
-        import urllib3
-
-        urllib3.disable_warnings()  # as kubernetes.core does
-        self.host = settings["host"]
-        self.configuration = self
-        self.rest_client = self
-        self._authorization = settings.get("authorization")
-        self.default_headers = urllib3.HTTPHeaderDict()
-        for name, value in settings.get("headers") or []:
-            self.default_headers.add(name, value)
-        ca_certs = settings.get("ssl_ca_cert")
-        if not ca_certs:
-            try:
-                import certifi
-
-                ca_certs = certifi.where()
-            except ImportError:
-                ca_certs = None
-        pool = dict(
-            num_pools=4,
-            maxsize=4,
-            cert_reqs=ssl.CERT_REQUIRED if settings.get("verify_ssl", True) else ssl.CERT_NONE,
-            ca_certs=ca_certs,
-            cert_file=settings.get("cert_file"),
-            key_file=settings.get("key_file"),
-        )
-        if settings.get("tls_server_name"):
-            pool["server_hostname"] = settings["tls_server_name"]
-        if settings.get("proxy"):
-            self.pool_manager = urllib3.ProxyManager(
-                proxy_url=settings["proxy"],
-                proxy_headers=urllib3.util.make_headers(**(settings.get("proxy_headers") or {})),
-                **pool,
-            )
-        else:
-            self.pool_manager = urllib3.PoolManager(**pool)
-
-    def update_params_for_auth(self, headers, _query, _settings):
-        if self._authorization:
-            headers["authorization"] = self._authorization
-
-    def error(self, response, data):
-        return ApiError(response.status, response.reason, data, response.headers)
-
-
-class RawPath(object):
-    """Where a kind lives, as discovery said: ``path(name, namespace)`` like the dynamic client's."""
-
-    def __init__(self, prefix, plural, namespaced):
-        self.prefix = prefix
-        self.plural = plural
-        self.namespaced = namespaced
-
-    def path(self, name=None, namespace=None):
-        base = self.prefix
-        if self.namespaced and namespace:
-            base = "%s/namespaces/%s" % (base, namespace)
-        base = "%s/%s" % (base, self.plural)
-        return "%s/%s" % (base, name) if name else base
-
-
-def api_prefix(api_version):
-    return "/api/%s" % api_version if "/" not in api_version else "/apis/%s" % api_version
-
-
-def find_kind(resource_list, api_version, kind):
-    """The ``RawPath`` of ``kind`` in an APIResourceList, or raise ``ResourceNotFoundError``."""
-    for entry in (resource_list or {}).get("resources") or []:
-        if entry.get("kind") == kind and "/" not in (entry.get("name") or "/"):
-            return RawPath(api_prefix(api_version), entry["name"], bool(entry.get("namespaced")))
-    raise unserved_kind(api_version, kind)
-
-
-def unserved_kind(api_version, kind):
-    wanted = "{'api_version': '%s', 'kind': '%s'}" % (api_version, kind)
-    return ResourceNotFoundError("No matches found for %s" % wanted)
 
 
 class KubeError(PipelineError):
@@ -684,7 +283,7 @@ class KubeModule(AnsibleModule):
 
     The helpers raise ``KubeError`` (a ``PipelineError``) so every API error reads the same and the
     module's one exit turns it into ``fail_json``; they never exit themselves. Every request they send
-    rides on ``self.backoff`` (see ``Backoff``); ``self.retried`` counts the retries of the run.
+    rides on ``self.backoff`` (``_retry.kubernetes()``); ``self.retried`` counts the retries of the run.
     """
 
     def __init__(self, argument_spec=None, **kwargs):
@@ -702,7 +301,7 @@ class KubeModule(AnsibleModule):
         self.mutations = 0
         self.written = []  # "created ConfigMap ns/x", ...: what this run changed, in order
         self.retried = 0
-        self.backoff = Backoff()
+        self.backoff = _retry.kubernetes()
 
     def fail_json(self, msg, **kwargs):
         """Fail with what this run wrote before the failure (``written``): a run stopped half-way, by a
@@ -757,36 +356,30 @@ class KubeModule(AnsibleModule):
 
     # The retry layer ---------------------------------------------------------------------------
 
-    def _retrying(self, action, call, recover=None, attempts=None):
+    def _retrying(self, action, call, recover=None):
         """``call()`` until it returns, riding out transient errors within ``self.backoff``'s bound.
 
         ``recover(exc, attempts)`` sees every other error first: it returns ``(True, value)`` to end
         with ``value``, ``(False, None)`` to retry, or None to fail with the error.
         """
-        attempts = attempts or self.backoff.start()
-        while True:
-            try:
-                return call()
-            except Exception as exc:
-                if not undecided(exc):
-                    raise
-                if recover is not None:
-                    outcome = recover(exc, attempts)
-                    if outcome is not None:
-                        done, value = outcome
-                        if done:
-                            return value
-                        if attempts.retry(exc):
-                            self.retried += 1
-                            continue
-                        self._give_up(action, exc, attempts)
-                if is_transient(exc) and attempts.retry(exc):
-                    self.retried += 1
-                    continue
-                self._give_up(action, exc, attempts)
 
-    def _give_up(self, action, exc, attempts):
-        raise KubeError.from_exception(action + attempts.note(), exc, attempts=attempts.tried)
+        def decide(exc, attempts):
+            if not undecided(exc):
+                return None
+            again = (_retry.AGAIN, error_details(exc)["reason"], retry_after(exc))
+            outcome = recover(exc, attempts) if recover is not None else None
+            if outcome is not None:
+                return (_retry.DONE, outcome[1]) if outcome[0] else again
+            return again if is_transient(exc) else (_retry.FAIL,)
+
+        def give_up(exc, attempts):
+            raise KubeError.from_exception(action + attempts.note(), exc, attempts=attempts.tried)
+
+        attempts = self.backoff.start()
+        try:
+            return self.backoff.run(call, decide, give_up, attempts)
+        finally:
+            self.retried += attempts.tried - 1
 
     def _discover(self, api_version, kind):
         # A bare version is the core group: say so, or discovery walks every group that has a "v1".
@@ -820,7 +413,7 @@ class KubeModule(AnsibleModule):
         cache[(api_version, kind)] = found
         return True
 
-    # The read path: raw when the credentials allow (see ``raw_settings``) ---------------------------
+    # The read path: raw when the credentials allow (see ``_kube_raw``) -------------------------------
 
     def raw_connection(self):
         """The ``RawConnection`` reads go over, or None when the credentials need the kubernetes client."""
@@ -829,12 +422,7 @@ class KubeModule(AnsibleModule):
             path = self.params.get("kubeconfig")
             if isinstance(path, str) and path:
                 kubeconfig_file(path, os.path.exists(os.path.expanduser(path)))
-            try:
-                self._raw = RawConnection(raw_settings(auth_values(self.params)))
-            except NotRaw:
-                pass
-            except Exception:  # an unreadable kubeconfig: the client reports it in its own words
-                pass
+            self._raw = _kube_raw.connect(self.params) or False
         return self._raw or None
 
     def _reader(self):
@@ -1013,26 +601,34 @@ class KubeModule(AnsibleModule):
                 raise
 
     def _pages(self, action, path, query, absent_namespace, managed_fields):
-        """The items of every page of one list, following ``continue``; an expired token restarts it."""
-        restarts = 0
-        items = []
-        token = None
+        """The items of every page of one list, following ``continue``; an expired token restarts it.
+
+        A page rides on the retry layer like any read; a 410 on a page after the first (its continue
+        token expired) is the page's answer "start again", not a failure, ``LIST_RESTARTS`` times.
+        """
+        expired = object()
+        listed = {"items": [], "token": None, "restarts": 0}
+
+        def restart_or_absent(exc, attempts):
+            if listed["token"] and status_code(exc) == 410 and listed["restarts"] < LIST_RESTARTS:
+                return True, expired
+            return absent_namespace(exc, attempts)
+
+        def page(sent):
+            return self._retrying(
+                action, lambda: self._get_page(path, sent, managed_fields), restart_or_absent
+            )
+
         while True:
-            sent = query + [("continue", token)] if token else query
-            try:
-                answer = self._retrying(
-                    action, lambda q=sent: self._get_page(path, q, managed_fields), absent_namespace
-                )
-            except KubeError as exc:
-                if token and exc.status == 410 and restarts < LIST_RESTARTS:
-                    restarts += 1
-                    items, token = [], None
-                    continue
-                raise
-            items.extend(answer.get("items") or [])
-            token = (answer.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+            token = listed["token"]
+            answer = page(query + [("continue", token)] if token else query)
+            if answer is expired:
+                listed.update(items=[], token=None, restarts=listed["restarts"] + 1)
+                continue
+            listed["items"].extend(answer.get("items") or [])
+            listed["token"] = (answer.get("metadata") or {}).get("continue")
+            if not listed["token"]:
+                return listed["items"]
 
     # Writes: each predicts in check mode and sends nothing -----------------------------------
 

@@ -40,12 +40,13 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     error_code,
-    jittered_backoff,
     sign_with_sent_checksum,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 READ_CHUNK = 8 * mirror.MIB
+# CopyObject copies at most 5 GiB; a larger object is copied in parts of this size (UploadPartCopy).
+COPY_PART_LIMIT = 5 * 1024 * mirror.MIB
 _MISSING = ("404", "NoSuchKey", "NotFound")
 # An object appeared under the key (412), or another conditional write to it is in flight (409).
 _EXISTS = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
@@ -211,13 +212,8 @@ def head(client, bucket, key):
 
 
 def list_objects(client, bucket, prefix=""):
-    """Every object under ``prefix`` as ``{key, size}``, in key order."""
-    # A bucket created a moment ago may answer NoSuchBucket for a while.
-    pages = jittered_backoff(retries=4, delay=0.5, max_delay=4.0)(_list_pages)
-    return pages(client, bucket, prefix)
-
-
-def _list_pages(client, bucket, prefix):
+    """Every object under ``prefix`` as ``{key, size}``, in key order (a bucket created a moment ago
+    is waited for by the client's retries: ``_s3.NOT_YET_VISIBLE``)."""
     found = []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         found.extend({"key": obj["Key"], "size": obj["Size"]} for obj in page.get("Contents") or [])
@@ -240,6 +236,122 @@ def pending_uploads(client, bucket, prefix=""):
     return [upload["Key"] for upload in answer.get("Uploads") or []]
 
 
+# Multipart uploads ---------------------------------------------------------------------------------
+
+
+class Multipart:
+    """One multipart upload to ``key``, created with ``create`` (Metadata, ContentType, ...): ``complete``
+    with ``If-None-Match: *`` (an object that appeared under the key meanwhile wins: KeyExists), or
+    ``abort``. Upload sends it parts of bytes, ``copy_object`` parts copied from another object."""
+
+    def __init__(self, client, bucket, key, **create):
+        self.client, self.bucket, self.key = client, bucket, key
+        self.upload_id = client.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
+        self.completed = False
+
+    def complete(self, parts):
+        """``parts``: the CompleteMultipartUpload entries (PartNumber, ETag, checksums), in order."""
+        _never_replacing(
+            self.bucket,
+            self.key,
+            lambda: self.client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
+            ),
+        )
+        self.completed = True
+
+    def abort(self):
+        self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
+
+
+def _never_replacing(bucket, key, call):
+    """``call()``, a write sent with ``If-None-Match: *``; its refusal raises KeyExists."""
+    try:
+        return call()
+    except Exception as exc:
+        if error_code(exc) in _EXISTS:
+            raise KeyExists(bucket, key, "appeared during the upload (If-None-Match)") from exc
+        raise
+
+
+def copy_object(client, bucket, source_key, key, size, metadata, content_type, progress=None):
+    """Make ``key`` a server-side copy of ``source_key`` (``size`` bytes) that carries ``metadata`` and
+    ``content_type``, never replacing an object (``If-None-Match: *``): CopyObject up to
+    COPY_PART_LIMIT bytes, above it a multipart upload of UploadPartCopy ranges. ``progress(bytes
+    copied)`` after each part. Returns the number of parts copied (1 for CopyObject). A failure raises
+    TransferError, with the aborted multipart upload in its ``cleanup``; KeyExists passes through."""
+    source = {"Bucket": bucket, "Key": source_key}
+    where = "s3://%s/%s" % (bucket, key)
+    report = progress or (lambda _done: None)
+    upload = None
+    try:
+        if size <= COPY_PART_LIMIT:
+            _never_replacing(
+                bucket,
+                key,
+                lambda: client.copy_object(
+                    Bucket=bucket,
+                    Key=key,
+                    CopySource=source,
+                    Metadata=metadata,
+                    MetadataDirective="REPLACE",
+                    ContentType=content_type,
+                    IfNoneMatch="*",
+                    # The copy's own checksum, of its whole body (the staged parts' was a composite).
+                    ChecksumAlgorithm="SHA256",
+                ),
+            )
+            report(size)
+            return 1
+        upload = Multipart(client, bucket, key, Metadata=metadata, ContentType=content_type)
+        parts = []
+        for number, start in enumerate(range(0, size, COPY_PART_LIMIT), 1):
+            end = min(size, start + COPY_PART_LIMIT) - 1
+            answer = client.upload_part_copy(
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload.upload_id,
+                PartNumber=number,
+                CopySource=source,
+                CopySourceRange="bytes=%d-%d" % (start, end),
+            )
+            parts.append({"PartNumber": number, "ETag": answer["CopyPartResult"]["ETag"]})
+            report(end + 1)
+        upload.complete(parts)
+        return len(parts)
+    except BaseException as exc:
+        cleanup = []
+        if upload is not None and not upload.completed:
+            cleanup = _run_steps([("abort the upload to " + where, upload.abort)])
+        if isinstance(exc, KeyExists):
+            exc.cleanup = cleanup
+            raise
+        if not isinstance(exc, Exception):
+            raise
+        raise TransferError(
+            "copy s3://%s/%s to %s: %s" % (bucket, source_key, where, redact.redact_message(str(exc))),
+            cleanup,
+        ) from exc
+
+
+def _run_steps(steps):
+    """Run the cleanup ``steps`` (``(what, call)``): one line per thing removed or not."""
+    done = []
+    for what, call in steps:
+        try:
+            call()
+            done.append(what)
+        except Exception as exc:
+            if error_code(exc) in _MISSING + ("NoSuchUpload",):
+                continue
+            done.append("could not %s: %s" % (what, exc))
+    return done
+
+
 # Upload --------------------------------------------------------------------------------------------
 
 
@@ -247,8 +359,10 @@ class Upload:
     """One verified publication of a source under its final key; ``run()`` returns the transfer report.
 
     ``destination(sha256 hex) -> (key, metadata)`` names the key. ``options``: ``expected_sha256`` (the
-    digest when known: the source is then read once), ``content_type``, ``spool_dir`` (where a stream
-    without a known digest is copied first; the default temporary directory otherwise).
+    digest when known: the source is then read once), ``streamed`` (the key and metadata do not depend
+    on the digest: ``destination(None)``, the source is read once and the report carries the sha256
+    of what was sent), ``content_type``, ``spool_dir`` (where a stream without a known digest is
+    copied first; the default temporary directory otherwise).
     """
 
     def __init__(self, client, bucket, source, destination, part_size, concurrency=4, **options):
@@ -262,9 +376,10 @@ class Upload:
         expected = options.get("expected_sha256")
         self.expected = mirror.normalize_sha256(expected) if expected else None
         self.spool_dir = options.get("spool_dir")
+        self.streamed = bool(options.get("streamed"))
         self.key = None
-        self.upload_id = None
-        self.completed = False
+        self.metadata = {}
+        self.upload = None
         self.written = False
         self.verified = False
         self.parts = []
@@ -289,7 +404,8 @@ class Upload:
 
     def _run(self):
         source, digest, digest_from = self._digest_first()
-        self.key, metadata = self.destination(digest)
+        self.key, self.metadata = self.destination(digest)
+        metadata = self.metadata
         where = "s3://%s/%s" % (self.bucket, self.key)
         self.action = "check " + where
         if head(self.client, self.bucket, self.key) is not None:
@@ -299,10 +415,10 @@ class Upload:
         first = source.read(self.part_size)
         if len(first) < self.part_size or source.size == len(first):
             method = "put"
-            self._put(source, first, digest, metadata)
+            digest = self._put(source, first, digest, metadata)
         else:
             method = "multipart"
-            self._multipart(source, first, digest, metadata)
+            digest = self._multipart(source, first, digest, metadata)
         return {
             "key": self.key,
             "sha256": digest,
@@ -319,6 +435,8 @@ class Upload:
         """``(source to upload, sha256 hex, how the digest was known)``: the key needs it up front."""
         if self.expected:
             return self.source, self.expected, "given"
+        if self.streamed:
+            return self.source, None, "streamed"
         name = self.source.name
         if self.source.rewind():
             self.action = "hash " + name
@@ -330,25 +448,29 @@ class Upload:
         return self._spool, digest, "spooled"
 
     def _check_streamed(self, source, digest, streamed):
-        """The sha256 of the bytes sent must be the one in the key, before anything is published."""
+        """The sha256 of the bytes sent must be the one in the key, before anything is published; returns
+        it (the digest of a ``streamed`` upload)."""
         self.action = "verify %s" % source.name
         if self.expected:
             mirror.check_digest(source.name, self.expected, streamed)
-        elif streamed != digest:
+        elif digest is not None and streamed != digest:
             raise TransferError(
                 "%s changed while it was uploaded: sha256 %s before, %s now; nothing was written under a "
                 "final key" % (source.name, digest, streamed)
             )
         self._verified("sha256 of the whole stream (computed while it was sent)")
+        return streamed
 
     # one PutObject ------------------------------------------------------------------------------
 
     def _put(self, source, body, digest, metadata):
         sha = hashlib.sha256(body).digest()
-        self._check_streamed(source, digest, sha.hex())
+        digest = self._check_streamed(source, digest, sha.hex())
         self.action = "put s3://%s/%s" % (self.bucket, self.key)
-        try:
-            answer = self.client.put_object(
+        answer = _never_replacing(
+            self.bucket,
+            self.key,
+            lambda: self.client.put_object(
                 Bucket=self.bucket,
                 Key=self.key,
                 Body=body,
@@ -357,28 +479,26 @@ class Upload:
                 Metadata=metadata,
                 ContentType=self.content_type,
                 IfNoneMatch="*",
-            )
-        except Exception as exc:
-            if error_code(exc) in _EXISTS:
-                raise KeyExists(self.bucket, self.key, "appeared during the upload (If-None-Match)") from exc
-            raise
+            ),
+        )
         self.written = True
         part = self._check_body(answer, body, sha, "the object")
-        self._verify(len(body), part["md5"] and part["md5"].hex(), digest, sha)
+        self._verify(len(body), part["md5"] and part["md5"].hex(), raw_sha256=sha)
+        return digest
 
     # multipart ----------------------------------------------------------------------------------
 
     def _multipart(self, source, first, digest, metadata):
-        answer = self.client.create_multipart_upload(
-            Bucket=self.bucket,
-            Key=self.key,
+        self.upload = Multipart(
+            self.client,
+            self.bucket,
+            self.key,
             Metadata=metadata,
             ContentType=self.content_type,
             ChecksumAlgorithm="SHA256",
         )
-        self.upload_id = answer["UploadId"]
         whole = self._upload_parts(source, first)
-        self._check_streamed(source, digest, whole.hexdigest())
+        digest = self._check_streamed(source, digest, whole.hexdigest())
         self.action = "complete the upload of s3://%s/%s" % (self.bucket, self.key)
         parts = [
             dict(
@@ -387,25 +507,15 @@ class Upload:
             )
             for p in self.parts
         ]
-        try:
-            self.client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=self.key,
-                UploadId=self.upload_id,
-                MultipartUpload={"Parts": parts},
-                IfNoneMatch="*",
-            )
-        except Exception as exc:
-            if error_code(exc) in _EXISTS:
-                raise KeyExists(self.bucket, self.key, "appeared during the upload (If-None-Match)") from exc
-            raise
-        self.completed = self.written = True
+        self.upload.complete(parts)
+        self.written = True
         md5s = [p["md5"] for p in self.parts]
         etag = mirror.multipart_etag(md5s) if all(md5s) else None
         composite = None
         if all(p["checksum"] for p in self.parts):
             composite = mirror.composite_sha256([p["sha256"] for p in self.parts])
-        self._verify(source.read_bytes, etag, digest, composite=composite)
+        self._verify(source.read_bytes, etag, composite=composite)
+        return digest
 
     def _upload_parts(self, source, first):
         """Upload ``first`` and the rest of ``source`` as parts; the sha256 of everything read."""
@@ -453,7 +563,7 @@ class Upload:
         answer = self.client.upload_part(
             Bucket=self.bucket,
             Key=self.key,
-            UploadId=self.upload_id,
+            UploadId=self.upload.upload_id,
             PartNumber=number,
             Body=chunk,
             ChecksumAlgorithm="SHA256",
@@ -494,9 +604,10 @@ class Upload:
                 " what it stored; use a server that keeps flexible checksums" % (what, etag)
             )
 
-    def _verify(self, size, etag, digest, raw_sha256=None, composite=None):
+    def _verify(self, size, etag, raw_sha256=None, composite=None):
         """A HEAD of the stored object: size, ETag from the parts' md5s (``etag``, when they were
-        computed), sha256 metadata, checksum (``raw_sha256`` of a single put, ``composite`` of parts)."""
+        computed), the sha256 metadata sent, checksum (``raw_sha256`` of a single put, ``composite`` of
+        parts)."""
         where = "s3://%s/%s" % (self.bucket, self.key)
         self.action = "verify " + where
         answer = head(self.client, self.bucket, self.key)
@@ -510,12 +621,15 @@ class Upload:
                 raise TransferError("its ETag is %s, not %s from the md5 of what was sent" % (stored, etag))
             self._verified("ETag of the stored object (md5 of its parts)")
         recorded = (answer.get("Metadata") or {}).get(mirror.META_SHA256)
-        if recorded != digest:
-            raise TransferError("its metadata %s is %r, not %s" % (mirror.META_SHA256, recorded, digest))
+        sent = self.metadata.get(mirror.META_SHA256)
+        if recorded != sent:
+            raise TransferError("its metadata %s is %r, not %s" % (mirror.META_SHA256, recorded, sent))
         checksum = answer.get("ChecksumSHA256")
         if raw_sha256 is not None and checksum:
             if mirror.checksum_value(checksum) != mirror.b64(raw_sha256):
-                raise TransferError("the server's sha256 of it is %s, not %s" % (checksum, digest))
+                raise TransferError(
+                    "the server's sha256 of it is %s, not %s" % (checksum, mirror.b64(raw_sha256))
+                )
             self._verified("sha256 of the stored object (ChecksumSHA256)")
         if composite is not None:
             if not checksum:
@@ -538,23 +652,11 @@ class Upload:
     def cleanup(self):
         """Abort or delete whatever this upload left; returns one line per thing removed or not."""
         steps = []
-        if self.upload_id is not None and not self.completed:
-            steps.append(("abort the upload to " + self.key, self._abort))
+        if self.upload is not None and not self.upload.completed:
+            steps.append(("abort the upload to " + self.key, self.upload.abort))
         if self.written and not self.verified:
             steps.append(("delete unverified " + self.key, self._delete))
-        done = []
-        for what, call in steps:
-            try:
-                call()
-                done.append(what)
-            except Exception as exc:
-                if error_code(exc) in _MISSING + ("NoSuchUpload",):
-                    continue
-                done.append("could not %s: %s" % (what, exc))
-        return done
-
-    def _abort(self):
-        self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
+        return _run_steps(steps)
 
     def _delete(self):
         self.client.delete_object(Bucket=self.bucket, Key=self.key)

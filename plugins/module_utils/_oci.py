@@ -28,6 +28,7 @@ from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, urljoin
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry, retries
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 CHUNK = 1024 * 1024
@@ -264,6 +265,7 @@ class Registry:
         self.log = log or (lambda line: None)
         self.tokens = {}
         self.requests = 0
+        self.retry = _retry.registry()
 
     # transport
 
@@ -320,65 +322,70 @@ class Registry:
     def request(
         self, method, path, repository, data=None, headers=None, ok=(200, 201, 202, 204), missing_ok=False
     ):
-        """One request with the auth the registry asks for; returns the response (or None for 404)."""
+        """One request with the auth the registry asks for; returns the response (or None for 404).
+
+        It rides on the registry's retry policy (``_retry.registry()``): a 401 renews the credentials the
+        challenge asks for, once, and sends it again; a read (GET, HEAD) rides out throttling, 5xx and a
+        dropped connection. Any other failure raises ``RegistryError`` naming the request.
+        """
         url = path if "://" in path else urljoin(self.base, path)
         scope = "repository:%s:pull,push" % repository
-        auth = self.tokens.get(scope)
-        for attempt in (1, 2):
+        where = "registry %s: %s %s" % (self.host, method, path.split("?")[0])
+        sent = {"auth": self.tokens.get(scope)}
+
+        def send():
             if hasattr(data, "seek"):
                 data.seek(0)
-            try:
-                response = self._open(method, url, data=data, headers=headers, auth=auth)
-            except HTTPError as exc:
-                if exc.code == 404 and missing_ok:
-                    return None
-                if exc.code == 401 and attempt == 1:
-                    scheme, params = _challenge(exc.headers.get("WWW-Authenticate"))
-                    if scheme == "bearer":
-                        auth = self.tokens[scope] = self._token(params, scope)
-                        continue
-                    if scheme == "basic" and self.username:
-                        auth = self.tokens[scope] = self._basic()
-                        continue
+            return self._open(method, url, data=data, headers=headers, auth=sent["auth"])
+
+        def decide(exc, attempts):
+            if not isinstance(exc, (URLError, OSError)):
+                return None
+            code = exc.code if isinstance(exc, HTTPError) else None
+            if code == 404 and missing_ok:
+                return (_retry.DONE, None)
+            if retries.refreshes(code, attempts.refreshed, self.retry.refreshes):
+                scheme, params = _challenge(exc.headers.get("WWW-Authenticate"))
+                if scheme == "bearer":
+                    sent["auth"] = self.tokens[scope] = self._token(params, scope)
+                elif scheme == "basic" and self.username:
+                    sent["auth"] = self.tokens[scope] = self._basic()
+                else:
                     raise RegistryError(
-                        "registry %s: %s %s needs credentials (%s); set username and password"
-                        % (self.host, method, path.split("?")[0], scheme or "no challenge"),
+                        "%s needs credentials (%s); set username and password"
+                        % (where, scheme or "no challenge"),
                         status=401,
                     ) from exc
-                if exc.code == 401:
-                    if self.username:
-                        why = (
-                            "the credentials of %s were refused; check username and password" % self.username
-                        )
-                    else:
-                        why = "anonymous access is not allowed; set username and password"
-                    raise RegistryError(
-                        "registry %s: %s %s: HTTP 401, %s" % (self.host, method, path.split("?")[0], why),
-                        status=401,
-                    ) from exc
-                detail = ""
-                try:
-                    detail = exc.read().decode("utf-8", "replace")[:300]
-                except Exception:
-                    detail = ""
-                raise RegistryError(
-                    "registry %s: %s %s: HTTP %s %s"
-                    % (self.host, method, path.split("?")[0], exc.code, detail.strip()),
-                    status=exc.code,
-                ) from exc
-            except (URLError, OSError) as exc:
-                raise RegistryError(
-                    "registry %s: %s %s: %s" % (self.host, method, path.split("?")[0], exc)
-                ) from exc
-            if response.getcode() not in ok:
-                raise RegistryError(
-                    "registry %s: %s %s: unexpected HTTP %s"
-                    % (self.host, method, path.split("?")[0], response.getcode())
-                )
-            return response
-        raise RegistryError(
-            "registry %s: %s %s: not authorised after authenticating" % (self.host, method, path)
-        )
+                return (_retry.REFRESH,)
+            if retries.registry_repeats(method, code):
+                hinted = retries.retry_after(exc.headers.get("Retry-After")) if code else None
+                return (_retry.AGAIN, "HTTP %s" % code if code else type(exc).__name__, hinted)
+            return (_retry.FAIL,)
+
+        def give_up(exc, attempts):
+            raise self._failure(where, exc, attempts.note()) from exc
+
+        response = self.retry.run(send, decide, give_up)
+        if response is not None and response.getcode() not in ok:
+            raise RegistryError("%s: unexpected HTTP %s" % (where, response.getcode()))
+        return response
+
+    def _failure(self, where, exc, note):
+        """The ``RegistryError`` of a request that failed for good: the status and what it means."""
+        if not isinstance(exc, HTTPError):
+            return RegistryError("%s: %s%s" % (where, exc, note))
+        if exc.code == 401:
+            if self.username:
+                why = "the credentials of %s were refused; check username and password" % self.username
+            else:
+                why = "anonymous access is not allowed; set username and password"
+            return RegistryError("%s: HTTP 401, %s%s" % (where, why, note), status=401)
+        detail = ""
+        try:
+            detail = exc.read().decode("utf-8", "replace")[:300]
+        except Exception:
+            detail = ""
+        return RegistryError("%s: HTTP %s %s%s" % (where, exc.code, detail.strip(), note), status=exc.code)
 
     # reads
 

@@ -2,7 +2,8 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""S3 adapter: the boto3 client factories (signed and anonymous) and a jittered backoff.
+"""S3 adapter: the boto3 client factories (signed and anonymous), the S3 retry policy, and the reads both the
+modules and the export Job's program make.
 
 boto3 is imported on first use. ``s3_client`` signs with the caller's credentials;
 ``anonymous_client`` signs nothing, so its requests are what anyone on the network can send (the
@@ -10,83 +11,36 @@ bucket exposure probes). An endpoint URL that carries user-info is refused befor
 the URL is printed and recorded, and S3 takes its keys from ``access_key``/``secret_key``. Failures
 raise ``S3Error`` (a PipelineError), so a module fails with them in one place.
 
-botocore's "standard" retry mode already retries throttling and 5xx answers; ``jittered_backoff``
-adds the codes an S3-compatible store returns for a while right after a write (a bucket that was
-just created answers NoSuchBucket), with full jitter so parallel workers do not retry in lockstep.
+The retry policy of every S3 call is botocore's, configured here once (``retry_config``): "standard"
+mode retries throttling, 5xx answers and dropped connections with exponential backoff and full
+jitter, at most MAX_ATTEMPTS attempts in all. Nothing retries on top of it. The one addition lives in
+the same loop: a bucket created a moment ago may answer NoSuchBucket for a while, so the operations in
+NOT_YET_VISIBLE retry that code too, within the same attempts.
+
+This file imports nothing from Ansible: the export Job's program (``_export_cli``) runs it in its pod,
+next to a boto3 the image installs. The modules' argument spec is in ``_s3_module.py``.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import functools
 import random
-import time
+import sys
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
-S3_ARG_SPEC = {
-    "endpoint_url": {
-        "type": "str",
-        "aliases": ["s3_url", "aws_endpoint_url"],
-        "fallback": (env_fallback, ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]),
-    },
-    # The key id names the credential; only the secret and the token are confidential.
-    "access_key": {
-        "type": "str",
-        "no_log": False,
-        "aliases": ["aws_access_key_id", "aws_access_key"],
-        "fallback": (env_fallback, ["AWS_ACCESS_KEY_ID"]),
-    },
-    "secret_key": {
-        "type": "str",
-        "no_log": True,
-        "aliases": ["aws_secret_access_key", "aws_secret_key"],
-        "fallback": (env_fallback, ["AWS_SECRET_ACCESS_KEY"]),
-    },
-    "session_token": {
-        "type": "str",
-        "no_log": True,
-        "aliases": ["aws_session_token"],
-        "fallback": (env_fallback, ["AWS_SESSION_TOKEN"]),
-    },
-    "region": {
-        "type": "str",
-        "aliases": ["aws_region"],
-        "fallback": (env_fallback, ["AWS_REGION", "AWS_DEFAULT_REGION"]),
-    },
-    "validate_certs": {"type": "bool", "default": True},
-    "ca_bundle": {
-        "type": "path",
-        "aliases": ["aws_ca_bundle"],
-        "fallback": (env_fallback, ["AWS_CA_BUNDLE"]),
-    },
-}
-
-# Codes worth another try whatever the call: throttling and a server that is briefly unwell.
-RETRYABLE_CODES = frozenset(
-    (
-        "Throttling",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-        "SlowDown",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "ServiceUnavailable",
-        "InternalError",
-        "500",
-        "502",
-        "503",
-        "504",
-    )
-)
-# Codes that mean "not visible yet" right after a create. Pass extra_codes=() for an existence check.
-EVENTUAL_CONSISTENCY_CODES = ("NoSuchBucket",)
+# Attempts per S3 call, the first included; an anonymous probe makes PROBE_ATTEMPTS so it ends.
+MAX_ATTEMPTS = 5
+PROBE_ATTEMPTS = 2
+# Botocore's cap on one backoff (standard mode), used for the codes below too.
+MAX_BACKOFF = 20.0
+# Operation -> codes that mean "not visible yet" right after a create (amazon.aws.s3_bucket, then a listing).
+NOT_YET_VISIBLE = {"ListObjectsV2": ("NoSuchBucket",)}
 # Registers the payload-hash hook of sign_with_sent_checksum once per client and operation.
 PAYLOAD_HASH_HOOK = "goldenimage-payload-hash"
+NOT_YET_VISIBLE_HOOK = "goldenimage-not-yet-visible"
 
 
 # What to do instead of putting keys in the endpoint URL.
@@ -104,21 +58,12 @@ class S3Error(PipelineError):
 
 
 class MissingBoto3(S3Error):
-    """boto3 is not importable on the controller; the message is Ansible's standard one."""
+    """boto3 is not importable; on the controller the message is Ansible's standard one."""
 
 
-def s3_arg_spec(**options):
-    """The argument spec of an S3 module: its ``options`` and the S3 connection options."""
-    return dict(options, **S3_ARG_SPEC)
-
-
-def s3_module(argument_spec, hidden=(), **rules):
-    """The AnsibleModule of an S3 module (check mode supported); ``endpoint_url`` and the URL options in
-    ``hidden`` are kept out of the log with their secrets (``hide_url_secrets``). ``rules`` are
-    AnsibleModule's (mutually_exclusive, required_one_of, ...)."""
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **rules)
-    hide_url_secrets(module, tuple(hidden) + ("endpoint_url",))
-    return module
+def retry_config(max_attempts=MAX_ATTEMPTS):
+    """botocore's ``retries`` setting: the S3 retry policy."""
+    return {"mode": "standard", "total_max_attempts": max_attempts}
 
 
 def call_failed(action, exc, bucket=None, **fields):
@@ -143,15 +88,6 @@ def check_endpoint(endpoint_url, option="endpoint_url"):
     return endpoint_url
 
 
-def hide_url_secrets(module, options):
-    """Mask the secret parts of the URL options in every output of ``module`` (invocation included)."""
-    for option in options:
-        value = module.params.get(option)
-        if isinstance(value, str):
-            for secret in redact.url_secrets(value):
-                module.no_log_values.add(secret)
-
-
 def error_code(exc):
     """The S3 error code of a botocore ClientError (``NoSuchBucket``, ``SlowDown``, ``404``), else None."""
     response = getattr(exc, "response", None)
@@ -159,45 +95,6 @@ def error_code(exc):
         return None
     code = (response.get("Error") or {}).get("Code")
     return str(code) if code is not None else None
-
-
-def backoff_delay(attempt, delay, max_delay, rng=random.random):
-    """Full jitter: uniform in [0, min(max_delay, delay * 2**attempt))."""
-    return rng() * min(max_delay, delay * (2**attempt))
-
-
-def jittered_backoff(
-    retries=10,
-    delay=1.0,
-    max_delay=30.0,
-    extra_codes=EVENTUAL_CONSISTENCY_CODES,
-    sleeper=time.sleep,
-    rng=random.random,
-):
-    """Decorator: retry a boto3 call up to ``retries`` times on retryable error codes.
-
-    ``extra_codes`` adds codes for this call (``NoSuchBucket`` by default, for the window after a
-    bucket is created). Any other error is raised at once. Use as ``@jittered_backoff(...)`` or
-    ``jittered_backoff(...)(client.head_object)(Bucket=..., Key=...)``.
-    """
-    codes = RETRYABLE_CODES | frozenset(extra_codes or ())
-
-    def decorate(func):
-        @functools.wraps(func)
-        def call(*args, **kwargs):
-            attempt = 0
-            while True:
-                try:
-                    return func(*args, **kwargs)
-                except Exception as exc:
-                    if attempt >= retries or error_code(exc) not in codes:
-                        raise
-                    sleeper(backoff_delay(attempt, delay, max_delay, rng))
-                    attempt += 1
-
-        return call
-
-    return decorate
 
 
 def s3_client(
@@ -208,19 +105,28 @@ def s3_client(
     region=None,
     validate_certs=True,
     ca_bundle=None,
-    max_attempts=5,
+    profile=None,
+    aws_config=None,
+    max_attempts=MAX_ATTEMPTS,
     max_pool_connections=10,
     signature_version=None,
 ):
-    """A boto3 S3 client with standard-mode retries; path-style addressing for a custom endpoint.
+    """A boto3 S3 client with the S3 retry policy; path-style addressing for a custom endpoint.
 
+    ``profile`` names a profile of the AWS config files instead of keys; ``aws_config`` is a dict of
+    botocore Config parameters laid over these (amazon.aws's option of that name).
     ``max_pool_connections`` bounds the HTTP connections; raise it to at least the number of threads
     that share the client (concurrent multipart uploads), or they queue for a connection.
     """
     check_endpoint(endpoint_url)
+    if profile and (access_key or secret_key or session_token):
+        raise S3Error(
+            "profile %s and access_key/secret_key/session_token were both given: a profile carries its own "
+            "keys; give one or the other" % profile
+        )
     boto3, Config = _boto3()
     options = {
-        "retries": {"mode": "standard", "total_max_attempts": max_attempts},
+        "retries": retry_config(max_attempts),
         "connect_timeout": 10,
         "read_timeout": 120,
         "max_pool_connections": max_pool_connections,
@@ -231,14 +137,39 @@ def s3_client(
         # Virtual-host style needs DNS per bucket, which S3-compatible servers rarely have.
         options["s3"] = {"addressing_style": "path"}
         region = region or "us-east-1"
-    session = boto3.session.Session(
-        aws_access_key_id=access_key or None,
-        aws_secret_access_key=secret_key or None,
-        aws_session_token=session_token or None,
-        region_name=region or None,
-    )
+    try:
+        config = Config(**options).merge(Config(**(aws_config or {})))
+    except TypeError as exc:
+        raise S3Error("aws_config: %s; give parameters of botocore.config.Config" % exc) from exc
+    try:
+        session = boto3.session.Session(
+            aws_access_key_id=access_key or None,
+            aws_secret_access_key=secret_key or None,
+            aws_session_token=session_token or None,
+            region_name=region or None,
+            profile_name=profile or None,
+        )
+    except Exception as exc:  # botocore's ProfileNotFound
+        raise call_failed("profile %s" % profile, exc) from exc
     verify = False if validate_certs is False else (ca_bundle or True)
-    return session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=Config(**options))
+    client = session.client("s3", endpoint_url=endpoint_url or None, verify=verify, config=config)
+    return retry_not_yet_visible(client)
+
+
+def retry_not_yet_visible(client, rng=random.random):
+    """Let botocore's retry loop take the NOT_YET_VISIBLE codes as it takes a 503: the same attempts
+    (the client's total_max_attempts) and the same exponential backoff with full jitter."""
+    limit = (client.meta.config.retries or {}).get("total_max_attempts") or MAX_ATTEMPTS
+
+    def needs_retry(response=None, attempts=1, operation=None, **_kwargs):
+        codes = NOT_YET_VISIBLE.get(getattr(operation, "name", None), ())
+        code = ((response or (None, {}))[1] or {}).get("Error", {}).get("Code")
+        if code in codes and attempts < limit:
+            return rng() * min(MAX_BACKOFF, 2 ** (attempts - 1))
+        return None
+
+    client.meta.events.register("needs-retry.s3", needs_retry, unique_id=NOT_YET_VISIBLE_HOOK)
+    return client
 
 
 def sign_with_sent_checksum(client, operations=("PutObject", "UploadPart")):
@@ -273,8 +204,18 @@ def _boto3():
         import boto3
         from botocore.config import Config
     except ImportError as exc:
-        raise MissingBoto3(missing_required_lib("boto3", reason="to talk to S3")) from exc
+        raise MissingBoto3(_missing_boto3()) from exc
     return boto3, Config
+
+
+def _missing_boto3():
+    try:
+        from ansible.module_utils.basic import missing_required_lib
+    except ImportError:  # the export Job's program, in an image built without boto3
+        return (
+            "%s cannot import boto3, which talks to S3: build the image with boto3 installed" % sys.executable
+        )
+    return missing_required_lib("boto3", reason="to talk to S3")
 
 
 def anonymous_client(endpoint_url=None, region=None, validate_certs=True, ca_bundle=None, timeout=20):
@@ -288,7 +229,7 @@ def anonymous_client(endpoint_url=None, region=None, validate_certs=True, ca_bun
 
     options = {
         "signature_version": UNSIGNED,
-        "retries": {"mode": "standard", "total_max_attempts": 2},
+        "retries": retry_config(PROBE_ATTEMPTS),
         "connect_timeout": timeout,
         "read_timeout": timeout,
     }
@@ -306,15 +247,9 @@ def has_credentials(params):
         return True
     try:
         boto3, _config = _boto3()
-        return boto3.session.Session().get_credentials() is not None
+        return boto3.session.Session(profile_name=params.get("profile") or None).get_credentials() is not None
     except Exception:
         return False
-
-
-def s3_client_from_params(params, **options):
-    """A client from a module's (or a role's) S3_ARG_SPEC parameters; ``options`` go to s3_client."""
-    connection = {key: params.get(key) for key in S3_ARG_SPEC if key in params}
-    return s3_client(**dict(connection, **options))
 
 
 def object_reads(anonymous, bucket, key):

@@ -265,13 +265,13 @@ class VerifierJob:
         left = []
         timeout, sleep = self.module.params["wait_timeout"], self.module.params["wait_sleep"]
 
-        def attempt(kind, call):
+        def delete_or_note(kind, call):
             try:
                 call()
             except PipelineError as exc:
                 left.append({"kind": kind, "name": self.name, "error": exc.msg})
 
-        attempt(
+        delete_or_note(
             "Job",
             lambda: self.module.delete(
                 "batch/v1", "Job", self.name, self.namespace, propagation="Background"
@@ -289,7 +289,7 @@ class VerifierJob:
                 self.module.delete_and_wait("v1", "Pod", name, self.namespace, timeout, sleep, before=pod)
             except PipelineError as exc:
                 left.append({"kind": "Pod", "name": name, "error": exc.msg})
-        attempt("ConfigMap", lambda: self.module.delete("v1", "ConfigMap", self.name, self.namespace))
+        delete_or_note("ConfigMap", lambda: self.module.delete("v1", "ConfigMap", self.name, self.namespace))
         return left
 
     def leftover_note(self, left):

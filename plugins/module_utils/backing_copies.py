@@ -114,15 +114,17 @@ def new_revision_remedy(nodes):
 
 
 def remedies(held, nodes):
-    """The supported moves for a revision short of copies, in the order to try them."""
+    """The supported moves for a published revision short of copies, in the order to try them: the one that
+    mends the image in use first (more copies of its backing image, in place), then the class that keeps
+    the next revisions out of the trap (a class cannot mend an image already made)."""
     if held.get("min_copies") is not None and held["min_copies"] >= nodes:
         return [
             "Longhorn keeps %d copies of BackingImage %s/%s and is still making them: wait, and check its "
             "disks in Longhorn if it does not finish" % (held["min_copies"], NAMESPACE, held["backing_image"])
         ]
     return [
-        dedicated_class_remedy(nodes),
         min_copies_remedy(held.get("backing_image"), nodes),
+        dedicated_class_remedy(nodes),
         new_revision_remedy(nodes),
     ]
 

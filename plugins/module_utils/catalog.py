@@ -40,6 +40,7 @@ __metaclass__ = type
 import calendar
 import copy
 import datetime
+import difflib
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs, redact, revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -91,7 +92,9 @@ def load(text):
     if text is None or not str(text).strip():
         return empty()
     try:
-        doc = _yaml().safe_load(text)
+        yaml = _yaml()
+        # libyaml's loader when PyYAML has it: a catalog of many revisions is a megabyte of YAML.
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception as exc:
         raise CatalogError("the catalog is not valid YAML: %s" % exc) from exc
     return normalize(doc)
@@ -155,6 +158,30 @@ def unstorable(text):
     return sorted(str(name) for name, entry in images.items() if _storable(entry) != entry)
 
 
+# A ConfigMap holds at most 1 MiB (etcd's request limit, data and metadata together); the catalog stops
+# short of it so the write is refused here, with a move, rather than by the API server.
+CONFIGMAP_BUDGET = 1000 * 1024
+
+
+def check_configmap_size(text, where):
+    """Refuses catalog ``text`` too large for a ConfigMap, naming the largest revisions and the moves."""
+    size = len(text.encode("utf-8"))
+    if size <= CONFIGMAP_BUDGET:
+        return
+    doc = load(text)
+    sizes = sorted(
+        ((len(dump({"version": 1, "images": {n: e}}).encode("utf-8")), n) for n, e in doc["images"].items()),
+        reverse=True,
+    )
+    largest = ", ".join("%s (%d KiB)" % (name, bytes_ // 1024) for bytes_, name in sizes[:3])
+    raise CatalogError(
+        "%s would hold %d KiB, more than a ConfigMap's %d KiB allow with room for its metadata (largest "
+        "revisions: %s, most of it their package lists); nothing was written. Keep the catalog in a file "
+        "(catalog.path, in Git), which has no such limit"
+        % (where, size // 1024, CONFIGMAP_BUDGET // 1024, largest)
+    )
+
+
 def dump(doc):
     """Deterministic YAML: fixed key order, revisions and streams sorted, so Git diffs stay small."""
     doc = normalize(doc)
@@ -175,7 +202,14 @@ def dump(doc):
     }
     if GRACE_KEY in doc:
         out[GRACE_KEY] = doc[GRACE_KEY]
-    return _yaml().safe_dump(out, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    yaml = _yaml()
+    return yaml.dump(
+        out,
+        Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+    )
 
 
 def _revision_key(name):
@@ -324,14 +358,17 @@ def available_since(name, image):
     return max(days).isoformat() if days else None
 
 
-def set_stream(doc, os_version, tip=None, validated=None, default=None, imported=None, missing=False):
+def set_stream(
+    doc, os_version, tip=None, validated=None, default=None, imported=None, missing=False, rollback=False
+):
     """Move a stream's tip, set ``validated``, make it the default; returns ``(new_doc, changed)``.
 
     ``imported`` is what the cluster says about ``tip`` (or, without ``tip``, about the stream's
     current tip) right now (None: trust the catalog); ``missing`` says its VirtualMachineImage does
     not exist at all. Neither a moved tip nor a sign-off or default lands on an image that is gone or
     not imported, whatever the catalog's ``imported`` says. Moving the tip resets ``validated`` to
-    false unless it is given: the sign-off belongs to a revision.
+    false unless it is given: the sign-off belongs to a revision. A tip moves back to an older revision
+    only with ``rollback``: it offers every instance on the newer one a repave to the older image.
     """
     doc = normalize(doc)
     stream = revision.validate_stream(os_version)
@@ -339,6 +376,12 @@ def set_stream(doc, os_version, tip=None, validated=None, default=None, imported
     entry = dict(before or {"tip": None, "validated": False})
     if tip is not None and tip != entry["tip"]:
         _check_tip(doc, stream, tip, imported, missing)
+        if entry["tip"] and not rollback and revision.is_newer(entry["tip"], tip):
+            raise CatalogError(
+                "revision %s is older than %s, the tip of stream %s: moving the tip back offers every "
+                "instance on %s a repave to the older image; give rollback: true to move it back on purpose, "
+                "or publish a new revision" % (tip, entry["tip"], stream, entry["tip"])
+            )
         entry = {"tip": tip, "validated": False}
     elif tip is not None:
         _check_tip(doc, stream, tip, imported, missing)
@@ -428,18 +471,27 @@ def _check_tip(doc, stream, tip, imported, missing=False):
 # ------------------------------------------------------------------- engine versions
 
 
-def default_tip(doc):
-    """``(stream, revision name, image entry)`` of the default stream's tip; refuses a catalog without one."""
+def default_tip(doc, stream=None):
+    """``(stream, revision name, image entry)`` of the tip a new database gets: of ``stream`` (a DBInstance's
+    own ``spec.osVersion``) when given, else of the default stream; refuses a stream without a registered,
+    validated tip, as the operator does."""
     doc = normalize(doc)
-    stream = doc["default_stream"]
+    named = stream not in (None, "")
+    stream = str(stream) if named else doc["default_stream"]
+    what = "OS stream %s (spec.osVersion)" % stream if named else "the default OS stream %s" % stream
     if not stream:
         raise CatalogError("the catalog has no default OS stream; set one with baked_image_stream")
+    if named and stream not in doc["streams"]:
+        raise CatalogError(
+            "%s is not a stream of the catalog (streams: %s); name one of them, or leave osVersion out to "
+            "follow the default stream" % (what, ", ".join(sorted(doc["streams"])) or "none")
+        )
     entry = doc["streams"].get(stream) or {}
     tip = entry.get("tip")
     if not tip or tip not in doc["images"]:
-        raise CatalogError("the default OS stream %s has no registered tip revision" % stream)
+        raise CatalogError("%s has no registered tip revision" % what)
     if not entry.get("validated"):
-        raise CatalogError("the default OS stream %s (tip %s) is not validated" % (stream, tip))
+        raise CatalogError("%s (tip %s) is not validated" % (what, tip))
     return stream, tip, doc["images"][tip]
 
 
@@ -457,10 +509,10 @@ def stream_tips(doc):
     return out
 
 
-def supported_engine_versions(doc, today=None, eol_table=None, target=None):
-    """PG majors a database may run: in ``target`` (a revision; default: the default stream's tip) and
-    not past EOL (a major the EOL table does not know is not supported), oldest first."""
-    image = doc["images"][target] if target else default_tip(doc)[2]
+def supported_engine_versions(doc, today=None, eol_table=None, target=None, stream=None):
+    """PG majors a database may run: in ``target`` (a revision; default: the tip of ``stream``, else of the
+    default stream) and not past EOL (a major the EOL table does not know is not supported), oldest first."""
+    image = doc["images"][target] if target else default_tip(doc, stream)[2]
     day = eol.parse_today(today)
     refused = {v["version"] for v in eol.check_eol(image["pg_versions"], None, day, eol_table)}
     return [major for major in image["pg_versions"] if major not in refused]
@@ -515,13 +567,14 @@ def _end_of_life(major, today, eol_table):
     return {"eol_date": date, "past_eol": bool(date and date < eol.parse_today(today))}
 
 
-def check_engine_version(doc, requested=None, today=None, eol_table=None, target=None):
+def check_engine_version(doc, requested=None, today=None, eol_table=None, target=None, stream=None):
     """The one engineVersion rule, as a verdict; every caller (the engine_version filter, dbinstance_spec,
     the repave pre-flight and drift report) decides with it and words the answer its own way.
 
-    ``target`` None: a new database, on the default stream's tip; an absent or empty engineVersion
-    takes the newest supported major of that tip. ``target`` a revision: a running database moving onto
-    it (a repave), whose major cannot be defaulted: an absent one is ``unset``.
+    ``target`` None: a new database, on the tip of ``stream`` (its ``spec.osVersion``) or of the default
+    stream; an absent or empty engineVersion takes the newest supported major of that tip. ``target`` a
+    revision: a running database moving onto it (a repave), whose major cannot be defaulted: an absent one
+    is ``unset``.
 
     Returns ``requested_major``'s fields plus ``revision``, ``stream`` (the revision checked against),
     ``supported`` (its majors not past EOL) and ``defaulted``. ``problem`` is None when the major may
@@ -534,7 +587,7 @@ def check_engine_version(doc, requested=None, today=None, eol_table=None, target
             raise CatalogError("revision %s is not in the catalog" % target)
         stream, tip, image = doc["images"][target]["os_version"], target, doc["images"][target]
     else:
-        stream, tip, image = default_tip(doc)
+        stream, tip, image = default_tip(doc, stream)
     day = eol.parse_today(today)
     found = requested_major(requested, day, eol_table)
     found.update(
@@ -561,17 +614,17 @@ def check_engine_version(doc, requested=None, today=None, eol_table=None, target
     return found
 
 
-def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
+def resolve_engine_version(doc, requested=None, today=None, eol_table=None, stream=None):
     """The PG major a new database gets (``check_engine_version`` decides): empty -> the newest
     supported major of the default stream's tip; a major not in that tip, or past its EOL, is refused
     with the supported list."""
-    found = check_engine_version(doc, requested, today, eol_table)
+    found = check_engine_version(doc, requested, today, eol_table, stream=stream)
     problem, major, listing = found["problem"], found["major"], ", ".join(found["supported"]) or "none"
     if problem is None:
         return major
     if problem == NONE_SUPPORTED:
         raise CatalogError(
-            "no supported PostgreSQL major in %s (default stream %s): every major it carries is past "
+            "no supported PostgreSQL major in %s (OS stream %s): every major it carries is past "
             "end of life" % (found["revision"], found["stream"])
         )
     if problem == MALFORMED and found["detail"]:
@@ -583,7 +636,7 @@ def resolve_engine_version(doc, requested=None, today=None, eol_table=None):
         )
     if problem == NOT_CARRIED:
         raise CatalogError(
-            "engineVersion %s is not in revision %s (default stream %s); supported: %s"
+            "engineVersion %s is not in revision %s (OS stream %s); supported: %s"
             % (major, found["revision"], found["stream"], listing)
         )
     if problem == NO_EOL_DATE:
@@ -619,20 +672,52 @@ def manifest_spec(definition):
     return spec
 
 
-def dbinstance_spec(doc, spec, today=None, eol_table=None):
-    """A DBInstance ``spec`` as it may be applied: ``(new spec, engine version, defaulted)``.
+OS_VERSION = "osVersion"
+# The spec fields the collection reads; a key a letter or two away from one of them is a misspelling that
+# would otherwise silently mean "not set" (the operator's schema keeps unknown fields).
+SPEC_FIELDS = (ENGINE_VERSION, OS_VERSION)
 
-    The one engineVersion rule (``resolve_engine_version``) decides: absent or empty takes the newest
-    supported major of the default stream's tip, and a major not in that tip or past its EOL is refused.
-    The spec given is not changed; the copy returned carries the resolved ``engineVersion``.
+
+def misspelt_spec_fields(spec):
+    """``[(given key, the field it misspells)]``: keys of ``spec`` that are not a field the collection reads
+    but are that close to one that is not set."""
+    found = []
+    for key in spec:
+        if key in SPEC_FIELDS or not isinstance(key, str):
+            continue
+        for field in SPEC_FIELDS:
+            if field not in spec and _near(key.lower(), field.lower()):
+                found.append((key, field))
+    return found
+
+
+def _near(one, other):
+    """Whether two names are a slip of the keyboard apart (a letter or two swapped, dropped or doubled)."""
+    return difflib.SequenceMatcher(None, one, other).ratio() >= 0.8
+
+
+def dbinstance_spec(doc, spec, today=None, eol_table=None):
+    """A DBInstance ``spec`` as it may be applied: ``(new spec, engine version, defaulted, stream)``.
+
+    The one engineVersion rule (``resolve_engine_version``) decides, against the tip of the instance's own
+    ``osVersion`` when it names one, else of the default stream: absent or empty takes the newest supported
+    major of that tip, and a major not in that tip or past its EOL is refused. A key that misspells
+    ``engineVersion`` or ``osVersion`` is refused rather than read as "not set". The spec given is not
+    changed; the copy returned carries the resolved ``engineVersion``.
     """
     if not isinstance(spec, dict):
         raise CatalogError("DBInstance spec: expected a mapping, got %s" % type(spec).__name__)
+    for key, field in misspelt_spec_fields(spec):
+        raise CatalogError(
+            "spec.%s is not a DBInstance field the operator reads; it looks like %s misspelt, which would "
+            "leave %s unset; rename it to %s" % (key, field, field, field)
+        )
+    stream = inputs.version_string(spec.get(OS_VERSION), "spec.%s" % OS_VERSION)
     requested = spec.get(ENGINE_VERSION)
-    major = resolve_engine_version(doc, requested, today=today, eol_table=eol_table)
+    major = resolve_engine_version(doc, requested, today=today, eol_table=eol_table, stream=stream)
     out = copy.deepcopy(spec)
     out[ENGINE_VERSION] = major
-    return out, major, requested is None or requested == ""
+    return out, major, requested is None or requested == "", default_tip(doc, stream)[0]
 
 
 # ------------------------------------------------------------------------ validation
@@ -657,9 +742,14 @@ def smoke_test(doc, name, ref, instance, at, by):
     status = (instance or {}).get("status") or {}
     applied = status.get("appliedSpec") or {}
     engine = str(applied.get("engineVersion") or "").strip()
+    meta = (instance or {}).get("metadata") or {}
     record = {
         "revision": name,
         "dbinstance": ref,
+        # What was observed: the same object at the same resourceVersion is the same test, however often a
+        # run that lost its reply is repeated.
+        "uid": meta.get("uid"),
+        "resource_version": meta.get("resourceVersion"),
         "at": at,
         "by": by,
         "phase": status.get("phase"),
@@ -684,11 +774,24 @@ def smoke_test(doc, name, ref, instance, at, by):
     return record
 
 
+SMOKE_TEST_IDENTITY = ("dbinstance", "uid", "resource_version", "result")
+
+
+def same_smoke_test(one, other):
+    """Whether two records are one observation: the same DBInstance object, unchanged since, with the same
+    result (the time it was looked at and who looked do not make it another test)."""
+    return all(one.get(key) == other.get(key) for key in SMOKE_TEST_IDENTITY)
+
+
 def record_smoke_test(doc, record):
-    """The catalog with ``record`` added to its revision's ``smoke_tests`` (the last ten are kept)."""
+    """The catalog with ``record`` added to its revision's ``smoke_tests`` (the last ten are kept), and
+    whether it changed: a record of the observation the last one already holds is not added again."""
     doc = normalize(doc)
     entry = dict(doc["images"][record["revision"]])
-    entry[SMOKE_TESTS] = (list(entry.get(SMOKE_TESTS) or []) + [dict(record)])[-SMOKE_TESTS_KEPT:]
+    tests = list(entry.get(SMOKE_TESTS) or [])
+    if tests and record.get("uid") and same_smoke_test(tests[-1], record):
+        return doc, False
+    entry[SMOKE_TESTS] = (tests + [dict(record)])[-SMOKE_TESTS_KEPT:]
     doc["images"][record["revision"]] = entry
     return doc, True
 

@@ -29,9 +29,13 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import
 PG = "postgresql"
 OS = "ubuntu"
 
-# Values are ISO dates or "YYYY-MM" months (read as the month's last day).
+# Values are ISO dates or "YYYY-MM" months (read as the month's last day). Ended releases stay in the
+# table, so an old major or stream is refused as past its end of life rather than as unknown.
 DEFAULT_EOL_TABLE = {
     PG: {
+        "10": "2022-11-10",
+        "11": "2023-11-09",
+        "12": "2024-11-21",
         "13": "2025-11-13",
         "14": "2026-11-12",
         "15": "2027-11-11",
@@ -40,6 +44,8 @@ DEFAULT_EOL_TABLE = {
         "18": "2030-11-14",
     },
     OS: {
+        "18.04": "2023-05",
+        "20.04": "2025-05",
         "22.04": "2027-04",
         "24.04": "2029-04",
     },

@@ -22,7 +22,6 @@ import posixpath
 import re
 from urllib.parse import unquote, urlsplit
 
-from ansible.module_utils.common.text.formatters import human_to_bytes
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 
@@ -169,6 +168,9 @@ def check_concurrency(value, option="concurrency"):
 
 def part_size_bytes(value, option="part_size"):
     """A part size given as bytes or with a unit (``16M``), in bytes; zero or negative is refused."""
+    # Imported here: the export Job's program imports this file in a pod without Ansible.
+    from ansible.module_utils.common.text.formatters import human_to_bytes
+
     try:
         size = human_to_bytes(str(value).strip())
     except (TypeError, ValueError):

@@ -42,6 +42,10 @@ OS_UPDATE = "OSUpdateAvailable"
 PG_EOL = "PGVersionEOL"
 INVALID_STREAM = "InvalidOSStream"
 UNSUPPORTED_ENGINE = "UnsupportedEngineVersion"
+# A running database whose major nobody recorded: not end of life, not repavable, until it is set.
+UNKNOWN_ENGINE = "EngineVersionUnknown"
+# Where an instance keeps its major, when the view does not say (the operator's DBInstance).
+ENGINE_FIELD = "spec.engineVersion"
 BLOCKED_EOL = "RepaveBlockedPGVersionEOL"
 NOT_AVAILABLE = "NotAvailable"
 ACTION_REPAVE = "os-repave"
@@ -177,15 +181,25 @@ def engine_of(instance, doc, target, today=None, eol_table=None):
     )
 
 
+def unknown_engine(instance, engine):
+    """``(why, move)`` when the engineVersion verdict ``engine`` is that the running instance's major was
+    never recorded (which a repave, keeping the major, must know); None otherwise."""
+    if engine["problem"] != catalog.UNSET:
+        return None
+    field = instance.get("engine_field") or ENGINE_FIELD
+    return (
+        "its PostgreSQL major is unknown (%s is not set)" % field,
+        "set %s to the major it runs (such as 16); it is judged and repaved once it is known" % field,
+    )
+
+
 def _blocked_words(engine):
     """``(why, move)`` when the engineVersion verdict ``engine`` keeps a repave from keeping the major;
-    None when it does not."""
+    None when it does not (an unset major is ``unknown_engine``'s)."""
     problem, major = engine["problem"], engine["major"]
-    if problem is None:
+    if problem is None or problem == catalog.UNSET:
         return None
-    if problem == catalog.UNSET:
-        why = "its PostgreSQL major is unknown (engineVersion is not set)"
-    elif problem == catalog.MALFORMED:
+    if problem == catalog.MALFORMED:
         why = "its PostgreSQL major is unknown (%s)" % (
             engine.get("detail")
             or "engineVersion %r is set but is not a major version such as 16" % (engine["requested"],)
@@ -218,6 +232,19 @@ def check_policy(policy):
         unit = "months" if key == "migration_deadline_months" else "days"
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidValue("maintenance_policy.%s %r: expected a number of %s >= 0" % (key, value, unit))
+    forced, auto = policy.get("forced_apply_after_days"), policy.get("auto_apply_after_days")
+    if forced == 0:
+        # Forced the day a revision is offered would repave every database outside its window at once.
+        raise InvalidValue(
+            "maintenance_policy.forced_apply_after_days 0 forces every repave the day its revision is "
+            "offered, whatever the windows; give at least 1 day, and use opt_in immediate with names for "
+            "the instances to repave now"
+        )
+    if forced is not None and auto is not None and forced < auto:
+        raise InvalidValue(
+            "maintenance_policy.forced_apply_after_days %d comes before auto_apply_after_days %d; the forced "
+            "date is the last resort after the windows: give it at least %d" % (forced, auto, auto)
+        )
     policy.setdefault("migration_deadline_months", MIGRATION_MONTHS)
     return policy
 
@@ -283,7 +310,8 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
     ``Current``; ``OSUpdateAvailable`` (action ``os-repave``, dates from ``policy`` counted from the
     day the target was offered, ``catalog.available_since``); ``PGVersionEOL`` (action
     ``pg-major-migration``, never a repave: the target
-    does not carry the major or it is past EOL); ``InvalidOSStream`` (no action).
+    does not carry the major or it is past EOL); ``InvalidOSStream`` and ``EngineVersionUnknown`` (the
+    running major was never recorded; no action).
     """
     date = catalog.requested_major(instance.get("engine_version"), today, eol_table)["eol_date"]
     result = {
@@ -307,6 +335,7 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
     engine = engine_of(instance, doc, target, today, eol_table)
     major = engine["major"]
     blocked = _blocked_words(engine)
+    unknown = unknown_engine(instance, engine)
     until = " until %s" % date.isoformat() if date else ""
     if failed_at_creation(instance):
         result.update(
@@ -314,6 +343,8 @@ def drift(instance, doc, today=None, eol_table=None, policy=None):
             action=ACTION_RECREATE,
             description=_recreate(instance, target, engine),
         )
+    elif unknown:
+        result.update(verdict=UNKNOWN_ENGINE, description="%s: never repaved; %s" % unknown)
     elif blocked:
         deadline = migration_deadline(engine, target, policy)
         description = "%s: a repave cannot change the major; %s" % blocked
@@ -477,6 +508,17 @@ def held_message(entries):
     return "nothing repaved: %s" % "; ".join(parts)
 
 
+def rollout_line(applied_by, pending, next_window, check_mode):
+    """One line on a roll-out: what started each repave (or would, in check mode), what is left for later."""
+    started = ", ".join("%s (%s)" % (name, why) for name, why in sorted(applied_by.items()))
+    text = "%s: %s" % ("would start" if check_mode else "started", started or "nothing")
+    if pending:
+        text += "; still pending: %s" % ", ".join(pending)
+        if next_window:
+            text += " (next window %s)" % next_window
+    return text
+
+
 def current_apply(found, opt_in, window, now):
     """RDS's CurrentApplyDate of a pending OS repave (``found`` is ``drift``'s answer), UTC ISO 8601 or
     None, from the recorded ``opt_in`` and the instance's ``window`` (``apply_decision``)."""
@@ -532,7 +574,9 @@ def operator_disagreement(verdict, operator_conditions):
             said[kind] = status == "true"
     if not said:
         return None
-    expected = _EXPECTED[verdict]
+    expected = _EXPECTED.get(verdict)
+    if expected is None:  # nothing this catalog can judge: nothing to disagree with
+        return None
     # A condition the operator does not set while it sets the other one means False.
     if all(said.get(kind, False) == want for kind, want in expected.items()):
         return None
@@ -554,7 +598,11 @@ def preflight(instance, doc, target, today=None, eol_table=None):
     validated), ``RepaveBlockedPGVersionEOL`` (the target does not carry the engineVersion, or the major
     is past EOL), ``NotAvailable`` (phase is not Available), in that order. ``target`` None: the tip."""
     target = target_of(instance, doc, target["revision"] if target else None)
-    blocked = _blocked_words(engine_of(instance, doc, target, today, eol_table))
+    engine = engine_of(instance, doc, target, today, eol_table)
+    unknown = unknown_engine(instance, engine)
+    if unknown:
+        raise _refused(instance, UNKNOWN_ENGINE, unknown[0], unknown[1])
+    blocked = _blocked_words(engine)
     if blocked:
         raise _refused(
             instance, BLOCKED_EOL, "%s and a repave cannot change the major" % blocked[0], blocked[1]

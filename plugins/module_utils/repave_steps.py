@@ -103,6 +103,7 @@ def instance_view(vm, vmi, claims, os_volume, data_volume):
         "revision": None if target else notes.get(REVISION),
         "applied_revision": notes.get(REVISION),
         "engine_version": notes.get(ENGINE),
+        "engine_field": "annotation %s" % ENGINE,
         "os_stream": notes.get(STREAM) or None,
         "phase": phase,
         "available": available,

@@ -412,9 +412,10 @@ def rollback_previous(state):
 
 
 def worker_users(golden_dv, observed, pools, pool_golden):
-    """Who uses the worker golden ``golden_dv``: the disks and claims made from it
-    (``worker.delete_consumers``'s records, passed in ``observed``), and the pools declared in the catalog
-    that name it (``pools``; ``pool_golden(pool)`` gives the golden a pool clones), whatever their size."""
+    """Who uses the worker golden ``golden_dv``: the disks and claims made from it, claims whose DataVolume
+    is gone included (``worker.delete_consumers``'s records, passed in ``observed``), and the pools declared
+    in the catalog that name it (``pools``; ``pool_golden(pool)`` gives the golden a pool clones), whatever
+    their size."""
     name = kinds.name(golden_dv)
     found = list(observed)
     for pool in pools or []:

@@ -42,9 +42,16 @@ SCHEMATIC_ANNOTATION = "kubernetes-worker-image.cozystack.io/schematic-id"
 VERSION_ANNOTATION = "kubernetes-worker-image.cozystack.io/talos-version"
 GOLDEN_ANNOTATION = "kubernetes-worker-image.cozystack.io/golden"
 POOL_ANNOTATION = "kubernetes-worker-image.cozystack.io/pool"
+# The tenant cluster a worker disk belongs to: two clusters in one namespace may both have a pool md0.
+CLUSTER_ANNOTATION = "kubernetes-worker-image.cozystack.io/cluster"
+# The chart names a pool's disks disk-system-<cluster>-<pool>-<machine>.
+DISK_PREFIX = "disk-system-"
 CLONE_TYPE_ANNOTATION = "cdi.kubevirt.io/cloneType"
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 BETA_DEFAULT_CLASS = "storageclass.beta.kubernetes.io/is-default-class"
+# CDI's own default for VM disks, preferred over the cluster default for content type kubevirt.
+VIRT_DEFAULT_CLASS = "storageclass.kubevirt.io/is-default-virt-class"
+VM_CONTENT = "kubevirt"
 
 SCHEMATIC_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 VERSION_PATTERN = r"^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?$"
@@ -363,31 +370,96 @@ def is_golden(dv):
     return bool(notes.get(SCHEMATIC_ANNOTATION) and notes.get(VERSION_ANNOTATION))
 
 
-def clones_of(golden_namespace, name, datavolumes):
-    """The DataVolumes that clone the golden: by their golden annotation or by ``source.pvc``."""
+def worker_disks(datavolumes, pvcs=()):
+    """Every disk a worker query reads: each DataVolume, and each claim that has no DataVolume of its name in
+    its namespace (CDI garbage-collected it, or the disk was made outside the chart). A claim CDI made for a
+    DataVolume carries the DataVolume's annotations, so it is read once, through its DataVolume."""
+    made = {(kinds.namespace(dv), kinds.name(dv)) for dv in datavolumes or ()}
+    claims = [p for p in pvcs or () if (kinds.namespace(p), kinds.name(p)) not in made]
+    return list(datavolumes or ()) + claims
+
+
+def clones_of(golden_namespace, name, disks):
+    """The worker disks (``worker_disks``) that clone the golden: by their golden annotation, or a
+    DataVolume by ``source.pvc``; the golden's own DataVolume and claim left out."""
     found = []
-    for dv in datavolumes:
-        pvc = (kinds.spec(dv).get("source") or {}).get("pvc") or {}
+    for disk in disks:
+        pvc = (kinds.spec(disk).get("source") or {}).get("pvc") or {}
         by_source = (
-            pvc.get("name") == name and (pvc.get("namespace") or kinds.namespace(dv)) == golden_namespace
+            pvc.get("name") == name and (pvc.get("namespace") or kinds.namespace(disk)) == golden_namespace
         )
-        by_note = kinds.annotations(dv).get(GOLDEN_ANNOTATION) == name
+        by_note = kinds.annotations(disk).get(GOLDEN_ANNOTATION) == name
         if (by_source or by_note) and not (
-            kinds.namespace(dv) == golden_namespace and kinds.name(dv) == name
+            kinds.namespace(disk) == golden_namespace and kinds.name(disk) == name
         ):
-            found.append(dv)
+            found.append(disk)
     return found
 
 
-def consumers(golden_namespace, name, datavolumes):
-    """``{"disks": [ns/name...], "pools": [ns/pool...]}`` of the DataVolumes that clone the golden."""
-    disks, pools = [], set()
-    for dv in clones_of(golden_namespace, name, datavolumes):
-        disks.append(kinds.ref(dv))
-        pool = kinds.annotations(dv).get(POOL_ANNOTATION)
-        if pool:
-            pools.add("%s/%s" % (kinds.namespace(dv), pool))
-    return {"disks": sorted(disks), "pools": sorted(pools)}
+def disk_pool(disk):
+    """``namespace/pool``, or ``namespace/cluster/pool`` when the disk's cluster is known, of a worker disk;
+    None for a disk no pool annotation names."""
+    pool = kinds.annotations(disk).get(POOL_ANNOTATION)
+    if not pool:
+        return None
+    cluster = disk_cluster(disk, pool)
+    parts = [kinds.namespace(disk)] + ([cluster] if cluster else []) + [pool]
+    return "/".join(parts)
+
+
+def disk_cluster(disk, pool):
+    """The tenant cluster of a worker disk of ``pool``: its cluster annotation, else the one its name says
+    (the chart names a pool's disks ``disk-system-<cluster>-<pool>-...``); None when neither tells."""
+    noted = kinds.annotations(disk).get(CLUSTER_ANNOTATION)
+    if noted:
+        return noted
+    name = kinds.name(disk) or ""
+    if not name.startswith(DISK_PREFIX):
+        return None
+    rest = name[len(DISK_PREFIX) :]
+    cut = rest.rfind("-%s-" % pool)
+    if cut <= 0 and rest.endswith("-%s" % pool):
+        cut = len(rest) - len(pool) - 1
+    return rest[:cut] if cut > 0 else None
+
+
+def consumers(golden_namespace, name, disks):
+    """``{"disks": [ns/name...], "pools": [ns/[cluster/]pool...]}`` of the worker disks cloning the golden."""
+    found = clones_of(golden_namespace, name, disks)
+    pools = {disk_pool(d) for d in found} - {None}
+    return {"disks": sorted(kinds.ref(d) for d in found), "pools": sorted(pools)}
+
+
+def orphans(golden_namespace, disks, existing):
+    """The worker disks annotated with a golden of ``golden_namespace`` that no longer exists (neither its
+    DataVolume nor its claim is in ``existing``, the names there): they still say what they were cloned
+    from, which a report must keep answering after the golden is gone."""
+    found = []
+    for disk in disks:
+        golden = kinds.annotations(disk).get(GOLDEN_ANNOTATION)
+        pvc = (kinds.spec(disk).get("source") or {}).get("pvc") or {}
+        if not golden or (pvc.get("namespace") or golden_namespace) != golden_namespace:
+            continue
+        if golden in existing or kinds.terminating(disk):
+            continue
+        found.append(
+            {
+                "kind": disk_kind(disk),
+                "namespace": kinds.namespace(disk),
+                "name": kinds.name(disk),
+                "golden": golden,
+                "pool": disk_pool(disk),
+            }
+        )
+    return sorted(found, key=lambda o: (o["golden"], o["namespace"], o["name"]))
+
+
+def disk_kind(disk):
+    """``DataVolume`` or ``PersistentVolumeClaim`` (a worker disk whose DataVolume is gone)."""
+    spec = kinds.spec(disk)
+    return disk.get("kind") or (
+        "DataVolume" if "source" in spec or "sourceRef" in spec else "PersistentVolumeClaim"
+    )
 
 
 def progress_percent(dv):
@@ -408,9 +480,10 @@ def importer_reason(dv):
     return "no reason reported"
 
 
-def golden_summary(dv, pvc, datavolumes, golden_namespace=NAMESPACE):
+def golden_summary(dv, pvc, disks, golden_namespace=NAMESPACE):
+    """A golden as ``state=info`` reports it; ``disks``: ``worker_disks`` of every namespace."""
     state = kinds.status(dv)
-    who = consumers(golden_namespace, kinds.name(dv), datavolumes)
+    who = consumers(golden_namespace, kinds.name(dv), disks)
     return {
         "name": kinds.name(dv),
         "namespace": kinds.namespace(dv),
@@ -449,24 +522,36 @@ def delete_consumers(golden, observed):
     """Who uses the golden DataVolume ``golden`` (as read): the collection's reference query of its claim
     (``consumers.delete_consumers``: pods and VMs mounting it; claims, DataVolumes, VM
     dataVolumeTemplates and snapshots made from it, in any namespace; its own importer pods left out),
-    and the worker disks whose golden annotation names it. ``observed``: ``consumers.volume_plan``'s."""
+    and the worker disks whose golden annotation names it, DataVolumes and claims whose DataVolume is gone
+    (``worker_disks``). ``observed``: ``consumers.volume_plan``'s."""
     namespace, name = kinds.namespace(golden), kinds.name(golden)
     found, _taken = who_uses.delete_consumers(golden, observed)
     seen = {(c["kind"], c["namespace"], c["name"]) for c in found}
-    for dv in clones_of(namespace, name, observed.get("datavolumes") or []):
-        if ("DataVolume", kinds.namespace(dv), kinds.name(dv)) in seen or kinds.terminating(dv):
+    for disk in clones_of(namespace, name, observed_disks(observed)):
+        kind = disk_kind(disk)
+        if (kind, kinds.namespace(disk), kinds.name(disk)) in seen or kinds.terminating(disk):
             continue
-        pool = kinds.annotations(dv).get(POOL_ANNOTATION)
+        pool = disk_pool(disk)
+        pool = pool.split("/", 1)[1] if pool else None
         found.append(
             who_uses.consumer(
-                "DataVolume",
-                kinds.namespace(dv),
-                kinds.name(dv),
-                "is a worker disk%s made from it (annotation %s)"
-                % (" of pool %s" % pool if pool else "", GOLDEN_ANNOTATION),
+                kind,
+                kinds.namespace(disk),
+                kinds.name(disk),
+                "is a worker disk%s made from it (annotation %s%s)"
+                % (
+                    " of pool %s" % pool if pool else "",
+                    GOLDEN_ANNOTATION,
+                    "; a claim whose DataVolume is gone" if kind != "DataVolume" else "",
+                ),
             )
         )
     return found
+
+
+def observed_disks(observed):
+    """``worker_disks`` of an observation (``consumers.volume_plan``'s: claims and DataVolumes)."""
+    return worker_disks(observed.get("datavolumes") or [], observed.get("pvcs") or [])
 
 
 def refuse_delete_in_use(golden, observed, pools=()):
@@ -479,9 +564,7 @@ def refuse_delete_in_use(golden, observed, pools=()):
         found,
         "move those pools to another golden (or remove their osImage) and let their disks be replaced, "
         "then delete it",
-        pools=consumers(kinds.namespace(golden), kinds.name(golden), observed.get("datavolumes") or [])[
-            "pools"
-        ],
+        pools=consumers(kinds.namespace(golden), kinds.name(golden), observed_disks(observed))["pools"],
     )
     if refusal is not None:
         raise refusal
@@ -489,6 +572,22 @@ def refuse_delete_in_use(golden, observed, pools=()):
 
 def _pool_golden(raw):
     return pool_request(raw)["golden"]
+
+
+def refuse_missing_namespace(namespace, found, to_create):
+    """Goldens to create need their namespace: a run would fail at the first create, so check mode must not
+    promise it either."""
+    if to_create and (found is None or kinds.terminating(found)):
+        raise Refusal(
+            "namespace %s" % namespace,
+            "it %s, so the goldens %s cannot be created in it"
+            % (
+                "does not exist" if found is None else "is being deleted",
+                ", ".join(kinds.name(dv) for dv in to_create),
+            ),
+            "create the namespace first (Cozystack makes %s with the platform), or give the namespace the "
+            "goldens belong in" % NAMESPACE,
+        )
 
 
 def refuse_not_golden(namespace, name, dv):
@@ -505,18 +604,39 @@ def refuse_not_golden(namespace, name, dv):
 # Storage classes ------------------------------------------------------------------------------------
 
 
-def _is_default(sc):
+def _annotated(sc, marks):
     notes = kinds.annotations(sc)
-    return notes.get(DEFAULT_CLASS) == "true" or notes.get(BETA_DEFAULT_CLASS) == "true"
+    return any(notes.get(mark) == "true" for mark in marks)
 
 
-def default_class(storage_classes):
-    """The cluster default: annotated (GA or beta annotation), the newest by creationTimestamp."""
-    defaults = [sc for sc in storage_classes or () if _is_default(sc)]
-    if not defaults:
+def _newest(classes):
+    """CDI's pick of several annotated classes: the newest by creationTimestamp, then the first by name."""
+    if not classes:
         return None
-    newest = max(defaults, key=lambda sc: (kinds.meta(sc).get("creationTimestamp") or "", kinds.name(sc)))
-    return kinds.name(newest)
+    newest = max(kinds.meta(sc).get("creationTimestamp") or "" for sc in classes)
+    return min(kinds.name(sc) for sc in classes if (kinds.meta(sc).get("creationTimestamp") or "") == newest)
+
+
+def resolve_default_class(storage_classes, content_type=VM_CONTENT):
+    """``(class, where it came from)`` CDI gives a DataVolume whose ``spec.storage`` names no class.
+
+    For VM disk content (``kubevirt``, a DataVolume's default content type) CDI prefers the class annotated
+    ``storageclass.kubevirt.io/is-default-virt-class``; otherwise (and for ``archive``) the cluster default,
+    annotated ``storageclass.kubernetes.io/is-default-class`` or its beta form. Of several, the newest
+    wins. ``(None, None)`` when neither exists.
+    """
+    classes = list(storage_classes or ())
+    if (content_type or VM_CONTENT) == VM_CONTENT:
+        virt = _newest([sc for sc in classes if _annotated(sc, (VIRT_DEFAULT_CLASS,))])
+        if virt:
+            return virt, "the default virt StorageClass"
+    plain = _newest([sc for sc in classes if _annotated(sc, (DEFAULT_CLASS, BETA_DEFAULT_CLASS))])
+    return (plain, "the cluster default StorageClass") if plain else (None, None)
+
+
+def default_class(storage_classes, content_type=VM_CONTENT):
+    """The class CDI resolves an empty one of a DataVolume to (``resolve_default_class``), or None."""
+    return resolve_default_class(storage_classes, content_type)[0]
 
 
 def claim_class(pvc):
@@ -531,12 +651,12 @@ def golden_class(golden, golden_pvc, default):
     return claim_class(golden_pvc) or _storage(golden).get("storageClassName") or default
 
 
-def pool_class(pool, disk_pvcs, default):
+def pool_class(pool, disk_pvcs, default, default_source="the cluster default StorageClass"):
     """``(class, where it came from)`` of a pool.
 
-    A class the pool names is the class. An empty one is the cluster default, except for a pool that
-    has cloned already: its bound disks say where it is, so moving the cluster default later does not
-    change the answer.
+    A class the pool names is the class. An empty one is ``default``, the class CDI resolves it to
+    (``resolve_default_class``), except for a pool that has cloned already: its bound disks say where it
+    is, so moving a default later does not change the answer.
     """
     if pool.get("storageClass"):
         return pool["storageClass"], "the pool's storageClass"
@@ -549,7 +669,13 @@ def pool_class(pool, disk_pvcs, default):
             "its bound disks are on several StorageClasses (%s) and the pool names none" % ", ".join(bound),
             "set the pool's storageClass to the class its disks should be on",
         )
-    return default, "the cluster default StorageClass"
+    return default, default_source
+
+
+def pool_claims(pool, datavolumes, pvcs):
+    """The claims of the pool's disks (``pool_disks`` of ``worker_disks``): where their class is read."""
+    names = {kinds.name(d) for d in pool_disks(pool, worker_disks(datavolumes, pvcs))}
+    return [p for p in pvcs or () if kinds.namespace(p) == pool["namespace"] and kinds.name(p) in names]
 
 
 def refuse_unresolved(pool, pool_cls, gold_cls, golden_ref):
@@ -557,8 +683,9 @@ def refuse_unresolved(pool, pool_cls, gold_cls, golden_ref):
         side = "the pool" if not pool_cls else "the golden %s" % golden_ref
         raise Refusal(
             pool_subject(pool),
-            "%s has an empty StorageClass, which means the cluster default, and the cluster has no default "
-            "StorageClass (none is annotated %s)" % (side, DEFAULT_CLASS),
+            "%s has an empty StorageClass, which CDI resolves to the default virt StorageClass, else the "
+            "cluster default, and the cluster has neither (no StorageClass is annotated %s or %s)"
+            % (side, VIRT_DEFAULT_CLASS, DEFAULT_CLASS),
             "set storageClass explicitly on the pool and on the catalog entry",
         )
 
@@ -669,47 +796,108 @@ def refuse_clone_forbidden(pool, review_status, golden_namespace):
 
 
 def pool_subject(pool):
-    return "pool %s/%s" % ((pool or {}).get("namespace"), (pool or {}).get("name"))
+    pool = pool or {}
+    cluster = "%s/" % pool["cluster"] if pool.get("cluster") else ""
+    return "pool %s/%s%s" % (pool.get("namespace"), cluster, pool.get("name"))
+
+
+def _talos_field(pool, builtin, field, subject):
+    """A field of ``osImage.builtin``, else of the pool's Talos settings (``talos``), which it inherits."""
+    value = builtin.get(field) if builtin.get(field) is not None else (pool.get("talos") or {}).get(field)
+    if value is None:
+        raise Refusal(
+            subject,
+            "osImage.builtin gives no %s and the pool's Talos settings (talos.%s) give none to inherit"
+            % (field, field),
+            "give talos.%s (the pool's Talos settings, which osImage.builtin inherits) or osImage.builtin.%s"
+            % (field, field),
+        )
+    return value
 
 
 def pool_request(raw):
-    """The pool, validated: its (schematicID, version) follow the catalog's patterns."""
+    """The pool, validated: its (schematicID, version) follow the catalog's patterns.
+
+    ``osImage.builtin`` clones the golden of its (schematicID, version), each inherited from the pool's Talos
+    settings (``talos``) when it leaves it out (``builtin: {}`` inherits both). Without ``osImage`` the disk
+    imports over HTTP: ``imageURL`` when given, else the factory image of the pool's Talos settings.
+    """
     pool = dict(raw or {})
     subject = pool_subject(pool)
     for key in ("name", "namespace"):
         if not pool.get(key):
             raise Refusal(subject, "pool.%s is required" % key, "give the pool's name and namespace")
+    pool["cluster"] = pool.get("cluster") or None
     pool["diskSize"] = str(pool.get("diskSize") or DISK_SIZE)
     quantity_bytes(pool["diskSize"], "%s diskSize" % subject)
     pool["storageClass"] = pool.get("storageClass") or ""
-    builtin = (pool.get("osImage") or {}).get("builtin")
-    if pool.get("osImage") and not builtin:
+    os_image = pool.get("osImage")
+    if os_image and (not isinstance(os_image, dict) or "builtin" not in os_image):
         raise Refusal(
             subject, "osImage has no builtin {schematicID, version}", "give osImage.builtin or drop osImage"
         )
-    if builtin:
-        check_schematic(builtin.get("schematicID"), "%s osImage.builtin" % subject)
-        check_version(builtin.get("version"), "%s osImage.builtin" % subject)
-        pool["golden"] = golden_name(builtin["schematicID"], builtin["version"])
-    else:
-        pool["golden"] = None
-        if not pool.get("imageURL"):
-            raise Refusal(
-                subject,
-                "it has no osImage and no imageURL, so there is nothing for its disk to import",
-                "give osImage.builtin to clone a golden, or imageURL for the HTTP import",
-            )
-        redact.refuse_credentials(
-            pool["imageURL"],
-            "%s imageURL" % subject,
-            "give an image URL the worker disks may read without credentials, or osImage.builtin to clone a "
-            "golden of the catalog",
+    talos = pool.get("talos") or {}
+    if os_image:
+        builtin = os_image.get("builtin") or {}
+        where = "%s osImage.builtin" % subject
+        schematic = check_schematic(_talos_field(pool, builtin, "schematicID", subject), where)
+        version = check_version(_talos_field(pool, builtin, "version", subject), where)
+        pool["golden"] = golden_name(schematic, version)
+        return pool
+    pool["golden"] = None
+    if not pool.get("imageURL") and (talos.get("schematicID") or talos.get("version")):
+        where = "%s talos" % subject
+        pool["imageURL"] = image_url(
+            check_factory(talos.get("imageFactoryURL") or FACTORY, where),
+            check_schematic(talos.get("schematicID"), where),
+            check_version(talos.get("version"), where),
         )
+    if not pool.get("imageURL"):
+        raise Refusal(
+            subject,
+            "it has no osImage, no imageURL and no Talos settings, so there is nothing for its disk to "
+            "import",
+            "give osImage.builtin to clone a golden, or talos {schematicID, version} (or imageURL) for the "
+            "HTTP import",
+        )
+    redact.refuse_credentials(
+        pool["imageURL"],
+        "%s imageURL" % subject,
+        "give an image URL the worker disks may read without credentials, or osImage.builtin to clone a "
+        "golden of the catalog",
+    )
     return pool
 
 
 def disk_name(pool):
+    """The pool's disk: ``disk-system-<cluster>-<pool>`` as the chart names it, ``<pool>-disk-system``
+    for a pool given without its cluster."""
+    if pool.get("cluster"):
+        return "%s%s-%s" % (DISK_PREFIX, pool["cluster"], pool["name"])
     return "%s-disk-system" % pool["name"]
+
+
+def pool_disks(pool, disks):
+    """The worker disks (``worker_disks``) of ``pool``: its pool annotation, and, for a pool given with its
+    cluster, that cluster (``disk_cluster``). A pool given without one whose disks belong to several
+    clusters of its namespace is refused: their classes would be read as one pool's."""
+    mine = [
+        d
+        for d in disks
+        if kinds.namespace(d) == pool["namespace"]
+        and kinds.annotations(d).get(POOL_ANNOTATION) == pool["name"]
+    ]
+    if pool.get("cluster"):
+        return [d for d in mine if disk_cluster(d, pool["name"]) == pool["cluster"]]
+    clusters = sorted({disk_cluster(d, pool["name"]) for d in mine} - {None})
+    if len(clusters) > 1:
+        raise Refusal(
+            pool_subject(pool),
+            "the disks of pool %s in namespace %s belong to the clusters %s, and the pool names none"
+            % (pool["name"], pool["namespace"], ", ".join(clusters)),
+            "give pool.cluster, the tenant cluster the pool belongs to",
+        )
+    return mine
 
 
 def render_http_disk(pool):
@@ -728,9 +916,12 @@ def render_http_disk(pool):
 
 def render_clone_disk(pool, golden_namespace, resolved_class):
     """The worker disk cloned from its golden, on the class the guard checked (written, not left empty)."""
+    notes = {GOLDEN_ANNOTATION: pool["golden"], POOL_ANNOTATION: pool["name"]}
+    if pool.get("cluster"):
+        notes[CLUSTER_ANNOTATION] = pool["cluster"]
     return _disk_volume(
         pool,
-        {GOLDEN_ANNOTATION: pool["golden"], POOL_ANNOTATION: pool["name"]},
+        notes,
         {
             "source": {"pvc": {"namespace": golden_namespace, "name": pool["golden"]}},
             "storage": {

@@ -23,6 +23,8 @@ description:
     Longhorn C(BackingImage) (the disks whose copy is C(ready) in C(status.diskFileStatusMap), and
     C(spec.minNumberOfCopies)), and names each one holding fewer copies than there are schedulable Nodes,
     with the supported remedies in order (RV(short)). A revision short of copies is reported, not refused.
+    Its first remedy mends the image in use (Longhorn's minimum copies of its backing image raised to the
+    nodes); a class used only for baked images comes next, for the revisions still to come.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -102,7 +104,7 @@ line:
   description: One line over the published revisions' copies against the nodes.
   returned: when O(catalog) is given
   type: str
-  sample: "4 nodes; v20261129 holds 3 of 4; short: v20261129; first remedy: create a Longhorn StorageClass"
+  sample: "4 nodes; v20261129 holds 3 of 4; short: v20261129; first remedy: raise Longhorn's minimum copies"
 """
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import (

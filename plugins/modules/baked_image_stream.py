@@ -40,7 +40,11 @@ description:
     the result and why it failed) is kept in the revision's catalog entry (C(smoke_tests)), whatever the
     result; a failed test then refuses O(validated=true) in the same task. The build never validates; run
     this after the test instance is up, in its own run.
-  - Concurrent writers are safe (resourceVersion, retried on a conflict).
+  - A smoke test is one observation of one object, identified by the instance's uid and resourceVersion
+    and the result, so running the task again while the instance is unchanged (after a lost reply, say)
+    records nothing new and reports no change.
+  - Concurrent writers are safe (resourceVersion, retried on a conflict). A write whose reply was lost after
+    the server committed it is read back, and counts as done when the catalog holds what was sent.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -61,6 +65,13 @@ options:
       - V(true) makes this stream the default OS stream. V(false) is refused for the current default (make
         another stream the default instead) and changes nothing otherwise.
     type: bool
+  rollback:
+    description:
+      - V(true) lets O(revision) be older than the stream's tip (a tip moved back after a bad image). Without
+        it such a move is refused, since every instance on the newer tip would be offered a repave to the
+        older image. The sign-off belongs to a revision, so the older one needs O(validated) again.
+    type: bool
+    default: false
   smoke_test:
     description:
       - The test DBInstance provisioned from the revision (O(revision), else the stream's tip), read now and
@@ -156,11 +167,13 @@ catalog:
   returned: success, and with that refusal
   type: dict
 smoke_test:
-  description: The smoke test recorded by this task (C(revision), C(dbinstance), C(at), C(by), C(phase),
-    C(engine_version), C(result) V(passed) or V(failed), C(reason)).
+  description: The smoke test observed by this task (C(revision), C(dbinstance), C(uid), C(resource_version),
+    C(at), C(by), C(phase), C(engine_version), C(result) V(passed) or V(failed), C(reason)); recorded unless
+    the last record of the revision is the same observation.
   returned: when O(smoke_test) is given
   type: dict
-  sample: {revision: v20261201-2404, dbinstance: dbaas-smoke/smoke-v20261201-2404, at: "2026-12-02T10:04:11Z",
+  sample: {revision: v20261201-2404, dbinstance: dbaas-smoke/smoke-v20261201-2404, uid: 0b3f5c1e-8d2a-4f7e,
+           resource_version: "48213", at: "2026-12-02T10:04:11Z",
            by: ops, phase: Available, engine_version: "17", result: passed, reason: null}
 stranded:
   description:
@@ -200,6 +213,7 @@ def argument_spec():
         revision=dict(type="str"),
         validated=dict(type="bool"),
         default=dict(type="bool"),
+        rollback=dict(type="bool", default=False),
         catalog=catalog_options(required=True),
         smoke_test=dict(
             type="dict",
@@ -305,6 +319,7 @@ def run(module):
             default=p["default"],
             imported=imported,
             missing=missing,
+            rollback=p["rollback"],
         )
         # After the rules on the image itself, which say more: the facts read from its bytes, then the
         # evidence of a smoke test.
@@ -328,7 +343,7 @@ def run(module):
         raise written_first(module, store, exc, name, first) from None
     if first and first[2]:
         before, changed = first[0], True
-    if tested is not None:
+    if tested is not None and first_test[2]:
         before, changed = first_test[0], True
     result = {
         "changed": changed,

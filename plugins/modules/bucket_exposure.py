@@ -218,13 +218,15 @@ import os
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3, exposure, inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_message
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    s3_arg_spec,
-    s3_module,
     anonymous_client,
     canary_answers,
     check_endpoint,
     read_controls,
     has_credentials,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+    s3_arg_spec,
+    s3_module,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module

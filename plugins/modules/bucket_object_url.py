@@ -169,12 +169,14 @@ import datetime
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    s3_arg_spec,
-    s3_module,
     S3Error,
     check_endpoint,
     error_code,
     s3_client,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+    s3_arg_spec,
+    s3_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
@@ -218,8 +220,14 @@ def run(module):
     exposure.check_expiry(p["expiry"])
     exposure.check_signing_keys(p.get("access_key"), p.get("secret_key"), bucket, key)
     check_endpoint(p.get("endpoint_url"))
-    credentials = {name: p.get(name) for name in ("access_key", "secret_key", "session_token", "region")}
-    tls = {"validate_certs": p["validate_certs"], "ca_bundle": p.get("ca_bundle")}
+    credentials = {
+        name: p.get(name) for name in ("access_key", "secret_key", "session_token", "region", "profile")
+    }
+    tls = {
+        "validate_certs": p["validate_certs"],
+        "ca_bundle": p.get("ca_bundle"),
+        "aws_config": p.get("aws_config"),
+    }
     result = {"changed": False, "bucket": bucket, "key": key, "endpoint": endpoint}
     if p["check_object"]:
         reader = s3_client(endpoint_url=p.get("endpoint_url") or endpoint, **dict(credentials, **tls))

@@ -21,7 +21,9 @@ description:
     (the stream is not in the catalog or not validated); V(UnsupportedEngineVersion) (action C(recreate): the
     operator refused to create it, status reason C(UnsupportedEngineVersion), and it never ran a revision, so
     there is no data to pg_dump: delete it and create it with a supported engineVersion; a roll-out skips
-    it)."
+    it); V(EngineVersionUnknown) (no action: the running instance's major was never recorded, in
+    C(spec.engineVersion) or, in direct mode, the VM's C(goldenimage.pipeline/engine-version) annotation; it
+    is neither end of life nor repaved until that is set)."
   - Like RDS describe-pending-maintenance-actions, each entry carries its action, its opt-in status, with
     O(maintenance_policy) an auto-apply-after and a forced-apply date counted from the day the target was
     offered, the date the repave is applied as things stand (RV(instances[].current_apply)) and a description.
@@ -31,9 +33,10 @@ description:
   - O(state=report) lists the scope with one LIST and reads the catalog once, whatever the number of
     instances, and never changes anything.
   - O(state=repaved) with O(strategy=operator) refuses, before writing anything, every instance whose
-    stream is not validated (C(InvalidOSStream)), whose target does not carry its major or whose major is
-    past end of life (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a
-    refused instance gets no annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
+    stream is not validated (C(InvalidOSStream)), whose major was never recorded (C(EngineVersionUnknown)),
+    whose target does not carry its major or whose major is past end of life
+    (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a refused instance gets no
+    annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
     and waits until the operator reports phase C(Available), C(status.appliedSpec.imageRevision) equals the
     target and the annotation is cleared.
   - "Disruption only by intent: a repave starts only for an instance O(names) lists with O(opt_in=immediate),
@@ -266,7 +269,12 @@ options:
             a revision validated today whose name carries an old date is offered from today.
         type: int
       forced_apply_after_days:
-        description: Days after the target was offered by which the repave is applied whatever the opt-in.
+        description:
+          - Days after the target was offered by which the repave is applied whatever the opt-in and the
+            window.
+          - At least 1, and not before O(maintenance_policy.auto_apply_after_days); V(0) would force every
+            repave the day a revision is offered and is refused (O(opt_in=immediate) with O(names) is the
+            move for instances to repave now).
         type: int
       migration_deadline_months:
         description:
@@ -461,8 +469,8 @@ instances:
       sample: v20260815
     verdict:
       description:
-        - V(Current), V(OSUpdateAvailable), V(PGVersionEOL), V(UnsupportedEngineVersion) or
-          V(InvalidOSStream).
+        - V(Current), V(OSUpdateAvailable), V(PGVersionEOL), V(UnsupportedEngineVersion),
+          V(EngineVersionUnknown) or V(InvalidOSStream).
       type: str
     action:
       description: V(os-repave), V(pg-major-migration), V(recreate) or null.
@@ -543,7 +551,8 @@ instances:
       type: str
     reason:
       description:
-        - The refusal rule (V(InvalidOSStream), V(RepaveBlockedPGVersionEOL), V(NotAvailable); in direct
+        - The refusal rule (V(InvalidOSStream), V(EngineVersionUnknown), V(RepaveBlockedPGVersionEOL),
+          V(NotAvailable); in direct
           mode V(NotAnOSDisk)), or V(UnsupportedEngineVersion) for a skipped instance.
       type: str
       returned: when refused or skipped
@@ -614,6 +623,14 @@ missing:
   returned: always
   type: list
   elements: str
+started:
+  description:
+    - One line on what started each repave (in check mode, would start it) and what is still pending, with
+      the next window.
+  returned: with state repaved
+  type: str
+  sample: "started: orders-db (forced-apply), billing-db (next-maintenance); still pending: ledger-db
+    (next window 2026-08-30T23:00:00Z)"
 batches:
   description: The roll-out plan, lists of instance names in order; instances already repaving lead the first.
   returned: with state repaved
@@ -889,6 +906,12 @@ class Repave:
             held = repave.held_message(self.entries)
             if held and not self.result["intent"]["applied_by"] and not self.result.get("resumes"):
                 self.result["msg"] = held
+            self.result["started"] = repave.rollout_line(
+                self.result["intent"]["applied_by"],
+                self.result.get("pending") or [],
+                self.result.get("next_window"),
+                self.module.check_mode,
+            )
         if self.module._diff:
             self.result["diff"] = list(self.diffs.values())
         return self.result

@@ -19,8 +19,13 @@ description:
     C(engineVersion) takes the newest PostgreSQL major of the default OS stream's tip that is not past end of
     life. A major that the tip does not carry, a major past its end of life, a YAML float (C(16.0)) and a
     value that is not a major number are refused, naming the supported majors.
-  - The default stream must have a validated tip; a catalog without one is refused with the move
-    (M(goldenimage.pipeline.baked_image_stream)).
+  - The majors come from the tip of the instance's own OS stream when its spec names one (C(osVersion),
+    quoted; an unquoted C(22.04) arrives as a number and is refused), else of the catalog's default stream,
+    as the operator picks them. That stream must have a validated tip; a stream the catalog does not have,
+    or one without a validated tip, is refused with the move (M(goldenimage.pipeline.baked_image_stream)).
+  - A spec key a letter or two away from C(engineVersion) or C(osVersion) while that field is not set (such
+    as C(engineVerison)) is refused naming the field. The operator keeps unknown fields, so the misspelling
+    would silently mean "not set" and the default would apply.
   - Reads only; never writes, so it is safe in a CI check of tenant manifests.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
@@ -113,8 +118,13 @@ default_stream:
   returned: always
   type: str
   sample: "24.04"
+stream:
+  description: The OS stream the instance gets (its C(osVersion), else the default stream).
+  returned: always
+  type: str
+  sample: "24.04"
 tip:
-  description: The default stream's tip revision the majors come from.
+  description: The tip revision of RV(stream) the majors come from.
   returned: always
   type: str
   sample: v20261201-2404
@@ -158,9 +168,9 @@ def run(module):
     table = p["eol_overrides"] or None
     try:
         day = eol.parse_today(p["today"])
-        resolved, major, defaulted = catalog.dbinstance_spec(doc, spec, today=day, eol_table=table)
-        stream, tip, _image = catalog.default_tip(doc)
-        supported = catalog.supported_engine_versions(doc, day, table)
+        resolved, major, defaulted, stream = catalog.dbinstance_spec(doc, spec, today=day, eol_table=table)
+        _stream, tip, _image = catalog.default_tip(doc, stream)
+        supported = catalog.supported_engine_versions(doc, day, table, stream=stream)
     except catalog.CatalogError as exc:
         raise PipelineError("%s: %s (%s)" % (subject, exc.msg, store.where), refused=True) from None
     except PipelineError as exc:
@@ -170,7 +180,8 @@ def run(module):
         spec=resolved,
         engine_version=major,
         defaulted=defaulted,
-        default_stream=stream,
+        default_stream=catalog.normalize(doc)["default_stream"],
+        stream=stream,
         tip=tip,
         supported=supported,
     )

@@ -18,8 +18,9 @@ description:
     the day after.
   - Fails with a message naming each refused version, its EOL date and the supported set, so a
     build that would bake a past-EOL version stops before anything is built.
-  - The table holds the PostgreSQL final-release dates and Ubuntu LTS end of standard support. Ubuntu
-    publishes a month (C(2027-04)); a month means its last day.
+  - The table holds the PostgreSQL final-release dates (10 to 18) and Ubuntu LTS end of standard support
+    (18.04 to 24.04); ended releases stay in it, so they are refused as past end of life. Ubuntu publishes a
+    month (C(2027-04)); a month means its last day.
   - A version the table does not know is refused too; add it with O(eol_overrides).
   - Pure check; it talks to no cluster and changes nothing.
 author:

@@ -41,10 +41,11 @@ description:
     stops before its first byte and the module fails with C(code=exposed), naming the bucket, what answered
     2xx and the supported move.
   - The credentials the Job signs with come from the Secret O(credentials_secret) (CDI's C(accessKeyId) and
-    C(secretKey) keys by default), never from the task's arguments; the Job signs its requests itself (AWS
-    Signature Version 4) and needs C(python3), C(qemu-img) and the C(dissect) packages in O(image). Its
-    program is not part of the image; the module ships it in a ConfigMap, so the Job always runs the code of
-    this module.
+    C(secretKey) keys by default), never from the task's arguments; the Job talks to S3 with boto3 and needs
+    C(python3), C(qemu-img), C(boto3) and the C(dissect) packages in O(image) (images/golden-export in the
+    collection's repository installs them). Its program is not part of the image; the module ships it in a
+    ConfigMap with the collection's S3 client and transfer code, so the Job always runs the code of this
+    module, with the collection's S3 retry policy.
   - Before anything is written, the module reads O(key) from the controller (with the S3 connection options).
     A key that holds an export of this very claim (its C(source-uid) metadata is the claim's uid) is left
     alone and the task reports no change, with no Job; a key that holds anything else is refused. Export a
@@ -405,20 +406,23 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     worker,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _progress_file, _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
     KubeModule,
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import head
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._export_job import ExportObjects
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import ObjectWait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     anonymous_client,
     call_failed,
     check_endpoint,
-    hide_url_secrets,
     object_reads,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+    hide_url_secrets,
     s3_arg_spec,
     s3_client_from_params,
 )
@@ -477,8 +481,24 @@ RESULT_FIELDS = (
 
 def program_files():
     """ConfigMap data: the Job's program and what it imports (the facts and partition readers and their
-    rules, the exposure rule and its two helpers, the error base), under their module file names."""
-    return module_files(export_cli, _disk, _partitions, image_facts, seal, errors, exposure, inputs, redact)
+    rules, the exposure rule and its two helpers, the S3 adapter and the transfer code with their rules,
+    the error base), under their module file names."""
+    return module_files(
+        export_cli,
+        _disk,
+        _partitions,
+        image_facts,
+        seal,
+        errors,
+        exposure,
+        inputs,
+        redact,
+        _s3,
+        transfer,
+        mirror,
+        rounds_,
+        _progress_file,
+    )
 
 
 class ExportJob(ObjectWait):
@@ -545,7 +565,7 @@ class ExportJob(ObjectWait):
     def held(self, client):
         p = self.p
         try:
-            found = head(client, p["bucket"], p["key"])
+            found = transfer.head(client, p["bucket"], p["key"])
         except Exception as exc:
             raise call_failed("HEAD s3://%s/%s" % (p["bucket"], p["key"]), exc, bucket=p["bucket"]) from exc
         return None if found is None else dict(found.get("Metadata") or {}, size=found.get("ContentLength"))
@@ -748,7 +768,7 @@ class ExportJob(ObjectWait):
                         Bucket=p["bucket"], Key=upload["Key"], UploadId=upload["UploadId"]
                     )
                     aborted.append(upload["UploadId"])
-            if head(client, p["bucket"], staging) is not None:
+            if transfer.head(client, p["bucket"], staging) is not None:
                 client.delete_object(Bucket=p["bucket"], Key=staging)
                 aborted.append("s3://%s/%s" % (p["bucket"], staging))
         except Exception as exc:

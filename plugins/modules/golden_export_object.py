@@ -248,14 +248,16 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk,
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    s3_arg_spec,
-    s3_module,
     anonymous_client,
     call_failed,
     canary_answers,
     check_endpoint,
     object_reads,
     read_controls,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+    s3_arg_spec,
+    s3_module,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (

@@ -132,10 +132,12 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    s3_arg_spec,
-    s3_module,
     call_failed,
     check_endpoint,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+    s3_arg_spec,
+    s3_module,
     s3_client_from_params,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module

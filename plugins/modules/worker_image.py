@@ -21,15 +21,23 @@ description:
     DataVolume spec cannot be changed in place). Removing an entry stops managing its golden; this
     module never deletes a golden for that.
   - O(state=absent) deletes the golden O(name), refused while anything uses it, naming each consumer (a
-    worker disk cloning it by C(source.pvc) or the golden annotation, a claim cloning it by C(dataSource)
+    worker disk cloning it by C(source.pvc) or the golden annotation, a DataVolume or a claim whose
+    DataVolume is gone, a claim cloning it by C(dataSource)
     or C(dataSourceRef), a VirtualMachine's C(dataVolumeTemplates), a VolumeSnapshot of it, a pod or a
     VirtualMachine mounting it, in any namespace) or a pool of O(pools) that names it, with the reference
     query every delete path of the collection asks.
-  - O(state=info) answers, for every golden, its phase and progress and which pools and disks clone it.
+  - O(state=info) answers, for every golden, its phase and progress and which pools and disks clone it,
+    and lists the disks still annotated with a golden that no longer exists (RV(orphans)).
+  - Every question about worker disks (who clones a golden, which disks a pool has, which are orphaned)
+    reads DataVolumes and claims alike, so a disk whose DataVolume CDI garbage-collected (or that was made
+    outside the chart) and that exists only as a claim carrying the golden annotation still counts.
   - O(state=rendered) returns the worker disk of O(pool). With C(osImage) it is a clone of the golden
     (C(source.pvc)) on the StorageClass the guards checked; without it, the HTTP import exactly as it
     rendered before this feature, so adopting it rolls no worker. It writes nothing, and refuses rather
     than degrading into a host-assisted copy.
+  - A pool is identified by its tenant cluster and its name (O(pool.cluster), O(pool.name)), as the chart's
+    disk names C(disk-system-<cluster>-<pool>-...) do, so two clusters of one namespace that both have a pool
+    C(md0) never read each other's disks.
   - Before a clone is rendered it checks what makes a CSI clone real on this cluster, the clone strategy
     (C(CDI.spec.cloneStrategyOverride), else the StorageProfile's) and, with a C(SubjectAccessReview),
     that the pool's service accounts may create C(datavolumes/source) in O(namespace).
@@ -107,11 +115,37 @@ options:
         description: The tenant namespace of the pool's disks.
         type: str
         required: true
+      cluster:
+        description:
+          - The tenant Kubernetes cluster the pool belongs to. Its disks are those annotated with the pool
+            and either annotated C(kubernetes-worker-image.cozystack.io/cluster) with it or named
+            C(disk-system-<cluster>-<pool>-...) as the chart names them; the rendered disk is named
+            C(disk-system-<cluster>-<pool>) and, when it clones, carries that annotation.
+          - Without it, every disk of the namespace annotated with the pool is the pool's, and a pool whose
+            disks belong to several clusters is refused.
+        type: str
       osImage:
         description:
-          - "C({builtin: {schematicID, version}}) to clone the golden of that entry. Absent for the HTTP
-            import."
+          - "C({builtin: {schematicID, version}}) to clone the golden of that entry; a field left out (or
+            C(builtin: {})) is inherited from O(pool.talos). Absent for the HTTP import."
         type: dict
+      talos:
+        description:
+          - The pool's Talos settings. C(osImage.builtin) inherits the fields it leaves out from them, and a
+            pool without C(osImage) imports
+            C(<imageFactoryURL>/image/<schematicID>/<version>/openstack-amd64.raw.xz) over HTTP, as the
+            chart builds it.
+        type: dict
+        suboptions:
+          schematicID:
+            description: The Image Factory schematic ID.
+            type: str
+          version:
+            description: The Talos release, for example V(v1.13.0).
+            type: str
+          imageFactoryURL:
+            description: Base URL of the Image Factory (default V(https://factory.talos.dev)).
+            type: str
       storageClass:
         description:
           - The pool's StorageClass; empty means the cluster default (or, for a pool that has cloned
@@ -123,7 +157,9 @@ options:
         type: str
         default: 20Gi
       imageURL:
-        description: The image the pool's disks import over HTTP when O(pool.osImage) is absent.
+        description:
+          - The image the pool's disks import over HTTP when O(pool.osImage) is absent, overriding the
+            factory URL of O(pool.talos). Needed only for a pool without Talos settings.
         type: str
   pools:
     description:
@@ -160,9 +196,27 @@ notes:
   - A golden that is still importing is not an error anywhere; only phase C(Failed) is, reported with
     the importer's reason. With O(wait), O(state=present) waits for every golden to import; on timeout
     the result carries C(timed_out) and the goldens' progress, so a role can poll in short calls.
-  - The StorageClass comparison resolves an empty class to the cluster default (the class annotated
-    C(storageclass.kubernetes.io/is-default-class) or its beta form, the newest when several), reads the
-    golden's class from its bound claim and a pool that has cloned from its own bound disks.
+  - "The StorageClass comparison resolves an empty class as CDI does for a VM disk: the class annotated
+    C(storageclass.kubevirt.io/is-default-virt-class), else the cluster default (annotated
+    C(storageclass.kubernetes.io/is-default-class) or its beta form); of several, the newest, then the
+    first by name. It reads the golden's class from its bound claim and a pool that has cloned from its own
+    bound disks."
+  - O(state=present) refuses, in check mode as in a run, goldens to create in a namespace that does not
+    exist, since the run could not create them.
+  - "Chart parity, where the chart and seed 002 differ (the seed is followed unless said otherwise):"
+  - "A pool that has already cloned whose golden is missing or failed: the chart renders it; this module
+    refuses, as the seed does. The pool's next scale-up would create a disk CDI cannot populate, so the
+    refusal comes before the release rather than at the scale-up; O(state=info) reports the disks left
+    behind (RV(orphans)) so the golden can be restored or the pool moved."
+  - "A version C(vMAJOR.MINOR) without a patch: the chart accepts it; this module refuses it, as the seed
+    does. The Image Factory publishes images per release C(vMAJOR.MINOR.PATCH), and the version is part of
+    the golden's name, so an accepted C(v1.13) would name a golden no factory URL serves."
+  - "An entry's empty storageClass: the chart turns it into the application's class; this module keeps it
+    empty, which means the class CDI resolves (above), as the seed says. The module knows no application
+    class, and writing one onto the golden would make an edit of the application's class an edit of every
+    golden (which a DataVolume cannot take)."
+  - "Class resolution follows CDI, not the chart: the virt default class is preferred over the cluster
+    default, because that is the class CDI gives the disk."
   - A C(SubjectAccessReview) stores nothing; it is sent even in check mode.
 seealso:
   - module: goldenimage.pipeline.os_mirror_object
@@ -245,9 +299,21 @@ goldens:
       description: The importer's reason when the import failed.
       type: str
     consumers:
-      description: C(disks) (namespace/name) and C(pools) (namespace/pool) that clone the golden.
+      description:
+        - C(disks) (namespace/name, DataVolumes and claims whose DataVolume is gone) and C(pools)
+          (namespace/pool, or namespace/cluster/pool when the disk's cluster is known) that clone the golden.
       type: dict
       sample: {disks: [tenant-acme/md0-0-disk-system], pools: [tenant-acme/md0]}
+orphans:
+  description:
+    - The worker disks (DataVolumes, or claims whose DataVolume is gone) annotated with a golden of
+      O(namespace) that no longer exists, neither as DataVolume nor as claim.
+  returned: when state is info
+  type: list
+  elements: dict
+  sample:
+    - {kind: DataVolume, namespace: tenant-acme, name: disk-system-k1-md0-a, golden: talos-worker-x-v1.12.4,
+       pool: tenant-acme/k1/md0}
 data_volume:
   description: The worker disk DataVolume of the pool.
   returned: when state is rendered
@@ -292,6 +358,7 @@ SC = ("storage.k8s.io/v1", "StorageClass")
 CDI_CR = ("cdi.kubevirt.io/v1beta1", "CDI")
 PROFILE = ("cdi.kubevirt.io/v1beta1", "StorageProfile")
 REVIEW = ("authorization.k8s.io/v1", "SubjectAccessReview")
+NS = ("v1", "Namespace")
 
 
 def argument_spec():
@@ -317,7 +384,16 @@ def argument_spec():
             options=dict(
                 name=dict(type="str", required=True),
                 namespace=dict(type="str", required=True),
+                cluster=dict(type="str"),
                 osImage=dict(type="dict"),
+                talos=dict(
+                    type="dict",
+                    options=dict(
+                        schematicID=dict(type="str"),
+                        version=dict(type="str"),
+                        imageFactoryURL=dict(type="str"),
+                    ),
+                ),
                 storageClass=dict(type="str", default=""),
                 diskSize=dict(type="str", default=worker.DISK_SIZE),
                 imageURL=dict(type="str"),
@@ -353,10 +429,13 @@ class Runner:
     def _goldens(self, datavolumes):
         return [dv for dv in datavolumes if kinds.namespace(dv) == self.ns and worker.is_golden(dv)]
 
-    def _summaries(self, goldens, datavolumes):
-        pvcs = {kinds.name(p): p for p in self.module.list(*PVC, namespace=self.ns)}
+    def _summaries(self, goldens, datavolumes, pvcs=None):
+        """Each golden as reported, with the worker disks (DataVolumes and claims) of every namespace."""
+        pvcs = self.module.list(*PVC) if pvcs is None else pvcs
+        own = {kinds.name(p): p for p in pvcs if kinds.namespace(p) == self.ns}
+        disks = worker.worker_disks(datavolumes, pvcs)
         return [
-            worker.golden_summary(dv, pvcs.get(kinds.name(dv)), datavolumes, self.ns)
+            worker.golden_summary(dv, own.get(kinds.name(dv)), disks, self.ns)
             for dv in sorted(goldens, key=kinds.name)
         ]
 
@@ -370,6 +449,8 @@ class Runner:
                 worker.refuse_edited(entry, live[entry["name"]], self.ns)
                 continue
             to_create.append(worker.render_golden(entry, self.ns, self._pin(entry)))
+        if to_create:
+            worker.refuse_missing_namespace(self.ns, self.module.get(*NS, name=self.ns), to_create)
         created = [self.module.create(body) for body in to_create]
         result = {"changed": bool(created)}
         if created:
@@ -457,15 +538,20 @@ class Runner:
         worker.refuse_not_golden(self.ns, name, dv)
         observed = observe_volume_users(self.module, self.ns)
         worker.refuse_delete_in_use(dv, observed, self.p["pools"])
-        summary = self._summaries([dv], observed["datavolumes"])
+        summary = self._summaries([dv], observed["datavolumes"], observed["pvcs"])
         self.module.delete(*DV, name=name, namespace=self.ns, before=dv)
         return self._done({"changed": True, "goldens": summary, "diff": object_diff(dv, None)})
 
     # --- state=info
     def info(self):
-        datavolumes = self._all_datavolumes()
+        datavolumes, pvcs = self._all_datavolumes(), self.module.list(*PVC)
+        existing = {kinds.name(o) for o in datavolumes + pvcs if kinds.namespace(o) == self.ns}
         return self._done(
-            {"changed": False, "goldens": self._summaries(self._goldens(datavolumes), datavolumes)}
+            {
+                "changed": False,
+                "goldens": self._summaries(self._goldens(datavolumes), datavolumes, pvcs),
+                "orphans": worker.orphans(self.ns, worker.worker_disks(datavolumes, pvcs), existing),
+            }
         )
 
     # --- state=rendered
@@ -480,16 +566,14 @@ class Runner:
         worker.refuse_missing_golden(pool, golden, self.ns, entries)
         ref = "%s/%s" % (self.ns, pool["golden"])
         golden_pvc = self.module.get(*PVC, name=pool["golden"], namespace=self.ns)
-        default = worker.default_class(self.module.list(*SC))
+        default, default_source = worker.resolve_default_class(self.module.list(*SC))
         gold_cls = worker.golden_class(golden, golden_pvc, default)
-        disks = [
-            dv
-            for dv in self.module.list(*DV, namespace=pool["namespace"])
-            if kinds.annotations(dv).get(worker.POOL_ANNOTATION) == pool["name"]
-        ]
-        names = {kinds.name(dv) for dv in disks}
-        disk_pvcs = [p for p in self.module.list(*PVC, namespace=pool["namespace"]) if kinds.name(p) in names]
-        pool_cls, pool_source = worker.pool_class(pool, disk_pvcs, default)
+        disk_pvcs = worker.pool_claims(
+            pool,
+            self.module.list(*DV, namespace=pool["namespace"]),
+            self.module.list(*PVC, namespace=pool["namespace"]),
+        )
+        pool_cls, pool_source = worker.pool_class(pool, disk_pvcs, default, default_source)
         worker.refuse_unresolved(pool, pool_cls, gold_cls, ref)
         worker.refuse_class_mismatch(pool, pool_cls, pool_source, gold_cls, ref)
         worker.refuse_disk_size(pool, pool["diskSize"], worker.golden_size(golden, golden_pvc), ref)

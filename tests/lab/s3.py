@@ -22,7 +22,8 @@ import hashlib
 import logging
 import tempfile
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from . import s3access
@@ -40,11 +41,37 @@ SPOOL_IN_MEMORY = 8 * 1024 * 1024
 
 
 @dataclass
+class Fault:
+    """An answer ``status``/``code`` the front gives instead of serving a request that
+    ``when(method, path, query names, headers by lower-case name)`` selects: after letting ``after`` of
+    them through, ``times`` times (then it serves them again). ``hits`` counts the answers given."""
+
+    when: Callable[[str, str, set, dict], bool]
+    status: int = 503
+    code: str = "SlowDown"
+    times: int = 1
+    after: int = 0
+    hits: int = 0
+    seen: int = 0
+
+    def answers(self, method: str, path: str, names: set, headers: dict) -> bool:
+        if not self.when(method, path, names, headers):
+            return False
+        self.seen += 1
+        if self.seen <= self.after or self.hits >= self.times:
+            return False
+        self.hits += 1
+        return True
+
+
+@dataclass
 class S3Endpoint:
     endpoint_url: str
     access_key: str = "lab-access-key"
     secret_key: str = "lab-secret-key"
     region: str = "us-east-1"
+    # The server's CheckingS3 (its ``faults``), when this process serves it.
+    front: object = field(default=None, repr=False, compare=False)
 
     def env(self) -> dict[str, str]:
         return {
@@ -80,7 +107,13 @@ def error(environ, start_response, status: int, code: str, message: str):
         '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
         % (code, message.replace("&", "&amp;").replace("<", "&lt;"))
     ).encode()
-    reason = {400: "Bad Request", 403: "Forbidden", 501: "Not Implemented"}.get(status, "Error")
+    reason = {
+        400: "Bad Request",
+        403: "Forbidden",
+        500: "Internal Server Error",
+        501: "Not Implemented",
+        503: "Slow Down",
+    }.get(status, "Error")
     start_response(
         "%d %s" % (status, reason), [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
     )
@@ -132,6 +165,9 @@ class CheckingS3:
         # Subresources this server answers 501 NotImplemented, as some S3-compatible stores do for
         # policyStatus or publicAccessBlock; empty: every one moto knows is answered, as AWS does.
         self.not_implemented: set[str] = set()
+        # Answers given instead of serving the requests they select (a server that is briefly unwell).
+        self.faults: list[Fault] = []
+        self._faults_lock = threading.Lock()
 
     def __call__(self, environ, start_response):
         request = SignedRequest(
@@ -142,6 +178,19 @@ class CheckingS3:
         )
         names = {name for name, _value in query_pairs(request.query)}
         authorization = request.header("authorization") or ""
+        headers = {name.lower(): value for name, value in request.headers}
+        with self._faults_lock:
+            fault = next(
+                (
+                    f
+                    for f in self.faults
+                    if f.answers(request.method, unquote(request.raw_path), names, headers)
+                ),
+                None,
+            )
+        if fault is not None:
+            _spool_body(environ, None)  # read, so the connection is ready for the retry
+            return error(environ, start_response, fault.status, fault.code, "injected by the lab")
         try:
             if names & self.not_implemented:
                 raise Refused(
@@ -283,7 +332,7 @@ class S3Server:
         self._thread = threading.Thread(target=self._server.serve_forever, name="lab-s3", daemon=True)
         self._thread.start()
         host, port = self._server.server_address[:2]
-        self.endpoint = S3Endpoint("http://%s:%d" % (host, port), keys.access_key, keys.secret_key)
+        self.endpoint = S3Endpoint("http://%s:%d" % (host, port), keys.access_key, keys.secret_key, front=app)
         return self.endpoint
 
     def stop(self) -> None:

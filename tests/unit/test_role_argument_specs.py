@@ -73,7 +73,7 @@ def test_options_are_prefixed_with_the_role_name(role):
 
 
 # URL options a role hands to a module of this collection that refuses credentials itself.
-URLS_CHECKED_BY_THE_MODULE = {"os_mirror_endpoint_url": "os_mirror_object (_s3.s3_module)"}
+URLS_CHECKED_BY_THE_MODULE = {"os_mirror_endpoint_url": "os_mirror_object (_s3_module.s3_module)"}
 
 
 def _tasks_checking_credentials(role: str) -> str:

@@ -1,8 +1,8 @@
 """Copies actually held, on the lab: the lab's Longhorn puts a revision's backing image on as many
 schedulable nodes' disks as its minimum, and none on a node added later. The drift report of the
-operator's environment and baked_image_copies then name the revision short of copies, with a class only for
-baked images as the first remedy; raising Longhorn's minimum copies clears it. Check mode predicts the
-replica trap with reads only."""
+operator's environment and baked_image_copies then name the revision short of copies, with Longhorn's
+minimum copies raised as the first remedy (it mends the image in use), which clears it. Check mode
+predicts the replica trap with reads only."""
 
 from __future__ import annotations
 
@@ -124,13 +124,14 @@ def test_a_node_added_is_drift_with_the_revision_short_of_copies_and_the_dedicat
     assert entry["revision"] == "v20261129" and entry["operator"] == 3 and entry["expected"] == 4
     assert "holds 3 ready copies of BackingImage longhorn-system/%s" % backing_image in entry["message"]
     assert entry["move"] == entry["remedies"][0]
-    assert entry["move"].startswith("create a Longhorn StorageClass used only for baked images")
-    assert "leave the cluster default StorageClass as it is" in entry["move"]
-    assert "minNumberOfCopies" in entry["remedies"][1] and "new revision" in entry["remedies"][2]
+    assert "minNumberOfCopies" in entry["move"]
+    assert entry["remedies"][1].startswith("create a Longhorn StorageClass used only for baked images")
+    assert "leave the cluster default StorageClass as it is" in entry["remedies"][1]
+    assert "new revision" in entry["remedies"][2]
     copies = after["copies"]
     assert copies["changed"] is False and [s["revision"] for s in copies["short"]] == ["v20261129"]
     assert copies["line"].startswith(
-        "4 nodes; v20261129 holds 3 of 4; short: v20261129; first remedy: create"
+        "4 nodes; v20261129 holds 3 of 4; short: v20261129; first remedy: raise Longhorn's"
     )
 
     # The second remedy, as Longhorn offers it: the minimum copies raised, the new node gets its copy.

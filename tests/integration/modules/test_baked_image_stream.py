@@ -389,3 +389,77 @@ def test_a_tip_that_drops_a_supported_major_is_refused_while_databases_run_it(
     finally:
         core.delete_namespace(other)
         core.delete_namespace(kube_namespace + "-apps")
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("faults")
+def test_a_smoke_test_whose_reply_was_lost_is_recorded_once(lab, kube_client, kube_namespace, monkeypatch):
+    """Every write's reply is dropped after the server committed it: the task still ends ok (the catalog
+    read back holds what was sent), and the rerun an operator makes after a lost reply records nothing new:
+    the same DBInstance, unchanged since, is the same test."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    doc = yaml.safe_load(seed_catalog(kube_namespace, "none"))
+    catalog_configmap(kube_client, kube_namespace, {"v20260615": doc["images"]["v20260615"]}, "v20260615")
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    running_database(lab, kube_client, kube_namespace, "smoke", "v20260615", engine="17")
+    where = {"namespace": kube_namespace, "name": "catalog"}
+
+    def tests():
+        text = core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY]
+        return yaml.safe_load(text)["images"]["v20260615"].get("smoke_tests") or []
+
+    lab.faults.update({"commit_drop_rate": 1.0, "seed": 3})
+    try:
+        lost = smoke_test_run(lab, kube_namespace, "v20260615", where)
+    finally:
+        lab.faults.update({"commit_drop_rate": 0.0})
+    assert lost.ok and lost["smoke test"]["changed"] is True, lost.log
+    assert [t["result"] for t in tests()] == ["passed"]
+    lab.clear_audit()
+    again = smoke_test_run(lab, kube_namespace, "v20260615", where)
+    assert again.ok and again["smoke test"]["changed"] is False, again.log
+    assert lab.mutating_requests() == []
+    assert [t["result"] for t in tests()] == ["passed"]
+
+
+@pytest.mark.lab_only
+@pytest.mark.suite("bad-input")
+def test_a_catalog_too_large_for_its_configmap_is_refused_before_the_write(
+    lab, kube_client, kube_namespace, monkeypatch
+):
+    """A ConfigMap catalog already near the 1 MiB limit (package lists that do not compress): a change is
+    refused naming the size and the largest revisions, and nothing is written."""
+    import base64
+    import os
+
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    doc = yaml.safe_load(seed_catalog(kube_namespace, "none"))
+    images = {"v20260615": doc["images"]["v20260615"]}
+    for day in range(1, 19):
+        entry = yaml.safe_load(yaml.safe_dump(doc["images"]["v20260615"]))
+        entry["build_date"] = "2027-01-%02d" % day
+        entry["manifest"] = {
+            "sha256": "0" * 64,
+            "package_count": 700,
+            "encoding": "zlib+base64",
+            "package_list": base64.b64encode(os.urandom(42 * 1024)).decode(),
+        }
+        images["v202701%02d" % day] = entry
+    catalog_configmap(kube_client, kube_namespace, images, "v20260615")
+    monkeypatch.setenv("LAB_DBINSTANCE_CATALOG", kube_namespace + "/catalog")
+    running_database(lab, kube_client, kube_namespace, "smoke", "v20260615", engine="17")
+    before = core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY]
+    assert len(before) > 1000 * 1024
+    lab.clear_audit()
+    run = smoke_test_run(
+        lab, kube_namespace, "v20260615", {"namespace": kube_namespace, "name": "catalog"}, ignore_errors=True
+    )
+    msg = refused(run, "smoke test")["msg"]
+    assert "catalog ConfigMap %s/catalog would hold" % kube_namespace in msg, msg
+    assert "largest revisions: v202701" in msg and "catalog.path" in msg
+    assert lab.mutating_requests() == []
+    assert core.read_namespaced_config_map("catalog", kube_namespace).data[DATA_KEY] == before

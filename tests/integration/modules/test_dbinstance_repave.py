@@ -192,7 +192,7 @@ class Fleet:
         if extra.get("state") == "repaved" and not (set(extra) & {"opt_in", "window", "maintenance_policy"}):
             # A roll-out starts only by intent: these runs are due by their forced-apply date (the tip was
             # built months before the wall clock), which applies whatever the window and writes no opt-in.
-            base["maintenance_policy"] = {"forced_apply_after_days": 0}
+            base["maintenance_policy"] = {"forced_apply_after_days": 1}
         base.update(extra)
         return base
 
@@ -1007,6 +1007,8 @@ def test_repave_playbook_without_a_window_repaves_nothing_and_an_instance_window
     rollout = run["Repave the fleet"]
     assert rollout["intent"]["applied_by"] == {} and rollout["intent"]["opt_in"] == "next-maintenance"
     assert rollout["msg"].startswith("nothing repaved: n1, n2: no maintenance window"), rollout["msg"]
+    assert rollout["started"] == "started: nothing; still pending: n1, n2"
+    assert "started: nothing" in run.entry("Show the roll-out")["result"]["msg"]
     assert fleet.repaves("n1") == 0 and fleet.repaves("n2") == 0
     # Only the choice is recorded (the opt-in annotation), never the trigger.
     assert all(TRIGGER not in fleet.annotations(n) for n in ("n1", "n2"))
@@ -1028,6 +1030,7 @@ def test_repave_playbook_without_a_window_repaves_nothing_and_an_instance_window
     assert run.ok, run.log
     rollout = run["Repave the fleet"]
     assert rollout["intent"]["applied_by"] == {"n1": "next-maintenance"}
+    assert rollout["started"].startswith("started: n1 (next-maintenance)"), rollout["started"]
     assert by_name(rollout)["n2"]["held"] == "NoMaintenanceWindow"
     assert fleet.repaves("n1") == 1 and fleet.repaves("n2") == 0
 

@@ -899,3 +899,37 @@ def test_a_data_disk_carrying_an_image_annotation_is_still_data(lab, kube_client
     assert "backed by claim fg-pgdata, which is data: its StorageClass lab-fs" in repave["msg"], repave["msg"]
     assert writes(lab, kube_namespace) == [] and deletes(lab, kube_namespace) == []
     assert marker(lab, pvc(lab, kube_namespace, "fg-pgdata")) == "16 fg\n"
+
+
+def test_a_vm_whose_major_was_never_recorded_is_neither_end_of_life_nor_repaved(
+    lab, kube_client, kube_namespace, catalog
+):
+    """Without goldenimage.pipeline/engine-version the VM runs a major nobody recorded: the report says
+    so (not PGVersionEOL, no pg_dump advice) and a repave is refused naming the annotation, before any
+    write."""
+    data = create_instance(lab, kube_client, kube_namespace, "nv", catalog)
+    custom_api(kube_client).patch_namespaced_custom_object(
+        *KV,
+        kube_namespace,
+        "virtualmachines",
+        "nv",
+        {"metadata": {"annotations": {"goldenimage.pipeline/engine-version": None}}},
+    )
+    common = {"namespace": kube_namespace, "names": ["nv"], "catalog": {"path": catalog["path"]}, **FAST}
+    lab.clear_audit()
+    run = run_playbook(
+        play(
+            task("report", state="report", **common),
+            task("refused", ignore_errors=True, state="repaved", opt_in="immediate", **common),
+        ),
+        env=lab.env(),
+    )
+    entry = run["report"]["instances"][0]
+    assert (entry["verdict"], entry["action"]) == ("EngineVersionUnknown", None), run.log
+    assert "annotation goldenimage.pipeline/engine-version is not set" in entry["description"]
+    result = failed(run, "refused")
+    assert "nv cannot be repaved (EngineVersionUnknown)" in result["msg"], result["msg"]
+    assert "set annotation goldenimage.pipeline/engine-version to the major it runs" in result["msg"]
+    assert "pg_dump" not in result["msg"]
+    assert writes(lab, kube_namespace) == []
+    assert pvc(lab, kube_namespace, "nv-pgdata")["metadata"]["uid"] == data["metadata"]["uid"]

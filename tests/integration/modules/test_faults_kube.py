@@ -22,11 +22,13 @@ OBJECTS = 24
 
 @contextlib.contextmanager
 def kube(lab):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import Backoff, KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
 
     with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)
-        module.backoff = Backoff(base=0.05, cap=0.5)  # the product's bound, shorter pauses for the suite
+        # The product's bound, shorter pauses for the suite.
+        module.backoff = _retry.kubernetes(base=0.05, cap=0.5)
         yield module
 
 

@@ -87,16 +87,13 @@ def test_a_409_adopts_only_this_requests_own_job(lab, kube_namespace):
     """A Job of the same name that this request did not make, even one with an equal spec, is refused and
     named; a create whose reply is lost after the commit still returns the one object it made."""
     from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
-        Backoff,
-        KubeError,
-        KubeModule,
-    )
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
     from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
 
     with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)
-        module.backoff = Backoff(base=0.05, cap=0.5)
+        module.backoff = _retry.kubernetes(base=0.05, cap=0.5)
         client = JobClient(module)
         for name, theirs in (("vj-other", ["rm", "-rf", "/data"]), ("vj-same", ["true"])):
             module.create(job_body(kube_namespace, name, theirs))

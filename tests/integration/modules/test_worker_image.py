@@ -492,8 +492,9 @@ def test_refusals_write_nothing_and_say_why(lab, world):
             "for the mirrored raw.xz (sha256:<hex>)" % subject,
             "zero timeout": "option wait_timeout: 0 is not a duration: it must be greater than zero, checked "
             "before anything is written; give a positive number of seconds",
-            "no image": "%s: it has no osImage and no imageURL, so there is nothing for its disk to import; "
-            "give osImage.builtin to clone a golden, or imageURL for the HTTP import" % p,
+            "no image": "%s: it has no osImage, no imageURL and no Talos settings, so there is nothing for "
+            "its disk to import; give osImage.builtin to clone a golden, or talos {schematicID, version} (or "
+            "imageURL) for the HTTP import" % p,
             "not a golden": "DataVolume %s/plain: it is not a worker golden (it carries no "
             "kubernetes-worker-image.cozystack.io/schematic-id / "
             "kubernetes-worker-image.cozystack.io/talos-version "
@@ -848,8 +849,365 @@ def test_no_default_class_to_resolve_an_empty_one(lab, world):
         for name in defaults:
             world.storage.patch_storage_class(name, {"metadata": {"annotations": {mark: "true"}}})
     assert run["empty class, no default"]["msg"] == (
-        "pool %s/md7: the pool has an empty StorageClass, which means the cluster default, and the "
-        "cluster has "
-        "no default StorageClass (none is annotated storageclass.kubernetes.io/is-default-class); set "
+        "pool %s/md7: the pool has an empty StorageClass, which CDI resolves to the default virt "
+        "StorageClass, else the cluster default, and the cluster has neither (no StorageClass is annotated "
+        "storageclass.kubevirt.io/is-default-virt-class or storageclass.kubernetes.io/is-default-class); set "
         "storageClass explicitly on the pool and on the catalog entry" % world.tenant
     )
+
+
+def render(world, title, body, **extra):
+    """A state=rendered task of the pool ``body`` against the world's goldens."""
+    return task(title, state="rendered", namespace=world.ns, pool=body, **extra)
+
+
+def worker_rules():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils import worker
+
+    return worker
+
+
+def storage_classes(world):
+    return [
+        world.storage.api_client.sanitize_for_serialization(sc)
+        for sc in world.storage.list_storage_class().items
+    ]
+
+
+def claim_class(world, namespace, name, timeout=60):
+    """The class of a claim once bound (CDI makes a DataVolume's claim a moment after the DataVolume)."""
+    from kubernetes.client.rest import ApiException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pvc = world.core.read_namespaced_persistent_volume_claim(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+            pvc = None
+        if pvc is not None and (pvc.status.phase == "Bound" or time.monotonic() > deadline):
+            return pvc.spec.storage_class_name
+        time.sleep(0.2)
+
+
+def annotated_claim(world, name, golden_name, pool_name, cls=None):
+    """A worker disk that is only a claim: made outside the chart, or left when CDI collected its
+    DataVolume."""
+    notes = {
+        "kubernetes-worker-image.cozystack.io/golden": golden_name,
+        "kubernetes-worker-image.cozystack.io/pool": pool_name,
+    }
+    world.core.create_namespaced_persistent_volume_claim(
+        world.tenant,
+        {
+            "metadata": {"name": name, "annotations": notes},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": cls or world.cls,
+                "resources": {"requests": {"storage": "64Mi"}},
+            },
+        },
+    )
+
+
+def test_the_virt_default_class_is_the_one_cdi_and_the_collection_resolve(lab, world):
+    """An empty class on a DataVolume's spec.storage: CDI (the lab's, as upstream) binds VM disk content on
+    the class annotated is-default-virt-class, other content on the cluster default, and the collection
+    resolves both the same way; a pool at an empty class clones onto the virt class, and a golden on the
+    ordinary default is refused rather than written onto the disk."""
+    rules = worker_rules()
+    virt = "vmdisks-" + world.tag
+    time.sleep(1.1)  # newer than every class made before
+    world.storage.create_storage_class(
+        {
+            "metadata": {
+                "name": virt,
+                "annotations": {"storageclass.kubevirt.io/is-default-virt-class": "true"},
+            },
+            "provisioner": PROVISIONER,
+            "volumeBindingMode": "Immediate",
+        }
+    )
+    profile = {"apiVersion": "%s/%s" % (CDI, CDI_V), "kind": "StorageProfile", "metadata": {"name": virt}}
+    profile["spec"] = {"cloneStrategy": "csi-clone"}
+    world.custom.create_cluster_custom_object(CDI, CDI_V, "storageprofiles", profile)
+    try:
+        on_virt, on_plain = "v1.18.0", "v1.18.1"
+        for version in (on_virt, on_plain):
+            world.publish(SCHEMATIC, version)
+        plain_default = rules.default_class(storage_classes(world), "archive")
+        run = run_playbook(
+            kube_play(
+                task(
+                    "goldens",
+                    images=[
+                        world.entry(on_virt, storageClass=""),
+                        world.entry(on_plain, storageClass=plain_default),
+                    ],
+                    namespace=world.ns,
+                    wait_timeout=180,
+                ),
+                render(
+                    world,
+                    "pool at an empty class",
+                    pool(world, on_virt, name="md10", storageClass=""),
+                ),
+                render(
+                    world,
+                    "pool at an empty class, golden on the ordinary default",
+                    pool(world, on_plain, name="md11", storageClass=""),
+                    ignore_errors=True,
+                ),
+            ),
+            env=lab.env(),
+        )
+        assert run["goldens"]["changed"] is True, run.log
+        golden_name = "talos-worker-%s-%s" % (SCHEMATIC, on_virt)
+        # The lab's CDI and the collection agree: kubevirt content on the virt class, archive on the default.
+        assert (
+            claim_class(world, world.ns, golden_name) == virt == rules.default_class(storage_classes(world))
+        )
+        world.create_dv(
+            {
+                "apiVersion": "%s/%s" % (CDI, CDI_V),
+                "kind": "DataVolume",
+                "metadata": {"name": "archive-" + world.tag, "namespace": world.tenant},
+                "spec": {
+                    "contentType": "archive",
+                    "source": {"blank": {}},
+                    "storage": {"resources": {"requests": {"storage": "1Mi"}}},
+                },
+            }
+        )
+        assert claim_class(world, world.tenant, "archive-" + world.tag) == plain_default != virt
+
+        disk = run["pool at an empty class"]["data_volume"]
+        assert disk["spec"]["storage"]["storageClassName"] == virt
+        assert run["pool at an empty class"]["clone_strategy"]["strategy"] == "csi-clone"
+        disk["metadata"]["name"] = "md10-a-disk-system"
+        world.create_dv(disk)
+        cloned = world.wait_phase(world.tenant, "md10-a-disk-system")
+        assert cloned["metadata"]["annotations"]["cdi.kubevirt.io/cloneType"] == "csi-clone"
+
+        plain_ref = "%s/talos-worker-%s-%s" % (world.ns, SCHEMATIC, on_plain)
+        assert run["pool at an empty class, golden on the ordinary default"]["msg"] == (
+            "pool %s/md11: its StorageClass %s (the default virt StorageClass) differs from the golden %s's "
+            "StorageClass %s; CDI cannot CSI-clone across classes and would fall back to a host-assisted "
+            "copy over the pod network; set the pool's storageClass to %s, or add a catalog entry (a new "
+            "schematicID/version) whose storageClass is %s and point the pool at it, or remove osImage so "
+            "the pool imports over HTTP" % (world.tenant, virt, plain_ref, plain_default, plain_default, virt)
+        )
+    finally:
+        world.custom.delete_cluster_custom_object(CDI, CDI_V, "storageprofiles", virt)
+        world.storage.delete_storage_class(virt, _preload_content=False)
+
+
+def test_two_clusters_in_one_namespace_keep_their_pools_apart(lab, world):
+    """Pools md8 of clusters k1 and k2 share the tenant namespace; k2's disks (named by the chart, without the
+    cluster annotation) are on another class. Each pool reads only its own disks."""
+    version = "v1.19.0"
+    world.publish(SCHEMATIC, version)
+    k1 = pool(world, version, name="md8", cluster="k1")
+    run = run_playbook(
+        kube_play(
+            task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180),
+            render(world, "render k1", k1),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    disk = run["render k1"]["data_volume"]
+    assert disk["metadata"]["name"] == "disk-system-k1-md8"
+    assert disk["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/cluster"] == "k1"
+    mine = json.loads(json.dumps(disk))
+    mine["metadata"]["name"] = "disk-system-k1-md8-a"
+    world.create_dv(mine)
+    theirs = json.loads(json.dumps(disk))
+    theirs["metadata"]["name"] = "disk-system-k2-md8-a"
+    del theirs["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/cluster"]
+    theirs["spec"]["storage"]["storageClassName"] = "lab-fs"
+    world.create_dv(theirs)
+    for name in ("disk-system-k1-md8-a", "disk-system-k2-md8-a"):
+        world.wait_phase(world.tenant, name)
+
+    empty = {"storageClass": ""}
+    run = run_playbook(
+        kube_play(
+            render(world, "k1", dict(k1, **empty)),
+            render(
+                world,
+                "k2",
+                dict(k1, cluster="k2", **empty),
+                ignore_errors=True,
+            ),
+            render(
+                world,
+                "no cluster",
+                dict(k1, cluster=None, **empty),
+                ignore_errors=True,
+            ),
+            task("who clones", state="info", namespace=world.ns),
+        ),
+        env=lab.env(),
+    )
+    assert run["k1"]["data_volume"]["spec"]["storage"]["storageClassName"] == world.cls, run.log
+    assert run["k2"]["msg"].startswith(
+        "pool %s/k2/md8: its StorageClass lab-fs (the pool's bound disks) differs from the golden"
+        % world.tenant
+    )
+    assert run["no cluster"]["msg"] == (
+        "pool %s/md8: the disks of pool md8 in namespace %s belong to the clusters k1, k2, and the pool "
+        "names none; give pool.cluster, the tenant cluster the pool belongs to" % (world.tenant, world.tenant)
+    )
+    golden_name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    info = next(g for g in run["who clones"]["goldens"] if g["name"] == golden_name)
+    assert info["consumers"]["pools"] == ["%s/k1/md8" % world.tenant, "%s/k2/md8" % world.tenant]
+
+
+def test_builtin_inherits_the_pools_talos_settings_and_http_imports_from_them(lab, world):
+    """osImage {builtin: {}} clones the golden of the pool's Talos settings; a pool without osImage imports
+    the factory image of its Talos settings over HTTP (imageURL overrides it), and CDI really imports it."""
+    version = "v1.20.0"
+    url = world.publish(SCHEMATIC, version)
+    talos = {"schematicID": SCHEMATIC, "version": version, "imageFactoryURL": world.factory}
+    explicit = pool(world, version, name="md12")
+    inherited = dict(explicit, osImage={"builtin": {}}, talos=talos)
+    http = {"name": "md13", "namespace": world.tenant, "talos": talos, "diskSize": "1Gi"}
+    run = run_playbook(
+        kube_play(
+            task("golden", images=[world.entry(version)], namespace=world.ns, wait_timeout=180),
+            render(world, "explicit", explicit),
+            render(world, "inherited", inherited),
+            render(world, "http from talos", http),
+            render(
+                world,
+                "http overridden",
+                dict(http, imageURL="https://example.com/own.raw.xz"),
+            ),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    assert run["inherited"]["data_volume"] == run["explicit"]["data_volume"]
+    assert run["inherited"]["data_volume"]["spec"]["source"]["pvc"]["name"] == "talos-worker-%s-%s" % (
+        SCHEMATIC,
+        version,
+    )
+    assert run["http overridden"]["data_volume"]["spec"]["source"] == {
+        "http": {"url": "https://example.com/own.raw.xz"}
+    }
+    disk = run["http from talos"]["data_volume"]
+    assert (
+        disk["spec"]["source"] == {"http": {"url": url}} and run["http from talos"]["clone_strategy"] is None
+    )
+    before = cdi_controller(lab).http_bytes(url)
+    disk["metadata"]["name"] = "md13-a-disk-system"
+    world.create_dv(disk)
+    world.wait_phase(world.tenant, "md13-a-disk-system")
+    assert cdi_controller(lab).http_bytes(url) - before == len(world.xz)
+
+
+def test_check_mode_promises_no_golden_into_a_missing_namespace(lab, world):
+    """The run could not create a golden in a namespace that does not exist; check mode says so too."""
+    version = "v1.13.0"
+    world.publish(SCHEMATIC, version)
+    missing = "absent-" + world.tag
+    present = task("golden", ignore_errors=True, images=[world.entry(version)], namespace=missing, wait=False)
+    for check in (True, False):
+        lab.clear_audit()
+        run = run_playbook(kube_play(present), env=lab.env(), check=check)
+        assert run["golden"]["msg"] == (
+            "namespace %s: it does not exist, so the goldens talos-worker-%s-%s cannot be created in it; "
+            "create the namespace first (Cozystack makes cozy-public with the platform), or give the "
+            "namespace the goldens belong in" % (missing, SCHEMATIC, version)
+        ), (check, run["golden"])
+        assert run["golden"].get("changed") is not True and writes(lab) == []
+
+
+@pytest.mark.suite("data-loss")
+def test_claim_only_disks_keep_their_golden_and_orphans_stay_visible(lab, world):
+    """A worker disk that is only a claim (its DataVolume collected, or made outside the chart) keeps its
+    golden from state=absent and is counted by state=info; disks whose golden is gone are reported."""
+    version, doomed = "v1.21.0", "v1.21.1"
+    for v in (version, doomed):
+        world.publish(SCHEMATIC, v)
+    golden_name = "talos-worker-%s-%s" % (SCHEMATIC, version)
+    doomed_name = "talos-worker-%s-%s" % (SCHEMATIC, doomed)
+    run = run_playbook(
+        kube_play(
+            task(
+                "goldens",
+                images=[world.entry(version), world.entry(doomed)],
+                namespace=world.ns,
+                wait_timeout=180,
+            ),
+            render(world, "render", pool(world, doomed, name="md15")),
+        ),
+        env=lab.env(),
+    )
+    assert run.ok, run.log
+    annotated_claim(world, "md14-hand-made", golden_name, "md14")
+    annotated_claim(world, "md16-left-behind", "talos-worker-%s-v0.0.9" % SCHEMATIC, "md16")
+    disk = run["render"]["data_volume"]
+    disk["metadata"]["name"] = "md15-a-disk-system"
+    world.create_dv(disk)
+    world.wait_phase(world.tenant, "md15-a-disk-system")
+    # The golden deleted behind the collection's back (kubectl delete): its disk still names it.
+    world.custom.delete_namespaced_custom_object(CDI, CDI_V, world.ns, "datavolumes", doomed_name)
+    world.core.delete_namespaced_persistent_volume_claim(doomed_name, world.ns)
+    deadline = time.monotonic() + 60
+    while world.golden(doomed_name) is not None or any(
+        p.metadata.name == doomed_name
+        for p in world.core.list_namespaced_persistent_volume_claim(world.ns).items
+    ):
+        assert time.monotonic() < deadline, "%s is not gone" % doomed_name
+        time.sleep(0.2)
+
+    absent = task("delete", ignore_errors=True, state="absent", name=golden_name, namespace=world.ns)
+    lab.clear_audit()
+    run = run_playbook(kube_play(absent, task("who clones", state="info", namespace=world.ns)), env=lab.env())
+    assert run["delete"]["refused"] is True, run["delete"]
+    assert run["delete"]["consumers"] == [
+        {
+            "kind": "PersistentVolumeClaim",
+            "namespace": world.tenant,
+            "name": "md14-hand-made",
+            "why": "is a worker disk of pool md14 made from it (annotation "
+            "kubernetes-worker-image.cozystack.io/golden; a claim whose DataVolume is gone)",
+        }
+    ]
+    assert [r for r in writes(lab) if r["verb"] in ("delete", "deletecollection")] == []
+    assert world.golden(golden_name) is not None
+    info = next(g for g in run["who clones"]["goldens"] if g["name"] == golden_name)
+    assert info["consumers"] == {
+        "disks": ["%s/md14-hand-made" % world.tenant],
+        "pools": ["%s/md14" % world.tenant],
+    }
+    assert run["who clones"]["orphans"] == [  # by golden, then disk
+        {
+            "kind": "PersistentVolumeClaim",
+            "namespace": world.tenant,
+            "name": "md16-left-behind",
+            "golden": "talos-worker-%s-v0.0.9" % SCHEMATIC,
+            "pool": "%s/md16" % world.tenant,
+        },
+        {
+            "kind": "DataVolume",
+            "namespace": world.tenant,
+            "name": "md15-a-disk-system",
+            "golden": doomed_name,
+            "pool": "%s/md15" % world.tenant,
+        },
+    ]
+
+    world.core.delete_namespaced_persistent_volume_claim("md14-hand-made", world.tenant)
+    deadline = time.monotonic() + 60
+    while any(
+        p.metadata.name == "md14-hand-made"
+        for p in world.core.list_namespaced_persistent_volume_claim(world.tenant).items
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    run = run_playbook(kube_play(absent), env=lab.env())
+    assert run["delete"]["changed"] is True and "refused" not in run["delete"], run["delete"]

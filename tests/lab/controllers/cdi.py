@@ -53,6 +53,8 @@ COMPONENT = "datavolume-controller"
 IMMEDIATE_BINDING = "cdi.kubevirt.io/storage.bind.immediate.requested"
 CLONE_TYPE = "cdi.kubevirt.io/cloneType"
 POD_PHASE = "cdi.kubevirt.io/storage.pod.phase"
+# CDI's default class for VM disks, preferred over the cluster default for `spec.storage` of kubevirt content.
+VIRT_DEFAULT_CLASS_ANNOTATION = "storageclass.kubevirt.io/is-default-virt-class"
 IMPORT_RETRIES = 3  # restarts of a failing importer before the DataVolume is Failed
 RETRY_BACKOFF_SECONDS = 0.1  # CDI's pod backoff is 10s doubling; the lab keeps the shape, faster
 PROGRESS_INTERVAL_SECONDS = 0.1
@@ -507,18 +509,28 @@ class DataVolumeController(Controller):
             return None
 
     # --- the claim
-    def _default_class(self) -> str | None:
+    def _default_class(self, content_type: str = "kubevirt") -> str | None:
+        """The class CDI gives a DataVolume's `spec.storage` that names none (CDI v1.57+): for VM disk
+        content (`kubevirt`, the default) the class annotated `is-default-virt-class` first, else the
+        cluster default (GA or beta annotation); of several, the newest, then the first by name."""
         classes = self.lab.store.list(self._rt("storage.k8s.io", "storageclasses"))[0]
-        marks = (DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION)
-        defaults = [
-            sc
-            for sc in classes
-            if any((sc["metadata"].get("annotations") or {}).get(mark) == "true" for mark in marks)
-        ]
-        if not defaults:
-            return None
-        newest = max(defaults, key=lambda sc: (sc["metadata"]["creationTimestamp"], sc["metadata"]["name"]))
-        return newest["metadata"]["name"]
+
+        def newest(marks):
+            marked = [
+                sc
+                for sc in classes
+                if any((sc["metadata"].get("annotations") or {}).get(mark) == "true" for mark in marks)
+            ]
+            if not marked:
+                return None
+            top = max(sc["metadata"]["creationTimestamp"] for sc in marked)
+            return min(sc["metadata"]["name"] for sc in marked if sc["metadata"]["creationTimestamp"] == top)
+
+        if content_type == "kubevirt":
+            virt = newest((VIRT_DEFAULT_CLASS_ANNOTATION,))
+            if virt:
+                return virt
+        return newest((DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION))
 
     def _claim_spec(self, dv: dict, plan: _Plan) -> dict:
         spec = dv.get("spec") or {}
@@ -529,7 +541,7 @@ class DataVolumeController(Controller):
             claim.setdefault("accessModes", ["ReadWriteOnce"])
             claim.setdefault("volumeMode", "Filesystem")
             if not claim.get("storageClassName"):
-                default = self._default_class()
+                default = self._default_class(spec.get("contentType") or "kubevirt")
                 if default:
                     claim["storageClassName"] = default
         else:

@@ -7,14 +7,19 @@
 * modules and action plugins import no ``boto3``/``botocore``/``socket``/``subprocess``: the I/O they need
   lives in an adapter;
 * nothing sleeps but the wait runner (``module_utils/_wait.py``) and the retry layer
-  (``module_utils/_retry.py``): no other file names ``time.sleep``, not even to pass it on; a wait hands
-  its hooks to the runner, a pause that is not a poll goes through ``_wait.nap``.
+  (``module_utils/_retry.py``): no pure file, module or action plugin names ``time.sleep`` (not even to
+  pass it on), and any other adapter only with a reason in ``SLEEPS``;
+* no adapter loops over attempts but the retry layer (and the wait runner, whose rounds ride out a
+  transient read): a ``while True`` (or a ``while`` on an attempt count) whose ``except`` goes round
+  again, or a ``for`` over ``range(...)`` or named for attempts that goes round on an error or stops
+  early on success, is a hand-written retry loop, allowed only with a reason in ``RETRY_LOOPS``.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 import pytest
@@ -38,21 +43,20 @@ PURE_FORBIDDEN = (
 MODULE_FORBIDDEN = ("boto3", "botocore", "socket", "subprocess")
 OWN = "ansible_collections.goldenimage.pipeline.plugins."
 
-# The only files that may sleep: the wait runner (every poll, every pause that is not a poll) and the
-# retry layer (the pause between two attempts of one request).
-SLEEPERS = ("plugins/module_utils/_wait.py", "plugins/module_utils/_retry.py")
-SLEEPS = "sleeps outside the wait runner"
+# The adapters that sleep outside the wait runner, each with why its sleep is not a wait.
+WAIT_RUNNER = "plugins/module_utils/_wait.py"
+RETRY_LAYER = "plugins/module_utils/_retry.py"
+SLEEPS = {
+    RETRY_LAYER: "the pause between two attempts of one request (the one retry layer)",
+}
+# The adapters that loop over attempts outside the retry layer, each with why.
+RETRY_LOOPS = {}
+ATTEMPT_NAME = re.compile(r"(^|_)(attempts?|retry|retries|tries|tried)($|_)")
 
 # Violations in the current tree, each with the change that removes it. The test fails when a listed
 # violation is gone (shrink the list) and when a new one appears.
-ALLOWED = {
-    # Their request retries move to the retry layer (_retry.py).
-    ("plugins/module_utils/_kube.py", SLEEPS),
-    ("plugins/module_utils/_s3.py", SLEEPS),
-    # The export Job's own program (run in its pod, with none of module_utils): its hand-written request
-    # retries and upload pool go with its move to boto3.
-    ("plugins/module_utils/_export_cli.py", SLEEPS),
-}
+# Known violations, each with the follow-up that removes it (none today: the list only shrinks).
+ALLOWED: set = set()
 
 
 def kind_of(rel):
@@ -111,15 +115,75 @@ def _sleeps(tree):
     return found
 
 
+def _names_an_attempt(node):
+    return any(isinstance(n, ast.Name) and ATTEMPT_NAME.search(n.id) for n in ast.walk(node))
+
+
+def _counted(loop):
+    """Whether a ``for`` goes over a count: ``range(...)``, or a loop variable named for attempts."""
+    if _names_an_attempt(loop.target):
+        return True
+    it = loop.iter
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+
+
+def _endless(loop):
+    """Whether a ``while`` runs until something inside ends it, or counts attempts."""
+    test = loop.test
+    return (isinstance(test, ast.Constant) and test.value is True) or _names_an_attempt(test)
+
+
+def _own(loop):
+    """The nodes of a loop's body, without those of a loop or function inside it."""
+    stack, out = list(loop.body), []
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _goes_round_on_error(loop):
+    """Whether an ``except`` of this loop continues it: with ``continue``, or by ending without leaving."""
+    for node in _own(loop):
+        if isinstance(node, ast.ExceptHandler):
+            leaves = isinstance(node.body[-1], (ast.Raise, ast.Return, ast.Break))
+            if not leaves or any(isinstance(n, ast.Continue) for n in ast.walk(node)):
+                return True
+    return False
+
+
+def _retry_loops(tree):
+    """The line of each hand-written retry loop (see the module docstring): a ``while`` that goes round
+    on an error, a ``for`` over a count that goes round on an error or ends early on success."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.While):
+            retrying = _endless(node) and _goes_round_on_error(node)
+        elif isinstance(node, ast.For) and _counted(node):
+            early = any(isinstance(n, (ast.Return, ast.Break)) for n in _own(node))
+            retrying = early or _goes_round_on_error(node)
+        else:
+            retrying = False
+        if retrying:
+            found.append(node.lineno)
+    return found
+
+
 def violations(path, rel):
     """The layering rules ``path`` breaks, as short phrases ("imports subprocess", "calls time.sleep")."""
     kind = kind_of(rel)
     if kind not in ("pure", "module", "action", "adapter"):
         return []
     tree = ast.parse(pathlib.Path(path).read_text(), filename=str(path))
-    sleeps = [SLEEPS] if _sleeps(tree) and rel not in SLEEPERS else []
     if kind == "adapter":
-        return sleeps
+        found = []
+        if _sleeps(tree) and rel != WAIT_RUNNER and rel not in SLEEPS:
+            found.append("sleeps outside the wait runner")
+        if _retry_loops(tree) and rel not in (RETRY_LAYER, WAIT_RUNNER) and rel not in RETRY_LOOPS:
+            found.append("retries outside the retry layer")
+        return found
     names = _imported(tree)
     found = []
     forbidden = PURE_FORBIDDEN if kind == "pure" else MODULE_FORBIDDEN
@@ -132,7 +196,9 @@ def violations(path, rel):
                 last = name[len(OWN) :].split(".")
                 if any(part.startswith("_") for part in last[1:]):
                     found.append("imports adapter %s" % name[len(OWN) :])
-    return sorted(set(found + sleeps))
+    if _sleeps(tree):
+        found.append("sleeps outside the wait runner")
+    return sorted(set(found))
 
 
 def tree_violations():
@@ -240,10 +306,66 @@ def test_only_the_wait_runner_sleeps(tmp_path, source):
         "plugins/modules/m.py",
         "plugins/action/m.py",
         "plugins/module_utils/_m.py",
-        "plugins/module_utils/_kube.py",  # an adapter's retry pause too: it belongs to the retry layer
+        "plugins/module_utils/_kube.py",
         "plugins/plugin_utils/_progress.py",
     ):
-        assert violations(path, rel) == [SLEEPS], rel
-    # The runner itself, and the retry layer.
-    for rel in SLEEPERS:
-        assert violations(path, rel) == [], rel
+        assert violations(path, rel) == ["sleeps outside the wait runner"], rel
+    # The runner itself, and the retry layer, whose sleep is the pause between two attempts.
+    assert violations(path, WAIT_RUNNER) == []
+    assert violations(path, RETRY_LAYER) == []
+
+
+def test_each_adapter_that_sleeps_outside_the_runner_still_does():
+    idle = [rel for rel in SLEEPS if not _sleeps(ast.parse((ROOT / rel).read_text()))]
+    assert idle == [], "no longer sleeps, remove from SLEEPS: %s" % idle
+
+
+def test_each_adapter_allowed_a_retry_loop_still_has_one():
+    idle = [rel for rel in RETRY_LOOPS if not _retry_loops(ast.parse((ROOT / rel).read_text()))]
+    assert idle == [], "no longer loops over attempts, remove from RETRY_LOOPS: %s" % idle
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the registry's old retry-once-on-401
+        "def f(send):\n    for attempt in (1, 2):\n        try:\n            return send()\n"
+        "        except OSError:\n            continue\n",
+        # a counted loop around a call that already retries
+        "def f(create):\n    for _ in range(24):\n        try:\n            return create()\n"
+        "        except ValueError:\n            pass\n",
+        # a while loop whose except goes round again (the retry stacked on a client's own)
+        "def f(write):\n    while True:\n        try:\n            return write()\n"
+        "        except KeyError:\n            continue\n",
+        # a loop counting conflicts
+        "def f(write):\n    for attempt in range(20):\n        if write():\n            return\n",
+    ],
+)
+def test_an_adapter_may_not_loop_over_attempts(tmp_path, source):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert violations(path, "plugins/module_utils/_m.py") == ["retries outside the retry layer"]
+    assert violations(path, RETRY_LAYER) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # skipping the items that fail is not a retry
+        "def f(items, use):\n    for item in items:\n        try:\n            use(item)\n"
+        "        except ValueError:\n            continue\n",
+        # trying each of a few places in turn
+        "def f(read):\n    for sector in (512, 4096):\n        found = read(sector)\n"
+        "        if found:\n            return found\n",
+        # draining a list, whatever each item does
+        "def f(paths, unlink):\n    while paths:\n        try:\n            unlink(paths.pop())\n"
+        "        except OSError:\n            pass\n",
+        # a loop over pages that follows a token
+        "def f(page):\n    token = None\n    while True:\n        token = page(token)\n"
+        "        if not token:\n            return\n",
+    ],
+)
+def test_loops_that_are_not_retries_pass(tmp_path, source):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert violations(path, "plugins/module_utils/_m.py") == []

@@ -53,16 +53,17 @@ def test_in_force_is_the_ready_copies_not_the_class_parameter():
     assert backing_copies.copies(held(readable=False)) == 3
 
 
-def test_a_node_added_leaves_the_revision_short_with_the_dedicated_class_first():
+def test_a_node_added_leaves_the_revision_short_with_more_copies_of_the_image_in_use_first():
     (short,) = backing_copies.short_of([held()], 4)
     assert short["revision"] == "v20261129" and short["operator"] == 3 and short["expected"] == 4
     assert "holds 3 ready copies of BackingImage longhorn-system/" in short["message"]
     assert "4 nodes are schedulable" in short["message"]
     first, second, third = short["remedies"]
     assert short["move"] == first
-    assert first.startswith("create a Longhorn StorageClass used only for baked images")
-    assert 'numberOfReplicas: "4"' in first and "leave the cluster default StorageClass as it is" in first
-    assert "minNumberOfCopies" in second and " to 4 " in second
+    # The image in use is mended in place; a class only helps the revisions still to come.
+    assert "minNumberOfCopies" in first and " to 4 " in first
+    assert second.startswith("create a Longhorn StorageClass used only for baked images")
+    assert 'numberOfReplicas: "4"' in second and "leave the cluster default StorageClass as it is" in second
     assert "new revision with replicas 4" in third
     assert not any("set numberOfReplicas" in r for r in short["remedies"])
     # Enough copies, or no node known: nothing to say.
@@ -78,7 +79,9 @@ def test_a_raised_minimum_still_copying_says_wait_not_the_trap():
 def test_the_line_names_every_revision_and_the_unknown():
     gone = backing_copies.holding("v20260101", None)
     text = backing_copies.line([held(), gone], 4)
-    assert text.startswith("4 nodes; v20261129 holds 3 of 4; short: v20261129; first remedy: create a")
+    assert text.startswith(
+        "4 nodes; v20261129 holds 3 of 4; short: v20261129; first remedy: raise Longhorn's"
+    )
     assert text.endswith("not known: v20260101")
     assert "are not compared" in backing_copies.line([held()], None)
 

@@ -357,11 +357,12 @@ def test_catalog_refusals_are_pipeline_errors():
 
 def test_dbinstance_spec_defaults_and_validates_with_the_one_engine_version_rule():
     spec = {"storage": "20Gi"}
-    resolved, major, defaulted = catalog.dbinstance_spec(seeded(), spec, today=TODAY)
+    resolved, major, defaulted, stream = catalog.dbinstance_spec(seeded(), spec, today=TODAY)
     assert (resolved, major, defaulted) == ({"storage": "20Gi", "engineVersion": "17"}, "17", True)
+    assert stream == "22.04"
     assert spec == {"storage": "20Gi"}  # the caller's spec is not changed
-    assert catalog.dbinstance_spec(seeded(), {"engineVersion": ""}, today=TODAY)[1:] == ("17", True)
-    assert catalog.dbinstance_spec(seeded(), {"engineVersion": "16"}, today=TODAY)[1:] == ("16", False)
+    assert catalog.dbinstance_spec(seeded(), {"engineVersion": ""}, today=TODAY)[1:3] == ("17", True)
+    assert catalog.dbinstance_spec(seeded(), {"engineVersion": "16"}, today=TODAY)[1:3] == ("16", False)
     with pytest.raises(catalog.CatalogError, match="18 is not in revision"):
         catalog.dbinstance_spec(seeded(), {"engineVersion": "18"}, today=TODAY)
     with pytest.raises(catalog.CatalogError, match="reached end of life"):
@@ -530,3 +531,97 @@ def test_a_revision_keeps_the_package_manifest_it_was_published_with():
         "revision v20261129 is already in the catalog with another package manifest (sha256 %s, now %s); "
         "published images are immutable: build a new revision" % ("a" * 64, "b" * 64)
     )
+
+
+def test_a_smoke_test_is_one_observation_of_one_object_at_one_resource_version():
+    doc = seeded()
+
+    def observed(version, phase="Available"):
+        instance = {
+            "metadata": {"uid": "u-1", "resourceVersion": version},
+            "status": {"phase": phase, "appliedSpec": {"imageRevision": "v20260615", "engineVersion": "17"}},
+        }
+        return catalog.smoke_test(doc, "v20260615", "smoke/pg", instance, "t-" + version, "ops")
+
+    doc, changed = catalog.record_smoke_test(doc, observed("7"))
+    assert changed is True
+    # Looked at again later, unchanged: not another test.
+    doc, changed = catalog.record_smoke_test(doc, observed("7"))
+    assert changed is False and len(doc["images"]["v20260615"]["smoke_tests"]) == 1
+    # The object changed since: a new observation.
+    doc, changed = catalog.record_smoke_test(doc, observed("8", phase="Failed"))
+    assert changed is True
+    assert [t["result"] for t in doc["images"]["v20260615"]["smoke_tests"]] == ["passed", "failed"]
+    # A test of an object that does not exist has nothing to identify it by: each is recorded.
+    missing = catalog.smoke_test(doc, "v20260615", "smoke/pg", None, "t", "ops")
+    doc, _changed = catalog.record_smoke_test(doc, missing)
+    doc, changed = catalog.record_smoke_test(doc, missing)
+    assert changed is True
+
+
+def test_dbinstance_spec_reads_the_instance_s_own_stream_and_refuses_misspelt_fields():
+    doc = seeded()
+    doc, _changed = catalog.register_image(
+        doc, "v20270401-2404", "24.04", ["16", "17", "18"], SUM_B, "s3://mirror/v20270401-2404", imported=True
+    )
+    doc, _changed = catalog.set_stream(doc, "24.04", tip="v20270401-2404", validated=True)
+    # 24.04's tip carries 18, the default stream's does not: the instance's own stream decides.
+    assert catalog.dbinstance_spec(doc, {"osVersion": "24.04"}, today=TODAY)[1:] == ("18", True, "24.04")
+    assert catalog.dbinstance_spec(doc, {"osVersion": "24.04", "engineVersion": "18"}, today=TODAY)[1] == "18"
+    with pytest.raises(catalog.CatalogError, match="18 is not in revision v20260615"):
+        catalog.dbinstance_spec(doc, {"engineVersion": "18"}, today=TODAY)
+    with pytest.raises(catalog.CatalogError, match=r"OS stream 20.04 \(spec.osVersion\) is not a stream"):
+        catalog.dbinstance_spec(doc, {"osVersion": "20.04"}, today=TODAY)
+    unvalidated = catalog.set_stream(doc, "24.04", tip="v20261201-2404", rollback=True)[0]
+    with pytest.raises(catalog.CatalogError, match=r"OS stream 24.04 .* is not validated"):
+        catalog.dbinstance_spec(unvalidated, {"osVersion": "24.04"}, today=TODAY)
+    with pytest.raises(PipelineError, match="quote it"):
+        catalog.dbinstance_spec(doc, {"osVersion": 24.04}, today=TODAY)
+    for key, field in (
+        ("engineVerison", "engineVersion"),
+        ("enginversion", "engineVersion"),
+        ("osVerison", "osVersion"),
+    ):
+        with pytest.raises(catalog.CatalogError, match="spec.%s .* rename it to %s" % (key, field)):
+            catalog.dbinstance_spec(doc, {key: "16"}, today=TODAY)
+    # Set, the field wins; unrelated fields pass.
+    assert (
+        catalog.misspelt_spec_fields({"engineVersion": "16", "engineVersions": "x", "storage": "1Gi"}) == []
+    )
+
+
+def test_a_tip_moves_back_only_on_purpose():
+    doc = seeded()
+    doc, _changed = catalog.register_image(
+        doc, "v20270401-2404", "24.04", ["16", "17", "18"], SUM_B, "s3://mirror/v20270401-2404", imported=True
+    )
+    doc, _changed = catalog.set_stream(doc, "24.04", tip="v20270401-2404")
+    with pytest.raises(
+        catalog.CatalogError, match=r"v20261201-2404 is older than v20270401-2404.*rollback: true"
+    ):
+        catalog.set_stream(doc, "24.04", tip="v20261201-2404")
+    back, changed = catalog.set_stream(doc, "24.04", tip="v20261201-2404", rollback=True)
+    assert changed and back["streams"]["24.04"] == {"tip": "v20261201-2404", "validated": False}
+    # Forward needs no word.
+    assert catalog.set_stream(back, "24.04", tip="v20270401-2404")[1] is True
+
+
+def test_a_catalog_too_large_for_a_configmap_is_refused_naming_the_largest_revisions():
+    import base64
+    import os
+
+    doc = seeded()
+    catalog.check_configmap_size(catalog.dump(doc), "catalog ConfigMap ops/catalog")
+    # Package lists that do not compress, as large as a year of weekly builds' would be.
+    listing = base64.b64encode(os.urandom(45 * 1024)).decode()
+    record = {"sha256": "0" * 64, "package_count": 700, "encoding": "zlib+base64", "package_list": listing}
+    doc, _changed = catalog.register_image(
+        doc, "v20270101", "22.04", ["16", "17"], SUM_A, "upload", imported=True, manifest=record
+    )
+    for day in range(2, 25):
+        doc["images"]["v202701%02d" % day] = dict(doc["images"]["v20270101"])
+    with pytest.raises(catalog.CatalogError) as refused:
+        catalog.check_configmap_size(catalog.dump(doc), "catalog ConfigMap ops/catalog")
+    assert refused.value.msg.startswith("catalog ConfigMap ops/catalog would hold ")
+    assert "more than a ConfigMap's 1000 KiB allow" in refused.value.msg
+    assert "largest revisions: v202701" in refused.value.msg and "catalog.path" in refused.value.msg

@@ -125,6 +125,21 @@ class CatalogModel(RuleBasedStateMachine):
         self.dropped |= {e["major"] for e in found} & set(drops)  # only what the run named
         self.doc = moved
 
+    @rule(stream=st.sampled_from(STREAMS), data=st.data())
+    def move_back(self, stream, data):
+        """A tip moved to an older revision of its stream is refused unless the run says rollback."""
+        tip = (self.doc["streams"].get(stream) or {}).get("tip")
+        older = sorted(
+            n for n, e in self.doc["images"].items() if e["os_version"] == stream and tip and n < tip
+        )
+        if not older:
+            return
+        name = data.draw(st.sampled_from(older))
+        before = catalog.dump(self.doc)
+        with pytest.raises(catalog.CatalogError, match="is older than %s" % tip):
+            catalog.set_stream(self.doc, stream, tip=name)
+        assert catalog.dump(self.doc) == before
+
     @rule(stream=st.sampled_from(STREAMS + (None,)), major=st.sampled_from(["14", "15", "16", "17"]))
     def provision(self, stream, major):
         """A database created on the tip of its stream (the default when None), if that tip carries it."""

@@ -3,9 +3,9 @@ published with a minimum of copies, nodes join and leave, Longhorn copies each i
 minimum (never onto a node that joined later unless the minimum is raised), a minimum is raised.
 
 After every step: ``backing_copies.short_of`` names exactly the revisions whose ready copies are fewer
-than the schedulable nodes, counted by the model itself; its first remedy for a short revision is a class
-of its own for baked images (or waiting, while Longhorn's minimum already covers the nodes), never a
-change to the cluster default class.
+than the schedulable nodes, counted by the model itself; its first remedy for a short revision mends the
+image in use (Longhorn's minimum copies raised to the nodes; or waiting, while the minimum already covers
+them), then a class of its own for the next revisions, never a change to the cluster default class.
 """
 
 from __future__ import annotations
@@ -84,8 +84,9 @@ class CopiesMachine(RuleBasedStateMachine):
             if self.revisions[entry["revision"]]["min"] >= len(self.nodes):
                 assert first.startswith("Longhorn keeps"), entry
             else:
-                assert first == backing_copies.dedicated_class_remedy(len(self.nodes)), entry
-                assert "leave the cluster default StorageClass as it is" in first
+                assert first == backing_copies.min_copies_remedy(entry["backing_image"], len(self.nodes))
+                assert backing_copies.dedicated_class_remedy(len(self.nodes)) in entry["remedies"]
+                assert not any("set numberOfReplicas" in r for r in entry["remedies"]), entry
 
 
 # Pure and fast: 200 sequences of up to 30 steps in the normal unit tier.

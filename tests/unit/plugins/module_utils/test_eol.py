@@ -73,7 +73,11 @@ def test_check_eol_os_stream_past_and_unknown():
     violations = eol.check_eol([16], "22.04", "2027-05-01")
     assert violations[0]["kind"] == eol.OS
     assert violations[0]["message"] == "Ubuntu 22.04 reached end of life on 2027-04-30; supported: 24.04"
-    unknown = eol.check_eol([16], "20.04", "2026-01-01")
+    ended = eol.check_eol([16], "20.04", "2026-01-01")
+    assert (ended[0]["reason"], ended[0]["eol"]) == ("past_eol", "2025-05-31")
+    assert ended[0]["message"] == "Ubuntu 20.04 reached end of life on 2025-05-31; supported: 22.04, 24.04"
+    assert eol.check_eol([12], None, "2026-01-01")[0]["reason"] == "past_eol"
+    unknown = eol.check_eol([16], "21.04", "2026-01-01")
     assert unknown[0]["reason"] == "unknown"
     assert "no EOL date" in unknown[0]["message"]
 

@@ -34,12 +34,13 @@ def test_run_module_turns_the_error_into_fail_json(capsys):
     assert result["left_behind"] == ["pvc/a"]
 
 
-# Exceptions that are no error but a signal between two functions of one file: a round that is over,
-# credentials that need the kubernetes client, a conflict the next attempt resolves. Nothing else may
-# stand outside the one base.
+# Exceptions that are no error but a signal between two functions: a round that is over, credentials
+# that need the kubernetes client, a conflict the next attempt resolves, a call asking the retry layer
+# for another attempt. Nothing else may stand outside the one base.
 SIGNALS = {
     "plugins/module_utils/rounds.py": {"RoundOver"},
-    "plugins/module_utils/_kube.py": {"NotRaw"},
+    "plugins/module_utils/_kube_auth.py": {"NotRaw"},
+    "plugins/module_utils/_retry.py": {"Again"},
     "plugins/module_utils/_repave_direct.py": {"_Conflict"},
 }
 

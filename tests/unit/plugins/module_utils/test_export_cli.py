@@ -1,57 +1,23 @@
-"""The export Job's program without a cluster: its SigV4 signatures equal botocore's, its result line is
-read back, and the part size grows to stay within S3's 10,000 parts."""
+"""The export Job's program without a cluster, against the lab's S3: its result line is read back, its
+files import without Ansible, and its uploads go through the collection's one S3 client (botocore's
+retries) and one multipart upload."""
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import io
 import os
-from urllib.parse import quote
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3
+from ansible_collections.goldenimage.pipeline.plugins.modules import golden_export_job
 
-
-@pytest.mark.parametrize(
-    "method, path, query, headers, body",
-    [
-        (
-            "PUT",
-            "/bkt/windows/11/2026-08-09/a b+c.qcow2",
-            {"partNumber": "3", "uploadId": "abc/def=="},
-            {"Content-MD5": "xyz=="},
-            b"hello",
-        ),
-        (
-            "POST",
-            "/bkt/k",
-            {"uploads": ""},
-            {"x-amz-meta-sha256": "ab", "Content-Type": "application/x"},
-            b"",
-        ),
-        ("HEAD", "/bkt/k", {}, {}, b""),
-        ("POST", "/bkt/k", {"uploadId": "u1"}, {"If-None-Match": "*"}, b"<CompleteMultipartUpload/>"),
-    ],
-)
-def test_signatures_equal_botocores(method, path, query, headers, body):
-    from botocore.auth import S3SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
-    payload = hashlib.sha256(body).hexdigest()
-    url = "http://127.0.0.1:9000" + quote(path, safe="/-_.~")
-    if query:
-        url += "?" + cli.canonical_query(query)
-    request = AWSRequest(
-        method=method, url=url, data=body, headers=dict(headers, **{"x-amz-content-sha256": payload})
-    )
-    S3SigV4Auth(Credentials("AKID", "SECRET/key+x"), "s3", "eu-west-1").add_auth(request)
-    moment = datetime.datetime.strptime(request.headers["X-Amz-Date"], "%Y%m%dT%H%M%SZ")
-    mine = cli.sign(
-        method, "127.0.0.1:9000", path, query, headers, payload, "AKID", "SECRET/key+x", "eu-west-1", moment
-    )
-    assert mine["Authorization"] == request.headers["Authorization"]
+from tests.lab.s3 import Fault, s3_client
 
 
 def test_the_result_is_the_last_marker_line():
@@ -95,7 +61,7 @@ def run(lab_s3, tmp_path, monkeypatch):
     bucket = "export-cli-" + os.urandom(4).hex()
     client.create_bucket(Bucket=bucket)
     raw = tmp_path / "disk.raw"
-    raw.write_bytes(os.urandom(11 * MIB))
+    raw.write_bytes(os.urandom(17 * MIB))
     real_open = open
 
     def counting_open(path, mode="r", *args, **kwargs):
@@ -112,7 +78,7 @@ def run(lab_s3, tmp_path, monkeypatch):
         argv = ["--source", str(raw), "--scratch", str(tmp_path), "--filename", "x.qcow2", "--no-compress",
                 "--endpoint", lab_s3.endpoint_url, "--bucket", bucket, "--key", key, "--source-url",
                 "pvc://ns/" + uid, "--source-uid", uid, "--exported-at", "2026-12-02T00:00:00Z",
-                "--part-size", str(5 * MIB)]  # fmt: skip
+                "--part-size", str(8 * MIB)]  # fmt: skip
         code = cli.main(argv, environ=env, out=out)
         return code, cli.parse_log(out.getvalue()), tmp_path / "x.qcow2", out.getvalue()
 
@@ -134,7 +100,7 @@ def test_a_first_export_reads_the_qcow2_once_and_stores_it_with_its_sha256(run):
     code, result, qcow2, log = run("w/11/a.qcow2")
     assert code == 0, result
     size = qcow2.stat().st_size
-    assert size > 10 * MIB and result["action"] == "upload" and result["parts"] == 3
+    assert size > 16 * MIB and result["action"] == "upload" and result["parts"] == 3
     assert result["read_bytes"] == size == Counting.read_bytes  # one pass, not two
     assert result["copy_parts"] == 1  # CopyObject
     got, body = stored(run, "w/11/a.qcow2")
@@ -172,10 +138,13 @@ def test_a_first_export_reads_the_qcow2_once_and_stores_it_with_its_sha256(run):
 
 
 def test_a_large_export_is_copied_in_parts(run, monkeypatch):
-    monkeypatch.setattr(cli, "COPY_PART_LIMIT", 5 * MIB)
+    monkeypatch.setattr(transfer, "COPY_PART_LIMIT", 5 * MIB)
     code, result, qcow2, _log = run("w/11/big.qcow2")
     assert code == 0, result
-    assert result["copy_parts"] == 3 and result["read_bytes"] == qcow2.stat().st_size == Counting.read_bytes
+    size = qcow2.stat().st_size
+    assert (
+        result["copy_parts"] == -(-size // (5 * MIB)) and result["read_bytes"] == size == Counting.read_bytes
+    )
     got, body = stored(run, "w/11/big.qcow2")
     assert body == qcow2.read_bytes()
     assert got["Metadata"]["sha256"] == hashlib.sha256(body).hexdigest() == result["sha256"]
@@ -194,24 +163,101 @@ def test_a_key_holding_another_object_is_refused_and_nothing_is_left(run):
     assert keys_and_uploads(run) == (["w/11/b.qcow2"], [])
 
 
-@pytest.mark.parametrize("limit", [cli.COPY_PART_LIMIT, 5 * MIB], ids=["CopyObject", "UploadPartCopy"])
-def test_a_failed_copy_leaves_neither_the_staging_nor_the_final_object(run, monkeypatch, limit):
-    monkeypatch.setattr(cli, "COPY_PART_LIMIT", limit)
-    real = cli.S3.request
-    copies = []
+def copies(method, path, names, headers):
+    return "x-amz-copy-source" in headers
 
-    def refuse_copies(self, method, bucket, key, query=None, headers=None, body=b"", what=None, **options):
-        if "x-amz-copy-source" in (headers or {}):
-            copies.append(key)
-            if len(copies) == 2 or limit == cli.COPY_PART_LIMIT:  # the second part, or the CopyObject
-                return cli.Answer(403, {}, b"<Error><Code>AccessDenied</Code></Error>")
-        return real(self, method, bucket, key, query, headers, body, what, **options)
 
-    monkeypatch.setattr(cli.S3, "request", refuse_copies)
+def parts(method, path, names, headers):
+    return method == "PUT" and "partNumber" in names and "x-amz-copy-source" not in headers
+
+
+@pytest.mark.parametrize("limit", [transfer.COPY_PART_LIMIT, 5 * MIB], ids=["CopyObject", "UploadPartCopy"])
+def test_a_failed_copy_leaves_neither_the_staging_nor_the_final_object(run, lab_s3, monkeypatch, limit):
+    monkeypatch.setattr(transfer, "COPY_PART_LIMIT", limit)
+    # The CopyObject, or the second UploadPartCopy, is refused.
+    refused = Fault(copies, 403, "AccessDenied", after=0 if limit == transfer.COPY_PART_LIMIT else 1)
+    monkeypatch.setattr(lab_s3.front, "faults", [refused])
     code, result, _q, _log = run("w/11/c.qcow2")
     assert code == 1 and result["code"] == "s3" and "AccessDenied" in result["error"], result
-    assert copies and set(copies) == {"w/11/c.qcow2"}
+    assert refused.hits == 1
     assert "staging object" in result["error"] and "was deleted" in result["error"]
-    if limit != cli.COPY_PART_LIMIT:
-        assert "multipart upload to s3://%s/w/11/c.qcow2 was aborted" % run.bucket in result["error"]
+    if limit != transfer.COPY_PART_LIMIT:
+        assert "abort the upload to s3://%s/w/11/c.qcow2" % run.bucket in result["error"]
     assert keys_and_uploads(run) == ([], [])
+
+
+def test_a_part_answered_5xx_is_sent_again_by_botocore(run, lab_s3, monkeypatch):
+    # Two answers 500 to the parts: botocore's standard retries send them again, within MAX_ATTEMPTS.
+    tries = []
+
+    def part_tries(method, path, names, headers):
+        if parts(method, path, names, headers):
+            tries.append(headers.get("amz-sdk-request", ""))
+            return True
+        return False
+
+    unwell = Fault(part_tries, 500, "InternalError", times=2)
+    monkeypatch.setattr(lab_s3.front, "faults", [unwell])
+    code, result, qcow2, _log = run("w/11/d.qcow2")
+    assert code == 0 and result["parts"] == 3, result
+    assert unwell.hits == 2 and unwell.seen == 5  # three parts, two of them twice
+    # botocore's retry loop sent them again, with the policy's attempt limit (amz-sdk-request).
+    fields = [dict(f.strip().split("=", 1) for f in t.split(";")) for t in tries]
+    assert sorted(f["attempt"] for f in fields) == ["1", "1", "1", "2", "2"]
+    assert {f["max"] for f in fields} == {str(_s3.MAX_ATTEMPTS)}
+    # Read back by a client of its own (the lab's), with the checksums the server keeps.
+    reader = s3_client(lab_s3.env())
+    got = reader.get_object(Bucket=run.bucket, Key="w/11/d.qcow2", ChecksumMode="ENABLED")
+    body = got["Body"].read()
+    assert body == qcow2.read_bytes() and len(body) > 2 * result["part_size"]
+    assert hashlib.sha256(body).hexdigest() == result["sha256"] == got["Metadata"]["sha256"]
+    assert keys_and_uploads(run) == (["w/11/d.qcow2"], [])
+
+
+def test_a_part_answered_5xx_at_every_attempt_fails_and_leaves_nothing(run, lab_s3, monkeypatch):
+    down = Fault(parts, 503, "SlowDown", times=10**6)
+    monkeypatch.setattr(lab_s3.front, "faults", [down])
+    code, result, _q, _log = run("w/11/e.qcow2")
+    assert code == 1 and result["code"] == "s3" and "SlowDown" in result["error"], result
+    assert "abort the upload to" in result["error"]
+    # The policy is botocore's: each part sent MAX_ATTEMPTS times at most, and no loop around it.
+    assert down.hits % _s3.MAX_ATTEMPTS == 0 and down.hits <= run_concurrency() * _s3.MAX_ATTEMPTS
+    assert keys_and_uploads(run) == ([], [])
+
+
+def run_concurrency():
+    return cli.parser().get_default("concurrency")
+
+
+def test_the_program_files_import_without_ansible(tmp_path):
+    """The Job's image has python3, boto3 and dissect, not Ansible: the files shipped in the ConfigMap
+    import with ``ansible`` out of reach."""
+    package = tmp_path / "ansible_collections/goldenimage/pipeline/plugins/module_utils"
+    package.mkdir(parents=True)
+    for name, text in golden_export_job.program_files().items():
+        (package / name).write_text(text)
+    probe = textwrap.dedent(
+        """
+        import sys
+
+        class NoAnsible:
+            def find_spec(self, name, path=None, target=None):
+                if name == "ansible" or name.startswith("ansible."):
+                    raise ImportError("no Ansible in the Job's image: " + name)
+
+        sys.meta_path.insert(0, NoAnsible())
+        from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli
+        _export_cli.clients  # noqa: B018
+        print(_export_cli.__file__)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(package / "_export_cli.py")

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, _kube_auth, errors
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".collections"))
@@ -185,7 +185,7 @@ def test_diff_ignores_what_the_server_fills_in():
 
 
 def test_auth_options_are_kubernetes_core_s():
-    spec = _kube.auth_argument_spec()
+    spec = _kube_auth.auth_argument_spec()
     assert spec == AUTH_ARG_SPEC
     assert spec is not AUTH_ARG_SPEC
     assert spec["proxy_headers"]["options"]["basic_auth"]["no_log"] is True

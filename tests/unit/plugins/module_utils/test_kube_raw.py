@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube_auth, _kube_raw
 
 CA = b"-----BEGIN CERTIFICATE-----\nlab-ca\n-----END CERTIFICATE-----\n"
 CERT = b"-----BEGIN CERTIFICATE-----\nclient\n-----END CERTIFICATE-----\n"
@@ -65,7 +65,7 @@ def client_view(auth, environ):
 
 
 def raw_view(auth, environ):
-    settings = _kube.raw_settings(_kube.auth_values(auth, environ), environ)
+    settings = _kube_auth.raw_settings(_kube_auth.auth_values(auth, environ), environ)
 
     def read(name):
         return pathlib.Path(settings[name]).read_bytes() if settings.get(name) else None
@@ -181,21 +181,21 @@ def test_the_raw_path_carries_what_the_client_would(tmp_path):
 )
 def test_forms_the_raw_path_does_not_do_are_left_to_the_client(tmp_path, user, auth, environ):
     path = kubeconfig(tmp_path / "config", {"server": "https://10.0.0.1"}, user)
-    with pytest.raises(_kube.NotRaw):
-        _kube.raw_settings(_kube.auth_values(dict(auth, kubeconfig=path), environ), environ)
+    with pytest.raises(_kube_auth.NotRaw):
+        _kube_auth.raw_settings(_kube_auth.auth_values(dict(auth, kubeconfig=path), environ), environ)
 
 
 def test_in_cluster_and_several_kubeconfig_files_are_left_to_the_client(tmp_path):
-    with pytest.raises(_kube.NotRaw):
-        _kube.raw_settings({}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
-    with pytest.raises(_kube.NotRaw):
-        _kube.raw_settings({}, {"KUBECONFIG": "%s:%s" % (tmp_path / "a", tmp_path / "b")})
+    with pytest.raises(_kube_auth.NotRaw):
+        _kube_auth.raw_settings({}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    with pytest.raises(_kube_auth.NotRaw):
+        _kube_auth.raw_settings({}, {"KUBECONFIG": "%s:%s" % (tmp_path / "a", tmp_path / "b")})
 
 
 def test_impersonation_is_sent_as_headers(tmp_path):
     path = kubeconfig(tmp_path / "config", {"server": "https://h"}, {"token": "t"})
-    settings = _kube.raw_settings(
-        _kube.auth_values(
+    settings = _kube_auth.raw_settings(
+        _kube_auth.auth_values(
             {"kubeconfig": path, "impersonate_user": "alice", "impersonate_groups": ["dev", "ops"]}, {}
         ),
         {},
@@ -205,12 +205,12 @@ def test_impersonation_is_sent_as_headers(tmp_path):
         ("Impersonate-Group", "dev"),
         ("Impersonate-Group", "ops"),
     ]
-    from_env = _kube.auth_values({"kubeconfig": path}, {"K8S_AUTH_IMPERSONATE_GROUPS": "a,,b"})
+    from_env = _kube_auth.auth_values({"kubeconfig": path}, {"K8S_AUTH_IMPERSONATE_GROUPS": "a,,b"})
     assert from_env["impersonate_groups"] == ["a", "b"]
 
 
 def test_discovery_answers_map_to_paths():
-    found = _kube.find_kind(
+    found = _kube_raw.find_kind(
         {
             "resources": [
                 {"name": "volumesnapshots/status", "kind": "VolumeSnapshot", "namespaced": True},
@@ -224,7 +224,9 @@ def test_discovery_answers_map_to_paths():
     assert found.path() == "/apis/snapshot.storage.k8s.io/v1/volumesnapshots"
     assert found.path(namespace="p") == "/apis/snapshot.storage.k8s.io/v1/namespaces/p/volumesnapshots"
     assert found.path("g", "p") == "/apis/snapshot.storage.k8s.io/v1/namespaces/p/volumesnapshots/g"
-    cluster = _kube.find_kind({"resources": [{"name": "namespaces", "kind": "Namespace"}]}, "v1", "Namespace")
+    cluster = _kube_raw.find_kind(
+        {"resources": [{"name": "namespaces", "kind": "Namespace"}]}, "v1", "Namespace"
+    )
     assert cluster.path("x", "ignored") == "/api/v1/namespaces/x"
-    with pytest.raises(_kube.ResourceNotFoundError):
-        _kube.find_kind({"resources": []}, "v1", "Nothing")
+    with pytest.raises(_kube_raw.ResourceNotFoundError):
+        _kube_raw.find_kind({"resources": []}, "v1", "Nothing")

@@ -11,11 +11,12 @@ import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, _retry, errors
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
 
 NS = "ns"
@@ -162,14 +163,30 @@ class Handler(BaseHTTPRequestHandler):
         if fault in ("500", "503", "429"):
             reason = {"500": "InternalError", "503": "ServiceUnavailable", "429": "TooManyRequests"}[fault]
             return self._send(int(fault), status(int(fault), reason, "injected"))
+        if fault == "expired":
+            return self._send(410, status(410, "Expired", "the continue token is too old"))
         if fault == "conflict":
             return self._send(
                 409, status(409, "Conflict", 'configmaps "%s": the object has been modified' % name)
             )
         code, answer = self._apply(verb, name, body)
+        if verb == "list":
+            answer = self._page(answer)
         if fault == "commit-drop" and code < 300:
             return self._drop()
         return self._send(code, answer)
+
+    def _page(self, answer):
+        """The page of a list that ``limit`` and ``continue`` ask for (the token is the next offset)."""
+        query = parse_qs(urlsplit(self.path).query)
+        if "limit" not in query:
+            return answer
+        start, limit = int(query.get("continue", ["0"])[0]), int(query["limit"][0])
+        items = answer["items"]
+        answer = dict(answer, items=items[start : start + limit])
+        if start + limit < len(items):
+            answer["metadata"] = {"continue": str(start + limit)}
+        return answer
 
     def _apply(self, verb, name, body):
         api = self.api
@@ -272,7 +289,7 @@ def api(server):
 def module(api):
     with patch_module_args({"kubeconfig": api.kubeconfig}):
         m = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
-        m.backoff = _kube.Backoff(base=0.001, cap=0.01)
+        m.backoff = _retry.kubernetes(base=0.001, cap=0.01)
         m.resource("v1", "ConfigMap")
         yield m
 
@@ -290,41 +307,30 @@ def writes(api, verb):
     return [entry for entry in api.log if entry[0] == verb]
 
 
-# --- the policy -----------------------------------------------------------------------------
+# --- lists page by page ----------------------------------------------------------------------
 
 
-def test_backoff_is_jittered_exponential_and_bounded_in_count():
-    pauses = []
-    policy = _kube.Backoff(attempts=5, seconds=100, base=1, cap=3, sleeper=pauses.append, rand=lambda: 1.0)
-    attempts = policy.start()
-    while attempts.retry(Exception("x")):
-        pass
-    assert pauses == [1, 2, 3, 3]  # base * 2**n, capped, 4 pauses for 5 attempts
-    assert attempts.tried == 5
-    jittered = []
-    policy = _kube.Backoff(attempts=3, base=1, cap=8, sleeper=jittered.append, rand=lambda: 0.5)
-    attempts = policy.start()
-    while attempts.retry(Exception("x")):
-        pass
-    assert jittered == [0.5, 1.0]
+def test_an_expired_continue_token_restarts_the_list_from_its_first_page(api, module):
+    for index in range(3):
+        module.create(cm("c%d" % index, {"k": "v"}))
+    api.script = [("list", "ok"), ("list", "expired")]
+    items = module.list("v1", "ConfigMap", NS, page=1)
+    assert [i["metadata"]["name"] for i in items] == ["c0", "c1", "c2"]
+    assert [entry[2] for entry in writes(api, "list")] == ["ok", "expired", "ok", "ok", "ok"]
 
 
-def test_backoff_is_bounded_in_time():
-    now = [0.0]
-    pauses = []
+def test_a_list_restarts_a_bounded_number_of_times(api, module):
+    for index in range(2):
+        module.create(cm("c%d" % index, {"k": "v"}))
+    api.script = [("list", "ok"), ("list", "expired")] * (_kube.LIST_RESTARTS + 1)
+    with pytest.raises(_kube.KubeError) as err:
+        module.list("v1", "ConfigMap", NS, page=1)
+    assert err.value.status == 410
+    assert len(writes(api, "list")) == 2 * (_kube.LIST_RESTARTS + 1)
+    assert module.retried == 0  # a restart is the list's own rule, not a retry of the request
 
-    def sleep(seconds):
-        pauses.append(seconds)
-        now[0] += seconds
 
-    policy = _kube.Backoff(
-        attempts=100, seconds=10, base=4, cap=8, clock=lambda: now[0], sleeper=sleep, rand=lambda: 1.0
-    )
-    attempts = policy.start()
-    while attempts.retry(Exception("x")):
-        pass
-    assert sum(pauses) <= 10 and now[0] == 10
-    assert attempts.tried < 100
+# --- what a create recognises as its own ------------------------------------------------------
 
 
 def test_differences_accept_what_the_server_adds():
@@ -354,7 +360,7 @@ def test_reads_ride_out_5xx_429_and_drops(api, module):
 
 
 def test_a_read_gives_up_at_the_bound_and_says_so(api, module):
-    module.backoff = _kube.Backoff(attempts=3, base=0.001, cap=0.01)
+    module.backoff = _retry.kubernetes(attempts=3, base=0.001, cap=0.01)
     api.script = [("get", "500")] * 3
     with pytest.raises(_kube.KubeError) as err:
         module.get("v1", "ConfigMap", "a", NS)
@@ -373,7 +379,7 @@ def raw_module(api):
     """A module whose reads go over the raw connection (no kubernetes client is built)."""
     with patch_module_args({"kubeconfig": api.kubeconfig}):
         m = _kube.KubeModule(argument_spec={}, supports_check_mode=True)
-        m.backoff = _kube.Backoff(base=0.001, cap=0.01)
+        m.backoff = _retry.kubernetes(base=0.001, cap=0.01)
         yield m
     assert m._kube_client is None
 
@@ -437,7 +443,7 @@ def test_a_create_that_meets_someone_elses_object_fails_naming_the_difference(ap
 
 
 def test_a_create_conflict_that_never_clears_is_bounded(api, module):
-    module.backoff = _kube.Backoff(attempts=4, base=0.001, cap=0.01)
+    module.backoff = _retry.kubernetes(attempts=4, base=0.001, cap=0.01)
     api.script = [("create", "conflict")] * 4
     with pytest.raises(_kube.KubeError) as err:
         module.create(cm("a", {"k": "v"}))

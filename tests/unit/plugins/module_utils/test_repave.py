@@ -174,10 +174,20 @@ def test_pg_eol_by_date_even_when_the_tip_carries_the_major_and_the_instance_is_
     )
 
 
-def test_unknown_engine_version_is_never_offered_a_repave():
+def test_unknown_engine_version_is_never_offered_a_repave_nor_called_end_of_life():
     verdict = repave.drift(db(engine=None), fleet_catalog(), TODAY)
-    assert verdict["verdict"] == "PGVersionEOL"
-    assert "major is unknown" in verdict["description"]
+    assert (verdict["verdict"], verdict["action"]) == ("EngineVersionUnknown", None)
+    assert "major is unknown (spec.engineVersion is not set)" in verdict["description"]
+    # A Harvester VM repaved directly keeps its major in an annotation: the words name it.
+    direct = db(engine=None, engine_field="annotation goldenimage.pipeline/engine-version")
+    verdict = repave.drift(direct, fleet_catalog(), TODAY)
+    assert verdict["description"].endswith(
+        "set annotation goldenimage.pipeline/engine-version to the major it runs (such as 16); it is judged "
+        "and repaved once it is known"
+    )
+    refused = refusal(direct)
+    assert refused.reason == "EngineVersionUnknown" and "pg_dump" not in str(refused)
+    assert repave.operator_disagreement("EngineVersionUnknown", {"PGVersionEOL": {"status": "True"}}) is None
 
 
 @pytest.mark.parametrize("stream", ["20.04", "24.04"])
@@ -216,6 +226,15 @@ def test_policy_is_checked():
         repave.drift(db(), fleet_catalog(), TODAY, policy={"auto_apply_days": 3})
     with pytest.raises(PipelineError, match="forced_apply_after_days -1"):
         repave.drift(db(), fleet_catalog(), TODAY, policy={"forced_apply_after_days": -1})
+    with pytest.raises(
+        PipelineError, match=r"forced_apply_after_days 0 forces every repave .* at least 1 day"
+    ):
+        repave.drift(db(), fleet_catalog(), TODAY, policy={"forced_apply_after_days": 0})
+    with pytest.raises(
+        PipelineError, match="forced_apply_after_days 7 comes before auto_apply_after_days 14"
+    ):
+        repave.check_policy({"auto_apply_after_days": 14, "forced_apply_after_days": 7})
+    assert repave.check_policy({"auto_apply_after_days": 0, "forced_apply_after_days": 1})
 
 
 # -------------------------------------------------------------------- operator's view
@@ -482,7 +501,7 @@ def test_a_running_database_without_engine_version_is_not_given_the_default_majo
     assert catalog.check_engine_version(doc, None, "2026-12-20")["major"] == "17"
     verdict = catalog.check_engine_version(doc, None, "2026-12-20", target="v20261215")
     assert (verdict["problem"], verdict["major"]) == ("unset", None)
-    assert "engineVersion is not set" in str(refusal(db(engine=None), doc=doc))
+    assert "spec.engineVersion is not set" in str(refusal(db(engine=None), doc=doc))
     with pytest.raises(catalog.CatalogError, match="revision v20990101 is not in the catalog"):
         catalog.check_engine_version(doc, "16", "2026-12-20", target="v20990101")
 
@@ -502,3 +521,14 @@ def test_maintenance_dates_count_from_the_day_a_revision_was_validated_never_fro
     policy = {"auto_apply_after_days": 14, "forced_apply_after_days": 45}
     verdict = repave.drift(db(), doc, today="2026-12-05", policy=policy)
     assert (verdict["auto_apply_after"], verdict["forced_apply"]) == ("2026-12-18", "2027-01-18")
+
+
+def test_the_rollout_line_names_what_started_each_repave_and_what_waits():
+    assert repave.rollout_line({}, [], None, True) == "would start: nothing"
+    line = repave.rollout_line(
+        {"b-db": "next-maintenance", "a-db": "forced-apply"}, ["c-db"], "2026-08-30T23:00:00Z", False
+    )
+    assert line == (
+        "started: a-db (forced-apply), b-db (next-maintenance); still pending: c-db "
+        "(next window 2026-08-30T23:00:00Z)"
+    )

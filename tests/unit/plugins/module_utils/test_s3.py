@@ -1,14 +1,12 @@
-"""S3 adapter against the lab's S3 (moto behind a front that checks signatures) on loopback; the sleeper
-is a fake clock."""
+"""S3 adapter against the lab's S3 (moto behind a front that checks signatures) on loopback; the lab's
+faults play a store that lags behind a create."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
-    S3_ARG_SPEC,
-    backoff_delay,
-    jittered_backoff,
-    s3_client,
-)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3, _s3_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3_client
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import S3_ARG_SPEC
+
+from tests.lab.s3 import Fault
 
 
 @pytest.fixture
@@ -26,17 +24,6 @@ def s3(lab_s3):
     )
 
 
-class Sleeps:
-    def __init__(self, on_sleep=None):
-        self.delays = []
-        self.on_sleep = on_sleep
-
-    def __call__(self, seconds):
-        self.delays.append(seconds)
-        if self.on_sleep:
-            self.on_sleep(len(self.delays))
-
-
 def test_client_talks_path_style_to_the_endpoint(s3, endpoint):
     s3.create_bucket(Bucket="goldens")
     s3.put_object(Bucket="goldens", Key="debian/12/disk.qcow2", Body=b"qcow")
@@ -47,64 +34,87 @@ def test_client_talks_path_style_to_the_endpoint(s3, endpoint):
     assert s3.meta.region_name == "us-east-1"
 
 
-def test_eventual_consistency_is_ridden_out(s3):
-    # The bucket appears only after the second back-off, as on a store that lags behind a create.
-    def appear(n):
-        if n == 2:
-            s3.create_bucket(Bucket="late")
+def listings(bucket):
+    """Fault selector: the ListObjectsV2 requests of ``bucket``; their ``amz-sdk-request`` headers in
+    ``tries``."""
+    tries = []
 
-    sleeps = Sleeps(appear)
-    put = jittered_backoff(retries=5, delay=1, max_delay=8, sleeper=sleeps, rng=lambda: 1.0)(s3.put_object)
-    put(Bucket="late", Key="k", Body=b"x")
-    assert sleeps.delays == [1, 2]
-    assert s3.head_object(Bucket="late", Key="k")["ContentLength"] == 1
+    def when(method, path, names, headers):
+        if method == "GET" and "list-type" in names and path.strip("/") == bucket:
+            tries.append(headers.get("amz-sdk-request", ""))
+            return True
+        return False
+
+    when.tries = tries
+    return when
 
 
-def test_gives_up_after_the_retries_with_the_real_error(s3):
-    sleeps = Sleeps()
+def test_a_bucket_not_visible_yet_is_retried_within_botocores_attempts(lab_s3, monkeypatch):
+    # The bucket's listing answers NoSuchBucket twice, as a store that lags behind a create.
+    s3 = s3_client(
+        endpoint_url=lab_s3.endpoint_url, access_key=lab_s3.access_key, secret_key=lab_s3.secret_key
+    )
+    s3.create_bucket(Bucket="late")
+    selector = listings("late")
+    lag = Fault(selector, 404, "NoSuchBucket", times=2)
+    monkeypatch.setattr(lab_s3.front, "faults", [lag])
+    assert s3.list_objects_v2(Bucket="late")["KeyCount"] == 0
+    assert lag.hits == 2
+    # One loop, botocore's: the third attempt of the same call, under the policy's limit.
+    tries = [dict(f.strip().split("=", 1) for f in t.split(";")) for t in selector.tries]
+    assert [t["attempt"] for t in tries] == ["1", "2", "3"] and {t["max"] for t in tries} == {"5"}
+    assert s3.meta.config.retries == _s3.retry_config() == {"mode": "standard", "total_max_attempts": 5}
 
-    @jittered_backoff(retries=4, delay=1, max_delay=3, sleeper=sleeps, rng=lambda: 1.0)
-    def head():
-        return s3.list_objects_v2(Bucket="never")
 
+def test_a_missing_bucket_is_an_answer_after_the_attempts_and_other_codes_are_not_retried(
+    lab_s3, monkeypatch
+):
+    s3 = s3_client(
+        endpoint_url=lab_s3.endpoint_url,
+        access_key=lab_s3.access_key,
+        secret_key=lab_s3.secret_key,
+        max_attempts=3,
+    )
+    selector = listings("never")
+    gone = Fault(selector, 404, "NoSuchBucket", times=100)
+    monkeypatch.setattr(lab_s3.front, "faults", [gone])
     with pytest.raises(Exception) as err:
-        head()
-    assert _s3.error_code(err.value) == "NoSuchBucket"
-    assert sleeps.delays == [1, 2, 3, 3]
-
-
-def test_codes_outside_the_list_fail_at_once(s3):
-    sleeps = Sleeps()
+        s3.list_objects_v2(Bucket="never")
+    assert _s3.error_code(err.value) == "NoSuchBucket" and gone.hits == 3
+    # A missing key, or a missing bucket on any other call, is an answer at once.
     s3.create_bucket(Bucket="present")
-    get = jittered_backoff(retries=5, sleeper=sleeps, extra_codes=())(s3.get_object)
     with pytest.raises(Exception) as err:
-        get(Bucket="present", Key="absent")
+        s3.get_object(Bucket="present", Key="absent")
     assert _s3.error_code(err.value) == "NoSuchKey"
-    assert sleeps.delays == []
-    # Without the eventual-consistency codes, a missing bucket is an answer, not a wait.
     with pytest.raises(Exception) as err:
-        jittered_backoff(sleeper=sleeps, extra_codes=())(s3.list_objects_v2)(Bucket="never")
-    assert _s3.error_code(err.value) == "NoSuchBucket"
-    assert sleeps.delays == []
+        s3.head_bucket(Bucket="never")
+    assert _s3.error_code(err.value) == "404"
 
 
-def test_full_jitter_spreads_below_the_cap():
-    assert backoff_delay(0, 1, 30, rng=lambda: 0.5) == 0.5
-    assert backoff_delay(3, 1, 30, rng=lambda: 0.5) == 4
-    assert backoff_delay(10, 1, 30, rng=lambda: 0.999) == pytest.approx(29.97)
-    assert backoff_delay(4, 1, 30, rng=lambda: 0.0) == 0
-
-
-def test_non_client_errors_are_not_retried():
-    sleeps = Sleeps()
-
-    @jittered_backoff(sleeper=sleeps)
-    def broken():
-        raise ValueError("bad input")
-
-    with pytest.raises(ValueError):
-        broken()
-    assert sleeps.delays == []
+def test_profile_and_aws_config_as_amazon_aws_takes_them(endpoint, tmp_path, monkeypatch):
+    config = tmp_path / "config"
+    config.write_text("[profile lab]\naws_access_key_id = from-profile\naws_secret_access_key = s\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    client = _s3_module.s3_client_from_params(
+        {
+            "endpoint_url": endpoint,
+            "profile": "lab",
+            "aws_config": {"connect_timeout": 3, "user_agent_extra": "x"},
+        }
+    )
+    assert client._request_signer._credentials.access_key == "from-profile"
+    assert client.meta.config.connect_timeout == 3 and client.meta.config.user_agent_extra == "x"
+    assert client.meta.config.retries == _s3.retry_config()
+    with pytest.raises(_s3.S3Error) as both:
+        s3_client(endpoint_url=endpoint, profile="lab", access_key="a", secret_key="b")
+    assert "profile lab" in both.value.msg and "one or the other" in both.value.msg
+    with pytest.raises(_s3.S3Error) as bad:
+        s3_client(endpoint_url=endpoint, aws_config={"no_such_setting": 1})
+    assert bad.value.msg.startswith("aws_config: ") and "no_such_setting" in bad.value.msg
+    with pytest.raises(_s3.S3Error) as unknown:
+        s3_client(endpoint_url=endpoint, profile="absent")
+    assert "profile absent" in unknown.value.msg
 
 
 def test_arg_spec_keeps_secrets_out_of_logs():
@@ -112,11 +122,15 @@ def test_arg_spec_keeps_secrets_out_of_logs():
     assert S3_ARG_SPEC["session_token"]["no_log"] is True
     assert S3_ARG_SPEC["access_key"]["no_log"] is False
     assert set(S3_ARG_SPEC["endpoint_url"]["aliases"]) == {"s3_url", "aws_endpoint_url"}
-    assert S3_ARG_SPEC["access_key"]["fallback"][1] == ["AWS_ACCESS_KEY_ID"]
+    assert S3_ARG_SPEC["access_key"]["fallback"][1] == ["AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY"]
+    # amazon.aws's names, so a module_defaults entry written for it fits.
+    assert S3_ARG_SPEC["profile"]["aliases"] == ["aws_profile"]
+    assert S3_ARG_SPEC["profile"]["fallback"][1] == ["AWS_PROFILE", "AWS_DEFAULT_PROFILE"]
+    assert S3_ARG_SPEC["aws_config"] == {"type": "dict"}
 
 
 def test_client_from_params_and_certificate_options(endpoint):
-    client = _s3.s3_client_from_params(
+    client = _s3_module.s3_client_from_params(
         {
             "endpoint_url": endpoint,
             "access_key": "a",
@@ -139,7 +153,7 @@ def test_endpoint_with_user_info_is_refused_by_every_factory():
     for build in (
         lambda: s3_client(endpoint_url="http://key:s3cr3t@127.0.0.1:1"),
         lambda: _s3.anonymous_client("http://key:s3cr3t@127.0.0.1:1"),
-        lambda: _s3.s3_client_from_params({"endpoint_url": "http://key:s3cr3t@127.0.0.1:1"}),
+        lambda: _s3_module.s3_client_from_params({"endpoint_url": "http://key:s3cr3t@127.0.0.1:1"}),
     ):
         with pytest.raises(Refusal) as caught:
             build()
@@ -153,7 +167,7 @@ def test_anonymous_client_signs_nothing(endpoint, s3):
     s3.put_object(Bucket="open", Key="k", Body=b"x", ACL="public-read")
     anonymous = _s3.anonymous_client(endpoint, timeout=3)
     assert anonymous.meta.config.signature_version is UNSIGNED
-    assert anonymous.meta.config.retries == {"mode": "standard", "total_max_attempts": 2}
+    assert anonymous.meta.config.retries == _s3.retry_config(_s3.PROBE_ATTEMPTS)
     assert anonymous.get_object(Bucket="open", Key="k")["Body"].read() == b"x"
 
 

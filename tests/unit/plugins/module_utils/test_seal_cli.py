@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -18,11 +19,19 @@ def requirement_lines(path):
     return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
 
 
-@pytest.mark.parametrize("image", ["seal-verifier", "golden-export"])
-def test_the_images_pin_exactly_the_programs_requirements(image):
+@pytest.mark.parametrize(
+    "image, extra", [("seal-verifier", ()), ("golden-export", export_cli.S3_REQUIREMENTS)]
+)
+def test_the_images_pin_exactly_the_programs_requirements(image, extra):
     folder = ROOT / "images" / image
-    assert requirement_lines(folder / "requirements.txt") == list(seal_cli.DISSECT_REQUIREMENTS)
+    assert requirement_lines(folder / "requirements.txt") == list(seal_cli.DISSECT_REQUIREMENTS + extra)
     assert "-r /tmp/requirements.txt" in (folder / "Containerfile").read_text()
+
+
+def test_the_tests_run_the_export_with_the_images_boto3():
+    """The lab runs the export program with the test environment's Python: its boto3 is the image's."""
+    pins = [line for line in requirement_lines(ROOT / "requirements.txt") if line.startswith("boto3==")]
+    assert pins == list(export_cli.S3_REQUIREMENTS)
 
 
 def run_without_dissect(disk):

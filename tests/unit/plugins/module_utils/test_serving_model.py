@@ -17,6 +17,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
     retention,
     selection,
     serving,
+    worker,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
 from hypothesis import HealthCheck, settings
@@ -304,6 +305,8 @@ NEVER_GOLDENS = {
     "plugins/module_utils/_mirror_transfer.py": "the mirror's own staging object",
     "plugins/module_utils/_kube.py": "the delete primitive itself",
     "plugins/module_utils/_s3.py": "the exposure proof's own canary object under the destination prefix",
+    "plugins/module_utils/_export_cli.py": "the export's own staging object, and its key when the object "
+    "stored there fails the check right after the export wrote it",
     "plugins/modules/golden_export_object.py": "its own upload, when the probe after it finds it public",
     "plugins/modules/kube_object.py": "refuses any golden outright (objects.check_delete), naming its module",
 }
@@ -349,6 +352,29 @@ def test_every_delete_path_asks_the_serving_truth():
 # The stateful property test ---------------------------------------------------------------------
 
 
+SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+
+
+def worker_golden(n):
+    return worker.golden_name(SCHEMATIC, "v1.%d.0" % n)
+
+
+def worker_pool(name, golden_dv):
+    version = golden_dv.rsplit("-", 1)[1]
+    builtin = {"schematicID": SCHEMATIC, "version": version}
+    return {"name": name, "namespace": "t", "osImage": {"builtin": builtin}}
+
+
+def worker_disk(name, golden_dv):
+    """A worker disk of pool md0 cloned from ``golden_dv``, as the chart renders it."""
+    notes = {worker.GOLDEN_ANNOTATION: golden_dv, worker.POOL_ANNOTATION: "md0"}
+    return {
+        "kind": "DataVolume",
+        "metadata": {"name": name, "namespace": "t", "annotations": notes},
+        "spec": {"source": {"pvc": {"namespace": worker.NAMESPACE, "name": golden_dv}}},
+    }
+
+
 class ServingMachine(RuleBasedStateMachine):
     """Any sequence of the collection's steps keeps the guards' promises."""
 
@@ -357,6 +383,7 @@ class ServingMachine(RuleBasedStateMachine):
         self.w = World()
         self.pools = {}  # pool -> worker golden it names
         self.worker_goldens = set()
+        self.worker_disks = {}  # disk -> [worker golden it was cloned from, whether only its claim is left]
         self.protected = set()
         self.withdrawn = set()
         self.promoted = set()
@@ -395,6 +422,7 @@ class ServingMachine(RuleBasedStateMachine):
         keep |= {selection.recorded_previous(obj)[0] for obj in recorders} - {None}
         keep |= set(self.w.clones.values())
         keep |= {g for g in self.pools.values() if g}
+        keep |= {golden for golden, _claim_only in self.worker_disks.values()}
         self.protected = keep & (set(self.w.goldens) | self.worker_goldens)
         self.succeeded = False
 
@@ -561,11 +589,12 @@ class ServingMachine(RuleBasedStateMachine):
             for p in PROJECTS:
                 self.w.copies[p] = "h-" + state["served"]
 
-    # Worker goldens and pools (Cozystack): a declared pool keeps its golden whatever its size.
+    # Worker goldens and pools (Cozystack): a declared pool keeps its golden whatever its size, and so does
+    # every disk cloned from it, a DataVolume or a claim whose DataVolume CDI garbage-collected.
     @rule(n=st.integers(min_value=0, max_value=2))
     def worker_import(self, n):
         self.snapshot_protection()
-        self.worker_goldens.add("talos-%d" % n)
+        self.worker_goldens.add(worker_golden(n))
 
     @precondition(lambda self: self.worker_goldens)
     @rule(data=st.data())
@@ -580,14 +609,45 @@ class ServingMachine(RuleBasedStateMachine):
         self.pools.pop(sorted(self.pools)[0])
 
     @precondition(lambda self: self.worker_goldens)
+    @rule(data=st.data(), claim_only=st.booleans())
+    def worker_clone(self, data, claim_only):
+        """A worker disk cloned from a golden; made outside the chart it may be a claim from the start."""
+        self.snapshot_protection()
+        golden_dv = data.draw(st.sampled_from(sorted(self.worker_goldens)))
+        self.worker_disks["disk-%d" % len(self.worker_disks)] = [golden_dv, claim_only]
+
+    @precondition(lambda self: self.worker_disks)
+    @rule(data=st.data())
+    def cdi_collects_a_datavolume(self, data):
+        """CDI garbage-collects a finished DataVolume: its claim stays, annotated with the golden."""
+        self.snapshot_protection()
+        self.worker_disks[data.draw(st.sampled_from(sorted(self.worker_disks)))][1] = True
+
+    @precondition(lambda self: self.worker_disks)
+    @rule(data=st.data())
+    def worker_disk_delete(self, data):
+        self.snapshot_protection()
+        self.worker_disks.pop(data.draw(st.sampled_from(sorted(self.worker_disks))))
+
+    @precondition(lambda self: self.worker_goldens)
     @rule(data=st.data())
     def worker_delete(self, data):
+        """worker_image state=absent: the guard asks worker.refuse_delete_in_use with what is listed."""
         self.snapshot_protection()
         name = data.draw(st.sampled_from(sorted(self.worker_goldens)))
-        pools = [{"name": p, "namespace": "t", "golden": g} for p, g in self.pools.items()]
-        users = serving.worker_users({"metadata": {"name": name}}, [], pools, lambda pool: pool["golden"])
-        if not users:
-            self.worker_goldens.discard(name)
+        pools = [worker_pool(p, g) for p, g in self.pools.items()]
+        observed = {"datavolumes": [], "pvcs": []}
+        for disk, (golden_dv, claim_only) in self.worker_disks.items():
+            made = worker_disk(disk, golden_dv)
+            if not claim_only:
+                observed["datavolumes"].append(made)
+            observed["pvcs"].append(dict(made, kind="PersistentVolumeClaim", spec={}))
+        golden_dv = {"kind": "DataVolume", "metadata": {"name": name, "namespace": worker.NAMESPACE}}
+        try:
+            worker.refuse_delete_in_use(golden_dv, observed, pools)
+        except Refusal:
+            return
+        self.worker_goldens.discard(name)
 
     @precondition(lambda self: self.pools)
     @rule()

@@ -375,8 +375,8 @@ def test_no_default_to_resolve_an_empty_class():
     with pytest.raises(Refusal) as exc:
         w.refuse_unresolved(pool(), None, "replicated", "cozy-public/g")
     assert (
-        "the pool has an empty StorageClass, which means the cluster default, and the cluster has no default"
-        in (exc.value.msg)
+        "the pool has an empty StorageClass, which CDI resolves to the default virt StorageClass, else the "
+        "cluster default, and the cluster has neither" in (exc.value.msg)
     )
 
 
@@ -524,7 +524,7 @@ def test_http_disk_is_the_pre_feature_render():
 def test_pool_without_any_image_refused():
     with pytest.raises(Refusal) as exc:
         w.pool_request({"name": "md0", "namespace": "tenant-a"})
-    assert "it has no osImage and no imageURL" in exc.value.msg
+    assert "it has no osImage, no imageURL and no Talos settings" in exc.value.msg
 
 
 def test_import_state_only_failed_is_terminal():
@@ -547,3 +547,195 @@ def test_state_present_needs_the_catalog_even_an_empty_one():
 def test_a_pool_left_out_is_refused_naming_what_it_needs():
     with pytest.raises(Refusal, match=r"pool None/None: pool\.name is required; give the pool's name"):
         w.pool_request(None)
+
+
+# --- CDI's class resolution
+
+
+def virt(name, created="2026-01-01T00:00:00Z"):
+    obj = sc(name, created=created)
+    obj["metadata"]["annotations"][w.VIRT_DEFAULT_CLASS] = "true"
+    return obj
+
+
+def test_virt_default_class_preferred_for_vm_disks():
+    classes = [sc("plain-default", default=True, created="2026-05-01T00:00:00Z"), virt("vm-disks")]
+    assert w.resolve_default_class(classes) == ("vm-disks", "the default virt StorageClass")
+    assert w.default_class(classes) == "vm-disks"
+    # Other content (archive) gets the ordinary default, as CDI gives it.
+    assert w.resolve_default_class(classes, "archive") == (
+        "plain-default",
+        "the cluster default StorageClass",
+    )
+    assert w.resolve_default_class([sc("x")]) == (None, None)
+
+
+def test_of_several_defaults_the_newest_then_the_first_by_name():
+    same = "2026-03-01T00:00:00Z"
+    assert w.default_class([virt("b", same), virt("a", same), virt("c", "2026-01-01T00:00:00Z")]) == "a"
+    assert w.default_class([sc("z", default=True, created=same), sc("y", beta=True, created=same)]) == "y"
+
+
+def test_an_empty_pool_class_resolves_to_the_virt_default_and_says_so():
+    default, source = w.resolve_default_class([sc("lab-fs", default=True), virt("vm-disks")])
+    assert w.pool_class(pool(), [], default, source) == ("vm-disks", "the default virt StorageClass")
+    golden = w.render_golden(entry(storageClass=""))
+    assert w.golden_class(golden, None, default) == "vm-disks"
+
+
+# --- pool identity: cluster and pool
+
+
+def chart_disk(name, cls="replicated", ns="tenant-a", pool_name="md0", cluster=None, kind="DataVolume"):
+    notes = {w.GOLDEN_ANNOTATION: NAME, w.POOL_ANNOTATION: pool_name}
+    if cluster:
+        notes[w.CLUSTER_ANNOTATION] = cluster
+    obj = {"kind": kind, "metadata": {"name": name, "namespace": ns, "annotations": notes}, "spec": {}}
+    if kind == "DataVolume":
+        obj["spec"]["source"] = {"pvc": {"namespace": "cozy-public", "name": NAME}}
+    return obj
+
+
+def claim(name, cls, ns="tenant-a", notes=None):
+    obj = pvc(name, cls)
+    obj["kind"] = "PersistentVolumeClaim"
+    obj["metadata"].update(namespace=ns, annotations=dict(notes or {}))
+    return obj
+
+
+def test_a_pool_is_its_cluster_and_name():
+    dvs = [
+        chart_disk("disk-system-k1-md0-a"),
+        chart_disk("disk-system-k2-md0-a"),
+        chart_disk("md0-disk-system-x", cluster="k1"),
+    ]
+    pvcs = [claim("disk-system-k1-md0-a", "replicated"), claim("disk-system-k2-md0-a", "lab-fs")]
+    pvcs.append(claim("md0-disk-system-x", "replicated"))
+    k1 = pool(cluster="k1")
+    assert sorted(w.kinds.name(p) for p in w.pool_claims(k1, dvs, pvcs)) == [
+        "disk-system-k1-md0-a",
+        "md0-disk-system-x",
+    ]
+    assert w.pool_class(k1, w.pool_claims(k1, dvs, pvcs), "lab-fs") == (
+        "replicated",
+        "the pool's bound disks",
+    )
+    assert [w.kinds.name(p) for p in w.pool_claims(pool(cluster="k2"), dvs, pvcs)] == ["disk-system-k2-md0-a"]
+    with pytest.raises(Refusal) as exc:
+        w.pool_claims(pool(), dvs, pvcs)
+    assert exc.value.msg == (
+        "pool tenant-a/md0: the disks of pool md0 in namespace tenant-a belong to the clusters k1, k2, and "
+        "the pool names none; give pool.cluster, the tenant cluster the pool belongs to"
+    )
+    # A hyphen in the cluster or the pool does not confuse the name: the pool is known.
+    assert w.disk_cluster(chart_disk("disk-system-a-b-md-0-x", pool_name="md-0"), "md-0") == "a-b"
+    assert w.consumers("cozy-public", NAME, dvs)["pools"] == ["tenant-a/k1/md0", "tenant-a/k2/md0"]
+
+
+def test_the_clone_disk_carries_its_cluster():
+    dv = w.render_clone_disk(pool(cluster="k1"), "cozy-public", "replicated")
+    assert dv["metadata"]["name"] == "disk-system-k1-md0"
+    assert dv["metadata"]["annotations"][w.CLUSTER_ANNOTATION] == "k1"
+    assert w.pool_subject(pool(cluster="k1")) == "pool tenant-a/k1/md0"
+
+
+# --- osImage.builtin inherits from the pool's Talos settings; HTTP from them
+
+
+def test_builtin_inherits_from_talos():
+    talos = {"schematicID": SCHEMATIC, "version": "v1.13.0"}
+    assert pool(osImage={"builtin": {}}, talos=talos)["golden"] == NAME
+    assert (
+        pool(osImage={"builtin": {"version": "v1.13.0"}}, talos={"schematicID": SCHEMATIC})["golden"] == NAME
+    )
+    assert pool(osImage={"builtin": {"version": "v1.14.0"}}, talos=talos)["golden"].endswith("-v1.14.0")
+    with pytest.raises(Refusal) as exc:
+        pool(osImage={"builtin": {}}, talos={"schematicID": SCHEMATIC})
+    assert exc.value.msg == (
+        "pool tenant-a/md0: osImage.builtin gives no version and the pool's Talos settings (talos.version) "
+        "give none to inherit; give talos.version (the pool's Talos settings, which osImage.builtin "
+        "inherits) or osImage.builtin.version"
+    )
+    with pytest.raises(Refusal) as exc:
+        pool(osImage={"builtin": {}}, talos={"schematicID": SCHEMATIC, "version": "v1.13"})
+    assert "version 'v1.13' does not match" in exc.value.msg
+
+
+def test_http_import_from_talos_with_image_url_as_override():
+    talos = {"schematicID": SCHEMATIC, "version": "v1.13.0"}
+    p = pool(osImage=None, talos=talos)
+    url = "https://factory.talos.dev/image/%s/v1.13.0/openstack-amd64.raw.xz" % SCHEMATIC
+    assert w.render_http_disk(p)["spec"]["source"] == {"http": {"url": url}}
+    mirror = dict(talos, imageFactoryURL="https://mirror.example/talos/")
+    assert w.render_http_disk(pool(osImage=None, talos=mirror))["spec"]["source"]["http"]["url"] == (
+        "https://mirror.example/talos/image/%s/v1.13.0/openstack-amd64.raw.xz" % SCHEMATIC
+    )
+    given = pool(osImage=None, talos=talos, imageURL="https://example.com/own.raw.xz")
+    assert w.render_http_disk(given)["spec"]["source"]["http"]["url"] == "https://example.com/own.raw.xz"
+    with pytest.raises(Refusal):
+        pool(osImage=None, talos={"schematicID": SCHEMATIC, "version": "1.13.0"})
+
+
+# --- claim-only disks and orphans
+
+
+def test_claim_only_disks_are_read_by_every_query():
+    notes = {w.GOLDEN_ANNOTATION: NAME, w.POOL_ANNOTATION: "md0"}
+    dv_claim = claim("with-dv", "replicated", notes=notes)  # CDI copied its DataVolume's annotations
+    only = claim("only-claim", "replicated", notes=notes)
+    dvs = [chart_disk("with-dv")]
+    disks = w.worker_disks(dvs, [dv_claim, only])
+    assert [w.kinds.name(d) for d in disks] == ["with-dv", "only-claim"]
+    assert w.consumers("cozy-public", NAME, disks)["disks"] == ["tenant-a/only-claim", "tenant-a/with-dv"]
+    golden = w.render_golden(entry())
+    with pytest.raises(Refusal) as exc:
+        w.refuse_delete_in_use(golden, {"datavolumes": [], "pvcs": [only]})
+    assert exc.value.result["consumers"] == [
+        {
+            "kind": "PersistentVolumeClaim",
+            "namespace": "tenant-a",
+            "name": "only-claim",
+            "why": "is a worker disk of pool md0 made from it (annotation %s; a claim whose DataVolume is "
+            "gone)" % w.GOLDEN_ANNOTATION,
+        }
+    ]
+    assert [w.kinds.name(p) for p in w.pool_claims(pool(), [], [only])] == ["only-claim"]
+
+
+def test_orphans_are_disks_whose_golden_is_gone():
+    notes = {w.GOLDEN_ANNOTATION: NAME, w.POOL_ANNOTATION: "md0"}
+    disks = w.worker_disks([chart_disk("disk-system-k1-md0-a")], [claim("only", "replicated", notes=notes)])
+    assert w.orphans("cozy-public", disks, {NAME}) == []
+    assert w.orphans("cozy-public", disks, set()) == [
+        {
+            "kind": "DataVolume",
+            "namespace": "tenant-a",
+            "name": "disk-system-k1-md0-a",
+            "golden": NAME,
+            "pool": "tenant-a/k1/md0",
+        },
+        {
+            "kind": "PersistentVolumeClaim",
+            "namespace": "tenant-a",
+            "name": "only",
+            "golden": NAME,
+            "pool": "tenant-a/md0",
+        },
+    ]
+    assert w.orphans("other-ns", disks[:1], set()) == []
+
+
+def test_no_golden_is_promised_into_a_missing_namespace():
+    golden = w.render_golden(entry())
+    w.refuse_missing_namespace("cozy-public", None, [])
+    w.refuse_missing_namespace("cozy-public", {"metadata": {"name": "cozy-public"}}, [golden])
+    with pytest.raises(Refusal) as exc:
+        w.refuse_missing_namespace("cozy-public", None, [golden])
+    assert exc.value.msg == (
+        "namespace cozy-public: it does not exist, so the goldens %s cannot be created in it; create the "
+        "namespace first (Cozystack makes cozy-public with the platform), or give the namespace the goldens "
+        "belong in" % NAME
+    )
+    gone = {"metadata": {"name": "cozy-public", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    with pytest.raises(Refusal, match="is being deleted"):
+        w.refuse_missing_namespace("cozy-public", gone, [golden])

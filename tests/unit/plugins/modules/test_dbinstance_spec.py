@@ -79,3 +79,18 @@ def test_past_eol_and_an_unvalidated_default_stream_are_refused(tmp_path):
         run(catalog_file(tmp_path, validated=False), spec={})
     with pytest.raises(errors.PipelineError, match="no spec mapping"):
         run(catalog_file(tmp_path), definition={"kind": "DBInstance"})
+
+
+def test_a_misspelt_field_and_a_stream_the_catalog_lacks_are_refused_naming_the_instance(tmp_path):
+    path = catalog_file(tmp_path)
+    manifest = {"kind": "DBInstance", "metadata": {"name": "orders", "namespace": "shop"}}
+    with pytest.raises(
+        errors.PipelineError, match=r"DBInstance shop/orders: spec.engineVerison .* engineVersion"
+    ):
+        run(path, definition=dict(manifest, spec={"engineVerison": "13"}))
+    with pytest.raises(
+        errors.PipelineError, match=r"DBInstance shop/orders: OS stream 24.04 \(spec.osVersion\)"
+    ):
+        run(path, definition=dict(manifest, spec={"osVersion": "24.04"}))
+    result = run(path, spec={"osVersion": "22.04"})[0]
+    assert (result["stream"], result["tip"], result["engine_version"]) == ("22.04", "v20260615", "17")

@@ -90,16 +90,21 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
     ]
     program = kube.get("v1", "ConfigMap", NAME, NS)
     # The program, the facts and partition readers and their rules, the exposure rule it decides with (and
-    # that rule's two helpers), and the error base.
+    # that rule's two helpers), the S3 adapter and the transfer code with their rules, and the error base.
     assert sorted(program["data"]) == [
         "_disk.py",
         "_export_cli.py",
+        "_mirror_transfer.py",
         "_partitions.py",
+        "_progress_file.py",
+        "_s3.py",
         "errors.py",
         "exposure.py",
         "image_facts.py",
         "inputs.py",
+        "mirror.py",
         "redact.py",
+        "rounds.py",
         "seal.py",
     ]
     env = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -48,8 +48,10 @@ class _Reviews:
 class Observed:
     list_each = list_each
 
-    def __init__(self, objects=(), check_mode=False, allowed=True, **params):
+    def __init__(self, objects=(), check_mode=False, allowed=True, namespace_exists=True, **params):
         self.objects = {}
+        if namespace_exists:
+            self.put({"kind": "Namespace", "metadata": {"name": params.get("namespace", "cozy-public")}})
         for obj in objects:
             self.put(obj)
         self.check_mode = check_mode
@@ -312,3 +314,32 @@ def test_what_each_state_needs_is_an_argument_rule():
         "state is rendered but all of the following are missing: pool"
     ]
     assert rejected(spec, rules, {"state": "info"}) == []
+
+
+def test_check_mode_promises_no_golden_into_a_missing_namespace():
+    for check_mode in (True, False):
+        observed = Observed(check_mode=check_mode, namespace_exists=False, images=[ENTRY])
+        with pytest.raises(Refusal, match="namespace cozy-public: it does not exist"):
+            run(observed)
+        assert observed.writes == []
+    # Nothing to create: nothing is promised, so a missing namespace is no refusal.
+    assert run(Observed(namespace_exists=False, images=[]))["changed"] is False
+
+
+def test_info_reports_claim_only_disks_and_orphans():
+    notes = {w.GOLDEN_ANNOTATION: NAME, w.POOL_ANNOTATION: "md0"}
+    only = claim("only", "tenant-a", "replicated")
+    only["metadata"]["annotations"] = notes
+    stray = claim("stray", "tenant-a", "replicated")
+    stray["metadata"]["annotations"] = dict(notes, **{w.GOLDEN_ANNOTATION: "talos-worker-gone-v1.0.0"})
+    result = run(Observed(objects=[golden(), only, stray], state="info"))
+    assert result["goldens"][0]["consumers"] == {"disks": ["tenant-a/only"], "pools": ["tenant-a/md0"]}
+    assert result["orphans"] == [
+        {
+            "kind": "PersistentVolumeClaim",
+            "namespace": "tenant-a",
+            "name": "stray",
+            "golden": "talos-worker-gone-v1.0.0",
+            "pool": "tenant-a/md0",
+        }
+    ]
