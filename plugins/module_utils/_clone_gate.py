@@ -148,24 +148,18 @@ class Gate:
         raises WaitTimeout naming what was pending and the last state seen."""
         st = self.state
         pending = pending or gate.PENDING[st["stage"]]
-        deadline = st["stage_started"] + timeout
-        budget = max(0.0, min(deadline, self.round_end) - self.clock())
+        rounds = Rounds.span(st["stage_started"], timeout, self.round_end)
         try:
-            obj, _seconds = self.module.wait(
-                api, kind, name, self.project, predicate, describe, pending, budget, self.p["wait_sleep"]
+            obj, done = self.module.wait_round(
+                rounds, api, kind, name, self.project, predicate, describe, pending, self.p["wait_sleep"]
             )
-            return obj, True
         except WaitTimeout as exc:
             st["last_state"] = exc.state
-            if self.clock() < deadline:
-                return exc.last, False
-            elapsed = self.clock() - st["stage_started"]
-            raise WaitTimeout(
-                gate.timeout_message(pending, elapsed, exc.state),
-                last=exc.last,
-                state=exc.state,
-                elapsed=elapsed,
-            ) from None
+            elapsed = self.clock() - st["stage_started"]  # on the gate's clock, as its lines are
+            raise exc.reworded(gate.timeout_message(pending, elapsed, exc.state)) from None
+        if not done:
+            st["last_state"] = describe(obj)
+        return obj, done
 
     def poll(self, look, timeout):
         """Look again until ``look()`` finds no problem (it returns None: the port accepted, the volume

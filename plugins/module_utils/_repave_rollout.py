@@ -23,7 +23,7 @@ import datetime
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, rollout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import RoundOver
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import RoundOver, Rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import FIRST_POLL, is_transient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout, nap, wait_for
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
@@ -191,14 +191,9 @@ class Rollout:
             self.finish(key, state, seconds)
             self.progress(key, state)
 
-    def budget(self, deadline):
-        """Seconds this round may wait for something due by ``deadline``."""
-        end = deadline if self.round_end is None else min(deadline, self.round_end)
-        return max(0.0, end - self.clock())
-
-    def round_over(self, deadline):
-        """The wait stopped at the round's end, not at its own deadline: end the round."""
-        return self.round_end is not None and self.clock() < deadline
+    def share(self, started, timeout):
+        """This round's share of a wait that began at ``started`` (across rounds) and lasts ``timeout``."""
+        return Rounds.span(started, timeout, self.round_end)
 
     def now(self):
         return datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc)
@@ -300,8 +295,10 @@ class Rollout:
         """batch_pause between two batches, across rounds (``pause_until``)."""
         if self.pause_until is None:
             return
-        nap(self.budget(float(self.pause_until)))
-        if self.round_over(float(self.pause_until)):
+        now = self.clock()
+        share = self.share(now, float(self.pause_until) - now)
+        nap(share.pause(share.timeout, now))
+        if not share.expired(self.clock()):
             self.line = self.fleet_text({}, "pausing %ss between batches" % self.p["batch_pause"])
             raise RoundOver()
         self.pause_until = None
@@ -376,30 +373,31 @@ class Rollout:
 
         if self.room_since is None:
             self.room_since = self.clock()
-        deadline = float(self.room_since) + self.p["wait_timeout"]
         try:
-            down = wait_for(
+            down, seconds = wait_for(
                 self.down_now,
                 lambda down: (
                     bool(rollout.admit(batch, down, self.in_flight, self.limit, self.replication)[0]),
                     None,
                 ),
-                self.budget(deadline),
+                self.p["wait_timeout"],
                 self.p["wait_sleep"],
                 describe=describe,
                 pending="fewer than %d instance(s) to be unavailable (max_unavailable), none of them in "
                 "a replication group of %s" % (self.limit, ", ".join(batch)),
+                clock=self.clock,
                 transient=is_transient,
                 first_sleep=FIRST_POLL,
+                rounds=self.share(float(self.room_since), self.p["wait_timeout"]),
             )
         except WaitTimeout as exc:
-            if self.round_over(deadline):
-                self.line = self.fleet_text({}, "waiting for room: %s" % describe(exc.last))
-                raise RoundOver() from None
             self.halt(
                 "max_unavailable is %d and %d instance(s) stayed unavailable, so nothing more may start: %s"
                 % (self.limit, len(exc.last or []), exc)
             )
+        if seconds is None:
+            self.line = self.fleet_text({}, "waiting for room: %s" % describe(down))
+            raise RoundOver()
         self.room_since = None
         return down
 
@@ -412,7 +410,7 @@ class Rollout:
         now = self.clock()
         for key in batch:
             since.setdefault(key, now)
-        deadline = rollout.batch_deadline(since, batch, self.p["wait_timeout"])
+        share = self.share(rollout.batch_started(since, batch), self.p["wait_timeout"])
         self.fleet_line_at = None  # each batch opens with a fleet line
 
         def poll():
@@ -439,21 +437,23 @@ class Rollout:
             return "; ".join("%s: %s, %s" % (k, s["phase"], s["message"]) for k, s in busy) or "settled"
 
         try:
-            wait_for(
+            _found, seconds = wait_for(
                 poll,
                 lambda found: (all(s["state"] in FINISHED for s in found.values()), None),
-                self.budget(deadline),
+                self.p["wait_timeout"],
                 self.p["wait_sleep"],
                 describe=describe,
                 pending="the repave of %s" % ", ".join(batch),
+                clock=self.clock,
                 transient=is_transient,
                 first_sleep=FIRST_POLL,
+                rounds=share,
             )
         except WaitTimeout as exc:
-            if self.round_over(deadline):
-                self.line = self.fleet_text(states, "batch %s" % ", ".join(batch))
-                raise RoundOver() from None
             self.timed_out(insts, states, exc)
+        if seconds is None:
+            self.line = self.fleet_text(states, "batch %s" % ", ".join(batch))
+            raise RoundOver()
         failed = [k for k in batch if states[k]["state"] == "failed"]
         if failed and self.p["halt_on_failure"]:
             self.halt(

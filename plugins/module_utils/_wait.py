@@ -38,6 +38,12 @@ class WaitError(PipelineError):
         self.state = state
         self.elapsed = elapsed
 
+    def reworded(self, message):
+        """This outcome in the words of the wait that owns it (its own time-out message); returns itself."""
+        self.msg = message
+        self.args = (message,)
+        return self
+
 
 class WaitTimeout(WaitError):
     """The condition did not hold in time. ``stuck`` is True when the state never changed."""

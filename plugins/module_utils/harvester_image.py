@@ -412,16 +412,6 @@ def round_line(namespace, name, obj, elapsed):
     )
 
 
-def round_budget(round_started, report_every, started, timeout, now):
-    """``(seconds this round may still wait, whether that is the rest of the whole wait)``: a round (one
-    call) waits ``report_every`` seconds in all, whatever it waits for, and never past the whole wait."""
-    left = max(0.0, float(started) + timeout - float(now))
-    share = max(0.0, float(round_started) + report_every - float(now))
-    if left <= share:
-        return left, True
-    return share, False
-
-
 def timeout_message(pending, elapsed, seen, stuck, state):
     """The time-out of the whole wait (every round of it), naming what was still pending."""
     if stuck and len(set(seen)) <= 1:

@@ -388,11 +388,11 @@ def resume_plan(found, started, finished):
     return resumed, landed
 
 
-def batch_deadline(since, keys, timeout):
-    """When the wait for a batch runs out: ``timeout`` seconds after the earliest start among ``keys``
+def batch_started(since, keys):
+    """When the wait for a batch began, its time-out counting from there: the earliest start among ``keys``
     (``since`` maps a key to when its repave began, across rounds), or None before any began."""
     starts = [float(since[k]) for k in keys if since.get(k) is not None]
-    return min(starts) + float(timeout) if starts else None
+    return min(starts) if starts else None
 
 
 def fleet_line(done, total, busy, failed, waiting, elapsed, phase=None):

@@ -854,16 +854,17 @@ class BakedImage:
             raise
 
     def _wait(self, name, namespace, predicate, what, progress=None, seen=None, whole=False):
-        """Wait at most this round's share (O(report_every)) of the whole wait; ``RoundOver`` when it has
-        passed before the whole wait has, the time-out of the whole wait otherwise. ``whole`` waits for
-        the rest of the wait in one go."""
+        """Wait this round's share (O(report_every) from the round's start) of the whole wait (O(wait_timeout)
+        from its start, across rounds); ``RoundOver`` when the round ends first, the time-out of the whole
+        wait naming what was pending and the progress seen otherwise. ``whole`` waits for the rest of the
+        wait in one go."""
         pending = "%s to be %s" % (self._ref(name, namespace), what)
-        every = self.p["wait_timeout"] if whole else self.p["report_every"]
-        budget, last = hi.round_budget(
-            self.round_started, every, self.started, self.p["wait_timeout"], time.time()
-        )
+        round_end = None if whole else self.round_started + self.p["report_every"]
+        rounds = rounds_.Rounds.span(self.started, self.p["wait_timeout"], round_end)
+        began = time.time()
         try:
-            obj, duration = self.module.wait(
+            obj, done = self.module.wait_round(
+                rounds,
                 API,
                 KIND,
                 name,
@@ -871,21 +872,18 @@ class BakedImage:
                 predicate,
                 hi.describe,
                 pending,
-                max(budget, 0.001),
                 self.p["wait_sleep"],
-                progress=progress,
+                progress,
             )
         except WaitTimeout as exc:
-            self.result["duration"] = round(self.result["duration"] + exc.elapsed, 3)
-            if not last:
-                raise rounds_.RoundOver(exc.last) from None
-            elapsed = max(0.0, time.time() - self.started)
-            exc.msg = hi.timeout_message(
-                pending, elapsed, seen or [hi.progress(exc.last)], exc.stuck, exc.state
+            message = hi.timeout_message(
+                pending, exc.elapsed, seen or [hi.progress(exc.last)], exc.stuck, exc.state
             )
-            exc.fields["duration"] = round(elapsed, 3)
-            raise
-        self.result["duration"] = round(self.result["duration"] + duration, 3)
+            raise exc.reworded(message) from None
+        finally:
+            self.result["duration"] = round(self.result["duration"] + time.time() - began, 3)
+        if not done:
+            raise rounds_.RoundOver(obj)
         return obj
 
     def wait_imported(self, name, namespace, current, seen):

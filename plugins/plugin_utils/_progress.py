@@ -24,6 +24,8 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait, WaitTimeout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
 
 display = Display()
 
@@ -118,38 +120,22 @@ class PollingAction(ActionBase):
         if job.get("failed") or "ansible_job_id" not in job:
             self._remove_job_dir(jobdir)  # no job runs from it
             return job
-        status_args = {"jid": job["ansible_job_id"], "_async_dir": async_dir}
-        printed = 0
-        started = last = time.monotonic()
+        poll = _BackgroundJob(
+            self, {"jid": job["ansible_job_id"], "_async_dir": async_dir}, progress, lines, task_vars
+        )
+        # The job's own limit ends it (async_wrapper kills it, and async_status says so); the deadline here
+        # is a backstop SILENCE seconds past that limit.
+        rounds = Rounds.span(time.monotonic(), limit + self.SILENCE)
         try:
-            while True:
-                status = self._execute_module(
-                    module_name="ansible.legacy.async_status", module_args=status_args, task_vars=task_vars
-                )
-                now_printed = self._print_progress(progress, printed, lines, task_vars)
-                now = time.monotonic()
-                if now_printed > printed:
-                    last = now
-                elif now - last >= self.SILENCE and not status.get("finished"):
-                    # A transfer that stalls reports nothing itself: say it is still running.
-                    line = "%s: no progress reported for %.0fs, still running after %.1fs" % (
-                        self.MODULE.rsplit(".", 1)[-1],
-                        now - last,
-                        now - started,
-                    )
-                    lines.append(line)
-                    display.display(line)
-                    last = now
-                printed = now_printed
-                if status.get("finished") or status.get("failed"):
-                    break
-                time.sleep(self.BACKGROUND_POLL)
+            status = RoundRunner(rounds, self.BACKGROUND_POLL, time.monotonic, news_ends=False).run(poll)
             # Only a job that has ended: a running one still reads its module file.
             self._remove_job_dir(jobdir)
+        except WaitTimeout as exc:
+            status = {"failed": True, "msg": exc.msg}
         finally:
             self._execute_module(
                 module_name="ansible.legacy.async_status",
-                module_args=dict(status_args, mode="cleanup"),
+                module_args=dict(poll.status_args, mode="cleanup"),
                 task_vars=task_vars,
             )
             self._execute_module(
@@ -200,3 +186,54 @@ class BackgroundAction(PollingAction):
 
     def in_background(self, args):
         return True
+
+
+class _BackgroundJob(Wait):
+    """The hooks of the poll of a background round's async job: each poll reads its status and prints the
+    progress lines it wrote since; a transfer that stalls reports nothing itself, so ``SILENCE`` seconds
+    without a line print one saying it is still running. Done when async_status says finished or failed."""
+
+    def __init__(self, action, status_args, progress, lines, task_vars):
+        self.action, self.status_args, self.progress = action, status_args, progress
+        self.lines, self.task_vars = lines, task_vars
+        self.printed = 0
+        self.started = self.last = time.monotonic()
+
+    def observe(self):
+        action = self.action
+        status = action._execute_module(
+            module_name="ansible.legacy.async_status", module_args=self.status_args, task_vars=self.task_vars
+        )
+        printed = action._print_progress(self.progress, self.printed, self.lines, self.task_vars)
+        now = time.monotonic()
+        if printed > self.printed:
+            self.last = now
+        elif now - self.last >= action.SILENCE and not status.get("finished"):
+            line = "%s: no progress reported for %.0fs, still running after %.1fs" % (
+                action.MODULE.rsplit(".", 1)[-1],
+                now - self.last,
+                now - self.started,
+            )
+            self.lines.append(line)
+            display.display(line)
+            self.last = now
+        self.printed = printed
+        return status
+
+    def state(self, seen):
+        return str(self.printed)
+
+    def verdict(self, seen, now):
+        return bool(seen.get("finished") or seen.get("failed")), None
+
+    def report(self, seen, now, done, going_on):
+        return seen
+
+    def timed_out(self, seen, now, stuck, words):
+        return WaitTimeout(
+            "%s: background job %s still not finished after %.0fs, past its async limit (%s); last status: %s"
+            % (self.action.MODULE, self.status_args["jid"], now - self.started, words, seen),
+            last=seen,
+            elapsed=now - self.started,
+            stuck=stuck,
+        )

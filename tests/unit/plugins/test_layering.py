@@ -48,8 +48,6 @@ WAIT_RUNNER = "plugins/module_utils/_wait.py"
 RETRY_LAYER = "plugins/module_utils/_retry.py"
 SLEEPS = {
     RETRY_LAYER: "the pause between two attempts of one request (the one retry layer)",
-    "plugins/plugin_utils/_progress.py": "the controller's poll of a background round's async job, whose "
-    "deadline and verdict are the module's",
 }
 # The adapters that loop over attempts outside the retry layer, each with why.
 RETRY_LOOPS = {}
@@ -304,7 +302,13 @@ def test_checker_on_modules(tmp_path):
 def test_only_the_wait_runner_sleeps(tmp_path, source):
     path = tmp_path / "m.py"
     path.write_text(source)
-    for rel in ("plugins/modules/m.py", "plugins/action/m.py", "plugins/module_utils/_m.py"):
+    for rel in (
+        "plugins/modules/m.py",
+        "plugins/action/m.py",
+        "plugins/module_utils/_m.py",
+        "plugins/module_utils/_kube.py",
+        "plugins/plugin_utils/_progress.py",
+    ):
         assert violations(path, rel) == ["sleeps outside the wait runner"], rel
     # The runner itself, and the retry layer, whose sleep is the pause between two attempts.
     assert violations(path, WAIT_RUNNER) == []

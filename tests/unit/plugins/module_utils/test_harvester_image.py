@@ -316,14 +316,6 @@ def test_the_round_line_names_the_phase_the_percent_and_the_time_since_the_wait_
     assert hi.phase(_with_conditions(image(), 100, Initialized="True", Imported="True")) == "imported"
 
 
-def test_a_round_waits_its_share_and_the_last_one_the_rest_of_the_wait():
-    assert hi.round_budget(1000.0, 20, 1000.0, 1800, 1000.5) == (19.5, False)
-    # a second wait in the same round gets what the first left
-    assert hi.round_budget(1000.0, 20, 1000.0, 1800, 1015.0) == (5.0, False)
-    assert hi.round_budget(2780.0, 20, 1000.0, 1800, 2790.0) == (10.0, True)
-    assert hi.round_budget(2890.0, 20, 1000.0, 1800, 2900.0) == (0.0, True)
-
-
 def test_the_time_out_of_all_rounds_counts_from_the_start_and_says_whether_progress_moved():
     moved = hi.timeout_message("VirtualMachineImage a/b to be Imported=True", 1800.04, [0, 35, 60], True, "p")
     assert moved.startswith("timed out after 1800.0s waiting for VirtualMachineImage a/b to be Imported=True")

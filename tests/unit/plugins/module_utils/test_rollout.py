@@ -341,9 +341,9 @@ def test_the_first_round_plans_what_classify_says():
     assert rollout.resume_plan(found, (), ()) == (dict(found), [])
 
 
-def test_a_batch_runs_out_its_timeout_after_its_first_repave_began():
-    assert rollout.batch_deadline({"a": 100.0, "b": 130.0}, ["a", "b"], 60) == 160.0
-    assert rollout.batch_deadline({}, ["a"], 60) is None
+def test_the_wait_for_a_batch_begins_when_its_first_repave_began():
+    assert rollout.batch_started({"a": 100.0, "b": 130.0}, ["a", "b"]) == 100.0
+    assert rollout.batch_started({}, ["a"]) is None
 
 
 def test_the_fleet_line_names_counts_what_repaves_and_elapsed():

@@ -94,3 +94,17 @@ def test_transfer_progress_of_an_unknown_size_and_of_a_new_phase():
     )
     assert report.seen(5, 100, 32.0, "upload") is None
     assert report.record()["reported"] == [[0, 31.0]]
+
+
+def test_a_share_of_a_wait_ends_at_its_round_or_at_the_whole_wait_whichever_comes_first():
+    # a round of 20 s from 1000 within a wait of 1800 s from 1000: the round ends first
+    share = Rounds.span(1000.0, 1800, round_end=1020.0)
+    assert share.pause(60, 1000.5) == 19.5 and not share.expired(1020.0) and share.over(1020.0)
+    # a second wait in the same round gets what the first left
+    assert share.pause(60, 1015.0) == 5.0
+    # the last round: the whole wait ends before the round would
+    last = Rounds.span(1000.0, 1800, round_end=2800.0 + 20)
+    assert last.pause(60, 2790.0) == 10.0 and last.expired(2800.0)
+    # a share already spent still polls once, then the round is over (or the wait, at its deadline)
+    spent = Rounds.span(1000.0, 1800, round_end=1020.0)
+    assert spent.pause(60, 1030.0) == 0.0 and spent.over(1030.0) and not spent.expired(1030.0)

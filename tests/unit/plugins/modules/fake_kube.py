@@ -165,3 +165,12 @@ class FakeKube:
         if done:
             return obj, 0.0
         raise WaitFailed("waiting for %s: %s" % (pending, failure or describe(obj)), obj, describe(obj))
+
+    def wait_round(
+        self, rounds, api_version, kind, name, namespace, predicate, describe, pending, sleep, progress=None
+    ):
+        """``_kube.wait_round``: this round's share of the wait, here one look (done, or the wait fails)."""
+        obj, _seconds = self.wait(
+            api_version, kind, name, namespace, predicate, describe, pending, rounds.timeout, sleep, progress
+        )
+        return obj, True

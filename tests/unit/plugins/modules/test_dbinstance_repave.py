@@ -541,3 +541,24 @@ def test_a_standby_waits_while_its_primary_outside_the_selection_is_down():
         run(driver, names=["shop-standby"], max_unavailable=5, wait_timeout=1, wait_sleep=0.05)
     assert "shop" in halted.value.msg and "down" in halted.value.msg, halted.value.msg
     assert [w for w in driver.writes if w[0] == "trigger"] == []
+
+
+class Recovering(Driver):
+    """``x`` (already on the tip) is down for the first ``lists`` reads of the fleet, then Available."""
+
+    def __init__(self, *instances, lists=3):
+        super().__init__(*instances)
+        self.lists = lists
+
+    def list(self, names, label_selector):
+        self.lists -= 1
+        if self.lists <= 0:
+            self.instances["x"].update(phase="Available", available=True)
+        return super().list(names, label_selector)
+
+
+def test_a_batch_waits_for_room_and_starts_once_the_instance_that_was_down_is_back():
+    driver = Recovering(db("a"), db("x", revision=TIP, phase="Upgrading"))
+    result, _module = run(driver, max_unavailable=1, wait_timeout=30, wait_sleep=0.05)
+    assert {e["name"]: e.get("result") for e in result["instances"]}["a"] == "repaved"
+    assert [w for w in driver.writes if w[0] == "trigger"] == [("trigger", "a", TIP)]

@@ -641,6 +641,20 @@ class SlowKube(FakeKube):
             return obj, 0.0
         raise WaitTimeout("timed out", last=obj, state=describe(obj), elapsed=timeout)
 
+    def wait_round(
+        self, rounds, api_version, kind, name, namespace, predicate, describe, pending, sleep, progress=None
+    ):
+        """Nothing changes while it waits: the round ends first, or, when the round's share reaches the
+        deadline, the whole wait times out."""
+        obj = self.get(api_version, kind, name, namespace)
+        if predicate(obj)[0]:
+            return obj, True
+        if rounds.round_end < rounds.deadline:
+            return obj, False
+        return self.wait(
+            api_version, kind, name, namespace, predicate, describe, pending, rounds.timeout, sleep
+        )
+
 
 def seeded_copy():
     vs = golden("copy", content="c-copy")

@@ -108,3 +108,17 @@ def test_kept_remote_files_are_kept(tmp_path, monkeypatch):
     action = Host(tmp_path)
     action._background_round(dict(action._task.args), {}, [])
     assert action.leftovers() == ["AnsiballZ_os_mirror_object.py"]
+
+
+def test_a_job_past_its_limit_fails_naming_the_job_and_prints_that_it_was_silent(tmp_path):
+    # async_wrapper ends a job at its limit; a status that never says so still ends the poll, at the
+    # backstop past that limit, with a line for the silence and a failure naming the job still pending.
+    action = Host(tmp_path, rounds=10**6)
+    action.BACKGROUND_LIMIT, action.SILENCE = 0, 0
+    lines = []
+    status = action._background_round(dict(action._task.args), {}, lines)
+    assert status["failed"] and action.polls == 1
+    assert "background job j1 still not finished" in status["msg"], status["msg"]
+    assert "past its async limit" in status["msg"]
+    assert lines and "no progress reported" in lines[0]
+    assert action.leftovers() == ["AnsiballZ_os_mirror_object.py"]  # the job may still read it
