@@ -14,7 +14,9 @@
 set -euo pipefail
 controller_tools=v0.23.0
 kubevirt_api=v1.6.0
-cdi_api=v1.62.0
+# CDI v1.65.0 is the first release whose DataVolume http source has checksum, which the collection pins
+# goldens with (v1.62.0 prunes it); LAB_CDI_API_VERSION generates an older one to test against.
+cdi_api=${LAB_CDI_API_VERSION:-v1.65.0}
 snapshot_client=v8.7.0
 pin="ct$controller_tools-kv$kubevirt_api-cdi$cdi_api-snap$snapshot_client"
 cache=${LAB_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/goldenimage-lab}
@@ -75,7 +77,7 @@ done
 python=${PYTHON:-python3}
 [ -x "$here/../.venv/bin/python" ] && python=${PYTHON:-$here/../.venv/bin/python}
 snapshot_dir=$(go list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)
-"$python" "$here/crdfinish.py" "$raw" "$out.tmp" "$snapshot_dir/config/crd" >&2
+"$python" "$here/crdfinish.py" "$raw" "$out.tmp" "$snapshot_dir/config/crd" "$cdi_api" >&2
 echo "$pin" >"$out.tmp/.built"
 rm -rf "$out"
 mv "$out.tmp" "$out"
