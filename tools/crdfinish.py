@@ -61,9 +61,7 @@ def finish(crd: dict) -> dict:
     if status:
         v1["subresources"] = {"status": {}}
     v1alpha3 = copy.deepcopy(v1)
-    v1alpha3.update(
-        name="v1alpha3", storage=False, deprecated=True, deprecationWarning=_V1ALPHA3_WARNING
-    )
+    v1alpha3.update(name="v1alpha3", storage=False, deprecated=True, deprecationWarning=_V1ALPHA3_WARNING)
     spec["versions"] = [v1, v1alpha3]
     return crd
 
