@@ -14,8 +14,8 @@ import pathlib
 import jinja2
 import pytest
 import yaml
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, harvester_image, worker
+
 from tests.lab import Lab
 from tests.lab.apiserver import binaries
 from tests.lab.tests.controllers.test_crds_apiserver import _contains
@@ -134,3 +134,16 @@ def test_written_object_reads_back_unchanged(real_lab, what):
     sent = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
     assert _contains(read, sent) == [], "pruned or changed by the upstream schema"
     assert _contains(read["metadata"], obj["metadata"]) == []
+
+
+def test_a_misspelt_field_is_pruned_as_on_a_cluster(real_lab):
+    """The schemas prune: a disk's `bootorder` (for `bootOrder`) would be lost; the check above sees it."""
+    vm = copy.deepcopy(WRITTEN["Windows bake VirtualMachine"])
+    vm["metadata"]["name"] = "misspelt"
+    disk = vm["spec"]["template"]["spec"]["domain"]["devices"]["disks"][0]
+    disk["bootorder"] = disk.pop("bootOrder")
+    rt = real_lab.store.resource_for_kind(vm["apiVersion"], vm["kind"])
+    stored = real_lab.store.create(rt, vm, dry_run=True)
+    sent = {"spec": vm["spec"]}
+    assert _contains(stored, sent) == [".spec.template.spec.domain.devices.disks"]
+    assert "bootorder" not in stored["spec"]["template"]["spec"]["domain"]["devices"]["disks"][0]
