@@ -9,9 +9,7 @@ by hand in tests/lab/crds/*.yaml, each naming its upstream file and release.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
 
 import yaml
 
@@ -27,13 +25,9 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def generated_dir() -> pathlib.Path:
     """The directory of the CRDs generated from the upstream types (generated when missing)."""
-    override = os.environ.get("LAB_CRD_DIR")
-    if override:
-        return pathlib.Path(override)
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError("tools/build-crds.sh failed:\n%s" % proc.stderr[-4000:])
-    return pathlib.Path(proc.stdout.strip().splitlines()[-1])
+    from .apiserver import built_dir
+
+    return built_dir(BUILD_SCRIPT, "LAB_CRD_DIR")
 
 
 def crd_files() -> list[pathlib.Path]:

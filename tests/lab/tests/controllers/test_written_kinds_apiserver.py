@@ -16,16 +16,13 @@ import pytest
 import yaml
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, harvester_image, worker
 
-from tests.lab import Lab
-from tests.lab.apiserver import binaries
-from tests.lab.tests.controllers.test_crds_apiserver import _contains
+from tests.lab.tests.controllers.test_crds_apiserver import _contains, real_lab  # noqa: F401
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 SCHEMATIC = "376567988ad3" + "0" * 52
-NAMESPACES = ("golden-images", "cozy-public", "tenant-a", "windows")
 BAKE_VARS = {
     "windows_bake_name": "win11-bake",
-    "windows_bake_namespace": "windows",
+    "windows_bake_namespace": "default",
     "_windows_bake_labels": {"goldenimage.io/bake": "win11-bake"},
     "windows_bake_cpu_cores": "4",
     "windows_bake_memory": "8Gi",
@@ -65,7 +62,7 @@ def _written() -> dict[str, dict]:
     pool = worker.pool_request(
         {
             "name": "md0",
-            "namespace": "tenant-a",
+            "namespace": "project-a",
             "osImage": {"builtin": {"schematicID": SCHEMATIC, "version": "v1.13.0"}},
             "storageClass": "",
             "diskSize": "20Gi",
@@ -111,22 +108,8 @@ def _written() -> dict[str, dict]:
 WRITTEN = _written()
 
 
-@pytest.fixture(scope="module")
-def real_lab(tmp_path_factory):
-    binaries()
-    lab = Lab(tmp_path_factory.mktemp("written-lab"), with_s3=False, controllers=[]).start()
-    namespaces = lab.store.resource("", "v1", "namespaces")
-    for name in NAMESPACES:
-        if not lab.store.exists(namespaces, None, name):
-            lab.store.create(namespaces, {"metadata": {"name": name}})
-    try:
-        yield lab
-    finally:
-        lab.stop()
-
-
 @pytest.mark.parametrize("what", sorted(WRITTEN))
-def test_written_object_reads_back_unchanged(real_lab, what):
+def test_written_object_reads_back_unchanged(real_lab, what):  # noqa: F811
     obj = copy.deepcopy(WRITTEN[what])
     rt = real_lab.store.resource_for_kind(obj["apiVersion"], obj["kind"])
     created = real_lab.store.create(rt, obj)
@@ -136,7 +119,7 @@ def test_written_object_reads_back_unchanged(real_lab, what):
     assert _contains(read["metadata"], obj["metadata"]) == []
 
 
-def test_a_misspelt_field_is_pruned_as_on_a_cluster(real_lab):
+def test_a_misspelt_field_is_pruned_as_on_a_cluster(real_lab):  # noqa: F811
     """The schemas prune: a disk's `bootorder` (for `bootOrder`) would be lost; the check above sees it."""
     vm = copy.deepcopy(WRITTEN["Windows bake VirtualMachine"])
     vm["metadata"]["name"] = "misspelt"
