@@ -334,6 +334,28 @@ def edited_fields(entry, live):
     return changes
 
 
+def pinned_checksum(dv):
+    """The checksum a golden DataVolume's import is pinned to, or None."""
+    return _http(dv).get("checksum") or None
+
+
+def refuse_dropped_checksum(entry, sent, answered, namespace=NAMESPACE):
+    """A golden pinned to a checksum the cluster's CDI does not keep (``answered`` is the server's
+    dry-run reply to creating ``sent``): CDI before v1.65.0 has no ``spec.source.http.checksum`` and its
+    schema prunes it, so the import would go unverified and every later run would see the golden as
+    edited."""
+    pinned = pinned_checksum(sent)
+    if not pinned or pinned_checksum(answered) == pinned:
+        return
+    raise Refusal(
+        entry["subject"],
+        "the cluster's CDI drops spec.source.http.checksum from the golden DataVolume %s/%s (the field "
+        "came in CDI v1.65.0), so the import of the pinned sha256 would not be verified"
+        % (namespace, entry["name"]),
+        "upgrade CDI to v1.65.0 or later; a golden cannot be pinned to a digest on an older CDI",
+    )
+
+
 def refuse_edited(entry, live, namespace=NAMESPACE):
     """An entry edited after its golden exists: a DataVolume spec cannot be changed in place."""
     changes = edited_fields(entry, live)

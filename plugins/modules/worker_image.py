@@ -94,6 +94,9 @@ options:
         description:
           - The digest C(os_mirror) recorded for the mirrored raw.xz. The golden is pinned to it and an
             object whose recorded sha256 differs is refused before anything is written.
+          - A pinned golden needs CDI v1.65.0 or later, the first release whose DataVolume keeps
+            C(source.http.checksum). A server-side dry run shows whether the cluster's CDI keeps it; an
+            older CDI prunes it, and the entry is refused before anything is written.
         type: str
   namespace:
     description: Namespace of the goldens.
@@ -443,14 +446,17 @@ class Runner:
     def present(self):
         entries = worker.present_catalog(self.p["images"])
         live = {e["name"]: self.module.get(*DV, name=e["name"], namespace=self.ns) for e in entries}
-        to_create = []
+        pending, to_create = [], []
         for entry in entries:  # every refusal before the first write
             if live[entry["name"]] is not None:
                 worker.refuse_edited(entry, live[entry["name"]], self.ns)
                 continue
+            pending.append(entry)
             to_create.append(worker.render_golden(entry, self.ns, self._pin(entry)))
         if to_create:
             worker.refuse_missing_namespace(self.ns, self.module.get(*NS, name=self.ns), to_create)
+        for entry, body in zip(pending, to_create):
+            worker.refuse_dropped_checksum(entry, body, self._dry_run_create(body), self.ns)
         created = [self.module.create(body) for body in to_create]
         result = {"changed": bool(created)}
         if created:
@@ -590,6 +596,18 @@ class Runner:
                 "clone_strategy": {"strategy": strategy, "source": source, "storage_class": pool_cls},
             }
         )
+
+    def _dry_run_create(self, body):
+        """The object the server would store for ``body`` (a server-side dry run stores nothing, so
+        check mode sends it too); only a pinned golden needs the answer."""
+        if not worker.pinned_checksum(body):
+            return body
+        res = self.module.resource(*DV)
+        try:
+            answer = res.create(body=body, namespace=self.ns, dry_run="All")
+        except Exception as exc:
+            self.module.fail_from_exception("dry-run create the golden DataVolume %s" % kinds.name(body), exc)
+        return answer.to_dict() if hasattr(answer, "to_dict") else answer
 
     def _review(self, body):
         """Send a SubjectAccessReview (a question: it stores nothing, so check mode sends it too)."""

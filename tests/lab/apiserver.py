@@ -50,12 +50,18 @@ def free_port() -> int:
 
 def binaries() -> pathlib.Path:
     """The directory holding kube-apiserver, etcd and kube-controller-manager (built when missing)."""
-    override = os.environ.get("LAB_APISERVER_BIN")
+    return built_dir(BUILD_SCRIPT, "LAB_APISERVER_BIN")
+
+
+def built_dir(script: pathlib.Path, override_variable: str) -> pathlib.Path:
+    """The directory a tools/build-*.sh script prints last (it builds when the cache misses), or the
+    one the environment variable names."""
+    override = os.environ.get(override_variable)
     if override:
         return pathlib.Path(override)
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError("tools/build-apiserver.sh failed:\n%s" % proc.stderr[-4000:])
+        raise RuntimeError("tools/%s failed:\n%s" % (script.name, proc.stderr[-4000:]))
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
 
 

@@ -139,6 +139,22 @@ def test_quantity_refused():
 # --- the golden
 
 
+def test_a_dropped_checksum_is_refused():
+    pinned = w.render_golden(entry(), checksum="ab" * 32)
+    pruned = w.render_golden(entry())
+    w.refuse_dropped_checksum(entry(), pinned, pinned)
+    w.refuse_dropped_checksum(entry(), pruned, pruned)  # nothing pinned, nothing to lose
+    with pytest.raises(Refusal) as exc:
+        w.refuse_dropped_checksum(entry(), pinned, pruned)
+    assert exc.value.msg == (
+        "images[0] (schematicID '%s', version 'v1.13.0'): the cluster's CDI drops "
+        "spec.source.http.checksum from the golden "
+        "DataVolume cozy-public/%s (the field came in CDI v1.65.0), so the import of the pinned sha256 would "
+        "not be verified; upgrade CDI to v1.65.0 or later; a golden cannot be pinned to a digest on an older "
+        "CDI" % (SCHEMATIC, NAME)
+    )
+
+
 def test_render_golden():
     dv = w.render_golden(entry(certConfigMap="factory-ca"), checksum="ab" * 32)
     meta = dv["metadata"]

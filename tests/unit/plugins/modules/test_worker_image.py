@@ -45,10 +45,28 @@ class _Reviews:
         return _Answer(dict(body, status={"allowed": self.allowed}))
 
 
+class _DataVolumes:
+    """The server's dry-run answer to a DataVolume create: what its CDI schema keeps of the body."""
+
+    def __init__(self, keeps_checksum):
+        self.keeps_checksum = keeps_checksum
+        self.dry_runs = []
+
+    def create(self, body, namespace, dry_run):
+        assert dry_run == "All"
+        self.dry_runs.append(body["metadata"]["name"])
+        answer = copy.deepcopy(body)
+        if not self.keeps_checksum:
+            answer["spec"]["source"]["http"].pop("checksum", None)
+        return _Answer(answer)
+
+
 class Observed:
     list_each = list_each
 
-    def __init__(self, objects=(), check_mode=False, allowed=True, namespace_exists=True, **params):
+    def __init__(
+        self, objects=(), check_mode=False, allowed=True, namespace_exists=True, keeps_checksum=True, **params
+    ):
         self.objects = {}
         if namespace_exists:
             self.put({"kind": "Namespace", "metadata": {"name": params.get("namespace", "cozy-public")}})
@@ -57,6 +75,7 @@ class Observed:
         self.check_mode = check_mode
         self.writes = []
         self.reviews = _Reviews(allowed)
+        self.datavolumes = _DataVolumes(keeps_checksum)
         self.params = {
             "state": "present",
             "images": None,
@@ -90,6 +109,8 @@ class Observed:
         return True
 
     def resource(self, api_version, kind):
+        if kind == "DataVolume":
+            return self.datavolumes
         assert kind == "SubjectAccessReview"
         return self.reviews
 
@@ -188,6 +209,23 @@ def test_mirror_digest_pins_the_golden_and_a_different_one_is_refused():
         run(observed, digest_of=lambda url, v: ("a" * 64, None))
     assert "has sha256 %s, not the sha256 %s the entry pins" % ("a" * 64, "b" * 64) in exc.value.msg
     assert observed.writes == []
+
+
+def test_a_cdi_that_drops_the_checksum_refuses_the_pinned_golden_before_any_write():
+    """CDI before v1.65.0 prunes spec.source.http.checksum: the dry run shows it, nothing is created."""
+    pinned = dict(ENTRY, sha256="a" * 64)
+    observed = Observed(images=[pinned], keeps_checksum=False)
+    with pytest.raises(Refusal) as exc:
+        run(observed)
+    assert "drops spec.source.http.checksum" in exc.value.msg
+    assert "upgrade CDI to v1.65.0 or later" in exc.value.msg
+    assert observed.writes == []
+    kept = Observed(images=[pinned])
+    assert run(kept)["changed"] is True
+    assert kept.datavolumes.dry_runs == [NAME]
+    unpinned = Observed(images=[ENTRY], keeps_checksum=False)
+    assert run(unpinned)["changed"] is True  # no pin: nothing to lose, no dry run
+    assert unpinned.datavolumes.dry_runs == []
 
 
 def test_a_failed_import_ends_the_wait_with_the_importer_reason():
