@@ -446,16 +446,16 @@ class Runner:
     def present(self):
         entries = worker.present_catalog(self.p["images"])
         live = {e["name"]: self.module.get(*DV, name=e["name"], namespace=self.ns) for e in entries}
-        pending, to_create = [], []
+        pending = []  # (entry, body) of each golden to create
         for entry in entries:  # every refusal before the first write
             if live[entry["name"]] is not None:
                 worker.refuse_edited(entry, live[entry["name"]], self.ns)
                 continue
-            pending.append(entry)
-            to_create.append(worker.render_golden(entry, self.ns, self._pin(entry)))
+            pending.append((entry, worker.render_golden(entry, self.ns, self._pin(entry))))
+        to_create = [body for _entry, body in pending]
         if to_create:
             worker.refuse_missing_namespace(self.ns, self.module.get(*NS, name=self.ns), to_create)
-        for entry, body in zip(pending, to_create):
+        for entry, body in pending:  # a dry run needs the namespace, so after its check
             worker.refuse_dropped_checksum(entry, body, self._dry_run_create(body), self.ns)
         created = [self.module.create(body) for body in to_create]
         result = {"changed": bool(created)}
