@@ -51,7 +51,7 @@ def _crypto():
         raise PipelineError(
             "signing requires the Python library cryptography on the controller (pip install cryptography); "
             "run the task with delegate_to: localhost"
-        )
+        ) from None
     return InvalidSignature, hashes, serialization, ec, utils
 
 
@@ -65,7 +65,7 @@ def read_key_text(path=None, text=None, what="key"):
         with open(path, "rb") as handle:
             return handle.read()
     except (IOError, OSError) as exc:
-        raise SigningKeyError("%s %s: cannot be read (%s)" % (what, path, exc.strerror or exc))
+        raise SigningKeyError("%s %s: cannot be read (%s)" % (what, path, exc.strerror or exc)) from None
 
 
 def _check_p256(key, source, ec):
@@ -88,8 +88,8 @@ def load_private_key(pem, password=None, source="private key"):
         if b"-----BEGIN %s-----" % label.encode("ascii") in pem:
             raise SigningKeyError(
                 "%s: it is in cosign's own encrypted format (%s), which needs NaCl secretbox (XSalsa20) that "
-                "the cryptography library does not offer; give the key as PEM (PKCS#8 or EC PRIVATE KEY), the "
-                "one cosign import-key-pair was given" % (source, label)
+                "the cryptography library does not offer; give the key as PEM (PKCS#8 or EC PRIVATE KEY), "
+                "the one cosign import-key-pair was given" % (source, label)
             )
     if b"-----BEGIN" not in pem:
         raise SigningKeyError("%s: it is not PEM (no -----BEGIN line); give a PEM private key" % source)
@@ -100,12 +100,16 @@ def load_private_key(pem, password=None, source="private key"):
         key = serialization.load_pem_private_key(pem, password=secret)
     except TypeError as exc:
         if secret is None:
-            raise SigningKeyError("%s: it is encrypted; give its password" % source)
-        raise SigningKeyError("%s: it is not encrypted, give no password (%s)" % (source, exc))
+            raise SigningKeyError("%s: it is encrypted; give its password" % source) from None
+        raise SigningKeyError("%s: it is not encrypted, give no password (%s)" % (source, exc)) from None
     except ValueError as exc:
         if secret is not None and b"ENCRYPTED" in pem:
-            raise SigningKeyError("%s: it cannot be decrypted with the password given (%s)" % (source, exc))
-        raise SigningKeyError("%s: the PEM does not hold a private key that can be read (%s)" % (source, exc))
+            raise SigningKeyError(
+                "%s: it cannot be decrypted with the password given (%s)" % (source, exc)
+            ) from None
+        raise SigningKeyError(
+            "%s: the PEM does not hold a private key that can be read (%s)" % (source, exc)
+        ) from None
     return _check_p256(key, source, ec)
 
 
@@ -119,7 +123,9 @@ def load_public_key(pem, source="public key"):
     try:
         key = serialization.load_pem_public_key(pem)
     except ValueError as exc:
-        raise SigningKeyError("%s: the PEM does not hold a public key that can be read (%s)" % (source, exc))
+        raise SigningKeyError(
+            "%s: the PEM does not hold a public key that can be read (%s)" % (source, exc)
+        ) from None
     return _check_p256(key, source, ec)
 
 
@@ -171,7 +177,9 @@ def parse_signature_text(text, source="signature"):
     try:
         return base64.b64decode((text or "").strip(), validate=True)
     except (binascii.Error, ValueError):
-        raise provenance.ProvenanceError("%s: not a base64 signature as cosign sign-blob writes" % source)
+        raise provenance.ProvenanceError(
+            "%s: not a base64 signature as cosign sign-blob writes" % source
+        ) from None
 
 
 def signing_key(ring, signature, sha256_hex):

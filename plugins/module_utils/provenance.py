@@ -156,7 +156,7 @@ def parse_statement(payload):
     try:
         doc = json.loads(payload.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ProvenanceError("provenance: the payload is not a JSON document (%s)" % exc)
+        raise ProvenanceError("provenance: the payload is not a JSON document (%s)" % exc) from None
     if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:
         raise ProvenanceError(
             "provenance: the payload is not an in-toto statement (_type %s)" % STATEMENT_TYPE
@@ -241,7 +241,7 @@ def _b64(value, what):
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, TypeError, ValueError):
-        raise ProvenanceError("%s is not base64" % what)
+        raise ProvenanceError("%s is not base64" % what) from None
 
 
 def parse_envelope(text, what="provenance"):
@@ -253,7 +253,7 @@ def parse_envelope(text, what="provenance"):
     try:
         doc = json.loads(line)
     except ValueError as exc:
-        raise ProvenanceError("%s: not a DSSE envelope, the JSON does not parse (%s)" % (what, exc))
+        raise ProvenanceError("%s: not a DSSE envelope, the JSON does not parse (%s)" % (what, exc)) from None
     if not isinstance(doc, dict) or not {"payloadType", "payload", "signatures"} <= set(doc):
         raise ProvenanceError("%s: not a DSSE envelope (payloadType, payload and signatures expected)" % what)
     if doc["payloadType"] != PAYLOAD_TYPE:
@@ -328,8 +328,8 @@ def normalize_policy(doc):
         reason = str(entry.get("reason") or "").strip()
         if not reason:
             raise ProvenanceError(
-                "trust policy relaxed entry %d (%s): require_signature is relaxed only with the reason recorded; "
-                "give reason" % (index + 1, entry["family"])
+                "trust policy relaxed entry %d (%s): require_signature is relaxed only with the reason "
+                "recorded; give reason" % (index + 1, entry["family"])
             )
         relaxed[entry["family"]] = reason
     return {"rules": rules, "relaxed": relaxed}
@@ -403,8 +403,8 @@ def judge(artifact, family, stream, policy, signature, provenance):
                 OTHER_BYTES,
                 artifact,
                 what,
-                "the %s does not verify over these bytes with any key of the keyring (signed for other bytes, "
-                "or by a key not given)"
+                "the %s does not verify over these bytes with any key of the keyring (signed for other "
+                "bytes, or by a key not given)"
                 % ("detached signature" if what == "signature" else "envelope signature"),
                 move="the artifact was changed after signing or the signature belongs to another artifact",
             )
