@@ -215,3 +215,36 @@ def envelope_key(ring, payload_type, payload, signatures):
                 continue
             return keyid
     return None
+
+
+def evidence(ring, signature_text_found, envelope_text, sha256_hex):
+    """What the keyring proves about an artifact's files, as ``provenance.judge`` takes it.
+
+    ``(signature, provenance)``: None for a file that is absent, else ``{"key": keyid or None}`` (and the
+    statement, for the envelope, once a key verifies it). Unreadable files prove nothing: key None.
+    """
+    signature = None
+    if signature_text_found is not None:
+        try:
+            sig = parse_signature_text(signature_text_found)
+        except provenance.ProvenanceError as exc:
+            signature = {"key": None, "error": exc.msg}
+        else:
+            signature = {"key": signing_key(ring, sig, sha256_hex)}
+    found = None
+    if envelope_text is not None:
+        try:
+            payload_type, payload, sigs = provenance.parse_envelope(envelope_text)
+        except provenance.ProvenanceError as exc:
+            found = {"key": None, "statement": None, "error": exc.msg}
+        else:
+            keyid = envelope_key(ring, payload_type, payload, sigs)
+            found = {"key": keyid, "statement": provenance.parse_statement(payload) if keyid else None}
+    return signature, found
+
+
+def on_disk(ring, signature_text_found, envelope_text, sha256_hex):
+    """The signer and provenance summary the existing files prove with ``ring`` (None where none)."""
+    signature, found = evidence(ring, signature_text_found, envelope_text, sha256_hex)
+    doc = (found or {}).get("statement")
+    return {"signer": (signature or {}).get("key"), "provenance": provenance.summary(doc) if doc else None}

@@ -47,6 +47,9 @@ PACKAGES = "package-manifest"
 FACTS = "image-facts"
 INPUT_NAMES = (UPSTREAM, TEMPLATE, PROVISIONING, PACKAGES, FACTS)
 
+# The version the builder records (galaxy.yml's; a unit test keeps them equal).
+COLLECTION_VERSION = "0.1.0"
+
 ALGORITHMS = {"sha256": 64, "sha512": 128}
 KEY_ID = re.compile(r"^[0-9a-f]{64}$")
 ANY = "*"
