@@ -1,0 +1,241 @@
+"""The provenance rules: the statement, DSSE's PAE and envelope, the trust policy and the verdicts, pure."""
+
+import base64
+import json
+import pathlib
+
+import pytest
+import yaml
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import ProvenanceError
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+A = "a" * 64
+B = "b" * 64
+KEY = "1" * 64
+OTHER_KEY = "2" * 64
+
+
+def test_pae_is_the_dsse_v1_encoding_with_byte_lengths():
+    assert (
+        provenance.pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+    assert provenance.pae("", b"") == b"DSSEv1 0  0 "
+    assert provenance.pae(provenance.PAYLOAD_TYPE, b"{}") == b"DSSEv1 28 application/vnd.in-toto+json 2 {}"
+    # Lengths count bytes, not characters.
+    assert provenance.pae("t\u00e9", "\u00e9".encode("utf-8")) == b"DSSEv1 3 t\xc3\xa9 2 \xc3\xa9"
+
+
+def statement(name="ubuntu-2404-v2.qcow2", digest=A, inputs=None):
+    given = inputs if inputs is not None else [{"name": "upstream", "digest": "sha256:" + B}]
+    builder = {"collection_version": "0.1.0", "playbook": "publish.yml", "host": "build-1"}
+    return provenance.statement(
+        {"name": name, "digest": {"sha256": digest}}, given, builder, "2026-12-01T00:00:00Z"
+    )
+
+
+def test_the_statement_is_in_toto_v1_with_a_slsa_v1_predicate():
+    doc = statement(
+        inputs=[
+            {"name": "packer-template", "digest": "SHA256:" + B.upper()},
+            {"name": "upstream", "digest": {"sha512": "c" * 128}},
+        ]
+    )
+    assert doc["_type"] == "https://in-toto.io/Statement/v1"
+    assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert doc["subject"] == [{"name": "ubuntu-2404-v2.qcow2", "digest": {"sha256": A}}]
+    build = doc["predicate"]["buildDefinition"]
+    assert build["resolvedDependencies"] == [
+        {"name": "packer-template", "digest": {"sha256": B}},
+        {"name": "upstream", "digest": {"sha512": "c" * 128}},
+    ]
+    view = provenance.summary(doc)
+    assert view["builder"] == {
+        "id": provenance.BUILDER_ID,
+        "collection_version": "0.1.0",
+        "playbook": "publish.yml",
+        "host": "build-1",
+    }
+    assert view["time"] == "2026-12-01T00:00:00Z"
+    assert provenance.parse_statement(provenance.serialize(doc)) == doc
+
+
+@pytest.mark.parametrize(
+    "digest, message",
+    [
+        ("abc", "is not <algorithm>:<hex>"),
+        ("md5:" + A[:32], "digest algorithm md5 is not sha256 or sha512"),
+        ("sha256:" + A[:10], "the sha256 digest must be 64 hex digits"),
+        ({}, "the digest must be sha256:<hex>"),
+    ],
+)
+def test_an_input_digest_that_cannot_be_read_is_refused_naming_the_input(digest, message):
+    with pytest.raises(ProvenanceError, match="input upstream: .*" + message.replace("(", r"\(")):
+        statement(inputs=[{"name": "upstream", "digest": digest}])
+
+
+def test_an_input_named_twice_is_refused():
+    twice = [{"name": "upstream", "digest": "sha256:" + A}, {"name": "upstream", "digest": "sha256:" + B}]
+    with pytest.raises(ProvenanceError, match="upstream named more than once"):
+        statement(inputs=twice)
+
+
+def test_same_build_ignores_the_time_only():
+    first = statement()
+    later = dict(first, predicate=json.loads(json.dumps(first["predicate"])))
+    later["predicate"]["runDetails"]["metadata"]["finishedOn"] = "2027-01-01T00:00:00Z"
+    assert provenance.same_build(first, later)
+    assert not provenance.same_build(first, statement(inputs=[]))
+
+
+def test_the_envelope_has_cosigns_shape_and_parses_back():
+    env = provenance.envelope(provenance.PAYLOAD_TYPE, b'{"x":1}', [("", b"\x01\x02"), (KEY, b"\x03")])
+    assert env == {
+        "payloadType": "application/vnd.in-toto+json",
+        "payload": base64.b64encode(b'{"x":1}').decode(),
+        "signatures": [{"keyid": "", "sig": "AQI="}, {"keyid": KEY, "sig": "Aw=="}],
+    }
+    line = provenance.envelope_line(env)
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert provenance.parse_envelope(line) == (
+        provenance.PAYLOAD_TYPE,
+        b'{"x":1}',
+        [("", b"\x01\x02"), (KEY, b"\x03")],
+    )
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("not json", "the JSON does not parse"),
+        ('{"payload": ""}', "payloadType, payload and signatures expected"),
+        ('{"payloadType": "text/plain", "payload": "", "signatures": []}', "payloadType is 'text/plain'"),
+        ('{"payloadType": "application/vnd.in-toto+json", "payload": "%%", "signatures": []}', "not base64"),
+    ],
+)
+def test_an_envelope_that_cannot_be_read_is_named(text, message):
+    with pytest.raises(ProvenanceError, match=message):
+        provenance.parse_envelope(text)
+
+
+def test_a_payload_that_is_not_slsa_provenance_is_refused():
+    with pytest.raises(ProvenanceError, match="not an in-toto statement"):
+        provenance.parse_statement(b'{"_type": "x"}')
+    doc = dict(statement(), predicateType="https://example.com/other")
+    with pytest.raises(ProvenanceError, match=r"predicateType is 'https://example\.com/other'"):
+        provenance.parse_statement(provenance.serialize(doc))
+
+
+def policy():
+    return provenance.normalize_policy(
+        {
+            "rules": [{"key": KEY, "name": "release", "families": ["ubuntu-2404"], "streams": ["stable"]}],
+            "relaxed": [{"family": "lab", "reason": "lab scratch images, never served"}],
+        }
+    )
+
+
+def test_the_policy_lets_a_key_sign_the_families_and_streams_it_lists():
+    pol = policy()
+    assert provenance.trusted_rule(pol, KEY, "ubuntu-2404", "stable")["name"] == "release"
+    assert provenance.trusted_rule(pol, KEY, "ubuntu-2404", "edge") is None
+    assert provenance.trusted_rule(pol, KEY, "debian-12", "stable") is None
+    assert provenance.trusted_rule(pol, OTHER_KEY, "ubuntu-2404", "stable") is None
+    anywhere = provenance.normalize_policy({"rules": [{"key": KEY.upper()}]})
+    assert provenance.trusted_rule(anywhere, KEY, "debian-12", None)["families"] == ["*"]
+    assert provenance.relaxed_reason(pol, "lab") == "lab scratch images, never served"
+    assert provenance.relaxed_reason(pol, "ubuntu-2404") is None
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"rules": [{"key": "release"}]}, "rule 1: key 'release' is not a key id"),
+        ({"rules": [{"key": KEY, "families": []}]}, "rule 1: families must be a non-empty list"),
+        ({"relaxed": [{"family": "lab"}]}, r"relaxed entry 1 \(lab\): .*give reason"),
+        ({"keys": []}, ": unknown fields keys"),
+    ],
+)
+def test_a_policy_that_cannot_be_read_is_refused_naming_the_entry(doc, message):
+    with pytest.raises(
+        ProvenanceError, match="trust policy" + ("" if message.startswith(":") else " ") + message
+    ):
+        provenance.normalize_policy(doc)
+
+
+ARTIFACT = {"name": "ubuntu-2404-v2.qcow2", "digest": {"sha256": A}}
+
+
+def judge(signature, found, family="ubuntu-2404", stream="stable", artifact=ARTIFACT):
+    return provenance.judge(artifact, family, stream, policy(), signature, found)
+
+
+def signed(name="ubuntu-2404-v2.qcow2", digest=A, key=KEY):
+    return {"key": key, "statement": statement(name=name, digest=digest)}
+
+
+def test_a_trusted_signature_and_a_matching_subject_verify():
+    verdict = judge({"key": KEY}, signed())
+    assert (
+        verdict["ok"] is True and verdict["verdict"] == provenance.VERIFIED and verdict["signer"] == "release"
+    )
+
+
+@pytest.mark.parametrize(
+    "signature, found, verdict, check, words",
+    [
+        (None, None, provenance.UNSIGNED, "signature", "no detached signature found"),
+        ({"key": KEY}, None, provenance.UNSIGNED, "provenance", "no signed provenance statement found"),
+        ({"key": None}, signed(), provenance.OTHER_BYTES, "signature", "does not verify over these bytes"),
+        (
+            {"key": KEY},
+            {"key": None, "statement": None},
+            provenance.OTHER_BYTES,
+            "provenance",
+            "envelope signature",
+        ),
+        ({"key": OTHER_KEY}, signed(), provenance.UNTRUSTED_KEY, "signature", "key %s signed it" % OTHER_KEY),
+        (
+            {"key": KEY},
+            signed(key=OTHER_KEY),
+            provenance.UNTRUSTED_KEY,
+            "provenance",
+            "does not let that key",
+        ),
+        ({"key": KEY}, signed(digest=B), provenance.SUBJECT_DIGEST, "provenance subject", "sha256:%s" % B),
+        (
+            {"key": KEY},
+            signed(name="ubuntu-2404-v1.qcow2"),
+            provenance.REPLAYED,
+            "provenance subject",
+            "replayed",
+        ),
+    ],
+)
+def test_each_failed_check_is_refused_naming_the_artifact_the_key_and_the_check(
+    signature, found, verdict, check, words
+):
+    result = judge(signature, found)
+    assert result["ok"] is False and result["verdict"] == verdict and result["check"] == check
+    assert result["message"].startswith(
+        "artifact ubuntu-2404-v2.qcow2 (sha256:%s): %s check failed: " % (A, check)
+    )
+    assert words in result["message"]
+
+
+def test_a_key_trusted_for_another_stream_is_untrusted_here():
+    assert judge({"key": KEY}, signed(), stream="edge")["verdict"] == provenance.UNTRUSTED_KEY
+
+
+def test_a_relaxed_family_goes_unsigned_with_the_reason_but_is_verified_when_signed():
+    artifact = dict(ARTIFACT, name="lab.qcow2")
+    verdict = judge(None, None, family="lab", artifact=artifact)
+    assert verdict["ok"] is True and verdict["verdict"] == provenance.RELAXED
+    assert verdict["relaxed"] == "lab scratch images, never served"
+    assert judge({"key": None}, None, family="lab", artifact=artifact)["verdict"] == provenance.OTHER_BYTES
+
+
+def test_the_recorded_version_is_the_collections():
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    assert galaxy["version"] == provenance.COLLECTION_VERSION
