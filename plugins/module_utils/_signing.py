@@ -71,8 +71,8 @@ def read_key_text(path=None, text=None, what="key"):
 def _check_p256(key, source, ec):
     if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
         raise SigningKeyError(
-            "%s: it is a %s key; cosign's sign-blob --key signs with ECDSA P-256, give a P-256 (prime256v1) "
-            "key" % (source, type(key).__name__.replace("_", ""))
+            "%s: it is a %s, not an ECDSA key; cosign's sign-blob --key signs with ECDSA P-256, give a P-256 "
+            "(prime256v1) key" % (source, type(key).__name__)
         )
     if key.curve.name != "secp256r1":
         raise SigningKeyError(
