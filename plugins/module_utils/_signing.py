@@ -29,7 +29,7 @@ import hashlib
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils._qemu_img import (  # noqa: F401 (re-exported)
-    digests as file_digests,
+    digests,
     read_text,
     write_text,
 )
@@ -149,6 +149,11 @@ def key_id(key):
 def keyring(pems):
     """``{key id: public key}`` from ``[(source, pem bytes)]``."""
     return {key_id(k): k for k in (load_public_key(pem, source) for source, pem in pems)}
+
+
+def file_digests(path, algorithms=("sha256",)):
+    """``{algorithm: hex}`` of a file (SHA-256 unless told), read once in chunks."""
+    return digests(path, algorithms)
 
 
 def sign_digest(private_key, sha256_hex):

@@ -30,6 +30,7 @@ NO_CHANGE = re.compile(
 )
 
 READ_ONLY = {
+    "artifact_verify": "reads the artifact, its signature and provenance and verifies them; writes nothing",
     "bake_wait": "waits for a bake VM to stop, reading the VM and its console; it writes nothing",
     "baked_image_copies": "gets and lists images, classes, backing images and nodes; always changed=false",
     "baked_image_rebuild_due": "reads APT metadata over HTTP and decides; always changed=false",
