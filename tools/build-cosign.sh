@@ -24,7 +24,7 @@ command -v go >/dev/null || { echo "build-cosign: go is required (Debian package
 log() { echo "build-cosign: $*" >&2; }
 start=$(date +%s)
 mkdir -p "$out"
-export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-mod=mod GOBIN="$out"
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOBIN="$out"
 log "building github.com/sigstore/cosign/v2 $version (a few minutes on a cold cache)"
 go install -trimpath -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$version" \
   "github.com/sigstore/cosign/v2/cmd/cosign@$version" >&2

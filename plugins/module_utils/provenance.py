@@ -34,6 +34,8 @@ import re
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+# cosign attest-blob still writes the v0.1 header; the fields read here are the same in both.
+STATEMENT_TYPES = (STATEMENT_TYPE, "https://in-toto.io/Statement/v0.1")
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 BUILD_TYPE = "https://goldenimage.pipeline/build/v1"
