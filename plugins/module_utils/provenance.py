@@ -157,14 +157,14 @@ def serialize(doc):
 
 
 def parse_statement(payload):
-    """The statement in an envelope's payload bytes; refuses anything but an in-toto v1 SLSA v1 statement."""
+    """The statement in an envelope's payload bytes; refuses anything but an in-toto SLSA v1 statement."""
     try:
         doc = json.loads(payload.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProvenanceError("provenance: the payload is not a JSON document (%s)" % exc) from None
-    if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:
+    if not isinstance(doc, dict) or doc.get("_type") not in STATEMENT_TYPES:
         raise ProvenanceError(
-            "provenance: the payload is not an in-toto statement (_type %s)" % STATEMENT_TYPE
+            "provenance: the payload is not an in-toto statement (_type %s)" % " or ".join(STATEMENT_TYPES)
         )
     if doc.get("predicateType") != PREDICATE_TYPE:
         raise ProvenanceError(
