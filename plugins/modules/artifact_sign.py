@@ -116,6 +116,13 @@ notes:
   - "Runs where the key is; use C(delegate_to: localhost) to sign on the controller."
   - ECDSA signatures are randomised, so a new signature differs from the old one byte for byte; that is why
     an existing one is verified instead of compared.
+  - "One key serves both tools: make it as PEM (C(openssl ecparam -genkey -name prime256v1 -noout |
+    openssl pkcs8 -topk8 -nocrypt -out signing.pem)), give it here, and give cosign the same key with
+    C(cosign import-key-pair --key signing.pem); the public half (RV(public_key), or C(cosign.pub)) is what
+    verifiers are given."
+  - Nothing is sent to a transparency log (Rekor) or a keyless signing service (Fulcio); verification is by
+    key. Where a Rekor log is run, C(cosign sign-blob --key) on the same artifact can add an entry that
+    proves when the signature existed; this module does not write one.
 seealso:
   - module: goldenimage.pipeline.artifact_verify
 """
