@@ -205,7 +205,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs as checks
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
 
@@ -282,6 +282,9 @@ def run(params, check_mode=False, now=_now):
     )
     sig_path = p["signature_path"] or path + ".sig"
     env_path = p["provenance_path"] or path + ".intoto.jsonl"
+    for target in (sig_path, env_path):
+        folder = os.path.dirname(os.path.abspath(target))
+        artifact.check_dest_folder(target, folder, os.path.isdir(folder))
 
     before_sig, before_env = signing.read_text(sig_path), signing.read_text(env_path)
     signature, found = signing.evidence(ring, before_sig, before_env, digest["sha256"])

@@ -98,6 +98,8 @@ def test_nothing_is_written_when_the_key_or_an_input_is_wrong(made):
         artifact_sign.run(sign_params(made, inputs=[{"name": "upstream", "digest": "sha256:abc"}]), now=now)
     with pytest.raises(Refusal, match=r"input t .*: it does not exist"):
         artifact_sign.run(sign_params(made, inputs=[{"name": "t", "path": str(made / "none")}]), now=now)
+    with pytest.raises(Refusal, match=r"its directory .*/none does not exist; create it first"):
+        artifact_sign.run(sign_params(made, signature_path=str(made / "none" / "x.sig")), now=now)
     assert files(made) == before
 
 
