@@ -67,6 +67,7 @@ lab-binaries: venv
 	$(call install_debs,go:golang-go)
 	@tools/build-apiserver.sh >/dev/null
 	@PYTHON=$(PY) tools/build-crds.sh >/dev/null
+	@tools/build-cosign.sh >/dev/null
 
 setup: deps venv collections lab-binaries
 
