@@ -28,7 +28,7 @@ import binascii
 import hashlib
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._qemu_img import (  # noqa: F401 (re-exported)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils._qemu_img import (  # noqa: F401 (re-exported)  pylint: disable=unused-import
     digests,
     read_text,
     write_text,
@@ -83,7 +83,7 @@ def _check_p256(key, source, ec):
 
 def load_private_key(pem, password=None, source="private key"):
     """An ECDSA P-256 private key from PEM bytes (PKCS#8, encrypted PKCS#8 with ``password``, or SEC1)."""
-    _, _, serialization, ec, _ = _crypto()
+    serialization, ec = _crypto()[2:4]
     for label in COSIGN_KEY_LABELS:
         if b"-----BEGIN %s-----" % label.encode("ascii") in pem:
             raise SigningKeyError(
@@ -115,7 +115,7 @@ def load_private_key(pem, password=None, source="private key"):
 
 def load_public_key(pem, source="public key"):
     """An ECDSA P-256 public key from PEM bytes (``PUBLIC KEY``, as ``cosign generate-key-pair`` writes)."""
-    _, _, serialization, ec, _ = _crypto()
+    serialization, ec = _crypto()[2:4]
     if b"-----BEGIN PUBLIC KEY-----" not in pem:
         raise SigningKeyError(
             "%s: it is not a PEM public key (-----BEGIN PUBLIC KEY-----); give cosign.pub" % source
@@ -131,7 +131,7 @@ def load_public_key(pem, source="public key"):
 
 def public_pem(key):
     """The PEM SubjectPublicKeyInfo of a key (private or public), as cosign.pub holds it."""
-    _, _, serialization, _, _ = _crypto()
+    serialization = _crypto()[2]
     public = key.public_key() if hasattr(key, "public_key") else key
     return public.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -140,7 +140,7 @@ def public_pem(key):
 
 def key_id(key):
     """SHA-256 (hex) of the DER SubjectPublicKeyInfo of a key (private or public)."""
-    _, _, serialization, _, _ = _crypto()
+    serialization = _crypto()[2]
     public = key.public_key() if hasattr(key, "public_key") else key
     der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(der).hexdigest()
@@ -158,13 +158,15 @@ def file_digests(path, algorithms=("sha256",)):
 
 def sign_digest(private_key, sha256_hex):
     """The DER ECDSA signature over a SHA-256 digest (hex), as cosign sign-blob signs the blob's bytes."""
-    _, hashes, _, ec, utils = _crypto()
+    crypto = _crypto()
+    hashes, ec, utils = crypto[1], crypto[3], crypto[4]
     return private_key.sign(bytes.fromhex(sha256_hex), ec.ECDSA(utils.Prehashed(hashes.SHA256())))
 
 
 def verify_digest(public_key, signature, sha256_hex):
     """True when ``signature`` (DER bytes) is ``public_key``'s over the SHA-256 digest (hex)."""
-    invalid, hashes, _, ec, utils = _crypto()
+    crypto = _crypto()
+    invalid, hashes, ec, utils = crypto[0], crypto[1], crypto[3], crypto[4]
     try:
         public_key.verify(signature, bytes.fromhex(sha256_hex), ec.ECDSA(utils.Prehashed(hashes.SHA256())))
     except invalid:
@@ -197,7 +199,8 @@ def signing_key(ring, signature, sha256_hex):
 
 def sign_envelope(private_key, payload, payload_type=provenance.PAYLOAD_TYPE):
     """The DSSE envelope of ``payload`` bytes signed by ``private_key`` (over the PAE)."""
-    _, hashes, _, ec, _ = _crypto()
+    crypto = _crypto()
+    hashes, ec = crypto[1], crypto[3]
     sig = private_key.sign(provenance.pae(payload_type, payload), ec.ECDSA(hashes.SHA256()))
     return provenance.envelope(payload_type, payload, [(key_id(private_key), sig)])
 
@@ -208,7 +211,8 @@ def envelope_key(ring, payload_type, payload, signatures):
     A signature whose keyid names another key is not tried with this one; an empty keyid (cosign's) is
     tried with every key.
     """
-    invalid, hashes, _, ec, _ = _crypto()
+    crypto = _crypto()
+    invalid, hashes, ec = crypto[0], crypto[1], crypto[3]
     message = provenance.pae(payload_type, payload)
     for keyid in sorted(ring):
         for named, sig in signatures:
