@@ -47,7 +47,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory, selection  # noqa: E402
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden_inventory, selection  # noqa: E402
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_info  # noqa: E402
 
 from bench.labproc import (  # noqa: E402
@@ -73,7 +73,7 @@ FAMILIES = {
 }
 VERIFY_FAMILY = "debian-12"
 # The list adapter, and the last revision whose lists kept each object's managedFields.
-ADAPTER = "plugins/module_utils/_kube.py"
+ADAPTER = "plugins/module_utils/kube/_kube.py"
 KEEPS_MANAGED_FIELDS = "3ef1c85"
 # The arms measured after the dynamic client's in each paired run: the adapter, the adapter on json pages,
 # the API server floor.
@@ -501,7 +501,7 @@ def measure(lab, fn, repeat):
 def adapter(kubeconfig):
     """The collection's own KubeModule with golden_info's options (raw JSON pages on the retry layer)."""
     from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
     with patch_module_args({"kubeconfig": str(kubeconfig)}):
         return KubeModule(argument_spec=golden_info.argument_spec(), supports_check_mode=True)
@@ -543,7 +543,7 @@ def floor_once(module, page):
 
 def json_pages_run(module):
     """``module_run`` with every page parsed by the standard json module, as without msgspec."""
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _listpage
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _listpage
 
     lean = _listpage._lean()
     _listpage._lean_pair = (None, None)
@@ -878,7 +878,7 @@ def main() -> int:
 
 
 def _kube_page():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube
 
     return _kube.LIST_PAGE
 

@@ -48,9 +48,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer  # noqa: E402
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror  # noqa: E402
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3_client  # noqa: E402
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer  # noqa: E402
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror  # noqa: E402
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import s3_client  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from bench.labproc import load  # noqa: E402
@@ -136,7 +136,7 @@ def baseline_transfer(revision):
     import importlib.util
 
     source = subprocess.run(
-        ["git", "show", "%s:plugins/module_utils/_mirror_transfer.py" % revision],
+        ["git", "show", "%s:plugins/module_utils/bucket/_mirror_transfer.py" % revision],
         cwd=str(ROOT),
         capture_output=True,
         check=True,

@@ -42,7 +42,7 @@ from tests.lab.objects import now_rfc3339  # noqa: E402
 
 # The adapter before list bodies were parsed raw (the dynamic client's objects, then to_dict).
 BASELINE = "a34c254"
-ADAPTER = "plugins/module_utils/_kube.py"
+ADAPTER = "plugins/module_utils/kube/_kube.py"
 
 GROUP, VERSION, PLURAL = "db.goldenimage.io", "v1alpha1", "dbinstances"
 NAMESPACE, CATALOG_NS = "fleet", "dbaas-system"

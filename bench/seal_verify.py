@@ -42,7 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli  # noqa: E402
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli  # noqa: E402
 
 from bench.verdict import seal_lines  # noqa: E402
 from tests.integration.support import disks  # noqa: E402

@@ -23,8 +23,8 @@ import os
 import yaml
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def _play(task):

@@ -10,7 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import datavolume
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import datavolume
 
 
 def failed_import(resources, replace_option):

@@ -5,7 +5,7 @@
 """Filters for producer playbooks: the golden's versioned name and the pinned CDI source.
 
 Documentation lives next to this file, one YAML file per filter (golden_name.yml, ...). The rules
-are the collection's own (module_utils/golden.py and linux_golden.py); these filters only expose them.
+are the collection's own (module_utils/golden/golden.py and linux_golden.py); these filters only expose them.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,8 +14,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, golden, linux_golden
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate, golden, linux_golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def _raising(func, *args):

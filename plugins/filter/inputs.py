@@ -12,8 +12,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, inputs, iso, redact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import artifact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def base_url(value):

@@ -10,8 +10,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def quantity_bytes(value, option="value"):

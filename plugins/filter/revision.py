@@ -2,7 +2,7 @@
 # Copyright: goldenimage.pipeline contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-"""Baked image revision and artifact names for playbooks; the rules live in module_utils/revision.py."""
+"""Baked image revision and artifact names for playbooks; the rules live in module_utils/baked/revision.py."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -10,8 +10,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, revision
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def _wrap(function):

@@ -9,7 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import upload_report
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import upload_report
 
 
 def upload_summary(result):

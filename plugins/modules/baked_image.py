@@ -445,32 +445,33 @@ import json
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import (
     _backing_copies,
-    _disk,
     apt_release,
     backing_copies,
     catalog,
     eol,
     harvester_image,
-    image_facts,
-    inputs,
-    kinds,
-    redact,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitTimeout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
     describe,
     find_catalogs,
     locate,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._progress_file import append_line
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._progress_file import append_line
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 
 hi = harvester_image
 API = hi.API_VERSION

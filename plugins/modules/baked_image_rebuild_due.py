@@ -229,15 +229,22 @@ indexes:
 import datetime
 import json
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _apt_fetch, apt_release, catalog
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import (
+    _apt_fetch,
+    apt_release,
+    catalog,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_url
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import positive
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import redact_url
 
 REPOSITORY_SPEC = dict(
     url=dict(type="str", required=True),

@@ -196,15 +196,19 @@ diff:
 import datetime
 import getpass
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, harvester_image, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, harvester_image
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 
 
 def argument_spec():

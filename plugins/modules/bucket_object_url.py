@@ -167,18 +167,18 @@ sha256:
 
 import datetime
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure, mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     S3Error,
     check_endpoint,
     error_code,
     s3_client,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import (
     s3_arg_spec,
     s3_module,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -583,10 +583,11 @@ cleanup_errors:
   elements: str
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._clone_gate import Gate
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._clone_gate import Gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -222,22 +222,22 @@ diff:
 import copy
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import (
     _backing_copies,
     backing_copies,
     catalog,
-    inputs,
     operator_env,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._dbinstances import all_dbinstances
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )

@@ -718,31 +718,25 @@ diff:
 import datetime
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
-    catalog,
-    details,
-    inputs,
-    operator_env,
-    repave,
-    rollout,
-    rounds,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._catalog_store import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, operator_env
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details, inputs, rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import DirectDriver
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_operator import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_direct import DirectDriver
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_operator import (
     OPT_IN_ANNOTATION,
     OperatorDriver,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_rollout import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_rollout import (
     Rollout,
     RolloutHalted,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     Refusal,
     run_module,

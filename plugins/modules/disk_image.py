@@ -107,14 +107,15 @@ report:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._qemu_img import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import artifact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._qemu_img import (
     QemuImg,
     digests,
     read_text,
     write_text,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -142,8 +142,9 @@ violations:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import eol
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     InvalidValue,
     PipelineError,
     run_module,

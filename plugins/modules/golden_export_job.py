@@ -391,44 +391,42 @@ resume:
 import datetime
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as export_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors, inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
     _disk,
     _partitions,
-    errors,
-    exposure,
     image_facts,
-    inputs,
-    jobs,
-    mirror,
-    redact,
     seal,
-    worker,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _progress_file, _s3
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _progress_file
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     KubeModule,
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._export_job import ExportObjects
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_wait import ObjectWait
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows._export_job import ExportObjects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._object_wait import ObjectWait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     call_failed,
     check_endpoint,
     object_reads,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import (
     hide_url_secrets,
     s3_arg_spec,
     s3_client_from_params,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._seal_job import module_files
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._seal_job import module_files
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
@@ -482,7 +480,7 @@ RESULT_FIELDS = (
 def program_files():
     """ConfigMap data: the Job's program and what it imports (the facts and partition readers and their
     rules, the exposure rule and its two helpers, the S3 adapter and the transfer code with their rules,
-    the error base), under their module file names."""
+    the error base), under their keys (jobs.code_key)."""
     return module_files(
         export_cli,
         _disk,

@@ -244,10 +244,11 @@ import datetime
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, exposure, mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     call_failed,
     canary_answers,
@@ -255,12 +256,12 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import (
     object_reads,
     read_controls,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import (
     s3_arg_spec,
     s3_module,
     s3_client_from_params,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )

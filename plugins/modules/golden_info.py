@@ -279,17 +279,17 @@ summary:
   sample: {families: 2, conflicts: 1, project_entries: 500, matching: 498, not_matching: 2, clones: 40}
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
-    details,
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     golden,
     golden_inventory,
     selection,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -420,24 +420,27 @@ import getpass
 import json
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     golden,
     golden_inventory,
-    inputs,
-    kinds,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as rules
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import selection as rules
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     FIRST_POLL,
     KubeModule,
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND

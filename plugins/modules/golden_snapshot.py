@@ -385,19 +385,19 @@ diff:
 
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     golden,
     golden_inventory,
-    inputs,
-    kinds,
     selection,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     Refusal,
     run_module,

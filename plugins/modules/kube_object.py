@@ -176,17 +176,25 @@ retries:
   sample: 0
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers, objects, redact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
     observe_volume_users,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     KubeError,
     KubeModule,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, run_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive_all, wait_arg_spec
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
+    positive_all,
+    wait_arg_spec,
+)
 
 
 def argument_spec():

@@ -351,13 +351,17 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import microvm, seal
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive, version_string
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
+    positive,
+    version_string,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import (
     refuse_credentials,
     url_secrets,
 )
@@ -435,12 +439,12 @@ class Runner:
         self.progress = []
         self.started = time.monotonic()
         if adapters is None:
-            from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
                 _disk,
                 _ext4,
-                _oci,
                 _partitions,
             )
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _oci
 
             adapters = {"disk": _disk, "ext4": _ext4, "oci": _oci, "partitions": _partitions}
         self.io = adapters

@@ -113,8 +113,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso, inputs, iso
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _iso, iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )

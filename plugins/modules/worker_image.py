@@ -344,16 +344,20 @@ timed_out:
 
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds, worker
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._golden_observe import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
     observe_volume_users,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule, object_diff
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._object_digest import object_sha256
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitError, WaitTimeout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal, run_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.inputs import positive_all, wait_arg_spec
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import redact_url
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket._object_digest import object_sha256
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitError, WaitTimeout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
+    positive_all,
+    wait_arg_spec,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import redact_url
 
 DV = ("cdi.kubevirt.io/v1beta1", "DataVolume")
 PVC = ("v1", "PersistentVolumeClaim")

@@ -24,8 +24,12 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import RoundRunner, Wait, WaitTimeout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import (
+    RoundRunner,
+    Wait,
+    WaitTimeout,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
 
 display = Display()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import iso
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import iso
 
 MIB = iso.MIB
 TREE = {

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts
 
 from tests.integration.support import disks
 from tests.integration.support.runner import module_task, play, run_playbook

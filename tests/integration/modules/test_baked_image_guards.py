@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
 
 from tests.integration.modules.test_baked_image import catalog_of, play, refused, task
 from tests.integration.support.runner import run_playbook

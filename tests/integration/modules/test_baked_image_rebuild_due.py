@@ -251,7 +251,7 @@ def streams_repos(tmp_path_factory):
 
 def recorded(packages, revision, os_version):
     """The catalog entry's manifest record, as publishing makes it from the build manifest."""
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import apt_release
 
     data = {
         "revision": revision,

@@ -12,8 +12,8 @@ import pathlib
 import subprocess
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _signing as signing
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.modules import artifact_sign, artifact_verify
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec

@@ -297,7 +297,7 @@ def test_an_instance_created_without_engine_version_runs_and_repaves_with_the_de
     """engineVersion left out: the operator provisions (or adopts) the instance with the newest supported
     major of the default stream's tip, the one the collection's rule gives a new database, and the
     report and the repave go by that major."""
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
 
     default = catalog.resolve_engine_version(catalog.load(catalog_text()), None, today=TODAY)
     assert default == "17"  # 14 is past end of life on TODAY

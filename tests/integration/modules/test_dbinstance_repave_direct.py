@@ -276,8 +276,10 @@ def failed(run, name):
 
 @contextlib.contextmanager
 def driver(lab, namespace, **params):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._repave_direct import DirectDriver
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_direct import (
+        DirectDriver,
+    )
 
     spec = {
         "namespace": {"type": "str"},

@@ -12,7 +12,7 @@ import io
 import uuid
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as cli
 
 from tests.integration.modules.test_exposure_before_upload import Poller, _policy, export_object
 from tests.integration.support import disks

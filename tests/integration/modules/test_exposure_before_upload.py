@@ -22,7 +22,7 @@ import urllib.request
 import uuid
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as cli
 
 from tests.integration.support.runner import module_task, play, run_playbook
 

@@ -22,8 +22,8 @@ OBJECTS = 24
 
 @contextlib.contextmanager
 def kube(lab):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
     with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)
@@ -123,7 +123,7 @@ def test_a_create_whose_reply_is_always_lost_is_still_one_object(lab, kube_names
 
 @pytest.mark.suite("faults")
 def test_someone_elses_object_is_a_conflict_even_under_faults(lab, kube_namespace, faults):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError
 
     with kube(lab) as m:
         m.create(config_map(kube_namespace, "taken", {"owner": "other"}))

@@ -10,8 +10,8 @@ import json
 import pathlib
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, image_facts
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli
 
 from tests.integration.support import disks
 from tests.integration.support.runner import module_task, play, run_playbook

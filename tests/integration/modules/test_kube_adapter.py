@@ -1,4 +1,4 @@
-"""The Kubernetes adapter (module_utils/_kube.py) in-process against the lab.
+"""The Kubernetes adapter (module_utils/kube/_kube.py) in-process against the lab.
 
 Real requests and real Status errors.
 
@@ -12,7 +12,7 @@ import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors
 
 from tests.integration.support.runner import COLLECTIONS
 
@@ -28,7 +28,7 @@ def _collection_path():
 
 @contextlib.contextmanager
 def module(lab, check=False, diff=False):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
     args = {"kubeconfig": str(lab.kubeconfig), "_ansible_check_mode": check, "_ansible_diff": diff}
     with patch_module_args(args):

@@ -35,7 +35,7 @@ def tls_lab(tmp_path_factory):
 
 @contextlib.contextmanager
 def module(kubeconfig, raw=True):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
     with patch_module_args({"kubeconfig": str(kubeconfig)}):
         m = KubeModule(argument_spec={})
@@ -96,7 +96,7 @@ def test_reads_go_raw_and_match_the_client(tls_lab):
 
 
 def test_lists_leave_out_managed_fields_unless_asked_and_kube_object_info_asks(tls_lab, monkeypatch):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _listpage
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _listpage
 
     namespace = "managed-" + uuid.uuid4().hex[:8]
     with module(tls_lab.kubeconfig) as m:
@@ -155,7 +155,7 @@ def test_an_rbac_refusal_reads_as_through_the_client(tls_lab, tmp_path):
         [{"verbs": ["get", "list"], "groups": [""], "resources": ["configmaps"], "namespaces": ["default"]}],
     )
     limited = tls_lab.write_kubeconfig(tmp_path / "limited", token=token, user="limited")
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
     failures = []
     for raw in (True, False):
@@ -224,7 +224,7 @@ def test_lists_of_several_kinds_are_in_flight_together_and_answer_in_order(tls_l
         [{"verbs": ["list"], "groups": [""], "resources": ["configmaps", "namespaces"]}],
     )
     limited = tls_lab.write_kubeconfig(tmp_path / "limited", token=token, user="limited")
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
     with module(limited) as m, pytest.raises(PipelineError) as caught:
         m.list_each(queries)

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
 
 from tests.integration.support import disks

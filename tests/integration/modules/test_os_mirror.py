@@ -20,8 +20,8 @@ import threading
 import uuid
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._mirror_transfer import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket._mirror_transfer import (
     KeyExists,
     Source,
     TransferError,

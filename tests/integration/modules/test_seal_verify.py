@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli
 
 from tests.integration.support import disks, hives
 from tests.integration.support.runner import module_task, play, run_playbook

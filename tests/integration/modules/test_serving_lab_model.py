@@ -19,7 +19,7 @@ import json
 import uuid
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, selection, serving
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate, selection, serving
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (

@@ -87,9 +87,9 @@ def test_a_409_adopts_only_this_requests_own_job(lab, kube_namespace):
     """A Job of the same name that this request did not make, even one with an equal spec, is refused and
     named; a create whose reply is lost after the commit still returns the one object it made."""
     from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _retry
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, KubeModule
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, KubeModule
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
 
     with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)

@@ -862,7 +862,7 @@ def render(world, title, body, **extra):
 
 
 def worker_rules():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import worker
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
 
     return worker
 

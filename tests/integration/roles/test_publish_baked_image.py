@@ -286,7 +286,7 @@ def test_publish_records_the_package_manifest_and_the_daily_check_reads_every_st
     """Two streams published with their build manifests: each manifest is an object beside its artifact
     in the bucket and a record in its catalog entry, so the rebuild check, from the catalog alone (no
     manifest file), reports per stream with the security updates each tip lacks."""
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import apt_release
 
     from tests.integration.modules.test_baked_image_rebuild_due import INSTALLED, NOBLE_INSTALLED
 
@@ -400,7 +400,7 @@ def test_the_presigned_url_is_never_printed_or_stored(lab, kube_client, kube_nam
     """A -vvv publish: the signature Harvester downloads with appears only in the image's own spec."""
     from urllib.parse import parse_qs, urlsplit
 
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import redact
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
     from kubernetes import client
 
     bucket = "baked-" + kube_namespace

@@ -25,7 +25,7 @@ import xml.etree.ElementTree as ET
 import jinja2
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _iso
 
 from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook

@@ -13,7 +13,7 @@ import json
 import uuid
 from urllib.parse import quote
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.redact import secret_forms
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import secret_forms
 
 # (group, version, plural) of what a run of the collection may leave in a namespace.
 NAMESPACED = (

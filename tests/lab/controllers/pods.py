@@ -36,7 +36,7 @@ ALLOWED_COMMANDS: set[str] = {
     "false",
     "echo",
     "sleep",
-    "python3",  # the seal verifier (plugins/module_utils/seal_cli.py), shipped to the pod in a ConfigMap
+    "python3",  # the seal verifier (module_utils/disk/_seal_cli.py), shipped to the pod in a ConfigMap
 }
 NODE_NAME = "lab-node"
 _VAR_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")

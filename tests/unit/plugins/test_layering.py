@@ -1,13 +1,15 @@
 """The layering rule of docs/DESIGN.md, checked by parsing the imports of every file in plugins/.
 
-* pure files (plain names in ``plugins/module_utils/``, every ``plugins/filter/`` and
+* every file of ``plugins/module_utils/`` lives in one of the packages of ``PACKAGES`` (a domain, or a
+  backend that adapters of several domains share), each with an ``__init__.py`` that says what it holds;
+* pure files (plain names in ``plugins/module_utils/<package>/``, every ``plugins/filter/`` and
   ``plugins/doc_fragments/`` file) import no client library (``kubernetes``, ``kubernetes.core``,
   ``boto3``, ``botocore``, ``amazon.aws``, ``urllib3``), no ``subprocess``/``socket``, no
   ``ansible.module_utils.urls``, no ``_``-prefixed adapter;
 * modules and action plugins import no ``boto3``/``botocore``/``socket``/``subprocess``: the I/O they need
   lives in an adapter;
-* nothing sleeps but the wait runner (``module_utils/_wait.py``) and the retry layer
-  (``module_utils/_retry.py``): no pure file, module or action plugin names ``time.sleep`` (not even to
+* nothing sleeps but the wait runner (``module_utils/common/_wait.py``) and the retry layer
+  (``module_utils/common/_retry.py``): no pure file, module or action plugin names ``time.sleep`` (not even to
   pass it on), and any other adapter only with a reason in ``SLEEPS``;
 * no adapter loops over attempts but the retry layer (and the wait runner, whose rounds ride out a
   transient read): a ``while True`` (or a ``while`` on an attempt count) whose ``except`` goes round
@@ -42,10 +44,26 @@ PURE_FORBIDDEN = (
 # What a module or an action plugin must not import.
 MODULE_FORBIDDEN = ("boto3", "botocore", "socket", "subprocess")
 OWN = "ansible_collections.goldenimage.pipeline.plugins."
+# The packages of plugins/module_utils (docs/DESIGN.md, "Where a file goes"): the domains named after the
+# seeds' jobs, and the backends their adapters share.
+PACKAGES = {
+    "common": "backend",
+    "kube": "backend",
+    "s3": "backend",
+    "disk": "backend",
+    "golden": "domain",
+    "windows": "domain",
+    "bucket": "domain",
+    "baked": "domain",
+    "repave": "domain",
+    "workers": "domain",
+    "microvm": "domain",
+    "provenance": "domain",
+}
 
 # The adapters that sleep outside the wait runner, each with why its sleep is not a wait.
-WAIT_RUNNER = "plugins/module_utils/_wait.py"
-RETRY_LAYER = "plugins/module_utils/_retry.py"
+WAIT_RUNNER = "plugins/module_utils/common/_wait.py"
+RETRY_LAYER = "plugins/module_utils/common/_retry.py"
 SLEEPS = {
     RETRY_LAYER: "the pause between two attempts of one request (the one retry layer)",
 }
@@ -68,6 +86,8 @@ def kind_of(rel):
     if name == "__init__.py":
         return "other"
     if folder == "module_utils":
+        if len(parts) != 4 or parts[2] not in PACKAGES:
+            return "other"
         return "adapter" if name.startswith("_") else "pure"
     if folder in ("filter", "doc_fragments"):
         return "pure"
@@ -229,6 +249,33 @@ def test_every_plugin_file_has_a_layer():
     assert unknown == []
 
 
+def test_module_utils_holds_the_declared_packages_each_saying_what_it_holds():
+    folder = PLUGINS / "module_utils"
+    found = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert found == sorted(PACKAGES)
+    loose = sorted(p.name for p in folder.glob("*.py"))
+    assert loose == [], "a file of module_utils belongs in one of its packages: %s" % loose
+    design = (ROOT / "docs" / "DESIGN.md").read_text()
+    for name in PACKAGES:
+        init = folder / name / "__init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), "%s says what it holds" % init
+        assert "`module_utils/%s/`" % name in design, "docs/DESIGN.md describes module_utils/%s/" % name
+
+
+@pytest.mark.parametrize(
+    "rel, kind",
+    [
+        ("plugins/module_utils/repave/rollout.py", "pure"),
+        ("plugins/module_utils/kube/_kube.py", "adapter"),
+        ("plugins/module_utils/rollout.py", "other"),  # outside every package
+        ("plugins/module_utils/elsewhere/rollout.py", "other"),  # a package nobody declared
+        ("plugins/module_utils/repave/deeper/rollout.py", "other"),
+    ],
+)
+def test_the_layer_of_a_module_utils_file_comes_from_its_package_and_name(rel, kind):
+    assert kind_of(rel) == kind
+
+
 # The checker itself, on files it is shown.
 
 
@@ -249,8 +296,12 @@ def test_every_plugin_file_has_a_layer():
             ["imports adapter module_utils._kube"],
         ),
         (
-            "from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import wait_for\n",
-            ["imports adapter module_utils._wait", "imports adapter module_utils._wait.wait_for"],
+            "from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait"
+            " import wait_for\n",
+            [
+                "imports adapter module_utils.common._wait",
+                "imports adapter module_utils.common._wait.wait_for",
+            ],
         ),
         ("import time\n\ndef f():\n    time.sleep(1)\n", ["sleeps outside the wait runner"]),
         ("import time as t\nt.sleep(1)\n", ["sleeps outside the wait runner"]),
@@ -264,11 +315,11 @@ def test_every_plugin_file_has_a_layer():
 def test_checker_on_a_pure_file(tmp_path, source, expected):
     path = tmp_path / "pure.py"
     path.write_text(source)
-    assert violations(path, "plugins/module_utils/pure.py") == expected
+    assert violations(path, "plugins/module_utils/golden/pure.py") == expected
 
 
 def test_checker_fails_the_tree_test_when_a_pure_file_imports_subprocess(tmp_path, monkeypatch):
-    plugins = tmp_path / "plugins" / "module_utils"
+    plugins = tmp_path / "plugins" / "module_utils" / "golden"
     plugins.mkdir(parents=True)
     (plugins / "clean.py").write_text("import re\n")
     (plugins / "_adapter.py").write_text("import subprocess\n")  # adapters may
@@ -277,7 +328,7 @@ def test_checker_fails_the_tree_test_when_a_pure_file_imports_subprocess(tmp_pat
     monkeypatch.setattr(sys.modules[__name__], "ALLOWED", set())
     test_plugins_keep_the_layering_rule()
     (plugins / "clean.py").write_text("import re\nimport subprocess\n")
-    with pytest.raises(AssertionError, match=r"plugins/module_utils/clean\.py.*imports subprocess"):
+    with pytest.raises(AssertionError, match=r"plugins/module_utils/golden/clean\.py.*imports subprocess"):
         test_plugins_keep_the_layering_rule()
 
 
@@ -288,7 +339,7 @@ def test_checker_on_modules(tmp_path):
     assert violations(path, "plugins/modules/m.py") == ["imports boto3"]
     assert violations(path, "plugins/action/m.py") == ["imports boto3"]
     # Adapters are not checked by this rule.
-    assert violations(path, "plugins/module_utils/_m.py") == []
+    assert violations(path, "plugins/module_utils/golden/_m.py") == []
 
 
 @pytest.mark.parametrize(
@@ -305,8 +356,8 @@ def test_only_the_wait_runner_sleeps(tmp_path, source):
     for rel in (
         "plugins/modules/m.py",
         "plugins/action/m.py",
-        "plugins/module_utils/_m.py",
-        "plugins/module_utils/_kube.py",
+        "plugins/module_utils/golden/_m.py",
+        "plugins/module_utils/kube/_kube.py",
         "plugins/plugin_utils/_progress.py",
     ):
         assert violations(path, rel) == ["sleeps outside the wait runner"], rel
@@ -344,7 +395,7 @@ def test_each_adapter_allowed_a_retry_loop_still_has_one():
 def test_an_adapter_may_not_loop_over_attempts(tmp_path, source):
     path = tmp_path / "m.py"
     path.write_text(source)
-    assert violations(path, "plugins/module_utils/_m.py") == ["retries outside the retry layer"]
+    assert violations(path, "plugins/module_utils/golden/_m.py") == ["retries outside the retry layer"]
     assert violations(path, RETRY_LAYER) == []
 
 
@@ -368,4 +419,4 @@ def test_an_adapter_may_not_loop_over_attempts(tmp_path, source):
 def test_loops_that_are_not_retries_pass(tmp_path, source):
     path = tmp_path / "m.py"
     path.write_text(source)
-    assert violations(path, "plugins/module_utils/_m.py") == []
+    assert violations(path, "plugins/module_utils/golden/_m.py") == []

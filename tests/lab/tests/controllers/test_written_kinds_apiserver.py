@@ -14,7 +14,9 @@ import pathlib
 import jinja2
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate, harvester_image, worker
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import harvester_image
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
 
 from tests.lab.tests.controllers.test_crds_apiserver import _contains, real_lab  # noqa: F401
 

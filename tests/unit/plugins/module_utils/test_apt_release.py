@@ -1,8 +1,8 @@
 import datetime
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import apt_release
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 RELEASE = """Origin: Ubuntu
 Suite: jammy-security

@@ -1,8 +1,8 @@
 """The artifact's rules: the compression picked, the qcow2 options, sizes and checksum lines."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import artifact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import artifact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 
 def test_auto_is_zstd_where_qemu_img_writes_it_else_zlib():

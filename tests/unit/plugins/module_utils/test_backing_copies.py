@@ -3,8 +3,11 @@ their order (a class used only for baked images first, never the default class),
 refuses a count the target class cannot hold before anything is written."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import backing_copies, harvester_image
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import (
+    backing_copies,
+    harvester_image,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 DEFAULT = "storageclass.kubernetes.io/is-default-class"
 

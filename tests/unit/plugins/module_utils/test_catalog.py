@@ -1,10 +1,10 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import (
     backing_copies,
     catalog,
     harvester_image,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 SUM_A = "a" * 128
 SUM_B = "b" * 128

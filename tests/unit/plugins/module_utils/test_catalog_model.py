@@ -10,7 +10,8 @@ dropped. Pure model: fast, in the unit tier.
 from __future__ import annotations
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release, catalog, image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import apt_release, catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import image_facts
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule

@@ -6,8 +6,8 @@ import io
 import sys
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import console
 from ansible_collections.goldenimage.pipeline.plugins.modules import console_screenshot as module
 from PIL import Image, ImageDraw, ImageFont
 
@@ -375,7 +375,7 @@ def test_without_pillow_the_message_says_install_it(monkeypatch):
     ],
 )
 def test_options_that_cannot_describe_a_screenshot_are_refused(options, option):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
     with pytest.raises(Refusal) as err:
         console.check_options(*options)
@@ -389,7 +389,7 @@ def test_good_options_pass():
 
 
 def test_only_a_running_instance_has_a_console():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
     with pytest.raises(Refusal) as err:
         console.running_phase("VirtualMachineInstance", "ns/vm", None)

@@ -1,6 +1,6 @@
 """The bake's console rules in console.py: news, fatal screens, what is remembered, when to give up."""
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import console
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import console
 
 
 def shot(cls="setup", base=None, fingerprint="00ff00ff00ff00ff", **extra):

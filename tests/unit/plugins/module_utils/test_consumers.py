@@ -1,5 +1,5 @@
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import consumers
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
 
 FS = "golden-images"
 FAMILY = "debian-12"
@@ -331,7 +331,7 @@ def test_the_volume_plan_lists_pods_and_snapshots_locally_and_clones_everywhere(
 
 
 def test_a_failed_reference_query_refuses_the_delete_and_keeps_what_the_query_said():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
     failed = PipelineError("list pods in ns: 403 Forbidden", status=403)
     refusal = consumers.users_unknown("ConfigMap ns/a", failed)

@@ -10,7 +10,7 @@ them), then a class of its own for the next revisions, never a change to the clu
 
 from __future__ import annotations
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import backing_copies
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import backing_copies
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule

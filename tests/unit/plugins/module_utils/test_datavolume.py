@@ -1,6 +1,6 @@
 """The DataVolume wait's rules: only Failed is terminal, an absence that persists fails, the words used."""
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import datavolume
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import datavolume
 
 
 def dv(phase=None, progress=None, restarts=0, conditions=None):

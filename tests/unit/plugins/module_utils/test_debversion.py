@@ -1,7 +1,7 @@
 import subprocess
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import debversion
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import debversion
 
 # (a, b, expected compare(a, b)); checked against dpkg --compare-versions when dpkg is installed.
 TABLE = [

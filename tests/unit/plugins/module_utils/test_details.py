@@ -1,6 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import details
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def test_auto_details_are_full_up_to_the_limit_then_a_summary():

@@ -1,8 +1,8 @@
 import datetime
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import eol
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import eol
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def test_default_table_dates():

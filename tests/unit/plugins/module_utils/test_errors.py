@@ -4,7 +4,7 @@ import json
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors
 
 
 def test_refusal_names_object_rule_and_move():
@@ -38,10 +38,10 @@ def test_run_module_turns_the_error_into_fail_json(capsys):
 # that need the kubernetes client, a conflict the next attempt resolves, a call asking the retry layer
 # for another attempt. Nothing else may stand outside the one base.
 SIGNALS = {
-    "plugins/module_utils/rounds.py": {"RoundOver"},
-    "plugins/module_utils/_kube_auth.py": {"NotRaw"},
-    "plugins/module_utils/_retry.py": {"Again"},
-    "plugins/module_utils/_repave_direct.py": {"_Conflict"},
+    "plugins/module_utils/common/rounds.py": {"RoundOver"},
+    "plugins/module_utils/kube/_kube_auth.py": {"NotRaw"},
+    "plugins/module_utils/common/_retry.py": {"Again"},
+    "plugins/module_utils/repave/_repave_direct.py": {"_Conflict"},
 }
 
 

@@ -12,9 +12,10 @@ import sys
 import textwrap
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as cli
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _mirror_transfer as transfer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as cli
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_export_job
 
 from tests.lab.s3 import Fault, s3_client
@@ -232,10 +233,11 @@ def run_concurrency():
 def test_the_program_files_import_without_ansible(tmp_path):
     """The Job's image has python3, boto3 and dissect, not Ansible: the files shipped in the ConfigMap
     import with ``ansible`` out of reach."""
-    package = tmp_path / "ansible_collections/goldenimage/pipeline/plugins/module_utils"
-    package.mkdir(parents=True)
-    for name, text in golden_export_job.program_files().items():
-        (package / name).write_text(text)
+    files = golden_export_job.program_files()
+    # Laid out as the Job's volume lays them out: each key at the path its item names.
+    for item in jobs.code_items(files):
+        (tmp_path / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / item["path"]).write_text(files[item["key"]])
     probe = textwrap.dedent(
         """
         import sys
@@ -246,7 +248,7 @@ def test_the_program_files_import_without_ansible(tmp_path):
                     raise ImportError("no Ansible in the Job's image: " + name)
 
         sys.meta_path.insert(0, NoAnsible())
-        from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli
+        from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli
         _export_cli.clients  # noqa: B018
         print(_export_cli.__file__)
         """
@@ -260,4 +262,4 @@ def test_the_program_files_import_without_ansible(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(package / "_export_cli.py")
+    assert done.stdout.strip() == str(tmp_path / jobs.CODE_PACKAGE / "windows" / "_export_cli.py")

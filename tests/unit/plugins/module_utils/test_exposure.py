@@ -1,6 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure as ex
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure as ex
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 
 @pytest.mark.parametrize(

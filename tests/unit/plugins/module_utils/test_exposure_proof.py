@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import exposure
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure
 
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 OWNER = ("owner-id", "FULL_CONTROL")

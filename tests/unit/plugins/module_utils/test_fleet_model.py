@@ -21,7 +21,7 @@ import copy
 import datetime
 import json
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, repave_steps, rollout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, repave_steps, rollout
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule

@@ -1,6 +1,8 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import console, gate, kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import console
 
 
 @pytest.mark.parametrize(
@@ -50,7 +52,7 @@ def test_os_ports_and_minimums():
     assert gate.gate_memory("linux") == ("1Gi", "1Gi")
     assert gate.port_for("windows", 3390) == 3390
     # One contract: the port the gate probes is the one the seal check asserts in the sealed registry.
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import seal
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
 
     assert gate.port_for("windows") == seal.REMOTE_DESKTOP_PORT
     with pytest.raises(gate.GateError):

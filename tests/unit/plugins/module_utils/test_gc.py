@@ -2,7 +2,7 @@
 
 import gc
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
 
 
 def test_pauses_nest_and_restore():

@@ -1,7 +1,7 @@
 import datetime
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden as g
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden as g
 
 DIGEST = "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
 
@@ -415,7 +415,7 @@ def test_facts_are_added_once_and_never_replaced():
 
 
 def test_a_record_that_is_not_json_is_unproven_not_clean():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import image_facts
 
     reasons = image_facts.exposure_reasons(g.recorded_facts(_with_facts("{not json")))
     assert reasons and "unproven" in reasons[0]

@@ -1,5 +1,5 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory as inv
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden_inventory as inv
 
 FS, BLOCK = "golden-images", "golden-images-block"
 DIGEST = "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"

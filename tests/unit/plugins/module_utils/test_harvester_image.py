@@ -1,8 +1,9 @@
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, errors, redact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import harvester_image as hi
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import harvester_image as hi
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors, redact
 
 NS = "harvester-public"
 NAME = "ubuntu-2204-postgres-v20260615"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import image_facts
 
 PASSWORD = "Adm1n-Pa55-7f3c"
 AUTOLOGON_PASSWORD = "L0gon-9b21"

@@ -1,5 +1,5 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors, inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors, inputs
 
 
 @pytest.mark.parametrize("value", [0, -1, -0.5, "10", True, None])

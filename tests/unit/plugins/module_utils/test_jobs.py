@@ -3,8 +3,8 @@
 import datetime
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import jobs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
 
 
 def claim(name, mode=None):

@@ -1,4 +1,4 @@
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 
 
 def _vmi(phase="Running", agent="True", deleting=False):

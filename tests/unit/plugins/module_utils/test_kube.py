@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, _kube_auth, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube, _kube_auth
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".collections"))
@@ -275,8 +276,8 @@ def test_missing_kubernetes_gives_the_standard_message():
         "import sys\n"
         "sys.modules['kubernetes'] = None  # what an interpreter without the library sees\n"
         "from ansible.module_utils.testing import patch_module_args\n"
-        "from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeModule\n"
-        "from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import run_module\n"
+        "from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule\n"
+        "from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module\n"
         "with patch_module_args({}):\n"
         "    module = KubeModule(argument_spec={})\n"
         "    run_module(module, lambda: module.client)\n"

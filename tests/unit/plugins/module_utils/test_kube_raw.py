@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube_auth, _kube_raw
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube_auth, _kube_raw
 
 CA = b"-----BEGIN CERTIFICATE-----\nlab-ca\n-----END CERTIFICATE-----\n"
 CERT = b"-----BEGIN CERTIFICATE-----\nclient\n-----END CERTIFICATE-----\n"

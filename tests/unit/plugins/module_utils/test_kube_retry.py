@@ -16,8 +16,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube, _retry, errors
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitTimeout
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube
 
 NS = "ns"
 BLOB_BYTES = 4 * 1024 * 1024

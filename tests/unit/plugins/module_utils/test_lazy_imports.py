@@ -36,10 +36,10 @@ def loaded_after(code):
     [
         "modules.seal_verify",
         "modules.golden_info",
-        "module_utils._kube",
-        "module_utils._disk",
-        "module_utils._seal_cli",
-        "module_utils.seal",
+        "module_utils.kube._kube",
+        "module_utils.disk._disk",
+        "module_utils.disk._seal_cli",
+        "module_utils.disk.seal",
     ],
 )
 def test_importing_a_module_pulls_in_neither_kubernetes_nor_dissect(module):
@@ -52,7 +52,7 @@ def test_a_qcow2_is_opened_with_the_qcow2_reader_alone(tmp_path):
     image = tmp_path / "disk.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "64G"], check=True)
     loaded = loaded_after(
-        "from %s.module_utils import _disk\n"
+        "from %s.module_utils.disk import _disk\n"
         "img = _disk.Image(%r)\n"
         "assert img.virtual_size == 64 * 1024 ** 3 and img.format == 'qcow2', img.virtual_size\n"
         "assert img.read(0, 512) == bytes(512)\n" % (PREFIX, str(image))
@@ -74,7 +74,7 @@ def test_the_partition_table_is_read_without_any_disk_library(tmp_path):
         check=True,
     )
     loaded = loaded_after(
-        "from %s.module_utils import _disk, _partitions\n"
+        "from %s.module_utils.disk import _disk, _partitions\n"
         "parts = _partitions.read_partitions(_disk.Image(%r))\n"
         "assert [p['number'] for p in parts] == [1], parts\n" % (PREFIX, str(image))
     )

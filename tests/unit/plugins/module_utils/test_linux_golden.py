@@ -1,7 +1,7 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import linux_golden as lg
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import linux_golden as lg
 
 HEX = "f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
 REF = "docker://quay.io/containerdisks/ubuntu@sha256:" + HEX

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _listpage
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._listpage import decode_page
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _listpage
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._listpage import decode_page
 
 MANAGED = [
     {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}

@@ -4,9 +4,9 @@ tests/integration/modules/test_microvm_image.py)."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import microvm
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import Entry
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import Entry
 
 V = "5.10.77"
 MIB = 1024 * 1024

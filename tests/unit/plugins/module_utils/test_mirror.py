@@ -6,8 +6,8 @@ import json
 import random
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
 HEX_A = "a" * 64
 HEX_B = "b" * 64

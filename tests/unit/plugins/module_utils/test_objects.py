@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import objects
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import objects
 
 
 def cm(name="a", namespace="ns", **fields):

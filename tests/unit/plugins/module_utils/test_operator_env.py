@@ -1,6 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, operator_env
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, operator_env
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
 OS, REP = operator_env.OS_ENV, operator_env.REPLICAS_ENV
 

@@ -1,8 +1,8 @@
 """What Packer says: its version, whether it has init, a build's step."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import packer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import packer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def test_version_and_init():

@@ -6,7 +6,7 @@ import subprocess
 import zlib
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _disk, _partitions
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, _partitions
 
 MIB = 1024 * 1024
 ESP = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"

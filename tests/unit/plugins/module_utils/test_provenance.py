@@ -6,8 +6,10 @@ import pathlib
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import ProvenanceError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance.provenance import (
+    ProvenanceError,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 A = "a" * 64

@@ -1,7 +1,7 @@
 import base64
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors, redact
 
 SECRET = "s3cr:et/p@ss"
 

@@ -2,8 +2,9 @@ import datetime
 import itertools
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave, rollout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
 
 TODAY = "2026-12-20"
 VERDICTS = {

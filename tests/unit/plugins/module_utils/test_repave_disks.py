@@ -4,8 +4,8 @@ import json
 import re
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave
 
 IMAGE = "images/ubuntu-2204-postgres-v20260615"
 IMAGES = {IMAGE: {"status": {"storageClassName": "lh-v20260615"}}}

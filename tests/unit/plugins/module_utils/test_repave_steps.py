@@ -4,7 +4,7 @@ import copy
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import repave, repave_steps
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, repave_steps
 
 OLD, NEW = "v20260615", "v20260815"
 IMAGES = {

@@ -2,8 +2,11 @@
 moved on (409) means "look again"; any other failure names the step and the object."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _repave_direct, _repave_operator
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import (
+    _repave_direct,
+    _repave_operator,
+)
 
 from tests.unit.plugins.modules.fake_kube import FakeKube
 

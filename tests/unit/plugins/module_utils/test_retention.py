@@ -1,6 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import retention
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import retention
 
 FS = "golden-images"
 FAMILY = "debian-12"

@@ -6,8 +6,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube_raw, _oci, _retry, retries
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import is_transient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry, retries
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube_raw
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import is_transient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _oci
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

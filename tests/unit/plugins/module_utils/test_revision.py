@@ -1,8 +1,8 @@
 import datetime
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import revision as r
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import revision as r
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 def test_revision_names_match_the_catalog():

@@ -2,8 +2,8 @@ import datetime
 import zoneinfo
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import rollout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import rollout
 
 UTC = datetime.UTC
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")

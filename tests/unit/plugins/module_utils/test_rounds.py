@@ -1,9 +1,9 @@
 """A long wait in short rounds: the deadline, the round's end, news, and stuck versus still working."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs, rounds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
 
 
 def test_a_round_ends_at_report_every_or_the_deadline():

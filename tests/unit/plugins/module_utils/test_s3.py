@@ -2,9 +2,9 @@
 faults play a store that lags behind a create."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _s3, _s3_module
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3 import s3_client
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._s3_module import S3_ARG_SPEC
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3, _s3_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import s3_client
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import S3_ARG_SPEC
 
 from tests.lab.s3 import Fault
 
@@ -148,7 +148,7 @@ def test_client_from_params_and_certificate_options(endpoint):
 
 
 def test_endpoint_with_user_info_is_refused_by_every_factory():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
     for build in (
         lambda: s3_client(endpoint_url="http://key:s3cr3t@127.0.0.1:1"),
@@ -172,7 +172,7 @@ def test_anonymous_client_signs_nothing(endpoint, s3):
 
 
 def test_errors_are_pipeline_errors_with_urls_redacted(s3):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
     assert issubclass(_s3.S3Error, PipelineError) and issubclass(_s3.MissingBoto3, PipelineError)
     with pytest.raises(Exception) as caught:

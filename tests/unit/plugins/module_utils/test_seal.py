@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import image_facts, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import image_facts, seal
 
 SYSPREP = "C:\\Windows\\System32\\Sysprep\\sysprep.exe /generalize /oobe /shutdown"
 
@@ -477,7 +477,7 @@ def test_no_checks_is_not_sealed():
 
 
 def test_an_unsealed_verdict_is_refused_naming_each_failed_check():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
     result = {
         "sealed": False,
@@ -569,7 +569,7 @@ def test_windows_checks_carry_remote_desktop_unless_left_out():
 
 
 def test_a_claim_needs_a_verifier_image_named():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
     with pytest.raises(Refusal, match=r"option verifier_image: .*PersistentVolumeClaim ns/golden"):
         seal.refuse_without_verifier_image("", "PersistentVolumeClaim ns/golden")

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli as export_cli
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as export_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 MIB = 1024 * 1024

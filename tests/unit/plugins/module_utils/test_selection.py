@@ -1,6 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden as g
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import selection as s
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden as g
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import selection as s
 
 DIGEST = "sha256:f0dea74da9c54ba4728b2f4841316490cadd66b7ab1ed10de46549d457eb5018"
 OLD_DIGEST = "sha256:" + "0123456789abcdef" * 4

@@ -11,15 +11,15 @@ family is left conflicted by a step that reported success.
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     gate,
     golden,
     retention,
     selection,
     serving,
-    worker,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -298,15 +298,15 @@ def test_a_declared_pool_of_any_size_keeps_its_worker_golden():
 NEVER_GOLDENS = {
     "plugins/modules/baked_image.py": "Harvester VirtualMachineImages of a baked stream (their own guard)",
     "plugins/modules/golden_export_job.py": "the export's own Job, Pod, staging object and claims",
-    "plugins/module_utils/_export_job.py": "the export Job's own objects (golden_export_job's cleanup)",
-    "plugins/module_utils/_clone_gate.py": "the gate's own VM, claim and snapshot copy, labelled by its run",
-    "plugins/module_utils/_repave_direct.py": "a database VM's root claim, after the repave's own checks",
-    "plugins/module_utils/_seal_job.py": "the seal Job's own Pod and ConfigMap",
-    "plugins/module_utils/_mirror_transfer.py": "the mirror's own staging object",
-    "plugins/module_utils/_kube.py": "the delete primitive itself",
-    "plugins/module_utils/_s3.py": "the exposure proof's own canary object under the destination prefix",
-    "plugins/module_utils/_export_cli.py": "the export's own staging object, and its key when the object "
-    "stored there fails the check right after the export wrote it",
+    "plugins/module_utils/windows/_export_job.py": "the export Job's own objects (its cleanup)",
+    "plugins/module_utils/golden/_clone_gate.py": "the gate's own VM, claim and snapshot copy",
+    "plugins/module_utils/repave/_repave_direct.py": "a database VM's root claim, after its checks",
+    "plugins/module_utils/disk/_seal_job.py": "the seal Job's own Pod and ConfigMap",
+    "plugins/module_utils/bucket/_mirror_transfer.py": "the mirror's own staging object",
+    "plugins/module_utils/kube/_kube.py": "the delete primitive itself",
+    "plugins/module_utils/s3/_s3.py": "the exposure proof's own canary object under the destination prefix",
+    "plugins/module_utils/windows/_export_cli.py": "the export's own staging object, and its key when "
+    "the object stored there fails the check right after the export wrote it",
     "plugins/modules/golden_export_object.py": "its own upload, when the probe after it finds it public",
     "plugins/modules/kube_object.py": "refuses any golden outright (objects.check_delete), naming its module",
 }
@@ -343,10 +343,10 @@ def test_every_delete_path_asks_the_serving_truth():
     )
     for path, call in GOLDEN_DELETERS.items():
         assert call in (root / path).read_text(), "%s deletes goldens without asking %s" % (path, call)
-    objects_py = (root / "plugins/module_utils/objects.py").read_text()
+    objects_py = (root / "plugins/module_utils/kube/objects.py").read_text()
     assert "if guarded or golden.observed_family(current):" in objects_py
     # The worker golden's guard is the serving truth's: its declared pools and its disks.
-    assert "serving.worker_users(" in (root / "plugins/module_utils/worker.py").read_text()
+    assert "serving.worker_users(" in (root / "plugins/module_utils/workers/worker.py").read_text()
 
 
 # The stateful property test ---------------------------------------------------------------------

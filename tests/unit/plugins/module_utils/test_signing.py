@@ -6,8 +6,8 @@ import hashlib
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _signing as signing
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, utils
 from hypothesis import given, settings

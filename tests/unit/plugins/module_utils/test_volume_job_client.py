@@ -2,9 +2,9 @@
 yet reads as empty; a strict read (a verdict) does not take a failed read for an empty log."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _seal_job
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._volume_job import JobClient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_job
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
 
 
 class Module:

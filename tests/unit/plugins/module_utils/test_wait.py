@@ -1,10 +1,10 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import (
     WaitFailed,
     WaitTimeout,
     wait_for,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.rounds import Rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
 
 
 class FakeTime:

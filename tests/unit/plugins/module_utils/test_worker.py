@@ -1,6 +1,6 @@
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import worker as w
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker as w
 
 SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 NAME = "talos-worker-%s-v1.13.0" % SCHEMATIC

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError, merge_patch
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitFailed
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitFailed
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, merge_patch
 
 from tests.unit.plugins.modules.support import list_each
 

@@ -5,9 +5,9 @@ import hashlib
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _signing as signing
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import provenance
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.modules import artifact_sign, artifact_verify
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec

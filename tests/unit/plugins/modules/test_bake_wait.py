@@ -1,7 +1,7 @@
 """The bake wait's runner with parameters, a sequence of observed VMs and the screenshots it asked for."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import bake_wait
 
 from tests.unit.plugins.modules import support

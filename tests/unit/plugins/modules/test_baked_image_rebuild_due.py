@@ -5,8 +5,8 @@ import hashlib
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import apt_release
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import apt_release
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.modules import baked_image_rebuild_due as due
 
 from tests.unit.plugins.modules import support

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors
 from ansible_collections.goldenimage.pipeline.plugins.modules import baked_image
 from fake_kube import ApiError, FakeKube, params_of
 from support import rejected

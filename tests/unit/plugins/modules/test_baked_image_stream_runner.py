@@ -2,7 +2,8 @@
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors
 from ansible_collections.goldenimage.pipeline.plugins.modules import baked_image_stream
 from fake_kube import FakeKube, params_of
 

@@ -1,7 +1,7 @@
 """bucket_exposure's runner against the lab's loopback S3, which answers anonymous reads as S3 does."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import bucket_exposure as module_file
 
 from tests.unit.plugins.modules._bucket_lab import (

@@ -1,7 +1,7 @@
 """bucket_object_url's runner against the lab's loopback S3: what it signs, what it refuses."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import bucket_object_url as module_file
 
 from tests.unit.plugins.modules._bucket_lab import (

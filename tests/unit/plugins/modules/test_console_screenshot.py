@@ -2,8 +2,8 @@
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _kube
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube
 from ansible_collections.goldenimage.pipeline.plugins.modules import console_screenshot
 
 

@@ -1,7 +1,7 @@
 """The DataVolume wait's runner, called with parameters and a sequence of observed DataVolumes."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import datavolume_wait
 
 from tests.unit.plugins.modules import support

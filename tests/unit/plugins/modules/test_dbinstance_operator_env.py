@@ -4,8 +4,8 @@ in-memory adapter): it returns one round's result or raises a PipelineError, and
 import copy
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import operator_env
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import operator_env
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import dbinstance_operator_env as module_
 from fake_kube import FakeKube
 

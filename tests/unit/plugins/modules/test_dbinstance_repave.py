@@ -7,8 +7,9 @@ import re
 import time
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, repave
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave
 from ansible_collections.goldenimage.pipeline.plugins.modules import dbinstance_repave
 
 OLD, TIP = "v20260615", "v20260815"
@@ -267,7 +268,7 @@ def test_a_repave_that_shows_no_progress_times_out_as_stuck_naming_its_step_and_
 
 
 def test_a_roll_out_reports_the_fleet_at_every_interval(monkeypatch):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _repave_rollout
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import _repave_rollout
 
     monkeypatch.setattr(_repave_rollout, "FLEET_LINE_EVERY", 0.0)
     lines = []
@@ -397,7 +398,7 @@ def test_a_round_that_times_out_names_the_step_it_is_stuck_at():
 
 
 def test_a_fleet_report_above_the_limit_returns_what_needs_attention_and_counts_every_instance(monkeypatch):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import details
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details
 
     fleet = [db("a-current", revision=TIP), db("b-os-update"), db("c-eol", engine="15"), db("d-os-update")]
     doc_without_15 = doc()

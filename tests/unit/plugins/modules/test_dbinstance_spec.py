@@ -1,7 +1,8 @@
 """The dbinstance_spec runner called with parameters and a catalog file: a result, or a PipelineError."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import catalog, errors
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors
 from ansible_collections.goldenimage.pipeline.plugins.modules import dbinstance_spec
 from fake_kube import FakeKube, params_of
 

@@ -4,7 +4,7 @@ it returns the result or raises a Refusal, and never exits."""
 import hashlib
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import disk_image
 
 from tests.unit.plugins.modules import support

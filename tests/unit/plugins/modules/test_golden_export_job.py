@@ -5,8 +5,10 @@ never exits."""
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import _export_cli, jobs, mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_export_job as module_
 from fake_kube import FakeKube
 
@@ -92,20 +94,20 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
     # The program, the facts and partition readers and their rules, the exposure rule it decides with (and
     # that rule's two helpers), the S3 adapter and the transfer code with their rules, and the error base.
     assert sorted(program["data"]) == [
-        "_disk.py",
-        "_export_cli.py",
-        "_mirror_transfer.py",
-        "_partitions.py",
-        "_progress_file.py",
-        "_s3.py",
-        "errors.py",
-        "exposure.py",
-        "image_facts.py",
-        "inputs.py",
-        "mirror.py",
-        "redact.py",
-        "rounds.py",
-        "seal.py",
+        "bucket._mirror_transfer.py",
+        "bucket.exposure.py",
+        "bucket.mirror.py",
+        "common._progress_file.py",
+        "common.errors.py",
+        "common.inputs.py",
+        "common.redact.py",
+        "common.rounds.py",
+        "disk._disk.py",
+        "disk._partitions.py",
+        "disk.image_facts.py",
+        "disk.seal.py",
+        "s3._s3.py",
+        "windows._export_cli.py",
     ]
     env = kube.get("batch/v1", "Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {

@@ -3,7 +3,7 @@
 import hashlib
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_export_object as module_file
 
 from tests.unit.plugins.modules._bucket_lab import (

@@ -4,8 +4,8 @@ raises a PipelineError, never exits; the plan is observed again right before eac
 from __future__ import annotations
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import golden_inventory
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden_inventory
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_retention
 
 from tests.unit.plugins.modules.test_golden_runners import FS, FakeKube, claim, defaults, golden, sel

@@ -7,13 +7,13 @@ import copy
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import (
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     _clone_gate,
     gate,
     selection,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import (
     clone_gate,
     golden_info,
@@ -462,7 +462,7 @@ def test_golden_info_returns_the_report_with_clones():
 
 
 def test_golden_info_returns_a_summary_above_the_detail_limit(monkeypatch):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import details
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details
 
     objects = [golden("g1"), content("c-g1", "h1"), claim(FS, "vm-root", "g1"), claim(FS, "vm-2", "g1")]
     full = golden_info.run(FakeKube(defaults(golden_info.argument_spec()), objects))
@@ -512,7 +512,7 @@ def test_clone_gate_refuses_zero_durations(option):
 
 
 def test_clone_gate_check_mode_predicts_the_sweep_of_an_earlier_run():
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import gate
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
 
     cid = gate.candidate_id(FS, "g1")
     left = {
@@ -633,7 +633,7 @@ class SlowKube(FakeKube):
     def wait(
         self, api_version, kind, name, namespace, predicate, describe, pending, timeout, sleep, progress=None
     ):
-        from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitTimeout
+        from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitTimeout
 
         obj = self.get(api_version, kind, name, namespace)
         done, _failed = predicate(obj)
@@ -712,7 +712,7 @@ def test_clone_gate_timeout_names_what_was_pending():
 def test_clone_gate_sends_a_failed_request_once_the_adapter_owns_the_retries():
     """The Kubernetes adapter retried and gave up: the gate adds no retry loop of its own, and what it
     tried to create (recorded before the request: the reply may have been lost) is still removed."""
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError
 
     class Unavailable(SlowKube):
         def create(self, definition):

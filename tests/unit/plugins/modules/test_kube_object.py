@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._kube import KubeError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError
 from ansible_collections.goldenimage.pipeline.plugins.modules import kube_object, kube_object_info
 from fake_kube import FakeKube, params_of
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import os_mirror_catalog as module_file
 
 from tests.unit.plugins.modules._bucket_lab import (

@@ -1,7 +1,7 @@
 """packer_run's build rounds with a stand-in for the Packer adapter and a fake clock."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.modules import packer_run
 
 from tests.unit.plugins.modules import support

@@ -1,7 +1,7 @@
 """The volume Job runner with parameters and observed claims and Jobs (a stand-in for its adapter)."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import volume_job
 
 from tests.unit.plugins.modules import support

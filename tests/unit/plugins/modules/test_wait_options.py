@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 OWN = "goldenimage.pipeline."

@@ -2,7 +2,7 @@
 tests/integration/roles/test_windows_bake.py, with real xorriso and a real UDF ISO)."""
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import windows_iso as module_file
 
 from tests.unit.plugins.modules._bucket_lab import build
@@ -44,7 +44,7 @@ def udf_installer_iso(path):
 
 @pytest.mark.parametrize("reader", ["pycdlib", "7z"])
 def test_both_readers_extract_a_udf_tree_whose_boot_catalog_has_no_inode(tmp_path, reader):
-    from ansible_collections.goldenimage.pipeline.plugins.module_utils import _iso
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _iso
 
     source = tmp_path / "win.iso"
     udf_installer_iso(source)

@@ -7,9 +7,9 @@ kubernetes client); it records every write so a test can say "nothing was writte
 import copy
 
 import pytest
-from ansible_collections.goldenimage.pipeline.plugins.module_utils import worker as w
-from ansible_collections.goldenimage.pipeline.plugins.module_utils._wait import WaitFailed, wait_for
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitFailed, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker as w
 from ansible_collections.goldenimage.pipeline.plugins.modules import worker_image
 
 from tests.unit.plugins.modules.support import list_each, rejected

@@ -1,0 +1,3 @@
+"""flintlock micro-VM images (seed 003): kernel, modules and root filesystem as three OCI images, and the
+registry they go to.
+"""

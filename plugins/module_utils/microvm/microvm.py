@@ -1,0 +1,790 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Micro-VM images for flintlock: the rules that turn one disk's root filesystem into three OCI images.
+
+Pure: no I/O. The adapters read the partition table and the ext4 tree into plain data (``Entry``
+objects keyed by path); everything decided here is a function of that data and the parameters:
+which partition is the root, which kernel version ships, what each image holds and under which
+name, what ``slim`` removes, the tar member list (hard links, owners, fixed mtimes), the OCI
+config/manifest/index documents and the flintlock/CAPMVM fragments.
+
+Layout of the modules image: flintlock mounts an additional volume's image root at the volume's
+``mount_point``. The modules image therefore holds the *contents* of ``lib/modules/<version>`` at
+its root (``kernel/...``, ``modules.dep``), and is mounted at ``/lib/modules/<version>``: the guest
+sees ``/lib/modules/<version>/kernel/...``. An image that itself held ``lib/modules/<version>/``
+would appear at ``/lib/modules/<version>/lib/modules/<version>/`` and modprobe would find nothing;
+``check_modules_layout`` refuses that.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import posixpath
+import re
+import time
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+
+# GPT partition types that hold a Linux root (lower-case GUIDs) and the MBR type for Linux.
+LINUX_FILESYSTEM_GPT = "0fc63daf-8483-4772-8e79-3d69d8477de4"
+ROOT_GPT = {
+    "4f68bce3-e8cd-4db1-96e7-fbcaf984b709": "Linux root (x86-64)",
+    "b921b045-1df0-41c3-af44-4c6f280d3fae": "Linux root (ARM64)",
+    "44479540-f297-41b2-9af7-d131d5f0458a": "Linux root (x86)",
+}
+LINUX_MBR = "0x83"
+
+HYPERVISOR_KERNEL = {"firecracker": "boot/vmlinux", "cloudhypervisor": "boot/vmlinux.bin"}
+IMAGE_NAMES = ("kernel", "modules", "rootfs")
+DEFAULT_KEEP_LOCALES = ("C", "en", "en_US")
+
+MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
+MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
+REF_NAME = "org.opencontainers.image.ref.name"
+
+BANNER = re.compile(rb"Linux version (\S+) \(")
+# Slim groups: what each removes, as roots inside the filesystem (resolved through its symlinks).
+# Directories stay (packages expect them); every file, link and device under them goes.
+SLIM_GROUPS = (
+    ("apt", ("var/cache/apt", "var/lib/apt/lists")),
+    ("docs", ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/doc-base")),
+    ("locales", ("usr/share/locale",)),
+    ("kernel", ("usr/src",)),
+    ("firmware", ("lib/firmware",)),
+    ("container_images", ("var/lib/containerd", "var/lib/docker")),
+)
+KERNEL_FILE_PATTERNS = (
+    re.compile(r"^boot/(vmlinuz|vmlinux|initrd|initramfs|System\.map|config-|abi-)"),
+    re.compile(r"^(vmlinuz|initrd\.img)(\.old)?$"),
+)
+
+
+class Entry:
+    """One inode as seen at one path: what a tar header needs, and nothing read from file data."""
+
+    __slots__ = (
+        "gid",
+        "inum",
+        "kind",
+        "link",
+        "mode",
+        "mtime",
+        "nlink",
+        "path",
+        "rdev",
+        "size",
+        "uid",
+        "xattrs",
+    )
+
+    def __init__(
+        self,
+        path,
+        kind,
+        mode=0o644,
+        uid=0,
+        gid=0,
+        mtime=0,
+        size=0,
+        link="",
+        inum=0,
+        nlink=1,
+        xattrs=None,
+        rdev=(0, 0),
+    ):
+        self.path = path
+        self.kind = kind
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.mtime = mtime
+        self.size = size
+        self.link = link
+        self.inum = inum
+        self.nlink = nlink
+        self.xattrs = xattrs or {}
+        self.rdev = rdev
+
+    def __repr__(self):
+        return "<%s %s>" % (self.kind, self.path)
+
+
+# Partitions ---------------------------------------------------------------------------------------
+
+
+def describe(part):
+    label = " %r" % part["name"] if part.get("name") else ""
+    fs = part.get("filesystem") or "no known filesystem"
+    return "partition %s%s (type %s, %d MiB, %s)" % (
+        part["number"],
+        label,
+        part["type"],
+        part["size"] // (1024 * 1024),
+        fs,
+    )
+
+
+def _root_rank(part):
+    """2 for a discoverable-root GPT type, 1 for a generic Linux filesystem type, 0 otherwise."""
+    kind = part["type"]
+    if kind in ROOT_GPT:
+        return 2
+    if kind in (LINUX_FILESYSTEM_GPT, LINUX_MBR, "none"):
+        return 1
+    return 0
+
+
+def choose_partition(src, partitions, selector=None):
+    """The partition that holds the root filesystem.
+
+    ``selector`` is a partition number (int or digits) or a label (GPT partition name or ext4 volume
+    label). Without it, the Linux-typed ext partitions are candidates: a discoverable-root type wins
+    over the generic Linux type, then the largest; a tie is refused.
+    """
+    listing = "; ".join(describe(p) for p in partitions) or "none"
+    if not partitions:
+        raise Refusal(
+            "%s" % src, "holds no partition table and no filesystem", "pass a raw or qcow2 disk image"
+        )
+    if selector not in (None, ""):
+        text = str(selector)
+        if text.isdigit():
+            found = [p for p in partitions if p["number"] == int(text)]
+        else:
+            found = [p for p in partitions if text in (p.get("name"), p.get("label"))]
+        if not found:
+            raise Refusal(
+                "%s" % src,
+                "no partition numbered or labelled %r (partitions: %s)" % (text, listing),
+                "set partition to one of these numbers or labels",
+            )
+        part = found[0]
+        if part.get("filesystem") != "ext":
+            raise Refusal(
+                "%s %s" % (src, describe(part)),
+                "does not hold an ext2/3/4 filesystem",
+                "choose the partition that holds the root filesystem",
+            )
+        return part
+    candidates = [p for p in partitions if p.get("filesystem") == "ext" and _root_rank(p)]
+    if not candidates:
+        raise Refusal(
+            "%s" % src,
+            "no Linux partition holds an ext4 filesystem (partitions: %s)" % listing,
+            "pass the image's root partition with partition",
+        )
+    best_rank = max(_root_rank(p) for p in candidates)
+    candidates = [p for p in candidates if _root_rank(p) == best_rank]
+    largest = max(p["size"] for p in candidates)
+    top = [p for p in candidates if p["size"] == largest]
+    if len(top) > 1:
+        raise Refusal(
+            "%s" % src,
+            "more than one Linux partition could be the root: %s" % "; ".join(describe(p) for p in top),
+            "set partition to the root's number or label",
+        )
+    return top[0]
+
+
+# Paths --------------------------------------------------------------------------------------------
+
+
+def norm(path):
+    """``/a/./b/../c/`` -> ``a/c`` (paths in the tree are relative to the filesystem root)."""
+    parts = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    return "/".join(parts)
+
+
+def resolve(tree, path, follow_last=True, max_hops=40):
+    """The real path of ``path`` inside the filesystem, following its symlinks (never out of the root).
+
+    Returns None when a component does not exist. A symlink's absolute target is taken relative to
+    the filesystem root, as the guest would see it.
+    """
+    pending = [p for p in path.split("/") if p not in ("", ".")]
+    done = []
+    hops = 0
+    while pending:
+        name = pending.pop(0)
+        if name == "..":
+            if done:
+                done.pop()
+            continue
+        if name in ("", "."):
+            continue
+        candidate = "/".join(done + [name])
+        entry = tree.get(candidate)
+        if entry is None:
+            return None
+        if entry.kind == "symlink" and (pending or follow_last):
+            hops += 1
+            if hops > max_hops:
+                return None
+            target = entry.link
+            if target.startswith("/"):
+                done = []
+            pending = [p for p in target.split("/") if p] + pending
+            continue
+        done.append(name)
+    return "/".join(done)
+
+
+def children(tree, path):
+    prefix = path + "/" if path else ""
+    depth = prefix.count("/")
+    return sorted(p for p in tree if p.startswith(prefix) and p.count("/") == depth and p != path)
+
+
+def under(path, root):
+    return path == root or path.startswith(root + "/")
+
+
+# Kernel and modules -------------------------------------------------------------------------------
+
+
+def kernel_path_for(hypervisor, kernel_path=None):
+    if kernel_path:
+        return norm(kernel_path)
+    return HYPERVISOR_KERNEL[hypervisor]
+
+
+def locate_kernel(tree, kernel_path, hypervisor):
+    """The real path of the kernel file, refused when it is missing or not a regular file."""
+    wanted = kernel_path_for(hypervisor, kernel_path)
+    real = resolve(tree, wanted)
+    entry = tree.get(real) if real else None
+    if entry is None or entry.kind != "file":
+        boot = resolve(tree, "boot")
+        present = [posixpath.basename(p) for p in children(tree, boot)] if boot else []
+        kernels = [
+            n for n in present if KERNEL_FILE_PATTERNS[0].match("boot/" + n) and not n.startswith("config-")
+        ]
+        raise Refusal(
+            "kernel /%s" % wanted,
+            "is not a file in the root filesystem (boot/ holds: %s)" % (", ".join(kernels) or "no kernel"),
+            "set kernel_path to the uncompressed kernel (%s wants /%s)"
+            % (hypervisor, HYPERVISOR_KERNEL[hypervisor]),
+        )
+    return real
+
+
+def check_kernel_format(path, head, hypervisor):
+    """Firecracker and Cloud Hypervisor boot an uncompressed ELF vmlinux, not a bzImage."""
+    if head[:4] == b"\x7fELF":
+        return
+    what = "a compressed bzImage" if head[0x202:0x206] == b"HdrS" else "not an ELF kernel"
+    raise Refusal(
+        "kernel /%s" % path,
+        "is %s; %s boots an uncompressed ELF vmlinux" % (what, hypervisor),
+        "extract it (scripts/extract-vmlinux) into the image or set kernel_path to the vmlinux",
+    )
+
+
+def banner_version(data):
+    """The release in the kernel's ``Linux version X (...)`` banner, or None."""
+    found = BANNER.search(data)
+    return found.group(1).decode("ascii", "replace") if found else None
+
+
+def module_versions(tree):
+    """``(real path of lib/modules, [versions])``: the directories under it."""
+    root = resolve(tree, "lib/modules")
+    if root is None or tree[root].kind != "dir":
+        return None, []
+    return root, [posixpath.basename(p) for p in children(tree, root) if tree[p].kind == "dir"]
+
+
+def config_versions(tree):
+    boot = resolve(tree, "boot")
+    if not boot:
+        return {}
+    found = {}
+    for path in children(tree, boot):
+        name = posixpath.basename(path)
+        if name.startswith("config-") and tree[path].kind == "file":
+            found[name[len("config-") :]] = path
+    return found
+
+
+def choose_version(modules, configs, kernel_version=None, banner=None, kernel_path="boot/vmlinux"):
+    """The one kernel version the kernel and modules images ship; every disagreement is refused."""
+    if not modules:
+        raise Refusal(
+            "root filesystem",
+            "has no /lib/modules/<version> directory",
+            "install the kernel's modules into the image (the modules image ships them)",
+        )
+    if kernel_version:
+        if kernel_version not in modules:
+            raise Refusal(
+                "kernel_version %s" % kernel_version,
+                "has no /lib/modules/%s (the image holds: %s)" % (kernel_version, ", ".join(sorted(modules))),
+                "set kernel_version to one of these",
+            )
+        version = kernel_version
+    elif len(modules) > 1:
+        raise Refusal(
+            "/lib/modules",
+            "holds more than one kernel version: %s" % ", ".join(sorted(modules)),
+            "set kernel_version to the one the kernel image ships",
+        )
+    else:
+        version = modules[0]
+    if banner and banner != version:
+        raise Refusal(
+            "kernel /%s" % kernel_path,
+            "is version %s but the modules are /lib/modules/%s" % (banner, version),
+            "ship the modules built with this kernel, or set kernel_path/kernel_version so both match",
+        )
+    if configs and version not in configs:
+        raise Refusal(
+            "kernel config /boot/config-%s" % ", /boot/config-".join(sorted(configs)),
+            "is for version %s but the modules are /lib/modules/%s" % (", ".join(sorted(configs)), version),
+            "ship the config and modules of the same kernel, or set kernel_version",
+        )
+    return version
+
+
+# What each image holds ----------------------------------------------------------------------------
+
+
+def _dir(path, mtime=0):
+    return Entry(path, "dir", mode=0o755, mtime=mtime)
+
+
+def _parents(arcname, mtime=0):
+    parts = arcname.split("/")[:-1]
+    return [_dir("/".join(parts[: i + 1]), mtime) for i in range(len(parts))]
+
+
+def _locale_kept(name, keep):
+    lang = re.split(r"[_.@]", name, maxsplit=1)[0]
+    return name in keep or lang in keep
+
+
+def slim_roots(tree, groups, keep_locales=DEFAULT_KEEP_LOCALES):
+    """``{group: [real roots]}`` for the chosen groups (roots that do not exist are left out)."""
+    wanted = dict(SLIM_GROUPS)
+    roots = {}
+    for group in groups:
+        if group not in wanted:
+            raise Refusal(
+                "slim group %r" % group,
+                "is not a slim group",
+                "choose from: %s" % ", ".join(group[0] for group in SLIM_GROUPS),
+            )
+        found = []
+        for root in wanted[group]:
+            real = resolve(tree, root)
+            if not real or tree[real].kind != "dir":
+                continue
+            if group == "locales":
+                found.extend(
+                    p
+                    for p in children(tree, real)
+                    if tree[p].kind == "dir" and not _locale_kept(posixpath.basename(p), keep_locales)
+                )
+            else:
+                found.append(real)
+        roots[group] = sorted(set(found))
+    return roots
+
+
+def _kernel_group_file(path):
+    return any(p.match(path) for p in KERNEL_FILE_PATTERNS)
+
+
+def split(
+    tree,
+    version,
+    kernel_real,
+    kernel_arcname,
+    config_real=None,
+    slim_groups=(),
+    keep_locales=DEFAULT_KEEP_LOCALES,
+):
+    """What each image holds: ``{"kernel": [...], "modules": [...], "rootfs": [...]}`` of Entries whose
+    ``path`` is the name inside the image, plus ``removed`` (bytes per slim group) and ``dropped``
+    (what the rootfs leaves out because it ships separately).
+    """
+    modules_root = module_versions(tree)[0]
+    version_dir = modules_root + "/" + version
+    kernel = _parents(kernel_arcname)
+    kernel.append(_renamed(tree[kernel_real], kernel_arcname))
+    if config_real:
+        name = (
+            posixpath.dirname(kernel_arcname) + "/config-" + version
+            if "/" in kernel_arcname
+            else "config-" + version
+        )
+        kernel.append(_renamed(tree[config_real], name))
+    kernel = _unique_dirs(kernel)
+
+    modules = []
+    rootfs = []
+    roots = slim_roots(tree, slim_groups, keep_locales) if slim_groups else {}
+    removed_entries = {group: [] for group in roots}
+    if "kernel" in roots:
+        removed_entries.setdefault("kernel", [])
+    dropped = {"kernel": 0, "modules": 0}
+    for path in sorted(tree):
+        entry = tree[path]
+        if under(path, version_dir) and path != version_dir:
+            modules.append(_renamed(entry, path[len(version_dir) + 1 :]))
+            dropped["modules"] += entry.size if entry.kind == "file" else 0
+            continue
+        if under(path, modules_root) and path not in (modules_root, version_dir):
+            # Other versions' modules: not in this kernel's images and not in the root filesystem.
+            dropped["modules"] += entry.size if entry.kind == "file" else 0
+            continue
+        if path in (kernel_real, config_real):
+            dropped["kernel"] += entry.size
+            continue
+        group = _slim_group(path, entry, roots)
+        if group:
+            removed_entries[group].append(entry)
+            continue
+        rootfs.append(entry)
+    kept = {e.inum for e in rootfs if e.kind == "file"}
+    removed = {}
+    for group, entries in sorted(removed_entries.items()):
+        seen = set()
+        total = 0
+        for entry in entries:
+            if entry.kind == "file" and entry.inum not in kept and entry.inum not in seen:
+                seen.add(entry.inum)
+                total += entry.size
+        removed[group] = total
+    return {"kernel": kernel, "modules": modules, "rootfs": rootfs, "removed": removed, "dropped": dropped}
+
+
+def _slim_group(path, entry, roots):
+    if entry.kind == "dir":
+        return None
+    if "kernel" in roots and _kernel_group_file(path):
+        return "kernel"
+    for group, group_roots in roots.items():
+        for root in group_roots:
+            if under(path, root):
+                return group
+    return None
+
+
+def _renamed(entry, path):
+    copy = Entry(path, entry.kind)
+    for name in Entry.__slots__:
+        if name != "path":
+            setattr(copy, name, getattr(entry, name))
+    return copy
+
+
+def _unique_dirs(entries):
+    seen = {}
+    for entry in entries:
+        seen.setdefault(entry.path, entry)
+    return [seen[p] for p in sorted(seen)]
+
+
+def check_modules_layout(modules, version, mount_point):
+    """Refuse a modules image the guest would see nested under its mount point."""
+    expected = "/lib/modules/%s" % version
+    if mount_point.rstrip("/") != expected:
+        raise Refusal(
+            "modules volume mount_point %s" % mount_point,
+            "is not /lib/modules/%s, where modprobe looks for this kernel's modules" % version,
+            "mount the modules image at %s" % expected,
+        )
+    nested = "lib/modules/%s" % version
+    if any(under(e.path, nested) for e in modules):
+        raise Refusal(
+            "modules image",
+            "holds lib/modules/%s/ and would appear at %s/%s in the guest" % (version, expected, nested),
+            "put the contents of lib/modules/%s at the image root" % version,
+        )
+    return [guest_path(e.path, mount_point) for e in modules]
+
+
+def guest_path(name, mount_point):
+    """Where a file named ``name`` inside a volume image appears when the volume is mounted."""
+    return "/" + norm(mount_point + "/" + name)
+
+
+# Tar members --------------------------------------------------------------------------------------
+
+
+def clamp_mtime(mtime, deterministic, epoch):
+    if not deterministic:
+        return int(mtime)
+    return int(min(mtime, epoch))
+
+
+def tar_members(entries, deterministic=True, epoch=0, devices=False):
+    """The tar member list of one layer, sorted by name.
+
+    Each member is a dict: ``name``, ``type`` (file, dir, symlink, hardlink, char, block, fifo),
+    ``mode`` (permission bits with setuid/setgid/sticky), ``uid``, ``gid``, ``mtime``, ``size``,
+    ``linkname``, ``xattrs``, ``rdev`` and ``inum`` (which inode's data a file member carries). The
+    first name of a multiply-linked inode carries the data; the later ones are tar hard links to it.
+    Sockets are never archived; device nodes only with ``devices``. Returns ``(members, skipped)``.
+    """
+    members = []
+    skipped = []
+    first = {}
+    for entry in sorted(entries, key=lambda e: e.path):
+        if entry.kind == "socket" or (entry.kind in ("char", "block") and not devices):
+            skipped.append("%s (%s)" % (entry.path, entry.kind))
+            continue
+        member = {
+            "name": entry.path,
+            "type": entry.kind,
+            "mode": entry.mode & 0o7777,
+            "uid": entry.uid,
+            "gid": entry.gid,
+            "mtime": clamp_mtime(entry.mtime, deterministic, epoch),
+            "size": 0,
+            "linkname": "",
+            "xattrs": dict(sorted(entry.xattrs.items())),
+            "rdev": entry.rdev,
+            "inum": entry.inum,
+        }
+        if entry.kind == "symlink":
+            member["linkname"] = entry.link
+        elif entry.kind == "file":
+            if entry.nlink > 1 and entry.inum in first:
+                member["type"] = "hardlink"
+                member["linkname"] = first[entry.inum]
+            else:
+                first[entry.inum] = entry.path
+                member["size"] = entry.size
+        members.append(member)
+    return members, skipped
+
+
+def content_bytes(members):
+    return sum(m["size"] for m in members if m["type"] == "file")
+
+
+# OCI documents ------------------------------------------------------------------------------------
+
+
+def canonical(document):
+    """The bytes a document is stored and digested as: sorted keys, no whitespace."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def descriptor(media_type, digest, size, annotations=None):
+    found = {"mediaType": media_type, "digest": digest, "size": size}
+    if annotations:
+        found["annotations"] = dict(annotations)
+    return found
+
+
+def created_at(deterministic, epoch, now=None):
+    stamp = epoch if deterministic else (now if now is not None else 0)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+def image_config(diff_id, created, architecture="amd64", labels=None):
+    config = {
+        "architecture": architecture,
+        "os": "linux",
+        "created": created,
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "config": {},
+    }
+    if labels:
+        config["config"]["Labels"] = dict(labels)
+    return config
+
+
+def image_manifest(config_desc, layer_desc, annotations=None):
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MEDIA_MANIFEST,
+        "config": config_desc,
+        "layers": [layer_desc],
+    }
+    if annotations:
+        manifest["annotations"] = dict(annotations)
+    return manifest
+
+
+def merge_index(existing, tagged):
+    """An OCI layout's index.json with ``tagged`` (``{tag: manifest descriptor}``) put in.
+
+    Entries for other tags stay; an entry for one of these tags is replaced. Sorted by tag.
+    """
+    manifests = []
+    for entry in (existing or {}).get("manifests", []):
+        if (entry.get("annotations") or {}).get(REF_NAME) not in tagged:
+            manifests.append(entry)
+    for tag, desc in tagged.items():
+        entry = dict(desc)
+        entry["annotations"] = dict(desc.get("annotations") or {}, **{REF_NAME: tag})
+        manifests.append(entry)
+    manifests.sort(key=lambda e: ((e.get("annotations") or {}).get(REF_NAME, ""), e["digest"]))
+    return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests}
+
+
+def check_compression_level(level):
+    """The gzip level of the image layers: 1 (fastest) to 9."""
+    if not 1 <= level <= 9:
+        raise Refusal("compression_level %s" % level, "is not a gzip level", "use 1 (fastest) to 9")
+    return level
+
+
+def source_date_epoch(given, environ_value=None):
+    """The timestamp every file and config carries: ``given`` (the option), else ``SOURCE_DATE_EPOCH``
+    from the environment (``environ_value``, unset or empty meaning 0). Seconds since 1970."""
+    epoch = given
+    if epoch is None:
+        raw = environ_value or "0"
+        if not raw.isdigit():
+            raise Refusal(
+                "SOURCE_DATE_EPOCH %r" % raw,
+                "is not a number of seconds",
+                "unset it or set source_date_epoch",
+            )
+        epoch = int(raw)
+    if epoch < 0:
+        raise Refusal("source_date_epoch %s" % epoch, "is before 1970", "give seconds since 1970")
+    return epoch
+
+
+def check_dest_layout(dest, listing, is_layout):
+    """``dest`` receives an OCI layout: it is empty or new (``listing``: what it holds), or already one
+    (``is_layout``). Anything else is someone's directory, and nothing is written into it."""
+    if listing and not is_layout:
+        raise Refusal(
+            "dest %s" % dest,
+            "is a non-empty directory that is not an OCI image layout (it holds %s)" % ", ".join(listing[:5]),
+            "point dest at an empty or new directory, or at an existing OCI layout",
+        )
+
+
+def refuse_unsealed(src, checks, sealed, failed):
+    """``require_sealed``: a root filesystem that fails seal.py's checks is refused, each failed check
+    named with its evidence and the hygiene report attached."""
+    if sealed:
+        return
+    raise Refusal(
+        "root filesystem of %s" % src,
+        "fails the sealing checks %s: %s"
+        % (", ".join(failed), "; ".join(c["evidence"] for c in checks if not c["passed"])),
+        "seal the image (truncate machine-id, remove host keys, cloud-init clean) and rebuild it",
+        hygiene={"sealed": sealed, "failed": failed, "checks": checks},
+    )
+
+
+def layout_tags(tags=None):
+    """The tag (and registry repository suffix) of each image; names must be distinct."""
+    names = dict((name, name) for name in IMAGE_NAMES)
+    for key, value in (tags or {}).items():
+        if key not in names:
+            raise Refusal("tags.%s" % key, "is not one of the images", "use kernel, modules or rootfs")
+        if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$", str(value)):
+            raise Refusal("tags.%s %r" % (key, value), "is not a valid OCI tag", "use letters, digits, . _ -")
+        names[key] = str(value)
+    if len(set(names.values())) != len(names):
+        raise Refusal("tags %s" % names, "name two images the same", "give each image its own tag")
+    return names
+
+
+# Registry references and fragments ----------------------------------------------------------------
+
+
+def registry_url(value):
+    """The registry option as a URL, for the redaction rules: ``host[:port]`` reads as ``https://host[:port]/``."""
+    text = str(value or "").strip()
+    return text if "://" in text else "https://%s/" % text
+
+
+def parse_registry(value, has_credentials=False):
+    """``(scheme, host)`` of the registry option. Plain HTTP only when spelt ``http://``."""
+    text = str(value).strip().rstrip("/")
+    scheme = "https"
+    if "://" in text:
+        scheme, text = text.split("://", 1)
+        if scheme not in ("http", "https"):
+            raise Refusal(
+                "registry %s" % value, "is neither http:// nor https://", "give host[:port] or https://host"
+            )
+    if not text or "/" in text or "@" in text:
+        raise Refusal(
+            "registry %s" % value,
+            "is not host[:port]",
+            "put the repository in repository and the credentials in username/password",
+        )
+    if scheme == "http" and has_credentials:
+        raise Refusal(
+            "registry %s" % value,
+            "would receive the password over plain HTTP",
+            "serve the registry over https (ca_bundle for a private CA)",
+        )
+    return scheme, text
+
+
+def check_repository(repository):
+    if not isinstance(repository, str) or not re.match(
+        r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$", repository
+    ):
+        raise Refusal(
+            "repository %r" % repository,
+            "is not an OCI repository name (lower-case path components)",
+            "use names like flintlock/ubuntu-2204",
+        )
+    return repository
+
+
+def references(host, repository, tag, names):
+    """``{image: "host/repository/<name>:tag"}`` (host None: a layout tag only)."""
+    found = {}
+    for image in IMAGE_NAMES:
+        if host:
+            found[image] = "%s/%s/%s:%s" % (host, repository, names[image], tag)
+        else:
+            found[image] = names[image]
+    return found
+
+
+def microvm_spec(refs, kernel_filename, version, modules_id="modules"):
+    """The flintlock ``MicroVMSpec`` fields these images fill (proto field names)."""
+    return {
+        "kernel": {"image": refs["kernel"], "filename": kernel_filename, "add_network_config": True},
+        "root_volume": {
+            "id": "root",
+            "is_read_only": False,
+            "source": {"container_source": refs["rootfs"]},
+        },
+        "additional_volumes": [
+            {
+                "id": modules_id,
+                "is_read_only": False,
+                "mount_point": "/lib/modules/%s" % version,
+                "source": {"container_source": refs["modules"]},
+            }
+        ],
+    }
+
+
+def capmvm_template(refs, kernel_filename, version, modules_id="modules"):
+    """The ``MicrovmMachineTemplate`` ``spec.template.spec`` fields (CAPMVM's camelCase)."""
+    return {
+        "kernel": {"image": refs["kernel"], "filename": kernel_filename},
+        "rootVolume": {"id": "root", "image": refs["rootfs"]},
+        "volumes": [{"id": modules_id, "image": refs["modules"], "mountPoint": "/lib/modules/%s" % version}],
+    }

@@ -1,0 +1,259 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Signing and verifying in-process with ``cryptography``, in the formats cosign reads and writes.
+
+* A detached signature is what ``cosign sign-blob --key`` writes: ECDSA P-256 over the SHA-256 of the
+  bytes, the ASN.1 DER signature, base64 (no newline) as the ``.sig`` file's content. The file is hashed in
+  chunks and the digest signed prehashed, so a disk image is read once and never held in memory.
+* An envelope is what ``cosign attest-blob`` writes (DSSE, the signature over ``provenance.pae``).
+  cosign itself writes an empty ``keyid`` and, verifying by key, does not compare it; here the keyid is the
+  SHA-256 of the public key's DER SubjectPublicKeyInfo (hex), the id the trust policy names.
+* Keys are PEM: PKCS#8 (plain or encrypted with ``password``) or SEC1 ``EC PRIVATE KEY``. cosign's own
+  ``ENCRYPTED SIGSTORE PRIVATE KEY`` (scrypt, then NaCl secretbox, XSalsa20-Poly1305) cannot be opened:
+  ``cryptography`` has no XSalsa20. Give the PEM the key pair was made from (``openssl ecparam -genkey -name
+  prime256v1 | openssl pkcs8 -topk8 -nocrypt``), and ``cosign import-key-pair --key`` hands cosign the same
+  key.
+
+I/O and cryptography only; what a result means is decided in ``provenance``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import binascii
+import hashlib
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._qemu_img import (  # noqa: F401 (re-exported)  pylint: disable=unused-import
+    digests,
+    read_text,
+    write_text,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+
+COSIGN_KEY_LABELS = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY", "SIGSTORE PRIVATE KEY")
+
+
+class SigningKeyError(PipelineError):
+    """A key that cannot be used: the message names its source, what is wrong and what to give instead."""
+
+
+def _crypto():
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, utils
+    except ImportError:
+        raise PipelineError(
+            "signing requires the Python library cryptography on the controller (pip install cryptography); "
+            "run the task with delegate_to: localhost"
+        ) from None
+    return InvalidSignature, hashes, serialization, ec, utils
+
+
+def read_key_text(path=None, text=None, what="key"):
+    """The PEM bytes of a key given by ``path`` or as ``text``."""
+    if text:
+        return text.encode("utf-8") if isinstance(text, str) else text
+    if not path:
+        raise SigningKeyError("%s: give a path or the PEM text" % what)
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (IOError, OSError) as exc:
+        raise SigningKeyError("%s %s: cannot be read (%s)" % (what, path, exc.strerror or exc)) from None
+
+
+def _check_p256(key, source, ec):
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
+        raise SigningKeyError(
+            "%s: it is a %s, not an ECDSA key; cosign's sign-blob --key signs with ECDSA P-256, give a P-256 "
+            "(prime256v1) key" % (source, type(key).__name__)
+        )
+    if key.curve.name != "secp256r1":
+        raise SigningKeyError(
+            "%s: it is an EC key on %s, not P-256; give a P-256 (prime256v1) key" % (source, key.curve.name)
+        )
+    return key
+
+
+def load_private_key(pem, password=None, source="private key"):
+    """An ECDSA P-256 private key from PEM bytes (PKCS#8, encrypted PKCS#8 with ``password``, or SEC1)."""
+    serialization, ec = _crypto()[2:4]
+    for label in COSIGN_KEY_LABELS:
+        if b"-----BEGIN %s-----" % label.encode("ascii") in pem:
+            raise SigningKeyError(
+                "%s: it is in cosign's own encrypted format (%s), which needs NaCl secretbox (XSalsa20) that "
+                "the cryptography library does not offer; give the key as PEM (PKCS#8 or EC PRIVATE KEY), "
+                "the one cosign import-key-pair was given" % (source, label)
+            )
+    if b"-----BEGIN" not in pem:
+        raise SigningKeyError("%s: it is not PEM (no -----BEGIN line); give a PEM private key" % source)
+    if b"PUBLIC KEY-----" in pem and b"PRIVATE KEY-----" not in pem:
+        raise SigningKeyError("%s: it is a public key; signing needs the private key" % source)
+    secret = password.encode("utf-8") if isinstance(password, str) and password else None
+    try:
+        key = serialization.load_pem_private_key(pem, password=secret)
+    except TypeError as exc:
+        if secret is None:
+            raise SigningKeyError("%s: it is encrypted; give its password" % source) from None
+        raise SigningKeyError("%s: it is not encrypted, give no password (%s)" % (source, exc)) from None
+    except ValueError as exc:
+        if secret is not None and b"ENCRYPTED" in pem:
+            raise SigningKeyError(
+                "%s: it cannot be decrypted with the password given (%s)" % (source, exc)
+            ) from None
+        raise SigningKeyError(
+            "%s: the PEM does not hold a private key that can be read (%s)" % (source, exc)
+        ) from None
+    return _check_p256(key, source, ec)
+
+
+def load_public_key(pem, source="public key"):
+    """An ECDSA P-256 public key from PEM bytes (``PUBLIC KEY``, as ``cosign generate-key-pair`` writes)."""
+    serialization, ec = _crypto()[2:4]
+    if b"-----BEGIN PUBLIC KEY-----" not in pem:
+        raise SigningKeyError(
+            "%s: it is not a PEM public key (-----BEGIN PUBLIC KEY-----); give cosign.pub" % source
+        )
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except ValueError as exc:
+        raise SigningKeyError(
+            "%s: the PEM does not hold a public key that can be read (%s)" % (source, exc)
+        ) from None
+    return _check_p256(key, source, ec)
+
+
+def public_pem(key):
+    """The PEM SubjectPublicKeyInfo of a key (private or public), as cosign.pub holds it."""
+    serialization = _crypto()[2]
+    public = key.public_key() if hasattr(key, "public_key") else key
+    return public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode("ascii")
+
+
+def key_id(key):
+    """SHA-256 (hex) of the DER SubjectPublicKeyInfo of a key (private or public)."""
+    serialization = _crypto()[2]
+    public = key.public_key() if hasattr(key, "public_key") else key
+    der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()
+
+
+def keyring(pems):
+    """``{key id: public key}`` from ``[(source, pem bytes)]``."""
+    return {key_id(k): k for k in (load_public_key(pem, source) for source, pem in pems)}
+
+
+def file_digests(path, algorithms=("sha256",)):
+    """``{algorithm: hex}`` of a file (SHA-256 unless told), read once in chunks."""
+    return digests(path, algorithms)
+
+
+def sign_digest(private_key, sha256_hex):
+    """The DER ECDSA signature over a SHA-256 digest (hex), as cosign sign-blob signs the blob's bytes."""
+    crypto = _crypto()
+    hashes, ec, utils = crypto[1], crypto[3], crypto[4]
+    return private_key.sign(bytes.fromhex(sha256_hex), ec.ECDSA(utils.Prehashed(hashes.SHA256())))
+
+
+def verify_digest(public_key, signature, sha256_hex):
+    """True when ``signature`` (DER bytes) is ``public_key``'s over the SHA-256 digest (hex)."""
+    crypto = _crypto()
+    invalid, hashes, ec, utils = crypto[0], crypto[1], crypto[3], crypto[4]
+    try:
+        public_key.verify(signature, bytes.fromhex(sha256_hex), ec.ECDSA(utils.Prehashed(hashes.SHA256())))
+    except invalid:
+        return False
+    return True
+
+
+def signature_text(signature):
+    """The ``.sig`` file content: base64 of the DER signature, no newline (cosign's own)."""
+    return base64.b64encode(signature).decode("ascii")
+
+
+def parse_signature_text(text, source="signature"):
+    """The DER bytes of a ``.sig`` file's content."""
+    try:
+        return base64.b64decode((text or "").strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise provenance.ProvenanceError(
+            "%s: not a base64 signature as cosign sign-blob writes" % source
+        ) from None
+
+
+def signing_key(ring, signature, sha256_hex):
+    """The key id of the keyring key that verifies ``signature`` over the digest, or None."""
+    for keyid in sorted(ring):
+        if verify_digest(ring[keyid], signature, sha256_hex):
+            return keyid
+    return None
+
+
+def sign_envelope(private_key, payload, payload_type=provenance.PAYLOAD_TYPE):
+    """The DSSE envelope of ``payload`` bytes signed by ``private_key`` (over the PAE)."""
+    crypto = _crypto()
+    hashes, ec = crypto[1], crypto[3]
+    sig = private_key.sign(provenance.pae(payload_type, payload), ec.ECDSA(hashes.SHA256()))
+    return provenance.envelope(payload_type, payload, [(key_id(private_key), sig)])
+
+
+def envelope_key(ring, payload_type, payload, signatures):
+    """The key id of the keyring key that verifies one of the envelope's signatures over the PAE, or None.
+
+    A signature whose keyid names another key is not tried with this one; an empty keyid (cosign's) is
+    tried with every key.
+    """
+    crypto = _crypto()
+    invalid, hashes, ec = crypto[0], crypto[1], crypto[3]
+    message = provenance.pae(payload_type, payload)
+    for keyid in sorted(ring):
+        for named, sig in signatures:
+            if named and named != keyid:
+                continue
+            try:
+                ring[keyid].verify(sig, message, ec.ECDSA(hashes.SHA256()))
+            except invalid:
+                continue
+            return keyid
+    return None
+
+
+def evidence(ring, signature_text_found, envelope_text, sha256_hex):
+    """What the keyring proves about an artifact's files, as ``provenance.judge`` takes it.
+
+    ``(signature, provenance)``: None for a file that is absent, else ``{"key": keyid or None}`` (and the
+    statement, for the envelope, once a key verifies it). Unreadable files prove nothing: key None.
+    """
+    signature = None
+    if signature_text_found is not None:
+        try:
+            sig = parse_signature_text(signature_text_found)
+        except provenance.ProvenanceError as exc:
+            signature = {"key": None, "error": exc.msg}
+        else:
+            signature = {"key": signing_key(ring, sig, sha256_hex)}
+    found = None
+    if envelope_text is not None:
+        try:
+            payload_type, payload, sigs = provenance.parse_envelope(envelope_text)
+        except provenance.ProvenanceError as exc:
+            found = {"key": None, "statement": None, "error": exc.msg}
+        else:
+            keyid = envelope_key(ring, payload_type, payload, sigs)
+            found = {"key": keyid, "statement": provenance.parse_statement(payload) if keyid else None}
+    return signature, found
+
+
+def on_disk(ring, signature_text_found, envelope_text, sha256_hex):
+    """The signer and provenance summary the existing files prove with ``ring`` (None where none)."""
+    signature, found = evidence(ring, signature_text_found, envelope_text, sha256_hex)
+    doc = (found or {}).get("statement")
+    return {"signer": (signature or {}).get("key"), "provenance": provenance.summary(doc) if doc else None}

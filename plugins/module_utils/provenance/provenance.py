@@ -1,0 +1,473 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+"""Who made an artifact, from what, and whether a consumer may trust it: the rules, no I/O.
+
+Three documents and one judgement live here; the cryptography is the adapter's (``_signing``).
+
+* The statement: an in-toto Statement v1 whose subject is the artifact (its name and digest) and whose
+  predicate is SLSA provenance v1 naming the inputs (each ``{name, digest: {sha256|sha512: hex}}``: the
+  upstream image, the Packer template, the provisioning scripts, the package manifest, the image-facts
+  record), the builder (collection version, playbook, host) and the time.
+* The envelope: DSSE, ``{"payloadType", "payload" (base64), "signatures": [{"keyid", "sig"}]}``, the shape
+  ``cosign attest-blob`` writes and ``cosign verify-blob-attestation`` reads. A signature covers the
+  pre-authentication encoding ``pae(type, body)``, never the bare payload.
+* The trust policy: which key ids may sign which families and streams, and the families whose
+  ``require_signature`` is relaxed, each with the reason recorded.
+
+``judge`` turns what the adapter proved (which key, if any, verifies the detached signature over these
+bytes; which key verifies the envelope; what its statement says) into a verdict. A signature binds an
+artifact's name and digest: the detached signature covers the bytes, the statement names the artifact, so
+an older revision's bytes and signatures replayed under a newer revision's name are refused.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import binascii
+import json
+import re
+
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+# cosign attest-blob still writes the v0.1 header; the fields read here are the same in both.
+STATEMENT_TYPES = (STATEMENT_TYPE, "https://in-toto.io/Statement/v0.1")
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+BUILD_TYPE = "https://goldenimage.pipeline/build/v1"
+BUILDER_ID = "urn:goldenimage.pipeline:builder"
+
+# The input names the producers record; others are accepted (a producer may name more).
+UPSTREAM = "upstream"
+TEMPLATE = "packer-template"
+PROVISIONING = "provisioning-script"
+PACKAGES = "package-manifest"
+FACTS = "image-facts"
+INPUT_NAMES = (UPSTREAM, TEMPLATE, PROVISIONING, PACKAGES, FACTS)
+
+# The version the builder records (galaxy.yml's; a unit test keeps them equal).
+COLLECTION_VERSION = "0.1.0"
+
+ALGORITHMS = {"sha256": 64, "sha512": 128}
+KEY_ID = re.compile(r"^[0-9a-f]{64}$")
+ANY = "*"
+
+# Verdicts of a verification, the check each one names.
+VERIFIED = "verified"
+RELAXED = "unsigned_allowed"
+UNSIGNED = "unsigned"
+UNTRUSTED_KEY = "untrusted_key"
+OTHER_BYTES = "signature_mismatch"
+SUBJECT_DIGEST = "subject_digest_differs"
+REPLAYED = "replayed_revision"
+VERDICTS = (VERIFIED, RELAXED, UNSIGNED, UNTRUSTED_KEY, OTHER_BYTES, SUBJECT_DIGEST, REPLAYED)
+
+
+class ProvenanceError(PipelineError):
+    """A statement, an envelope or a trust policy that cannot be read; the message names it."""
+
+
+# --- digests and resources ----------------------------------------------------------------------------
+
+
+def digest_set(value, what):
+    """``{"sha256": hex}`` (or sha512) from ``"sha256:<hex>"`` or a dict with one or both; hex lowercased."""
+    if isinstance(value, str):
+        algorithm, sep, hexdigest = value.partition(":")
+        if not sep:
+            raise ProvenanceError("%s: digest %r is not <algorithm>:<hex> (sha256 or sha512)" % (what, value))
+        value = {algorithm: hexdigest}
+    if not isinstance(value, dict) or not value:
+        raise ProvenanceError(
+            "%s: the digest must be sha256:<hex> or {sha256: <hex>}, got %r" % (what, value)
+        )
+    found = {}
+    for algorithm, hexdigest in value.items():
+        algorithm = str(algorithm).lower()
+        hexdigest = str(hexdigest).lower()
+        if algorithm not in ALGORITHMS:
+            raise ProvenanceError("%s: digest algorithm %s is not sha256 or sha512" % (what, algorithm))
+        if not re.match(r"^[0-9a-f]{%d}$" % ALGORITHMS[algorithm], hexdigest):
+            raise ProvenanceError(
+                "%s: the %s digest must be %d hex digits, got %r"
+                % (what, algorithm, ALGORITHMS[algorithm], hexdigest)
+            )
+        found[algorithm] = hexdigest
+    return found
+
+
+def resource(name, digest, what="input"):
+    """An in-toto resource descriptor ``{"name", "digest"}``, validated."""
+    if not isinstance(name, str) or not name.strip():
+        raise ProvenanceError("%s: every input needs a non-empty name" % what)
+    return {"name": name, "digest": digest_set(digest, "%s %s" % (what, name))}
+
+
+def digests_agree(expected, seen):
+    """True when the two digest sets share an algorithm and agree on every one they share."""
+    shared = set(expected) & set(seen)
+    return bool(shared) and all(expected[a] == seen[a] for a in shared)
+
+
+# --- the statement ------------------------------------------------------------------------------------
+
+
+def statement(subject, inputs, builder, time):
+    """The in-toto statement of ``subject`` (``{name, digest}``) built from ``inputs`` by ``builder``.
+
+    ``builder`` is ``{"collection_version", "playbook", "host"}``; ``time`` an RFC 3339 UTC string.
+    Inputs are sorted by name so the same build gives the same statement.
+    """
+    subject = resource(subject.get("name"), subject.get("digest"), "subject")
+    deps = [resource(i.get("name"), i.get("digest")) for i in inputs or []]
+    names = [d["name"] for d in deps]
+    twice = sorted(set(n for n in names if names.count(n) > 1))
+    if twice:
+        raise ProvenanceError("inputs: %s named more than once; give each input once" % ", ".join(twice))
+    builder = builder or {}
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [subject],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"playbook": builder.get("playbook") or ""},
+                "internalParameters": {"host": builder.get("host") or ""},
+                "resolvedDependencies": sorted(deps, key=lambda d: d["name"]),
+            },
+            "runDetails": {
+                "builder": {
+                    "id": BUILDER_ID,
+                    "version": {"goldenimage.pipeline": builder.get("collection_version") or ""},
+                },
+                "metadata": {"startedOn": time, "finishedOn": time},
+            },
+        },
+    }
+
+
+def serialize(doc):
+    """The bytes a statement is signed as: compact JSON with sorted keys (the same dict, the same bytes)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def parse_statement(payload):
+    """The statement in an envelope's payload bytes; refuses anything but an in-toto SLSA v1 statement."""
+    try:
+        doc = json.loads(payload.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProvenanceError("provenance: the payload is not a JSON document (%s)" % exc) from None
+    if not isinstance(doc, dict) or doc.get("_type") not in STATEMENT_TYPES:
+        raise ProvenanceError(
+            "provenance: the payload is not an in-toto statement (_type %s)" % " or ".join(STATEMENT_TYPES)
+        )
+    if doc.get("predicateType") != PREDICATE_TYPE:
+        raise ProvenanceError(
+            "provenance: predicateType is %r, not %s" % (doc.get("predicateType"), PREDICATE_TYPE)
+        )
+    subjects = doc.get("subject")
+    if not isinstance(subjects, list) or not subjects:
+        raise ProvenanceError("provenance: the statement names no subject")
+    for entry in subjects:
+        resource((entry or {}).get("name"), (entry or {}).get("digest"), "provenance subject")
+    return doc
+
+
+def summary(doc):
+    """What a report shows of a statement: subject, inputs, builder, time."""
+    predicate = doc.get("predicate") or {}
+    build = predicate.get("buildDefinition") or {}
+    run = predicate.get("runDetails") or {}
+    return {
+        "subject": doc.get("subject") or [],
+        "inputs": build.get("resolvedDependencies") or [],
+        "builder": {
+            "id": (run.get("builder") or {}).get("id"),
+            "collection_version": ((run.get("builder") or {}).get("version") or {}).get(
+                "goldenimage.pipeline"
+            ),
+            "playbook": (build.get("externalParameters") or {}).get("playbook"),
+            "host": (build.get("internalParameters") or {}).get("host"),
+        },
+        "time": (run.get("metadata") or {}).get("finishedOn"),
+    }
+
+
+def same_build(doc, other):
+    """True when two statements record the same subject, inputs and builder (the time aside)."""
+    first, second = summary(doc), summary(other)
+    first.pop("time")
+    second.pop("time")
+    return first == second
+
+
+def input_digest(doc, name):
+    """The digest set the statement records for the input ``name``, or None."""
+    for dep in summary(doc)["inputs"]:
+        if dep.get("name") == name:
+            return dep.get("digest")
+    return None
+
+
+# --- DSSE ---------------------------------------------------------------------------------------------
+
+
+def pae(payload_type, body):
+    """DSSE v1 pre-authentication encoding: ``DSSEv1 SP len(type) SP type SP len(body) SP body``.
+
+    Lengths are the byte counts in ASCII decimal; ``payload_type`` is encoded as UTF-8.
+    """
+    kind = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(body), body)
+
+
+def envelope(payload_type, payload, signatures):
+    """The DSSE envelope of ``payload`` bytes with ``[(keyid, der_signature)]``."""
+    return {
+        "payloadType": payload_type,
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "signatures": [
+            {"keyid": keyid or "", "sig": base64.b64encode(sig).decode("ascii")} for keyid, sig in signatures
+        ],
+    }
+
+
+def envelope_line(doc):
+    """The envelope as one JSON line, as an ``.intoto.jsonl`` file holds it."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def _b64(value, what):
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise ProvenanceError("%s is not base64" % what) from None
+
+
+def parse_envelope(text, what="provenance"):
+    """``(payload_type, payload bytes, [(keyid, signature bytes)])`` from an envelope's JSON text.
+
+    An ``.intoto.jsonl`` file holds one envelope per line; the first is read.
+    """
+    line = next((part for part in (text or "").splitlines() if part.strip()), "")
+    try:
+        doc = json.loads(line)
+    except ValueError as exc:
+        raise ProvenanceError("%s: not a DSSE envelope, the JSON does not parse (%s)" % (what, exc)) from None
+    if not isinstance(doc, dict) or not {"payloadType", "payload", "signatures"} <= set(doc):
+        raise ProvenanceError("%s: not a DSSE envelope (payloadType, payload and signatures expected)" % what)
+    if doc["payloadType"] != PAYLOAD_TYPE:
+        raise ProvenanceError("%s: payloadType is %r, not %s" % (what, doc["payloadType"], PAYLOAD_TYPE))
+    payload = _b64(doc["payload"], "%s: the payload" % what)
+    sigs = []
+    for entry in doc["signatures"] or []:
+        sigs.append(
+            ((entry or {}).get("keyid") or "", _b64((entry or {}).get("sig"), "%s: a signature" % what))
+        )
+    return doc["payloadType"], payload, sigs
+
+
+# --- the trust policy ---------------------------------------------------------------------------------
+
+
+def _names(value, where, field):
+    if value is None:
+        return [ANY]
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ProvenanceError(
+            "trust policy %s: %s must be a non-empty list of names (or %s)" % (where, field, ANY)
+        )
+    return sorted(set(value))
+
+
+def normalize_policy(doc):
+    """``{"rules": [{key, name, families, streams}], "relaxed": {family: reason}}`` from the catalog's policy.
+
+    A rule lets the key id ``key`` (64 hex digits, the SHA-256 of its DER SubjectPublicKeyInfo) sign the
+    ``families`` and ``streams`` it lists (``*`` or left out: any). ``relaxed`` lists the families whose
+    ``require_signature`` is off, each with the reason, which is recorded in every verdict it decides.
+    """
+    doc = doc or {}
+    if not isinstance(doc, dict):
+        raise ProvenanceError(
+            "trust policy: expected a mapping with rules and relaxed, got %r" % type(doc).__name__
+        )
+    unknown = sorted(set(doc) - {"rules", "relaxed"})
+    if unknown:
+        raise ProvenanceError(
+            "trust policy: unknown fields %s; it has rules and relaxed" % ", ".join(unknown)
+        )
+    rules = []
+    for index, rule in enumerate(doc.get("rules") or []):
+        where = "rule %d" % (index + 1)
+        if not isinstance(rule, dict):
+            raise ProvenanceError(
+                "trust policy %s: expected a mapping with key, families and streams" % where
+            )
+        key = str(rule.get("key") or "").lower()
+        if not KEY_ID.match(key):
+            raise ProvenanceError(
+                "trust policy %s: key %r is not a key id (64 hex digits, the SHA-256 of the public key's DER "
+                "SubjectPublicKeyInfo, as artifact_sign returns it)" % (where, rule.get("key"))
+            )
+        rules.append(
+            {
+                "key": key,
+                "name": rule.get("name") or key[:12],
+                "families": _names(rule.get("families"), where, "families"),
+                "streams": _names(rule.get("streams"), where, "streams"),
+            }
+        )
+    relaxed = {}
+    entries = doc.get("relaxed") or []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("family"):
+            raise ProvenanceError("trust policy relaxed entry %d: needs a family and a reason" % (index + 1))
+        reason = str(entry.get("reason") or "").strip()
+        if not reason:
+            raise ProvenanceError(
+                "trust policy relaxed entry %d (%s): require_signature is relaxed only with the reason "
+                "recorded; give reason" % (index + 1, entry["family"])
+            )
+        relaxed[entry["family"]] = reason
+    return {"rules": rules, "relaxed": relaxed}
+
+
+def _covers(names, value):
+    return ANY in names or value in names
+
+
+def trusted_rule(policy, keyid, family, stream):
+    """The rule letting ``keyid`` sign (family, stream), or None."""
+    for rule in policy["rules"]:
+        if rule["key"] == keyid and _covers(rule["families"], family) and _covers(rule["streams"], stream):
+            return rule
+    return None
+
+
+def relaxed_reason(policy, family):
+    """Why ``family`` may go unsigned, or None when a signature is required."""
+    return policy["relaxed"].get(family)
+
+
+# --- the verdict --------------------------------------------------------------------------------------
+
+
+def _label(artifact):
+    digest = artifact["digest"]
+    algorithm = "sha256" if "sha256" in digest else sorted(digest)[0]
+    return "artifact %s (%s:%s)" % (artifact["name"], algorithm, digest[algorithm])
+
+
+def _verdict(code, artifact, check, detail, key=None, move=None, **extra):
+    msg = "%s: %s check failed: %s" % (_label(artifact), check, detail)
+    if move:
+        msg = "%s; %s" % (msg, move)
+    return dict(extra, verdict=code, ok=False, check=check, key=key, message=msg)
+
+
+def judge(artifact, family, stream, policy, signature, provenance):
+    """The verdict of one verification, from what the adapter proved.
+
+    ``artifact`` is ``{name, digest}`` of the bytes at hand. ``signature`` is None when there is no detached
+    signature, else ``{"key": keyid or None}``: the keyring key that verifies it over these bytes (None when
+    none does). ``provenance`` is None when there is no envelope, else ``{"key": keyid or None,
+    "statement": dict}``. Returns ``{verdict, ok, check, key, message}`` (``signer`` and ``relaxed`` too).
+    """
+    relaxed = relaxed_reason(policy, family)
+    if signature is None and provenance is None and relaxed:
+        return {
+            "verdict": RELAXED,
+            "ok": True,
+            "check": "signature",
+            "key": None,
+            "relaxed": relaxed,
+            "message": "%s: unsigned, allowed for family %s: %s" % (_label(artifact), family, relaxed),
+        }
+    where = "family %s stream %s" % (family, stream or ANY)
+    for what, evidence in (("signature", signature), ("provenance", provenance)):
+        if evidence is None:
+            return _verdict(
+                UNSIGNED,
+                artifact,
+                what,
+                "no %s found, and %s requires one"
+                % ("detached signature" if what == "signature" else "signed provenance statement", where),
+                move="sign it with artifact_sign where it is made, or relax require_signature for the family "
+                "with the reason in the trust policy",
+            )
+        if evidence.get("key") is None:
+            return _verdict(
+                OTHER_BYTES,
+                artifact,
+                what,
+                "the %s does not verify over these bytes with any key of the keyring (signed for other "
+                "bytes, or by a key not given)"
+                % ("detached signature" if what == "signature" else "envelope signature"),
+                move="the artifact was changed after signing or the signature belongs to another artifact",
+            )
+        rule = trusted_rule(policy, evidence["key"], family, stream)
+        if rule is None:
+            return _verdict(
+                UNTRUSTED_KEY,
+                artifact,
+                what,
+                "key %s signed it but the trust policy does not let that key sign %s"
+                % (evidence["key"], where),
+                key=evidence["key"],
+                move="add a rule for the key to the trust policy if it is meant to sign this family",
+            )
+    doc = provenance["statement"]
+    subjects = doc.get("subject") or []
+    named = [s for s in subjects if s.get("name") == artifact["name"]]
+    if not named:
+        others = ", ".join(sorted(str(s.get("name")) for s in subjects))
+        replay = any(digests_agree(artifact["digest"], s.get("digest") or {}) for s in subjects)
+        return _verdict(
+            REPLAYED,
+            artifact,
+            "provenance subject",
+            "the statement is for %s, not %s%s"
+            % (
+                others,
+                artifact["name"],
+                ": another revision's bytes and signatures replayed under this name" if replay else "",
+            ),
+            key=provenance["key"],
+            move="serve the revision the provenance names, or sign this revision",
+        )
+    if not any(digests_agree(artifact["digest"], s.get("digest") or {}) for s in named):
+        return _verdict(
+            SUBJECT_DIGEST,
+            artifact,
+            "provenance subject",
+            "the statement records digest %s for %s, the bytes have %s"
+            % (
+                ", ".join("%s:%s" % kv for s in named for kv in sorted(s["digest"].items())),
+                artifact["name"],
+                ", ".join("%s:%s" % kv for kv in sorted(artifact["digest"].items())),
+            ),
+            key=provenance["key"],
+            move="the provenance belongs to other bytes; sign the artifact again where it is made",
+        )
+    rule = trusted_rule(policy, signature["key"], family, stream)
+    return {
+        "verdict": VERIFIED,
+        "ok": True,
+        "check": "all",
+        "key": signature["key"],
+        "signer": rule["name"],
+        "message": "%s: signed by %s (%s), provenance subject matches"
+        % (
+            _label(artifact),
+            rule["name"],
+            signature["key"],
+        ),
+    }
