@@ -22,7 +22,6 @@ import os
 
 import yaml
 from ansible.plugins.action import ActionBase
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 

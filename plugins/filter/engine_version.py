@@ -9,7 +9,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 

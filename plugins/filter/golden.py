@@ -13,9 +13,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate, golden, linux_golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate, golden, linux_golden
 
 
 def _raising(func, *args):

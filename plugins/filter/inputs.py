@@ -14,8 +14,8 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import artifact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import iso
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import iso
 
 
 def base_url(value):

@@ -11,8 +11,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
 
 
 def quantity_bytes(value, option="value"):

@@ -204,11 +204,11 @@ import datetime
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs as checks
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import artifact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs as checks
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 
 def argument_spec():

@@ -189,10 +189,10 @@ facts_match:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs as checks
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal, run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 
 def argument_spec():

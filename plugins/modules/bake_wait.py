@@ -141,14 +141,14 @@ resume:
   type: dict
 """
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import bake, console
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._object_wait import (
     ObjectWait,
     run_object_wait,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import bake, console
 
 API_VERSION = "kubevirt.io/v1"
 

@@ -453,11 +453,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import 
     eol,
     harvester_image,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
@@ -465,13 +460,18 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalo
     find_catalogs,
     locate,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._progress_file import append_line
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
 
 hi = harvester_image
 API = hi.API_VERSION

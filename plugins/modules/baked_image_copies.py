@@ -116,8 +116,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalo
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
 
 def argument_spec():

@@ -238,13 +238,13 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalo
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import positive
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import redact_url
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
 REPOSITORY_SPEC = dict(
     url=dict(type="str", required=True),

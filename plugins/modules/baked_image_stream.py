@@ -196,19 +196,22 @@ diff:
 import datetime
 import getpass
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, harvester_image
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import (
+    catalog,
+    harvester_image,
+    revision,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
 
 
 def argument_spec():

@@ -217,23 +217,23 @@ import os
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import redact_message
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     canary_answers,
     check_endpoint,
-    read_controls,
     has_credentials,
+    read_controls,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import (
     s3_arg_spec,
-    s3_module,
     s3_client_from_params,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    PipelineError,
-    run_module,
+    s3_module,
 )
 
 

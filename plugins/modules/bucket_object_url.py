@@ -168,6 +168,7 @@ sha256:
 import datetime
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     S3Error,
     check_endpoint,
@@ -178,7 +179,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module
     s3_arg_spec,
     s3_module,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

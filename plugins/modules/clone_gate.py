@@ -584,10 +584,10 @@ cleanup_errors:
 """
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._clone_gate import Gate
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -229,12 +229,12 @@ import time
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _screen, console
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _screen, console
 
 API_VERSION = "kubevirt.io/v1"
 KIND = "VirtualMachineInstance"

@@ -228,20 +228,19 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import 
     catalog,
     operator_env,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
-
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
 
 API = "apps/v1"
 KIND = "Deployment"

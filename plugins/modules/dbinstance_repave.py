@@ -719,14 +719,19 @@ import datetime
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, operator_env
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details, inputs, rounds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._catalog_store import (
     CatalogStore,
     catalog_options,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details, inputs, rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    Refusal,
+    run_module,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_direct import DirectDriver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_operator import (
     OPT_IN_ANNOTATION,
@@ -735,11 +740,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repav
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_rollout import (
     Rollout,
     RolloutHalted,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    PipelineError,
-    Refusal,
-    run_module,
 )
 
 REVISION_ANNOTATION = "goldenimage.pipeline/image-revision"

@@ -109,13 +109,13 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import artifact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._qemu_img import (
     QemuImg,
     digests,
     read_text,
     write_text,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

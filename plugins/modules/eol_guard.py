@@ -141,7 +141,6 @@ violations:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import eol
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (

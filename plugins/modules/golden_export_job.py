@@ -391,28 +391,35 @@ resume:
 import datetime
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as export_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors, inputs, redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import (
+    _progress_file,
+    errors,
+    inputs,
+    redact,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._object_wait import ObjectWait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
     _disk,
     _partitions,
     image_facts,
     seal,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._seal_job import module_files
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _progress_file
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     KubeModule,
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows._export_job import ExportObjects
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._object_wait import ObjectWait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     call_failed,
@@ -424,12 +431,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module
     s3_arg_spec,
     s3_client_from_params,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._seal_job import module_files
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    PipelineError,
-    run_module,
-)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as export_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows._export_job import ExportObjects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
 
 
 def argument_spec():

@@ -244,10 +244,14 @@ import datetime
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     call_failed,
@@ -258,12 +262,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import (
     s3_arg_spec,
-    s3_module,
     s3_client_from_params,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    PipelineError,
-    run_module,
+    s3_module,
 )
 
 

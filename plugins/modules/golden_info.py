@@ -280,6 +280,8 @@ summary:
 """
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     golden,
     golden_inventory,
@@ -287,9 +289,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import
     serving,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -156,6 +156,7 @@ diff:
   sample: {before: {goldens: [a, b, c, d]}, after: {goldens: [a, b, c]}}
 """
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     consumers,
     golden,
@@ -165,7 +166,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND

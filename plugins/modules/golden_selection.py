@@ -421,25 +421,25 @@ import json
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     golden,
     golden_inventory,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import selection as rules
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     FIRST_POLL,
     KubeModule,
     is_transient,
     object_diff,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    PipelineError,
-    run_module,
 )
 
 API = golden.SNAPSHOT_API_VERSION

@@ -386,22 +386,22 @@ diff:
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
-    golden,
-    golden_inventory,
-    selection,
-    serving,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     Refusal,
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
+    golden,
+    golden_inventory,
+    selection,
+    serving,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND

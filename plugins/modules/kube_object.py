@@ -177,16 +177,6 @@ retries:
 """
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import objects
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
-    observe_volume_users,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
-    KubeError,
-    KubeModule,
-    object_diff,
-)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
@@ -194,6 +184,16 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
     positive_all,
     wait_arg_spec,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
+    observe_volume_users,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import objects
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
+    KubeError,
+    KubeModule,
+    object_diff,
 )
 
 

@@ -94,9 +94,9 @@ retries:
   sample: 0
 """
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import objects
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
 
 
 def argument_spec():

@@ -350,9 +350,6 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
@@ -365,6 +362,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact
     refuse_credentials,
     url_secrets,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
 
 SLIM_CHOICES = ["apt", "docs", "locales", "kernel", "firmware"]
 

@@ -269,20 +269,20 @@ import datetime
 import os
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    run_module,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     call_failed,
     check_endpoint,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3_module import (
     s3_arg_spec,
-    s3_module,
     s3_client_from_params,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    run_module,
+    s3_module,
 )
 
 

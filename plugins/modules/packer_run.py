@@ -123,8 +123,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import packer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked._packer import Packer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,

@@ -418,18 +418,17 @@ skipped:
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import eol
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts, seal
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._progress_file import append_line
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._seal_job import VerifierJob
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts, seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._seal_job import VerifierJob
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
 DISSECT_REASON = (
     "to read disk images offline. Modules of goldenimage.pipeline run on the Ansible controller: "

@@ -183,19 +183,19 @@ resume:
 
 import time
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._object_wait import ObjectWait
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
+    PipelineError,
+    run_module,
+)
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     KubeModule,
     is_transient,
     object_diff,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._object_wait import ObjectWait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
-    PipelineError,
-    run_module,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import rounds as rounds_
 
 SOURCE_PATH = "/source"
 DEST_PATH = "/dest"

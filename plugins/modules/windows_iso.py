@@ -112,13 +112,12 @@ import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _iso, iso
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _iso, iso
 
 
 def argument_spec():

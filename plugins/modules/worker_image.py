@@ -344,12 +344,6 @@ timed_out:
 
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
-    observe_volume_users,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket._object_digest import object_sha256
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitError, WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal, run_module
@@ -358,6 +352,12 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs
     wait_arg_spec,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import redact_url
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
+    observe_volume_users,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
 
 DV = ("cdi.kubevirt.io/v1beta1", "DataVolume")
 PVC = ("v1", "PersistentVolumeClaim")

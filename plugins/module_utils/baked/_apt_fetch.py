@@ -21,7 +21,6 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.urls import open_url
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked.apt_release import AptError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import (
     redact_message,

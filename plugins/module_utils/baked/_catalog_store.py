@@ -22,8 +22,8 @@ import tempfile
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import ref, status_code
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import ref, status_code
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goldenimage.pipeline"}
 

@@ -26,8 +26,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import harvester_image
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 
 API_VERSION = "longhorn.io/v1beta2"
 KIND = "BackingImage"

@@ -23,9 +23,9 @@ import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, eol, revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
 API_VERSION = kinds.HARVESTER
 KIND = "VirtualMachineImage"

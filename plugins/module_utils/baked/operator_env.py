@@ -21,8 +21,8 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 
 OS_ENV = "BACKING_IMAGE_OS_VERSION"
 REPLICAS_ENV = "BACKING_IMAGE_REPLICAS"

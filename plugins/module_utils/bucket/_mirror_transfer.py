@@ -39,11 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact, rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._progress_file import append_line
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     error_code,
     sign_with_sent_checksum,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 READ_CHUNK = 8 * mirror.MIB
 # CopyObject copies at most 5 GiB; a larger object is copied in parts of this size (UploadPartCopy).

@@ -15,9 +15,9 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import is_transient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import RoundRunner, Wait
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import run_module
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import is_transient
 
 
 class ObjectWait(Wait):

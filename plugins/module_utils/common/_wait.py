@@ -22,8 +22,8 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
 
 
 class WaitError(PipelineError):

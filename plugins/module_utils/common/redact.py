@@ -18,7 +18,6 @@ __metaclass__ = type
 
 import base64
 import re
-
 from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal

@@ -21,8 +21,8 @@ import os
 import stat
 import sys
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _partitions, image_facts, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _partitions, image_facts, seal
 
 QCOW2_MAGIC = b"QFI\xfb"
 LIBRARIES = ("dissect.hypervisor", "dissect.ntfs", "dissect.extfs", "dissect.regf")

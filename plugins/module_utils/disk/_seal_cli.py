@@ -26,13 +26,13 @@ import sys
 import tempfile
 import time
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
     _disk,
     _partitions,
     image_facts,
     seal,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 MARKER = "SEAL_VERIFY_RESULT "
 # Installed into a scratch directory when the verifier image lacks them (--install-missing).

@@ -19,16 +19,16 @@ import time
 import uuid
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import errors, rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
     _disk,
     _partitions,
     image_facts,
     seal,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _seal_cli as seal_cli
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 MOUNT = "/verifier"
 DISK_DIR = "/disk"

@@ -21,8 +21,8 @@ __metaclass__ = type
 import codecs
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import image_facts
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import image_facts
 
 NTFS_OEM = b"NTFS    "
 BITLOCKER_OEM = b"-FVE-FS-"

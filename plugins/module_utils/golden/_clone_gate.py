@@ -22,6 +22,14 @@ import os
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import (
+    WaitError,
+    WaitFailed,
+    WaitTimeout,
+    wait_for,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     _guest_ssh,
     gate,
@@ -29,20 +37,12 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import
     selection,
     serving,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _guest_winrm, _screen
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._probe import (
     read_banner,
     tcp_connect,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import (
-    WaitError,
-    WaitFailed,
-    WaitTimeout,
-    wait_for,
-)
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import Rounds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _guest_winrm, _screen
 
 SNAP = gate.SNAPSHOT_API
 VM = gate.VM_API

@@ -17,12 +17,12 @@ __metaclass__ = type
 import hashlib
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden, selection
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import console
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
 PASSED = "passed"
 NO_BOOT = "no_boot"

@@ -18,8 +18,8 @@ import datetime
 import json
 import re
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 
 SNAPSHOT_API_VERSION = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_KIND = "VolumeSnapshot"

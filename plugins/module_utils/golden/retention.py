@@ -14,13 +14,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     golden,
     golden_inventory,
     serving,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 
 def plan(observed, family, mode, keep, namespaces=None):

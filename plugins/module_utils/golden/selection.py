@@ -25,9 +25,9 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
 SELECTION_API_VERSION = "kube-dc.com/v1"
 SELECTION_KIND = "GoldenImageSelection"

@@ -26,6 +26,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import (
     consumers,
     golden,
@@ -33,7 +34,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import
     selection,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 # On the golden, written by golden_snapshot at publish: the full digest (the name keeps 12 hex only).
 RELEASE_DIGEST = selection.RELEASE_DIGEST

@@ -32,10 +32,16 @@ import random
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry, retries
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube_raw
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._gc import paused_gc
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import kubeconfig_file
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import (
+    secrets_in,
+    strip_query,
+)
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import _kube_raw
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube_auth import auth_argument_spec
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube_raw import (
     ApiError,
@@ -46,13 +52,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube_ra
     unserved_kind,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._listpage import decode_page
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import wait_for
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import kubeconfig_file
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact import (
-    secrets_in,
-    strip_query,
-)
 
 # Fields the server owns: comparing them would report a change on every run.
 SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink")

@@ -19,12 +19,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube_auth import (
     NotRaw,
     auth_values,
     raw_settings,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 
 class ApiError(PipelineError):

@@ -17,11 +17,11 @@ import copy
 import io
 import random
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     CREATE_REQUEST_LABEL,
     status_code,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 # A Job's log is read to its end; one far larger than this is not the log of the program it runs.
 MAX_LOG_BYTES = 16 * 1024 * 1024

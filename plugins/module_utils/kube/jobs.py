@@ -18,9 +18,9 @@ import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 COMPLETE = "Complete"
 FAILED = "Failed"

@@ -17,9 +17,9 @@ import base64
 import copy
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import gate, golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 STATES = ("present", "patched", "absent")
 PROPAGATION = ("Foreground", "Background", "Orphan")

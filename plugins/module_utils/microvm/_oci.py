@@ -27,7 +27,6 @@ import zlib
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, urljoin
 from ansible.module_utils.urls import open_url
-
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry, retries
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 

@@ -27,13 +27,13 @@ import base64
 import binascii
 import hashlib
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._qemu_img import (  # noqa: F401 (re-exported)  pylint: disable=unused-import
     digests,
     read_text,
     write_text,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 COSIGN_KEY_LABELS = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY", "SIGSTORE PRIVATE KEY")
 

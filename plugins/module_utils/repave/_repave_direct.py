@@ -19,19 +19,19 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitError, wait_for
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, repave_steps
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import (
     observe_volume_users,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     KubeError,
     is_transient,
     ref,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitError, wait_for
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, repave_steps
 
 VM_API = kinds.KUBEVIRT
 VM_KIND = "VirtualMachine"

@@ -14,14 +14,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave_steps
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import (
     KubeError,
     is_transient,
     ref,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave_steps
 
 OPT_IN_ANNOTATION = "goldenimage.pipeline/repave-opt-in"
 TRIGGER_VALUE = repave_steps.TRIGGER_VALUE

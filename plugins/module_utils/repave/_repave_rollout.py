@@ -22,15 +22,15 @@ __metaclass__ = type
 import datetime
 import time
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import RoundOver, Rounds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import FIRST_POLL, is_transient
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import (
     WaitTimeout,
     nap,
     wait_for,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.rounds import RoundOver, Rounds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import FIRST_POLL, is_transient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
 
 FINISHED = ("done", "failed")
 # A fleet line (counts, what is repaving and where, elapsed) at least this often while batches run.

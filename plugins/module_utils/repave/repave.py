@@ -25,13 +25,13 @@ import json
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog, revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details, inputs
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     InvalidValue,
     PipelineError,
     Refusal,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import rollout
 
 CURRENT = "Current"
 OS_UPDATE = "OSUpdateAvailable"

@@ -32,9 +32,9 @@ import json
 import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import revision
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 PREFIX = "goldenimage.pipeline/"
 REVISION = PREFIX + "image-revision"

@@ -48,9 +48,10 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure, mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     call_failed,
@@ -59,7 +60,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import
     read_controls,
     s3_client,
 )
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 MARKER = "GOLDEN_EXPORT_RESULT "
 READ_CHUNK = 8 * 1024 * 1024

@@ -12,9 +12,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs, kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 
 # How long the end of an export waits for each of its Job's pods to be gone (a pod holds its claims).
 POD_GONE_SECONDS = 120

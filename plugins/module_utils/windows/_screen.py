@@ -11,8 +11,8 @@ __metaclass__ = type
 
 import io
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import console
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import console
 
 SCREENSHOT_PATH = (
     "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/vnc/screenshot"

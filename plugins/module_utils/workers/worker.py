@@ -19,12 +19,12 @@ import math
 import re
 from fractions import Fraction
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers as who_uses
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers as who_uses
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import serving
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
 NAMESPACE = "cozy-public"
 FACTORY = "https://factory.talos.dev"
