@@ -378,9 +378,9 @@ def _rule(rule, where):
 
 
 def public_keys(policy):
-    """``[(source, pem)]`` of the rules that carry their public key, the keyring a verifier builds."""
+    """``[(source, pem bytes)]`` of the rules that carry their public key, the keyring a verifier builds."""
     return [
-        ("trust policy key %s (%s)" % (r["name"], r["key"]), r["public_key"])
+        ("trust policy key %s (%s)" % (r["name"], r["key"]), r["public_key"].encode("ascii"))
         for r in policy["rules"]
         if r.get("public_key")
     ]
@@ -420,7 +420,9 @@ def _trusted_for(policy, family, stream):
 
 
 def _label(artifact):
-    digest = artifact["digest"]
+    digest = artifact.get("digest") or {}
+    if not digest:
+        return "artifact %s (no local file read)" % artifact["name"]
     algorithm = "sha256" if "sha256" in digest else sorted(digest)[0]
     return "artifact %s (%s:%s)" % (artifact["name"], algorithm, digest[algorithm])
 
@@ -432,13 +434,24 @@ def _verdict(code, artifact, check, detail, key=None, move=None, **extra):
     return dict(extra, verdict=code, ok=False, check=check, key=key, message=msg)
 
 
+def _unknown_signer(policy, signature, provenance):
+    """The key id an envelope names when neither the signature nor the envelope verifies with a key the
+    policy holds and the policy does not know that id; None otherwise."""
+    if (signature or {}).get("key") is not None or (provenance or {}).get("key") is not None:
+        return None
+    known = set(r["key"] for r in policy["rules"])
+    named = sorted(k for k in (provenance or {}).get("named") or [] if k and k not in known)
+    return named[0] if named else None
+
+
 def judge(artifact, family, stream, policy, signature, provenance):
     """The verdict of one verification, from what the adapter proved.
 
     ``artifact`` is ``{name, digest}`` of the bytes at hand. ``signature`` is None when there is no detached
     signature, else ``{"key": keyid or None}``: the keyring key that verifies it over these bytes (None when
     none does). ``provenance`` is None when there is no envelope, else ``{"key": keyid or None,
-    "statement": dict}``. Returns ``{verdict, ok, check, key, message}`` (``signer`` and ``relaxed`` too).
+    "statement": dict, "named": [the key ids its signatures name]}``; a key id named there that the policy
+    does not hold, when nothing verifies, is reported as the untrusted signer. Returns ``{verdict, ok, check, key, message}`` (``signer`` and ``relaxed`` too).
     """
     relaxed = relaxed_reason(policy, family, stream)
     if signature is None and provenance is None and relaxed:
@@ -453,6 +466,17 @@ def judge(artifact, family, stream, policy, signature, provenance):
         }
     where = "family %s stream %s" % (family, stream or ANY)
     trusted = "the keys trusted for %s: %s" % (where, _trusted_for(policy, family, stream))
+    stranger = _unknown_signer(policy, signature, provenance)
+    if stranger:
+        return _verdict(
+            UNTRUSTED_KEY,
+            artifact,
+            "signature",
+            "key %s signed it (its provenance envelope names the key), and the trust policy holds no such key, "
+            "so nothing it signed verifies (%s)" % (stranger, trusted),
+            key=stranger,
+            move="add the key's public half to the trust policy if it is meant to sign %s" % where,
+        )
     for what, evidence in (("signature", signature), ("provenance", provenance)):
         if evidence is None:
             return _verdict(
@@ -499,8 +523,9 @@ def judge(artifact, family, stream, policy, signature, provenance):
             REPLAYED,
             artifact,
             "provenance subject",
-            "the statement is for %s, not %s%s"
+            "the statement key %s signed is for %s, not %s%s"
             % (
+                provenance["key"],
                 others,
                 artifact["name"],
                 ": another revision's bytes and signatures replayed under this name" if replay else "",
@@ -513,8 +538,9 @@ def judge(artifact, family, stream, policy, signature, provenance):
             SUBJECT_DIGEST,
             artifact,
             "provenance subject",
-            "the statement records digest %s for %s, the bytes have %s"
+            "the statement key %s signed records digest %s for %s, the bytes have %s"
             % (
+                provenance["key"],
                 ", ".join("%s:%s" % kv for s in named for kv in sorted(s["digest"].items())),
                 artifact["name"],
                 ", ".join("%s:%s" % kv for kv in sorted(artifact["digest"].items())),

@@ -257,7 +257,7 @@ def test_a_rule_may_give_its_key_as_pem_and_the_id_is_the_sha256_of_its_der():
     assert provenance.pem_key_id(PEM) == keyid
     pol = provenance.normalize_policy({"rules": [{"public_key": PEM, "name": "release"}]})
     assert pol["rules"][0]["key"] == keyid
-    assert provenance.public_keys(pol) == [("trust policy key release (%s)" % keyid, PEM)]
+    assert provenance.public_keys(pol) == [("trust policy key release (%s)" % keyid, PEM.encode())]
     with pytest.raises(ProvenanceError, match=r"rule 1: key 1{64} is not the id of its public_key"):
         provenance.normalize_policy({"rules": [{"public_key": PEM, "key": KEY}]})
     with pytest.raises(ProvenanceError, match=r"rule 1: public_key is not a PEM public key"):
@@ -283,3 +283,12 @@ def test_a_relaxed_stream_goes_unsigned_with_its_reason_and_other_streams_still_
     )
     with pytest.raises(ProvenanceError, match=r"relaxed entry 1: needs a family or a stream \(one of them\)"):
         provenance.normalize_policy({"relaxed": [{"family": "a", "stream": "b", "reason": "c"}]})
+
+
+def test_a_key_the_policy_does_not_hold_is_named_as_the_untrusted_signer():
+    found = {"key": None, "statement": None, "named": [OTHER_KEY]}
+    verdict = judge({"key": None}, found)
+    assert verdict["verdict"] == provenance.UNTRUSTED_KEY and verdict["key"] == OTHER_KEY
+    assert "key %s signed it (its provenance envelope names the key)" % OTHER_KEY in verdict["message"]
+    # A key the policy holds that verifies nothing is other bytes, not a stranger.
+    assert judge({"key": None}, dict(found, named=[KEY]))["verdict"] == provenance.OTHER_BYTES
