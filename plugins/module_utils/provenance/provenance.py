@@ -451,7 +451,8 @@ def judge(artifact, family, stream, policy, signature, provenance):
     signature, else ``{"key": keyid or None}``: the keyring key that verifies it over these bytes (None when
     none does). ``provenance`` is None when there is no envelope, else ``{"key": keyid or None,
     "statement": dict, "named": [the key ids its signatures name]}``; a key id named there that the policy
-    does not hold, when nothing verifies, is reported as the untrusted signer. Returns ``{verdict, ok, check, key, message}`` (``signer`` and ``relaxed`` too).
+    does not hold, when nothing verifies, is reported as the untrusted signer. Returns ``{verdict, ok,
+    check, key, message}`` (``signer`` and ``relaxed`` too).
     """
     relaxed = relaxed_reason(policy, family, stream)
     if signature is None and provenance is None and relaxed:
@@ -472,8 +473,8 @@ def judge(artifact, family, stream, policy, signature, provenance):
             UNTRUSTED_KEY,
             artifact,
             "signature",
-            "key %s signed it (its provenance envelope names the key), and the trust policy holds no such key, "
-            "so nothing it signed verifies (%s)" % (stranger, trusted),
+            "key %s signed it (its provenance envelope names the key), and the trust policy holds no such "
+            "key, so nothing it signed verifies (%s)" % (stranger, trusted),
             key=stranger,
             move="add the key's public half to the trust policy if it is meant to sign %s" % where,
         )
