@@ -1188,3 +1188,38 @@ def signature_record(verdict, sha256):
         if verdict.get(field):
             record[field] = verdict[field]
     return record
+
+
+def signature_problem(doc, name):
+    """Why revision ``name``'s recorded signature does not hold under the catalog's trust policy now, as
+    ``(problem, move)``; None when it holds or the catalog has no policy.
+
+    The bytes are not at hand where a revision is used: what its registration proved (the verdict, the key)
+    is judged again by today's policy, so a key withdrawn from the policy, or a relaxation taken back, stops
+    the revision from reaching another disk.
+    """
+    policy = trust_policy(doc)
+    entry = normalize(doc)["images"].get(name)
+    if policy is None or entry is None:
+        return None
+    stream = entry["os_version"]
+    record = entry.get(SIGNATURE) or {}
+    relaxed = provenance.relaxed_reason(policy, family(stream), stream)
+    register = "register it again with goldenimage.pipeline.baked_image from its signed artifact"
+    if record.get("verdict") == provenance.VERIFIED:
+        if provenance.trusted_rule(policy, record.get("key"), family(stream), stream) is not None:
+            return None
+        return (
+            "revision %s was signed by key %s, which the catalog's trust policy no longer lets sign stream %s"
+            % (name, record.get("key"), stream),
+            "sign a new revision with a trusted key, or trust the key again in the catalog's trust section",
+        )
+    if relaxed:
+        return None
+    if record.get("verdict") == provenance.RELAXED:
+        what = (
+            "was registered unsigned under a relaxation of stream %s that the trust policy no longer grants"
+        )
+    else:
+        what = "has no verified signature recorded, and the trust policy requires one for stream %s"
+    return ("revision %s %s" % (name, what % stream), register)

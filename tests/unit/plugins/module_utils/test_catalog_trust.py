@@ -83,3 +83,46 @@ def test_the_signature_record_keeps_the_verdict_and_never_the_key_material():
     }
     relaxed = {"verdict": "unsigned_allowed", "key": None, "relaxed": "lab"}
     assert catalog.signature_record(relaxed, "c" * 64)["relaxed"] == "lab"
+
+
+def signed_catalog(record, section=None):
+    doc, _ = catalog.register_image(catalog.empty(), "v20260615", "22.04", ["16"], "a" * 128, "upload")
+    if record is not None:
+        doc["images"]["v20260615"]["signature"] = record
+    if section is not None:
+        doc, _ = catalog.set_trust(doc, section)
+    return doc
+
+
+VERIFIED = {"verdict": "verified", "key": KEY_ID, "signer": "release-2026", "sha256": "c" * 64}
+
+
+@pytest.mark.parametrize(
+    "record, section, words",
+    [
+        (VERIFIED, trust(), None),
+        (None, None, None),  # no trust policy: nothing to hold the revision to
+        (
+            None,
+            trust(),
+            "has no verified signature recorded, and the trust policy requires one for stream 22.04",
+        ),
+        (
+            VERIFIED,
+            trust(keys=[{"public_key": PEM, "streams": ["24.04"]}]),
+            "no longer lets sign stream 22.04",
+        ),
+        (
+            {"verdict": "unsigned_allowed", "key": None, "relaxed": "lab"},
+            trust(),
+            "registered unsigned under a relaxation of stream 22.04 that the trust policy no longer grants",
+        ),
+        (None, trust(streams={"22.04": {"require_signature": False, "reason": "lab"}}), None),
+    ],
+)
+def test_a_revisions_recorded_signature_is_judged_by_todays_policy(record, section, words):
+    problem = catalog.signature_problem(signed_catalog(record, section), "v20260615")
+    if words is None:
+        assert problem is None
+    else:
+        assert problem[0].startswith("revision v20260615 ") and words in problem[0], problem
