@@ -423,6 +423,17 @@ def test_an_ubuntu_base_image_of_another_stream_is_refused_before_packer(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+def signed_build(tmp_path, **signing):
+    """A build of 2026-12-01 by the fake Packer into tmp_path/out, signed with ``signing``'s key options."""
+    return faked_build(
+        tmp_path,
+        JAMMY,
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+        **signing,
+    )
+
+
 def test_a_signed_build_writes_what_cosign_verifies_and_names_its_inputs(tmp_path, cosign):  # noqa: F811
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -441,11 +452,8 @@ def test_a_signed_build_writes_what_cosign_verifies_and_names_its_inputs(tmp_pat
     )
     (tmp_path / "pub.pem").write_bytes(public)
     out = tmp_path / "out"
-    role_vars = faked_build(
+    role_vars = signed_build(
         tmp_path,
-        JAMMY,
-        packer_build_output_dir=str(out),
-        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
         packer_build_signing_key_path=str(tmp_path / "signing.pem"),
         packer_build_signing_key_password=password,
     )
@@ -511,3 +519,54 @@ def test_a_signed_build_refuses_an_upstream_it_cannot_name_by_digest(tmp_path):
     msg = run["Require the base image's digest when the build is signed"]["msg"]
     assert "a signed build records its upstream image by digest" in msg, msg
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.lab_only
+def test_a_build_signs_with_a_key_kept_in_a_kubernetes_secret_and_never_prints_it(
+    lab, kube_client, kube_namespace, tmp_path
+):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from kubernetes import client
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    text = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    client.CoreV1Api(kube_client).create_namespaced_secret(
+        kube_namespace,
+        {
+            "metadata": {"name": "image-signing"},
+            "data": {"release.pem": base64.b64encode(text).decode()},
+        },
+    )
+    out = tmp_path / "out"
+    role_vars = signed_build(
+        tmp_path,
+        packer_build_signing_key_secret={
+            "namespace": kube_namespace,
+            "name": "image-signing",
+            "key": "release.pem",
+        },
+    )
+    missing = dict(
+        role_vars,
+        packer_build_output_dir=str(tmp_path / "missing"),
+        packer_build_signing_key_secret={"namespace": kube_namespace, "name": "image-signing"},
+    )
+    run = run_playbook(play(role_vars), env=lab.env(), args=["-vvv"])
+    assert run.ok, run.log
+    body = text.decode().splitlines()[1]
+    assert body not in run.stdout + run.stderr
+    artifact = out / "ubuntu-2204-postgres-v20261201.qcow2"
+    ring = {signing.key_id(key): key.public_key()}
+    _digest, signature, found = signing.file_evidence(ring, str(artifact))
+    assert signature == {"key": signing.key_id(key)} and found["key"] == signing.key_id(key)
+    assert result_of(run)["signed_by"] == signing.key_id(key)
+
+    refused = run_playbook(play(missing), env=lab.env())
+    assert not refused.ok
+    msg = refused["Refuse a signing key Secret that is missing or lacks the key"]["msg"]
+    assert "Secret %s/image-signing (packer_build_signing_key_secret)" % kube_namespace in msg, msg
+    assert "has no key cosign.pem" in msg, msg
