@@ -225,11 +225,27 @@ def dump(doc):
     yaml = _yaml()
     return yaml.dump(
         out,
-        Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+        Dumper=_dumper(yaml),
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
     )
+
+
+def _dumper(yaml):
+    """The safe dumper (libyaml's when there), writing a multi-line string (a PEM key of the trust policy) as
+    a literal block, as a person writes it in Git."""
+    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+    class Dumper(base):
+        pass
+
+    def text(dumper, value):
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return Dumper
 
 
 def _revision_key(name):
