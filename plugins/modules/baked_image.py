@@ -700,8 +700,9 @@ class BakedImage:
         if path:
             ring = signing.keyring(provenance.public_keys(policy))
             digest, signature, found = signing.file_evidence(
-                ring, path, p["signature_path"], p["provenance_path"]
+                ring, path, p["signature_path"], p["provenance_path"], ("sha256", "sha512")
             )
+            self.digests.setdefault(path, digest.pop("sha512"))  # the checksum, from the same read
         verdict = provenance.judge({"name": name, "digest": digest}, family, stream, policy, signature, found)
         record = catalog.signature_record(verdict, digest.get("sha256"))
         self.result["signature"] = dict(record, message=verdict["message"], check=verdict["check"])

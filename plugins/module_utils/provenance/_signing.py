@@ -256,10 +256,11 @@ def evidence(ring, signature_text_found, envelope_text, sha256_hex):
     return signature, found
 
 
-def file_evidence(ring, path, signature_path=None, provenance_path=None):
+def file_evidence(ring, path, signature_path=None, provenance_path=None, algorithms=("sha256",)):
     """``(digest, signature, provenance)`` of the file ``path`` and its ``.sig`` and ``.intoto.jsonl`` (or the
-    paths given), as ``provenance.judge`` takes them; the file is read once."""
-    digest = file_digests(path)
+    paths given), as ``provenance.judge`` takes them; the file is read once, for SHA-256 and any other
+    ``algorithms`` the caller needs as well."""
+    digest = file_digests(path, tuple(sorted(set(algorithms) | {"sha256"})))
     signature, found = evidence(
         ring,
         read_text(signature_path or path + ".sig"),
