@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import jobs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as cli
 from ansible_collections.goldenimage.pipeline.plugins.modules import golden_export_job
 
