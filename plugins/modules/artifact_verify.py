@@ -250,12 +250,7 @@ def run(params):
     policy = provenance.normalize_policy(p["trust_policy"])
     ring = _keyring(p["public_keys"])
     name = p["name"] or os.path.basename(path)
-    digest = signing.file_digests(path)
-    sig_path = p["signature_path"] or path + ".sig"
-    env_path = p["provenance_path"] or path + ".intoto.jsonl"
-    signature, found = signing.evidence(
-        ring, signing.read_text(sig_path), signing.read_text(env_path), digest["sha256"]
-    )
+    digest, signature, found = signing.file_evidence(ring, path, p["signature_path"], p["provenance_path"])
     verdict = provenance.judge(
         {"name": name, "digest": digest}, p["family"], p["stream"], policy, signature, found
     )

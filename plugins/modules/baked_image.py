@@ -58,6 +58,19 @@ description:
     import prints a line at least every O(report_every) seconds until it is imported, has failed, or
     O(wait_timeout) (counted from O(started)) has passed. A later call finds the image it registered, writes
     nothing and continues the wait; the catalog is written by the call that sees the image imported.
+  - "When O(catalog) holds a trust policy (its C(trust) section: which public keys may sign which streams and
+    families, and the streams whose C(require_signature) is relaxed with a reason), the artifact (O(artifact),
+    else O(src)) is verified against it before anything is written: its detached signature over these bytes
+    by a key the policy trusts for the stream and the family C(ubuntu-<stream without dot>-postgres), and its
+    signed provenance, whose subject must be this revision's artifact name
+    (C(ubuntu-<stream without dot>-postgres-<revision>.qcow2)) with the same SHA-256."
+  - An unsigned artifact, a signature by a key the policy does not trust for the stream, a signature or
+    provenance of other bytes, a provenance whose subject digest differs and another revision's signed
+    artifact under this revision's name are each refused, naming the artifact, the key and the check that
+    failed; nothing is written. On a stream whose C(require_signature) is false an unsigned artifact
+    registers and RV(signature) records the reason. A catalog without a trust policy checks no signature.
+  - The catalog entry records the verdict (C(signature), with the key id, the signer's name and the
+    artifact's SHA-256; never key material).
   - When a write is refused half way (for example a token that may create images but not update the catalog
     ConfigMap), the failure says what exists (the image, whether the catalog was written) and which permission
     is missing; running the task again with the permission completes it.
@@ -106,6 +119,18 @@ options:
       - The facts read are recorded in the catalog entry (C(facts)).
       - Without it nothing reads the bytes; the module warns, and the catalog entry holds no C(facts). The
         C(harvester_upload) role and the C(publish_baked_image) playbook always give it.
+    type: path
+  signature_path:
+    description:
+      - The detached signature of the artifact (the C(.sig) M(goldenimage.pipeline.artifact_sign) and
+        C(cosign sign-blob --key) write). Defaults to C(<artifact>.sig), C(<artifact>) being O(artifact), else
+        O(src).
+      - Read only when O(catalog) holds a trust policy (its C(trust) section); see RV(signature).
+    type: path
+  provenance_path:
+    description:
+      - The artifact's signed provenance (a DSSE envelope holding an in-toto statement). Defaults to
+        C(<artifact>.intoto.jsonl).
     type: path
   manifest:
     description:
@@ -335,6 +360,19 @@ revision:
       package_count: 712
       encoding: zlib+base64
       package_list: eNo92kvKZMcRgNG59qKm4l...
+signature:
+  description:
+    - The verification of the artifact against the catalog's trust policy, as the catalog entry records it,
+      C(verdict) (V(verified), or V(unsigned_allowed) on a stream that relaxes C(require_signature)),
+      C(key) (the key id, null when unsigned), C(signer) (the policy's name of the key), C(relaxed) (the
+      reason recorded), C(sha256) and C(message).
+    - On a refusal, C(verdict) is V(unsigned), V(untrusted_key), V(signature_mismatch),
+      V(subject_digest_differs) or V(replayed_revision), with C(check) naming the check that failed.
+  returned: when O(catalog) holds a trust policy and state is present
+  type: dict
+  sample: {verdict: verified, key: 3f1c0b9e5a7d2e84c6f1a9b0d3e5c7a9b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1,
+           signer: release-2026, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08,
+           message: "artifact ubuntu-2404-postgres-v20261201-2404.qcow2 (sha256:9f86...): signed by ..."}
 catalog_changed:
   description: Whether a catalog (with O(state=absent), any catalog recording the image) was changed.
   returned: when O(catalog) is given, or a catalog was updated
@@ -466,11 +504,14 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._progr
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._wait import WaitTimeout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
+    Refusal,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, image_facts
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
 
 hi = harvester_image
@@ -486,6 +527,8 @@ def argument_spec():
         url=dict(type="str", no_log=True),
         src=dict(type="path"),
         artifact=dict(type="path"),
+        signature_path=dict(type="path"),
+        provenance_path=dict(type="path"),
         manifest=dict(type="path"),
         manifest_object=dict(type="str"),
         eol_overrides=dict(type="dict"),
@@ -549,6 +592,7 @@ class BakedImage:
         self.os_version, self.pg_versions = None, None
         self.facts = None
         self.manifest = None
+        self.signature = None
         self.extended = []
         self.round_started = time.time()
         self.started = self.p["started"] if self.p["started"] is not None else self.round_started
@@ -634,6 +678,43 @@ class BakedImage:
         self.result["facts"] = image_facts.catalog_facts(facts)
         return self.result["facts"]
 
+    def read_catalog(self):
+        """The catalog given (None without one); one that cannot be read is refused naming it."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.read()
+        except catalog.CatalogError as exc:
+            raise PipelineError("%s: %s" % (self.store.where, exc.msg), refused=True) from None
+
+    def verify(self, policy):
+        """The artifact's signature and provenance judged by the catalog's trust policy (None without one);
+        a failed check is refused before anything is written."""
+        if policy is None:
+            return None
+        p = self.p
+        path = p["artifact"] or p["src"]
+        stream, family = self.os_version, catalog.family(self.os_version)
+        name = catalog.signed_subject(p["name"], stream)
+        digest, signature, found = {}, None, None
+        if path:
+            ring = signing.keyring(provenance.public_keys(policy))
+            digest, signature, found = signing.file_evidence(
+                ring, path, p["signature_path"], p["provenance_path"], ("sha256", "sha512")
+            )
+            self.digests.setdefault(path, digest.pop("sha512"))  # the checksum, from the same read
+        verdict = provenance.judge({"name": name, "digest": digest}, family, stream, policy, signature, found)
+        record = catalog.signature_record(verdict, digest.get("sha256"))
+        self.result["signature"] = dict(record, message=verdict["message"], check=verdict["check"])
+        if not verdict["ok"]:
+            raise Refusal(
+                "revision %s (artifact file %s)" % (p["name"], path or "not given"),
+                "refusing to register it: %s" % verdict["message"],
+                "nothing was written" + ("" if path else "; give artifact, the file the url serves"),
+                **self.result,
+            )
+        return record
+
     def read_manifest(self):
         """The catalog's record of the build manifest, read before anything is written."""
         path = self.p["manifest"]
@@ -654,7 +735,12 @@ class BakedImage:
 
     def register(self, doc, desired, obj=None, storage_class=None):
         meta = desired["metadata"]
-        extra = {"facts": self.facts, "eol_extensions": self.extended or None, "manifest": self.manifest}
+        extra = {
+            "facts": self.facts,
+            "eol_extensions": self.extended or None,
+            "manifest": self.manifest,
+            catalog.SIGNATURE: self.signature,
+        }
         if obj is not None:
             extra.update(
                 image={"namespace": meta["namespace"], "name": meta["name"]},
@@ -672,13 +758,16 @@ class BakedImage:
         )
 
     def present(self):
+        doc = self.read_catalog()
+        if doc is not None:  # bytes no trusted key signed are read no further
+            self.signature = self.verify(catalog.trust_policy(doc))
         self.manifest = self.read_manifest()
         self.facts = self.read_facts()
         desired = self.desired()
         name, namespace = kinds.name(desired), kinds.namespace(desired)
-        if self.store is not None:  # refuse a changed source before touching the cluster
+        if doc is not None:  # refuse a changed source before touching the cluster
             try:
-                self.register(self.store.read(), desired)
+                self.register(doc, desired)
             except catalog.CatalogError as exc:
                 raise PipelineError("%s: %s" % (self.store.where, exc.msg), refused=True) from None
         existing = self.module.get(API, KIND, name, namespace)

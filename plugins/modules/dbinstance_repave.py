@@ -33,8 +33,11 @@ description:
   - O(state=report) lists the scope with one LIST and reads the catalog once, whatever the number of
     instances, and never changes anything.
   - O(state=repaved) with O(strategy=operator) refuses, before writing anything, every instance whose
-    stream is not validated (C(InvalidOSStream)), whose major was never recorded (C(EngineVersionUnknown)),
-    whose target does not carry its major or whose major is past end of life
+    stream is not validated (C(InvalidOSStream)), whose target's recorded signature the catalog's trust
+    policy does not accept (C(UntrustedImage), for no verified signature recorded where the policy requires
+    one, a signing key the policy no longer trusts for the stream, or an unsigned registration under a
+    relaxation taken back), whose major was never recorded (C(EngineVersionUnknown)), whose target does not
+    carry its major or whose major is past end of life
     (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a refused instance gets no
     annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
     and waits until the operator reports phase C(Available), C(status.appliedSpec.imageRevision) equals the
@@ -551,8 +554,8 @@ instances:
       type: str
     reason:
       description:
-        - The refusal rule (V(InvalidOSStream), V(EngineVersionUnknown), V(RepaveBlockedPGVersionEOL),
-          V(NotAvailable); in direct
+        - The refusal rule (V(InvalidOSStream), V(UntrustedImage), V(EngineVersionUnknown),
+          V(RepaveBlockedPGVersionEOL), V(NotAvailable); in direct
           mode V(NotAnOSDisk)), or V(UnsupportedEngineVersion) for a skipped instance.
       type: str
       returned: when refused or skipped

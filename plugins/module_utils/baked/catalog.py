@@ -22,6 +22,20 @@ Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versio
         imported: true
         manifest: {sha256: <hex>, object: s3://<bucket>/<key>, package_count: 712,
                    encoding: zlib+base64, package_list: <the installed packages>}
+        signature: {verdict: verified, key: <key id>, signer: release-2026, sha256: <hex>}
+    trust:
+      keys:
+        - name: release-2026
+          public_key: "-----BEGIN PUBLIC KEY-----\n...\n-----END PUBLIC KEY-----"
+          streams: ["22.04", "24.04"]        # left out: every stream
+          families: [ubuntu-2204-postgres]    # left out: every family
+      streams:
+        "24.04": {require_signature: false, reason: <why this stream may go unsigned>}
+
+The ``trust`` section is the policy a registration verifies an artifact's signature and provenance
+against (``trust_policy``): which public keys may sign which streams and families, and the streams whose
+``require_signature`` is relaxed, each only with its reason recorded. A catalog without one checks no
+signature; with one, every stream it does not relax requires a signature.
 
 Images are never removed and never change their content: registering a revision again with another
 checksum or source is refused ("build a new revision"). No secret is ever stored: every URL in every
@@ -45,6 +59,7 @@ import difflib
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import eol, revision
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 CATALOG_VERSION = 1
 # How long an instance whose PostgreSQL major reached end of life may run before it is deleted whatever its
@@ -132,6 +147,8 @@ def normalize(doc):
     result["default_stream"] = revision.validate_stream(default) if default else None
     if doc.get(GRACE_KEY) is not None:
         result[GRACE_KEY] = _grace(doc[GRACE_KEY])
+    if doc.get(TRUST) is not None:
+        result[TRUST] = normalize_trust(doc[TRUST])
     return result
 
 
@@ -203,14 +220,32 @@ def dump(doc):
     }
     if GRACE_KEY in doc:
         out[GRACE_KEY] = doc[GRACE_KEY]
+    if TRUST in doc:
+        out[TRUST] = doc[TRUST]
     yaml = _yaml()
     return yaml.dump(
         out,
-        Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+        Dumper=_dumper(yaml),
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
     )
+
+
+def _dumper(yaml):
+    """The safe dumper (libyaml's when there), writing a multi-line string (a PEM key of the trust policy) as
+    a literal block, as a person writes it in Git."""
+    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+    class Dumper(base):
+        pass
+
+    def text(dumper, value):
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return Dumper
 
 
 def _revision_key(name):
@@ -1018,3 +1053,189 @@ def require_named_drops(found, dropped):
         % (", ".join(missing), len(shown), listing),
         stranded=found,
     )
+
+
+# ---------------------------------------------------------------------------- trust policy
+
+TRUST = "trust"
+SIGNATURE = "signature"
+_KEY_FIELDS = ("name", "public_key", "streams", "families")
+_STREAM_FIELDS = ("require_signature", "reason")
+
+
+def _trust_error(field, rule, move):
+    return CatalogError("catalog trust%s: %s; %s" % ("." + field if field else "", rule, move))
+
+
+def _fields_of(entry, where, what, fields):
+    if not isinstance(entry, dict):
+        raise _trust_error(where, "must be a mapping", "give {%s}" % ", ".join(fields))
+    extra = sorted(set(entry) - set(fields))
+    if extra:
+        raise _trust_error(
+            "%s.%s" % (where, extra[0]), "is not a field of %s" % what, "it has %s" % ", ".join(fields)
+        )
+
+
+def _listed(entry, field, where, check=None):
+    value = entry.get(field)
+    if value is None:
+        return None
+    if isinstance(value, (str, int, float)):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise _trust_error("%s.%s" % (where, field), "must be a non-empty list", "leave it out for all")
+    try:
+        return sorted({check(v) if check else str(v) for v in value})
+    except PipelineError as exc:
+        raise _trust_error("%s.%s" % (where, field), exc.msg, "name streams as 22.04") from None
+
+
+def normalize_trust(section):
+    """The catalog's ``trust`` section, checked: a malformed one is refused naming the field.
+
+    ``keys``: each a mapping with ``public_key`` (PEM, required: a verifier needs nothing but the catalog),
+    an optional ``name``, ``streams`` and ``families``. ``streams``: per stream, ``require_signature``
+    (true unless relaxed) and the ``reason`` a relaxation must record.
+    """
+    if not isinstance(section, dict):
+        raise _trust_error("", "must be a mapping with keys and streams", "see the README's trust policy")
+    unknown = sorted(set(section) - {"keys", "streams"})
+    if unknown:
+        raise _trust_error(unknown[0], "is not a field of the trust policy", "it has keys and streams")
+    keys = section.get("keys") or []
+    if not isinstance(keys, list):
+        raise _trust_error("keys", "must be a list of keys", "give each key as {name, public_key}")
+    out_keys, names = [], set()
+    for index, entry in enumerate(keys):
+        where = "keys[%d]" % index
+        _fields_of(entry, where, "a key", _KEY_FIELDS)
+        try:
+            keyid = provenance.pem_key_id(entry.get("public_key"), "catalog trust.%s.public_key" % where)
+        except PipelineError as exc:
+            raise CatalogError(exc.msg) from None
+        name = str(entry.get("name") or keyid[:12])
+        if name in names:
+            raise _trust_error("%s.name" % where, "%s names two keys" % name, "give each key its own name")
+        names.add(name)
+        item = {"name": name, "public_key": entry["public_key"].strip() + "\n"}
+        for field, check in (("streams", revision.validate_stream), ("families", None)):
+            listed = _listed(entry, field, where, check)
+            if listed is not None:
+                item[field] = listed
+        out_keys.append(item)
+    streams = section.get("streams") or {}
+    if not isinstance(streams, dict):
+        raise _trust_error("streams", "must be a mapping of stream to its policy", 'give "22.04": {...}')
+    out_streams = {}
+    for stream, entry in streams.items():
+        try:
+            name = revision.validate_stream(stream)
+        except PipelineError as exc:
+            raise _trust_error("streams", exc.msg, "name streams as 22.04") from None
+        where = "streams.%s" % name
+        _fields_of(entry, where, "a stream's policy", _STREAM_FIELDS)
+        required = entry.get("require_signature", True)
+        if not isinstance(required, bool):
+            raise _trust_error(
+                "%s.require_signature" % where,
+                "must be true or false, got %r" % (required,),
+                "give a boolean",
+            )
+        reason = str(entry.get("reason") or "").strip()
+        if not required and not reason:
+            raise _trust_error(
+                "%s.reason" % where,
+                "require_signature is relaxed only with the reason recorded",
+                "give reason, or leave require_signature true",
+            )
+        out_streams[name] = {"require_signature": required}
+        if reason:
+            out_streams[name]["reason"] = reason
+    return {"keys": out_keys, "streams": {k: out_streams[k] for k in sorted(out_streams)}}
+
+
+def set_trust(doc, section):
+    """The catalog with trust policy ``section`` (checked); returns ``(new_doc, changed)``."""
+    doc = normalize(doc)
+    wanted = normalize_trust(section)
+    if doc.get(TRUST) == wanted:
+        return doc, False
+    doc[TRUST] = wanted
+    return doc, True
+
+
+def trust_policy(doc):
+    """The catalog's trust policy as ``provenance.judge`` reads it, or None when the catalog has none."""
+    section = normalize(doc).get(TRUST)
+    if section is None:
+        return None
+    rules = []
+    for entry in section["keys"]:
+        rule = {"name": entry["name"], "public_key": entry["public_key"]}
+        rule.update((field, entry[field]) for field in ("streams", "families") if field in entry)
+        rules.append(rule)
+    relaxed = [
+        {"stream": stream, "reason": entry["reason"]}
+        for stream, entry in section["streams"].items()
+        if not entry["require_signature"]
+    ]
+    return provenance.normalize_policy({"rules": rules, "relaxed": relaxed})
+
+
+def family(os_stream):
+    """The family a baked revision of ``os_stream`` belongs to, as a trust policy names it."""
+    return "%s%s%s" % (
+        revision.ARTIFACT_PREFIX,
+        revision.stream_suffix(os_stream),
+        revision.ARTIFACT_INFIX[:-1],
+    )
+
+
+def signed_subject(name, os_stream):
+    """The subject name a revision's provenance must carry: its artifact's file name."""
+    return revision.artifact_name(name, os_stream)
+
+
+def signature_record(verdict, sha256):
+    """What a catalog entry records of its artifact's verification (no key material)."""
+    record = {"verdict": verdict["verdict"], "key": verdict.get("key"), "sha256": sha256}
+    for field in ("signer", "relaxed"):
+        if verdict.get(field):
+            record[field] = verdict[field]
+    return record
+
+
+def signature_problem(doc, name):
+    """Why revision ``name``'s recorded signature does not hold under the catalog's trust policy now, as
+    ``(problem, move)``; None when it holds or the catalog has no policy.
+
+    The bytes are not at hand where a revision is used: what its registration proved (the verdict, the key)
+    is judged again by today's policy, so a key withdrawn from the policy, or a relaxation taken back, stops
+    the revision from reaching another disk.
+    """
+    policy = trust_policy(doc)
+    entry = normalize(doc)["images"].get(name)
+    if policy is None or entry is None:
+        return None
+    stream = entry["os_version"]
+    record = entry.get(SIGNATURE) or {}
+    relaxed = provenance.relaxed_reason(policy, family(stream), stream)
+    register = "register it again with goldenimage.pipeline.baked_image from its signed artifact"
+    if record.get("verdict") == provenance.VERIFIED:
+        if provenance.trusted_rule(policy, record.get("key"), family(stream), stream) is not None:
+            return None
+        return (
+            "revision %s was signed by key %s, which the catalog's trust policy no longer lets sign stream %s"
+            % (name, record.get("key"), stream),
+            "sign a new revision with a trusted key, or trust the key again in the catalog's trust section",
+        )
+    if relaxed:
+        return None
+    if record.get("verdict") == provenance.RELAXED:
+        what = (
+            "was registered unsigned under a relaxation of stream %s that the trust policy no longer grants"
+        )
+    else:
+        what = "has no verified signature recorded, and the trust policy requires one for stream %s"
+    return ("revision %s %s" % (name, what % stream), register)

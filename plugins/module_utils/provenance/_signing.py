@@ -248,8 +248,26 @@ def evidence(ring, signature_text_found, envelope_text, sha256_hex):
             found = {"key": None, "statement": None, "error": exc.msg}
         else:
             keyid = envelope_key(ring, payload_type, payload, sigs)
-            found = {"key": keyid, "statement": provenance.parse_statement(payload) if keyid else None}
+            found = {
+                "key": keyid,
+                "statement": provenance.parse_statement(payload) if keyid else None,
+                "named": sorted(set(named for named, _sig in sigs if named)),
+            }
     return signature, found
+
+
+def file_evidence(ring, path, signature_path=None, provenance_path=None, algorithms=("sha256",)):
+    """``(digest, signature, provenance)`` of the file ``path`` and its ``.sig`` and ``.intoto.jsonl`` (or the
+    paths given), as ``provenance.judge`` takes them; the file is read once, for SHA-256 and any other
+    ``algorithms`` the caller needs as well."""
+    digest = file_digests(path, tuple(sorted(set(algorithms) | {"sha256"})))
+    signature, found = evidence(
+        ring,
+        read_text(signature_path or path + ".sig"),
+        read_text(provenance_path or path + ".intoto.jsonl"),
+        digest["sha256"],
+    )
+    return digest, signature, found
 
 
 def on_disk(ring, signature_text_found, envelope_text, sha256_hex):

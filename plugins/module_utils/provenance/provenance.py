@@ -28,6 +28,7 @@ __metaclass__ = type
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 
@@ -275,6 +276,24 @@ def parse_envelope(text, what="provenance"):
 # --- the trust policy ---------------------------------------------------------------------------------
 
 
+PEM_PUBLIC = re.compile(r"^-----BEGIN PUBLIC KEY-----\s*([A-Za-z0-9+/=\s]+?)\s*-----END PUBLIC KEY-----\s*$")
+
+
+def pem_key_id(pem, where="public_key"):
+    """The key id of a PEM public key: the SHA-256 (hex) of the DER SubjectPublicKeyInfo its body holds.
+
+    Only the PEM's shape is read here; whether it is a P-256 key is the adapter's to find out.
+    """
+    match = PEM_PUBLIC.match(pem.strip()) if isinstance(pem, str) else None
+    if not match:
+        raise ProvenanceError(
+            "%s is not a PEM public key (-----BEGIN PUBLIC KEY----- ... -----END PUBLIC KEY-----); give the "
+            "public half as artifact_sign returns it (public_key) or cosign.pub holds it" % where
+        )
+    der = _b64("".join(match.group(1).split()), where)
+    return hashlib.sha256(der).hexdigest()
+
+
 def _names(value, where, field):
     if value is None:
         return [ANY]
@@ -288,11 +307,14 @@ def _names(value, where, field):
 
 
 def normalize_policy(doc):
-    """``{"rules": [{key, name, families, streams}], "relaxed": {family: reason}}`` from the catalog's policy.
+    """``{"rules": [{key, name, families, streams, public_key}], "relaxed": {family: reason},
+    "relaxed_streams": {stream: reason}}`` from a trust policy.
 
     A rule lets the key id ``key`` (64 hex digits, the SHA-256 of its DER SubjectPublicKeyInfo) sign the
-    ``families`` and ``streams`` it lists (``*`` or left out: any). ``relaxed`` lists the families whose
-    ``require_signature`` is off, each with the reason, which is recorded in every verdict it decides.
+    ``families`` and ``streams`` it lists (``*`` or left out: any). A rule may give the key as ``public_key``
+    (PEM) instead, or as well: then the key id is the PEM's, and a ``key`` naming another is refused.
+    ``relaxed`` lists the families or streams whose ``require_signature`` is off, each with the reason,
+    which is recorded in every verdict it decides.
     """
     doc = doc or {}
     if not isinstance(doc, dict):
@@ -306,38 +328,62 @@ def normalize_policy(doc):
         )
     rules = []
     for index, rule in enumerate(doc.get("rules") or []):
-        where = "rule %d" % (index + 1)
-        if not isinstance(rule, dict):
-            raise ProvenanceError(
-                "trust policy %s: expected a mapping with key, families and streams" % where
-            )
-        key = str(rule.get("key") or "").lower()
-        if not KEY_ID.match(key):
-            raise ProvenanceError(
-                "trust policy %s: key %r is not a key id (64 hex digits, the SHA-256 of the public key's DER "
-                "SubjectPublicKeyInfo, as artifact_sign returns it)" % (where, rule.get("key"))
-            )
-        rules.append(
-            {
-                "key": key,
-                "name": rule.get("name") or key[:12],
-                "families": _names(rule.get("families"), where, "families"),
-                "streams": _names(rule.get("streams"), where, "streams"),
-            }
-        )
-    relaxed = {}
+        rules.append(_rule(rule, "rule %d" % (index + 1)))
+    relaxed, relaxed_streams = {}, {}
     entries = doc.get("relaxed") or []
     for index, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not entry.get("family"):
-            raise ProvenanceError("trust policy relaxed entry %d: needs a family and a reason" % (index + 1))
+        what = "relaxed entry %d" % (index + 1)
+        if not isinstance(entry, dict) or bool(entry.get("family")) == bool(entry.get("stream")):
+            raise ProvenanceError(
+                "trust policy %s: needs a family or a stream (one of them) and a reason" % what
+            )
+        scope = "family" if entry.get("family") else "stream"
         reason = str(entry.get("reason") or "").strip()
         if not reason:
             raise ProvenanceError(
-                "trust policy relaxed entry %d (%s): require_signature is relaxed only with the reason "
-                "recorded; give reason" % (index + 1, entry["family"])
+                "trust policy %s (%s): require_signature is relaxed only with the reason "
+                "recorded; give reason" % (what, entry[scope])
             )
-        relaxed[entry["family"]] = reason
-    return {"rules": rules, "relaxed": relaxed}
+        (relaxed if scope == "family" else relaxed_streams)[str(entry[scope])] = reason
+    return {"rules": rules, "relaxed": relaxed, "relaxed_streams": relaxed_streams}
+
+
+def _rule(rule, where):
+    if not isinstance(rule, dict):
+        raise ProvenanceError("trust policy %s: expected a mapping with key, families and streams" % where)
+    key = str(rule.get("key") or "").lower()
+    pem = rule.get("public_key")
+    if pem is not None:
+        from_pem = pem_key_id(pem, "trust policy %s: public_key" % where)
+        if key and key != from_pem:
+            raise ProvenanceError(
+                "trust policy %s: key %s is not the id of its public_key (%s); give one of them, or both "
+                "for the same key" % (where, key, from_pem)
+            )
+        key = from_pem
+    if not KEY_ID.match(key):
+        raise ProvenanceError(
+            "trust policy %s: key %r is not a key id (64 hex digits, the SHA-256 of the public key's DER "
+            "SubjectPublicKeyInfo, as artifact_sign returns it)" % (where, rule.get("key"))
+        )
+    found = {
+        "key": key,
+        "name": rule.get("name") or key[:12],
+        "families": _names(rule.get("families"), where, "families"),
+        "streams": _names(rule.get("streams"), where, "streams"),
+    }
+    if pem is not None:
+        found["public_key"] = pem.strip() + "\n"
+    return found
+
+
+def public_keys(policy):
+    """``[(source, pem bytes)]`` of the rules that carry their public key, the keyring a verifier builds."""
+    return [
+        ("trust policy key %s (%s)" % (r["name"], r["key"]), r["public_key"].encode("ascii"))
+        for r in policy["rules"]
+        if r.get("public_key")
+    ]
 
 
 def _covers(names, value):
@@ -352,16 +398,31 @@ def trusted_rule(policy, keyid, family, stream):
     return None
 
 
-def relaxed_reason(policy, family):
-    """Why ``family`` may go unsigned, or None when a signature is required."""
-    return policy["relaxed"].get(family)
+def relaxed_reason(policy, family, stream=None):
+    """Why ``family`` (or ``stream``) may go unsigned, or None when a signature is required."""
+    found = policy["relaxed"].get(family)
+    if found is None and stream is not None:
+        found = (policy.get("relaxed_streams") or {}).get(stream)
+    return found
+
+
+def _trusted_for(policy, family, stream):
+    """The keys the policy lets sign (family, stream), as a refusal names them."""
+    keys = [
+        "%s (%s)" % (r["name"], r["key"])
+        for r in policy["rules"]
+        if _covers(r["families"], family) and _covers(r["streams"], stream)
+    ]
+    return ", ".join(keys) if keys else "none"
 
 
 # --- the verdict --------------------------------------------------------------------------------------
 
 
 def _label(artifact):
-    digest = artifact["digest"]
+    digest = artifact.get("digest") or {}
+    if not digest:
+        return "artifact %s (no local file read)" % artifact["name"]
     algorithm = "sha256" if "sha256" in digest else sorted(digest)[0]
     return "artifact %s (%s:%s)" % (artifact["name"], algorithm, digest[algorithm])
 
@@ -373,33 +434,62 @@ def _verdict(code, artifact, check, detail, key=None, move=None, **extra):
     return dict(extra, verdict=code, ok=False, check=check, key=key, message=msg)
 
 
+def _unknown_signer(policy, signature, provenance):
+    """The key id an envelope names when neither the signature nor the envelope verifies with a key the
+    policy holds and the policy does not know that id; None otherwise."""
+    if (signature or {}).get("key") is not None or (provenance or {}).get("key") is not None:
+        return None
+    known = set(r["key"] for r in policy["rules"])
+    named = sorted(k for k in (provenance or {}).get("named") or [] if k and k not in known)
+    return named[0] if named else None
+
+
 def judge(artifact, family, stream, policy, signature, provenance):
     """The verdict of one verification, from what the adapter proved.
 
     ``artifact`` is ``{name, digest}`` of the bytes at hand. ``signature`` is None when there is no detached
     signature, else ``{"key": keyid or None}``: the keyring key that verifies it over these bytes (None when
     none does). ``provenance`` is None when there is no envelope, else ``{"key": keyid or None,
-    "statement": dict}``. Returns ``{verdict, ok, check, key, message}`` (``signer`` and ``relaxed`` too).
+    "statement": dict, "named": [the key ids its signatures name]}``; a key id named there that the policy
+    does not hold, when nothing verifies, is reported as the untrusted signer. Returns ``{verdict, ok,
+    check, key, message}`` (``signer`` and ``relaxed`` too).
     """
-    relaxed = relaxed_reason(policy, family)
+    relaxed = relaxed_reason(policy, family, stream)
     if signature is None and provenance is None and relaxed:
+        scope = "family %s" % family if family in policy["relaxed"] else "stream %s" % stream
         return {
             "verdict": RELAXED,
             "ok": True,
             "check": "signature",
             "key": None,
             "relaxed": relaxed,
-            "message": "%s: unsigned, allowed for family %s: %s" % (_label(artifact), family, relaxed),
+            "message": "%s: unsigned, allowed for %s: %s" % (_label(artifact), scope, relaxed),
         }
     where = "family %s stream %s" % (family, stream or ANY)
+    trusted = "the keys trusted for %s: %s" % (where, _trusted_for(policy, family, stream))
+    stranger = _unknown_signer(policy, signature, provenance)
+    if stranger:
+        return _verdict(
+            UNTRUSTED_KEY,
+            artifact,
+            "signature",
+            "key %s signed it (its provenance envelope names the key), and the trust policy holds no such "
+            "key, so nothing it signed verifies (%s)" % (stranger, trusted),
+            key=stranger,
+            move="add the key's public half to the trust policy if it is meant to sign %s" % where,
+        )
     for what, evidence in (("signature", signature), ("provenance", provenance)):
         if evidence is None:
             return _verdict(
                 UNSIGNED,
                 artifact,
                 what,
-                "no %s found, and %s requires one"
-                % ("detached signature" if what == "signature" else "signed provenance statement", where),
+                "no %s found, and %s requires one (%s)"
+                % (
+                    "detached signature" if what == "signature" else "signed provenance statement",
+                    where,
+                    trusted,
+                ),
                 move="sign it with artifact_sign where it is made, or relax require_signature for the family "
                 "with the reason in the trust policy",
             )
@@ -409,8 +499,8 @@ def judge(artifact, family, stream, policy, signature, provenance):
                 artifact,
                 what,
                 "the %s does not verify over these bytes with any key of the keyring (signed for other "
-                "bytes, or by a key not given)"
-                % ("detached signature" if what == "signature" else "envelope signature"),
+                "bytes, or by a key not given; %s)"
+                % ("detached signature" if what == "signature" else "envelope signature", trusted),
                 move="the artifact was changed after signing or the signature belongs to another artifact",
             )
         rule = trusted_rule(policy, evidence["key"], family, stream)
@@ -434,8 +524,9 @@ def judge(artifact, family, stream, policy, signature, provenance):
             REPLAYED,
             artifact,
             "provenance subject",
-            "the statement is for %s, not %s%s"
+            "the statement key %s signed is for %s, not %s%s"
             % (
+                provenance["key"],
                 others,
                 artifact["name"],
                 ": another revision's bytes and signatures replayed under this name" if replay else "",
@@ -448,8 +539,9 @@ def judge(artifact, family, stream, policy, signature, provenance):
             SUBJECT_DIGEST,
             artifact,
             "provenance subject",
-            "the statement records digest %s for %s, the bytes have %s"
+            "the statement key %s signed records digest %s for %s, the bytes have %s"
             % (
+                provenance["key"],
                 ", ".join("%s:%s" % kv for s in named for kv in sorted(s["digest"].items())),
                 artifact["name"],
                 ", ".join("%s:%s" % kv for kv in sorted(artifact["digest"].items())),

@@ -44,6 +44,8 @@ UNKNOWN_ENGINE = "EngineVersionUnknown"
 ENGINE_FIELD = "spec.engineVersion"
 BLOCKED_EOL = "RepaveBlockedPGVersionEOL"
 NOT_AVAILABLE = "NotAvailable"
+# A target whose recorded signature the catalog's trust policy no longer accepts.
+UNTRUSTED_IMAGE = "UntrustedImage"
 ACTION_REPAVE = "os-repave"
 ACTION_MIGRATE = "pg-major-migration"
 ACTION_RECREATE = "recreate"
@@ -591,9 +593,13 @@ def operator_disagreement(verdict, operator_conditions):
 
 def preflight(instance, doc, target, today=None, eol_table=None):
     """Refuse a repave before anything changes: ``InvalidOSStream`` (the target's stream is unknown or not
-    validated), ``RepaveBlockedPGVersionEOL`` (the target does not carry the engineVersion, or the major
+    validated), ``UntrustedImage`` (the target's recorded signature does not hold under the catalog's trust
+    policy), ``RepaveBlockedPGVersionEOL`` (the target does not carry the engineVersion, or the major
     is past EOL), ``NotAvailable`` (phase is not Available), in that order. ``target`` None: the tip."""
     target = target_of(instance, doc, target["revision"] if target else None)
+    unsigned = catalog.signature_problem(doc, target["revision"])
+    if unsigned:
+        raise _refused(instance, UNTRUSTED_IMAGE, unsigned[0], unsigned[1])
     engine = engine_of(instance, doc, target, today, eol_table)
     unknown = unknown_engine(instance, engine)
     if unknown:

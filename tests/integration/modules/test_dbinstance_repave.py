@@ -416,6 +416,57 @@ def test_each_refusal_leaves_no_annotation(lab, fleet):
     assert fleet.get("pg15")["status"]["phase"] == "Available"  # the operator never saw a trigger
 
 
+def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repaved_onto(
+    lab, kube_client, fleet
+):
+    """The tip registered without a verified signature, under a catalog that now requires one, is refused
+    before anything is written; the same tip recorded as signed by a trusted key is a target."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from kubernetes import client
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    trust = {"keys": [{"name": "release", "public_key": signing.public_pem(key)}]}
+    core = client.CoreV1Api(kube_client)
+    for name, record in (
+        ("unsigned", None),
+        (
+            "signed",
+            {"verdict": "verified", "key": signing.key_id(key), "signer": "release", "sha256": "c" * 64},
+        ),
+    ):
+        doc, _ = catalog.set_trust(catalog.load(catalog_text(TIP)), trust)
+        if record:
+            doc["images"][TIP]["signature"] = record
+        body = {"metadata": {"name": name}, "data": {"catalog.yaml": catalog.dump(doc)}}
+        core.create_namespaced_config_map(fleet.namespace, body)
+    fleet.create("fine")
+    fleet.settle(["fine"])
+    lab.clear_audit()
+    where = {"namespace": fleet.namespace}
+    run = run_playbook(
+        play(
+            task(
+                "unsigned",
+                ignore_errors=True,
+                **fleet.args(state="repaved", catalog=dict(where, name="unsigned")),
+            ),
+            task("signed", check=True, **fleet.args(state="repaved", catalog=dict(where, name="signed"))),
+        ),
+        env=lab.env(),
+    )
+    assert fleet.writes() == [], fleet.writes()
+    refused = failed(run, "unsigned")
+    entry = by_name(refused)["fine"]
+    assert entry["reason"] == "UntrustedImage", entry
+    assert "%s/fine cannot be repaved (UntrustedImage)" % fleet.namespace in refused["msg"]
+    assert "revision %s has no verified signature recorded" % TIP in refused["msg"], refused["msg"]
+    assert TRIGGER not in fleet.annotations("fine") and fleet.repaves("fine") == 0
+    signed = run["signed"]
+    assert by_name(signed)["fine"]["target"] == TIP and signed["changed"] is True, signed
+
+
 # ---------------------------------------------------------------------------------------------- fleet
 
 

@@ -8,18 +8,22 @@ elsewhere), the same steps that follow a Packer build.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import pathlib
 import shutil
 import subprocess
 
 import pytest
 
+from tests.integration.modules.test_cosign_round_trip import cosign  # noqa: F401 (a fixture)
 from tests.integration.support import disks
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
 
 ROLE = "goldenimage.pipeline.packer_build"
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def play(*role_vars):
@@ -417,3 +421,152 @@ def test_an_ubuntu_base_image_of_another_stream_is_refused_before_packer(tmp_pat
     assert "says Ubuntu 24.04, the build declares the 22.04 stream" in msg, msg
     assert 'packer_build_os_version: \\"24.04\\"' in msg or 'packer_build_os_version: "24.04"' in msg, msg
     assert not (tmp_path / "out").exists()
+
+
+def signed_build(tmp_path, **signing):
+    """A build of 2026-12-01 by the fake Packer into tmp_path/out, signed with ``signing``'s key options."""
+    return faked_build(
+        tmp_path,
+        JAMMY,
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_packer_binary=str(fake_packer(tmp_path / "packer")),
+        **signing,
+    )
+
+
+def test_a_signed_build_writes_what_cosign_verifies_and_names_its_inputs(tmp_path, cosign):  # noqa: F811
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    password = "build-" + hashlib.sha256(tmp_path.name.encode()).hexdigest()[:10]
+    (tmp_path / "signing.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password.encode()),
+        )
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (tmp_path / "pub.pem").write_bytes(public)
+    out = tmp_path / "out"
+    role_vars = signed_build(
+        tmp_path,
+        packer_build_signing_key_path=str(tmp_path / "signing.pem"),
+        packer_build_signing_key_password=password,
+    )
+    run = run_playbook(play(role_vars, role_vars))
+    assert run.ok, run.log
+    assert password not in run.stdout + run.stderr and "PRIVATE KEY" not in run.stdout + run.stderr
+    artifact = out / "ubuntu-2204-postgres-v20261201.qcow2"
+    manifest = out / "ubuntu-2204-postgres-v20261201.manifest.json"
+    for path in (artifact, manifest):
+        cosign(
+            "verify-blob",
+            "--key",
+            str(tmp_path / "pub.pem"),
+            "--signature",
+            str(path) + ".sig",
+            "--insecure-ignore-tlog=true",
+            str(path),
+        )
+        cosign(
+            "verify-blob-attestation",
+            "--key",
+            str(tmp_path / "pub.pem"),
+            "--signature",
+            str(path) + ".intoto.jsonl",
+            "--type",
+            "slsaprovenance1",
+            "--insecure-ignore-tlog=true",
+            str(path),
+        )
+    envelope = json.loads((out / (artifact.name + ".intoto.jsonl")).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["subject"] == [{"name": artifact.name, "digest": {"sha256": sha256(artifact)}}]
+    inputs = {
+        d["name"]: d["digest"]["sha256"]
+        for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    }
+    files = ROOT / "roles" / "packer_build" / "files"
+    assert inputs == {
+        "upstream": role_vars["packer_build_base_image_checksum"].split(":", 1)[1],
+        "packer-template": sha256(files / "ubuntu-postgres.pkr.hcl"),
+        "provisioning-script": sha256(files / "provision.sh"),
+        "package-manifest": sha256(manifest),
+        "image-facts": sha256(out / (artifact.name + ".facts.json")),
+    }
+    facts = run.results("Publish the result for later steps (packer_build_result)")
+    first = facts[0]["ansible_facts"]["packer_build_result"]
+    assert first["signature"] == str(artifact) + ".sig" and len(first["signed_by"]) == 64
+    # The second run finds everything signed and changes nothing.
+    second_run = run.task_names().index("packer_build 1")
+    assert not [e["task"] for e in run.tasks[second_run:] if e["changed"]]
+
+
+def test_a_signed_build_refuses_an_upstream_it_cannot_name_by_digest(tmp_path):
+    role_vars = faked_build(
+        tmp_path,
+        JAMMY,
+        packer_build_output_dir=str(tmp_path / "out"),
+        packer_build_base_image_checksum="file:https://cloud-images.ubuntu.com/SHA256SUMS",
+        packer_build_signing_key_path=str(tmp_path / "signing.pem"),
+    )
+    run = run_playbook(play(role_vars))
+    assert not run.ok
+    msg = run["Require the base image's digest when the build is signed"]["msg"]
+    assert "a signed build records its upstream image by digest" in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.lab_only
+def test_a_build_signs_with_a_key_kept_in_a_kubernetes_secret_and_never_prints_it(
+    lab, kube_client, kube_namespace, tmp_path
+):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from kubernetes import client
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    text = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    client.CoreV1Api(kube_client).create_namespaced_secret(
+        kube_namespace,
+        {
+            "metadata": {"name": "image-signing"},
+            "data": {"release.pem": base64.b64encode(text).decode()},
+        },
+    )
+    out = tmp_path / "out"
+    role_vars = signed_build(
+        tmp_path,
+        packer_build_signing_key_secret={
+            "namespace": kube_namespace,
+            "name": "image-signing",
+            "key": "release.pem",
+        },
+    )
+    missing = dict(
+        role_vars,
+        packer_build_output_dir=str(tmp_path / "missing"),
+        packer_build_signing_key_secret={"namespace": kube_namespace, "name": "image-signing"},
+    )
+    run = run_playbook(play(role_vars), env=lab.env(), args=["-vvv"])
+    assert run.ok, run.log
+    body = text.decode().splitlines()[1]
+    assert body not in run.stdout + run.stderr
+    artifact = out / "ubuntu-2204-postgres-v20261201.qcow2"
+    ring = {signing.key_id(key): key.public_key()}
+    _digest, signature, found = signing.file_evidence(ring, str(artifact))
+    assert signature == {"key": signing.key_id(key)} and found["key"] == signing.key_id(key)
+    assert result_of(run)["signed_by"] == signing.key_id(key)
+
+    refused = run_playbook(play(missing), env=lab.env())
+    assert not refused.ok
+    msg = refused["Refuse a signing key Secret that is missing or lacks the key"]["msg"]
+    assert "Secret %s/image-signing (packer_build_signing_key_secret)" % kube_namespace in msg, msg
+    assert "has no key cosign.pem" in msg, msg

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 STREAMS = ("22.04", "24.04")
 MAJORS = st.sets(st.sampled_from(["14", "15", "16", "17", "18"]), min_size=1).map(sorted)
+PEM = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
 TODAY = "2026-12-06"  # PostgreSQL 14 is past its end of life (2026-11-12), 15 to 18 are not
 
 
@@ -47,6 +48,7 @@ class CatalogModel(RuleBasedStateMachine):
         self.fleet = []  # {namespace, name, stream (None: the default), major}
         self.dropped = set()  # majors a publish named as dropped
         self.manifests = {}  # revision -> the manifest record its first registration recorded
+        self.trust = None  # the trust section last accepted
 
     def _revision(self, stream):
         self.day += 1
@@ -203,6 +205,36 @@ class CatalogModel(RuleBasedStateMachine):
         except catalog.CatalogError:
             return
         self.doc = moved
+
+    @rule(
+        relax=st.sampled_from(STREAMS + (None,)),
+        reason=st.sampled_from(["", "  ", "lab stream, never served"]),
+        streams=st.sets(st.sampled_from(STREAMS)).map(sorted),
+    )
+    def set_trust_policy(self, relax, reason, streams):
+        """A trust policy is stored only when every relaxed stream records its reason."""
+        key = {"name": "release", "public_key": PEM}
+        if streams:
+            key["streams"] = streams
+        section = {"keys": [key], "streams": {}}
+        if relax:
+            section["streams"][relax] = {"require_signature": False, "reason": reason}
+        if relax and not reason.strip():
+            with pytest.raises(
+                catalog.CatalogError, match=r"trust\.streams\.%s\.reason" % relax.replace(".", r"\.")
+            ):
+                catalog.set_trust(self.doc, section)
+            return
+        self.doc, _changed = catalog.set_trust(self.doc, section)
+        self.trust = self.doc["trust"]
+
+    @invariant()
+    def the_trust_policy_survives_every_write_and_relaxes_only_with_a_reason(self):
+        stored = catalog.load(catalog.dump(self.doc))
+        assert stored.get("trust") == self.trust
+        policy = catalog.trust_policy(stored)
+        if policy is not None:
+            assert all(reason.strip() for reason in policy["relaxed_streams"].values())
 
     @invariant()
     def no_unvalidated_default(self):

@@ -244,3 +244,51 @@ def test_a_relaxed_family_goes_unsigned_with_the_reason_but_is_verified_when_sig
 def test_the_recorded_version_is_the_collections():
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     assert galaxy["version"] == provenance.COLLECTION_VERSION
+
+
+DER = b"0Y0\x13\x06\x07*\x86H\xce=\x02\x01" + bytes(range(60))
+PEM = "-----BEGIN PUBLIC KEY-----\n%s\n-----END PUBLIC KEY-----\n" % base64.b64encode(DER).decode()
+
+
+def test_a_rule_may_give_its_key_as_pem_and_the_id_is_the_sha256_of_its_der():
+    import hashlib
+
+    keyid = hashlib.sha256(DER).hexdigest()
+    assert provenance.pem_key_id(PEM) == keyid
+    pol = provenance.normalize_policy({"rules": [{"public_key": PEM, "name": "release"}]})
+    assert pol["rules"][0]["key"] == keyid
+    assert provenance.public_keys(pol) == [("trust policy key release (%s)" % keyid, PEM.encode())]
+    with pytest.raises(ProvenanceError, match=r"rule 1: key 1{64} is not the id of its public_key"):
+        provenance.normalize_policy({"rules": [{"public_key": PEM, "key": KEY}]})
+    with pytest.raises(ProvenanceError, match=r"rule 1: public_key is not a PEM public key"):
+        provenance.normalize_policy({"rules": [{"public_key": "-----BEGIN PRIVATE KEY-----\nAA==\n"}]})
+
+
+def test_a_relaxed_stream_goes_unsigned_with_its_reason_and_other_streams_still_require_one():
+    pol = provenance.normalize_policy(
+        {"rules": [{"key": KEY, "name": "release"}], "relaxed": [{"stream": "24.04", "reason": "lab only"}]}
+    )
+    assert provenance.relaxed_reason(pol, "ubuntu-2404-postgres", "24.04") == "lab only"
+    verdict = provenance.judge(ARTIFACT, "ubuntu-2404-postgres", "24.04", pol, None, None)
+    assert (
+        verdict["verdict"] == provenance.RELAXED
+        and "allowed for stream 24.04: lab only" in verdict["message"]
+    )
+    refused = provenance.judge(ARTIFACT, "ubuntu-2204-postgres", "22.04", pol, None, None)
+    assert refused["verdict"] == provenance.UNSIGNED
+    # A refusal without a signer names the keys that could have signed.
+    assert (
+        "the keys trusted for family ubuntu-2204-postgres stream 22.04: release (%s)" % KEY
+        in (refused["message"])
+    )
+    with pytest.raises(ProvenanceError, match=r"relaxed entry 1: needs a family or a stream \(one of them\)"):
+        provenance.normalize_policy({"relaxed": [{"family": "a", "stream": "b", "reason": "c"}]})
+
+
+def test_a_key_the_policy_does_not_hold_is_named_as_the_untrusted_signer():
+    found = {"key": None, "statement": None, "named": [OTHER_KEY]}
+    verdict = judge({"key": None}, found)
+    assert verdict["verdict"] == provenance.UNTRUSTED_KEY and verdict["key"] == OTHER_KEY
+    assert "key %s signed it (its provenance envelope names the key)" % OTHER_KEY in verdict["message"]
+    # A key the policy holds that verifies nothing is other bytes, not a stranger.
+    assert judge({"key": None}, dict(found, named=[KEY]))["verdict"] == provenance.OTHER_BYTES
