@@ -100,3 +100,41 @@ def baked_mirror(lab, tmp_path_factory):
     raw = disks.linux_disk(folder / "disk.raw", tree, disk_size=32 * disks.MIB)["path"]
     path = disks.qcow2(raw, folder / "ubuntu-2204-postgres.qcow2")
     return dict(public_mirror(lab, path, "baked-mirror-"), path=str(path))
+
+
+# cosign for the tests that check the collection's signatures with it (tools/build-cosign.sh).
+COSIGN_VERSION = os.environ.get("LAB_COSIGN_VERSION", "v2.6.5")
+COSIGN_CACHE = pathlib.Path(
+    os.environ.get("LAB_BIN_CACHE")
+    or pathlib.Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "goldenimage-lab"
+)
+
+
+@pytest.fixture
+def cosign(tmp_path):
+    """Runs the cosign built by tools/build-cosign.sh (or LAB_COSIGN_BIN), offline, asserting success."""
+    folder = pathlib.Path(os.environ.get("LAB_COSIGN_BIN") or COSIGN_CACHE / ("cosign-" + COSIGN_VERSION))
+    binary = folder / "cosign"
+    if not os.access(binary, os.X_OK):
+        pytest.fail(
+            "cosign %s not found at %s: run tools/build-cosign.sh (or set LAB_COSIGN_BIN)"
+            % (COSIGN_VERSION, binary)
+        )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), COSIGN_PASSWORD="", COSIGN_YES="true")
+
+    def run(*args, cwd=tmp_path):
+        proc = subprocess.run(
+            [str(binary), *args],
+            cwd=str(cwd),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, "cosign %s failed:\n%s%s" % (" ".join(args), proc.stdout, proc.stderr)
+        return proc
+
+    return run

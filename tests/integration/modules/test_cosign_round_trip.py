@@ -7,11 +7,7 @@ binaries) or LAB_COSIGN_BIN; the test fails naming the binary when it is absent 
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
 
-import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.modules import artifact_sign, artifact_verify
@@ -19,40 +15,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.unit.plugins.modules import support
-
-VERSION = os.environ.get("LAB_COSIGN_VERSION", "v2.6.5")
-CACHE = pathlib.Path(
-    os.environ.get("LAB_BIN_CACHE")
-    or pathlib.Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "goldenimage-lab"
-)
-
-
-@pytest.fixture
-def cosign(tmp_path):
-    folder = pathlib.Path(os.environ.get("LAB_COSIGN_BIN") or CACHE / ("cosign-" + VERSION))
-    binary = folder / "cosign"
-    if not os.access(binary, os.X_OK):
-        pytest.fail(
-            "cosign %s not found at %s: run tools/build-cosign.sh (or set LAB_COSIGN_BIN)" % (VERSION, binary)
-        )
-    home = tmp_path / "home"
-    home.mkdir()
-    env = dict(os.environ, HOME=str(home), COSIGN_PASSWORD="", COSIGN_YES="true")
-
-    def run(*args, cwd=tmp_path):
-        proc = subprocess.run(
-            [str(binary), *args],
-            cwd=str(cwd),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0, "cosign %s failed:\n%s%s" % (" ".join(args), proc.stdout, proc.stderr)
-        return proc
-
-    return run
 
 
 def test_cosign_verifies_the_collections_signatures_and_the_collection_verifies_cosigns(tmp_path, cosign):

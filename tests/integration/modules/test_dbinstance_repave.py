@@ -436,7 +436,7 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
             {"verdict": "verified", "key": signing.key_id(key), "signer": "release", "sha256": "c" * 64},
         ),
     ):
-        doc, _ = catalog.set_trust(catalog.load(catalog_text(TIP)), trust)
+        doc = catalog.set_trust(catalog.load(catalog_text(TIP)), trust)[0]
         if record:
             doc["images"][TIP]["signature"] = record
         body = {"metadata": {"name": name}, "data": {"catalog.yaml": catalog.dump(doc)}}

@@ -17,7 +17,6 @@ import subprocess
 
 import pytest
 
-from tests.integration.modules.test_cosign_round_trip import cosign  # noqa: F401 (a fixture)
 from tests.integration.support import disks
 from tests.integration.support.runner import play as runner_play
 from tests.integration.support.runner import run_playbook
@@ -434,7 +433,7 @@ def signed_build(tmp_path, **signing):
     )
 
 
-def test_a_signed_build_writes_what_cosign_verifies_and_names_its_inputs(tmp_path, cosign):  # noqa: F811
+def test_a_signed_build_writes_what_cosign_verifies_and_names_its_inputs(tmp_path, cosign):
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 

@@ -30,12 +30,12 @@ def test_the_trust_section_survives_a_write_and_a_read():
     assert again["trust"] == doc["trust"]
     assert catalog.set_trust(again, trust()) == (again, False)
     # Registering a revision keeps the policy.
-    doc, _ = catalog.register_image(again, "v20260615", "22.04", ["16"], "a" * 128, "upload")
+    doc = catalog.register_image(again, "v20260615", "22.04", ["16"], "a" * 128, "upload")[0]
     assert catalog.load(catalog.dump(doc))["trust"] == again["trust"]
 
 
 def test_the_policy_names_the_keys_by_id_and_relaxes_only_with_the_reason():
-    doc, _ = catalog.set_trust(catalog.empty(), trust())
+    doc = catalog.set_trust(catalog.empty(), trust())[0]
     policy = catalog.trust_policy(doc)
     assert [(r["key"], r["name"], r["streams"]) for r in policy["rules"]] == [
         (KEY_ID, "release-2026", ["22.04"])
@@ -88,11 +88,11 @@ def test_the_signature_record_keeps_the_verdict_and_never_the_key_material():
 
 
 def signed_catalog(record, section=None):
-    doc, _ = catalog.register_image(catalog.empty(), "v20260615", "22.04", ["16"], "a" * 128, "upload")
+    doc = catalog.register_image(catalog.empty(), "v20260615", "22.04", ["16"], "a" * 128, "upload")[0]
     if record is not None:
         doc["images"]["v20260615"]["signature"] = record
     if section is not None:
-        doc, _ = catalog.set_trust(doc, section)
+        doc = catalog.set_trust(doc, section)[0]
     return doc
 
 
