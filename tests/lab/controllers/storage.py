@@ -23,6 +23,8 @@ from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .snapshots import SnapshotController
 from .volumes import (
+    HOSTPATH_CSI_DRIVER,
+    RBD_CSI_DRIVER,
     copy_data,
     core_types,
     disk_image_path,
@@ -44,7 +46,6 @@ MODE_CHANGE_ANNOTATION = "snapshot.storage.kubernetes.io/allow-volume-mode-chang
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # A StorageClass parameter: its volumes are CSI volumes with no path on the PersistentVolume (lab-rbd).
 CSI_PARAMETER = "lab.goldenimage.io/csi"
-CSI_DRIVER = "rbd.lab.goldenimage.io"
 LONGHORN = "driver.longhorn.io"
 IMAGE_ID_ANNOTATION = "harvesterhci.io/imageId"
 QCOW2_MAGIC = b"QFI\xfb"
@@ -341,7 +342,11 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
         if (sc.get("parameters") or {}).get(CSI_PARAMETER) == "true":
             # A CSI volume, as Ceph RBD's: nothing on the PersistentVolume says where its bytes are, so only
             # a pod (here, the lab's kubelet) reaches them; the lab keeps them at the same path.
-            pv_body["spec"]["csi"] = {"driver": CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
+            pv_body["spec"]["csi"] = {"driver": RBD_CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
+        elif lab.csi_volumes:
+            # The same place for the bytes, reached through a CSI driver the upstream snapshot controller
+            # can snapshot (it refuses any other volume).
+            pv_body["spec"]["csi"] = {"driver": HOSTPATH_CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
         else:
             pv_body["spec"]["hostPath"] = {
                 "path": str(path),
