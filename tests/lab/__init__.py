@@ -187,6 +187,8 @@ class Lab:
 
     def _apply_fixtures(self) -> None:
         """The StorageClasses and the default VolumeSnapshotClass every lab starts with."""
+        from .controllers.volumes import HOSTPATH_CSI_DRIVER, RBD_CSI_DRIVER
+
         sc_rt = self.store.resource("storage.k8s.io", "v1", "storageclasses")
         for name, binding, default in (
             ("lab-fs", "Immediate", True),
@@ -194,9 +196,12 @@ class Lab:
             ("lab-rbd", "Immediate", False),
         ):
             annotations = {DEFAULT_SC_ANNOTATION: "true"} if default else {}
+            provisioner = PROVISIONER
+            if self.upstream_snapshots:  # CSI provisioners, named after their drivers
+                provisioner = RBD_CSI_DRIVER if name == "lab-rbd" else HOSTPATH_CSI_DRIVER
             storage_class = {
                 "metadata": {"name": name, "annotations": annotations},
-                "provisioner": PROVISIONER,
+                "provisioner": provisioner,
                 "reclaimPolicy": "Delete",
                 "volumeBindingMode": binding,
                 "allowVolumeExpansion": True,
@@ -206,8 +211,6 @@ class Lab:
             self.apply(sc_rt, storage_class)
         vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
         if self.upstream_snapshots:
-            from .controllers.volumes import HOSTPATH_CSI_DRIVER, RBD_CSI_DRIVER
-
             # The upstream controller picks a default class by the volume's CSI driver: one per driver.
             drivers = (("lab-snap", HOSTPATH_CSI_DRIVER), ("lab-snap-rbd", RBD_CSI_DRIVER))
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 BETA_DEFAULT_CLASS_ANNOTATION = "storageclass.beta.kubernetes.io/is-default-class"
 MODE_CHANGE_ANNOTATION = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
+# What the API server accepts as a PersistentVolume's `spec.csi.driver` (ValidateCSIDriverName).
+_CSI_DRIVER_NAME = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9]$")
 # A StorageClass parameter: its volumes are CSI volumes with no path on the PersistentVolume (lab-rbd).
 CSI_PARAMETER = "lab.goldenimage.io/csi"
 LONGHORN = "driver.longhorn.io"
@@ -345,8 +348,10 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
             pv_body["spec"]["csi"] = {"driver": RBD_CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
         elif lab.csi_volumes:
             # The same place for the bytes, reached through a CSI driver the upstream snapshot controller
-            # can snapshot (it refuses any other volume).
-            pv_body["spec"]["csi"] = {"driver": HOSTPATH_CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
+            # can snapshot (it refuses any other volume): the class's provisioner, as a CSI provisioner
+            # names its driver, or the lab's hostpath driver for a name no CSI driver can have.
+            driver = provisioner if _CSI_DRIVER_NAME.match(provisioner) else HOSTPATH_CSI_DRIVER
+            pv_body["spec"]["csi"] = {"driver": driver, "volumeHandle": "lab-" + meta["uid"]}
         else:
             pv_body["spec"]["hostPath"] = {
                 "path": str(path),
