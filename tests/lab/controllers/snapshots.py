@@ -341,7 +341,8 @@ class CsiSnapshotDriver(Controller):
     dropped when its policy is Delete, its status cleared, then the content finalizer removed.
 
     Object faults are read on the VolumeSnapshot the content names: ``stuck`` leaves its content
-    uncut (the snapshot stays not ready), ``fail`` makes CreateSnapshot fail.
+    unanswered (uncut, or a pre-provisioned one unchecked: the snapshot stays not ready), ``fail`` makes
+    CreateSnapshot fail.
     """
 
     name = "csi-snapshotter"
@@ -367,10 +368,15 @@ class CsiSnapshotDriver(Controller):
             return self._check(obj)
         return None
 
+    def _held(self, content: dict) -> str | None:
+        """The object fault set on the VolumeSnapshot the content names."""
+        ref = content["spec"].get("volumeSnapshotRef") or {}
+        return self.lab.faults.object_fault("VolumeSnapshot", ref.get("namespace"), ref.get("name", ""))
+
     # --- CreateSnapshot
     def _create(self, content: dict) -> float | None:
         ref = content["spec"].get("volumeSnapshotRef") or {}
-        fault = self.lab.faults.object_fault("VolumeSnapshot", ref.get("namespace"), ref.get("name", ""))
+        fault = self._held(content)
         if fault == "stuck":
             return HELD_RETRY_SECONDS
         name = content["metadata"]["name"]
@@ -411,6 +417,8 @@ class CsiSnapshotDriver(Controller):
 
     # --- ListSnapshots, for a pre-provisioned content
     def _check(self, content: dict) -> float | None:
+        if self._held(content) == "stuck":
+            return HELD_RETRY_SECONDS
         handle = content["spec"]["source"]["snapshotHandle"]
         found = snapshot_data(self.lab, handle)
         if found is None:
