@@ -358,10 +358,10 @@ class CsiSnapshotDriver(Controller):
         if obj["metadata"].get("deletionTimestamp"):
             self._delete(obj)
             return None
-        status = obj.get("status")
-        if source.get("volumeHandle") and not status:
-            return self._create(obj)
-        if status and status.get("readyToUse"):
+        status = obj.get("status") or {}
+        if source.get("volumeHandle") and not status.get("snapshotHandle"):
+            return self._create(obj)  # the first time, and again after a failed cut, as the sidecar retries
+        if status.get("readyToUse"):
             self._unmark(obj)
             return None
         if source.get("snapshotHandle"):
@@ -384,21 +384,21 @@ class CsiSnapshotDriver(Controller):
             return self._error(
                 content, "SnapshotCreationFailed", f"failed to take snapshot {name} without a snapshot class"
             )
-        content = self._mark(content)
+        # A final error (the storage answered) leaves no being-created mark; checked before marking, so a
+        # retry that meets the same error writes nothing.
         if fault == "fail":
-            self._unmark(content)  # a final error: the storage answered
             return self._error(
                 content, "SnapshotCreationFailed", "Failed to create snapshot: injected failure"
             )
         handle = content["spec"]["source"]["volumeHandle"]
         pv = self._volume(handle)
         if pv is None:
-            self._unmark(content)
             msg = "Failed to create snapshot: failed to take snapshot of the volume %s: %s" % (
                 handle,
                 '"volume not found"',
             )
             return self._error(content, "SnapshotCreationFailed", msg)
+        content = self._mark(content)
         size = parse_quantity(((pv.get("spec") or {}).get("capacity") or {}).get("storage", "0"))
         snapshot_handle = f"snapshot-{ref.get('uid') or content['metadata']['uid']}"
         try:

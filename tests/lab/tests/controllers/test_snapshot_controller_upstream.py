@@ -156,3 +156,7 @@ def test_a_failed_cut_reaches_the_snapshot_through_the_controller(mini):
     )
     assert "injected failure" in vs["status"]["error"]["message"]
     assert vs["status"]["readyToUse"] is False
+    # The driver side retries the cut as the sidecar does; once it succeeds the controller clears the error.
+    mini.faults.set_object(f"VolumeSnapshot/{mini.namespace}/broken", None)
+    vs = mini.wait(SNAP, "volumesnapshots", "broken", ready, timeout=30)
+    assert not vs["status"].get("error")
