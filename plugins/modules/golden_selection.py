@@ -42,8 +42,9 @@ description:
     golden per family is verified and the length of the window between the two writes is reported. Neither
     intermediate state is safe, the result explains why, and the selection path is recommended.
   - With O(verify_projects=true) it then waits until every project namespace resolved to the snapshot
-    handle of the selected golden (seeded VolumeSnapshot, its bound content, the content's handle) and
-    fails listing those that did not within O(wait_timeout).
+    handle of the selected golden (seeded VolumeSnapshot, its bound content, the content's handle, and the
+    seeded snapshot C(readyToUse), as the snapshot controller binds a copy whether or not the CSI driver can
+    serve its handle) and fails listing those that did not within O(wait_timeout).
   - That wait talks. One call of the module waits at most O(report_every) seconds (less when a project
     resolves or changes) and returns C(done), a C(line) with the counts, the projects still pending and the
     time since the wait began, and C(resume). The action plugin of the same name calls it again with
@@ -345,7 +346,7 @@ projects:
       description: The handle of the selected golden.
       type: str
     match:
-      description: Whether the two handles are equal.
+      description: Whether the two handles are equal and the project snapshot is C(readyToUse).
       type: bool
     seeded_from:
       description: The C(kube-dc.com/seeded-from) annotation of the project snapshot.

@@ -227,7 +227,7 @@ line:
   type: str
   sample: >-
     VolumeSnapshot golden-images/golden-ubuntu-24-04-20260828-f0dea74da9c5: readyToUse=false,
-    restoreSize=unset, boundVolumeSnapshotContentName=snapcontent-5f3a, error=unset (21s)
+    creationTime=unset, restoreSize=unset, error=unset (21s)
 lines:
   description: Every line printed while the task ran, one per round of the wait.
   returned: always

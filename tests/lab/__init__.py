@@ -29,6 +29,9 @@ PORT_ATTEMPTS = 3
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 CSI_PARAMETER = "lab.goldenimage.io/csi"  # controllers/storage.py: volumes with no path on their PV
 KUBEVIRT_VERSION = "v1.8.2"  # before ExpandDisks went GA (v1.9.0): the feature gate decides
+# Who runs VolumeSnapshots: "upstream" is external-snapshotter's snapshot controller (a child process) with
+# the lab's CSI driver side; "simulated" is controllers/snapshots.py's SnapshotController alone.
+SNAPSHOT_CONTROLLERS = ("upstream", "simulated")
 
 
 class Lab:
@@ -42,6 +45,7 @@ class Lab:
         controllers: list | None = None,
         seed: int | None = None,
         kube_controllers: bool = True,
+        snapshot_controller: str | None = None,
     ):
         self.state_dir = pathlib.Path(state_dir).resolve()
         self.port = port
@@ -53,6 +57,14 @@ class Lab:
         # kube-root-ca.crt ConfigMap in every namespace); a bench that deletes nothing runs without it,
         # so two objects per seeded namespace are not still being written while it measures.
         self.kube_controllers = kube_controllers
+        self.snapshot_controller = (
+            snapshot_controller or os.environ.get("LAB_SNAPSHOT_CONTROLLER") or "simulated"
+        )
+        if self.snapshot_controller not in SNAPSHOT_CONTROLLERS:
+            raise ValueError(
+                "snapshot_controller %r: use one of %s (or LAB_SNAPSHOT_CONTROLLER)"
+                % (self.snapshot_controller, ", ".join(SNAPSHOT_CONTROLLERS))
+            )
         self.store = None  # an ApiStore once started
         self.faults = Faults(seed=seed)
         self.tokens = Tokens()
@@ -85,10 +97,13 @@ class Lab:
                 store=self.store,
                 state_dir=self.state_dir,
                 faults=self.faults,
+                csi_volumes=self.upstream_snapshots,
             )
             classes = (
                 self._controller_classes if self._controller_classes is not None else default_controllers()
             )
+            if self.upstream_snapshots:
+                classes = _driver_side(classes)
             self.controller_manager = ControllerManager(lab_context, classes)
             self.apiserver.register_admission(self.store)
             self.controller_manager.start()
@@ -150,7 +165,13 @@ class Lab:
         self.apiserver.wait_for_crds(self.store)
         if self.kube_controllers:
             self.apiserver.start_controller_manager()
+        if self.upstream_snapshots:
+            self.apiserver.start_snapshot_controller()
         self._apply_fixtures()
+
+    @property
+    def upstream_snapshots(self) -> bool:
+        return self.snapshot_controller == "upstream"
 
     def _apply_crds(self) -> None:
         from .crdload import load_crds
@@ -166,6 +187,8 @@ class Lab:
 
     def _apply_fixtures(self) -> None:
         """The StorageClasses and the default VolumeSnapshotClass every lab starts with."""
+        from .controllers.volumes import HOSTPATH_CSI_DRIVER, RBD_CSI_DRIVER
+
         sc_rt = self.store.resource("storage.k8s.io", "v1", "storageclasses")
         for name, binding, default in (
             ("lab-fs", "Immediate", True),
@@ -173,9 +196,12 @@ class Lab:
             ("lab-rbd", "Immediate", False),
         ):
             annotations = {DEFAULT_SC_ANNOTATION: "true"} if default else {}
+            provisioner = PROVISIONER
+            if self.upstream_snapshots:  # CSI provisioners, named after their drivers
+                provisioner = RBD_CSI_DRIVER if name == "lab-rbd" else HOSTPATH_CSI_DRIVER
             storage_class = {
                 "metadata": {"name": name, "annotations": annotations},
-                "provisioner": PROVISIONER,
+                "provisioner": provisioner,
                 "reclaimPolicy": "Delete",
                 "volumeBindingMode": binding,
                 "allowVolumeExpansion": True,
@@ -184,12 +210,18 @@ class Lab:
                 storage_class["parameters"] = {CSI_PARAMETER: "true"}
             self.apply(sc_rt, storage_class)
         vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
-        snapshot_class = {
-            "metadata": {"name": "lab-snap", "annotations": {DEFAULT_VSC_ANNOTATION: "true"}},
-            "driver": PROVISIONER,
-            "deletionPolicy": "Delete",
-        }
-        self.apply(vsc_rt, snapshot_class)
+        if self.upstream_snapshots:
+            # The upstream controller picks a default class by the volume's CSI driver: one per driver.
+            drivers = (("lab-snap", HOSTPATH_CSI_DRIVER), ("lab-snap-rbd", RBD_CSI_DRIVER))
+        else:
+            drivers = (("lab-snap", PROVISIONER),)
+        for name, driver in drivers:
+            snapshot_class = {
+                "metadata": {"name": name, "annotations": {DEFAULT_VSC_ANNOTATION: "true"}},
+                "driver": driver,
+                "deletionPolicy": "Delete",
+            }
+            self.apply(vsc_rt, snapshot_class)
         self._apply_kubevirt()
         self._apply_golden_namespaces()
 
@@ -330,3 +362,10 @@ class Lab:
 
 
 __all__ = ["Lab"]
+
+
+def _driver_side(classes: list) -> list:
+    """The controller classes with the simulated snapshot controller replaced by the CSI driver side."""
+    from .controllers.snapshots import CsiSnapshotDriver, SnapshotController
+
+    return [CsiSnapshotDriver if cls is SnapshotController else cls for cls in classes]

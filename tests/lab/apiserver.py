@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -23,6 +24,11 @@ import urllib.request
 import yaml
 
 BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-apiserver.sh"
+SNAPSHOT_CONTROLLER_SCRIPT = BUILD_SCRIPT.with_name("build-snapshot-controller.sh")
+# The snapshot controller's periods, shortened for tests (upstream: a 15 min resync, retries backing off to
+# 5 min). Readiness does not wait for the resync: a content turning ready requeues its VolumeSnapshot.
+SNAPSHOT_RESYNC = "5s"
+SNAPSHOT_RETRY_MAX = "5s"
 # The kube-controller-manager controllers the lab runs: namespace finalization, owner-reference garbage
 # collection, ServiceAccounts and the kube-root-ca.crt ConfigMap every Pod's kube-api-access volume
 # projects, and the PVC/PV protection controllers that remove the kubernetes.io/pvc-protection and
@@ -88,6 +94,8 @@ class ApiServer:
     """
 
     CONTROLLER_USER = "lab-controllers"
+    # A system user: left out of the audit like the other controllers.
+    SNAPSHOT_CONTROLLER_USER = "system:snapshot-controller"
 
     def __init__(
         self, state_dir, tokens, faults, ca_path: pathlib.Path, key_path: pathlib.Path, port: int = 0
@@ -98,6 +106,7 @@ class ApiServer:
         self.admin_token = tokens.admin_token
         self.controller_token = new_token()
         self.kcm_token = new_token()
+        self.snapshot_token = new_token()
         self.ca_path = ca_path
         self.key_path = key_path
         self.front_port = port
@@ -143,7 +152,15 @@ class ApiServer:
             '%s,lab-admin,lab-admin-uid,"system:masters"\n'
             '%s,%s,lab-controllers-uid,"system:masters"\n'
             '%s,system:kube-controller-manager,kcm-uid,"system:masters"\n'
-            % (self.admin_token, self.controller_token, self.CONTROLLER_USER, self.kcm_token)
+            '%s,%s,snapshot-controller-uid,"system:masters"\n'
+            % (
+                self.admin_token,
+                self.controller_token,
+                self.CONTROLLER_USER,
+                self.kcm_token,
+                self.snapshot_token,
+                self.SNAPSHOT_CONTROLLER_USER,
+            )
         )
         tokens.chmod(0o600)
         webhook = self.write_kubeconfig(
@@ -228,7 +245,37 @@ class ApiServer:
             ],
         )
 
+    def start_snapshot_controller(self) -> None:
+        """The CSI snapshot controller (external-snapshotter's cmd/snapshot-controller), once the
+        snapshot CRDs are served: binding, readiness, deletion and finalizers of VolumeSnapshots and
+        their contents are its own. The driver side it waits on is controllers/snapshots.py."""
+        binary = built_dir(SNAPSHOT_CONTROLLER_SCRIPT, "LAB_SNAPSHOT_CONTROLLER_BIN") / "snapshot-controller"
+        kubeconfig = self.write_kubeconfig(
+            self.dir / "snapshot-controller.kubeconfig", token=self.snapshot_token
+        )
+        self._spawn(
+            "snapshot-controller",
+            [
+                str(binary),
+                "--kubeconfig=%s" % kubeconfig,
+                "--leader-election=false",
+                "--resync-period=%s" % SNAPSHOT_RESYNC,
+                "--retry-interval-max=%s" % SNAPSHOT_RETRY_MAX,
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                # The lab serves no VolumeGroupSnapshot CRDs; with the gate on the controller would look
+                # for them for 30 s before it starts.
+                "--feature-gates=CSIVolumeGroupSnapshot=false",
+                "--v=2",
+            ],
+        )
+
     def _spawn(self, name: str, argv: list[str]) -> None:
+        # A child dies with the process that started it (the kernel's parent-death signal, set by
+        # setpriv before it execs the binary): a lab stopped by a kill -9 or a time limit leaves nothing.
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
         with open(self.dir / ("%s.log" % name), "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._procs.append((name, proc))

@@ -427,15 +427,21 @@ def facts_patch(existing, facts, where):
 
 
 def describe_progress(obj):
-    """One line of snapshot state for wait messages."""
+    """One line of snapshot state for wait messages, and what a wait compares to tell stuck from working.
+
+    Only the driver's answers are in it: readiness (unset is not ready), the cut's ``creationTime``, the
+    ``restoreSize`` and the error. The snapshot controller binds a snapshot to its content (the content
+    name, ``readyToUse: false``) within a second whether or not the CSI driver ever cuts it, so a line with
+    the binding in it would call a snapshot whose driver never answers "still working".
+    """
     if obj is None:
         return "not found"
     status = obj.get("status") or {}
     error = status.get("error")
-    return "readyToUse=%s, restoreSize=%s, boundVolumeSnapshotContentName=%s, error=%s" % (
-        _show(status.get("readyToUse")),
+    return "readyToUse=%s, creationTime=%s, restoreSize=%s, error=%s" % (
+        _show(status.get("readyToUse") is True),
+        _show(status.get("creationTime")),
         _show(status.get("restoreSize")),
-        _show(status.get("boundVolumeSnapshotContentName")),
         _show((error or {}).get("message") if isinstance(error, dict) else error),
     )
 

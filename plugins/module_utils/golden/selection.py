@@ -689,7 +689,16 @@ def project_resolution(namespace, snapshot, contents, expected):
         )
         return entry
     entry["handle"] = handle
-    if handle == expected:
+    status = snapshot.get("status") or {}
+    if handle == expected and status.get("readyToUse") is not True:
+        # The snapshot controller binds a copy to its content whether or not the CSI driver can serve the
+        # handle: a copy the driver has not confirmed serves no clone yet.
+        error = status.get("error") or {}
+        entry["reason"] = "bound to the intended handle, but snapshot %s is not readyToUse%s" % (
+            _name(snapshot),
+            " (%s)" % error.get("message") if isinstance(error, dict) and error.get("message") else "",
+        )
+    elif handle == expected:
         entry["match"] = True
         entry["reason"] = "resolved to the intended handle"
     else:

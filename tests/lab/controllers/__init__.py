@@ -52,6 +52,9 @@ class LabContext:
     state_dir: pathlib.Path
     faults: Faults
     allowed_commands: set[str] = field(default_factory=set)  # extra executables Jobs may run
+    # Provisioned volumes are CSI volumes (no path on the PersistentVolume), as the upstream snapshot
+    # controller needs; set when it runs.
+    csi_volumes: bool = False
 
     @property
     def volumes_dir(self) -> pathlib.Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
 from .snapshots import SnapshotController
 from .volumes import (
+    HOSTPATH_CSI_DRIVER,
+    RBD_CSI_DRIVER,
     copy_data,
     core_types,
     disk_image_path,
@@ -42,9 +45,10 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 BETA_DEFAULT_CLASS_ANNOTATION = "storageclass.beta.kubernetes.io/is-default-class"
 MODE_CHANGE_ANNOTATION = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
+# What the API server accepts as a PersistentVolume's `spec.csi.driver` (ValidateCSIDriverName).
+_CSI_DRIVER_NAME = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9]$")
 # A StorageClass parameter: its volumes are CSI volumes with no path on the PersistentVolume (lab-rbd).
 CSI_PARAMETER = "lab.goldenimage.io/csi"
-CSI_DRIVER = "rbd.lab.goldenimage.io"
 LONGHORN = "driver.longhorn.io"
 IMAGE_ID_ANNOTATION = "harvesterhci.io/imageId"
 QCOW2_MAGIC = b"QFI\xfb"
@@ -341,7 +345,13 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
         if (sc.get("parameters") or {}).get(CSI_PARAMETER) == "true":
             # A CSI volume, as Ceph RBD's: nothing on the PersistentVolume says where its bytes are, so only
             # a pod (here, the lab's kubelet) reaches them; the lab keeps them at the same path.
-            pv_body["spec"]["csi"] = {"driver": CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
+            pv_body["spec"]["csi"] = {"driver": RBD_CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
+        elif lab.csi_volumes:
+            # The same place for the bytes, reached through a CSI driver the upstream snapshot controller
+            # can snapshot (it refuses any other volume): the class's provisioner, as a CSI provisioner
+            # names its driver, or the lab's hostpath driver for a name no CSI driver can have.
+            driver = provisioner if _CSI_DRIVER_NAME.match(provisioner) else HOSTPATH_CSI_DRIVER
+            pv_body["spec"]["csi"] = {"driver": driver, "volumeHandle": "lab-" + meta["uid"]}
         else:
             pv_body["spec"]["hostPath"] = {
                 "path": str(path),

@@ -21,6 +21,13 @@ from ..objects import ResourceType, now_rfc3339
 from . import LabContext
 from .kit import CORE, SNAPSHOT_GROUP
 
+# The CSI drivers the lab plays (PersistentVolume `spec.csi.driver`, VolumeSnapshotClass `driver`): lab-rbd's
+# volumes always, lab-fs's and lab-wffc's when the upstream snapshot controller runs (it snapshots only CSI
+# volumes). A CSI driver name has no "/", so it cannot be the StorageClasses' provisioner name.
+RBD_CSI_DRIVER = "rbd.lab.goldenimage.io"
+HOSTPATH_CSI_DRIVER = "hostpath.lab.goldenimage.io"
+CSI_DRIVERS = (HOSTPATH_CSI_DRIVER, RBD_CSI_DRIVER)
+
 # --------------------------------------------------------------------------- quantities
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)([KMGTPE]i|[numkMGTPE])?$")

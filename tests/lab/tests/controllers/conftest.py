@@ -100,9 +100,10 @@ def until(check: Callable[[], bool], timeout: float = 15, what: str = "condition
 
 
 def install_classes(store: ApiStore) -> None:
-    """The classes the lab does not start with: a Retain VolumeSnapshotClass."""
+    """The classes the lab does not start with: a Retain VolumeSnapshotClass, of lab-snap's driver."""
     vsc_rt = store.resource(SNAP, "v1", "volumesnapshotclasses")
-    body = {"metadata": {"name": "lab-snap-retain"}, "driver": PROVISIONER, "deletionPolicy": "Retain"}
+    driver = store.get(vsc_rt, None, "lab-snap")["driver"]
+    body = {"metadata": {"name": "lab-snap-retain"}, "driver": driver, "deletionPolicy": "Retain"}
     try:
         store.create(vsc_rt, body)
     except ApiError as exc:

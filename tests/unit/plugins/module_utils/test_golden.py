@@ -276,7 +276,14 @@ def test_summary_and_progress():
     assert g.phase({"status": {"error": {"message": "x"}}}) == "Failed"
     assert g.phase({}) == "Pending"
     assert g.describe_progress({"status": {"readyToUse": False, "error": {"message": "boom"}}}) == (
-        "readyToUse=false, restoreSize=unset, boundVolumeSnapshotContentName=unset, error=boom"
+        "readyToUse=false, creationTime=unset, restoreSize=unset, error=boom"
+    )
+    # The controller's binding is no progress of the driver's: a wait compares the same line before it.
+    bound = {"status": {"readyToUse": False, "boundVolumeSnapshotContentName": "snapcontent-1"}}
+    assert g.describe_progress(bound) == g.describe_progress({"metadata": {"name": "s"}})
+    cut = {"status": {"readyToUse": False, "creationTime": "2026-12-07T08:00:00Z", "restoreSize": "1Gi"}}
+    assert g.describe_progress(cut) == (
+        "readyToUse=false, creationTime=2026-12-07T08:00:00Z, restoreSize=1Gi, error=unset"
     )
     assert g.describe_progress(None) == "not found"
 

@@ -385,7 +385,7 @@ def project_snapshot(namespace, bound, seeded_from="golden-images/a", name="gold
             "uid": uid or "u-" + namespace,
             "annotations": {"kube-dc.com/seeded-from": seeded_from},
         },
-        "status": {"boundVolumeSnapshotContentName": bound},
+        "status": {"boundVolumeSnapshotContentName": bound, "readyToUse": bound is not None},
     }
 
 
@@ -546,3 +546,18 @@ def test_a_problem_left_after_moving_the_active_label_fails():
     assert s.active_after_move([]) is None
     with pytest.raises(s.PipelineError, match=r"after moving kube-dc\.com/golden-active: two goldens active"):
         s.active_after_move(["two goldens active"])
+
+
+def test_a_project_copy_bound_to_the_handle_but_not_ready_does_not_resolve():
+    # The snapshot controller binds the copy whatever the driver does; until the driver confirms the
+    # handle (readyToUse) no clone can be served from it.
+    copy = project_snapshot("p", "kdc-p")
+    copy["status"]["readyToUse"] = False
+    bound = content("kdc-p", "H-a", ref_uid="u-p")
+    found = s.project_resolution("p", copy, [bound], "H-a")
+    assert (found["match"], found["handle"]) == (False, "H-a")
+    assert found["reason"] == "bound to the intended handle, but snapshot golden-deb is not readyToUse"
+    copy["status"]["error"] = {"message": "snapshot H-a not found"}
+    assert s.project_resolution("p", copy, [bound], "H-a")["reason"].endswith("(snapshot H-a not found)")
+    copy["status"] = {"boundVolumeSnapshotContentName": "kdc-p", "readyToUse": True}
+    assert s.project_resolution("p", copy, [bound], "H-a")["match"] is True

@@ -366,7 +366,8 @@ class Clock:
 
 
 def project(namespace, handle):
-    """A project namespace, its seeded snapshot and the content that snapshot is bound to."""
+    """A project namespace, its seeded snapshot (ready: the driver confirmed its handle) and the content
+    that snapshot is bound to."""
     bound = content("c-" + namespace, handle)
     bound["spec"]["volumeSnapshotRef"] = {"uid": "u-" + namespace}  # bound back to the snapshot below
     return [
@@ -379,7 +380,7 @@ def project(namespace, handle):
                 "uid": "u-" + namespace,
                 "labels": {"kube-dc.com/golden-os": "deb"},
             },
-            "status": {"boundVolumeSnapshotContentName": "c-" + namespace},
+            "status": {"boundVolumeSnapshotContentName": "c-" + namespace, "readyToUse": True},
         },
         bound,
     ]
