@@ -18,7 +18,7 @@ from tests.lab.controllers.volumes import HOSTPATH_CSI_DRIVER, snapshot_data, vo
 from .conftest import SNAP, install_classes, visit
 from .test_storage_controllers import MIB, bound, pvc_body, ready, snapshot_body, write_pattern
 
-pytestmark = pytest.mark.lab_only
+pytestmark = [pytest.mark.lab_only, pytest.mark.upstream]
 
 SNAPSHOT_BOUND_FINALIZER = "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection"
 CONTROLLER = "snapshot-controller"  # the field manager of the upstream binary's writes
