@@ -39,6 +39,11 @@ def source_digest(source):
     return _raising(linux_golden.source_digest, source)
 
 
+def snapshot_class(classes, wanted=""):
+    """The VolumeSnapshotClass goldens are taken with (``golden.snapshot_class``)."""
+    return _raising(golden.snapshot_class, classes, wanted or "")
+
+
 def gate_os(os_name, family="", chosen=""):
     """The clone gate's guest OS for a golden (``gate.golden_os``)."""
     return _raising(gate.golden_os, os_name, family, chosen)
@@ -68,5 +73,6 @@ class FilterModule(object):
             "linux_golden_plan": linux_golden_plan,
             "linux_golden_secret_refs": linux_golden_secret_refs,
             "pinned_source": pinned_source,
+            "snapshot_class": snapshot_class,
             "source_digest": source_digest,
         }

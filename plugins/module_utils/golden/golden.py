@@ -573,3 +573,47 @@ def plan_golden(
             "its labels and annotations change" % (where, ", ".join(keys))
         )
     return {"action": "stamp", "patch": patch}
+
+
+# The annotation the snapshot controller reads to pick a class for a snapshot that names none.
+DEFAULT_SNAPSHOT_CLASS = "snapshot.storage.kubernetes.io/is-default-class"
+
+
+def snapshot_class(classes, wanted=""):
+    """The VolumeSnapshotClass goldens are taken with, as ``{"name", "defaults"}``; raises GoldenError.
+
+    ``classes``: the cluster's VolumeSnapshotClasses; ``wanted``: the class the caller names, or empty to
+    rely on the default. The snapshot controller picks the default *of the volume's driver* and refuses
+    only when one driver has several defaults, so one default per driver is a valid cluster: ``defaults``
+    maps each driver to its default, and ``name`` is the one default when a single driver has one.
+    """
+    names = [c["metadata"]["name"] for c in classes]
+    listed = ", ".join(names) or "none exists"
+    if wanted:
+        if wanted not in names:
+            raise GoldenError(
+                "VolumeSnapshotClass '%s' (golden_namespaces_snapshot_class) does not exist, so goldens "
+                "cannot be snapshotted with it. Create it for your CSI driver, or name an existing class: %s."
+                % (wanted, listed)
+            )
+        return {"name": wanted, "defaults": {}}
+    by_driver = {}
+    for c in classes:
+        if (c["metadata"].get("annotations") or {}).get(DEFAULT_SNAPSHOT_CLASS) == "true":
+            by_driver.setdefault(c.get("driver") or "", []).append(c["metadata"]["name"])
+    if not by_driver:
+        raise GoldenError(
+            "No VolumeSnapshotClass is annotated %s=true, and golden_namespaces_snapshot_class is empty, "
+            "so there is no class to take goldens with. Name an existing class (%s) or annotate one class "
+            "of your CSI driver as its default." % (DEFAULT_SNAPSHOT_CLASS, listed)
+        )
+    for driver, found in sorted(by_driver.items()):
+        if len(found) > 1:
+            raise GoldenError(
+                "VolumeSnapshotClasses %s of driver %s are all annotated %s=true; the snapshot controller "
+                "refuses to pick one for that driver's volumes. Name the class goldens are taken with "
+                "(golden_namespaces_snapshot_class), or leave one default per driver."
+                % (", ".join(sorted(found)), driver or "(none)", DEFAULT_SNAPSHOT_CLASS)
+            )
+    defaults = {driver: found[0] for driver, found in by_driver.items()}
+    return {"name": next(iter(defaults.values())) if len(defaults) == 1 else "", "defaults": defaults}

@@ -15,6 +15,7 @@ def test_the_filters_are_registered():
         "linux_golden_plan",
         "linux_golden_secret_refs",
         "pinned_source",
+        "snapshot_class",
         "source_digest",
     ]
 

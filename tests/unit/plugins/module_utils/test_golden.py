@@ -426,3 +426,42 @@ def test_a_record_that_is_not_json_is_unproven_not_clean():
 
     reasons = image_facts.exposure_reasons(g.recorded_facts(_with_facts("{not json")))
     assert reasons and "unproven" in reasons[0]
+
+
+def _snapshot_class(name, driver, default=False):
+    annotations = {g.DEFAULT_SNAPSHOT_CLASS: "true"} if default else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "driver": driver}
+
+
+def test_one_default_per_csi_driver_is_a_valid_cluster_as_the_snapshot_controller_has_it():
+    classes = [
+        _snapshot_class("lab-snap", "hostpath.csi", default=True),
+        _snapshot_class("lab-snap-rbd", "rbd.csi", default=True),
+        _snapshot_class("other", "rbd.csi"),
+    ]
+    chosen = g.snapshot_class(classes)
+    assert chosen == {"name": "", "defaults": {"hostpath.csi": "lab-snap", "rbd.csi": "lab-snap-rbd"}}
+    assert g.snapshot_class(classes[:1] + classes[2:]) == {
+        "name": "lab-snap",
+        "defaults": {"hostpath.csi": "lab-snap"},
+    }
+    assert g.snapshot_class(classes, "other") == {"name": "other", "defaults": {}}
+
+
+@pytest.mark.parametrize(
+    "classes, wanted, words",
+    [
+        ([_snapshot_class("a", "d1", True), _snapshot_class("b", "d1", True)], "", "a, b of driver d1"),
+        ([_snapshot_class("a", "d1")], "", "No VolumeSnapshotClass is annotated"),
+        (
+            [_snapshot_class("a", "d1", True)],
+            "missing",
+            "'missing' (golden_namespaces_snapshot_class) does not",
+        ),
+        ([], "", "(none exists)"),
+    ],
+)
+def test_a_snapshot_class_the_controller_could_not_pick_is_refused_naming_the_move(classes, wanted, words):
+    with pytest.raises(g.GoldenError) as err:
+        g.snapshot_class(classes, wanted)
+    assert words in err.value.msg
