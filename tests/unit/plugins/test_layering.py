@@ -1,7 +1,7 @@
 """The layering rule of docs/DESIGN.md, checked by parsing the imports of every file in plugins/.
 
 * every file of ``plugins/module_utils/`` lives in one of the packages of ``PACKAGES`` (a domain, or a
-  backend that adapters of several domains share), each with an ``__init__.py`` that says what it holds;
+  backend that adapters of several domains share), each described in docs/DESIGN.md;
 * pure files (plain names in ``plugins/module_utils/<package>/``, every ``plugins/filter/`` and
   ``plugins/doc_fragments/`` file) import no client library (``kubernetes``, ``kubernetes.core``,
   ``boto3``, ``botocore``, ``amazon.aws``, ``urllib3``), no ``subprocess``/``socket``, no
@@ -249,16 +249,16 @@ def test_every_plugin_file_has_a_layer():
     assert unknown == []
 
 
-def test_module_utils_holds_the_declared_packages_each_saying_what_it_holds():
+def test_module_utils_holds_the_declared_packages_each_described_in_the_design():
     folder = PLUGINS / "module_utils"
     found = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert found == sorted(PACKAGES)
     loose = sorted(p.name for p in folder.glob("*.py"))
     assert loose == [], "a file of module_utils belongs in one of its packages: %s" % loose
+    # Namespace packages, as kubernetes.core's module_utils/k8s/: ansible-test requires an __init__.py
+    # under module_utils to be empty, so what a package holds is said in docs/DESIGN.md alone.
     design = (ROOT / "docs" / "DESIGN.md").read_text()
     for name in PACKAGES:
-        init = folder / name / "__init__.py"
-        assert ast.get_docstring(ast.parse(init.read_text())), "%s says what it holds" % init
         assert "`module_utils/%s/`" % name in design, "docs/DESIGN.md describes module_utils/%s/" % name
 
 
