@@ -22,6 +22,11 @@ description:
     C(/lib/modules/<version>/kernel/...). C(rootfs) holds the root filesystem without the kernel and
     without C(/lib/modules) contents (they ship in the other two), keeping owners, modes
     (setuid/setgid/sticky), symlinks, hard links (as tar links) and portable extended attributes.
+  - The kernel is the hypervisor's C(boot/vmlinux) (or O(kernel_path)) when the root filesystem has
+    it, else the distribution's C(/boot/vmlinuz-<version>). A compressed x86 bzImage is turned into
+    the ELF vmlinux the hypervisors boot the way the kernel's C(scripts/extract-vmlinux) does (the first
+    gzip, xz, bzip2, lzma, LZ4 or zstd payload that decompresses to an ELF); an arm64 C(Image) ships as
+    it is. The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
   - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
     must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
     without O(kernel_version) is refused listing them.
@@ -65,7 +70,9 @@ options:
     description:
       - Where the kernel is in the root filesystem, and its name in the kernel image and in
         C(kernel.filename). Defaults to C(boot/vmlinux) (Firecracker) or C(boot/vmlinux.bin) (Cloud
-        Hypervisor). It must be an uncompressed ELF kernel.
+        Hypervisor). An ELF vmlinux, a compressed x86 bzImage (its vmlinux is extracted and shipped under
+        this name) or an arm64 C(Image).
+      - Omitted and the default missing, C(/boot/vmlinuz-<version>) is taken.
     type: str
   slim:
     description:
@@ -114,7 +121,8 @@ options:
     default: 6
   architecture:
     description:
-      - The OCI platform architecture recorded in each image's config.
+      - The OCI platform architecture recorded in each image's config, and the one the kernel must be
+        built for (checked for C(amd64) and C(arm64) from the ELF machine or the arm64 Image header).
     type: str
     default: amd64
   require_sealed:
@@ -187,7 +195,8 @@ attributes:
     details: With O(deterministic), a rerun finds the same digests and reports C(changed=false).
 notes:
   - Runs on the controller (or wherever the disk is); it needs C(dissect.extfs) and C(dissect.hypervisor)
-    there, as M(goldenimage.pipeline.seal_verify) does.
+    there, as M(goldenimage.pipeline.seal_verify) does. A zstd bzImage needs Python 3.14 or
+    C(backports.zstd); LZ4 is read with C(dissect.util), which C(dissect.extfs) brings.
   - C(/lost+found) at the filesystem root is not archived; sockets never are.
 seealso:
   - module: goldenimage.pipeline.seal_verify
@@ -219,6 +228,14 @@ kernel_version:
   returned: success
   type: str
   sample: "5.10.77"
+kernel_source:
+  description:
+    - Where the kernel came from. C(extracted) is the payload format of the bzImage the vmlinux was
+      extracted from (C(gzip), C(xz), C(bzip2), C(lzma), C(lz4), C(zstd)), null when the file shipped as
+      it is.
+  returned: success
+  type: dict
+  sample: {path: /boot/vmlinuz-6.1.0-57-cloud-amd64, partition: 1, extracted: lz4}
 partition:
   description: The partition read as the root filesystem.
   returned: success
@@ -345,6 +362,7 @@ progress:
     - "14.2 s: blob liquidmetal/ubuntu-2204/rootfs@5b0c3e: 16.0/380.0 MiB (4%), 0.3 s"
 """
 
+import io
 import os
 import tempfile
 import time
@@ -443,10 +461,18 @@ class Runner:
                 _ext4,
                 _partitions,
             )
-            from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _oci
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, _oci
 
-            adapters = {"disk": _disk, "ext4": _ext4, "oci": _oci, "partitions": _partitions}
+            adapters = {
+                "disk": _disk,
+                "ext4": _ext4,
+                "kernel": _kernel,
+                "oci": _oci,
+                "partitions": _partitions,
+            }
         self.io = adapters
+        self.fs = None
+        self.extracted = None
 
     def log(self, line):
         line = "%.1f s: %s" % (time.monotonic() - self.started, line)
@@ -466,9 +492,14 @@ class Runner:
             raise
 
     def _kernel_facts(self, fs, real):
-        """``(head, banner version)`` of the kernel file, read in chunks (a vmlinux is tens of MiB)."""
+        """``(head, banner version, extracted)`` of the kernel file: a bzImage is read whole and its vmlinux
+        extracted (``extracted``: format and bytes); a vmlinux or an arm64 Image is read in chunks."""
         fh = fs.open(fs_entry_inum(self.tree, real))
         head = fh.read(4096)
+        if microvm.kernel_kind(head) == "bzimage":
+            name, vmlinux = self.io["kernel"].extract_vmlinux(head + fh.read(), real)
+            self.log("extracted the vmlinux from /%s (%s, %d bytes)" % (real, name, len(vmlinux)))
+            return vmlinux[:4096], microvm.banner_version(vmlinux), (name, vmlinux)
         banner = microvm.banner_version(head)
         tail = head[-256:]
         while banner is None:
@@ -477,7 +508,13 @@ class Runner:
                 break
             banner = microvm.banner_version(tail + chunk)
             tail = chunk[-256:]
-        return head, banner
+        return head, banner, None
+
+    def _data(self, inum):
+        """A file member's data: the extracted vmlinux, or the file of the filesystem that holds it."""
+        if inum == EXTRACTED:
+            return io.BytesIO(self.extracted)
+        return self.fs.open(inum)
 
     # run -------------------------------------------------------------------------------------------
 
@@ -498,18 +535,19 @@ class Runner:
     def _run(self, settings, layout, image, parts):
         params = self.params
         part = microvm.choose_partition(params["src"], parts, params.get("partition"))
-        fs = self.io["ext4"].Ext4Tree(image, part)
+        self.fs = fs = self.io["ext4"].Ext4Tree(image, part)
         self.log("reading ext4 on %s" % microvm.describe(part))
         self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
         self.log("walked %d entries" % len(tree))
 
         kernel_arcname = microvm.kernel_path_for(params["hypervisor"], params.get("kernel_path"))
-        kernel_real = microvm.locate_kernel(tree, params.get("kernel_path"), params["hypervisor"])
-        head, banner = self._kernel_facts(fs, kernel_real)
-        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"])
         modules = microvm.module_versions(tree)[1]
         configs = microvm.config_versions(tree)
-        version = microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
+        version = microvm.choose_version(modules, configs, settings["kernel_version"], None, kernel_arcname)
+        kernel_real = microvm.locate_kernel(tree, params.get("kernel_path"), params["hypervisor"], version)
+        head, banner, extracted = self._kernel_facts(fs, kernel_real)
+        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], params["architecture"])
+        microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
         checks = seal.linux_checks(fs.view)
         sealed, failed = seal.verdict(checks)
@@ -525,6 +563,13 @@ class Runner:
             settings["slim_groups"],
             tuple(params["keep_locales"]),
         )
+        kernel_source = {"path": "/" + kernel_real, "partition": part["number"], "extracted": None}
+        if extracted:
+            self.extracted = extracted[1]
+            kernel_source["extracted"] = extracted[0]
+            parts_of["kernel"] = microvm.with_data(
+                parts_of["kernel"], kernel_arcname, len(extracted[1]), EXTRACTED
+            )
         mount_point = "/lib/modules/%s" % version
         microvm.check_modules_layout(parts_of["modules"], version, mount_point)
 
@@ -546,11 +591,12 @@ class Runner:
                     parts_of[name], params["deterministic"], settings["epoch"], params["devices"]
                 )
                 skipped.extend(left_out)
-                built[name] = self._build(name, members, fs, layout, scratch, writes, settings)
+                built[name] = self._build(name, members, layout, scratch, writes, settings)
 
             result = {
                 "changed": False,
                 "kernel_version": version,
+                "kernel_source": kernel_source,
                 "partition": dict(
                     (k, part[k]) for k in ("number", "offset", "size", "type", "name", "label")
                 ),
@@ -595,7 +641,7 @@ class Runner:
         result["progress"] = self.progress
         return result
 
-    def _build(self, name, members, fs, layout, scratch, writes, settings):
+    def _build(self, name, members, layout, scratch, writes, settings):
         oci = self.io["oci"]
         params = self.params
         out = path = None
@@ -611,7 +657,7 @@ class Runner:
             self.log("%s layer: %d/%d entries, %.1f MiB" % (name, done, total, raw / 1048576.0))
 
         try:
-            layer = oci.write_layer(members, fs.open, out, params["compression_level"], progress)
+            layer = oci.write_layer(members, self._data, out, params["compression_level"], progress)
         finally:
             if out is not None:
                 out.close()
@@ -709,6 +755,10 @@ class Runner:
                 )
             self.log("%s/%s:%s pushed %s" % (settings["host"], repo, tag, item["digest"]))
         return pushed, before
+
+
+# The member inode number that reads the vmlinux extracted from a bzImage (no inode has it).
+EXTRACTED = -1
 
 
 def fs_entry_inum(tree, path):

@@ -262,35 +262,150 @@ def kernel_path_for(hypervisor, kernel_path=None):
     return HYPERVISOR_KERNEL[hypervisor]
 
 
-def locate_kernel(tree, kernel_path, hypervisor):
-    """The real path of the kernel file, refused when it is missing or not a regular file."""
+def stock_kernel(version):
+    """Where a distribution installs the kernel of ``version``: a compressed bzImage (or an arm64 Image)."""
+    return "boot/vmlinuz-%s" % version
+
+
+def locate_kernel(tree, kernel_path, hypervisor, version=None):
+    """The real path of the kernel file, refused when it is missing or not a regular file.
+
+    Without ``kernel_path``, the hypervisor's vmlinux path is taken when the filesystem has it, else
+    the distribution's ``/boot/vmlinuz-<version>`` (extracted from its bzImage when it is one).
+    """
     wanted = kernel_path_for(hypervisor, kernel_path)
     real = resolve(tree, wanted)
     entry = tree.get(real) if real else None
+    if (entry is None or entry.kind != "file") and not kernel_path and version:
+        real = resolve(tree, stock_kernel(version))
+        entry = tree.get(real) if real else None
+        wanted = "%s or /%s" % (wanted, stock_kernel(version))
     if entry is None or entry.kind != "file":
-        boot = resolve(tree, "boot")
-        present = [posixpath.basename(p) for p in children(tree, boot)] if boot else []
-        kernels = [
-            n for n in present if KERNEL_FILE_PATTERNS[0].match("boot/" + n) and not n.startswith("config-")
-        ]
         raise Refusal(
             "kernel /%s" % wanted,
-            "is not a file in the root filesystem (boot/ holds: %s)" % (", ".join(kernels) or "no kernel"),
-            "set kernel_path to the uncompressed kernel (%s wants /%s)"
+            "is not a file in the root filesystem (boot/ holds: %s)"
+            % (", ".join(boot_kernels(tree)) or "no kernel"),
+            "set kernel_path to the kernel, a vmlinux or a bzImage (%s wants /%s)"
             % (hypervisor, HYPERVISOR_KERNEL[hypervisor]),
         )
     return real
 
 
-def check_kernel_format(path, head, hypervisor):
-    """Firecracker and Cloud Hypervisor boot an uncompressed ELF vmlinux, not a bzImage."""
+def boot_kernels(tree):
+    """The kernel-like file names in the filesystem's ``boot/`` (configs left out)."""
+    boot = resolve(tree, "boot")
+    present = [posixpath.basename(p) for p in children(tree, boot)] if boot else []
+    return [n for n in present if KERNEL_FILE_PATTERNS[0].match("boot/" + n) and not n.startswith("config-")]
+
+
+def with_data(entries, name, size, inum):
+    """``entries`` with the member ``name`` carrying other data (``size`` bytes read through ``inum``):
+    the kernel image ships the vmlinux extracted from the bzImage the filesystem holds."""
+    found = []
+    for entry in entries:
+        if entry.path == name:
+            entry = _renamed(entry, name)
+            entry.size = size
+            entry.inum = inum
+            entry.nlink = 1
+        found.append(entry)
+    return found
+
+
+# The compressed payloads an x86 bzImage may carry, by the bytes that start each stream, in the order
+# the kernel's scripts/extract-vmlinux tries them. Each is a candidate: the first that decompresses to
+# an ELF is the kernel.
+PAYLOAD_MAGIC = (
+    ("gzip", b"\x1f\x8b\x08"),
+    ("xz", b"\xfd7zXZ\x00"),
+    ("bzip2", b"BZh"),
+    ("lzma", b"\x5d\x00\x00\x00"),
+    ("lz4", b"\x02\x21\x4c\x18"),
+    ("zstd", b"\x28\xb5\x2f\xfd"),
+)
+# ELF e_machine of each architecture the module checks (OCI names and kernel names).
+ELF_MACHINE = {"amd64": 62, "x86_64": 62, "arm64": 183, "aarch64": 183}
+ELF_MACHINE_NAMES = {62: "x86_64", 183: "aarch64", 3: "i386", 40: "arm", 243: "riscv", 21: "ppc64"}
+ARM64_IMAGE_MAGIC = b"ARMd"
+# A decompressed kernel larger than this is not a kernel (and not a reason to exhaust memory).
+MAX_VMLINUX = 1024 * 1024 * 1024
+
+
+def kernel_kind(head):
+    """``elf``, ``bzimage`` (x86 boot protocol header), ``arm64-image`` (the ARM64 magic at 56) or None."""
     if head[:4] == b"\x7fELF":
-        return
-    what = "a compressed bzImage" if head[0x202:0x206] == b"HdrS" else "not an ELF kernel"
+        return "elf"
+    if head[0x202:0x206] == b"HdrS":
+        return "bzimage"
+    if head[56:60] == ARM64_IMAGE_MAGIC:
+        return "arm64-image"
+    return None
+
+
+def payload_offsets(data):
+    """``(format, offset)`` of every place in a bzImage where a compressed stream may start, format by
+    format in extract-vmlinux's order, each format's offsets ascending."""
+    for name, magic in PAYLOAD_MAGIC:
+        start = data.find(magic)
+        while start >= 0:
+            yield name, start
+            start = data.find(magic, start + 1)
+
+
+def elf_machine(head):
+    """The ELF ``e_machine`` of ``head`` (None when it is not an ELF), in the header's byte order."""
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    order = "little" if head[5] == 1 else "big"
+    return int.from_bytes(head[18:20], order)
+
+
+def check_kernel_format(path, head, hypervisor, architecture="amd64"):
+    """Firecracker and Cloud Hypervisor boot an uncompressed ELF vmlinux (x86_64) or an arm64 ``Image``.
+
+    ``head`` is the first bytes of the kernel as shipped (after a bzImage was extracted). Returns its
+    kind. An ELF whose machine is not the requested architecture is refused, as is an arm64 ``Image``
+    for another architecture; architectures without an ELF machine here are not checked.
+    """
+    kind = kernel_kind(head)
+    wanted = ELF_MACHINE.get(architecture)
+    if kind == "elf":
+        machine = elf_machine(head)
+        if wanted is not None and machine != wanted:
+            raise Refusal(
+                "kernel /%s" % path,
+                "is an ELF for %s, not for architecture %s"
+                % (ELF_MACHINE_NAMES.get(machine, "machine %s" % machine), architecture),
+                "set architecture to the kernel's, or take the kernel built for %s" % architecture,
+            )
+        return kind
+    if kind == "arm64-image":
+        if wanted is not None and wanted != ELF_MACHINE["arm64"]:
+            raise Refusal(
+                "kernel /%s" % path,
+                "is an arm64 Image, not a kernel for architecture %s" % architecture,
+                "set architecture to arm64, or take the kernel built for %s" % architecture,
+            )
+        return kind
+    what = "a compressed bzImage" if kind == "bzimage" else "not an ELF kernel"
     raise Refusal(
         "kernel /%s" % path,
         "is %s; %s boots an uncompressed ELF vmlinux" % (what, hypervisor),
-        "extract it (scripts/extract-vmlinux) into the image or set kernel_path to the vmlinux",
+        "set kernel_path to the vmlinux or to a bzImage whose payload this module extracts",
+    )
+
+
+def refuse_payload(path, tried, unsupported):
+    """A bzImage none of whose payload candidates decompressed to an ELF kernel."""
+    detail = "no payload decompressed to an ELF kernel"
+    if tried:
+        detail += " (tried: %s)" % ", ".join(tried)
+    if unsupported:
+        detail += "; %s payloads are not read here" % ", ".join(sorted(set(unsupported)))
+    raise Refusal(
+        "kernel /%s" % path,
+        "is a compressed bzImage: %s" % detail,
+        "extract it with the kernel's scripts/extract-vmlinux into the image and set kernel_path to it",
     )
 
 

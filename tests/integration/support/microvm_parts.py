@@ -47,9 +47,10 @@ def missing_tools() -> list[str]:
 
 
 def kernel_bytes(version: str = VERSION, size: int = 64 * 1024) -> bytes:
-    """An ELF header, padding, and the banner a real vmlinux carries in .rodata."""
+    """An x86_64 ELF header (e_machine 62), padding, and the banner a real vmlinux carries in .rodata."""
     banner = b"Linux version %s (builder@liquidmetal) (gcc 12.2.0) #1 SMP\n" % version.encode()
-    body = b"\x7fELF\x02\x01\x01" + bytes(64) + os.urandom(size) + banner + bytes(1024)
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (62).to_bytes(2, "little")
+    body = header + bytes(51) + os.urandom(size) + banner + bytes(1024)
     return body
 
 

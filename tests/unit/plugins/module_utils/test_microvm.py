@@ -1,12 +1,23 @@
-"""The micro-VM image rules over in-memory trees (the disk and registry adapters are covered by
-tests/integration/modules/test_microvm_image.py)."""
+"""The micro-VM image rules over in-memory trees, and the bzImage payload decompression on payloads made
+here (the disk and registry adapters are covered by tests/integration/modules/test_microvm_image.py,
+a real kernel by tests/unit/plugins/modules/test_microvm_image_stock.py)."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
+import struct
+
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import Entry
+
+try:
+    from compression import zstd
+except ImportError:
+    from backports import zstd
 
 V = "5.10.77"
 MIB = 1024 * 1024
@@ -213,14 +224,101 @@ def test_kernel_path_reaches_through_symlinks():
     assert microvm.locate_kernel(tree, "/vmlinux", "firecracker") == "boot/vmlinux"
 
 
-def test_a_bzimage_is_refused():
+def elf(machine=62, version=V):
+    """A minimal 64-bit little-endian ELF header for ``machine``, then a kernel banner."""
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HH", 2, machine) + bytes(44)
+    return header + b"\0Linux version %s (builder@host) (gcc) #1 SMP\n" % version.encode() + bytes(2048)
+
+
+def bzimage(payload):
+    """A fake x86 setup header (``HdrS`` at 0x202), junk, then the compressed payload and its trailer."""
+    head = bytearray(0x4000)
+    head[0x202:0x206] = b"HdrS"
+    head[0x1000:0x1010] = b"\x1f\x8b\x08 not gzip"  # a false candidate that must be skipped
+    return bytes(head) + payload + struct.pack("<I", 4096)
+
+
+def test_a_bzimage_without_a_readable_payload_is_refused():
     head = bytearray(4096)
     head[0x202:0x206] = b"HdrS"
+    assert microvm.kernel_kind(bytes(head)) == "bzimage"
     with pytest.raises(
         Refusal, match="is a compressed bzImage; firecracker boots an uncompressed ELF vmlinux"
     ):
         microvm.check_kernel_format("boot/vmlinux", bytes(head), "firecracker")
-    microvm.check_kernel_format("boot/vmlinux", b"\x7fELF" + bytes(100), "firecracker")
+    with pytest.raises(
+        Refusal,
+        match=r"kernel /boot/vmlinuz-5.10.77: is a compressed bzImage: no payload decompressed to an ELF "
+        r"kernel \(tried: gzip\)",
+    ):
+        _kernel.extract_vmlinux(bzimage(gzip.compress(b"not a kernel" * 100)), "boot/vmlinuz-5.10.77")
+
+
+@pytest.mark.parametrize(
+    "name,compress",
+    [
+        ("gzip", lambda data: gzip.compress(data, mtime=0)),
+        ("xz", lambda data: lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32)),
+        (
+            "lzma",
+            lambda data: lzma.compress(data, format=lzma.FORMAT_ALONE, preset=9),
+        ),  # as the kernel: lzma -9
+        ("bzip2", bz2.compress),
+        ("zstd", lambda data: zstd.compress(data)),
+    ],
+)
+def test_the_vmlinux_is_extracted_from_each_payload_format(name, compress):
+    kernel = elf()
+    found, vmlinux = _kernel.extract_vmlinux(bzimage(compress(kernel)), "boot/vmlinuz-5.10.77")
+    assert (found, vmlinux) == (name, kernel)
+    assert microvm.check_kernel_format("boot/vmlinux", vmlinux, "firecracker", "amd64") == "elf"
+    assert microvm.banner_version(vmlinux) == V
+
+
+def test_payload_candidates_come_format_by_format_in_extract_vmlinux_order():
+    data = b"BZh..\x1f\x8b\x08..\x28\xb5\x2f\xfd..\x1f\x8b\x08"
+    assert list(microvm.payload_offsets(data)) == [("gzip", 5), ("gzip", 16), ("bzip2", 0), ("zstd", 10)]
+
+
+def test_the_kernel_must_be_an_elf_for_the_requested_architecture():
+    assert microvm.elf_machine(elf(183)) == 183
+    assert microvm.elf_machine(b"MZ") is None
+    assert microvm.check_kernel_format("boot/vmlinux", elf(183), "firecracker", "arm64") == "elf"
+    with pytest.raises(
+        Refusal, match="kernel /boot/vmlinux: is an ELF for aarch64, not for architecture amd64"
+    ):
+        microvm.check_kernel_format("boot/vmlinux", elf(183), "firecracker", "amd64")
+    with pytest.raises(Refusal, match="is an ELF for x86_64, not for architecture arm64"):
+        microvm.check_kernel_format("boot/vmlinux", elf(62), "firecracker", "arm64")
+
+
+def test_an_arm64_image_ships_as_is_for_arm64_only():
+    image = bytearray(4096)
+    image[56:60] = b"ARMd"
+    assert microvm.kernel_kind(bytes(image)) == "arm64-image"
+    assert microvm.check_kernel_format("boot/vmlinux", bytes(image), "firecracker", "arm64") == "arm64-image"
+    with pytest.raises(Refusal, match="is an arm64 Image, not a kernel for architecture amd64"):
+        microvm.check_kernel_format("boot/vmlinux", bytes(image), "firecracker", "amd64")
+
+
+def test_without_the_vmlinux_the_distributions_vmlinuz_of_the_version_is_taken():
+    tree = merged_usr({"boot/vmlinuz-5.10.77": "file:100"})
+    del tree["boot/vmlinux"]
+    assert microvm.locate_kernel(tree, None, "firecracker", V) == "boot/vmlinuz-5.10.77"
+    with pytest.raises(Refusal, match=r"kernel /boot/vmlinux or /boot/vmlinuz-5.15.65: is not a file"):
+        microvm.locate_kernel(tree, None, "firecracker", "5.15.65")
+    with pytest.raises(Refusal, match=r"kernel /boot/vmlinux: is not a file"):
+        microvm.locate_kernel(tree, "boot/vmlinux", "firecracker", V)
+
+
+def test_the_extracted_vmlinux_replaces_the_kernel_members_data():
+    entries = [microvm.Entry("boot", "dir"), microvm.Entry("boot/vmlinux", "file", size=10, inum=7, nlink=2)]
+    found = microvm.with_data(entries, "boot/vmlinux", 99, -1)
+    assert [(e.path, e.size, e.inum, e.nlink) for e in found] == [
+        ("boot", 0, 0, 1),
+        ("boot/vmlinux", 99, -1, 1),
+    ]
+    assert entries[1].size == 10
 
 
 # What each image holds ----------------------------------------------------------------------------

@@ -1,0 +1,157 @@
+"""microvm_image on stock distribution disks: a real Debian cloud kernel (a compressed bzImage as the
+distribution installs it at /boot/vmlinuz-<version>) in ext4 made with ``mkfs.ext4 -d``, partitioned
+with ``sgdisk``, read through the runner into an OCI layout.
+
+The kernel package is downloaded once with ``apt-get download`` (the versioned package that
+``linux-image-cloud-amd64`` depends on), unpacked with ``dpkg-deb -x`` into .cache/test-kernels and
+reused from there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pathlib
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
+from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+KERNEL_CACHE = ROOT / ".cache" / "test-kernels"
+META_PACKAGE = "linux-image-cloud-amd64"
+MIB = 1024 * 1024
+TOOLS = ("apt-get", "apt-cache", "dpkg-deb", "mkfs.ext4", "sgdisk", "dd")
+
+
+def run(*command, cwd=None):
+    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True, check=False, cwd=cwd)
+    assert proc.returncode == 0, "%s failed (%d): %s%s" % (
+        command[0],
+        proc.returncode,
+        proc.stdout,
+        proc.stderr,
+    )
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def stock_kernel():
+    """``(boot folder, version)`` of the real kernel package, fetched and unpacked once."""
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    assert not missing, "missing tools (make setup installs them): %s" % ", ".join(missing)
+    found = sorted(KERNEL_CACHE.glob("linux-image-*/boot/vmlinuz-*"))
+    if not found:
+        depends = run("apt-cache", "depends", META_PACKAGE)
+        package = next(
+            line.split(":", 1)[1].strip()
+            for line in depends.splitlines()
+            if line.strip().startswith("Depends:") and "linux-image-" in line
+        )
+        KERNEL_CACHE.mkdir(parents=True, exist_ok=True)
+        scratch = KERNEL_CACHE / (".download-" + package)
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        run("apt-get", "download", package, cwd=scratch)
+        deb = next(scratch.glob("*.deb"))
+        run("dpkg-deb", "-x", deb, scratch / "tree")
+        (scratch / "tree").rename(KERNEL_CACHE / package)
+        shutil.rmtree(scratch)
+        found = sorted(KERNEL_CACHE.glob("linux-image-*/boot/vmlinuz-*"))
+    vmlinuz = found[-1]
+    return vmlinuz.parent, vmlinuz.name[len("vmlinuz-") :]
+
+
+def write(root, files):
+    for name, content in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str) and content.startswith("->"):
+            target.symlink_to(content[2:])
+        else:
+            target.write_bytes(content.encode() if isinstance(content, str) else content)
+    return root
+
+
+def stock_root(root, boot, version, with_boot=True):
+    """A Debian-like merged-/usr root; its /boot holds the distribution's files unless ``with_boot``
+    is false (a separate /boot partition holds them)."""
+    files = {
+        "etc/machine-id": "",
+        "etc/os-release": "ID=debian\nVERSION_ID=12\n",
+        "usr/bin/true": b"\x7fELF",
+        "lib": "->usr/lib",
+        "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: b"\0" * 4096,
+        "usr/lib/modules/%s/modules.dep" % version: "kernel/fs/ext4/ext4.ko:\n",
+    }
+    write(root, files)
+    (root / "boot").mkdir(exist_ok=True)
+    if with_boot:
+        for item in boot.iterdir():
+            shutil.copy(item, root / "boot" / item.name)
+    return root
+
+
+def ext4(path, tree, size):
+    run("mkfs.ext4", "-q", "-F", "-d", tree, path, "%dK" % (size // 1024))
+    return path
+
+
+class Module:
+    check_mode = False
+    _diff = False
+
+    def __init__(self, **params):
+        self.params = {name: spec.get("default") for name, spec in microvm_image.argument_spec().items()}
+        self.params.update(params)
+
+    def log(self, line):
+        pass
+
+
+def build(**params):
+    return microvm_image.Runner(Module(**params)).run()
+
+
+def layer_files(dest, result):
+    """``{name: bytes}`` of the files in an image's one layer, read back from the layout."""
+    blob = pathlib.Path(dest) / "blobs" / "sha256" / result["layer_digest"].split(":", 1)[1]
+    with tarfile.open(fileobj=gzip.open(blob)) as archive:
+        return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+
+
+@pytest.fixture(scope="module")
+def whole_disk(stock_kernel, tmp_path_factory):
+    boot, version = stock_kernel
+    work = tmp_path_factory.mktemp("stock")
+    tree = stock_root(work / "tree", boot, version)
+    return ext4(work / "root.ext4", tree, 64 * MIB), version
+
+
+def test_the_vmlinux_is_extracted_from_the_distributions_bzimage(whole_disk, tmp_path):
+    disk, version = whole_disk
+    result = build(src=str(disk), dest=str(tmp_path / "oci"))
+    assert result["kernel_version"] == version
+    assert result["kernel_source"]["path"] == "/boot/vmlinuz-%s" % version
+    assert result["kernel_source"]["extracted"] in [name for name, _ in microvm.PAYLOAD_MAGIC]
+    files = layer_files(tmp_path / "oci", result["kernel"])
+    vmlinux = files["boot/vmlinux"]
+    assert microvm.elf_machine(vmlinux[:64]) == 62
+    assert microvm.banner_version(vmlinux) == version
+    assert result["kernel"]["content_bytes"] == len(vmlinux) + len(files["boot/config-%s" % version])
+    rootfs = layer_files(tmp_path / "oci", result["rootfs"])
+    assert "boot/vmlinuz-%s" % version not in rootfs
+    again = build(src=str(disk), dest=str(tmp_path / "oci"))
+    assert again["changed"] is False and again["kernel"]["digest"] == result["kernel"]["digest"]
+
+
+def test_the_extracted_kernel_must_match_the_requested_architecture(whole_disk, tmp_path):
+    disk, _ = whole_disk
+    with pytest.raises(
+        Refusal, match=r"kernel /boot/vmlinux: is an ELF for x86_64, not for architecture arm64"
+    ):
+        build(src=str(disk), dest=str(tmp_path / "never"), architecture="arm64")
+    assert not (tmp_path / "never").exists()
