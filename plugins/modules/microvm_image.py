@@ -27,6 +27,10 @@ description:
     the ELF vmlinux the hypervisors boot the way the kernel's C(scripts/extract-vmlinux) does (the first
     gzip, xz, bzip2, lzma, LZ4 or zstd payload that decompresses to an ELF); an arm64 C(Image) ships as
     it is. The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
+  - When the root filesystem's C(/boot) holds no kernel (and no O(kernel_path) is given), the kernel
+    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext
+    partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
+    C(boot), then the smallest other Linux partition); a tie is refused.
   - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
     must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
     without O(kernel_version) is refused listing them.
@@ -236,6 +240,18 @@ kernel_source:
   returned: success
   type: dict
   sample: {path: /boot/vmlinuz-6.1.0-57-cloud-amd64, partition: 1, extracted: lz4}
+boot_partition:
+  description:
+    - The separate C(/boot) partition the kernel came from, as RV(partition); null when the root has it.
+  returned: success
+  type: dict
+  sample:
+    number: 1
+    offset: 1048576
+    size: 536870912
+    type: bc13c2ff-59e6-4262-a352-b275fd6f7172
+    name: boot
+    label: ""
 partition:
   description: The partition read as the root filesystem.
   returned: success
@@ -471,7 +487,7 @@ class Runner:
                 "partitions": _partitions,
             }
         self.io = adapters
-        self.fs = None
+        self.fs = self.boot_fs = None
         self.extracted = None
 
     def log(self, line):
@@ -491,10 +507,10 @@ class Runner:
             image.close()
             raise
 
-    def _kernel_facts(self, fs, real):
+    def _kernel_facts(self, kernel_tree, real):
         """``(head, banner version, extracted)`` of the kernel file: a bzImage is read whole and its vmlinux
         extracted (``extracted``: format and bytes); a vmlinux or an arm64 Image is read in chunks."""
-        fh = fs.open(fs_entry_inum(self.tree, real))
+        fh = self._data(fs_entry_inum(kernel_tree, real))
         head = fh.read(4096)
         if microvm.kernel_kind(head) == "bzimage":
             name, vmlinux = self.io["kernel"].extract_vmlinux(head + fh.read(), real)
@@ -514,7 +530,21 @@ class Runner:
         """A file member's data: the extracted vmlinux, or the file of the filesystem that holds it."""
         if inum == EXTRACTED:
             return io.BytesIO(self.extracted)
+        if isinstance(inum, tuple):
+            return self.boot_fs.open(inum[1])
         return self.fs.open(inum)
+
+    def _boot(self, image, parts, root, tree):
+        """The root's entries with a separate /boot partition's seen mounted at ``boot``, and that
+        partition, when the root holds no kernel; else ``(tree, None)``."""
+        if not microvm.needs_boot_partition(tree, self.params.get("kernel_path")):
+            return tree, None
+        boot = microvm.choose_boot_partition(self.params["src"], parts, root)
+        self.boot_fs = self.io["ext4"].Ext4Tree(image, boot)
+        self.log("reading /boot on %s" % microvm.describe(boot))
+        kernel_tree = dict(tree)
+        kernel_tree.update(microvm.mounted(self.boot_fs.walk(), "boot", BOOT_DEVICE))
+        return kernel_tree, boot
 
     # run -------------------------------------------------------------------------------------------
 
@@ -541,11 +571,14 @@ class Runner:
         self.log("walked %d entries" % len(tree))
 
         kernel_arcname = microvm.kernel_path_for(params["hypervisor"], params.get("kernel_path"))
+        kernel_tree, boot = self._boot(image, parts, part, tree)
         modules = microvm.module_versions(tree)[1]
-        configs = microvm.config_versions(tree)
+        configs = microvm.config_versions(kernel_tree)
         version = microvm.choose_version(modules, configs, settings["kernel_version"], None, kernel_arcname)
-        kernel_real = microvm.locate_kernel(tree, params.get("kernel_path"), params["hypervisor"], version)
-        head, banner, extracted = self._kernel_facts(fs, kernel_real)
+        kernel_real = microvm.locate_kernel(
+            kernel_tree, params.get("kernel_path"), params["hypervisor"], version
+        )
+        head, banner, extracted = self._kernel_facts(kernel_tree, kernel_real)
         microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], params["architecture"])
         microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
@@ -562,8 +595,9 @@ class Runner:
             configs.get(version),
             settings["slim_groups"],
             tuple(params["keep_locales"]),
+            kernel_tree,
         )
-        kernel_source = {"path": "/" + kernel_real, "partition": part["number"], "extracted": None}
+        kernel_source = {"path": "/" + kernel_real, "partition": (boot or part)["number"], "extracted": None}
         if extracted:
             self.extracted = extracted[1]
             kernel_source["extracted"] = extracted[0]
@@ -600,6 +634,8 @@ class Runner:
                 "partition": dict(
                     (k, part[k]) for k in ("number", "offset", "size", "type", "name", "label")
                 ),
+                "boot_partition": boot
+                and dict((k, boot[k]) for k in ("number", "offset", "size", "type", "name", "label")),
                 "removed": parts_of["removed"],
                 "hygiene": {"sealed": sealed, "failed": failed, "checks": checks},
                 "left_out": {"entries": skipped, "xattrs": sorted(fs.skipped_xattrs)},
@@ -757,8 +793,10 @@ class Runner:
         return pushed, before
 
 
-# The member inode number that reads the vmlinux extracted from a bzImage (no inode has it).
+# The member inode number that reads the vmlinux extracted from a bzImage (no inode has it), and the
+# device that tags the inode numbers of a separate /boot partition.
 EXTRACTED = -1
+BOOT_DEVICE = "boot"
 
 
 def fs_entry_inum(tree, path):

@@ -37,6 +37,8 @@ ROOT_GPT = {
     "44479540-f297-41b2-9af7-d131d5f0458a": "Linux root (x86)",
 }
 LINUX_MBR = "0x83"
+# The discoverable-partitions type of a separate /boot (XBOOTLDR).
+XBOOTLDR_GPT = "bc13c2ff-59e6-4262-a352-b275fd6f7172"
 
 HYPERVISOR_KERNEL = {"firecracker": "boot/vmlinux", "cloudhypervisor": "boot/vmlinux.bin"}
 IMAGE_NAMES = ("kernel", "modules", "rootfs")
@@ -179,17 +181,80 @@ def choose_partition(src, partitions, selector=None):
             "no Linux partition holds an ext4 filesystem (partitions: %s)" % listing,
             "pass the image's root partition with partition",
         )
-    best_rank = max(_root_rank(p) for p in candidates)
-    candidates = [p for p in candidates if _root_rank(p) == best_rank]
-    largest = max(p["size"] for p in candidates)
-    top = [p for p in candidates if p["size"] == largest]
+    return _best(
+        src,
+        candidates,
+        _root_rank,
+        max,
+        "Linux partition could be the root",
+        "set partition to the root's number or label",
+    )
+
+
+def _best(src, candidates, rank, size_pick, what, hint):
+    """The one candidate of the highest ``rank`` and then the size ``size_pick`` (max or min) picks; a
+    tie is refused."""
+    best_rank = max(rank(p) for p in candidates)
+    candidates = [p for p in candidates if rank(p) == best_rank]
+    size = size_pick(p["size"] for p in candidates)
+    top = [p for p in candidates if p["size"] == size]
     if len(top) > 1:
-        raise Refusal(
-            "%s" % src,
-            "more than one Linux partition could be the root: %s" % "; ".join(describe(p) for p in top),
-            "set partition to the root's number or label",
-        )
+        raise Refusal("%s" % src, "more than one %s: %s" % (what, "; ".join(describe(p) for p in top)), hint)
     return top[0]
+
+
+def _boot_rank(part):
+    """3 for the XBOOTLDR type, 2 for a partition named or labelled ``boot``, 1 for another Linux type."""
+    if part["type"] == XBOOTLDR_GPT:
+        return 3
+    if "boot" in (part.get("name"), part.get("label")):
+        return 2
+    return 1 if _root_rank(part) else 0
+
+
+def needs_boot_partition(tree, kernel_path=None):
+    """True when the kernel is looked for in a separate /boot partition: no O(kernel_path) was given
+    and the root filesystem's ``boot/`` holds no kernel (a mount point)."""
+    if kernel_path:
+        return False
+    return not any(n.startswith(("vmlinuz", "vmlinux")) for n in boot_kernels(tree))
+
+
+def choose_boot_partition(src, partitions, root):
+    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is: the
+    ext partitions other than ``root``, the XBOOTLDR type first, then one named or labelled ``boot``,
+    then the other Linux types, the smallest of them; a tie is refused."""
+    candidates = [
+        p
+        for p in partitions
+        if p.get("filesystem") == "ext" and p["number"] != root["number"] and _boot_rank(p)
+    ]
+    if not candidates:
+        raise Refusal(
+            "%s %s" % (src, describe(root)),
+            "holds no kernel in /boot and no other partition holds an ext filesystem (partitions: %s)"
+            % ("; ".join(describe(p) for p in partitions)),
+            "set kernel_path to the kernel inside the root filesystem",
+        )
+    return _best(
+        src,
+        candidates,
+        _boot_rank,
+        min,
+        "partition could be /boot",
+        "name the /boot partition's GPT entry or ext label boot",
+    )
+
+
+def mounted(tree, mount_point, device):
+    """``tree`` (a filesystem's entries) as seen mounted at ``mount_point`` of the root: paths under it,
+    inode numbers as ``(device, inum)`` so that they stay apart from the root filesystem's."""
+    found = {mount_point: Entry(mount_point, "dir", mode=0o755, inum=(device, 2))}
+    for path, entry in tree.items():
+        moved = _renamed(entry, mount_point + "/" + path)
+        moved.inum = (device, entry.inum)
+        found[moved.path] = moved
+    return found
 
 
 # Paths --------------------------------------------------------------------------------------------
@@ -276,15 +341,16 @@ def locate_kernel(tree, kernel_path, hypervisor, version=None):
     wanted = kernel_path_for(hypervisor, kernel_path)
     real = resolve(tree, wanted)
     entry = tree.get(real) if real else None
+    nor = ""
     if (entry is None or entry.kind != "file") and not kernel_path and version:
         real = resolve(tree, stock_kernel(version))
         entry = tree.get(real) if real else None
-        wanted = "%s or /%s" % (wanted, stock_kernel(version))
+        nor = ", nor is /%s" % stock_kernel(version)
     if entry is None or entry.kind != "file":
         raise Refusal(
             "kernel /%s" % wanted,
-            "is not a file in the root filesystem (boot/ holds: %s)"
-            % (", ".join(boot_kernels(tree)) or "no kernel"),
+            "is not a file in the root filesystem%s (boot/ holds: %s)"
+            % (nor, ", ".join(boot_kernels(tree)) or "no kernel"),
             "set kernel_path to the kernel, a vmlinux or a bzImage (%s wants /%s)"
             % (hypervisor, HYPERVISOR_KERNEL[hypervisor]),
         )
@@ -531,22 +597,25 @@ def split(
     config_real=None,
     slim_groups=(),
     keep_locales=DEFAULT_KEEP_LOCALES,
+    kernel_tree=None,
 ):
     """What each image holds: ``{"kernel": [...], "modules": [...], "rootfs": [...]}`` of Entries whose
     ``path`` is the name inside the image, plus ``removed`` (bytes per slim group) and ``dropped``
-    (what the rootfs leaves out because it ships separately).
+    (what the rootfs leaves out because it ships separately). ``kernel_tree`` holds the kernel and its
+    config when they are not in ``tree`` (a separate /boot partition seen mounted).
     """
+    kernel_tree = tree if kernel_tree is None else kernel_tree
     modules_root = module_versions(tree)[0]
     version_dir = modules_root + "/" + version
     kernel = _parents(kernel_arcname)
-    kernel.append(_renamed(tree[kernel_real], kernel_arcname))
+    kernel.append(_renamed(kernel_tree[kernel_real], kernel_arcname))
     if config_real:
         name = (
             posixpath.dirname(kernel_arcname) + "/config-" + version
             if "/" in kernel_arcname
             else "config-" + version
         )
-        kernel.append(_renamed(tree[config_real], name))
+        kernel.append(_renamed(kernel_tree[config_real], name))
     kernel = _unique_dirs(kernel)
 
     modules = []

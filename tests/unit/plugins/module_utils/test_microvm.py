@@ -305,7 +305,10 @@ def test_without_the_vmlinux_the_distributions_vmlinuz_of_the_version_is_taken()
     tree = merged_usr({"boot/vmlinuz-5.10.77": "file:100"})
     del tree["boot/vmlinux"]
     assert microvm.locate_kernel(tree, None, "firecracker", V) == "boot/vmlinuz-5.10.77"
-    with pytest.raises(Refusal, match=r"kernel /boot/vmlinux or /boot/vmlinuz-5.15.65: is not a file"):
+    with pytest.raises(
+        Refusal,
+        match=r"kernel /boot/vmlinux: is not a file in the root filesystem, nor is /boot/vmlinuz-5.15.65",
+    ):
         microvm.locate_kernel(tree, None, "firecracker", "5.15.65")
     with pytest.raises(Refusal, match=r"kernel /boot/vmlinux: is not a file"):
         microvm.locate_kernel(tree, "boot/vmlinux", "firecracker", V)
@@ -548,3 +551,41 @@ def test_require_sealed_refuses_naming_each_failed_check():
         "failed": ["machine_id_empty"],
         "checks": checks,
     }
+
+
+# A separate /boot partition ------------------------------------------------------------------------
+
+
+def test_a_root_without_a_kernel_looks_for_a_boot_partition():
+    assert microvm.needs_boot_partition(merged_usr()) is False
+    empty_boot = tree_of({"boot": "dir", "etc": "dir"})
+    assert microvm.needs_boot_partition(empty_boot) is True
+    assert microvm.needs_boot_partition(empty_boot, "opt/vmlinux") is False
+
+
+def test_the_boot_partition_is_chosen_by_type_then_name_then_size():
+    root = part(3, kind="4f68bce3-e8cd-4db1-96e7-fbcaf984b709", size=900 * MIB)
+    home = part(4, size=300 * MIB)
+    small = part(5, size=200 * MIB)
+    named = part(2, size=500 * MIB, name="boot")
+    xbootldr = part(1, kind=microvm.XBOOTLDR_GPT, size=800 * MIB)
+    esp = part(6, kind="c12a7328-f81f-11d2-ba4b-00a0c93ec93b", fs=None)
+    assert microvm.choose_boot_partition("d.raw", [xbootldr, named, root, home, esp], root) is xbootldr
+    assert microvm.choose_boot_partition("d.raw", [named, root, home, small], root) is named
+    assert microvm.choose_boot_partition("d.raw", [root, home, small], root) is small
+    with pytest.raises(Refusal, match=r"more than one partition could be /boot"):
+        microvm.choose_boot_partition("d.raw", [root, home, part(5, size=300 * MIB)], root)
+    with pytest.raises(
+        Refusal, match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds an ext"
+    ):
+        microvm.choose_boot_partition("d.raw", [root, esp], root)
+
+
+def test_a_boot_partition_is_seen_mounted_with_its_own_inode_numbers():
+    boot = tree_of({"vmlinuz-5.10.77": "file:10", "vmlinuz": "->vmlinuz-5.10.77"})
+    seen = microvm.mounted(boot, "boot", "b")
+    assert sorted(seen) == ["boot", "boot/vmlinuz", "boot/vmlinuz-5.10.77"]
+    assert seen["boot/vmlinuz-5.10.77"].inum == ("b", boot["vmlinuz-5.10.77"].inum)
+    tree = dict(tree_of({"boot": "dir", "etc": "dir"}), **seen)
+    assert microvm.locate_kernel(tree, None, "firecracker", V) == "boot/vmlinuz-5.10.77"
+    assert microvm.resolve(tree, "boot/vmlinuz") == "boot/vmlinuz-5.10.77"

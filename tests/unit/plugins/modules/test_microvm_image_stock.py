@@ -155,3 +155,62 @@ def test_the_extracted_kernel_must_match_the_requested_architecture(whole_disk, 
     ):
         build(src=str(disk), dest=str(tmp_path / "never"), architecture="arm64")
     assert not (tmp_path / "never").exists()
+
+
+def split_boot_disk(path, boot_tree, root_tree):
+    """A GPT disk (sgdisk): partition 1 an ext4 /boot of the XBOOTLDR type, partition 2 the x86-64 root."""
+    boot_start, boot_sectors = 2048, 40 * MIB // 512
+    root_start, root_sectors = boot_start + boot_sectors, 40 * MIB // 512
+    run("truncate", "-s", str((root_start + root_sectors) * 512 + MIB), path)
+    run(
+        "sgdisk",
+        "-n",
+        "1:%d:%d" % (boot_start, boot_start + boot_sectors - 1),
+        "-t",
+        "1:ea00",
+        "-c",
+        "1:boot",
+        "-n",
+        "2:%d:%d" % (root_start, root_start + root_sectors - 1),
+        "-t",
+        "2:8304",
+        "-c",
+        "2:root",
+        path,
+    )
+    for tree, start, sectors in (
+        (boot_tree, boot_start, boot_sectors),
+        (root_tree, root_start, root_sectors),
+    ):
+        part = ext4(path.with_suffix(".part"), tree, sectors * 512)
+        run(
+            "dd",
+            "if=%s" % part,
+            "of=%s" % path,
+            "bs=1M",
+            "seek=%d" % (start * 512),
+            "oflag=seek_bytes",
+            "conv=notrunc",
+            "status=none",
+        )
+        part.unlink()
+    return path
+
+
+def test_the_kernel_comes_from_a_separate_boot_partition(stock_kernel, whole_disk, tmp_path):
+    boot, version = stock_kernel
+    root = stock_root(tmp_path / "root", boot, version, with_boot=False)
+    disk = split_boot_disk(tmp_path / "split.raw", boot, root)
+    result = build(src=str(disk), dest=str(tmp_path / "oci"))
+    assert result["partition"]["number"] == 2
+    assert result["boot_partition"]["number"] == 1 and result["boot_partition"]["name"] == "boot"
+    assert result["kernel_source"]["path"] == "/boot/vmlinuz-%s" % version
+    assert result["kernel_source"]["partition"] == 1
+    files = layer_files(tmp_path / "oci", result["kernel"])
+    assert sorted(files) == ["boot/config-%s" % version, "boot/vmlinux"]
+    assert files["boot/config-%s" % version] == (boot / ("config-%s" % version)).read_bytes()
+    # The same kernel as the one extracted from a root that holds /boot itself.
+    alone = build(src=str(whole_disk[0]), dest=str(tmp_path / "alone"))
+    assert result["kernel"]["digest"] == alone["kernel"]["digest"]
+    assert result["kernel_source"]["extracted"] == alone["kernel_source"]["extracted"]
+    assert not [name for name in layer_files(tmp_path / "oci", result["rootfs"]) if name.startswith("boot/")]
