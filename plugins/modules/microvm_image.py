@@ -22,6 +22,9 @@ description:
     C(/lib/modules/<version>/kernel/...). C(rootfs) holds the root filesystem without the kernel and
     without C(/lib/modules) contents (they ship in the other two), keeping owners, modes
     (setuid/setgid/sticky), symlinks, hard links (as tar links) and portable extended attributes.
+  - A fourth image, C(initrd), holds C(boot/initrd.img) when the disk has an initrd for the kernel
+    version (C(/boot/initrd.img-<version>), or C(/boot/initramfs-<version>.img)); the rootfs then
+    leaves that file out. The snippets name it as the C(initrd) flintlock and CAPMVM take.
   - The kernel is the hypervisor's C(boot/vmlinux) (or O(kernel_path)) when the root filesystem has
     it, else the distribution's C(/boot/vmlinuz-<version>). A compressed x86 bzImage is turned into
     the ELF vmlinux the hypervisors boot the way the kernel's C(scripts/extract-vmlinux) does (the first
@@ -147,7 +150,7 @@ options:
   tags:
     description:
       - The tag of each image in O(dest), and the name of its repository under O(repository) when
-        pushing, as C({kernel, modules, rootfs}) keys.
+        pushing, as C({kernel, modules, rootfs, initrd}) keys.
     type: dict
   registry:
     description:
@@ -161,7 +164,7 @@ options:
     type: str
   tag:
     description:
-      - The tag of the three images in the registry. Defaults to the kernel version.
+      - The tag of the images in the registry. Defaults to the kernel version.
     type: str
   username:
     description:
@@ -295,6 +298,14 @@ rootfs:
     digest: "sha256:..."
     size: 402653184
     reference: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77
+initrd:
+  description: The initrd image (C(boot/initrd.img)), same fields as RV(kernel).
+  returned: when the disk has an initrd for the kernel version
+  type: dict
+  sample:
+    digest: "sha256:..."
+    size: 33554432
+    reference: registry.example.com/liquidmetal/ubuntu-2204/initrd:5.10.77
 removed:
   description: Bytes of file data O(slim) removed, per group (empty without O(slim)).
   returned: success
@@ -303,7 +314,8 @@ removed:
 sizes:
   description:
     - C(source_bytes) is the root filesystem's file data before O(slim), C(rootfs_bytes) after,
-      C(removed_bytes) their difference, and C(shipped_separately) what the kernel and modules images carry.
+      C(removed_bytes) their difference, and C(shipped_separately) what the kernel, modules and
+      initrd images carry.
   returned: success
   type: dict
   sample:
@@ -326,7 +338,11 @@ left_out:
   type: dict
   sample: {entries: ["dev/console (char)"], xattrs: ["/usr/bin/x system.posix_acl_access"]}
 spec:
-  description: The flintlock C(MicroVMSpec) fields the images fill (proto names), to merge into a full spec.
+  description:
+    - The flintlock C(MicroVMSpec) fields the images fill (proto names), to merge into a full spec, with
+      each volume's C(size_in_mb) (its files, a fifth more for the filesystem, and 64 MiB; flintlock
+      ignores it on the root volume today) and C(initrd) when there is one.
+    - Without O(registry), every image reference is left out (see RV(snippet_note)).
   returned: success
   type: dict
   sample:
@@ -337,14 +353,18 @@ spec:
     root_volume:
       id: root
       is_read_only: false
+      size_in_mb: 1024
       source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
     additional_volumes:
       - id: modules
         is_read_only: false
         mount_point: /lib/modules/5.10.77
+        size_in_mb: 180
         source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77}
 capmvm:
-  description: The CAPMVM C(MicrovmMachineTemplate) C(spec.template.spec) fields.
+  description:
+    - The CAPMVM C(MicrovmMachineTemplate) C(spec.template.spec) fields (CAPMVM's volumes have no size), with
+      C(initrd) when there is one. Without O(registry), every image reference is left out.
   returned: success
   type: dict
   sample:
@@ -354,6 +374,13 @@ capmvm:
       - id: modules
         image: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77
         mountPoint: /lib/modules/5.10.77
+snippet_note:
+  description:
+    - Why RV(spec) and RV(capmvm) name no image. The layout's tags are no reference containerd resolves (a
+      bare C(kernel) reads as C(docker.io/library/kernel)); push the images, or copy each tag to a
+      registry, and fill the references in.
+  returned: when O(registry) is not set
+  type: str
 layout:
   description: What the layout held and holds per tag (C(before), C(after)), and whether it changed.
   returned: when O(dest) is set
@@ -596,7 +623,9 @@ class Runner:
             settings["slim_groups"],
             tuple(params["keep_locales"]),
             kernel_tree,
+            microvm.locate_initrd(kernel_tree, version),
         )
+        images = microvm.images_of(parts_of)
         kernel_source = {"path": "/" + kernel_real, "partition": (boot or part)["number"], "extracted": None}
         if extracted:
             self.extracted = extracted[1]
@@ -620,7 +649,7 @@ class Runner:
         try:
             if writes and layout is None:
                 scratch = tempfile.mkdtemp(prefix="microvm-image-")
-            for name in microvm.IMAGE_NAMES:
+            for name in images:
                 members, left_out = microvm.tar_members(
                     parts_of[name], params["deterministic"], settings["epoch"], params["devices"]
                 )
@@ -631,11 +660,8 @@ class Runner:
                 "changed": False,
                 "kernel_version": version,
                 "kernel_source": kernel_source,
-                "partition": dict(
-                    (k, part[k]) for k in ("number", "offset", "size", "type", "name", "label")
-                ),
-                "boot_partition": boot
-                and dict((k, boot[k]) for k in ("number", "offset", "size", "type", "name", "label")),
+                "partition": partition_fields(part),
+                "boot_partition": boot and partition_fields(boot),
                 "removed": parts_of["removed"],
                 "hygiene": {"sealed": sealed, "failed": failed, "checks": checks},
                 "left_out": {"entries": skipped, "xattrs": sorted(fs.skipped_xattrs)},
@@ -646,7 +672,7 @@ class Runner:
                 "source_bytes": rootfs_bytes + removed_bytes,
                 "rootfs_bytes": rootfs_bytes,
                 "removed_bytes": removed_bytes,
-                "shipped_separately": built["kernel"]["content_bytes"] + built["modules"]["content_bytes"],
+                "shipped_separately": sum(built[n]["content_bytes"] for n in images if n != "rootfs"),
             }
             diff = {"before": {}, "after": {}}
             if layout is not None:
@@ -659,19 +685,30 @@ class Runner:
                 result["pushed"] = pushed
                 result["changed"] = result["changed"] or any(pushed.values())
                 diff["before"]["registry"] = before
-                diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in microvm.IMAGE_NAMES)
+                diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in images)
         finally:
             if scratch:
                 for entry in os.listdir(scratch):
                     os.unlink(os.path.join(scratch, entry))
                 os.rmdir(scratch)
 
-        for name in microvm.IMAGE_NAMES:
+        for name in images:
             public = dict((k, v) for k, v in built[name].items() if not k.startswith("_"))
             public["reference"] = refs[name]
             result[name] = public
-        result["spec"] = microvm.microvm_spec(refs, kernel_arcname, version, params["modules_volume_id"])
-        result["capmvm"] = microvm.capmvm_template(refs, kernel_arcname, version, params["modules_volume_id"])
+        # Without a registry the tags are the layout's only: no reference containerd resolves (SNIPPET_NOTE).
+        resolvable = refs if host else None
+        sizes = dict((n, microvm.volume_size_mb(built[n]["content_bytes"])) for n in ("rootfs", "modules"))
+        with_initrd = "initrd" in built
+        volume_id = params["modules_volume_id"]
+        result["spec"] = microvm.microvm_spec(
+            resolvable, kernel_arcname, version, volume_id, sizes, with_initrd
+        )
+        result["capmvm"] = microvm.capmvm_template(
+            resolvable, kernel_arcname, version, volume_id, with_initrd
+        )
+        if not host:
+            result["snippet_note"] = microvm.SNIPPET_NOTE
         if self.module._diff:
             result["diff"] = diff
         result["progress"] = self.progress
@@ -730,7 +767,7 @@ class Runner:
                 before[ref] = entry["digest"]
         tagged = {}
         missing = False
-        for name in microvm.IMAGE_NAMES:
+        for name in built:
             item = built[name]
             tagged[names[name]] = microvm.descriptor(
                 microvm.MEDIA_MANIFEST, item["digest"], len(item["_manifest"])
@@ -744,12 +781,12 @@ class Runner:
         index = microvm.merge_index(existing, tagged)
         changed = missing or index != existing
         if writes:
-            for name in microvm.IMAGE_NAMES:
+            for name in built:
                 layout.put_bytes(built[name]["_config"])
                 layout.put_bytes(built[name]["_manifest"])
             if index != existing:
                 layout.write_index(index, microvm.canonical(index))
-        after = dict((names[n], built[n]["digest"]) for n in microvm.IMAGE_NAMES)
+        after = dict((names[n], built[n]["digest"]) for n in built)
         self.log("layout %s: %s" % (layout.path, "updated" if changed else "already holds these digests"))
         return {"path": layout.path, "changed": changed, "before": before, "after": after}
 
@@ -768,7 +805,7 @@ class Runner:
         )
         pushed = {}
         before = {}
-        for name in microvm.IMAGE_NAMES:
+        for name in built:
             item = built[name]
             repo = "%s/%s" % (repository, names[name])
             current = registry.manifest_digest(repo, tag, microvm.MEDIA_MANIFEST)
@@ -797,6 +834,10 @@ class Runner:
 # device that tags the inode numbers of a separate /boot partition.
 EXTRACTED = -1
 BOOT_DEVICE = "boot"
+
+
+def partition_fields(part):
+    return dict((k, part[k]) for k in ("number", "offset", "size", "type", "name", "label"))
 
 
 def fs_entry_inum(tree, path):

@@ -42,6 +42,20 @@ XBOOTLDR_GPT = "bc13c2ff-59e6-4262-a352-b275fd6f7172"
 
 HYPERVISOR_KERNEL = {"firecracker": "boot/vmlinux", "cloudhypervisor": "boot/vmlinux.bin"}
 IMAGE_NAMES = ("kernel", "modules", "rootfs")
+# The initrd image is built only when the disk has an initrd for the kernel version.
+ALL_IMAGES = IMAGE_NAMES + ("initrd",)
+INITRD_ARCNAME = "boot/initrd.img"
+# Where distributions install the initrd of a kernel version (Debian/Ubuntu, then Fedora/RHEL).
+INITRD_PATHS = ("boot/initrd.img-%s", "boot/initramfs-%s.img")
+# A volume's size: its files, a fifth more for the filesystem's own blocks and inodes, and 64 MiB of room.
+VOLUME_OVERHEAD = 1.2
+VOLUME_ROOM_MB = 64
+SNIPPET_NOTE = (
+    "no registry: the images are only tags in the OCI layout, which flintlock's containerd does not pull "
+    "from, and a bare tag would be read as docker.io/library/<tag>; the image references are left out. "
+    "Push with registry and repository (or copy each tag, for example skopeo copy oci:<dest>:<tag> "
+    "docker://<registry>/<name>:<tag>) and fill them in."
+)
 DEFAULT_KEEP_LOCALES = ("C", "en", "en_US")
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -332,6 +346,15 @@ def stock_kernel(version):
     return "boot/vmlinuz-%s" % version
 
 
+def locate_initrd(tree, version):
+    """The real path of the initrd of ``version`` (a regular file), or None when the disk has none."""
+    for pattern in INITRD_PATHS:
+        real = resolve(tree, pattern % version)
+        if real and tree[real].kind == "file":
+            return real
+    return None
+
+
 def locate_kernel(tree, kernel_path, hypervisor, version=None):
     """The real path of the kernel file, refused when it is missing or not a regular file.
 
@@ -598,11 +621,13 @@ def split(
     slim_groups=(),
     keep_locales=DEFAULT_KEEP_LOCALES,
     kernel_tree=None,
+    initrd_real=None,
 ):
     """What each image holds: ``{"kernel": [...], "modules": [...], "rootfs": [...]}`` of Entries whose
     ``path`` is the name inside the image, plus ``removed`` (bytes per slim group) and ``dropped``
     (what the rootfs leaves out because it ships separately). ``kernel_tree`` holds the kernel and its
-    config when they are not in ``tree`` (a separate /boot partition seen mounted).
+    config when they are not in ``tree`` (a separate /boot partition seen mounted). With ``initrd_real``
+    an ``initrd`` image holds it as ``INITRD_ARCNAME`` and the rootfs leaves it out.
     """
     kernel_tree = tree if kernel_tree is None else kernel_tree
     modules_root = module_versions(tree)[0]
@@ -617,6 +642,9 @@ def split(
         )
         kernel.append(_renamed(kernel_tree[config_real], name))
     kernel = _unique_dirs(kernel)
+    initrd = None
+    if initrd_real:
+        initrd = _parents(INITRD_ARCNAME) + [_renamed(kernel_tree[initrd_real], INITRD_ARCNAME)]
 
     modules = []
     rootfs = []
@@ -635,7 +663,7 @@ def split(
             # Other versions' modules: not in this kernel's images and not in the root filesystem.
             dropped["modules"] += entry.size if entry.kind == "file" else 0
             continue
-        if path in (kernel_real, config_real):
+        if path in (kernel_real, config_real, initrd_real):
             dropped["kernel"] += entry.size
             continue
         group = _slim_group(path, entry, roots)
@@ -653,7 +681,15 @@ def split(
                 seen.add(entry.inum)
                 total += entry.size
         removed[group] = total
-    return {"kernel": kernel, "modules": modules, "rootfs": rootfs, "removed": removed, "dropped": dropped}
+    found = {"kernel": kernel, "modules": modules, "rootfs": rootfs, "removed": removed, "dropped": dropped}
+    if initrd is not None:
+        found["initrd"] = initrd
+    return found
+
+
+def images_of(parts):
+    """The images one run builds, in order: kernel, modules, rootfs, and initrd when the disk has one."""
+    return tuple(name for name in ALL_IMAGES if name in parts)
 
 
 def _slim_group(path, entry, roots):
@@ -876,10 +912,12 @@ def refuse_unsealed(src, checks, sealed, failed):
 
 def layout_tags(tags=None):
     """The tag (and registry repository suffix) of each image; names must be distinct."""
-    names = dict((name, name) for name in IMAGE_NAMES)
+    names = dict((name, name) for name in ALL_IMAGES)
     for key, value in (tags or {}).items():
         if key not in names:
-            raise Refusal("tags.%s" % key, "is not one of the images", "use kernel, modules or rootfs")
+            raise Refusal(
+                "tags.%s" % key, "is not one of the images", "use kernel, modules, rootfs or initrd"
+            )
         if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$", str(value)):
             raise Refusal("tags.%s %r" % (key, value), "is not a valid OCI tag", "use letters, digits, . _ -")
         names[key] = str(value)
@@ -937,7 +975,7 @@ def check_repository(repository):
 def references(host, repository, tag, names):
     """``{image: "host/repository/<name>:tag"}`` (host None: a layout tag only)."""
     found = {}
-    for image in IMAGE_NAMES:
+    for image in ALL_IMAGES:
         if host:
             found[image] = "%s/%s/%s:%s" % (host, repository, names[image], tag)
         else:
@@ -945,30 +983,64 @@ def references(host, repository, tag, names):
     return found
 
 
-def microvm_spec(refs, kernel_filename, version, modules_id="modules"):
-    """The flintlock ``MicroVMSpec`` fields these images fill (proto field names)."""
-    return {
-        "kernel": {"image": refs["kernel"], "filename": kernel_filename, "add_network_config": True},
+def volume_size_mb(content_bytes):
+    """The MiB a volume gets for an image of ``content_bytes`` of file data (see ``VOLUME_OVERHEAD``)."""
+    return int(-(-content_bytes * VOLUME_OVERHEAD // (1024 * 1024))) + VOLUME_ROOM_MB
+
+
+def _image(found, key, ref):
+    if ref is not None:
+        found[key] = ref
+    return found
+
+
+def microvm_spec(refs, kernel_filename, version, modules_id="modules", sizes=None, initrd=False):
+    """The flintlock ``MicroVMSpec`` fields these images fill (proto field names).
+
+    ``refs`` None (no registry) leaves every image reference out (see ``SNIPPET_NOTE``); ``sizes`` gives
+    each volume's ``size_in_mb`` (``{"rootfs": mb, "modules": mb}``); ``initrd`` adds the initrd.
+    """
+    refs = refs or {}
+    sizes = sizes or {}
+    spec = {
+        "kernel": _image(
+            {"filename": kernel_filename, "add_network_config": True}, "image", refs.get("kernel")
+        ),
         "root_volume": {
             "id": "root",
             "is_read_only": False,
-            "source": {"container_source": refs["rootfs"]},
+            "source": _image({}, "container_source", refs.get("rootfs")),
         },
         "additional_volumes": [
             {
                 "id": modules_id,
                 "is_read_only": False,
                 "mount_point": "/lib/modules/%s" % version,
-                "source": {"container_source": refs["modules"]},
+                "source": _image({}, "container_source", refs.get("modules")),
             }
         ],
     }
+    for volume, name in ((spec["root_volume"], "rootfs"), (spec["additional_volumes"][0], "modules")):
+        if name in sizes:
+            volume["size_in_mb"] = sizes[name]
+    if initrd:
+        spec["initrd"] = _image({"filename": INITRD_ARCNAME}, "image", refs.get("initrd"))
+    return spec
 
 
-def capmvm_template(refs, kernel_filename, version, modules_id="modules"):
-    """The ``MicrovmMachineTemplate`` ``spec.template.spec`` fields (CAPMVM's camelCase)."""
-    return {
-        "kernel": {"image": refs["kernel"], "filename": kernel_filename},
-        "rootVolume": {"id": "root", "image": refs["rootfs"]},
-        "volumes": [{"id": modules_id, "image": refs["modules"], "mountPoint": "/lib/modules/%s" % version}],
+def capmvm_template(refs, kernel_filename, version, modules_id="modules", initrd=False):
+    """The ``MicrovmMachineTemplate`` ``spec.template.spec`` fields (CAPMVM's camelCase); ``refs`` None
+    leaves the image references out (CAPMVM's volumes have no size field)."""
+    refs = refs or {}
+    template = {
+        "kernel": _image({"filename": kernel_filename}, "image", refs.get("kernel")),
+        "rootVolume": _image({"id": "root"}, "image", refs.get("rootfs")),
+        "volumes": [
+            _image(
+                {"id": modules_id, "mountPoint": "/lib/modules/%s" % version}, "image", refs.get("modules")
+            )
+        ],
     }
+    if initrd:
+        template["initrd"] = _image({"filename": INITRD_ARCNAME}, "image", refs.get("initrd"))
+    return template

@@ -459,8 +459,10 @@ def test_merge_index_replaces_our_tags_and_keeps_others():
 
 def test_layout_tags_refusals():
     assert microvm.layout_tags({"rootfs": "ubuntu"})["rootfs"] == "ubuntu"
-    with pytest.raises(Refusal, match=r"tags\.initrd: is not one of the images"):
-        microvm.layout_tags({"initrd": "x"})
+    with pytest.raises(
+        Refusal, match=r"tags\.initramfs: is not one of the images; use kernel, modules, rootfs or initrd"
+    ):
+        microvm.layout_tags({"initramfs": "x"})
     with pytest.raises(Refusal, match="is not a valid OCI tag"):
         microvm.layout_tags({"kernel": "a b"})
     with pytest.raises(Refusal, match="name two images the same"):
@@ -589,3 +591,45 @@ def test_a_boot_partition_is_seen_mounted_with_its_own_inode_numbers():
     tree = dict(tree_of({"boot": "dir", "etc": "dir"}), **seen)
     assert microvm.locate_kernel(tree, None, "firecracker", V) == "boot/vmlinuz-5.10.77"
     assert microvm.resolve(tree, "boot/vmlinuz") == "boot/vmlinuz-5.10.77"
+
+
+# The initrd image and the snippets -----------------------------------------------------------------
+
+
+def test_the_initrd_of_the_kernel_version_ships_as_its_own_image():
+    tree = merged_usr()
+    assert microvm.locate_initrd(tree, V) == "boot/initrd.img-5.10.77"
+    assert microvm.locate_initrd(tree, "5.15.65") is None
+    rhel = tree_of({"boot": "dir", "boot/initramfs-5.10.77.img": "file:77"})
+    assert microvm.locate_initrd(rhel, V) == "boot/initramfs-5.10.77.img"
+    parts = microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux", initrd_real="boot/initrd.img-5.10.77")
+    assert [(e.path, e.size) for e in parts["initrd"]] == [("boot", 0), ("boot/initrd.img", 3000)]
+    assert "boot/initrd.img-5.10.77" not in [e.path for e in parts["rootfs"]]
+    assert microvm.images_of(parts) == ("kernel", "modules", "rootfs", "initrd")
+    assert microvm.images_of(microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux")) == microvm.IMAGE_NAMES
+    assert microvm.layout_tags({"initrd": "ramdisk"})["initrd"] == "ramdisk"
+
+
+def test_without_a_registry_the_snippets_name_no_image_containerd_would_misread():
+    refs = microvm.references(None, None, V, microvm.layout_tags())
+    assert refs["kernel"] == "kernel"  # the layout tag, which containerd reads as docker.io/library/kernel
+    spec = microvm.microvm_spec(None, "boot/vmlinux", V, sizes={"rootfs": 900, "modules": 80}, initrd=True)
+    assert spec["kernel"] == {"filename": "boot/vmlinux", "add_network_config": True}
+    assert spec["root_volume"] == {"id": "root", "is_read_only": False, "source": {}, "size_in_mb": 900}
+    assert spec["additional_volumes"][0]["size_in_mb"] == 80
+    assert "container_source" not in spec["additional_volumes"][0]["source"]
+    assert spec["initrd"] == {"filename": "boot/initrd.img"}
+    capmvm = microvm.capmvm_template(None, "boot/vmlinux", V, initrd=True)
+    assert capmvm == {
+        "kernel": {"filename": "boot/vmlinux"},
+        "rootVolume": {"id": "root"},
+        "volumes": [{"id": "modules", "mountPoint": "/lib/modules/5.10.77"}],
+        "initrd": {"filename": "boot/initrd.img"},
+    }
+    assert "docker.io/library" in microvm.SNIPPET_NOTE
+
+
+def test_a_volume_is_sized_for_its_files_and_the_filesystem():
+    assert microvm.volume_size_mb(0) == 64
+    assert microvm.volume_size_mb(100 * MIB) == 184
+    assert microvm.volume_size_mb(100 * MIB + 1) == 185

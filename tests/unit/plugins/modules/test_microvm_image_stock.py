@@ -10,6 +10,7 @@ reused from there.
 from __future__ import annotations
 
 import gzip
+import json
 import pathlib
 import shutil
 import subprocess
@@ -214,3 +215,33 @@ def test_the_kernel_comes_from_a_separate_boot_partition(stock_kernel, whole_dis
     assert result["kernel"]["digest"] == alone["kernel"]["digest"]
     assert result["kernel_source"]["extracted"] == alone["kernel_source"]["extracted"]
     assert not [name for name in layer_files(tmp_path / "oci", result["rootfs"]) if name.startswith("boot/")]
+
+
+def test_an_initrd_becomes_an_image_and_the_layout_only_snippets_name_no_image(stock_kernel, tmp_path):
+    boot, version = stock_kernel
+    root = stock_root(tmp_path / "root", boot, version)
+    initrd = b"070701" + bytes(8000)  # a newc cpio header, as update-initramfs writes
+    write(root, {"boot/initrd.img-%s" % version: initrd, "boot/initrd.img-5.10.0-old": b"old"})
+    disk = ext4(tmp_path / "root.ext4", root, 64 * MIB)
+    result = build(src=str(disk), dest=str(tmp_path / "oci"))
+    assert result["initrd"]["reference"] == "initrd" and result["initrd"]["content_bytes"] == len(initrd)
+    assert layer_files(tmp_path / "oci", result["initrd"]) == {"boot/initrd.img": initrd}
+    rootfs = layer_files(tmp_path / "oci", result["rootfs"])
+    assert "boot/initrd.img-%s" % version not in rootfs and "boot/initrd.img-5.10.0-old" in rootfs
+    index = json.loads((tmp_path / "oci" / "index.json").read_text())
+    tags = sorted(m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"])
+    assert tags == ["initrd", "kernel", "modules", "rootfs"]
+    spec, capmvm = result["spec"], result["capmvm"]
+    assert spec["initrd"] == {"filename": "boot/initrd.img"} and capmvm["initrd"] == {
+        "filename": "boot/initrd.img"
+    }
+    assert "image" not in spec["kernel"] and spec["root_volume"]["source"] == {}
+    assert "image" not in capmvm["rootVolume"] and "image" not in capmvm["volumes"][0]
+    assert "docker.io/library" in result["snippet_note"]
+    assert spec["root_volume"]["size_in_mb"] == microvm.volume_size_mb(result["rootfs"]["content_bytes"])
+    assert spec["additional_volumes"][0]["size_in_mb"] == microvm.volume_size_mb(
+        result["modules"]["content_bytes"]
+    )
+    assert result["sizes"]["shipped_separately"] == sum(
+        result[n]["content_bytes"] for n in ("kernel", "modules", "initrd")
+    )
