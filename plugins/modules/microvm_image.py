@@ -45,6 +45,8 @@ description:
     uses for Linux (empty machine-id, no SSH host keys, no cloud-init instance state, no build
     authorized_keys, no core dumps, small C(/var/log)) and reports them; O(require_sealed) refuses an
     unsealed image.
+  - Refused before anything is written, among others, are a directory given as O(src), and an image that
+    ends before one of its partitions does (a truncated download or copy).
   - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
     distribution API. A rerun that finds the same digests writes and pushes nothing.
 author:
@@ -578,6 +580,7 @@ class Runner:
     def run(self):
         params = self.params
         settings = check_inputs(params)
+        microvm.check_source(params["src"], os.path.isdir(params["src"]))
         layout = None
         if params.get("dest"):
             layout = self.io["oci"].Layout(params["dest"])
@@ -591,6 +594,7 @@ class Runner:
 
     def _run(self, settings, layout, image, parts):
         params = self.params
+        microvm.check_within(params["src"], parts, image.virtual_size)
         part = microvm.choose_partition(params["src"], parts, params.get("partition"))
         self.fs = fs = self.io["ext4"].Ext4Tree(image, part)
         self.log("reading ext4 on %s" % microvm.describe(part))

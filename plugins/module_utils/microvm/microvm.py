@@ -146,6 +146,30 @@ def describe(part):
     )
 
 
+def check_source(src, is_directory):
+    """``src`` is a disk image file; a directory (an unpacked tree, a mount point) is named as one."""
+    if is_directory:
+        raise Refusal(
+            "src %s" % src,
+            "is a directory, not a disk image",
+            "pass the raw or qcow2 disk image file (a root tree is not read; make a disk from it first)",
+        )
+
+
+def check_within(src, partitions, virtual_size):
+    """Every partition lies inside the image: one that ends after the image's last byte means the image
+    was cut short (an interrupted download or copy), and its filesystem would read as damaged."""
+    for part in partitions:
+        end = part["offset"] + part["size"]
+        if end > virtual_size:
+            raise Refusal(
+                "%s %s" % (src, describe(part)),
+                "the image ends at byte %d, before the partition (bytes %d to %d)"
+                % (virtual_size, part["offset"], end),
+                "the image is truncated: copy or download it again and compare its size",
+            )
+
+
 def _root_rank(part):
     """2 for a discoverable-root GPT type, 1 for a generic Linux filesystem type, 0 otherwise."""
     kind = part["type"]

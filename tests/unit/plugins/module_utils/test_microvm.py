@@ -633,3 +633,20 @@ def test_a_volume_is_sized_for_its_files_and_the_filesystem():
     assert microvm.volume_size_mb(0) == 64
     assert microvm.volume_size_mb(100 * MIB) == 184
     assert microvm.volume_size_mb(100 * MIB + 1) == 185
+
+
+def test_a_directory_and_a_truncated_image_are_named_as_such():
+    microvm.check_source("/srv/disk.raw", False)
+    with pytest.raises(
+        Refusal, match=r"src /srv/tree: is a directory, not a disk image; pass the raw or qcow2"
+    ):
+        microvm.check_source("/srv/tree", True)
+    parts = [part(1, size=8 * MIB), part(2, size=100 * MIB)]
+    parts[0]["offset"], parts[1]["offset"] = MIB, 9 * MIB
+    microvm.check_within("d.raw", parts, 109 * MIB)
+    with pytest.raises(
+        Refusal,
+        match=r"d.raw partition 2 .*: the image ends at byte 52428800, before the partition "
+        r"\(bytes 9437184 to 114294784\); the image is truncated",
+    ):
+        microvm.check_within("d.raw", parts, 50 * MIB)

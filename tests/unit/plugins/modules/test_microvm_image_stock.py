@@ -245,3 +245,18 @@ def test_an_initrd_becomes_an_image_and_the_layout_only_snippets_name_no_image(s
     assert result["sizes"]["shipped_separately"] == sum(
         result[n]["content_bytes"] for n in ("kernel", "modules", "initrd")
     )
+
+
+def test_a_truncated_disk_and_a_directory_are_named_as_such(stock_kernel, tmp_path):
+    boot, version = stock_kernel
+    root = stock_root(tmp_path / "root", boot, version, with_boot=False)
+    disk = split_boot_disk(tmp_path / "split.raw", boot, root)
+    with open(disk, "r+b") as fh:
+        fh.truncate(60 * MIB)  # inside the root partition, which ends after 82 MiB
+    with pytest.raises(
+        Refusal, match=r"partition 2 'root'.*: the image ends at byte 62914560, before the partition"
+    ):
+        build(src=str(disk), dest=str(tmp_path / "never"))
+    with pytest.raises(Refusal, match=r"src %s: is a directory, not a disk image" % root):
+        build(src=str(root), dest=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
