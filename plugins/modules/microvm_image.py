@@ -29,7 +29,8 @@ description:
     it, else the distribution's C(/boot/vmlinuz-<version>). A compressed x86 bzImage is turned into
     the ELF vmlinux the hypervisors boot the way the kernel's C(scripts/extract-vmlinux) does (the first
     gzip, xz, bzip2, lzma, LZ4 or zstd payload that decompresses to an ELF); an arm64 C(Image) ships as
-    it is. The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
+    it is, and a wholly compressed one (Debian's arm64 vmlinuz is a gzipped Image) is decompressed.
+    The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
   - When the root filesystem's C(/boot) holds no kernel (and no O(kernel_path) is given), the kernel
     and its config come from a separate C(/boot) partition, chosen the way the root is (an ext
     partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
@@ -80,7 +81,7 @@ options:
       - Where the kernel is in the root filesystem, and its name in the kernel image and in
         C(kernel.filename). Defaults to C(boot/vmlinux) (Firecracker) or C(boot/vmlinux.bin) (Cloud
         Hypervisor). An ELF vmlinux, a compressed x86 bzImage (its vmlinux is extracted and shipped under
-        this name) or an arm64 C(Image).
+        this name) or an arm64 C(Image), plain or compressed.
       - Omitted and the default missing, C(/boot/vmlinuz-<version>) is taken.
     type: str
   slim:
@@ -541,7 +542,7 @@ class Runner:
         extracted (``extracted``: format and bytes); a vmlinux or an arm64 Image is read in chunks."""
         fh = self._data(fs_entry_inum(kernel_tree, real))
         head = fh.read(4096)
-        if microvm.kernel_kind(head) == "bzimage":
+        if microvm.needs_extraction(microvm.kernel_kind(head)):
             name, vmlinux = self.io["kernel"].extract_vmlinux(head + fh.read(), real)
             self.log("extracted the vmlinux from /%s (%s, %d bytes)" % (real, name, len(vmlinux)))
             return vmlinux[:4096], microvm.banner_version(vmlinux), (name, vmlinux)

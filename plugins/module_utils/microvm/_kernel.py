@@ -107,7 +107,8 @@ def decompress(name, data, limit=microvm.MAX_VMLINUX):
 
 
 def extract_vmlinux(data, path):
-    """The ELF vmlinux inside bzImage ``data``; a ``Refusal`` naming what was tried when there is none."""
+    """``(format, kernel)``: the ELF vmlinux inside bzImage ``data`` (or the ELF or arm64 Image a wholly
+    compressed file holds); a ``Refusal`` naming what was tried when there is none."""
     view = memoryview(data)
     tried = []
     unsupported = []
@@ -119,6 +120,6 @@ def extract_vmlinux(data, path):
             continue
         if name not in tried:
             tried.append(name)
-        if found and microvm.kernel_kind(found[:64]) == "elf":
+        if found and microvm.bootable(found):
             return name, found
-    microvm.refuse_payload(path, tried, unsupported)
+    microvm.refuse_payload(path, tried, unsupported, microvm.kernel_kind(data[:4096]))

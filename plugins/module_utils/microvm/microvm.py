@@ -445,14 +445,28 @@ MAX_VMLINUX = 1024 * 1024 * 1024
 
 
 def kernel_kind(head):
-    """``elf``, ``bzimage`` (x86 boot protocol header), ``arm64-image`` (the ARM64 magic at 56) or None."""
+    """``elf``, ``bzimage`` (x86 boot protocol header), ``arm64-image`` (the ARM64 magic at 56),
+    ``compressed`` (a whole file in one of the payload formats: Debian's arm64 vmlinuz is a gzipped
+    Image) or None."""
     if head[:4] == b"\x7fELF":
         return "elf"
     if head[0x202:0x206] == b"HdrS":
         return "bzimage"
     if head[56:60] == ARM64_IMAGE_MAGIC:
         return "arm64-image"
+    if any(head.startswith(magic) for _, magic in PAYLOAD_MAGIC):
+        return "compressed"
     return None
+
+
+def needs_extraction(kind):
+    """A kernel of this kind is decompressed before it ships: the hypervisors boot it uncompressed."""
+    return kind in ("bzimage", "compressed")
+
+
+def bootable(data):
+    """Decompressed ``data`` is a kernel the hypervisors boot: an ELF vmlinux or an arm64 Image."""
+    return kernel_kind(data[:64]) in ("elf", "arm64-image")
 
 
 def payload_offsets(data):
@@ -508,16 +522,16 @@ def check_kernel_format(path, head, hypervisor, architecture="amd64"):
     )
 
 
-def refuse_payload(path, tried, unsupported):
-    """A bzImage none of whose payload candidates decompressed to an ELF kernel."""
-    detail = "no payload decompressed to an ELF kernel"
+def refuse_payload(path, tried, unsupported, kind="bzimage"):
+    """A compressed kernel none of whose payload candidates decompressed to a bootable kernel."""
+    detail = "no payload decompressed to an ELF kernel or an arm64 Image"
     if tried:
         detail += " (tried: %s)" % ", ".join(tried)
     if unsupported:
         detail += "; %s payloads are not read here" % ", ".join(sorted(set(unsupported)))
     raise Refusal(
         "kernel /%s" % path,
-        "is a compressed bzImage: %s" % detail,
+        "is %s: %s" % ("a compressed bzImage" if kind == "bzimage" else "compressed", detail),
         "extract it with the kernel's scripts/extract-vmlinux into the image and set kernel_path to it",
     )
 

@@ -249,7 +249,7 @@ def test_a_bzimage_without_a_readable_payload_is_refused():
     with pytest.raises(
         Refusal,
         match=r"kernel /boot/vmlinuz-5.10.77: is a compressed bzImage: no payload decompressed to an ELF "
-        r"kernel \(tried: gzip\)",
+        r"kernel or an arm64 Image \(tried: gzip\)",
     ):
         _kernel.extract_vmlinux(bzimage(gzip.compress(b"not a kernel" * 100)), "boot/vmlinuz-5.10.77")
 
@@ -290,6 +290,18 @@ def test_the_kernel_must_be_an_elf_for_the_requested_architecture():
         microvm.check_kernel_format("boot/vmlinux", elf(183), "firecracker", "amd64")
     with pytest.raises(Refusal, match="is an ELF for x86_64, not for architecture arm64"):
         microvm.check_kernel_format("boot/vmlinux", elf(62), "firecracker", "arm64")
+
+
+def test_a_gzipped_arm64_image_is_decompressed_as_debian_installs_it():
+    image = bytearray(4096)
+    image[56:60] = b"ARMd"
+    packed = gzip.compress(bytes(image), mtime=0)
+    assert microvm.kernel_kind(packed) == "compressed" and microvm.needs_extraction("compressed")
+    assert _kernel.extract_vmlinux(packed, "boot/vmlinuz-5.10.77") == ("gzip", bytes(image))
+    with pytest.raises(
+        Refusal, match=r"kernel /boot/vmlinuz-5.10.77: is compressed: no payload decompressed"
+    ):
+        _kernel.extract_vmlinux(gzip.compress(b"text" * 100), "boot/vmlinuz-5.10.77")
 
 
 def test_an_arm64_image_ships_as_is_for_arm64_only():
