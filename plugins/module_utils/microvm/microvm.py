@@ -454,7 +454,7 @@ def kernel_kind(head):
         return "bzimage"
     if head[56:60] == ARM64_IMAGE_MAGIC:
         return "arm64-image"
-    if any(head.startswith(magic) for _, magic in PAYLOAD_MAGIC):
+    if any(head.startswith(entry[1]) for entry in PAYLOAD_MAGIC):
         return "compressed"
     return None
 

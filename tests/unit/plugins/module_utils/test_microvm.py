@@ -264,7 +264,7 @@ def test_a_bzimage_without_a_readable_payload_is_refused():
             lambda data: lzma.compress(data, format=lzma.FORMAT_ALONE, preset=9),
         ),  # as the kernel: lzma -9
         ("bzip2", bz2.compress),
-        ("zstd", lambda data: zstd.compress(data)),
+        ("zstd", zstd.compress),
     ],
 )
 def test_the_vmlinux_is_extracted_from_each_payload_format(name, compress):

@@ -137,7 +137,7 @@ def test_the_vmlinux_is_extracted_from_the_distributions_bzimage(whole_disk, tmp
     result = build(src=str(disk), dest=str(tmp_path / "oci"))
     assert result["kernel_version"] == version
     assert result["kernel_source"]["path"] == "/boot/vmlinuz-%s" % version
-    assert result["kernel_source"]["extracted"] in [name for name, _ in microvm.PAYLOAD_MAGIC]
+    assert result["kernel_source"]["extracted"] in [entry[0] for entry in microvm.PAYLOAD_MAGIC]
     files = layer_files(tmp_path / "oci", result["kernel"])
     vmlinux = files["boot/vmlinux"]
     assert microvm.elf_machine(vmlinux[:64]) == 62
@@ -150,7 +150,7 @@ def test_the_vmlinux_is_extracted_from_the_distributions_bzimage(whole_disk, tmp
 
 
 def test_the_extracted_kernel_must_match_the_requested_architecture(whole_disk, tmp_path):
-    disk, _ = whole_disk
+    disk = whole_disk[0]
     with pytest.raises(
         Refusal, match=r"kernel /boot/vmlinux: is an ELF for x86_64, not for architecture arm64"
     ):
