@@ -62,8 +62,8 @@ class _Lz4Legacy:
                 break
             try:
                 block = self.lz4.decompress(bytes(data[offset + 4 : offset + 4 + size]), self.BLOCK)
-            except Exception as exc:  # the pure-Python decoder's CorruptDataError
-                raise ValueError(str(exc)) from exc
+            except Exception:  # the decoder's CorruptDataError: no LZ4 stream starts here
+                return None
             out.append(block)
             total += len(block)
             offset += 4 + size
@@ -94,12 +94,15 @@ def _decompressor(name):
     return None
 
 
+def readable(name):
+    """Whether this host has a reader for payload format ``name``."""
+    return _decompressor(name) is not None
+
+
 def decompress(name, data, limit=microvm.MAX_VMLINUX):
     """The stream of format ``name`` at the start of ``data`` (bytes after it ignored), or None when it
-    does not decompress; ``NotImplementedError`` for a format without a reader here."""
+    does not decompress. ``name`` must be a format ``readable`` answers for."""
     engine = _decompressor(name)
-    if engine is None:
-        raise NotImplementedError(name)
     try:
         return engine.decompress(data, limit)
     except ERRORS:
@@ -113,11 +116,10 @@ def extract_vmlinux(data, path):
     tried = []
     unsupported = []
     for name, offset in microvm.payload_offsets(data):
-        try:
-            found = decompress(name, view[offset:])
-        except NotImplementedError:
+        if not readable(name):
             unsupported.append(name)
             continue
+        found = decompress(name, view[offset:])
         if name not in tried:
             tried.append(name)
         if found and microvm.bootable(found):
