@@ -39,6 +39,25 @@ def run(*command, cwd=None):
     return proc.stdout
 
 
+def download_kernel_package():
+    """``(package, folder)``: the versioned kernel package the meta package names, downloaded."""
+    depends = run("apt-cache", "depends", META_PACKAGE)
+    package = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in depends.splitlines()
+            if line.strip().startswith("Depends:") and "linux-image-" in line
+        ),
+        None,
+    )
+    assert package, "apt-cache depends %s names no linux-image package: %s" % (META_PACKAGE, depends)
+    scratch = KERNEL_CACHE / (".download-" + package)
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    run("apt-get", "download", package, cwd=scratch)
+    return package, scratch
+
+
 @pytest.fixture(scope="session")
 def stock_kernel():
     """``(boot folder, version)`` of the real kernel package, fetched and unpacked once."""
@@ -46,17 +65,13 @@ def stock_kernel():
     assert not missing, "missing tools (make setup installs them): %s" % ", ".join(missing)
     found = sorted(KERNEL_CACHE.glob("linux-image-*/boot/vmlinuz-*"))
     if not found:
-        depends = run("apt-cache", "depends", META_PACKAGE)
-        package = next(
-            line.split(":", 1)[1].strip()
-            for line in depends.splitlines()
-            if line.strip().startswith("Depends:") and "linux-image-" in line
-        )
         KERNEL_CACHE.mkdir(parents=True, exist_ok=True)
-        scratch = KERNEL_CACHE / (".download-" + package)
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir()
-        run("apt-get", "download", package, cwd=scratch)
+        try:
+            package, scratch = download_kernel_package()
+        except AssertionError:
+            # A fresh machine's package lists may be empty, or name a version the mirror has replaced.
+            run("apt-get", "update", "-qq")
+            package, scratch = download_kernel_package()
         deb = next(scratch.glob("*.deb"))
         run("dpkg-deb", "-x", deb, scratch / "tree")
         (scratch / "tree").rename(KERNEL_CACHE / package)
