@@ -32,6 +32,8 @@ CONTROLLER = yaml.safe_load((ROOT / "awx" / "controller" / "goldenimage.yml").re
 # connection variables of its roles, the configure_aap playbook's directory variable.
 AAP = yaml.safe_load((pathlib.Path(__file__).parent / "aap_configuration.yml").read_text())
 FEEDS = AAP["dispatch"]
+# Standard library of a newer Python than the one running the tests, imported first with a fallback.
+NEWER_STDLIB = {"compression"}  # 3.14: compression.zstd, else backports.zstd
 
 
 def _run(*args, **kwargs):
@@ -58,7 +60,11 @@ def third_party_imports():
     wanted = set()
     for name in names:
         top = name.split(".")[0]
-        if top in sys.stdlib_module_names or top in ("ansible", "ansible_collections", "__future__"):
+        if (
+            top in sys.stdlib_module_names
+            or top in NEWER_STDLIB
+            or top in ("ansible", "ansible_collections", "__future__")
+        ):
             continue
         found = dists.get(top) or []
         if len(found) > 1:  # a namespace package: the distribution named after the subpackage
