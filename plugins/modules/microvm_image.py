@@ -131,10 +131,13 @@ options:
     default: 6
   architecture:
     description:
-      - The OCI platform architecture recorded in each image's config, and the one the kernel must be
-        built for (checked for C(amd64) and C(arm64) from the ELF machine or the arm64 Image header).
+      - The disk's OCI platform architecture, recorded in each image's config. Unset, it is read from the
+        disk: the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh), C(/sbin/init), ...).
+      - Set, it must agree with those programs; it is needed only for a root with none of them as an ELF.
+      - The kernel (ELF machine or arm64 C(Image) header) and a sample of the kernel modules (compressed
+        ones decompressed) must be of the same architecture; a mixed disk is refused before anything is
+        written.
     type: str
-    default: amd64
   require_sealed:
     description:
       - Refuse a root filesystem that fails a sealing hygiene check, before anything is written.
@@ -246,6 +249,13 @@ kernel_source:
   returned: success
   type: dict
   sample: {path: /boot/vmlinuz-6.1.0-57-cloud-amd64, partition: 1, extracted: lz4}
+architecture:
+  description:
+    - The disk's architecture as recorded in the images' configs, and the program it was read from (null
+      when the root held no ELF among the programs probed and O(architecture) was taken as set).
+  returned: success
+  type: dict
+  sample: {name: arm64, read_from: /usr/bin/env}
 boot_partition:
   description:
     - The separate C(/boot) partition the kernel came from, as RV(partition); null when the root has it.
@@ -309,6 +319,18 @@ initrd:
     digest: "sha256:..."
     size: 33554432
     reference: registry.example.com/liquidmetal/ubuntu-2204/initrd:5.10.77
+report:
+  description:
+    - What a person reads after a build, one line each - the kernel version and architecture, each image
+      (the initrd when there is one) with its reference, digest, compressed size and bytes of files, what
+      O(slim) removed per group, and the sealing hygiene verdict.
+  returned: success
+  type: list
+  elements: str
+  sample:
+    - kernel 6.1.0-57-cloud-amd64 for amd64 (read from /usr/bin/env)
+    - "initrd: registry.example.com/liquidmetal/debian-12/initrd:6.1.0-57-cloud-amd64 sha256:... (9437184 bytes
+      compressed, 33554432 bytes of files)"
 removed:
   description: Bytes of file data O(slim) removed, per group (empty without O(slim)).
   returned: success
@@ -447,7 +469,7 @@ def argument_spec():
         source_date_epoch=dict(type="int"),
         devices=dict(type="bool", default=False),
         compression_level=dict(type="int", default=6),
-        architecture=dict(type="str", default="amd64"),
+        architecture=dict(type="str"),
         require_sealed=dict(type="bool", default=False),
         modules_volume_id=dict(type="str", default="modules"),
         dest=dict(type="path"),
@@ -556,6 +578,13 @@ class Runner:
             tail = chunk[-256:]
         return head, banner, None
 
+    def _machines(self, tree, paths):
+        """``[(path, ELF machine or None)]`` of the files at ``paths``."""
+        kernel = self.io["kernel"]
+        return [
+            (path, microvm.elf_machine(kernel.elf_head(self._data(tree[path].inum), path))) for path in paths
+        ]
+
     def _data(self, inum):
         """A file member's data: the extracted vmlinux, or the file of the filesystem that holds it."""
         if inum == EXTRACTED:
@@ -610,8 +639,16 @@ class Runner:
         kernel_real = microvm.locate_kernel(
             kernel_tree, params.get("kernel_path"), params["hypervisor"], version
         )
+        architecture, read_from = microvm.disk_architecture(
+            params["src"], self._machines(tree, microvm.architecture_probes(tree)), params.get("architecture")
+        )
+        self.architecture = architecture
+        modules_root = microvm.module_versions(tree)[0]
+        microvm.check_modules_architecture(
+            version, self._machines(tree, microvm.module_probes(tree, modules_root, version)), architecture
+        )
         head, banner, extracted = self._kernel_facts(kernel_tree, kernel_real)
-        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], params["architecture"])
+        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)
         microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
         checks = seal.linux_checks(fs.view)
@@ -665,6 +702,7 @@ class Runner:
                 "changed": False,
                 "kernel_version": version,
                 "kernel_source": kernel_source,
+                "architecture": {"name": architecture, "read_from": read_from},
                 "partition": partition_fields(part),
                 "boot_partition": boot and partition_fields(boot),
                 "removed": parts_of["removed"],
@@ -714,6 +752,7 @@ class Runner:
         )
         if not host:
             result["snippet_note"] = microvm.SNIPPET_NOTE
+        result["report"] = microvm.report(result)
         if self.module._diff:
             result["diff"] = diff
         result["progress"] = self.progress
@@ -744,9 +783,7 @@ class Runner:
         layer_desc = microvm.descriptor(microvm.MEDIA_LAYER, layer["digest"], layer["size"])
         created = microvm.created_at(params["deterministic"], settings["epoch"], time.time())
         labels = {"org.opencontainers.image.title": name}
-        config = microvm.canonical(
-            microvm.image_config(layer["diff_id"], created, params["architecture"], labels)
-        )
+        config = microvm.canonical(microvm.image_config(layer["diff_id"], created, self.architecture, labels))
         config_desc = microvm.descriptor(microvm.MEDIA_CONFIG, oci.digest_of(config), len(config))
         manifest = microvm.canonical(microvm.image_manifest(config_desc, layer_desc))
         self.log("%s layer: %s, %d bytes" % (name, layer["digest"], layer["size"]))

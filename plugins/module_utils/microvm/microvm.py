@@ -536,6 +536,101 @@ def refuse_payload(path, tried, unsupported, kind="bzimage"):
     )
 
 
+# The disk's architecture: the machine of the programs every root runs first, and of its modules.
+ARCH_PROBES = ("usr/bin/env", "bin/sh", "sbin/init", "usr/lib/systemd/systemd", "bin/busybox")
+OCI_ARCHITECTURE = {62: "amd64", 183: "arm64", 3: "386", 40: "arm", 243: "riscv64", 21: "ppc64le"}
+MODULE_SAMPLE = 3
+
+
+def architecture_probes(tree):
+    """Real paths of the root's first programs (at most three, each once) to read the ELF machine of."""
+    found = []
+    for path in ARCH_PROBES:
+        real = resolve(tree, path)
+        if real and tree[real].kind == "file" and real not in found:
+            found.append(real)
+    return found[:3]
+
+
+def module_probes(tree, modules_root, version):
+    """The first ``MODULE_SAMPLE`` kernel modules (``.ko``, compressed or not) of ``version``, by path."""
+    prefix = "%s/%s/" % (modules_root, version)
+    names = sorted(
+        path
+        for path, entry in tree.items()
+        if path.startswith(prefix) and entry.kind == "file" and ".ko" in posixpath.basename(path)
+    )
+    return names[:MODULE_SAMPLE]
+
+
+# Compressed kernel modules by suffix: what kmod reads (``.ko.xz``, ``.ko.zst``, ``.ko.gz``).
+MODULE_COMPRESSION = {".xz": "xz", ".zst": "zstd", ".gz": "gzip"}
+
+
+def module_compression(path):
+    """The payload format of a compressed module at ``path``, or None for a plain file."""
+    return MODULE_COMPRESSION.get(posixpath.splitext(path)[1])
+
+
+def machine_name(machine):
+    return ELF_MACHINE_NAMES.get(machine, "machine %s" % machine)
+
+
+def disk_architecture(src, programs, requested=None):
+    """The OCI architecture of the disk ``src`` from ``programs`` (``[(path, e_machine or None)]``).
+
+    Programs of two machines are a mixed root and refused; a requested architecture the programs
+    contradict is refused; a root with no ELF among them needs ``architecture`` set. Returns
+    ``(architecture, read_from)``: ``read_from`` is the program it was read from, or None when taken as set.
+    """
+    machines = dict((path, machine) for path, machine in programs if machine is not None)
+    if len(set(machines.values())) > 1:
+        raise Refusal(
+            "disk %s" % src,
+            "holds programs of more than one architecture: %s"
+            % ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in sorted(machines.items())),
+            "build from a disk whose root is of one architecture",
+        )
+    if not machines:
+        if requested:
+            return requested, None
+        raise Refusal(
+            "disk %s" % src,
+            "its architecture could not be read: none of /%s is an ELF program" % ", /".join(ARCH_PROBES),
+            "set architecture (amd64 or arm64) to the disk's",
+        )
+    path, machine = sorted(machines.items())[0]
+    found = OCI_ARCHITECTURE.get(machine)
+    if found is None:
+        raise Refusal(
+            "disk %s" % src,
+            "its programs are %s (/%s), an architecture flintlock does not run"
+            % (machine_name(machine), path),
+            "build from an amd64 or arm64 disk",
+        )
+    if requested and requested != found and ELF_MACHINE.get(requested) != machine:
+        raise Refusal(
+            "disk %s" % src,
+            "is a disk for %s (/%s is %s), not for architecture %s"
+            % (found, path, machine_name(machine), requested),
+            "leave architecture unset to take the disk's, or build from a disk made for %s" % requested,
+        )
+    return found, "/" + path
+
+
+def check_modules_architecture(version, modules, architecture):
+    """Kernel modules (``[(path, e_machine or None)]``) must be of the root's ``architecture``."""
+    wanted = ELF_MACHINE.get(architecture)
+    wrong = [(path, m) for path, m in modules if m is not None and wanted is not None and m != wanted]
+    if wrong:
+        raise Refusal(
+            "kernel modules %s" % version,
+            "are not for architecture %s: %s"
+            % (architecture, ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in wrong)),
+            "take the modules built with the kernel for %s" % architecture,
+        )
+
+
 def banner_version(data):
     """The release in the kernel's ``Linux version X (...)`` banner, or None."""
     found = BANNER.search(data)
@@ -896,6 +991,33 @@ def merge_index(existing, tagged):
         manifests.append(entry)
     manifests.sort(key=lambda e: ((e.get("annotations") or {}).get(REF_NAME, ""), e["digest"]))
     return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests}
+
+
+def report(result):
+    """The lines a person reads after a build: each image with its reference, digest and sizes (the
+    initrd when there is one), the architecture, what slim removed and the sealing verdict."""
+    arch = result["architecture"]
+    lines = [
+        "kernel %s for %s (read from %s)"
+        % (result["kernel_version"], arch["name"], arch["read_from"] or "the architecture option")
+    ]
+    for name in ALL_IMAGES:
+        image = result.get(name)
+        if image:
+            lines.append(
+                "%s: %s %s (%d bytes compressed, %d bytes of files)"
+                % (name, image["reference"], image["digest"], image["size"], image["content_bytes"])
+            )
+    sizes = result["sizes"]
+    lines.append(
+        "root filesystem: %d bytes of files before slim, %d after; removed per group: %s"
+        % (sizes["source_bytes"], sizes["rootfs_bytes"], canonical(result["removed"]).decode())
+    )
+    hygiene = result["hygiene"]
+    lines.append(
+        "sealing hygiene: %s" % ("sealed" if hygiene["sealed"] else "failed " + ", ".join(hygiene["failed"]))
+    )
+    return lines
 
 
 def check_compression_level(level):

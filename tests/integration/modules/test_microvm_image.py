@@ -452,6 +452,7 @@ def test_publish_playbook_end_to_end(made, registry, tmp_path):
     assert result["changed"] is True and result["removed"]["docs"] > 0
     report = first["Size report"]["msg"]
     assert any(line.startswith("without slim: ") and "not measured" not in line for line in report)
+    assert report[0] == "kernel %s for amd64 (read from /usr/bin/env)" % V
     spec = yaml.safe_load((tmp_path / "spec.yml").read_text())
     assert spec["kernel"]["image"] == "%s/playbook/ubuntu/kernel:%s" % (registry.host, V)
     assert spec["additional_volumes"][0]["mount_point"] == "/lib/modules/" + V

@@ -46,12 +46,19 @@ def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
-def kernel_bytes(version: str = VERSION, size: int = 64 * 1024) -> bytes:
-    """An x86_64 ELF header (e_machine 62), padding, and the banner a real vmlinux carries in .rodata."""
+def elf_header(machine: int = 62, kind: int = 2) -> bytes:
+    """A 64-bit little-endian ELF header: ``kind`` 2 an executable, 1 a relocatable (a kernel module)."""
+    return b"\x7fELF\x02\x01\x01" + bytes(9) + kind.to_bytes(2, "little") + machine.to_bytes(2, "little")
+
+
+def kernel_bytes(version: str = VERSION, size: int = 64 * 1024, machine: int = 62) -> bytes:
+    """An ELF header (x86_64 unless told), padding, and the banner a real vmlinux carries in .rodata."""
     banner = b"Linux version %s (builder@liquidmetal) (gcc 12.2.0) #1 SMP\n" % version.encode()
-    header = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (62).to_bytes(2, "little")
-    body = header + bytes(51) + os.urandom(size) + banner + bytes(1024)
-    return body
+    return elf_header(machine) + bytes(51) + os.urandom(size) + banner + bytes(1024)
+
+
+def module_bytes(size: int, machine: int = 62) -> bytes:
+    return elf_header(machine, kind=1) + os.urandom(size)
 
 
 def module_files(version: str = VERSION) -> list[str]:
@@ -68,9 +75,11 @@ def root_tree(root: pathlib.Path, version: str = VERSION, changes: dict | None =
         "etc/os-release": 'ID=ubuntu\nVERSION_ID="22.04"\n',
         "boot/vmlinux": kernel_bytes(version),
         "boot/config-%s" % version: "# Linux/x86 %s Kernel Configuration\nCONFIG_VIRTIO=y\n" % version,
-        "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: os.urandom(8192),
-        "usr/lib/modules/%s/kernel/drivers/net/virtio_net.ko" % version: os.urandom(4096),
+        "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: module_bytes(8192),
+        "usr/lib/modules/%s/kernel/drivers/net/virtio_net.ko" % version: module_bytes(4096),
         "usr/lib/modules/%s/modules.dep" % version: "kernel/fs/ext4/ext4.ko:\n",
+        # This machine's own env: the program the disk's architecture is read from.
+        "usr/bin/env": pathlib.Path("/usr/bin/env").read_bytes(),
         "usr/bin/tool": b"#!/bin/sh\necho tool\n",
         "usr/bin/sgid-tool": b"#!/bin/sh\necho sgid\n",
         "usr/bin/python3.11": os.urandom(2048),

@@ -662,3 +662,111 @@ def test_a_directory_and_a_truncated_image_are_named_as_such():
         r"\(bytes 9437184 to 114294784\); the image is truncated",
     ):
         microvm.check_within("d.raw", parts, 50 * MIB)
+
+
+# The disk's architecture ---------------------------------------------------------------------------
+
+
+def test_architecture_probes_follow_links_and_skip_scripts_and_repeats():
+    tree = tree_of(
+        {"usr": "dir", "usr/bin": "dir", "bin": "->usr/bin", "usr/bin/env": "file:10", "usr/bin/sh": "->env"}
+    )
+    assert microvm.architecture_probes(tree) == ["usr/bin/env"]
+    assert microvm.architecture_probes(tree_of({"etc": "dir"})) == []
+
+
+def test_module_probes_are_the_first_modules_by_path_compressed_or_not():
+    base = "usr/lib/modules/6.1"
+    tree = tree_of(
+        {
+            base + "/kernel/c.ko.zst": "file:1",
+            base + "/kernel/a.ko": "file:1",
+            base + "/kernel/b.ko.xz": "file:1",
+            base + "/kernel/d.ko": "file:1",
+            base + "/modules.dep": "file:1",
+            "usr/lib/modules/6.2/kernel/0.ko": "file:1",
+        }
+    )
+    assert microvm.module_probes(tree, "usr/lib/modules", "6.1") == [
+        base + "/kernel/a.ko",
+        base + "/kernel/b.ko.xz",
+        base + "/kernel/c.ko.zst",
+    ]
+    assert [microvm.module_compression(p) for p in ("a.ko", "b.ko.xz", "c.ko.zst", "d.ko.gz")] == [
+        None,
+        "xz",
+        "zstd",
+        "gzip",
+    ]
+
+
+def test_the_disk_architecture_is_its_programs_machine():
+    assert microvm.disk_architecture("d.raw", [("usr/bin/env", 183), ("sbin/init", None)]) == (
+        "arm64",
+        "/usr/bin/env",
+    )
+    assert microvm.disk_architecture("d.raw", [("usr/bin/env", 62)], "x86_64") == ("amd64", "/usr/bin/env")
+    assert microvm.disk_architecture("d.raw", [("usr/bin/env", None)], "arm64") == ("arm64", None)
+
+
+@pytest.mark.parametrize(
+    "programs, requested, message",
+    [
+        (
+            [("usr/bin/env", 62), ("sbin/init", 183)],
+            None,
+            "more than one architecture: /sbin/init is aarch64",
+        ),
+        (
+            [("usr/bin/env", 62)],
+            "arm64",
+            r"is a disk for amd64 \(/usr/bin/env is x86_64\), not for architecture",
+        ),
+        ([("usr/bin/env", None)], None, "its architecture could not be read"),
+        ([("usr/bin/env", 8)], None, "machine 8 \\(/usr/bin/env\\), an architecture flintlock does not run"),
+    ],
+)
+def test_a_disk_architecture_that_cannot_be_trusted_is_refused(programs, requested, message):
+    with pytest.raises(Refusal, match=message):
+        microvm.disk_architecture("d.raw", programs, requested)
+
+
+def test_modules_of_another_architecture_are_refused():
+    microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", None)], "amd64")
+    with pytest.raises(
+        Refusal, match=r"kernel modules 6.1: are not for architecture amd64: /b.ko.xz is aarch64"
+    ):
+        microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", 183)], "amd64")
+
+
+def test_a_compressed_modules_elf_header_is_read_after_decompression():
+    import io
+
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x01\x00\xb7\x00" + bytes(100)
+    packed = lzma.compress(header, format=lzma.FORMAT_XZ)
+    assert microvm.elf_machine(_kernel.elf_head(io.BytesIO(packed), "x/a.ko.xz")) == 183
+    assert microvm.elf_machine(_kernel.elf_head(io.BytesIO(gzip.compress(header)), "x/a.ko.gz")) == 183
+    assert microvm.elf_machine(_kernel.elf_head(io.BytesIO(header), "x/a.ko")) == 183
+    assert _kernel.elf_head(io.BytesIO(b"not xz"), "x/a.ko.xz") == b""
+
+
+def test_the_report_names_every_image_the_architecture_and_the_verdict():
+    image = {"reference": "r/%s:1", "digest": "sha256:d", "size": 10, "content_bytes": 30}
+    result = {
+        "kernel_version": "6.1",
+        "architecture": {"name": "arm64", "read_from": None},
+        "kernel": dict(image, reference="r/kernel:1"),
+        "rootfs": dict(image, reference="r/rootfs:1"),
+        "initrd": dict(image, reference="r/initrd:1"),
+        "sizes": {"source_bytes": 100, "rootfs_bytes": 60},
+        "removed": {"docs": 40},
+        "hygiene": {"sealed": False, "failed": ["ssh_host_keys_absent"]},
+    }
+    assert microvm.report(result) == [
+        "kernel 6.1 for arm64 (read from the architecture option)",
+        "kernel: r/kernel:1 sha256:d (10 bytes compressed, 30 bytes of files)",
+        "rootfs: r/rootfs:1 sha256:d (10 bytes compressed, 30 bytes of files)",
+        "initrd: r/initrd:1 sha256:d (10 bytes compressed, 30 bytes of files)",
+        'root filesystem: 100 bytes of files before slim, 60 after; removed per group: {"docs":40}',
+        "sealing hygiene: failed ssh_host_keys_absent",
+    ]
