@@ -132,6 +132,7 @@ bench: setup
 	$(PY) bench/startup.py --objects 500,5000 $(BENCH_SMOKE)
 	$(PY) bench/seal_verify.py --data-gib 1,4,8 $(BENCH_SMOKE)
 	$(PY) bench/os_mirror.py $(BENCH_SMOKE)
+	$(PY) bench/lab_front.py $(BENCH_SMOKE)
 	$(if $(SMOKE),,$(PY) bench/microvm_image.py)
 
 lab-up: setup
