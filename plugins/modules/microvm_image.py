@@ -506,6 +506,7 @@ class Runner:
                 _disk,
                 _ext4,
                 _partitions,
+                _xfs,
             )
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, _oci
 
@@ -515,10 +516,12 @@ class Runner:
                 "kernel": _kernel,
                 "oci": _oci,
                 "partitions": _partitions,
+                "xfs": _xfs,
             }
         self.io = adapters
         self.fs = self.boot_fs = None
         self.extracted = None
+        self.table_notes = []
 
     def log(self, line):
         line = "%.1f s: %s" % (time.monotonic() - self.started, line)
@@ -532,7 +535,7 @@ class Runner:
         src = self.params["src"]
         image = self.io["disk"].Image(src)  # its DiskError names the file
         try:
-            return image, self.io["partitions"].read_partitions(image)
+            return image, self.io["partitions"].read_partitions(image, self.table_notes)
         except BaseException:
             image.close()
             raise
@@ -564,14 +567,21 @@ class Runner:
             return self.boot_fs.open(inum[1])
         return self.fs.open(inum)
 
+    def _tree(self, image, part):
+        """The reader of ``part``'s filesystem (ext2/3/4 or XFS, as ``microvm.reader_of`` says)."""
+        reader = microvm.reader_of(part)
+        tree = (self.io["ext4"].Ext4Tree if reader == "ext4" else self.io["xfs"].XfsTree)(image, part)
+        self.log("reading %s on %s" % (tree.FILESYSTEM, microvm.describe(part)))
+        return tree
+
     def _boot(self, image, parts, root, tree):
         """The root's entries with a separate /boot partition's seen mounted at ``boot``, and that
         partition, when the root holds no kernel; else ``(tree, None)``."""
         if not microvm.needs_boot_partition(tree, self.params.get("kernel_path")):
             return tree, None
         boot = microvm.choose_boot_partition(self.params["src"], parts, root)
-        self.boot_fs = self.io["ext4"].Ext4Tree(image, boot)
-        self.log("reading /boot on %s" % microvm.describe(boot))
+        self.log("looking for the kernel in a separate /boot partition")
+        self.boot_fs = self._tree(image, boot)
         kernel_tree = dict(tree)
         kernel_tree.update(microvm.mounted(self.boot_fs.walk(), "boot", BOOT_DEVICE))
         return kernel_tree, boot
@@ -597,8 +607,7 @@ class Runner:
         params = self.params
         microvm.check_within(params["src"], parts, image.virtual_size)
         part = microvm.choose_partition(params["src"], parts, params.get("partition"))
-        self.fs = fs = self.io["ext4"].Ext4Tree(image, part)
-        self.log("reading ext4 on %s" % microvm.describe(part))
+        self.fs = fs = self._tree(image, part)
         self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
         self.log("walked %d entries" % len(tree))
 
@@ -671,6 +680,8 @@ class Runner:
                 "hygiene": {"sealed": sealed, "failed": failed, "checks": checks},
                 "left_out": {"entries": skipped, "xattrs": sorted(fs.skipped_xattrs)},
             }
+            if self.table_notes:
+                result["warnings"] = list(self.table_notes)
             rootfs_bytes = built["rootfs"]["content_bytes"]
             removed_bytes = sum(parts_of["removed"].values())
             result["sizes"] = {

@@ -45,6 +45,9 @@ def _device_numbers(block):
 
 
 class Ext4Tree:
+    # Named in messages; the XFS tree (``_xfs``) walks the same way and says "XFS".
+    FILESYSTEM = "ext4"
+
     def __init__(self, image, part):
         try:
             from dissect.extfs import ExtFS
@@ -107,7 +110,7 @@ class Ext4Tree:
                         progress(len(tree))
         except Exception as exc:
             raise Ext4Error(
-                "partition %s: cannot walk ext4 at /%s: %s" % (self.part["number"], base, exc)
+                "partition %s: cannot walk %s at /%s: %s" % (self.part["number"], self.FILESYSTEM, base, exc)
             ) from exc
         return tree
 
