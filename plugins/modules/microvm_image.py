@@ -13,8 +13,19 @@ short_description: Turn a raw or qcow2 disk into flintlock's kernel, modules and
 version_added: 0.1.0
 description:
   - Reads the disk's partition table itself (GPT or MBR, from the image's bytes), picks the root
-    filesystem partition and reads its ext4 filesystem without mounting it, without a loop device
-    and without root. A qcow2 is read through its clusters, never converted.
+    filesystem partition and reads its filesystem without mounting it, without a loop device and
+    without root. A qcow2 is read through its clusters, never converted.
+  - Supported roots (and separate C(/boot) partitions) are ext2, ext3 and ext4 (Debian, Ubuntu,
+    image-builder's CAPI disks) and XFS (RHEL, Rocky, Alma, Amazon Linux). An XFS root gives the same
+    images as an ext4 root with the same files; its extended attributes are read where XFS keeps small
+    ones (inside the inode), and any it keeps elsewhere are listed in RV(left_out).
+  - A partition that holds something the module recognises but does not read is named in the refusal,
+    with what to do about it; recognised are btrfs, an LVM2 physical volume, a LUKS volume, swap,
+    squashfs, F2FS, a ZFS pool member, bcachefs, FAT, NTFS and BitLocker. The root inside LVM, LUKS,
+    btrfs, ZFS or squashfs is not read; give the root as a disk image of its own.
+  - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
+    backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
+    that the primary is damaged; both damaged is refused.
   - Builds three OCI images, each one deterministic layer. C(kernel) holds the kernel (C(boot/vmlinux)
     for Firecracker, C(boot/vmlinux.bin) for Cloud Hypervisor) and C(boot/config-<version>) when the
     image has it. C(modules) holds the contents of C(/lib/modules/<version>) at its root, because
@@ -32,8 +43,8 @@ description:
     it is, and a wholly compressed one (Debian's arm64 vmlinuz is a gzipped Image) is decompressed.
     The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
   - When the root filesystem's C(/boot) holds no kernel (and no O(kernel_path) is given), the kernel
-    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext
-    partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
+    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext2/3/4 or
+    XFS partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
     C(boot), then the smallest other Linux partition); a tie is refused.
   - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
     must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
@@ -61,9 +72,9 @@ options:
   partition:
     description:
       - The root filesystem's partition, as its number or its label (the GPT partition name or the
-        ext4 volume label).
-      - Omitted, the largest ext partition of a Linux type is taken (a discoverable-root GPT type before
-        the generic Linux filesystem type); a tie is refused.
+        ext4 volume label). Needed when the root is on a partition of a non-Linux type.
+      - Omitted, the largest ext2/3/4 or XFS partition of a Linux type is taken (a discoverable-root GPT
+        type before the generic Linux filesystem type); a tie is refused.
     type: str
   kernel_version:
     description:
@@ -336,7 +347,9 @@ hygiene:
     checks:
       - {name: machine_id_empty, passed: true, evidence: /etc/machine-id is empty}
 left_out:
-  description: Entries not archived (sockets, device nodes without O(devices)) and xattrs not copied.
+  description:
+    - Entries not archived (sockets, device nodes without O(devices)) and xattrs not copied (ext4's
+      binary ACLs, XFS's C(trusted.SGI_ACL_*), and on XFS an inode whose attributes live outside it).
   returned: success
   type: dict
   sample: {entries: ["dev/console (char)"], xattrs: ["/usr/bin/x system.posix_acl_access"]}

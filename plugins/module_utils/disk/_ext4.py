@@ -45,24 +45,35 @@ def _device_numbers(block):
 
 
 class Ext4Tree:
-    # Named in messages; the XFS tree (``_xfs``) walks the same way and says "XFS".
+    # Named in messages; the XFS tree (``_xfs``) walks the same way, with its own reader and view.
     FILESYSTEM = "ext4"
+    LIBRARY = "dissect.extfs"
+    ERROR = Ext4Error
 
     def __init__(self, image, part):
-        try:
-            from dissect.extfs import ExtFS
-            from dissect.util.stream import RangeStream
-        except ImportError as exc:
-            raise _disk.MissingLibrary("dissect.extfs", exc) from exc
         self.image = image
         self.part = part
         size = part["size"] or image.virtual_size - part["offset"]
         try:
-            self.fs = ExtFS(RangeStream(image.stream, part["offset"], size))
+            from dissect.util.stream import RangeStream
+
+            self.fs = self._reader(RangeStream(image.stream, part["offset"], size))
+        except ImportError as exc:
+            raise _disk.MissingLibrary(self.LIBRARY, exc) from exc
         except Exception as exc:
-            raise Ext4Error("partition %s: cannot read ext4: %s" % (part["number"], exc)) from exc
-        self.view = _disk.ExtView(image, dict(part, size=size))
+            raise self.ERROR(
+                "partition %s: cannot read %s: %s" % (part["number"], self.FILESYSTEM, exc)
+            ) from exc
+        self.view = self._view(image, dict(part, size=size))
         self.skipped_xattrs = []
+
+    def _reader(self, stream):
+        from dissect.extfs import ExtFS
+
+        return ExtFS(stream)
+
+    def _view(self, image, part):
+        return _disk.ExtView(image, part)
 
     def _entry(self, path, node):
         raw = node.inode
@@ -109,7 +120,7 @@ class Ext4Tree:
                     if progress is not None and len(tree) % 20000 == 0:
                         progress(len(tree))
         except Exception as exc:
-            raise Ext4Error(
+            raise self.ERROR(
                 "partition %s: cannot walk %s at /%s: %s" % (self.part["number"], self.FILESYSTEM, base, exc)
             ) from exc
         return tree

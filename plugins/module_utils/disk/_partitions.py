@@ -13,9 +13,9 @@ the virtual disk, ``path`` and ``virtual_size``.
 Every partition is a plain dict: ``number``, ``offset`` and ``size`` (bytes), ``type`` (a lower-case
 GUID, ``0xNN`` for MBR, ``none`` for a whole-disk filesystem), ``type_name`` (None for a type not in
 ``TYPE_NAMES``), ``name`` (GPT), ``label`` (ext volume label) and ``filesystem`` (``ntfs``,
-``bitlocker``, ``ext``, ``vfat``, a name of ``SIGNATURES`` or None), in disk order. A disk that is one filesystem is partition 0; a disk
-with neither a table nor a filesystem at its start has no partitions (the callers' rules say what
-that means for them).
+``bitlocker``, ``ext``, ``vfat``, a name of ``SIGNATURES`` or None), in disk order. A disk that is one
+filesystem is partition 0; a disk with neither a table nor a filesystem at its start has no partitions
+(the callers' rules say what that means for them).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -107,9 +107,9 @@ def signature(read, offset, whole_disk=False):
         found = head[at : at + len(magic)] if at + len(magic) <= len(head) else read(offset + at, len(magic))
         if found == magic:
             return name, ""
-    if not whole_disk and head[510:512] == BOOT_SIGNATURE:
-        if any(head[at : at + len(magic)] == magic for at, magic in FAT_NAMES):
-            return "vfat", ""
+    fat = any(head[at : at + len(magic)] == magic for at, magic in FAT_NAMES)
+    if fat and not whole_disk and head[510:512] == BOOT_SIGNATURE:
+        return "vfat", ""
     return None, ""
 
 

@@ -82,21 +82,16 @@ class XfsView(_disk.ExtView):
 class XfsTree(_ext4.Ext4Tree):
     FILESYSTEM = "XFS"
 
-    def __init__(self, image, part):
-        try:
-            from dissect.util.stream import RangeStream
-            from dissect.xfs import XFS
-        except ImportError as exc:
-            raise _disk.MissingLibrary("dissect.xfs", exc) from exc
-        self.image = image
-        self.part = part
-        size = part["size"] or image.virtual_size - part["offset"]
-        try:
-            self.fs = XFS(RangeStream(image.stream, part["offset"], size))
-        except Exception as exc:
-            raise XfsError("partition %s: cannot read XFS: %s" % (part["number"], exc)) from exc
-        self.view = XfsView(image, dict(part, size=size))
-        self.skipped_xattrs = []
+    LIBRARY = "dissect.xfs"
+    ERROR = XfsError
+
+    def _reader(self, stream):
+        from dissect.xfs import XFS
+
+        return XFS(stream)
+
+    def _view(self, image, part):
+        return XfsView(image, part)
 
     def _entry(self, path, node):
         raw = node.inode

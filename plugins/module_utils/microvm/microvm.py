@@ -319,9 +319,10 @@ def needs_boot_partition(tree, kernel_path=None):
 
 
 def choose_boot_partition(src, partitions, root):
-    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is: the
-    partitions other than ``root`` holding a filesystem this module reads, the XBOOTLDR type first, then one named or labelled ``boot``,
-    then the other Linux types, the smallest of them; a tie is refused."""
+    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is:
+    the partitions other than ``root`` holding a filesystem this module reads, the XBOOTLDR type first,
+    then one named or labelled ``boot``, then the other Linux types, the smallest of them; a tie is
+    refused."""
     candidates = [p for p in partitions if reads(p) and p["number"] != root["number"] and _boot_rank(p)]
     if not candidates:
         raise Refusal(

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
-from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
 
+from tests.integration.modules.test_microvm_image import run
 from tests.integration.support import disks
 from tests.integration.support import microvm_parts as parts
 
@@ -28,21 +28,6 @@ def _tools():
     # Declared Debian packages (make setup installs them): a missing one is a failure, not a skip.
     missing = parts.missing_tools() + [t for t in TOOLS if shutil.which(t) is None]
     assert not missing, "missing tools (make setup installs them): %s" % missing
-
-
-class Module:
-    def __init__(self, check=False, **params):
-        self.params = {name: spec.get("default") for name, spec in microvm_image.argument_spec().items()}
-        self.params.update(params)
-        self.check_mode = check
-        self._diff = True
-
-    def log(self, line):
-        pass
-
-
-def run(check=False, **params):
-    return microvm_image.Runner(Module(check=check, **params)).run()
 
 
 def digests(result):
@@ -166,7 +151,7 @@ def zoo(made):
         offsets.append(start * disks.SECTOR)
         start += sectors
     path = disks.gpt_disk(work / "zoo.raw", (start + 2048) * disks.SECTOR, layout)
-    for (_name, _size, _kind, part), offset in zip(made_parts, offsets):
+    for (_name, _size, _kind, part), offset in zip(made_parts, offsets, strict=True):
         disks.place(path, part, offset)
     return path
 
@@ -175,10 +160,10 @@ def test_every_recognised_filesystem_is_named_with_the_move(zoo, tmp_path):
     with pytest.raises(Refusal) as info:
         run(src=str(zoo), dest=str(tmp_path / "never"))
     assert (
-        "no Linux partition holds a filesystem microvm_image reads (ext2/3/4 and XFS); partition 1 holds a FAT "
-        "filesystem; partition 2 holds swap space; partition 3 holds a LUKS volume; partition 4 holds a btrfs "
-        "filesystem; partition 5 holds a squashfs image; partition 6 holds an F2FS filesystem (partitions: "
-        in info.value.msg
+        "no Linux partition holds a filesystem microvm_image reads (ext2/3/4 and XFS); partition 1 holds "
+        "a FAT filesystem; partition 2 holds swap space; partition 3 holds a LUKS volume; partition 4 holds "
+        "a btrfs filesystem; partition 5 holds a squashfs image; partition 6 holds an F2FS filesystem "
+        "(partitions: " in info.value.msg
     )
     assert "cryptsetup open" in info.value.msg and "unsquashfs" in info.value.msg
     with pytest.raises(Refusal) as info:
@@ -187,8 +172,8 @@ def test_every_recognised_filesystem_is_named_with_the_move(zoo, tmp_path):
         info.value.msg
     )
     assert info.value.msg.endswith(
-        "microvm_image reads ext2/3/4 and XFS roots; open the volume (cryptsetup open) and give the decrypted "
-        "device as a disk image of its own"
+        "microvm_image reads ext2/3/4 and XFS roots; open the volume (cryptsetup open) and give the "
+        "decrypted device as a disk image of its own"
     )
     assert not (tmp_path / "never").exists()
 

@@ -154,7 +154,7 @@ def test_recognised_but_unread_filesystems_are_named_with_what_to_do():
     with pytest.raises(Refusal, match=r"holds a LUKS volume; microvm_image reads ext2/3/4 and XFS roots"):
         microvm.choose_partition("disk.raw", parts, "2")
     for fs in ("btrfs", "squashfs", "f2fs", "zfs", "bcachefs", "ntfs", "bitlocker"):
-        with pytest.raises(Refusal, match="partition 1 .*: holds an? [^;]+; microvm_image reads"):
+        with pytest.raises(Refusal, match=r"partition 1 .*: holds an? [^;]+; microvm_image reads"):
             microvm.choose_partition("disk.raw", [part(1, fs=fs)], "1")
 
 
@@ -621,7 +621,9 @@ def test_the_boot_partition_is_chosen_by_type_then_name_then_size():
     with pytest.raises(Refusal, match=r"more than one partition could be /boot"):
         microvm.choose_boot_partition("d.raw", [root, home, part(5, size=300 * MIB)], root)
     with pytest.raises(
-        Refusal, match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds a filesystem microvm_image reads"
+        Refusal,
+        match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds a filesystem "
+        r"microvm_image reads",
     ):
         microvm.choose_boot_partition("d.raw", [root, esp], root)
 
