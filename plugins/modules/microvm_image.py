@@ -16,13 +16,16 @@ description:
     filesystem partition and reads its filesystem without mounting it, without a loop device and
     without root. A qcow2 is read through its clusters, never converted.
   - Supported roots (and separate C(/boot) partitions) are ext2, ext3 and ext4 (Debian, Ubuntu,
-    image-builder's CAPI disks) and XFS (RHEL, Rocky, Alma, Amazon Linux). An XFS root gives the same
-    images as an ext4 root with the same files; its extended attributes are read where XFS keeps small
-    ones (inside the inode), and any it keeps elsewhere are listed in RV(left_out).
+    image-builder's CAPI disks), XFS (RHEL, Rocky, Alma, Amazon Linux) and btrfs (openSUSE, Fedora
+    Cloud). An XFS or btrfs root gives the same images as an ext4 root with the same files. XFS
+    extended attributes are read where XFS keeps small ones (inside the inode), and any it keeps
+    elsewhere are listed in RV(left_out). A btrfs root is its default subvolume (what a mount without
+    C(subvol=) shows), with the subvolumes nested in it as their directories; a root kept in another
+    subvolume (Fedora's C(root) under the top level) is not chosen by name.
   - A partition that holds something the module recognises but does not read is named in the refusal,
-    with what to do about it; recognised are btrfs, an LVM2 physical volume, a LUKS volume, swap,
-    squashfs, F2FS, a ZFS pool member, bcachefs, FAT, NTFS and BitLocker. The root inside LVM, LUKS,
-    btrfs, ZFS or squashfs is not read; give the root as a disk image of its own.
+    with what to do about it; recognised are an LVM2 physical volume, a LUKS volume, swap, squashfs,
+    F2FS, a ZFS pool member, bcachefs, FAT, NTFS and BitLocker. The root inside LVM, LUKS, ZFS or
+    squashfs is not read; give the root as a disk image of its own.
   - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
     backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
     that the primary is damaged; both damaged is refused.
@@ -43,9 +46,9 @@ description:
     it is, and a wholly compressed one (Debian's arm64 vmlinuz is a gzipped Image) is decompressed.
     The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
   - When the root filesystem's C(/boot) holds no kernel (and no O(kernel_path) is given), the kernel
-    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext2/3/4 or
-    XFS partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
-    C(boot), then the smallest other Linux partition); a tie is refused.
+    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext2/3/4,
+    XFS or btrfs partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext
+    label is C(boot), then the smallest other Linux partition); a tie is refused.
   - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
     must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
     without O(kernel_version) is refused listing them.
@@ -73,8 +76,8 @@ options:
     description:
       - The root filesystem's partition, as its number or its label (the GPT partition name or the
         ext4 volume label). Needed when the root is on a partition of a non-Linux type.
-      - Omitted, the largest ext2/3/4 or XFS partition of a Linux type is taken (a discoverable-root GPT
-        type before the generic Linux filesystem type); a tie is refused.
+      - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type is taken (a
+        discoverable-root GPT type before the generic Linux filesystem type); a tie is refused.
     type: str
   kernel_version:
     description:
@@ -518,6 +521,7 @@ class Runner:
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
                 _disk,
                 _ext4,
+                _btrfs,
                 _partitions,
                 _xfs,
             )
@@ -530,6 +534,7 @@ class Runner:
                 "oci": _oci,
                 "partitions": _partitions,
                 "xfs": _xfs,
+                "btrfs": _btrfs,
             }
         self.io = adapters
         self.fs = self.boot_fs = None
@@ -581,10 +586,9 @@ class Runner:
         return self.fs.open(inum)
 
     def _tree(self, image, part):
-        """The reader of ``part``'s filesystem (ext2/3/4 or XFS, as ``microvm.reader_of`` says)."""
-        reader = microvm.reader_of(part)
-        tree = (self.io["ext4"].Ext4Tree if reader == "ext4" else self.io["xfs"].XfsTree)(image, part)
-        self.log("reading %s on %s" % (tree.FILESYSTEM, microvm.describe(part)))
+        """The reader of ``part``'s filesystem (ext2/3/4, XFS or btrfs, as ``microvm.reader_of`` says)."""
+        tree = self.io[microvm.reader_of(part)].Tree(image, part)
+        self.log("reading %s on %s" % (tree.filesystem, microvm.describe(part)))
         return tree
 
     def _boot(self, image, parts, root, tree):

@@ -16,11 +16,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import stat
 import struct
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, _ext4
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import Entry
 
 # The attribute fork formats of an inode (di_aformat) and the namespaces of a short-form attribute.
 ATTR_FORK_LOCAL = 1
@@ -61,14 +59,9 @@ def _short_form_attributes(raw):
 class XfsView(_disk.ExtView):
     """The seal rules' view over XFS (names case-sensitive; symlinks are not followed)."""
 
-    def __init__(self, image, part):
-        _disk._require("dissect.xfs")
-        from dissect.xfs import XFS
-
-        try:
-            self.fs = XFS(_disk._RangeFile(image, part["offset"], part["size"]))
-        except Exception as exc:
-            raise XfsError("partition %s: cannot read XFS: %s" % (part["number"], exc)) from exc
+    FILESYSTEM = "XFS"
+    READER = ("dissect.xfs", "XFS")
+    ERROR = XfsError
 
     def _inode(self, path):
         from dissect.xfs.exceptions import Error
@@ -80,43 +73,21 @@ class XfsView(_disk.ExtView):
 
 
 class XfsTree(_ext4.Ext4Tree):
-    FILESYSTEM = "XFS"
-
-    LIBRARY = "dissect.xfs"
     ERROR = XfsError
+    VIEW = XfsView
 
-    def _reader(self, stream):
-        from dissect.xfs import XFS
-
-        return XFS(stream)
-
-    def _view(self, image, part):
-        return XfsView(image, part)
-
-    def _entry(self, path, node):
+    def _stat(self, node):
         raw = node.inode
-        kind = _ext4.KINDS.get(stat.S_IFMT(raw.di_mode), "unknown")
-        entry = Entry(
-            path,
-            kind,
-            mode=stat.S_IMODE(raw.di_mode),
-            uid=raw.di_uid,
-            gid=raw.di_gid,
-            mtime=node.mtime_ns // 1000000000,
-            size=node.size if kind in ("file", "symlink") else 0,
-            inum=node.inum,
-            nlink=raw.di_nlink if raw.di_version > 1 else raw.di_onlink,
-        )
-        if kind == "symlink":
-            entry.link = node.link
-        elif kind in ("char", "block"):
-            entry.rdev = _device_numbers(node.datafork().read(4))
-        if raw.di_forkoff:
-            self._attributes(path, node, entry)
-        return entry
+        nlink = raw.di_nlink if raw.di_version > 1 else raw.di_onlink
+        return raw.di_mode, raw.di_uid, raw.di_gid, node.mtime_ns // 1000000000, nlink
+
+    def _rdev(self, node):
+        return _device_numbers(node.datafork().read(4))
 
     def _attributes(self, path, node, entry):
         raw = node.inode
+        if not raw.di_forkoff:
+            return
         if raw.di_aformat != ATTR_FORK_LOCAL:
             # Attributes too large for the inode live in blocks of their own, not read here.
             self.skipped_xattrs.append("/%s (attributes outside the inode)" % path)
@@ -128,3 +99,7 @@ class XfsTree(_ext4.Ext4Tree):
                 entry.xattrs[name] = value
             else:
                 self.skipped_xattrs.append("/%s %s" % (path, name))
+
+
+# What microvm_image opens a partition of this filesystem with (microvm.READ_FILESYSTEMS names the file).
+Tree = XfsTree

@@ -42,8 +42,8 @@ XBOOTLDR_GPT = "bc13c2ff-59e6-4262-a352-b275fd6f7172"
 
 # The filesystems a root or a /boot is read from, each with the adapter that reads it, and what the
 # refusals call every filesystem the partition reader recognises.
-READ_FILESYSTEMS = {"ext": "ext4", "xfs": "xfs"}
-READ_NAMES = "ext2/3/4 and XFS"
+READ_FILESYSTEMS = {"ext": "ext4", "xfs": "xfs", "btrfs": "btrfs"}
+READ_NAMES = "ext2/3/4, XFS and btrfs"
 FILESYSTEM_NAMES = {
     "ext": "an ext2/3/4 filesystem",
     "xfs": "an XFS filesystem",
@@ -64,7 +64,6 @@ UNREAD_MOVES = {
     "lvm2": "activate the volume group and give its root logical volume as a disk image of its own "
     "(for example qemu-img convert -O raw /dev/<vg>/<lv> root.raw)",
     "luks": "open the volume (cryptsetup open) and give the decrypted device as a disk image of its own",
-    "btrfs": "copy the root into an ext4 or XFS filesystem (mkfs.ext4 -d <tree>) and give that disk",
     "zfs": "send the root dataset to a tree and make an ext4 disk of it (mkfs.ext4 -d <tree>)",
     "squashfs": "unpack it (unsquashfs) and make an ext4 disk of the tree (mkfs.ext4 -d <tree>)",
 }

@@ -195,11 +195,21 @@ def xfs_root(tree: pathlib.Path, image: pathlib.Path) -> pathlib.Path:
     return image
 
 
-def _complete_xfs(tree: pathlib.Path, image: pathlib.Path, later: list) -> None:
+@contextlib.contextmanager
+def _mounted(image: pathlib.Path):
+    """``image`` loop-mounted (as root) for the few changes its mkfs cannot make."""
     mount = image.with_suffix(".mnt")
     mount.mkdir(exist_ok=True)
     disks.run("mount", "-o", "loop", image, mount)
     try:
+        yield mount
+    finally:
+        disks.run("umount", mount)
+        mount.rmdir()
+
+
+def _complete_xfs(tree: pathlib.Path, image: pathlib.Path, later: list) -> None:
+    with _mounted(image) as mount:
         for action, first, second in later:
             if action == "link":
                 os.link(mount / first, mount / second)
@@ -212,9 +222,36 @@ def _complete_xfs(tree: pathlib.Path, image: pathlib.Path, later: list) -> None:
             os.utime(
                 mount / source.relative_to(tree), ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False
             )
-    finally:
-        disks.run("umount", mount)
-        mount.rmdir()
+
+
+def btrfs_root(tree: pathlib.Path, image: pathlib.Path) -> pathlib.Path:
+    """btrfs from ``tree`` with ``mkfs.btrfs --rootdir`` (no mount) into the default subvolume. The
+    owners ``ext4_root`` gives are set on a copy of the tree first, which needs root; without it the
+    files keep the tree's owners. btrfs-progs 6.2 writes device nodes without their numbers: as root,
+    the filesystem is loop-mounted once to make ``dev/null`` again."""
+    copy = image.with_suffix(".tree")
+    shutil.rmtree(copy, ignore_errors=True)
+    disks.run("cp", "-a", tree, copy)
+    if os.geteuid() == 0:
+        for path, (uid, gid) in OWNERS.items():
+            if (copy / path).exists():
+                os.chown(copy / path, uid, gid, follow_symlinks=False)
+                # chown clears setuid and setgid.
+                os.chmod(copy / path, stat.S_IMODE(os.lstat(tree / path).st_mode))
+    os.setxattr(copy / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
+    image.unlink(missing_ok=True)
+    disks.run("truncate", "-s", str(XFS_SIZE), image)
+    disks.run("mkfs.btrfs", "-q", "-f", "--rootdir", copy, image)
+    shutil.rmtree(copy)
+    device = tree / "dev/null"
+    if os.geteuid() == 0 and device.exists():
+        st = os.lstat(device)
+        with _mounted(image) as mount:
+            os.unlink(mount / "dev/null")
+            os.mknod(mount / "dev/null", st.st_mode, st.st_rdev)
+            for path in ("dev/null", "dev"):
+                os.utime(mount / path, ns=(st.st_atime_ns, os.lstat(tree / path).st_mtime_ns))
+    return image
 
 
 def gpt_disk(path: pathlib.Path, root: pathlib.Path, names=("root",), kind: str = "8300") -> dict:

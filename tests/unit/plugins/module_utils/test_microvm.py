@@ -125,7 +125,7 @@ def test_two_equal_candidates_are_refused():
 def test_no_linux_ext_partition_is_refused_listing_the_table():
     with pytest.raises(
         Refusal,
-        match=r"no Linux partition holds a filesystem microvm_image reads \(ext2/3/4 and XFS\) "
+        match=r"no Linux partition holds a filesystem microvm_image reads \(ext2/3/4, XFS and btrfs\) "
         r"\(partitions: partition 1",
     ):
         microvm.choose_partition("disk.raw", [part(1, "0x07", fs=None)])
@@ -146,14 +146,14 @@ def test_recognised_but_unread_filesystems_are_named_with_what_to_do():
     with pytest.raises(Refusal) as info:
         microvm.choose_partition("disk.raw", parts)
     assert (
-        "no Linux partition holds a filesystem microvm_image reads (ext2/3/4 and XFS); partition 1 holds a "
-        "FAT filesystem; partition 2 holds a LUKS volume; partition 3 holds an LVM2 physical volume; "
+        "no Linux partition holds a filesystem microvm_image reads (ext2/3/4, XFS and btrfs); partition 1 "
+        "holds a FAT filesystem; partition 2 holds a LUKS volume; partition 3 holds an LVM2 physical volume; "
         "partition 4 holds swap space (partitions: " in info.value.msg
     )
     assert "cryptsetup open" in info.value.msg and "activate the volume group" in info.value.msg
-    with pytest.raises(Refusal, match=r"holds a LUKS volume; microvm_image reads ext2/3/4 and XFS roots"):
+    with pytest.raises(Refusal, match=r"holds a LUKS volume; microvm_image reads ext2/3/4, XFS and btrfs"):
         microvm.choose_partition("disk.raw", parts, "2")
-    for fs in ("btrfs", "squashfs", "f2fs", "zfs", "bcachefs", "ntfs", "bitlocker"):
+    for fs in ("squashfs", "f2fs", "zfs", "bcachefs", "ntfs", "bitlocker"):
         with pytest.raises(Refusal, match=r"partition 1 .*: holds an? [^;]+; microvm_image reads"):
             microvm.choose_partition("disk.raw", [part(1, fs=fs)], "1")
 
@@ -177,7 +177,7 @@ def test_an_unknown_partition_selector_is_refused():
 
 def test_a_selected_partition_without_ext_is_refused():
     with pytest.raises(
-        Refusal, match="holds no filesystem this module recognises; microvm_image reads ext2/3/4 and XFS"
+        Refusal, match="holds no filesystem this module recognises; microvm_image reads ext2/3/4, XFS"
     ):
         microvm.choose_partition("d", [part(1, fs=None)], 1)
 
