@@ -26,8 +26,6 @@ ATTR_NAMESPACES = {0: "user.", 2: "trusted.", 4: "security."}
 ATTR_NAMESPACE_MASK = 0x06
 # XFS keeps POSIX ACLs as these trusted-namespace attributes, in its own binary format.
 XFS_ACL_NAMES = ("SGI_ACL_FILE", "SGI_ACL_DEFAULT")
-INODE_V3_CORE = 0xB0
-INODE_V2_CORE = 0x64
 
 
 class XfsError(_disk.DiskError):
@@ -35,7 +33,8 @@ class XfsError(_disk.DiskError):
 
 
 def _device_numbers(raw):
-    """(major, minor) of XFS's on-disk device number (14-bit major, 18-bit minor)."""
+    """(major, minor) of XFS's on-disk device number: the major above bit 18 (the kernel keeps its low
+    9 bits), the minor below."""
     dev = struct.unpack_from(">I", raw, 0)[0]
     return (dev >> 18) & 0x1FF, dev & 0x3FFFF
 

@@ -80,6 +80,19 @@ def test_an_xfs_or_btrfs_root_gives_the_images_the_ext4_root_gives(made, tmp_pat
     assert again["changed"] is False and digests(again) == digests(first)
 
 
+@pytest.mark.parametrize("make", [parts.xfs_root, parts.btrfs_root])
+def test_a_directory_of_thousands_of_entries_is_read_whole(made, tmp_path, make):
+    """As /usr/bin on a real root: XFS keeps it in node form (data, leaf and free blocks), btrfs across
+    many leaves."""
+    names = ["tool-with-a-long-name-%04d" % i for i in range(3000)]
+    tree = parts.root_tree(tmp_path / "tree", changes={"usr/bin/" + name: name + "\n" for name in names})
+    image = make(tree, tmp_path / "root.img")
+    result = run(src=str(image), dest=str(tmp_path / "out"), source_date_epoch=EPOCH)
+    rootfs = parts.unpack_layout(tmp_path / "out", result["rootfs"]["reference"], tmp_path / "unpacked")
+    for name in names:
+        assert (rootfs / "usr/bin" / name).read_text() == name + "\n"
+
+
 def test_hygiene_failures_are_read_through_btrfs_symlinks(made, tmp_path):
     """The seal rules read paths through the root's symlinks (/lib -> usr/lib) on btrfs as on ext4."""
     tree = parts.root_tree(made["work"] / "tree-dirty", changes={"etc/ssh/ssh_host_ed25519_key": "k\n"})

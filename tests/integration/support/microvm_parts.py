@@ -215,7 +215,8 @@ def _complete_xfs(tree: pathlib.Path, image: pathlib.Path, later: list) -> None:
                 os.link(mount / first, mount / second)
             else:
                 os.chmod(mount / first, second)
-        os.setxattr(mount / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
+        if (tree / "etc/hostname").exists():
+            os.setxattr(mount / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
         # Deepest first, so that a directory's time is set after its entries changed it.
         for source in sorted(tree.rglob("*"), key=lambda p: -len(p.parts)):
             st = os.lstat(source)
@@ -238,7 +239,8 @@ def btrfs_root(tree: pathlib.Path, image: pathlib.Path) -> pathlib.Path:
                 os.chown(copy / path, uid, gid, follow_symlinks=False)
                 # chown clears setuid and setgid.
                 os.chmod(copy / path, stat.S_IMODE(os.lstat(tree / path).st_mode))
-    os.setxattr(copy / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
+    if (copy / "etc/hostname").exists():
+        os.setxattr(copy / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
     image.unlink(missing_ok=True)
     disks.run("truncate", "-s", str(XFS_SIZE), image)
     disks.run("mkfs.btrfs", "-q", "-f", "--rootdir", copy, image)
