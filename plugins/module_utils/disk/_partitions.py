@@ -82,6 +82,7 @@ SIGNATURES = (
     ("lvm2", 512 + 24, b"LVM2 001"),
     ("f2fs", 1024, b"\x10\x20\xf5\xf2"),
     ("swap", 4096 - 10, b"SWAPSPACE2"),
+    ("swap", 65536 - 10, b"SWAPSPACE2"),  # made on a host with 64 KiB pages (arm64, ppc64le)
     ("bcachefs", 4096 + 24, bytes.fromhex("c68573f64e1a45ca8265f57f48ba6d81")),
     ("btrfs", 65536 + 64, b"_BHRfS_M"),
     ("zfs", 128 * 1024, b"\x0c\xb1\xba\x00"),

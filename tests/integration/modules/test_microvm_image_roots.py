@@ -148,7 +148,8 @@ def formatted(work: pathlib.Path, name: str, size_mib: int, *command: str) -> pa
 
 @pytest.fixture(scope="module")
 def zoo(made):
-    """One GPT disk: FAT, swap, LUKS, squashfs and F2FS partitions, each with its own mkfs."""
+    """One GPT disk: FAT, swap, LUKS, squashfs, F2FS and swap made for 64 KiB pages, each with its own
+    mkfs."""
     work = made["work"]
     squash_tree = disks.write_tree(work / "squash-tree", {"etc/hostname": "x\n"})
     squash = work / "root.squashfs"
@@ -180,6 +181,7 @@ def zoo(made):
         ),
         ("squashfs", 4, "8300", squash),
         ("f2fs", 64, "8300", formatted(work, "f2fs", 64, "mkfs.f2fs", "-q", "-f")),
+        ("swap64k", 16, "8200", formatted(work, "swap64k", 16, "mkswap", "--pagesize", "65536")),
     ]
     layout, offsets, start = [], [], 2048
     for number, (_name, size_mib, kind, _path) in enumerate(made_parts, start=1):
@@ -199,7 +201,8 @@ def test_every_recognised_filesystem_is_named_with_the_move(zoo, tmp_path):
     assert (
         "no Linux partition holds a filesystem microvm_image reads (ext2/3/4, XFS and btrfs); partition 1 "
         "holds a FAT filesystem; partition 2 holds swap space; partition 3 holds a LUKS volume; partition 4 "
-        "holds a squashfs image; partition 5 holds an F2FS filesystem (partitions: " in info.value.msg
+        "holds a squashfs image; partition 5 holds an F2FS filesystem; partition 6 holds swap space "
+        "(partitions: " in info.value.msg
     )
     assert "cryptsetup open" in info.value.msg and "unsquashfs" in info.value.msg
     with pytest.raises(Refusal) as info:
