@@ -13,8 +13,22 @@ short_description: Turn a raw or qcow2 disk into flintlock's kernel, modules and
 version_added: 0.1.0
 description:
   - Reads the disk's partition table itself (GPT or MBR, from the image's bytes), picks the root
-    filesystem partition and reads its ext4 filesystem without mounting it, without a loop device
-    and without root. A qcow2 is read through its clusters, never converted.
+    filesystem partition and reads its filesystem without mounting it, without a loop device and
+    without root. A qcow2 is read through its clusters, never converted.
+  - Supported roots (and separate C(/boot) partitions) are ext2, ext3 and ext4 (Debian, Ubuntu,
+    image-builder's CAPI disks), XFS (RHEL, Rocky, Alma, Amazon Linux) and btrfs (openSUSE, Fedora
+    Cloud). An XFS or btrfs root gives the same images as an ext4 root with the same files. XFS
+    extended attributes are read where XFS keeps small ones (inside the inode), and any it keeps
+    elsewhere are listed in RV(left_out). A btrfs root is its default subvolume (what a mount without
+    C(subvol=) shows), with the subvolumes nested in it as their directories; a root kept in another
+    subvolume (Fedora's C(root) under the top level) is not chosen by name.
+  - A partition that holds something the module recognises but does not read is named in the refusal,
+    with what to do about it; recognised are an LVM2 physical volume, a LUKS volume, swap, squashfs,
+    F2FS, a ZFS pool member, bcachefs, FAT, NTFS and BitLocker. The root inside LVM, LUKS, ZFS or
+    squashfs is not read; give the root as a disk image of its own.
+  - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
+    backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
+    that the primary is damaged; both damaged is refused.
   - Builds three OCI images, each one deterministic layer. C(kernel) holds the kernel (C(boot/vmlinux)
     for Firecracker, C(boot/vmlinux.bin) for Cloud Hypervisor) and C(boot/config-<version>) when the
     image has it. C(modules) holds the contents of C(/lib/modules/<version>) at its root, because
@@ -32,9 +46,9 @@ description:
     it is, and a wholly compressed one (Debian's arm64 vmlinuz is a gzipped Image) is decompressed.
     The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
   - When the root filesystem's C(/boot) holds no kernel (and no O(kernel_path) is given), the kernel
-    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext
-    partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
-    C(boot), then the smallest other Linux partition); a tie is refused.
+    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext2/3/4,
+    XFS or btrfs partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext
+    label is C(boot), then the smallest other Linux partition); a tie is refused.
   - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
     must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
     without O(kernel_version) is refused listing them.
@@ -61,9 +75,9 @@ options:
   partition:
     description:
       - The root filesystem's partition, as its number or its label (the GPT partition name or the
-        ext4 volume label).
-      - Omitted, the largest ext partition of a Linux type is taken (a discoverable-root GPT type before
-        the generic Linux filesystem type); a tie is refused.
+        ext4 volume label). Needed when the root is on a partition of a non-Linux type.
+      - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type is taken (a
+        discoverable-root GPT type before the generic Linux filesystem type); a tie is refused.
     type: str
   kernel_version:
     description:
@@ -358,7 +372,9 @@ hygiene:
     checks:
       - {name: machine_id_empty, passed: true, evidence: /etc/machine-id is empty}
 left_out:
-  description: Entries not archived (sockets, device nodes without O(devices)) and xattrs not copied.
+  description:
+    - Entries not archived (sockets, device nodes without O(devices)) and xattrs not copied (ext4's
+      binary ACLs, XFS's C(trusted.SGI_ACL_*), and on XFS an inode whose attributes live outside it).
   returned: success
   type: dict
   sample: {entries: ["dev/console (char)"], xattrs: ["/usr/bin/x system.posix_acl_access"]}
@@ -527,7 +543,9 @@ class Runner:
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
                 _disk,
                 _ext4,
+                _btrfs,
                 _partitions,
+                _xfs,
             )
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, _oci
 
@@ -537,10 +555,13 @@ class Runner:
                 "kernel": _kernel,
                 "oci": _oci,
                 "partitions": _partitions,
+                "xfs": _xfs,
+                "btrfs": _btrfs,
             }
         self.io = adapters
         self.fs = self.boot_fs = None
         self.extracted = None
+        self.table_notes = []
 
     def log(self, line):
         line = "%.1f s: %s" % (time.monotonic() - self.started, line)
@@ -554,7 +575,7 @@ class Runner:
         src = self.params["src"]
         image = self.io["disk"].Image(src)  # its DiskError names the file
         try:
-            return image, self.io["partitions"].read_partitions(image)
+            return image, self.io["partitions"].read_partitions(image, self.table_notes)
         except BaseException:
             image.close()
             raise
@@ -593,14 +614,20 @@ class Runner:
             return self.boot_fs.open(inum[1])
         return self.fs.open(inum)
 
+    def _tree(self, image, part):
+        """The reader of ``part``'s filesystem (ext2/3/4, XFS or btrfs, as ``microvm.reader_of`` says)."""
+        tree = self.io[microvm.reader_of(part)].Tree(image, part)
+        self.log("reading %s on %s" % (tree.filesystem, microvm.describe(part)))
+        return tree
+
     def _boot(self, image, parts, root, tree):
         """The root's entries with a separate /boot partition's seen mounted at ``boot``, and that
         partition, when the root holds no kernel; else ``(tree, None)``."""
         if not microvm.needs_boot_partition(tree, self.params.get("kernel_path")):
             return tree, None
         boot = microvm.choose_boot_partition(self.params["src"], parts, root)
-        self.boot_fs = self.io["ext4"].Ext4Tree(image, boot)
-        self.log("reading /boot on %s" % microvm.describe(boot))
+        self.log("looking for the kernel in a separate /boot partition")
+        self.boot_fs = self._tree(image, boot)
         kernel_tree = dict(tree)
         kernel_tree.update(microvm.mounted(self.boot_fs.walk(), "boot", BOOT_DEVICE))
         return kernel_tree, boot
@@ -626,8 +653,7 @@ class Runner:
         params = self.params
         microvm.check_within(params["src"], parts, image.virtual_size)
         part = microvm.choose_partition(params["src"], parts, params.get("partition"))
-        self.fs = fs = self.io["ext4"].Ext4Tree(image, part)
-        self.log("reading ext4 on %s" % microvm.describe(part))
+        self.fs = fs = self._tree(image, part)
         self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
         self.log("walked %d entries" % len(tree))
 
@@ -709,6 +735,8 @@ class Runner:
                 "hygiene": {"sealed": sealed, "failed": failed, "checks": checks},
                 "left_out": {"entries": skipped, "xattrs": sorted(fs.skipped_xattrs)},
             }
+            if self.table_notes:
+                result["warnings"] = list(self.table_notes)
             rootfs_bytes = built["rootfs"]["content_bytes"]
             removed_bytes = sum(parts_of["removed"].values())
             result["sizes"] = {

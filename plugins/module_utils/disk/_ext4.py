@@ -45,47 +45,73 @@ def _device_numbers(block):
 
 
 class Ext4Tree:
+    # The view names the filesystem and its reader; the XFS and btrfs trees (``_xfs``, ``_btrfs``)
+    # walk the same way with their own.
+    ERROR = Ext4Error
+    VIEW = _disk.ExtView
+
     def __init__(self, image, part):
-        try:
-            from dissect.extfs import ExtFS
-            from dissect.util.stream import RangeStream
-        except ImportError as exc:
-            raise _disk.MissingLibrary("dissect.extfs", exc) from exc
+        from dissect.util.stream import RangeStream
+
         self.image = image
         self.part = part
         size = part["size"] or image.virtual_size - part["offset"]
-        try:
-            self.fs = ExtFS(RangeStream(image.stream, part["offset"], size))
-        except Exception as exc:
-            raise Ext4Error("partition %s: cannot read ext4: %s" % (part["number"], exc)) from exc
-        self.view = _disk.ExtView(image, dict(part, size=size))
+        stream = RangeStream(image.stream, part["offset"], size)
+        self.fs = _disk.open_filesystem(self.VIEW, stream, part, self.ERROR)
+        self.view = self.VIEW(image, dict(part, size=size))
         self.skipped_xattrs = []
 
+    @property
+    def filesystem(self):
+        """The filesystem as messages name it."""
+        return self.VIEW.FILESYSTEM
+
     def _entry(self, path, node):
-        raw = node.inode
-        kind = KINDS.get(stat.S_IFMT(raw.i_mode), "unknown")
+        full_mode, uid, gid, mtime, nlink = self._stat(node)
+        kind = KINDS.get(stat.S_IFMT(full_mode), "unknown")
         entry = Entry(
             path,
             kind,
-            mode=stat.S_IMODE(raw.i_mode),
-            uid=raw.i_uid | (raw.i_uid_high << 16),
-            gid=raw.i_gid | (raw.i_gid_high << 16),
-            mtime=raw.i_mtime,
+            mode=stat.S_IMODE(full_mode),
+            uid=uid,
+            gid=gid,
+            mtime=mtime,
             size=node.size if kind in ("file", "symlink") else 0,
-            inum=node.inum,
-            nlink=raw.i_links_count,
+            inum=self._inum(node),
+            nlink=nlink,
         )
         if kind == "symlink":
             entry.link = node.link
         elif kind in ("char", "block"):
-            entry.rdev = _device_numbers(raw.i_block)
+            entry.rdev = self._rdev(node)
+        self._attributes(path, node, entry)
+        return entry
+
+    def _stat(self, node):
+        """``(mode with the type bits, uid, gid, mtime in seconds, link count)`` of ``node``."""
+        raw = node.inode
+        return (
+            raw.i_mode,
+            raw.i_uid | (raw.i_uid_high << 16),
+            raw.i_gid | (raw.i_gid_high << 16),
+            raw.i_mtime,
+            raw.i_links_count,
+        )
+
+    def _inum(self, node):
+        return node.inum
+
+    def _rdev(self, node):
+        return _device_numbers(node.inode.i_block)
+
+    def _attributes(self, path, node, entry):
+        raw = node.inode
         if raw.i_file_acl_lo or raw.i_file_acl_high or raw.i_extra.strip(b"\x00"):
             for attr in node.xattr:
                 if attr.name.startswith(PORTABLE_XATTR_PREFIXES):
                     entry.xattrs[attr.name] = bytes(attr.value)
                 elif attr.name != "system.data":
                     self.skipped_xattrs.append("/%s %s" % (path, attr.name))
-        return entry
 
     def walk(self, progress=None):
         """``{path: Entry}`` for every inode under the root (the root itself is not an entry)."""
@@ -94,8 +120,7 @@ class Ext4Tree:
         try:
             while pending:
                 base, node = pending.pop()
-                for child in node.iterdir():
-                    name = child.filename
+                for name, child in self._children(node):
                     if name in (".", "..") or (not base and name == "lost+found"):
                         continue
                     path = base + "/" + name if base else name
@@ -106,10 +131,14 @@ class Ext4Tree:
                     if progress is not None and len(tree) % 20000 == 0:
                         progress(len(tree))
         except Exception as exc:
-            raise Ext4Error(
-                "partition %s: cannot walk ext4 at /%s: %s" % (self.part["number"], base, exc)
+            raise self.ERROR(
+                "partition %s: cannot walk %s at /%s: %s" % (self.part["number"], self.filesystem, base, exc)
             ) from exc
         return tree
+
+    def _children(self, node):
+        """``(name, node)`` of each entry of the directory ``node``."""
+        return ((child.filename, child) for child in node.iterdir())
 
     def open(self, inum):
         return self.fs.get_inode(inum).open()
@@ -117,3 +146,7 @@ class Ext4Tree:
     def read(self, inum, length=-1):
         fh = self.open(inum)
         return fh.read(length)
+
+
+# What microvm_image opens a partition of this filesystem with (microvm.READ_FILESYSTEMS names the file).
+Tree = Ext4Tree

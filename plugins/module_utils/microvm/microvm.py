@@ -40,6 +40,33 @@ LINUX_MBR = "0x83"
 # The discoverable-partitions type of a separate /boot (XBOOTLDR).
 XBOOTLDR_GPT = "bc13c2ff-59e6-4262-a352-b275fd6f7172"
 
+# The filesystems a root or a /boot is read from, each with the adapter that reads it, and what the
+# refusals call every filesystem the partition reader recognises.
+READ_FILESYSTEMS = {"ext": "ext4", "xfs": "xfs", "btrfs": "btrfs"}
+READ_NAMES = "ext2/3/4, XFS and btrfs"
+FILESYSTEM_NAMES = {
+    "ext": "an ext2/3/4 filesystem",
+    "xfs": "an XFS filesystem",
+    "btrfs": "a btrfs filesystem",
+    "lvm2": "an LVM2 physical volume",
+    "luks": "a LUKS volume",
+    "swap": "swap space",
+    "squashfs": "a squashfs image",
+    "f2fs": "an F2FS filesystem",
+    "zfs": "a ZFS pool member",
+    "bcachefs": "a bcachefs filesystem",
+    "vfat": "a FAT filesystem",
+    "ntfs": "an NTFS filesystem",
+    "bitlocker": "a BitLocker volume",
+}
+# What to do when the root is inside one of these.
+UNREAD_MOVES = {
+    "lvm2": "activate the volume group and give its root logical volume as a disk image of its own "
+    "(for example qemu-img convert -O raw /dev/<vg>/<lv> root.raw)",
+    "luks": "open the volume (cryptsetup open) and give the decrypted device as a disk image of its own",
+    "zfs": "send the root dataset to a tree and make an ext4 disk of it (mkfs.ext4 -d <tree>)",
+    "squashfs": "unpack it (unsquashfs) and make an ext4 disk of the tree (mkfs.ext4 -d <tree>)",
+}
 HYPERVISOR_KERNEL = {"firecracker": "boot/vmlinux", "cloudhypervisor": "boot/vmlinux.bin"}
 IMAGE_NAMES = ("kernel", "modules", "rootfs")
 # The initrd image is built only when the disk has an initrd for the kernel version.
@@ -146,6 +173,30 @@ def describe(part):
     )
 
 
+def reads(part):
+    """True when ``part`` holds a filesystem this module reads (``READ_FILESYSTEMS``)."""
+    return part.get("filesystem") in READ_FILESYSTEMS
+
+
+def reader_of(part):
+    """The adapter that reads ``part``'s filesystem (``READ_FILESYSTEMS``)."""
+    return READ_FILESYSTEMS[part["filesystem"]]
+
+
+def holds(part):
+    """What ``part`` holds, as a refusal says it."""
+    return FILESYSTEM_NAMES.get(part.get("filesystem"), "no filesystem this module recognises")
+
+
+def _unread(partitions):
+    """``(sentences, moves)``: each partition holding a recognised filesystem this module does not read,
+    and what to do about each kind."""
+    found = [p for p in partitions if p.get("filesystem") and not reads(p)]
+    sentences = ["partition %s holds %s" % (p["number"], holds(p)) for p in found]
+    kinds = sorted(set(p["filesystem"] for p in found if p["filesystem"] in UNREAD_MOVES))
+    return sentences, [UNREAD_MOVES[k] for k in kinds]
+
+
 def check_source(src, is_directory):
     """``src`` is a disk image file; a directory (an unpacked tree, a mount point) is named as one."""
     if is_directory:
@@ -184,8 +235,9 @@ def choose_partition(src, partitions, selector=None):
     """The partition that holds the root filesystem.
 
     ``selector`` is a partition number (int or digits) or a label (GPT partition name or ext4 volume
-    label). Without it, the Linux-typed ext partitions are candidates: a discoverable-root type wins
-    over the generic Linux type, then the largest; a tie is refused.
+    label). Without it, the Linux-typed partitions holding a filesystem this module reads are
+    candidates: a discoverable-root type wins over the generic Linux type, then the largest; a tie is
+    refused. A refusal names what the partitions hold that is recognised but not read.
     """
     listing = "; ".join(describe(p) for p in partitions) or "none"
     if not partitions:
@@ -205,19 +257,26 @@ def choose_partition(src, partitions, selector=None):
                 "set partition to one of these numbers or labels",
             )
         part = found[0]
-        if part.get("filesystem") != "ext":
+        if not reads(part):
             raise Refusal(
                 "%s %s" % (src, describe(part)),
-                "does not hold an ext2/3/4 filesystem",
-                "choose the partition that holds the root filesystem",
+                "holds %s; microvm_image reads %s roots" % (holds(part), READ_NAMES),
+                UNREAD_MOVES.get(
+                    part.get("filesystem"), "choose the partition that holds the root filesystem"
+                ),
             )
         return part
-    candidates = [p for p in partitions if p.get("filesystem") == "ext" and _root_rank(p)]
+    candidates = [p for p in partitions if reads(p) and _root_rank(p)]
     if not candidates:
+        sentences, moves = _unread(partitions)
         raise Refusal(
             "%s" % src,
-            "no Linux partition holds an ext4 filesystem (partitions: %s)" % listing,
-            "pass the image's root partition with partition",
+            "no Linux partition holds a filesystem microvm_image reads (%s)%s (partitions: %s)"
+            % (READ_NAMES, "".join("; " + s for s in sentences), listing),
+            "; ".join(
+                ["pass the image's root partition with partition (its number or label) when it holds one"]
+                + moves
+            ),
         )
     return _best(
         src,
@@ -259,19 +318,16 @@ def needs_boot_partition(tree, kernel_path=None):
 
 
 def choose_boot_partition(src, partitions, root):
-    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is: the
-    ext partitions other than ``root``, the XBOOTLDR type first, then one named or labelled ``boot``,
-    then the other Linux types, the smallest of them; a tie is refused."""
-    candidates = [
-        p
-        for p in partitions
-        if p.get("filesystem") == "ext" and p["number"] != root["number"] and _boot_rank(p)
-    ]
+    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is:
+    the partitions other than ``root`` holding a filesystem this module reads, the XBOOTLDR type first,
+    then one named or labelled ``boot``, then the other Linux types, the smallest of them; a tie is
+    refused."""
+    candidates = [p for p in partitions if reads(p) and p["number"] != root["number"] and _boot_rank(p)]
     if not candidates:
         raise Refusal(
             "%s %s" % (src, describe(root)),
-            "holds no kernel in /boot and no other partition holds an ext filesystem (partitions: %s)"
-            % ("; ".join(describe(p) for p in partitions)),
+            "holds no kernel in /boot and no other partition holds a filesystem microvm_image reads (%s) "
+            "(partitions: %s)" % (READ_NAMES, "; ".join(describe(p) for p in partitions)),
             "set kernel_path to the kernel inside the root filesystem",
         )
     return _best(

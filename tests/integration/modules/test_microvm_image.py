@@ -337,14 +337,14 @@ def test_partition_selection_refusals(made, tmp_path):
     refused(tmp_path, r"no partition numbered or labelled 'data'", src=str(made["gpt"]), partition="data")
     refused(
         tmp_path,
-        r"partition 1 'EFI'.*does not hold an ext2/3/4 filesystem",
+        r"partition 1 'EFI'.*holds no filesystem this module recognises; microvm_image reads ext2/3/4",
         src=str(made["gpt"]),
         partition="1",
     )
     twins = parts.gpt_disk(made["work"] / "twins.raw", made["root"], names=("root-a", "root-b"))["path"]
     refused(tmp_path, r"more than one Linux partition could be the root", src=str(twins))
     windows = parts.gpt_disk(made["work"] / "basic-data.raw", made["root"], kind="0700")["path"]
-    refused(tmp_path, r"no Linux partition holds an ext4 filesystem", src=str(windows))
+    refused(tmp_path, r"no Linux partition holds a filesystem microvm_image reads", src=str(windows))
     assert (
         run(src=str(windows), dest=str(tmp_path / "by-label"), partition="root")["partition"]["number"] == 2
     )

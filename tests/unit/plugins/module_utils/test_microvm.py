@@ -124,9 +124,38 @@ def test_two_equal_candidates_are_refused():
 
 def test_no_linux_ext_partition_is_refused_listing_the_table():
     with pytest.raises(
-        Refusal, match=r"no Linux partition holds an ext4 filesystem \(partitions: partition 1"
+        Refusal,
+        match=r"no Linux partition holds a filesystem microvm_image reads \(ext2/3/4, XFS and btrfs\) "
+        r"\(partitions: partition 1",
     ):
         microvm.choose_partition("disk.raw", [part(1, "0x07", fs=None)])
+
+
+def test_an_xfs_root_is_chosen_like_an_ext_one():
+    parts = [part(1, fs="vfat", size=100 * MIB), part(2, fs="xfs", size=900 * MIB), part(3, size=200 * MIB)]
+    chosen = microvm.choose_partition("disk.raw", parts)
+    assert chosen["number"] == 2 and microvm.reader_of(chosen) == "xfs"
+    assert microvm.reader_of(parts[2]) == "ext4"
+    # RHEL's separate /boot is XFS too.
+    boot = microvm.choose_boot_partition("disk.raw", parts[:2] + [part(3, fs="xfs", size=1 * MIB)], chosen)
+    assert boot["number"] == 3
+
+
+def test_recognised_but_unread_filesystems_are_named_with_what_to_do():
+    parts = [part(1, fs="vfat"), part(2, fs="luks"), part(3, "0x8e", fs="lvm2"), part(4, fs="swap")]
+    with pytest.raises(Refusal) as info:
+        microvm.choose_partition("disk.raw", parts)
+    assert (
+        "no Linux partition holds a filesystem microvm_image reads (ext2/3/4, XFS and btrfs); partition 1 "
+        "holds a FAT filesystem; partition 2 holds a LUKS volume; partition 3 holds an LVM2 physical volume; "
+        "partition 4 holds swap space (partitions: " in info.value.msg
+    )
+    assert "cryptsetup open" in info.value.msg and "activate the volume group" in info.value.msg
+    with pytest.raises(Refusal, match=r"holds a LUKS volume; microvm_image reads ext2/3/4, XFS and btrfs"):
+        microvm.choose_partition("disk.raw", parts, "2")
+    for fs in ("squashfs", "f2fs", "zfs", "bcachefs", "ntfs", "bitlocker"):
+        with pytest.raises(Refusal, match=r"partition 1 .*: holds an? [^;]+; microvm_image reads"):
+            microvm.choose_partition("disk.raw", [part(1, fs=fs)], "1")
 
 
 def test_an_empty_disk_is_refused():
@@ -147,7 +176,9 @@ def test_an_unknown_partition_selector_is_refused():
 
 
 def test_a_selected_partition_without_ext_is_refused():
-    with pytest.raises(Refusal, match="does not hold an ext2/3/4 filesystem"):
+    with pytest.raises(
+        Refusal, match="holds no filesystem this module recognises; microvm_image reads ext2/3/4, XFS"
+    ):
         microvm.choose_partition("d", [part(1, fs=None)], 1)
 
 
@@ -590,7 +621,9 @@ def test_the_boot_partition_is_chosen_by_type_then_name_then_size():
     with pytest.raises(Refusal, match=r"more than one partition could be /boot"):
         microvm.choose_boot_partition("d.raw", [root, home, part(5, size=300 * MIB)], root)
     with pytest.raises(
-        Refusal, match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds an ext"
+        Refusal,
+        match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds a filesystem "
+        r"microvm_image reads",
     ):
         microvm.choose_boot_partition("d.raw", [root, esp], root)
 
