@@ -179,11 +179,11 @@ def _gpt(read, source, disk_size, notes):
         if primary_problem == seal.GPT_MISSING and backup_problem == seal.GPT_MISSING:
             continue
         which, message = seal.gpt_header_choice(
-            source, primary_problem, backup_problem, disk_size // sector - 1
+            source, primary_problem, backup_problem, disk_size // sector - 1, notes is not None
         )
         if which is None:
             raise PartitionTableError(message)
-        if message and notes is not None:
+        if message:
             notes.append(message)
         return _gpt_entries(read, sector, *(primary if which == "primary" else backup))
     raise PartitionTableError("%s: a protective MBR but no GPT header at LBA 1 or at the last LBA" % source)
@@ -232,7 +232,8 @@ def _mbr(read, source, boot):
 def read_partitions(disk, notes=None):
     """The partitions of ``disk`` in disk order, partition 0 for a whole-disk filesystem, [] for a disk
     with neither; ``PartitionTableError`` for a table that is there but damaged. ``notes`` (a list)
-    gets what was read around, such as a damaged primary GPT header replaced by the backup."""
+    gets what was read around, such as a damaged primary GPT header replaced by the backup; without
+    ``notes`` a damaged primary header is refused, since the caller could not say it read around it."""
     read, source = disk.read, disk.path
     if signature(read, 0, whole_disk=True)[0] is not None:
         return [_entry(read, 0, 0, disk.virtual_size, "none")]

@@ -195,12 +195,19 @@ def check_partitions(source, partitions):
 GPT_MISSING = "no GPT header"
 
 
-def gpt_header_choice(source, primary, backup, last_lba):
+def gpt_header_choice(source, primary, backup, last_lba, backup_allowed=True):
     """Which GPT header a disk is read by, as sgdisk does: ``("primary" or "backup", note)``, or
     ``(None, message)`` when neither can be. ``primary`` and ``backup`` are None for a header (and entry
-    array) that checks out, else what is wrong with it; ``backup`` is only read when the primary fails."""
+    array) that checks out, else what is wrong with it; ``backup`` is only read when the primary fails.
+    A caller that cannot pass the note on (a seal verdict, an image's facts: what they judge is served
+    as it is, damaged table included) sets ``backup_allowed`` false and is refused instead."""
     if primary is None:
         return "primary", None
+    if not backup_allowed:
+        return None, (
+            "%s: the primary GPT header at LBA 1 is damaged (%s); rewrite it from the backup (sgdisk -e) "
+            "and judge the disk again" % (source, primary)
+        )
     if backup is None:
         return "backup", (
             "%s: the primary GPT header at LBA 1 is damaged (%s); the partitions were read from the backup "

@@ -578,6 +578,11 @@ def test_a_claim_needs_a_verifier_image_named():
 
 def test_the_gpt_header_is_the_primary_then_the_backup_as_sgdisk_reads_it():
     assert seal.gpt_header_choice("d.raw", None, "never read", 8191) == ("primary", None)
+    assert seal.gpt_header_choice("d.raw", "its header checksum does not match", None, 8191, False) == (
+        None,
+        "d.raw: the primary GPT header at LBA 1 is damaged (its header checksum does not match); rewrite it "
+        "from the backup (sgdisk -e) and judge the disk again",
+    )
     which, note = seal.gpt_header_choice("d.raw", "its header checksum does not match", None, 8191)
     assert which == "backup"
     assert note.startswith(
