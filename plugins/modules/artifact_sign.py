@@ -268,11 +268,7 @@ def run(params, check_mode=False, now=_now):
     p = params
     path = p["path"]
     checks.require_file(path, os.path.isfile(path), "artifact %s" % path, "build it before signing it")
-    source = "key_path %s" % p["key_path"] if p["key_path"] else "key"
-    key = signing.load_private_key(
-        signing.read_key_text(p["key_path"], p["key"], "key_path"), p["key_password"], source
-    )
-    keyid = signing.key_id(key)
+    key, keyid = signing.private_key(p["key_path"], p["key"], p["key_password"])
     ring = {keyid: key.public_key()}
     name = p["name"] or os.path.basename(path)
     digest = signing.file_digests(path)

@@ -400,6 +400,33 @@ class Registry:
             return None
         return response.headers.get("Docker-Content-Digest")
 
+    def manifest(self, repository, reference, media_type):
+        """The manifest bytes at a tag or digest, or None when there is none (a small document)."""
+        response = self.request(
+            "GET",
+            "/v2/%s/manifests/%s" % (repository, reference),
+            repository,
+            headers={"Accept": media_type},
+            missing_ok=True,
+        )
+        return None if response is None else response.read()
+
+    def blob(self, repository, digest, limit=4 * 1024 * 1024):
+        """A small blob's bytes (a signature payload, an envelope), checked against its digest."""
+        response = self.request("GET", "/v2/%s/blobs/%s" % (repository, digest), repository)
+        data = response.read(limit + 1)
+        if len(data) > limit or digest_of(data) != digest:
+            raise RegistryError(
+                "registry %s: blob %s@%s is %s"
+                % (
+                    self.host,
+                    repository,
+                    digest,
+                    "larger than %d bytes" % limit if len(data) > limit else "not the bytes its digest names",
+                )
+            )
+        return data
+
     def has_blob(self, repository, digest):
         response = self.request("HEAD", "/v2/%s/blobs/%s" % (repository, digest), repository, missing_ok=True)
         return response is not None
