@@ -50,6 +50,23 @@ description:
     ends before one of its partitions does (a truncated download or copy).
   - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
     distribution API. A rerun that finds the same digests writes and pushes nothing.
+  - Given a signing key (O(signing_key_path) or O(signing_key)), signs each pushed image where it is made, the
+    way C(cosign sign) stores a signature - a simple-signing payload naming the repository and the manifest
+    digest, as the layer of an OCI manifest under the tag C(sha256-<hex>.sig), the base64 ECDSA P-256
+    signature in its C(dev.cosignproject.cosign/signature) annotation - and pushes an in-toto SLSA v1
+    provenance statement in a DSSE envelope under C(sha256-<hex>.att), as C(cosign attest) stores it, naming
+    the source disk's SHA-256 (input C(source-disk)), the kernel version, the image and the builder.
+    C(cosign verify --key) and C(cosign verify-attestation --key --type slsaprovenance1) accept them. A
+    signature this key already made for the digest, and a statement it signed for the same build, are kept,
+    so a rerun pushes nothing. Signatures of other keys under the tag stay.
+  - Given O(trust_policy), verifies each image before RV(spec) and RV(capmvm) name it - its signature and
+    provenance, read back from the registry (in check mode, what the tags would hold), must verify with a key
+    of O(public_keys) (or the signing key) that the policy lets sign O(family) and O(stream), the signature
+    must name the image's digest and the statement must name the image with it. Unsigned, signed by a key the
+    policy does not trust for the family, or signed for another digest is refused naming the image, the key
+    and the check; a family the policy relaxes goes unsigned with the reason recorded.
+  - Signs and verifies in-process with the Python library C(cryptography). Nothing reaches a transparency log
+    (Rekor) or a keyless signing service (Fulcio); verification is by key.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -191,15 +208,26 @@ options:
       - Seconds one registry request may take.
     type: int
     default: 60
+  family:
+    description:
+      - The family the images belong to, as the O(trust_policy) rules and relaxed entries name it.
+      - Defaults to O(repository).
+    type: str
+  stream:
+    description: The stream the images belong to, when the O(trust_policy) rules name streams.
+    type: str
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.provenance.signing_key
+  - goldenimage.pipeline.provenance.trust_policy
 attributes:
   check_mode:
     support: full
     details: Reads the disk, computes every digest, reads the layout and registry; writes and pushes nothing.
   diff_mode:
     support: full
-    details: Shows each tag's digest before and after, in the layout and in the registry.
+    details: Shows each tag's digest before and after, in the layout and in the registry, and whether each
+      image was signed by the key and its provenance kept.
   idempotent:
     support: full
     details: With O(deterministic), a rerun finds the same digests and reports C(changed=false).
@@ -208,8 +236,13 @@ notes:
     there, as M(goldenimage.pipeline.seal_verify) does. A zstd bzImage needs Python 3.14 or
     C(backports.zstd); LZ4 is read with C(dissect.util), which C(dissect.extfs) brings.
   - C(/lost+found) at the filesystem root is not archived; sockets never are.
+  - "One key serves both tools: give the PEM here and to C(cosign import-key-pair --key); verifiers get the public
+    half. With a Rekor log run for the platform, C(cosign sign --key) on the same digest can add an entry that
+    proves when the signature existed; this module writes none and verifies by key alone."
 seealso:
   - module: goldenimage.pipeline.seal_verify
+  - module: goldenimage.pipeline.artifact_sign
+  - module: goldenimage.pipeline.artifact_verify
 """
 
 EXAMPLES = r"""
@@ -222,6 +255,24 @@ EXAMPLES = r"""
     repository: liquidmetal/ubuntu-2204
     username: "{{ registry_user }}"
     password: "{{ registry_password }}"
+  register: microvm
+
+- name: Signed where made, verified before the snippets name the images
+  goldenimage.pipeline.microvm_image:
+    src: /srv/images/ubuntu-2204-kube-v1.30.4.raw
+    registry: registry.example.com
+    repository: liquidmetal/ubuntu-2204
+    signing_key_path: /etc/goldenimage/signing.pem
+    builder:
+      playbook: microvm.yml
+      host: "{{ inventory_hostname }}"
+    public_keys:
+      - "{{ lookup('ansible.builtin.file', 'keys/release.pub') }}"
+    trust_policy:
+      rules:
+        - key: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+          name: release-2026
+          families: [liquidmetal/ubuntu-2204]
   register: microvm
 
 - name: A Cloud Hypervisor kernel from a qcow2 with two kernels installed
@@ -398,6 +449,38 @@ pushed:
   returned: when O(registry) is set
   type: dict
   sample: {kernel: false, modules: false, rootfs: true}
+signatures:
+  description:
+    - Per image, what signing did - the key id, the C(sha256-<hex>.sig) and C(.att) tags, whether each was
+      (or in check mode would be) pushed, and the provenance recorded (V(subject), V(inputs), V(builder),
+      V(parameters), V(time)).
+  returned: when a signing key is given
+  type: dict
+  sample:
+    kernel:
+      key_id: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+      signature_tag: sha256-5b0c3e0d.sig
+      attestation_tag: sha256-5b0c3e0d.att
+      signature_pushed: false
+      attestation_pushed: false
+      provenance:
+        inputs: [{name: source-disk, digest: {sha256: 9f86d081}}]
+        parameters: {kernel_version: "5.10.77", image: kernel}
+verified:
+  description:
+    - Per image, the verdict of the trust policy (V(verified), or V(unsigned_allowed) with the V(relaxed)
+      reason), the key that signed, the policy's name of it (V(signer)) and the reference by digest. A failed
+      check fails the task with the verdict (V(unsigned), V(untrusted_key), V(signature_mismatch),
+      V(subject_digest_differs), V(replayed_revision)), the V(image), the V(key) and the V(check).
+  returned: when O(trust_policy) is given
+  type: dict
+  sample:
+    rootfs:
+      verdict: verified
+      check: all
+      key: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+      signer: release-2026
+      reference: registry.example.com/liquidmetal/ubuntu-2204/rootfs@sha256:5b0c3e0d
 progress:
   description: Progress lines (elapsed, phase, counts, bytes), one per blob and per chunk of a large layer.
   returned: always
