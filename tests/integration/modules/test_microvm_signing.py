@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import pathlib
 
 import pytest
+import yaml
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _oci, microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
@@ -18,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.integration.modules.test_microvm_image import EPOCH, V, files_as_found, made, registry
+from tests.integration.support.runner import run_playbook
 from tests.unit.plugins.modules import support
 
 __all__ = ["made", "registry"]
@@ -265,3 +268,51 @@ def test_signing_or_verifying_without_a_registry_is_refused_before_the_disk_is_r
     with pytest.raises(Refusal, match=r"trust_policy: .* no registry is given"):
         run(src=str(made["gpt"]), dest=str(tmp_path / "layout"), trust_policy=policy(keyid, "k"))
     assert not (tmp_path / "layout").exists()
+
+
+def test_the_publish_playbook_signs_with_a_key_in_a_secret_and_verifies(
+    made, registry, tmp_path, cosign, lab, kube_client, kube_namespace
+):
+    from kubernetes import client
+
+    paths, keyid = key_pair(tmp_path, "release")
+    text = pathlib.Path(paths["pem"]).read_bytes()
+    client.CoreV1Api(kube_client).create_namespaced_secret(
+        kube_namespace,
+        {"metadata": {"name": "microvm-signing"}, "data": {"cosign.pem": base64.b64encode(text).decode()}},
+    )
+    playbook = pathlib.Path(__file__).resolve().parents[3] / "playbooks" / "publish_microvm_images.yml"
+    extra = {
+        "microvm_images_src": str(made["qcow2"]),
+        "microvm_images_registry": registry.url,
+        "microvm_images_repository": "publish/ubuntu",
+        "microvm_images_compare_unslimmed": False,
+        "microvm_images_signing_key_secret": {"namespace": kube_namespace, "name": "microvm-signing"},
+        "microvm_images_trust_policy": policy(keyid, "release-2026", ["publish/ubuntu"]),
+        "microvm_fragments_dir": str(tmp_path),
+    }
+    first = run_playbook(playbook, extra_vars=extra, env=lab.env())
+    assert first.ok, first.log
+    # The key's body never reaches the output.
+    assert text.decode().splitlines()[1] not in first.stdout + first.stderr
+    result = first["Build the kernel, modules and root filesystem images and publish them"]
+    assert {result["verified"][n]["verdict"] for n in IMAGES} == {"verified"}
+    assert (
+        result["signatures"]["kernel"]["provenance"]["builder"]["playbook"]
+        == "Publish flintlock micro-VM images"
+    )
+    spec = yaml.safe_load((tmp_path / "spec.yml").read_text())
+    assert spec["kernel"]["image"] == result["kernel"]["reference"]
+    ref = "%s/publish/ubuntu/rootfs@%s" % (registry.host, result["rootfs"]["digest"])
+    cosign("verify", "--key", paths["pub"], *OFFLINE, ref)
+
+    again = run_playbook(playbook, extra_vars=extra, env=lab.env())
+    assert again.ok, again.log
+    assert again["Build the kernel, modules and root filesystem images and publish them"]["changed"] is False
+
+    # A Secret without the key is refused naming it and the role variable, before anything is pushed.
+    missing = dict(extra, microvm_images_signing_key_secret={"namespace": kube_namespace, "name": "absent"})
+    refused_run = run_playbook(playbook, extra_vars=missing, env=lab.env())
+    assert not refused_run.ok
+    msg = refused_run["Refuse a signing key Secret that is missing or lacks the key"]["msg"]
+    assert "microvm_images: Secret %s/absent (microvm_images_signing_key_secret)" % kube_namespace in msg, msg
