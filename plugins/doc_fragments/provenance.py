@@ -33,9 +33,15 @@ options:
         default: []
         suboptions:
           key:
-            description: The key id (64 hex digits, as M(goldenimage.pipeline.artifact_sign) returns it).
+            description:
+              - The key id (64 hex digits, as M(goldenimage.pipeline.artifact_sign) returns it).
+              - One of O(trust_policy.rules[].key) and O(trust_policy.rules[].public_key) is required; given
+                both, they must name the same key.
             type: str
-            required: true
+          public_key:
+            description:
+              - The key as a PEM public key, as a catalog's trust section keeps it; it joins the keyring.
+            type: str
           name:
             description: A name for the key, reported as the signer.
             type: str
@@ -48,15 +54,21 @@ options:
             type: list
             elements: str
       relaxed:
-        description: The families whose C(require_signature) is off, each with the reason, which is reported.
+        description:
+          - The families or streams whose C(require_signature) is off, each with the reason, which is
+            reported.
         type: list
         elements: dict
         default: []
         suboptions:
           family:
-            description: The family.
+            description:
+              - The family; each entry names one of O(trust_policy.relaxed[].family) and
+                O(trust_policy.relaxed[].stream).
             type: str
-            required: true
+          stream:
+            description: The stream.
+            type: str
           reason:
             description: Why it may go unsigned.
             type: str

@@ -177,7 +177,7 @@ def run(params):
             "artifact %s" % path, "no trust_policy: nothing says which keys may sign it", "give trust_policy"
         )
     policy = provenance.normalize_policy(p["trust_policy"])
-    ring = signing.keyring_of(p["public_keys"])
+    ring = signing.keyring_of(p["public_keys"], extra=provenance.public_keys(policy))
     name = p["name"] or os.path.basename(path)
     digest, signature, found = signing.file_evidence(ring, path, p["signature_path"], p["provenance_path"])
     verdict = provenance.judge(

@@ -236,9 +236,9 @@ notes:
     there, as M(goldenimage.pipeline.seal_verify) does. A zstd bzImage needs Python 3.14 or
     C(backports.zstd); LZ4 is read with C(dissect.util), which C(dissect.extfs) brings.
   - C(/lost+found) at the filesystem root is not archived; sockets never are.
-  - "One key serves both tools: give the PEM here and to C(cosign import-key-pair --key); verifiers get the public
-    half. With a Rekor log run for the platform, C(cosign sign --key) on the same digest can add an entry that
-    proves when the signature existed; this module writes none and verifies by key alone."
+  - "One key serves both tools: give the PEM here and to C(cosign import-key-pair --key); verifiers get the
+    public half. With a Rekor log run for the platform, C(cosign sign --key) on the same digest can add an
+    entry that proves when the signature existed; this module writes none and verifies by key alone."
 seealso:
   - module: goldenimage.pipeline.seal_verify
   - module: goldenimage.pipeline.artifact_sign

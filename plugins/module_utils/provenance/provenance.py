@@ -426,12 +426,13 @@ def trust_policy_spec(required=False):
     """The ``public_keys`` and ``trust_policy`` options of a verifying module (doc fragment
     ``goldenimage.pipeline.provenance.trust_policy``)."""
     rule = dict(
-        key=dict(type="str", required=True, no_log=False),
+        key=dict(type="str", no_log=False),
+        public_key=dict(type="str", no_log=False),
         name=dict(type="str"),
         families=dict(type="list", elements="str"),
         streams=dict(type="list", elements="str"),
     )
-    relaxed = dict(family=dict(type="str", required=True), reason=dict(type="str", required=True))
+    relaxed = dict(family=dict(type="str"), stream=dict(type="str"), reason=dict(type="str", required=True))
     return dict(
         public_keys=dict(type="list", elements="str", default=[], no_log=False),
         trust_policy=dict(

@@ -190,12 +190,13 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
             cosign, tmp_path, "%s@%s" % (image, pushed[name]["digest"]), image, pushed[name]["digest"]
         )
 
+    # The policy as a catalog's trust section gives it: the key as PEM, no separate keyring.
+    cosign_pem = (tmp_path / "cosign.pub").read_text()
     trusted = base(
         made,
         registry,
         repo,
-        public_keys=[str(tmp_path / "cosign.pub")],
-        trust_policy=policy(cosign_id, "cosign-release"),
+        trust_policy={"rules": [{"public_key": cosign_pem, "name": "cosign-release"}]},
     )
     verified = run(**trusted)
     assert verified["changed"] is False
@@ -234,6 +235,7 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
         trusted,
         repository="other/ubuntu",
         signing_key_path=paths["pem"],
+        public_keys=[str(tmp_path / "cosign.pub")],
         trust_policy={
             "rules": [
                 {"key": cosign_id, "name": "cosign-release"},
@@ -259,6 +261,9 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
     allowed = run(**relaxed)
     assert allowed["verified"]["rootfs"]["verdict"] == "unsigned_allowed"
     assert allowed["verified"]["rootfs"]["relaxed"] == "lab scratch images"
+    nightly = {"rules": [], "relaxed": [{"stream": "nightly", "reason": "nightly builds, never served"}]}
+    by_stream = dict(unsigned, stream="nightly", trust_policy=nightly)
+    assert run(**by_stream)["verified"]["kernel"]["relaxed"] == "nightly builds, never served"
 
 
 def test_signing_or_verifying_without_a_registry_is_refused_before_the_disk_is_read(made, tmp_path):
