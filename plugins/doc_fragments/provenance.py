@@ -92,8 +92,13 @@ options:
   signing_key_password:
     description: The password of an encrypted PKCS#8 signing key.
     type: str
+"""
+
+    # Who built what a module signs (provenance.builder_spec), recorded in its provenance.
+    BUILDER = r"""
+options:
   builder:
-    description: Who built it, recorded in the provenance with the collection's version.
+    description: Who built the artifact.
     type: dict
     default: {}
     suboptions:
@@ -102,5 +107,8 @@ options:
         type: str
       host:
         description: The host that made it.
+        type: str
+      collection_version:
+        description: The version of goldenimage.pipeline that made it (the running collection's when omitted).
         type: str
 """

@@ -219,6 +219,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.provenance.signing_key
+  - goldenimage.pipeline.provenance.builder
   - goldenimage.pipeline.provenance.trust_policy
 attributes:
   check_mode:
@@ -266,12 +267,11 @@ EXAMPLES = r"""
     builder:
       playbook: microvm.yml
       host: "{{ inventory_hostname }}"
-    public_keys:
-      - "{{ lookup('ansible.builtin.file', 'keys/release.pub') }}"
+    # As a catalog's trust section keeps it: the key as PEM, trusted for this family only.
     trust_policy:
       rules:
-        - key: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
-          name: release-2026
+        - name: release-2026
+          public_key: "{{ lookup('ansible.builtin.file', 'keys/release.pub') }}"
           families: [liquidmetal/ubuntu-2204]
   register: microvm
 
@@ -990,7 +990,8 @@ class Runner:
         started = time.monotonic()
         source = self.io["signing"].file_digests(params["src"])
         self.log("source disk sha256:%s (%.1f s)" % (source["sha256"], time.monotonic() - started))
-        builder = dict(params.get("builder") or {}, collection_version=provenance.COLLECTION_VERSION)
+        builder = dict(params.get("builder") or {})
+        builder["collection_version"] = builder.get("collection_version") or provenance.COLLECTION_VERSION
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         report, planned = {}, {}
         for name in built:

@@ -447,14 +447,20 @@ def trust_policy_spec(required=False):
 
 
 def signing_key_spec():
-    """The signing key and builder options of a module that signs what it makes (doc fragment
-    ``goldenimage.pipeline.provenance.signing_key``)."""
+    """The signing key and builder options of a module that signs what it makes (doc fragments
+    ``goldenimage.pipeline.provenance.signing_key`` and ``.builder``)."""
     return dict(
         signing_key_path=dict(type="path", no_log=False),
         signing_key=dict(type="str", no_log=True),
         signing_key_password=dict(type="str", no_log=True),
-        builder=dict(type="dict", default={}, options=dict(playbook=dict(type="str"), host=dict(type="str"))),
+        **builder_spec(),
     )
+
+
+def builder_spec():
+    """The ``builder`` option (doc fragment ``goldenimage.pipeline.provenance.builder``)."""
+    options = dict(playbook=dict(type="str"), host=dict(type="str"), collection_version=dict(type="str"))
+    return dict(builder=dict(type="dict", default={}, options=options))
 
 
 # --- the verdict --------------------------------------------------------------------------------------

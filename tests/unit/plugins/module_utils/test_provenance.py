@@ -379,22 +379,20 @@ def test_an_image_is_judged_by_its_signature_its_statement_and_the_policy():
     assert elsewhere["verdict"] == provenance.UNTRUSTED_KEY and elsewhere["key"] == KEY
 
 
-def test_a_statement_records_the_build_parameters_beside_the_playbook():
-    doc = provenance.statement(
+def kernel_statement(time, version):
+    return provenance.statement(
         {"name": IMAGE, "digest": {"sha256": A}},
         [{"name": provenance.SOURCE_DISK, "digest": "sha256:" + B}],
         {"playbook": "microvm.yml"},
-        "2026-12-01T00:00:00Z",
-        {"kernel_version": "6.1.0", "image": "kernel"},
+        time,
+        {"kernel_version": version, "image": "kernel"},
     )
+
+
+def test_a_statement_records_the_build_parameters_beside_the_playbook():
+    doc = kernel_statement("2026-12-01T00:00:00Z", "6.1.0")
     external = doc["predicate"]["buildDefinition"]["externalParameters"]
     assert external == {"playbook": "microvm.yml", "kernel_version": "6.1.0", "image": "kernel"}
     assert provenance.summary(doc)["parameters"] == {"kernel_version": "6.1.0", "image": "kernel"}
-    rebuilt = provenance.statement(
-        {"name": IMAGE, "digest": {"sha256": A}},
-        [{"name": provenance.SOURCE_DISK, "digest": "sha256:" + B}],
-        {"playbook": "microvm.yml"},
-        "2026-12-02T00:00:00Z",
-        {"kernel_version": "6.1.1", "image": "kernel"},
-    )
-    assert not provenance.same_build(doc, rebuilt)
+    assert provenance.same_build(doc, kernel_statement("2026-12-02T00:00:00Z", "6.1.0"))
+    assert not provenance.same_build(doc, kernel_statement("2026-12-01T00:00:00Z", "6.1.1"))
