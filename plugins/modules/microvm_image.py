@@ -1133,31 +1133,24 @@ class Runner:
                 ]
             else:
                 sigs, envelopes = planned[name]["sig"], planned[name]["att"]
-            signature = provenance.image_signature(
-                [
-                    {
-                        "key": signing.payload_key(self.ring, sig, payload),
-                        "digest": provenance.signed_digest(payload),
-                    }
-                    for sig, payload in sigs
-                ],
-                digest,
-            )
-            found = provenance.image_provenance(
-                [
-                    signing.evidence(self.ring, None, blob.decode("utf-8", "replace"), None)[1]
-                    for blob in envelopes
-                ],
-                image,
-                digest,
-            )
+            signatures = [
+                {
+                    "key": signing.payload_key(self.ring, sig, payload),
+                    "digest": provenance.signed_digest(payload),
+                }
+                for sig, payload in sigs
+            ]
+            found = [
+                signing.evidence(self.ring, None, blob.decode("utf-8", "replace"), None)[1]
+                for blob in envelopes
+            ]
             verdict = provenance.judge_image(
                 image,
                 digest,
                 settings["family"],
                 self.params.get("stream"),
                 settings["policy"],
-                signature,
+                signatures,
                 found,
             )
             if not verdict.pop("ok"):

@@ -668,40 +668,56 @@ def signed_digest(payload):
     return ((critical.get("image") or {}).get("docker-manifest-digest")) or None
 
 
-def image_signature(signatures, digest):
+def _trusted_first(entries, trusted):
+    """``entries`` with those whose key ``trusted(key)`` accepts first, in their order otherwise."""
+    if trusted is None:
+        return list(entries)
+    return [e for e in entries if trusted(e["key"])] + [e for e in entries if not trusted(e["key"])]
+
+
+def image_signature(signatures, digest, trusted=None):
     """What an image's signature layers prove, as ``judge`` takes it, from ``[{"key", "digest"}]``: the key
     that verifies each layer's payload (None when no keyring key does) and the digest the payload names.
 
-    None when there is no layer; ``{"key": keyid}`` from the first layer a key verifies for ``digest``; else
-    ``{"key": None, "other": (keyid, digest)}`` naming a verified signature made for another image."""
+    None when there is no layer; ``{"key": keyid}`` from a layer a key verifies for ``digest`` (one whose key
+    ``trusted(key)`` accepts before any other: cosign appends the signatures of every signer to the tag);
+    else ``{"key": None, "other": (keyid, digest)}`` naming a verified signature made for another image."""
     if not signatures:
         return None
-    for entry in signatures:
-        if entry.get("key") and entry.get("digest") == digest:
+    verified = [e for e in signatures if e.get("key")]
+    for entry in _trusted_first(verified, trusted):
+        if entry.get("digest") == digest:
             return {"key": entry["key"]}
-    other = next(((e["key"], e.get("digest")) for e in signatures if e.get("key")), None)
+    other = next(((e["key"], e.get("digest")) for e in verified), None)
     return {"key": None, "other": other}
 
 
-def image_provenance(envelopes, name, digest):
-    """The envelope ``judge`` takes from ``[{"key", "statement", "named"}]`` (one per ``.att`` layer): the one
-    a key verified whose statement names ``name`` at ``digest``, else the first a key verified, else the
-    first; None when there is none."""
+def image_provenance(envelopes, name, digest, trusted=None):
+    """The envelope ``judge`` takes from ``[{"key", "statement", "named"}]`` (one per ``.att`` layer): one a
+    key verified whose statement names ``name`` at ``digest`` (a key ``trusted`` accepts first), else the
+    first a key verified, else the first; None when there is none."""
     if not envelopes:
         return None
     want = digest_set(digest, "image %s" % name)
     verified = [e for e in envelopes if e.get("key") and e.get("statement")]
-    for entry in verified:
+    for entry in _trusted_first(verified, trusted):
         for subject in entry["statement"].get("subject") or []:
             if subject.get("name") == name and digests_agree(want, subject.get("digest") or {}):
                 return entry
     return (verified or envelopes)[0]
 
 
-def judge_image(name, digest, family, stream, policy, signature, found):
+def judge_image(name, digest, family, stream, policy, signatures, envelopes):
     """The verdict on the image ``name`` (``host/path``) at ``digest`` (``sha256:<hex>``), as ``judge``
-    gives it; a signature a trusted or known key made for another image's digest is named as such."""
+    gives it, from its signature layers (``[{"key", "digest"}]``) and its attestation envelopes (``[{"key",
+    "statement", "named"}]``); a signature a known key made for another image's digest is named as such."""
     image = {"name": name, "digest": digest_set(digest, "image %s" % name), "words": IMAGE_WORDS}
+
+    def trusted(key):
+        return trusted_rule(policy, key, family, stream) is not None
+
+    signature = image_signature(signatures, digest, trusted)
+    found = image_provenance(envelopes, name, digest, trusted)
     other = (signature or {}).get("other")
     if other:
         where = "family %s stream %s" % (family, stream or ANY)

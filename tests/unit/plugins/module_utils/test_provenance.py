@@ -351,32 +351,46 @@ def image_policy():
     )
 
 
+def judge_image(signatures, envelopes, family="flintlock", digest="sha256:" + A):
+    return provenance.judge_image(IMAGE, digest, family, None, image_policy(), signatures, envelopes)
+
+
 def test_an_image_is_judged_by_its_signature_its_statement_and_the_policy():
-    digest = "sha256:" + A
-    found = {"key": KEY, "statement": image_statement(), "named": []}
-    verdict = provenance.judge_image(IMAGE, digest, "flintlock", None, image_policy(), {"key": KEY}, found)
+    mine = {"key": KEY, "digest": "sha256:" + A}
+    found = [{"key": KEY, "statement": image_statement(), "named": []}]
+    verdict = judge_image([mine], found)
     assert verdict["verdict"] == provenance.VERIFIED and verdict["signer"] == "release"
     assert verdict["message"].startswith("image %s (sha256:%s): signed by release" % (IMAGE, A))
 
-    other = provenance.judge_image(
-        IMAGE, digest, "flintlock", None, image_policy(), {"key": None, "other": (KEY, "sha256:" + B)}, found
-    )
+    other = judge_image([{"key": KEY, "digest": "sha256:" + B}], found)
     assert (
         other["verdict"] == provenance.OTHER_BYTES and other["key"] == KEY and other["check"] == "signature"
     )
     assert "signed docker-manifest-digest sha256:%s, not this image's sha256:%s" % (B, A) in other["message"]
 
-    unsigned = provenance.judge_image(IMAGE, digest, "flintlock", None, image_policy(), None, None)
+    unsigned = judge_image([], [])
     assert unsigned["verdict"] == provenance.UNSIGNED
     assert "no cosign signature (sha256-<hex>.sig) found" in unsigned["message"]
     assert "microvm_image with signing_key" in unsigned["message"]
 
-    moved = {"key": KEY, "statement": image_statement(digest=B), "named": []}
-    differs = provenance.judge_image(IMAGE, digest, "flintlock", None, image_policy(), {"key": KEY}, moved)
+    differs = judge_image([mine], [{"key": KEY, "statement": image_statement(digest=B), "named": []}])
     assert differs["verdict"] == provenance.SUBJECT_DIGEST
 
-    elsewhere = provenance.judge_image(IMAGE, digest, "debian", None, image_policy(), {"key": KEY}, found)
+    elsewhere = judge_image([mine], found, family="debian")
     assert elsewhere["verdict"] == provenance.UNTRUSTED_KEY and elsewhere["key"] == KEY
+
+
+def test_a_trusted_signature_counts_whatever_other_signers_appended_before_it():
+    # cosign appends every signer's layer to the tag: a known but untrusted key's, first, does not hide the
+    # trusted one's, and the same for the attestations.
+    theirs = {"key": OTHER_KEY, "digest": "sha256:" + A}
+    mine = {"key": KEY, "digest": "sha256:" + A}
+    envelopes = [
+        {"key": OTHER_KEY, "statement": image_statement(), "named": []},
+        {"key": KEY, "statement": image_statement(), "named": []},
+    ]
+    assert judge_image([theirs, mine], envelopes)["verdict"] == provenance.VERIFIED
+    assert judge_image([theirs], envelopes[:1])["verdict"] == provenance.UNTRUSTED_KEY
 
 
 def kernel_statement(time, version):
