@@ -1113,6 +1113,7 @@ class Runner:
         would hold) and judged with the trust policy; the first that fails is refused, naming the image, the
         key and the check, before the snippets that name the images are returned."""
         signing = self.io["signing"]
+        started = time.monotonic()
         report = {}
         for name in built:
             repo = "%s/%s" % (repository, names[name])
@@ -1165,6 +1166,7 @@ class Runner:
             verdict["reference"] = "%s@%s" % (image, digest)
             report[name] = verdict
             self.log("%s: %s" % (name, verdict["message"]))
+        self.log("verified %d images in %.2f s" % (len(report), time.monotonic() - started))
         return report
 
 
