@@ -64,6 +64,23 @@ description:
     ends before one of its partitions does (a truncated download or copy).
   - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
     distribution API. A rerun that finds the same digests writes and pushes nothing.
+  - Given a signing key (O(signing_key_path) or O(signing_key)), signs each pushed image where it is made, the
+    way C(cosign sign) stores a signature - a simple-signing payload naming the repository and the manifest
+    digest, as the layer of an OCI manifest under the tag C(sha256-<hex>.sig), the base64 ECDSA P-256
+    signature in its C(dev.cosignproject.cosign/signature) annotation - and pushes an in-toto SLSA v1
+    provenance statement in a DSSE envelope under C(sha256-<hex>.att), as C(cosign attest) stores it, naming
+    the source disk's SHA-256 (input C(source-disk)), the kernel version, the image and the builder.
+    C(cosign verify --key) and C(cosign verify-attestation --key --type slsaprovenance1) accept them. A
+    signature this key already made for the digest, and a statement it signed for the same build, are kept,
+    so a rerun pushes nothing. Signatures of other keys under the tag stay.
+  - Given O(trust_policy), verifies each image before RV(spec) and RV(capmvm) name it - its signature and
+    provenance, read back from the registry (in check mode, what the tags would hold), must verify with a key
+    of O(public_keys) (or the signing key) that the policy lets sign O(family) and O(stream), the signature
+    must name the image's digest and the statement must name the image with it. Unsigned, signed by a key the
+    policy does not trust for the family, or signed for another digest is refused naming the image, the key
+    and the check; a family the policy relaxes goes unsigned with the reason recorded.
+  - Signs and verifies in-process with the Python library C(cryptography). Nothing reaches a transparency log
+    (Rekor) or a keyless signing service (Fulcio); verification is by key.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -208,15 +225,27 @@ options:
       - Seconds one registry request may take.
     type: int
     default: 60
+  family:
+    description:
+      - The family the images belong to, as the O(trust_policy) rules and relaxed entries name it.
+      - Defaults to O(repository).
+    type: str
+  stream:
+    description: The stream the images belong to, when the O(trust_policy) rules name streams.
+    type: str
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.provenance.signing_key
+  - goldenimage.pipeline.provenance.builder
+  - goldenimage.pipeline.provenance.trust_policy
 attributes:
   check_mode:
     support: full
     details: Reads the disk, computes every digest, reads the layout and registry; writes and pushes nothing.
   diff_mode:
     support: full
-    details: Shows each tag's digest before and after, in the layout and in the registry.
+    details: Shows each tag's digest before and after, in the layout and in the registry, and whether each
+      image was signed by the key and its provenance kept.
   idempotent:
     support: full
     details: With O(deterministic), a rerun finds the same digests and reports C(changed=false).
@@ -225,8 +254,13 @@ notes:
     there, as M(goldenimage.pipeline.seal_verify) does. A zstd bzImage needs Python 3.14 or
     C(backports.zstd); LZ4 is read with C(dissect.util), which C(dissect.extfs) brings.
   - C(/lost+found) at the filesystem root is not archived; sockets never are.
+  - "One key serves both tools: give the PEM here and to C(cosign import-key-pair --key); verifiers get the
+    public half. With a Rekor log run for the platform, C(cosign sign --key) on the same digest can add an
+    entry that proves when the signature existed; this module writes none and verifies by key alone."
 seealso:
   - module: goldenimage.pipeline.seal_verify
+  - module: goldenimage.pipeline.artifact_sign
+  - module: goldenimage.pipeline.artifact_verify
 """
 
 EXAMPLES = r"""
@@ -239,6 +273,23 @@ EXAMPLES = r"""
     repository: liquidmetal/ubuntu-2204
     username: "{{ registry_user }}"
     password: "{{ registry_password }}"
+  register: microvm
+
+- name: Signed where made, verified before the snippets name the images
+  goldenimage.pipeline.microvm_image:
+    src: /srv/images/ubuntu-2204-kube-v1.30.4.raw
+    registry: registry.example.com
+    repository: liquidmetal/ubuntu-2204
+    signing_key_path: /etc/goldenimage/signing.pem
+    builder:
+      playbook: microvm.yml
+      host: "{{ inventory_hostname }}"
+    # As a catalog's trust section keeps it: the key as PEM, trusted for this family only.
+    trust_policy:
+      rules:
+        - name: release-2026
+          public_key: "{{ lookup('ansible.builtin.file', 'keys/release.pub') }}"
+          families: [liquidmetal/ubuntu-2204]
   register: microvm
 
 - name: A Cloud Hypervisor kernel from a qcow2 with two kernels installed
@@ -343,7 +394,7 @@ report:
   elements: str
   sample:
     - kernel 6.1.0-57-cloud-amd64 for amd64 (read from /usr/bin/env)
-    - "initrd: registry.example.com/liquidmetal/debian-12/initrd:6.1.0-57-cloud-amd64 sha256:... (9437184 bytes
+    - "initrd: registry.example.com/debian-12/initrd:6.1.0-57-cloud-amd64 sha256:... (9437184 bytes
       compressed, 33554432 bytes of files)"
 removed:
   description: Bytes of file data O(slim) removed, per group (empty without O(slim)).
@@ -436,6 +487,38 @@ pushed:
   returned: when O(registry) is set
   type: dict
   sample: {kernel: false, modules: false, rootfs: true}
+signatures:
+  description:
+    - Per image, what signing did - the key id, the C(sha256-<hex>.sig) and C(.att) tags, whether each was
+      (or in check mode would be) pushed, and the provenance recorded (V(subject), V(inputs), V(builder),
+      V(parameters), V(time)).
+  returned: when a signing key is given
+  type: dict
+  sample:
+    kernel:
+      key_id: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+      signature_tag: sha256-5b0c3e0d.sig
+      attestation_tag: sha256-5b0c3e0d.att
+      signature_pushed: false
+      attestation_pushed: false
+      provenance:
+        inputs: [{name: source-disk, digest: {sha256: 9f86d081}}]
+        parameters: {kernel_version: "5.10.77", image: kernel}
+verified:
+  description:
+    - Per image, the verdict of the trust policy (V(verified), or V(unsigned_allowed) with the V(relaxed)
+      reason), the key that signed, the policy's name of it (V(signer)) and the reference by digest. A failed
+      check fails the task with the verdict (V(unsigned), V(untrusted_key), V(signature_mismatch),
+      V(subject_digest_differs), V(replayed_revision)), the V(image), the V(key) and the V(check).
+  returned: when O(trust_policy) is given
+  type: dict
+  sample:
+    rootfs:
+      verdict: verified
+      check: all
+      key: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+      signer: release-2026
+      reference: registry.example.com/liquidmetal/ubuntu-2204/rootfs@sha256:5b0c3e0d
 progress:
   description: Progress lines (elapsed, phase, counts, bytes), one per blob and per chunk of a large layer.
   returned: always
@@ -446,7 +529,9 @@ progress:
     - "14.2 s: blob liquidmetal/ubuntu-2204/rootfs@5b0c3e: 16.0/380.0 MiB (4%), 0.3 s"
 """
 
+import datetime
 import io
+import json
 import os
 import tempfile
 import time
@@ -454,6 +539,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
+    Refusal,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
@@ -466,6 +552,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 SLIM_CHOICES = ["apt", "docs", "locales", "kernel", "firmware"]
 
@@ -498,6 +585,9 @@ def argument_spec():
         validate_certs=dict(type="bool", default=True),
         ca_bundle=dict(type="path"),
         timeout=dict(type="int", default=60),
+        family=dict(type="str"),
+        stream=dict(type="str"),
+        **dict(provenance.signing_key_spec(), **provenance.trust_policy_spec()),
     )
 
 
@@ -521,6 +611,12 @@ def check_inputs(params, environ=None):
             params["registry"], bool(params.get("username"))
         )
         settings["repository"] = microvm.check_repository(params["repository"])
+    signs = bool(params.get("signing_key_path") or params.get("signing_key"))
+    settings["policy"] = None
+    if params.get("trust_policy") is not None:
+        settings["policy"] = provenance.normalize_policy(params["trust_policy"])
+    microvm.check_signing_target(signs, settings["policy"] is not None, bool(params.get("registry")))
+    settings["family"] = params.get("family") or params.get("repository")
     if params.get("tag") is not None:
         microvm.layout_tags({"kernel": params["tag"]})  # the same tag rule
     groups = []
@@ -548,6 +644,7 @@ class Runner:
                 _xfs,
             )
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, _oci
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing
 
             adapters = {
                 "disk": _disk,
@@ -557,6 +654,7 @@ class Runner:
                 "partitions": _partitions,
                 "xfs": _xfs,
                 "btrfs": _btrfs,
+                "signing": _signing,
             }
         self.io = adapters
         self.fs = self.boot_fs = None
@@ -632,11 +730,37 @@ class Runner:
         kernel_tree.update(microvm.mounted(self.boot_fs.walk(), "boot", BOOT_DEVICE))
         return kernel_tree, boot
 
+    def _keys(self, settings):
+        """The signing key and the keyring, read and checked before anything is opened or written."""
+        params = self.params
+        self.signer = None
+        self.ring = {}
+        if not (
+            params.get("signing_key_path") or params.get("signing_key") or settings["policy"] is not None
+        ):
+            return
+        signing = self.io["signing"]
+        if params.get("signing_key_path") or params.get("signing_key"):
+            self.signer = signing.private_key(
+                params.get("signing_key_path"),
+                params.get("signing_key"),
+                params.get("signing_key_password"),
+                "signing_key_path",
+                "signing_key",
+            )
+        if settings["policy"] is not None:
+            self.ring = signing.keyring_of(
+                params.get("public_keys"), extra=provenance.public_keys(settings["policy"])
+            )
+            if self.signer:
+                self.ring.setdefault(self.signer[1], self.signer[0].public_key())
+
     # run -------------------------------------------------------------------------------------------
 
     def run(self):
         params = self.params
         settings = check_inputs(params)
+        self._keys(settings)
         microvm.check_source(params["src"], os.path.isdir(params["src"]))
         layout = None
         if params.get("dest"):
@@ -752,11 +876,31 @@ class Runner:
                 diff["before"]["layout"] = result["layout"]["before"]
                 diff["after"]["layout"] = result["layout"]["after"]
             if host:
-                pushed, before = self._push(settings, repository, tag, names, built, scratch, layout, writes)
+                registry = self._registry(settings)
+                pushed, before = self._push(registry, settings, repository, tag, names, built, writes)
                 result["pushed"] = pushed
                 result["changed"] = result["changed"] or any(pushed.values())
                 diff["before"]["registry"] = before
                 diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in images)
+                planned = {}
+                if self.signer:
+                    result["signatures"], planned = self._sign_all(
+                        registry, settings, repository, names, built, version, writes
+                    )
+                    result["changed"] = result["changed"] or any(
+                        v["signature_pushed"] or v["attestation_pushed"]
+                        for v in result["signatures"].values()
+                    )
+                    diff["before"]["signatures"] = dict(
+                        (n, v["before"]) for n, v in result["signatures"].items()
+                    )
+                    diff["after"]["signatures"] = dict(
+                        (n, v["after"]) for n, v in result["signatures"].items()
+                    )
+                if settings["policy"] is not None:
+                    result["verified"] = self._verify_all(
+                        registry, settings, repository, names, built, planned
+                    )
         finally:
             if scratch:
                 for entry in os.listdir(scratch):
@@ -860,10 +1004,9 @@ class Runner:
         self.log("layout %s: %s" % (layout.path, "updated" if changed else "already holds these digests"))
         return {"path": layout.path, "changed": changed, "before": before, "after": after}
 
-    def _push(self, settings, repository, tag, names, built, scratch, layout, writes):
-        oci = self.io["oci"]
+    def _registry(self, settings):
         params = self.params
-        registry = oci.Registry(
+        return self.io["oci"].Registry(
             settings["scheme"],
             settings["host"],
             params.get("username"),
@@ -873,6 +1016,8 @@ class Runner:
             params["timeout"],
             self.log,
         )
+
+    def _push(self, registry, settings, repository, tag, names, built, writes):
         pushed = {}
         before = {}
         for name in built:
@@ -899,6 +1044,196 @@ class Runner:
             self.log("%s/%s:%s pushed %s" % (settings["host"], repo, tag, item["digest"]))
         return pushed, before
 
+    # sign and verify, as cosign stores and reads it -----------------------------------------------------
+
+    def _sign_all(self, registry, settings, repository, names, built, version, writes):
+        """Each pushed image's signature and provenance, kept when this key already signed this digest (and
+        this build), else pushed; ``(report per image, {name: layers the tags would hold})``."""
+        params = self.params
+        key, keyid = self.signer
+        mine = {keyid: key.public_key()}
+        started = time.monotonic()
+        source = self.io["signing"].file_digests(params["src"])
+        self.log("source disk sha256:%s (%.1f s)" % (source["sha256"], time.monotonic() - started))
+        builder = dict(params.get("builder") or {})
+        builder["collection_version"] = builder.get("collection_version") or provenance.COLLECTION_VERSION
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        report, planned = {}, {}
+        for name in built:
+            repo = "%s/%s" % (repository, names[name])
+            image = "%s/%s" % (settings["host"], repo)
+            digest = built[name]["digest"]
+            wanted = provenance.statement(
+                {"name": image, "digest": digest},
+                [{"name": provenance.SOURCE_DISK, "digest": source}],
+                builder,
+                now,
+                {"kernel_version": version, "image": name},
+            )
+            sig = self._sign_signature(registry, repo, image, digest, key, mine, writes)
+            att = self._sign_attestation(registry, repo, digest, wanted, key, mine, writes)
+            planned[name] = {"sig": sig.pop("planned"), "att": att.pop("planned")}
+            report[name] = {
+                "key_id": keyid,
+                "signature_tag": microvm.cosign_tag(digest, microvm.SIGNATURE_SUFFIX),
+                "attestation_tag": microvm.cosign_tag(digest, microvm.ATTESTATION_SUFFIX),
+                "signature_pushed": sig["pushed"],
+                "attestation_pushed": att["pushed"],
+                "provenance": provenance.summary(att["statement"]),
+                "before": {"signed_by_key": sig["kept"], "provenance_kept": att["kept"]},
+                "after": {"signed_by_key": True, "provenance_kept": True},
+            }
+        self.log("signing took %.2f s (the source disk's digest included)" % (time.monotonic() - started))
+        return report, planned
+
+    def _read_cosign(self, registry, repo, digest, suffix, media_type):
+        """``(manifest or None, [(layer, blob bytes)])`` of an image's signature or attestation tag."""
+        raw = registry.manifest(repo, microvm.cosign_tag(digest, suffix), microvm.MEDIA_MANIFEST)
+        if raw is None:
+            return None, []
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return None, []
+        return doc, [
+            (layer, registry.blob(repo, layer["digest"])) for layer in microvm.cosign_layers(doc, media_type)
+        ]
+
+    def _push_cosign(self, registry, repo, digest, suffix, old, layers, blobs):
+        """Push ``blobs`` and the manifest of ``layers`` (the old manifest's other layers kept) to the tag."""
+        kept = [layer for layer in (old or {}).get("layers") or [] if layer not in layers]
+        layers = kept + [layer for layer in layers if layer not in kept]
+        config = microvm.canonical(microvm.cosign_config(layers))
+        oci = self.io["oci"]
+        config_desc = microvm.descriptor(microvm.MEDIA_CONFIG, oci.digest_of(config), len(config))
+        for data in blobs:
+            registry.push_blob(repo, oci.digest_of(data), len(data), data=data)
+        registry.push_blob(repo, config_desc["digest"], len(config), data=config)
+        manifest = microvm.canonical(microvm.cosign_manifest(config_desc, layers))
+        tag = microvm.cosign_tag(digest, suffix)
+        registry.push_manifest(repo, tag, manifest, microvm.MEDIA_MANIFEST)
+        self.log("%s/%s:%s pushed" % (registry.host, repo, tag))
+
+    def _sign_signature(self, registry, repo, image, digest, key, mine, writes):
+        signing = self.io["signing"]
+        old, found = self._read_cosign(
+            registry, repo, digest, microvm.SIGNATURE_SUFFIX, microvm.MEDIA_SIMPLE_SIGNING
+        )
+        evidence = [
+            {
+                "key": signing.payload_key(mine, microvm.layer_signature(layer), payload),
+                "digest": provenance.signed_digest(payload),
+            }
+            for layer, payload in found
+        ]
+        kept = (provenance.image_signature(evidence, digest) or {}).get("key") is not None
+        planned = [(microvm.layer_signature(layer), payload) for layer, payload in found]
+        if not kept:
+            payload = provenance.simple_signing(image, digest)
+            sig = signing.sign_payload(key, payload)
+            planned.append((sig, payload))
+            if writes:
+                layer = microvm.cosign_layer(
+                    microvm.MEDIA_SIMPLE_SIGNING,
+                    self.io["oci"].digest_of(payload),
+                    len(payload),
+                    signature=sig,
+                )
+                self._push_cosign(registry, repo, digest, microvm.SIGNATURE_SUFFIX, old, [layer], [payload])
+        return {"pushed": not kept, "kept": kept, "planned": planned}
+
+    def _sign_attestation(self, registry, repo, digest, wanted, key, mine, writes):
+        signing = self.io["signing"]
+        old, found = self._read_cosign(registry, repo, digest, microvm.ATTESTATION_SUFFIX, microvm.MEDIA_DSSE)
+        envelopes = [
+            signing.evidence(mine, None, blob.decode("utf-8", "replace"), None)[1] for _l, blob in found
+        ]
+        same = [
+            e
+            for e in envelopes
+            if e.get("key") and e.get("statement") and provenance.same_build(e["statement"], wanted)
+        ]
+        planned = [blob for _layer, blob in found]
+        if same:
+            return {"pushed": False, "kept": True, "statement": same[0]["statement"], "planned": planned}
+        body = microvm.canonical(signing.sign_envelope(key, provenance.serialize(wanted)))
+        planned.append(body)
+        if writes:
+            # This key's older statements for the image are replaced (cosign attest --replace); others stay.
+            stale = [found[i][0] for i, e in enumerate(envelopes) if e.get("key")]
+            old = dict(
+                old or {}, layers=[layer for layer in (old or {}).get("layers") or [] if layer not in stale]
+            )
+            layer = microvm.cosign_layer(
+                microvm.MEDIA_DSSE,
+                self.io["oci"].digest_of(body),
+                len(body),
+                predicate_type=provenance.PREDICATE_TYPE,
+            )
+            self._push_cosign(registry, repo, digest, microvm.ATTESTATION_SUFFIX, old, [layer], [body])
+        return {"pushed": True, "kept": False, "statement": wanted, "planned": planned}
+
+    def _verify_all(self, registry, settings, repository, names, built, planned):
+        """Each image's signature and provenance read back from the registry (in check mode, what the tags
+        would hold) and judged with the trust policy; the first that fails is refused, naming the image, the
+        key and the check, before the snippets that name the images are returned."""
+        signing = self.io["signing"]
+        started = time.monotonic()
+        report = {}
+        for name in built:
+            repo = "%s/%s" % (repository, names[name])
+            image = "%s/%s" % (settings["host"], repo)
+            digest = built[name]["digest"]
+            if not self.check or name not in planned:
+                sigs = [
+                    (microvm.layer_signature(layer), payload)
+                    for layer, payload in self._read_cosign(
+                        registry, repo, digest, microvm.SIGNATURE_SUFFIX, microvm.MEDIA_SIMPLE_SIGNING
+                    )[1]
+                ]
+                envelopes = [
+                    blob
+                    for _layer, blob in self._read_cosign(
+                        registry, repo, digest, microvm.ATTESTATION_SUFFIX, microvm.MEDIA_DSSE
+                    )[1]
+                ]
+            else:
+                sigs, envelopes = planned[name]["sig"], planned[name]["att"]
+            signatures = [
+                {
+                    "key": signing.payload_key(self.ring, sig, payload),
+                    "digest": provenance.signed_digest(payload),
+                }
+                for sig, payload in sigs
+            ]
+            found = [
+                signing.evidence(self.ring, None, blob.decode("utf-8", "replace"), None)[1]
+                for blob in envelopes
+            ]
+            verdict = provenance.judge_image(
+                image,
+                digest,
+                settings["family"],
+                self.params.get("stream"),
+                settings["policy"],
+                signatures,
+                found,
+            )
+            if not verdict.pop("ok"):
+                raise Refusal(
+                    None,
+                    verdict.pop("message"),
+                    "no MicroVMSpec or CAPMVM snippet names it",
+                    image=name,
+                    reference="%s@%s" % (image, digest),
+                    **verdict,
+                )
+            verdict["reference"] = "%s@%s" % (image, digest)
+            report[name] = verdict
+            self.log("%s: %s" % (name, verdict["message"]))
+        self.log("verified %d images in %.2f s" % (len(report), time.monotonic() - started))
+        return report
+
 
 # The member inode number that reads the vmlinux extracted from a bzImage (no inode has it), and the
 # device that tags the inode numbers of a separate /boot partition.
@@ -918,6 +1253,7 @@ def fs_entry_inum(tree, path):
 # layout directory) and/or registry, a registry needs its repository, credentials come in pairs.
 ARGUMENT_RULES = dict(
     required_one_of=[("dest", "registry")],
+    mutually_exclusive=[("signing_key_path", "signing_key")],
     required_by={"registry": "repository"},
     required_together=[("username", "password")],
 )

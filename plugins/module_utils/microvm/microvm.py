@@ -90,6 +90,14 @@ MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
 MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 REF_NAME = "org.opencontainers.image.ref.name"
+# cosign's signature and attestation images (v2): one layer per signature, the payload as the blob.
+MEDIA_SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+MEDIA_DSSE = "application/vnd.dsse.envelope.v1+json"
+SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
+PREDICATE_ANNOTATION = "predicateType"
+COSIGN_CREATED = "0001-01-01T00:00:00Z"
+SIGNATURE_SUFFIX = "sig"
+ATTESTATION_SUFFIX = "att"
 
 BANNER = re.compile(rb"Linux version (\S+) \(")
 # Slim groups: what each removes, as roots inside the filesystem (resolved through its symlinks).
@@ -1032,6 +1040,53 @@ def image_manifest(config_desc, layer_desc, annotations=None):
     return manifest
 
 
+def cosign_tag(digest, suffix):
+    """The tag cosign keeps an image's signatures (``sig``) or attestations (``att``) under:
+    ``sha256-<hex>.<suffix>``, in the image's own repository."""
+    algorithm, _sep, hexdigest = digest.partition(":")
+    return "%s-%s.%s" % (algorithm, hexdigest, suffix)
+
+
+def cosign_layer(media_type, digest, size, signature=None, predicate_type=None):
+    """The descriptor of one signature layer: the base64 signature in its annotation (empty for an
+    attestation, whose envelope carries it), and an attestation's predicate type."""
+    annotations = {SIGNATURE_ANNOTATION: signature or ""}
+    if predicate_type:
+        annotations[PREDICATE_ANNOTATION] = predicate_type
+    return descriptor(media_type, digest, size, annotations)
+
+
+def cosign_config(layers):
+    """The config of a signature image as cosign writes it: no platform, the layers' digests as diff ids
+    (the layers are stored uncompressed)."""
+    return {
+        "architecture": "",
+        "created": COSIGN_CREATED,
+        "history": [{"created": COSIGN_CREATED} for _layer in layers],
+        "os": "",
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+        "config": {},
+    }
+
+
+def cosign_manifest(config_desc, layers):
+    return {"schemaVersion": 2, "mediaType": MEDIA_MANIFEST, "config": config_desc, "layers": list(layers)}
+
+
+def cosign_layers(manifest, media_type):
+    """The layers of a signature (or attestation) manifest that hold ``media_type``; none of an absent one."""
+    return [
+        layer
+        for layer in (manifest or {}).get("layers") or []
+        if isinstance(layer, dict) and layer.get("mediaType") == media_type and layer.get("digest")
+    ]
+
+
+def layer_signature(layer):
+    """The base64 signature a simple-signing layer's annotation carries ("" when none)."""
+    return (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION) or ""
+
+
 def merge_index(existing, tagged):
     """An OCI layout's index.json with ``tagged`` (``{tag: manifest descriptor}``) put in.
 
@@ -1174,6 +1229,17 @@ def parse_registry(value, has_credentials=False):
             "serve the registry over https (ca_bundle for a private CA)",
         )
     return scheme, text
+
+
+def check_signing_target(signs, verifies, has_registry):
+    """Signatures and provenance are kept in the registry with the images: signing or verifying needs it."""
+    if (signs or verifies) and not has_registry:
+        raise Refusal(
+            "signing_key" if signs else "trust_policy",
+            "signatures and provenance are kept in the registry next to the images (cosign's "
+            "sha256-<hex>.sig and .att tags), and no registry is given",
+            "give registry and repository, or leave the signing key and trust policy out",
+        )
 
 
 def check_repository(repository):

@@ -803,3 +803,36 @@ def test_the_report_names_every_image_the_architecture_and_the_verdict():
         'root filesystem: 100 bytes of files before slim, 60 after; removed per group: {"docs":40}',
         "sealing hygiene: failed ssh_host_keys_absent",
     ]
+
+
+def test_cosign_signature_images_have_cosigns_tags_media_types_and_annotations():
+    digest = "sha256:" + "a" * 64
+    assert microvm.cosign_tag(digest, microvm.SIGNATURE_SUFFIX) == "sha256-%s.sig" % ("a" * 64)
+    assert microvm.cosign_tag(digest, microvm.ATTESTATION_SUFFIX) == "sha256-%s.att" % ("a" * 64)
+    sig = microvm.cosign_layer(microvm.MEDIA_SIMPLE_SIGNING, digest, 10, signature="MEUC")
+    att = microvm.cosign_layer(
+        microvm.MEDIA_DSSE, digest, 10, predicate_type="https://slsa.dev/provenance/v1"
+    )
+    assert sig["mediaType"] == "application/vnd.dev.cosign.simplesigning.v1+json"
+    assert sig["annotations"] == {"dev.cosignproject.cosign/signature": "MEUC"}
+    assert att["mediaType"] == "application/vnd.dsse.envelope.v1+json"
+    assert att["annotations"] == {
+        "dev.cosignproject.cosign/signature": "",
+        "predicateType": "https://slsa.dev/provenance/v1",
+    }
+    config = microvm.cosign_config([sig, att])
+    assert config["rootfs"]["diff_ids"] == [digest, digest] and config["os"] == ""
+    manifest = microvm.cosign_manifest(microvm.descriptor(microvm.MEDIA_CONFIG, digest, 2), [sig, att])
+    assert manifest["mediaType"] == microvm.MEDIA_MANIFEST
+    assert microvm.cosign_layers(manifest, microvm.MEDIA_DSSE) == [att]
+    assert microvm.cosign_layers(None, microvm.MEDIA_DSSE) == []
+    assert microvm.layer_signature(sig) == "MEUC" and microvm.layer_signature({}) == ""
+
+
+def test_signing_or_verifying_needs_a_registry():
+    microvm.check_signing_target(False, False, False)
+    microvm.check_signing_target(True, True, True)
+    with pytest.raises(Refusal, match=r"^signing_key: .*give registry and repository"):
+        microvm.check_signing_target(True, False, False)
+    with pytest.raises(Refusal, match=r"^trust_policy: "):
+        microvm.check_signing_target(False, True, False)
