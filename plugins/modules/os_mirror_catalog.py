@@ -174,12 +174,12 @@ def run(module):
     action = "list s3://%s" % bucket
     try:
         client = s3_client_from_params(p)
-        objects = []
-        for obj in transfer.list_objects(client, bucket):
-            if mirror.parse_key(obj["key"]) is not None:
+        objects = transfer.list_objects(client, bucket)
+        held = mirror.signed_companions(objects)
+        for obj in objects:
+            if mirror.parse_key(obj["key"]) is not None and not mirror.is_companion(obj["key"], held):
                 action = "read the metadata of s3://%s/%s" % (bucket, obj["key"])
                 obj["metadata"] = (transfer.head(client, bucket, obj["key"]) or {}).get("Metadata") or {}
-            objects.append(obj)
         document, ignored, problems = mirror.catalog_from_listing(bucket, objects, key)
         body = mirror.render_catalog(document)
         action = "read s3://%s/%s" % (bucket, key)

@@ -231,6 +231,17 @@ def read_object(client, bucket, key):
         raise
 
 
+def put_small(client, bucket, key, body, content_type="text/plain"):
+    """Store a small object (a signature, a provenance envelope) in one PutObject with its sha256 checksum."""
+    client.put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=body,
+        ContentType=content_type,
+        ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
+    )
+
+
 def pending_uploads(client, bucket, prefix=""):
     """Keys of the multipart uploads under ``prefix`` that were neither completed nor aborted."""
     answer = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)

@@ -22,6 +22,7 @@ import posixpath
 import re
 from urllib.parse import unquote, urlsplit
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
@@ -426,15 +427,43 @@ def render_catalog(document):
     return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def mirrored_statement(key, sha256, source, builder, time):
+    """The provenance of a mirrored object: the object (its key, its sha256) made from the upstream image
+    (the redacted source URL, the same sha256: the mirror copies, it never changes a byte)."""
+    digest = {"sha256": normalize_sha256(sha256)}
+    upstream = {"name": provenance.UPSTREAM, "digest": digest, "uri": redact.redact_url(source or "")}
+    return provenance.statement({"name": key, "digest": digest}, [upstream], builder, time)
+
+
+def signed_companions(objects):
+    """``{image key: {"signature": key, "provenance": key}}``: the signature and provenance objects stored
+    beside each listed image (as ``os_mirror_object`` writes them when given a key)."""
+    keys = set(obj["key"] for obj in objects)
+    found = {}
+    for key in sorted(keys):
+        image = provenance.companion_of(key)
+        if image in keys and parse_key(image) is not None:
+            field = "signature" if key.endswith(provenance.SIGNATURE_SUFFIX) else "provenance"
+            found.setdefault(image, {})[field] = key
+    return found
+
+
+def is_companion(key, held):
+    """True when ``key`` is the signature or provenance object of an image in ``held`` (signed_companions)."""
+    return key in set(k for companions in held.values() for k in companions.values())
+
+
 def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY):
     """``(document, ignored_keys, problems)`` from listed objects (dicts of key, size, metadata)."""
     entries, ignored, problems = [], [], []
+    held = signed_companions(objects)
     for obj in objects:
         key = obj["key"]
-        if key == catalog_key:
+        if key == catalog_key or is_companion(key, held):
             continue
         entry, problem = catalog_entry(key, obj["size"], obj.get("metadata"))
         if entry is not None:
+            entry.update(held.get(key) or {})
             entries.append(entry)
         elif problem is not None:
             problems.append(problem)

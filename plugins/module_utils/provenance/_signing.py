@@ -275,3 +275,57 @@ def on_disk(ring, signature_text_found, envelope_text, sha256_hex):
     signature, found = evidence(ring, signature_text_found, envelope_text, sha256_hex)
     doc = (found or {}).get("statement")
     return {"signer": (signature or {}).get("key"), "provenance": provenance.summary(doc) if doc else None}
+
+
+def key_options():
+    """The options a producer takes its signing key with (the same in every module that signs)."""
+    return dict(
+        key_path=dict(type="path", no_log=False),
+        key=dict(type="str", no_log=True),
+        key_password=dict(type="str", no_log=True),
+    )
+
+
+def builder_option():
+    """The option naming who made an artifact (the playbook, the host), as its provenance records it."""
+    return dict(
+        type="dict",
+        default={},
+        options=dict(playbook=dict(type="str"), host=dict(type="str"), collection_version=dict(type="str")),
+    )
+
+
+def builder(given):
+    """The builder a statement records: the option's values, the running collection's version by default."""
+    found = dict(given or {})
+    found["collection_version"] = found.get("collection_version") or provenance.COLLECTION_VERSION
+    return found
+
+
+def private_key_from(params):
+    """The private key ``key_path`` or ``key`` (with ``key_password``) gives, or None when neither does."""
+    if not params.get("key_path") and not params.get("key"):
+        return None
+    source = "key_path %s" % params["key_path"] if params.get("key_path") else "key"
+    pem = read_key_text(params.get("key_path"), params.get("key"), "key_path")
+    return load_private_key(pem, params.get("key_password"), source)
+
+
+def signing_plan(key, sha256_hex, wanted, before_signature, before_envelope, force=False):
+    """``provenance.plan_signing`` over the existing signature and envelope texts (None: absent), with the
+    texts to write: ``signature_text`` and ``envelope_text`` are None where the existing one is kept."""
+    keyid = key_id(key)
+    ring = {keyid: key.public_key()}
+    signature, found = evidence(ring, before_signature, before_envelope, sha256_hex)
+    plan = provenance.plan_signing(keyid, wanted, signature, found, force)
+    plan.update(
+        key_id=keyid,
+        before=on_disk(ring, before_signature, before_envelope, sha256_hex),
+        signature_text=signature_text(sign_digest(key, sha256_hex)) if plan["signature"] else None,
+        envelope_text=(
+            provenance.envelope_line(sign_envelope(key, provenance.serialize(wanted)))
+            if plan["provenance"]
+            else None
+        ),
+    )
+    return plan

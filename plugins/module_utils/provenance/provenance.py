@@ -101,11 +101,14 @@ def digest_set(value, what):
     return found
 
 
-def resource(name, digest, what="input"):
-    """An in-toto resource descriptor ``{"name", "digest"}``, validated."""
+def resource(name, digest, what="input", uri=None):
+    """An in-toto resource descriptor ``{"name", "digest"}`` (and ``uri`` when given), validated."""
     if not isinstance(name, str) or not name.strip():
         raise ProvenanceError("%s: every input needs a non-empty name" % what)
-    return {"name": name, "digest": digest_set(digest, "%s %s" % (what, name))}
+    found = {"name": name, "digest": digest_set(digest, "%s %s" % (what, name))}
+    if uri:
+        found["uri"] = str(uri)
+    return found
 
 
 def digests_agree(expected, seen):
@@ -124,7 +127,7 @@ def statement(subject, inputs, builder, time):
     Inputs are sorted by name so the same build gives the same statement.
     """
     subject = resource(subject.get("name"), subject.get("digest"), "subject")
-    deps = [resource(i.get("name"), i.get("digest")) for i in inputs or []]
+    deps = [resource(i.get("name"), i.get("digest"), uri=i.get("uri")) for i in inputs or []]
     names = [d["name"] for d in deps]
     twice = sorted(set(n for n in names if names.count(n) > 1))
     if twice:
@@ -212,6 +215,39 @@ def input_digest(doc, name):
     for dep in summary(doc)["inputs"]:
         if dep.get("name") == name:
             return dep.get("digest")
+    return None
+
+
+def plan_signing(keyid, wanted, signature, found, force=False):
+    """What a producer writes, from what the existing files prove (``_signing.evidence``'s pair).
+
+    Returns ``{"signature": bool, "provenance": bool, "statement": the statement kept or wanted}``: an
+    existing signature the same key made over the same bytes is kept, and so is an envelope the same key
+    signed for the same subject, inputs and builder (the time aside). ECDSA signatures are randomised, so
+    what is on disk is verified, never compared byte for byte.
+    """
+    sign = force or (signature or {}).get("key") != keyid
+    kept = None
+    if not force and (found or {}).get("key") == keyid and same_build(found["statement"], wanted):
+        kept = found["statement"]
+    return {"signature": sign, "provenance": kept is None, "statement": kept or wanted}
+
+
+# Where a stored artifact's signature and provenance go: beside it, as cosign names them.
+SIGNATURE_SUFFIX = ".sig"
+PROVENANCE_SUFFIX = ".intoto.jsonl"
+
+
+def companions(name):
+    """``(signature name, provenance name)`` of an artifact stored as ``name`` (a path or an object key)."""
+    return name + SIGNATURE_SUFFIX, name + PROVENANCE_SUFFIX
+
+
+def companion_of(name):
+    """The artifact a signature or provenance file ``name`` belongs to, or None for any other name."""
+    for suffix in (SIGNATURE_SUFFIX, PROVENANCE_SUFFIX):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
     return None
 
 
