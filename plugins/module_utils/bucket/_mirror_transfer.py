@@ -231,6 +231,15 @@ def read_object(client, bucket, key):
         raise
 
 
+def hash_object(client, bucket, key, chunk=8 * 1024 * 1024):
+    """The sha256 (hex) of an object's stored bytes, read once in chunks."""
+    digest = hashlib.sha256()
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    for piece in iter(lambda: body.read(chunk), b""):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
 def put_small(client, bucket, key, body, content_type="text/plain"):
     """Store a small object (a signature, a provenance envelope) in one PutObject with its sha256 checksum."""
     client.put_object(

@@ -408,8 +408,35 @@ def catalog_entry(key, size, metadata):
     return entry, None
 
 
-def build_catalog(bucket, entries):
-    """The catalog document: families in name order, each with its versions in natural order."""
+TRUST = "trust"
+
+
+def catalog_trust(document, where="the mirror catalog"):
+    """The trust policy the catalog holds (``provenance.normalize_policy``), or None when it holds none.
+
+    It says which keys may sign which families (and versions, as streams) of the mirror, and which
+    families may go unsigned, each with its reason; the imports of mirrored images verify against it.
+    """
+    section = (document or {}).get(TRUST)
+    if section is None:
+        return None
+    try:
+        return provenance.normalize_policy(section)
+    except provenance.ProvenanceError as exc:
+        raise MirrorError("%s: %s" % (where, exc.msg)) from None
+
+
+def trust_section(policy):
+    """The catalog's ``trust`` section of a policy given to the catalog writer, checked, in stored form."""
+    try:
+        return provenance.policy_document(provenance.normalize_policy(policy))
+    except provenance.ProvenanceError as exc:
+        raise MirrorError("option trust: %s" % exc.msg) from None
+
+
+def build_catalog(bucket, entries, trust=None):
+    """The catalog document: families in name order, each with its versions in natural order, and the
+    trust policy (stored form) when there is one."""
     families = {}
     for entry in entries:
         families.setdefault(entry["family"], []).append({k: v for k, v in entry.items() if k != "family"})
@@ -419,6 +446,8 @@ def build_catalog(bucket, entries):
             families[family], key=lambda e: (version_order(e["version"]), e["filename"], e["key"])
         )
         document["families"][family] = {"latest": versions[-1]["version"], "versions": versions}
+    if trust is not None:
+        document[TRUST] = trust
     return document
 
 
@@ -453,7 +482,7 @@ def is_companion(key, held):
     return key in set(k for companions in held.values() for k in companions.values())
 
 
-def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY):
+def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY, trust=None):
     """``(document, ignored_keys, problems)`` from listed objects (dicts of key, size, metadata)."""
     entries, ignored, problems = [], [], []
     held = signed_companions(objects)
@@ -469,7 +498,7 @@ def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY):
             problems.append(problem)
         else:
             ignored.append(key)
-    return build_catalog(bucket, entries), sorted(ignored), sorted(problems)
+    return build_catalog(bucket, entries, trust), sorted(ignored), sorted(problems)
 
 
 def run_report(results):

@@ -599,3 +599,81 @@ def judge(artifact, family, stream, policy, signature, provenance):
             signature["key"],
         ),
     }
+
+
+def policy_document(policy):
+    """The stored form of a normalized policy (``normalize_policy`` reads it back to the same policy)."""
+    rules = []
+    for rule in policy["rules"]:
+        entry = {"key": rule["key"], "name": rule["name"]}
+        entry.update((field, rule[field]) for field in ("families", "streams") if rule[field] != [ANY])
+        if rule.get("public_key"):
+            entry["public_key"] = rule["public_key"]
+        rules.append(entry)
+    relaxed = [{"family": f, "reason": r} for f, r in sorted(policy["relaxed"].items())]
+    relaxed += [{"stream": s, "reason": r} for s, r in sorted((policy.get("relaxed_streams") or {}).items())]
+    return {"rules": rules, "relaxed": relaxed}
+
+
+# --- the verdict a consumer records, judged again later -----------------------------------------------
+
+
+def verdict_record(verdict, artifact, sha256, family):
+    """What a consumer records of a verification on what it made (no key material): the verdict, the key
+    and its policy name, the artifact and the digest verified, the family it was judged for."""
+    record = {
+        "verdict": verdict["verdict"],
+        "key": verdict.get("key"),
+        "artifact": artifact,
+        "sha256": sha256,
+        "family": family,
+    }
+    for field in ("signer", "relaxed"):
+        if verdict.get(field):
+            record[field] = verdict[field]
+    return record
+
+
+def record_problem(policy, record, what, family, stream=None):
+    """Why the verdict ``record`` recorded on ``what`` does not hold under ``policy`` today, as
+    ``(problem, move)``; None when it holds.
+
+    The bytes are not at hand where a golden is used: what its import proved (the verdict, the key) is
+    judged again, so a key withdrawn from the policy, or a relaxation taken back, stops it from serving.
+    """
+    record = record or {}
+    relaxed = relaxed_reason(policy, family, stream)
+    if record.get("verdict") == VERIFIED:
+        if trusted_rule(policy, record.get("key"), family, stream) is not None:
+            return None
+        return (
+            "%s was signed by key %s, which the trust policy no longer lets sign family %s"
+            % (what, record.get("key"), family),
+            "make it again from an artifact signed by a trusted key, or trust the key again in the policy",
+        )
+    if relaxed:
+        return None
+    if record.get("verdict") == RELAXED:
+        problem = (
+            "was imported unsigned under a relaxation of family %s that the trust policy no longer grants"
+        )
+    else:
+        problem = "has no verified signature recorded, and the trust policy requires one for family %s"
+    return (
+        "%s %s" % (what, problem % family),
+        "make it again from a signed artifact, verified where it is imported",
+    )
+
+
+def bytes_differ(artifact, seen, key=None):
+    """The verdict on bytes whose digest ``seen`` is not the one ``artifact`` is named and signed for."""
+    recorded = ", ".join("%s:%s" % kv for kv in sorted(artifact["digest"].items()))
+    found = ", ".join("%s:%s" % kv for kv in sorted(seen.items()))
+    return _verdict(
+        OTHER_BYTES,
+        artifact,
+        "digest",
+        "the stored bytes have %s, not the %s the artifact is named and signed for" % (found, recorded),
+        key=key,
+        move="the artifact was changed after it was stored; mirror or export it again under a new name",
+    )
