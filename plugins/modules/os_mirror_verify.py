@@ -257,8 +257,8 @@ def run(params):
     verdict = provenance.judge(artifact, family, parsed["version"], policy, signature, found)
     if seen["sha256"] != digest:
         verdict = provenance.bytes_differ(artifact, seen, verdict.get("key"))
-    result = dict(verdict, bucket=bucket, key=key, sha256=digest, changed=False)
-    result["key_id"] = result.pop("key")
+    result = dict(verdict, changed=False)
+    result.update(key_id=result.pop("key"), bucket=bucket, key=key, sha256=digest)
     result["record"] = provenance.verdict_record(verdict, key, digest, family)
     result["trust_policy"] = provenance.policy_document(policy)
     result["seconds"] = round(time.monotonic() - started, 3)
