@@ -433,7 +433,8 @@ def provenance_patch(existing, record, digest, where):
     if recorded_digest and record.get("sha256") and "sha256:" + record["sha256"] != recorded_digest:
         raise GoldenError(
             "%s: the provenance verdict given is for sha256:%s, the golden is made from %s; record the "
-            "verdict of the artifact this golden was imported from" % (where, record["sha256"], recorded_digest)
+            "verdict of the artifact this golden was imported from"
+            % (where, record["sha256"], recorded_digest)
         )
     value = json.dumps(record, sort_keys=True, separators=(",", ":"))
     if kinds.annotations(existing or {}).get(PROVENANCE_ANNOTATION) == value:
