@@ -618,9 +618,10 @@ def policy_document(policy):
 # --- the verdict a consumer records, judged again later -----------------------------------------------
 
 
-def verdict_record(verdict, artifact, sha256, family):
+def verdict_record(verdict, artifact, sha256, family, doc=None):
     """What a consumer records of a verification on what it made (no key material): the verdict, the key
-    and its policy name, the artifact and the digest verified, the family it was judged for."""
+    and its policy name, the artifact and the digest verified, the family it was judged for, and the
+    inputs, builder and time the verified statement ``doc`` names."""
     record = {
         "verdict": verdict["verdict"],
         "key": verdict.get("key"),
@@ -631,6 +632,9 @@ def verdict_record(verdict, artifact, sha256, family):
     for field in ("signer", "relaxed"):
         if verdict.get(field):
             record[field] = verdict[field]
+    if doc is not None and verdict["verdict"] == VERIFIED:
+        found = summary(doc)
+        record.update(inputs=found["inputs"], builder=found["builder"], time=found["time"])
     return record
 
 
