@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import uuid
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
@@ -263,3 +264,40 @@ def test_the_tamper_table_is_refused_before_any_write_and_cosigns_signature_is_a
     # The signature cosign wrote is the base64 DER one the collection writes (one format both ways).
     assert base64.b64decode((tmp_path / "v8.sig").read_text(), validate=True)[0] == 0x30
     assert hashlib.sha256((tmp_path / "v8.qcow2").read_bytes()).hexdigest() == changed_sha
+
+
+@pytest.mark.suite("idempotence")
+def test_the_role_signs_what_it_mirrors_and_keeps_the_trust_policy_in_the_catalog(s3, images, tmp_path):
+    endpoint, client, log = s3
+    small = images["small"]
+    key = _key(tmp_path / "mirror.pem")
+    name = "role-signed-" + uuid.uuid4().hex[:8]
+    policy = {"rules": [{"name": "mirror-2026", "public_key": signing.public_pem(key), "families": [FAMILY]}]}
+    role = {
+        "name": "os_mirror role",
+        "ansible.builtin.include_role": {"name": "goldenimage.pipeline.os_mirror"},
+        "vars": {
+            "os_mirror_bucket": name,
+            "os_mirror_images": [{"family": FAMILY, "version": "20260801", "path": str(small)}],
+            "os_mirror_signing_key_path": str(tmp_path / "mirror.pem"),
+            "os_mirror_trust": policy,
+        },
+    }
+    first = run_playbook(play(role, name="mirror"), env=_env(endpoint))
+    assert first.ok, first.log
+    object_key = _object_key("20260801", _sha256(small), small.name)
+    (result,) = first["Mirror each image by digest"]["results"]
+    assert result["signed"]["key_id"] == signing.key_id(key)
+    assert result["signed"]["provenance"]["builder"]["playbook"] == "mirror"
+    document = json.loads(_get(client, name, "catalog.json"))
+    assert document["trust"] == provenance.policy_document(provenance.normalize_policy(policy))
+    assert document["families"][FAMILY]["versions"][0]["signature"] == object_key + ".sig"
+    mark = log.mark()
+    again = run_playbook(play(role, name="mirror"), env=_env(endpoint))
+    assert again.ok, again.log
+    assert log.since(mark) == []
+    verified = run_playbook(
+        play({"name": "verify", VERIFY: {"bucket": name, "key": object_key}}), env=_env(endpoint)
+    )
+    assert verified.ok, verified.log
+    assert verified["verify"]["signer"] == "mirror-2026"
