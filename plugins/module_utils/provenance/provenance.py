@@ -638,35 +638,41 @@ def verdict_record(verdict, artifact, sha256, family, doc=None):
     return record
 
 
-def record_problem(policy, record, what, family, stream=None):
+def record_problem(policy, record, what, family, stream=None, **wording):
     """Why the verdict ``record`` recorded on ``what`` does not hold under ``policy`` today, as
     ``(problem, move)``; None when it holds.
 
-    The bytes are not at hand where a golden is used: what its import proved (the verdict, the key) is
-    judged again, so a key withdrawn from the policy, or a relaxation taken back, stops it from serving.
+    The bytes are not at hand where a golden or a revision is used: what its import proved (the verdict, the
+    key) is judged again, so a key withdrawn from the policy, or a relaxation taken back, stops it from
+    serving. ``wording`` may name the ``scope`` judged (``family <family>``), how it was ``done``
+    (``imported``), the ``policy_name`` (``the trust policy``) and the ``moves`` (after a withdrawn key,
+    after a missing or withdrawn signature).
     """
     record = record or {}
-    relaxed = relaxed_reason(policy, family, stream)
+    scope = wording.get("scope") or "family %s" % family
+    policy_name = wording.get("policy_name") or "the trust policy"
+    moves = wording.get("moves") or (
+        "make it again from an artifact signed by a trusted key, or trust the key again in the policy",
+        "make it again from a signed artifact, verified where it is imported",
+    )
     if record.get("verdict") == VERIFIED:
         if trusted_rule(policy, record.get("key"), family, stream) is not None:
             return None
         return (
-            "%s was signed by key %s, which the trust policy no longer lets sign family %s"
-            % (what, record.get("key"), family),
-            "make it again from an artifact signed by a trusted key, or trust the key again in the policy",
+            "%s was signed by key %s, which %s no longer lets sign %s"
+            % (what, record.get("key"), policy_name, scope),
+            moves[0],
         )
-    if relaxed:
+    if relaxed_reason(policy, family, stream):
         return None
     if record.get("verdict") == RELAXED:
-        problem = (
-            "was imported unsigned under a relaxation of family %s that the trust policy no longer grants"
+        problem = "was %s unsigned under a relaxation of %s that the trust policy no longer grants" % (
+            wording.get("done") or "imported",
+            scope,
         )
     else:
-        problem = "has no verified signature recorded, and the trust policy requires one for family %s"
-    return (
-        "%s %s" % (what, problem % family),
-        "make it again from a signed artifact, verified where it is imported",
-    )
+        problem = "has no verified signature recorded, and the trust policy requires one for %s" % scope
+    return ("%s %s" % (what, problem), moves[1])
 
 
 def bytes_differ(artifact, seen, key=None):
