@@ -325,7 +325,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     call_failed,
     check_endpoint,
@@ -483,52 +482,23 @@ class MirrorObject(transfer.UploadRun):
             self.sign(client, self.result["key"], self.result["sha256"], source_name)
 
     def sign(self, client, key, digest, source_name):
-        """Write ``<key>.sig`` and ``<key>.intoto.jsonl`` beside the object unless the ones stored verify for
-        its digest with this key (the bytes are never read again: the key names their sha256)."""
+        """Sign the object where it is made (``UploadRun.sign_beside``): its provenance names the upstream."""
         if self.signing_key is None:
             return
         p = self.params
-        names = provenance.companions(key)
-        started = time.monotonic()
-        before = []
-        for name in names:
-            try:
-                body = transfer.read_object(client, p["bucket"], name)
-            except Exception as exc:
-                raise call_failed("read s3://%s/%s" % (p["bucket"], name), exc, bucket=p["bucket"]) from exc
-            before.append(None if body is None else body.decode("utf-8", "replace"))
-        wanted = mirror.mirrored_statement(
+        self.sign_beside(
+            client,
+            p["bucket"],
             key,
             digest,
-            p["url"] or os.path.abspath(p["path"]),
-            signing.builder(p["builder"]),
-            mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
+            mirror.mirrored_statement(
+                key,
+                digest,
+                p["url"] or os.path.abspath(p["path"]),
+                signing.builder(p["builder"]),
+                mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
+            ),
         )
-        plan = signing.signing_plan(self.signing_key, digest, wanted, before[0], before[1])
-        writes = [
-            (name, text)
-            for name, text in zip(names, (plan["signature_text"], plan["envelope_text"]), strict=True)
-            if text is not None
-        ]
-        self.result["signed"] = {
-            "key_id": plan["key_id"],
-            "signature_key": names[0],
-            "provenance_key": names[1],
-            "signature_changed": plan["signature"],
-            "provenance_changed": plan["provenance"],
-            "provenance": provenance.summary(plan["statement"]),
-        }
-        if writes:
-            self.result["changed"] = True
-        if not self.module.check_mode:
-            for name, text in writes:
-                try:
-                    transfer.put_small(client, p["bucket"], name, text.encode("utf-8"))
-                except Exception as exc:
-                    raise call_failed(
-                        "write s3://%s/%s" % (p["bucket"], name), exc, bucket=p["bucket"]
-                    ) from exc
-        self.result["signed"]["seconds"] = round(time.monotonic() - started, 3)
 
     def upload(self, client, filename, digest, requested, source_name):
         p = self.params
