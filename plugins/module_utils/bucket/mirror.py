@@ -464,6 +464,17 @@ def mirrored_statement(key, sha256, source, builder, time):
     return provenance.statement({"name": key, "digest": digest}, [upstream], builder, time)
 
 
+def exported_statement(key, sha256, source, facts, builder, time):
+    """The provenance of an exported golden: the object (its key, its sha256) made from the exported volume
+    (``source``, the same bytes) and, when they were read, the image facts (the digest of their JSON)."""
+    digest = {"sha256": normalize_sha256(sha256)}
+    found = [{"name": "exported-volume", "digest": digest, "uri": redact.redact_url(source or "")}]
+    if facts is not None:
+        facts_digest = hashlib.sha256(provenance.serialize(facts)).hexdigest()
+        found.append({"name": provenance.FACTS, "digest": {"sha256": facts_digest}})
+    return provenance.statement({"name": key, "digest": digest}, found, builder, time)
+
+
 def signed_companions(objects):
     """``{image key: {"signature": key, "provenance": key}}``: the signature and provenance objects stored
     beside each listed image (as ``os_mirror_object`` writes them when given a key)."""

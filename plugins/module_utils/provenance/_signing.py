@@ -277,13 +277,14 @@ def on_disk(ring, signature_text_found, envelope_text, sha256_hex):
     return {"signer": (signature or {}).get("key"), "provenance": provenance.summary(doc) if doc else None}
 
 
-def key_options():
-    """The options a producer takes its signing key with (the same in every module that signs)."""
-    return dict(
-        key_path=dict(type="path", no_log=False),
-        key=dict(type="str", no_log=True),
-        key_password=dict(type="str", no_log=True),
-    )
+def key_options(prefix=""):
+    """The options a producer takes its signing key with (the same in every module that signs; ``prefix``
+    ``signing_`` where ``key`` already names something else, an object key)."""
+    return {
+        prefix + "key_path": dict(type="path", no_log=False),
+        prefix + "key": dict(type="str", no_log=True),
+        prefix + "key_password": dict(type="str", no_log=True),
+    }
 
 
 def builder_option():
@@ -302,13 +303,15 @@ def builder(given):
     return found
 
 
-def private_key_from(params):
-    """The private key ``key_path`` or ``key`` (with ``key_password``) gives, or None when neither does."""
-    if not params.get("key_path") and not params.get("key"):
+def private_key_from(params, prefix=""):
+    """The private key ``key_path`` or ``key`` (with ``key_password``; each after ``prefix``) gives, or None
+    when neither does."""
+    path, text = params.get(prefix + "key_path"), params.get(prefix + "key")
+    if not path and not text:
         return None
-    source = "key_path %s" % params["key_path"] if params.get("key_path") else "key"
-    pem = read_key_text(params.get("key_path"), params.get("key"), "key_path")
-    return load_private_key(pem, params.get("key_password"), source)
+    source = "%skey_path %s" % (prefix, path) if path else prefix + "key"
+    pem = read_key_text(path, text, prefix + "key_path")
+    return load_private_key(pem, params.get(prefix + "key_password"), source)
 
 
 def signing_plan(key, sha256_hex, wanted, before_signature, before_envelope, force=False):

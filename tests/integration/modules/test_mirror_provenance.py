@@ -301,3 +301,62 @@ def test_the_role_signs_what_it_mirrors_and_keeps_the_trust_policy_in_the_catalo
     )
     assert verified.ok, verified.log
     assert verified["verify"]["signer"] == "mirror-2026"
+
+
+@pytest.mark.suite("idempotence")
+def test_an_exported_golden_is_signed_where_it_is_made_and_cosign_verifies_it(s3, tmp_path, cosign):
+    endpoint, client, log = s3
+    name = "export-signed-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=name)
+    image = tmp_path / "windows11-x64-golden.qcow2"
+    image.write_bytes(b"QFI\xfb" + bytes(range(256)) * 8192)
+    key = _key(tmp_path / "export.pem")
+    (tmp_path / "export.pub").write_text(signing.public_pem(key))
+    object_key = "windows/11/2026-08-09/windows11-x64-golden.qcow2"
+    task = {
+        "name": "export",
+        "goldenimage.pipeline.golden_export_object": {
+            "bucket": name,
+            "key": object_key,
+            "path": str(image),
+            "source": "pvc://golden-images-build/win11-sealed",
+            "signing_key_path": str(tmp_path / "export.pem"),
+            "builder": {"playbook": "export.yml", "host": "builder-1"},
+        },
+    }
+    first = run_playbook(play(task), env=_env(endpoint))
+    assert first.ok, first.log
+    signed = first["export"]["signed"]
+    digest = hashlib.sha256(image.read_bytes()).hexdigest()
+    assert signed["key_id"] == signing.key_id(key) and signed["signature_changed"] is True
+    assert signed["provenance"]["subject"] == [{"name": object_key, "digest": {"sha256": digest}}]
+    inputs = {entry["name"]: entry for entry in signed["provenance"]["inputs"]}
+    assert inputs["exported-volume"]["uri"] == "pvc://golden-images-build/win11-sealed"
+    assert inputs["exported-volume"]["digest"] == {"sha256": digest}
+    assert "image-facts" in inputs
+    mark = log.mark()
+    again = run_playbook(play(task), env=_env(endpoint))
+    assert again.ok, again.log
+    assert again["export"]["changed"] is False and log.since(mark) == []
+    for suffix in ("", ".sig", ".intoto.jsonl"):
+        (tmp_path / ("export.qcow2" + suffix)).write_bytes(_get(client, name, object_key + suffix))
+    cosign(
+        "verify-blob",
+        "--key",
+        "export.pub",
+        "--signature",
+        "export.qcow2.sig",
+        "--insecure-ignore-tlog=true",
+        "export.qcow2",
+    )
+    cosign(
+        "verify-blob-attestation",
+        "--key",
+        "export.pub",
+        "--signature",
+        "export.qcow2.intoto.jsonl",
+        "--type",
+        "slsaprovenance1",
+        "--insecure-ignore-tlog=true",
+        "export.qcow2",
+    )
