@@ -8,6 +8,9 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden, golden_inventory
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 A, B = "a" * 64, "b" * 64
 KEY, OTHER = "1" * 64, "2" * 64
@@ -172,3 +175,71 @@ def test_golden_info_says_whether_each_golden_still_verifies():
     )
     with pytest.raises(golden.GoldenError, match="option trust_policy"):
         golden.provenance_problem(record, {"rules": [{"key": "nope"}]}, "debian-12", "g")
+
+
+KEYS = ("1" * 64, "2" * 64, "3" * 64)
+FAMILIES = ("debian-12", "ubuntu-24.04")
+
+
+class TrustOverTime(RuleBasedStateMachine):
+    """Keys are trusted and withdrawn, families relaxed and tightened, goldens imported under the policy of
+    the day; at every step a golden serves exactly when today's policy accepts what was proven at import."""
+
+    def __init__(self):
+        super().__init__()
+        self.trusted = {}  # key -> families
+        self.relaxed = {}  # family -> reason
+        self.goldens = []  # (family, record)
+
+    def policy(self):
+        rules = [{"key": k, "families": sorted(f)} for k, f in sorted(self.trusted.items()) if f]
+        relaxed = [{"family": f, "reason": r} for f, r in sorted(self.relaxed.items())]
+        return provenance.normalize_policy({"rules": rules, "relaxed": relaxed})
+
+    @rule(key=st.sampled_from(KEYS), family=st.sampled_from(FAMILIES))
+    def trust(self, key, family):
+        self.trusted.setdefault(key, set()).add(family)
+
+    @rule(key=st.sampled_from(KEYS))
+    def withdraw(self, key):
+        self.trusted.pop(key, None)
+
+    @rule(family=st.sampled_from(FAMILIES))
+    def relax(self, family):
+        self.relaxed[family] = "lab images"
+
+    @rule(family=st.sampled_from(FAMILIES))
+    def tighten(self, family):
+        self.relaxed.pop(family, None)
+
+    @rule(key=st.sampled_from(KEYS + (None,)), family=st.sampled_from(FAMILIES))
+    def import_golden(self, key, family):
+        policy = self.policy()
+        artifact = {"name": OBJECT, "digest": {"sha256": A}}
+        if key is None:
+            verdict = provenance.judge(artifact, family, None, policy, None, None)
+        else:
+            statement = provenance.statement(artifact, [], {}, "2026-12-01T00:00:00Z")
+            verdict = provenance.judge(
+                artifact,
+                family,
+                None,
+                policy,
+                {"key": key},
+                {"key": key, "statement": statement, "named": [key]},
+            )
+        if verdict["ok"]:  # a refused import makes no golden
+            self.goldens.append((family, provenance.verdict_record(verdict, OBJECT, A, family)))
+
+    @invariant()
+    def a_golden_serves_exactly_while_todays_policy_accepts_its_proof(self):
+        policy = self.policy()
+        for family, record in self.goldens:
+            accepted = (
+                record["verdict"] == "verified" and family in self.trusted.get(record["key"], set())
+            ) or (record["verdict"] != "verified" and family in self.relaxed)
+            assert (provenance.record_problem(policy, record, "golden", family) is None) == accepted
+
+
+TestTrustOverTime = TrustOverTime.TestCase
+TestTrustOverTime.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
