@@ -12,8 +12,11 @@ module: os_mirror_verify
 short_description: Verify a mirrored image's signature and provenance against the mirror's trust policy
 version_added: 0.1.0
 description:
-  - Read-only. Verifies one object of the OS mirror before it is imported, and refuses it with the verdict
+  - Read-only. Verifies one object of the OS mirror (or an exported golden stored beside it by
+    M(goldenimage.pipeline.golden_export_object)) before it is imported, and refuses it with the verdict
     otherwise, naming the object, the key and the check that failed.
+  - An object outside the mirror layout (an exported golden) names neither its digest nor its family in its
+    key; O(sha256) and O(family) are then required, and its C(sha256) metadata must be O(sha256).
   - The trust policy is the one the mirror's catalog holds (O(catalog_key), written by
     M(goldenimage.pipeline.os_mirror_catalog) O(goldenimage.pipeline.os_mirror_catalog#module:trust)); its
     keys' public halves are the keyring. A catalog without a policy is refused.
@@ -45,7 +48,7 @@ options:
     description: The mirror bucket, with O(key).
     type: str
   key:
-    description: The object's key, C(<family>/<version>/sha256-<hex>/<filename>).
+    description: The object's key, C(<family>/<version>/sha256-<hex>/<filename>) in the mirror layout.
     type: str
     no_log: false
   family:
@@ -208,14 +211,8 @@ def run(params):
     else:
         bucket, key = p["bucket"], p["key"]
     catalog_key = inputs.object_key(p["catalog_key"], "catalog_key")
-    parsed = mirror.parse_key(key)
-    if parsed is None:
-        raise Refusal(
-            "object s3://%s/%s" % (bucket, key),
-            "it is not in the mirror layout <family>/<version>/sha256-<hex>/<filename>",
-            "verify an object os_mirror_object stored",
-        )
     where = "s3://%s/%s" % (bucket, key)
+    parsed = mirror.parse_key(key) or mirror.named_object(key, p["sha256"], p["family"], where)
     digest = parsed["sha256"]
     if p["sha256"] and mirror.normalize_sha256(p["sha256"]) != digest:
         raise Refusal(

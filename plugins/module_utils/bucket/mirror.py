@@ -475,6 +475,19 @@ def exported_statement(key, sha256, source, facts, builder, time):
     return provenance.statement({"name": key, "digest": digest}, found, builder, time)
 
 
+def named_object(key, sha256, family, where):
+    """``{family, version, sha256}`` of an object outside the mirror layout (an exported golden): its key
+    does not name its digest or family, so the pinned ``sha256`` and the ``family`` must be given."""
+    if not sha256 or not family:
+        raise Refusal(
+            where,
+            "the key is not in the mirror layout <family>/<version>/sha256-<hex>/<filename>, so it names "
+            "neither the digest nor the family the trust policy judges",
+            "give sha256 (the digest the import pins) and family",
+        )
+    return {"family": family, "version": None, "sha256": normalize_sha256(sha256)}
+
+
 def signed_companions(objects):
     """``{image key: {"signature": key, "provenance": key}}``: the signature and provenance objects stored
     beside each listed image (as ``os_mirror_object`` writes them when given a key)."""

@@ -861,3 +861,109 @@ def test_sources_are_verified_before_any_write_and_a_withdrawn_key_stops_the_gol
         assert later.entry(title)["status"] == "ignored", later.log
         text = later[title]["msg"]
         assert name in text and signing.key_id(trusted) in text and "no longer lets sign" in text, text
+
+
+def test_the_receiving_cluster_verifies_an_exported_golden_signed_where_it_was_exported(env):
+    """golden_export_object signs the exported golden beside it; the receiving cluster's import verifies it
+    against the catalog's trust policy before any write and records the verdict on its golden; a tampered
+    signature is refused before anything is written."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (env.tmp / "export.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    raw, qcow2 = make_disk(env.tmp, 21)
+    _raw2, other = make_disk(env.tmp, 22)
+    shipped, tampered = "%s-exp" % env.prefix, "%s-tam" % env.prefix
+    object_key, other_key = "windows/11/%s/golden.qcow2" % shipped, "windows/11/%s/golden.qcow2" % tampered
+    digest = sha256(qcow2)
+    policy = {
+        "rules": [
+            {"name": "export-2026", "public_key": signing.public_pem(key), "families": [shipped, tampered]}
+        ]
+    }
+
+    def export(title, path, where):
+        return {
+            "name": title,
+            "goldenimage.pipeline.golden_export_object": {
+                "bucket": env.bucket,
+                "key": where,
+                "path": str(path),
+                "source": "pvc://golden-images-build/%s" % path.stem,
+                "signing_key_path": str(env.tmp / "export.pem"),
+            },
+        }
+
+    def artifact(family, where, checksum):
+        url = "%s/%s/%s" % (env.lab.s3.endpoint_url, env.bucket, where)
+        return image(env, family, {"http": {"url": url, "checksum": "sha256:" + checksum, "presign": True}})
+
+    made = run_playbook(
+        role_play(
+            export("export", qcow2, object_key),
+            export("export other", other, other_key),
+            {
+                "name": "catalog",
+                "goldenimage.pipeline.os_mirror_catalog": {"bucket": env.bucket, "trust": policy},
+            },
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert made.ok, made.log
+    # The other export's signature stored beside it is this one's: signed for other bytes.
+    sig = env.s3.get_object(Bucket=env.bucket, Key=object_key + ".sig")["Body"].read()
+    env.s3.put_object(Bucket=env.bucket, Key=other_key + ".sig", Body=sig)
+    credentials = {
+        "linux_golden_bucket_access_key_id": env.lab.s3.access_key,
+        "linux_golden_bucket_secret_key": env.lab.s3.secret_key,
+        "linux_golden_verify_provenance": True,
+    }
+    env.lab.clear_audit()
+    refused = run_playbook(
+        role_play(
+            include(
+                "tampered",
+                tasks_from="distribute",
+                rescue_name="refused",
+                linux_golden_artifacts=[artifact(tampered, other_key, sha256(other))],
+                **credentials,
+            )
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert refused.ok, refused.log
+    assert env.lab.mutating_requests() == []
+    message = refused["refused"]["msg"]
+    assert other_key in message and "signature check failed" in message and "other bytes" in message, message
+
+    received = run_playbook(
+        role_play(
+            include(
+                "receive",
+                tasks_from="distribute",
+                linux_golden_artifacts=[artifact(shipped, object_key, digest)],
+                **credentials,
+            )
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert received.ok, received.log
+    name = golden_name(shipped, digest)
+    snap = env.snapshot(FS_NS, name)
+    record = json.loads(snap["metadata"]["annotations"]["goldenimage.pipeline/provenance"])
+    assert (record["verdict"], record["signer"], record["artifact"]) == (
+        "verified",
+        "export-2026",
+        object_key,
+    )
+    assert {i["name"] for i in record["inputs"]} == {"exported-volume", "image-facts"}
+    assert env.golden_bytes(FS_NS, name) == raw.read_bytes()
