@@ -25,20 +25,6 @@ options:
   key_password:
     description: The password of an encrypted PKCS#8 key.
     type: str
-  builder:
-    description: Who made the artifact, as its provenance records it.
-    type: dict
-    default: {}
-    suboptions:
-      playbook:
-        description: The playbook that made it.
-        type: str
-      host:
-        description: The host that made it.
-        type: str
-      collection_version:
-        description: The version of goldenimage.pipeline that made it (the running collection's when omitted).
-        type: str
 """
 
     # The same options where key names something else (an object key): signing_key_path, signing_key, ...
@@ -59,6 +45,11 @@ options:
   signing_key_password:
     description: The password of an encrypted PKCS#8 key.
     type: str
+"""
+
+    # Who made the artifact (goldenimage.pipeline.signing.builder).
+    BUILDER = r"""
+options:
   builder:
     description: Who made the artifact, as its provenance records it.
     type: dict

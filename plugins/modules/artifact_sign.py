@@ -76,6 +76,7 @@ options:
     default: false
 extends_documentation_fragment:
   - goldenimage.pipeline.signing
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.attributes
 attributes:
   check_mode:

@@ -108,6 +108,8 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3
+  - goldenimage.pipeline.signing.prefixed
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_s3
   - goldenimage.pipeline.wait_rounds.background

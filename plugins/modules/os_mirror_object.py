@@ -123,6 +123,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.signing
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_s3
   - goldenimage.pipeline.wait_rounds.background
