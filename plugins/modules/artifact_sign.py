@@ -23,7 +23,8 @@ description:
     transparency log or a keyless signing service.
   - An existing signature that verifies for the same bytes with the same key is kept, and so is an existing
     provenance envelope the same key signed for the same subject, inputs and builder (C(changed=false)).
-  - The key is read and checked, the inputs validated, before anything is written.
+  - The key is read and checked, the inputs validated, before anything is written. Exactly one of O(key_path)
+    and O(key) is required.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 requirements:
@@ -45,19 +46,6 @@ options:
   provenance_path:
     description: Where the provenance envelope goes (one JSON line). Defaults to C(<path>.intoto.jsonl).
     type: path
-  key_path:
-    description:
-      - The ECDSA P-256 private key, a PEM file (PKCS#8, encrypted PKCS#8 or SEC1 C(EC PRIVATE KEY)).
-      - cosign's own encrypted key format (C(ENCRYPTED SIGSTORE PRIVATE KEY)) is refused, the library has no
-        XSalsa20 to open it; give the PEM that C(cosign import-key-pair --key) was given.
-      - Exactly one of O(key_path) and O(key) is required.
-    type: path
-  key:
-    description: The private key as PEM text (for example read from a Kubernetes Secret), as O(key_path).
-    type: str
-  key_password:
-    description: The password of an encrypted PKCS#8 key.
-    type: str
   inputs:
     description:
       - What the artifact was made from, each recorded by name and digest; give each name once.
@@ -87,8 +75,9 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - goldenimage.pipeline.signing
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.attributes
-  - goldenimage.pipeline.provenance.builder
 attributes:
   check_mode:
     support: full
@@ -204,9 +193,6 @@ def argument_spec():
         name=dict(type="str"),
         signature_path=dict(type="path"),
         provenance_path=dict(type="path"),
-        key_path=dict(type="path", no_log=False),
-        key=dict(type="str", no_log=True),
-        key_password=dict(type="str", no_log=True),
         inputs=dict(
             type="list",
             elements="dict",
@@ -217,9 +203,10 @@ def argument_spec():
             mutually_exclusive=[("digest", "path")],
             required_one_of=[("digest", "path")],
         ),
+        builder=provenance.builder_option(),
         time=dict(type="str"),
         force=dict(type="bool", default=False),
-        **provenance.builder_spec(),
+        **provenance.key_options(),
     )
 
 
@@ -249,57 +236,48 @@ def run(params, check_mode=False, now=_now):
     p = params
     path = p["path"]
     checks.require_file(path, os.path.isfile(path), "artifact %s" % path, "build it before signing it")
-    key, keyid = signing.private_key(p["key_path"], p["key"], p["key_password"])
-    ring = {keyid: key.public_key()}
+    key = signing.private_key_from(p)
     name = p["name"] or os.path.basename(path)
     digest = signing.file_digests(path)
-    builder = dict(p["builder"] or {})
-    builder["collection_version"] = builder.get("collection_version") or provenance.COLLECTION_VERSION
     wanted = provenance.statement(
-        {"name": name, "digest": digest}, _inputs(p["inputs"]), builder, p["time"] or now()
+        {"name": name, "digest": digest},
+        _inputs(p["inputs"]),
+        signing.builder(p["builder"]),
+        p["time"] or now(),
     )
-    sig_path = p["signature_path"] or path + ".sig"
-    env_path = p["provenance_path"] or path + ".intoto.jsonl"
+    sig_path, env_path = provenance.companions(path)
+    sig_path, env_path = p["signature_path"] or sig_path, p["provenance_path"] or env_path
     for target in (sig_path, env_path):
         folder = os.path.dirname(os.path.abspath(target))
         artifact.check_dest_folder(target, folder, os.path.isdir(folder))
 
-    before_sig, before_env = signing.read_text(sig_path), signing.read_text(env_path)
-    signature, found = signing.evidence(ring, before_sig, before_env, digest["sha256"])
-    kept_sig = not p["force"] and (signature or {}).get("key") == keyid
-    kept_doc = None
-    if (
-        not p["force"]
-        and (found or {}).get("key") == keyid
-        and provenance.same_build(found["statement"], wanted)
-    ):
-        kept_doc = found["statement"]
+    plan = signing.signing_plan(
+        key, digest["sha256"], wanted, signing.read_text(sig_path), signing.read_text(env_path), p["force"]
+    )
     result = {
         "path": path,
         "name": name,
         "digest": digest,
-        "key_id": keyid,
+        "key_id": plan["key_id"],
         "public_key": signing.public_pem(key),
         "signature_path": sig_path,
         "provenance_path": env_path,
-        "signature_changed": not kept_sig,
-        "provenance_changed": kept_doc is None,
-        "provenance": provenance.summary(kept_doc or wanted),
+        "signature_changed": plan["signature"],
+        "provenance_changed": plan["provenance"],
+        "provenance": provenance.summary(plan["statement"]),
     }
     result["changed"] = result["signature_changed"] or result["provenance_changed"]
     if result["changed"]:
         result["diff"] = {
-            "before": signing.on_disk(ring, before_sig, before_env, digest["sha256"]),
-            "after": {"signer": keyid, "provenance": provenance.summary(wanted)},
+            "before": plan["before"],
+            "after": {"signer": plan["key_id"], "provenance": provenance.summary(wanted)},
         }
     if check_mode:
         return result
-    if not kept_sig:
-        signing.write_text(sig_path, signing.signature_text(signing.sign_digest(key, digest["sha256"])))
-    if kept_doc is None:
-        signing.write_text(
-            env_path, provenance.envelope_line(signing.sign_envelope(key, provenance.serialize(wanted)))
-        )
+    if plan["signature_text"] is not None:
+        signing.write_text(sig_path, plan["signature_text"])
+    if plan["envelope_text"] is not None:
+        signing.write_text(env_path, plan["envelope_text"])
     return result
 
 

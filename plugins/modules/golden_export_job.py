@@ -408,6 +408,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
     _disk,
     _partitions,
+    _qemu_img,
     image_facts,
     seal,
 )
@@ -419,6 +420,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube im
     object_diff,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing, provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
@@ -483,8 +485,8 @@ RESULT_FIELDS = (
 
 def program_files():
     """ConfigMap data: the Job's program and what it imports (the facts and partition readers and their
-    rules, the exposure rule and its two helpers, the S3 adapter and the transfer code with their rules,
-    the error base), under their keys (jobs.code_key)."""
+    rules, the exposure rule and its two helpers, the S3 adapter and the transfer code with their rules and
+    the provenance rules the mirror's rules read, the error base), under their keys (jobs.code_key)."""
     return module_files(
         export_cli,
         _disk,
@@ -498,6 +500,9 @@ def program_files():
         _s3,
         transfer,
         mirror,
+        provenance,
+        _signing,
+        _qemu_img,
         rounds_,
         _progress_file,
     )

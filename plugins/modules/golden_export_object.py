@@ -19,6 +19,12 @@ description:
     the upload completed (with C(If-None-Match) so an object that appeared meanwhile is never replaced), with
     the C(sha256), C(source-url) and C(mirrored-at) metadata, and the stored object is checked with a HEAD.
   - A failure aborts the upload, leaving nothing under O(key) and no pending upload.
+  - Given a signing key (O(signing_key_path) or O(signing_key)), the exported golden is signed where it
+    is made. C(<key>.sig) beside it holds a detached signature in the format C(cosign sign-blob --key)
+    writes, and C(<key>.intoto.jsonl) its provenance (SLSA provenance v1 in a DSSE envelope) whose subject
+    is O(key) and its sha256 and whose inputs are the exported volume (O(source)) and the image facts read
+    from the file, with the builder (O(builder)) and the time. Signatures that still verify for the object
+    with the same key are kept, so a rerun writes nothing.
   - O(key) holds one content for ever. When it already holds an object whose C(sha256) metadata matches the
     file, nothing is written; when it holds anything else, the module refuses. Export a changed image under a
     new key (a new date).
@@ -102,6 +108,8 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3
+  - goldenimage.pipeline.signing.prefixed
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_s3
   - goldenimage.pipeline.wait_rounds.background
@@ -143,6 +151,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+signed:
+  description:
+    - The signature and provenance written beside the object (or kept, or in check mode to be written), as
+      RV(goldenimage.pipeline.os_mirror_object#module:signed) describes them.
+  returned: when a signing key is given and the digest is known
+  type: dict
 lines:
   description: The progress lines printed while the task ran (hash, copy and upload phases).
   returned: always
@@ -252,6 +266,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     anonymous_client,
     call_failed,
@@ -281,11 +297,13 @@ def argument_spec():
         sensitive_reasons=dict(type="list", elements="str", default=[]),
         read_facts=dict(type="bool", default=True),
         progress_file=dict(type="path"),
+        builder=provenance.builder_option(),
+        **provenance.key_options("signing_"),
     )
 
 
 def build_module():
-    return s3_module(argument_spec(), ("source",))
+    return s3_module(argument_spec(), ("source",), mutually_exclusive=[("signing_key_path", "signing_key")])
 
 
 class ExportObject(transfer.UploadRun):
@@ -309,7 +327,24 @@ class ExportObject(transfer.UploadRun):
             p["license"], facts=facts, facts_reasons=p["sensitive_reasons"]
         )
         self.result.update(image_facts=facts, sensitive_reasons=self.sensitive)
+        # The key is read and checked before the first request, so a bad key writes nothing.
+        self.signing_key = signing.private_key_from(p, "signing_")
         return expected, requested
+
+    def sign(self, client, digest):
+        """Sign the exported object where it is made (``UploadRun.sign_beside``)."""
+        if self.signing_key is None or not digest:
+            return
+        p = self.params
+        statement = mirror.exported_statement(
+            p["key"],
+            digest,
+            p["source"] or os.path.abspath(p["path"]),
+            self.result.get("image_facts"),
+            signing.builder(p["builder"]),
+            mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
+        )
+        self.sign_beside(client, p["bucket"], p["key"], digest, statement)
 
     def read_facts(self, path):
         try:
@@ -351,6 +386,7 @@ class ExportObject(transfer.UploadRun):
                     raise PipelineError(refusal, refused=True, **self.result)
             summary = mirror.object_summary(p["key"], size, digest)
             self.set_diff(summary, summary)
+            self.sign(client, digest)
             return
         self.result.update(
             action="upload",
@@ -362,9 +398,11 @@ class ExportObject(transfer.UploadRun):
         if self.module.check_mode:
             self.result["changed"] = True
             self.set_diff({}, mirror.object_summary(p["key"], size, expected or ""))
+            self.sign(client, expected)
             return
         self.upload(client, expected, part_size)
         self.check_uploaded(client)
+        self.sign(client, self.result.get("sha256"))
 
     def anonymous(self):
         p = self.params

@@ -39,6 +39,11 @@ options:
     description:
       - Report only V(Filesystem) or V(Block) (any casing is accepted).
     type: str
+  trust_policy:
+    description:
+      - Today's trust policy (V(rules), V(relaxed), as M(goldenimage.pipeline.os_mirror_verify) returns it);
+        each candidate then says whether the verdict recorded on it still verifies.
+    type: dict
   project_selector:
     description:
       - Label selector of the Kube-DC project namespaces.
@@ -147,8 +152,13 @@ families:
           digest recorded on the golden, else by a selection), V(digest_prefix), V(size)
           (C(status.restoreSize)), V(ready), V(active), V(content), V(handle),
           V(selected) (a selection names it), V(serving), V(problems) (contract violations), V(clones)
-          (how many PVCs and DataVolumes restore from it) and V(image_facts) (the image-facts document
-          recorded on the golden, see M(goldenimage.pipeline.golden_snapshot); None when none is).
+          (how many PVCs and DataVolumes restore from it), V(image_facts) (the image-facts document
+          recorded on the golden, see M(goldenimage.pipeline.golden_snapshot); None when none is) and
+          V(provenance) (the signature verdict recorded where its source was imported, who signed it with
+          which key, the artifact and digest verified, and the inputs and builder its provenance names;
+          None when none is).
+        - With O(trust_policy), V(provenance_verifies) (whether that verdict still holds under the policy)
+          and V(provenance_problem) (why not, naming the key and the check) as well.
       type: list
       elements: dict
       sample:
@@ -297,6 +307,7 @@ def argument_spec():
         family=dict(type="str"),
         mode=dict(type="str"),
         project_selector=dict(type="str", default=selection.PROJECT_SELECTOR),
+        trust_policy=dict(type="dict"),
         details=dict(type="str", choices=list(details.DETAILS), default="auto"),
         namespaces=dict(
             type="dict",
@@ -345,6 +356,8 @@ def run(module):
                 found = serving.unintended(state)
                 if found:
                     result["conflicts"].append(found)
+    if p["trust_policy"] is not None:
+        golden_inventory.judge_provenance(result, p["trust_policy"])
     for conflict in result["conflicts"]:
         module.warn(conflict["message"])
     counts = golden_inventory.summary(result)

@@ -120,6 +120,22 @@ options:
       - A golden without the annotation gets it (only the annotation changes). A golden that records other
         facts is refused, since its bytes never change, so neither do their facts.
     type: dict
+  provenance:
+    description:
+      - The verdict of the signature check made where the golden's source was imported
+        (RV(goldenimage.pipeline.os_mirror_verify#module:record)), recorded on the golden as the annotation
+        C(goldenimage.pipeline/provenance) (compact JSON) and shown by M(goldenimage.pipeline.golden_info).
+      - A verdict on other bytes than O(digest) (or the golden's recorded release digest) is refused.
+    type: dict
+  trust_policy:
+    description:
+      - Today's trust policy (V(rules), V(relaxed); the stored form
+        RV(goldenimage.pipeline.os_mirror_verify#module:trust_policy) returns). When given, a golden whose
+        recorded verdict (O(provenance), else its annotation) the policy does not accept is refused before
+        anything is written (O(state=present)) or reported as breaking the contract (O(state=validated)),
+        naming the golden, the key and the check; a key withdrawn from the policy, or a relaxation taken
+        back, stops a golden from being snapshotted or promoted.
+    type: dict
   fail_on_invalid:
     description:
       - With O(state=validated), fail when a golden breaks the contract. Set V(false) to only report.
@@ -202,6 +218,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+provenance:
+  description:
+    - The signature verdict judged against O(trust_policy) (V(verdict), V(key), V(signer), V(artifact),
+      V(sha256), V(family)); None when the golden records none.
+  returned: when O(trust_policy) is given
+  type: dict
 changed:
   description: Whether the golden was (or, in check mode, would be) created, stamped or deleted.
   returned: always
@@ -421,12 +443,21 @@ def argument_spec():
         date=dict(type="str"),
         digest=dict(type="str"),
         image_facts=dict(type="dict"),
+        provenance=dict(type="dict"),
+        trust_policy=dict(type="dict"),
         fail_on_invalid=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
     )
     spec.update(inputs.wait_arg_spec())
     spec.update(rounds_.RESUME_ARG_SPEC)
     return spec
+
+
+def _merged(first, second):
+    """Two annotation merge patches as one (either may be None)."""
+    annotations = dict(((first or {}).get("metadata") or {}).get("annotations") or {})
+    annotations.update(((second or {}).get("metadata") or {}).get("annotations") or {})
+    return {"metadata": {"annotations": annotations}} if annotations else None
 
 
 def _ready(obj):
@@ -527,8 +558,12 @@ class Golden:
             )
             where = "%s %s/%s" % (KIND, namespace, name)
             facts = golden.facts_patch(existing or {}, p["image_facts"], where)
+            signed = golden.provenance_patch(existing or {}, p["provenance"], self.digest, where)
+            self.judge_provenance(p["provenance"] or golden.recorded_provenance(existing or {}), where)
         except golden.GoldenError as exc:
             raise PipelineError(str(exc), snapshot=existing or {}, **self.result) from None
+        if signed:
+            facts = _merged(facts, signed)
         after = existing
         # Every run, a rerun too: a holding selection deleted since (a GitOps prune) is noticed.
         self.hold_until_promoted(p["family"], mode)
@@ -554,6 +589,15 @@ class Golden:
         self.result.update(snapshot=after, golden=self.summary(after))
         self.warn_unknown(after)
         return self.result
+
+    def judge_provenance(self, record, where):
+        """Refuse, before any write, a golden whose recorded verdict today's trust policy does not accept."""
+        if self.params["trust_policy"] is None:
+            return
+        self.result["provenance"] = record
+        problem = golden.provenance_problem(record, self.params["trust_policy"], self.params["family"], where)
+        if problem:
+            raise golden.GoldenError(problem)
 
     def hold_until_promoted(self, family, mode):
         """Publishing never serves: a family with nothing served gets a holding selection before its first
@@ -654,6 +698,14 @@ class Golden:
             self.result.update(snapshot={}, golden={}, problems=problems)
         else:
             problems = golden.validate_golden(obj, family=p["family"], mode=p["mode"])
+            if p["trust_policy"] is not None:
+                record = golden.recorded_provenance(obj)
+                self.result["provenance"] = record
+                where = "%s %s/%s" % (KIND, namespace, name)
+                problem = golden.provenance_problem(
+                    record, p["trust_policy"], golden.observed_family(obj), where
+                )
+                problems = problems + ([problem] if problem else [])
             self.result.update(snapshot=obj, golden=self.summary(obj), problems=problems)
             self.warn_unknown(obj)
         return self.finish_validation(problems, "%s %s/%s breaks" % (KIND, namespace, name))

@@ -163,7 +163,7 @@ options:
   architecture:
     description:
       - The disk's OCI platform architecture, recorded in each image's config. Unset, it is read from the
-        disk: the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh), C(/sbin/init), ...).
+        disk, as the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh), C(/sbin/init)...).
       - Set, it must agree with those programs; it is needed only for a root with none of them as an ELF.
       - The kernel (ELF machine or arm64 C(Image) header) and a sample of the kernel modules (compressed
         ones decompressed) must be of the same architecture; a mixed disk is refused before anything is
@@ -235,8 +235,8 @@ options:
     type: str
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
-  - goldenimage.pipeline.provenance.signing_key
-  - goldenimage.pipeline.provenance.builder
+  - goldenimage.pipeline.signing.prefixed
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.provenance.trust_policy
 attributes:
   check_mode:
@@ -587,7 +587,8 @@ def argument_spec():
         timeout=dict(type="int", default=60),
         family=dict(type="str"),
         stream=dict(type="str"),
-        **dict(provenance.signing_key_spec(), **provenance.trust_policy_spec()),
+        builder=provenance.builder_option(),
+        **dict(provenance.key_options("signing_"), **provenance.trust_policy_spec()),
     )
 
 
@@ -741,13 +742,8 @@ class Runner:
             return
         signing = self.io["signing"]
         if params.get("signing_key_path") or params.get("signing_key"):
-            self.signer = signing.private_key(
-                params.get("signing_key_path"),
-                params.get("signing_key"),
-                params.get("signing_key_password"),
-                "signing_key_path",
-                "signing_key",
-            )
+            key = signing.private_key_from(params, "signing_")
+            self.signer = (key, signing.key_id(key))
         if settings["policy"] is not None:
             self.ring = signing.keyring_of(
                 params.get("public_keys"), extra=provenance.public_keys(settings["policy"])

@@ -22,6 +22,11 @@ description:
   - The catalog is written only when its content differs from what the bucket holds.
   - An object whose C(sha256) metadata does not match the digest in its key is left out and reported in
     RV(problems); keys outside the layout are reported in RV(ignored).
+  - An image signed where it was mirrored (M(goldenimage.pipeline.os_mirror_object) given a key) lists the
+    keys of its C(signature) and C(provenance) objects; those objects are not catalogued themselves.
+  - The catalog holds the trust policy of the mirror (O(trust)), which the imports of mirrored images
+    (M(goldenimage.pipeline.os_mirror_verify), the C(goldenimage.pipeline.linux_golden) role) verify
+    against. Left out, the policy the catalog already holds is kept.
   - Each C(source_url) is written redacted (no user-info, no signature or token query values), also for
     an object stored before the mirror refused such URLs.
 author:
@@ -38,6 +43,18 @@ options:
         bytes, no leading C(/), no empty, C(.) or C(..) segment), checked before anything is read.
     type: str
     default: catalog.json
+  trust:
+    description:
+      - The trust policy stored in the catalog, checked before anything is read.
+      - V(rules) lists the keys that may sign, each with V(public_key) (PEM, as C(cosign.pub) holds it; the
+        verifier needs nothing but the catalog), V(name) (reported as the signer), and the V(families) and
+        V(streams) (mirror versions) it may sign (left out, any). V(key), the key id, may be given as well
+        and must match.
+      - V(relaxed) lists the families (V(family)) or versions (V(stream)) whose C(require_signature) is off,
+        each with the V(reason), which every verdict it decides records.
+      - Without a policy in the catalog, an import of a mirrored image that asks for verification is
+        refused.
+    type: dict
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
@@ -56,6 +73,18 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Keep the trust policy of the mirror in its catalog
+  goldenimage.pipeline.os_mirror_catalog:
+    bucket: cdi-os-images
+    trust:
+      rules:
+        - name: mirror-2026
+          public_key: "{{ lookup('ansible.builtin.file', 'keys/mirror.pub') }}"
+          families: [debian-12, ubuntu-24.04]
+      relaxed:
+        - family: lab-scratch
+          reason: throwaway images of the lab, never served to tenants
+
 - name: Rebuild the catalog the UI dropdown reads
   goldenimage.pipeline.os_mirror_catalog:
     bucket: cdi-os-images
@@ -150,6 +179,7 @@ def argument_spec():
     return s3_arg_spec(
         bucket=dict(type="str", required=True),
         catalog_key=dict(type="str", default=mirror.DEFAULT_CATALOG_KEY, no_log=False),
+        trust=dict(type="dict"),
     )
 
 
@@ -170,20 +200,25 @@ def run(module):
     bucket = p["bucket"]
     key = inputs.object_key(p["catalog_key"], "catalog_key")
     check_endpoint(p["endpoint_url"])
+    # Checked before the first request; left out, the policy the catalog holds is kept.
+    trust = mirror.trust_section(p["trust"]) if p["trust"] is not None else None
     result = {"changed": False, "key": key}
     action = "list s3://%s" % bucket
     try:
         client = s3_client_from_params(p)
-        objects = []
-        for obj in transfer.list_objects(client, bucket):
-            if mirror.parse_key(obj["key"]) is not None:
+        objects = transfer.list_objects(client, bucket)
+        held = mirror.signed_companions(objects)
+        for obj in objects:
+            if mirror.parse_key(obj["key"]) is not None and not mirror.is_companion(obj["key"], held):
                 action = "read the metadata of s3://%s/%s" % (bucket, obj["key"])
                 obj["metadata"] = (transfer.head(client, bucket, obj["key"]) or {}).get("Metadata") or {}
-            objects.append(obj)
-        document, ignored, problems = mirror.catalog_from_listing(bucket, objects, key)
-        body = mirror.render_catalog(document)
         action = "read s3://%s/%s" % (bucket, key)
         current = transfer.read_object(client, bucket, key)
+        if trust is None and current is not None:
+            kept = (_parse(current) or {}).get(mirror.TRUST)
+            trust = mirror.trust_section(kept) if kept is not None else None
+        document, ignored, problems = mirror.catalog_from_listing(bucket, objects, key, trust)
+        body = mirror.render_catalog(document)
         result.update(catalog=document, ignored=ignored, problems=problems)
         result["entries"] = sum(len(family["versions"]) for family in document["families"].values())
         if current != body:

@@ -30,6 +30,14 @@ description:
     same condition.
   - The stored object is then checked with a HEAD (size, ETag from the md5 of every part, metadata),
     without reading it back.
+  - Given a signing key (O(key_path) or O(key)), the object is signed where it is made. C(<key>.sig) beside it
+    holds a detached signature in the format C(cosign sign-blob --key) writes (ECDSA P-256 over the image's
+    SHA-256, base64), and C(<key>.intoto.jsonl) its provenance, an in-toto statement (SLSA provenance v1)
+    whose subject is the object's key and sha256 and whose C(upstream) input names the redacted source URL
+    and its sha256, with the builder (O(builder)) and the time, in a DSSE envelope signed with the same key
+    (C(cosign verify-blob-attestation) reads it). The image is not read again to sign it, its key names its
+    sha256, which the upload verified. A signature and an envelope already stored that verify for the
+    object with the same key (and the same upstream and builder) are kept, so a rerun writes nothing.
   - Until the upload is completed no object exists under its key, so a failed run (a download that stops
     short, a digest that does not match, an S3 error) aborts the upload and leaves neither an object nor a
     pending upload; a stored object that fails the HEAD check is deleted.
@@ -114,6 +122,8 @@ options:
     type: path
 extends_documentation_fragment:
   - goldenimage.pipeline.s3
+  - goldenimage.pipeline.signing
+  - goldenimage.pipeline.signing.builder
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_s3
   - goldenimage.pipeline.wait_rounds.background
@@ -161,6 +171,19 @@ EXAMPLES = r"""
     path: /srv/build/windows11-x64-golden.qcow2
     concurrency: 8
     part_size: 64M
+
+- name: Mirror and sign where it is made, with the key kept in a Kubernetes Secret
+  goldenimage.pipeline.os_mirror_object:
+    bucket: cdi-os-images
+    family: debian-12
+    version: "20260801"
+    url: https://cloud.debian.org/images/cloud/bookworm/20260801-1/debian-12-generic-amd64-20260801-1.qcow2
+    sha256: "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    key: "{{ signing_secret.resources[0].data['cosign.pem'] | b64decode }}"
+    builder:
+      playbook: mirror.yml
+      host: "{{ inventory_hostname }}"
+  no_log: true
 
 - name: Show the transfer
   ansible.builtin.debug:
@@ -257,6 +280,33 @@ verified_by:
     - sha256 of the whole stream (computed while it was sent)
     - md5 of every part (Content-MD5 sent, ETag compared)
     - ETag of the stored object (md5 of its parts)
+signed:
+  description:
+    - The signature and provenance written beside the object (or kept, or in check mode to be written).
+  returned: when a signing key is given and the key of the object is known
+  type: dict
+  contains:
+    key_id:
+      description: The signing key's id, the SHA-256 (hex) of its DER SubjectPublicKeyInfo.
+      type: str
+    signature_key:
+      description: The key of the detached signature object, C(<key>.sig).
+      type: str
+    provenance_key:
+      description: The key of the provenance envelope object, C(<key>.intoto.jsonl).
+      type: str
+    signature_changed:
+      description: Whether the signature was (or would be) written.
+      type: bool
+    provenance_changed:
+      description: Whether the provenance envelope was (or would be) written.
+      type: bool
+    provenance:
+      description: The statement's V(subject), V(inputs), V(builder) and V(time).
+      type: dict
+    seconds:
+      description: Time taken to read the stored signature and envelope, sign and write them.
+      type: float
 cleanup:
   description: On failure, what was aborted or deleted so nothing partial remains.
   returned: on failure of a transfer
@@ -275,6 +325,8 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     run_module,
 )
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
     call_failed,
     check_endpoint,
@@ -303,12 +355,17 @@ def argument_spec():
         url_validate_certs=dict(type="bool", default=True),
         spool_dir=dict(type="path"),
         progress_file=dict(type="path"),
+        builder=provenance.builder_option(),
+        **provenance.key_options(),
     )
 
 
 def build_module():
     return s3_module(
-        argument_spec(), ("url",), mutually_exclusive=[("path", "url")], required_one_of=[("path", "url")]
+        argument_spec(),
+        ("url",),
+        mutually_exclusive=[("path", "url"), ("key_path", "key")],
+        required_one_of=[("path", "url")],
     )
 
 
@@ -333,6 +390,8 @@ class MirrorObject(transfer.UploadRun):
             inputs.require_file(
                 path, os.path.isfile(path), "option path (%s)" % path, "give a file on the controller"
             )
+        # The key is read and checked before the first request, so a bad key writes nothing.
+        self.signing_key = signing.private_key_from(p)
         return filename, expected, requested
 
     def existing(self, client, filename):
@@ -406,6 +465,7 @@ class MirrorObject(transfer.UploadRun):
                 summary = mirror.object_summary(key, held["size"], digest, held.get("source_url"))
                 self.result.update(action="skip", skipped=True, key=key, sha256=digest, size=held["size"])
                 self.set_diff(summary, summary)
+                self.sign(client, key, digest, source_name)
                 return
         part_size = mirror.plan_part_size(size, requested)
         self.result.update(
@@ -416,8 +476,31 @@ class MirrorObject(transfer.UploadRun):
         if self.module.check_mode:
             self.set_diff({}, mirror.object_summary(key or "", size, digest or "", source_name))
             self.result["changed"] = True
+            if digest is not None:
+                self.sign(client, key, digest, source_name)
             return
         self.upload(client, filename, digest, requested, source_name)
+        if self.result.get("key"):
+            self.sign(client, self.result["key"], self.result["sha256"], source_name)
+
+    def sign(self, client, key, digest, source_name):
+        """Sign the object where it is made (``UploadRun.sign_beside``): its provenance names the upstream."""
+        if self.signing_key is None:
+            return
+        p = self.params
+        self.sign_beside(
+            client,
+            p["bucket"],
+            key,
+            digest,
+            mirror.mirrored_statement(
+                key,
+                digest,
+                p["url"] or os.path.abspath(p["path"]),
+                signing.builder(p["builder"]),
+                mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
+            ),
+        )
 
     def upload(self, client, filename, digest, requested, source_name):
         p = self.params

@@ -1219,23 +1219,17 @@ def signature_problem(doc, name):
     if policy is None or entry is None:
         return None
     stream = entry["os_version"]
-    record = entry.get(SIGNATURE) or {}
-    relaxed = provenance.relaxed_reason(policy, family(stream), stream)
-    register = "register it again with goldenimage.pipeline.baked_image from its signed artifact"
-    if record.get("verdict") == provenance.VERIFIED:
-        if provenance.trusted_rule(policy, record.get("key"), family(stream), stream) is not None:
-            return None
-        return (
-            "revision %s was signed by key %s, which the catalog's trust policy no longer lets sign stream %s"
-            % (name, record.get("key"), stream),
+    return provenance.record_problem(
+        policy,
+        entry.get(SIGNATURE),
+        "revision %s" % name,
+        family(stream),
+        stream,
+        scope="stream %s" % stream,
+        done="registered",
+        policy_name="the catalog's trust policy",
+        moves=(
             "sign a new revision with a trusted key, or trust the key again in the catalog's trust section",
-        )
-    if relaxed:
-        return None
-    if record.get("verdict") == provenance.RELAXED:
-        what = (
-            "was registered unsigned under a relaxation of stream %s that the trust policy no longer grants"
-        )
-    else:
-        what = "has no verified signature recorded, and the trust policy requires one for stream %s"
-    return ("revision %s %s" % (name, what % stream), register)
+            "register it again with goldenimage.pipeline.baked_image from its signed artifact",
+        ),
+    )

@@ -40,7 +40,10 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact, rounds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common._progress_file import append_line
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import (
+    call_failed,
     error_code,
     sign_with_sent_checksum,
 )
@@ -229,6 +232,26 @@ def read_object(client, bucket, key):
         if error_code(exc) in _MISSING:
             return None
         raise
+
+
+def hash_object(client, bucket, key, chunk=8 * 1024 * 1024):
+    """The sha256 (hex) of an object's stored bytes, read once in chunks."""
+    digest = hashlib.sha256()
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    for piece in iter(lambda: body.read(chunk), b""):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+def put_small(client, bucket, key, body, content_type="text/plain"):
+    """Store a small object (a signature, a provenance envelope) in one PutObject with its sha256 checksum."""
+    client.put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=body,
+        ContentType=content_type,
+        ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
+    )
 
 
 def pending_uploads(client, bucket, prefix=""):
@@ -679,6 +702,7 @@ class UploadRun:
         self.result = {"changed": False, "bytes_moved": 0, "seconds": 0.0, "throughput_mib_s": 0.0}
         self.started = time.monotonic()
         self.transfer_seconds = None
+        self.signing_key = None
 
     def run(self):
         try:
@@ -711,6 +735,41 @@ class UploadRun:
                 append_line(path, line)
 
         return seen
+
+    def sign_beside(self, client, bucket, key, digest, statement):
+        """Write ``<key>.sig`` and ``<key>.intoto.jsonl`` beside the object with ``self.signing_key`` unless
+        the ones stored verify for its digest with that key and record the same build
+        (``provenance.plan_signing``); the bytes are not read again, the digest is the one the upload
+        verified. Sets ``result["signed"]``; in check mode nothing is written."""
+        started = time.monotonic()
+        names = provenance.companions(key)
+        before = []
+        for name in names:
+            try:
+                body = read_object(client, bucket, name)
+            except Exception as exc:
+                raise call_failed("read s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
+            before.append(None if body is None else body.decode("utf-8", "replace"))
+        plan = signing.signing_plan(self.signing_key, digest, statement, before[0], before[1])
+        texts = (plan["signature_text"], plan["envelope_text"])
+        writes = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
+        self.result["signed"] = {
+            "key_id": plan["key_id"],
+            "signature_key": names[0],
+            "provenance_key": names[1],
+            "signature_changed": plan["signature"],
+            "provenance_changed": plan["provenance"],
+            "provenance": provenance.summary(plan["statement"]),
+        }
+        if writes:
+            self.result["changed"] = True
+        if not self.module.check_mode:
+            for name, text in writes:
+                try:
+                    put_small(client, bucket, name, text.encode("utf-8"))
+                except Exception as exc:
+                    raise call_failed("write s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
+        self.result["signed"]["seconds"] = round(time.monotonic() - started, 3)
 
     def set_diff(self, before, after):
         if self.module._diff:

@@ -22,6 +22,7 @@ import posixpath
 import re
 from urllib.parse import unquote, urlsplit
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs, redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 
@@ -407,8 +408,35 @@ def catalog_entry(key, size, metadata):
     return entry, None
 
 
-def build_catalog(bucket, entries):
-    """The catalog document: families in name order, each with its versions in natural order."""
+TRUST = "trust"
+
+
+def catalog_trust(document, where="the mirror catalog"):
+    """The trust policy the catalog holds (``provenance.normalize_policy``), or None when it holds none.
+
+    It says which keys may sign which families (and versions, as streams) of the mirror, and which
+    families may go unsigned, each with its reason; the imports of mirrored images verify against it.
+    """
+    section = (document or {}).get(TRUST)
+    if section is None:
+        return None
+    try:
+        return provenance.normalize_policy(section)
+    except provenance.ProvenanceError as exc:
+        raise MirrorError("%s: %s" % (where, exc.msg)) from None
+
+
+def trust_section(policy):
+    """The catalog's ``trust`` section of a policy given to the catalog writer, checked, in stored form."""
+    try:
+        return provenance.policy_document(provenance.normalize_policy(policy))
+    except provenance.ProvenanceError as exc:
+        raise MirrorError("option trust: %s" % exc.msg) from None
+
+
+def build_catalog(bucket, entries, trust=None):
+    """The catalog document: families in name order, each with its versions in natural order, and the
+    trust policy (stored form) when there is one."""
     families = {}
     for entry in entries:
         families.setdefault(entry["family"], []).append({k: v for k, v in entry.items() if k != "family"})
@@ -418,6 +446,8 @@ def build_catalog(bucket, entries):
             families[family], key=lambda e: (version_order(e["version"]), e["filename"], e["key"])
         )
         document["families"][family] = {"latest": versions[-1]["version"], "versions": versions}
+    if trust is not None:
+        document[TRUST] = trust
     return document
 
 
@@ -426,21 +456,73 @@ def render_catalog(document):
     return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY):
+def mirrored_statement(key, sha256, source, builder, time):
+    """The provenance of a mirrored object: the object (its key, its sha256) made from the upstream image
+    (the redacted source URL, the same sha256: the mirror copies, it never changes a byte)."""
+    digest = {"sha256": normalize_sha256(sha256)}
+    upstream = {"name": provenance.UPSTREAM, "digest": digest, "uri": redact.redact_url(source or "")}
+    return provenance.statement({"name": key, "digest": digest}, [upstream], builder, time)
+
+
+def exported_statement(key, sha256, source, facts, builder, time):
+    """The provenance of an exported golden: the object (its key, its sha256) made from the exported volume
+    (``source``, the same bytes) and, when they were read, the image facts (the digest of their JSON)."""
+    digest = {"sha256": normalize_sha256(sha256)}
+    found = [{"name": "exported-volume", "digest": digest, "uri": redact.redact_url(source or "")}]
+    if facts is not None:
+        facts_digest = hashlib.sha256(provenance.serialize(facts)).hexdigest()
+        found.append({"name": provenance.FACTS, "digest": {"sha256": facts_digest}})
+    return provenance.statement({"name": key, "digest": digest}, found, builder, time)
+
+
+def named_object(key, sha256, family, where):
+    """``{family, version, sha256}`` of an object outside the mirror layout (an exported golden): its key
+    does not name its digest or family, so the pinned ``sha256`` and the ``family`` must be given."""
+    if not sha256 or not family:
+        raise Refusal(
+            where,
+            "the key is not in the mirror layout <family>/<version>/sha256-<hex>/<filename>, so it names "
+            "neither the digest nor the family the trust policy judges",
+            "give sha256 (the digest the import pins) and family",
+        )
+    return {"family": family, "version": None, "sha256": normalize_sha256(sha256)}
+
+
+def signed_companions(objects):
+    """``{image key: {"signature": key, "provenance": key}}``: the signature and provenance objects stored
+    beside each listed image (as ``os_mirror_object`` writes them when given a key)."""
+    keys = set(obj["key"] for obj in objects)
+    found = {}
+    for key in sorted(keys):
+        image = provenance.companion_of(key)
+        if image in keys and parse_key(image) is not None:
+            field = "signature" if key.endswith(provenance.SIGNATURE_SUFFIX) else "provenance"
+            found.setdefault(image, {})[field] = key
+    return found
+
+
+def is_companion(key, held):
+    """True when ``key`` is the signature or provenance object of an image in ``held`` (signed_companions)."""
+    return key in set(k for companions in held.values() for k in companions.values())
+
+
+def catalog_from_listing(bucket, objects, catalog_key=DEFAULT_CATALOG_KEY, trust=None):
     """``(document, ignored_keys, problems)`` from listed objects (dicts of key, size, metadata)."""
     entries, ignored, problems = [], [], []
+    held = signed_companions(objects)
     for obj in objects:
         key = obj["key"]
-        if key == catalog_key:
+        if key == catalog_key or is_companion(key, held):
             continue
         entry, problem = catalog_entry(key, obj["size"], obj.get("metadata"))
         if entry is not None:
+            entry.update(held.get(key) or {})
             entries.append(entry)
         elif problem is not None:
             problems.append(problem)
         else:
             ignored.append(key)
-    return build_catalog(bucket, entries), sorted(ignored), sorted(problems)
+    return build_catalog(bucket, entries, trust), sorted(ignored), sorted(problems)
 
 
 def run_report(results):

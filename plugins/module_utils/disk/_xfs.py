@@ -44,9 +44,8 @@ def _short_form_attributes(raw):
     total, count = struct.unpack_from(">HB", raw, 0)
     found = []
     at = 4
-    for _index in range(count):
-        if at + 3 > min(total, len(raw)):
-            break
+    end = min(total, len(raw))
+    while len(found) < count and at + 3 <= end:
         name_length, value_length, flags = raw[at], raw[at + 1], raw[at + 2]
         name = raw[at + 3 : at + 3 + name_length].decode("utf-8", "surrogateescape")
         value = bytes(raw[at + 3 + name_length : at + 3 + name_length + value_length])

@@ -20,6 +20,7 @@ import re
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 SNAPSHOT_API_VERSION = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_KIND = "VolumeSnapshot"
@@ -35,6 +36,8 @@ CLONE_MIN_SIZE_ANNOTATION = "kube-dc.com/clone-min-size"
 RELEASE_DIGEST = "goldenimage.pipeline/release-digest"
 # What the golden's bytes hold, as read from them (image_facts): the document, compact JSON.
 IMAGE_FACTS_ANNOTATION = "goldenimage.pipeline/image-facts"
+# The verdict of the signature check made where the golden's source was imported (compact JSON).
+PROVENANCE_ANNOTATION = "goldenimage.pipeline/provenance"
 
 FILESYSTEM = "Filesystem"
 BLOCK = "Block"
@@ -406,6 +409,51 @@ def recorded_facts(obj):
         return json.loads(text)
     except ValueError as exc:
         return {"schema_version": None, "unreadable": [{"source": IMAGE_FACTS_ANNOTATION, "error": str(exc)}]}
+
+
+def recorded_provenance(obj):
+    """The verdict recorded on a golden (``provenance.verdict_record``), None when none is; a value that is
+    not JSON reads as a record with no verdict, which no trust policy accepts."""
+    text = kinds.annotations(obj).get(PROVENANCE_ANNOTATION)
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {"verdict": None, "unreadable": text[:200]}
+    return found if isinstance(found, dict) else {"verdict": None, "unreadable": text[:200]}
+
+
+def provenance_patch(existing, record, digest, where):
+    """What recording the verdict ``record`` on the golden needs: None (nothing given, or already recorded)
+    or the merge patch. A verdict on other bytes than the golden's digest is refused."""
+    if not record:
+        return None
+    recorded_digest = digest or release_digest(existing or {})
+    if recorded_digest and record.get("sha256") and "sha256:" + record["sha256"] != recorded_digest:
+        raise GoldenError(
+            "%s: the provenance verdict given is for sha256:%s, the golden is made from %s; record the "
+            "verdict of the artifact this golden was imported from"
+            % (where, record["sha256"], recorded_digest)
+        )
+    value = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    if kinds.annotations(existing or {}).get(PROVENANCE_ANNOTATION) == value:
+        return None
+    return {"metadata": {"annotations": {PROVENANCE_ANNOTATION: value}}}
+
+
+def provenance_problem(record, policy_doc, family, where):
+    """Why the verdict ``record`` on the golden ``where`` does not hold under today's trust policy
+    (stored form), as one line naming the golden, the key and the check; None when it holds.
+
+    The policy judges the family the verdict was made for (the source's), else the golden's ``family``.
+    """
+    try:
+        policy = provenance.normalize_policy(policy_doc)
+    except provenance.ProvenanceError as exc:
+        raise GoldenError("option trust_policy: %s" % exc.msg) from None
+    found = provenance.record_problem(policy, record, where, (record or {}).get("family") or family)
+    return "%s; %s" % found if found else None
 
 
 def facts_patch(existing, facts, where):

@@ -189,6 +189,7 @@ def candidate(obj, mode, handle, digests):
         "problems": golden.validate_golden(_canonical(obj, mode)),
         "clones": 0,
         "image_facts": golden.recorded_facts(obj),
+        "provenance": golden.recorded_provenance(obj),
     }
 
 
@@ -568,3 +569,14 @@ def condense(result, limit=None):
         clones=clone_entries,
         consumers_omitted=consumers,
     )
+
+
+def judge_provenance(result, policy_doc):
+    """Each candidate of the report with ``provenance_verifies`` (whether the verdict recorded on it holds
+    under today's trust policy) and ``provenance_problem`` (why not, naming the key and the check)."""
+    for fam in result["families"]:
+        for cand in fam["candidates"]:
+            where = "golden %s/%s" % (cand["namespace"], cand["name"])
+            problem = golden.provenance_problem(cand.get("provenance"), policy_doc, fam["family"], where)
+            cand.update(provenance_verifies=problem is None, provenance_problem=problem)
+    return result

@@ -113,14 +113,6 @@ def load_private_key(pem, password=None, source="private key"):
     return _check_p256(key, source, ec)
 
 
-def private_key(path=None, text=None, password=None, path_option="key_path", text_option="key"):
-    """``(key, key id)`` of the private key given as a file (``path``) or as PEM text, named in errors by
-    the option that gave it."""
-    source = "%s %s" % (path_option, path) if path else text_option
-    key = load_private_key(read_key_text(path, text, path_option), password, source)
-    return key, key_id(key)
-
-
 def load_public_key(pem, source="public key"):
     """An ECDSA P-256 public key from PEM bytes (``PUBLIC KEY``, as ``cosign generate-key-pair`` writes)."""
     serialization, ec = _crypto()[2:4]
@@ -310,3 +302,41 @@ def on_disk(ring, signature_text_found, envelope_text, sha256_hex):
     signature, found = evidence(ring, signature_text_found, envelope_text, sha256_hex)
     doc = (found or {}).get("statement")
     return {"signer": (signature or {}).get("key"), "provenance": provenance.summary(doc) if doc else None}
+
+
+def builder(given):
+    """The builder a statement records: the option's values, the running collection's version by default."""
+    found = dict(given or {})
+    found["collection_version"] = found.get("collection_version") or provenance.COLLECTION_VERSION
+    return found
+
+
+def private_key_from(params, prefix=""):
+    """The private key ``key_path`` or ``key`` (with ``key_password``; each after ``prefix``) gives, or None
+    when neither does."""
+    path, text = params.get(prefix + "key_path"), params.get(prefix + "key")
+    if not path and not text:
+        return None
+    source = "%skey_path %s" % (prefix, path) if path else prefix + "key"
+    pem = read_key_text(path, text, prefix + "key_path")
+    return load_private_key(pem, params.get(prefix + "key_password"), source)
+
+
+def signing_plan(key, sha256_hex, wanted, before_signature, before_envelope, force=False):
+    """``provenance.plan_signing`` over the existing signature and envelope texts (None: absent), with the
+    texts to write: ``signature_text`` and ``envelope_text`` are None where the existing one is kept."""
+    keyid = key_id(key)
+    ring = {keyid: key.public_key()}
+    signature, found = evidence(ring, before_signature, before_envelope, sha256_hex)
+    plan = provenance.plan_signing(keyid, wanted, signature, found, force)
+    plan.update(
+        key_id=keyid,
+        before=on_disk(ring, before_signature, before_envelope, sha256_hex),
+        signature_text=signature_text(sign_digest(key, sha256_hex)) if plan["signature"] else None,
+        envelope_text=(
+            provenance.envelope_line(sign_envelope(key, provenance.serialize(wanted)))
+            if plan["provenance"]
+            else None
+        ),
+    )
+    return plan

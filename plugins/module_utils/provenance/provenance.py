@@ -103,11 +103,14 @@ def digest_set(value, what):
     return found
 
 
-def resource(name, digest, what="input"):
-    """An in-toto resource descriptor ``{"name", "digest"}``, validated."""
+def resource(name, digest, what="input", uri=None):
+    """An in-toto resource descriptor ``{"name", "digest"}`` (and ``uri`` when given), validated."""
     if not isinstance(name, str) or not name.strip():
         raise ProvenanceError("%s: every input needs a non-empty name" % what)
-    return {"name": name, "digest": digest_set(digest, "%s %s" % (what, name))}
+    found = {"name": name, "digest": digest_set(digest, "%s %s" % (what, name))}
+    if uri:
+        found["uri"] = str(uri)
+    return found
 
 
 def digests_agree(expected, seen):
@@ -127,7 +130,7 @@ def statement(subject, inputs, builder, time, parameters=None):
     playbook. Inputs are sorted by name so the same build gives the same statement.
     """
     subject = resource(subject.get("name"), subject.get("digest"), "subject")
-    deps = [resource(i.get("name"), i.get("digest")) for i in inputs or []]
+    deps = [resource(i.get("name"), i.get("digest"), uri=i.get("uri")) for i in inputs or []]
     names = [d["name"] for d in deps]
     twice = sorted(set(n for n in names if names.count(n) > 1))
     if twice:
@@ -218,6 +221,39 @@ def input_digest(doc, name):
     for dep in summary(doc)["inputs"]:
         if dep.get("name") == name:
             return dep.get("digest")
+    return None
+
+
+def plan_signing(keyid, wanted, signature, found, force=False):
+    """What a producer writes, from what the existing files prove (``_signing.evidence``'s pair).
+
+    Returns ``{"signature": bool, "provenance": bool, "statement": the statement kept or wanted}``: an
+    existing signature the same key made over the same bytes is kept, and so is an envelope the same key
+    signed for the same subject, inputs and builder (the time aside). ECDSA signatures are randomised, so
+    what is on disk is verified, never compared byte for byte.
+    """
+    sign = force or (signature or {}).get("key") != keyid
+    kept = None
+    if not force and (found or {}).get("key") == keyid and same_build(found["statement"], wanted):
+        kept = found["statement"]
+    return {"signature": sign, "provenance": kept is None, "statement": kept or wanted}
+
+
+# Where a stored artifact's signature and provenance go: beside it, as cosign names them.
+SIGNATURE_SUFFIX = ".sig"
+PROVENANCE_SUFFIX = ".intoto.jsonl"
+
+
+def companions(name):
+    """``(signature name, provenance name)`` of an artifact stored as ``name`` (a path or an object key)."""
+    return name + SIGNATURE_SUFFIX, name + PROVENANCE_SUFFIX
+
+
+def companion_of(name):
+    """The artifact a signature or provenance file ``name`` belongs to, or None for any other name."""
+    for suffix in (SIGNATURE_SUFFIX, PROVENANCE_SUFFIX):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
     return None
 
 
@@ -446,21 +482,22 @@ def trust_policy_spec(required=False):
     )
 
 
-def signing_key_spec():
-    """The signing key and builder options of a module that signs what it makes (doc fragments
-    ``goldenimage.pipeline.provenance.signing_key`` and ``.builder``)."""
-    return dict(
-        signing_key_path=dict(type="path", no_log=False),
-        signing_key=dict(type="str", no_log=True),
-        signing_key_password=dict(type="str", no_log=True),
-        **builder_spec(),
-    )
+def key_options(prefix=""):
+    """The options a module takes its signing key with, the same in every module that signs (doc fragments
+    ``goldenimage.pipeline.signing`` and, with ``prefix`` ``signing_`` where ``key`` already names something
+    else, ``goldenimage.pipeline.signing.prefixed``)."""
+    return {
+        prefix + "key_path": dict(type="path", no_log=False),
+        prefix + "key": dict(type="str", no_log=True),
+        prefix + "key_password": dict(type="str", no_log=True),
+    }
 
 
-def builder_spec():
-    """The ``builder`` option (doc fragment ``goldenimage.pipeline.provenance.builder``)."""
+def builder_option():
+    """The option naming who made an artifact, as its provenance records it (doc fragment
+    ``goldenimage.pipeline.signing.builder``)."""
     options = dict(playbook=dict(type="str"), host=dict(type="str"), collection_version=dict(type="str"))
-    return dict(builder=dict(type="dict", default={}, options=options))
+    return dict(type="dict", default={}, options=options)
 
 
 # --- the verdict --------------------------------------------------------------------------------------
@@ -732,3 +769,91 @@ def judge_image(name, digest, family, stream, policy, signatures, envelopes):
             move=IMAGE_WORDS["sign"],
         )
     return judge(image, family, stream, policy, signature, found)
+
+
+def policy_document(policy):
+    """The stored form of a normalized policy (``normalize_policy`` reads it back to the same policy)."""
+    rules = []
+    for rule in policy["rules"]:
+        entry = {"key": rule["key"], "name": rule["name"]}
+        entry.update((field, rule[field]) for field in ("families", "streams") if rule[field] != [ANY])
+        if rule.get("public_key"):
+            entry["public_key"] = rule["public_key"]
+        rules.append(entry)
+    relaxed = [{"family": f, "reason": r} for f, r in sorted(policy["relaxed"].items())]
+    relaxed += [{"stream": s, "reason": r} for s, r in sorted((policy.get("relaxed_streams") or {}).items())]
+    return {"rules": rules, "relaxed": relaxed}
+
+
+# --- the verdict a consumer records, judged again later -----------------------------------------------
+
+
+def verdict_record(verdict, artifact, sha256, family, doc=None):
+    """What a consumer records of a verification on what it made (no key material): the verdict, the key
+    and its policy name, the artifact and the digest verified, the family it was judged for, and the
+    inputs, builder and time the verified statement ``doc`` names."""
+    record = {
+        "verdict": verdict["verdict"],
+        "key": verdict.get("key"),
+        "artifact": artifact,
+        "sha256": sha256,
+        "family": family,
+    }
+    for field in ("signer", "relaxed"):
+        if verdict.get(field):
+            record[field] = verdict[field]
+    if doc is not None and verdict["verdict"] == VERIFIED:
+        found = summary(doc)
+        record.update(inputs=found["inputs"], builder=found["builder"], time=found["time"])
+    return record
+
+
+def record_problem(policy, record, what, family, stream=None, **wording):
+    """Why the verdict ``record`` recorded on ``what`` does not hold under ``policy`` today, as
+    ``(problem, move)``; None when it holds.
+
+    The bytes are not at hand where a golden or a revision is used: what its import proved (the verdict, the
+    key) is judged again, so a key withdrawn from the policy, or a relaxation taken back, stops it from
+    serving. ``wording`` may name the ``scope`` judged (``family <family>``), how it was ``done``
+    (``imported``), the ``policy_name`` (``the trust policy``) and the ``moves`` (after a withdrawn key,
+    after a missing or withdrawn signature).
+    """
+    record = record or {}
+    scope = wording.get("scope") or "family %s" % family
+    policy_name = wording.get("policy_name") or "the trust policy"
+    moves = wording.get("moves") or (
+        "make it again from an artifact signed by a trusted key, or trust the key again in the policy",
+        "make it again from a signed artifact, verified where it is imported",
+    )
+    if record.get("verdict") == VERIFIED:
+        if trusted_rule(policy, record.get("key"), family, stream) is not None:
+            return None
+        return (
+            "%s was signed by key %s, which %s no longer lets sign %s"
+            % (what, record.get("key"), policy_name, scope),
+            moves[0],
+        )
+    if relaxed_reason(policy, family, stream):
+        return None
+    if record.get("verdict") == RELAXED:
+        problem = "was %s unsigned under a relaxation of %s that the trust policy no longer grants" % (
+            wording.get("done") or "imported",
+            scope,
+        )
+    else:
+        problem = "has no verified signature recorded, and the trust policy requires one for %s" % scope
+    return ("%s %s" % (what, problem), moves[1])
+
+
+def bytes_differ(artifact, seen, key=None):
+    """The verdict on bytes whose digest ``seen`` is not the one ``artifact`` is named and signed for."""
+    recorded = ", ".join("%s:%s" % kv for kv in sorted(artifact["digest"].items()))
+    found = ", ".join("%s:%s" % kv for kv in sorted(seen.items()))
+    return _verdict(
+        OTHER_BYTES,
+        artifact,
+        "digest",
+        "the stored bytes have %s, not the %s the artifact is named and signed for" % (found, recorded),
+        key=key,
+        move="the artifact was changed after it was stored; mirror or export it again under a new name",
+    )

@@ -727,3 +727,243 @@ def test_a_new_golden_records_the_facts_read_from_its_volume(env, venv_python_fi
     facts = json.loads(snap["metadata"]["annotations"]["goldenimage.pipeline/image-facts"])
     assert facts["os_release"]["id"] == "debian"
     assert [k["path"] for k in facts["private_keys"]] == ["/etc/ssl/private/ssl-cert-snakeoil.key"]
+
+
+def _signed_upload(env, path, family, key=None):
+    """(url, sha256 hex) of ``path`` stored as os_mirror_object stores it (its sha256 in the metadata),
+    signed where it is made with ``key`` (its signature and provenance beside it) when one is given."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+
+    digest = sha256(path)
+    object_key = env.key(path, family)
+    extra = {"ACL": "public-read", "Metadata": {"sha256": digest}}
+    env.s3.upload_file(str(path), env.bucket, object_key, ExtraArgs=extra)
+    if key is not None:
+        doc = mirror.mirrored_statement(
+            object_key,
+            digest,
+            "https://upstream.example/%s" % path.name,
+            signing.builder({}),
+            "2026-08-28T00:00:00Z",
+        )
+        sig_key, env_key = provenance.companions(object_key)
+        env.s3.put_object(
+            Bucket=env.bucket, Key=sig_key, Body=signing.signature_text(signing.sign_digest(key, digest))
+        )
+        env.s3.put_object(
+            Bucket=env.bucket,
+            Key=env_key,
+            Body=provenance.envelope_line(signing.sign_envelope(key, provenance.serialize(doc))),
+        )
+    return env.url(path, family), digest
+
+
+@pytest.mark.suite("bad-input")
+def test_sources_are_verified_before_any_write_and_a_withdrawn_key_stops_the_golden(env):
+    """The mirror's catalog holds the trust policy; an unsigned source is refused before anything is written;
+    a signed one makes a golden that records who signed it, from what; golden_info reports it, and once the
+    key is withdrawn from the policy, golden_snapshot and promotion's contract check refuse the golden."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    trusted, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    signed_family, unsigned_family = "%s-sig" % env.prefix, "%s-uns" % env.prefix
+    raw, qcow2 = make_disk(env.tmp, 11)
+    _raw2, qcow2_2 = make_disk(env.tmp, 12)
+    url, digest = _signed_upload(env, qcow2, signed_family, trusted)
+    bare_url, bare_digest = _signed_upload(env, qcow2_2, unsigned_family)
+    rule = {
+        "name": "mirror-2026",
+        "public_key": signing.public_pem(trusted),
+        "families": [signed_family, unsigned_family],
+    }
+    policy = {"rules": [rule]}
+    withdrawn = {"rules": [{"name": "other", "public_key": signing.public_pem(other)}]}
+    catalog = {
+        "name": "catalog",
+        "goldenimage.pipeline.os_mirror_catalog": {"bucket": env.bucket, "trust": policy},
+    }
+    verify = {"linux_golden_verify_provenance": True}
+    unsigned = [image(env, unsigned_family, {"http": {"url": bare_url, "checksum": "sha256:" + bare_digest}})]
+    signed = [image(env, signed_family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
+
+    env.lab.clear_audit()
+    refused = run_playbook(
+        role_play(
+            catalog, include("unsigned", rescue_name="refused", linux_golden_images=unsigned, **verify)
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert refused.ok, refused.log
+    message = refused["refused"]["msg"]
+    assert env.lab.mutating_requests() == []
+    assert env.key(qcow2_2, unsigned_family) in message and "signature check failed" in message, message
+    assert "no detached signature found" in message, message
+
+    made = run_playbook(
+        role_play(include("signed", linux_golden_images=signed, **verify)), env=env.lab.env(), timeout=240
+    )
+    assert made.ok, made.log
+    name = golden_name(signed_family, digest)
+    snap = env.snapshot(BLOCK_NS, name)
+    record = json.loads(snap["metadata"]["annotations"]["goldenimage.pipeline/provenance"])
+    assert (record["verdict"], record["key"], record["signer"]) == (
+        "verified",
+        signing.key_id(trusted),
+        "mirror-2026",
+    )
+    assert (record["artifact"], record["sha256"]) == (env.key(qcow2, signed_family), digest)
+    assert record["inputs"] == [
+        {"name": "upstream", "uri": "https://upstream.example/%s" % qcow2.name, "digest": {"sha256": digest}}
+    ]
+    assert env.golden_bytes(BLOCK_NS, name) == raw.read_bytes()
+
+    snapshot = {"name": name, "family": signed_family, "mode": "Block"}
+    env.lab.clear_audit()
+    later = run_playbook(
+        role_play(
+            {
+                "name": "report",
+                "goldenimage.pipeline.golden_info": {"family": signed_family, "trust_policy": policy},
+            },
+            {
+                "name": "report withdrawn",
+                "goldenimage.pipeline.golden_info": {"family": signed_family, "trust_policy": withdrawn},
+            },
+            {
+                "name": "snapshot again",
+                "goldenimage.pipeline.golden_snapshot": dict(
+                    snapshot, os_name="Test Linux %s" % signed_family, trust_policy=withdrawn
+                ),
+                "ignore_errors": True,
+            },
+            {
+                "name": "contract",
+                "goldenimage.pipeline.golden_snapshot": dict(
+                    snapshot, state="validated", trust_policy=withdrawn
+                ),
+                "ignore_errors": True,
+            },
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert env.lab.mutating_requests() == []
+    (cand,) = later["report"]["families"][0]["candidates"]
+    assert cand["provenance"]["signer"] == "mirror-2026" and cand["provenance"]["inputs"] == record["inputs"]
+    assert cand["provenance_verifies"] is True and cand["provenance_problem"] is None
+    (cand,) = later["report withdrawn"]["families"][0]["candidates"]
+    assert cand["provenance_verifies"] is False and signing.key_id(trusted) in cand["provenance_problem"]
+    for title in ("snapshot again", "contract"):
+        assert later.entry(title)["status"] == "ignored", later.log
+        text = later[title]["msg"]
+        assert name in text and signing.key_id(trusted) in text and "no longer lets sign" in text, text
+
+
+def test_the_receiving_cluster_verifies_an_exported_golden_signed_where_it_was_exported(env):
+    """golden_export_object signs the exported golden beside it; the receiving cluster's import verifies it
+    against the catalog's trust policy before any write and records the verdict on its golden; a tampered
+    signature is refused before anything is written."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (env.tmp / "export.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    raw, qcow2 = make_disk(env.tmp, 21)
+    _raw2, other = make_disk(env.tmp, 22)
+    shipped, tampered = "%s-exp" % env.prefix, "%s-tam" % env.prefix
+    object_key, other_key = "windows/11/%s/golden.qcow2" % shipped, "windows/11/%s/golden.qcow2" % tampered
+    digest = sha256(qcow2)
+    policy = {
+        "rules": [
+            {"name": "export-2026", "public_key": signing.public_pem(key), "families": [shipped, tampered]}
+        ]
+    }
+
+    def export(title, path, where):
+        return {
+            "name": title,
+            "goldenimage.pipeline.golden_export_object": {
+                "bucket": env.bucket,
+                "key": where,
+                "path": str(path),
+                "source": "pvc://golden-images-build/%s" % path.stem,
+                "signing_key_path": str(env.tmp / "export.pem"),
+            },
+        }
+
+    def artifact(family, where, checksum):
+        url = "%s/%s/%s" % (env.lab.s3.endpoint_url, env.bucket, where)
+        return image(env, family, {"http": {"url": url, "checksum": "sha256:" + checksum, "presign": True}})
+
+    made = run_playbook(
+        role_play(
+            export("export", qcow2, object_key),
+            export("export other", other, other_key),
+            {
+                "name": "catalog",
+                "goldenimage.pipeline.os_mirror_catalog": {"bucket": env.bucket, "trust": policy},
+            },
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert made.ok, made.log
+    # The other export's signature stored beside it is this one's: signed for other bytes.
+    sig = env.s3.get_object(Bucket=env.bucket, Key=object_key + ".sig")["Body"].read()
+    env.s3.put_object(Bucket=env.bucket, Key=other_key + ".sig", Body=sig)
+    credentials = {
+        "linux_golden_bucket_access_key_id": env.lab.s3.access_key,
+        "linux_golden_bucket_secret_key": env.lab.s3.secret_key,
+        "linux_golden_verify_provenance": True,
+    }
+    env.lab.clear_audit()
+    refused = run_playbook(
+        role_play(
+            include(
+                "tampered",
+                tasks_from="distribute",
+                rescue_name="refused",
+                linux_golden_artifacts=[artifact(tampered, other_key, sha256(other))],
+                **credentials,
+            )
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert refused.ok, refused.log
+    assert env.lab.mutating_requests() == []
+    message = refused["refused"]["msg"]
+    assert other_key in message and "signature check failed" in message and "other bytes" in message, message
+
+    received = run_playbook(
+        role_play(
+            include(
+                "receive",
+                tasks_from="distribute",
+                linux_golden_artifacts=[artifact(shipped, object_key, digest)],
+                **credentials,
+            )
+        ),
+        env=env.lab.env(),
+        timeout=240,
+    )
+    assert received.ok, received.log
+    name = golden_name(shipped, digest)
+    snap = env.snapshot(FS_NS, name)
+    record = json.loads(snap["metadata"]["annotations"]["goldenimage.pipeline/provenance"])
+    assert (record["verdict"], record["signer"], record["artifact"]) == (
+        "verified",
+        "export-2026",
+        object_key,
+    )
+    assert {i["name"] for i in record["inputs"]} == {"exported-volume", "image-facts"}
+    assert env.golden_bytes(FS_NS, name) == raw.read_bytes()

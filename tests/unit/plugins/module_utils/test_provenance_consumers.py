@@ -1,0 +1,245 @@
+"""Signing where made and verifying where used, pure: the keep-or-sign decision, the names beside an
+artifact, the policy's stored form, the verdict a golden records and its judgement under today's policy, the
+mirror catalog's signatures and trust section, and the golden's provenance annotation."""
+
+import json
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden, golden_inventory
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+A, B = "a" * 64, "b" * 64
+KEY, OTHER = "1" * 64, "2" * 64
+OBJECT = "debian-12/20260801/sha256-%s/debian.qcow2" % A
+
+
+def _statement(builder=None, time="2026-12-01T00:00:00Z", uri="https://upstream.example/debian.qcow2"):
+    return mirror.mirrored_statement(OBJECT, A, uri, builder or {"playbook": "mirror.yml"}, time)
+
+
+def test_the_mirrored_statement_names_the_object_and_the_redacted_upstream():
+    doc = _statement(uri="https://user:secret@upstream.example/debian.qcow2?X-Amz-Signature=abc")
+    assert doc["subject"] == [{"name": OBJECT, "digest": {"sha256": A}}]
+    (upstream,) = provenance.summary(doc)["inputs"]
+    assert upstream["name"] == "upstream" and upstream["digest"] == {"sha256": A}
+    assert "secret" not in upstream["uri"] and "abc" not in upstream["uri"]
+
+
+def test_signing_keeps_what_the_same_key_made_for_the_same_build_and_redoes_the_rest():
+    wanted = _statement()
+    later = _statement(time="2026-12-02T00:00:00Z")
+    kept = provenance.plan_signing(KEY, later, {"key": KEY}, {"key": KEY, "statement": wanted})
+    assert kept == {"signature": False, "provenance": False, "statement": wanted}
+    fresh = provenance.plan_signing(KEY, wanted, None, None)
+    assert (fresh["signature"], fresh["provenance"]) == (True, True)
+    other_key = provenance.plan_signing(KEY, wanted, {"key": OTHER}, {"key": OTHER, "statement": wanted})
+    assert (other_key["signature"], other_key["provenance"]) == (True, True)
+    other_build = provenance.plan_signing(
+        KEY, _statement(builder={"playbook": "other.yml"}), {"key": KEY}, {"key": KEY, "statement": wanted}
+    )
+    assert (other_build["signature"], other_build["provenance"]) == (False, True)
+    forced = provenance.plan_signing(KEY, wanted, {"key": KEY}, {"key": KEY, "statement": wanted}, force=True)
+    assert (forced["signature"], forced["provenance"]) == (True, True)
+
+
+def test_the_files_beside_an_artifact_and_back():
+    assert provenance.companions(OBJECT) == (OBJECT + ".sig", OBJECT + ".intoto.jsonl")
+    assert provenance.companion_of(OBJECT + ".sig") == OBJECT
+    assert provenance.companion_of(OBJECT + ".intoto.jsonl") == OBJECT
+    assert provenance.companion_of(OBJECT) is None and provenance.companion_of(".sig") is None
+
+
+def test_the_catalog_lists_signatures_beside_their_image_and_not_as_images():
+    meta = {
+        "sha256": A,
+        "source-url": "https://upstream.example/d.qcow2",
+        "mirrored-at": "2026-08-01T00:00:00Z",
+    }
+    objects = [
+        {"key": OBJECT, "size": 10, "metadata": meta},
+        {"key": OBJECT + ".sig", "size": 96},
+        {"key": OBJECT + ".intoto.jsonl", "size": 900},
+        {"key": "stray.sig", "size": 1},
+    ]
+    document, ignored, problems = mirror.catalog_from_listing("b", objects)
+    (entry,) = document["families"]["debian-12"]["versions"]
+    assert (entry["signature"], entry["provenance"]) == (OBJECT + ".sig", OBJECT + ".intoto.jsonl")
+    assert ignored == ["stray.sig"] and problems == []
+
+
+PEM = (
+    "-----BEGIN PUBLIC KEY-----\n"
+    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEBt1Yl0bZk0u2X9m9o9v4D0lZ0d6oX3sWb8O2ZxkQ4o6p8kCq6GzC4mYb8Y8g\n"
+    "4d8J8XzGJ1xk2XH6j1vY0k8x1w==\n"
+    "-----END PUBLIC KEY-----\n"
+)
+
+
+def test_the_trust_section_is_stored_in_a_form_read_back_to_the_same_policy():
+    given = {
+        "rules": [{"name": "mirror", "public_key": PEM, "families": ["debian-12"]}, {"key": KEY}],
+        "relaxed": [{"family": "lab-scratch", "reason": "throwaway"}, {"stream": "rc", "reason": "previews"}],
+    }
+    stored = mirror.trust_section(given)
+    assert provenance.normalize_policy(stored) == provenance.normalize_policy(given)
+    assert mirror.trust_section(stored) == stored
+    document = mirror.build_catalog("b", [], stored)
+    assert mirror.catalog_trust(document) == provenance.normalize_policy(given)
+    assert mirror.catalog_trust({"families": {}}) is None
+    with pytest.raises(mirror.MirrorError, match="option trust: trust policy relaxed entry 1"):
+        mirror.trust_section({"relaxed": [{"family": "x"}]})
+
+
+def _policy(*rules, relaxed=()):
+    return provenance.normalize_policy({"rules": list(rules), "relaxed": list(relaxed)})
+
+
+def test_a_recorded_verdict_is_judged_again_by_todays_policy():
+    verdict = {"verdict": "verified", "key": KEY, "signer": "mirror", "ok": True}
+    record = provenance.verdict_record(verdict, OBJECT, A, "debian-12", _statement())
+    assert (
+        record["inputs"][0]["uri"] == "https://upstream.example/debian.qcow2" and record["signer"] == "mirror"
+    )
+    trusting = _policy({"key": KEY, "families": ["debian-12"]})
+    assert provenance.record_problem(trusting, record, "golden g", "debian-12") is None
+    problem, move = provenance.record_problem(_policy({"key": OTHER}), record, "golden g", "debian-12")
+    assert (
+        "golden g was signed by key %s" % KEY in problem and "no longer lets sign family debian-12" in problem
+    )
+    assert "trust the key again" in move
+    relaxed = {"verdict": "unsigned_allowed", "key": None, "relaxed": "lab", "ok": True}
+    unsigned = provenance.verdict_record(relaxed, OBJECT, A, "debian-12")
+    lab = _policy(relaxed=[{"family": "debian-12", "reason": "lab"}])
+    assert provenance.record_problem(lab, unsigned, "golden g", "debian-12") is None
+    assert (
+        "relaxation of family debian-12"
+        in provenance.record_problem(trusting, unsigned, "golden g", "debian-12")[0]
+    )
+    assert (
+        "no verified signature recorded"
+        in provenance.record_problem(trusting, None, "golden g", "debian-12")[0]
+    )
+
+
+def test_bytes_other_than_the_signed_digest_are_refused_naming_both():
+    found = provenance.bytes_differ({"name": OBJECT, "digest": {"sha256": A}}, {"sha256": B}, KEY)
+    assert (found["verdict"], found["check"], found["ok"], found["key"]) == (
+        "signature_mismatch",
+        "digest",
+        False,
+        KEY,
+    )
+    assert "sha256:%s" % A in found["message"] and "sha256:%s" % B in found["message"]
+
+
+def _golden(annotations):
+    return {"metadata": {"name": "g", "namespace": "n", "annotations": annotations}}
+
+
+def test_a_golden_records_the_verdict_on_its_own_digest_once():
+    record = {"verdict": "verified", "key": KEY, "sha256": A, "family": "debian-12"}
+    patch = golden.provenance_patch({}, record, "sha256:" + A, "golden g")
+    value = patch["metadata"]["annotations"][golden.PROVENANCE_ANNOTATION]
+    assert json.loads(value) == record
+    assert golden.provenance_patch(_golden({golden.PROVENANCE_ANNOTATION: value}), record, None, "g") is None
+    assert golden.provenance_patch({}, None, None, "g") is None
+    with pytest.raises(golden.GoldenError, match="golden g: the provenance verdict given is for sha256:" + A):
+        golden.provenance_patch(_golden({golden.RELEASE_DIGEST: "sha256:" + B}), record, None, "golden g")
+    assert golden.recorded_provenance(_golden({golden.PROVENANCE_ANNOTATION: value})) == record
+    assert golden.recorded_provenance(_golden({golden.PROVENANCE_ANNOTATION: "{"}))["verdict"] is None
+
+
+def test_golden_info_says_whether_each_golden_still_verifies():
+    record = {"verdict": "verified", "key": KEY, "sha256": A, "family": "debian-12"}
+    result = {
+        "families": [
+            {
+                "family": "debian-12",
+                "candidates": [
+                    {"name": "g1", "namespace": "n", "provenance": record},
+                    {"name": "g2", "namespace": "n", "provenance": None},
+                ],
+            }
+        ]
+    }
+    golden_inventory.judge_provenance(result, {"rules": [{"key": KEY}]})
+    first, second = result["families"][0]["candidates"]
+    assert first["provenance_verifies"] is True and first["provenance_problem"] is None
+    assert (
+        second["provenance_verifies"] is False
+        and "golden n/g2 has no verified signature" in second["provenance_problem"]
+    )
+    with pytest.raises(golden.GoldenError, match="option trust_policy"):
+        golden.provenance_problem(record, {"rules": [{"key": "nope"}]}, "debian-12", "g")
+
+
+KEYS = ("1" * 64, "2" * 64, "3" * 64)
+FAMILIES = ("debian-12", "ubuntu-24.04")
+
+
+class TrustOverTime(RuleBasedStateMachine):
+    """Keys are trusted and withdrawn, families relaxed and tightened, goldens imported under the policy of
+    the day; at every step a golden serves exactly when today's policy accepts what was proven at import."""
+
+    def __init__(self):
+        super().__init__()
+        self.trusted = {}  # key -> families
+        self.relaxed = {}  # family -> reason
+        self.goldens = []  # (family, record)
+
+    def policy(self):
+        rules = [{"key": k, "families": sorted(f)} for k, f in sorted(self.trusted.items()) if f]
+        relaxed = [{"family": f, "reason": r} for f, r in sorted(self.relaxed.items())]
+        return provenance.normalize_policy({"rules": rules, "relaxed": relaxed})
+
+    @rule(key=st.sampled_from(KEYS), family=st.sampled_from(FAMILIES))
+    def trust(self, key, family):
+        self.trusted.setdefault(key, set()).add(family)
+
+    @rule(key=st.sampled_from(KEYS))
+    def withdraw(self, key):
+        self.trusted.pop(key, None)
+
+    @rule(family=st.sampled_from(FAMILIES))
+    def relax(self, family):
+        self.relaxed[family] = "lab images"
+
+    @rule(family=st.sampled_from(FAMILIES))
+    def tighten(self, family):
+        self.relaxed.pop(family, None)
+
+    @rule(key=st.sampled_from(KEYS + (None,)), family=st.sampled_from(FAMILIES))
+    def import_golden(self, key, family):
+        policy = self.policy()
+        artifact = {"name": OBJECT, "digest": {"sha256": A}}
+        if key is None:
+            verdict = provenance.judge(artifact, family, None, policy, None, None)
+        else:
+            statement = provenance.statement(artifact, [], {}, "2026-12-01T00:00:00Z")
+            verdict = provenance.judge(
+                artifact,
+                family,
+                None,
+                policy,
+                {"key": key},
+                {"key": key, "statement": statement, "named": [key]},
+            )
+        if verdict["ok"]:  # a refused import makes no golden
+            self.goldens.append((family, provenance.verdict_record(verdict, OBJECT, A, family)))
+
+    @invariant()
+    def a_golden_serves_exactly_while_todays_policy_accepts_its_proof(self):
+        policy = self.policy()
+        for family, record in self.goldens:
+            accepted = (
+                record["verdict"] == "verified" and family in self.trusted.get(record["key"], set())
+            ) or (record["verdict"] != "verified" and family in self.relaxed)
+            assert (provenance.record_problem(policy, record, "golden", family) is None) == accepted
+
+
+TestTrustOverTime = TrustOverTime.TestCase
+TestTrustOverTime.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
