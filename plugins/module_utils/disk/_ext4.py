@@ -43,6 +43,9 @@ HEADER = struct.Struct("<HHHH4x")
 LEAF = struct.Struct("<IHHI")
 INDEX = struct.Struct("<IIH2x")
 MAX_DEPTH = 5
+# The first 128 bytes of an inode: mode, uid, size, mtime, gid, links, blocks, flags, i_block, file ACL
+# block, size (high), file ACL block (high), uid (high), gid (high).
+INODE = struct.Struct("<HHI4x4xI4xHHII4x60s4xII4x2xHHH4x")
 
 
 class Ext4Error(_disk.DiskError):
@@ -73,30 +76,71 @@ class Ext4Tree:
         self.view = _disk.ExtView(image, dict(part, size=size))
         self.skipped_xattrs = []
         self.block_size = self.fs.block_size
-        self.size = size
+        self.inodes_per_group = self.fs.sb.s_inodes_per_group
+        self.inode_size = self.fs.sb.s_inode_size or 128
+        self.tables = {}  # block group -> first block of its inode table
 
-    def _entry(self, path, node):
-        raw = node.inode
-        kind = KINDS.get(stat.S_IFMT(raw.i_mode), "unknown")
+    def _inode(self, inum):
+        """The fields of inode ``inum`` the walk needs, unpacked from its bytes (``INODE``), and the
+        in-inode extended attribute area."""
+        group, index = divmod(inum - 1, self.inodes_per_group)
+        table = self.tables.get(group)
+        if table is None:
+            desc = self.fs._read_group_desc(group)
+            table = desc.bg_inode_table_lo | (getattr(desc, "bg_inode_table_hi", 0) << 32)
+            self.tables[group] = table
+        data = self.image.read(
+            self.part["offset"] + table * self.block_size + index * self.inode_size, self.inode_size
+        )
+        if len(data) < 128:
+            raise Ext4Error("partition %s: inode %d is beyond the image" % (self.part["number"], inum))
+        extra = b""
+        if self.inode_size > 128:
+            (extra_isize,) = struct.unpack_from("<H", data, 128)
+            extra = data[128 + extra_isize :]
+        return INODE.unpack_from(data, 0), extra
+
+    def _entry(self, path, child):
+        fields, extra = self._inode(child.inum)
+        (
+            mode,
+            uid,
+            size,
+            mtime,
+            gid,
+            links,
+            blocks,
+            flags,
+            i_block,
+            acl,
+            size_high,
+            acl_high,
+            uid_high,
+            gid_high,
+        ) = fields
+        kind = KINDS.get(stat.S_IFMT(mode), "unknown")
         entry = Entry(
             path,
             kind,
-            mode=stat.S_IMODE(raw.i_mode),
-            uid=raw.i_uid | (raw.i_uid_high << 16),
-            gid=raw.i_gid | (raw.i_gid_high << 16),
-            mtime=raw.i_mtime,
-            size=node.size if kind in ("file", "symlink") else 0,
-            inum=node.inum,
-            nlink=raw.i_links_count,
+            mode=stat.S_IMODE(mode),
+            uid=uid | (uid_high << 16),
+            gid=gid | (gid_high << 16),
+            mtime=mtime,
+            size=(size | (size_high << 32)) if kind in ("file", "symlink") else 0,
+            inum=child.inum,
+            nlink=links,
         )
         if kind == "file":
-            entry.holes = self._holes(node, raw, entry.size)
+            entry.holes = self._holes(child, flags, blocks, i_block, entry.size)
         elif kind == "symlink":
-            entry.link = node.link
+            # A target shorter than 60 bytes lives in i_block (as dissect and the kernel read it).
+            entry.link = (
+                i_block[: entry.size].decode("utf-8", "surrogateescape") if entry.size < 60 else child.link
+            )
         elif kind in ("char", "block"):
-            entry.rdev = _device_numbers(raw.i_block)
-        if raw.i_file_acl_lo or raw.i_file_acl_high or raw.i_extra.strip(b"\x00"):
-            for attr in node.xattr:
+            entry.rdev = _device_numbers(i_block)
+        if acl or acl_high or extra.strip(b"\x00"):
+            for attr in child.xattr:
                 if attr.name.startswith(PORTABLE_XATTR_PREFIXES):
                     entry.xattrs[attr.name] = bytes(attr.value)
                 elif attr.name != "system.data":
@@ -129,17 +173,17 @@ class Ext4Tree:
 
     # file data ------------------------------------------------------------------------------------
 
-    def _holes(self, node, raw, size):
+    def _holes(self, node, flags, blocks, i_block, size):
         """Bytes of the file's blocks that are holes or unwritten extents (none are read)."""
-        if raw.i_flags & INLINE_DATA_FL or not size:
+        if flags & INLINE_DATA_FL or not size:
             return 0
         bs = self.block_size
-        if raw.i_flags & EXTENTS_FL:
-            runs = self.runs(raw.i_block, size)
+        if flags & EXTENTS_FL:
+            runs = self.runs(i_block, size)
         else:
             # ext2/3 block maps: a hole is a zero block number. i_blocks (512-byte units) covering every
             # block means there is none, without reading the indirect blocks.
-            if raw.i_blocks_lo * 512 >= -(-size // bs) * bs:
+            if blocks * 512 >= -(-size // bs) * bs:
                 return 0
             runs = node.dataruns()
         return min(size, sum(count for start, count in runs if start is None) * bs)
@@ -150,7 +194,7 @@ class Ext4Tree:
         needed = -(-size // self.block_size)
         found = []
         at = 0
-        for logical, length, start, unwritten in self._extents(bytes(i_block), 0):
+        for logical, length, start, unwritten in self._extents(i_block, 0):
             if logical >= needed:
                 break
             if logical > at:

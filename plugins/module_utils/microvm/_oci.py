@@ -142,6 +142,7 @@ def write_layer(members, opener, out=None, level=6, progress=None):
             archive.addfile(info, _Exact(opener(member["inum"]), member["size"], member["name"]))
         else:
             archive.addfile(info)
+        del archive.members[:]  # tarfile keeps every header it wrote; a layer needs none of them back
         if progress is not None and time.monotonic() - last >= 10:
             last = time.monotonic()
             progress(done, len(members), sink.raw_size)
