@@ -46,6 +46,12 @@ MAX_DEPTH = 5
 # The first 128 bytes of an inode: mode, uid, size, mtime, gid, links, blocks, flags, i_block, file ACL
 # block, size (high), file ACL block (high), uid (high), gid (high).
 INODE = struct.Struct("<HHI4x4xI4xHHII4x60s4xII4x2xHHH4x")
+# A directory entry: inode, record length, name length (8 bits and a file type byte with the filetype
+# feature, else 16 bits).
+DIRENT_FT = struct.Struct("<IHB1x")
+DIRENT = struct.Struct("<IHH")
+ROOT_INODE = 2
+FILETYPE_FEATURE = 0x2
 
 
 class Ext4Error(_disk.DiskError):
@@ -79,6 +85,7 @@ class Ext4Tree:
         self.inodes_per_group = self.fs.sb.s_inodes_per_group
         self.inode_size = self.fs.sb.s_inode_size or 128
         self.tables = {}  # block group -> first block of its inode table
+        self.filetype_dirents = bool(self.fs.sb.s_feature_incompat & FILETYPE_FEATURE)
 
     def _inode(self, inum):
         """The fields of inode ``inum`` the walk needs, unpacked from its bytes (``INODE``), and the
@@ -100,8 +107,8 @@ class Ext4Tree:
             extra = data[128 + extra_isize :]
         return INODE.unpack_from(data, 0), extra
 
-    def _entry(self, path, child):
-        fields, extra = self._inode(child.inum)
+    def _entry(self, path, inum):
+        fields, extra = self._inode(inum)
         (
             mode,
             uid,
@@ -127,42 +134,70 @@ class Ext4Tree:
             gid=gid | (gid_high << 16),
             mtime=mtime,
             size=(size | (size_high << 32)) if kind in ("file", "symlink") else 0,
-            inum=child.inum,
+            inum=inum,
             nlink=links,
         )
         if kind == "file":
-            entry.holes = self._holes(child, flags, blocks, i_block, entry.size)
+            entry.holes = self._holes(inum, flags, blocks, i_block, entry.size)
         elif kind == "symlink":
-            # A target shorter than 60 bytes lives in i_block (as dissect and the kernel read it).
-            entry.link = (
-                i_block[: entry.size].decode("utf-8", "surrogateescape") if entry.size < 60 else child.link
+            # A target shorter than 60 bytes lives in i_block (as the kernel and dissect read it).
+            target = (
+                i_block[: entry.size]
+                if entry.size < 60
+                else self._open(inum, flags, i_block, entry.size).read()
             )
+            entry.link = target.decode("utf-8", "surrogateescape")
         elif kind in ("char", "block"):
             entry.rdev = _device_numbers(i_block)
         if acl or acl_high or extra.strip(b"\x00"):
-            for attr in child.xattr:
+            for attr in self.fs.get_inode(inum).xattr:
                 if attr.name.startswith(PORTABLE_XATTR_PREFIXES):
                     entry.xattrs[attr.name] = bytes(attr.value)
                 elif attr.name != "system.data":
                     self.skipped_xattrs.append("/%s %s" % (path, attr.name))
-        return entry
+        return entry, (flags, i_block, size | (size_high << 32))
+
+    def _children(self, inum, flags, i_block, size):
+        """``(inode number, name)`` of each entry of a directory, read block by block."""
+        if flags & INLINE_DATA_FL or not flags & EXTENTS_FL:
+            for child in self.fs.get_inode(inum).iterdir():
+                yield child.inum, child.filename
+            return
+        data = self._open(inum, flags, i_block, size)
+        bs = self.block_size
+        dirent = DIRENT_FT if self.filetype_dirents else DIRENT
+        for _ in range(-(-size // bs)):
+            block = data.read(bs)
+            at = 0
+            while at + 8 <= len(block):
+                child, rec_len, name_len = dirent.unpack_from(block, at)
+                if rec_len in (0, 65535) and bs == 65536:
+                    rec_len = bs
+                if rec_len < 8 or at + rec_len > len(block):
+                    raise Ext4Error(
+                        "partition %s: directory inode %d has a damaged entry" % (self.part["number"], inum)
+                    )
+                if child:
+                    yield child, block[at + 8 : at + 8 + name_len].decode("utf-8", "surrogateescape")
+                at += rec_len
 
     def walk(self, progress=None):
         """``{path: Entry}`` for every inode under the root (the root itself is not an entry)."""
         tree = {}
-        pending = [("", self.fs.root)]
+        root, _extra = self._inode(ROOT_INODE)
+        pending = [("", ROOT_INODE, (root[7], root[8], root[2] | (root[10] << 32)))]
+        base = ""
         try:
             while pending:
-                base, node = pending.pop()
-                for child in node.iterdir():
-                    name = child.filename
+                base, inum, data = pending.pop()
+                for child, name in self._children(inum, *data):
                     if name in (".", "..") or (not base and name == "lost+found"):
                         continue
                     path = base + "/" + name if base else name
-                    entry = self._entry(path, child)
+                    entry, child_data = self._entry(path, child)
                     tree[path] = entry
                     if entry.kind == "dir":
-                        pending.append((path, child))
+                        pending.append((path, child, child_data))
                     if progress is not None and len(tree) % 20000 == 0:
                         progress(len(tree))
         except Exception as exc:
@@ -173,7 +208,7 @@ class Ext4Tree:
 
     # file data ------------------------------------------------------------------------------------
 
-    def _holes(self, node, flags, blocks, i_block, size):
+    def _holes(self, inum, flags, blocks, i_block, size):
         """Bytes of the file's blocks that are holes or unwritten extents (none are read)."""
         if flags & INLINE_DATA_FL or not size:
             return 0
@@ -185,7 +220,7 @@ class Ext4Tree:
             # block means there is none, without reading the indirect blocks.
             if blocks * 512 >= -(-size // bs) * bs:
                 return 0
-            runs = node.dataruns()
+            runs = self.fs.get_inode(inum).dataruns()
         return min(size, sum(count for start, count in runs if start is None) * bs)
 
     def runs(self, i_block, size):
@@ -234,14 +269,13 @@ class Ext4Tree:
         return self.image.read(self.part["offset"] + number * self.block_size, self.block_size)
 
     def open(self, inum):
-        node = self.fs.get_inode(inum)
-        raw = node.inode
-        if raw.i_flags & EXTENTS_FL and not raw.i_flags & INLINE_DATA_FL:
-            size = node.size
-            return FileData(
-                self.image, self.part["offset"], self.runs(raw.i_block, size), size, self.block_size
-            )
-        return node.open()
+        fields = self._inode(inum)[0]
+        return self._open(inum, fields[7], fields[8], fields[2] | (fields[10] << 32))
+
+    def _open(self, inum, flags, i_block, size):
+        if flags & EXTENTS_FL and not flags & INLINE_DATA_FL:
+            return FileData(self.image, self.part["offset"], self.runs(i_block, size), size, self.block_size)
+        return self.fs.get_inode(inum).open()
 
     def read(self, inum, length=-1):
         fh = self.open(inum)
