@@ -150,11 +150,14 @@ class Ext4Tree:
         elif kind in ("char", "block"):
             entry.rdev = _device_numbers(i_block)
         if acl or acl_high or extra.strip(b"\x00"):
+            kept = {}
             for attr in self.fs.get_inode(inum).xattr:
                 if attr.name.startswith(PORTABLE_XATTR_PREFIXES):
-                    entry.xattrs[attr.name] = bytes(attr.value)
+                    kept[attr.name] = bytes(attr.value)
                 elif attr.name != "system.data":
                     self.skipped_xattrs.append("/%s %s" % (path, attr.name))
+            if kept:
+                entry.xattrs = kept
         return entry, (flags, i_block, size | (size_high << 32))
 
     def _children(self, inum, flags, i_block, size):

@@ -26,6 +26,7 @@ import json
 import posixpath
 import re
 import time
+from types import MappingProxyType
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
@@ -81,6 +82,10 @@ KERNEL_FILE_PATTERNS = (
 )
 
 
+# The xattrs of an entry or member that has none: one shared, read-only mapping.
+NO_XATTRS = MappingProxyType({})
+
+
 class Entry:
     """One inode as seen at one path: what a tar header needs, and nothing read from file data."""
 
@@ -125,7 +130,7 @@ class Entry:
         self.link = link
         self.inum = inum
         self.nlink = nlink
-        self.xattrs = xattrs or {}
+        self.xattrs = xattrs or NO_XATTRS
         self.rdev = rdev
         self.holes = 0  # bytes of a file that are holes or unwritten extents (zeros never stored)
 
@@ -893,45 +898,67 @@ def clamp_mtime(mtime, deterministic, epoch):
     return int(min(mtime, epoch))
 
 
+class Member:
+    """One tar member, read as a mapping (``member["name"]``): slots, not a dict, as a layer of a large
+    root holds one per entry."""
+
+    __slots__ = ("gid", "inum", "linkname", "mode", "mtime", "name", "rdev", "size", "type", "uid", "xattrs")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def __repr__(self):
+        return "<member %s %s>" % (self.type, self.name)
+
+
 def tar_members(entries, deterministic=True, epoch=0, devices=False):
     """The tar member list of one layer, sorted by name.
 
-    Each member is a dict: ``name``, ``type`` (file, dir, symlink, hardlink, char, block, fifo),
-    ``mode`` (permission bits with setuid/setgid/sticky), ``uid``, ``gid``, ``mtime``, ``size``,
-    ``linkname``, ``xattrs``, ``rdev`` and ``inum`` (which inode's data a file member carries). The
-    first name of a multiply-linked inode carries the data; the later ones are tar hard links to it.
-    Sockets are never archived; device nodes only with ``devices``. Returns ``(members, skipped)``.
+    Each member (a ``Member``, read as a mapping) has ``name``, ``type`` (file, dir, symlink, hardlink,
+    char, block, fifo), ``mode`` (permission bits with setuid/setgid/sticky), ``uid``, ``gid``,
+    ``mtime``, ``size``, ``linkname``, ``xattrs``, ``rdev`` and ``inum`` (which inode's data a file
+    member carries). The first name of a multiply-linked inode carries the data; the later ones are tar
+    hard links to it. Sockets are never archived; device nodes only with ``devices``. Returns
+    ``(members, skipped)``.
     """
     members = []
     skipped = []
     first = {}
     for entry in sorted(entries, key=lambda e: e.path):
-        if entry.kind == "socket" or (entry.kind in ("char", "block") and not devices):
-            skipped.append("%s (%s)" % (entry.path, entry.kind))
+        kind = entry.kind
+        if kind == "socket" or (kind in ("char", "block") and not devices):
+            skipped.append("%s (%s)" % (entry.path, kind))
             continue
-        member = {
-            "name": entry.path,
-            "type": entry.kind,
-            "mode": entry.mode & 0o7777,
-            "uid": entry.uid,
-            "gid": entry.gid,
-            "mtime": clamp_mtime(entry.mtime, deterministic, epoch),
-            "size": 0,
-            "linkname": "",
-            "xattrs": dict(sorted(entry.xattrs.items())),
-            "rdev": entry.rdev,
-            "inum": entry.inum,
-        }
-        if entry.kind == "symlink":
-            member["linkname"] = entry.link
-        elif entry.kind == "file":
+        size = 0
+        linkname = ""
+        if kind == "symlink":
+            linkname = entry.link
+        elif kind == "file":
             if entry.nlink > 1 and entry.inum in first:
-                member["type"] = "hardlink"
-                member["linkname"] = first[entry.inum]
+                kind = "hardlink"
+                linkname = first[entry.inum]
             else:
                 first[entry.inum] = entry.path
-                member["size"] = entry.size
-        members.append(member)
+                size = entry.size
+        members.append(
+            Member(
+                name=entry.path,
+                type=kind,
+                mode=entry.mode & 0o7777,
+                uid=entry.uid,
+                gid=entry.gid,
+                mtime=clamp_mtime(entry.mtime, deterministic, epoch),
+                size=size,
+                linkname=linkname,
+                xattrs=dict(sorted(entry.xattrs.items())) if entry.xattrs else NO_XATTRS,
+                rdev=entry.rdev,
+                inum=entry.inum,
+            )
+        )
     return members, skipped
 
 
