@@ -92,42 +92,65 @@ print(json.dumps(result))
 """
 
 
-def build_disk() -> dict:
-    if DISK.exists():
-        return json.loads(DISK.with_suffix(".json").read_text())
+def cached_disk(disk: pathlib.Path, fill) -> dict:
+    """The 2 GiB disk ``disk`` whose root ``fill(tree)`` makes, built once and cached with its figures."""
+    meta_path = disk.with_suffix(".json")
+    if disk.exists() and meta_path.exists():
+        return json.loads(meta_path.read_text())
     CACHE.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix="microvm-bench-", dir=CACHE))
     tree = work / "tree"
     started = time.monotonic()
     try:
-        for rel in HOST_DIRS:
-            source = pathlib.Path("/") / rel
-            if source.is_dir():
-                (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-                # Hard links into this machine's files: mkfs only reads them; nothing here writes to them.
-                subprocess.run(["cp", "-al", str(source), str(tree / rel)], check=True)
-        os.symlink("usr/lib", tree / "lib")
-        (tree / "boot").mkdir()
-        (tree / "boot/vmlinux").write_bytes(parts.kernel_bytes(VERSION, 40 * MIB))
+        fill(tree)
         (tree / ("boot/config-%s" % VERSION)).write_text("# Linux/x86 %s Kernel Configuration\n" % VERSION)
+        (tree / ("usr/lib/modules/%s/modules.dep" % VERSION)).write_text("")
+        scratch = assemble(work, tree)
+        meta = {
+            "file_bytes": tree_bytes(tree),
+            "files": sum(len(names) for _, _, names in os.walk(tree)),
+            "build_seconds": round(time.monotonic() - started, 1),
+        }
+        scratch.rename(disk)
+        meta_path.write_text(json.dumps(meta))
+        return meta
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def build_disk() -> dict:
+    def fill(tree):
+        linked_tree(tree, HOST_DIRS)
+        (tree / "boot/vmlinux").write_bytes(parts.kernel_bytes(VERSION, 40 * MIB))
         for folder, (count, size) in STAND_INS.items():
             (tree / folder).mkdir(parents=True, exist_ok=True)
             for i in range(count):
                 (tree / folder / ("f%04d.bin" % i)).write_bytes(os.urandom(size))
-        (tree / ("usr/lib/modules/%s/modules.dep" % VERSION)).write_text("")
-        root_size = 2 * GIB - 8 * MIB
-        root = disks.ext4_image(work / "root.ext4", tree, root_size)
-        layout = ["-n", "1:2048:+4M", "-t", "1:ef00", "-n", "2:10240:0", "-t", "2:8300", "-c", "2:root"]
-        scratch = work / "disk.raw"
-        disks.run("truncate", "-s", str(2 * GIB), scratch)
-        disks.run("sgdisk", *layout, scratch)
-        disks.place(scratch, root, 10240 * 512)
-        meta = {"file_bytes": tree_bytes(tree), "build_seconds": round(time.monotonic() - started, 1)}
-        scratch.rename(DISK)
-        DISK.with_suffix(".json").write_text(json.dumps(meta))
-        return meta
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+
+    return cached_disk(DISK, fill)
+
+
+def linked_tree(tree: pathlib.Path, folders) -> None:
+    """``tree`` with ``folders`` of this machine, ``lib`` -> ``usr/lib`` and an empty ``boot``."""
+    for rel in folders:
+        source = pathlib.Path("/") / rel
+        if source.is_dir() and not source.is_symlink():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            # Hard links into this machine's files: mkfs only reads them; nothing here writes to them.
+            subprocess.run(["cp", "-al", str(source), str(tree / rel)], check=True)
+    os.symlink("usr/lib", tree / "lib")
+    (tree / "boot").mkdir()
+
+
+def assemble(work: pathlib.Path, tree: pathlib.Path) -> pathlib.Path:
+    """A 2 GiB raw GPT disk in ``work``: a 4 MiB ESP, then the ext4 root mkfs.ext4 -d makes of ``tree``."""
+    root = disks.ext4_image(work / "root.ext4", tree, 2 * GIB - 8 * MIB)
+    layout = ["-n", "1:2048:+4M", "-t", "1:ef00", "-n", "2:10240:0", "-t", "2:8300", "-c", "2:root"]
+    scratch = work / "disk.raw"
+    disks.run("truncate", "-s", str(2 * GIB), scratch)
+    disks.run("sgdisk", *layout, scratch)
+    disks.place(scratch, root, 10240 * 512)
+    return scratch
 
 
 def tree_bytes(tree: pathlib.Path) -> int:
@@ -244,63 +267,20 @@ REAL_DIRS = (
 )
 REAL_MODULES = (200, 64 * 1024)  # stand-in modules: files, bytes each
 
-RUN_RUNNER = r"""
-import json, resource, sys
-sys.path.insert(0, sys.argv[1])
-from ansible_collections.goldenimage.pipeline.plugins.modules import microvm_image
-class Module:
-    check_mode = False
-    _diff = False
-    def __init__(self, params):
-        self.params = {k: v.get("default") for k, v in microvm_image.argument_spec().items()}
-        self.params.update(params)
-result = microvm_image.Runner(Module(json.loads(sys.argv[2]))).run()
-print(json.dumps({n: result[n]["layer_digest"] for n in ("kernel", "modules", "rootfs")}))
-"""
-
 
 def build_real_disk() -> dict:
-    """The cached 2 GiB disk whose ext4 root holds this machine's real files (hard links, read only)."""
-    meta_path = REAL_DISK.with_suffix(".json")
-    if REAL_DISK.exists() and meta_path.exists():
-        return json.loads(meta_path.read_text())
-    CACHE.mkdir(parents=True, exist_ok=True)
-    work = pathlib.Path(tempfile.mkdtemp(prefix="microvm-bench-real-", dir=CACHE))
-    tree = work / "tree"
-    started = time.monotonic()
-    try:
-        for rel in REAL_DIRS:
-            source = pathlib.Path("/") / rel
-            if source.is_dir() and not source.is_symlink():
-                (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-                subprocess.run(["cp", "-al", str(source), str(tree / rel)], check=True)
-        os.symlink("usr/lib", tree / "lib")
-        (tree / "boot").mkdir()
+    """The disk whose ext4 root holds this machine's real files (hard links, read only)."""
+
+    def fill(tree):
+        linked_tree(tree, REAL_DIRS)
         (tree / "boot/vmlinux").write_bytes(parts.kernel_bytes(VERSION, 8 * MIB))
-        (tree / ("boot/config-%s" % VERSION)).write_text("# Linux/x86 %s Kernel Configuration\n" % VERSION)
         drivers = tree / ("usr/lib/modules/%s/kernel/drivers" % VERSION)
         drivers.mkdir(parents=True)
         count, size = REAL_MODULES
         for i in range(count):
             (drivers / ("m%04d.ko" % i)).write_bytes(os.urandom(size // 2) + bytes(size // 2))
-        (tree / ("usr/lib/modules/%s/modules.dep" % VERSION)).write_text("")
-        root = disks.ext4_image(work / "root.ext4", tree, 2 * GIB - 8 * MIB)
-        layout = ["-n", "1:2048:+4M", "-t", "1:ef00", "-n", "2:10240:0", "-t", "2:8300", "-c", "2:root"]
-        scratch = work / "disk.raw"
-        disks.run("truncate", "-s", str(2 * GIB), scratch)
-        disks.run("sgdisk", *layout, scratch)
-        disks.place(scratch, root, 10240 * 512)
-        files = sum(len(names) for _, _, names in os.walk(tree))
-        meta = {
-            "file_bytes": tree_bytes(tree),
-            "files": files,
-            "build_seconds": round(time.monotonic() - started, 1),
-        }
-        scratch.rename(REAL_DISK)
-        meta_path.write_text(json.dumps(meta))
-        return meta
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+
+    return cached_disk(REAL_DISK, fill)
 
 
 def cpu_of(command, shell: bool = False) -> dict:
@@ -326,37 +306,29 @@ def runner_cpu(out: pathlib.Path, level: int) -> dict:
     dest = out / "layout"
     shutil.rmtree(dest, ignore_errors=True)
     params = {"src": str(REAL_DISK), "dest": str(dest), "compression_level": level}
-    got = cpu_of([sys.executable, "-c", RUN_RUNNER, str(ROOT / ".collections"), json.dumps(params)])
-    got["layers"] = json.loads(got.pop("stdout"))
+    got = cpu_of([sys.executable, "-c", RUN_MODULE, str(ROOT / ".collections"), json.dumps(params)])
+    result = json.loads(got.pop("stdout"))
+    got["layers"] = {n: result[n]["layer_digest"] for n in ("kernel", "modules", "rootfs")}
     shutil.rmtree(dest, ignore_errors=True)
     return got
 
 
-def seed_cpu(out: pathlib.Path, level: int, tree: str | None) -> dict:
-    """The seed's ``tar -C mnt -c . | gzip``: over the loop mount (root), else over ``tree``."""
+def seed_cpu(out: pathlib.Path, level: int, source: str) -> dict:
+    """The seed's ``tar -C <root> -c . | gzip`` over ``source`` (the loop mount, or the extracted tree)."""
     target = out / "seed.tar.gz"
-    pipeline = "tar -C %s -c . | gzip -%d > %s" % ("%s", level, target)
-    if tree is not None:
-        got = cpu_of(pipeline % tree, shell=True)
-        got["how"] = "tar over a tree debugfs extracted once (no loop mount here)"
-    else:
-        mnt = out / "mnt"
-        mnt.mkdir(exist_ok=True)
-        offset = real_root_offset()
-        # mount and umount are part of the method: counted with tar and gzip.
-        script = "mount -o loop,ro,offset=%d %s %s && %s; rc=$?; umount %s; exit $rc" % (
-            offset,
-            REAL_DISK,
-            mnt,
-            pipeline % mnt,
-            mnt,
-        )
-        got = cpu_of(script, shell=True)
-        got["how"] = "mount -o loop,ro + tar | gzip (root)"
+    got = cpu_of("tar -C %s -c . | gzip -%d > %s" % (source, level, target), shell=True)
     got["size"] = target.stat().st_size
     target.unlink()
     got.pop("stdout")
     return got
+
+
+def loop_mount(mnt: pathlib.Path) -> None:
+    subprocess.run(
+        ["mount", "-o", "loop,ro,offset=%d" % real_root_offset(), str(REAL_DISK), str(mnt)],
+        check=True,
+        capture_output=True,
+    )
 
 
 def real_root_offset() -> int:
@@ -415,9 +387,21 @@ def ratio_main(repeat: int, level: int) -> int:
             print("seed method: no loop mount (%s); tar | gzip runs over a tree extracted once" % why)
             tree = str(extracted_tree())
         runs = []
+        mnt = out / "mnt"
+        mnt.mkdir()
+        how = "tar over a tree debugfs extracted once (no loop mount here)"
+        if tree is None:
+            how = "mount -o loop,ro,offset=N (outside the figures) + tar | gzip, as root"
         for i in range(repeat):
             module = isolated(runner_cpu, out, level)
-            seed = isolated(seed_cpu, out, level, tree)
+            if tree is None:
+                loop_mount(mnt)
+                try:
+                    seed = isolated(seed_cpu, out, level, str(mnt))
+                finally:
+                    subprocess.run(["umount", str(mnt)], check=False)
+            else:
+                seed = isolated(seed_cpu, out, level, tree)
             runs.append((module, seed))
             print(
                 "run %d: module %.2f s CPU (user %.2f, sys %.2f), %s peak; seed %.2f s CPU (user %.2f, "
@@ -439,7 +423,7 @@ def ratio_main(repeat: int, level: int) -> int:
         shutil.rmtree(out, ignore_errors=True)
     digests = {json.dumps(m["layers"], sort_keys=True) for m, _ in runs}
     summary = {
-        "seed_method": runs[0][1]["how"],
+        "seed_method": how,
         "repeat": repeat,
         "compression_level": level,
         "module_cpu_median": round(median([m["cpu"] for m, _ in runs]), 2),
