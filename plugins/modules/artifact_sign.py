@@ -79,20 +79,6 @@ options:
       path:
         description: A local file whose SHA-256 is recorded.
         type: path
-  builder:
-    description: Who built the artifact.
-    type: dict
-    default: {}
-    suboptions:
-      playbook:
-        description: The playbook that made it.
-        type: str
-      host:
-        description: The host that made it.
-        type: str
-      collection_version:
-        description: The version of goldenimage.pipeline that made it (the running collection's when omitted).
-        type: str
   time:
     description: The build time recorded, RFC 3339 UTC. Defaults to now.
     type: str
@@ -102,6 +88,7 @@ options:
     default: false
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.provenance.builder
 attributes:
   check_mode:
     support: full
@@ -230,15 +217,9 @@ def argument_spec():
             mutually_exclusive=[("digest", "path")],
             required_one_of=[("digest", "path")],
         ),
-        builder=dict(
-            type="dict",
-            default={},
-            options=dict(
-                playbook=dict(type="str"), host=dict(type="str"), collection_version=dict(type="str")
-            ),
-        ),
         time=dict(type="str"),
         force=dict(type="bool", default=False),
+        **provenance.builder_spec(),
     )
 
 
@@ -268,11 +249,7 @@ def run(params, check_mode=False, now=_now):
     p = params
     path = p["path"]
     checks.require_file(path, os.path.isfile(path), "artifact %s" % path, "build it before signing it")
-    source = "key_path %s" % p["key_path"] if p["key_path"] else "key"
-    key = signing.load_private_key(
-        signing.read_key_text(p["key_path"], p["key"], "key_path"), p["key_password"], source
-    )
-    keyid = signing.key_id(key)
+    key, keyid = signing.private_key(p["key_path"], p["key"], p["key_password"])
     ring = {keyid: key.public_key()}
     name = p["name"] or os.path.basename(path)
     digest = signing.file_digests(path)

@@ -53,55 +53,6 @@ options:
   provenance_path:
     description: The provenance envelope. Defaults to C(<path>.intoto.jsonl); an absent file means unsigned.
     type: path
-  public_keys:
-    description:
-      - The keyring, each entry a PEM public key (C(-----BEGIN PUBLIC KEY-----), as C(cosign.pub) holds it) or
-        the path of a file holding one.
-      - A key in the keyring is not trusted by being there; O(trust_policy) says what it may sign.
-    type: list
-    elements: str
-    default: []
-  trust_policy:
-    description:
-      - Which keys may sign which families and streams, and which families may go unsigned.
-    type: dict
-    required: true
-    suboptions:
-      rules:
-        description: One entry per key and what it may sign.
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          key:
-            description: The key id (64 hex digits, as M(goldenimage.pipeline.artifact_sign) returns it).
-            type: str
-            required: true
-          name:
-            description: A name for the key, reported as the signer.
-            type: str
-          families:
-            description: The families it may sign; C(*) or left out for any.
-            type: list
-            elements: str
-          streams:
-            description: The streams it may sign; C(*) or left out for any.
-            type: list
-            elements: str
-      relaxed:
-        description: The families whose C(require_signature) is off, each with the reason, which is reported.
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          family:
-            description: The family.
-            type: str
-            required: true
-          reason:
-            description: Why it may go unsigned.
-            type: str
-            required: true
   facts_path:
     description:
       - The image-facts record as it is now; its SHA-256 is compared with the C(image-facts) input the
@@ -110,6 +61,7 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.info_module
+  - goldenimage.pipeline.provenance.trust_policy
 notes:
   - "Runs where the files are; use C(delegate_to: localhost) on the controller."
   - cosign writes an empty C(keyid) in its envelopes; such a signature is tried with every key of the keyring.
@@ -196,13 +148,6 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance im
 
 
 def argument_spec():
-    rule = dict(
-        key=dict(type="str", required=True, no_log=False),
-        name=dict(type="str"),
-        families=dict(type="list", elements="str"),
-        streams=dict(type="list", elements="str"),
-    )
-    relaxed = dict(family=dict(type="str", required=True), reason=dict(type="str", required=True))
     return dict(
         path=dict(type="path", required=True),
         name=dict(type="str"),
@@ -210,29 +155,9 @@ def argument_spec():
         stream=dict(type="str"),
         signature_path=dict(type="path"),
         provenance_path=dict(type="path"),
-        public_keys=dict(type="list", elements="str", default=[], no_log=False),
-        trust_policy=dict(
-            type="dict",
-            required=True,
-            options=dict(
-                rules=dict(type="list", elements="dict", default=[], options=rule),
-                relaxed=dict(type="list", elements="dict", default=[], options=relaxed),
-            ),
-        ),
         facts_path=dict(type="path"),
+        **provenance.trust_policy_spec(),
     )
-
-
-def _keyring(entries):
-    pems = []
-    for index, entry in enumerate(entries or []):
-        if "-----BEGIN" in entry:
-            pems.append(("public_keys[%d]" % index, entry.encode("utf-8")))
-        else:
-            pems.append(
-                ("public_keys[%d] %s" % (index, entry), signing.read_key_text(entry, None, "public key"))
-            )
-    return signing.keyring(pems)
 
 
 def _facts_match(facts_path, doc):
@@ -247,8 +172,12 @@ def run(params):
     p = params
     path = p["path"]
     checks.require_file(path, os.path.isfile(path), "artifact %s" % path, "give the artifact to verify")
+    if p["trust_policy"] is None:
+        raise Refusal(
+            "artifact %s" % path, "no trust_policy: nothing says which keys may sign it", "give trust_policy"
+        )
     policy = provenance.normalize_policy(p["trust_policy"])
-    ring = _keyring(p["public_keys"])
+    ring = signing.keyring_of(p["public_keys"], extra=provenance.public_keys(policy))
     name = p["name"] or os.path.basename(path)
     digest, signature, found = signing.file_evidence(ring, path, p["signature_path"], p["provenance_path"])
     verdict = provenance.judge(

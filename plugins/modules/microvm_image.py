@@ -13,8 +13,22 @@ short_description: Turn a raw or qcow2 disk into flintlock's kernel, modules and
 version_added: 0.1.0
 description:
   - Reads the disk's partition table itself (GPT or MBR, from the image's bytes), picks the root
-    filesystem partition and reads its ext4 filesystem without mounting it, without a loop device
-    and without root. A qcow2 is read through its clusters, never converted.
+    filesystem partition and reads its filesystem without mounting it, without a loop device and
+    without root. A qcow2 is read through its clusters, never converted.
+  - Supported roots (and separate C(/boot) partitions) are ext2, ext3 and ext4 (Debian, Ubuntu,
+    image-builder's CAPI disks), XFS (RHEL, Rocky, Alma, Amazon Linux) and btrfs (openSUSE, Fedora
+    Cloud). An XFS or btrfs root gives the same images as an ext4 root with the same files. XFS
+    extended attributes are read where XFS keeps small ones (inside the inode), and any it keeps
+    elsewhere are listed in RV(left_out). A btrfs root is its default subvolume (what a mount without
+    C(subvol=) shows), with the subvolumes nested in it as their directories; a root kept in another
+    subvolume (Fedora's C(root) under the top level) is not chosen by name.
+  - A partition that holds something the module recognises but does not read is named in the refusal,
+    with what to do about it; recognised are an LVM2 physical volume, a LUKS volume, swap, squashfs,
+    F2FS, a ZFS pool member, bcachefs, FAT, NTFS and BitLocker. The root inside LVM, LUKS, ZFS or
+    squashfs is not read; give the root as a disk image of its own.
+  - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
+    backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
+    that the primary is damaged; both damaged is refused.
   - Builds three OCI images, each one deterministic layer. C(kernel) holds the kernel (C(boot/vmlinux)
     for Firecracker, C(boot/vmlinux.bin) for Cloud Hypervisor) and C(boot/config-<version>) when the
     image has it. C(modules) holds the contents of C(/lib/modules/<version>) at its root, because
@@ -32,9 +46,9 @@ description:
     it is, and a wholly compressed one (Debian's arm64 vmlinuz is a gzipped Image) is decompressed.
     The ELF's machine must be O(architecture)'s (x86_64 for C(amd64), aarch64 for C(arm64)).
   - When the root filesystem's C(/boot) holds no kernel (and no O(kernel_path) is given), the kernel
-    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext
-    partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext label is
-    C(boot), then the smallest other Linux partition); a tie is refused.
+    and its config come from a separate C(/boot) partition, chosen the way the root is (an ext2/3/4,
+    XFS or btrfs partition other than the root, the XBOOTLDR type first, then one whose GPT name or ext
+    label is C(boot), then the smallest other Linux partition); a tie is refused.
   - The kernel's version (from its banner, its C(boot/config-<version>) and the modules directory)
     must agree; a disagreement is refused naming both. More than one version under C(/lib/modules)
     without O(kernel_version) is refused listing them.
@@ -50,6 +64,23 @@ description:
     ends before one of its partitions does (a truncated download or copy).
   - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
     distribution API. A rerun that finds the same digests writes and pushes nothing.
+  - Given a signing key (O(signing_key_path) or O(signing_key)), signs each pushed image where it is made, the
+    way C(cosign sign) stores a signature - a simple-signing payload naming the repository and the manifest
+    digest, as the layer of an OCI manifest under the tag C(sha256-<hex>.sig), the base64 ECDSA P-256
+    signature in its C(dev.cosignproject.cosign/signature) annotation - and pushes an in-toto SLSA v1
+    provenance statement in a DSSE envelope under C(sha256-<hex>.att), as C(cosign attest) stores it, naming
+    the source disk's SHA-256 (input C(source-disk)), the kernel version, the image and the builder.
+    C(cosign verify --key) and C(cosign verify-attestation --key --type slsaprovenance1) accept them. A
+    signature this key already made for the digest, and a statement it signed for the same build, are kept,
+    so a rerun pushes nothing. Signatures of other keys under the tag stay.
+  - Given O(trust_policy), verifies each image before RV(spec) and RV(capmvm) name it - its signature and
+    provenance, read back from the registry (in check mode, what the tags would hold), must verify with a key
+    of O(public_keys) (or the signing key) that the policy lets sign O(family) and O(stream), the signature
+    must name the image's digest and the statement must name the image with it. Unsigned, signed by a key the
+    policy does not trust for the family, or signed for another digest is refused naming the image, the key
+    and the check; a family the policy relaxes goes unsigned with the reason recorded.
+  - Signs and verifies in-process with the Python library C(cryptography). Nothing reaches a transparency log
+    (Rekor) or a keyless signing service (Fulcio); verification is by key.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -61,9 +92,9 @@ options:
   partition:
     description:
       - The root filesystem's partition, as its number or its label (the GPT partition name or the
-        ext4 volume label).
-      - Omitted, the largest ext partition of a Linux type is taken (a discoverable-root GPT type before
-        the generic Linux filesystem type); a tie is refused.
+        ext4 volume label). Needed when the root is on a partition of a non-Linux type.
+      - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type is taken (a
+        discoverable-root GPT type before the generic Linux filesystem type); a tie is refused.
     type: str
   kernel_version:
     description:
@@ -127,7 +158,8 @@ options:
   sparse_files:
     description:
       - What to do with a sparse file, one whose holes (ranges without data, and unwritten extents) come
-        to at least O(sparse_threshold) bytes. Holes are found from the file's extents and never read.
+        to at least O(sparse_threshold) bytes. Holes are found from the file's extents and never read
+        (on ext2/3/4; XFS and btrfs files are not measured and count as having none).
       - flintlock's unpacker (containerd's archive apply, over Go's C(archive/tar)) gives a sparse tar
         entry's holes back as zeros and writes every byte, so no layer keeps a hole in the guest; each
         sparse file is listed in RV(sparse) with its apparent and allocated size.
@@ -151,10 +183,13 @@ options:
     default: 6
   architecture:
     description:
-      - The OCI platform architecture recorded in each image's config, and the one the kernel must be
-        built for (checked for C(amd64) and C(arm64) from the ELF machine or the arm64 Image header).
+      - The disk's OCI platform architecture, recorded in each image's config. Unset, it is read from the
+        disk, from the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh), C(/sbin/init), ...).
+      - Set, it must agree with those programs; it is needed only for a root with none of them as an ELF.
+      - The kernel (ELF machine or arm64 C(Image) header) and a sample of the kernel modules (compressed
+        ones decompressed) must be of the same architecture; a mixed disk is refused before anything is
+        written.
     type: str
-    default: amd64
   require_sealed:
     description:
       - Refuse a root filesystem that fails a sealing hygiene check, before anything is written.
@@ -211,15 +246,27 @@ options:
       - Seconds one registry request may take.
     type: int
     default: 60
+  family:
+    description:
+      - The family the images belong to, as the O(trust_policy) rules and relaxed entries name it.
+      - Defaults to O(repository).
+    type: str
+  stream:
+    description: The stream the images belong to, when the O(trust_policy) rules name streams.
+    type: str
 extends_documentation_fragment:
   - goldenimage.pipeline.attributes
+  - goldenimage.pipeline.provenance.signing_key
+  - goldenimage.pipeline.provenance.builder
+  - goldenimage.pipeline.provenance.trust_policy
 attributes:
   check_mode:
     support: full
     details: Reads the disk, computes every digest, reads the layout and registry; writes and pushes nothing.
   diff_mode:
     support: full
-    details: Shows each tag's digest before and after, in the layout and in the registry.
+    details: Shows each tag's digest before and after, in the layout and in the registry, and whether each
+      image was signed by the key and its provenance kept.
   idempotent:
     support: full
     details: With O(deterministic), a rerun finds the same digests and reports C(changed=false).
@@ -228,8 +275,13 @@ notes:
     there, as M(goldenimage.pipeline.seal_verify) does. A zstd bzImage needs Python 3.14 or
     C(backports.zstd); LZ4 is read with C(dissect.util), which C(dissect.extfs) brings.
   - C(/lost+found) at the filesystem root is not archived; sockets never are.
+  - "One key serves both tools: give the PEM here and to C(cosign import-key-pair --key); verifiers get the
+    public half. With a Rekor log run for the platform, C(cosign sign --key) on the same digest can add an
+    entry that proves when the signature existed; this module writes none and verifies by key alone."
 seealso:
   - module: goldenimage.pipeline.seal_verify
+  - module: goldenimage.pipeline.artifact_sign
+  - module: goldenimage.pipeline.artifact_verify
 """
 
 EXAMPLES = r"""
@@ -242,6 +294,23 @@ EXAMPLES = r"""
     repository: liquidmetal/ubuntu-2204
     username: "{{ registry_user }}"
     password: "{{ registry_password }}"
+  register: microvm
+
+- name: Signed where made, verified before the snippets name the images
+  goldenimage.pipeline.microvm_image:
+    src: /srv/images/ubuntu-2204-kube-v1.30.4.raw
+    registry: registry.example.com
+    repository: liquidmetal/ubuntu-2204
+    signing_key_path: /etc/goldenimage/signing.pem
+    builder:
+      playbook: microvm.yml
+      host: "{{ inventory_hostname }}"
+    # As a catalog's trust section keeps it: the key as PEM, trusted for this family only.
+    trust_policy:
+      rules:
+        - name: release-2026
+          public_key: "{{ lookup('ansible.builtin.file', 'keys/release.pub') }}"
+          families: [liquidmetal/ubuntu-2204]
   register: microvm
 
 - name: A Cloud Hypervisor kernel from a qcow2 with two kernels installed
@@ -266,6 +335,13 @@ kernel_source:
   returned: success
   type: dict
   sample: {path: /boot/vmlinuz-6.1.0-57-cloud-amd64, partition: 1, extracted: lz4}
+architecture:
+  description:
+    - The disk's architecture as recorded in the images' configs, and the program it was read from (null
+      when the root held no ELF among the programs probed and O(architecture) was taken as set).
+  returned: success
+  type: dict
+  sample: {name: arm64, read_from: /usr/bin/env}
 boot_partition:
   description:
     - The separate C(/boot) partition the kernel came from, as RV(partition); null when the root has it.
@@ -329,6 +405,18 @@ initrd:
     digest: "sha256:..."
     size: 33554432
     reference: registry.example.com/liquidmetal/ubuntu-2204/initrd:5.10.77
+report:
+  description:
+    - What a person reads after a build, one line each - the kernel version and architecture, each image
+      (the initrd when there is one) with its reference, digest, compressed size and bytes of files, what
+      O(slim) removed per group, and the sealing hygiene verdict.
+  returned: success
+  type: list
+  elements: str
+  sample:
+    - kernel 6.1.0-57-cloud-amd64 for amd64 (read from /usr/bin/env)
+    - "initrd: registry.example.com/debian-12/initrd:6.1.0-57-cloud-amd64 sha256:... (9437184 bytes
+      compressed, 33554432 bytes of files)"
 removed:
   description: Bytes of file data O(slim) removed, per group (empty without O(slim)).
   returned: success
@@ -358,7 +446,8 @@ hygiene:
 left_out:
   description:
     - Entries not archived (sockets, device nodes without O(devices), sparse files with
-      O(sparse_files=exclude)) and xattrs not copied.
+      O(sparse_files=exclude)) and xattrs not copied (ext4's binary ACLs, XFS's C(trusted.SGI_ACL_*), and on
+      XFS an inode whose attributes live outside it).
   returned: success
   type: dict
   sample: {entries: ["dev/console (char)"], xattrs: ["/usr/bin/x system.posix_acl_access"]}
@@ -433,6 +522,38 @@ pushed:
   returned: when O(registry) is set
   type: dict
   sample: {kernel: false, modules: false, rootfs: true}
+signatures:
+  description:
+    - Per image, what signing did - the key id, the C(sha256-<hex>.sig) and C(.att) tags, whether each was
+      (or in check mode would be) pushed, and the provenance recorded (V(subject), V(inputs), V(builder),
+      V(parameters), V(time)).
+  returned: when a signing key is given
+  type: dict
+  sample:
+    kernel:
+      key_id: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+      signature_tag: sha256-5b0c3e0d.sig
+      attestation_tag: sha256-5b0c3e0d.att
+      signature_pushed: false
+      attestation_pushed: false
+      provenance:
+        inputs: [{name: source-disk, digest: {sha256: 9f86d081}}]
+        parameters: {kernel_version: "5.10.77", image: kernel}
+verified:
+  description:
+    - Per image, the verdict of the trust policy (V(verified), or V(unsigned_allowed) with the V(relaxed)
+      reason), the key that signed, the policy's name of it (V(signer)) and the reference by digest. A failed
+      check fails the task with the verdict (V(unsigned), V(untrusted_key), V(signature_mismatch),
+      V(subject_digest_differs), V(replayed_revision)), the V(image), the V(key) and the V(check).
+  returned: when O(trust_policy) is given
+  type: dict
+  sample:
+    rootfs:
+      verdict: verified
+      check: all
+      key: 3f1c0a9a1d6b4e0f9c2b7d5e8a4f6c1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+      signer: release-2026
+      reference: registry.example.com/liquidmetal/ubuntu-2204/rootfs@sha256:5b0c3e0d
 progress:
   description: Progress lines (elapsed, phase, counts, bytes), one per blob and per chunk of a large layer.
   returned: always
@@ -443,7 +564,9 @@ progress:
     - "14.2 s: blob liquidmetal/ubuntu-2204/rootfs@5b0c3e: 16.0/380.0 MiB (4%), 0.3 s"
 """
 
+import datetime
 import io
+import json
 import os
 import tempfile
 import time
@@ -451,6 +574,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
+    Refusal,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
@@ -463,6 +587,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 SLIM_CHOICES = ["apt", "docs", "locales", "kernel", "firmware"]
 
@@ -484,7 +609,7 @@ def argument_spec():
         sparse_files=dict(type="str", choices=list(microvm.SPARSE_CHOICES), default="refuse"),
         sparse_threshold=dict(type="int", default=microvm.DEFAULT_SPARSE_THRESHOLD),
         compression_level=dict(type="int", default=6),
-        architecture=dict(type="str", default="amd64"),
+        architecture=dict(type="str"),
         require_sealed=dict(type="bool", default=False),
         modules_volume_id=dict(type="str", default="modules"),
         dest=dict(type="path"),
@@ -497,6 +622,9 @@ def argument_spec():
         validate_certs=dict(type="bool", default=True),
         ca_bundle=dict(type="path"),
         timeout=dict(type="int", default=60),
+        family=dict(type="str"),
+        stream=dict(type="str"),
+        **dict(provenance.signing_key_spec(), **provenance.trust_policy_spec()),
     )
 
 
@@ -521,6 +649,12 @@ def check_inputs(params, environ=None):
             params["registry"], bool(params.get("username"))
         )
         settings["repository"] = microvm.check_repository(params["repository"])
+    signs = bool(params.get("signing_key_path") or params.get("signing_key"))
+    settings["policy"] = None
+    if params.get("trust_policy") is not None:
+        settings["policy"] = provenance.normalize_policy(params["trust_policy"])
+    microvm.check_signing_target(signs, settings["policy"] is not None, bool(params.get("registry")))
+    settings["family"] = params.get("family") or params.get("repository")
     if params.get("tag") is not None:
         microvm.layout_tags({"kernel": params["tag"]})  # the same tag rule
     groups = []
@@ -543,9 +677,12 @@ class Runner:
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import (
                 _disk,
                 _ext4,
+                _btrfs,
                 _partitions,
+                _xfs,
             )
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, _oci
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing
 
             adapters = {
                 "disk": _disk,
@@ -553,10 +690,14 @@ class Runner:
                 "kernel": _kernel,
                 "oci": _oci,
                 "partitions": _partitions,
+                "xfs": _xfs,
+                "btrfs": _btrfs,
+                "signing": _signing,
             }
         self.io = adapters
         self.fs = self.boot_fs = None
         self.extracted = None
+        self.table_notes = []
 
     def log(self, line):
         line = "%.1f s: %s" % (time.monotonic() - self.started, line)
@@ -570,7 +711,7 @@ class Runner:
         src = self.params["src"]
         image = self.io["disk"].Image(src)  # its DiskError names the file
         try:
-            return image, self.io["partitions"].read_partitions(image)
+            return image, self.io["partitions"].read_partitions(image, self.table_notes)
         except BaseException:
             image.close()
             raise
@@ -594,6 +735,13 @@ class Runner:
             tail = chunk[-256:]
         return head, banner, None
 
+    def _machines(self, tree, paths):
+        """``[(path, ELF machine or None)]`` of the files at ``paths``."""
+        kernel = self.io["kernel"]
+        return [
+            (path, microvm.elf_machine(kernel.elf_head(self._data(tree[path].inum), path))) for path in paths
+        ]
+
     def _data(self, inum):
         """A file member's data: the extracted vmlinux, or the file of the filesystem that holds it."""
         if inum == EXTRACTED:
@@ -602,23 +750,55 @@ class Runner:
             return self.boot_fs.open(inum[1])
         return self.fs.open(inum)
 
+    def _tree(self, image, part):
+        """The reader of ``part``'s filesystem (ext2/3/4, XFS or btrfs, as ``microvm.reader_of`` says)."""
+        tree = self.io[microvm.reader_of(part)].Tree(image, part)
+        self.log("reading %s on %s" % (tree.filesystem, microvm.describe(part)))
+        return tree
+
     def _boot(self, image, parts, root, tree):
         """The root's entries with a separate /boot partition's seen mounted at ``boot``, and that
         partition, when the root holds no kernel; else ``(tree, None)``."""
         if not microvm.needs_boot_partition(tree, self.params.get("kernel_path")):
             return tree, None
         boot = microvm.choose_boot_partition(self.params["src"], parts, root)
-        self.boot_fs = self.io["ext4"].Ext4Tree(image, boot)
-        self.log("reading /boot on %s" % microvm.describe(boot))
+        self.log("looking for the kernel in a separate /boot partition")
+        self.boot_fs = self._tree(image, boot)
         kernel_tree = dict(tree)
         kernel_tree.update(microvm.mounted(self.boot_fs.walk(), "boot", BOOT_DEVICE))
         return kernel_tree, boot
+
+    def _keys(self, settings):
+        """The signing key and the keyring, read and checked before anything is opened or written."""
+        params = self.params
+        self.signer = None
+        self.ring = {}
+        if not (
+            params.get("signing_key_path") or params.get("signing_key") or settings["policy"] is not None
+        ):
+            return
+        signing = self.io["signing"]
+        if params.get("signing_key_path") or params.get("signing_key"):
+            self.signer = signing.private_key(
+                params.get("signing_key_path"),
+                params.get("signing_key"),
+                params.get("signing_key_password"),
+                "signing_key_path",
+                "signing_key",
+            )
+        if settings["policy"] is not None:
+            self.ring = signing.keyring_of(
+                params.get("public_keys"), extra=provenance.public_keys(settings["policy"])
+            )
+            if self.signer:
+                self.ring.setdefault(self.signer[1], self.signer[0].public_key())
 
     # run -------------------------------------------------------------------------------------------
 
     def run(self):
         params = self.params
         settings = check_inputs(params)
+        self._keys(settings)
         microvm.check_source(params["src"], os.path.isdir(params["src"]))
         layout = None
         if params.get("dest"):
@@ -635,8 +815,7 @@ class Runner:
         params = self.params
         microvm.check_within(params["src"], parts, image.virtual_size)
         part = microvm.choose_partition(params["src"], parts, params.get("partition"))
-        self.fs = fs = self.io["ext4"].Ext4Tree(image, part)
-        self.log("reading ext4 on %s" % microvm.describe(part))
+        self.fs = fs = self._tree(image, part)
         self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
         self.log("walked %d entries" % len(tree))
 
@@ -648,8 +827,16 @@ class Runner:
         kernel_real = microvm.locate_kernel(
             kernel_tree, params.get("kernel_path"), params["hypervisor"], version
         )
+        architecture, read_from = microvm.disk_architecture(
+            params["src"], self._machines(tree, microvm.architecture_probes(tree)), params.get("architecture")
+        )
+        self.architecture = architecture
+        modules_root = microvm.module_versions(tree)[0]
+        microvm.check_modules_architecture(
+            version, self._machines(tree, microvm.module_probes(tree, modules_root, version)), architecture
+        )
         head, banner, extracted = self._kernel_facts(kernel_tree, kernel_real)
-        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], params["architecture"])
+        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)
         microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
         checks = seal.linux_checks(fs.view)
@@ -718,6 +905,7 @@ class Runner:
                 "changed": False,
                 "kernel_version": version,
                 "kernel_source": kernel_source,
+                "architecture": {"name": architecture, "read_from": read_from},
                 "partition": partition_fields(part),
                 "boot_partition": boot and partition_fields(boot),
                 "removed": parts_of["removed"],
@@ -727,6 +915,8 @@ class Runner:
                     sparse, small, params["sparse_files"], params["sparse_threshold"]
                 ),
             }
+            if self.table_notes:
+                result["warnings"] = list(self.table_notes)
             rootfs_bytes = built["rootfs"]["content_bytes"]
             removed_bytes = sum(parts_of["removed"].values())
             result["sizes"] = {
@@ -742,11 +932,31 @@ class Runner:
                 diff["before"]["layout"] = result["layout"]["before"]
                 diff["after"]["layout"] = result["layout"]["after"]
             if host:
-                pushed, before = self._push(settings, repository, tag, names, built, scratch, layout, writes)
+                registry = self._registry(settings)
+                pushed, before = self._push(registry, settings, repository, tag, names, built, writes)
                 result["pushed"] = pushed
                 result["changed"] = result["changed"] or any(pushed.values())
                 diff["before"]["registry"] = before
                 diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in images)
+                planned = {}
+                if self.signer:
+                    result["signatures"], planned = self._sign_all(
+                        registry, settings, repository, names, built, version, writes
+                    )
+                    result["changed"] = result["changed"] or any(
+                        v["signature_pushed"] or v["attestation_pushed"]
+                        for v in result["signatures"].values()
+                    )
+                    diff["before"]["signatures"] = dict(
+                        (n, v["before"]) for n, v in result["signatures"].items()
+                    )
+                    diff["after"]["signatures"] = dict(
+                        (n, v["after"]) for n, v in result["signatures"].items()
+                    )
+                if settings["policy"] is not None:
+                    result["verified"] = self._verify_all(
+                        registry, settings, repository, names, built, planned
+                    )
         finally:
             if scratch:
                 for entry in os.listdir(scratch):
@@ -770,6 +980,7 @@ class Runner:
         )
         if not host:
             result["snippet_note"] = microvm.SNIPPET_NOTE
+        result["report"] = microvm.report(result)
         if self.module._diff:
             result["diff"] = diff
         result["progress"] = self.progress
@@ -800,9 +1011,7 @@ class Runner:
         layer_desc = microvm.descriptor(microvm.MEDIA_LAYER, layer["digest"], layer["size"])
         created = microvm.created_at(params["deterministic"], settings["epoch"], time.time())
         labels = {"org.opencontainers.image.title": name}
-        config = microvm.canonical(
-            microvm.image_config(layer["diff_id"], created, params["architecture"], labels)
-        )
+        config = microvm.canonical(microvm.image_config(layer["diff_id"], created, self.architecture, labels))
         config_desc = microvm.descriptor(microvm.MEDIA_CONFIG, oci.digest_of(config), len(config))
         manifest = microvm.canonical(microvm.image_manifest(config_desc, layer_desc))
         self.log("%s layer: %s, %d bytes" % (name, layer["digest"], layer["size"]))
@@ -851,10 +1060,9 @@ class Runner:
         self.log("layout %s: %s" % (layout.path, "updated" if changed else "already holds these digests"))
         return {"path": layout.path, "changed": changed, "before": before, "after": after}
 
-    def _push(self, settings, repository, tag, names, built, scratch, layout, writes):
-        oci = self.io["oci"]
+    def _registry(self, settings):
         params = self.params
-        registry = oci.Registry(
+        return self.io["oci"].Registry(
             settings["scheme"],
             settings["host"],
             params.get("username"),
@@ -864,6 +1072,8 @@ class Runner:
             params["timeout"],
             self.log,
         )
+
+    def _push(self, registry, settings, repository, tag, names, built, writes):
         pushed = {}
         before = {}
         for name in built:
@@ -890,6 +1100,196 @@ class Runner:
             self.log("%s/%s:%s pushed %s" % (settings["host"], repo, tag, item["digest"]))
         return pushed, before
 
+    # sign and verify, as cosign stores and reads it -----------------------------------------------------
+
+    def _sign_all(self, registry, settings, repository, names, built, version, writes):
+        """Each pushed image's signature and provenance, kept when this key already signed this digest (and
+        this build), else pushed; ``(report per image, {name: layers the tags would hold})``."""
+        params = self.params
+        key, keyid = self.signer
+        mine = {keyid: key.public_key()}
+        started = time.monotonic()
+        source = self.io["signing"].file_digests(params["src"])
+        self.log("source disk sha256:%s (%.1f s)" % (source["sha256"], time.monotonic() - started))
+        builder = dict(params.get("builder") or {})
+        builder["collection_version"] = builder.get("collection_version") or provenance.COLLECTION_VERSION
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        report, planned = {}, {}
+        for name in built:
+            repo = "%s/%s" % (repository, names[name])
+            image = "%s/%s" % (settings["host"], repo)
+            digest = built[name]["digest"]
+            wanted = provenance.statement(
+                {"name": image, "digest": digest},
+                [{"name": provenance.SOURCE_DISK, "digest": source}],
+                builder,
+                now,
+                {"kernel_version": version, "image": name},
+            )
+            sig = self._sign_signature(registry, repo, image, digest, key, mine, writes)
+            att = self._sign_attestation(registry, repo, digest, wanted, key, mine, writes)
+            planned[name] = {"sig": sig.pop("planned"), "att": att.pop("planned")}
+            report[name] = {
+                "key_id": keyid,
+                "signature_tag": microvm.cosign_tag(digest, microvm.SIGNATURE_SUFFIX),
+                "attestation_tag": microvm.cosign_tag(digest, microvm.ATTESTATION_SUFFIX),
+                "signature_pushed": sig["pushed"],
+                "attestation_pushed": att["pushed"],
+                "provenance": provenance.summary(att["statement"]),
+                "before": {"signed_by_key": sig["kept"], "provenance_kept": att["kept"]},
+                "after": {"signed_by_key": True, "provenance_kept": True},
+            }
+        self.log("signing took %.2f s (the source disk's digest included)" % (time.monotonic() - started))
+        return report, planned
+
+    def _read_cosign(self, registry, repo, digest, suffix, media_type):
+        """``(manifest or None, [(layer, blob bytes)])`` of an image's signature or attestation tag."""
+        raw = registry.manifest(repo, microvm.cosign_tag(digest, suffix), microvm.MEDIA_MANIFEST)
+        if raw is None:
+            return None, []
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return None, []
+        return doc, [
+            (layer, registry.blob(repo, layer["digest"])) for layer in microvm.cosign_layers(doc, media_type)
+        ]
+
+    def _push_cosign(self, registry, repo, digest, suffix, old, layers, blobs):
+        """Push ``blobs`` and the manifest of ``layers`` (the old manifest's other layers kept) to the tag."""
+        kept = [layer for layer in (old or {}).get("layers") or [] if layer not in layers]
+        layers = kept + [layer for layer in layers if layer not in kept]
+        config = microvm.canonical(microvm.cosign_config(layers))
+        oci = self.io["oci"]
+        config_desc = microvm.descriptor(microvm.MEDIA_CONFIG, oci.digest_of(config), len(config))
+        for data in blobs:
+            registry.push_blob(repo, oci.digest_of(data), len(data), data=data)
+        registry.push_blob(repo, config_desc["digest"], len(config), data=config)
+        manifest = microvm.canonical(microvm.cosign_manifest(config_desc, layers))
+        tag = microvm.cosign_tag(digest, suffix)
+        registry.push_manifest(repo, tag, manifest, microvm.MEDIA_MANIFEST)
+        self.log("%s/%s:%s pushed" % (registry.host, repo, tag))
+
+    def _sign_signature(self, registry, repo, image, digest, key, mine, writes):
+        signing = self.io["signing"]
+        old, found = self._read_cosign(
+            registry, repo, digest, microvm.SIGNATURE_SUFFIX, microvm.MEDIA_SIMPLE_SIGNING
+        )
+        evidence = [
+            {
+                "key": signing.payload_key(mine, microvm.layer_signature(layer), payload),
+                "digest": provenance.signed_digest(payload),
+            }
+            for layer, payload in found
+        ]
+        kept = (provenance.image_signature(evidence, digest) or {}).get("key") is not None
+        planned = [(microvm.layer_signature(layer), payload) for layer, payload in found]
+        if not kept:
+            payload = provenance.simple_signing(image, digest)
+            sig = signing.sign_payload(key, payload)
+            planned.append((sig, payload))
+            if writes:
+                layer = microvm.cosign_layer(
+                    microvm.MEDIA_SIMPLE_SIGNING,
+                    self.io["oci"].digest_of(payload),
+                    len(payload),
+                    signature=sig,
+                )
+                self._push_cosign(registry, repo, digest, microvm.SIGNATURE_SUFFIX, old, [layer], [payload])
+        return {"pushed": not kept, "kept": kept, "planned": planned}
+
+    def _sign_attestation(self, registry, repo, digest, wanted, key, mine, writes):
+        signing = self.io["signing"]
+        old, found = self._read_cosign(registry, repo, digest, microvm.ATTESTATION_SUFFIX, microvm.MEDIA_DSSE)
+        envelopes = [
+            signing.evidence(mine, None, blob.decode("utf-8", "replace"), None)[1] for _l, blob in found
+        ]
+        same = [
+            e
+            for e in envelopes
+            if e.get("key") and e.get("statement") and provenance.same_build(e["statement"], wanted)
+        ]
+        planned = [blob for _layer, blob in found]
+        if same:
+            return {"pushed": False, "kept": True, "statement": same[0]["statement"], "planned": planned}
+        body = microvm.canonical(signing.sign_envelope(key, provenance.serialize(wanted)))
+        planned.append(body)
+        if writes:
+            # This key's older statements for the image are replaced (cosign attest --replace); others stay.
+            stale = [found[i][0] for i, e in enumerate(envelopes) if e.get("key")]
+            old = dict(
+                old or {}, layers=[layer for layer in (old or {}).get("layers") or [] if layer not in stale]
+            )
+            layer = microvm.cosign_layer(
+                microvm.MEDIA_DSSE,
+                self.io["oci"].digest_of(body),
+                len(body),
+                predicate_type=provenance.PREDICATE_TYPE,
+            )
+            self._push_cosign(registry, repo, digest, microvm.ATTESTATION_SUFFIX, old, [layer], [body])
+        return {"pushed": True, "kept": False, "statement": wanted, "planned": planned}
+
+    def _verify_all(self, registry, settings, repository, names, built, planned):
+        """Each image's signature and provenance read back from the registry (in check mode, what the tags
+        would hold) and judged with the trust policy; the first that fails is refused, naming the image, the
+        key and the check, before the snippets that name the images are returned."""
+        signing = self.io["signing"]
+        started = time.monotonic()
+        report = {}
+        for name in built:
+            repo = "%s/%s" % (repository, names[name])
+            image = "%s/%s" % (settings["host"], repo)
+            digest = built[name]["digest"]
+            if not self.check or name not in planned:
+                sigs = [
+                    (microvm.layer_signature(layer), payload)
+                    for layer, payload in self._read_cosign(
+                        registry, repo, digest, microvm.SIGNATURE_SUFFIX, microvm.MEDIA_SIMPLE_SIGNING
+                    )[1]
+                ]
+                envelopes = [
+                    blob
+                    for _layer, blob in self._read_cosign(
+                        registry, repo, digest, microvm.ATTESTATION_SUFFIX, microvm.MEDIA_DSSE
+                    )[1]
+                ]
+            else:
+                sigs, envelopes = planned[name]["sig"], planned[name]["att"]
+            signatures = [
+                {
+                    "key": signing.payload_key(self.ring, sig, payload),
+                    "digest": provenance.signed_digest(payload),
+                }
+                for sig, payload in sigs
+            ]
+            found = [
+                signing.evidence(self.ring, None, blob.decode("utf-8", "replace"), None)[1]
+                for blob in envelopes
+            ]
+            verdict = provenance.judge_image(
+                image,
+                digest,
+                settings["family"],
+                self.params.get("stream"),
+                settings["policy"],
+                signatures,
+                found,
+            )
+            if not verdict.pop("ok"):
+                raise Refusal(
+                    None,
+                    verdict.pop("message"),
+                    "no MicroVMSpec or CAPMVM snippet names it",
+                    image=name,
+                    reference="%s@%s" % (image, digest),
+                    **verdict,
+                )
+            verdict["reference"] = "%s@%s" % (image, digest)
+            report[name] = verdict
+            self.log("%s: %s" % (name, verdict["message"]))
+        self.log("verified %d images in %.2f s" % (len(report), time.monotonic() - started))
+        return report
+
 
 # The member inode number that reads the vmlinux extracted from a bzImage (no inode has it), and the
 # device that tags the inode numbers of a separate /boot partition.
@@ -909,6 +1309,7 @@ def fs_entry_inum(tree, path):
 # layout directory) and/or registry, a registry needs its repository, credentials come in pairs.
 ARGUMENT_RULES = dict(
     required_one_of=[("dest", "registry")],
+    mutually_exclusive=[("signing_key_path", "signing_key")],
     required_by={"registry": "repository"},
     required_together=[("username", "password")],
 )

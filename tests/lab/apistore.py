@@ -88,14 +88,21 @@ class ApiStore:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        return self._http.request(
-            method,
-            url,
-            body=data,
-            headers=headers,
-            preload_content=preload,
-            timeout=urllib3.Timeout(connect=10, read=timeout),
-        )
+        try:
+            return self._http.request(
+                method,
+                url,
+                body=data,
+                headers=headers,
+                preload_content=preload,
+                timeout=urllib3.Timeout(connect=10, read=timeout),
+            )
+        except (urllib3.exceptions.TimeoutError, urllib3.exceptions.ProtocolError) as exc:
+            # An API server too loaded to answer in time is a 5xx to a controller (retried later, as
+            # client-go's workqueue does), not a crash of its loop.
+            raise ApiError(
+                504, "Timeout", "%s %s: no answer from the API server: %s" % (method, path, exc)
+            ) from exc
 
     def _json(self, method: str, path: str, body: Any = None, **kw) -> dict:
         reply = self.request(method, path, body, **kw)

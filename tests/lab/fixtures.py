@@ -6,6 +6,7 @@ not skipped, when the target is a real cluster.
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import uuid
@@ -46,8 +47,38 @@ def _real_cluster() -> RealCluster | None:
     return RealCluster(pathlib.Path(kubeconfig), s3_env={k: os.environ[k] for k in names if k in os.environ})
 
 
+class _Tracebacks(logging.Handler):
+    """The tracebacks the lab's controllers and servers log (an unexpected exception in a reconcile or a
+    handler): each one is a defect of the lab or of what the test sent, never noise."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.records.append(logging.Formatter().format(record))
+
+
+TRACEBACKS = _Tracebacks()
+logging.getLogger("tests.lab").addHandler(TRACEBACKS)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "lab_only: needs the embedded lab; deselected on a real cluster")
+
+
+@pytest.fixture(autouse=True)
+def _lab_tracebacks():
+    """A traceback the lab logs while a test runs fails that test, with the traceback."""
+    start = len(TRACEBACKS.records)
+    yield
+    logged = TRACEBACKS.records[start:]
+    if logged:
+        pytest.fail(
+            "the lab logged %d traceback(s) while this test ran:\n%s" % (len(logged), "\n".join(logged)),
+            pytrace=False,
+        )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -238,16 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self, method: str, raw: bytes, verb: str, ref: dict, commit_drop: bool = False) -> None:
         front = self.server
-        conn = http.client.HTTPSConnection(
-            "127.0.0.1", front.upstream_port, context=front.upstream_tls, timeout=600
-        )
         headers = {
             k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS and k.lower() != "host"
         }
         headers["Host"] = "127.0.0.1:%d" % front.upstream_port
+        conn, reply = front.send_upstream(method, self.path, raw or None, headers)
+        kept = False
         try:
-            conn.request(method, self.path, body=raw or None, headers=headers)
-            reply = conn.getresponse()
             if commit_drop and 200 <= reply.status < 300:
                 # The API server committed the write; its answer is lost on the way back.
                 answer = reply.read()
@@ -278,6 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if body is not None:
+                kept = not reply.will_close
                 self.wfile.write(body)
                 return
             while True:
@@ -287,8 +285,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
+            kept = not reply.will_close
         finally:
-            conn.close()
+            front.done_upstream(conn, kept)
 
     def _lab(self, method: str, parts: list[str], raw: bytes) -> None:
         front = self.server
@@ -393,7 +392,45 @@ class FrontServer(ThreadingHTTPServer):
         self._writes = 0  # writes being forwarded now
         self._last_write = 0.0  # monotonic time the last one began or ended
         self._writes_changed = threading.Condition(self._lock)
+        self._idle: list[http.client.HTTPSConnection] = []
         self._thread = threading.Thread(target=self.serve_forever, name="lab-front", daemon=True)
+
+    # Connections to kube-apiserver are kept between requests: a TLS handshake per request cost more than
+    # the request itself on a loaded machine.
+    IDLE_CONNECTIONS = 16
+
+    def _connect(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(
+            "127.0.0.1", self.upstream_port, context=self.upstream_tls, timeout=600
+        )
+
+    def send_upstream(self, method: str, path: str, body, headers: dict):
+        """``(connection, response)`` of one request to kube-apiserver on a kept connection, or a new one
+        when the kept one turns out closed by the server (it had not read the request: sent again)."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is not None:
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                return conn, conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+        conn = self._connect()
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
+    def done_upstream(self, conn: http.client.HTTPSConnection, reusable: bool) -> None:
+        """Keep ``conn`` for the next request when its answer was read to the end, else close it."""
+        if reusable:
+            with self._lock:
+                if len(self._idle) < self.IDLE_CONNECTIONS:
+                    self._idle.append(conn)
+                    return
+        conn.close()
 
     @property
     def port(self) -> int:
@@ -529,3 +566,7 @@ class FrontServer(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()

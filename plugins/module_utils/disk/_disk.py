@@ -315,19 +315,35 @@ def _value(hive, path, name):
         return None
 
 
+def open_filesystem(view, stream, part, error):
+    """``stream`` opened by ``view.READER`` (module, class) of a view class; ``error`` names the
+    partition and ``view.FILESYSTEM`` when it cannot be, ``MissingLibrary`` when the module is not
+    installed."""
+    import importlib
+
+    library, name = view.READER
+    try:
+        reader = getattr(importlib.import_module(library), name)
+    except ImportError as exc:
+        raise MissingLibrary(library, exc) from exc
+    try:
+        return reader(stream)
+    except Exception as exc:
+        raise error("partition %s: cannot read %s: %s" % (part["number"], view.FILESYSTEM, exc)) from exc
+
+
 class ExtView:
     """The same view over ext2/3/4 (names case-sensitive; symlinks are not followed)."""
 
     case_insensitive = False
+    # The filesystem as messages name it, and the module and class that read it (the XFS and btrfs
+    # views of ``_xfs`` and ``_btrfs`` name theirs).
+    FILESYSTEM = "ext4"
+    READER = ("dissect.extfs", "ExtFS")
+    ERROR = DiskError
 
     def __init__(self, image, part):
-        _require("dissect.extfs")
-        from dissect.extfs import ExtFS
-
-        try:
-            self.fs = ExtFS(_RangeFile(image, part["offset"], part["size"]))
-        except Exception as exc:
-            raise DiskError("partition %s: cannot read ext4: %s" % (part["number"], exc)) from exc
+        self.fs = open_filesystem(self, _RangeFile(image, part["offset"], part["size"]), part, self.ERROR)
 
     def _inode(self, path):
         from dissect.extfs.exceptions import Error
@@ -337,33 +353,37 @@ class ExtView:
         except (Error, OSError):
             return None
 
+    def _kind(self, node):
+        """The ``stat.S_IFMT`` type of ``node`` (a subclass reads it where its library keeps it)."""
+        return node.filetype
+
     def exists(self, path):
         return self._inode(path) is not None
 
     def is_dir(self, path):
         node = self._inode(path)
-        return node is not None and node.filetype == stat.S_IFDIR
+        return node is not None and self._kind(node) == stat.S_IFDIR
 
     def list(self, path):
         node = self._inode(path)
-        if node is None or node.filetype != stat.S_IFDIR:
+        if node is None or self._kind(node) != stat.S_IFDIR:
             return None
         return [n for n in node.listdir() if n not in (".", "..")]
 
     def size(self, path):
         node = self._inode(path)
-        if node is None or node.filetype == stat.S_IFDIR:
+        if node is None or self._kind(node) == stat.S_IFDIR:
             return None
         return node.size
 
     def is_file(self, path):
         """A regular file (a symlink is not followed, so it is not one)."""
         node = self._inode(path)
-        return node is not None and node.filetype == stat.S_IFREG
+        return node is not None and self._kind(node) == stat.S_IFREG
 
     def read(self, path, offset=0, length=-1):
         node = self._inode(path)
-        if node is None or node.filetype != stat.S_IFREG:
+        if node is None or self._kind(node) != stat.S_IFREG:
             return b""
         fh = node.open()
         fh.seek(offset)

@@ -8,9 +8,11 @@
 (metadata only; symlinks are not followed), and ``open(inum)`` streams one file's data when a
 layer is written. ``view`` is the read-only view the seal rules take (``_disk.ExtView``).
 
-A file's data is found from its extent tree (read here with ``struct``): the walk records how many
-bytes of each file are holes (no extent) or unwritten extents (allocated, read as zeros), and
-``open`` returns those ranges as zeros without reading a byte of them from the disk.
+``Tree`` (``Ext4Reader``) is what microvm_image opens ext2/3/4 with: it reads inodes, directory entries
+and extents with ``struct`` rather than through ``dissect``'s structures, and finds each file's holes from
+its extent tree: the walk records how many bytes of each file are holes (no extent) or unwritten extents
+(allocated, read as zeros), and ``open`` returns those ranges as zeros without reading a byte of them.
+The XFS and btrfs trees build on ``Ext4Tree``'s generic walk.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +23,7 @@ import stat
 import struct
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import Entry
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import NO_XATTRS, Entry
 
 KINDS = {
     stat.S_IFREG: "file",
@@ -66,21 +68,118 @@ def _device_numbers(block):
 
 
 class Ext4Tree:
+    # The view names the filesystem and its reader; the XFS and btrfs trees (``_xfs``, ``_btrfs``)
+    # walk the same way with their own.
+    ERROR = Ext4Error
+    VIEW = _disk.ExtView
+
     def __init__(self, image, part):
-        try:
-            from dissect.extfs import ExtFS
-            from dissect.util.stream import RangeStream
-        except ImportError as exc:
-            raise _disk.MissingLibrary("dissect.extfs", exc) from exc
+        from dissect.util.stream import RangeStream
+
         self.image = image
         self.part = part
         size = part["size"] or image.virtual_size - part["offset"]
-        try:
-            self.fs = ExtFS(RangeStream(image.stream, part["offset"], size))
-        except Exception as exc:
-            raise Ext4Error("partition %s: cannot read ext4: %s" % (part["number"], exc)) from exc
-        self.view = _disk.ExtView(image, dict(part, size=size))
+        stream = RangeStream(image.stream, part["offset"], size)
+        self.fs = _disk.open_filesystem(self.VIEW, stream, part, self.ERROR)
+        self.view = self.VIEW(image, dict(part, size=size))
         self.skipped_xattrs = []
+
+    @property
+    def filesystem(self):
+        """The filesystem as messages name it."""
+        return self.VIEW.FILESYSTEM
+
+    def _entry(self, path, node):
+        full_mode, uid, gid, mtime, nlink = self._stat(node)
+        kind = KINDS.get(stat.S_IFMT(full_mode), "unknown")
+        entry = Entry(
+            path,
+            kind,
+            mode=stat.S_IMODE(full_mode),
+            uid=uid,
+            gid=gid,
+            mtime=mtime,
+            size=node.size if kind in ("file", "symlink") else 0,
+            inum=self._inum(node),
+            nlink=nlink,
+        )
+        if kind == "symlink":
+            entry.link = node.link
+        elif kind in ("char", "block"):
+            entry.rdev = self._rdev(node)
+        entry.xattrs = {}
+        self._attributes(path, node, entry)
+        if not entry.xattrs:
+            entry.xattrs = NO_XATTRS  # one shared empty mapping for the many entries without any
+        return entry
+
+    def _stat(self, node):
+        """``(mode with the type bits, uid, gid, mtime in seconds, link count)`` of ``node``."""
+        raw = node.inode
+        return (
+            raw.i_mode,
+            raw.i_uid | (raw.i_uid_high << 16),
+            raw.i_gid | (raw.i_gid_high << 16),
+            raw.i_mtime,
+            raw.i_links_count,
+        )
+
+    def _inum(self, node):
+        return node.inum
+
+    def _rdev(self, node):
+        return _device_numbers(node.inode.i_block)
+
+    def _attributes(self, path, node, entry):
+        raw = node.inode
+        if raw.i_file_acl_lo or raw.i_file_acl_high or raw.i_extra.strip(b"\x00"):
+            for attr in node.xattr:
+                if attr.name.startswith(PORTABLE_XATTR_PREFIXES):
+                    entry.xattrs[attr.name] = bytes(attr.value)
+                elif attr.name != "system.data":
+                    self.skipped_xattrs.append("/%s %s" % (path, attr.name))
+
+    def walk(self, progress=None):
+        """``{path: Entry}`` for every inode under the root (the root itself is not an entry)."""
+        tree = {}
+        pending = [("", self.fs.root)]
+        try:
+            while pending:
+                base, node = pending.pop()
+                for name, child in self._children(node):
+                    if name in (".", "..") or (not base and name == "lost+found"):
+                        continue
+                    path = base + "/" + name if base else name
+                    entry = self._entry(path, child)
+                    tree[path] = entry
+                    if entry.kind == "dir":
+                        pending.append((path, child))
+                    if progress is not None and len(tree) % 20000 == 0:
+                        progress(len(tree))
+        except Exception as exc:
+            raise self.ERROR(
+                "partition %s: cannot walk %s at /%s: %s" % (self.part["number"], self.filesystem, base, exc)
+            ) from exc
+        return tree
+
+    def _children(self, node):
+        """``(name, node)`` of each entry of the directory ``node``."""
+        return ((child.filename, child) for child in node.iterdir())
+
+    def open(self, inum):
+        return self.fs.get_inode(inum).open()
+
+    def read(self, inum, length=-1):
+        fh = self.open(inum)
+        return fh.read(length)
+
+
+class Ext4Reader(Ext4Tree):
+    """ext2/3/4 read with ``struct``: the same entries as ``Ext4Tree``, with each file's holes, and file
+    data read from its extents (holes and unwritten extents given as zeros, never read)."""
+
+    def __init__(self, image, part):
+        super(Ext4Reader, self).__init__(image, part)
         self.block_size = self.fs.block_size
         self.inodes_per_group = self.fs.sb.s_inodes_per_group
         self.inode_size = self.fs.sb.s_inode_size or 128
@@ -107,7 +206,7 @@ class Ext4Tree:
             extra = data[128 + extra_isize :]
         return INODE.unpack_from(data, 0), extra
 
-    def _entry(self, path, inum):
+    def _entry_of(self, path, inum):
         fields, extra = self._inode(inum)
         (
             mode,
@@ -160,7 +259,7 @@ class Ext4Tree:
                 entry.xattrs = kept
         return entry, (flags, i_block, size | (size_high << 32))
 
-    def _children(self, inum, flags, i_block, size):
+    def _listing(self, inum, flags, i_block, size):
         """``(inode number, name)`` of each entry of a directory, read block by block."""
         if flags & INLINE_DATA_FL or not flags & EXTENTS_FL:
             for child in self.fs.get_inode(inum).iterdir():
@@ -193,11 +292,11 @@ class Ext4Tree:
         try:
             while pending:
                 base, inum, data = pending.pop()
-                for child, name in self._children(inum, *data):
+                for child, name in self._listing(inum, *data):
                     if name in (".", "..") or (not base and name == "lost+found"):
                         continue
                     path = base + "/" + name if base else name
-                    entry, child_data = self._entry(path, child)
+                    entry, child_data = self._entry_of(path, child)
                     tree[path] = entry
                     if entry.kind == "dir":
                         pending.append((path, child, child_data))
@@ -280,10 +379,6 @@ class Ext4Tree:
             return FileData(self.image, self.part["offset"], self.runs(i_block, size), size, self.block_size)
         return self.fs.get_inode(inum).open()
 
-    def read(self, inum, length=-1):
-        fh = self.open(inum)
-        return fh.read(length)
-
 
 class FileData:
     """One file's data read front to back from its runs: a hole gives zeros and reads nothing."""
@@ -316,3 +411,7 @@ class FileData:
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         self.left -= len(data)
         return data
+
+
+# What microvm_image opens a partition of this filesystem with (microvm.READ_FILESYSTEMS names the file).
+Tree = Ext4Reader

@@ -13,9 +13,9 @@ the virtual disk, ``path`` and ``virtual_size``.
 Every partition is a plain dict: ``number``, ``offset`` and ``size`` (bytes), ``type`` (a lower-case
 GUID, ``0xNN`` for MBR, ``none`` for a whole-disk filesystem), ``type_name`` (None for a type not in
 ``TYPE_NAMES``), ``name`` (GPT), ``label`` (ext volume label) and ``filesystem`` (``ntfs``,
-``bitlocker``, ``ext`` or None), in disk order. A disk that is one filesystem is partition 0; a disk
-with neither a table nor a filesystem at its start has no partitions (the callers' rules say what
-that means for them).
+``bitlocker``, ``ext``, ``vfat``, a name of ``SIGNATURES`` or None), in disk order. A disk that is one
+filesystem is partition 0; a disk with neither a table nor a filesystem at its start has no partitions
+(the callers' rules say what that means for them).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,6 +27,7 @@ import uuid
 import zlib
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk.seal import BITLOCKER_OEM, NTFS_OEM
 
 EXT_MAGIC_OFFSET = 1024 + 56
@@ -37,6 +38,8 @@ MBR_SECTOR = 512
 PROTECTIVE_MBR = 0xEE
 EXTENDED_MBR = (0x05, 0x0F, 0x85)
 MAX_LOGICAL = 128
+# The largest GPT entry array read (sgdisk allows up to 1024 entries of 128 bytes; some tools more).
+MAX_GPT_ENTRIES_BYTES = 16 * 1024 * 1024
 
 # The types this collection's images carry, named for messages and results.
 TYPE_NAMES = {
@@ -70,9 +73,29 @@ class PartitionTableError(PipelineError):
     """The table is there but damaged: the message names the disk and what is wrong."""
 
 
-def signature(read, offset):
-    """``(filesystem, ext volume label)`` of what starts at ``offset``: ``ntfs``, ``bitlocker``, ``ext``
-    or None, and the label ("" unless ext)."""
+# What else a partition can start with, told by its superblock magic: (name, offset, magic), the
+# offset from the partition's first byte. The first match names the partition.
+SIGNATURES = (
+    ("xfs", 0, b"XFSB"),
+    ("luks", 0, b"LUKS\xba\xbe"),
+    ("squashfs", 0, b"hsqs"),
+    ("lvm2", 512 + 24, b"LVM2 001"),
+    ("f2fs", 1024, b"\x10\x20\xf5\xf2"),
+    ("swap", 4096 - 10, b"SWAPSPACE2"),
+    ("swap", 65536 - 10, b"SWAPSPACE2"),  # made on a host with 64 KiB pages (arm64, ppc64le)
+    ("bcachefs", 4096 + 24, bytes.fromhex("c68573f64e1a45ca8265f57f48ba6d81")),
+    ("btrfs", 65536 + 64, b"_BHRfS_M"),
+    ("zfs", 128 * 1024, b"\x0c\xb1\xba\x00"),
+    ("zfs", 128 * 1024, b"\x00\xba\xb1\x0c"),
+)
+# FAT names itself in its boot sector (FAT12/16 at 0x36, FAT32 at 0x52); only inside a partition, since
+# a whole disk's MBR code could carry those bytes.
+FAT_NAMES = ((0x36, b"FAT1"), (0x52, b"FAT32"))
+
+
+def signature(read, offset, whole_disk=False):
+    """``(filesystem, ext volume label)`` of what starts at ``offset``: ``ntfs``, ``bitlocker``, ``ext``,
+    a name of ``SIGNATURES``, ``vfat`` (not for ``whole_disk``) or None, and the label ("" unless ext)."""
     head = read(offset, 2048)
     if head[3:11] == NTFS_OEM:
         return "ntfs", ""
@@ -81,6 +104,13 @@ def signature(read, offset):
     if head[EXT_MAGIC_OFFSET : EXT_MAGIC_OFFSET + 2] == EXT_MAGIC:
         label = head[EXT_LABEL_OFFSET : EXT_LABEL_OFFSET + 16].split(b"\x00", 1)[0]
         return "ext", label.decode("utf-8", "replace")
+    for name, at, magic in SIGNATURES:
+        found = head[at : at + len(magic)] if at + len(magic) <= len(head) else read(offset + at, len(magic))
+        if found == magic:
+            return name, ""
+    fat = any(head[at : at + len(magic)] == magic for at, magic in FAT_NAMES)
+    if fat and not whole_disk and head[510:512] == BOOT_SIGNATURE:
+        return "vfat", ""
     return None, ""
 
 
@@ -102,20 +132,29 @@ def _crc_matches(data, expected):
     return zlib.crc32(data) & 0xFFFFFFFF == expected
 
 
-def _gpt(read, source, sector):
-    """The GPT partitions with a header at LBA 1 of ``sector``-byte sectors, or None without one."""
-    header = read(sector, 512)
+def _gpt_header(read, at, sector):
+    """``(entries, problem)`` of the GPT header at byte ``at``: ``entries`` is ``(table bytes, count,
+    entry size)`` when the header and its entries check out, else None and ``problem`` says why."""
+    header = read(at, 512)
     if header[:8] != b"EFI PART":
-        return None
+        return None, seal.GPT_MISSING
     header_size, crc = struct.unpack_from("<II", header, 12)
+    if not 92 <= header_size <= len(header):
+        return None, "its header size %d is not valid" % header_size
     check = bytearray(header[:header_size])
     check[16:20] = bytes(4)
     if not _crc_matches(bytes(check), crc):
-        raise PartitionTableError("%s: the GPT header checksum does not match" % source)
+        return None, "its header checksum does not match"
     entries_lba, count, entry_size, entries_crc = struct.unpack_from("<QIII", header, 72)
+    if entry_size < 128 or count * entry_size > MAX_GPT_ENTRIES_BYTES:
+        return None, "its entry array (%d entries of %d bytes) is not valid" % (count, entry_size)
     table = read(entries_lba * sector, count * entry_size)
     if not _crc_matches(table, entries_crc):
-        raise PartitionTableError("%s: the GPT partition entries checksum does not match" % source)
+        return None, "its partition entries checksum does not match"
+    return (table, count, entry_size), None
+
+
+def _gpt_entries(read, sector, table, count, entry_size):
     found = []
     for index in range(count):
         raw = table[index * entry_size : (index + 1) * entry_size]
@@ -127,6 +166,27 @@ def _gpt(read, source, sector):
         # The last LBA is inclusive.
         found.append(_entry(read, index + 1, first * sector, (last - first + 1) * sector, str(kind), name))
     return found
+
+
+def _gpt(read, source, disk_size, notes):
+    """The GPT partitions of a disk with a protective MBR: the primary header at LBA 1, or the backup
+    at the last LBA when ``seal.gpt_header_choice`` says so (512- then 4096-byte sectors)."""
+    for sector in (512, 4096):
+        primary, primary_problem = _gpt_header(read, sector, sector)
+        backup, backup_problem = None, None
+        if primary_problem:
+            backup, backup_problem = _gpt_header(read, disk_size - sector, sector)
+        if primary_problem == seal.GPT_MISSING and backup_problem == seal.GPT_MISSING:
+            continue
+        which, message = seal.gpt_header_choice(
+            source, primary_problem, backup_problem, disk_size // sector - 1, notes is not None
+        )
+        if which is None:
+            raise PartitionTableError(message)
+        if message:
+            notes.append(message)
+        return _gpt_entries(read, sector, *(primary if which == "primary" else backup))
+    raise PartitionTableError("%s: a protective MBR but no GPT header at LBA 1 or at the last LBA" % source)
 
 
 def _mbr_slot(block, index):
@@ -169,19 +229,18 @@ def _mbr(read, source, boot):
     return found
 
 
-def read_partitions(disk):
+def read_partitions(disk, notes=None):
     """The partitions of ``disk`` in disk order, partition 0 for a whole-disk filesystem, [] for a disk
-    with neither; ``PartitionTableError`` for a table that is there but damaged."""
+    with neither; ``PartitionTableError`` for a table that is there but damaged. ``notes`` (a list)
+    gets what was read around, such as a damaged primary GPT header replaced by the backup; without
+    ``notes`` a damaged primary header is refused, since the caller could not say it read around it."""
     read, source = disk.read, disk.path
-    if signature(read, 0)[0] is not None:
+    if signature(read, 0, whole_disk=True)[0] is not None:
         return [_entry(read, 0, 0, disk.virtual_size, "none")]
     boot = read(0, MBR_SECTOR)
     if boot[510:512] != BOOT_SIGNATURE:
         return []
     if any(_mbr_slot(boot, i)[0] == PROTECTIVE_MBR for i in range(4)):
-        for sector in (512, 4096):
-            found = _gpt(read, source, sector)
-            if found is not None:
-                return sorted(found, key=lambda p: (p["offset"], p["number"]))
-        raise PartitionTableError("%s: a protective MBR but no GPT header at LBA 1" % source)
+        found = _gpt(read, source, disk.virtual_size, notes)
+        return sorted(found, key=lambda p: (p["offset"], p["number"]))
     return sorted(_mbr(read, source, boot), key=lambda p: (p["offset"], p["number"]))

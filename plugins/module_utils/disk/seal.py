@@ -192,6 +192,36 @@ def check_partitions(source, partitions):
     return partitions
 
 
+GPT_MISSING = "no GPT header"
+
+
+def gpt_header_choice(source, primary, backup, last_lba, backup_allowed=True):
+    """Which GPT header a disk is read by, as sgdisk does: ``("primary" or "backup", note)``, or
+    ``(None, message)`` when neither can be. ``primary`` and ``backup`` are None for a header (and entry
+    array) that checks out, else what is wrong with it; ``backup`` is only read when the primary fails.
+    A caller that cannot pass the note on (a seal verdict, an image's facts: what they judge is served
+    as it is, damaged table included) sets ``backup_allowed`` false and is refused instead."""
+    if primary is None:
+        return "primary", None
+    if not backup_allowed:
+        return None, (
+            "%s: the primary GPT header at LBA 1 is damaged (%s); rewrite it from the backup (sgdisk -e) "
+            "and judge the disk again" % (source, primary)
+        )
+    if backup is None:
+        return "backup", (
+            "%s: the primary GPT header at LBA 1 is damaged (%s); the partitions were read from the backup "
+            "header at LBA %d, as sgdisk does (sgdisk -e or gdisk's w rewrites the primary)"
+            % (source, primary, last_lba)
+        )
+    return None, "%s: the primary GPT header at LBA 1 is damaged (%s) and so is the backup at LBA %d (%s)" % (
+        source,
+        primary,
+        last_lba,
+        backup,
+    )
+
+
 def describe_partition(part):
     label = " %r" % part["name"] if part.get("name") else ""
     return "partition %s%s (%s, %s at offset %d)" % (

@@ -109,6 +109,21 @@ def decompress(name, data, limit=microvm.MAX_VMLINUX):
         return None
 
 
+# Enough of a compressed module to decompress its ELF header.
+MODULE_HEAD_READ = 256 * 1024
+
+
+def elf_head(fh, path):
+    """The first 64 bytes of the file at ``path`` as it is loaded: a compressed module decompressed
+    (empty when this host has no reader for its format or it does not decompress)."""
+    name = microvm.module_compression(path)
+    if name is None:
+        return fh.read(64)
+    if not readable(name):
+        return b""
+    return decompress(name, fh.read(MODULE_HEAD_READ), 64) or b""
+
+
 def extract_vmlinux(data, path):
     """``(format, kernel)``: the ELF vmlinux inside bzImage ``data`` (or the ELF or arm64 Image a wholly
     compressed file holds); a ``Refusal`` naming what was tried when there is none."""

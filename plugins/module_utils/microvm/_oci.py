@@ -461,17 +461,36 @@ class Registry:
 
     # reads
 
+    def _manifest(self, method, repository, reference, media_type):
+        path = "/v2/%s/manifests/%s" % (repository, reference)
+        return self.request(method, path, repository, headers={"Accept": media_type}, missing_ok=True)
+
     def manifest_digest(self, repository, tag, media_type):
-        response = self.request(
-            "HEAD",
-            "/v2/%s/manifests/%s" % (repository, tag),
-            repository,
-            headers={"Accept": media_type},
-            missing_ok=True,
-        )
+        response = self._manifest("HEAD", repository, tag, media_type)
         if response is None:
             return None
         return response.headers.get("Docker-Content-Digest")
+
+    def manifest(self, repository, reference, media_type):
+        """The manifest bytes at a tag or digest, or None when there is none (a small document)."""
+        response = self._manifest("GET", repository, reference, media_type)
+        return None if response is None else response.read()
+
+    def blob(self, repository, digest, limit=4 * 1024 * 1024):
+        """A small blob's bytes (a signature payload, an envelope), checked against its digest."""
+        response = self.request("GET", "/v2/%s/blobs/%s" % (repository, digest), repository)
+        data = response.read(limit + 1)
+        if len(data) > limit or digest_of(data) != digest:
+            raise RegistryError(
+                "registry %s: blob %s@%s is %s"
+                % (
+                    self.host,
+                    repository,
+                    digest,
+                    "larger than %d bytes" % limit if len(data) > limit else "not the bytes its digest names",
+                )
+            )
+        return data
 
     def has_blob(self, repository, digest):
         response = self.request("HEAD", "/v2/%s/blobs/%s" % (repository, digest), repository, missing_ok=True)

@@ -41,6 +41,33 @@ LINUX_MBR = "0x83"
 # The discoverable-partitions type of a separate /boot (XBOOTLDR).
 XBOOTLDR_GPT = "bc13c2ff-59e6-4262-a352-b275fd6f7172"
 
+# The filesystems a root or a /boot is read from, each with the adapter that reads it, and what the
+# refusals call every filesystem the partition reader recognises.
+READ_FILESYSTEMS = {"ext": "ext4", "xfs": "xfs", "btrfs": "btrfs"}
+READ_NAMES = "ext2/3/4, XFS and btrfs"
+FILESYSTEM_NAMES = {
+    "ext": "an ext2/3/4 filesystem",
+    "xfs": "an XFS filesystem",
+    "btrfs": "a btrfs filesystem",
+    "lvm2": "an LVM2 physical volume",
+    "luks": "a LUKS volume",
+    "swap": "swap space",
+    "squashfs": "a squashfs image",
+    "f2fs": "an F2FS filesystem",
+    "zfs": "a ZFS pool member",
+    "bcachefs": "a bcachefs filesystem",
+    "vfat": "a FAT filesystem",
+    "ntfs": "an NTFS filesystem",
+    "bitlocker": "a BitLocker volume",
+}
+# What to do when the root is inside one of these.
+UNREAD_MOVES = {
+    "lvm2": "activate the volume group and give its root logical volume as a disk image of its own "
+    "(for example qemu-img convert -O raw /dev/<vg>/<lv> root.raw)",
+    "luks": "open the volume (cryptsetup open) and give the decrypted device as a disk image of its own",
+    "zfs": "send the root dataset to a tree and make an ext4 disk of it (mkfs.ext4 -d <tree>)",
+    "squashfs": "unpack it (unsquashfs) and make an ext4 disk of the tree (mkfs.ext4 -d <tree>)",
+}
 HYPERVISOR_KERNEL = {"firecracker": "boot/vmlinux", "cloudhypervisor": "boot/vmlinux.bin"}
 IMAGE_NAMES = ("kernel", "modules", "rootfs")
 # The initrd image is built only when the disk has an initrd for the kernel version.
@@ -64,6 +91,14 @@ MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
 MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 REF_NAME = "org.opencontainers.image.ref.name"
+# cosign's signature and attestation images (v2): one layer per signature, the payload as the blob.
+MEDIA_SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+MEDIA_DSSE = "application/vnd.dsse.envelope.v1+json"
+SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
+PREDICATE_ANNOTATION = "predicateType"
+COSIGN_CREATED = "0001-01-01T00:00:00Z"
+SIGNATURE_SUFFIX = "sig"
+ATTESTATION_SUFFIX = "att"
 
 BANNER = re.compile(rb"Linux version (\S+) \(")
 # Slim groups: what each removes, as roots inside the filesystem (resolved through its symlinks).
@@ -153,6 +188,30 @@ def describe(part):
     )
 
 
+def reads(part):
+    """True when ``part`` holds a filesystem this module reads (``READ_FILESYSTEMS``)."""
+    return part.get("filesystem") in READ_FILESYSTEMS
+
+
+def reader_of(part):
+    """The adapter that reads ``part``'s filesystem (``READ_FILESYSTEMS``)."""
+    return READ_FILESYSTEMS[part["filesystem"]]
+
+
+def holds(part):
+    """What ``part`` holds, as a refusal says it."""
+    return FILESYSTEM_NAMES.get(part.get("filesystem"), "no filesystem this module recognises")
+
+
+def _unread(partitions):
+    """``(sentences, moves)``: each partition holding a recognised filesystem this module does not read,
+    and what to do about each kind."""
+    found = [p for p in partitions if p.get("filesystem") and not reads(p)]
+    sentences = ["partition %s holds %s" % (p["number"], holds(p)) for p in found]
+    kinds = sorted(set(p["filesystem"] for p in found if p["filesystem"] in UNREAD_MOVES))
+    return sentences, [UNREAD_MOVES[k] for k in kinds]
+
+
 def check_source(src, is_directory):
     """``src`` is a disk image file; a directory (an unpacked tree, a mount point) is named as one."""
     if is_directory:
@@ -191,8 +250,9 @@ def choose_partition(src, partitions, selector=None):
     """The partition that holds the root filesystem.
 
     ``selector`` is a partition number (int or digits) or a label (GPT partition name or ext4 volume
-    label). Without it, the Linux-typed ext partitions are candidates: a discoverable-root type wins
-    over the generic Linux type, then the largest; a tie is refused.
+    label). Without it, the Linux-typed partitions holding a filesystem this module reads are
+    candidates: a discoverable-root type wins over the generic Linux type, then the largest; a tie is
+    refused. A refusal names what the partitions hold that is recognised but not read.
     """
     listing = "; ".join(describe(p) for p in partitions) or "none"
     if not partitions:
@@ -212,19 +272,26 @@ def choose_partition(src, partitions, selector=None):
                 "set partition to one of these numbers or labels",
             )
         part = found[0]
-        if part.get("filesystem") != "ext":
+        if not reads(part):
             raise Refusal(
                 "%s %s" % (src, describe(part)),
-                "does not hold an ext2/3/4 filesystem",
-                "choose the partition that holds the root filesystem",
+                "holds %s; microvm_image reads %s roots" % (holds(part), READ_NAMES),
+                UNREAD_MOVES.get(
+                    part.get("filesystem"), "choose the partition that holds the root filesystem"
+                ),
             )
         return part
-    candidates = [p for p in partitions if p.get("filesystem") == "ext" and _root_rank(p)]
+    candidates = [p for p in partitions if reads(p) and _root_rank(p)]
     if not candidates:
+        sentences, moves = _unread(partitions)
         raise Refusal(
             "%s" % src,
-            "no Linux partition holds an ext4 filesystem (partitions: %s)" % listing,
-            "pass the image's root partition with partition",
+            "no Linux partition holds a filesystem microvm_image reads (%s)%s (partitions: %s)"
+            % (READ_NAMES, "".join("; " + s for s in sentences), listing),
+            "; ".join(
+                ["pass the image's root partition with partition (its number or label) when it holds one"]
+                + moves
+            ),
         )
     return _best(
         src,
@@ -266,19 +333,16 @@ def needs_boot_partition(tree, kernel_path=None):
 
 
 def choose_boot_partition(src, partitions, root):
-    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is: the
-    ext partitions other than ``root``, the XBOOTLDR type first, then one named or labelled ``boot``,
-    then the other Linux types, the smallest of them; a tie is refused."""
-    candidates = [
-        p
-        for p in partitions
-        if p.get("filesystem") == "ext" and p["number"] != root["number"] and _boot_rank(p)
-    ]
+    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is:
+    the partitions other than ``root`` holding a filesystem this module reads, the XBOOTLDR type first,
+    then one named or labelled ``boot``, then the other Linux types, the smallest of them; a tie is
+    refused."""
+    candidates = [p for p in partitions if reads(p) and p["number"] != root["number"] and _boot_rank(p)]
     if not candidates:
         raise Refusal(
             "%s %s" % (src, describe(root)),
-            "holds no kernel in /boot and no other partition holds an ext filesystem (partitions: %s)"
-            % ("; ".join(describe(p) for p in partitions)),
+            "holds no kernel in /boot and no other partition holds a filesystem microvm_image reads (%s) "
+            "(partitions: %s)" % (READ_NAMES, "; ".join(describe(p) for p in partitions)),
             "set kernel_path to the kernel inside the root filesystem",
         )
     return _best(
@@ -541,6 +605,101 @@ def refuse_payload(path, tried, unsupported, kind="bzimage"):
         "is %s: %s" % ("a compressed bzImage" if kind == "bzimage" else "compressed", detail),
         "extract it with the kernel's scripts/extract-vmlinux into the image and set kernel_path to it",
     )
+
+
+# The disk's architecture: the machine of the programs every root runs first, and of its modules.
+ARCH_PROBES = ("usr/bin/env", "bin/sh", "sbin/init", "usr/lib/systemd/systemd", "bin/busybox")
+OCI_ARCHITECTURE = {62: "amd64", 183: "arm64", 3: "386", 40: "arm", 243: "riscv64", 21: "ppc64le"}
+MODULE_SAMPLE = 3
+
+
+def architecture_probes(tree):
+    """Real paths of the root's first programs (at most three, each once) to read the ELF machine of."""
+    found = []
+    for path in ARCH_PROBES:
+        real = resolve(tree, path)
+        if real and tree[real].kind == "file" and real not in found:
+            found.append(real)
+    return found[:3]
+
+
+def module_probes(tree, modules_root, version):
+    """The first ``MODULE_SAMPLE`` kernel modules (``.ko``, compressed or not) of ``version``, by path."""
+    prefix = "%s/%s/" % (modules_root, version)
+    names = sorted(
+        path
+        for path, entry in tree.items()
+        if path.startswith(prefix) and entry.kind == "file" and ".ko" in posixpath.basename(path)
+    )
+    return names[:MODULE_SAMPLE]
+
+
+# Compressed kernel modules by suffix: what kmod reads (``.ko.xz``, ``.ko.zst``, ``.ko.gz``).
+MODULE_COMPRESSION = {".xz": "xz", ".zst": "zstd", ".gz": "gzip"}
+
+
+def module_compression(path):
+    """The payload format of a compressed module at ``path``, or None for a plain file."""
+    return MODULE_COMPRESSION.get(posixpath.splitext(path)[1])
+
+
+def machine_name(machine):
+    return ELF_MACHINE_NAMES.get(machine, "machine %s" % machine)
+
+
+def disk_architecture(src, programs, requested=None):
+    """The OCI architecture of the disk ``src`` from ``programs`` (``[(path, e_machine or None)]``).
+
+    Programs of two machines are a mixed root and refused; a requested architecture the programs
+    contradict is refused; a root with no ELF among them needs ``architecture`` set. Returns
+    ``(architecture, read_from)``: ``read_from`` is the program it was read from, or None when taken as set.
+    """
+    machines = dict((path, machine) for path, machine in programs if machine is not None)
+    if len(set(machines.values())) > 1:
+        raise Refusal(
+            "disk %s" % src,
+            "holds programs of more than one architecture: %s"
+            % ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in sorted(machines.items())),
+            "build from a disk whose root is of one architecture",
+        )
+    if not machines:
+        if requested:
+            return requested, None
+        raise Refusal(
+            "disk %s" % src,
+            "its architecture could not be read: none of /%s is an ELF program" % ", /".join(ARCH_PROBES),
+            "set architecture (amd64 or arm64) to the disk's",
+        )
+    path, machine = sorted(machines.items())[0]
+    found = OCI_ARCHITECTURE.get(machine)
+    if found is None:
+        raise Refusal(
+            "disk %s" % src,
+            "its programs are %s (/%s), an architecture flintlock does not run"
+            % (machine_name(machine), path),
+            "build from an amd64 or arm64 disk",
+        )
+    if requested and requested != found and ELF_MACHINE.get(requested) != machine:
+        raise Refusal(
+            "disk %s" % src,
+            "is a disk for %s (/%s is %s), not for architecture %s"
+            % (found, path, machine_name(machine), requested),
+            "leave architecture unset to take the disk's, or build from a disk made for %s" % requested,
+        )
+    return found, "/" + path
+
+
+def check_modules_architecture(version, modules, architecture):
+    """Kernel modules (``[(path, e_machine or None)]``) must be of the root's ``architecture``."""
+    wanted = ELF_MACHINE.get(architecture)
+    wrong = [(path, m) for path, m in modules if m is not None and wanted is not None and m != wanted]
+    if wrong:
+        raise Refusal(
+            "kernel modules %s" % version,
+            "are not for architecture %s: %s"
+            % (architecture, ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in wrong)),
+            "take the modules built with the kernel for %s" % architecture,
+        )
 
 
 def banner_version(data):
@@ -1011,6 +1170,53 @@ def image_manifest(config_desc, layer_desc, annotations=None):
     return manifest
 
 
+def cosign_tag(digest, suffix):
+    """The tag cosign keeps an image's signatures (``sig``) or attestations (``att``) under:
+    ``sha256-<hex>.<suffix>``, in the image's own repository."""
+    algorithm, _sep, hexdigest = digest.partition(":")
+    return "%s-%s.%s" % (algorithm, hexdigest, suffix)
+
+
+def cosign_layer(media_type, digest, size, signature=None, predicate_type=None):
+    """The descriptor of one signature layer: the base64 signature in its annotation (empty for an
+    attestation, whose envelope carries it), and an attestation's predicate type."""
+    annotations = {SIGNATURE_ANNOTATION: signature or ""}
+    if predicate_type:
+        annotations[PREDICATE_ANNOTATION] = predicate_type
+    return descriptor(media_type, digest, size, annotations)
+
+
+def cosign_config(layers):
+    """The config of a signature image as cosign writes it: no platform, the layers' digests as diff ids
+    (the layers are stored uncompressed)."""
+    return {
+        "architecture": "",
+        "created": COSIGN_CREATED,
+        "history": [{"created": COSIGN_CREATED} for _layer in layers],
+        "os": "",
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+        "config": {},
+    }
+
+
+def cosign_manifest(config_desc, layers):
+    return {"schemaVersion": 2, "mediaType": MEDIA_MANIFEST, "config": config_desc, "layers": list(layers)}
+
+
+def cosign_layers(manifest, media_type):
+    """The layers of a signature (or attestation) manifest that hold ``media_type``; none of an absent one."""
+    return [
+        layer
+        for layer in (manifest or {}).get("layers") or []
+        if isinstance(layer, dict) and layer.get("mediaType") == media_type and layer.get("digest")
+    ]
+
+
+def layer_signature(layer):
+    """The base64 signature a simple-signing layer's annotation carries ("" when none)."""
+    return (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION) or ""
+
+
 def merge_index(existing, tagged):
     """An OCI layout's index.json with ``tagged`` (``{tag: manifest descriptor}``) put in.
 
@@ -1026,6 +1232,33 @@ def merge_index(existing, tagged):
         manifests.append(entry)
     manifests.sort(key=lambda e: ((e.get("annotations") or {}).get(REF_NAME, ""), e["digest"]))
     return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests}
+
+
+def report(result):
+    """The lines a person reads after a build: each image with its reference, digest and sizes (the
+    initrd when there is one), the architecture, what slim removed and the sealing verdict."""
+    arch = result["architecture"]
+    lines = [
+        "kernel %s for %s (read from %s)"
+        % (result["kernel_version"], arch["name"], arch["read_from"] or "the architecture option")
+    ]
+    for name in ALL_IMAGES:
+        image = result.get(name)
+        if image:
+            lines.append(
+                "%s: %s %s (%d bytes compressed, %d bytes of files)"
+                % (name, image["reference"], image["digest"], image["size"], image["content_bytes"])
+            )
+    sizes = result["sizes"]
+    lines.append(
+        "root filesystem: %d bytes of files before slim, %d after; removed per group: %s"
+        % (sizes["source_bytes"], sizes["rootfs_bytes"], canonical(result["removed"]).decode())
+    )
+    hygiene = result["hygiene"]
+    lines.append(
+        "sealing hygiene: %s" % ("sealed" if hygiene["sealed"] else "failed " + ", ".join(hygiene["failed"]))
+    )
+    return lines
 
 
 def check_compression_level(level):
@@ -1126,6 +1359,17 @@ def parse_registry(value, has_credentials=False):
             "serve the registry over https (ca_bundle for a private CA)",
         )
     return scheme, text
+
+
+def check_signing_target(signs, verifies, has_registry):
+    """Signatures and provenance are kept in the registry with the images: signing or verifying needs it."""
+    if (signs or verifies) and not has_registry:
+        raise Refusal(
+            "signing_key" if signs else "trust_policy",
+            "signatures and provenance are kept in the registry next to the images (cosign's "
+            "sha256-<hex>.sig and .att tags), and no registry is given",
+            "give registry and repository, or leave the signing key and trust policy out",
+        )
 
 
 def check_repository(repository):

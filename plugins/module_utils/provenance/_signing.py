@@ -113,6 +113,14 @@ def load_private_key(pem, password=None, source="private key"):
     return _check_p256(key, source, ec)
 
 
+def private_key(path=None, text=None, password=None, path_option="key_path", text_option="key"):
+    """``(key, key id)`` of the private key given as a file (``path``) or as PEM text, named in errors by
+    the option that gave it."""
+    source = "%s %s" % (path_option, path) if path else text_option
+    key = load_private_key(read_key_text(path, text, path_option), password, source)
+    return key, key_id(key)
+
+
 def load_public_key(pem, source="public key"):
     """An ECDSA P-256 public key from PEM bytes (``PUBLIC KEY``, as ``cosign generate-key-pair`` writes)."""
     serialization, ec = _crypto()[2:4]
@@ -149,6 +157,18 @@ def key_id(key):
 def keyring(pems):
     """``{key id: public key}`` from ``[(source, pem bytes)]``."""
     return {key_id(k): k for k in (load_public_key(pem, source) for source, pem in pems)}
+
+
+def keyring_of(entries, option="public_keys", extra=()):
+    """``{key id: public key}`` of ``entries`` (each a PEM public key or the path of a file holding one),
+    and of ``extra`` (``[(source, pem bytes)]``, the trust policy's own keys)."""
+    pems = list(extra)
+    for index, entry in enumerate(entries or []):
+        if "-----BEGIN" in entry:
+            pems.append(("%s[%d]" % (option, index), entry.encode("utf-8")))
+        else:
+            pems.append(("%s[%d] %s" % (option, index, entry), read_key_text(entry, None, "public key")))
+    return keyring(pems)
 
 
 def file_digests(path, algorithms=("sha256",)):
@@ -195,6 +215,21 @@ def signing_key(ring, signature, sha256_hex):
         if verify_digest(ring[keyid], signature, sha256_hex):
             return keyid
     return None
+
+
+def sign_payload(key, payload):
+    """The base64 signature cosign puts in a signature layer's annotation (ECDSA, the payload's SHA-256)."""
+    return signature_text(sign_digest(key, hashlib.sha256(payload).hexdigest()))
+
+
+def payload_key(ring, signature_b64, payload):
+    """The key id of the keyring key whose signature (base64) this is over ``payload``; None when none
+    verifies or the annotation is not base64."""
+    try:
+        sig = parse_signature_text(signature_b64)
+    except provenance.ProvenanceError:
+        return None
+    return signing_key(ring, sig, hashlib.sha256(payload).hexdigest()) if sig else None
 
 
 def sign_envelope(private_key, payload, payload_type=provenance.PAYLOAD_TYPE):

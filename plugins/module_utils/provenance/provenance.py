@@ -48,7 +48,9 @@ TEMPLATE = "packer-template"
 PROVISIONING = "provisioning-script"
 PACKAGES = "package-manifest"
 FACTS = "image-facts"
-INPUT_NAMES = (UPSTREAM, TEMPLATE, PROVISIONING, PACKAGES, FACTS)
+# The disk a micro-VM image was cut from.
+SOURCE_DISK = "source-disk"
+INPUT_NAMES = (UPSTREAM, TEMPLATE, PROVISIONING, PACKAGES, FACTS, SOURCE_DISK)
 
 # The version the builder records (galaxy.yml's; a unit test keeps them equal).
 COLLECTION_VERSION = "0.1.0"
@@ -117,11 +119,12 @@ def digests_agree(expected, seen):
 # --- the statement ------------------------------------------------------------------------------------
 
 
-def statement(subject, inputs, builder, time):
+def statement(subject, inputs, builder, time, parameters=None):
     """The in-toto statement of ``subject`` (``{name, digest}``) built from ``inputs`` by ``builder``.
 
-    ``builder`` is ``{"collection_version", "playbook", "host"}``; ``time`` an RFC 3339 UTC string.
-    Inputs are sorted by name so the same build gives the same statement.
+    ``builder`` is ``{"collection_version", "playbook", "host"}``; ``time`` an RFC 3339 UTC string;
+    ``parameters`` what else the build was told (a micro-VM image's kernel version), recorded beside the
+    playbook. Inputs are sorted by name so the same build gives the same statement.
     """
     subject = resource(subject.get("name"), subject.get("digest"), "subject")
     deps = [resource(i.get("name"), i.get("digest")) for i in inputs or []]
@@ -137,7 +140,7 @@ def statement(subject, inputs, builder, time):
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
-                "externalParameters": {"playbook": builder.get("playbook") or ""},
+                "externalParameters": dict(parameters or {}, playbook=builder.get("playbook") or ""),
                 "internalParameters": {"host": builder.get("host") or ""},
                 "resolvedDependencies": sorted(deps, key=lambda d: d["name"]),
             },
@@ -195,6 +198,9 @@ def summary(doc):
             "playbook": (build.get("externalParameters") or {}).get("playbook"),
             "host": (build.get("internalParameters") or {}).get("host"),
         },
+        "parameters": dict(
+            (k, v) for k, v in (build.get("externalParameters") or {}).items() if k != "playbook"
+        ),
         "time": (run.get("metadata") or {}).get("finishedOn"),
     }
 
@@ -416,15 +422,76 @@ def _trusted_for(policy, family, stream):
     return ", ".join(keys) if keys else "none"
 
 
+def trust_policy_spec(required=False):
+    """The ``public_keys`` and ``trust_policy`` options of a verifying module (doc fragment
+    ``goldenimage.pipeline.provenance.trust_policy``)."""
+    rule = dict(
+        key=dict(type="str", no_log=False),
+        public_key=dict(type="str", no_log=False),
+        name=dict(type="str"),
+        families=dict(type="list", elements="str"),
+        streams=dict(type="list", elements="str"),
+    )
+    relaxed = dict(family=dict(type="str"), stream=dict(type="str"), reason=dict(type="str", required=True))
+    return dict(
+        public_keys=dict(type="list", elements="str", default=[], no_log=False),
+        trust_policy=dict(
+            type="dict",
+            required=required,
+            options=dict(
+                rules=dict(type="list", elements="dict", default=[], options=rule),
+                relaxed=dict(type="list", elements="dict", default=[], options=relaxed),
+            ),
+        ),
+    )
+
+
+def signing_key_spec():
+    """The signing key and builder options of a module that signs what it makes (doc fragments
+    ``goldenimage.pipeline.provenance.signing_key`` and ``.builder``)."""
+    return dict(
+        signing_key_path=dict(type="path", no_log=False),
+        signing_key=dict(type="str", no_log=True),
+        signing_key_password=dict(type="str", no_log=True),
+        **builder_spec(),
+    )
+
+
+def builder_spec():
+    """The ``builder`` option (doc fragment ``goldenimage.pipeline.provenance.builder``)."""
+    options = dict(playbook=dict(type="str"), host=dict(type="str"), collection_version=dict(type="str"))
+    return dict(builder=dict(type="dict", default={}, options=options))
+
+
 # --- the verdict --------------------------------------------------------------------------------------
 
 
+# How a verdict speaks of a file (artifact_verify) and of an OCI image in a registry (microvm_image).
+FILE_WORDS = {
+    "kind": "artifact",
+    "signature": "detached signature",
+    "sign": "sign it with artifact_sign where it is made",
+    "changed": "the artifact was changed after signing or the signature belongs to another artifact",
+}
+IMAGE_WORDS = {
+    "kind": "image",
+    "signature": "cosign signature (sha256-<hex>.sig)",
+    "sign": "sign it where it is built (microvm_image with signing_key, or cosign sign and cosign attest)",
+    "changed": "the signature was altered or belongs to another image",
+}
+
+
+def _words(artifact):
+    return artifact.get("words") or FILE_WORDS
+
+
 def _label(artifact):
+    kind = _words(artifact)["kind"]
     digest = artifact.get("digest") or {}
     if not digest:
-        return "artifact %s (no local file read)" % artifact["name"]
+        return "%s %s (no local file read)" % (kind, artifact["name"])
     algorithm = "sha256" if "sha256" in digest else sorted(digest)[0]
-    return "artifact %s (%s:%s)" % (artifact["name"], algorithm, digest[algorithm])
+    return "%s %s (%s:%s)" % (kind, artifact["name"], algorithm, digest[algorithm])
 
 
 def _verdict(code, artifact, check, detail, key=None, move=None, **extra):
@@ -486,11 +553,11 @@ def judge(artifact, family, stream, policy, signature, provenance):
                 what,
                 "no %s found, and %s requires one (%s)"
                 % (
-                    "detached signature" if what == "signature" else "signed provenance statement",
+                    _words(artifact)["signature"] if what == "signature" else "signed provenance statement",
                     where,
                     trusted,
                 ),
-                move="sign it with artifact_sign where it is made, or relax require_signature for the family "
+                move=_words(artifact)["sign"] + ", or relax require_signature for the family "
                 "with the reason in the trust policy",
             )
         if evidence.get("key") is None:
@@ -500,8 +567,8 @@ def judge(artifact, family, stream, policy, signature, provenance):
                 what,
                 "the %s does not verify over these bytes with any key of the keyring (signed for other "
                 "bytes, or by a key not given; %s)"
-                % ("detached signature" if what == "signature" else "envelope signature", trusted),
-                move="the artifact was changed after signing or the signature belongs to another artifact",
+                % (_words(artifact)["signature"] if what == "signature" else "envelope signature", trusted),
+                move=_words(artifact)["changed"],
             )
         rule = trusted_rule(policy, evidence["key"], family, stream)
         if rule is None:
@@ -563,3 +630,105 @@ def judge(artifact, family, stream, policy, signature, provenance):
             signature["key"],
         ),
     }
+
+
+# --- OCI images, as cosign signs them ---------------------------------------------------------------
+#
+# An image is signed by its manifest digest: the simple-signing payload names the repository and the digest,
+# the signature (ECDSA over the payload's SHA-256) rides in the annotation of the layer holding the payload,
+# in a manifest under the tag ``sha256-<hex>.sig``; the provenance is a DSSE envelope whose statement's
+# subject is the repository with the digest, under ``sha256-<hex>.att``. The image's name in a verdict and in
+# a statement is the repository with its registry host, as cosign names it.
+
+SIMPLE_SIGNING_TYPE = "cosign container image signature"
+
+
+def simple_signing(repository, digest):
+    """The payload cosign signs for ``repository`` (``host/path``) at ``digest`` (``sha256:<hex>``), bytes."""
+    doc = {
+        "critical": {
+            "identity": {"docker-reference": repository},
+            "image": {"docker-manifest-digest": digest},
+            "type": SIMPLE_SIGNING_TYPE,
+        },
+        "optional": None,
+    }
+    return serialize(doc)
+
+
+def signed_digest(payload):
+    """The manifest digest a simple-signing payload names, or None when it is not one (any other JSON)."""
+    try:
+        doc = json.loads(payload.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    critical = doc.get("critical") if isinstance(doc, dict) else None
+    if not isinstance(critical, dict) or critical.get("type") != SIMPLE_SIGNING_TYPE:
+        return None
+    return ((critical.get("image") or {}).get("docker-manifest-digest")) or None
+
+
+def _trusted_first(entries, trusted):
+    """``entries`` with those whose key ``trusted(key)`` accepts first, in their order otherwise."""
+    if trusted is None:
+        return list(entries)
+    return [e for e in entries if trusted(e["key"])] + [e for e in entries if not trusted(e["key"])]
+
+
+def image_signature(signatures, digest, trusted=None):
+    """What an image's signature layers prove, as ``judge`` takes it, from ``[{"key", "digest"}]``: the key
+    that verifies each layer's payload (None when no keyring key does) and the digest the payload names.
+
+    None when there is no layer; ``{"key": keyid}`` from a layer a key verifies for ``digest`` (one whose key
+    ``trusted(key)`` accepts before any other: cosign appends the signatures of every signer to the tag);
+    else ``{"key": None, "other": (keyid, digest)}`` naming a verified signature made for another image."""
+    if not signatures:
+        return None
+    verified = [e for e in signatures if e.get("key")]
+    for entry in _trusted_first(verified, trusted):
+        if entry.get("digest") == digest:
+            return {"key": entry["key"]}
+    other = next(((e["key"], e.get("digest")) for e in verified), None)
+    return {"key": None, "other": other}
+
+
+def image_provenance(envelopes, name, digest, trusted=None):
+    """The envelope ``judge`` takes from ``[{"key", "statement", "named"}]`` (one per ``.att`` layer): one a
+    key verified whose statement names ``name`` at ``digest`` (a key ``trusted`` accepts first), else the
+    first a key verified, else the first; None when there is none."""
+    if not envelopes:
+        return None
+    want = digest_set(digest, "image %s" % name)
+    verified = [e for e in envelopes if e.get("key") and e.get("statement")]
+    for entry in _trusted_first(verified, trusted):
+        for subject in entry["statement"].get("subject") or []:
+            if subject.get("name") == name and digests_agree(want, subject.get("digest") or {}):
+                return entry
+    return (verified or envelopes)[0]
+
+
+def judge_image(name, digest, family, stream, policy, signatures, envelopes):
+    """The verdict on the image ``name`` (``host/path``) at ``digest`` (``sha256:<hex>``), as ``judge``
+    gives it, from its signature layers (``[{"key", "digest"}]``) and its attestation envelopes (``[{"key",
+    "statement", "named"}]``); a signature a known key made for another image's digest is named as such."""
+    image = {"name": name, "digest": digest_set(digest, "image %s" % name), "words": IMAGE_WORDS}
+
+    def trusted(key):
+        return trusted_rule(policy, key, family, stream) is not None
+
+    signature = image_signature(signatures, digest, trusted)
+    found = image_provenance(envelopes, name, digest, trusted)
+    other = (signature or {}).get("other")
+    if other:
+        where = "family %s stream %s" % (family, stream or ANY)
+        return _verdict(
+            OTHER_BYTES,
+            image,
+            "signature",
+            "key %s signed docker-manifest-digest %s, not this image's %s: a signature made for another "
+            "image (the keys trusted for %s: %s)"
+            % (other[0], other[1], digest, where, _trusted_for(policy, family, stream)),
+            key=other[0],
+            move=IMAGE_WORDS["sign"],
+        )
+    return judge(image, family, stream, policy, signature, found)

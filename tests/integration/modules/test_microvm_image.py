@@ -337,14 +337,14 @@ def test_partition_selection_refusals(made, tmp_path):
     refused(tmp_path, r"no partition numbered or labelled 'data'", src=str(made["gpt"]), partition="data")
     refused(
         tmp_path,
-        r"partition 1 'EFI'.*does not hold an ext2/3/4 filesystem",
+        r"partition 1 'EFI'.*holds no filesystem this module recognises; microvm_image reads ext2/3/4",
         src=str(made["gpt"]),
         partition="1",
     )
     twins = parts.gpt_disk(made["work"] / "twins.raw", made["root"], names=("root-a", "root-b"))["path"]
     refused(tmp_path, r"more than one Linux partition could be the root", src=str(twins))
     windows = parts.gpt_disk(made["work"] / "basic-data.raw", made["root"], kind="0700")["path"]
-    refused(tmp_path, r"no Linux partition holds an ext4 filesystem", src=str(windows))
+    refused(tmp_path, r"no Linux partition holds a filesystem microvm_image reads", src=str(windows))
     assert (
         run(src=str(windows), dest=str(tmp_path / "by-label"), partition="root")["partition"]["number"] == 2
     )
@@ -452,6 +452,7 @@ def test_publish_playbook_end_to_end(made, registry, tmp_path):
     assert result["changed"] is True and result["removed"]["docs"] > 0
     report = first["Size report"]["msg"]
     assert any(line.startswith("without slim: ") and "not measured" not in line for line in report)
+    assert report[0] == "kernel %s for amd64 (read from /usr/bin/env)" % V
     spec = yaml.safe_load((tmp_path / "spec.yml").read_text())
     assert spec["kernel"]["image"] == "%s/playbook/ubuntu/kernel:%s" % (registry.host, V)
     assert spec["additional_volumes"][0]["mount_point"] == "/lib/modules/" + V

@@ -149,7 +149,7 @@ def test_unwritten_extents_read_as_zeros_not_the_garbage_under_them(tmp_path):
     extents = disks.run("debugfs", "-R", "ex /var/lib/prealloc", image)
     assert "Uninit" in extents
     result, _read = run(src=str(image), dest=str(tmp_path / "oci"), sparse_files="write", sparse_threshold=0)
-    assert [f for f in result["sparse"]["files"] if f["image"] == "rootfs"] == [
+    assert [f for f in result["sparse"]["files"] if f["path"] == "/var/lib/prealloc"] == [
         {"image": "rootfs", "path": "/var/lib/prealloc", "apparent_size": 4096 * 4096, "allocated_size": 4096}
     ]
     data = members(tmp_path / "oci", result["rootfs"]["layer_digest"])["var/lib/prealloc"]

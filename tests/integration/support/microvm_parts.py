@@ -46,12 +46,19 @@ def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
-def kernel_bytes(version: str = VERSION, size: int = 64 * 1024) -> bytes:
-    """An x86_64 ELF header (e_machine 62), padding, and the banner a real vmlinux carries in .rodata."""
+def elf_header(machine: int = 62, kind: int = 2) -> bytes:
+    """A 64-bit little-endian ELF header: ``kind`` 2 an executable, 1 a relocatable (a kernel module)."""
+    return b"\x7fELF\x02\x01\x01" + bytes(9) + kind.to_bytes(2, "little") + machine.to_bytes(2, "little")
+
+
+def kernel_bytes(version: str = VERSION, size: int = 64 * 1024, machine: int = 62) -> bytes:
+    """An ELF header (x86_64 unless told), padding, and the banner a real vmlinux carries in .rodata."""
     banner = b"Linux version %s (builder@liquidmetal) (gcc 12.2.0) #1 SMP\n" % version.encode()
-    header = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (62).to_bytes(2, "little")
-    body = header + bytes(51) + os.urandom(size) + banner + bytes(1024)
-    return body
+    return elf_header(machine) + bytes(51) + os.urandom(size) + banner + bytes(1024)
+
+
+def module_bytes(size: int, machine: int = 62) -> bytes:
+    return elf_header(machine, kind=1) + os.urandom(size)
 
 
 def module_files(version: str = VERSION) -> list[str]:
@@ -68,9 +75,11 @@ def root_tree(root: pathlib.Path, version: str = VERSION, changes: dict | None =
         "etc/os-release": 'ID=ubuntu\nVERSION_ID="22.04"\n',
         "boot/vmlinux": kernel_bytes(version),
         "boot/config-%s" % version: "# Linux/x86 %s Kernel Configuration\nCONFIG_VIRTIO=y\n" % version,
-        "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: os.urandom(8192),
-        "usr/lib/modules/%s/kernel/drivers/net/virtio_net.ko" % version: os.urandom(4096),
+        "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: module_bytes(8192),
+        "usr/lib/modules/%s/kernel/drivers/net/virtio_net.ko" % version: module_bytes(4096),
         "usr/lib/modules/%s/modules.dep" % version: "kernel/fs/ext4/ext4.ko:\n",
+        # This machine's own env: the program the disk's architecture is read from.
+        "usr/bin/env": pathlib.Path("/usr/bin/env").read_bytes(),
         "usr/bin/tool": b"#!/bin/sh\necho tool\n",
         "usr/bin/sgid-tool": b"#!/bin/sh\necho sgid\n",
         "usr/bin/python3.11": os.urandom(2048),
@@ -133,6 +142,126 @@ def ext4_root(tree: pathlib.Path, image: pathlib.Path, size: int = 48 * MIB) -> 
     script.write_text("\n".join(commands) + "\n")
     disks.run("debugfs", "-w", "-f", script, image)
     script.unlink()
+    return image
+
+
+# mkfs.xfs refuses a filesystem smaller than 300 MB; the file is sparse.
+XFS_SIZE = 320 * MIB
+PROTO_KINDS = {stat.S_IFREG: "-", stat.S_IFDIR: "d", stat.S_IFLNK: "l", stat.S_IFIFO: "p", stat.S_IFCHR: "c"}
+
+
+def _proto_lines(folder: pathlib.Path, tree: pathlib.Path, seen: dict, later: list, depth: int) -> list[str]:
+    lines = []
+    for child in sorted(folder.iterdir()):
+        st = os.lstat(child)
+        rel = str(child.relative_to(tree))
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            if st.st_ino in seen:
+                later.append(("link", seen[st.st_ino], rel))
+                continue
+            seen[st.st_ino] = rel
+        if st.st_mode & stat.S_ISVTX:
+            later.append(("chmod", rel, stat.S_IMODE(st.st_mode)))
+        uid, gid = OWNERS.get(rel, (st.st_uid, st.st_gid))
+        mode = "%s%s%s%03o" % (
+            PROTO_KINDS[stat.S_IFMT(st.st_mode)],
+            "u" if st.st_mode & stat.S_ISUID else "-",
+            "g" if st.st_mode & stat.S_ISGID else "-",
+            st.st_mode & 0o777,
+        )
+        head = "%s%s %s %d %d" % (" " * depth, child.name, mode, uid, gid)
+        if stat.S_ISREG(st.st_mode):
+            lines.append("%s %s" % (head, child))
+        elif stat.S_ISLNK(st.st_mode):
+            lines.append("%s %s" % (head, os.readlink(child)))
+        elif stat.S_ISCHR(st.st_mode):
+            lines.append("%s %d %d" % (head, os.major(st.st_rdev), os.minor(st.st_rdev)))
+        elif stat.S_ISDIR(st.st_mode):
+            lines.append(head)
+            lines += _proto_lines(child, tree, seen, later, depth + 1)
+            lines.append("%s$" % (" " * (depth + 1)))
+        else:
+            lines.append(head)
+    return lines
+
+
+def xfs_root(tree: pathlib.Path, image: pathlib.Path) -> pathlib.Path:
+    """XFS from ``tree`` with ``mkfs.xfs -p <protofile>`` (no mount), owners as ``ext4_root`` gives them.
+
+    mkfs.xfs 6.1's protofile cannot express hard links, the sticky bit, extended attributes or
+    modification times: as root, the filesystem is then loop-mounted once to add exactly those (the
+    xattr as ``ext4_root`` adds it), so that it holds what the ext4 made from the same tree holds."""
+    seen, later = {}, []
+    lines = ["/dev/null", "0 0", "d--755 0 0"] + _proto_lines(tree, tree, seen, later, 1) + ["$", ""]
+    proto = image.with_suffix(".proto")
+    proto.write_text("\n".join(lines))
+    image.unlink(missing_ok=True)
+    disks.run("truncate", "-s", str(XFS_SIZE), image)
+    disks.run("mkfs.xfs", "-q", "-f", "-p", proto, image)
+    proto.unlink()
+    if os.geteuid() == 0:
+        _complete_xfs(tree, image, later)
+    return image
+
+
+@contextlib.contextmanager
+def _mounted(image: pathlib.Path):
+    """``image`` loop-mounted (as root) for the few changes its mkfs cannot make."""
+    mount = image.with_suffix(".mnt")
+    mount.mkdir(exist_ok=True)
+    disks.run("mount", "-o", "loop", image, mount)
+    try:
+        yield mount
+    finally:
+        disks.run("umount", mount)
+        mount.rmdir()
+
+
+def _complete_xfs(tree: pathlib.Path, image: pathlib.Path, later: list) -> None:
+    with _mounted(image) as mount:
+        for action, first, second in later:
+            if action == "link":
+                os.link(mount / first, mount / second)
+            else:
+                os.chmod(mount / first, second)
+        if (tree / "etc/hostname").exists():
+            os.setxattr(mount / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
+        # Deepest first, so that a directory's time is set after its entries changed it.
+        for source in sorted(tree.rglob("*"), key=lambda p: -len(p.parts)):
+            st = os.lstat(source)
+            os.utime(
+                mount / source.relative_to(tree), ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False
+            )
+
+
+def btrfs_root(tree: pathlib.Path, image: pathlib.Path) -> pathlib.Path:
+    """btrfs from ``tree`` with ``mkfs.btrfs --rootdir`` (no mount) into the default subvolume. The
+    owners ``ext4_root`` gives are set on a copy of the tree first, which needs root; without it the
+    files keep the tree's owners. btrfs-progs 6.2 writes device nodes without their numbers: as root,
+    the filesystem is loop-mounted once to make ``dev/null`` again."""
+    copy = image.with_suffix(".tree")
+    shutil.rmtree(copy, ignore_errors=True)
+    disks.run("cp", "-a", tree, copy)
+    if os.geteuid() == 0:
+        for path, (uid, gid) in OWNERS.items():
+            if (copy / path).exists():
+                os.chown(copy / path, uid, gid, follow_symlinks=False)
+                # chown clears setuid and setgid.
+                os.chmod(copy / path, stat.S_IMODE(os.lstat(tree / path).st_mode))
+    if (copy / "etc/hostname").exists():
+        os.setxattr(copy / "etc/hostname", XATTR[0], XATTR[1], follow_symlinks=False)
+    image.unlink(missing_ok=True)
+    disks.run("truncate", "-s", str(XFS_SIZE), image)
+    disks.run("mkfs.btrfs", "-q", "-f", "--rootdir", copy, image)
+    shutil.rmtree(copy)
+    device = tree / "dev/null"
+    if os.geteuid() == 0 and device.exists():
+        st = os.lstat(device)
+        with _mounted(image) as mount:
+            os.unlink(mount / "dev/null")
+            os.mknod(mount / "dev/null", st.st_mode, st.st_rdev)
+            for path in ("dev/null", "dev"):
+                os.utime(mount / path, ns=(st.st_atime_ns, os.lstat(tree / path).st_mtime_ns))
     return image
 
 
@@ -368,6 +497,13 @@ def pull_and_unpack(
         "oci:%s:%s" % (layout, name),
     )
     disks.run("umoci", "unpack", "--rootless", "--image", "%s:%s" % (layout, name), bundle)
+    return bundle / "rootfs"
+
+
+def unpack_layout(layout: pathlib.Path, tag: str, bundle: pathlib.Path) -> pathlib.Path:
+    """``umoci unpack --rootless`` of one tag of an OCI layout the module wrote; returns the rootfs."""
+    shutil.rmtree(bundle, ignore_errors=True)
+    disks.run("umoci", "unpack", "--rootless", "--image", "%s:%s" % (layout, tag), bundle)
     return bundle / "rootfs"
 
 

@@ -124,9 +124,38 @@ def test_two_equal_candidates_are_refused():
 
 def test_no_linux_ext_partition_is_refused_listing_the_table():
     with pytest.raises(
-        Refusal, match=r"no Linux partition holds an ext4 filesystem \(partitions: partition 1"
+        Refusal,
+        match=r"no Linux partition holds a filesystem microvm_image reads \(ext2/3/4, XFS and btrfs\) "
+        r"\(partitions: partition 1",
     ):
         microvm.choose_partition("disk.raw", [part(1, "0x07", fs=None)])
+
+
+def test_an_xfs_root_is_chosen_like_an_ext_one():
+    parts = [part(1, fs="vfat", size=100 * MIB), part(2, fs="xfs", size=900 * MIB), part(3, size=200 * MIB)]
+    chosen = microvm.choose_partition("disk.raw", parts)
+    assert chosen["number"] == 2 and microvm.reader_of(chosen) == "xfs"
+    assert microvm.reader_of(parts[2]) == "ext4"
+    # RHEL's separate /boot is XFS too.
+    boot = microvm.choose_boot_partition("disk.raw", parts[:2] + [part(3, fs="xfs", size=1 * MIB)], chosen)
+    assert boot["number"] == 3
+
+
+def test_recognised_but_unread_filesystems_are_named_with_what_to_do():
+    parts = [part(1, fs="vfat"), part(2, fs="luks"), part(3, "0x8e", fs="lvm2"), part(4, fs="swap")]
+    with pytest.raises(Refusal) as info:
+        microvm.choose_partition("disk.raw", parts)
+    assert (
+        "no Linux partition holds a filesystem microvm_image reads (ext2/3/4, XFS and btrfs); partition 1 "
+        "holds a FAT filesystem; partition 2 holds a LUKS volume; partition 3 holds an LVM2 physical volume; "
+        "partition 4 holds swap space (partitions: " in info.value.msg
+    )
+    assert "cryptsetup open" in info.value.msg and "activate the volume group" in info.value.msg
+    with pytest.raises(Refusal, match=r"holds a LUKS volume; microvm_image reads ext2/3/4, XFS and btrfs"):
+        microvm.choose_partition("disk.raw", parts, "2")
+    for fs in ("squashfs", "f2fs", "zfs", "bcachefs", "ntfs", "bitlocker"):
+        with pytest.raises(Refusal, match=r"partition 1 .*: holds an? [^;]+; microvm_image reads"):
+            microvm.choose_partition("disk.raw", [part(1, fs=fs)], "1")
 
 
 def test_an_empty_disk_is_refused():
@@ -147,7 +176,9 @@ def test_an_unknown_partition_selector_is_refused():
 
 
 def test_a_selected_partition_without_ext_is_refused():
-    with pytest.raises(Refusal, match="does not hold an ext2/3/4 filesystem"):
+    with pytest.raises(
+        Refusal, match="holds no filesystem this module recognises; microvm_image reads ext2/3/4, XFS"
+    ):
         microvm.choose_partition("d", [part(1, fs=None)], 1)
 
 
@@ -590,7 +621,9 @@ def test_the_boot_partition_is_chosen_by_type_then_name_then_size():
     with pytest.raises(Refusal, match=r"more than one partition could be /boot"):
         microvm.choose_boot_partition("d.raw", [root, home, part(5, size=300 * MIB)], root)
     with pytest.raises(
-        Refusal, match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds an ext"
+        Refusal,
+        match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds a filesystem "
+        r"microvm_image reads",
     ):
         microvm.choose_boot_partition("d.raw", [root, esp], root)
 
@@ -727,3 +760,144 @@ def test_a_negative_sparse_threshold_is_refused():
     with pytest.raises(Refusal, match="sparse_threshold -1: is negative"):
         microvm.check_sparse_threshold(-1)
     assert microvm.check_sparse_threshold(0) == 0
+
+
+# The disk's architecture ---------------------------------------------------------------------------
+
+
+def test_architecture_probes_follow_links_and_skip_scripts_and_repeats():
+    tree = tree_of(
+        {"usr": "dir", "usr/bin": "dir", "bin": "->usr/bin", "usr/bin/env": "file:10", "usr/bin/sh": "->env"}
+    )
+    assert microvm.architecture_probes(tree) == ["usr/bin/env"]
+    assert microvm.architecture_probes(tree_of({"etc": "dir"})) == []
+
+
+def test_module_probes_are_the_first_modules_by_path_compressed_or_not():
+    base = "usr/lib/modules/6.1"
+    tree = tree_of(
+        {
+            base + "/kernel/c.ko.zst": "file:1",
+            base + "/kernel/a.ko": "file:1",
+            base + "/kernel/b.ko.xz": "file:1",
+            base + "/kernel/d.ko": "file:1",
+            base + "/modules.dep": "file:1",
+            "usr/lib/modules/6.2/kernel/0.ko": "file:1",
+        }
+    )
+    assert microvm.module_probes(tree, "usr/lib/modules", "6.1") == [
+        base + "/kernel/a.ko",
+        base + "/kernel/b.ko.xz",
+        base + "/kernel/c.ko.zst",
+    ]
+    assert [microvm.module_compression(p) for p in ("a.ko", "b.ko.xz", "c.ko.zst", "d.ko.gz")] == [
+        None,
+        "xz",
+        "zstd",
+        "gzip",
+    ]
+
+
+def test_the_disk_architecture_is_its_programs_machine():
+    assert microvm.disk_architecture("d.raw", [("usr/bin/env", 183), ("sbin/init", None)]) == (
+        "arm64",
+        "/usr/bin/env",
+    )
+    assert microvm.disk_architecture("d.raw", [("usr/bin/env", 62)], "x86_64") == ("amd64", "/usr/bin/env")
+    assert microvm.disk_architecture("d.raw", [("usr/bin/env", None)], "arm64") == ("arm64", None)
+
+
+@pytest.mark.parametrize(
+    "programs, requested, message",
+    [
+        (
+            [("usr/bin/env", 62), ("sbin/init", 183)],
+            None,
+            "more than one architecture: /sbin/init is aarch64",
+        ),
+        (
+            [("usr/bin/env", 62)],
+            "arm64",
+            r"is a disk for amd64 \(/usr/bin/env is x86_64\), not for architecture",
+        ),
+        ([("usr/bin/env", None)], None, "its architecture could not be read"),
+        ([("usr/bin/env", 8)], None, "machine 8 \\(/usr/bin/env\\), an architecture flintlock does not run"),
+    ],
+)
+def test_a_disk_architecture_that_cannot_be_trusted_is_refused(programs, requested, message):
+    with pytest.raises(Refusal, match=message):
+        microvm.disk_architecture("d.raw", programs, requested)
+
+
+def test_modules_of_another_architecture_are_refused():
+    microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", None)], "amd64")
+    with pytest.raises(
+        Refusal, match=r"kernel modules 6.1: are not for architecture amd64: /b.ko.xz is aarch64"
+    ):
+        microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", 183)], "amd64")
+
+
+def test_a_compressed_modules_elf_header_is_read_after_decompression():
+    import io
+
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x01\x00\xb7\x00" + bytes(100)
+    packed = lzma.compress(header, format=lzma.FORMAT_XZ)
+    assert microvm.elf_machine(_kernel.elf_head(io.BytesIO(packed), "x/a.ko.xz")) == 183
+    assert microvm.elf_machine(_kernel.elf_head(io.BytesIO(gzip.compress(header)), "x/a.ko.gz")) == 183
+    assert microvm.elf_machine(_kernel.elf_head(io.BytesIO(header), "x/a.ko")) == 183
+    assert _kernel.elf_head(io.BytesIO(b"not xz"), "x/a.ko.xz") == b""
+
+
+def test_the_report_names_every_image_the_architecture_and_the_verdict():
+    image = {"reference": "r/%s:1", "digest": "sha256:d", "size": 10, "content_bytes": 30}
+    result = {
+        "kernel_version": "6.1",
+        "architecture": {"name": "arm64", "read_from": None},
+        "kernel": dict(image, reference="r/kernel:1"),
+        "rootfs": dict(image, reference="r/rootfs:1"),
+        "initrd": dict(image, reference="r/initrd:1"),
+        "sizes": {"source_bytes": 100, "rootfs_bytes": 60},
+        "removed": {"docs": 40},
+        "hygiene": {"sealed": False, "failed": ["ssh_host_keys_absent"]},
+    }
+    assert microvm.report(result) == [
+        "kernel 6.1 for arm64 (read from the architecture option)",
+        "kernel: r/kernel:1 sha256:d (10 bytes compressed, 30 bytes of files)",
+        "rootfs: r/rootfs:1 sha256:d (10 bytes compressed, 30 bytes of files)",
+        "initrd: r/initrd:1 sha256:d (10 bytes compressed, 30 bytes of files)",
+        'root filesystem: 100 bytes of files before slim, 60 after; removed per group: {"docs":40}',
+        "sealing hygiene: failed ssh_host_keys_absent",
+    ]
+
+
+def test_cosign_signature_images_have_cosigns_tags_media_types_and_annotations():
+    digest = "sha256:" + "a" * 64
+    assert microvm.cosign_tag(digest, microvm.SIGNATURE_SUFFIX) == "sha256-%s.sig" % ("a" * 64)
+    assert microvm.cosign_tag(digest, microvm.ATTESTATION_SUFFIX) == "sha256-%s.att" % ("a" * 64)
+    sig = microvm.cosign_layer(microvm.MEDIA_SIMPLE_SIGNING, digest, 10, signature="MEUC")
+    att = microvm.cosign_layer(
+        microvm.MEDIA_DSSE, digest, 10, predicate_type="https://slsa.dev/provenance/v1"
+    )
+    assert sig["mediaType"] == "application/vnd.dev.cosign.simplesigning.v1+json"
+    assert sig["annotations"] == {"dev.cosignproject.cosign/signature": "MEUC"}
+    assert att["mediaType"] == "application/vnd.dsse.envelope.v1+json"
+    assert att["annotations"] == {
+        "dev.cosignproject.cosign/signature": "",
+        "predicateType": "https://slsa.dev/provenance/v1",
+    }
+    config = microvm.cosign_config([sig, att])
+    assert config["rootfs"]["diff_ids"] == [digest, digest] and config["os"] == ""
+    manifest = microvm.cosign_manifest(microvm.descriptor(microvm.MEDIA_CONFIG, digest, 2), [sig, att])
+    assert manifest["mediaType"] == microvm.MEDIA_MANIFEST
+    assert microvm.cosign_layers(manifest, microvm.MEDIA_DSSE) == [att]
+    assert microvm.cosign_layers(None, microvm.MEDIA_DSSE) == []
+    assert microvm.layer_signature(sig) == "MEUC" and microvm.layer_signature({}) == ""
+
+
+def test_signing_or_verifying_needs_a_registry():
+    microvm.check_signing_target(False, False, False)
+    microvm.check_signing_target(True, True, True)
+    with pytest.raises(Refusal, match=r"^signing_key: .*give registry and repository"):
+        microvm.check_signing_target(True, False, False)
+    with pytest.raises(Refusal, match=r"^trust_policy: "):
+        microvm.check_signing_target(False, True, False)

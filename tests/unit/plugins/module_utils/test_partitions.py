@@ -17,7 +17,7 @@ LINUX = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
 @pytest.fixture(autouse=True)
 def _tools():
     """The disks are made with real tools; a missing one fails the test (make deps installs them)."""
-    missing = [t for t in ("sfdisk", "mkfs.ext4", "mkntfs") if not shutil.which(t)]
+    missing = [t for t in ("sfdisk", "sgdisk", "mkfs.ext4", "mkntfs") if not shutil.which(t)]
     assert not missing, "missing tools (make deps installs them): %s" % ", ".join(missing)
 
 
@@ -131,17 +131,75 @@ def test_a_blank_disk_has_no_partitions(tmp_path):
     assert read(disk(tmp_path / "blank.raw", 1)) == []
 
 
+def read_noting(path):
+    image = _disk.Image(str(path))
+    notes = []
+    try:
+        return _partitions.read_partitions(image, notes), notes
+    finally:
+        image.close()
+
+
+def test_a_damaged_primary_gpt_is_read_from_the_backup_as_sgdisk_does(tmp_path):
+    path = disk(tmp_path / "gpt.raw", 4)
+    subprocess.run(
+        ["sgdisk", "-n", "1:2048:4095", "-t", "1:8300", "-c", "1:root", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    intact, notes = read_noting(path)
+    assert notes == [] and [(p["number"], p["name"]) for p in intact] == [(1, "root")]
+    last_lba = 4 * MIB // 512 - 1
+    with open(path, "r+b") as fh:
+        fh.seek(512 + 40)  # the header's first usable LBA, under its CRC
+        fh.write(b"\xff\xff")
+    parts, notes = read_noting(path)
+    assert parts == intact
+    assert notes == [
+        "%s: the primary GPT header at LBA 1 is damaged (its header checksum does not match); the partitions "
+        "were read from the backup header at LBA %d, as sgdisk does (sgdisk -e or gdisk's w rewrites the "
+        "primary)" % (path, last_lba)
+    ]
+    # A reader that cannot pass the note on (the seal verdict, image facts) is refused instead.
+    with pytest.raises(
+        _partitions.PartitionTableError,
+        match=r"gpt\.raw: the primary GPT header at LBA 1 is damaged \(its header checksum does not match\); "
+        r"rewrite it from the backup \(sgdisk -e\)",
+    ):
+        read(path)
+    # sgdisk agrees that the backup holds the table.
+    listing = subprocess.run(["sgdisk", "-p", str(path)], capture_output=True, text=True, check=False)
+    assert "root" in listing.stdout
+    with open(path, "r+b") as fh:
+        fh.seek(last_lba * 512 + 40)
+        fh.write(b"\xff\xff")
+    with pytest.raises(
+        _partitions.PartitionTableError,
+        match=r"gpt\.raw: the primary GPT header at LBA 1 is damaged \(its header checksum does not match\) "
+        r"and so is the backup at LBA %d \(its header checksum does not match\)" % last_lba,
+    ):
+        read_noting(path)
+
+
 def test_a_damaged_table_names_the_disk_and_the_damage(tmp_path):
     path = disk(tmp_path / "gpt.raw", 4, "label: gpt\nstart=2048, size=2048, type=%s\n" % LINUX)
     with open(path, "r+b") as fh:
         fh.seek(1024 + 32)  # the first entry's first LBA, under the entries' CRC
         fh.write(b"\x01")
-    with pytest.raises(
-        _partitions.PartitionTableError, match=r"gpt\.raw: the GPT partition entries checksum"
-    ):
-        read(path)
+    parts, notes = read_noting(path)
+    assert [p["offset"] for p in parts] == [2048 * 512]  # the backup's entries
+    assert "damaged (its partition entries checksum does not match)" in notes[0]
     with open(path, "r+b") as fh:
-        fh.seek(512 + 16)
+        fh.seek(4 * MIB - 512 + 16)
         fh.write(zlib.crc32(b"not the header").to_bytes(4, "little"))
-    with pytest.raises(_partitions.PartitionTableError, match="the GPT header checksum does not match"):
-        read(path)
+    with pytest.raises(
+        _partitions.PartitionTableError, match=r"the backup at LBA 8191 \(its header checksum"
+    ):
+        read_noting(path)
+    with open(path, "r+b") as fh:
+        fh.seek(512)
+        fh.write(bytes(512))
+    with pytest.raises(
+        _partitions.PartitionTableError, match=r"damaged \(no GPT header\) and so is the backup"
+    ):
+        read_noting(path)

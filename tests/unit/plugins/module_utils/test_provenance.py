@@ -292,3 +292,121 @@ def test_a_key_the_policy_does_not_hold_is_named_as_the_untrusted_signer():
     assert "key %s signed it (its provenance envelope names the key)" % OTHER_KEY in verdict["message"]
     # A key the policy holds that verifies nothing is other bytes, not a stranger.
     assert judge({"key": None}, dict(found, named=[KEY]))["verdict"] == provenance.OTHER_BYTES
+
+
+# --- OCI images, as cosign signs them ---------------------------------------------------------------
+
+IMAGE = "registry.example.com/flintlock/ubuntu/kernel"
+
+
+def test_the_simple_signing_payload_is_cosigns_and_names_the_digest():
+    payload = provenance.simple_signing(IMAGE, "sha256:" + A)
+    assert json.loads(payload) == {
+        "critical": {
+            "identity": {"docker-reference": IMAGE},
+            "image": {"docker-manifest-digest": "sha256:" + A},
+            "type": "cosign container image signature",
+        },
+        "optional": None,
+    }
+    assert provenance.signed_digest(payload) == "sha256:" + A
+    for other in (b"not json", b"[]", b'{"critical": {"type": "something else"}}', b"\xff"):
+        assert provenance.signed_digest(other) is None
+
+
+def test_an_image_signature_counts_only_a_verified_layer_for_this_digest():
+    digest = "sha256:" + A
+    assert provenance.image_signature([], digest) is None
+    mine = {"key": KEY, "digest": digest}
+    assert provenance.image_signature([{"key": None, "digest": digest}, mine], digest) == {"key": KEY}
+    # Verified, but made for another image's digest: named as such.
+    assert provenance.image_signature([{"key": KEY, "digest": "sha256:" + B}], digest) == {
+        "key": None,
+        "other": (KEY, "sha256:" + B),
+    }
+    # Nothing verifies: no key, nothing to name.
+    assert provenance.image_signature([{"key": None, "digest": digest}], digest) == {
+        "key": None,
+        "other": None,
+    }
+
+
+def image_statement(name=IMAGE, digest=A):
+    return provenance.statement({"name": name, "digest": {"sha256": digest}}, [], {}, "2026-12-01T00:00:00Z")
+
+
+def test_the_image_provenance_prefers_a_verified_statement_of_this_image():
+    theirs = {"key": OTHER_KEY, "statement": image_statement(digest=B), "named": []}
+    mine = {"key": KEY, "statement": image_statement(), "named": []}
+    unverified = {"key": None, "statement": None, "named": []}
+    assert provenance.image_provenance([], IMAGE, "sha256:" + A) is None
+    assert provenance.image_provenance([unverified, theirs, mine], IMAGE, "sha256:" + A) is mine
+    assert provenance.image_provenance([unverified, theirs], IMAGE, "sha256:" + A) is theirs
+    assert provenance.image_provenance([unverified], IMAGE, "sha256:" + A) is unverified
+
+
+def image_policy():
+    return provenance.normalize_policy(
+        {"rules": [{"key": KEY, "name": "release", "families": ["flintlock"]}]}
+    )
+
+
+def judge_image(signatures, envelopes, family="flintlock", digest="sha256:" + A):
+    return provenance.judge_image(IMAGE, digest, family, None, image_policy(), signatures, envelopes)
+
+
+def test_an_image_is_judged_by_its_signature_its_statement_and_the_policy():
+    mine = {"key": KEY, "digest": "sha256:" + A}
+    found = [{"key": KEY, "statement": image_statement(), "named": []}]
+    verdict = judge_image([mine], found)
+    assert verdict["verdict"] == provenance.VERIFIED and verdict["signer"] == "release"
+    assert verdict["message"].startswith("image %s (sha256:%s): signed by release" % (IMAGE, A))
+
+    other = judge_image([{"key": KEY, "digest": "sha256:" + B}], found)
+    assert (
+        other["verdict"] == provenance.OTHER_BYTES and other["key"] == KEY and other["check"] == "signature"
+    )
+    assert "signed docker-manifest-digest sha256:%s, not this image's sha256:%s" % (B, A) in other["message"]
+
+    unsigned = judge_image([], [])
+    assert unsigned["verdict"] == provenance.UNSIGNED
+    assert "no cosign signature (sha256-<hex>.sig) found" in unsigned["message"]
+    assert "microvm_image with signing_key" in unsigned["message"]
+
+    differs = judge_image([mine], [{"key": KEY, "statement": image_statement(digest=B), "named": []}])
+    assert differs["verdict"] == provenance.SUBJECT_DIGEST
+
+    elsewhere = judge_image([mine], found, family="debian")
+    assert elsewhere["verdict"] == provenance.UNTRUSTED_KEY and elsewhere["key"] == KEY
+
+
+def test_a_trusted_signature_counts_whatever_other_signers_appended_before_it():
+    # cosign appends every signer's layer to the tag: a known but untrusted key's, first, does not hide the
+    # trusted one's, and the same for the attestations.
+    theirs = {"key": OTHER_KEY, "digest": "sha256:" + A}
+    mine = {"key": KEY, "digest": "sha256:" + A}
+    envelopes = [
+        {"key": OTHER_KEY, "statement": image_statement(), "named": []},
+        {"key": KEY, "statement": image_statement(), "named": []},
+    ]
+    assert judge_image([theirs, mine], envelopes)["verdict"] == provenance.VERIFIED
+    assert judge_image([theirs], envelopes[:1])["verdict"] == provenance.UNTRUSTED_KEY
+
+
+def kernel_statement(time, version):
+    return provenance.statement(
+        {"name": IMAGE, "digest": {"sha256": A}},
+        [{"name": provenance.SOURCE_DISK, "digest": "sha256:" + B}],
+        {"playbook": "microvm.yml"},
+        time,
+        {"kernel_version": version, "image": "kernel"},
+    )
+
+
+def test_a_statement_records_the_build_parameters_beside_the_playbook():
+    doc = kernel_statement("2026-12-01T00:00:00Z", "6.1.0")
+    external = doc["predicate"]["buildDefinition"]["externalParameters"]
+    assert external == {"playbook": "microvm.yml", "kernel_version": "6.1.0", "image": "kernel"}
+    assert provenance.summary(doc)["parameters"] == {"kernel_version": "6.1.0", "image": "kernel"}
+    assert provenance.same_build(doc, kernel_statement("2026-12-02T00:00:00Z", "6.1.0"))
+    assert not provenance.same_build(doc, kernel_statement("2026-12-01T00:00:00Z", "6.1.1"))

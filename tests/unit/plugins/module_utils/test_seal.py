@@ -574,3 +574,24 @@ def test_a_claim_needs_a_verifier_image_named():
     with pytest.raises(Refusal, match=r"option verifier_image: .*PersistentVolumeClaim ns/golden"):
         seal.refuse_without_verifier_image("", "PersistentVolumeClaim ns/golden")
     assert seal.refuse_without_verifier_image("seal-verifier:1", "PersistentVolumeClaim ns/golden") is None
+
+
+def test_the_gpt_header_is_the_primary_then_the_backup_as_sgdisk_reads_it():
+    assert seal.gpt_header_choice("d.raw", None, "never read", 8191) == ("primary", None)
+    assert seal.gpt_header_choice("d.raw", "its header checksum does not match", None, 8191, False) == (
+        None,
+        "d.raw: the primary GPT header at LBA 1 is damaged (its header checksum does not match); rewrite it "
+        "from the backup (sgdisk -e) and judge the disk again",
+    )
+    which, note = seal.gpt_header_choice("d.raw", "its header checksum does not match", None, 8191)
+    assert which == "backup"
+    assert note.startswith(
+        "d.raw: the primary GPT header at LBA 1 is damaged (its header checksum does not match); the "
+        "partitions were read from the backup header at LBA 8191"
+    )
+    which, message = seal.gpt_header_choice("d.raw", seal.GPT_MISSING, "its header size 9 is not valid", 8191)
+    assert which is None
+    assert message == (
+        "d.raw: the primary GPT header at LBA 1 is damaged (no GPT header) and so is the backup at LBA 8191 "
+        "(its header size 9 is not valid)"
+    )

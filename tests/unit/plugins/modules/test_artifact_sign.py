@@ -148,3 +148,16 @@ def test_verify_refuses_with_the_verdict(made):
     (made / "img-v2.qcow2.intoto.jsonl").unlink()
     result = artifact_verify.run(verify_params(made, family="lab", trust_policy=relaxed))
     assert result["verdict"] == "unsigned_allowed" and result["relaxed"] == "scratch"
+
+
+def test_verify_takes_a_catalog_style_policy_and_refuses_none(made):
+    artifact_sign.run(sign_params(made), now=now)
+    # The key as PEM in the rule (as a catalog's trust section keeps it), no separate keyring.
+    catalog_style = verify_params(
+        made,
+        public_keys=[],
+        trust_policy={"rules": [{"public_key": signing.public_pem(KEY), "name": "release"}]},
+    )
+    assert artifact_verify.run(catalog_style)["signer"] == "release"
+    with pytest.raises(Refusal, match=r"img-v2\.qcow2: no trust_policy: .*; give trust_policy"):
+        artifact_verify.run(verify_params(made, trust_policy=None))

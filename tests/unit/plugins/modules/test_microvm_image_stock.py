@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import pathlib
 import shutil
 import subprocess
@@ -92,17 +93,18 @@ def write(root, files):
     return root
 
 
-def stock_root(root, boot, version, with_boot=True):
+def stock_root(root, boot, version, with_boot=True, changes=None):
     """A Debian-like merged-/usr root; its /boot holds the distribution's files unless ``with_boot``
     is false (a separate /boot partition holds them)."""
     files = {
         "etc/machine-id": "",
         "etc/os-release": "ID=debian\nVERSION_ID=12\n",
-        "usr/bin/true": b"\x7fELF",
+        "usr/bin/env": pathlib.Path("/usr/bin/env").read_bytes(),
         "lib": "->usr/lib",
         "usr/lib/modules/%s/kernel/fs/ext4/ext4.ko" % version: b"\0" * 4096,
         "usr/lib/modules/%s/modules.dep" % version: "kernel/fs/ext4/ext4.ko:\n",
     }
+    files.update(changes or {})
     write(root, files)
     (root / "boot").mkdir(exist_ok=True)
     if with_boot:
@@ -164,13 +166,75 @@ def test_the_vmlinux_is_extracted_from_the_distributions_bzimage(whole_disk, tmp
     assert again["changed"] is False and again["kernel"]["digest"] == result["kernel"]["digest"]
 
 
-def test_the_extracted_kernel_must_match_the_requested_architecture(whole_disk, tmp_path):
-    disk = whole_disk[0]
+def elf(machine, kind=2):
+    """A 64-bit little-endian ELF header: ``kind`` 2 a program, 1 a kernel module."""
+    return (
+        b"\x7fELF\x02\x01\x01"
+        + bytes(9)
+        + kind.to_bytes(2, "little")
+        + machine.to_bytes(2, "little")
+        + bytes(4096)
+    )
+
+
+def changed_disk(stock_kernel, tmp_path, changes):
+    boot, version = stock_kernel
+    tree = stock_root(tmp_path / "tree", boot, version, changes=changes)
+    return ext4(tmp_path / "root.ext4", tree, 64 * MIB)
+
+
+def test_the_architecture_is_read_from_the_disk_and_recorded(whole_disk, tmp_path):
+    result = build(src=str(whole_disk[0]), dest=str(tmp_path / "oci"))
+    assert result["architecture"] == {"name": "amd64", "read_from": "/usr/bin/env"}
+    config = json.loads(
+        (tmp_path / "oci" / "blobs" / "sha256" / result["rootfs"]["config_digest"][7:]).read_bytes()
+    )
+    assert config["architecture"] == "amd64"
+    with pytest.raises(
+        Refusal, match=r"is a disk for amd64 \(/usr/bin/env is x86_64\), not for architecture arm64"
+    ):
+        build(src=str(whole_disk[0]), dest=str(tmp_path / "never"), architecture="arm64")
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_arm64_root_with_the_amd64_kernel_is_refused_as_mixed(stock_kernel, tmp_path):
+    disk = changed_disk(stock_kernel, tmp_path, {"usr/bin/env": elf(183)})
     with pytest.raises(
         Refusal, match=r"kernel /boot/vmlinux: is an ELF for x86_64, not for architecture arm64"
     ):
-        build(src=str(disk), dest=str(tmp_path / "never"), architecture="arm64")
+        build(src=str(disk), dest=str(tmp_path / "never"))
     assert not (tmp_path / "never").exists()
+
+
+def test_modules_of_another_architecture_are_refused_compressed_or_not(stock_kernel, tmp_path):
+    version = stock_kernel[1]
+    base = "usr/lib/modules/%s/kernel/" % version
+    arm = lzma.compress(elf(183, kind=1), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32)
+    disk = changed_disk(stock_kernel, tmp_path, {base + "crypto/aes.ko.xz": arm})
+    with pytest.raises(
+        Refusal,
+        match=r"kernel modules %s: are not for architecture amd64: /%scrypto/aes.ko.xz is aarch64"
+        % (version, base),
+    ):
+        build(src=str(disk), dest=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
+
+
+def test_programs_of_two_architectures_are_refused(stock_kernel, tmp_path):
+    disk = changed_disk(stock_kernel, tmp_path, {"usr/sbin/init": elf(183), "sbin": "->usr/sbin"})
+    with pytest.raises(
+        Refusal,
+        match=r"more than one architecture: /usr/bin/env is x86_64, /usr/sbin/init is aarch64",
+    ):
+        build(src=str(disk), dest=str(tmp_path / "never"))
+
+
+def test_a_root_without_programs_needs_the_architecture_set(stock_kernel, tmp_path):
+    disk = changed_disk(stock_kernel, tmp_path, {"usr/bin/env": b"#!/bin/sh\n"})
+    with pytest.raises(Refusal, match=r"its architecture could not be read: none of /usr/bin/env, /bin/sh"):
+        build(src=str(disk), dest=str(tmp_path / "never"))
+    result = build(src=str(disk), dest=str(tmp_path / "oci"), architecture="amd64")
+    assert result["architecture"] == {"name": "amd64", "read_from": None}
 
 
 def split_boot_disk(path, boot_tree, root_tree):
