@@ -306,7 +306,8 @@ def cpu_of(command, shell: bool = False) -> dict:
 def runner_cpu(out: pathlib.Path, level: int) -> dict:
     dest = out / "layout"
     shutil.rmtree(dest, ignore_errors=True)
-    params = {"src": str(REAL_DISK), "dest": str(dest), "compression_level": level}
+    # The bench root has no /usr/bin programs to read the architecture from: it is this machine's.
+    params = {"src": str(REAL_DISK), "dest": str(dest), "compression_level": level, "architecture": "amd64"}
     got = cpu_of([sys.executable, "-c", RUN_MODULE, str(ROOT / ".collections"), json.dumps(params)])
     result = json.loads(got.pop("stdout"))
     got["layers"] = {n: result[n]["layer_digest"] for n in ("kernel", "modules", "rootfs")}
@@ -482,10 +483,16 @@ def main() -> int:
     )
     out = pathlib.Path(tempfile.mkdtemp(prefix="microvm-bench-out-", dir=CACHE))
     try:
-        plain = isolated(module_run, {"src": str(DISK), "dest": str(out / "plain")})
+        plain = isolated(module_run, {"src": str(DISK), "dest": str(out / "plain"), "architecture": "amd64"})
         slim = isolated(
             module_run,
-            {"src": str(DISK), "dest": str(out / "slim"), "slim": True, "slim_container_images": True},
+            {
+                "src": str(DISK),
+                "dest": str(out / "slim"),
+                "slim": True,
+                "slim_container_images": True,
+                "architecture": "amd64",
+            },
         )
         seed = isolated(seed_path, out) if os.geteuid() == 0 else {"skipped": "not root"}
         rdump = isolated(debugfs_path, out)

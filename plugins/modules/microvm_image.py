@@ -184,7 +184,8 @@ options:
   architecture:
     description:
       - The disk's OCI platform architecture, recorded in each image's config. Unset, it is read from the
-        disk, from the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh), C(/sbin/init), ...).
+        disk, from the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh),
+        C(/sbin/init), ...).
       - Set, it must agree with those programs; it is needed only for a root with none of them as an ELF.
       - The kernel (ELF machine or arm64 C(Image) header) and a sample of the kernel modules (compressed
         ones decompressed) must be of the same architecture; a mixed disk is refused before anything is
