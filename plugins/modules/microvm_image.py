@@ -155,6 +155,27 @@ options:
         RV(left_out).
     type: bool
     default: false
+  sparse_files:
+    description:
+      - What to do with a sparse file, one whose holes (ranges without data, and unwritten extents) come
+        to at least O(sparse_threshold) bytes. Holes are found from the file's extents and never read
+        (on ext2/3/4; XFS and btrfs files are not measured and count as having none).
+      - flintlock's unpacker (containerd's archive apply, over Go's C(archive/tar)) gives a sparse tar
+        entry's holes back as zeros and writes every byte, so no layer keeps a hole in the guest; each
+        sparse file is listed in RV(sparse) with its apparent and allocated size.
+      - C(refuse) stops before anything is written, naming the files. C(write) ships them at their full
+        apparent size, the holes as zeros in the layer (the guest's volume holds those zeros).
+        C(exclude) leaves them out (every name of the file) and lists them in RV(left_out).
+    type: str
+    choices: [refuse, write, exclude]
+    default: refuse
+  sparse_threshold:
+    description:
+      - The bytes of holes from which a file counts as sparse for O(sparse_files). A file with fewer is
+        written as it reads (its holes as zeros) and counted in RV(sparse.below_threshold). C(0) counts
+        every file with a hole.
+    type: int
+    default: 16777216
   compression_level:
     description:
       - gzip level of the layers (1 fastest, 9 smallest).
@@ -163,7 +184,8 @@ options:
   architecture:
     description:
       - The disk's OCI platform architecture, recorded in each image's config. Unset, it is read from the
-        disk, as the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh), C(/sbin/init)...).
+        disk, from the ELF machine of the root's first programs (C(/usr/bin/env), C(/bin/sh),
+        C(/sbin/init), ...).
       - Set, it must agree with those programs; it is needed only for a root with none of them as an ELF.
       - The kernel (ELF machine or arm64 C(Image) header) and a sample of the kernel modules (compressed
         ones decompressed) must be of the same architecture; a mixed disk is refused before anything is
@@ -424,11 +446,25 @@ hygiene:
       - {name: machine_id_empty, passed: true, evidence: /etc/machine-id is empty}
 left_out:
   description:
-    - Entries not archived (sockets, device nodes without O(devices)) and xattrs not copied (ext4's
-      binary ACLs, XFS's C(trusted.SGI_ACL_*), and on XFS an inode whose attributes live outside it).
+    - Entries not archived (sockets, device nodes without O(devices), sparse files with
+      O(sparse_files=exclude)) and xattrs not copied (ext4's binary ACLs, XFS's C(trusted.SGI_ACL_*), and on
+      XFS an inode whose attributes live outside it).
   returned: success
   type: dict
   sample: {entries: ["dev/console (char)"], xattrs: ["/usr/bin/x system.posix_acl_access"]}
+sparse:
+  description:
+    - The sparse files (O(sparse_threshold) bytes of holes or more) per image, with their apparent size
+      and the bytes held in written blocks, the policy applied (O(sparse_files)), and how many files
+      have fewer holes (C(below_threshold), written with their holes as zeros).
+  returned: success
+  type: dict
+  sample:
+    policy: exclude
+    threshold: 16777216
+    files:
+      - {image: rootfs, path: /var/lib/big.img, apparent_size: 4294967296, allocated_size: 4096}
+    below_threshold: {files: 12, hole_bytes: 81920}
 spec:
   description:
     - The flintlock C(MicroVMSpec) fields the images fill (proto names), to merge into a full spec, with
@@ -571,6 +607,8 @@ def argument_spec():
         deterministic=dict(type="bool", default=True),
         source_date_epoch=dict(type="int"),
         devices=dict(type="bool", default=False),
+        sparse_files=dict(type="str", choices=list(microvm.SPARSE_CHOICES), default="refuse"),
+        sparse_threshold=dict(type="int", default=microvm.DEFAULT_SPARSE_THRESHOLD),
         compression_level=dict(type="int", default=6),
         architecture=dict(type="str"),
         require_sealed=dict(type="bool", default=False),
@@ -596,6 +634,7 @@ def check_inputs(params, environ=None):
     """Every parameter rule, before the disk is opened. Returns the normalized settings."""
     environ = os.environ if environ is None else environ
     microvm.check_compression_level(params["compression_level"])
+    microvm.check_sparse_threshold(params["sparse_threshold"])
     positive(params["timeout"], "timeout")
     settings = {
         "kernel_version": version_string(params.get("kernel_version"), "kernel_version"),
@@ -823,6 +862,21 @@ class Runner:
             )
         mount_point = "/lib/modules/%s" % version
         microvm.check_modules_layout(parts_of["modules"], version, mount_point)
+        sparse, small = microvm.sparse_files(parts_of, params["sparse_threshold"])
+        parts_of, sparse_left_out = microvm.apply_sparse_policy(
+            params["src"], parts_of, sparse, params["sparse_files"]
+        )
+        for found in sparse:
+            self.log(
+                "sparse file %s (%s image): %d bytes, %d allocated (%s)"
+                % (
+                    found["path"],
+                    found["image"],
+                    found["apparent_size"],
+                    found["allocated_size"],
+                    params["sparse_files"],
+                )
+            )
 
         tag = params.get("tag") or version
         host = settings["host"]
@@ -833,7 +887,7 @@ class Runner:
         scratch = None
         writes = not self.check
         built = {}
-        skipped = []
+        skipped = list(sparse_left_out)
         try:
             if writes and layout is None:
                 scratch = tempfile.mkdtemp(prefix="microvm-image-")
@@ -854,6 +908,9 @@ class Runner:
                 "removed": parts_of["removed"],
                 "hygiene": {"sealed": sealed, "failed": failed, "checks": checks},
                 "left_out": {"entries": skipped, "xattrs": sorted(fs.skipped_xattrs)},
+                "sparse": microvm.sparse_report(
+                    sparse, small, params["sparse_files"], params["sparse_threshold"]
+                ),
             }
             if self.table_notes:
                 result["warnings"] = list(self.table_notes)

@@ -41,6 +41,13 @@ TAR_TYPES = {
     "block": tarfile.BLKTYPE,
     "fifo": tarfile.FIFOTYPE,
 }
+USTAR_MAGIC = b"ustar\x0000"
+USTAR_ID_LIMIT = 8**7
+USTAR_NUMBER_LIMIT = 8**11
+CHECKSUM_SPACES = b" " * 8
+NO_DEVICES = bytes(16)
+NO_OWNER_NAMES = bytes(64)
+HEADER_TAIL = bytes(155 + 12)  # the empty prefix field and the block's padding
 # gzip header: magic, deflate, no flags, mtime 0, no extra flags, OS "unknown": the same bytes every run.
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
@@ -124,28 +131,94 @@ class _Exact:
         return data
 
 
+def _octal(value, digits):
+    return b"%0*o\x00" % (digits - 1, value)
+
+
+def _ustar(member):
+    """The 512-byte header tarfile writes in PAX format for a member that needs no extended header
+    (ASCII names up to 100 bytes, numbers that fit, no xattrs), built directly; None for any other
+    member, whose header tarfile builds (``_tarinfo(...).tobuf``). Same bytes either way
+    (tests/unit/plugins/module_utils/test_oci_tar.py)."""
+    kind = member["type"]
+    name = member["name"]
+    if kind == "dir" and not name.endswith("/"):
+        name += "/"
+    link = member["linkname"]
+    size = member["size"] if kind == "file" else 0
+    uid, gid, mtime = member["uid"], member["gid"], member["mtime"]
+    if (
+        member["xattrs"]
+        or len(name) > 100
+        or len(link) > 100
+        or not name.isascii()
+        or not link.isascii()
+        or not (0 <= uid < USTAR_ID_LIMIT and 0 <= gid < USTAR_ID_LIMIT)
+        or not (0 <= size < USTAR_NUMBER_LIMIT and 0 <= mtime < USTAR_NUMBER_LIMIT)
+    ):
+        return None
+    if kind in ("char", "block"):
+        devices = _octal(member["rdev"][0], 8) + _octal(member["rdev"][1], 8)
+    else:
+        devices = NO_DEVICES
+    head = b"".join(
+        (
+            name.encode("ascii").ljust(100, b"\x00"),
+            _octal(member["mode"] & 0o7777, 8),
+            _octal(uid, 8),
+            _octal(gid, 8),
+            _octal(size, 12),
+            _octal(mtime, 12),
+            CHECKSUM_SPACES,
+            TAR_TYPES[kind],
+            link.encode("ascii").ljust(100, b"\x00"),
+            USTAR_MAGIC,
+            NO_OWNER_NAMES,
+            devices,
+            HEADER_TAIL,
+        )
+    )
+    return head[:148] + b"%06o\x00" % sum(head) + head[155:]
+
+
 def write_layer(members, opener, out=None, level=6, progress=None):
     """Write the tar+gzip layer of ``members``; returns ``{digest, size, diff_id, raw_size}``.
 
     ``opener(inum)`` returns a file object for a file member's data. ``out`` (a binary file) receives
-    the compressed bytes; None only digests them (check mode writes nothing).
+    the compressed bytes; None only digests them (check mode writes nothing). The tar is tarfile's PAX
+    format byte for byte; a file moves in reads of at most ``CHUNK`` bytes, and a small file goes to
+    the compressor with its header in one piece.
     """
     sink = _GzipSink(out, level)
-    archive = tarfile.TarFile(
-        fileobj=sink, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="surrogateescape"
-    )
-    archive.copybufsize = CHUNK  # file data moves in 1 MiB reads, not tarfile's 16 KiB
     last = time.monotonic()
     for done, member in enumerate(members, start=1):
-        info = _tarinfo(member)
-        if member["type"] == "file" and member["size"]:
-            archive.addfile(info, _Exact(opener(member["inum"]), member["size"], member["name"]))
+        header = _ustar(member)
+        if header is None:
+            header = _tarinfo(member).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        size = member["size"] if member["type"] == "file" else 0
+        if not size:
+            sink.write(header)
         else:
-            archive.addfile(info)
+            data = _Exact(opener(member["inum"]), size, member["name"])
+            pad = -size % tarfile.BLOCKSIZE
+            if size <= CHUNK:
+                sink.write(b"".join((header, data.read(size), bytes(pad))))
+            else:
+                sink.write(header)
+                left = size
+                while left:
+                    chunk = data.read(min(CHUNK, left))
+                    sink.write(chunk)
+                    left -= len(chunk)
+                if pad:
+                    sink.write(bytes(pad))
         if progress is not None and time.monotonic() - last >= 10:
             last = time.monotonic()
             progress(done, len(members), sink.raw_size)
-    archive.close()
+    # The end of the archive as tarfile writes it: two zero blocks, then zeros to a whole record.
+    end = 2 * tarfile.BLOCKSIZE
+    end += -(sink.raw_size + end) % tarfile.RECORDSIZE
+    sink.write(bytes(end))
     sink.finish()
     return {
         "digest": "sha256:" + sink.packed.hexdigest(),

@@ -26,6 +26,7 @@ import json
 import posixpath
 import re
 import time
+from types import MappingProxyType
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 
@@ -116,11 +117,16 @@ KERNEL_FILE_PATTERNS = (
 )
 
 
+# The xattrs of an entry or member that has none: one shared, read-only mapping.
+NO_XATTRS = MappingProxyType({})
+
+
 class Entry:
     """One inode as seen at one path: what a tar header needs, and nothing read from file data."""
 
     __slots__ = (
         "gid",
+        "holes",
         "inum",
         "kind",
         "link",
@@ -159,8 +165,9 @@ class Entry:
         self.link = link
         self.inum = inum
         self.nlink = nlink
-        self.xattrs = xattrs or {}
+        self.xattrs = xattrs or NO_XATTRS
         self.rdev = rdev
+        self.holes = 0  # bytes of a file that are holes or unwritten extents (zeros never stored)
 
     def __repr__(self):
         return "<%s %s>" % (self.kind, self.path)
@@ -940,6 +947,107 @@ def guest_path(name, mount_point):
     return "/" + norm(mount_point + "/" + name)
 
 
+# Sparse files -------------------------------------------------------------------------------------
+
+# containerd unpacks a layer with Go's archive/tar, whose Reader gives a sparse entry's holes back as
+# zeros, and writes every byte it reads (pkg/archive createTarFile): no unpacker flintlock uses keeps a
+# hole. A sparse file therefore lands in the guest at its full apparent size whatever the layer says,
+# and the user chooses what to do with it.
+SPARSE_CHOICES = ("refuse", "write", "exclude")
+DEFAULT_SPARSE_THRESHOLD = 16 * 1024 * 1024
+SPARSE_LISTED = 10
+
+
+def check_sparse_threshold(threshold):
+    if threshold < 0:
+        raise Refusal(
+            "sparse_threshold %s" % threshold,
+            "is negative",
+            "give the bytes of holes from which a file counts as sparse (0 counts every hole)",
+        )
+    return threshold
+
+
+def sparse_files(parts, threshold):
+    """The files of every image whose holes (ranges without data, and unwritten extents) come to at
+    least ``threshold`` bytes, once per inode and image, as ``{image, path, apparent_size,
+    allocated_size}``; and ``{files, hole_bytes}`` of those with fewer holes.
+
+    ``allocated_size`` is the bytes of the file held in written blocks."""
+    found = []
+    small = {"files": 0, "hole_bytes": 0}
+    for name in images_of(parts):
+        seen = set()
+        for entry in sorted(parts[name], key=lambda e: e.path):
+            if entry.kind != "file" or not entry.holes or entry.inum in seen:
+                continue
+            seen.add(entry.inum)
+            if entry.holes < max(threshold, 1):
+                small["files"] += 1
+                small["hole_bytes"] += entry.holes
+                continue
+            found.append(
+                {
+                    "image": name,
+                    "path": "/" + entry.path,
+                    "apparent_size": entry.size,
+                    "allocated_size": entry.size - entry.holes,
+                    "inum": entry.inum,
+                }
+            )
+    return found, small
+
+
+def _listed(files):
+    shown = ", ".join(
+        "%s (%s image, %d bytes, %d allocated)"
+        % (f["path"], f["image"], f["apparent_size"], f["allocated_size"])
+        for f in files[:SPARSE_LISTED]
+    )
+    more = len(files) - SPARSE_LISTED
+    return shown + (" and %d more" % more if more > 0 else "")
+
+
+def apply_sparse_policy(src, parts, found, policy):
+    """``refuse`` raises naming the sparse files; ``exclude`` returns ``parts`` without them (every name
+    of the inode) and what was left out; ``write`` returns ``parts`` as they are (the holes become zeros
+    in the layer, never read from the disk)."""
+    if not found or policy == "write":
+        return parts, []
+    if policy == "refuse":
+        zeros = sum(f["apparent_size"] - f["allocated_size"] for f in found)
+        raise Refusal(
+            "%s holds sparse files" % src,
+            "%s; containerd unpacks a layer by writing every byte, so flintlock's volume would hold "
+            "%d bytes of zeros in their holes" % (_listed(found), zeros),
+            "set sparse_files to write (ship them at their full size) or exclude (leave them out), "
+            "raise sparse_threshold, or remove them from the image",
+            sparse_files=[dict((k, v) for k, v in f.items() if k != "inum") for f in found],
+        )
+    dropped = {}
+    for f in found:
+        dropped.setdefault(f["image"], set()).add(f["inum"])
+    kept = dict(parts)
+    left_out = []
+    for name, inums in dropped.items():
+        kept[name] = [e for e in parts[name] if not (e.kind == "file" and e.inum in inums)]
+        left_out.extend(
+            "%s (sparse, %s image)" % (e.path, name)
+            for e in parts[name]
+            if e.kind == "file" and e.inum in inums
+        )
+    return kept, sorted(left_out)
+
+
+def sparse_report(found, small, policy, threshold):
+    return {
+        "policy": policy,
+        "threshold": threshold,
+        "files": [dict((k, v) for k, v in f.items() if k != "inum") for f in found],
+        "below_threshold": small,
+    }
+
+
 # Tar members --------------------------------------------------------------------------------------
 
 
@@ -949,45 +1057,67 @@ def clamp_mtime(mtime, deterministic, epoch):
     return int(min(mtime, epoch))
 
 
+class Member:
+    """One tar member, read as a mapping (``member["name"]``): slots, not a dict, as a layer of a large
+    root holds one per entry."""
+
+    __slots__ = ("gid", "inum", "linkname", "mode", "mtime", "name", "rdev", "size", "type", "uid", "xattrs")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def __repr__(self):
+        return "<member %s %s>" % (self.type, self.name)
+
+
 def tar_members(entries, deterministic=True, epoch=0, devices=False):
     """The tar member list of one layer, sorted by name.
 
-    Each member is a dict: ``name``, ``type`` (file, dir, symlink, hardlink, char, block, fifo),
-    ``mode`` (permission bits with setuid/setgid/sticky), ``uid``, ``gid``, ``mtime``, ``size``,
-    ``linkname``, ``xattrs``, ``rdev`` and ``inum`` (which inode's data a file member carries). The
-    first name of a multiply-linked inode carries the data; the later ones are tar hard links to it.
-    Sockets are never archived; device nodes only with ``devices``. Returns ``(members, skipped)``.
+    Each member (a ``Member``, read as a mapping) has ``name``, ``type`` (file, dir, symlink, hardlink,
+    char, block, fifo), ``mode`` (permission bits with setuid/setgid/sticky), ``uid``, ``gid``,
+    ``mtime``, ``size``, ``linkname``, ``xattrs``, ``rdev`` and ``inum`` (which inode's data a file
+    member carries). The first name of a multiply-linked inode carries the data; the later ones are tar
+    hard links to it. Sockets are never archived; device nodes only with ``devices``. Returns
+    ``(members, skipped)``.
     """
     members = []
     skipped = []
     first = {}
     for entry in sorted(entries, key=lambda e: e.path):
-        if entry.kind == "socket" or (entry.kind in ("char", "block") and not devices):
-            skipped.append("%s (%s)" % (entry.path, entry.kind))
+        kind = entry.kind
+        if kind == "socket" or (kind in ("char", "block") and not devices):
+            skipped.append("%s (%s)" % (entry.path, kind))
             continue
-        member = {
-            "name": entry.path,
-            "type": entry.kind,
-            "mode": entry.mode & 0o7777,
-            "uid": entry.uid,
-            "gid": entry.gid,
-            "mtime": clamp_mtime(entry.mtime, deterministic, epoch),
-            "size": 0,
-            "linkname": "",
-            "xattrs": dict(sorted(entry.xattrs.items())),
-            "rdev": entry.rdev,
-            "inum": entry.inum,
-        }
-        if entry.kind == "symlink":
-            member["linkname"] = entry.link
-        elif entry.kind == "file":
+        size = 0
+        linkname = ""
+        if kind == "symlink":
+            linkname = entry.link
+        elif kind == "file":
             if entry.nlink > 1 and entry.inum in first:
-                member["type"] = "hardlink"
-                member["linkname"] = first[entry.inum]
+                kind = "hardlink"
+                linkname = first[entry.inum]
             else:
                 first[entry.inum] = entry.path
-                member["size"] = entry.size
-        members.append(member)
+                size = entry.size
+        members.append(
+            Member(
+                name=entry.path,
+                type=kind,
+                mode=entry.mode & 0o7777,
+                uid=entry.uid,
+                gid=entry.gid,
+                mtime=clamp_mtime(entry.mtime, deterministic, epoch),
+                size=size,
+                linkname=linkname,
+                xattrs=dict(sorted(entry.xattrs.items())) if entry.xattrs else NO_XATTRS,
+                rdev=entry.rdev,
+                inum=entry.inum,
+            )
+        )
     return members, skipped
 
 

@@ -697,6 +697,71 @@ def test_a_directory_and_a_truncated_image_are_named_as_such():
         microvm.check_within("d.raw", parts, 50 * MIB)
 
 
+# Sparse files -------------------------------------------------------------------------------------
+
+
+def sparse_parts():
+    big = Entry("var/big.img", "file", size=4 << 30, inum=20, nlink=2)
+    big.holes = 4 << 30
+    again = Entry("srv/big-again.img", "file", size=4 << 30, inum=20, nlink=2)
+    again.holes = 4 << 30
+    small = Entry("usr/lib/libx.so", "file", size=1 << 20, inum=21)
+    small.holes = 8192
+    module = Entry("kernel/x.ko", "file", size=64 << 20, inum=22)
+    module.holes = 32 << 20
+    plain = Entry("etc/hostname", "file", size=5, inum=23)
+    return {
+        "kernel": [],
+        "modules": [module],
+        "rootfs": [Entry("var", "dir"), big, again, small, plain],
+        "removed": {},
+        "dropped": {},
+    }
+
+
+def test_sparse_files_are_those_with_holes_from_the_threshold_once_per_inode():
+    found, small = microvm.sparse_files(sparse_parts(), 16 << 20)
+    assert [(f["image"], f["path"], f["apparent_size"], f["allocated_size"]) for f in found] == [
+        ("modules", "/kernel/x.ko", 64 << 20, 32 << 20),
+        ("rootfs", "/srv/big-again.img", 4 << 30, 0),
+    ]
+    assert small == {"files": 1, "hole_bytes": 8192}
+    assert len(microvm.sparse_files(sparse_parts(), 0)[0]) == 3
+
+
+def test_refuse_names_each_sparse_file_with_its_sizes_and_the_moves():
+    found, _small = microvm.sparse_files(sparse_parts(), 16 << 20)
+    with pytest.raises(Refusal) as refused:
+        microvm.apply_sparse_policy("disk.raw", sparse_parts(), found, "refuse")
+    message = str(refused.value)
+    assert message.startswith("disk.raw holds sparse files: /kernel/x.ko (modules image, 67108864 bytes, ")
+    assert "/srv/big-again.img (rootfs image, 4294967296 bytes, 0 allocated)" in message
+    assert "sparse_files to write" in message and "exclude" in message and "sparse_threshold" in message
+    assert [f["path"] for f in refused.value.result["sparse_files"]] == ["/kernel/x.ko", "/srv/big-again.img"]
+    assert "inum" not in refused.value.result["sparse_files"][0]
+
+
+def test_exclude_drops_every_name_of_a_sparse_inode_and_write_keeps_them():
+    parts = sparse_parts()
+    found, _small = microvm.sparse_files(parts, 16 << 20)
+    kept, left_out = microvm.apply_sparse_policy("disk.raw", parts, found, "exclude")
+    assert [e.path for e in kept["rootfs"]] == ["var", "usr/lib/libx.so", "etc/hostname"]
+    assert kept["modules"] == []
+    assert left_out == [
+        "kernel/x.ko (sparse, modules image)",
+        "srv/big-again.img (sparse, rootfs image)",
+        "var/big.img (sparse, rootfs image)",
+    ]
+    assert microvm.apply_sparse_policy("disk.raw", parts, found, "write") == (parts, [])
+    assert microvm.apply_sparse_policy("disk.raw", parts, [], "refuse") == (parts, [])
+
+
+def test_a_negative_sparse_threshold_is_refused():
+    with pytest.raises(Refusal, match="sparse_threshold -1: is negative"):
+        microvm.check_sparse_threshold(-1)
+    assert microvm.check_sparse_threshold(0) == 0
+
+
 # The disk's architecture ---------------------------------------------------------------------------
 
 
