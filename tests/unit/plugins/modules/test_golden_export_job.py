@@ -92,7 +92,8 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
     ]
     program = kube.get("v1", "ConfigMap", NAME, NS)
     # The program, the facts and partition readers and their rules, the exposure rule it decides with (and
-    # that rule's two helpers), the S3 adapter and the transfer code with their rules, and the error base.
+    # that rule's two helpers), the S3 adapter and the transfer code with their rules, the provenance rules
+    # and signing code the mirror's rules read, and the error base.
     assert sorted(program["data"]) == [
         "bucket._mirror_transfer.py",
         "bucket.exposure.py",
@@ -104,8 +105,11 @@ def test_the_first_round_makes_the_scratch_claim_the_program_and_the_job(s3):
         "common.rounds.py",
         "disk._disk.py",
         "disk._partitions.py",
+        "disk._qemu_img.py",
         "disk.image_facts.py",
         "disk.seal.py",
+        "provenance._signing.py",
+        "provenance.provenance.py",
         "s3._s3.py",
         "windows._export_cli.py",
     ]
