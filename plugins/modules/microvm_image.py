@@ -172,7 +172,7 @@ options:
   sparse_threshold:
     description:
       - The bytes of holes from which a file counts as sparse for O(sparse_files). A file with fewer is
-        written as it reads (its holes as zeros) and counted in RV(sparse.below_threshold). C(0) counts
+        written as it reads (its holes as zeros) and counted in RV(sparse). C(0) counts
         every file with a hole.
     type: int
     default: 16777216

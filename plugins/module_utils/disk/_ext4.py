@@ -268,7 +268,7 @@ class Ext4Reader(Ext4Tree):
         data = self._open(inum, flags, i_block, size)
         bs = self.block_size
         dirent = DIRENT_FT if self.filetype_dirents else DIRENT
-        for _ in range(-(-size // bs)):
+        for _block in range(-(-size // bs)):
             block = data.read(bs)
             at = 0
             while at + 8 <= len(block):

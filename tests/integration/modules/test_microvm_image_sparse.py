@@ -139,7 +139,7 @@ def test_unwritten_extents_read_as_zeros_not_the_garbage_under_them(tmp_path):
     tree = parts.root_tree(tmp_path / "tree", changes={"var/lib/prealloc": b"\x11" * 4096})
     image = tmp_path / "root.ext4"
     with open(image, "wb") as fh:
-        for _ in range(48):
+        for _mib in range(48):
             fh.write(b"\xaa" * disks.MIB)
     disks.run("mkfs.ext4", "-q", "-F", "-E", "nodiscard", "-d", tree, image)
     # Blocks 1-4095 of the file: unwritten (16 MiB minus a block), after its one written block.

@@ -251,18 +251,18 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
     unsigned = base(made, registry, "unsigned/ubuntu", trust_policy=policy(cosign_id, "cosign-release"))
     failed = refused(unsigned, "signature")
     assert failed["verdict"] == "unsigned" and failed["image"] == "kernel"
-    relaxed = dict(
-        unsigned,
-        trust_policy={
+    relaxed = {
+        **unsigned,
+        "trust_policy": {
             "rules": [],
             "relaxed": [{"family": "unsigned/ubuntu", "reason": "lab scratch images"}],
         },
-    )
+    }
     allowed = run(**relaxed)
     assert allowed["verified"]["rootfs"]["verdict"] == "unsigned_allowed"
     assert allowed["verified"]["rootfs"]["relaxed"] == "lab scratch images"
     nightly = {"rules": [], "relaxed": [{"stream": "nightly", "reason": "nightly builds, never served"}]}
-    by_stream = dict(unsigned, stream="nightly", trust_policy=nightly)
+    by_stream = {**unsigned, "stream": "nightly", "trust_policy": nightly}
     assert run(**by_stream)["verified"]["kernel"]["relaxed"] == "nightly builds, never served"
 
 

@@ -241,7 +241,8 @@ def test_the_tamper_table_is_refused_before_any_write_and_cosigns_signature_is_a
     }
     mark = log.mark()
     run = run_playbook(
-        play(*(verify(title, key, **extra) for title, (key, extra, *_) in table.items())), env=_env(endpoint)
+        play(*(verify(title, key, **extra) for title, (key, extra, *_rest) in table.items())),
+        env=_env(endpoint),
     )
     assert log.since(mark) == []  # verification reads, never writes
     for title, (key, _extra, verdict, check, key_id) in table.items():
