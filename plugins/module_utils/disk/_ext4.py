@@ -22,7 +22,9 @@ __metaclass__ = type
 import stat
 import struct
 
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import NO_XATTRS, Entry
 
 KINDS = {
@@ -54,6 +56,19 @@ DIRENT_FT = struct.Struct("<IHB1x")
 DIRENT = struct.Struct("<IHH")
 ROOT_INODE = 2
 FILETYPE_FEATURE = 0x2
+# Incompatible features the reader refuses: what each means and the move.
+REFUSED_FEATURES = (
+    (
+        0x4,
+        "was not cleanly unmounted: its journal holds writes not yet replayed (needs_recovery)",
+        "replay the journal (e2fsck -fy on a copy) or build from a disk shut down cleanly",
+    ),
+    (
+        0x8000,
+        "keeps small files and directories inside their inodes (inline_data), which is not read here",
+        "make the filesystem without it (mkfs.ext4 -O ^inline_data)",
+    ),
+)
 
 
 class Ext4Error(_disk.DiskError):
@@ -143,19 +158,25 @@ class Ext4Tree:
         """``{path: Entry}`` for every inode under the root (the root itself is not an entry)."""
         tree = {}
         pending = [("", self.fs.root)]
+        number = self.part["number"]
+        seen = {}
         try:
             while pending:
                 base, node = pending.pop()
                 for name, child in self._children(node):
                     if name in (".", "..") or (not base and name == "lost+found"):
                         continue
+                    microvm.check_entry_name(number, base, name)
                     path = base + "/" + name if base else name
                     entry = self._entry(path, child)
                     tree[path] = entry
                     if entry.kind == "dir":
+                        microvm.check_directory_once(number, path, entry.inum, seen)
                         pending.append((path, child))
                     if progress is not None and len(tree) % 20000 == 0:
                         progress(len(tree))
+        except PipelineError:
+            raise
         except Exception as exc:
             raise self.ERROR(
                 "partition %s: cannot walk %s at /%s: %s" % (self.part["number"], self.filesystem, base, exc)
@@ -184,7 +205,11 @@ class Ext4Reader(Ext4Tree):
         self.inodes_per_group = self.fs.sb.s_inodes_per_group
         self.inode_size = self.fs.sb.s_inode_size or 128
         self.tables = {}  # block group -> first block of its inode table
-        self.filetype_dirents = bool(self.fs.sb.s_feature_incompat & FILETYPE_FEATURE)
+        incompat = self.fs.sb.s_feature_incompat
+        self.filetype_dirents = bool(incompat & FILETYPE_FEATURE)
+        for flag, what, move in REFUSED_FEATURES:
+            if incompat & flag:
+                raise Ext4Error("partition %s: the ext4 filesystem %s; %s" % (part["number"], what, move))
 
     def _inode(self, inum):
         """The fields of inode ``inum`` the walk needs, unpacked from its bytes (``INODE``), and the
@@ -289,19 +314,25 @@ class Ext4Reader(Ext4Tree):
         root, _extra = self._inode(ROOT_INODE)
         pending = [("", ROOT_INODE, (root[7], root[8], root[2] | (root[10] << 32)))]
         base = ""
+        number = self.part["number"]
+        seen = {}
         try:
             while pending:
                 base, inum, data = pending.pop()
                 for child, name in self._listing(inum, *data):
                     if name in (".", "..") or (not base and name == "lost+found"):
                         continue
+                    microvm.check_entry_name(number, base, name)
                     path = base + "/" + name if base else name
                     entry, child_data = self._entry_of(path, child)
                     tree[path] = entry
                     if entry.kind == "dir":
+                        microvm.check_directory_once(number, path, child, seen)
                         pending.append((path, child, child_data))
                     if progress is not None and len(tree) % 20000 == 0:
                         progress(len(tree))
+        except PipelineError:
+            raise
         except Exception as exc:
             raise Ext4Error(
                 "partition %s: cannot walk ext4 at /%s: %s" % (self.part["number"], base, exc)

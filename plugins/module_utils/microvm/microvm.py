@@ -176,6 +176,31 @@ class Entry:
 # Partitions ---------------------------------------------------------------------------------------
 
 
+def check_entry_name(partition, base, name):
+    """A directory entry's name is one path component: the kernel never stores ``/`` or NUL in a name, so a
+    disk holding one was altered, and its tar entry (``../../x``) would land outside the image's root."""
+    if "/" in name or "\x00" in name:
+        raise Refusal(
+            "partition %s" % partition,
+            "directory /%s holds an entry named %r, which no filesystem the kernel writes holds (a name with "
+            "'/' or NUL) and which would unpack outside the root" % (base, name),
+            "check the disk (fsck -n) and build from one whose filesystem is intact",
+        )
+
+
+def check_directory_once(partition, path, inum, seen):
+    """A directory reached twice (a hard-linked directory, which only an altered filesystem has) would be
+    walked for ever; ``seen`` maps each directory inode walked to its path."""
+    if inum in seen:
+        raise Refusal(
+            "partition %s" % partition,
+            "directory /%s is directory /%s again (inode %d): a hard-linked directory, which loops"
+            % (path, seen[inum], inum),
+            "check the disk (fsck -n) and build from one whose filesystem is intact",
+        )
+    seen[inum] = path
+
+
 def describe(part):
     label = " %r" % part["name"] if part.get("name") else ""
     fs = part.get("filesystem") or "no known filesystem"

@@ -901,3 +901,18 @@ def test_signing_or_verifying_needs_a_registry():
         microvm.check_signing_target(True, False, False)
     with pytest.raises(Refusal, match=r"^trust_policy: "):
         microvm.check_signing_target(False, True, False)
+
+
+def test_an_entry_name_is_one_path_component():
+    microvm.check_entry_name(2, "etc", "hostname")
+    for name in ("../../x", "a/b", "nul\x00"):
+        with pytest.raises(Refusal, match=r"^partition 2: directory /etc holds an entry named"):
+            microvm.check_entry_name(2, "etc", name)
+
+
+def test_a_directory_is_walked_once():
+    seen = {}
+    microvm.check_directory_once(1, "srv/a", 12, seen)
+    microvm.check_directory_once(1, "srv/b", 13, seen)
+    with pytest.raises(Refusal, match=r"directory /srv/a/b/loop is directory /srv/a again \(inode 12\)"):
+        microvm.check_directory_once(1, "srv/a/b/loop", 12, seen)
