@@ -28,6 +28,10 @@ ATTR_NAMESPACE_MASK = 0x06
 XFS_ACL_NAMES = ("SGI_ACL_FILE", "SGI_ACL_DEFAULT")
 
 
+# Data forks that map extents (XFS_DINODE_FMT_EXTENTS, XFS_DINODE_FMT_BTREE); local and device forks differ.
+MAPPED_FORMATS = (2, 3)
+
+
 class XfsError(_disk.DiskError):
     """The filesystem cannot be read; the message names the partition and the cause."""
 
@@ -97,6 +101,38 @@ class XfsTree(_ext4.Ext4Tree):
                 entry.xattrs[name] = value
             else:
                 self.skipped_xattrs.append("/%s %s" % (path, name))
+
+    def open(self, inum):
+        """The file's data with its unwritten (preallocated) extents read as zeros, as the kernel reads them:
+        their blocks still hold what the disk held before (dissect.xfs's runs read them)."""
+        from dissect.util.stream import RunlistStream
+
+        node = self.fs.get_inode(inum)
+        if node.inode.di_format not in MAPPED_FORMATS:
+            return node.open()
+        return RunlistStream(self.fs.fh, _written_runs(node), node.size, self.fs.block_size)
+
+
+def _written_runs(node):
+    """``[(filesystem block or None, blocks)]`` of a file whose data fork maps extents: None for a hole or
+    an unwritten extent."""
+    block_size = node.xfs.block_size
+    agblklog, agblocks = node.ag.sb.sb_agblklog, node.xfs.sb.sb_agblocks
+    runs = []
+    at = 0
+    for offset, block, count, unwritten in node._iter_blocks():  # pylint: disable=protected-access
+        if offset > at:
+            runs.append((None, offset - at))
+        if unwritten:
+            runs.append((None, count))
+        else:
+            group, in_group = block >> agblklog, block & ((1 << agblklog) - 1)
+            runs.append((group * agblocks + in_group, count))
+        at = offset + count
+    wanted = -(-node.size // block_size)
+    if at < wanted:
+        runs.append((None, wanted - at))
+    return runs
 
 
 # What microvm_image opens a partition of this filesystem with (microvm.READ_FILESYSTEMS names the file).

@@ -238,3 +238,28 @@ def test_a_damaged_primary_gpt_header_is_read_from_the_backup_with_a_warning(mad
         "primary)" % (damaged, last_lba)
     ]
     assert "warnings" not in intact
+
+
+def test_an_xfs_preallocated_file_reads_as_zeros_not_as_the_blocks_beneath(made, tmp_path):
+    """journald preallocates its files: an unwritten extent's blocks hold what the disk held before, and
+    the kernel reads them as zeros, so the image must too."""
+    if os.geteuid() != 0:
+        pytest.skip("fallocate on XFS needs the filesystem mounted, which needs root")
+    image = tmp_path / "root.xfs"
+    parts.xfs_root(made["tree"], image)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    disks.run("mount", "-o", "loop", image, mount)
+    try:
+        disks.run("fallocate", "-l", str(1200 * 1024), mount / "var/log/journal.prealloc")
+        mapped = disks.run("xfs_io", "-c", "fiemap", mount / "var/log/journal.prealloc")
+    finally:
+        disks.run("umount", mount)
+    # "0: [0..2399]: 2152..4551": the extent's 512-byte sectors in the filesystem.
+    first, last = (int(n) for n in mapped.splitlines()[1].split(":")[2].strip().split(".."))
+    with open(image, "r+b") as fh:
+        fh.seek(first * 512)
+        fh.write(b"TOPSECRET-" * ((last - first + 1) * 512 // 10))
+    result = run(src=str(image), dest=str(tmp_path / "out"), source_date_epoch=EPOCH)
+    rootfs = parts.unpack_layout(tmp_path / "out", result["rootfs"]["reference"], tmp_path / "unpacked")
+    assert (rootfs / "var/log/journal.prealloc").read_bytes() == bytes(1200 * 1024)
