@@ -796,6 +796,10 @@ class Runner:
         params = self.params
         settings = check_inputs(params)
         self._keys(settings)
+        if self.signer:
+            provenance.check_signer(
+                self.signer[1], settings["family"], params.get("stream"), settings["policy"]
+            )
         microvm.check_source(params["src"], os.path.isdir(params["src"]))
         layout = None
         if params.get("dest"):

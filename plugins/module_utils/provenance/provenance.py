@@ -440,6 +440,23 @@ def trusted_rule(policy, keyid, family, stream):
     return None
 
 
+def check_signer(keyid, family, stream, policy):
+    """A module that signs what it publishes and verifies it against ``policy`` refuses a signing key the
+    policy would not accept, before anything is written: signing first would publish an image that its
+    own check then refuses, under the tag people pull."""
+    if (
+        policy is None
+        or trusted_rule(policy, keyid, family, stream)
+        or relaxed_reason(policy, family, stream)
+    ):
+        return
+    raise ProvenanceError(
+        "signing key %s: the trust policy does not let it sign family %s%s (the keys trusted for it: %s); "
+        "nothing was pushed. Add the key to the policy for that family, or sign with a trusted key"
+        % (keyid, family, " stream %s" % stream if stream else "", _trusted_for(policy, family, stream))
+    )
+
+
 def relaxed_reason(policy, family, stream=None):
     """Why ``family`` (or ``stream``) may go unsigned, or None when a signature is required."""
     found = policy["relaxed"].get(family)

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 import yaml
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _oci, microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.integration.modules.test_microvm_image import EPOCH, V, files_as_found, made, registry
+from tests.integration.support import microvm_parts as parts
 from tests.integration.support.runner import run_playbook
 from tests.unit.plugins.modules import support
 
@@ -243,7 +244,18 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
             ]
         },
     )
-    failed = refused(untrusted, "signature")
+    # Signing with it is refused before anything is pushed: the image would fail its own check.
+    with pytest.raises(
+        PipelineError, match=r"signing key %s: the trust policy does not let it sign family" % other_id
+    ):
+        run(**untrusted)
+    assert registry.manifest("other/ubuntu/kernel", parts.VERSION) == 404
+    # Its valid signature found in the registry (pushed under a policy that trusted it) is judged untrusted.
+    run(**dict(untrusted, trust_policy={"rules": [{"key": other_id, "name": "intern"}]}))
+    verify_only = dict(
+        untrusted, signing_key_path=None, public_keys=[str(tmp_path / "cosign.pub"), paths["pub"]]
+    )
+    failed = refused(verify_only, "signature")
     assert failed["verdict"] == "untrusted_key" and failed["key"] == other_id
     assert failed["image"] == "kernel" and "family other/ubuntu" in failed["msg"]
 

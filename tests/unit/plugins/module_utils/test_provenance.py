@@ -141,6 +141,19 @@ def policy():
     )
 
 
+def test_a_signer_the_policy_would_refuse_is_refused_before_signing():
+    pol = policy()
+    provenance.check_signer(KEY, "ubuntu-2404", "stable", pol)
+    provenance.check_signer("2" * 64, "lab", None, pol)  # relaxed: unsigned would pass, so may any signer
+    provenance.check_signer("2" * 64, "ubuntu-2404", "stable", None)  # no policy, nothing to check
+    with pytest.raises(
+        provenance.ProvenanceError,
+        match=r"signing key 2{64}: the trust policy does not let it sign family ubuntu-2404 stream stable "
+        r"\(the keys trusted for it: release \(1{64}\)\); nothing was pushed",
+    ):
+        provenance.check_signer("2" * 64, "ubuntu-2404", "stable", pol)
+
+
 def test_the_policy_lets_a_key_sign_the_families_and_streams_it_lists():
     pol = policy()
     assert provenance.trusted_rule(pol, KEY, "ubuntu-2404", "stable")["name"] == "release"
