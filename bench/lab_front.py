@@ -39,7 +39,7 @@ def set_idle(lab, count):
     lab.server.IDLE_CONNECTIONS = count
     with lab.server._lock:
         idle, lab.server._idle = lab.server._idle, []
-    for conn in idle:
+    for conn, _kept_at in idle:
         conn.close()
 
 

@@ -398,6 +398,7 @@ class FrontServer(ThreadingHTTPServer):
     # Connections to kube-apiserver are kept between requests: a TLS handshake per request cost more than
     # the request itself on a loaded machine.
     IDLE_CONNECTIONS = 16
+    IDLE_SECONDS = 20  # a connection idle longer is closed rather than risked
 
     def _connect(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(
@@ -407,13 +408,23 @@ class FrontServer(ThreadingHTTPServer):
     def send_upstream(self, method: str, path: str, body, headers: dict):
         """``(connection, response)`` of one request to kube-apiserver on a kept connection, or a new one
         when the kept one turns out closed by the server (it had not read the request: sent again)."""
+        conn = None
         with self._lock:
-            conn = self._idle.pop() if self._idle else None
+            while self._idle and conn is None:
+                conn, kept_at = self._idle.pop()
+                if time.monotonic() - kept_at > self.IDLE_SECONDS:
+                    conn.close()
+                    conn = None
         if conn is not None:
             try:
                 conn.request(method, path, body=body, headers=headers)
                 return conn, conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            except TimeoutError:
+                conn.close()
+                raise
+            except (http.client.HTTPException, OSError):
+                # Closed by the server while it sat idle (a reset, an EOF in the TLS layer): the request
+                # was not read, so it goes again on a new connection.
                 conn.close()
         conn = self._connect()
         try:
@@ -428,7 +439,7 @@ class FrontServer(ThreadingHTTPServer):
         if reusable:
             with self._lock:
                 if len(self._idle) < self.IDLE_CONNECTIONS:
-                    self._idle.append(conn)
+                    self._idle.append((conn, time.monotonic()))
                     return
         conn.close()
 
@@ -568,5 +579,5 @@ class FrontServer(ThreadingHTTPServer):
         self.server_close()
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _kept_at in idle:
             conn.close()

@@ -161,6 +161,8 @@ class _Runner:
             try:
                 with self.busy:
                     self.controller.deleted(event.rt, _copy(event.obj))
+            except ApiError as exc:  # the API server's answer (a namespace terminating, a conflict)
+                log.warning("controller %s: handling deletion: %s", self.controller.name, exc)
             except Exception:
                 log.exception("controller %s: handling deletion failed", self.controller.name)
             return
