@@ -321,9 +321,11 @@ def test_microvm_act_pushes_three_images_with_their_sizes(demo):
     assert '"micro-VM images in registry 127.0.0.1:' in lines and ": 3" in lines, lines
     for part in ("kernel", "modules", "rootfs"):
         assert "/demo/ubuntu-2204/%s:5.10.77" % part in lines, lines
-    # The size report of publish_microvm_images: each image's digest and bytes, and what slim removed.
-    assert "kernel 5.10.77: " in out and "bytes compressed" in out, out
-    assert "removed by slim (bytes per group): " in out
+    # The size report of publish_microvm_images: the architecture read from the disk, each image's digest
+    # and bytes, and what slim removed.
+    assert "kernel 5.10.77 for amd64 (read from /usr/bin/env)" in out, out
+    assert "kernel: " in out and "bytes compressed" in out, out
+    assert "removed per group: " in out
 
 
 def test_summary_tells_how_to_look_stop_and_go_real(demo):
