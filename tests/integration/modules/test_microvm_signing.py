@@ -232,18 +232,18 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
 
     # A valid signature by a key the keyring holds and the policy does not let sign this family.
     paths, other_id = key_pair(tmp_path, "intern")
-    untrusted = dict(
-        trusted,
-        repository="other/ubuntu",
-        signing_key_path=paths["pem"],
-        public_keys=[str(tmp_path / "cosign.pub")],
-        trust_policy={
+    untrusted = {
+        **trusted,
+        "repository": "other/ubuntu",
+        "signing_key_path": paths["pem"],
+        "public_keys": [str(tmp_path / "cosign.pub")],
+        "trust_policy": {
             "rules": [
                 {"key": cosign_id, "name": "cosign-release"},
                 {"key": other_id, "name": "intern", "families": ["lab-scratch"]},
             ]
         },
-    )
+    }
     # Signing with it is refused before anything is pushed: the image would fail its own check.
     with pytest.raises(
         PipelineError, match=r"signing key %s: the trust policy does not let it sign family" % other_id
@@ -251,10 +251,12 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
         run(**untrusted)
     assert registry.manifest("other/ubuntu/kernel", parts.VERSION) == 404
     # Its valid signature found in the registry (pushed under a policy that trusted it) is judged untrusted.
-    run(**dict(untrusted, trust_policy={"rules": [{"key": other_id, "name": "intern"}]}))
-    verify_only = dict(
-        untrusted, signing_key_path=None, public_keys=[str(tmp_path / "cosign.pub"), paths["pub"]]
-    )
+    run(**{**untrusted, "trust_policy": {"rules": [{"key": other_id, "name": "intern"}]}})
+    verify_only = {
+        **untrusted,
+        "signing_key_path": None,
+        "public_keys": [str(tmp_path / "cosign.pub"), paths["pub"]],
+    }
     failed = refused(verify_only, "signature")
     assert failed["verdict"] == "untrusted_key" and failed["key"] == other_id
     assert failed["image"] == "kernel" and "family other/ubuntu" in failed["msg"]
