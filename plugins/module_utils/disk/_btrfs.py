@@ -48,11 +48,13 @@ class BtrfsView(_disk.ExtView):
         """The node at ``path``, following symlinks on the way (not the last one), as ``ExtView`` does.
 
         Looked up by directory listing: ``dissect.btrfs``'s own path lookup cannot pass a symlink."""
-        from dissect.btrfs.exceptions import Error
+        from dissect.btrfs import exceptions
 
+        # Only absence answers None (a name missing, a file where a directory was looked for): a
+        # damaged tree or an extent the reader cannot decode raises, so no check passes on an unread file.
         try:
             return _lookup(self.fs.root, [p for p in path.split("/") if p])
-        except (Error, OSError, KeyError, NotImplementedError):
+        except (exceptions.FileNotFoundError, exceptions.NotADirectoryError):
             return None
 
 
