@@ -17,6 +17,9 @@ cache=${LAB_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/goldenimage-lab}
 out="$cache/bin-$version"
 stamp="$out/.built"
 
+# One build at a time: a concurrent caller waits for the running build, then reuses what it made.
+mkdir -p "$cache" && exec 9>"$cache/.$(basename "$0" .sh).lock" && flock 9
+
 if [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd" ] && [ -f "$stamp" ]; then
   echo "$out"
   exit 0

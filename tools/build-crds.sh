@@ -24,6 +24,9 @@ out="$cache/crds-$pin"
 stamp="$out/.built"
 here=$(cd "$(dirname "$0")" && pwd)
 
+# One build at a time: a concurrent caller waits for the running build, then reuses what it made.
+mkdir -p "$cache" && exec 9>"$cache/.$(basename "$0" .sh).lock" && flock 9
+
 if [ -f "$stamp" ]; then
   echo "$out"
   exit 0

@@ -22,6 +22,9 @@ cache=${LAB_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/goldenimage-lab}
 out="$cache/snapshot-controller-$version"
 stamp="$out/.built"
 
+# One build at a time: a concurrent caller waits for the running build, then reuses what it made.
+mkdir -p "$cache" && exec 9>"$cache/.$(basename "$0" .sh).lock" && flock 9
+
 if [ -x "$out/snapshot-controller" ] && [ -f "$stamp" ]; then
   echo "$out"
   exit 0

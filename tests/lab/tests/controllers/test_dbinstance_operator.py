@@ -272,6 +272,8 @@ def test_repave_walks_the_four_steps_and_clears_the_trigger(db):
     assert obj["status"]["appliedSpec"]["engineVersion"] == "16"
     assert (cond(obj, "OSUpdateAvailable"), cond(obj, "Ready")) == ("False", "True")
 
+    # The operator records its Event after the status write, as a real one does: wait for it.
+    until(lambda: db.events("web")[-1].reason == "RepaveCompleted", what="the RepaveCompleted event")
     events = db.events("web")
     reasons = [e.reason for e in events]
     assert reasons[0] == "RepaveStarted" and reasons[-1] == "RepaveCompleted"
@@ -409,8 +411,9 @@ def test_swap_conflict_fails_keeps_the_trigger_and_retries(db):
     obj = db.wait("swap", repaved(TIP), what="repaved after the conflict cleared")
     assert "reason" not in obj["status"]
     assert db.operator.repaves(db.namespace, "swap") == 1
+    until(lambda: "RepaveCompleted" in {e.reason for e in db.events("swap")}, what="the RepaveCompleted event")
     reasons = {e.reason for e in db.events("swap")}
-    assert {"RepaveStarted", "RepaveFailed", "RepaveCompleted"} <= reasons
+    assert {"RepaveStarted", "RepaveFailed"} <= reasons
 
 
 def test_no_agent_waits_in_starting_vm(db):
