@@ -67,7 +67,7 @@ collections: venv
 lab-binaries: venv
 	$(call install_debs,go:golang-go)
 	@tools/build-apiserver.sh >/dev/null
-	@PYTHON=$(PY) tools/build-crds.sh >/dev/null
+	@PYTHON=$(CURDIR)/$(PY) tools/build-crds.sh >/dev/null
 	@tools/build-cosign.sh >/dev/null
 
 setup: deps venv collections lab-binaries
