@@ -4,8 +4,10 @@
 
 """Read the small files beside an artifact served over HTTP (its ``.sig`` and ``.intoto.jsonl``).
 
-Adapter: I/O only, no decision. A file the server does not have (404) reads as absent; any other failure
-is reported, never taken as absent, since an absent signature is a verdict and a failed read is not.
+Adapter: I/O only, no decision. A file the server does not have reads as absent: 404, and 403, which S3
+answers for a missing key to a reader that may not list the bucket (the one answer an anonymous reader of a
+public-read mirror gets). Either way nothing is served to verify, and the verdict on an absent signature is
+a refusal unless the policy relaxes the family. Any other failure is reported, never taken as absent.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,7 +27,7 @@ def url_text(url, validate_certs=True, timeout=30):
             url, method="GET", validate_certs=validate_certs, timeout=timeout, follow_redirects="safe"
         )
     except Exception as exc:  # any failure to ask is reported, never guessed around
-        if getattr(exc, "code", None) == 404:
+        if getattr(exc, "code", None) in (403, 404):
             return None, None
         return None, "%s: %s" % (type(exc).__name__, exc)
     try:
