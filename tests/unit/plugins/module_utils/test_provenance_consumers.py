@@ -285,3 +285,32 @@ def test_the_report_of_a_record_says_who_signed_from_what_and_whether_the_facts_
     assert provenance.signed_report(record, dict(facts, os={"id": "debian"}))["facts_match"] is False
     assert provenance.signed_report(record, None)["facts_match"] is None
     assert provenance.signed_report(None, facts) == dict(provenance.signed_report({}), facts_match=None)
+
+
+def test_golden_info_reports_a_goldens_signer_and_facts_by_the_rule_the_drift_report_reads():
+    facts = {"schema_version": 1, "os_family": "linux"}
+    record = {
+        "verdict": "verified",
+        "key": KEY,
+        "signer": "mirror",
+        "sha256": A,
+        "inputs": [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}],
+    }
+    annotations = {
+        golden.PROVENANCE_ANNOTATION: json.dumps(record),
+        golden.IMAGE_FACTS_ANNOTATION: golden.facts_annotation(facts, "golden g"),
+    }
+    obj = dict(_golden(annotations), spec={}, status={})
+    found = golden_inventory.candidate(obj, golden.FILESYSTEM, None, {})
+    assert found["provenance_report"] == provenance.signed_report(record, facts)
+    assert (
+        found["provenance_report"]["facts_match"] is True and found["provenance_report"]["signer"] == "mirror"
+    )
+    annotations[golden.IMAGE_FACTS_ANNOTATION] = golden.facts_annotation(
+        dict(facts, os_family="windows"), "g"
+    )
+    assert (
+        golden_inventory.candidate(obj, golden.FILESYSTEM, None, {})["provenance_report"]["facts_match"]
+        is False
+    )
+    assert golden_inventory.candidate(_golden({}), golden.FILESYSTEM, None, {})["provenance_report"] is None
