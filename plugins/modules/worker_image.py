@@ -283,13 +283,14 @@ signatures:
   returned: with O(trust_policy) and O(state=present)
   type: dict
   sample:
-    talos-worker-376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba-v1.13.0:
+    talos-worker-3765679...-v1.13.0:
       verdict: verified
       key_id: 3f1c0b9e5a7d2e84c6f1a9b0d3e5c7a9b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1
       signer: release
       relaxed: null
-      artifact: image/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba/v1.13.0/openstack-amd64.raw.xz
-      message: "artifact image/.../openstack-amd64.raw.xz (sha256:...): signed by release (...), provenance subject matches"
+      artifact: image/3765679.../v1.13.0/openstack-amd64.raw.xz
+      message: "artifact image/3765679.../v1.13.0/openstack-amd64.raw.xz (sha256:...): signed by release
+        (3f1c...), provenance subject matches"
 changed:
   description: Whether a golden was (or, in check mode, would be) created or deleted.
   returned: always
