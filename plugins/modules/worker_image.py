@@ -498,7 +498,7 @@ class Runner:
             worker.refuse_dropped_checksum(entry, body, self._dry_run_create(body), self.ns)
         created = [self.module.create(body) for body in to_create]
         result = {"changed": bool(created)}
-        if self.p["trust_policy"] is not None:
+        if self.p.get("trust_policy") is not None:
             result["signatures"] = verdicts
         if created:
             result["diff"] = {
@@ -533,7 +533,7 @@ class Runner:
     def _verify(self, entry, pinned, verdicts):
         """With trust_policy, the image the golden would import is verified (its .sig and .intoto.jsonl,
         served beside it, over the pinned digest) before anything is written."""
-        if self.p["trust_policy"] is None:
+        if self.p.get("trust_policy") is None:
             return
         policy = provenance.normalize_policy(self.p["trust_policy"])
         ring = signing.keyring_of(self.p["public_keys"], extra=provenance.public_keys(policy))
