@@ -133,6 +133,7 @@ bench: setup
 	$(PY) bench/seal_verify.py --data-gib 1,4,8 $(BENCH_SMOKE)
 	$(PY) bench/os_mirror.py $(BENCH_SMOKE)
 	$(PY) bench/lab_front.py $(BENCH_SMOKE)
+	$(PY) bench/provenance.py --sizes-mib 64,256,1024 --repeat 5 $(BENCH_SMOKE)
 	$(if $(SMOKE),,$(PY) bench/microvm_image.py)
 
 lab-up: setup

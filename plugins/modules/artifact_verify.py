@@ -109,8 +109,10 @@ message:
   description: The verdict in one line, naming the artifact, the key and the check.
   returned: always
   type: str
-key:
-  description: The key id that signed, None when unsigned.
+key_id:
+  description:
+    - The id of the key that signed (the SHA-256 of its DER public key, hex), None when unsigned; the name
+      M(goldenimage.pipeline.artifact_sign) and M(goldenimage.pipeline.os_mirror_verify) return it under.
   returned: always
   type: str
 signer:
@@ -185,6 +187,7 @@ def run(params):
     )
     doc = (found or {}).get("statement")
     result = dict(verdict, digest=digest, facts_match=_facts_match(p["facts_path"], doc), changed=False)
+    result["key_id"] = result.pop("key")  # the name every signing and verifying module returns it under
     if not result.pop("ok"):
         raise Refusal(None, result.pop("message"), **result)
     if verdict["verdict"] == provenance.VERIFIED:

@@ -365,7 +365,11 @@ signature:
     - The verification of the artifact against the catalog's trust policy, as the catalog entry records it,
       C(verdict) (V(verified), or V(unsigned_allowed) on a stream that relaxes C(require_signature)),
       C(key) (the key id, null when unsigned), C(signer) (the policy's name of the key), C(relaxed) (the
-      reason recorded), C(sha256) and C(message).
+      reason recorded), C(artifact) (the signed subject, the artifact's file name), C(sha256) and C(sha512)
+      (the bytes verified; the SHA-512 is the checksum the revision registers), C(family), and for a
+      verified artifact the C(inputs), C(builder) and C(time) its provenance names, and C(message).
+    - A repave (M(goldenimage.pipeline.dbinstance_repave)) judges this record again before any step, and
+      refuses a revision whose record names another artifact or another checksum than its catalog entry.
     - On a refusal, C(verdict) is V(unsigned), V(untrusted_key), V(signature_mismatch),
       V(subject_digest_differs) or V(replayed_revision), with C(check) naming the check that failed.
   returned: when O(catalog) holds a trust policy and state is present
@@ -702,9 +706,10 @@ class BakedImage:
             digest, signature, found = signing.file_evidence(
                 ring, path, p["signature_path"], p["provenance_path"], ("sha256", "sha512")
             )
-            self.digests.setdefault(path, digest.pop("sha512"))  # the checksum, from the same read
-        verdict = provenance.judge({"name": name, "digest": digest}, family, stream, policy, signature, found)
-        record = catalog.signature_record(verdict, digest.get("sha256"))
+            self.digests.setdefault(path, digest["sha512"])  # the checksum, from the same read
+        artifact = {"name": name, "digest": {"sha256": digest["sha256"]} if digest else {}}
+        verdict = provenance.judge(artifact, family, stream, policy, signature, found)
+        record = catalog.signature_record(verdict, p["name"], stream, digest, (found or {}).get("statement"))
         self.result["signature"] = dict(record, message=verdict["message"], check=verdict["check"])
         if not verdict["ok"]:
             raise Refusal(

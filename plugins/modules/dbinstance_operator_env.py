@@ -25,6 +25,9 @@ description:
   - Every run reports C(drift) between the env and the records it should follow, whether or not anything is
     set, C(BACKING_IMAGE_OS_VERSION) against the catalog's default stream (with O(catalog)), and
     C(BACKING_IMAGE_REPLICAS) against the schedulable Node count (when Nodes can be listed).
+  - With O(catalog), RV(provenance) says per revision who signed it, from what inputs, and whether the facts
+    recorded at signing still match; a revision whose recorded signature no longer holds under the
+    catalog's trust policy is a C(drift) entry.
   - With O(catalog), the drift also names each published revision (imported, its image recorded) whose
     backing image holds fewer copies than there are schedulable Nodes. What it holds is read from the
     image's Longhorn C(BackingImage), the disks whose copy is C(ready) in C(status.diskFileStatusMap), not
@@ -179,6 +182,37 @@ drift:
         - create a Longhorn StorageClass used only for baked images ...
         - raise Longhorn's minimum copies of BackingImage ...
         - or publish a new revision ...
+provenance:
+  description:
+    - Per revision registered in O(catalog), who signed it and from what, as
+      M(goldenimage.pipeline.golden_info) reports a golden's (the same rule) - C(revision), C(os_version),
+      C(verdict), C(key), C(signer) (the trust policy's name of the key), C(relaxed) (the reason, when it
+      registered unsigned), C(artifact), C(inputs), C(builder) and C(time) (what its signed provenance
+      names), C(facts_match) (whether the image facts the entry records are the ones the signed statement
+      names, by the SHA-256 of their canonical JSON; null when either is missing).
+    - C(holds) says whether the recorded verdict holds under the catalog's trust policy today and belongs to
+      this revision's artifact and checksum, as M(goldenimage.pipeline.dbinstance_repave) checks before any
+      step; C(problem) and C(move) say why not. Each revision that does not hold is also a C(drift) entry
+      with C(what) V(signature).
+    - null without O(catalog).
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - revision: v20261201-2404
+      os_version: "24.04"
+      verdict: verified
+      key: 3f1c0b9e5a7d2e84c6f1a9b0d3e5c7a9b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1
+      signer: release-2026
+      relaxed: null
+      artifact: ubuntu-2404-postgres-v20261201-2404.qcow2
+      inputs: [{name: packer-template, digest: {sha256: 5e3b...}}]
+      builder: {playbook: publish.yml, host: build-01, collection_version: 0.1.0}
+      time: "2026-12-01T04:10:00Z"
+      facts_match: null
+      holds: true
+      problem: null
+      move: null
 copies:
   description:
     - What each published revision of O(catalog) holds (see M(goldenimage.pipeline.baked_image) RV(copies));
@@ -324,6 +358,7 @@ class OperatorEnv(Wait):
             after, changed = self.module.patch(API, KIND, p["name"], p["namespace"], patch, before=before)
         env = {var: operator_env.env_value(after, container, var)[0] for var in VARS}
         held = self.copies(doc, nodes)
+        signed = operator_env.revision_provenance(doc) if doc else None
         result = {
             "changed": changed,
             "container": container,
@@ -336,8 +371,10 @@ class OperatorEnv(Wait):
                 env[operator_env.REPLICAS_ENV],
                 len(nodes) if nodes is not None else None,
             )
-            + backing_copies.short_of(held or [], len(nodes or [])),
+            + backing_copies.short_of(held or [], len(nodes or []))
+            + operator_env.provenance_drift(signed or []),
             "copies": held,
+            "provenance": signed,
             "stranded": stranded,
         }
         if self.module._diff and changed:

@@ -12,6 +12,15 @@ module: golden_export_job
 short_description: Export a sealed disk to a bucket key from a Job next to its claim, with its sha256
 version_added: 0.1.0
 description:
+  - Given a signing key (O(signing_key_path) or O(signing_key)), the exported golden is signed where it is
+    made, from the controller once the Job is done and the stored object's sha256 is read back, as
+    M(goldenimage.pipeline.golden_export_object) signs. C(<key>.sig) beside it holds a detached signature in
+    the format C(cosign sign-blob --key) writes, and C(<key>.intoto.jsonl) its provenance (SLSA provenance
+    v1 in a DSSE envelope) whose subject is O(key) and its sha256 and whose inputs are the exported claim
+    (O(source), else C(pvc://<namespace>/<pvc>)) and the image facts the Job read, with the builder
+    (O(builder)) and the time. The key is read and checked before the first request. The bytes are not read
+    again; the signing key never enters the cluster. An export that finds its object already held
+    (RV(action) V(skip)) is not signed again.
   - Exports the sealed disk on the PersistentVolumeClaim O(pvc) the way the operator guide does, inside the
     cluster, so that no byte of it passes through the Ansible controller and any volume works (a Ceph RBD
     volume has no path on the controller). A Job in O(namespace) converts it with C(qemu-img convert -c -O
@@ -196,6 +205,8 @@ options:
 extends_documentation_fragment:
   - goldenimage.pipeline.exposure
   - goldenimage.pipeline.s3.connection
+  - goldenimage.pipeline.signing.prefixed
+  - goldenimage.pipeline.signing.builder
   - kubernetes.core.k8s_auth_options
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
@@ -259,6 +270,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+signed:
+  description:
+    - The signature and provenance written beside the object (or kept), as
+      RV(goldenimage.pipeline.os_mirror_object#module:signed) describes them.
+  returned: when a signing key is given and the object was uploaded by this export
+  type: dict
 action:
   description: V(upload), or V(skip) when the key already holds this claim's export.
   returned: success
@@ -462,6 +479,8 @@ def argument_spec():
         license={"type": "str", "default": "none", "choices": list(exposure.LICENSE_CHOICES)},
         sensitive_reasons={"type": "list", "elements": "str", "default": []},
         os={"type": "str", "choices": ["windows", "linux"]},
+        builder=provenance.builder_option(),
+        **provenance.key_options("signing_"),
     )
     s3 = s3_arg_spec()
     # One validate_certs for both connections: kubernetes.core's (unset verifies S3 too).
@@ -520,6 +539,7 @@ class ExportJob(ObjectWait):
         self.module = module
         self.client = client
         self.ref = {"name": params["name"], "namespace": params["namespace"]}
+        self.signing_key = None
 
     # ------------------------------------------------------------ inputs, before any request
     def inputs(self):
@@ -626,6 +646,8 @@ class ExportJob(ObjectWait):
         p = self.p
         if p["state"] == "absent":
             return self.remove()
+        # The key is read and checked before the first request, so a bad key writes nothing.
+        self.signing_key = _signing.private_key_from(p, "signing_")
         now = self.clock()
         rounds = rounds_.from_params(p, now)
         result = {"changed": False, "job": dict(self.ref), "key": p["key"]}
@@ -735,6 +757,7 @@ class ExportJob(ObjectWait):
                 result[name] = outcome[name]
         result["action"] = outcome.get("action", "upload")
         result["changed"] = result["action"] == "upload"
+        self.sign(held.get(mirror.META_SHA256), outcome.get("image_facts"), result)
         result["verified_by"] = [
             "sha256 of the qcow2, computed while it was sent (in the Job)",
             "sha256 metadata and size of the stored object, read with a HEAD (in the Job)",
@@ -746,6 +769,26 @@ class ExportJob(ObjectWait):
                 "exported %s, but %s" % (where, self.leftover_note(left)), left_behind=left, **result
             )
         return dict(result, done=True, line=line + " -> %s %s" % (result["action"], where))
+
+    def sign(self, digest, facts, result):
+        """Sign the exported object where it is made, from the controller, as golden_export_object does:
+        over the digest the Job computed while sending and the controller read back, never the bytes
+        again; its provenance names the exported claim and the image facts the Job read."""
+        if self.signing_key is None or not digest:
+            return
+        p = self.p
+        statement = mirror.exported_statement(
+            p["key"],
+            digest,
+            p["source"] or "pvc://%s/%s" % (p["namespace"], p["pvc"]),
+            facts,
+            _signing.builder(p["builder"]),
+            mirror.timestamp(datetime.datetime.now(datetime.timezone.utc)),
+        )
+        client = s3_client_from_params(p)
+        transfer.sign_beside(
+            self.module, result, client, p["bucket"], p["key"], digest, statement, self.signing_key
+        )
 
     def ended(self, msg, **fields):
         """The error of an export that will not complete; what it made is deleted first."""
@@ -832,6 +875,7 @@ class ExportJob(ObjectWait):
 # Which options go together, checked by Ansible before the runner starts. The pod needs an endpoint
 # it reaches: pod_endpoint_url, else the controller's endpoint_url (or AWS_ENDPOINT_URL).
 ARGUMENT_RULES = dict(
+    mutually_exclusive=[("signing_key_path", "signing_key")],
     required_if=[
         ("state", "present", ("pvc", "bucket", "key", "credentials_secret", "image")),
         ("state", "present", ("pod_endpoint_url", "endpoint_url"), True),

@@ -156,7 +156,10 @@ families:
           recorded on the golden, see M(goldenimage.pipeline.golden_snapshot); None when none is) and
           V(provenance) (the signature verdict recorded where its source was imported, who signed it with
           which key, the artifact and digest verified, and the inputs and builder its provenance names;
-          None when none is).
+          None when none is) and V(provenance_report) (the same read by the rule the drift report of
+          M(goldenimage.pipeline.dbinstance_operator_env) reads, V(verdict), V(key), V(signer), V(relaxed),
+          V(inputs), V(builder), V(time) and V(facts_match), whether the image facts recorded on the golden
+          are the ones its signed statement names; None when no verdict is recorded).
         - With O(trust_policy), V(provenance_verifies) (whether that verdict still holds under the policy)
           and V(provenance_problem) (why not, naming the key and the check) as well.
       type: list

@@ -114,7 +114,10 @@ message:
   returned: always
   type: str
 key_id:
-  description: The key id that signed, None when unsigned.
+  description:
+    - The id of the key that signed (the SHA-256 of its DER public key, hex), None when unsigned; the name
+      M(goldenimage.pipeline.artifact_sign) and M(goldenimage.pipeline.artifact_verify) return it under
+      (RV(key) is the object).
   returned: always
   type: str
 signer:
@@ -134,8 +137,8 @@ provenance:
   returned: when RV(verdict) is V(verified)
   type: dict
 record:
-  description: The verdict as a golden records it (V(verdict), V(key), V(signer), V(artifact), V(sha256),
-    V(family)).
+  description: The verdict as a golden records it (V(verdict), V(key) (in a stored record, the key id),
+    V(signer), V(artifact), V(sha256), V(family)).
   returned: always
   type: dict
 trust_policy:

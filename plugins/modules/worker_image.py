@@ -41,6 +41,16 @@ description:
   - Before a clone is rendered it checks what makes a CSI clone real on this cluster, the clone strategy
     (C(CDI.spec.cloneStrategyOverride), else the StorageProfile's) and, with a C(SubjectAccessReview),
     that the pool's service accounts may create C(datavolumes/source) in O(namespace).
+  - With O(trust_policy) and O(state=present), each image a golden would import is verified before anything
+    is written, from the C(<url>.sig) (the detached signature C(cosign sign-blob --key) writes) and
+    C(<url>.intoto.jsonl) (its signed provenance) served beside it, over the pinned sha256 (the digest CDI
+    verifies while importing). Its family is C(talos-<schematicID>), its stream the version, and its
+    provenance subject must be C(image/<schematicID>/<version>/openstack-amd64.raw.xz) (sign it with
+    M(goldenimage.pipeline.artifact_sign) O(goldenimage.pipeline.artifact_sign#module:name) set to that path).
+    Unsigned, signed by a key the policy does not trust for the family, signed for other bytes, a
+    provenance with another digest, or another version's signature replayed is refused naming the entry,
+    the key and the check; so is an entry with no sha256 pinned, unless the family is relaxed and nothing is
+    signed. RV(signatures) reports each verdict. Goldens that already exist are not verified again.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -186,6 +196,7 @@ extends_documentation_fragment:
   - goldenimage.pipeline.k8s_wait
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_k8s
+  - goldenimage.pipeline.provenance.trust_policy
 attributes:
   check_mode:
     support: full
@@ -264,6 +275,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+signatures:
+  description:
+    - With O(trust_policy), per golden created by this run, the verdict on the image it imports,
+      C(verdict) (V(verified), or V(unsigned_allowed) under a relaxation), C(key_id), C(signer), C(relaxed)
+      (the reason), C(artifact) (the provenance subject) and C(message).
+  returned: with O(trust_policy) and O(state=present)
+  type: dict
+  sample:
+    talos-worker-3765679...-v1.13.0:
+      verdict: verified
+      key_id: 3f1c0b9e5a7d2e84c6f1a9b0d3e5c7a9b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1
+      signer: release
+      relaxed: null
+      artifact: image/3765679.../v1.13.0/openstack-amd64.raw.xz
+      message: "artifact image/3765679.../v1.13.0/openstack-amd64.raw.xz (sha256:...): signed by release
+        (3f1c...), provenance subject matches"
 changed:
   description: Whether a golden was (or, in check mode, would be) created or deleted.
   returned: always
@@ -357,6 +384,9 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golde
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _fetch
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker
 
 DV = ("cdi.kubevirt.io/v1beta1", "DataVolume")
@@ -410,6 +440,7 @@ def argument_spec():
         allow_host_assisted=dict(type="bool", default=False),
         url_validate_certs=dict(type="bool", default=True),
     )
+    spec.update(provenance.trust_policy_spec())
     spec.update(wait_arg_spec())
     return spec
 
@@ -417,8 +448,9 @@ def argument_spec():
 class Runner:
     """observe (the module's reads) -> decide (worker.py) -> apply (the module's writes)."""
 
-    def __init__(self, module, digest_of=object_sha256, clock=time.monotonic):
+    def __init__(self, module, digest_of=object_sha256, clock=time.monotonic, text_of=_fetch.url_text):
         self.module = module
+        self.text_of = text_of
         self.p = module.params
         self.ns = self.p["namespace"]
         self.digest_of = digest_of
@@ -451,11 +483,14 @@ class Runner:
         entries = worker.present_catalog(self.p["images"])
         live = {e["name"]: self.module.get(*DV, name=e["name"], namespace=self.ns) for e in entries}
         pending = []  # (entry, body) of each golden to create
+        verdicts = {}  # golden name -> the verdict on the image it imports (with trust_policy)
         for entry in entries:  # every refusal before the first write
             if live[entry["name"]] is not None:
                 worker.refuse_edited(entry, live[entry["name"]], self.ns)
                 continue
-            pending.append((entry, worker.render_golden(entry, self.ns, self._pin(entry))))
+            pinned = self._pin(entry)
+            self._verify(entry, pinned, verdicts)
+            pending.append((entry, worker.render_golden(entry, self.ns, pinned)))
         to_create = [body for _entry, body in pending]
         if to_create:
             worker.refuse_missing_namespace(self.ns, self.module.get(*NS, name=self.ns), to_create)
@@ -463,6 +498,8 @@ class Runner:
             worker.refuse_dropped_checksum(entry, body, self._dry_run_create(body), self.ns)
         created = [self.module.create(body) for body in to_create]
         result = {"changed": bool(created)}
+        if self.p.get("trust_policy") is not None:
+            result["signatures"] = verdicts
         if created:
             result["diff"] = {
                 "before": {"goldens": []},
@@ -492,6 +529,38 @@ class Runner:
             )
         worker.refuse_digest(entry, observed, redact_url(entry["url"]))
         return entry["sha256"] or observed
+
+    def _verify(self, entry, pinned, verdicts):
+        """With trust_policy, the image the golden would import is verified (its .sig and .intoto.jsonl,
+        served beside it, over the pinned digest) before anything is written."""
+        if self.p.get("trust_policy") is None:
+            return
+        policy = provenance.normalize_policy(self.p["trust_policy"])
+        ring = signing.keyring_of(self.p["public_keys"], extra=provenance.public_keys(policy))
+        texts = []
+        for url in provenance.companions(entry["url"]):
+            text, error = self.text_of(url, self.p["url_validate_certs"])
+            if error:
+                raise Refusal(
+                    entry["subject"],
+                    "cannot read %s (%s), so the image cannot be verified" % (redact_url(url), error),
+                    "serve the signature and provenance beside the image, or fix the access; "
+                    "nothing was written",
+                )
+            texts.append(text)
+        if pinned:
+            signature, found = signing.evidence(ring, texts[0], texts[1], pinned)
+        else:  # nothing to check a signature over: only whether one is there counts (refused either way)
+            signature, found = [None if text is None else {"key": None} for text in texts]
+        verdict = worker.import_verdict(entry, pinned, policy, signature, found)
+        verdicts[entry["name"]] = {
+            "verdict": verdict["verdict"],
+            "key_id": verdict.get("key"),
+            "signer": verdict.get("signer"),
+            "relaxed": verdict.get("relaxed"),
+            "artifact": worker.signed_name(entry),
+            "message": verdict["message"],
+        }
 
     def _wait(self, entries, result):
         log = result.setdefault("progress_log", [])

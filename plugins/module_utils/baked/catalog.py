@@ -22,7 +22,8 @@ Pure: no I/O (``_catalog_store.py`` reads and writes it). The document is versio
         imported: true
         manifest: {sha256: <hex>, object: s3://<bucket>/<key>, package_count: 712,
                    encoding: zlib+base64, package_list: <the installed packages>}
-        signature: {verdict: verified, key: <key id>, signer: release-2026, sha256: <hex>}
+        signature: {verdict: verified, key: <key id>, signer: release-2026, artifact: <file name>,
+                    sha256: <hex>, sha512: <the checksum>, family: <family>, inputs: [...], builder: {...}}
     trust:
       keys:
         - name: release-2026
@@ -1197,12 +1198,16 @@ def signed_subject(name, os_stream):
     return revision.artifact_name(name, os_stream)
 
 
-def signature_record(verdict, sha256):
-    """What a catalog entry records of its artifact's verification (no key material)."""
-    record = {"verdict": verdict["verdict"], "key": verdict.get("key"), "sha256": sha256}
-    for field in ("signer", "relaxed"):
-        if verdict.get(field):
-            record[field] = verdict[field]
+def signature_record(verdict, name, os_stream, digest, doc=None):
+    """What a catalog entry records of its artifact's verification (no key material): the verdict, the key
+    and signer, the artifact and its SHA-256 and SHA-512 (the checksum Harvester downloads against), and
+    the inputs, builder and time the verified statement ``doc`` names."""
+    digest = digest or {}
+    record = provenance.verdict_record(
+        verdict, signed_subject(name, os_stream), digest.get("sha256"), family(os_stream), doc
+    )
+    if digest.get("sha512"):
+        record["sha512"] = digest["sha512"]
     return record
 
 
@@ -1219,7 +1224,7 @@ def signature_problem(doc, name):
     if policy is None or entry is None:
         return None
     stream = entry["os_version"]
-    return provenance.record_problem(
+    found = provenance.record_problem(
         policy,
         entry.get(SIGNATURE),
         "revision %s" % name,
@@ -1232,4 +1237,12 @@ def signature_problem(doc, name):
             "sign a new revision with a trusted key, or trust the key again in the catalog's trust section",
             "register it again with goldenimage.pipeline.baked_image from its signed artifact",
         ),
+    )
+    # The verdict must be this revision's, over the bytes its checksum makes Harvester download.
+    return found or provenance.record_binding(
+        entry.get(SIGNATURE),
+        signed_subject(name, stream),
+        {"sha512": entry.get("checksum")},
+        "revision %s" % name,
+        "register it again with goldenimage.pipeline.baked_image from its own signed artifact",
     )

@@ -23,6 +23,7 @@ import copy
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 OS_ENV = "BACKING_IMAGE_OS_VERSION"
 REPLICAS_ENV = "BACKING_IMAGE_REPLICAS"
@@ -255,6 +256,44 @@ def drift(env_stream, catalog_default, env_replicas, nodes_count):
             }
         )
     return out
+
+
+def revision_provenance(doc):
+    """Per registered revision of the catalog ``doc``: who signed it, from what inputs, whether the facts
+    recorded now are the ones its signed statement names (``provenance.signed_report``, the rule golden_info
+    reads as well), and ``holds``/``problem``: whether its recorded verdict holds under the catalog's trust
+    policy today and is bound to its own artifact and checksum (what a repave checks before any step)."""
+    rows = []
+    for name, entry in sorted(catalog.normalize(doc)["images"].items()):
+        found = catalog.signature_problem(doc, name)
+        row = provenance.signed_report(entry.get(catalog.SIGNATURE), entry.get("facts"))
+        row.update(
+            revision=name,
+            os_version=entry["os_version"],
+            artifact=(entry.get(catalog.SIGNATURE) or {}).get("artifact"),
+            holds=found is None,
+            problem=found[0] if found else None,
+            move=found[1] if found else None,
+        )
+        rows.append(row)
+    return rows
+
+
+def provenance_drift(rows):
+    """The drift entries of revisions whose recorded signature no longer holds (``revision_provenance``):
+    the operator would repave onto them, and a repave refuses them (UntrustedImage)."""
+    return [
+        {
+            "what": "signature",
+            "revision": row["revision"],
+            "operator": row["verdict"],
+            "expected": provenance.VERIFIED,
+            "message": row["problem"],
+            "move": row["move"],
+        }
+        for row in rows
+        if not row["holds"]
+    ]
 
 
 # ------------------------------------------------------------------------------------ rollout

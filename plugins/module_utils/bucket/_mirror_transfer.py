@@ -737,39 +737,8 @@ class UploadRun:
         return seen
 
     def sign_beside(self, client, bucket, key, digest, statement):
-        """Write ``<key>.sig`` and ``<key>.intoto.jsonl`` beside the object with ``self.signing_key`` unless
-        the ones stored verify for its digest with that key and record the same build
-        (``provenance.plan_signing``); the bytes are not read again, the digest is the one the upload
-        verified. Sets ``result["signed"]``; in check mode nothing is written."""
-        started = time.monotonic()
-        names = provenance.companions(key)
-        before = []
-        for name in names:
-            try:
-                body = read_object(client, bucket, name)
-            except Exception as exc:
-                raise call_failed("read s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
-            before.append(None if body is None else body.decode("utf-8", "replace"))
-        plan = signing.signing_plan(self.signing_key, digest, statement, before[0], before[1])
-        texts = (plan["signature_text"], plan["envelope_text"])
-        writes = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
-        self.result["signed"] = {
-            "key_id": plan["key_id"],
-            "signature_key": names[0],
-            "provenance_key": names[1],
-            "signature_changed": plan["signature"],
-            "provenance_changed": plan["provenance"],
-            "provenance": provenance.summary(plan["statement"]),
-        }
-        if writes:
-            self.result["changed"] = True
-        if not self.module.check_mode:
-            for name, text in writes:
-                try:
-                    put_small(client, bucket, name, text.encode("utf-8"))
-                except Exception as exc:
-                    raise call_failed("write s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
-        self.result["signed"]["seconds"] = round(time.monotonic() - started, 3)
+        """``sign_beside`` with this run's module, result and ``self.signing_key``."""
+        sign_beside(self.module, self.result, client, bucket, key, digest, statement, self.signing_key)
 
     def set_diff(self, before, after):
         if self.module._diff:
@@ -785,3 +754,40 @@ class UploadRun:
             throughput_mib_s=mirror.throughput_mib_s(report["bytes_moved"], seconds),
         )
         self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
+
+
+def sign_beside(module, result, client, bucket, key, digest, statement, signing_key):
+    """Write ``<key>.sig`` and ``<key>.intoto.jsonl`` beside the object with ``signing_key`` unless
+    the ones stored verify for its digest with that key and record the same build
+    (``provenance.plan_signing``); the bytes are not read again, the digest is the one the upload
+    verified. Sets ``result["signed"]``; in check mode nothing is written. Shared by every
+    producer that stores in a bucket (the mirror, an exported golden, the export Job's controller side)."""
+    started = time.monotonic()
+    names = provenance.companions(key)
+    before = []
+    for name in names:
+        try:
+            body = read_object(client, bucket, name)
+        except Exception as exc:
+            raise call_failed("read s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
+        before.append(None if body is None else body.decode("utf-8", "replace"))
+    plan = signing.signing_plan(signing_key, digest, statement, before[0], before[1])
+    texts = (plan["signature_text"], plan["envelope_text"])
+    writes = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
+    result["signed"] = {
+        "key_id": plan["key_id"],
+        "signature_key": names[0],
+        "provenance_key": names[1],
+        "signature_changed": plan["signature"],
+        "provenance_changed": plan["provenance"],
+        "provenance": provenance.summary(plan["statement"]),
+    }
+    if writes:
+        result["changed"] = True
+    if not module.check_mode:
+        for name, text in writes:
+            try:
+                put_small(client, bucket, name, text.encode("utf-8"))
+            except Exception as exc:
+                raise call_failed("write s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
+    result["signed"]["seconds"] = round(time.monotonic() - started, 3)

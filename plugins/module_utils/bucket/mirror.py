@@ -470,8 +470,7 @@ def exported_statement(key, sha256, source, facts, builder, time):
     digest = {"sha256": normalize_sha256(sha256)}
     found = [{"name": "exported-volume", "digest": digest, "uri": redact.redact_url(source or "")}]
     if facts is not None:
-        facts_digest = hashlib.sha256(provenance.serialize(facts)).hexdigest()
-        found.append({"name": provenance.FACTS, "digest": {"sha256": facts_digest}})
+        found.append({"name": provenance.FACTS, "digest": provenance.facts_digest(facts)})
     return provenance.statement({"name": key, "digest": digest}, found, builder, time)
 
 

@@ -20,6 +20,7 @@ import re
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import details
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden, selection
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 SEEDED_FROM_ANNOTATION = "kube-dc.com/seeded-from"
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
@@ -169,7 +170,7 @@ def candidate(obj, mode, handle, digests):
             prefix = golden.normalize_digest(digest)[7:19]
         except golden.GoldenError:
             prefix = None
-    return {
+    found = {
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
         "family": family,
@@ -191,6 +192,11 @@ def candidate(obj, mode, handle, digests):
         "image_facts": golden.recorded_facts(obj),
         "provenance": golden.recorded_provenance(obj),
     }
+    # Who signed it and whether its facts are the signed ones: the rule the drift report reads too.
+    found["provenance_report"] = (
+        provenance.signed_report(found["provenance"], found["image_facts"]) if found["provenance"] else None
+    )
+    return found
 
 
 def _pair_key(family, mode):

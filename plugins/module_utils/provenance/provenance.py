@@ -862,6 +862,73 @@ def record_problem(policy, record, what, family, stream=None, **wording):
     return ("%s %s" % (what, problem), moves[1])
 
 
+def record_binding(record, artifact, digest, what, move):
+    """Why the verified ``record`` is not the verdict on ``artifact`` with ``digest`` (``{algorithm: hex}``,
+    what the consumer is about to serve), as ``(problem, move)``; None when it is, or when the record is no
+    verified one (``record_problem`` judges those).
+
+    A record is copied as easily as any other field: one verified for another revision, or for bytes other
+    than the ones the entry serves, proves nothing about this one. A record naming no artifact or no digest
+    the entry carries cannot be told from a replayed one and is refused as well.
+    """
+    record = record or {}
+    if record.get("verdict") != VERIFIED:
+        return None
+    if record.get("artifact") != artifact:
+        return (
+            "%s records a signature verified for %s, not for its own artifact %s: another revision's "
+            "verdict replayed under this name"
+            % (what, record.get("artifact") or "no named artifact", artifact),
+            move,
+        )
+    recorded = dict((a, str(record[a]).lower()) for a in ALGORITHMS if record.get(a))
+    served = dict((a, str(v).lower()) for a, v in (digest or {}).items() if v)
+    if not digests_agree(recorded, served):
+        return (
+            "%s records a signature verified over %s, and the bytes it serves have %s: the signature is of "
+            "other bytes"
+            % (
+                what,
+                ", ".join("%s:%s" % kv for kv in sorted(recorded.items())) or "no digest",
+                ", ".join("%s:%s" % kv for kv in sorted(served.items())) or "no digest recorded",
+            ),
+            move,
+        )
+    return None
+
+
+def facts_digest(facts):
+    """The digest a statement records for an image-facts document: SHA-256 of its signed serialization."""
+    return {"sha256": hashlib.sha256(serialize(facts)).hexdigest()}
+
+
+def signed_report(record, facts=None):
+    """What a report shows of the verdict ``record`` on a served artifact (a golden, a revision): who signed
+    it (key and policy name), from what inputs, by which builder and when, and ``facts_match``: whether the
+    image facts recorded now are the ones the signed statement names (None when either is missing).
+
+    The one rule golden_info and the drift report read, so both say the same of the same record.
+    """
+    record = record or {}
+    signed = None
+    for entry in record.get("inputs") or []:
+        if isinstance(entry, dict) and entry.get("name") == FACTS:
+            signed = entry.get("digest") or None
+    match = None
+    if signed and facts is not None:
+        match = digests_agree(dict((a, str(v).lower()) for a, v in signed.items()), facts_digest(facts))
+    return {
+        "verdict": record.get("verdict"),
+        "key": record.get("key"),
+        "signer": record.get("signer"),
+        "relaxed": record.get("relaxed"),
+        "inputs": record.get("inputs") or [],
+        "builder": record.get("builder"),
+        "time": record.get("time"),
+        "facts_match": match,
+    }
+
+
 def bytes_differ(artifact, seen, key=None):
     """The verdict on bytes whose digest ``seen`` is not the one ``artifact`` is named and signed for."""
     recorded = ", ".join("%s:%s" % kv for kv in sorted(artifact["digest"].items()))

@@ -25,6 +25,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers as who_uses
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import serving
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
 NAMESPACE = "cozy-public"
 FACTORY = "https://factory.talos.dev"
@@ -149,6 +150,53 @@ def golden_name(schematic, version):
 
 def image_url(factory, schematic, version):
     return "%s/image/%s/%s/%s" % (factory.rstrip("/"), schematic, version, PLATFORM_IMAGE)
+
+
+# A signed worker image -----------------------------------------------------------------------------------
+#
+# The subject its provenance names is its path under the Image Factory, the same in every mirror bucket
+# holding the Factory's paths; its family is the schematic (one Talos flavour), its stream the version.
+
+
+def signed_name(entry):
+    """The artifact name a worker image is signed under: ``image/<schematicID>/<version>/<file>``."""
+    return "image/%s/%s/%s" % (entry["schematicID"], entry["version"], PLATFORM_IMAGE)
+
+
+def signed_family(entry):
+    return "talos-%s" % entry["schematicID"]
+
+
+def import_verdict(entry, sha256, policy, signature, found):
+    """The verdict on the image ``entry`` would import, pinned to ``sha256`` (hex, or None when nothing is
+    pinned), from what its ``.sig`` and ``.intoto.jsonl`` prove (``_signing.evidence``'s pair); a Refusal,
+    before anything is written, when the trust policy does not let it be imported.
+
+    The signature is checked over the digest CDI verifies while importing, so an unpinned import cannot be
+    verified at all: it is refused unless the policy relaxes the family (or the version) and nothing is
+    signed.
+    """
+    family, stream = signed_family(entry), entry["version"]
+    unsigned = signature is None and found is None
+    if not sha256 and not (unsigned and provenance.relaxed_reason(policy, family, stream)):
+        raise Refusal(
+            entry["subject"],
+            "no sha256 is pinned, so its signature cannot be checked against the bytes CDI imports",
+            "give sha256 (the digest os_mirror recorded), or import from a mirror bucket that records it; "
+            "nothing was written",
+        )
+    artifact = {"name": signed_name(entry), "digest": {"sha256": sha256} if sha256 else {}}
+    verdict = provenance.judge(artifact, family, stream, policy, signature, found)
+    if not verdict["ok"]:
+        raise Refusal(
+            entry["subject"],
+            "refusing to import it: %s" % verdict["message"],
+            "nothing was written",
+            verdict=verdict["verdict"],
+            check=verdict["check"],
+            key_id=verdict.get("key"),
+        )
+    return verdict
 
 
 def quantity_bytes(value, subject="quantity"):

@@ -85,12 +85,16 @@ def test_a_signed_revision_registers_and_the_tamper_table_is_refused_with_zero_w
     assert signed["verdict"] == "verified" and signed["key"] == trusted_id and signed["signer"] == "release"
     assert run["again"]["changed"] is False
     entry = catalog_of(kube_client, kube_namespace)["images"]["v20261101"]
-    assert entry["signature"] == {
+    recorded = entry["signature"]
+    assert {k: recorded[k] for k in ("verdict", "key", "signer", "artifact", "sha256", "sha512")} == {
         "verdict": "verified",
         "key": trusted_id,
         "signer": "release",
+        "artifact": catalog.signed_subject("v20261101", "22.04"),
         "sha256": signing.file_digests(str(good))["sha256"],
+        "sha512": entry["checksum"],  # bound to the bytes Harvester downloads, as a repave checks
     }
+    assert recorded["builder"]["playbook"] == "publish.yml" and recorded["family"] == catalog.family("22.04")
 
     # The tamper table, one revision each.
     flipped = artifact_of(tmp_path / "flipped", source, "v20261102")

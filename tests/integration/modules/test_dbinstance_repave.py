@@ -420,7 +420,9 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
     lab, kube_client, fleet
 ):
     """The tip registered without a verified signature, under a catalog that now requires one, is refused
-    before anything is written; the same tip recorded as signed by a trusted key is a target."""
+    before anything is written; so is a tip carrying another revision's verified record (replayed) or a
+    record verified over other bytes than its checksum. The same tip recorded as signed by a trusted key,
+    for its own artifact and checksum, is a target."""
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -429,14 +431,26 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
     key = ec.generate_private_key(ec.SECP256R1())
     trust = {"keys": [{"name": "release", "public_key": signing.public_pem(key)}]}
     core = client.CoreV1Api(kube_client)
-    for name, record in (
-        ("unsigned", None),
-        (
-            "signed",
-            {"verdict": "verified", "key": signing.key_id(key), "signer": "release", "sha256": "c" * 64},
+    checksum = "d" * 128
+    good = {
+        "verdict": "verified",
+        "key": signing.key_id(key),
+        "signer": "release",
+        "artifact": catalog.signed_subject(TIP, "22.04"),
+        "sha256": "c" * 64,
+        "sha512": checksum,
+    }
+    refusals = {
+        "unsigned": (None, "revision %s has no verified signature recorded" % TIP),
+        "replayed": (
+            dict(good, artifact=catalog.signed_subject(OLD, "22.04")),
+            "verified for %s, not for its own artifact" % catalog.signed_subject(OLD, "22.04"),
         ),
-    ):
+        "otherbytes": (dict(good, sha512="e" * 128), "the signature is of other bytes"),
+    }
+    for name, record in [(n, r) for n, (r, _words) in refusals.items()] + [("signed", good)]:
         doc = catalog.set_trust(catalog.load(catalog_text(TIP)), trust)[0]
+        doc["images"][TIP]["checksum"] = checksum
         if record:
             doc["images"][TIP]["signature"] = record
         body = {"metadata": {"name": name}, "data": {"catalog.yaml": catalog.dump(doc)}}
@@ -445,23 +459,22 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
     fleet.settle(["fine"])
     lab.clear_audit()
     where = {"namespace": fleet.namespace}
-    run = run_playbook(
-        play(
-            task(
-                "unsigned",
-                ignore_errors=True,
-                **fleet.args(state="repaved", catalog=dict(where, name="unsigned")),
-            ),
-            task("signed", check=True, **fleet.args(state="repaved", catalog=dict(where, name="signed"))),
-        ),
-        env=lab.env(),
+    tasks = [
+        task(name, ignore_errors=True, **fleet.args(state="repaved", catalog=dict(where, name=name)))
+        for name in refusals
+    ]
+    tasks.append(
+        task("signed", check=True, **fleet.args(state="repaved", catalog=dict(where, name="signed")))
     )
+    run = run_playbook(play(*tasks), env=lab.env())
     assert fleet.writes() == [], fleet.writes()
-    refused = failed(run, "unsigned")
-    entry = by_name(refused)["fine"]
-    assert entry["reason"] == "UntrustedImage", entry
-    assert "%s/fine cannot be repaved (UntrustedImage)" % fleet.namespace in refused["msg"]
-    assert "revision %s has no verified signature recorded" % TIP in refused["msg"], refused["msg"]
+    assert lab.mutating_requests() == [], lab.mutating_requests()
+    for name, (_record, words) in refusals.items():
+        refused = failed(run, name)
+        entry = by_name(refused)["fine"]
+        assert entry["reason"] == "UntrustedImage", entry
+        assert "%s/fine cannot be repaved (UntrustedImage)" % fleet.namespace in refused["msg"]
+        assert words in refused["msg"], refused["msg"]
     assert TRIGGER not in fleet.annotations("fine") and fleet.repaves("fine") == 0
     signed = run["signed"]
     assert by_name(signed)["fine"]["target"] == TIP and signed["changed"] is True, signed

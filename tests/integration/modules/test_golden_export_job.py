@@ -479,3 +479,66 @@ def test_a_licensed_export_proves_its_bucket_private_in_the_job_before_its_first
         assert "anonymous get of the canary HTTP 200" in out["msg"] and "source.s3" in out["msg"]
         assert keys == []
     assert env.leftovers() == []
+
+
+@pytest.mark.suite("idempotence")
+def test_an_export_job_signs_what_it_exports_and_a_bad_key_writes_nothing(env, tmp_path):
+    """Given a signing key, the controller signs the object the Job stored (over the sha256 it read back):
+    the .sig and .intoto.jsonl beside it verify with the trust policy's key for the object's digest and
+    name the exported claim; a key that cannot be read is refused before the first request."""
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    env.claim("win11-signed")
+    obj = "windows/11/2026-08-10/windows11-x64-golden.qcow2"
+    env.lab.clear_audit()
+    bad = run_playbook(
+        kube_play(
+            env.task(
+                "bad key", "win11-signed", obj, ignore_errors=True, signing_key_path=str(tmp_path / "none")
+            )
+        ),
+        env=env.lab.env(),
+    )
+    assert "signing_key_path" in bad["bad key"]["msg"] and "cannot be read" in bad["bad key"]["msg"]
+    assert env.writes() == [] and env.lab.mutating_requests() == [], env.lab.mutating_requests()
+    run = run_playbook(
+        kube_play(
+            env.task("export", "win11-signed", obj, signing_key=pem, builder={"playbook": "export.yml"})
+        ),
+        env=env.lab.env(),
+    )
+    assert run.ok, run.log
+    out = run["export"]
+    assert out["signed"]["key_id"] == signing.key_id(key), out
+    texts = [
+        env.s3.get_object(Bucket=env.bucket, Key=name)["Body"].read().decode()
+        for name in provenance.companions(obj)
+    ]
+    policy = provenance.normalize_policy(
+        {"rules": [{"public_key": signing.public_pem(key), "name": "export"}]}
+    )
+    ring = signing.keyring(provenance.public_keys(policy))
+    signature, found = signing.evidence(ring, texts[0], texts[1], out["sha256"])
+    verdict = provenance.judge(
+        {"name": obj, "digest": {"sha256": out["sha256"]}}, "windows-11", None, policy, signature, found
+    )
+    assert verdict["verdict"] == "verified", verdict
+    inputs = {i["name"]: i for i in provenance.summary(found["statement"])["inputs"]}
+    assert inputs["exported-volume"]["uri"] == "pvc://%s/win11-signed" % env.namespace
+    assert provenance.summary(found["statement"])["builder"]["playbook"] == "export.yml"
+    # Signed over other bytes, the same files are refused.
+    other = provenance.judge(
+        {"name": obj, "digest": {"sha256": "0" * 64}},
+        "windows-11",
+        None,
+        policy,
+        *signing.evidence(ring, texts[0], texts[1], "0" * 64),
+    )
+    assert other["verdict"] == "signature_mismatch", other

@@ -77,14 +77,18 @@ def test_a_malformed_policy_is_refused_naming_the_field_when_read_and_when_writt
 
 def test_the_signature_record_keeps_the_verdict_and_never_the_key_material():
     verdict = {"verdict": "verified", "key": KEY_ID, "signer": "release-2026", "ok": True, "message": "m"}
-    assert catalog.signature_record(verdict, "c" * 64) == {
+    digest = {"sha256": "c" * 64, "sha512": "a" * 128}
+    assert catalog.signature_record(verdict, "v20260615", "22.04", digest) == {
         "verdict": "verified",
         "key": KEY_ID,
         "signer": "release-2026",
+        "artifact": ARTIFACT,
         "sha256": "c" * 64,
+        "sha512": "a" * 128,
+        "family": "ubuntu-2204-postgres",
     }
     relaxed = {"verdict": "unsigned_allowed", "key": None, "relaxed": "lab"}
-    assert catalog.signature_record(relaxed, "c" * 64)["relaxed"] == "lab"
+    assert catalog.signature_record(relaxed, "v20260615", "22.04", digest)["relaxed"] == "lab"
 
 
 def signed_catalog(record, section=None):
@@ -96,7 +100,15 @@ def signed_catalog(record, section=None):
     return doc
 
 
-VERIFIED = {"verdict": "verified", "key": KEY_ID, "signer": "release-2026", "sha256": "c" * 64}
+ARTIFACT = catalog.signed_subject("v20260615", "22.04")
+VERIFIED = {
+    "verdict": "verified",
+    "key": KEY_ID,
+    "signer": "release-2026",
+    "artifact": ARTIFACT,
+    "sha256": "c" * 64,
+    "sha512": "a" * 128,
+}
 
 
 @pytest.mark.parametrize(
@@ -120,6 +132,23 @@ VERIFIED = {"verdict": "verified", "key": KEY_ID, "signer": "release-2026", "sha
             "registered unsigned under a relaxation of stream 22.04 that the trust policy no longer grants",
         ),
         (None, trust(streams={"22.04": {"require_signature": False, "reason": "lab"}}), None),
+        # A verified record copied from another revision, or over other bytes, proves nothing about this one.
+        (
+            dict(VERIFIED, artifact="ubuntu-2204-postgres-v20260501.qcow2"),
+            trust(),
+            "records a signature verified for ubuntu-2204-postgres-v20260501.qcow2, not for its own artifact",
+        ),
+        (dict(VERIFIED, sha512="b" * 128), trust(), "the signature is of other bytes"),
+        (
+            {k: v for k, v in VERIFIED.items() if k != "artifact"},
+            trust(),
+            "verified for no named artifact",
+        ),
+        (
+            {k: v for k, v in VERIFIED.items() if k != "sha512"},
+            trust(),
+            "records a signature verified over sha256:",
+        ),
     ],
 )
 def test_a_revisions_recorded_signature_is_judged_by_todays_policy(record, section, words):

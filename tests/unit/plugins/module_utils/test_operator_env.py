@@ -200,3 +200,54 @@ def test_the_default_stream_is_the_operators_env_else_the_catalogs():
     hidden = deployment([{"name": OS, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}])
     with pytest.raises(Refusal, match=r"cannot be read here.*set it as a literal value"):
         operator_env.os_version_of(hidden, "manager")
+
+
+def test_the_drift_report_says_per_revision_who_signed_it_and_which_records_no_longer_hold():
+    """With a trust policy, each revision's row names the signer, the inputs and whether the facts still
+    match; a revision whose record is another revision's (replayed) is drift, as a repave refuses it."""
+    import base64
+    import hashlib
+
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+
+    der = b"0Y0\x13\x06\x07*\x86H\xce=\x02\x01" + bytes(range(60))
+    pem = "-----BEGIN PUBLIC KEY-----\n%s\n-----END PUBLIC KEY-----\n" % base64.b64encode(der).decode()
+    key = hashlib.sha256(der).hexdigest()
+    facts = {"schema_version": 1, "os_family": "linux"}
+    d = catalog.set_trust(
+        doc(),
+        {
+            "keys": [{"name": "release", "public_key": pem}],
+            "streams": {"24.04": {"require_signature": False, "reason": "lab"}},
+        },
+    )[0]
+    entry = d["images"]["v20260615"]
+    entry["facts"] = facts
+    entry["signature"] = {
+        "verdict": "verified",
+        "key": key,
+        "signer": "release",
+        "artifact": catalog.signed_subject("v20260615", "22.04"),
+        "sha512": "a" * 128,
+        "inputs": [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}],
+        "builder": {"playbook": "publish.yml"},
+    }
+    rows = {r["revision"]: r for r in operator_env.revision_provenance(d)}
+    signed = rows["v20260615"]
+    assert (signed["signer"], signed["key"], signed["facts_match"], signed["holds"]) == (
+        "release",
+        key,
+        True,
+        True,
+    )
+    assert signed["builder"] == {"playbook": "publish.yml"} and signed["problem"] is None
+    assert rows["v20261201-2404"]["holds"] is True and rows["v20261201-2404"]["verdict"] is None
+    assert operator_env.provenance_drift(list(rows.values())) == []
+
+    entry["signature"]["artifact"] = catalog.signed_subject("v20260501", "22.04")
+    entry["facts"] = dict(facts, os_family="windows")
+    (row,) = [r for r in operator_env.revision_provenance(d) if r["revision"] == "v20260615"]
+    assert row["holds"] is False and row["facts_match"] is False
+    (found,) = operator_env.provenance_drift([row])
+    assert found["what"] == "signature" and found["revision"] == "v20260615"
+    assert "another revision's verdict replayed" in found["message"] and "baked_image" in found["move"]

@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden, golden_inventory
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -243,3 +243,74 @@ class TrustOverTime(RuleBasedStateMachine):
 
 TestTrustOverTime = TrustOverTime.TestCase
 TestTrustOverTime.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+HEX = st.text(alphabet="0123456789abcdef", min_size=128, max_size=128)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    recorded_name=st.sampled_from(["rev-a.qcow2", "rev-b.qcow2", None]),
+    recorded=HEX,
+    served=HEX,
+    same=st.booleans(),
+)
+def test_a_verified_record_binds_only_its_own_artifact_and_bytes(recorded_name, recorded, served, same):
+    """Whatever a copied record says, it holds only for the artifact it names and the digest it was
+    verified over; anything else is refused, naming the revision."""
+    served = recorded if same else served
+    record = {"verdict": provenance.VERIFIED, "key": KEY, "artifact": recorded_name, "sha512": recorded}
+    found = provenance.record_binding(record, "rev-a.qcow2", {"sha512": served}, "revision a", "move")
+    holds = recorded_name == "rev-a.qcow2" and recorded == served
+    assert (found is None) == holds
+    if found:
+        assert found[0].startswith("revision a records a signature verified") and found[1] == "move"
+    # A record that is no verified one is record_problem's to judge, never this rule's.
+    assert provenance.record_binding(dict(record, verdict=provenance.RELAXED), "x", {}, "w", "m") is None
+
+
+def test_the_report_of_a_record_says_who_signed_from_what_and_whether_the_facts_still_match():
+    facts = {"schema_version": 1, "os_family": "linux", "os": {"id": "ubuntu"}}
+    record = {
+        "verdict": provenance.VERIFIED,
+        "key": KEY,
+        "signer": "release",
+        "inputs": [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}],
+        "builder": {"playbook": "bake.yml"},
+        "time": "2026-12-01T00:00:00Z",
+    }
+    report = provenance.signed_report(record, facts)
+    assert (report["signer"], report["key"], report["facts_match"]) == ("release", KEY, True)
+    assert report["builder"] == {"playbook": "bake.yml"} and report["inputs"] == record["inputs"]
+    assert provenance.signed_report(record, dict(facts, os={"id": "debian"}))["facts_match"] is False
+    assert provenance.signed_report(record, None)["facts_match"] is None
+    assert provenance.signed_report(None, facts) == dict(provenance.signed_report({}), facts_match=None)
+
+
+def test_golden_info_reports_a_goldens_signer_and_facts_by_the_rule_the_drift_report_reads():
+    facts = {"schema_version": 1, "os_family": "linux"}
+    record = {
+        "verdict": "verified",
+        "key": KEY,
+        "signer": "mirror",
+        "sha256": A,
+        "inputs": [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}],
+    }
+    annotations = {
+        golden.PROVENANCE_ANNOTATION: json.dumps(record),
+        golden.IMAGE_FACTS_ANNOTATION: golden.facts_annotation(facts, "golden g"),
+    }
+    obj = dict(_golden(annotations), spec={}, status={})
+    found = golden_inventory.candidate(obj, golden.FILESYSTEM, None, {})
+    assert found["provenance_report"] == provenance.signed_report(record, facts)
+    assert (
+        found["provenance_report"]["facts_match"] is True and found["provenance_report"]["signer"] == "mirror"
+    )
+    annotations[golden.IMAGE_FACTS_ANNOTATION] = golden.facts_annotation(
+        dict(facts, os_family="windows"), "g"
+    )
+    assert (
+        golden_inventory.candidate(obj, golden.FILESYSTEM, None, {})["provenance_report"]["facts_match"]
+        is False
+    )
+    assert golden_inventory.candidate(_golden({}), golden.FILESYSTEM, None, {})["provenance_report"] is None

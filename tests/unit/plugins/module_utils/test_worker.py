@@ -1,6 +1,9 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker as w
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SCHEMATIC = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 NAME = "talos-worker-%s-v1.13.0" % SCHEMATIC
@@ -755,3 +758,59 @@ def test_no_golden_is_promised_into_a_missing_namespace():
     gone = {"metadata": {"name": "cozy-public", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
     with pytest.raises(Refusal, match="is being deleted"):
         w.refuse_missing_namespace("cozy-public", gone, [golden])
+
+
+# --- a signed worker image ---------------------------------------------------------------------------
+
+
+_SIGNED_KEY = "1" * 64
+_ENTRY = {
+    "subject": "images[0] (schematicID 'ab', version 'v1.13.0')",
+    "schematicID": "ab",
+    "version": "v1.13.0",
+}
+_POLICY = provenance.normalize_policy(
+    {"rules": [{"key": _SIGNED_KEY, "name": "release", "families": ["talos-ab"]}]}
+)
+
+
+def _statement(name, sha256):
+    return provenance.statement({"name": name, "digest": {"sha256": sha256}}, [], {}, "2026-12-01T00:00:00Z")
+
+
+def test_a_worker_image_is_signed_under_its_factory_path_and_family():
+    assert w.signed_name(_ENTRY) == "image/ab/v1.13.0/openstack-amd64.raw.xz"
+    assert w.signed_family(_ENTRY) == "talos-ab"
+    found = {"key": _SIGNED_KEY, "statement": _statement(w.signed_name(_ENTRY), "a" * 64)}
+    verdict = w.import_verdict(_ENTRY, "a" * 64, _POLICY, {"key": _SIGNED_KEY}, found)
+    assert verdict["verdict"] == "verified" and verdict["signer"] == "release"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    pinned=st.sampled_from([None, "a" * 64]),
+    signed=st.booleans(),
+    relaxed=st.booleans(),
+    subject=st.sampled_from(
+        ["image/ab/v1.13.0/openstack-amd64.raw.xz", "image/ab/v1.12.0/openstack-amd64.raw.xz"]
+    ),
+    digest=st.sampled_from(["a" * 64, "b" * 64]),
+)
+def test_nothing_is_imported_unless_a_trusted_signature_binds_the_pinned_bytes_or_the_family_is_relaxed(
+    pinned, signed, relaxed, subject, digest
+):
+    doc = {"rules": [{"key": _SIGNED_KEY, "families": ["talos-ab"]}]}
+    if relaxed:
+        doc["relaxed"] = [{"family": "talos-ab", "reason": "lab"}]
+    policy = provenance.normalize_policy(doc)
+    signature = {"key": _SIGNED_KEY} if signed else None
+    found = {"key": _SIGNED_KEY, "statement": _statement(subject, digest)} if signed else None
+    bound = signed and pinned and subject == w.signed_name(_ENTRY) and digest == pinned
+    allowed = bound or (relaxed and not signed)
+    try:
+        verdict = w.import_verdict(_ENTRY, pinned, policy, signature, found)
+    except Refusal as exc:
+        assert not allowed, exc.msg
+        assert exc.msg.startswith(_ENTRY["subject"]) and exc.msg.endswith("nothing was written"), exc.msg
+    else:
+        assert allowed and verdict["ok"], verdict
