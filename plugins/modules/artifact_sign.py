@@ -65,7 +65,10 @@ options:
           - Exactly one of O(inputs[].digest) and O(inputs[].path) is required.
         type: str
       path:
-        description: A local file whose SHA-256 is recorded.
+        description:
+          - A local file whose SHA-256 is recorded.
+          - For C(image-facts), the JSON record is read and the digest of its canonical serialization
+            recorded, as goldens and reports digest the facts they hold, so its formatting does not matter.
         type: path
   time:
     description: The build time recorded, RFC 3339 UTC. Defaults to now.
@@ -225,7 +228,13 @@ def _inputs(given):
             checks.require_file(
                 path, os.path.isfile(path), "input %s (%s)" % (entry["name"], path), "give its digest"
             )
-            found.append({"name": entry["name"], "digest": signing.file_digests(path)})
+            if entry["name"] == provenance.FACTS:
+                # A facts record is digested as a document, the way goldens and reports digest theirs, so
+                # the digest does not depend on how the file was formatted.
+                facts = signing.read_facts(path)
+                found.append({"name": entry["name"], "digest": provenance.facts_digest(facts)})
+            else:
+                found.append({"name": entry["name"], "digest": signing.file_digests(path)})
         else:
             found.append({"name": entry["name"], "digest": entry["digest"]})
     return found

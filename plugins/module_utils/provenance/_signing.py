@@ -26,8 +26,9 @@ __metaclass__ = type
 import base64
 import binascii
 import hashlib
+import json
 
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk._qemu_img import (  # noqa: F401 (re-exported)  pylint: disable=unused-import
     digests,
     read_text,
@@ -161,6 +162,19 @@ def keyring_of(entries, option="public_keys", extra=()):
         else:
             pems.append(("%s[%d] %s" % (option, index, entry), read_key_text(entry, None, "public key")))
     return keyring(pems)
+
+
+def read_facts(path):
+    """The image-facts record in the JSON file ``path``; a file that is not one is refused."""
+    with open(path, "rb") as handle:
+        try:
+            return json.loads(handle.read().decode("utf-8"))
+        except ValueError as exc:
+            raise Refusal(
+                "input %s (%s)" % (provenance.FACTS, path),
+                "is not a JSON image-facts record (%s)" % exc,
+                "give the record seal_verify wrote, or its digest",
+            ) from None
 
 
 def file_digests(path, algorithms=("sha256",)):

@@ -162,3 +162,25 @@ def test_verify_takes_a_catalog_style_policy_and_refuses_none(made):
     assert artifact_verify.run(catalog_style)["signer"] == "release"
     with pytest.raises(Refusal, match=r"img-v2\.qcow2: no trust_policy: .*; give trust_policy"):
         artifact_verify.run(verify_params(made, trust_policy=None))
+
+
+def test_an_image_facts_record_is_digested_as_the_document_reports_compare(made):
+    """However the facts file is formatted, the statement records the digest golden_info and the drift report
+    compute for the same facts, so ``facts_match`` reads true for the record that was signed."""
+    facts = {"os": {"id": "ubuntu", "version_id": "24.04"}, "sealed": True}
+    (made / "facts.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    given = [{"name": provenance.FACTS, "path": str(made / "facts.json")}]
+    result = artifact_sign.run(sign_params(made, inputs=given), now=now)
+    (recorded,) = result["provenance"]["inputs"]
+    assert recorded["digest"] == provenance.facts_digest(facts)
+    record = {"verdict": "verified", "inputs": result["provenance"]["inputs"]}
+    assert provenance.signed_report(record, facts)["facts_match"] is True
+
+
+def test_an_image_facts_input_that_is_not_json_is_refused_before_anything_is_written(made):
+    (made / "facts.json").write_text("sealed: yes\n")
+    before = files(made)
+    given = [{"name": provenance.FACTS, "path": str(made / "facts.json")}]
+    with pytest.raises(Refusal, match="is not a JSON image-facts record"):
+        artifact_sign.run(sign_params(made, inputs=given), now=now)
+    assert files(made) == before
