@@ -46,6 +46,7 @@ class Lab:
         seed: int | None = None,
         kube_controllers: bool = True,
         snapshot_controller: str | None = None,
+        kubedc_resync: float | None = None,
     ):
         self.state_dir = pathlib.Path(state_dir).resolve()
         self.port = port
@@ -65,6 +66,10 @@ class Lab:
                 "snapshot_controller %r: use one of %s (or LAB_SNAPSHOT_CONTROLLER)"
                 % (self.snapshot_controller, ", ".join(SNAPSHOT_CONTROLLERS))
             )
+        # Kube-DC's seeder resync in seconds (None: LAB_KUBEDC_RESYNC_SECONDS, else 15 min, the platform's).
+        from .controllers.kubedc import resync_interval
+
+        self.kubedc_resync = resync_interval(kubedc_resync)  # a bad value is refused before anything starts
         self.store = None  # an ApiStore once started
         self.faults = Faults(seed=seed)
         self.tokens = Tokens()
@@ -98,6 +103,7 @@ class Lab:
                 state_dir=self.state_dir,
                 faults=self.faults,
                 csi_volumes=self.upstream_snapshots,
+                kubedc_resync_seconds=self.kubedc_resync,
             )
             classes = (
                 self._controller_classes if self._controller_classes is not None else default_controllers()

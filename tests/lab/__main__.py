@@ -103,6 +103,8 @@ def _serve_args(args: argparse.Namespace) -> list[str]:
         out += ["--dbinstance-version", args.dbinstance_version]
     if args.snapshot_controller:
         out += ["--snapshot-controller", args.snapshot_controller]
+    if args.kubedc_resync is not None:
+        out += ["--kubedc-resync", str(args.kubedc_resync)]
     return out
 
 
@@ -185,6 +187,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dbinstance_group=args.dbinstance_group,
         dbinstance_version=args.dbinstance_version,
         snapshot_controller=args.snapshot_controller,
+        kubedc_resync=args.kubedc_resync,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -274,6 +277,13 @@ def main(argv: list[str] | None = None) -> int:
                 choices=("upstream", "simulated"),
                 default=os.environ.get("LAB_SNAPSHOT_CONTROLLER"),
                 help="who runs VolumeSnapshots: external-snapshotter's controller, or the lab's simulation",
+            )
+            p.add_argument(
+                "--kubedc-resync",
+                type=float,
+                default=None,
+                metavar="SECONDS",
+                help="Kube-DC seeder resync (default: LAB_KUBEDC_RESYNC_SECONDS, else 900, the platform's)",
             )
         if name == "faults":
             p.add_argument(

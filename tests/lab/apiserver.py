@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import secrets
-import shutil
 import socket
 import ssl
 import subprocess
@@ -22,6 +21,8 @@ import time
 import urllib.request
 
 import yaml
+
+from .lifetime import tied
 
 BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-apiserver.sh"
 SNAPSHOT_CONTROLLER_SCRIPT = BUILD_SCRIPT.with_name("build-snapshot-controller.sh")
@@ -271,11 +272,9 @@ class ApiServer:
         )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        # A child dies with the process that started it (the kernel's parent-death signal, set by
-        # setpriv before it execs the binary): a lab stopped by a kill -9 or a time limit leaves nothing.
-        setpriv = shutil.which("setpriv")
-        if setpriv:
-            argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+        # A child dies with the process that started it (lifetime.py): a lab stopped by a kill -9 or a
+        # time limit leaves nothing.
+        argv = tied(argv)
         with open(self.dir / ("%s.log" % name), "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._procs.append((name, proc))

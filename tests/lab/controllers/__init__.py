@@ -55,6 +55,8 @@ class LabContext:
     # Provisioned volumes are CSI volumes (no path on the PersistentVolume), as the upstream snapshot
     # controller needs; set when it runs.
     csi_volumes: bool = False
+    # Kube-DC's seeder resync in seconds (None: LAB_KUBEDC_RESYNC_SECONDS, else 15 min).
+    kubedc_resync_seconds: float | None = None
 
     @property
     def volumes_dir(self) -> pathlib.Path:

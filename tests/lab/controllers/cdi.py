@@ -33,6 +33,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from ..lifetime import tied
 from ..objects import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
@@ -52,6 +53,18 @@ CDI_VERSION = "v1beta1"
 COMPONENT = "datavolume-controller"
 IMMEDIATE_BINDING = "cdi.kubevirt.io/storage.bind.immediate.requested"
 CLONE_TYPE = "cdi.kubevirt.io/cloneType"
+# Why a clone fell back to a host-assisted copy (CDI's clone planner, pkg/controller/clone/planner.go, v1.62
+# and v1.65): the target claim carries the message, and a Warning Event of the reason names it.
+CLONE_FALLBACK_REASON = "cdi.kubevirt.io/cloneFallbackReason"
+FALLBACKS = {
+    "NoVolumeSnapshotClass": "No compatible volumesnapshotclass found",
+    "IncompatibleVolumeModes": "The volume modes of source and target are incompatible",
+    "NoProvisionerMatch": "The storageclass provisioner does not match the volumesnapshotcontent driver",
+    "IncompatibleProvisioners": "Provisioners are incompatible",
+    # The lab's: CDI's documentation lists "source and target share the same Storage Class" among the
+    # prerequisites of an efficient clone, its planner compares CSI drivers only (README, "CDI").
+    "IncompatibleStorageClasses": "The source and target PVCs do not share the same Storage Class",
+}
 POD_PHASE = "cdi.kubevirt.io/storage.pod.phase"
 # CDI's default class for VM disks, preferred over the cluster default for `spec.storage` of kubevirt content.
 VIRT_DEFAULT_CLASS_ANNOTATION = "storageclass.kubevirt.io/is-default-virt-class"
@@ -181,6 +194,7 @@ class _Plan:
     source_mode: str = "Filesystem"
     source_driver: str = ""
     clone_type: str = ""
+    fallback: tuple[str, str] | None = None  # (reason, message) of a host-assisted fallback
 
 
 @dataclass
@@ -564,9 +578,16 @@ class DataVolumeController(Controller):
             )
             raise _Hold("CloneValidationFailed", msg, 5.0)
         plan.clone_type = self._clone_type(plan, claim)
+        if plan.clone_type != "copy":
+            plan.fallback = None
+
+    def _fallback(self, plan: _Plan, reason: str) -> str:
+        plan.fallback = (reason, FALLBACKS[reason])
+        return "copy"
 
     def _clone_type(self, plan: _Plan, claim: dict) -> str:
-        """`snapshot` (or `csi-clone`) when the storage can do it, else host-assisted `copy`."""
+        """`snapshot` (or `csi-clone`) when the storage can do it, else host-assisted `copy`, with the
+        reason of the fallback in `plan.fallback` (none when `copy` is the strategy asked for)."""
         store = self.lab.store
         target_class = claim.get("storageClassName") or ""
         target_mode = claim.get("volumeMode") or "Filesystem"
@@ -583,22 +604,38 @@ class DataVolumeController(Controller):
                 override = (cdi.get("spec") or {}).get("cloneStrategyOverride") or override
         except ApiError:
             pass
-        if plan.source_mode != target_mode:
-            return "copy"
         if plan.source == "snapshot":
-            return "copy" if override == "copy" or plan.source_driver != provisioner else "snapshot"
-        if plan.source_class != target_class or not provisioner:
-            return "copy"
-        strategy = override or self._profile_strategy(target_class)
-        if strategy == "csi-clone":
-            return "csi-clone"
+            if override == "copy":
+                return "copy"
+            if plan.source_driver != provisioner:
+                return self._fallback(plan, "NoProvisionerMatch")
+            if plan.source_mode != target_mode:
+                return self._fallback(plan, "IncompatibleVolumeModes")
+            return "snapshot"
+        strategy = override or self._profile_strategy(target_class) or "snapshot"
         if strategy == "copy":
             return "copy"
+        if strategy == "snapshot":
+            try:
+                classes = store.list(self._rt(SNAPSHOT_GROUP, "volumesnapshotclasses"))[0]
+            except ApiError:
+                classes = []
+            if not provisioner or not any(c.get("driver") == provisioner for c in classes):
+                return self._fallback(plan, "NoVolumeSnapshotClass")
+        if not provisioner or self._provisioner(plan.source_class) != provisioner:
+            return self._fallback(plan, "IncompatibleProvisioners")
+        if plan.source_mode != target_mode:
+            return self._fallback(plan, "IncompatibleVolumeModes")
+        if plan.source_class != target_class:
+            return self._fallback(plan, "IncompatibleStorageClasses")
+        return strategy
+
+    def _provisioner(self, storage_class: str) -> str:
         try:
-            classes = store.list(self._rt(SNAPSHOT_GROUP, "volumesnapshotclasses"))[0]
+            sc = self.lab.store.get(self._rt("storage.k8s.io", "storageclasses"), None, storage_class)
         except ApiError:
-            classes = []
-        return "snapshot" if any(c.get("driver") == provisioner for c in classes) else "copy"
+            return ""
+        return sc.get("provisioner") or ""
 
     def _profile_strategy(self, storage_class: str) -> str:
         """The StorageProfile's clone strategy for a class (spec first, then status), or ""."""
@@ -626,6 +663,8 @@ class DataVolumeController(Controller):
                 plan.clone_type = (pvc["metadata"].get("annotations") or {}).get(CLONE_TYPE) or "copy"
         else:
             pvc = store.create(pvc_rt, self._claim_body(dv, plan))
+            if plan.op == "clone" and plan.fallback is not None:
+                record_event(store, pvc, "Warning", *plan.fallback, "clone-populator")
         if (pvc.get("status") or {}).get("phase") != "Bound":
             immediate = (meta.get("annotations") or {}).get(IMMEDIATE_BINDING) == "true"
             pvc = ensure_bound(self.lab, meta["namespace"], meta["name"], consumer=immediate)
@@ -633,6 +672,7 @@ class DataVolumeController(Controller):
 
     def _claim_body(self, dv: dict, plan: _Plan) -> dict:
         meta = dv["metadata"]
+        spec = self._claim_spec(dv, plan)  # first: it decides the clone type the annotations carry
         notes = {
             "cdi.kubevirt.io/storage.contentType": (dv.get("spec") or {}).get("contentType") or "kubevirt"
         }
@@ -645,6 +685,8 @@ class DataVolumeController(Controller):
         else:
             notes[CLONE_TYPE] = plan.clone_type
             notes["k8s.io/CloneRequest"] = "/".join(plan.source_ref)
+            if plan.fallback is not None:
+                notes[CLONE_FALLBACK_REASON] = plan.fallback[1]
         if (meta.get("annotations") or {}).get(IMMEDIATE_BINDING) == "true":
             notes[IMMEDIATE_BINDING] = "true"
         labels = dict(meta.get("labels") or {})
@@ -667,7 +709,7 @@ class DataVolumeController(Controller):
                 "annotations": notes,
                 "ownerReferences": [owner],
             },
-            "spec": self._claim_spec(dv, plan),
+            "spec": spec,
         }
 
     def _annotate_claim(self, dv: dict, phase: str) -> None:
@@ -1096,7 +1138,10 @@ class DataVolumeController(Controller):
 
     def _qemu_img(self, run: _Run, args: list[str]) -> None:
         proc = subprocess.Popen(
-            ["qemu-img", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            tied(["qemu-img", *args]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         while True:
             try:

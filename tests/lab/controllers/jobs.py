@@ -21,12 +21,14 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
+from ..lifetime import tied
 from ..objects import ApiError, ResourceType, clone, now_rfc3339
 from . import Controller, LabContext
+from .attach import COMPONENT as ATTACHER
+from .attach import multi_attach_error, place
 from .kit import CORE, condition, modify, record_event
 from .pods import (
     ALLOWED_COMMANDS,
-    NODE_NAME,
     Plan,
     PodNotReady,
     StartError,
@@ -399,7 +401,7 @@ class JobRunner(Controller):
                 raise
             return None
 
-    def _bind(self, pod: dict) -> dict:
+    def _bind(self, pod: dict, node: str) -> dict:
         """Assign the pod to the lab's node as a scheduler does: a real API server takes it only through
         the pods/binding subresource (spec.nodeName of an existing pod is immutable)."""
         pod_rt = self.lab.store.resource(CORE, "v1", "pods")
@@ -408,7 +410,7 @@ class JobRunner(Controller):
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         reply = self.lab.store.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
         if reply.status >= 300 and reply.status != 409:  # 409: bound already (a resync)
@@ -430,11 +432,21 @@ class JobRunner(Controller):
             return
         container = pod["spec"]["containers"][0]
 
-        pod = self._bind(pod)
-        node_msg = (
-            f"Successfully assigned {pod['metadata']['namespace']}/{pod['metadata']['name']} to {NODE_NAME}"
-        )
-        record_event(self.lab.store, pod, "Normal", "Scheduled", node_msg, "default-scheduler")
+        if not pod["spec"].get("nodeName"):
+            node = place(self.lab, pod["metadata"]["namespace"], pod["spec"])
+            pod = self._bind(pod, node)
+            node_msg = (
+                f"Successfully assigned {pod['metadata']['namespace']}/{pod['metadata']['name']} to {node}"
+            )
+            record_event(self.lab.store, pod, "Normal", "Scheduled", node_msg, "default-scheduler")
+        blocked = multi_attach_error(self.lab, pod)
+        if blocked is not None:
+            # Scheduled, but the volume is attached elsewhere: ContainerCreating until it is released.
+            shutil.rmtree(plan.scratch, ignore_errors=True)
+            self._hold(
+                pod, PodNotReady("ContainerCreating", blocked, False), ("FailedAttachVolume", ATTACHER)
+            )
+            return
         run = _Run(
             pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"], jmeta["uid"]
         )
@@ -445,7 +457,7 @@ class JobRunner(Controller):
             self._runs[run.pod_uid] = run
         run.thread.start()
 
-    def _hold(self, pod: dict, wait: PodNotReady) -> None:
+    def _hold(self, pod: dict, wait: PodNotReady, event: tuple[str, str] | None = None) -> None:
         def pending(obj: dict) -> bool:
             status = obj.setdefault("status", {})
             before = clone(status)
@@ -478,6 +490,7 @@ class JobRunner(Controller):
         if pod is not None:
             reason = "FailedScheduling" if wait.scheduling else "Failed"
             component = "default-scheduler" if wait.scheduling else KUBELET
+            reason, component = event or (reason, component)
             record_event(self.lab.store, pod, "Warning", reason, wait.message, component)
 
     def _fail_start(self, job: dict, pod: dict, message: str) -> None:
@@ -580,7 +593,7 @@ class JobRunner(Controller):
         try:
             with open(log_file, "wb") as out:
                 proc = subprocess.Popen(
-                    plan.argv,
+                    tied(plan.argv),  # killed with the lab, were it killed before it can stop the pod
                     cwd=plan.cwd,
                     env=plan.env,
                     stdin=subprocess.DEVNULL,

@@ -25,6 +25,16 @@ def rtype(store: ApiStore, group: str, version: str, plural: str) -> ResourceTyp
     return store.resource(group, version, plural)
 
 
+def get_or_none(store: ApiStore, rt: ResourceType, namespace: str | None, name: str) -> dict | None:
+    """The object, or None when the API answers 404; any other error is raised."""
+    try:
+        return store.get(rt, namespace, name)
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+        return None
+
+
 def modify(
     store: ApiStore,
     rt: ResourceType,

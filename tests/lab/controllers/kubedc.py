@@ -11,7 +11,10 @@ Resolution per (family, mode):
 2. Otherwise the `kube-dc.com/golden-active` label path as the real code does it: goldens in API list
    order, stable-sorted active first. None active: the first listed, silently. Two active: an
    `ActiveGoldenConflict` Event, and seeding proceeds with the first anyway.
-The real seeder resyncs every 15 minutes; the lab every LAB_KUBEDC_RESYNC_SECONDS (default 1 s).
+Kube-DC's seeder resyncs every 15 minutes, and so does the lab's unless told otherwise
+(`Lab(kubedc_resync=...)`, `--kubedc-resync`, or LAB_KUBEDC_RESYNC_SECONDS): between two resyncs only
+the watch events above start a pass, so a change nothing here watches (a project's copy deleted by hand)
+waits for the next resync, as on the platform. Tests that need it sooner set it explicitly.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .kit import CORE, SNAPSHOT_GROUP, record_event
 COMPONENT = "kube-dc-project-controller"
 SELECTION_GROUP = "kube-dc.com"
 RESYNC_ENV = "LAB_KUBEDC_RESYNC_SECONDS"
+DEFAULT_RESYNC_SECONDS = 15 * 60.0
 PROJECT_LABEL = "kube-dc.com/project"
 FAMILY_LABEL = "kube-dc.com/golden-os"
 FAMILY_ANNOTATION = "kube-dc.com/os-family-id"
@@ -35,6 +39,21 @@ ACTIVE_LABEL = "kube-dc.com/golden-active"
 CLONE_MIN_SIZE = "kube-dc.com/clone-min-size"
 SEEDED_FROM = "kube-dc.com/seeded-from"
 GOLDEN_NAMESPACES = {"Filesystem": "golden-images", "Block": "golden-images-block"}
+
+
+def resync_interval(explicit: float | None = None) -> float:
+    """The seeder's resync in seconds: the value given, else the environment's, else the platform's."""
+    value = explicit if explicit is not None else os.environ.get(RESYNC_ENV) or DEFAULT_RESYNC_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(
+            f"Kube-DC seeder resync {value!r} (Lab(kubedc_resync=...), --kubedc-resync or {RESYNC_ENV}): "
+            "give a number of seconds greater than 0"
+        )
+    return seconds
 
 
 def project_snapshot_name(family: str, mode: str) -> str:
@@ -79,7 +98,7 @@ class GoldenSeeder(Controller):
 
     def __init__(self, lab: LabContext):
         super().__init__(lab)
-        self.resync_seconds = float(os.environ.get(RESYNC_ENV) or 1.0)
+        self.resync_seconds = resync_interval(lab.kubedc_resync_seconds)
         self._lock = threading.Lock()
         self._synced_rv = -1  # store resourceVersion the last full pass started from
         self._synced_at = 0.0
@@ -349,9 +368,11 @@ CONTROLLERS = [GoldenSeeder]
 __all__ = [
     "CLONE_MIN_SIZE",
     "CONTROLLERS",
+    "DEFAULT_RESYNC_SECONDS",
     "RESYNC_ENV",
     "SEEDED_FROM",
     "GoldenSeeder",
     "project_content_name",
     "project_snapshot_name",
+    "resync_interval",
 ]

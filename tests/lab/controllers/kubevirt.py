@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 from ..faults import Faults
 from ..objects import ApiError, ResourceType, TypeHooks, conflict, now_rfc3339
 from . import Controller, LabContext
+from .attach import COMPONENT as ATTACHER
+from .attach import multi_attach_error, place, pod_claims
 from .bootdisk import BootCheck, image_virtual_size, inspect
 from .console import ConsoleController
 from .guestagent import BOOT_NOTE, DISK_NOTE, LAB_PREFIX, VOLUME_NOTE, partition
@@ -116,6 +118,18 @@ def launcher_pod(vmi: dict) -> dict:
     """The virt-launcher pod of a VMI: owned by it (the garbage collector deletes it with the VMI),
     with the compute container's capabilities, which the baseline Pod Security level does not allow."""
     meta = vmi["metadata"]
+    spec = vmi.get("spec") or {}
+    # The launcher mounts the VMI's claims (a DataVolume's claim has its name), so the API server's
+    # pvc-protection and the attach-detach rules see a running VM as the user of its disks.
+    volumes = [
+        {"name": "disk-%d" % i, "persistentVolumeClaim": {"claimName": claim}}
+        for i, claim in enumerate(pod_claims(spec))
+    ]
+    pod_spec: dict = {}
+    if spec.get("nodeSelector"):
+        pod_spec["nodeSelector"] = dict(spec["nodeSelector"])
+    if volumes:
+        pod_spec["volumes"] = volumes
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -135,6 +149,7 @@ def launcher_pod(vmi: dict) -> dict:
             ],
         },
         "spec": {
+            **pod_spec,
             "automountServiceAccountToken": False,
             "restartPolicy": "Never",
             "containers": [
@@ -468,7 +483,7 @@ class VirtController(Controller):
         if phase == "":
             self._set_vmi(vmi, phase="Pending", conditions=[])
             return 0.0
-        if phase == "Pending":
+        if phase in ("Pending", "Scheduling"):
             return self._schedule(vmi)
         if phase == "Scheduled":
             return self._start(vmi)
@@ -536,7 +551,7 @@ class VirtController(Controller):
                 cond = {"type": "Synchronized", "status": "False", "reason": "PvcNotBound", "message": msg}
                 self._set_vmi(vmi, conditions=[cond])
                 return 0.5
-        refused = self._launcher_pod(vmi)
+        refused, pod = self._launcher_pod(vmi)
         if refused is not None and "error looking up service account" in refused:
             return (
                 LAUNCHER_RETRY_SECONDS  # a fresh namespace: the ServiceAccount controller is about to add it
@@ -550,10 +565,87 @@ class VirtController(Controller):
                 record_event(self.lab.store, vmi, "Warning", "FailedCreate", note, COMPONENT)
             return LAUNCHER_RETRY_SECONDS
         vmi = self._drop_condition(vmi, "Synchronized")
-        self._set_vmi(vmi, phase="Scheduled", nodeName=NODE)
+        node = (pod or {}).get("spec", {}).get("nodeName") or NODE
+        blocked = multi_attach_error(self.lab, pod) if pod is not None else None
+        if blocked is not None:
+            # The launcher pod is scheduled but its disk is attached to another node: it stays
+            # ContainerCreating and the VMI Scheduling until the holder lets go.
+            self._attach_wait(pod, blocked)
+            self._set_vmi(vmi, phase="Scheduling", nodeName=node)
+            return 1.0
+        if pod is not None:
+            self._launcher_running(pod)
+        self._set_vmi(vmi, phase="Scheduled", nodeName=node)
         return 0.0
 
-    def _launcher_pod(self, vmi: dict) -> str | None:
+    def _launcher_running(self, pod: dict) -> None:
+        """The launcher's compute container runs (no process: the VMI's lifecycle stays this controller's)."""
+
+        def running(obj: dict) -> bool:
+            status = obj.setdefault("status", {})
+            if status.get("phase") == "Running":
+                return False
+            now = now_rfc3339()
+            status.update(
+                phase="Running",
+                startTime=status.get("startTime") or now,
+                containerStatuses=[
+                    {
+                        "name": "compute",
+                        "image": LAUNCHER_IMAGE,
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "started": True,
+                        "state": {"running": {"startedAt": now}},
+                    }
+                ],
+            )
+            return True
+
+        meta = pod["metadata"]
+        try:
+            modify(
+                self.lab.store,
+                core_types(self.lab)["pod"],
+                meta["namespace"],
+                meta["name"],
+                running,
+                status=True,
+            )
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+    def _attach_wait(self, pod: dict, message: str) -> None:
+        def waiting(obj: dict) -> bool:
+            status = obj.setdefault("status", {})
+            want = [
+                {
+                    "name": "compute",
+                    "image": LAUNCHER_IMAGE,
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+            ]
+            if status.get("phase") == "Pending" and status.get("containerStatuses") == want:
+                return False
+            status.update(phase="Pending", containerStatuses=want)
+            return True
+
+        pod_rt = core_types(self.lab)["pod"]
+        meta = pod["metadata"]
+        try:
+            pod = modify(self.lab.store, pod_rt, meta["namespace"], meta["name"], waiting, status=True)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            return
+        record_event(self.lab.store, pod, "Warning", "FailedAttachVolume", message, ATTACHER)
+
+    def _launcher_pod(self, vmi: dict) -> tuple[str | None, dict | None]:
         """Create the VMI's virt-launcher pod through the API server, or say why it refused.
 
         The API server's own PodSecurity admission decides: the pod asks for what the launcher needs
@@ -563,15 +655,33 @@ class VirtController(Controller):
         meta = vmi["metadata"]
         pod_rt = core_types(self.lab)["pod"]
         body = launcher_pod(vmi)
-        if self.lab.store.exists(pod_rt, meta["namespace"], body["metadata"]["name"]):
-            return None
-        try:
-            self.lab.store.create(pod_rt, body)
-        except ApiError as exc:
-            if exc.code == 409:
-                return None
-            return exc.message
-        return None
+        pod = self._get(pod_rt, meta["namespace"], body["metadata"]["name"])
+        if pod is None:
+            try:
+                pod = self.lab.store.create(pod_rt, body)
+            except ApiError as exc:
+                if exc.code != 409:
+                    return exc.message, None
+                pod = self.lab.store.get(pod_rt, meta["namespace"], body["metadata"]["name"])
+        if not (pod.get("spec") or {}).get("nodeName"):
+            pod = self._bind_launcher(pod)
+        return None, pod
+
+    def _bind_launcher(self, pod: dict) -> dict:
+        """Schedule the launcher pod as the scheduler would (pods/binding), on the node attach.place picks."""
+        meta = pod["metadata"]
+        node = place(self.lab, meta["namespace"], pod.get("spec") or {})
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        path = "/api/v1/namespaces/%s/pods/%s/binding" % (meta["namespace"], meta["name"])
+        reply = self.lab.store.request("POST", path, binding)
+        if reply.status >= 300 and reply.status != 409:  # 409: bound already
+            raise ApiError(reply.status, reply.reason or "", (reply.data or b"").decode("utf-8", "replace"))
+        return self.lab.store.get(core_types(self.lab)["pod"], meta["namespace"], meta["name"])
 
     def _start(self, vmi: dict) -> float | None:
         spec = vmi.get("spec") or {}
@@ -579,7 +689,7 @@ class VirtController(Controller):
         boot, check, disk_bytes = self._boot_check(namespace, spec)
         memory = guest_memory(spec)
         status = {
-            "nodeName": NODE,
+            "nodeName": (vmi.get("status") or {}).get("nodeName") or NODE,
             "interfaces": [
                 {
                     "name": "default",
@@ -762,6 +872,13 @@ class VirtController(Controller):
             self._stop_owned_vmi(obj)
         if rt.plural == "virtualmachineinstances":
             self._close(obj["metadata"]["uid"])
+            # virt-controller removes the launcher pod with its instance (the garbage collector would,
+            # later): a restarted VM's new pod must not find the old one still holding the disks.
+            self._delete(
+                core_types(self.lab)["pod"],
+                obj["metadata"]["namespace"],
+                launcher_pod(obj)["metadata"]["name"],
+            )
             for ref in obj["metadata"].get("ownerReferences") or ():
                 if ref.get("kind") == "VirtualMachine":
                     self._vm_by_name(obj["metadata"]["namespace"], ref["name"])

@@ -112,7 +112,7 @@ def _field_ref(pod: dict, path: str) -> str:
         "metadata.name": meta["name"],
         "metadata.namespace": meta["namespace"],
         "metadata.uid": meta["uid"],
-        "spec.nodeName": NODE_NAME,
+        "spec.nodeName": (pod.get("spec") or {}).get("nodeName") or NODE_NAME,
         "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName", "default"),
         "status.podIP": "127.0.0.1",
         "status.hostIP": "127.0.0.1",

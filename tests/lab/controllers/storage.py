@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..objects import ApiError, ResourceType
 from . import Controller, LabContext
-from .kit import CORE, SNAPSHOT_GROUP, condition, modify, record_event
+from .kit import CORE, SNAPSHOT_GROUP, condition, get_or_none, modify, record_event
 from .snapshots import SnapshotController
 from .volumes import (
     HOSTPATH_CSI_DRIVER,
@@ -471,12 +471,7 @@ def _backing_image(lab: LabContext, sc: dict) -> dict | None:
     image_id = (sc["metadata"].get("annotations") or {}).get(IMAGE_ID_ANNOTATION) or ""
     if image_id.count("/") == 1:
         namespace, name = image_id.split("/")
-        try:
-            return lab.store.get(rt, namespace, name)
-        except ApiError as exc:
-            if exc.code != 404:
-                raise
-            return None
+        return get_or_none(lab.store, rt, namespace, name)
     wanted = sc["parameters"]["backingImage"]
     images, _ = lab.store.list(rt)
     found = [i for i in images if f"{i['metadata']['namespace']}-{i['metadata']['name']}" == wanted]

@@ -15,7 +15,9 @@ import pytest
 
 from tests.lab.controllers import cdi
 from tests.lab.controllers.cdi import (
+    CLONE_FALLBACK_REASON,
     CLONE_TYPE,
+    FALLBACKS,
     IMMEDIATE_BINDING,
     IMPORT_RETRIES,
     RATE_ENV,
@@ -323,6 +325,18 @@ def test_pvc_and_snapshot_clones(cdi_lab, images):
     assert_same_disk(disk_of(cdi_lab, "same"), images["raw"], 8 * MIB)
     copied = wait_dv(cdi_lab, "other", "Succeeded")
     assert copied["metadata"]["annotations"][CLONE_TYPE] == "copy"
+    # The fallback is visible as CDI shows it: on the target claim, an annotation and a Warning Event.
+    target = cdi_lab.get("", "persistentvolumeclaims", "other")
+    assert target["metadata"]["annotations"][CLONE_TYPE] == "copy"
+    assert target["metadata"]["annotations"][CLONE_FALLBACK_REASON] == FALLBACKS["IncompatibleStorageClasses"]
+    fallback = cdi_lab.events("other", "IncompatibleStorageClasses")
+    assert [(e["type"], e["involvedObject"]["kind"]) for e in fallback] == [
+        ("Warning", "PersistentVolumeClaim")
+    ]
+    assert (
+        CLONE_FALLBACK_REASON
+        not in cdi_lab.get("", "persistentvolumeclaims", "same")["metadata"]["annotations"]
+    )
     # The Event follows the status write, as in CDI: wait for it rather than read it at once.
     cdi_lab.wait(CDI, "datavolumes", "other", lambda d: reasons(cdi_lab, "other")[-1:] == ["CloneSucceeded"])
     assert disk_of(cdi_lab, "other").read_bytes() == disk_of(cdi_lab, "src").read_bytes()
@@ -355,6 +369,9 @@ def test_pvc_and_snapshot_clones(cdi_lab, images):
     assert_same_disk(disk_of(cdi_lab, "restored"), images["raw"], 8 * MIB)
     block = wait_dv(cdi_lab, "as-block", "Succeeded")
     assert block["metadata"]["annotations"][CLONE_TYPE] == "copy"
+    notes = cdi_lab.get("", "persistentvolumeclaims", "as-block")["metadata"]["annotations"]
+    assert notes[CLONE_FALLBACK_REASON] == FALLBACKS["IncompatibleVolumeModes"]
+    assert cdi_lab.events("as-block", "IncompatibleVolumeModes")
     assert_same_disk(disk_of(cdi_lab, "as-block"), images["raw"], 8 * MIB)
 
 

@@ -7,7 +7,7 @@ import pytest
 from tests.lab import Lab
 from tests.lab.apistore import ApiStore
 from tests.lab.controllers import ControllerManager, kubedc, storage
-from tests.lab.controllers.kubedc import CLONE_MIN_SIZE, RESYNC_ENV, SEEDED_FROM
+from tests.lab.controllers.kubedc import CLONE_MIN_SIZE, SEEDED_FROM
 from tests.lab.objects import ApiError
 
 from .conftest import SNAP, install_classes, until
@@ -105,9 +105,11 @@ class Seeded:
 
 
 @pytest.fixture
-def seeded(tmp_path, monkeypatch):
-    monkeypatch.setenv(RESYNC_ENV, "0.2")
-    lab = Lab(tmp_path, with_s3=False, controllers=[*storage.CONTROLLERS, *kubedc.CONTROLLERS]).start()
+def seeded(tmp_path):
+    # Resyncs every 0.2 s (the platform's, and the lab's default, is 15 minutes): the tests below wait on
+    # passes no watch event starts (a project's copy deleted by hand, seeded again).
+    controllers = [*storage.CONTROLLERS, *kubedc.CONTROLLERS]
+    lab = Lab(tmp_path, with_s3=False, controllers=controllers, kubedc_resync=0.2).start()
     store = lab.store
     install_classes(store)
     ns_rt = store.resource("", "v1", "namespaces")
