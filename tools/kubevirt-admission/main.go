@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	v1 "kubevirt.io/api/core/v1"
 
+	"kubevirt.io/kubevirt/pkg/defaults"
 	netadmitter "kubevirt.io/kubevirt/pkg/network/admitter"
 	validating "kubevirt.io/kubevirt/pkg/util/webhooks/validating-webhooks"
 	"kubevirt.io/kubevirt/pkg/virt-api/webhooks"
@@ -134,6 +135,9 @@ func main() {
 			if ar.Request.Operation == admissionv1.Update {
 				return vmiUpdate.Admit(ctx, ar)
 			}
+			if err := withDefaults(ar, config); err != nil {
+				return refuse(err.Error())
+			}
 			return vmiCreate.Admit(ctx, ar)
 		}))
 	})
@@ -142,6 +146,26 @@ func main() {
 	server := &http.Server{Addr: *addr}
 	log.Printf("kubevirt-admission (kubevirt.io/kubevirt v1.6.0) serving on %s", *addr)
 	log.Fatal(server.ListenAndServeTLS(*cert, *key))
+}
+
+// withDefaults gives a new VMI the defaults virt-api's mutating webhook sets before its validating one
+// sees it (architecture, machine type, resources...); the lab runs no such mutator, and the VM
+// admitter applies the same defaults to its copy itself. Nothing is stored: the lab's copy stays as
+// written.
+func withDefaults(ar *admissionv1.AdmissionReview, config *virtconfig.ClusterConfig) error {
+	vmi := &v1.VirtualMachineInstance{}
+	if err := json.Unmarshal(ar.Request.Object.Raw, vmi); err != nil {
+		return nil // the admitter reports it
+	}
+	if err := defaults.SetDefaultVirtualMachineInstance(config, vmi); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(vmi)
+	if err != nil {
+		return err
+	}
+	ar.Request.Object.Raw = raw
+	return nil
 }
 
 // clientOnly names the part of a VM the admitter could only check through a KubeVirt client.
