@@ -18,6 +18,8 @@ src="$here/kubevirt-admission"
 cache=${LAB_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/goldenimage-lab}
 out="$cache/kubevirt-admission-$version"
 stamp="$out/.built"
+# One build at a time: a concurrent caller waits for the running build, then reuses what it made.
+mkdir -p "$cache" && exec 9>"$cache/.$(basename "$0" .sh).lock" && flock 9
 sources=$(cat "$src/main.go" "$src/go.mod" "$src/go.sum" | sha256sum | cut -d' ' -f1)
 
 if [ -x "$out/kubevirt-admission" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sources" ]; then
