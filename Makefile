@@ -69,6 +69,7 @@ lab-binaries: venv
 	@tools/build-apiserver.sh >/dev/null
 	@PYTHON=$(CURDIR)/$(PY) tools/build-crds.sh >/dev/null
 	@tools/build-cosign.sh >/dev/null
+	@tools/build-kubevirt-admission.sh >/dev/null
 
 setup: deps venv collections lab-binaries
 

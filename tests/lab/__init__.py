@@ -32,6 +32,11 @@ KUBEVIRT_VERSION = "v1.8.2"  # before ExpandDisks went GA (v1.9.0): the feature 
 # Who runs VolumeSnapshots: "upstream" is external-snapshotter's snapshot controller (a child process) with
 # the lab's CSI driver side; "simulated" is controllers/snapshots.py's SnapshotController alone.
 SNAPSHOT_CONTROLLERS = ("upstream", "simulated")
+# The KubeVirt CR's feature gates; KubeVirt's admission (below) reads the same ones.
+KUBEVIRT_FEATURE_GATES = ["ExpandDisks", "Snapshot"]
+# Who validates VirtualMachines and VMIs: "upstream" is KubeVirt v1.6.0's own admitters
+# (tools/kubevirt-admission, a child process behind a ValidatingWebhookConfiguration); "off" is none.
+KUBEVIRT_ADMISSIONS = ("upstream", "off")
 
 
 class Lab:
@@ -47,6 +52,7 @@ class Lab:
         kube_controllers: bool = True,
         snapshot_controller: str | None = None,
         kubedc_resync: float | None = None,
+        kubevirt_admission: str | None = None,
     ):
         self.state_dir = pathlib.Path(state_dir).resolve()
         self.port = port
@@ -70,6 +76,12 @@ class Lab:
         from .controllers.kubedc import resync_interval
 
         self.kubedc_resync = resync_interval(kubedc_resync)  # a bad value is refused before anything starts
+        self.kubevirt_admission = kubevirt_admission or os.environ.get("LAB_KUBEVIRT_ADMISSION") or "upstream"
+        if self.kubevirt_admission not in KUBEVIRT_ADMISSIONS:
+            raise ValueError(
+                "kubevirt_admission %r: use one of %s (or LAB_KUBEVIRT_ADMISSION)"
+                % (self.kubevirt_admission, ", ".join(KUBEVIRT_ADMISSIONS))
+            )
         self.store = None  # an ApiStore once started
         self.faults = Faults(seed=seed)
         self.tokens = Tokens()
@@ -154,6 +166,8 @@ class Lab:
                 self.state_dir, self.tokens, self.faults, self._ca_path, key_path, port=self.port
             )
             try:
+                if self.kubevirt_admission == "upstream":
+                    self.apiserver.start_kubevirt_admission(KUBEVIRT_FEATURE_GATES)
                 self.apiserver.start()
                 break
             except RuntimeError as exc:
@@ -173,6 +187,8 @@ class Lab:
             self.apiserver.start_controller_manager()
         if self.upstream_snapshots:
             self.apiserver.start_snapshot_controller()
+        if self.kubevirt_admission == "upstream":
+            self.apiserver.register_kubevirt_admission(self.store)
         self._apply_fixtures()
 
     @property
@@ -253,7 +269,9 @@ class Lab:
             {
                 "metadata": {"name": "kubevirt", "namespace": KUBEVIRT_NAMESPACE},
                 "spec": {
-                    "configuration": {"developerConfiguration": {"featureGates": ["ExpandDisks", "Snapshot"]}}
+                    "configuration": {
+                        "developerConfiguration": {"featureGates": list(KUBEVIRT_FEATURE_GATES)}
+                    }
                 },
             },
         )

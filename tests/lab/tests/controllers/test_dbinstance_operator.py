@@ -411,7 +411,7 @@ def test_swap_conflict_fails_keeps_the_trigger_and_retries(db):
     obj = db.wait("swap", repaved(TIP), what="repaved after the conflict cleared")
     assert "reason" not in obj["status"]
     assert db.operator.repaves(db.namespace, "swap") == 1
-    until(lambda: "RepaveCompleted" in {e.reason for e in db.events("swap")}, what="the RepaveCompleted event")
+    until(lambda: "RepaveCompleted" in {e.reason for e in db.events("swap")}, what="RepaveCompleted")
     reasons = {e.reason for e in db.events("swap")}
     assert {"RepaveStarted", "RepaveFailed"} <= reasons
 
