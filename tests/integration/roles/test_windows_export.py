@@ -186,9 +186,19 @@ def env(lab, kube_client, kube_namespace, tmp_path):
 
 
 def test_export_upload_and_import_a_kms_image_from_a_private_bucket(env):
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    signer = ec.generate_private_key(ec.SECP256R1())
+    pem = signer.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (env.tmp / "export.pem").write_bytes(pem)
     raw = env.sealed_pvc("win11-sealed")
     key = "windows/11/%s/windows11-x64-golden.qcow2" % DATE
     run = env.play(
+        windows_export_signing_key_path=str(env.tmp / "export.pem"),
         windows_export_pvc="win11-sealed",
         windows_export_bucket=env.private,
         windows_export_license="kms",
@@ -203,10 +213,16 @@ def test_export_upload_and_import_a_kms_image_from_a_private_bucket(env):
 
     guard = run["BYOL guard, who can read s3://%s/%s" % (env.private, key)]
     assert (guard["verdict"], guard["get_status"], guard["list_status"]) == ("private", 403, 403)
-    assert env.keys(env.private) == [key]
+    # Signed where it was made: the detached signature and the provenance beside the object, over its bytes.
+    assert env.keys(env.private) == sorted([key, key + ".intoto.jsonl", key + ".sig"])
     head = env.s3.head_object(Bucket=env.private, Key=key)
     body = env.s3.get_object(Bucket=env.private, Key=key)["Body"].read()
     digest = hashlib.sha256(body).hexdigest()
+    signed = run["Upload to s3://%s/%s" % (env.private, key)]["signed"]
+    assert signed["key_id"] == signing.key_id(signer), signed
+    assert signed["provenance"]["subject"][0]["digest"]["sha256"] == digest, signed
+    recorded = run["Record the export"]["ansible_facts"]["windows_export_result"]
+    assert recorded["signed"]["key_id"] == signing.key_id(signer)
     assert head["Metadata"]["sha256"] == digest
     assert head["Metadata"]["source-url"] == "pvc://%s/win11-sealed" % env.namespace
     assert not env.s3.list_multipart_uploads(Bucket=env.private).get("Uploads")
