@@ -69,6 +69,7 @@ lab-binaries: venv
 	@tools/build-apiserver.sh >/dev/null
 	@PYTHON=$(PY) tools/build-crds.sh >/dev/null
 	@tools/build-cosign.sh >/dev/null
+	@tools/build-versitygw.sh >/dev/null
 
 setup: deps venv collections lab-binaries
 
