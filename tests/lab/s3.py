@@ -1,4 +1,5 @@
-"""The lab's S3: moto's store behind a front that authenticates and authorises as S3 does.
+"""The lab's S3: moto's store behind a front that authenticates and authorises as S3 does (LAB_S3=moto,
+the default), or versitygw behind a relay front for what it lacks (LAB_S3=versitygw, below).
 
 moto keeps buckets, objects, ACLs, policies and public access blocks, but it checks no signature and
 serves a private bucket to anyone. Every request passes the front (``CheckingS3``) first:
