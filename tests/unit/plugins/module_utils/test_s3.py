@@ -1,6 +1,8 @@
 """S3 adapter against the lab's S3 (moto behind a front that checks signatures) on loopback; the lab's
 faults play a store that lags behind a create."""
 
+import json
+
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3 import _s3, _s3_module
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.s3._s3 import s3_client
@@ -164,7 +166,14 @@ def test_anonymous_client_signs_nothing(endpoint, s3):
     from botocore import UNSIGNED
 
     s3.create_bucket(Bucket="open")
-    s3.put_object(Bucket="open", Key="k", Body=b"x", ACL="public-read")
+    s3.put_object(Bucket="open", Key="k", Body=b"x")
+    anyone = {
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::open/*",
+    }
+    s3.put_bucket_policy(Bucket="open", Policy=json.dumps({"Version": "2012-10-17", "Statement": [anyone]}))
     anonymous = _s3.anonymous_client(endpoint, timeout=3)
     assert anonymous.meta.config.signature_version is UNSIGNED
     assert anonymous.meta.config.retries == _s3.retry_config(_s3.PROBE_ATTEMPTS)

@@ -1,5 +1,7 @@
 """bucket_exposure's runner against the lab's loopback S3, which answers anonymous reads as S3 does."""
 
+import json
+
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
 from ansible_collections.goldenimage.pipeline.plugins.modules import bucket_exposure as module_file
@@ -17,7 +19,13 @@ def run(s3, **params):
 def test_a_public_read_object_is_exposed_and_a_licensed_upload_refused(s3):
     client = s3[1]
     bucket = new_bucket(client)
-    client.put_object(Bucket=bucket, Key="private/w.qcow2", Body=b"QFI\xfb", ACL="public-read")
+    client.put_object(Bucket=bucket, Key="private/w.qcow2", Body=b"QFI\xfb")
+    # Public by the bucket's policy: the lab's S3 (versitygw) keeps no object ACLs.
+    anyone = {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject"}
+    anyone["Resource"] = "arn:aws:s3:::%s/private/w.qcow2" % bucket
+    client.put_bucket_policy(
+        Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [anyone]})
+    )
     result = run(s3, bucket=bucket, key="private/w.qcow2")
     assert result["exposed"] is True and "get" in result["allowed"] and result["changed"] is False
     with pytest.raises(PipelineError) as caught:
