@@ -114,6 +114,13 @@ options:
         Hypervisor). An ELF vmlinux, a compressed x86 bzImage (its vmlinux is extracted and shipped under
         this name) or an arm64 C(Image), plain or compressed.
       - Omitted and the default missing, C(/boot/vmlinuz-<version>) is taken.
+      - A path with a C(..) component is refused (the path is also the kernel's name in the image). A
+        path outside C(/boot), such as Fedora's C(/lib/modules/<version>/vmlinuz), is taken when it is a
+        regular file in the root filesystem.
+      - Whatever the path, the file must be a Linux kernel, carrying the C(Linux version) banner every
+        Linux build has (a bzImage is recognised by its C(HdrS) setup header before it is extracted);
+        any other ELF or file is refused. A payload that decompresses to more than 1 GiB is refused, not
+        cut; the extraction streams to a scratch file, so memory stays bounded.
     type: str
   slim:
     description:
@@ -566,7 +573,6 @@ progress:
 """
 
 import datetime
-import io
 import json
 import os
 import tempfile
@@ -634,6 +640,7 @@ def check_inputs(params, environ=None):
     """Every parameter rule, before the disk is opened. Returns the normalized settings."""
     environ = os.environ if environ is None else environ
     microvm.check_compression_level(params["compression_level"])
+    microvm.check_kernel_path(params.get("kernel_path"))
     microvm.check_sparse_threshold(params["sparse_threshold"])
     positive(params["timeout"], "timeout")
     settings = {
@@ -719,23 +726,26 @@ class Runner:
             raise
 
     def _kernel_facts(self, kernel_tree, real):
-        """``(head, banner version, extracted)`` of the kernel file: a bzImage is read whole and its vmlinux
-        extracted (``extracted``: format and bytes); a vmlinux or an arm64 Image is read in chunks."""
-        fh = self._data(fs_entry_inum(kernel_tree, real))
+        """``(head, banner version, extracted)`` of the kernel file: a bzImage's vmlinux is streamed into a
+        scratch file (``extracted``: the format and its size), a vmlinux or an arm64 Image is read in
+        chunks; memory stays bounded either way."""
+        entry = kernel_tree[real]
+        fh = self._data(entry.inum)
         head = fh.read(4096)
         if microvm.needs_extraction(microvm.kernel_kind(head)):
-            name, vmlinux = self.io["kernel"].extract_vmlinux(head + fh.read(), real)
-            self.log("extracted the vmlinux from /%s (%s, %d bytes)" % (real, name, len(vmlinux)))
-            return vmlinux[:4096], microvm.banner_version(vmlinux), (name, vmlinux)
-        banner = microvm.banner_version(head)
-        tail = head[-256:]
-        while banner is None:
+            microvm.check_compressed_kernel_size(real, entry.size)
+            handle, self.extracted = tempfile.mkstemp(prefix="microvm-vmlinux-")
+            with os.fdopen(handle, "w+b") as out:
+                name, size, banner = self.io["kernel"].extract_vmlinux(head + fh.read(), real, out)
+                out.seek(0)
+                head = out.read(4096)
+            self.log("extracted the vmlinux from /%s (%s, %d bytes)" % (real, name, size))
+            return head, banner, (name, size)
+        scan = microvm.BannerScan()
+        chunk = head
+        while chunk and scan.feed(chunk) is None:
             chunk = fh.read(4 * 1024 * 1024)
-            if not chunk:
-                break
-            banner = microvm.banner_version(tail + chunk)
-            tail = chunk[-256:]
-        return head, banner, None
+        return head, scan.version, None
 
     def _machines(self, tree, paths):
         """``[(path, ELF machine or None)]`` of the files at ``paths``."""
@@ -747,7 +757,7 @@ class Runner:
     def _data(self, inum):
         """A file member's data: the extracted vmlinux, or the file of the filesystem that holds it."""
         if inum == EXTRACTED:
-            return io.BytesIO(self.extracted)
+            return open(self.extracted, "rb")
         if isinstance(inum, tuple):
             return self.boot_fs.open(inum[1])
         return self.fs.open(inum)
@@ -811,6 +821,8 @@ class Runner:
             return self._run(settings, layout, image, parts)
         finally:
             image.close()
+            if self.extracted:
+                os.unlink(self.extracted)
 
     def _run(self, settings, layout, image, parts):
         params = self.params
@@ -837,7 +849,8 @@ class Runner:
             version, self._machines(tree, microvm.module_probes(tree, modules_root, version)), architecture
         )
         head, banner, extracted = self._kernel_facts(kernel_tree, kernel_real)
-        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)
+        kind = microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)
+        microvm.check_linux_kernel(kernel_real, kind, banner)
         microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
         checks = seal.linux_checks(fs.view)
@@ -859,10 +872,9 @@ class Runner:
         images = microvm.images_of(parts_of)
         kernel_source = {"path": "/" + kernel_real, "partition": (boot or part)["number"], "extracted": None}
         if extracted:
-            self.extracted = extracted[1]
             kernel_source["extracted"] = extracted[0]
             parts_of["kernel"] = microvm.with_data(
-                parts_of["kernel"], kernel_arcname, len(extracted[1]), EXTRACTED
+                parts_of["kernel"], kernel_arcname, extracted[1], EXTRACTED
             )
         mount_point = "/lib/modules/%s" % version
         microvm.check_modules_layout(parts_of["modules"], version, mount_point)

@@ -536,8 +536,10 @@ PAYLOAD_MAGIC = (
 ELF_MACHINE = {"amd64": 62, "x86_64": 62, "arm64": 183, "aarch64": 183}
 ELF_MACHINE_NAMES = {62: "x86_64", 183: "aarch64", 3: "i386", 40: "arm", 243: "riscv", 21: "ppc64"}
 ARM64_IMAGE_MAGIC = b"ARMd"
-# A decompressed kernel larger than this is not a kernel (and not a reason to exhaust memory).
+# A decompressed kernel larger than this is not a kernel: the extraction stops there with a refusal.
 MAX_VMLINUX = 1024 * 1024 * 1024
+# A compressed kernel is read whole to find its payload; a file larger than this is not one.
+MAX_COMPRESSED_KERNEL = 256 * 1024 * 1024
 
 
 def kernel_kind(head):
@@ -724,6 +726,73 @@ def check_modules_architecture(version, modules, architecture):
             "are not for architecture %s: %s"
             % (architecture, ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in wrong)),
             "take the modules built with the kernel for %s" % architecture,
+        )
+
+
+class BannerScan:
+    """The banner's release found in a stream fed piece by piece (a banner cut between pieces is
+    found: the tail of the previous piece is kept)."""
+
+    KEEP = 256
+
+    def __init__(self):
+        self.version = None
+        self.tail = b""
+
+    def feed(self, piece):
+        if self.version is None:
+            self.version = banner_version(self.tail + bytes(piece))
+            self.tail = bytes(piece[-self.KEEP :])
+        return self.version
+
+
+def check_vmlinux_size(path, name, size, limit=MAX_VMLINUX):
+    """A payload that decompresses past ``limit`` is refused rather than cut: no kernel is that large,
+    and a cut kernel would not boot."""
+    if size > limit:
+        raise Refusal(
+            "kernel /%s" % path,
+            "its %s payload decompresses to more than %d MiB, larger than any kernel"
+            % (name, limit // (1024 * 1024)),
+            "check that kernel_path names the kernel; extract the vmlinux with the kernel's "
+            "scripts/extract-vmlinux and set kernel_path to it",
+        )
+
+
+def check_compressed_kernel_size(path, size, limit=MAX_COMPRESSED_KERNEL):
+    """A compressed kernel is read whole to find its payload: one larger than ``limit`` is refused."""
+    if size > limit:
+        raise Refusal(
+            "kernel /%s" % path,
+            "is a compressed file of %d bytes, larger than any compressed kernel (%d MiB)"
+            % (size, limit // (1024 * 1024)),
+            "set kernel_path to the kernel (a vmlinux, a bzImage or an arm64 Image)",
+        )
+
+
+def check_linux_kernel(path, kind, banner):
+    """The kernel is a Linux kernel, not any ELF or Image: its read-only data carries the
+    ``Linux version <release> (`` banner every Linux build has (``kind`` as ``kernel_kind`` says)."""
+    if banner is None:
+        what = {"elf": "an ELF", "arm64-image": "an arm64 Image"}.get(kind, "a decompressed kernel")
+        raise Refusal(
+            "kernel /%s" % path,
+            "is %s without the 'Linux version ' banner every Linux kernel carries: not a Linux kernel" % what,
+            "set kernel_path to the Linux kernel (a vmlinux, a bzImage or an arm64 Image)",
+        )
+
+
+def check_kernel_path(kernel_path):
+    """The rule for ``kernel_path``: a path inside the root filesystem without ``..``. The path is also
+    the kernel's name in the kernel image, and ``..`` would name a file the written path does not say
+    (``/boot/../etc/x`` is ``/etc/x``). A path outside ``/boot`` (Fedora's
+    ``/lib/modules/<version>/vmlinuz``) is taken when it is a regular file in the root, which
+    ``locate_kernel`` checks, and when it is a Linux kernel, which ``check_linux_kernel`` checks."""
+    if kernel_path and ".." in kernel_path.split("/"):
+        raise Refusal(
+            "kernel_path %s" % kernel_path,
+            "has a '..' component; the path is the kernel's name in the image and must say where it is",
+            "write the path without '..' (for example /boot/vmlinuz-<version>)",
         )
 
 
