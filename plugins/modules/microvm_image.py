@@ -845,8 +845,14 @@ class Runner:
         )
         self.architecture = architecture
         modules_root = microvm.module_versions(tree)[0]
+        kernel = self.io["kernel"]
         microvm.check_modules_architecture(
-            version, self._machines(tree, microvm.module_probes(tree, modules_root, version)), architecture
+            version,
+            [
+                (path, kernel.elf_head(self._data(tree[path].inum), path))
+                for path in microvm.module_probes(tree, modules_root, version)
+            ],
+            architecture,
         )
         head, banner, extracted = self._kernel_facts(kernel_tree, kernel_real)
         kind = microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)

@@ -152,20 +152,40 @@ def decompress(name, data, limit=microvm.MAX_VMLINUX):
     return b"".join(found)[:limit]
 
 
-# Enough of a compressed module to decompress its ELF header.
+# A compressed module's bytes are read in pieces this large until its ELF header is out, at most
+# ``MODULE_HEAD_READ`` of them: only the header's bytes are decompressed.
+MODULE_HEAD_PIECE = 4096
 MODULE_HEAD_READ = 256 * 1024
+ELF_HEAD = 64
 
 
 def elf_head(fh, path):
     """The first 64 bytes of the file at ``path`` as it is loaded: a compressed module decompressed
     (empty when this host has no reader for its format or it does not decompress). Only the header's
-    bytes are decompressed."""
+    bytes are decompressed, from the first few KiB of the file."""
     name = microvm.module_compression(path)
     if name is None:
-        return fh.read(64)
-    if not readable(name):
+        return fh.read(ELF_HEAD)
+    engine = _decompressor(name)
+    if engine is None:
         return b""
-    return decompress(name, fh.read(MODULE_HEAD_READ), 64) or b""
+    head = b""
+    read = 0
+    try:
+        while len(head) < ELF_HEAD and read < MODULE_HEAD_READ and not engine.eof:
+            if name == "gzip" and engine.unconsumed_tail:
+                piece = engine.unconsumed_tail
+            elif name == "gzip" or engine.needs_input:
+                piece = fh.read(MODULE_HEAD_PIECE)
+                if not piece:
+                    break
+                read += len(piece)
+            else:
+                piece = b""
+            head += engine.decompress(piece, ELF_HEAD - len(head))
+    except ERRORS:
+        return b""
+    return head
 
 
 def _extract_one(name, data, out, path, limit):

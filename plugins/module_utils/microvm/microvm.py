@@ -637,7 +637,11 @@ def refuse_payload(path, tried, unsupported, kind="bzimage"):
 # The disk's architecture: the machine of the programs every root runs first, and of its modules.
 ARCH_PROBES = ("usr/bin/env", "bin/sh", "sbin/init", "usr/lib/systemd/systemd", "bin/busybox")
 OCI_ARCHITECTURE = {62: "amd64", 183: "arm64", 3: "386", 40: "arm", 243: "riscv64", 21: "ppc64le"}
-MODULE_SAMPLE = 3
+# The ELF class (EI_CLASS) of each architecture: 1 for 32-bit, 2 for 64-bit.
+ELF_CLASS = {"amd64": 2, "x86_64": 2, "arm64": 2, "aarch64": 2}
+ELF_CLASS_NAMES = {1: "32-bit", 2: "64-bit"}
+# How many wrong modules a refusal lists by name.
+LISTED = 5
 
 
 def architecture_probes(tree):
@@ -651,14 +655,14 @@ def architecture_probes(tree):
 
 
 def module_probes(tree, modules_root, version):
-    """The first ``MODULE_SAMPLE`` kernel modules (``.ko``, compressed or not) of ``version``, by path."""
+    """Every kernel module (``.ko``, compressed or not) of ``version``, by path: each is checked, as one
+    module of another architecture among thousands is enough to break the guest's modprobe."""
     prefix = "%s/%s/" % (modules_root, version)
-    names = sorted(
+    return sorted(
         path
         for path, entry in tree.items()
         if path.startswith(prefix) and entry.kind == "file" and ".ko" in posixpath.basename(path)
     )
-    return names[:MODULE_SAMPLE]
 
 
 # Compressed kernel modules by suffix: what kmod reads (``.ko.xz``, ``.ko.zst``, ``.ko.gz``).
@@ -717,14 +721,27 @@ def disk_architecture(src, programs, requested=None):
 
 
 def check_modules_architecture(version, modules, architecture):
-    """Kernel modules (``[(path, e_machine or None)]``) must be of the root's ``architecture``."""
+    """Every kernel module (``[(path, first bytes of its ELF as loaded)]``) must be of the root's
+    ``architecture``: its ELF machine and its class (an i386 module is a 32-bit ELF of another machine,
+    an arm module a 32-bit one; both are refused for a 64-bit kernel). A module whose header is not an
+    ELF (or whose compression this host does not read) is not judged here."""
     wanted = ELF_MACHINE.get(architecture)
-    wrong = [(path, m) for path, m in modules if m is not None and wanted is not None and m != wanted]
+    bits = ELF_CLASS.get(architecture)
+    wrong = []
+    for path, head in modules:
+        machine = elf_machine(head)
+        if machine is None or wanted is None:
+            continue
+        if machine != wanted or (bits is not None and head[4] != bits):
+            wrong.append(
+                "/%s is %s (%s)"
+                % (path, machine_name(machine), ELF_CLASS_NAMES.get(head[4], "class %d" % head[4]))
+            )
     if wrong:
+        more = " and %d more" % (len(wrong) - LISTED) if len(wrong) > LISTED else ""
         raise Refusal(
             "kernel modules %s" % version,
-            "are not for architecture %s: %s"
-            % (architecture, ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in wrong)),
+            "are not for architecture %s: %s%s" % (architecture, ", ".join(wrong[:LISTED]), more),
             "take the modules built with the kernel for %s" % architecture,
         )
 

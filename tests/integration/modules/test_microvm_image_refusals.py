@@ -3,7 +3,9 @@ a refused run leaves no blob, manifest, tag or layout file behind."""
 
 from __future__ import annotations
 
+import lzma
 import pathlib
+import re
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
@@ -71,3 +73,32 @@ def test_a_kernel_path_with_dotdot_is_refused_and_one_outside_boot_is_taken(tmp_
     )
     result = run(src=str(src), dest=str(tmp_path / "oci"), kernel_path="/usr/lib/modules/%s/vmlinuz" % V)
     assert result["kernel_source"]["path"] == "/usr/lib/modules/%s/vmlinuz" % V
+
+
+def i386_module() -> bytes:
+    # A 32-bit little-endian relocatable ELF for EM_386.
+    return (
+        b"\x7fELF\x01\x01\x01"
+        + bytes(9)
+        + (1).to_bytes(2, "little")
+        + (3).to_bytes(2, "little")
+        + bytes(4096)
+    )
+
+
+@pytest.mark.parametrize("name", ["zz/late.ko", "zz/late.ko.xz"])
+def test_every_module_is_checked_for_machine_and_class(tmp_path, name):
+    base = "usr/lib/modules/%s/kernel/" % V
+    body = i386_module()
+    if name.endswith(".xz"):
+        body = lzma.compress(body, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32)
+    # Many good modules sort before the bad one: a sample of the first few misses it.
+    changes = dict((base + "a/m%02d.ko" % n, parts.module_bytes(256)) for n in range(12))
+    changes[base + name] = body
+    src = disk(tmp_path, changes)
+    refused(
+        r"kernel modules %s: are not for architecture amd64: /%s%s is i386 \(32-bit\)"
+        % (re.escape(V), re.escape(base), re.escape(name)),
+        tmp_path / "oci",
+        src=str(src),
+    )

@@ -783,7 +783,7 @@ def test_architecture_probes_follow_links_and_skip_scripts_and_repeats():
     assert microvm.architecture_probes(tree_of({"etc": "dir"})) == []
 
 
-def test_module_probes_are_the_first_modules_by_path_compressed_or_not():
+def test_module_probes_are_every_module_by_path_compressed_or_not():
     base = "usr/lib/modules/6.1"
     tree = tree_of(
         {
@@ -799,6 +799,7 @@ def test_module_probes_are_the_first_modules_by_path_compressed_or_not():
         base + "/kernel/a.ko",
         base + "/kernel/b.ko.xz",
         base + "/kernel/c.ko.zst",
+        base + "/kernel/d.ko",
     ]
     assert [microvm.module_compression(p) for p in ("a.ko", "b.ko.xz", "c.ko.zst", "d.ko.gz")] == [
         None,
@@ -839,12 +840,52 @@ def test_a_disk_architecture_that_cannot_be_trusted_is_refused(programs, request
         microvm.disk_architecture("d.raw", programs, requested)
 
 
+def elf_of(machine, bits=2):
+    return b"\x7fELF" + bytes([bits]) + b"\x01\x01" + bytes(9) + struct.pack("<HH", 1, machine) + bytes(44)
+
+
 def test_modules_of_another_architecture_are_refused():
-    microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", None)], "amd64")
+    microvm.check_modules_architecture("6.1", [("a.ko", elf_of(62)), ("b.ko.xz", b"")], "amd64")
     with pytest.raises(
-        Refusal, match=r"kernel modules 6.1: are not for architecture amd64: /b.ko.xz is aarch64"
+        Refusal, match=r"kernel modules 6.1: are not for architecture amd64: /b.ko.xz is aarch64 \(64-bit\)"
     ):
-        microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", 183)], "amd64")
+        microvm.check_modules_architecture("6.1", [("a.ko", elf_of(62)), ("b.ko.xz", elf_of(183))], "amd64")
+
+
+@pytest.mark.parametrize(
+    "architecture, head, named",
+    [
+        ("amd64", elf_of(3, bits=1), "i386 (32-bit)"),
+        ("amd64", elf_of(62, bits=1), "x86_64 (32-bit)"),
+        ("arm64", elf_of(40, bits=1), "arm (32-bit)"),
+        ("arm64", elf_of(183, bits=1), "aarch64 (32-bit)"),
+    ],
+)
+def test_a_module_of_the_32_bit_sibling_is_refused(architecture, head, named):
+    good = elf_of(microvm.ELF_MACHINE[architecture])
+    modules = [("m/%03d.ko" % n, good) for n in range(500)] + [("m/z.ko", head)]
+    with pytest.raises(Refusal, match=r"/m/z.ko is %s" % re.escape(named)):
+        microvm.check_modules_architecture("6.1", modules, architecture)
+
+
+def test_a_refusal_lists_a_few_wrong_modules_and_counts_the_rest():
+    modules = [("m/%d.ko" % n, elf_of(3, bits=1)) for n in range(8)]
+    with pytest.raises(Refusal, match=r"/m/4.ko is i386 \(32-bit\) and 3 more"):
+        microvm.check_modules_architecture("6.1", modules, "amd64")
+
+
+def test_only_the_header_of_a_compressed_module_is_decompressed():
+    import io
+
+    body = elf_of(183) + bytes(64 * 1024 * 1024)
+    for name, packed in (
+        ("a.ko.xz", lzma.compress(body, format=lzma.FORMAT_XZ)),
+        ("a.ko.gz", gzip.compress(body)),
+        ("a.ko.zst", zstd.compress(body)),
+    ):
+        fh = io.BytesIO(packed)
+        assert _kernel.elf_head(fh, name) == elf_of(183)[:64]
+        assert fh.tell() <= 64 * 1024, (name, fh.tell())
 
 
 def test_a_compressed_modules_elf_header_is_read_after_decompression():
