@@ -62,6 +62,15 @@ description:
     unsealed image.
   - Refused before anything is written, among others, are a directory given as O(src), and an image that
     ends before one of its partitions does (a truncated download or copy).
+  - A malformed image is refused, never a traceback. A qcow2 header is checked against qemu's limits
+    and the file before it is read (a table past the end, an oversized L1 or refcount table, an unknown
+    incompatible feature, encryption), naming the field; what a reader then trips over (a GPT entry or
+    an extent outside the disk) is refused naming the image. Layers are written beside O(dest) and
+    moved into the layout only when every image is whole, so a refused or failed run leaves the layout
+    as it was.
+  - Before the disk is read, the layout's C(index.json) must be an OCI image index and the registry
+    must answer C(GET /v2/) with the credentials given; a corrupt index or an unreachable registry is
+    refused before anything is written.
   - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
     distribution API. A rerun that finds the same digests writes and pushes nothing.
   - Given a signing key (O(signing_key_path) or O(signing_key)), signs each pushed image where it is made, the
@@ -573,6 +582,7 @@ progress:
 """
 
 import datetime
+import importlib
 import json
 import os
 import tempfile
@@ -593,6 +603,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact
     url_secrets,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import qcow2
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
@@ -706,6 +717,10 @@ class Runner:
         self.io = adapters
         self.fs = self.boot_fs = None
         self.extracted = None
+        self.scratch_paths = []
+        self.index = self.registry = None
+        # True while the disk is read: what a reader raises then is about the image.
+        self.reading = True
         self.table_notes = []
 
     def log(self, line):
@@ -718,9 +733,21 @@ class Runner:
 
     def _open(self):
         src = self.params["src"]
-        image = self.io["disk"].Image(src)  # its DiskError names the file
+        if os.path.isfile(src):
+            # A qcow2 header's tables are checked against the file before the reader trusts them.
+            with open(src, "rb") as fh:
+                head = fh.read(qcow2.HEADER_BYTES)
+            if head[:4] == qcow2.MAGIC:
+                qcow2.check_header(src, head, os.path.getsize(src))
+        try:
+            image = self.io["disk"].Image(src)  # its DiskError names the file
+        except READ_ERRORS as exc:
+            raise microvm.malformed_image(src, None, exc) from exc
         try:
             return image, self.io["partitions"].read_partitions(image, self.table_notes)
+        except READ_ERRORS as exc:
+            image.close()
+            raise microvm.malformed_image(src, image.format, exc) from exc
         except BaseException:
             image.close()
             raise
@@ -816,13 +843,28 @@ class Runner:
             layout = self.io["oci"].Layout(params["dest"])
             listing = layout.listing()
             microvm.check_dest_layout(params["dest"], listing, bool(listing) and layout.exists())
+            self.index = microvm.layout_index(params["dest"], layout.index_bytes())
+        self.registry = None
+        if settings["host"]:
+            # Reached (and the credentials taken) before the disk is read or a layer written.
+            self.registry = self._registry(settings)
+            self.registry.reachable("%s/%s" % (settings["repository"], settings["names"]["rootfs"]))
         image, parts = self._open()
         try:
             return self._run(settings, layout, image, parts)
+        except READ_ERRORS as exc:
+            if not self.reading:
+                raise
+            # A reader tripping over the image's own structures (a qcow2 header that lies, a table past
+            # the end): the image is refused, and nothing was kept in the layout.
+            raise microvm.malformed_image(params["src"], image.format, exc) from exc
         finally:
             image.close()
             if self.extracted:
                 os.unlink(self.extracted)
+            for path in self.scratch_paths:
+                if os.path.exists(path):
+                    os.unlink(path)
 
     def _run(self, settings, layout, image, parts):
         params = self.params
@@ -920,6 +962,13 @@ class Runner:
                 skipped.extend(left_out)
                 built[name] = self._build(name, members, layout, scratch, writes, settings)
 
+            self.reading = False
+            if writes and layout is not None:
+                # Every layer is whole: only now does the layout receive them.
+                for name in images:
+                    kept = built[name]["_layer_path"]
+                    built[name]["_layer_path"] = layout.keep(kept, built[name]["layer_digest"])
+                    self.scratch_paths.remove(kept)
             result = {
                 "changed": False,
                 "kernel_version": version,
@@ -951,7 +1000,7 @@ class Runner:
                 diff["before"]["layout"] = result["layout"]["before"]
                 diff["after"]["layout"] = result["layout"]["after"]
             if host:
-                registry = self._registry(settings)
+                registry = self.registry
                 pushed, before = self._push(registry, settings, repository, tag, names, built, writes)
                 result["pushed"] = pushed
                 result["changed"] = result["changed"] or any(pushed.values())
@@ -1026,7 +1075,7 @@ class Runner:
             if out is not None:
                 out.close()
         if writes and layout is not None:
-            path = layout.keep(path, layer["digest"])
+            self.scratch_paths.append(path)
         layer_desc = microvm.descriptor(microvm.MEDIA_LAYER, layer["digest"], layer["size"])
         created = microvm.created_at(params["deterministic"], settings["epoch"], time.time())
         labels = {"org.opencontainers.image.title": name}
@@ -1048,7 +1097,7 @@ class Runner:
         }
 
     def _layout(self, layout, built, names, writes):
-        existing = layout.read_index()
+        existing = self.index
         before = {}
         for entry in (existing or {}).get("manifests", []):
             ref = (entry.get("annotations") or {}).get(microvm.REF_NAME)
@@ -1309,6 +1358,20 @@ class Runner:
         self.log("verified %d images in %.2f s" % (len(report), time.monotonic() - started))
         return report
 
+
+def _read_errors():
+    """What the disk and filesystem readers raise on inconsistent structures: the generic errors
+    ``microvm.MALFORMED_ERRORS`` names and each dissect reader's own base error."""
+    found = list(microvm.MALFORMED_ERRORS)
+    for name in ("hypervisor", "extfs", "xfs", "btrfs", "volume"):
+        try:
+            found.append(importlib.import_module("dissect.%s.exceptions" % name).Error)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+READ_ERRORS = _read_errors()
 
 # The member inode number that reads the vmlinux extracted from a bzImage (no inode has it), and the
 # device that tags the inode numbers of a separate /boot partition.

@@ -25,6 +25,7 @@ __metaclass__ = type
 import json
 import posixpath
 import re
+import struct
 import time
 from types import MappingProxyType
 
@@ -245,6 +246,22 @@ def check_source(src, is_directory):
             "is a directory, not a disk image",
             "pass the raw or qcow2 disk image file (a root tree is not read; make a disk from it first)",
         )
+
+
+# What the disk and filesystem readers raise when an image's own structures are inconsistent: a
+# qcow2 header whose tables lie past the end, a GPT entry or an extent pointing outside the disk.
+MALFORMED_ERRORS = (OSError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
+
+
+def malformed_image(src, image_format, exc):
+    """The refusal for an image a reader could not make sense of (``exc`` is what the reader raised)."""
+    return Refusal(
+        "src %s" % src,
+        "is a malformed %s image: reading it failed (%s: %s)"
+        % (image_format or "disk", type(exc).__name__, exc or "no detail"),
+        "check it with qemu-img check (and qemu-img info); rebuild or download the image again, or "
+        "convert it with qemu-img convert -O raw and build from the copy",
+    )
 
 
 def check_within(src, partitions, virtual_size):
@@ -1406,6 +1423,32 @@ def check_dest_layout(dest, listing, is_layout):
             "is a non-empty directory that is not an OCI image layout (it holds %s)" % ", ".join(listing[:5]),
             "point dest at an empty or new directory, or at an existing OCI layout",
         )
+
+
+def layout_index(dest, data):
+    """The layout's ``index.json`` (``data``: its bytes, None when there is none) as a document, checked
+    before anything is written: a file that is not an OCI index would be overwritten by the merge, and
+    the tags it held lost."""
+    if data is None:
+        return None
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
+        document = exc
+    if (
+        not isinstance(document, dict)
+        or not isinstance(document.get("manifests", []), list)
+        or not all(
+            isinstance(m, dict) and isinstance(m.get("digest"), str) for m in document.get("manifests", [])
+        )
+    ):
+        raise Refusal(
+            "dest %s/index.json" % dest,
+            "is not an OCI image index (%s)"
+            % (document if isinstance(document, ValueError) else "no list of manifest descriptors"),
+            "repair or remove index.json (its blobs stay), or point dest at another layout",
+        )
+    return document
 
 
 def refuse_unsealed(src, checks, sealed, failed):

@@ -1044,3 +1044,12 @@ def test_a_kernel_path_with_dotdot_is_refused(path):
 @pytest.mark.parametrize("path", [None, "", "/boot/vmlinuz-6.1", "/lib/modules/6.1/vmlinuz", "boot/..x"])
 def test_a_kernel_path_without_dotdot_is_taken(path):
     microvm.check_kernel_path(path)
+
+
+def test_a_layout_index_is_checked_before_a_write():
+    assert microvm.layout_index("/d", None) is None
+    good = b'{"schemaVersion":2,"manifests":[{"digest":"sha256:00","size":1}]}'
+    assert microvm.layout_index("/d", good)["manifests"][0]["digest"] == "sha256:00"
+    for bad in (b"{", b"[]", b'{"manifests":{}}', b'{"manifests":[1]}', b"\xff"):
+        with pytest.raises(Refusal, match=r"dest /d/index.json: is not an OCI image index"):
+            microvm.layout_index("/d", bad)
