@@ -486,37 +486,46 @@ spec:
     - The flintlock C(MicroVMSpec) fields the images fill (proto names), to merge into a full spec, with
       each volume's C(size_in_mb) (its files, a fifth more for the filesystem, and 64 MiB; flintlock
       ignores it on the root volume today) and C(initrd) when there is one.
+    - Each image is named by its manifest digest (C(<registry>/<repository>/<name>@sha256:...)), not by
+      its tag, so a tag moved later never changes what a MicroVM boots.
     - Without O(registry), every image reference is left out (see RV(snippet_note)).
   returned: success
   type: dict
   sample:
     kernel:
-      image: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77
+      image: r.example/u/kernel@sha256:1111...
       filename: boot/vmlinux
       add_network_config: true
     root_volume:
       id: root
       is_read_only: false
       size_in_mb: 1024
-      source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
+      source:
+        container_source: r.example/u/rootfs@sha256:2222...
     additional_volumes:
       - id: modules
         is_read_only: false
         mount_point: /lib/modules/5.10.77
         size_in_mb: 180
-        source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77}
+        source:
+          container_source: r.example/u/modules@sha256:3333...
 capmvm:
   description:
     - The CAPMVM C(MicrovmMachineTemplate) C(spec.template.spec) fields (CAPMVM's volumes have no size), with
-      C(initrd) when there is one. Without O(registry), every image reference is left out.
+      C(initrd) when there is one, naming each image by its digest. Without O(registry), every image
+      reference is left out.
   returned: success
   type: dict
   sample:
-    kernel: {image: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77, filename: boot/vmlinux}
-    rootVolume: {id: root, image: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
+    kernel:
+      image: r.example/u/kernel@sha256:1111...
+      filename: boot/vmlinux
+    rootVolume:
+      id: root
+      image: r.example/u/rootfs@sha256:2222...
     volumes:
       - id: modules
-        image: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77
+        image: r.example/u/modules@sha256:3333...
         mountPoint: /lib/modules/5.10.77
 snippet_note:
   description:
@@ -534,6 +543,18 @@ layout:
     changed: false
     before: {kernel: "sha256:5b0c3e..."}
     after: {kernel: "sha256:5b0c3e..."}
+moved_tags:
+  description:
+    - Each tag that pointed at other bytes and was (in check mode, would be) moved to this build's
+      manifest - V(where) (V(layout) or V(registry)), V(tag), V(from) and V(to) digests. Also in the
+      diff (C(after.moved_tags)) and as a warning each; empty when no tag moved.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {where: registry, tag: "registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77",
+       from: "sha256:4444444444444444444444444444444444444444444444444444444444444444",
+       to: "sha256:2222222222222222222222222222222222222222222222222222222222222222"}
 pushed:
   description: Per image, whether its manifest was pushed (false when the tag already held this digest).
   returned: when O(registry) is set
@@ -994,11 +1015,15 @@ class Runner:
                 "shipped_separately": sum(built[n]["content_bytes"] for n in images if n != "rootfs"),
             }
             diff = {"before": {}, "after": {}}
+            moves = []
             if layout is not None:
                 result["layout"] = self._layout(layout, built, names, writes)
                 result["changed"] = result["changed"] or result["layout"]["changed"]
                 diff["before"]["layout"] = result["layout"]["before"]
                 diff["after"]["layout"] = result["layout"]["after"]
+                moves.extend(
+                    microvm.tag_moves("layout", result["layout"]["before"], result["layout"]["after"])
+                )
             if host:
                 registry = self.registry
                 pushed, before = self._push(registry, settings, repository, tag, names, built, writes)
@@ -1006,6 +1031,7 @@ class Runner:
                 result["changed"] = result["changed"] or any(pushed.values())
                 diff["before"]["registry"] = before
                 diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in images)
+                moves.extend(microvm.tag_moves("registry", before, diff["after"]["registry"]))
                 planned = {}
                 if self.signer:
                     result["signatures"], planned = self._sign_all(
@@ -1025,6 +1051,24 @@ class Runner:
                     result["verified"] = self._verify_all(
                         registry, settings, repository, names, built, planned
                     )
+            # A tag that held other bytes is moved: said in the result, the diff and a warning.
+            result["moved_tags"] = moves
+            if moves:
+                diff["after"]["moved_tags"] = moves
+            for move in moves:
+                self.log(
+                    "%s tag %s moves from %s to %s" % (move["where"], move["tag"], move["from"], move["to"])
+                )
+                result.setdefault("warnings", []).append(
+                    "%s tag %s %s from %s to %s"
+                    % (
+                        move["where"],
+                        move["tag"],
+                        "would move" if self.check else "moved",
+                        move["from"],
+                        move["to"],
+                    )
+                )
         finally:
             if scratch:
                 for entry in os.listdir(scratch):
@@ -1036,7 +1080,7 @@ class Runner:
             public["reference"] = refs[name]
             result[name] = public
         # Without a registry the tags are the layout's only: no reference containerd resolves (SNIPPET_NOTE).
-        resolvable = refs if host else None
+        resolvable = microvm.pinned(refs, dict((n, built[n]["digest"]) for n in images)) if host else None
         sizes = dict((n, microvm.volume_size_mb(built[n]["content_bytes"])) for n in ("rootfs", "modules"))
         with_initrd = "initrd" in built
         volume_id = params["modules_volume_id"]

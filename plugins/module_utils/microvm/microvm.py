@@ -1549,6 +1549,25 @@ def references(host, repository, tag, names):
     return found
 
 
+def pinned(refs, digests):
+    """``{image: "host/repository/<name>@sha256:..."}``: the snippets name each image by its digest, so
+    that a tag moved later (by this module or anyone) never changes what a MicroVM boots."""
+    return dict(
+        (image, "%s@%s" % (ref.rsplit(":", 1)[0], digests[image]))
+        for image, ref in refs.items()
+        if image in digests
+    )
+
+
+def tag_moves(where, before, after):
+    """``[{where, tag, from, to}]``: each tag that pointed at other bytes and is (or would be) moved."""
+    return [
+        {"where": where, "tag": tag, "from": before[tag], "to": digest}
+        for tag, digest in sorted(after.items())
+        if before.get(tag) and before[tag] != digest
+    ]
+
+
 def volume_size_mb(content_bytes):
     """The MiB a volume gets for an image of ``content_bytes`` of file data (see ``VOLUME_OVERHEAD``)."""
     return int(-(-content_bytes * VOLUME_OVERHEAD // (1024 * 1024))) + VOLUME_ROOM_MB

@@ -1053,3 +1053,16 @@ def test_a_layout_index_is_checked_before_a_write():
     for bad in (b"{", b"[]", b'{"manifests":{}}', b'{"manifests":[1]}', b"\xff"):
         with pytest.raises(Refusal, match=r"dest /d/index.json: is not an OCI image index"):
             microvm.layout_index("/d", bad)
+
+
+def test_snippets_name_images_by_digest_and_moves_are_listed():
+    refs = {"kernel": "r.io/u/kernel:6.1", "rootfs": "r.io:5000/u/rootfs:6.1", "initrd": "r.io/u/initrd:6.1"}
+    assert microvm.pinned(refs, {"kernel": "sha256:aa", "rootfs": "sha256:bb"}) == {
+        "kernel": "r.io/u/kernel@sha256:aa",
+        "rootfs": "r.io:5000/u/rootfs@sha256:bb",
+    }
+    before = {"a:1": "sha256:old", "b:1": "sha256:same", "c:1": None}
+    after = {"a:1": "sha256:new", "b:1": "sha256:same", "c:1": "sha256:first"}
+    assert microvm.tag_moves("registry", before, after) == [
+        {"where": "registry", "tag": "a:1", "from": "sha256:old", "to": "sha256:new"}
+    ]
