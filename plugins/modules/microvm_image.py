@@ -988,6 +988,11 @@ class Runner:
                 # Every layer is whole: only now does the layout receive them.
                 for name in images:
                     kept = built[name]["_layer_path"]
+                    # Whether the layout lacked the layer, known before it is moved in: a rerun that
+                    # writes a deleted blob again reports a change.
+                    built[name]["_layer_missing"] = not layout.has_blob(
+                        built[name]["layer_digest"], built[name]["size"]
+                    )
                     built[name]["_layer_path"] = layout.keep(kept, built[name]["layer_digest"])
                     self.scratch_paths.remove(kept)
             result = {
@@ -1154,8 +1159,10 @@ class Runner:
             tagged[names[name]] = microvm.descriptor(
                 microvm.MEDIA_MANIFEST, item["digest"], len(item["_manifest"])
             )
+            missing = missing or item.get(
+                "_layer_missing", not layout.has_blob(item["layer_digest"], item["size"])
+            )
             for digest, size in (
-                (item["layer_digest"], item["size"]),
                 (item["config_digest"], len(item["_config"])),
                 (item["digest"], len(item["_manifest"])),
             ):

@@ -507,6 +507,13 @@ def locate_kernel(tree, kernel_path, hypervisor, version=None):
         entry = tree.get(real) if real else None
         nor = ", nor is /%s" % stock_kernel(version)
     if entry is None or entry.kind != "file":
+        link = tree.get(resolve(tree, wanted, follow_last=False) or "")
+        if link is not None and link.kind == "symlink" and resolve(tree, wanted) is None:
+            raise Refusal(
+                "kernel /%s" % wanted,
+                "is a symlink to %s, which the root filesystem does not have%s" % (link.link, nor),
+                "set kernel_path to the kernel file itself, or fix the link in the image",
+            )
         raise Refusal(
             "kernel /%s" % wanted,
             "is not a file in the root filesystem%s (boot/ holds: %s)"
