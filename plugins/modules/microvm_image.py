@@ -62,6 +62,15 @@ description:
     unsealed image.
   - Refused before anything is written, among others, are a directory given as O(src), and an image that
     ends before one of its partitions does (a truncated download or copy).
+  - A malformed image is refused, never a traceback. A qcow2 header is checked against qemu's limits
+    and the file before it is read (a table past the end, an oversized L1 or refcount table, an unknown
+    incompatible feature, encryption), naming the field; what a reader then trips over (a GPT entry or
+    an extent outside the disk) is refused naming the image. Layers are written beside O(dest) and
+    moved into the layout only when every image is whole, so a refused or failed run leaves the layout
+    as it was.
+  - Before the disk is read, the layout's C(index.json) must be an OCI image index and the registry
+    must answer C(GET /v2/) with the credentials given; a corrupt index or an unreachable registry is
+    refused before anything is written.
   - Writes the images to an OCI image layout (O(dest)) and/or pushes them to a registry over the OCI
     distribution API. A rerun that finds the same digests writes and pushes nothing.
   - Given a signing key (O(signing_key_path) or O(signing_key)), signs each pushed image where it is made, the
@@ -114,6 +123,13 @@ options:
         Hypervisor). An ELF vmlinux, a compressed x86 bzImage (its vmlinux is extracted and shipped under
         this name) or an arm64 C(Image), plain or compressed.
       - Omitted and the default missing, C(/boot/vmlinuz-<version>) is taken.
+      - A path with a C(..) component is refused (the path is also the kernel's name in the image). A
+        path outside C(/boot), such as Fedora's C(/lib/modules/<version>/vmlinuz), is taken when it is a
+        regular file in the root filesystem.
+      - Whatever the path, the file must be a Linux kernel, carrying the C(Linux version) banner every
+        Linux build has (a bzImage is recognised by its C(HdrS) setup header before it is extracted);
+        any other ELF or file is refused. A payload that decompresses to more than 1 GiB is refused, not
+        cut; the extraction streams to a scratch file, so memory stays bounded.
     type: str
   slim:
     description:
@@ -470,37 +486,46 @@ spec:
     - The flintlock C(MicroVMSpec) fields the images fill (proto names), to merge into a full spec, with
       each volume's C(size_in_mb) (its files, a fifth more for the filesystem, and 64 MiB; flintlock
       ignores it on the root volume today) and C(initrd) when there is one.
+    - Each image is named by its manifest digest (C(<registry>/<repository>/<name>@sha256:...)), not by
+      its tag, so a tag moved later never changes what a MicroVM boots.
     - Without O(registry), every image reference is left out (see RV(snippet_note)).
   returned: success
   type: dict
   sample:
     kernel:
-      image: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77
+      image: r.example/u/kernel@sha256:1111...
       filename: boot/vmlinux
       add_network_config: true
     root_volume:
       id: root
       is_read_only: false
       size_in_mb: 1024
-      source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
+      source:
+        container_source: r.example/u/rootfs@sha256:2222...
     additional_volumes:
       - id: modules
         is_read_only: false
         mount_point: /lib/modules/5.10.77
         size_in_mb: 180
-        source: {container_source: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77}
+        source:
+          container_source: r.example/u/modules@sha256:3333...
 capmvm:
   description:
     - The CAPMVM C(MicrovmMachineTemplate) C(spec.template.spec) fields (CAPMVM's volumes have no size), with
-      C(initrd) when there is one. Without O(registry), every image reference is left out.
+      C(initrd) when there is one, naming each image by its digest. Without O(registry), every image
+      reference is left out.
   returned: success
   type: dict
   sample:
-    kernel: {image: registry.example.com/liquidmetal/ubuntu-2204/kernel:5.10.77, filename: boot/vmlinux}
-    rootVolume: {id: root, image: registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77}
+    kernel:
+      image: r.example/u/kernel@sha256:1111...
+      filename: boot/vmlinux
+    rootVolume:
+      id: root
+      image: r.example/u/rootfs@sha256:2222...
     volumes:
       - id: modules
-        image: registry.example.com/liquidmetal/ubuntu-2204/modules:5.10.77
+        image: r.example/u/modules@sha256:3333...
         mountPoint: /lib/modules/5.10.77
 snippet_note:
   description:
@@ -518,6 +543,18 @@ layout:
     changed: false
     before: {kernel: "sha256:5b0c3e..."}
     after: {kernel: "sha256:5b0c3e..."}
+moved_tags:
+  description:
+    - Each tag that pointed at other bytes and was (in check mode, would be) moved to this build's
+      manifest - V(where) (V(layout) or V(registry)), V(tag), V(from) and V(to) digests. Also in the
+      diff (C(after.moved_tags)) and as a warning each; empty when no tag moved.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {where: registry, tag: "registry.example.com/liquidmetal/ubuntu-2204/rootfs:5.10.77",
+       from: "sha256:4444444444444444444444444444444444444444444444444444444444444444",
+       to: "sha256:2222222222222222222222222222222222222222222222222222222222222222"}
 pushed:
   description: Per image, whether its manifest was pushed (false when the tag already held this digest).
   returned: when O(registry) is set
@@ -566,7 +603,7 @@ progress:
 """
 
 import datetime
-import io
+import importlib
 import json
 import os
 import tempfile
@@ -587,6 +624,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.redact
     url_secrets,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import qcow2
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 
@@ -634,6 +672,7 @@ def check_inputs(params, environ=None):
     """Every parameter rule, before the disk is opened. Returns the normalized settings."""
     environ = os.environ if environ is None else environ
     microvm.check_compression_level(params["compression_level"])
+    microvm.check_kernel_path(params.get("kernel_path"))
     microvm.check_sparse_threshold(params["sparse_threshold"])
     positive(params["timeout"], "timeout")
     settings = {
@@ -699,6 +738,10 @@ class Runner:
         self.io = adapters
         self.fs = self.boot_fs = None
         self.extracted = None
+        self.scratch_paths = []
+        self.index = self.registry = None
+        # True while the disk is read: what a reader raises then is about the image.
+        self.reading = True
         self.table_notes = []
 
     def log(self, line):
@@ -711,31 +754,46 @@ class Runner:
 
     def _open(self):
         src = self.params["src"]
-        image = self.io["disk"].Image(src)  # its DiskError names the file
+        if os.path.isfile(src):
+            # A qcow2 header's tables are checked against the file before the reader trusts them.
+            with open(src, "rb") as fh:
+                head = fh.read(qcow2.HEADER_BYTES)
+            if head[:4] == qcow2.MAGIC:
+                qcow2.check_header(src, head, os.path.getsize(src))
+        try:
+            image = self.io["disk"].Image(src)  # its DiskError names the file
+        except READ_ERRORS as exc:
+            raise microvm.malformed_image(src, None, exc) from exc
         try:
             return image, self.io["partitions"].read_partitions(image, self.table_notes)
+        except READ_ERRORS as exc:
+            image.close()
+            raise microvm.malformed_image(src, image.format, exc) from exc
         except BaseException:
             image.close()
             raise
 
     def _kernel_facts(self, kernel_tree, real):
-        """``(head, banner version, extracted)`` of the kernel file: a bzImage is read whole and its vmlinux
-        extracted (``extracted``: format and bytes); a vmlinux or an arm64 Image is read in chunks."""
-        fh = self._data(fs_entry_inum(kernel_tree, real))
+        """``(head, banner version, extracted)`` of the kernel file: a bzImage's vmlinux is streamed into a
+        scratch file (``extracted``: the format and its size), a vmlinux or an arm64 Image is read in
+        chunks; memory stays bounded either way."""
+        entry = kernel_tree[real]
+        fh = self._data(entry.inum)
         head = fh.read(4096)
         if microvm.needs_extraction(microvm.kernel_kind(head)):
-            name, vmlinux = self.io["kernel"].extract_vmlinux(head + fh.read(), real)
-            self.log("extracted the vmlinux from /%s (%s, %d bytes)" % (real, name, len(vmlinux)))
-            return vmlinux[:4096], microvm.banner_version(vmlinux), (name, vmlinux)
-        banner = microvm.banner_version(head)
-        tail = head[-256:]
-        while banner is None:
+            microvm.check_compressed_kernel_size(real, entry.size)
+            handle, self.extracted = tempfile.mkstemp(prefix="microvm-vmlinux-")
+            with os.fdopen(handle, "w+b") as out:
+                name, size, banner = self.io["kernel"].extract_vmlinux(head + fh.read(), real, out)
+                out.seek(0)
+                head = out.read(4096)
+            self.log("extracted the vmlinux from /%s (%s, %d bytes)" % (real, name, size))
+            return head, banner, (name, size)
+        scan = microvm.BannerScan()
+        chunk = head
+        while chunk and scan.feed(chunk) is None:
             chunk = fh.read(4 * 1024 * 1024)
-            if not chunk:
-                break
-            banner = microvm.banner_version(tail + chunk)
-            tail = chunk[-256:]
-        return head, banner, None
+        return head, scan.version, None
 
     def _machines(self, tree, paths):
         """``[(path, ELF machine or None)]`` of the files at ``paths``."""
@@ -747,7 +805,7 @@ class Runner:
     def _data(self, inum):
         """A file member's data: the extracted vmlinux, or the file of the filesystem that holds it."""
         if inum == EXTRACTED:
-            return io.BytesIO(self.extracted)
+            return open(self.extracted, "rb")
         if isinstance(inum, tuple):
             return self.boot_fs.open(inum[1])
         return self.fs.open(inum)
@@ -806,11 +864,28 @@ class Runner:
             layout = self.io["oci"].Layout(params["dest"])
             listing = layout.listing()
             microvm.check_dest_layout(params["dest"], listing, bool(listing) and layout.exists())
+            self.index = microvm.layout_index(params["dest"], layout.index_bytes())
+        self.registry = None
+        if settings["host"]:
+            # Reached (and the credentials taken) before the disk is read or a layer written.
+            self.registry = self._registry(settings)
+            self.registry.reachable("%s/%s" % (settings["repository"], settings["names"]["rootfs"]))
         image, parts = self._open()
         try:
             return self._run(settings, layout, image, parts)
+        except READ_ERRORS as exc:
+            if not self.reading:
+                raise
+            # A reader tripping over the image's own structures (a qcow2 header that lies, a table past
+            # the end): the image is refused, and nothing was kept in the layout.
+            raise microvm.malformed_image(params["src"], image.format, exc) from exc
         finally:
             image.close()
+            if self.extracted:
+                os.unlink(self.extracted)
+            for path in self.scratch_paths:
+                if os.path.exists(path):
+                    os.unlink(path)
 
     def _run(self, settings, layout, image, parts):
         params = self.params
@@ -833,11 +908,18 @@ class Runner:
         )
         self.architecture = architecture
         modules_root = microvm.module_versions(tree)[0]
+        kernel = self.io["kernel"]
         microvm.check_modules_architecture(
-            version, self._machines(tree, microvm.module_probes(tree, modules_root, version)), architecture
+            version,
+            [
+                (path, kernel.elf_head(self._data(tree[path].inum), path))
+                for path in microvm.module_probes(tree, modules_root, version)
+            ],
+            architecture,
         )
         head, banner, extracted = self._kernel_facts(kernel_tree, kernel_real)
-        microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)
+        kind = microvm.check_kernel_format(kernel_arcname, head, params["hypervisor"], architecture)
+        microvm.check_linux_kernel(kernel_real, kind, banner)
         microvm.choose_version(modules, configs, settings["kernel_version"], banner, kernel_arcname)
 
         checks = seal.linux_checks(fs.view)
@@ -859,10 +941,9 @@ class Runner:
         images = microvm.images_of(parts_of)
         kernel_source = {"path": "/" + kernel_real, "partition": (boot or part)["number"], "extracted": None}
         if extracted:
-            self.extracted = extracted[1]
             kernel_source["extracted"] = extracted[0]
             parts_of["kernel"] = microvm.with_data(
-                parts_of["kernel"], kernel_arcname, len(extracted[1]), EXTRACTED
+                parts_of["kernel"], kernel_arcname, extracted[1], EXTRACTED
             )
         mount_point = "/lib/modules/%s" % version
         microvm.check_modules_layout(parts_of["modules"], version, mount_point)
@@ -902,6 +983,18 @@ class Runner:
                 skipped.extend(left_out)
                 built[name] = self._build(name, members, layout, scratch, writes, settings)
 
+            self.reading = False
+            if writes and layout is not None:
+                # Every layer is whole: only now does the layout receive them.
+                for name in images:
+                    kept = built[name]["_layer_path"]
+                    # Whether the layout lacked the layer, known before it is moved in: a rerun that
+                    # writes a deleted blob again reports a change.
+                    built[name]["_layer_missing"] = not layout.has_blob(
+                        built[name]["layer_digest"], built[name]["size"]
+                    )
+                    built[name]["_layer_path"] = layout.keep(kept, built[name]["layer_digest"])
+                    self.scratch_paths.remove(kept)
             result = {
                 "changed": False,
                 "kernel_version": version,
@@ -927,18 +1020,23 @@ class Runner:
                 "shipped_separately": sum(built[n]["content_bytes"] for n in images if n != "rootfs"),
             }
             diff = {"before": {}, "after": {}}
+            moves = []
             if layout is not None:
                 result["layout"] = self._layout(layout, built, names, writes)
                 result["changed"] = result["changed"] or result["layout"]["changed"]
                 diff["before"]["layout"] = result["layout"]["before"]
                 diff["after"]["layout"] = result["layout"]["after"]
+                moves.extend(
+                    microvm.tag_moves("layout", result["layout"]["before"], result["layout"]["after"])
+                )
             if host:
-                registry = self._registry(settings)
+                registry = self.registry
                 pushed, before = self._push(registry, settings, repository, tag, names, built, writes)
                 result["pushed"] = pushed
                 result["changed"] = result["changed"] or any(pushed.values())
                 diff["before"]["registry"] = before
                 diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in images)
+                moves.extend(microvm.tag_moves("registry", before, diff["after"]["registry"]))
                 planned = {}
                 if self.signer:
                     result["signatures"], planned = self._sign_all(
@@ -958,6 +1056,24 @@ class Runner:
                     result["verified"] = self._verify_all(
                         registry, settings, repository, names, built, planned
                     )
+            # A tag that held other bytes is moved: said in the result, the diff and a warning.
+            result["moved_tags"] = moves
+            if moves:
+                diff["after"]["moved_tags"] = moves
+            for move in moves:
+                self.log(
+                    "%s tag %s moves from %s to %s" % (move["where"], move["tag"], move["from"], move["to"])
+                )
+                result.setdefault("warnings", []).append(
+                    "%s tag %s %s from %s to %s"
+                    % (
+                        move["where"],
+                        move["tag"],
+                        "would move" if self.check else "moved",
+                        move["from"],
+                        move["to"],
+                    )
+                )
         finally:
             if scratch:
                 for entry in os.listdir(scratch):
@@ -969,7 +1085,7 @@ class Runner:
             public["reference"] = refs[name]
             result[name] = public
         # Without a registry the tags are the layout's only: no reference containerd resolves (SNIPPET_NOTE).
-        resolvable = refs if host else None
+        resolvable = microvm.pinned(refs, dict((n, built[n]["digest"]) for n in images)) if host else None
         sizes = dict((n, microvm.volume_size_mb(built[n]["content_bytes"])) for n in ("rootfs", "modules"))
         with_initrd = "initrd" in built
         volume_id = params["modules_volume_id"]
@@ -1008,7 +1124,7 @@ class Runner:
             if out is not None:
                 out.close()
         if writes and layout is not None:
-            path = layout.keep(path, layer["digest"])
+            self.scratch_paths.append(path)
         layer_desc = microvm.descriptor(microvm.MEDIA_LAYER, layer["digest"], layer["size"])
         created = microvm.created_at(params["deterministic"], settings["epoch"], time.time())
         labels = {"org.opencontainers.image.title": name}
@@ -1030,7 +1146,7 @@ class Runner:
         }
 
     def _layout(self, layout, built, names, writes):
-        existing = layout.read_index()
+        existing = self.index
         before = {}
         for entry in (existing or {}).get("manifests", []):
             ref = (entry.get("annotations") or {}).get(microvm.REF_NAME)
@@ -1043,8 +1159,10 @@ class Runner:
             tagged[names[name]] = microvm.descriptor(
                 microvm.MEDIA_MANIFEST, item["digest"], len(item["_manifest"])
             )
+            missing = missing or item.get(
+                "_layer_missing", not layout.has_blob(item["layer_digest"], item["size"])
+            )
             for digest, size in (
-                (item["layer_digest"], item["size"]),
                 (item["config_digest"], len(item["_config"])),
                 (item["digest"], len(item["_manifest"])),
             ):
@@ -1291,6 +1409,20 @@ class Runner:
         self.log("verified %d images in %.2f s" % (len(report), time.monotonic() - started))
         return report
 
+
+def _read_errors():
+    """What the disk and filesystem readers raise on inconsistent structures: the generic errors
+    ``microvm.MALFORMED_ERRORS`` names and each dissect reader's own base error."""
+    found = list(microvm.MALFORMED_ERRORS)
+    for name in ("hypervisor", "extfs", "xfs", "btrfs", "volume"):
+        try:
+            found.append(importlib.import_module("dissect.%s.exceptions" % name).Error)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+READ_ERRORS = _read_errors()
 
 # The member inode number that reads the vmlinux extracted from a bzImage (no inode has it), and the
 # device that tags the inode numbers of a separate /boot partition.

@@ -170,7 +170,10 @@ class Image:
             # qemu resolves a relative backing file against the overlay's directory.
             backing = os.path.join(os.path.dirname(path), qcow.auto_backing_file)
             qcow.backing_file = self._open(backing, depth + 1)
-        return qcow.open()
+        try:
+            return qcow.open()
+        except Exception as exc:
+            raise DiskError("%s: not a readable qcow2: %s" % (path, exc)) from exc
 
     def read(self, offset, length):
         self.stream.seek(offset)

@@ -20,6 +20,7 @@ import os
 import re
 import struct
 import tarfile
+import shutil
 import tempfile
 import time
 import zlib
@@ -255,12 +256,13 @@ class Layout:
         path = self.blob_path(digest)
         return os.path.isfile(path) and os.path.getsize(path) == size
 
-    def read_index(self):
+    def index_bytes(self):
+        """The bytes of ``index.json``, or None when the layout has none."""
         path = os.path.join(self.path, "index.json")
         if not os.path.isfile(path):
             return None
         with open(path, "rb") as fh:
-            return json.loads(fh.read().decode("utf-8"))
+            return fh.read()
 
     def prepare(self):
         os.makedirs(os.path.join(self.path, "blobs", "sha256"), exist_ok=True)
@@ -269,18 +271,21 @@ class Layout:
             self._atomic(marker, b'{"imageLayoutVersion":"1.0.0"}')
 
     def scratch(self):
-        """A temporary file inside the blob directory (renamed into place by ``keep``)."""
-        self.prepare()
-        fd, path = tempfile.mkstemp(prefix=".partial-", dir=os.path.join(self.path, "blobs", "sha256"))
+        """A temporary file beside the layout, not in it: a run that fails while a layer is written
+        leaves the layout as it was (``keep`` moves the file in once every layer is whole)."""
+        fd, path = tempfile.mkstemp(
+            prefix=".%s.partial-" % os.path.basename(self.path), dir=os.path.dirname(self.path)
+        )
         return os.fdopen(fd, "wb"), path
 
     def keep(self, scratch_path, digest):
+        self.prepare()
         final = self.blob_path(digest)
         if os.path.isfile(final):
             os.unlink(scratch_path)
         else:
             os.chmod(scratch_path, 0o644)
-            os.rename(scratch_path, final)
+            shutil.move(scratch_path, final)  # a rename, or a copy when dest is another filesystem
         return final
 
     def put_bytes(self, data):
@@ -460,6 +465,11 @@ class Registry:
         return RegistryError("%s: HTTP %s %s%s" % (where, exc.code, detail.strip(), note), status=exc.code)
 
     # reads
+
+    def reachable(self, repository):
+        """Answers ``GET /v2/`` with the credentials it asks for: raises ``RegistryError`` when it is
+        unreachable or refuses them (checked before anything is written)."""
+        self.request("GET", "/v2/", repository)
 
     def _manifest(self, method, repository, reference, media_type):
         path = "/v2/%s/manifests/%s" % (repository, reference)

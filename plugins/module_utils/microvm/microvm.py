@@ -25,6 +25,7 @@ __metaclass__ = type
 import json
 import posixpath
 import re
+import struct
 import time
 from types import MappingProxyType
 
@@ -245,6 +246,22 @@ def check_source(src, is_directory):
             "is a directory, not a disk image",
             "pass the raw or qcow2 disk image file (a root tree is not read; make a disk from it first)",
         )
+
+
+# What the disk and filesystem readers raise when an image's own structures are inconsistent: a
+# qcow2 header whose tables lie past the end, a GPT entry or an extent pointing outside the disk.
+MALFORMED_ERRORS = (OSError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
+
+
+def malformed_image(src, image_format, exc):
+    """The refusal for an image a reader could not make sense of (``exc`` is what the reader raised)."""
+    return Refusal(
+        "src %s" % src,
+        "is a malformed %s image: reading it failed (%s: %s)"
+        % (image_format or "disk", type(exc).__name__, exc or "no detail"),
+        "check it with qemu-img check (and qemu-img info); rebuild or download the image again, or "
+        "convert it with qemu-img convert -O raw and build from the copy",
+    )
 
 
 def check_within(src, partitions, virtual_size):
@@ -490,6 +507,13 @@ def locate_kernel(tree, kernel_path, hypervisor, version=None):
         entry = tree.get(real) if real else None
         nor = ", nor is /%s" % stock_kernel(version)
     if entry is None or entry.kind != "file":
+        link = tree.get(resolve(tree, wanted, follow_last=False) or "")
+        if link is not None and link.kind == "symlink" and resolve(tree, wanted) is None:
+            raise Refusal(
+                "kernel /%s" % wanted,
+                "is a symlink to %s, which the root filesystem does not have%s" % (link.link, nor),
+                "set kernel_path to the kernel file itself, or fix the link in the image",
+            )
         raise Refusal(
             "kernel /%s" % wanted,
             "is not a file in the root filesystem%s (boot/ holds: %s)"
@@ -536,8 +560,10 @@ PAYLOAD_MAGIC = (
 ELF_MACHINE = {"amd64": 62, "x86_64": 62, "arm64": 183, "aarch64": 183}
 ELF_MACHINE_NAMES = {62: "x86_64", 183: "aarch64", 3: "i386", 40: "arm", 243: "riscv", 21: "ppc64"}
 ARM64_IMAGE_MAGIC = b"ARMd"
-# A decompressed kernel larger than this is not a kernel (and not a reason to exhaust memory).
+# A decompressed kernel larger than this is not a kernel: the extraction stops there with a refusal.
 MAX_VMLINUX = 1024 * 1024 * 1024
+# A compressed kernel is read whole to find its payload; a file larger than this is not one.
+MAX_COMPRESSED_KERNEL = 256 * 1024 * 1024
 
 
 def kernel_kind(head):
@@ -635,7 +661,11 @@ def refuse_payload(path, tried, unsupported, kind="bzimage"):
 # The disk's architecture: the machine of the programs every root runs first, and of its modules.
 ARCH_PROBES = ("usr/bin/env", "bin/sh", "sbin/init", "usr/lib/systemd/systemd", "bin/busybox")
 OCI_ARCHITECTURE = {62: "amd64", 183: "arm64", 3: "386", 40: "arm", 243: "riscv64", 21: "ppc64le"}
-MODULE_SAMPLE = 3
+# The ELF class (EI_CLASS) of each architecture: 1 for 32-bit, 2 for 64-bit.
+ELF_CLASS = {"amd64": 2, "x86_64": 2, "arm64": 2, "aarch64": 2}
+ELF_CLASS_NAMES = {1: "32-bit", 2: "64-bit"}
+# How many wrong modules a refusal lists by name.
+LISTED = 5
 
 
 def architecture_probes(tree):
@@ -649,14 +679,14 @@ def architecture_probes(tree):
 
 
 def module_probes(tree, modules_root, version):
-    """The first ``MODULE_SAMPLE`` kernel modules (``.ko``, compressed or not) of ``version``, by path."""
+    """Every kernel module (``.ko``, compressed or not) of ``version``, by path: each is checked, as one
+    module of another architecture among thousands is enough to break the guest's modprobe."""
     prefix = "%s/%s/" % (modules_root, version)
-    names = sorted(
+    return sorted(
         path
         for path, entry in tree.items()
         if path.startswith(prefix) and entry.kind == "file" and ".ko" in posixpath.basename(path)
     )
-    return names[:MODULE_SAMPLE]
 
 
 # Compressed kernel modules by suffix: what kmod reads (``.ko.xz``, ``.ko.zst``, ``.ko.gz``).
@@ -715,15 +745,95 @@ def disk_architecture(src, programs, requested=None):
 
 
 def check_modules_architecture(version, modules, architecture):
-    """Kernel modules (``[(path, e_machine or None)]``) must be of the root's ``architecture``."""
+    """Every kernel module (``[(path, first bytes of its ELF as loaded)]``) must be of the root's
+    ``architecture``: its ELF machine and its class (an i386 module is a 32-bit ELF of another machine,
+    an arm module a 32-bit one; both are refused for a 64-bit kernel). A module whose header is not an
+    ELF (or whose compression this host does not read) is not judged here."""
     wanted = ELF_MACHINE.get(architecture)
-    wrong = [(path, m) for path, m in modules if m is not None and wanted is not None and m != wanted]
+    bits = ELF_CLASS.get(architecture)
+    wrong = []
+    for path, head in modules:
+        machine = elf_machine(head)
+        if machine is None or wanted is None:
+            continue
+        if machine != wanted or (bits is not None and head[4] != bits):
+            wrong.append(
+                "/%s is %s (%s)"
+                % (path, machine_name(machine), ELF_CLASS_NAMES.get(head[4], "class %d" % head[4]))
+            )
     if wrong:
+        more = " and %d more" % (len(wrong) - LISTED) if len(wrong) > LISTED else ""
         raise Refusal(
             "kernel modules %s" % version,
-            "are not for architecture %s: %s"
-            % (architecture, ", ".join("/%s is %s" % (path, machine_name(m)) for path, m in wrong)),
+            "are not for architecture %s: %s%s" % (architecture, ", ".join(wrong[:LISTED]), more),
             "take the modules built with the kernel for %s" % architecture,
+        )
+
+
+class BannerScan:
+    """The banner's release found in a stream fed piece by piece (a banner cut between pieces is
+    found: the tail of the previous piece is kept)."""
+
+    KEEP = 256
+
+    def __init__(self):
+        self.version = None
+        self.tail = b""
+
+    def feed(self, piece):
+        if self.version is None:
+            self.version = banner_version(self.tail + bytes(piece))
+            self.tail = bytes(piece[-self.KEEP :])
+        return self.version
+
+
+def check_vmlinux_size(path, name, size, limit=MAX_VMLINUX):
+    """A payload that decompresses past ``limit`` is refused rather than cut: no kernel is that large,
+    and a cut kernel would not boot."""
+    if size > limit:
+        raise Refusal(
+            "kernel /%s" % path,
+            "its %s payload decompresses to more than %d MiB, larger than any kernel"
+            % (name, limit // (1024 * 1024)),
+            "check that kernel_path names the kernel; extract the vmlinux with the kernel's "
+            "scripts/extract-vmlinux and set kernel_path to it",
+        )
+
+
+def check_compressed_kernel_size(path, size, limit=MAX_COMPRESSED_KERNEL):
+    """A compressed kernel is read whole to find its payload: one larger than ``limit`` is refused."""
+    if size > limit:
+        raise Refusal(
+            "kernel /%s" % path,
+            "is a compressed file of %d bytes, larger than any compressed kernel (%d MiB)"
+            % (size, limit // (1024 * 1024)),
+            "set kernel_path to the kernel (a vmlinux, a bzImage or an arm64 Image)",
+        )
+
+
+def check_linux_kernel(path, kind, banner):
+    """The kernel is a Linux kernel, not any ELF or Image: its read-only data carries the
+    ``Linux version <release> (`` banner every Linux build has (``kind`` as ``kernel_kind`` says)."""
+    if banner is None:
+        what = {"elf": "an ELF", "arm64-image": "an arm64 Image"}.get(kind, "a decompressed kernel")
+        raise Refusal(
+            "kernel /%s" % path,
+            "is %s without the 'Linux version ' banner every Linux kernel carries: not a Linux kernel" % what,
+            "set kernel_path to the Linux kernel (a vmlinux, a bzImage or an arm64 Image)",
+        )
+
+
+def check_kernel_path(kernel_path):
+    """The rule for ``kernel_path``: a path inside the root filesystem without ``..``. The path is also
+    the kernel's name in the kernel image, and ``..`` would name a file the written path does not say
+    (``/boot/../etc/x`` is ``/etc/x``). A path outside ``/boot`` (Fedora's
+    ``/lib/modules/<version>/vmlinuz``) is taken when it is a regular file in the root, which
+    ``locate_kernel`` checks, and when it is a Linux kernel, which ``check_linux_kernel`` checks."""
+    if kernel_path and ".." in kernel_path.split("/"):
+        raise Refusal(
+            "kernel_path %s" % kernel_path,
+            "has a '..' component; the path is the kernel's name in the image and must say where it is",
+            "write the path without '..' (for example /boot/vmlinuz-<version>)",
         )
 
 
@@ -1322,6 +1432,32 @@ def check_dest_layout(dest, listing, is_layout):
         )
 
 
+def layout_index(dest, data):
+    """The layout's ``index.json`` (``data``: its bytes, None when there is none) as a document, checked
+    before anything is written: a file that is not an OCI index would be overwritten by the merge, and
+    the tags it held lost."""
+    if data is None:
+        return None
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
+        document = exc
+    if (
+        not isinstance(document, dict)
+        or not isinstance(document.get("manifests", []), list)
+        or not all(
+            isinstance(m, dict) and isinstance(m.get("digest"), str) for m in document.get("manifests", [])
+        )
+    ):
+        raise Refusal(
+            "dest %s/index.json" % dest,
+            "is not an OCI image index (%s)"
+            % (document if isinstance(document, ValueError) else "no list of manifest descriptors"),
+            "repair or remove index.json (its blobs stay), or point dest at another layout",
+        )
+    return document
+
+
 def refuse_unsealed(src, checks, sealed, failed):
     """``require_sealed``: a root filesystem that fails seal.py's checks is refused, each failed check
     named with its evidence and the hygiene report attached."""
@@ -1418,6 +1554,25 @@ def references(host, repository, tag, names):
         else:
             found[image] = names[image]
     return found
+
+
+def pinned(refs, digests):
+    """``{image: "host/repository/<name>@sha256:..."}``: the snippets name each image by its digest, so
+    that a tag moved later (by this module or anyone) never changes what a MicroVM boots."""
+    return dict(
+        (image, "%s@%s" % (ref.rsplit(":", 1)[0], digests[image]))
+        for image, ref in refs.items()
+        if image in digests
+    )
+
+
+def tag_moves(where, before, after):
+    """``[{where, tag, from, to}]``: each tag that pointed at other bytes and is (or would be) moved."""
+    return [
+        {"where": where, "tag": tag, "from": before[tag], "to": digest}
+        for tag, digest in sorted(after.items())
+        if before.get(tag) and before[tag] != digest
+    ]
 
 
 def volume_size_mb(content_bytes):

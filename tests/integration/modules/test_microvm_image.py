@@ -167,15 +167,17 @@ def test_round_trip_through_the_registry_and_back(made, registry, tmp_path):
         assert again[name]["digest"] == first[name]["digest"]
 
     # Fragments: kernel.filename always set, modules volume at /lib/modules/<version>.
+    # The snippets name each image by its digest: a tag moved later never changes what boots.
+    def pinned(name):
+        return "%s@%s" % (first[name]["reference"].rsplit(":", 1)[0], first[name]["digest"])
+
     spec = first["spec"]
-    assert (
-        spec["kernel"]["filename"] == "boot/vmlinux"
-        and spec["kernel"]["image"] == first["kernel"]["reference"]
-    )
+    assert spec["kernel"]["filename"] == "boot/vmlinux" and spec["kernel"]["image"] == pinned("kernel")
     assert spec["additional_volumes"][0]["mount_point"] == "/lib/modules/" + V
     assert first["capmvm"]["volumes"] == [
-        {"id": "modules", "image": first["modules"]["reference"], "mountPoint": "/lib/modules/" + V}
+        {"id": "modules", "image": pinned("modules"), "mountPoint": "/lib/modules/" + V}
     ]
+    assert first["moved_tags"] == [] and again["moved_tags"] == []
 
     # Independent readers: skopeo pulls, umoci unpacks rootless.
     rootfs = parts.pull_and_unpack(first["rootfs"]["reference"], tmp_path, "rootfs")
@@ -454,7 +456,10 @@ def test_publish_playbook_end_to_end(made, registry, tmp_path):
     assert any(line.startswith("without slim: ") and "not measured" not in line for line in report)
     assert report[0] == "kernel %s for amd64 (read from /usr/bin/env)" % V
     spec = yaml.safe_load((tmp_path / "spec.yml").read_text())
-    assert spec["kernel"]["image"] == "%s/playbook/ubuntu/kernel:%s" % (registry.host, V)
+    assert spec["kernel"]["image"] == "%s/playbook/ubuntu/kernel@%s" % (
+        registry.host,
+        result["kernel"]["digest"],
+    )
     assert spec["additional_volumes"][0]["mount_point"] == "/lib/modules/" + V
     assert (
         yaml.safe_load((tmp_path / "capmvm.yml").read_text())["volumes"][0]["mountPoint"]
@@ -463,3 +468,30 @@ def test_publish_playbook_end_to_end(made, registry, tmp_path):
     again = run_playbook(playbook, extra_vars=extra)
     assert again.ok, again.log
     assert again["Build the kernel, modules and root filesystem images and publish them"]["changed"] is False
+
+
+def test_a_tag_moved_to_other_bytes_is_reported_and_the_snippets_name_digests(made, registry, tmp_path):
+    params = dict(registry=registry.url, repository="flintlock/moves", dest=str(tmp_path / "oci"))
+    first = run(src=str(made["gpt"]), source_date_epoch=EPOCH, **params)
+    assert first["moved_tags"] == [] and "warnings" not in first
+    other = variant(made, "moved", {"etc/hostname": "other\n"})
+    predicted = run(check=True, src=str(other), source_date_epoch=EPOCH, **params)
+    second = run(src=str(other), source_date_epoch=EPOCH, **params)
+    # The variant's tree has its own random kernel and modules too: every image's tags move.
+    moves = []
+    for name in ("kernel", "modules", "rootfs"):
+        old, new = first[name]["digest"], second[name]["digest"]
+        assert old != new
+        ref = "%s/flintlock/moves/%s:%s" % (registry.host, name, V)
+        moves += [
+            {"where": "layout", "tag": name, "from": old, "to": new},
+            {"where": "registry", "tag": ref, "from": old, "to": new},
+        ]
+    order = lambda m: (m["where"], m["tag"])  # noqa: E731
+    assert sorted(second["moved_tags"], key=order) == sorted(moves, key=order)
+    assert sorted(predicted["moved_tags"], key=order) == sorted(moves, key=order)
+    assert second["diff"]["after"]["moved_tags"] == second["moved_tags"]
+    assert "registry tag %s moved from %s to %s" % (ref, old, new) in second["warnings"]
+    assert "registry tag %s would move from %s to %s" % (ref, old, new) in predicted["warnings"]
+    assert registry.manifest("flintlock/moves/rootfs", V) != 404
+    assert second["capmvm"]["rootVolume"]["image"] == "%s/flintlock/moves/rootfs@%s" % (registry.host, new)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
+import re
 import struct
 
 import pytest
@@ -269,6 +271,14 @@ def bzimage(payload):
     return bytes(head) + payload + struct.pack("<I", 4096)
 
 
+def extract(data, path, limit=microvm.MAX_VMLINUX):
+    """``(format, vmlinux)`` streamed out of ``data`` into memory."""
+    out = io.BytesIO()
+    name, size, _banner = _kernel.extract_vmlinux(data, path, out, limit)
+    assert size == len(out.getvalue())
+    return name, out.getvalue()
+
+
 def test_a_bzimage_without_a_readable_payload_is_refused():
     head = bytearray(4096)
     head[0x202:0x206] = b"HdrS"
@@ -282,7 +292,7 @@ def test_a_bzimage_without_a_readable_payload_is_refused():
         match=r"kernel /boot/vmlinuz-5.10.77: is a compressed bzImage: no payload decompressed to an ELF "
         r"kernel or an arm64 Image \(tried: gzip\)",
     ):
-        _kernel.extract_vmlinux(bzimage(gzip.compress(b"not a kernel" * 100)), "boot/vmlinuz-5.10.77")
+        extract(bzimage(gzip.compress(b"not a kernel" * 100)), "boot/vmlinuz-5.10.77")
 
 
 @pytest.mark.parametrize(
@@ -300,7 +310,7 @@ def test_a_bzimage_without_a_readable_payload_is_refused():
 )
 def test_the_vmlinux_is_extracted_from_each_payload_format(name, compress):
     kernel = elf()
-    found, vmlinux = _kernel.extract_vmlinux(bzimage(compress(kernel)), "boot/vmlinuz-5.10.77")
+    found, vmlinux = extract(bzimage(compress(kernel)), "boot/vmlinuz-5.10.77")
     assert (found, vmlinux) == (name, kernel)
     assert microvm.check_kernel_format("boot/vmlinux", vmlinux, "firecracker", "amd64") == "elf"
     assert microvm.banner_version(vmlinux) == V
@@ -328,11 +338,11 @@ def test_a_gzipped_arm64_image_is_decompressed_as_debian_installs_it():
     image[56:60] = b"ARMd"
     packed = gzip.compress(bytes(image), mtime=0)
     assert microvm.kernel_kind(packed) == "compressed" and microvm.needs_extraction("compressed")
-    assert _kernel.extract_vmlinux(packed, "boot/vmlinuz-5.10.77") == ("gzip", bytes(image))
+    assert extract(packed, "boot/vmlinuz-5.10.77") == ("gzip", bytes(image))
     with pytest.raises(
         Refusal, match=r"kernel /boot/vmlinuz-5.10.77: is compressed: no payload decompressed"
     ):
-        _kernel.extract_vmlinux(gzip.compress(b"text" * 100), "boot/vmlinuz-5.10.77")
+        extract(gzip.compress(b"text" * 100), "boot/vmlinuz-5.10.77")
 
 
 def test_an_arm64_image_ships_as_is_for_arm64_only():
@@ -773,7 +783,7 @@ def test_architecture_probes_follow_links_and_skip_scripts_and_repeats():
     assert microvm.architecture_probes(tree_of({"etc": "dir"})) == []
 
 
-def test_module_probes_are_the_first_modules_by_path_compressed_or_not():
+def test_module_probes_are_every_module_by_path_compressed_or_not():
     base = "usr/lib/modules/6.1"
     tree = tree_of(
         {
@@ -789,6 +799,7 @@ def test_module_probes_are_the_first_modules_by_path_compressed_or_not():
         base + "/kernel/a.ko",
         base + "/kernel/b.ko.xz",
         base + "/kernel/c.ko.zst",
+        base + "/kernel/d.ko",
     ]
     assert [microvm.module_compression(p) for p in ("a.ko", "b.ko.xz", "c.ko.zst", "d.ko.gz")] == [
         None,
@@ -829,12 +840,52 @@ def test_a_disk_architecture_that_cannot_be_trusted_is_refused(programs, request
         microvm.disk_architecture("d.raw", programs, requested)
 
 
+def elf_of(machine, bits=2):
+    return b"\x7fELF" + bytes([bits]) + b"\x01\x01" + bytes(9) + struct.pack("<HH", 1, machine) + bytes(44)
+
+
 def test_modules_of_another_architecture_are_refused():
-    microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", None)], "amd64")
+    microvm.check_modules_architecture("6.1", [("a.ko", elf_of(62)), ("b.ko.xz", b"")], "amd64")
     with pytest.raises(
-        Refusal, match=r"kernel modules 6.1: are not for architecture amd64: /b.ko.xz is aarch64"
+        Refusal, match=r"kernel modules 6.1: are not for architecture amd64: /b.ko.xz is aarch64 \(64-bit\)"
     ):
-        microvm.check_modules_architecture("6.1", [("a.ko", 62), ("b.ko.xz", 183)], "amd64")
+        microvm.check_modules_architecture("6.1", [("a.ko", elf_of(62)), ("b.ko.xz", elf_of(183))], "amd64")
+
+
+@pytest.mark.parametrize(
+    "architecture, head, named",
+    [
+        ("amd64", elf_of(3, bits=1), "i386 (32-bit)"),
+        ("amd64", elf_of(62, bits=1), "x86_64 (32-bit)"),
+        ("arm64", elf_of(40, bits=1), "arm (32-bit)"),
+        ("arm64", elf_of(183, bits=1), "aarch64 (32-bit)"),
+    ],
+)
+def test_a_module_of_the_32_bit_sibling_is_refused(architecture, head, named):
+    good = elf_of(microvm.ELF_MACHINE[architecture])
+    modules = [("m/%03d.ko" % n, good) for n in range(500)] + [("m/z.ko", head)]
+    with pytest.raises(Refusal, match=r"/m/z.ko is %s" % re.escape(named)):
+        microvm.check_modules_architecture("6.1", modules, architecture)
+
+
+def test_a_refusal_lists_a_few_wrong_modules_and_counts_the_rest():
+    modules = [("m/%d.ko" % n, elf_of(3, bits=1)) for n in range(8)]
+    with pytest.raises(Refusal, match=r"/m/4.ko is i386 \(32-bit\) and 3 more"):
+        microvm.check_modules_architecture("6.1", modules, "amd64")
+
+
+def test_only_the_header_of_a_compressed_module_is_decompressed():
+    import io
+
+    body = elf_of(183) + bytes(64 * 1024 * 1024)
+    for name, packed in (
+        ("a.ko.xz", lzma.compress(body, format=lzma.FORMAT_XZ)),
+        ("a.ko.gz", gzip.compress(body)),
+        ("a.ko.zst", zstd.compress(body)),
+    ):
+        fh = io.BytesIO(packed)
+        assert _kernel.elf_head(fh, name) == elf_of(183)[:64]
+        assert fh.tell() <= 64 * 1024, (name, fh.tell())
 
 
 def test_a_compressed_modules_elf_header_is_read_after_decompression():
@@ -916,3 +967,102 @@ def test_a_directory_is_walked_once():
     microvm.check_directory_once(1, "srv/b", 13, seen)
     with pytest.raises(Refusal, match=r"directory /srv/a/b/loop is directory /srv/a again \(inode 12\)"):
         microvm.check_directory_once(1, "srv/a/b/loop", 12, seen)
+
+
+def test_a_payload_past_the_bound_is_refused_not_cut():
+    kernel = elf() + bytes(3 * 1024 * 1024)
+    packed = bzimage(gzip.compress(kernel, mtime=0))
+    assert extract(packed, "boot/vmlinuz-5.10.77", limit=len(kernel)) == ("gzip", kernel)
+    with pytest.raises(
+        Refusal,
+        match=r"kernel /boot/vmlinuz-5.10.77: its gzip payload decompresses to more than 1 MiB, larger than",
+    ):
+        extract(packed, "boot/vmlinuz-5.10.77", limit=1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    "name,compress", [("gzip", gzip.compress), ("xz", lzma.compress), ("bzip2", bz2.compress)]
+)
+def test_the_extraction_streams_in_bounded_memory(name, compress):
+    import tracemalloc
+
+    # 40 MiB of vmlinux from a payload of a few hundred KiB: the output goes to the file as it comes.
+    kernel_size = elf() + bytes(40 * 1024 * 1024)
+    packed = bzimage(compress(kernel_size))
+    del kernel_size
+
+    class Counting:
+        size = 0
+
+        def seek(self, offset):
+            pass
+
+        def truncate(self):
+            self.size = 0
+
+        def write(self, piece):
+            self.size += len(piece)
+
+        def flush(self):
+            pass
+
+    out = Counting()
+    tracemalloc.start()
+    try:
+        found = _kernel.extract_vmlinux(packed, "boot/vmlinuz-5.10.77", out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found == (name, len(elf()) + 40 * 1024 * 1024, V)
+    assert peak < 24 * 1024 * 1024, peak
+
+
+def test_the_banner_is_found_across_pieces():
+    scan = microvm.BannerScan()
+    banner = b"Linux version 6.1.0-18-cloud-amd64 (debian-kernel@lists) (gcc) #1"
+    assert scan.feed(b"x" * 1000 + banner[:20]) is None
+    assert scan.feed(banner[20:]) == "6.1.0-18-cloud-amd64"
+
+
+def test_an_elf_without_the_linux_banner_is_not_a_kernel():
+    microvm.check_linux_kernel("boot/vmlinux", "elf", V)
+    with pytest.raises(
+        Refusal,
+        match=r"kernel /boot/vmlinux: is an ELF without the 'Linux version ' banner every Linux kernel",
+    ):
+        microvm.check_linux_kernel("boot/vmlinux", "elf", None)
+    with pytest.raises(Refusal, match=r"is an arm64 Image without the 'Linux version ' banner"):
+        microvm.check_linux_kernel("boot/Image", "arm64-image", None)
+
+
+@pytest.mark.parametrize("path", ["/boot/../etc/shadow", "../vmlinux", "boot/x/../../vmlinux"])
+def test_a_kernel_path_with_dotdot_is_refused(path):
+    with pytest.raises(Refusal, match=r"kernel_path %s: has a '\.\.' component" % re.escape(path)):
+        microvm.check_kernel_path(path)
+
+
+@pytest.mark.parametrize("path", [None, "", "/boot/vmlinuz-6.1", "/lib/modules/6.1/vmlinuz", "boot/..x"])
+def test_a_kernel_path_without_dotdot_is_taken(path):
+    microvm.check_kernel_path(path)
+
+
+def test_a_layout_index_is_checked_before_a_write():
+    assert microvm.layout_index("/d", None) is None
+    good = b'{"schemaVersion":2,"manifests":[{"digest":"sha256:00","size":1}]}'
+    assert microvm.layout_index("/d", good)["manifests"][0]["digest"] == "sha256:00"
+    for bad in (b"{", b"[]", b'{"manifests":{}}', b'{"manifests":[1]}', b"\xff"):
+        with pytest.raises(Refusal, match=r"dest /d/index.json: is not an OCI image index"):
+            microvm.layout_index("/d", bad)
+
+
+def test_snippets_name_images_by_digest_and_moves_are_listed():
+    refs = {"kernel": "r.io/u/kernel:6.1", "rootfs": "r.io:5000/u/rootfs:6.1", "initrd": "r.io/u/initrd:6.1"}
+    assert microvm.pinned(refs, {"kernel": "sha256:aa", "rootfs": "sha256:bb"}) == {
+        "kernel": "r.io/u/kernel@sha256:aa",
+        "rootfs": "r.io:5000/u/rootfs@sha256:bb",
+    }
+    before = {"a:1": "sha256:old", "b:1": "sha256:same", "c:1": None}
+    after = {"a:1": "sha256:new", "b:1": "sha256:same", "c:1": "sha256:first"}
+    assert microvm.tag_moves("registry", before, after) == [
+        {"where": "registry", "tag": "a:1", "from": "sha256:old", "to": "sha256:new"}
+    ]

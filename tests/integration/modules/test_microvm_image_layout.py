@@ -1,0 +1,38 @@
+"""microvm_image's OCI layout on a real disk (``mkfs.ext4 -d``): what a rerun finds missing is written
+again and reported as a change."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+
+from tests.integration.modules.test_microvm_image_refusals import disk, run
+
+
+@pytest.mark.parametrize("which", ["layer_digest", "config_digest", "digest"])
+def test_a_deleted_blob_is_written_again_and_reported_as_a_change(tmp_path, which):
+    src = disk(tmp_path)
+    dest = tmp_path / "oci"
+    first = run(src=str(src), dest=str(dest))
+    assert first["changed"] is True
+    blob = dest / "blobs" / "sha256" / first["rootfs"][which].split(":", 1)[1]
+    blob.unlink()
+    again = run(src=str(src), dest=str(dest))
+    assert again["changed"] is True and again["layout"]["changed"] is True
+    assert blob.is_file()
+    third = run(src=str(src), dest=str(dest))
+    assert third["changed"] is False
+
+
+def test_a_dangling_kernel_symlink_is_refused_naming_its_target(tmp_path):
+    src = disk(
+        tmp_path,
+        {"boot/vmlinux": None},
+        tree_hook=lambda tree: (tree / "boot/vmlinux").symlink_to("vmlinux-gone"),
+    )
+    with pytest.raises(
+        Refusal,
+        match=r"kernel /boot/vmlinux: is a symlink to vmlinux-gone, which the root filesystem does not have",
+    ):
+        run(src=str(src), dest=str(tmp_path / "oci"))
+    assert not (tmp_path / "oci").exists()
