@@ -186,8 +186,17 @@ def test_golden_act_mirrors_by_digest_publishes_staged_gates_and_promotes(demo):
     # datavolume_wait printed its progress line.
     assert "DataVolume shop-prod/web-1-root (tenant disk of web-1): phase Succeeded" in out, out
     # golden_info's report as the act prints it.
-    report = task_msg(out, "Show what each family serves and who clones what")
+    report = task_msg(out, "Show what each family serves, who signed it, and who clones what")
     assert "serves %s/Block: %s/%s (decided by selection" % (FAMILY, BLOCK_NS, name) in report, report
+    # Signed where mirrored, verified where imported, and the served golden says so.
+    record = json.loads(golden["metadata"]["annotations"]["goldenimage.pipeline/provenance"])
+    assert (record["verdict"], record["signer"]) == ("verified", "demo-release-2026"), record
+    assert digest in record["sha256"], record
+    assert (
+        "provenance of %s: verified by demo-release-2026 (key %s), made from" % (name, record["key"]) in report
+    ), report
+    assert "verifies under the trust policy" in report, report
+    assert "Verify each source's signature and provenance against its mirror's trust policy" in out
     for project in PROJECTS:
         assert (
             "project %s: golden-%s-block resolved to %s/%s (match)" % (project, FAMILY, BLOCK_NS, name)
