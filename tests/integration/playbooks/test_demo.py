@@ -193,7 +193,8 @@ def test_golden_act_mirrors_by_digest_publishes_staged_gates_and_promotes(demo):
     assert (record["verdict"], record["signer"]) == ("verified", "demo-release-2026"), record
     assert digest in record["sha256"], record
     assert (
-        "provenance of %s: verified by demo-release-2026 (key %s), made from" % (name, record["key"]) in report
+        "provenance of %s: verified by demo-release-2026 (key %s), made from" % (name, record["key"])
+        in report
     ), report
     assert "verifies under the trust policy" in report, report
     assert "Verify each source's signature and provenance against its mirror's trust policy" in out
