@@ -108,8 +108,7 @@ def chunks(name, data):
     data does not decompress; a stream cut short simply ends."""
     engine = _decompressor(name)
     if name == "lz4":
-        for block in engine.blocks(data):
-            yield block
+        yield from engine.blocks(data)
         return
     view = memoryview(data)
     pos = 0

@@ -487,7 +487,9 @@ def test_a_tag_moved_to_other_bytes_is_reported_and_the_snippets_name_digests(ma
             {"where": "layout", "tag": name, "from": old, "to": new},
             {"where": "registry", "tag": ref, "from": old, "to": new},
         ]
-    order = lambda m: (m["where"], m["tag"])  # noqa: E731
+    def order(move):
+        return (move["where"], move["tag"])
+
     assert sorted(second["moved_tags"], key=order) == sorted(moves, key=order)
     assert sorted(predicted["moved_tags"], key=order) == sorted(moves, key=order)
     assert second["diff"]["after"]["moved_tags"] == second["moved_tags"]
