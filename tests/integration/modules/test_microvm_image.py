@@ -487,6 +487,7 @@ def test_a_tag_moved_to_other_bytes_is_reported_and_the_snippets_name_digests(ma
             {"where": "layout", "tag": name, "from": old, "to": new},
             {"where": "registry", "tag": ref, "from": old, "to": new},
         ]
+
     def order(move):
         return (move["where"], move["tag"])
 
