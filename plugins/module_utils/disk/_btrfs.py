@@ -89,6 +89,10 @@ class BtrfsTree(_ext4.Ext4Tree):
     ERROR = BtrfsError
     VIEW = BtrfsView
 
+    def filesystem_bytes(self):
+        # This device's share of the filesystem (the one device a partition holds).
+        return self.fs.sb.dev_item.total_bytes
+
     def _children(self, node):
         return node.iterdir()
 

@@ -23,7 +23,7 @@ import stat
 import struct
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError
-from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import _disk, seal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import NO_XATTRS, Entry
 
@@ -96,8 +96,15 @@ class Ext4Tree:
         size = part["size"] or image.virtual_size - part["offset"]
         stream = RangeStream(image.stream, part["offset"], size)
         self.fs = _disk.open_filesystem(self.VIEW, stream, part, self.ERROR)
+        problem = seal.filesystem_fits(part["number"], self.filesystem, self.filesystem_bytes(), size)
+        if problem:
+            raise self.ERROR(problem)
         self.view = self.VIEW(image, dict(part, size=size))
         self.skipped_xattrs = []
+
+    def filesystem_bytes(self):
+        """The size the filesystem's superblock gives itself."""
+        return self.fs.block_count * self.fs.block_size
 
     @property
     def filesystem(self):

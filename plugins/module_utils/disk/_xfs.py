@@ -78,6 +78,9 @@ class XfsTree(_ext4.Ext4Tree):
     ERROR = XfsError
     VIEW = XfsView
 
+    def filesystem_bytes(self):
+        return self.fs.sb.sb_dblocks * self.fs.block_size
+
     def _stat(self, node):
         raw = node.inode
         nlink = raw.di_nlink if raw.di_version > 1 else raw.di_onlink

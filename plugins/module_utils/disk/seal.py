@@ -222,6 +222,20 @@ def gpt_header_choice(source, primary, backup, last_lba, backup_allowed=True):
     )
 
 
+def filesystem_fits(number, filesystem, filesystem_bytes, partition_bytes):
+    """None when a filesystem's own size (its superblock's block count) lies within its partition, else
+    why not: the blocks past the partition's end belong to whatever follows it (another partition, the
+    backup GPT, nothing), so nothing read there is the filesystem's."""
+    if filesystem_bytes <= partition_bytes:
+        return None
+    return (
+        "partition %s: its %s filesystem says it spans %d bytes, more than the partition's %d; grow the "
+        "partition to the filesystem (sgdisk, growpart) or shrink the filesystem to the partition "
+        "(resize2fs, btrfs filesystem resize; XFS cannot shrink: make it again)"
+        % (number, filesystem, filesystem_bytes, partition_bytes)
+    )
+
+
 def describe_partition(part):
     label = " %r" % part["name"] if part.get("name") else ""
     return "partition %s%s (%s, %s at offset %d)" % (

@@ -226,3 +226,23 @@ def test_an_unreachable_registry_is_found_before_any_write(good_disks, tmp_path)
             repository="flintlock/ubuntu",
         )
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_a_filesystem_larger_than_its_partition_is_refused_before_a_write(tmp_path):
+    """An ext4 whose superblock says 48 MiB in a 40 MiB partition: its last blocks would be read from
+    whatever follows the partition, so the disk is refused before anything is read or written."""
+    root = disk(tmp_path)
+    os.truncate(root, 40 * parts.MIB)
+    made = parts.gpt_disk(tmp_path / "short.raw", root)
+    match = r"partition 2: its ext4 filesystem says it spans 50331648 bytes, more than the partition's 41943040"
+    with pytest.raises(PipelineError, match=match + r"; grow the partition"):
+        run(src=str(made["path"]), dest=str(tmp_path / "oci"))
+    assert not (tmp_path / "oci").exists()
+
+
+def test_the_fit_rule_holds_for_every_size():
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.disk import seal
+
+    assert seal.filesystem_fits(2, "ext4", 4096, 4096) is None
+    assert seal.filesystem_fits(2, "ext4", 4095, 4096) is None
+    assert "more than the partition's 4096" in seal.filesystem_fits(2, "XFS", 4097, 4096)
