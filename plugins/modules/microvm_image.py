@@ -23,9 +23,15 @@ description:
     C(subvol=) shows), with the subvolumes nested in it as their directories; a root kept in another
     subvolume (Fedora's C(root) under the top level) is not chosen by name.
   - A partition that holds something the module recognises but does not read is named in the refusal,
-    with what to do about it; recognised are an LVM2 physical volume, a LUKS volume, swap, squashfs,
-    F2FS, a ZFS pool member, bcachefs, FAT, NTFS and BitLocker. The root inside LVM, LUKS, ZFS or
-    squashfs is not read; give the root as a disk image of its own.
+    with what to do about it; recognised are a LUKS volume, swap, squashfs, F2FS, a ZFS pool member,
+    bcachefs, FAT, NTFS and BitLocker. The root inside LUKS, ZFS or squashfs is not read; give the root as
+    a disk image of its own.
+  - A root on LVM2 is read from its logical volume, with no activation and no device-mapper (the LVM2
+    metadata is read with C(dissect.volume)); each visible logical volume of an LVM2 physical volume
+    counts as a partition named C(<vg>/<lv>) (the installers' C(rl/root), C(ubuntu-vg/ubuntu-lv)). A
+    logical volume of one linear segment on that physical volume is read; a thin, mirrored, RAID or
+    striped one, one of several segments or on another physical volume is named in the refusal with why,
+    as is a physical volume whose metadata cannot be read.
   - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
     backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
     that the primary is damaged; both damaged is refused.
@@ -101,9 +107,11 @@ options:
   partition:
     description:
       - The root filesystem's partition, as its number or its label (the GPT partition name or the
-        ext4 volume label). Needed when the root is on a partition of a non-Linux type.
-      - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type is taken (a
-        discoverable-root GPT type before the generic Linux filesystem type); a tie is refused.
+        ext4 volume label), or its LVM2 logical volume as C(<vg>/<lv>). Needed when the root is on a
+        partition of a non-Linux type.
+      - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type or logical volume is taken
+        (a discoverable-root GPT type before the generic Linux filesystem type and logical volumes); a tie
+        is refused.
     type: str
   kernel_version:
     description:
@@ -372,7 +380,11 @@ boot_partition:
     name: boot
     label: ""
 partition:
-  description: The partition read as the root filesystem.
+  description:
+    - The partition read as the root filesystem.
+    - For a root on LVM2, the logical volume - C(number) and C(name) are C(<vg>/<lv>), C(type) is C(lvm),
+      C(offset) and C(size) its run of extents in the image, and C(volume_of) the number of the partition
+      holding its physical volume.
   returned: success
   type: dict
   sample:
@@ -719,6 +731,7 @@ class Runner:
                 _disk,
                 _ext4,
                 _btrfs,
+                _lvm,
                 _partitions,
                 _xfs,
             )
@@ -731,6 +744,7 @@ class Runner:
                 "kernel": _kernel,
                 "oci": _oci,
                 "partitions": _partitions,
+                "lvm": _lvm,
                 "xfs": _xfs,
                 "btrfs": _btrfs,
                 "signing": _signing,
@@ -765,7 +779,9 @@ class Runner:
         except READ_ERRORS as exc:
             raise microvm.malformed_image(src, None, exc) from exc
         try:
-            return image, self.io["partitions"].read_partitions(image, self.table_notes)
+            return image, self._with_volumes(
+                image, self.io["partitions"].read_partitions(image, self.table_notes)
+            )
         except READ_ERRORS as exc:
             image.close()
             raise microvm.malformed_image(src, image.format, exc) from exc
@@ -815,6 +831,28 @@ class Runner:
         tree = self.io[microvm.reader_of(part)].Tree(image, part)
         self.log("reading %s on %s" % (tree.filesystem, microvm.describe(part)))
         return tree
+
+    def _with_volumes(self, image, parts):
+        """``parts`` with each LVM2 physical volume replaced by its logical volumes (a root on LVM is read
+        from its logical volume); a physical volume whose metadata cannot be read stays, saying why."""
+        found = []
+        for part in parts:
+            if part.get("filesystem") != "lvm2":
+                found.append(part)
+                continue
+            lvm = self.io["lvm"]
+            try:
+                group = lvm.volume_group(image, part)
+            except lvm.LvmError as exc:
+                found.append(dict(part, why=str(exc)))
+                continue
+            for volume in microvm.volume_partitions(part, group):
+                if not volume.get("why"):
+                    volume["filesystem"], volume["label"] = self.io["partitions"].signature(
+                        image.read, volume["offset"]
+                    )
+                found.append(volume)
+        return found
 
     def _boot(self, image, parts, root, tree):
         """The root's entries with a separate /boot partition's seen mounted at ``boot``, and that
@@ -1431,7 +1469,10 @@ BOOT_DEVICE = "boot"
 
 
 def partition_fields(part):
-    return dict((k, part[k]) for k in ("number", "offset", "size", "type", "name", "label"))
+    fields = dict((k, part[k]) for k in ("number", "offset", "size", "type", "name", "label"))
+    if part.get("volume_of") is not None:
+        fields["volume_of"] = part["volume_of"]
+    return fields
 
 
 def fs_entry_inum(tree, path):

@@ -51,6 +51,7 @@ FILESYSTEM_NAMES = {
     "xfs": "an XFS filesystem",
     "btrfs": "a btrfs filesystem",
     "lvm2": "an LVM2 physical volume",
+    "lvm-volume": "an LVM2 logical volume this module does not read",
     "luks": "a LUKS volume",
     "swap": "swap space",
     "squashfs": "a squashfs image",
@@ -62,9 +63,13 @@ FILESYSTEM_NAMES = {
     "bitlocker": "a BitLocker volume",
 }
 # What to do when the root is inside one of these.
+LVM_MOVE = (
+    "activate the volume group and give its root logical volume as a disk image of its own "
+    "(for example qemu-img convert -O raw /dev/<vg>/<lv> root.raw)"
+)
 UNREAD_MOVES = {
-    "lvm2": "activate the volume group and give its root logical volume as a disk image of its own "
-    "(for example qemu-img convert -O raw /dev/<vg>/<lv> root.raw)",
+    "lvm2": LVM_MOVE,
+    "lvm-volume": LVM_MOVE,
     "luks": "open the volume (cryptsetup open) and give the decrypted device as a disk image of its own",
     "zfs": "send the root dataset to a tree and make an ext4 disk of it (mkfs.ext4 -d <tree>)",
     "squashfs": "unpack it (unsquashfs) and make an ext4 disk of the tree (mkfs.ext4 -d <tree>)",
@@ -202,9 +207,18 @@ def check_directory_once(partition, path, inum, seen):
     seen[inum] = path
 
 
+def where(part):
+    """A partition, or a logical volume and the partition of its physical volume, as messages name it."""
+    if part.get("volume_of") is not None:
+        return "logical volume %s on partition %s" % (part["name"], part["volume_of"])
+    return "partition %s" % part["number"]
+
+
 def describe(part):
-    label = " %r" % part["name"] if part.get("name") else ""
     fs = part.get("filesystem") or "no known filesystem"
+    if part.get("volume_of") is not None:
+        return "%s (%d MiB, %s)" % (where(part), part["size"] // (1024 * 1024), fs)
+    label = " %r" % part["name"] if part.get("name") else ""
     return "partition %s%s (type %s, %d MiB, %s)" % (
         part["number"],
         label,
@@ -212,6 +226,59 @@ def describe(part):
         part["size"] // (1024 * 1024),
         fs,
     )
+
+
+def volume_partitions(part, group):
+    """The logical volumes of the volume group on the LVM2 physical volume in ``part`` (``group``, as
+    ``_lvm.volume_group`` reads it), as partitions of the disk.
+
+    A visible logical volume of one linear segment on this physical volume is one run of its extents, so
+    its filesystem is read at that run's offset like any partition's (named ``<vg>/<lv>``, which
+    ``partition`` selects). Any other (thin, mirrored, RAID, striped, of several segments, on another
+    physical volume) is listed with why it is not read (``why``); hidden volumes (a thin pool's data, a
+    mirror's legs) are parts of other volumes and are left out.
+    """
+    extent = group["extent_bytes"]
+    found = []
+    for lv in group["lvs"]:
+        if not lv["visible"]:
+            continue
+        name = "%s/%s" % (group["name"], lv["name"])
+        entry = {
+            "number": name,
+            "name": name,
+            "label": "",
+            "volume_of": part["number"],
+            "type": "lvm",
+            "type_name": "LVM2 logical volume",
+            "filesystem": None,
+            "offset": part["offset"],
+            "size": 0,
+        }
+        why = _volume_unread(lv["segments"], group)
+        if why:
+            entry.update(filesystem="lvm-volume", why=why)
+        else:
+            (segment,) = lv["segments"]
+            first = segment["stripes"][0][1]
+            entry["offset"] = part["offset"] + group["pe_start_bytes"] + first * extent
+            entry["size"] = segment["extent_count"] * extent
+        found.append(entry)
+    return found
+
+
+def _volume_unread(segments, group):
+    """Why a logical volume of ``segments`` is not one run of this physical volume; None when it is."""
+    if len(segments) != 1:
+        return "of %d segments" % len(segments)
+    segment = segments[0]
+    if segment["type"] != "striped":  # LVM2 writes a linear volume as one stripe
+        return "of type %s" % segment["type"]
+    if len(segment["stripes"]) != 1:
+        return "striped over %d physical volumes" % len(segment["stripes"])
+    if segment["stripes"][0][0] != group["pv"]:
+        return "on physical volume %s, not this partition's" % segment["stripes"][0][0]
+    return None
 
 
 def reads(part):
@@ -225,15 +292,19 @@ def reader_of(part):
 
 
 def holds(part):
-    """What ``part`` holds, as a refusal says it."""
-    return FILESYSTEM_NAMES.get(part.get("filesystem"), "no filesystem this module recognises")
+    """What ``part`` holds, as a refusal says it (``holds ...`` or, of a logical volume, ``is ...``)."""
+    if part.get("volume_of") is not None and part.get("why"):
+        return "is a logical volume %s, which is not read" % part["why"]
+    if part.get("why"):
+        return "holds an LVM2 physical volume whose metadata cannot be read (%s)" % part["why"]
+    return "holds %s" % FILESYSTEM_NAMES.get(part.get("filesystem"), "no filesystem this module recognises")
 
 
 def _unread(partitions):
     """``(sentences, moves)``: each partition holding a recognised filesystem this module does not read,
     and what to do about each kind."""
     found = [p for p in partitions if p.get("filesystem") and not reads(p)]
-    sentences = ["partition %s holds %s" % (p["number"], holds(p)) for p in found]
+    sentences = ["%s %s" % (where(p), holds(p)) for p in found]
     kinds = sorted(set(p["filesystem"] for p in found if p["filesystem"] in UNREAD_MOVES))
     return sentences, [UNREAD_MOVES[k] for k in kinds]
 
@@ -283,7 +354,7 @@ def _root_rank(part):
     kind = part["type"]
     if kind in ROOT_GPT:
         return 2
-    if kind in (LINUX_FILESYSTEM_GPT, LINUX_MBR, "none"):
+    if kind in (LINUX_FILESYSTEM_GPT, LINUX_MBR, "none", "lvm"):
         return 1
     return 0
 
@@ -317,7 +388,7 @@ def choose_partition(src, partitions, selector=None):
         if not reads(part):
             raise Refusal(
                 "%s %s" % (src, describe(part)),
-                "holds %s; microvm_image reads %s roots" % (holds(part), READ_NAMES),
+                "%s; microvm_image reads %s roots" % (holds(part), READ_NAMES),
                 UNREAD_MOVES.get(
                     part.get("filesystem"), "choose the partition that holds the root filesystem"
                 ),

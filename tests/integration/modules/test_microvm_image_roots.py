@@ -21,7 +21,7 @@ from tests.integration.support import microvm_parts as parts
 
 EPOCH = 1_700_000_000
 IMAGES = ("kernel", "modules", "rootfs")
-TOOLS = ("mkfs.xfs", "mkfs.vfat", "mkswap", "cryptsetup", "mkfs.btrfs", "mksquashfs", "mkfs.f2fs")
+TOOLS = ("mkfs.xfs", "mkfs.vfat", "mkswap", "cryptsetup", "mkfs.btrfs", "mksquashfs", "mkfs.f2fs", "pvcreate")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -263,3 +263,52 @@ def test_an_xfs_preallocated_file_reads_as_zeros_not_as_the_blocks_beneath(made,
     result = run(src=str(image), dest=str(tmp_path / "out"), source_date_epoch=EPOCH)
     rootfs = parts.unpack_layout(tmp_path / "out", result["rootfs"]["reference"], tmp_path / "unpacked")
     assert (rootfs / "var/log/journal.prealloc").read_bytes() == bytes(1200 * 1024)
+
+
+@pytest.fixture(scope="module")
+def lvm(made):
+    if os.geteuid() != 0:
+        pytest.skip(
+            "pvcreate and vgcfgrestore write the LVM2 metadata through a loop device, which needs root"
+        )
+    return parts.lvm_disk(made["work"] / "lvm.raw", made["work"] / "root.ext4")
+
+
+def test_a_root_on_lvm_gives_the_images_of_the_same_root_on_a_partition(made, lvm, tmp_path):
+    """The installers' layout (the root on a logical volume of a physical volume partition), read from
+    the logical volume's extents with no activation: the same images as the same ext4 on a partition."""
+    pinned = {"source_date_epoch": EPOCH, "devices": True}
+    plain = run(src=str(made["ext4_gpt"]), dest=str(tmp_path / "plain"), **pinned)
+    volume = run(src=str(lvm["path"]), dest=str(tmp_path / "lvm"), **pinned)
+    assert digests(volume) == digests(plain)
+    part = volume["partition"]
+    assert (part["number"], part["type"], part["volume_of"]) == ("vgt/root", "lvm", 2), part
+    assert part["offset"] == lvm["offsets"][0] + lvm["pe_start"]
+    assert any(
+        "reading ext4 on logical volume vgt/root on partition 2" in line for line in volume["progress"]
+    )
+    chosen = run(src=str(lvm["path"]), dest=str(tmp_path / "chosen"), partition="vgt/root", **pinned)
+    assert digests(chosen) == digests(plain)
+
+
+def test_a_logical_volume_of_several_segments_is_named_with_why_and_nothing_is_written(lvm, tmp_path):
+    with pytest.raises(Refusal) as refused:
+        run(src=str(lvm["path"]), dest=str(tmp_path / "oci"), partition="vgt/split")
+    assert "logical volume vgt/split on partition 2" in refused.value.msg
+    assert "is a logical volume of 2 segments, which is not read" in refused.value.msg
+    assert "qemu-img convert -O raw /dev/<vg>/<lv>" in refused.value.msg
+    assert not (tmp_path / "oci").exists()
+
+
+def test_a_physical_volume_whose_metadata_is_damaged_is_named(lvm, tmp_path):
+    damaged = tmp_path / "damaged.raw"
+    shutil.copyfile(lvm["path"], damaged)
+    # The metadata area's text starts in the second MiB's first sectors: overwrite the volume group's name
+    # and the whole first metadata copy with noise, keeping the label that names it an LVM2 volume.
+    with open(damaged, "r+b") as handle:
+        handle.seek(lvm["offsets"][0] + 4096 + 512)
+        handle.write(b"\xff" * 8192)
+    with pytest.raises(Refusal) as refused:
+        run(src=str(damaged), dest=str(tmp_path / "oci"))
+    assert "partition 2 holds an LVM2 physical volume whose metadata cannot be read" in refused.value.msg
+    assert not (tmp_path / "oci").exists()

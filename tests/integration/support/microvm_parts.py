@@ -289,6 +289,82 @@ def gpt_disk(path: pathlib.Path, root: pathlib.Path, names=("root",), kind: str 
     return {"path": path, "offsets": offsets}
 
 
+LVM_EXTENT = MIB
+
+
+def _lvm_id(seed: str) -> str:
+    """An LVM2 id (32 letters and digits in groups of 6-4-4-4-4-4-6) derived from ``seed``."""
+    text = hashlib.sha256(seed.encode()).hexdigest()[:32]
+    groups, at = [], 0
+    for width in (6, 4, 4, 4, 4, 4, 6):
+        groups.append(text[at : at + width])
+        at += width
+    return "-".join(groups)
+
+
+def _lv_text(name: str, segments: list[tuple[int, int]]) -> str:
+    """A visible linear logical volume of ``segments`` ((first extent on pv0, extent count) each)."""
+    lines = [
+        "\t\t%s {" % name,
+        '\t\t\tid = "%s"' % _lvm_id(name),
+        '\t\t\tstatus = ["READ", "WRITE", "VISIBLE"]',
+        "\t\t\tflags = []",
+        "\t\t\tsegment_count = %d" % len(segments),
+    ]
+    start = 0
+    for number, (first, count) in enumerate(segments, start=1):
+        lines += [
+            "\t\t\tsegment%d {" % number,
+            "\t\t\t\tstart_extent = %d" % start,
+            "\t\t\t\textent_count = %d" % count,
+            '\t\t\t\ttype = "striped"',
+            "\t\t\t\tstripe_count = 1",
+            '\t\t\t\tstripes = ["pv0", %d]' % first,
+            "\t\t\t}",
+        ]
+        start += count
+    return "\n".join(lines + ["\t\t}"])
+
+
+def lvm_disk(path: pathlib.Path, root: pathlib.Path, vg: str = "vgt") -> dict:
+    """A GPT disk whose partition 2 (type 8e00) is an LVM2 physical volume of volume group ``vg`` with
+    two visible linear logical volumes: ``root`` (one segment holding ``root``, a filesystem image, at
+    the first extent) and ``split`` (two segments, after it). The metadata is written by LVM2's own
+    tools (pvcreate, vgcreate, vgcfgrestore) on a loop device; nothing is activated, as no
+    device-mapper is needed to write metadata, and the filesystem is then copied to its extents."""
+    root_extents = -(-root.stat().st_size // LVM_EXTENT)
+    pv = path.with_suffix(".pv")
+    with open(pv, "wb") as handle:
+        handle.truncate(MIB + (root_extents + 6) * LVM_EXTENT)
+    loop = disks.run("losetup", "--find", "--show", pv).strip()
+    only = ("--devices", loop)
+    try:
+        disks.run("pvcreate", "-q", *only, "--dataalignment", "1m", loop)
+        disks.run("vgcreate", "-q", *only, "-s", "%dk" % (LVM_EXTENT // 1024), vg, loop)
+        backup = path.with_suffix(".vg")
+        disks.run("vgcfgbackup", "-q", *only, "-f", backup, vg)
+        text = backup.read_text()
+        volumes = "\n".join(
+            [
+                "\tlogical_volumes {",
+                _lv_text("root", [(0, root_extents)]),
+                _lv_text("split", [(root_extents, 2), (root_extents + 3, 2)]),
+                "\t}",
+            ]
+        )
+        body_end = text.rstrip().rfind("}")
+        backup.write_text(text[:body_end] + volumes + "\n}\n")
+        disks.run("vgcfgrestore", "-q", *only, "-f", backup, vg)
+        shown = disks.run("pvs", *only, "--noheadings", "--units", "b", "-o", "pe_start", loop)
+        pe_start = int(shown.strip().rstrip("B"))
+    finally:
+        disks.run("losetup", "-d", loop)
+    disks.place(pv, root, pe_start)
+    made = gpt_disk(path, pv, kind="8e00")
+    pv.unlink()
+    return dict(made, pe_start=pe_start)
+
+
 def mbr_disk(path: pathlib.Path, root: pathlib.Path) -> dict:
     """A DOS label: a small FAT-typed partition, then the Linux root as the second primary."""
     sectors = root.stat().st_size // disks.SECTOR

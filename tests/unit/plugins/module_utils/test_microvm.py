@@ -1066,3 +1066,46 @@ def test_snippets_name_images_by_digest_and_moves_are_listed():
     assert microvm.tag_moves("registry", before, after) == [
         {"where": "registry", "tag": "a:1", "from": "sha256:old", "to": "sha256:new"}
     ]
+
+
+def _group(*lvs, pv="pv0"):
+    return {
+        "name": "rl",
+        "extent_bytes": 4 << 20,
+        "pv": pv,
+        "pe_start_bytes": 1 << 20,
+        "pv_count": 1,
+        "lvs": list(lvs),
+    }
+
+
+def _lv(name, *segments, visible=True):
+    return {"name": name, "visible": visible, "segments": list(segments)}
+
+
+def _seg(start, count, stripes=(("pv0", 0),), kind="striped"):
+    return {"type": kind, "start_extent": start, "extent_count": count, "stripes": list(stripes)}
+
+
+def test_a_linear_logical_volume_is_a_run_of_its_physical_volume():
+    part = {"number": 3, "offset": 10 << 20, "size": 100 << 20}
+    (root,) = microvm.volume_partitions(part, _group(_lv("root", _seg(0, 5, [("pv0", 7)]))))
+    assert root["number"] == root["name"] == "rl/root" and root["volume_of"] == 3
+    assert (root["offset"], root["size"]) == ((10 << 20) + (1 << 20) + 7 * (4 << 20), 5 * (4 << 20))
+    assert root["type"] == "lvm" and "why" not in root and microvm._root_rank(root) == 1
+
+
+@pytest.mark.parametrize(
+    "volume, why",
+    [
+        (_lv("two", _seg(0, 1), _seg(1, 1, [("pv0", 4)])), "of 2 segments"),
+        (_lv("thin", _seg(0, 1, [], kind="thin")), "of type thin"),
+        (_lv("wide", _seg(0, 2, [("pv0", 0), ("pv0", 8)])), "striped over 2 physical volumes"),
+        (_lv("away", _seg(0, 2, [("pv1", 0)])), "on physical volume pv1, not this partition's"),
+    ],
+)
+def test_other_logical_volumes_are_listed_with_why_they_are_not_read(volume, why):
+    part = {"number": 3, "offset": 0, "size": 1 << 30}
+    (entry,) = microvm.volume_partitions(part, _group(volume, _lv("pool_tdata", _seg(0, 1), visible=False)))
+    assert entry["why"] == why and not microvm.reads(entry)
+    assert microvm.holds(entry) == "is a logical volume %s, which is not read" % why
