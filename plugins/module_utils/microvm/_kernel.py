@@ -33,6 +33,10 @@ def _zstd_module():
     return zstd
 
 
+class NotCompressed(ValueError):
+    """What starts at an offset is not a stream of the format tried there (one of ``ERRORS``)."""
+
+
 ZSTD = _zstd_module()
 ERRORS = (zlib.error, lzma.LZMAError, OSError, ValueError, EOFError, RuntimeError) + (
     (ZSTD.ZstdError,) if ZSTD else ()
@@ -62,7 +66,7 @@ class _Lz4Legacy:
             try:
                 block = self.lz4.decompress(bytes(data[offset + 4 : offset + 4 + size]), self.BLOCK)
             except Exception:  # the decoder's CorruptDataError: no LZ4 stream starts here
-                raise ValueError("not an LZ4 block") from None
+                raise NotCompressed("not an LZ4 block") from None
             yield block
             offset += 4 + size
 

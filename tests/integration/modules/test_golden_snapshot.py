@@ -738,7 +738,16 @@ def test_a_datasource_or_a_vm_template_naming_a_golden_keeps_it(lab, cluster):
                 "spec": {
                     "runStrategy": "Halted",
                     "dataVolumeTemplates": [template],
-                    "template": {"spec": {"domain": {"devices": {}}, "volumes": []}},
+                    # KubeVirt's admission wants each dataVolumeTemplate used by a volume, and memory.
+                    "template": {
+                        "spec": {
+                            "domain": {
+                                "devices": {"disks": [{"name": "root"}]},
+                                "resources": {"requests": {"memory": "1Gi"}},
+                            },
+                            "volumes": [{"name": "root", "dataVolume": {"name": "root"}}],
+                        }
+                    },
                 },
             },
         )

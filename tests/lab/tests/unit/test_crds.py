@@ -250,7 +250,8 @@ VMI = {
     "kind": "VirtualMachineInstance",
     "metadata": _meta("gate-ubuntu", "project-a"),
     "spec": {
-        "domain": {"devices": {"disks": [{"name": "root"}]}},
+        # virt-controller copies the VM's memory request; KubeVirt's admission refuses a VMI without one.
+        "domain": {"devices": {"disks": [{"name": "root"}]}, "resources": {"requests": {"memory": "1Gi"}}},
         "volumes": [{"name": "root", "dataVolume": {"name": "gate-ubuntu-root"}}],
     },
     "status": {
