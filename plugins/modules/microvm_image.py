@@ -111,7 +111,7 @@ options:
         partition of a non-Linux type.
       - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type or logical volume is taken
         (a discoverable-root GPT type before the generic Linux filesystem type and logical volumes); a tie
-        is refused.
+        is refused, and a choice among several is said in the result's C(warnings) with the others.
     type: str
   kernel_version:
     description:
@@ -929,6 +929,9 @@ class Runner:
         params = self.params
         microvm.check_within(params["src"], parts, image.virtual_size)
         part = microvm.choose_partition(params["src"], parts, params.get("partition"))
+        chosen = microvm.root_choice_note(parts, part, params.get("partition"))
+        if chosen:
+            self.table_notes.append(chosen)
         self.fs = fs = self._tree(image, part)
         self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
         self.log("walked %d entries" % len(tree))

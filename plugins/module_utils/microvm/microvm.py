@@ -416,6 +416,22 @@ def choose_partition(src, partitions, selector=None):
     )
 
 
+def root_choice_note(partitions, part, selector=None):
+    """What the result says when the root was chosen among several candidates (no ``partition`` given):
+    which was read and why, and the others, so a larger data volume taken for the root is seen; None when
+    there was no choice to make."""
+    if selector not in (None, ""):
+        return None
+    others = [p for p in partitions if p is not part and reads(p) and _root_rank(p)]
+    if not others:
+        return None
+    return (
+        "%s was read as the root filesystem: of the Linux partitions it could be on, the one of the most "
+        "specific type, then the largest (also candidates: %s); set partition to read another"
+        % (describe(part), "; ".join(describe(p) for p in others))
+    )
+
+
 def _best(src, candidates, rank, size_pick, what, hint):
     """The one candidate of the highest ``rank`` and then the size ``size_pick`` (max or min) picks; a
     tie is refused."""

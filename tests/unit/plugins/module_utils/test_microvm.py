@@ -1109,3 +1109,24 @@ def test_other_logical_volumes_are_listed_with_why_they_are_not_read(volume, why
     (entry,) = microvm.volume_partitions(part, _group(volume, _lv("pool_tdata", _seg(0, 1), visible=False)))
     assert entry["why"] == why and not microvm.reads(entry)
     assert microvm.holds(entry) == "is a logical volume %s, which is not read" % why
+
+
+def test_a_root_chosen_among_several_candidates_is_said_with_the_others():
+    def part(number, size, filesystem="ext"):
+        return {
+            "number": number,
+            "size": size << 20,
+            "type": microvm.LINUX_MBR,
+            "name": "",
+            "filesystem": filesystem,
+        }
+
+    boot, data, root = part(1, 512), part(2, 4096), part(3, 2048)
+    chosen = microvm.choose_partition("disk.raw", [boot, data, root])
+    assert chosen is data  # the largest: what the note is there to show
+    note = microvm.root_choice_note([boot, data, root], chosen)
+    assert note.startswith("partition 2 (type 0x83, 4096 MiB, ext) was read as the root filesystem")
+    assert "partition 1 (type 0x83, 512 MiB, ext); partition 3 (type 0x83, 2048 MiB, ext)" in note
+    assert note.endswith("set partition to read another")
+    assert microvm.root_choice_note([boot, data, root], root, "3") is None
+    assert microvm.root_choice_note([part(1, 64, "vfat"), root], root) is None
