@@ -32,6 +32,8 @@ description:
     logical volume of one linear segment on that physical volume is read; a thin, mirrored, RAID or
     striped one, one of several segments or on another physical volume is named in the refusal with why,
     as is a physical volume whose metadata cannot be read.
+  - A qcow2 overlay (one with a backing file) is refused: the source digest the provenance records covers
+    O(src)'s own bytes only; flatten it with C(qemu-img convert) first.
   - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
     backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
     that the primary is damaged; both damaged is refused.
@@ -773,7 +775,8 @@ class Runner:
             with open(src, "rb") as fh:
                 head = fh.read(qcow2.HEADER_BYTES)
             if head[:4] == qcow2.MAGIC:
-                qcow2.check_header(src, head, os.path.getsize(src))
+                fields = qcow2.check_header(src, head, os.path.getsize(src))
+                microvm.check_no_backing_file(src, fields["backing_file_offset"])
         try:
             image = self.io["disk"].Image(src)  # its DiskError names the file
         except READ_ERRORS as exc:

@@ -335,6 +335,18 @@ def malformed_image(src, image_format, exc):
     )
 
 
+def check_no_backing_file(src, backing_file_offset):
+    """A qcow2 overlay is refused: the images and the source digest their provenance records are made from
+    ``src``'s own bytes, and a backing file outside them could change the images without changing that
+    digest."""
+    if backing_file_offset:
+        raise Refusal(
+            "qcow2 %s" % src,
+            "has a backing file, whose bytes the recorded source digest would not cover",
+            "flatten it first (qemu-img convert -O qcow2 %s flat.qcow2) and build from the copy" % src,
+        )
+
+
 def check_within(src, partitions, virtual_size):
     """Every partition lies inside the image: one that ends after the image's last byte means the image
     was cut short (an interrupted download or copy), and its filesystem would read as damaged."""

@@ -246,3 +246,18 @@ def test_the_fit_rule_holds_for_every_size():
     assert seal.filesystem_fits(2, "ext4", 4096, 4096) is None
     assert seal.filesystem_fits(2, "ext4", 4095, 4096) is None
     assert "more than the partition's 4096" in seal.filesystem_fits(2, "XFS", 4097, 4096)
+
+
+def test_a_qcow2_overlay_is_refused_before_a_write(tmp_path):
+    """The provenance records src's digest: an overlay's backing file is outside it, so it is refused."""
+    root = disk(tmp_path)
+    base = parts.gpt_disk(tmp_path / "base.raw", root)["path"]
+    overlay = tmp_path / "overlay.qcow2"
+    disks.run("qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", overlay)
+    with pytest.raises(Refusal, match=r"has a backing file.*qemu-img convert -O qcow2"):
+        run(src=str(overlay), dest=str(tmp_path / "oci"))
+    assert not (tmp_path / "oci").exists()
+    # Flattened, the same disk is read.
+    flat = tmp_path / "flat.qcow2"
+    disks.run("qemu-img", "convert", "-O", "qcow2", overlay, flat)
+    assert run(src=str(flat), dest=str(tmp_path / "oci"))["changed"] is True
