@@ -32,8 +32,8 @@ description:
     logical volume of one linear segment on that physical volume is read; a thin, mirrored, RAID or
     striped one, one of several segments or on another physical volume is named in the refusal with why,
     as is a physical volume whose metadata cannot be read.
-  - A qcow2 overlay (one with a backing file) is refused: the source digest the provenance records covers
-    O(src)'s own bytes only; flatten it with C(qemu-img convert) first.
+  - A qcow2 overlay (one with a backing file) is refused, as the source digest the provenance records
+    covers O(src)'s own bytes only; flatten it with C(qemu-img convert) first.
   - A GPT disk whose primary header (or its partition entries) fails its checksum is read from the
     backup header at the disk's last LBA, as sgdisk does, and the task warns (its result's C(warnings))
     that the primary is damaged; both damaged is refused.
