@@ -711,7 +711,7 @@ def check_inputs(params, environ=None):
     microvm.check_signing_target(signs, settings["policy"] is not None, bool(params.get("registry")))
     settings["family"] = params.get("family") or params.get("repository")
     if params.get("tag") is not None:
-        microvm.layout_tags({"kernel": params["tag"]})  # the same tag rule
+        microvm.check_tag("tag", params["tag"])
     groups = []
     if params["slim"]:
         groups = list(params["slim_groups"]) + (

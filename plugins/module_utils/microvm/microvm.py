@@ -1571,6 +1571,13 @@ def refuse_unsealed(src, checks, sealed, failed):
     )
 
 
+def check_tag(option, value):
+    """``value`` of the option named ``option`` as an OCI tag (a refusal names that option)."""
+    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$", str(value)):
+        raise Refusal("%s %r" % (option, value), "is not a valid OCI tag", "use letters, digits, . _ -")
+    return str(value)
+
+
 def layout_tags(tags=None):
     """The tag (and registry repository suffix) of each image; names must be distinct."""
     names = dict((name, name) for name in ALL_IMAGES)
@@ -1579,9 +1586,7 @@ def layout_tags(tags=None):
             raise Refusal(
                 "tags.%s" % key, "is not one of the images", "use kernel, modules, rootfs or initrd"
             )
-        if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$", str(value)):
-            raise Refusal("tags.%s %r" % (key, value), "is not a valid OCI tag", "use letters, digits, . _ -")
-        names[key] = str(value)
+        names[key] = check_tag("tags.%s" % key, value)
     if len(set(names.values())) != len(names):
         raise Refusal("tags %s" % names, "name two images the same", "give each image its own tag")
     return names

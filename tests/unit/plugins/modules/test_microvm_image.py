@@ -74,7 +74,7 @@ def test_a_bad_timeout():
 
 
 def test_a_bad_tag():
-    refused("is not a valid OCI tag", dest="/tmp/x", tag="v1 beta")
+    refused(r"^tag 'v1 beta': is not a valid OCI tag", dest="/tmp/x", tag="v1 beta")
 
 
 def test_bad_tags():
