@@ -40,6 +40,11 @@ class Module:
         pass
 
 
+def pinned(result, image):
+    """The reference a snippet names ``image`` by: its repository and manifest digest."""
+    return "%s@%s" % (result[image]["reference"].rsplit(":", 1)[0], result[image]["digest"])
+
+
 def run(check=False, **params):
     return microvm_image.Runner(Module(params, check)).run()
 
@@ -115,7 +120,8 @@ def test_the_collection_signs_cosign_verifies_and_a_rerun_pushes_nothing(made, r
     assert record["inputs"] == [{"name": "source-disk", "digest": signing.file_digests(str(made["gpt"]))}]
     assert record["parameters"] == {"kernel_version": V, "image": "rootfs"}
     assert record["builder"]["playbook"] == "publish.yml" and record["builder"]["host"] == "builder-1"
-    assert first["spec"]["kernel"]["image"] == first["kernel"]["reference"]
+    # The snippets name each image by its digest (a tag moved later never changes what boots).
+    assert first["spec"]["kernel"]["image"] == pinned(first, "kernel")
 
     # The same image and key again: everything kept, no request that writes, no file in the registry's store.
     stored = files_as_found(registry.workdir / "data")
@@ -203,7 +209,7 @@ def test_cosign_signs_the_collection_verifies_and_tampering_is_refused(made, reg
     assert verified["changed"] is False
     assert {verified["verified"][n]["verdict"] for n in IMAGES} == {"verified"}
     assert verified["verified"]["modules"]["signer"] == "cosign-release"
-    assert verified["capmvm"]["rootVolume"]["image"] == verified["rootfs"]["reference"]
+    assert verified["capmvm"]["rootVolume"]["image"] == pinned(verified, "rootfs")
 
     tags = Tags(registry)
     kernel, modules = pushed["kernel"]["digest"], pushed["modules"]["digest"]
@@ -321,7 +327,7 @@ def test_the_publish_playbook_signs_with_a_key_in_a_secret_and_verifies(
         == "Publish flintlock micro-VM images"
     )
     spec = yaml.safe_load((tmp_path / "spec.yml").read_text())
-    assert spec["kernel"]["image"] == result["kernel"]["reference"]
+    assert spec["kernel"]["image"] == pinned(result, "kernel")
     ref = "%s/publish/ubuntu/rootfs@%s" % (registry.host, result["rootfs"]["digest"])
     cosign("verify", "--key", paths["pub"], *OFFLINE, ref)
 
