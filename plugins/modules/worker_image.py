@@ -50,7 +50,15 @@ description:
     Unsigned, signed by a key the policy does not trust for the family, signed for other bytes, a
     provenance with another digest, or another version's signature replayed is refused naming the entry,
     the key and the check; so is an entry with no sha256 pinned, unless the family is relaxed and nothing is
-    signed. RV(signatures) reports each verdict. Goldens that already exist are not verified again.
+    signed. RV(signatures) reports each verdict. The verdict is recorded on the golden it lets import (the
+    C(goldenimage.pipeline/provenance) annotation, as on Kube-DC goldens) with the verdict, the key, the
+    artifact, the sha256 and the family, with the inputs, builder and time its provenance names.
+  - A golden that already exists is judged again under today's O(trust_policy) by that record, not by
+    fetching its image again. A golden with no verified verdict recorded (imported before the policy, or
+    made by hand), signed by a key the policy no longer trusts for its family, imported unsigned under a
+    relaxation since taken back, or recording the verdict of another image or of other bytes than its
+    pinned checksum is refused, naming the golden, the key and the check; nothing is written. Move its
+    pools away, delete it and import it again under the policy.
 author:
   - goldenimage.pipeline maintainers (@goldenimage)
 options:
@@ -277,9 +285,10 @@ EXAMPLES = r"""
 RETURN = r"""
 signatures:
   description:
-    - With O(trust_policy), per golden created by this run, the verdict on the image it imports,
-      C(verdict) (V(verified), or V(unsigned_allowed) under a relaxation), C(key_id), C(signer), C(relaxed)
-      (the reason), C(artifact) (the provenance subject) and C(message).
+    - With O(trust_policy), per golden of the catalog, the verdict on the image it imports (created by
+      this run) or the one recorded when it was imported (it exists), C(verdict) (V(verified), or
+      V(unsigned_allowed) under a relaxation), C(key_id), C(signer), C(relaxed) (the reason), C(artifact)
+      (the provenance subject), C(message) and C(recorded) (true when read from the golden).
   returned: with O(trust_policy) and O(state=present)
   type: dict
   sample:
@@ -291,6 +300,7 @@ signatures:
       artifact: image/3765679.../v1.13.0/openstack-amd64.raw.xz
       message: "artifact image/3765679.../v1.13.0/openstack-amd64.raw.xz (sha256:...): signed by release
         (3f1c...), provenance subject matches"
+      recorded: false
 changed:
   description: Whether a golden was (or, in check mode, would be) created or deleted.
   returned: always
@@ -487,10 +497,11 @@ class Runner:
         for entry in entries:  # every refusal before the first write
             if live[entry["name"]] is not None:
                 worker.refuse_edited(entry, live[entry["name"]], self.ns)
+                self._recheck(entry, live[entry["name"]], verdicts)
                 continue
             pinned = self._pin(entry)
-            self._verify(entry, pinned, verdicts)
-            pending.append((entry, worker.render_golden(entry, self.ns, pinned)))
+            recorded = self._verify(entry, pinned, verdicts)
+            pending.append((entry, worker.render_golden(entry, self.ns, pinned, recorded)))
         to_create = [body for _entry, body in pending]
         if to_create:
             worker.refuse_missing_namespace(self.ns, self.module.get(*NS, name=self.ns), to_create)
@@ -530,11 +541,28 @@ class Runner:
         worker.refuse_digest(entry, observed, redact_url(entry["url"]))
         return entry["sha256"] or observed
 
-    def _verify(self, entry, pinned, verdicts):
-        """With trust_policy, the image the golden would import is verified (its .sig and .intoto.jsonl,
-        served beside it, over the pinned digest) before anything is written."""
+    def _recheck(self, entry, live, verdicts):
+        """With trust_policy, a golden that exists is judged by the verdict recorded when it was imported."""
         if self.p.get("trust_policy") is None:
             return
+        policy = provenance.normalize_policy(self.p["trust_policy"])
+        record = worker.refuse_unproven_golden(entry, live, policy, self.ns)
+        verdicts[entry["name"]] = {
+            "verdict": record["verdict"],
+            "key_id": record.get("key"),
+            "signer": record.get("signer"),
+            "relaxed": record.get("relaxed"),
+            "artifact": record.get("artifact"),
+            "message": "recorded when the golden was imported; it holds under the trust policy",
+            "recorded": True,
+        }
+
+    def _verify(self, entry, pinned, verdicts):
+        """With trust_policy, the image the golden would import is verified (its .sig and .intoto.jsonl,
+        served beside it, over the pinned digest) before anything is written; returns the annotation that
+        records the verdict on the golden."""
+        if self.p.get("trust_policy") is None:
+            return None
         policy = provenance.normalize_policy(self.p["trust_policy"])
         ring = signing.keyring_of(self.p["public_keys"], extra=provenance.public_keys(policy))
         texts = []
@@ -560,7 +588,9 @@ class Runner:
             "relaxed": verdict.get("relaxed"),
             "artifact": worker.signed_name(entry),
             "message": verdict["message"],
+            "recorded": False,
         }
+        return worker.verdict_annotations(entry, pinned, verdict, found)
 
     def _wait(self, entries, result):
         log = result.setdefault("progress_log", [])

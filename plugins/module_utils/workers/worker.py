@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import math
 import re
 from fractions import Fraction
@@ -23,6 +24,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import redact
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import consumers as who_uses
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import serving
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
@@ -199,6 +201,36 @@ def import_verdict(entry, sha256, policy, signature, found):
     return verdict
 
 
+def verdict_annotations(entry, sha256, verdict, found):
+    """The annotation recording ``verdict`` (``import_verdict``'s) on the golden it lets import, so that
+    the verification is read where the golden is used again, not redone or taken on trust."""
+    doc = (found or {}).get("statement")
+    record = provenance.verdict_record(verdict, signed_name(entry), sha256, signed_family(entry), doc)
+    return {golden.PROVENANCE_ANNOTATION: json.dumps(record, sort_keys=True, separators=(",", ":"))}
+
+
+def refuse_unproven_golden(entry, live, policy, namespace=NAMESPACE):
+    """A golden that exists is judged again under today's trust policy by the verdict recorded on it when
+    it was imported: none recorded (made before the policy, or by hand), a key the policy no longer trusts,
+    a relaxation taken back, or a verdict for another image or other bytes is refused."""
+    what = "the golden DataVolume %s/%s" % (namespace, entry["name"])
+    record = golden.recorded_provenance(live)
+    checksum = (_http(live).get("checksum") or "").partition(":")[2]
+    move = "delete the golden after moving its pools away and import it again under the trust policy"
+    found = provenance.record_problem(
+        policy, record, what, signed_family(entry), entry["version"], moves=(move, move)
+    ) or provenance.record_binding(record, signed_name(entry), {"sha256": checksum}, what, move)
+    if found:
+        raise Refusal(
+            entry["subject"],
+            found[0],
+            found[1] + "; nothing was written",
+            verdict=(record or {}).get("verdict"),
+            key_id=(record or {}).get("key"),
+        )
+    return record
+
+
 def quantity_bytes(value, subject="quantity"):
     """Bytes of a Kubernetes quantity (``6Gi``, ``6442450944``, ``6.5G``, ``1e9``), rounded up."""
     if isinstance(value, bool):
@@ -309,8 +341,9 @@ def _storage_request(size, storage_class):
     return storage
 
 
-def render_golden(entry, namespace=NAMESPACE, checksum=None):
-    """The golden DataVolume of a catalog entry (``checksum`` pins the import to a sha256)."""
+def render_golden(entry, namespace=NAMESPACE, checksum=None, annotations=None):
+    """The golden DataVolume of a catalog entry (``checksum`` pins the import to a sha256; ``annotations``
+    adds to the golden's own, as the verdict ``verdict_annotations`` records)."""
     http = {"url": entry["url"]}
     if entry.get("certConfigMap"):
         http["certConfigMap"] = entry["certConfigMap"]
@@ -330,6 +363,7 @@ def render_golden(entry, namespace=NAMESPACE, checksum=None):
                 USE_POPULATOR: "true",
                 SCHEMATIC_ANNOTATION: entry["schematicID"],
                 VERSION_ANNOTATION: entry["version"],
+                **(annotations or {}),
             },
         },
         "spec": {"contentType": "kubevirt", "source": {"http": http}, "storage": storage},

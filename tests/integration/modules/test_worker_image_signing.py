@@ -6,6 +6,7 @@ signed, nothing pinned) is refused naming the entry, the key and the check, with
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
@@ -173,3 +174,68 @@ def test_a_signed_worker_image_imports_and_the_tamper_table_is_refused_with_zero
     assert found["artifact"] == signed_name("v1.20.0")
     assert good_run["signed"]["changed"] is True and good_run["again"]["changed"] is False
     assert factory.golden(name)["spec"]["source"]["http"]["checksum"] == "sha256:" + factory.sha256
+
+    # The verdict is recorded on the golden it let import, and read again where the golden exists.
+    record = json.loads(factory.golden(name)["metadata"]["annotations"]["goldenimage.pipeline/provenance"])
+    assert (record["verdict"], record["key"], record["sha256"]) == ("verified", trusted_id, factory.sha256)
+    assert record["artifact"] == signed_name("v1.20.0") and record["family"] == "talos-" + SCHEMATIC
+    assert good_run["again"]["signatures"][name]["recorded"] is True
+
+
+def test_an_existing_golden_is_judged_by_its_recorded_verdict_under_todays_policy(lab, factory, tmp_path):
+    """Withdrawing the key, a golden made before the policy, and a verdict copied from another golden are
+    each refused naming the golden and the key, with zero writes; nothing is fetched again."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    rule = {"name": "release", "public_key": signing.public_pem(key), "families": ["talos-" + SCHEMATIC]}
+    other = ec.generate_private_key(ec.SECP256R1())
+    withdrawn = {"rules": [dict(rule, public_key=signing.public_pem(other))]}
+    for version in ("v1.21.0", "v1.21.1"):
+        serve(factory, version, factory.xz, sign(tmp_path / version, factory.xz, key, signed_name(version)))
+    signed_args = {"namespace": factory.ns, "trust_policy": {"rules": [rule]}, "wait": False}
+    made = run_playbook(
+        kube_play(
+            task("signed", images=[factory.entry("v1.21.0")], **signed_args),
+            task("unpolicied", images=[factory.entry("v1.21.1")], namespace=factory.ns, wait=False),
+        ),
+        env=lab.env(),
+    )
+    assert made.ok, made.log
+    first, second = ("talos-worker-%s-%s" % (SCHEMATIC, v) for v in ("v1.21.0", "v1.21.1"))
+    copied = factory.golden(first)["metadata"]["annotations"]["goldenimage.pipeline/provenance"]
+    lab.clear_audit()
+    run = run_playbook(
+        kube_play(
+            task(
+                "withdrawn",
+                images=[factory.entry("v1.21.0")],
+                ignore_errors=True,
+                **dict(signed_args, trust_policy=withdrawn),
+            ),
+            task("before the policy", images=[factory.entry("v1.21.1")], ignore_errors=True, **signed_args),
+        ),
+        env=lab.env(),
+    )
+    assert writes(lab) == [], writes(lab)
+    msg = run["withdrawn"]["msg"]
+    assert run["withdrawn"]["refused"] is True and run["withdrawn"]["key_id"] == signing.key_id(key), msg
+    assert first in msg and "no longer lets sign family talos-%s" % SCHEMATIC in msg, msg
+    msg = run["before the policy"]["msg"]
+    assert second in msg and "has no verified signature recorded" in msg, msg
+
+    # A verdict copied from another golden names that golden's artifact, not this one's.
+    factory.custom.patch_namespaced_custom_object(
+        "cdi.kubevirt.io",
+        "v1beta1",
+        factory.ns,
+        "datavolumes",
+        second,
+        {"metadata": {"annotations": {"goldenimage.pipeline/provenance": copied}}},
+    )
+    lab.clear_audit()
+    replayed = run_playbook(
+        kube_play(task("replayed", images=[factory.entry("v1.21.1")], ignore_errors=True, **signed_args)),
+        env=lab.env(),
+    )
+    assert writes(lab) == [], writes(lab)
+    msg = replayed["replayed"]["msg"]
+    assert "another revision's verdict replayed" in msg and signed_name("v1.21.0") in msg, msg

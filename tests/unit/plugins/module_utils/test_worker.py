@@ -814,3 +814,32 @@ def test_nothing_is_imported_unless_a_trusted_signature_binds_the_pinned_bytes_o
         assert exc.msg.startswith(_ENTRY["subject"]) and exc.msg.endswith("nothing was written"), exc.msg
     else:
         assert allowed and verdict["ok"], verdict
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    key=st.sampled_from([_SIGNED_KEY, "2" * 64]),
+    recorded=st.sampled_from(["v1.13.0", "v1.12.0", None]),
+    checksum=st.sampled_from(["a" * 64, "b" * 64]),
+)
+def test_an_existing_golden_serves_only_under_the_verdict_recorded_for_its_own_image(key, recorded, checksum):
+    """Import, then judge the golden again: it holds only while its recorded verdict names a key the policy
+    trusts, its own artifact and the checksum it was pinned to; the verdict of another version is refused."""
+    entry = dict(
+        _ENTRY, name="talos-worker-ab-v1.13.0", url="https://f/image", storage="1Gi", storageClass=None
+    )
+    annotations = {}
+    if recorded:
+        other = dict(_ENTRY, version=recorded)
+        found = {"key": key, "statement": _statement(w.signed_name(other), "a" * 64)}
+        verdict = {"verdict": "verified", "key": key, "signer": "release"}
+        annotations = w.verdict_annotations(other, "a" * 64, verdict, found)
+    live = w.render_golden(entry, checksum=checksum, annotations=annotations)
+    holds = key == _SIGNED_KEY and recorded == "v1.13.0" and checksum == "a" * 64
+    try:
+        record = w.refuse_unproven_golden(entry, live, _POLICY)
+    except Refusal as exc:
+        assert not holds, exc.msg
+        assert "talos-worker-ab-v1.13.0" in exc.msg and exc.msg.endswith("nothing was written"), exc.msg
+    else:
+        assert holds and record["key"] == _SIGNED_KEY and record["inputs"] == []
