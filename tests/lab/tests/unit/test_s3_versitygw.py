@@ -18,6 +18,9 @@ from botocore.exceptions import ClientError
 
 from tests.lab.s3 import S3Endpoint, VersityS3Server
 
+# versitygw is built by make lab-upstream, not make setup (minutes of Go on a cold cache).
+pytestmark = pytest.mark.upstream
+
 ALL_USERS_ID = {"ID": "all-users", "Type": "Group"}  # how versitygw names the AllUsers group in an ACL
 
 
