@@ -20,7 +20,9 @@ description:
     (O(source), else C(pvc://<namespace>/<pvc>)) and the image facts the Job read, with the builder
     (O(builder)) and the time. The key is read and checked before the first request. The bytes are not read
     again; the signing key never enters the cluster. An export that finds its object already held
-    (RV(action) V(skip)) is not signed again.
+    (RV(action) V(skip)) and signed by this key with its provenance writes nothing; held but not signed
+    by it (a run stopped between the upload and the signing), the Job reads the claim again, finds the key
+    held and computes the digest, and that digest is signed, never the one the bucket records.
   - Exports the sealed disk on the PersistentVolumeClaim O(pvc) the way the operator guide does, inside the
     cluster, so that no byte of it passes through the Ansible controller and any volume works (a Ceph RBD
     volume has no path on the controller). A Job in O(namespace) converts it with C(qemu-img convert -c -O
@@ -597,6 +599,16 @@ class ExportJob(ObjectWait):
             raise call_failed("HEAD s3://%s/%s" % (p["bucket"], p["key"]), exc, bucket=p["bucket"]) from exc
         return None if found is None else dict(found.get("Metadata") or {}, size=found.get("ContentLength"))
 
+    def signed_already(self, client, held):
+        """Whether the held export carries this run's key's signature and provenance (or none is asked)."""
+        if self.signing_key is None:
+            return True
+        p, digest = self.p, held.get(mirror.META_SHA256)
+        keyid = _signing.key_id(self.signing_key)
+        texts = transfer.read_companions(client, p["bucket"], p["key"])
+        signature, found = _signing.evidence({keyid: self.signing_key.public_key()}, *texts, digest)
+        return provenance.already_signed(keyid, p["key"], digest, signature, found)
+
     # ------------------------------------------------------------ the run
     def first_round(self, result):
         p = self.p
@@ -613,6 +625,10 @@ class ExportJob(ObjectWait):
             "source": jobs.export_source_name(p),
             "source_uid": claim["metadata"]["uid"],
         }
+        if action == "skip" and not self.signed_already(s3, held):
+            # Held but not signed by this key (a run stopped between upload and signing): the Job reads
+            # the claim again, finds the key held, and the digest signed is the one it computes.
+            action = "upload"
         if action == "skip":
             result.update(action="skip", sha256=held.get(mirror.META_SHA256), size=held.get("size"))
             self.prove_held(held, result)

@@ -756,6 +756,18 @@ class UploadRun:
         self.set_diff({}, mirror.object_summary(report["key"], report["size"], report["sha256"], source_name))
 
 
+def read_companions(client, bucket, key):
+    """The texts of ``<key>.sig`` and ``<key>.intoto.jsonl`` in ``bucket`` (None for one that is absent)."""
+    texts = []
+    for name in provenance.companions(key):
+        try:
+            body = read_object(client, bucket, name)
+        except Exception as exc:
+            raise call_failed("read s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
+        texts.append(None if body is None else body.decode("utf-8", "replace"))
+    return texts
+
+
 def sign_beside(module, result, client, bucket, key, digest, statement, signing_key):
     """Write ``<key>.sig`` and ``<key>.intoto.jsonl`` beside the object with ``signing_key`` unless
     the ones stored verify for its digest with that key and record the same build
@@ -764,13 +776,7 @@ def sign_beside(module, result, client, bucket, key, digest, statement, signing_
     producer that stores in a bucket (the mirror, an exported golden, the export Job's controller side)."""
     started = time.monotonic()
     names = provenance.companions(key)
-    before = []
-    for name in names:
-        try:
-            body = read_object(client, bucket, name)
-        except Exception as exc:
-            raise call_failed("read s3://%s/%s" % (bucket, name), exc, bucket=bucket) from exc
-        before.append(None if body is None else body.decode("utf-8", "replace"))
+    before = read_companions(client, bucket, key)
     plan = signing.signing_plan(signing_key, digest, statement, before[0], before[1])
     texts = (plan["signature_text"], plan["envelope_text"])
     writes = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]

@@ -216,6 +216,19 @@ def same_build(doc, other):
     return first == second
 
 
+def already_signed(keyid, name, sha256_hex, signature, found):
+    """True when ``keyid`` signed the artifact ``name`` with sha256 ``sha256_hex`` already: its signature
+    verifies over that digest, and its provenance, signed by the same key, has that subject. A producer
+    that finds its artifact stored and did not read the bytes this run signs nothing; without both files
+    it must read the source again to sign what it computes, never what the store says it holds."""
+    if (signature or {}).get("key") != keyid or (found or {}).get("key") != keyid:
+        return False
+    return any(
+        s.get("name") == name and (s.get("digest") or {}).get("sha256") == sha256_hex
+        for s in summary(found.get("statement") or {})["subject"]
+    )
+
+
 def input_digest(doc, name):
     """The digest set the statement records for the input ``name``, or None."""
     for dep in summary(doc)["inputs"]:

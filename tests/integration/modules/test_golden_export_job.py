@@ -542,3 +542,29 @@ def test_an_export_job_signs_what_it_exports_and_a_bad_key_writes_nothing(env, t
         *signing.evidence(ring, texts[0], texts[1], "0" * 64),
     )
     assert other["verdict"] == "signature_mismatch", other
+
+    # A run stopped between the upload and the signing leaves the object unsigned: the next run reads the
+    # claim again and signs the digest its Job computes; the object is not written again.
+    stored = env.s3.head_object(Bucket=env.bucket, Key=obj)
+    for name in provenance.companions(obj):
+        env.s3.delete_object(Bucket=env.bucket, Key=name)
+    again = run_playbook(
+        kube_play(
+            env.task("unsigned", "win11-signed", obj, signing_key=pem, builder={"playbook": "export.yml"}),
+            env.task("signed", "win11-signed", obj, signing_key=pem, builder={"playbook": "export.yml"}),
+        ),
+        env=env.lab.env(),
+    )
+    assert again.ok, again.log
+    resigned, kept = again["unsigned"], again["signed"]
+    assert resigned["changed"] is True and resigned["action"] == "skip", resigned
+    assert resigned["signed"]["signature_changed"] and resigned["signed"]["provenance_changed"], resigned
+    assert resigned["sha256"] == out["sha256"] and "job" in resigned, resigned
+    assert env.s3.head_object(Bucket=env.bucket, Key=obj)["ETag"] == stored["ETag"]
+    texts = [
+        env.s3.get_object(Bucket=env.bucket, Key=name)["Body"].read().decode()
+        for name in provenance.companions(obj)
+    ]
+    assert signing.evidence(ring, texts[0], texts[1], out["sha256"])[0]["key"] == signing.key_id(key)
+    assert kept["changed"] is False and kept["action"] == "skip", kept
+    assert env.leftovers() == []

@@ -423,3 +423,18 @@ def test_a_statement_records_the_build_parameters_beside_the_playbook():
     assert provenance.summary(doc)["parameters"] == {"kernel_version": "6.1.0", "image": "kernel"}
     assert provenance.same_build(doc, kernel_statement("2026-12-02T00:00:00Z", "6.1.0"))
     assert not provenance.same_build(doc, kernel_statement("2026-12-01T00:00:00Z", "6.1.1"))
+
+
+def test_an_artifact_counts_as_signed_only_with_both_files_by_the_key_for_its_name_and_digest():
+    doc = provenance.statement(
+        {"name": "a.qcow2", "digest": {"sha256": "a" * 64}}, [], {}, "2026-12-01T00:00:00Z"
+    )
+    mine, other = "1" * 64, "2" * 64
+    both = ({"key": mine}, {"key": mine, "statement": doc})
+    assert provenance.already_signed(mine, "a.qcow2", "a" * 64, *both)
+    assert not provenance.already_signed(mine, "b.qcow2", "a" * 64, *both)  # another artifact's provenance
+    assert not provenance.already_signed(mine, "a.qcow2", "b" * 64, *both)  # other bytes
+    assert not provenance.already_signed(other, "a.qcow2", "a" * 64, *both)  # another key
+    assert not provenance.already_signed(mine, "a.qcow2", "a" * 64, None, both[1])  # no signature
+    assert not provenance.already_signed(mine, "a.qcow2", "a" * 64, both[0], None)  # no provenance
+    assert not provenance.already_signed(mine, "a.qcow2", "a" * 64, {"key": None}, both[1])  # unverified
