@@ -616,9 +616,7 @@ progress:
     - "14.2 s: blob liquidmetal/ubuntu-2204/rootfs@5b0c3e: 16.0/380.0 MiB (4%), 0.3 s"
 """
 
-import datetime
 import importlib
-import json
 import os
 import tempfile
 import time
@@ -626,7 +624,6 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
-    Refusal,
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.inputs import (
@@ -737,7 +734,11 @@ class Runner:
                 _partitions,
                 _xfs,
             )
-            from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, _oci
+            from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import (
+                _cosign,
+                _kernel,
+                _oci,
+            )
             from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing
 
             adapters = {
@@ -750,6 +751,7 @@ class Runner:
                 "xfs": _xfs,
                 "btrfs": _btrfs,
                 "signing": _signing,
+                "cosign": _cosign,
             }
         self.io = adapters
         self.fs = self.boot_fs = None
@@ -1082,9 +1084,10 @@ class Runner:
                 diff["after"]["registry"] = dict((refs[n], built[n]["digest"]) for n in images)
                 moves.extend(microvm.tag_moves("registry", before, diff["after"]["registry"]))
                 planned = {}
+                signer = self._image_signing(registry)
                 if self.signer:
-                    result["signatures"], planned = self._sign_all(
-                        registry, settings, repository, names, built, version, writes
+                    result["signatures"], planned = signer.sign_all(
+                        settings, repository, names, built, version, writes
                     )
                     result["changed"] = result["changed"] or any(
                         v["signature_pushed"] or v["attestation_pushed"]
@@ -1097,9 +1100,7 @@ class Runner:
                         (n, v["after"]) for n, v in result["signatures"].items()
                     )
                 if settings["policy"] is not None:
-                    result["verified"] = self._verify_all(
-                        registry, settings, repository, names, built, planned
-                    )
+                    result["verified"] = signer.verify_all(settings, repository, names, built, planned)
             # A tag that held other bytes is moved: said in the result, the diff and a warning.
             result["moved_tags"] = moves
             if moves:
@@ -1236,6 +1237,20 @@ class Runner:
             self.log,
         )
 
+    def _image_signing(self, registry):
+        params = self.params
+        return self.io["cosign"].ImageSigning(
+            registry,
+            self.io,
+            self.log,
+            self.signer,
+            self.ring,
+            params["src"],
+            params.get("builder"),
+            params.get("stream"),
+            self.check,
+        )
+
     def _push(self, registry, settings, repository, tag, names, built, writes):
         pushed = {}
         before = {}
@@ -1262,196 +1277,6 @@ class Runner:
                 )
             self.log("%s/%s:%s pushed %s" % (settings["host"], repo, tag, item["digest"]))
         return pushed, before
-
-    # sign and verify, as cosign stores and reads it -----------------------------------------------------
-
-    def _sign_all(self, registry, settings, repository, names, built, version, writes):
-        """Each pushed image's signature and provenance, kept when this key already signed this digest (and
-        this build), else pushed; ``(report per image, {name: layers the tags would hold})``."""
-        params = self.params
-        key, keyid = self.signer
-        mine = {keyid: key.public_key()}
-        started = time.monotonic()
-        source = self.io["signing"].file_digests(params["src"])
-        self.log("source disk sha256:%s (%.1f s)" % (source["sha256"], time.monotonic() - started))
-        builder = dict(params.get("builder") or {})
-        builder["collection_version"] = builder.get("collection_version") or provenance.COLLECTION_VERSION
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        report, planned = {}, {}
-        for name in built:
-            repo = "%s/%s" % (repository, names[name])
-            image = "%s/%s" % (settings["host"], repo)
-            digest = built[name]["digest"]
-            wanted = provenance.statement(
-                {"name": image, "digest": digest},
-                [{"name": provenance.SOURCE_DISK, "digest": source}],
-                builder,
-                now,
-                {"kernel_version": version, "image": name},
-            )
-            sig = self._sign_signature(registry, repo, image, digest, key, mine, writes)
-            att = self._sign_attestation(registry, repo, digest, wanted, key, mine, writes)
-            planned[name] = {"sig": sig.pop("planned"), "att": att.pop("planned")}
-            report[name] = {
-                "key_id": keyid,
-                "signature_tag": microvm.cosign_tag(digest, microvm.SIGNATURE_SUFFIX),
-                "attestation_tag": microvm.cosign_tag(digest, microvm.ATTESTATION_SUFFIX),
-                "signature_pushed": sig["pushed"],
-                "attestation_pushed": att["pushed"],
-                "provenance": provenance.summary(att["statement"]),
-                "before": {"signed_by_key": sig["kept"], "provenance_kept": att["kept"]},
-                "after": {"signed_by_key": True, "provenance_kept": True},
-            }
-        self.log("signing took %.2f s (the source disk's digest included)" % (time.monotonic() - started))
-        return report, planned
-
-    def _read_cosign(self, registry, repo, digest, suffix, media_type):
-        """``(manifest or None, [(layer, blob bytes)])`` of an image's signature or attestation tag."""
-        raw = registry.manifest(repo, microvm.cosign_tag(digest, suffix), microvm.MEDIA_MANIFEST)
-        if raw is None:
-            return None, []
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return None, []
-        return doc, [
-            (layer, registry.blob(repo, layer["digest"])) for layer in microvm.cosign_layers(doc, media_type)
-        ]
-
-    def _push_cosign(self, registry, repo, digest, suffix, old, layers, blobs):
-        """Push ``blobs`` and the manifest of ``layers`` (the old manifest's other layers kept) to the tag."""
-        kept = [layer for layer in (old or {}).get("layers") or [] if layer not in layers]
-        layers = kept + [layer for layer in layers if layer not in kept]
-        config = microvm.canonical(microvm.cosign_config(layers))
-        oci = self.io["oci"]
-        config_desc = microvm.descriptor(microvm.MEDIA_CONFIG, oci.digest_of(config), len(config))
-        for data in blobs:
-            registry.push_blob(repo, oci.digest_of(data), len(data), data=data)
-        registry.push_blob(repo, config_desc["digest"], len(config), data=config)
-        manifest = microvm.canonical(microvm.cosign_manifest(config_desc, layers))
-        tag = microvm.cosign_tag(digest, suffix)
-        registry.push_manifest(repo, tag, manifest, microvm.MEDIA_MANIFEST)
-        self.log("%s/%s:%s pushed" % (registry.host, repo, tag))
-
-    def _sign_signature(self, registry, repo, image, digest, key, mine, writes):
-        signing = self.io["signing"]
-        old, found = self._read_cosign(
-            registry, repo, digest, microvm.SIGNATURE_SUFFIX, microvm.MEDIA_SIMPLE_SIGNING
-        )
-        evidence = [
-            {
-                "key": signing.payload_key(mine, microvm.layer_signature(layer), payload),
-                "digest": provenance.signed_digest(payload),
-            }
-            for layer, payload in found
-        ]
-        kept = (provenance.image_signature(evidence, digest) or {}).get("key") is not None
-        planned = [(microvm.layer_signature(layer), payload) for layer, payload in found]
-        if not kept:
-            payload = provenance.simple_signing(image, digest)
-            sig = signing.sign_payload(key, payload)
-            planned.append((sig, payload))
-            if writes:
-                layer = microvm.cosign_layer(
-                    microvm.MEDIA_SIMPLE_SIGNING,
-                    self.io["oci"].digest_of(payload),
-                    len(payload),
-                    signature=sig,
-                )
-                self._push_cosign(registry, repo, digest, microvm.SIGNATURE_SUFFIX, old, [layer], [payload])
-        return {"pushed": not kept, "kept": kept, "planned": planned}
-
-    def _sign_attestation(self, registry, repo, digest, wanted, key, mine, writes):
-        signing = self.io["signing"]
-        old, found = self._read_cosign(registry, repo, digest, microvm.ATTESTATION_SUFFIX, microvm.MEDIA_DSSE)
-        envelopes = [
-            signing.evidence(mine, None, blob.decode("utf-8", "replace"), None)[1] for _l, blob in found
-        ]
-        same = [
-            e
-            for e in envelopes
-            if e.get("key") and e.get("statement") and provenance.same_build(e["statement"], wanted)
-        ]
-        planned = [blob for _layer, blob in found]
-        if same:
-            return {"pushed": False, "kept": True, "statement": same[0]["statement"], "planned": planned}
-        body = microvm.canonical(signing.sign_envelope(key, provenance.serialize(wanted)))
-        planned.append(body)
-        if writes:
-            # This key's older statements for the image are replaced (cosign attest --replace); others stay.
-            stale = [found[i][0] for i, e in enumerate(envelopes) if e.get("key")]
-            old = dict(
-                old or {}, layers=[layer for layer in (old or {}).get("layers") or [] if layer not in stale]
-            )
-            layer = microvm.cosign_layer(
-                microvm.MEDIA_DSSE,
-                self.io["oci"].digest_of(body),
-                len(body),
-                predicate_type=provenance.PREDICATE_TYPE,
-            )
-            self._push_cosign(registry, repo, digest, microvm.ATTESTATION_SUFFIX, old, [layer], [body])
-        return {"pushed": True, "kept": False, "statement": wanted, "planned": planned}
-
-    def _verify_all(self, registry, settings, repository, names, built, planned):
-        """Each image's signature and provenance read back from the registry (in check mode, what the tags
-        would hold) and judged with the trust policy; the first that fails is refused, naming the image, the
-        key and the check, before the snippets that name the images are returned."""
-        signing = self.io["signing"]
-        started = time.monotonic()
-        report = {}
-        for name in built:
-            repo = "%s/%s" % (repository, names[name])
-            image = "%s/%s" % (settings["host"], repo)
-            digest = built[name]["digest"]
-            if not self.check or name not in planned:
-                sigs = [
-                    (microvm.layer_signature(layer), payload)
-                    for layer, payload in self._read_cosign(
-                        registry, repo, digest, microvm.SIGNATURE_SUFFIX, microvm.MEDIA_SIMPLE_SIGNING
-                    )[1]
-                ]
-                envelopes = [
-                    blob
-                    for _layer, blob in self._read_cosign(
-                        registry, repo, digest, microvm.ATTESTATION_SUFFIX, microvm.MEDIA_DSSE
-                    )[1]
-                ]
-            else:
-                sigs, envelopes = planned[name]["sig"], planned[name]["att"]
-            signatures = [
-                {
-                    "key": signing.payload_key(self.ring, sig, payload),
-                    "digest": provenance.signed_digest(payload),
-                }
-                for sig, payload in sigs
-            ]
-            found = [
-                signing.evidence(self.ring, None, blob.decode("utf-8", "replace"), None)[1]
-                for blob in envelopes
-            ]
-            verdict = provenance.judge_image(
-                image,
-                digest,
-                settings["family"],
-                self.params.get("stream"),
-                settings["policy"],
-                signatures,
-                found,
-            )
-            if not verdict.pop("ok"):
-                raise Refusal(
-                    None,
-                    verdict.pop("message"),
-                    "no MicroVMSpec or CAPMVM snippet names it",
-                    image=name,
-                    reference="%s@%s" % (image, digest),
-                    **verdict,
-                )
-            verdict["reference"] = "%s@%s" % (image, digest)
-            report[name] = verdict
-            self.log("%s: %s" % (name, verdict["message"]))
-        self.log("verified %d images in %.2f s" % (len(report), time.monotonic() - started))
-        return report
 
 
 def _read_errors():
