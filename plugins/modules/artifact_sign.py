@@ -258,7 +258,7 @@ def run(params, check_mode=False, now=_now):
     sig_path, env_path = p["signature_path"] or sig_path, p["provenance_path"] or env_path
     for target in (sig_path, env_path):
         folder = os.path.dirname(os.path.abspath(target))
-        artifact.check_dest_folder(target, folder, os.path.isdir(folder))
+        artifact.check_dest_folder(target, folder, os.path.isdir(folder), os.path.isdir(target))
 
     plan = signing.signing_plan(
         key, digest["sha256"], wanted, signing.read_text(sig_path), signing.read_text(env_path), p["force"]

@@ -37,10 +37,15 @@ def pick_compression(requested, zstd_ok, zstd_error=""):
     )
 
 
-def check_dest_folder(dest, folder, exists):
-    """The artifact is written into an existing directory (``exists``: the caller looked); none is made."""
+def check_dest_folder(dest, folder, exists, is_dir=False):
+    """The artifact is written into an existing directory (``exists``: the caller looked); none is made.
+    ``dest`` itself must not be a directory (``is_dir``): writing there fails half-way otherwise."""
     if not exists:
         raise Refusal("artifact %s" % dest, "its directory %s does not exist" % folder, "create it first")
+    if is_dir:
+        raise Refusal(
+            "artifact %s" % dest, "it is a directory, not a file", "name a file path; nothing was written"
+        )
 
 
 def convert_options(compression):

@@ -28,6 +28,7 @@ __metaclass__ = type
 
 import base64
 import binascii
+import datetime
 import hashlib
 import json
 import re
@@ -130,6 +131,7 @@ def statement(subject, inputs, builder, time, parameters=None):
     playbook. Inputs are sorted by name so the same build gives the same statement.
     """
     subject = resource(subject.get("name"), subject.get("digest"), "subject")
+    check_time(time)
     deps = [resource(i.get("name"), i.get("digest"), uri=i.get("uri")) for i in inputs or []]
     names = [d["name"] for d in deps]
     twice = sorted(set(n for n in names if names.count(n) > 1))
@@ -156,6 +158,17 @@ def statement(subject, inputs, builder, time, parameters=None):
             },
         },
     }
+
+
+def check_time(value):
+    """A statement's time is RFC 3339 UTC to the second (``2026-12-01T09:30:00Z``), the form every producer
+    writes and every report compares; anything else is refused before it is signed."""
+    try:
+        datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError):
+        raise ProvenanceError(
+            "time %r is not an RFC 3339 UTC time to the second; give it as 2026-12-01T09:30:00Z" % (value,)
+        ) from None
 
 
 def serialize(doc):

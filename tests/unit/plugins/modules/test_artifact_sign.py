@@ -101,6 +101,14 @@ def test_nothing_is_written_when_the_key_or_an_input_is_wrong(made):
     with pytest.raises(Refusal, match=r"its directory .*/none does not exist; create it first"):
         artifact_sign.run(sign_params(made, signature_path=str(made / "none" / "x.sig")), now=now)
     assert files(made) == before
+    (made / "isdir.jsonl").mkdir()
+    before = sorted(p.name for p in made.iterdir())
+    with pytest.raises(Refusal, match=r"isdir\.jsonl: it is a directory, not a file; name a file path"):
+        artifact_sign.run(sign_params(made, provenance_path=str(made / "isdir.jsonl")), now=now)
+    for bad in ("yesterday", "2026-13-45T99:00:00Z", "2026-12-01T00:00:00+05:00", "2026-12-01", ""):
+        with pytest.raises(PipelineError, match="is not an RFC 3339 UTC time to the second"):
+            artifact_sign.run(sign_params(made, time=bad or None), now=lambda: "")
+    assert sorted(p.name for p in made.iterdir()) == before
 
 
 def test_the_key_options_are_secret_and_one_of_them_is_required():
