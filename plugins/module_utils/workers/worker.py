@@ -449,8 +449,9 @@ def refuse_edited(entry, live, namespace=NAMESPACE):
     listed = ", ".join("%s %s -> %s" % (field, _shown(old), _shown(new)) for field, old, new in changes)
     raise Refusal(
         entry["subject"],
-        "the entry was edited after its golden DataVolume %s/%s exists (%s), and a DataVolume spec cannot "
-        "be changed in place" % (namespace, entry["name"], listed),
+        "the entry was edited after its golden DataVolume %s/%s exists, or that DataVolume was made by "
+        "someone else (%s), and a DataVolume spec cannot be changed in place"
+        % (namespace, entry["name"], listed),
         "add a new (schematicID, version) entry with the new values, move the pools to it, then remove the "
         "old entry (that stops managing the old golden; it is never deleted)",
         changes=[{"field": f, "live": o, "entry": n} for f, o, n in changes],

@@ -413,7 +413,8 @@ def test_refusals_write_nothing_and_say_why(lab, world):
         "base URL (default https://factory.talos.dev), or the base URL of the mirror bucket" % SCHEMATIC,
         "edited entry": "images[0] (schematicID '%s', version 'v1.13.1'): the entry was edited after "
         "its golden "
-        "DataVolume %s exists (storage 64Mi -> 128Mi, storageClass %s -> %s), and a DataVolume spec "
+        "DataVolume %s exists, or that DataVolume was made by someone else "
+        "(storage 64Mi -> 128Mi, storageClass %s -> %s), and a DataVolume spec "
         "cannot be "
         "changed in place; add a new (schematicID, version) entry with the new values, move the "
         "pools to it, then "

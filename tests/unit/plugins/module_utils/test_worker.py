@@ -198,7 +198,8 @@ def test_edited_entry_refused_with_each_field():
         w.refuse_edited(entry(storage="8Gi", storageClass="fast", imageFactoryURL="https://m.example"), live)
     assert exc.value.msg == (
         "images[0] (schematicID %r, version 'v1.13.0'): the entry was edited after its golden DataVolume "
-        "cozy-public/%s exists (source URL https://factory.talos.dev/image/%s/v1.13.0/openstack-amd64.raw.xz "
+        "cozy-public/%s exists, or that DataVolume was made by someone else "
+        "(source URL https://factory.talos.dev/image/%s/v1.13.0/openstack-amd64.raw.xz "
         "-> https://m.example/image/%s/v1.13.0/openstack-amd64.raw.xz, storage 6Gi -> 8Gi, storageClass "
         "replicated -> fast), and a DataVolume spec cannot be changed in place; add a new "
         "(schematicID, version) "
