@@ -422,7 +422,8 @@ def test_refusals_write_nothing_and_say_why(lab, world):
         % (SCHEMATIC, ref, world.cls, world.copy_cls),
         "edited empty class": "images[0] (schematicID '%s', version 'v1.13.2'): the entry was edited "
         "after its "
-        "golden DataVolume %s/talos-worker-%s-v1.13.2 exists (storageClass '' -> %s), and a "
+        "golden DataVolume %s/talos-worker-%s-v1.13.2 exists, or that DataVolume was made by "
+        "someone else (storageClass '' -> %s), and a "
         "DataVolume spec cannot "
         "be changed in place; add a new (schematicID, version) entry with the new values, move the "
         "pools to it, "
