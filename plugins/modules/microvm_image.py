@@ -68,8 +68,13 @@ description:
     uses for Linux (empty machine-id, no SSH host keys, no cloud-init instance state, no build
     authorized_keys, no core dumps, small C(/var/log)) and reports them; O(require_sealed) refuses an
     unsealed image.
-  - Refused before anything is written, among others, are a directory given as O(src), and an image that
-    ends before one of its partitions does (a truncated download or copy).
+  - A root whose C(/etc/fstab) mounts a filesystem from a disk (not tmpfs, NFS or a bind mount) where
+    the image needs files at boot - C(/usr) and below, C(/lib*), C(/bin), C(/sbin), C(/etc), C(/var) -
+    is refused naming the fstab line, the root read and O(partition); the rootfs would hold that mount
+    point empty. Such a filesystem is not merged into the rootfs; merge it into the root first.
+  - Refused before anything is written, among others, are a directory given as O(src), a O(dest) that
+    is a file (or under one), and an image that ends before one of its partitions does (a truncated
+    download or copy).
   - A malformed image is refused, never a traceback. A qcow2 header is checked against qemu's limits
     and the file before it is read (a table past the end, an oversized L1 or refcount table, an unknown
     incompatible feature, encryption), naming the field; what a reader then trips over (a GPT entry or
@@ -112,8 +117,10 @@ options:
         ext4 volume label), or its LVM2 logical volume as C(<vg>/<lv>). Needed when the root is on a
         partition of a non-Linux type.
       - Omitted, the largest ext2/3/4, XFS or btrfs partition of a Linux type or logical volume is taken
-        (a discoverable-root GPT type before the generic Linux filesystem type and logical volumes); a tie
-        is refused, and a choice among several is said in the result's C(warnings) with the others.
+        (a discoverable-root GPT type before the generic Linux filesystem type and logical volumes, then
+        one whose filesystem has C(/etc/fstab) or C(/sbin/init) before a larger one, as a separate
+        C(/usr) volume is larger than its root); a tie is refused, and a choice among several is said in
+        the result's C(warnings) with the others.
     type: str
   kernel_version:
     description:
@@ -184,8 +191,10 @@ options:
   sparse_files:
     description:
       - What to do with a sparse file, one whose holes (ranges without data, and unwritten extents) come
-        to at least O(sparse_threshold) bytes. Holes are found from the file's extents and never read
-        (on ext2/3/4; XFS and btrfs files are not measured and count as having none).
+        to at least O(sparse_threshold) bytes. Holes are found from the file's extent map and never read,
+        on ext2/3/4, XFS (holes and unwritten extents of the data fork) and btrfs (gaps, hole and
+        preallocated extents); a map that cannot be read is measured by the file's size against the
+        blocks its inode says it holds.
       - flintlock's unpacker (containerd's archive apply, over Go's C(archive/tar)) gives a sparse tar
         entry's holes back as zeros and writes every byte, so no layer keeps a hole in the guest; each
         sparse file is listed in RV(sparse) with its apparent and allocated size.
@@ -859,6 +868,23 @@ class Runner:
                 found.append(volume)
         return found
 
+    def _rootlike(self, image, parts):
+        """The numbers of the root candidates whose filesystem has /etc/fstab or /sbin/init, when there is
+        more than one candidate (a separate /usr volume is larger than its root)."""
+        candidates = microvm.root_candidates(parts)
+        if len(candidates) < 2:
+            return ()
+        found = set()
+        for part in candidates:
+            try:
+                view = self._tree(image, part).view
+                if view.exists("etc/fstab") or view.exists("sbin/init"):
+                    found.add(part["number"])
+            except (PipelineError,) + READ_ERRORS:
+                # Unreadable here, it is read (and refused naming why) only if chosen.
+                continue
+        return found
+
     def _boot(self, image, parts, root, tree):
         """The root's entries with a separate /boot partition's seen mounted at ``boot``, and that
         partition, when the root holds no kernel; else ``(tree, None)``."""
@@ -905,6 +931,7 @@ class Runner:
         layout = None
         if params.get("dest"):
             layout = self.io["oci"].Layout(params["dest"])
+            microvm.check_dest_kind(params["dest"], layout.kind())
             listing = layout.listing()
             microvm.check_dest_layout(params["dest"], listing, bool(listing) and layout.exists())
             self.index = microvm.layout_index(params["dest"], layout.index_bytes())
@@ -933,13 +960,18 @@ class Runner:
     def _run(self, settings, layout, image, parts):
         params = self.params
         microvm.check_within(params["src"], parts, image.virtual_size)
-        part = microvm.choose_partition(params["src"], parts, params.get("partition"))
+        rootlike = () if params.get("partition") else self._rootlike(image, parts)
+        part = microvm.choose_partition(params["src"], parts, params.get("partition"), rootlike)
         chosen = microvm.root_choice_note(parts, part, params.get("partition"))
         if chosen:
             self.table_notes.append(chosen)
         self.fs = fs = self._tree(image, part)
         self.tree = tree = fs.walk(progress=lambda n: self.log("walked %d entries" % n))
         self.log("walked %d entries" % len(tree))
+        fstab = tree.get("etc/fstab")
+        if fstab is not None and fstab.kind == "file":
+            text = self._data(fstab.inum).read(1024 * 1024).decode("utf-8", "replace")
+            microvm.check_root_mounts(params["src"], part, text)
 
         kernel_arcname = microvm.kernel_path_for(params["hypervisor"], params.get("kernel_path"))
         kernel_tree, boot = self._boot(image, parts, part, tree)

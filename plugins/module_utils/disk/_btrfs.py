@@ -106,6 +106,18 @@ class BtrfsTree(_ext4.Ext4Tree):
     def _rdev(self, node):
         return _device_numbers(node.inode.rdev)
 
+    def _holes_of(self, path, node, size):
+        """Holes (gaps and hole extents, disk_bytenr 0) and preallocated extents (the reader gives them as
+        gaps) from the file's extent items; an inline file has none."""
+        try:
+            extents = node.extents()
+        except Exception:  # an unreadable map is measured another way, below
+            # The bytes the inode says it holds against its size: a lower bound.
+            return max(0, size - node.inode.nbytes)
+        if extents is None:
+            return 0
+        return min(size, sum(e.length for e in extents if not e.disk_offset))
+
     def _attributes(self, path, node, entry):
         from dissect.btrfs.c_btrfs import c_btrfs
 

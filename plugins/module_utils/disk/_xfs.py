@@ -89,6 +89,17 @@ class XfsTree(_ext4.Ext4Tree):
     def _rdev(self, node):
         return _device_numbers(node.datafork().read(4))
 
+    def _holes_of(self, path, node, size):
+        """Holes and unwritten extents from the data fork's extent map; a local (inline) fork has none."""
+        if node.inode.di_format not in MAPPED_FORMATS:
+            return 0
+        try:
+            runs = _written_runs(node)
+        except Exception:  # an unreadable map is measured another way, below
+            # Blocks the inode says it holds (data and map blocks) against its size: a lower bound.
+            return max(0, size - node.inode.di_nblocks * self.fs.block_size)
+        return min(size, sum(count for block, count in runs if block is None) * self.fs.block_size)
+
     def _attributes(self, path, node, entry):
         raw = node.inode
         if not raw.di_forkoff:

@@ -245,6 +245,22 @@ class Layout:
     def exists(self):
         return os.path.isfile(os.path.join(self.path, "oci-layout"))
 
+    def kind(self):
+        """What is at the path: ``directory``, ``missing``, or what else (a file, a broken symlink)."""
+        if os.path.isdir(self.path):
+            return "directory"
+        if os.path.isfile(self.path):
+            return "a regular file"
+        if os.path.lexists(self.path):
+            return "a broken symlink" if os.path.islink(self.path) else "a special file"
+        # A missing path under a file (a/file/oci) cannot be made a directory either.
+        parent = os.path.dirname(self.path)
+        while parent and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):
+            return "under %s, which is not a directory" % parent
+        return "missing"
+
     def listing(self):
         return sorted(os.listdir(self.path)) if os.path.isdir(self.path) else None
 

@@ -371,13 +371,20 @@ def _root_rank(part):
     return 0
 
 
-def choose_partition(src, partitions, selector=None):
+def root_candidates(partitions):
+    """The partitions ``choose_partition`` chooses the root among when no ``partition`` is given."""
+    return [p for p in partitions if reads(p) and _root_rank(p)]
+
+
+def choose_partition(src, partitions, selector=None, rootlike=()):
     """The partition that holds the root filesystem.
 
     ``selector`` is a partition number (int or digits) or a label (GPT partition name or ext4 volume
     label). Without it, the Linux-typed partitions holding a filesystem this module reads are
-    candidates: a discoverable-root type wins over the generic Linux type, then the largest; a tie is
-    refused. A refusal names what the partitions hold that is recognised but not read.
+    candidates: a discoverable-root type wins over the generic Linux type, then one whose number is in
+    ``rootlike`` (its filesystem has /etc/fstab or /sbin/init: a separate /usr volume is larger than the
+    root it belongs to), then the largest; a tie is refused. A refusal names what the partitions hold
+    that is recognised but not read.
     """
     listing = "; ".join(describe(p) for p in partitions) or "none"
     if not partitions:
@@ -406,7 +413,7 @@ def choose_partition(src, partitions, selector=None):
                 ),
             )
         return part
-    candidates = [p for p in partitions if reads(p) and _root_rank(p)]
+    candidates = root_candidates(partitions)
     if not candidates:
         sentences, moves = _unread(partitions)
         raise Refusal(
@@ -421,11 +428,52 @@ def choose_partition(src, partitions, selector=None):
     return _best(
         src,
         candidates,
-        _root_rank,
+        lambda p: (_root_rank(p), p["number"] in rootlike),
         max,
         "Linux partition could be the root",
         "set partition to the root's number or label",
     )
+
+
+# Mount points the image needs at boot, before anything mounts them: the rootfs image must hold them.
+BOOT_MOUNTS = ("/usr", "/bin", "/sbin", "/etc", "/var")
+BOOT_MOUNT_PREFIXES = ("/usr/", "/lib")
+# Filesystems fstab mounts that are not on a disk (nothing of the image is missing from the rootfs).
+VIRTUAL_FILESYSTEMS = ("tmpfs", "proc", "sysfs", "devpts", "devtmpfs", "nfs", "nfs4", "cifs", "swap", "none")
+
+
+def boot_mounts(fstab):
+    """``[(line, mount point)]`` of the fstab lines (its text) that mount a filesystem from a disk where
+    the image needs files at boot (``BOOT_MOUNTS``, ``/usr/*``, ``/lib*``)."""
+    found = []
+    for line in fstab.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 3:
+            continue
+        where = norm(fields[1].replace("\\040", " ")).rstrip("/")
+        where = "/" + where.lstrip("/")
+        options = fields[3].split(",") if len(fields) > 3 else []
+        if fields[2] in VIRTUAL_FILESYSTEMS or "bind" in options:
+            continue
+        if where in BOOT_MOUNTS or where.startswith(BOOT_MOUNT_PREFIXES):
+            found.append((line.strip(), where))
+    return found
+
+
+def check_root_mounts(src, part, fstab):
+    """A root whose /etc/fstab mounts another filesystem at a mount point the image needs at boot (a
+    separate /usr volume) would ship that mount point empty: refused naming the line, the root read, and
+    the moves."""
+    found = boot_mounts(fstab or "")
+    if found:
+        raise Refusal(
+            "%s %s" % (src, describe(part)),
+            "is the root read, and its /etc/fstab mounts another filesystem where the image needs files at "
+            "boot (%s); the rootfs image would hold that mount point empty"
+            % "; ".join("%s: %r" % (where, line) for line, where in found),
+            "merge that filesystem into the root (for example copy /usr into the root volume and drop the "
+            "fstab line) and build from that disk, or set partition to the volume that holds the whole root",
+        )
 
 
 def root_choice_note(partitions, part, selector=None):
@@ -1518,6 +1566,17 @@ def source_date_epoch(given, environ_value=None):
     if epoch < 0:
         raise Refusal("source_date_epoch %s" % epoch, "is before 1970", "give seconds since 1970")
     return epoch
+
+
+def check_dest_kind(dest, kind):
+    """``dest`` is a directory, or missing (it is created); ``kind`` names what is there otherwise (a
+    regular file, a device), which the layout would be written over or fail on after the disk was read."""
+    if kind not in ("directory", "missing"):
+        raise Refusal(
+            "dest %s" % dest,
+            "is %s, not a directory; an OCI image layout is a directory" % kind,
+            "point dest at an empty or new directory, or at an existing OCI layout (the file is left as is)",
+        )
 
 
 def check_dest_layout(dest, listing, is_layout):

@@ -36,3 +36,17 @@ def test_a_dangling_kernel_symlink_is_refused_naming_its_target(tmp_path):
     ):
         run(src=str(src), dest=str(tmp_path / "oci"))
     assert not (tmp_path / "oci").exists()
+
+
+@pytest.mark.parametrize("where", ["oci", "oci/layout"])
+def test_a_dest_that_is_a_file_or_under_one_is_refused_before_the_disk_is_read(tmp_path, where):
+    """A regular file at dest (or above it) is named before the disk is opened: the src here is no disk
+    at all, so reaching it would be refused for another reason."""
+    (tmp_path / "oci").write_text("someone's file")
+    src = tmp_path / "not-a-disk.raw"
+    src.write_bytes(b"\x00" * 4096)
+    with pytest.raises(Refusal) as refused:
+        run(src=str(src), dest=str(tmp_path / where))
+    assert refused.value.msg.startswith("dest %s: is " % (tmp_path / where)), refused.value.msg
+    assert "not a directory" in refused.value.msg and "point dest at" in refused.value.msg
+    assert (tmp_path / "oci").read_text() == "someone's file"

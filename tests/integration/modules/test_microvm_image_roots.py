@@ -312,3 +312,37 @@ def test_a_physical_volume_whose_metadata_is_damaged_is_named(lvm, tmp_path):
         run(src=str(damaged), dest=str(tmp_path / "oci"))
     assert "partition 2 holds an LVM2 physical volume whose metadata cannot be read" in refused.value.msg
     assert not (tmp_path / "oci").exists()
+
+
+@pytest.fixture(scope="module")
+def usr_split(made):
+    """The installers' separate /usr: logical volume ``vgu/root`` whose /etc/fstab mounts
+    ``/dev/mapper/vgu-usr`` at /usr, and ``vgu/usr``, larger than the root."""
+    if os.geteuid() != 0:
+        pytest.skip(
+            "pvcreate and vgcfgrestore write the LVM2 metadata through a loop device, which needs root"
+        )
+    work = made["work"] / "usr-split"
+    fstab = "/dev/mapper/vgu-root / ext4 defaults 0 1\n/dev/mapper/vgu-usr /usr ext4 defaults 0 2\n"
+    tree = parts.root_tree(work / "tree", changes={"etc/fstab": fstab})
+    root = parts.ext4_root(tree, work / "root.ext4")
+    usr_tree = work / "usr-tree"
+    disks.write_tree(usr_tree, {"bin/env": b"#!/bin/true\n", "share/doc/x": "d"})
+    usr = parts.ext4_root(usr_tree, work / "usr.ext4", size=96 * disks.MIB)
+    return parts.lvm_disk(work / "lvm.raw", root, vg="vgu", extra={"usr": usr})
+
+
+@pytest.mark.parametrize("partition", [None, "vgu/root"])
+def test_a_root_whose_fstab_mounts_usr_from_another_volume_is_refused_naming_the_line(
+    usr_split, tmp_path, partition
+):
+    """Without partition the root is the volume with /etc/fstab, not the larger /usr volume; either way
+    its fstab's /usr line is named before anything is written, not shipped as an empty /usr."""
+    dest = tmp_path / "oci"
+    with pytest.raises(Refusal) as refused:
+        run(src=str(usr_split["path"]), dest=str(dest), partition=partition)
+    message = refused.value.msg
+    assert "logical volume vgu/root on partition 2" in message, message
+    assert "/usr: '/dev/mapper/vgu-usr /usr ext4 defaults 0 2'" in message, message
+    assert "set partition to" in message and "merge that filesystem into the root" in message
+    assert not dest.exists()

@@ -326,16 +326,22 @@ def _lv_text(name: str, segments: list[tuple[int, int]]) -> str:
     return "\n".join(lines + ["\t\t}"])
 
 
-def lvm_disk(path: pathlib.Path, root: pathlib.Path, vg: str = "vgt") -> dict:
+def lvm_disk(path: pathlib.Path, root: pathlib.Path, vg: str = "vgt", extra: dict | None = None) -> dict:
     """A GPT disk whose partition 2 (type 8e00) is an LVM2 physical volume of volume group ``vg`` with
     two visible linear logical volumes: ``root`` (one segment holding ``root``, a filesystem image, at
     the first extent) and ``split`` (two segments, after it). The metadata is written by LVM2's own
     tools (pvcreate, vgcreate, vgcfgrestore) on a loop device; nothing is activated, as no
-    device-mapper is needed to write metadata, and the filesystem is then copied to its extents."""
+    device-mapper is needed to write metadata, and the filesystem is then copied to its extents.
+    ``extra`` ({name: filesystem image}) adds one linear volume each, after ``split``."""
     root_extents = -(-root.stat().st_size // LVM_EXTENT)
+    placed, first = [], root_extents + 6
+    for name, image in (extra or {}).items():
+        count = -(-image.stat().st_size // LVM_EXTENT)
+        placed.append((name, image, first, count))
+        first += count
     pv = path.with_suffix(".pv")
     with open(pv, "wb") as handle:
-        handle.truncate(MIB + (root_extents + 6) * LVM_EXTENT)
+        handle.truncate(MIB + first * LVM_EXTENT)
     loop = disks.run("losetup", "--find", "--show", pv).strip()
     only = ("--devices", loop)
     try:
@@ -349,6 +355,9 @@ def lvm_disk(path: pathlib.Path, root: pathlib.Path, vg: str = "vgt") -> dict:
                 "\tlogical_volumes {",
                 _lv_text("root", [(0, root_extents)]),
                 _lv_text("split", [(root_extents, 2), (root_extents + 3, 2)]),
+            ]
+            + [_lv_text(name, [(at, count)]) for name, _image, at, count in placed]
+            + [
                 "\t}",
             ]
         )
@@ -360,6 +369,8 @@ def lvm_disk(path: pathlib.Path, root: pathlib.Path, vg: str = "vgt") -> dict:
     finally:
         disks.run("losetup", "-d", loop)
     disks.place(pv, root, pe_start)
+    for _name, image, at, _count in placed:
+        disks.place(pv, image, pe_start + at * LVM_EXTENT)
     made = gpt_disk(path, pv, kind="8e00")
     pv.unlink()
     return dict(made, pe_start=pe_start)

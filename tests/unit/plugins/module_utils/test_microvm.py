@@ -15,6 +15,8 @@ import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm import _kernel, microvm
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.microvm.microvm import Entry
+from hypothesis import given
+from hypothesis import strategies as st
 
 try:
     from compression import zstd
@@ -690,6 +692,17 @@ def test_a_volume_is_sized_for_its_files_and_the_filesystem():
     assert microvm.volume_size_mb(100 * MIB + 1) == 185
 
 
+def test_a_dest_that_is_not_a_directory_is_refused_naming_it():
+    microvm.check_dest_kind("/srv/oci", "directory")
+    microvm.check_dest_kind("/srv/oci", "missing")
+    with pytest.raises(
+        Refusal,
+        match=r"dest /srv/oci: is a regular file, not a directory; an OCI image layout is a directory; "
+        r"point dest at an empty or new directory",
+    ):
+        microvm.check_dest_kind("/srv/oci", "a regular file")
+
+
 def test_a_directory_and_a_truncated_image_are_named_as_such():
     microvm.check_source("/srv/disk.raw", False)
     with pytest.raises(
@@ -1130,3 +1143,52 @@ def test_a_root_chosen_among_several_candidates_is_said_with_the_others():
     assert note.endswith("set partition to read another")
     assert microvm.root_choice_note([boot, data, root], root, "3") is None
     assert microvm.root_choice_note([part(1, 64, "vfat"), root], root) is None
+
+
+# A root whose fstab mounts what the image needs at boot ------------------------------------------
+
+
+def test_the_root_is_the_candidate_with_fstab_or_init_before_a_larger_one():
+    parts = [part(1, size=40 * MIB), part(2, size=200 * MIB)]
+    assert microvm.choose_partition("disk.raw", parts)["number"] == 2
+    assert microvm.choose_partition("disk.raw", parts, rootlike={1})["number"] == 1
+    assert microvm.choose_partition("disk.raw", parts, "2", rootlike={1})["number"] == 2
+
+
+def test_fstab_lines_mounting_what_the_image_needs_at_boot_are_found():
+    fstab = (
+        "# comment\n"
+        "UUID=1 / ext4 defaults 0 1\n"
+        "/dev/mapper/vg-usr /usr ext4 defaults 0 2\n"
+        "LABEL=var /var/ xfs defaults 0 2\n"
+        "/dev/vg/lib /lib64 ext4 ro 0 2\n"
+        "/dev/vg/data /srv ext4 defaults 0 2\n"
+        "tmpfs /var tmpfs defaults 0 0\n"
+        "/srv/usr /usr none bind 0 0\n"
+        "UUID=2 none swap sw 0 0\n"
+        "short line\n"
+    )
+    assert [where for _line, where in microvm.boot_mounts(fstab)] == ["/usr", "/var", "/lib64"]
+    assert microvm.boot_mounts("UUID=1 / ext4 defaults 0 1\n/dev/sda2 /usrdata ext4 defaults 0 2\n") == []
+
+
+def test_a_root_whose_fstab_mounts_usr_elsewhere_is_refused_naming_the_line_and_partition():
+    microvm.check_root_mounts("d.raw", part(1), "UUID=1 / ext4 defaults 0 1\n")
+    microvm.check_root_mounts("d.raw", part(1), None)
+    with pytest.raises(Refusal) as refused:
+        microvm.check_root_mounts("d.raw", part(1), "/dev/mapper/vg-usr /usr ext4 defaults 0 2\n")
+    assert "/usr: '/dev/mapper/vg-usr /usr ext4 defaults 0 2'" in refused.value.msg
+    assert refused.value.msg.startswith("d.raw partition 1")
+    assert "set partition to" in refused.value.msg
+
+
+@given(
+    st.sampled_from(
+        ["/usr", "/usr/local", "/usr/", "//usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/var"]
+    ),
+    st.sampled_from(["ext4", "xfs", "btrfs", "auto"]),
+    st.sampled_from(["/dev/mapper/vg-x", "/dev/vg/x", "UUID=abc", "LABEL=x", "PARTLABEL=x"]),
+)
+def test_any_disk_filesystem_at_a_boot_mount_point_is_refused(where, kind, device):
+    with pytest.raises(Refusal):
+        microvm.check_root_mounts("d.raw", part(1), "%s %s %s defaults 0 2\n" % (device, where, kind))
