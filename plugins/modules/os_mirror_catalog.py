@@ -26,7 +26,13 @@ description:
     keys of its C(signature) and C(provenance) objects; those objects are not catalogued themselves.
   - The catalog holds the trust policy of the mirror (O(trust)), which the imports of mirrored images
     (M(goldenimage.pipeline.os_mirror_verify), the C(goldenimage.pipeline.linux_golden) role) verify
-    against. Left out, the policy the catalog already holds is kept.
+    against, once the catalog's signature verifies with a key they pin. Left out, the policy the catalog
+    already holds is kept.
+  - Given a signing key (O(key_path) or O(key)), the catalog is signed where it is written,
+    C(<catalog_key>.sig), a detached signature over its bytes as C(cosign sign-blob --key) writes it,
+    which M(goldenimage.pipeline.os_mirror_verify)
+    O(goldenimage.pipeline.os_mirror_verify#module:catalog_public_keys) verifies before it reads the
+    policy. A signature the key already made over the same bytes is kept.
   - Each C(source_url) is written redacted (no user-info, no signature or token query values), also for
     an object stored before the mirror refused such URLs.
 author:
@@ -56,6 +62,7 @@ options:
         refused.
     type: dict
 extends_documentation_fragment:
+  - goldenimage.pipeline.signing
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.actiongroup_s3
@@ -73,9 +80,10 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Keep the trust policy of the mirror in its catalog
+- name: Keep the trust policy of the mirror in its catalog, signed by the catalog key
   goldenimage.pipeline.os_mirror_catalog:
     bucket: cdi-os-images
+    key_path: keys/catalog.pem
     trust:
       rules:
         - name: mirror-2026
@@ -146,6 +154,20 @@ ignored:
   type: list
   elements: str
   sample: [README.txt]
+signature:
+  description: The catalog's detached signature, when a signing key is given.
+  returned: when a signing key is given
+  type: dict
+  contains:
+    key:
+      description: Its object key, C(<catalog_key>.sig).
+      type: str
+    key_id:
+      description: The signing key's id, the SHA-256 (hex) of its DER SubjectPublicKeyInfo.
+      type: str
+    changed:
+      description: Whether it was (or, in check mode, would be) written.
+      type: bool
 problems:
   description: Objects left out because their metadata does not prove their digest.
   returned: success
@@ -160,6 +182,8 @@ import json
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import inputs
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import (
     PipelineError,
     run_module,
@@ -180,11 +204,12 @@ def argument_spec():
         bucket=dict(type="str", required=True),
         catalog_key=dict(type="str", default=mirror.DEFAULT_CATALOG_KEY, no_log=False),
         trust=dict(type="dict"),
+        **provenance.key_options(),
     )
 
 
 def build_module():
-    return s3_module(argument_spec())
+    return s3_module(argument_spec(), mutually_exclusive=[("key_path", "key")])
 
 
 def _parse(body):
@@ -192,6 +217,34 @@ def _parse(body):
         return json.loads(body.decode("utf-8"))
     except ValueError:
         return {"unreadable": body[:200].decode("utf-8", "replace")}
+
+
+def _sign(module, client, bucket, key, body, signing_key):
+    """Sign the catalog's bytes beside it (``<key>.sig``) unless the signature there is the key's over
+    them."""
+    name = provenance.companions(key)[0]
+    digest = hashlib.sha256(body).hexdigest()
+    held = transfer.read_object(client, bucket, name)
+    keyid = signing.key_id(signing_key)
+    # ECDSA signatures are randomised: the one there is verified, never compared byte for byte.
+    proven = signing.evidence(
+        {keyid: signing_key.public_key()},
+        None if held is None else held.decode("utf-8", "replace"),
+        None,
+        digest,
+    )[0]
+    found = {"key": name, "key_id": keyid, "changed": (proven or {}).get("key") != keyid}
+    if found["changed"] and not module.check_mode:
+        text = signing.signature_text(signing.sign_digest(signing_key, digest)).encode("ascii")
+        client.put_object(
+            Bucket=bucket,
+            Key=name,
+            Body=text,
+            ContentType="text/plain",
+            CacheControl="no-cache",
+            ChecksumSHA256=mirror.b64(hashlib.sha256(text).digest()),
+        )
+    return found
 
 
 def run(module):
@@ -202,6 +255,7 @@ def run(module):
     check_endpoint(p["endpoint_url"])
     # Checked before the first request; left out, the policy the catalog holds is kept.
     trust = mirror.trust_section(p["trust"]) if p["trust"] is not None else None
+    signing_key = signing.private_key_from(p)
     result = {"changed": False, "key": key}
     action = "list s3://%s" % bucket
     try:
@@ -233,6 +287,10 @@ def run(module):
                     CacheControl="no-cache",
                     ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
                 )
+        if signing_key is not None:
+            action = "sign s3://%s/%s" % (bucket, key)
+            result["signature"] = _sign(module, client, bucket, key, body, signing_key)
+            result["changed"] = result["changed"] or result["signature"]["changed"]
     except Exception as exc:
         error = call_failed(action, exc)
         if not isinstance(exc, PipelineError):

@@ -17,9 +17,15 @@ description:
     otherwise, naming the object, the key and the check that failed.
   - An object outside the mirror layout (an exported golden) names neither its digest nor its family in its
     key; O(sha256) and O(family) are then required, and its C(sha256) metadata must be O(sha256).
-  - The trust policy is the one the mirror's catalog holds (O(catalog_key), written by
-    M(goldenimage.pipeline.os_mirror_catalog) O(goldenimage.pipeline.os_mirror_catalog#module:trust)); its
-    keys' public halves are the keyring. A catalog without a policy is refused.
+  - The trust policy is pinned by the caller, never taken from the bucket on the bucket's word (anyone who
+    can write the bucket could add a key or a relaxation to it). Either O(trust_policy) gives it (the
+    catalog is then not read), or O(catalog_public_keys) names the keys that may sign the catalog, and the
+    policy the catalog holds (O(catalog_key), written by M(goldenimage.pipeline.os_mirror_catalog)
+    O(goldenimage.pipeline.os_mirror_catalog#module:trust)) is read only once C(<catalog_key>.sig), the
+    detached signature os_mirror_catalog writes, verifies over the catalog's bytes with one of them. With
+    neither the object is refused; an unsigned catalog, one whose signature does not verify, and one
+    without a policy are refused before any verdict.
+  - The policy's keys' public halves (and O(public_keys)) are the keyring.
   - The object's digest is the sha256 its key names; its C(sha256) metadata must agree, and so must
     O(sha256) when given (the digest the import pins). With O(read_object) the stored bytes are hashed as
     well (a full read of the object), so bytes changed under the key are caught here and not only by the
@@ -51,20 +57,30 @@ options:
     description: The object's key, C(<family>/<version>/sha256-<hex>/<filename>) in the mirror layout.
     type: str
   family:
-    description: The family the trust policy judges the object for. Defaults to the family in its key.
+    description:
+      - The family the trust policy judges the object for. Defaults to the family in its key; for a key in
+        the mirror layout, a family other than the key's is refused.
     type: str
   sha256:
     description: The digest the import pins (C(sha256:<hex>) or C(<hex>)); it must be the one the key names.
     type: str
   catalog_key:
-    description: Key of the mirror's catalog, which holds the trust policy.
+    description: Key of the mirror's catalog, which holds the trust policy, read with O(catalog_public_keys).
     type: str
     default: catalog.json
+  catalog_public_keys:
+    description:
+      - The keys that may sign the catalog, each a PEM public key or the path of a file holding one; the
+        catalog's signature must verify with one of them before its policy is read.
+      - Exactly one of O(catalog_public_keys) and O(trust_policy) is required.
+    type: list
+    elements: str
   read_object:
     description: Hash the stored bytes too (reads the whole object once).
     type: bool
     default: false
 extends_documentation_fragment:
+  - goldenimage.pipeline.provenance.trust_policy
   - goldenimage.pipeline.s3
   - goldenimage.pipeline.attributes
   - goldenimage.pipeline.attributes.info_module
@@ -80,11 +96,22 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Verify the mirrored image before it is imported
+- name: Verify the mirrored image before it is imported, against the policy of the signed catalog
   goldenimage.pipeline.os_mirror_verify:
     url: https://s3.example.com/cdi-os-images/debian-12/20260801/sha256-0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9/debian-12.qcow2
     sha256: "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    catalog_public_keys:
+      - "{{ lookup('ansible.builtin.file', 'keys/catalog.pub') }}"
   register: verified
+
+- name: Or with the trust policy given here (the catalog is not read)
+  goldenimage.pipeline.os_mirror_verify:
+    url: "{{ mirrored_image_url }}"
+    trust_policy:
+      rules:
+        - name: mirror-2026
+          public_key: "{{ lookup('ansible.builtin.file', 'keys/mirror.pub') }}"
+          families: [debian-12]
 
 - name: Say who signed it, and from what
   ansible.builtin.debug:
@@ -142,7 +169,9 @@ record:
   returned: always
   type: dict
 trust_policy:
-  description: The catalog's trust policy in its stored form, as the consumers of the golden judge it again.
+  description:
+    - The trust policy the verdict was judged by (O(trust_policy), or the signed catalog's) in its stored
+      form, as the consumers of the golden judge it again.
   returned: always
   type: dict
 seconds:
@@ -151,7 +180,7 @@ seconds:
   type: float
 """
 
-import json
+import hashlib
 import time
 
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import _mirror_transfer as transfer
@@ -176,7 +205,9 @@ def argument_spec():
         family=dict(type="str"),
         sha256=dict(type="str"),
         catalog_key=dict(type="str", default=mirror.DEFAULT_CATALOG_KEY, no_log=False),
+        catalog_public_keys=dict(type="list", elements="str", no_log=False),
         read_object=dict(type="bool", default=False),
+        **provenance.trust_policy_spec(),
     )
 
 
@@ -184,7 +215,7 @@ def build_module():
     return s3_module(
         argument_spec(),
         ("url",),
-        mutually_exclusive=[("url", "key"), ("url", "bucket")],
+        mutually_exclusive=[("url", "key"), ("url", "bucket"), ("trust_policy", "catalog_public_keys")],
         required_one_of=[("url", "key")],
         required_together=[("bucket", "key")],
     )
@@ -202,8 +233,8 @@ def _text(body):
 
 
 def run(params):
-    """The runner: reads the catalog's policy, the object's HEAD and its companions; judges; returns or
-    refuses before anything is imported."""
+    """The runner: takes the pinned policy (or reads the catalog's, signed by a pinned key), the object's
+    HEAD and its companions; judges; returns or refuses before anything is imported."""
     p = params
     started = time.monotonic()
     check_endpoint(p["endpoint_url"])
@@ -214,7 +245,8 @@ def run(params):
         bucket, key = p["bucket"], p["key"]
     catalog_key = inputs.object_key(p["catalog_key"], "catalog_key")
     where = "s3://%s/%s" % (bucket, key)
-    parsed = mirror.parse_key(key) or mirror.named_object(key, p["sha256"], p["family"], where)
+    in_layout = mirror.parse_key(key)
+    parsed = in_layout or mirror.named_object(key, p["sha256"], p["family"], where)
     digest = parsed["sha256"]
     if p["sha256"] and mirror.normalize_sha256(p["sha256"]) != digest:
         raise Refusal(
@@ -223,20 +255,18 @@ def run(params):
             % (mirror.normalize_sha256(p["sha256"]), digest),
             "import the object whose key names the pinned digest",
         )
-    family = p["family"] or parsed["family"]
+    family = mirror.judged_family(in_layout, p["family"], where)
+    catalog = "catalog s3://%s/%s" % (bucket, catalog_key)
+    # The policy is the caller's, or the catalog's once a key the caller pins proves its bytes.
+    policy = mirror.pinned_policy(p["trust_policy"], p["catalog_public_keys"], catalog, where)
+    catalog_ring = signing.keyring_of(p["catalog_public_keys"], "catalog_public_keys")
     client = s3_client_from_params(p)
-    body = _read(client, bucket, catalog_key)
-    try:
-        document = json.loads(body.decode("utf-8")) if body is not None else None
-    except ValueError:
-        document = {"unreadable": True}
-    policy = mirror.catalog_trust(document, "catalog s3://%s/%s" % (bucket, catalog_key))
     if policy is None:
-        raise Refusal(
-            "catalog s3://%s/%s" % (bucket, catalog_key),
-            "it holds no trust policy, so %s cannot be verified" % where,
-            "give os_mirror_catalog its trust option (the keys that may sign each family)",
-        )
+        body = _read(client, bucket, catalog_key)
+        sig = _read(client, bucket, provenance.companions(catalog_key)[0]) if body is not None else None
+        body_digest = hashlib.sha256(body).hexdigest() if body is not None else None
+        signed, _unused = signing.evidence(catalog_ring, _text(sig), None, body_digest)
+        policy = mirror.signed_catalog_policy(body, signed, catalog, where)
     try:
         held = transfer.head(client, bucket, key)
     except Exception as exc:
@@ -248,7 +278,7 @@ def run(params):
         seen["sha256"] = transfer.hash_object(client, bucket, key)
     companions = provenance.companions(key)
     texts = [_text(_read(client, bucket, name)) for name in companions]
-    ring = signing.keyring(provenance.public_keys(policy))
+    ring = signing.keyring_of(p["public_keys"], extra=provenance.public_keys(policy))
     # The signatures are checked over the digest the key names: an object whose bytes (or metadata)
     # differ from it is refused as signed for other bytes.
     signature, found = signing.evidence(ring, texts[0], texts[1], digest)

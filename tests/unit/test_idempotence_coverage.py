@@ -41,7 +41,7 @@ READ_ONLY = {
     "datavolume_wait": "polls a DataVolume's status; writes nothing",
     "dbinstance_spec": "validates and defaults a spec against the catalog it reads; never writes",
     "eol_guard": "pure: compares versions with the end-of-life table; no I/O",
-    "os_mirror_verify": "reads the trust policy, the object's HEAD, signature and provenance; writes nothing",
+    "os_mirror_verify": "reads the signed catalog (or takes a pinned policy) and the object; writes nothing",
     "golden_info": "lists goldens, selections, claims and DataVolumes; read-only report",
     "known_vars": "compares the run's variables with the documented ones; writes nothing",
     "kube_object_info": "gets or lists objects; read-only",

@@ -426,6 +426,83 @@ def catalog_trust(document, where="the mirror catalog"):
         raise MirrorError("%s: %s" % (where, exc.msg)) from None
 
 
+PIN_MOVE = (
+    "give trust_policy (the policy itself, as os_mirror_catalog's trust holds it) or catalog_public_keys "
+    "(the keys that may sign the catalog; os_mirror_catalog signs it when given key_path or key)"
+)
+
+
+def pinned_policy(trust_policy, catalog_keys, catalog, where):
+    """The policy the caller gave (normalized), or None when the catalog's is to be read, signed by one of
+    ``catalog_keys``; refused when the caller pins neither: the policy would then come from the bucket it
+    judges, on the bucket's word, and whoever can write the bucket could add a key or a relaxation."""
+    if trust_policy is not None:
+        try:
+            return provenance.normalize_policy(trust_policy)
+        except provenance.ProvenanceError as exc:
+            raise Refusal("option trust_policy", exc.msg, "correct the policy; nothing was read") from None
+    if not catalog_keys:
+        raise Refusal(
+            where,
+            "no trust policy is pinned, and the one in %s would be taken from the bucket it judges, on the "
+            "bucket's word" % catalog,
+            PIN_MOVE,
+        )
+    return None
+
+
+def signed_catalog_policy(body, signature, catalog, where):
+    """The trust policy the catalog ``body`` (bytes, None when absent) holds, once its detached signature is
+    proven by a pinned key (``signature`` as ``_signing.evidence`` gives it: None when absent, else the key
+    id that verified it, None when none did). Refused otherwise, before any verdict."""
+    if body is None:
+        raise Refusal(
+            catalog, "it does not exist, so %s cannot be verified" % where, "write it with os_mirror_catalog"
+        )
+    sig = provenance.companions(catalog.split(" ", 1)[-1])[0]
+    if signature is None:
+        raise Refusal(
+            catalog,
+            "it is not signed (no %s), so its trust policy is the bucket's word" % sig,
+            "sign it: run os_mirror_catalog with key_path or key (a key catalog_public_keys holds)",
+        )
+    if signature.get("key") is None:
+        raise Refusal(
+            catalog,
+            "its signature %s does not verify over its bytes with any of catalog_public_keys (%s)"
+            % (sig, signature.get("error") or "changed after it was signed, or signed by another key"),
+            "write it again with os_mirror_catalog and a key catalog_public_keys holds; nothing was judged",
+        )
+    try:
+        document = json.loads(body.decode("utf-8"))
+    except ValueError:
+        document = {"unreadable": True}
+    policy = catalog_trust(document if isinstance(document, dict) else {}, catalog)
+    if policy is None:
+        raise Refusal(
+            catalog,
+            "it holds no trust policy, so %s cannot be verified" % where,
+            "give os_mirror_catalog its trust option (the keys that may sign each family)",
+        )
+    return policy
+
+
+def judged_family(parsed, family, where):
+    """The family an object is judged for: the one its mirror-layout key names (``parsed``, ``parse_key``'s;
+    a ``family`` given that differs is refused: a caller could otherwise pick a relaxed family for a signed
+    one's object), else ``family`` (an object outside the layout, ``parsed`` None)."""
+    if parsed is None:
+        return family
+    if family and family != parsed["family"]:
+        raise Refusal(
+            where,
+            "family %s was given and the key names family %s; an object is judged for the family its key "
+            "names" % (family, parsed["family"]),
+            "leave family out for a key in the mirror layout, or verify the object of family %s" % family,
+        )
+    return family or parsed["family"]
+
+
 def trust_section(policy):
     """The catalog's ``trust`` section of a policy given to the catalog writer, checked, in stored form."""
     try:

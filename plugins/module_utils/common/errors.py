@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 
 class PipelineError(Exception):
     """An action that cannot (or must not) go on. ``result`` is what the module fails with."""
@@ -54,8 +56,31 @@ class Refusal(PipelineError):
         self.move = move
 
 
+# A private key pasted into an option that is not no_log (a public key, a trust policy) would be echoed in
+# the result's invocation and in any message quoting the value.
+PRIVATE_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S)
+
+
+def private_key_texts(value):
+    """Every private-key PEM block in ``value`` (strings inside lists and dicts too), and each line of its
+    body, so neither the block nor a line quoted from it is shown."""
+    found = set()
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found |= private_key_texts(item)
+    elif isinstance(value, str):
+        for block in PRIVATE_PEM.findall(value):
+            found.add(block)
+            found.update(line.strip() for line in block.splitlines()[1:-1] if len(line.strip()) >= 16)
+    return found
+
+
 def run_module(module, runner):
-    """Call ``runner()`` (which returns the result dict) and exit the module once, either way."""
+    """Call ``runner()`` (which returns the result dict) and exit the module once, either way; a private
+    key found in any option is masked in what the module returns."""
+    module.no_log_values.update(private_key_texts(module.params))
     try:
         result = runner()
     except PipelineError as exc:

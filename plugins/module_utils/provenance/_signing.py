@@ -279,6 +279,9 @@ def evidence(ring, signature_text_found, envelope_text, sha256_hex):
             sig = parse_signature_text(signature_text_found)
         except provenance.ProvenanceError as exc:
             signature = {"key": None, "error": exc.msg}
+            bundle = provenance.bundle_problem(signature_text_found)
+            if bundle:
+                signature.update(error="the detached signature: %s" % bundle[0], unreadable=bundle[1])
         else:
             signature = {"key": signing_key(ring, sig, sha256_hex)}
     found = None

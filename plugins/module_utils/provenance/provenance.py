@@ -283,6 +283,30 @@ def companion_of(name):
     return None
 
 
+def bundle_problem(text):
+    """``(problem, move)`` when a signature file's text is a cosign bundle (``sign-blob --bundle``: JSON with
+    ``base64Signature``, or a Sigstore bundle with ``messageSignature``) rather than the plain signature;
+    None for anything else."""
+    try:
+        doc = json.loads(text or "")
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if "base64Signature" in doc:
+        field = ".base64Signature"
+    elif isinstance(doc.get("messageSignature"), dict) or "sigstore.bundle" in str(doc.get("mediaType")):
+        field = ".messageSignature.signature"
+    else:
+        return None
+    return (
+        "it is a cosign bundle (JSON holding the signature with its certificate or log entry), not the plain "
+        "base64 signature cosign sign-blob --output-signature writes",
+        "give the plain signature: sign with cosign sign-blob --output-signature <file>, or take it out of "
+        "the bundle with jq -r '%s'" % field,
+    )
+
+
 # --- DSSE ---------------------------------------------------------------------------------------------
 
 
@@ -362,6 +386,20 @@ def pem_key_id(pem, where="public_key"):
     return hashlib.sha256(der).hexdigest()
 
 
+# A policy matches names exactly; a pattern would be read as a literal name and match nothing it meant to.
+GLOB = re.compile(r"[*?\[]")
+
+
+def _literal(name, where, field, wildcard=False):
+    """``name`` when it holds no glob character (``*`` alone, where ``wildcard`` allows it, means any)."""
+    if GLOB.search(name) and not (wildcard and name == ANY):
+        raise ProvenanceError(
+            "trust policy %s: %s %r is a pattern, and names are matched exactly (no * ? [ globs); list each "
+            "name%s" % (where, field, name, ", or give %s alone for any" % ANY if wildcard else "")
+        )
+    return name
+
+
 def _names(value, where, field):
     if value is None:
         return [ANY]
@@ -371,7 +409,7 @@ def _names(value, where, field):
         raise ProvenanceError(
             "trust policy %s: %s must be a non-empty list of names (or %s)" % (where, field, ANY)
         )
-    return sorted(set(value))
+    return sorted(set(_literal(v, where, field, wildcard=True) for v in value))
 
 
 def normalize_policy(doc):
@@ -397,6 +435,7 @@ def normalize_policy(doc):
     rules = []
     for index, rule in enumerate(doc.get("rules") or []):
         rules.append(_rule(rule, "rule %d" % (index + 1)))
+    _distinct_names(rules)
     relaxed, relaxed_streams = {}, {}
     entries = doc.get("relaxed") or []
     for index, entry in enumerate(entries):
@@ -412,8 +451,28 @@ def normalize_policy(doc):
                 "trust policy %s (%s): require_signature is relaxed only with the reason "
                 "recorded; give reason" % (what, entry[scope])
             )
-        (relaxed if scope == "family" else relaxed_streams)[str(entry[scope])] = reason
+        name = _literal(str(entry[scope]), what, scope)
+        (relaxed if scope == "family" else relaxed_streams)[name] = reason
     return {"rules": rules, "relaxed": relaxed, "relaxed_streams": relaxed_streams}
+
+
+def _distinct_names(rules):
+    """A verdict names its signer by the rule's name: two rules of one name, or a name that reads as another
+    key's id, would let one key be reported as another."""
+    seen = {}
+    for rule in rules:
+        other = seen.get(rule["name"])
+        if other is not None and other["key"] != rule["key"]:
+            raise ProvenanceError(
+                "trust policy: keys %s and %s are both named %s, and a verdict names its signer by the name; "
+                "give each key its own name" % (other["key"], rule["key"], rule["name"])
+            )
+        seen[rule["name"]] = rule
+        if KEY_ID.match(str(rule["name"]).lower()):
+            raise ProvenanceError(
+                "trust policy: key %s is named %s, which reads as a key id (64 hex digits), so a verdict "
+                "would show it as that key; give it a name that is not a key id" % (rule["key"], rule["name"])
+            )
 
 
 def _rule(rule, where):
@@ -436,7 +495,7 @@ def _rule(rule, where):
         )
     found = {
         "key": key,
-        "name": rule.get("name") or key[:12],
+        "name": str(rule.get("name") or key[:12]),
         "families": _names(rule.get("families"), where, "families"),
         "streams": _names(rule.get("streams"), where, "streams"),
     }
@@ -625,6 +684,21 @@ def judge(artifact, family, stream, policy, signature, provenance):
             key=stranger,
             move="add the key's public half to the trust policy if it is meant to sign %s" % where,
         )
+    if signature is None and provenance is not None:
+        return _verdict(
+            UNSIGNED,
+            artifact,
+            "signature",
+            "a provenance without its signature: the signed provenance statement is there and the %s is "
+            "not%s"
+            % (
+                _words(artifact)["signature"],
+                " (the relaxation of %s lets an unsigned artifact go, not a half-signed one)" % where
+                if relaxed
+                else ", and %s requires one (%s)" % (where, trusted),
+            ),
+            move=_words(artifact)["sign"] + " (both files), or remove the stray provenance",
+        )
     for what, evidence in (("signature", signature), ("provenance", provenance)):
         if evidence is None:
             return _verdict(
@@ -640,6 +714,8 @@ def judge(artifact, family, stream, policy, signature, provenance):
                 move=_words(artifact)["sign"] + ", or relax require_signature for the family "
                 "with the reason in the trust policy",
             )
+        if evidence.get("key") is None and evidence.get("unreadable"):
+            return _verdict(OTHER_BYTES, artifact, what, evidence["error"], move=evidence["unreadable"])
         if evidence.get("key") is None:
             return _verdict(
                 OTHER_BYTES,

@@ -2,9 +2,10 @@
 S3 (tests/lab/s3.py) and the real cosign (tools/build-cosign.sh).
 
 os_mirror_object signs each object it mirrors (``<key>.sig``, ``<key>.intoto.jsonl``) once; cosign verifies
-what it wrote; os_mirror_verify judges an object against the trust policy the catalog holds and refuses the
-tamper table before anything is imported, naming the object, the key and the check; what cosign signed is
-accepted. The S3 request log proves that reruns and verifications write nothing.
+what it wrote; os_mirror_verify judges an object against the trust policy its caller pins (given, or the
+catalog's once a pinned key proves the catalog) and refuses the tamper table before anything is imported,
+naming the object, the key and the check; what cosign signed is accepted. The S3 request log proves that
+reruns, verifications and refusals write nothing.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ def test_the_tamper_table_is_refused_before_any_write_and_cosigns_signature_is_a
         _put(client, bucket, v["v8"] + suffix, (tmp_path / ("v8" + suffix)).read_bytes())
 
     def verify(title, key, **extra):
-        return {"name": title, VERIFY: dict({"bucket": bucket, "key": key}, **extra), "ignore_errors": True}
+        params = dict({"bucket": bucket, "key": key, "trust_policy": policy}, **extra)
+        return {"name": title, VERIFY: params, "ignore_errors": True}
 
     stranger_id = signing.key_id(
         signing.load_private_key((tmp_path / "stranger.pem").read_bytes(), None, "stranger")
@@ -297,9 +299,10 @@ def test_the_role_signs_what_it_mirrors_and_keeps_the_trust_policy_in_the_catalo
     again = run_playbook(play(role, name="mirror"), env=_env(endpoint))
     assert again.ok, again.log
     assert log.since(mark) == []
-    verified = run_playbook(
-        play({"name": "verify", VERIFY: {"bucket": name, "key": object_key}}), env=_env(endpoint)
-    )
+    # The catalog is signed with the mirror's key; the verifier pins that key.
+    assert base64.b64decode(_get(client, name, "catalog.json.sig"), validate=True)[0] == 0x30
+    pinned = {"bucket": name, "key": object_key, "catalog_public_keys": [signing.public_pem(key)]}
+    verified = run_playbook(play({"name": "verify", VERIFY: pinned}), env=_env(endpoint))
     assert verified.ok, verified.log
     assert verified["verify"]["signer"] == "mirror-2026"
 
@@ -361,3 +364,134 @@ def test_an_exported_golden_is_signed_where_it_is_made_and_cosign_verifies_it(s3
         "--insecure-ignore-tlog=true",
         "export.qcow2",
     )
+
+
+@pytest.mark.suite("bad-input")
+def test_the_catalogs_policy_counts_only_when_a_pinned_key_signed_it_and_refusals_write_nothing(
+    s3, images, tmp_path, cosign
+):
+    """The policy never comes from the bucket on the bucket's word: with no pin the object is refused; the
+    catalog os_mirror_catalog signed is read once the pinned key verifies it; a catalog rewritten to relax the
+    family, one signed by another key and an unsigned one are refused before any verdict; a family other than
+    the key's is refused; a private key pasted as a public key is refused and shown nowhere, -vvv included."""
+    endpoint, client, log = s3
+    small, changed = images["small"], images["changed"]
+    name = "pinned-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=name)
+    trusted = _key(tmp_path / "trusted.pem")
+    catalog_key = _key(tmp_path / "catalog.pem")
+    stranger = _key(tmp_path / "stranger.pem")
+    policy = {
+        "rules": [{"name": "mirror-2026", "public_key": signing.public_pem(trusted), "families": [FAMILY]}],
+        "relaxed": [{"family": "lab-scratch", "reason": "throwaway images of the lab"}],
+    }
+    signed_catalog = {"bucket": name, "trust": policy, "key_path": str(tmp_path / "catalog.pem")}
+    made = run_playbook(
+        play(
+            mirror_task("v1", name, path=str(small), version="v1", key_path=str(tmp_path / "trusted.pem")),
+            mirror_task("v2 unsigned", name, path=str(changed), version="v2"),
+            {
+                "name": "catalog check",
+                "goldenimage.pipeline.os_mirror_catalog": signed_catalog,
+                "check_mode": True,
+            },
+            {"name": "catalog", "goldenimage.pipeline.os_mirror_catalog": signed_catalog},
+            {"name": "catalog again", "goldenimage.pipeline.os_mirror_catalog": signed_catalog},
+        ),
+        env=_env(endpoint),
+    )
+    assert made.ok, made.log
+    assert made["catalog check"]["changed"] is True and made["catalog check"]["signature"]["changed"] is True
+    assert made["catalog"]["signature"] == {
+        "key": "catalog.json.sig",
+        "key_id": signing.key_id(catalog_key),
+        "changed": True,
+    }
+    assert (
+        made["catalog again"]["changed"] is False and made["catalog again"]["signature"]["changed"] is False
+    )
+    body, sig = _get(client, name, "catalog.json"), _get(client, name, "catalog.json.sig")
+    # cosign verifies the catalog's signature: the format every other artifact has.
+    (tmp_path / "catalog.json").write_bytes(body)
+    (tmp_path / "catalog.json.sig").write_bytes(sig)
+    (tmp_path / "catalog.pub").write_text(signing.public_pem(catalog_key))
+    cosign(
+        "verify-blob",
+        "--key",
+        "catalog.pub",
+        "--signature",
+        "catalog.json.sig",
+        "--insecure-ignore-tlog=true",
+        "catalog.json",
+    )
+    v1 = _object_key("v1", _sha256(small), small.name)
+    v2 = _object_key("v2", _sha256(changed), changed.name)
+    pin = {"catalog_public_keys": [signing.public_pem(catalog_key)]}
+
+    def verify(title, key, **extra):
+        return {"name": title, VERIFY: dict({"bucket": name, "key": key}, **extra), "ignore_errors": True}
+
+    mark = log.mark()
+    first = run_playbook(
+        play(
+            verify("pinned catalog", v1, **pin),
+            verify("pinned policy", v1, trust_policy=policy),
+            verify("no pin", v1),
+            verify("relaxed family named by the caller", v2, family="lab-scratch", **pin),
+            verify("catalog pinned to another key", v1, catalog_public_keys=[signing.public_pem(stranger)]),
+        ),
+        env=_env(endpoint),
+    )
+    assert log.since(mark) == []
+    assert first["pinned catalog"]["verdict"] == "verified", first.log
+    assert first["pinned catalog"]["signer"] == "mirror-2026"
+    assert first["pinned policy"]["verdict"] == "verified", first.log
+    refusals = {
+        "no pin": "no trust policy is pinned",
+        "relaxed family named by the caller": "family lab-scratch was given and the key names family %s"
+        % FAMILY,
+        "catalog pinned to another key": "does not verify over its bytes with any of catalog_public_keys",
+    }
+    for title, words in refusals.items():
+        result = first[title]
+        assert first.entry(title)["status"] == "ignored" and result["refused"] is True, (title, result)
+        assert "verdict" not in result and words in result["msg"], (title, result["msg"])
+
+    # Whoever can write the bucket relaxes the family in the catalog, keeping the old signature; then takes
+    # the signature away.
+    document = json.loads(body)
+    document["trust"]["relaxed"].append({"family": FAMILY, "reason": "the bucket says so"})
+    _put(client, name, "catalog.json", json.dumps(document).encode())
+    mark = log.mark()
+    tampered = run_playbook(play(verify("rewritten catalog", v2, **pin)), env=_env(endpoint))
+    assert log.since(mark) == []
+    client.delete_object(Bucket=name, Key="catalog.json.sig")
+    mark = log.mark()
+    unsigned = run_playbook(play(verify("unsigned catalog", v2, **pin)), env=_env(endpoint))
+    assert log.since(mark) == []
+    result = tampered["rewritten catalog"]
+    assert "verdict" not in result and "does not verify over its bytes" in result["msg"], result
+    result = unsigned["unsigned catalog"]
+    assert (
+        "verdict" not in result and "it is not signed (no s3://%s/catalog.json.sig)" % name in result["msg"]
+    )
+
+    # A private key where a public key belongs: refused, at -vvv too, and shown nowhere.
+    secret = (tmp_path / "stranger.pem").read_text()
+    lines = [line for line in secret.splitlines() if not line.startswith("-----")]
+    mark = log.mark()
+    leaked = run_playbook(
+        play(
+            verify("private key as public", v1, catalog_public_keys=[secret]),
+            verify("private key in the policy", v1, trust_policy={"rules": [{"public_key": secret}]}),
+        ),
+        env=_env(endpoint),
+        args=["-vvv"],
+    )
+    assert log.since(mark) == []
+    for title in ("private key as public", "private key in the policy"):
+        assert leaked.entry(title)["status"] == "ignored", leaked.log
+        shown = json.dumps(leaked[title])
+        assert "invocation" in leaked[title] and "not a PEM public key" in leaked[title]["msg"], shown
+        assert not any(line in shown for line in lines), shown
+    assert not any(line in leaked.log for line in lines)

@@ -197,7 +197,7 @@ def test_golden_act_mirrors_by_digest_publishes_staged_gates_and_promotes(demo):
         in report
     ), report
     assert "verifies under the trust policy" in report, report
-    assert "Verify each source's signature and provenance against its mirror's trust policy" in out
+    assert "Verify each source's signature and provenance against the pinned trust policy" in out
     for project in PROJECTS:
         assert (
             "project %s: golden-%s-block resolved to %s/%s (match)" % (project, FAMILY, BLOCK_NS, name)

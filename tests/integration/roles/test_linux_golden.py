@@ -762,10 +762,12 @@ def _signed_upload(env, path, family, key=None):
 
 @pytest.mark.suite("bad-input")
 def test_sources_are_verified_before_any_write_and_a_withdrawn_key_stops_the_golden(env):
-    """The mirror's catalog holds the trust policy; an unsigned source is refused before anything is written;
+    """The mirror's catalog holds the trust policy, signed by the mirror's key which the import pins (with no
+    key pinned, the import is refused); an unsigned source is refused before anything is written;
     a signed one makes a golden that records who signed it, from what; golden_info reports it, and once the
     key is withdrawn from the policy, golden_snapshot and promotion's contract check refuse the golden."""
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     trusted, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -781,18 +783,31 @@ def test_sources_are_verified_before_any_write_and_a_withdrawn_key_stops_the_gol
     }
     policy = {"rules": [rule]}
     withdrawn = {"rules": [{"name": "other", "public_key": signing.public_pem(other)}]}
+    pem = trusted.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     catalog = {
         "name": "catalog",
-        "goldenimage.pipeline.os_mirror_catalog": {"bucket": env.bucket, "trust": policy},
+        "goldenimage.pipeline.os_mirror_catalog": {"bucket": env.bucket, "trust": policy, "key": pem},
     }
-    verify = {"linux_golden_verify_provenance": True}
+    verify = {
+        "linux_golden_verify_provenance": True,
+        "linux_golden_catalog_public_keys": [signing.public_pem(trusted)],
+    }
     unsigned = [image(env, unsigned_family, {"http": {"url": bare_url, "checksum": "sha256:" + bare_digest}})]
     signed = [image(env, signed_family, {"http": {"url": url, "checksum": "sha256:" + digest}})]
 
     env.lab.clear_audit()
     refused = run_playbook(
         role_play(
-            catalog, include("unsigned", rescue_name="refused", linux_golden_images=unsigned, **verify)
+            catalog,
+            include(
+                "unpinned",
+                rescue_name="refused unpinned",
+                linux_golden_images=signed,
+                linux_golden_verify_provenance=True,
+            ),
+            include("unsigned", rescue_name="refused", linux_golden_images=unsigned, **verify),
         ),
         env=env.lab.env(),
         timeout=240,
@@ -800,6 +815,8 @@ def test_sources_are_verified_before_any_write_and_a_withdrawn_key_stops_the_gol
     assert refused.ok, refused.log
     message = refused["refused"]["msg"]
     assert env.lab.mutating_requests() == []
+    unpinned = refused["refused unpinned"]["msg"]
+    assert "no trust policy is pinned" in unpinned and "catalog_public_keys" in unpinned, unpinned
     assert env.key(qcow2_2, unsigned_family) in message and "signature check failed" in message, message
     assert "no detached signature found" in message, message
 
@@ -924,6 +941,8 @@ def test_the_receiving_cluster_verifies_an_exported_golden_signed_where_it_was_e
         "linux_golden_bucket_access_key_id": env.lab.s3.access_key,
         "linux_golden_bucket_secret_key": env.lab.s3.secret_key,
         "linux_golden_verify_provenance": True,
+        # The policy given: the catalog is not read.
+        "linux_golden_trust_policy": policy,
     }
     env.lab.clear_audit()
     refused = run_playbook(
