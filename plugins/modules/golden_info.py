@@ -42,7 +42,9 @@ options:
   trust_policy:
     description:
       - Today's trust policy (V(rules), V(relaxed), as M(goldenimage.pipeline.os_mirror_verify) returns it);
-        each candidate then says whether the verdict recorded on it still verifies.
+        each candidate then says whether the verdict recorded on it still verifies. Its evidence (the
+        signature and provenance recorded with it) is verified again with the keys the policy gives as
+        V(public_key), for the golden's own family and release digest.
     type: dict
   project_selector:
     description:
@@ -160,8 +162,11 @@ families:
           M(goldenimage.pipeline.dbinstance_operator_env) reads, V(verdict), V(key), V(signer), V(relaxed),
           V(inputs), V(builder), V(time) and V(facts_match), whether the image facts recorded on the golden
           are the ones its signed statement names; None when no verdict is recorded).
-        - With O(trust_policy), V(provenance_verifies) (whether that verdict still holds under the policy)
-          and V(provenance_problem) (why not, naming the key and the check) as well.
+        - With O(trust_policy), V(provenance_verifies) (whether that verdict still holds under the policy,
+          its evidence verified again for the golden's own family, release digest and image facts, as
+          M(goldenimage.pipeline.golden_snapshot) O(goldenimage.pipeline.golden_snapshot#module:trust_policy)
+          does) and V(provenance_problem) (why not, naming the key and the check) as well. Without it,
+          V(provenance) and V(provenance_report) show what the annotation claims, verified by nothing.
       type: list
       elements: dict
       sample:
@@ -303,6 +308,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 
 
 def argument_spec():
@@ -360,7 +366,7 @@ def run(module):
                 if found:
                     result["conflicts"].append(found)
     if p["trust_policy"] is not None:
-        golden_inventory.judge_provenance(result, p["trust_policy"])
+        golden_inventory.judge_provenance(result, p["trust_policy"], signing.record_proof)
     for conflict in result["conflicts"]:
         module.warn(conflict["message"])
     counts = golden_inventory.summary(result)

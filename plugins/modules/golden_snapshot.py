@@ -126,6 +126,8 @@ options:
         (RV(goldenimage.pipeline.os_mirror_verify#module:record)), recorded on the golden as the annotation
         C(goldenimage.pipeline/provenance) (compact JSON) and shown by M(goldenimage.pipeline.golden_info).
       - A verdict on other bytes than O(digest) (or the golden's recorded release digest) is refused.
+      - A V(verified) verdict carries its evidence (V(evidence), the C(.sig) and C(.intoto.jsonl) texts read
+        where the source was verified), which O(trust_policy) verifies again wherever the golden is used.
     type: dict
   trust_policy:
     description:
@@ -135,6 +137,15 @@ options:
         anything is written (O(state=present)) or reported as breaking the contract (O(state=validated)),
         naming the golden, the key and the check; a key withdrawn from the policy, or a relaxation taken
         back, stops a golden from being snapshotted or promoted.
+      - A recorded verdict is a claim anyone who can write the annotation can make, so its evidence is
+        verified again, for the golden's own family (never the family the verdict names) and release
+        digest. A V(verified) verdict holds only when it names its artifact and the golden's release digest,
+        and its signature over that digest and its provenance (whose subject is that artifact with that
+        digest) verify with a key the policy trusts for the golden's family, given with its V(public_key);
+        a verdict with no evidence, or whose evidence does not verify, is refused. The inputs, builder and
+        time it records must be its signed statement's, and the golden's image facts (O(image_facts), else
+        its annotation) the ones that statement names when it names them. Any other verdict holds only
+        while the policy relaxes the golden's family.
     type: dict
   fail_on_invalid:
     description:
@@ -221,7 +232,8 @@ RETURN = r"""
 provenance:
   description:
     - The signature verdict judged against O(trust_policy) (V(verdict), V(key), V(signer), V(artifact),
-      V(sha256), V(family)); None when the golden records none.
+      V(sha256), V(family), and for a verified one V(inputs), V(builder), V(time) and V(evidence)); None
+      when the golden records none.
   returned: when O(trust_policy) is given
   type: dict
 changed:
@@ -424,6 +436,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden._golden_observe import observe
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube import kinds
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule, object_diff
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 
 API = golden.SNAPSHOT_API_VERSION
 KIND = golden.SNAPSHOT_KIND
@@ -559,7 +572,12 @@ class Golden:
             where = "%s %s/%s" % (KIND, namespace, name)
             facts = golden.facts_patch(existing or {}, p["image_facts"], where)
             signed = golden.provenance_patch(existing or {}, p["provenance"], self.digest, where)
-            self.judge_provenance(p["provenance"] or golden.recorded_provenance(existing or {}), where)
+            self.judge_provenance(
+                p["provenance"] or golden.recorded_provenance(existing or {}),
+                where,
+                self.digest or golden.release_digest(existing or {}),
+                p["image_facts"] if p["image_facts"] is not None else golden.recorded_facts(existing or {}),
+            )
         except golden.GoldenError as exc:
             raise PipelineError(str(exc), snapshot=existing or {}, **self.result) from None
         if signed:
@@ -590,12 +608,21 @@ class Golden:
         self.warn_unknown(after)
         return self.result
 
-    def judge_provenance(self, record, where):
-        """Refuse, before any write, a golden whose recorded verdict today's trust policy does not accept."""
+    def judge_provenance(self, record, where, digest, facts):
+        """Refuse, before any write, a golden whose recorded verdict today's trust policy does not accept:
+        its evidence is verified again, for the golden's family, digest and facts."""
         if self.params["trust_policy"] is None:
             return
         self.result["provenance"] = record
-        problem = golden.provenance_problem(record, self.params["trust_policy"], self.params["family"], where)
+        problem = golden.provenance_problem(
+            record,
+            self.params["trust_policy"],
+            self.params["family"],
+            where,
+            digest,
+            facts,
+            signing.record_proof,
+        )
         if problem:
             raise golden.GoldenError(problem)
 
@@ -703,7 +730,13 @@ class Golden:
                 self.result["provenance"] = record
                 where = "%s %s/%s" % (KIND, namespace, name)
                 problem = golden.provenance_problem(
-                    record, p["trust_policy"], golden.observed_family(obj), where
+                    record,
+                    p["trust_policy"],
+                    golden.observed_family(obj),
+                    where,
+                    golden.release_digest(obj),
+                    golden.recorded_facts(obj),
+                    signing.record_proof,
                 )
                 problems = problems + ([problem] if problem else [])
             self.result.update(snapshot=obj, golden=self.summary(obj), problems=problems)

@@ -288,7 +288,9 @@ def run(params):
         verdict = provenance.bytes_differ(artifact, seen, verdict.get("key"))
     result = dict(verdict, changed=False)
     result.update(key_id=result.pop("key"), bucket=bucket, key=key, sha256=digest)
-    result["record"] = provenance.verdict_record(verdict, key, digest, family, (found or {}).get("statement"))
+    result["record"] = provenance.verdict_record(
+        verdict, key, digest, family, (found or {}).get("statement"), texts
+    )
     result["trust_policy"] = provenance.policy_document(policy)
     result["seconds"] = round(time.monotonic() - started, 3)
     if not result.pop("ok"):

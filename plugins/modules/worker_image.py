@@ -52,10 +52,14 @@ description:
     the key and the check; so is an entry with no sha256 pinned, unless the family is relaxed and nothing is
     signed. RV(signatures) reports each verdict. The verdict is recorded on the golden it lets import (the
     C(goldenimage.pipeline/provenance) annotation, as on Kube-DC goldens) with the verdict, the key, the
-    artifact, the sha256 and the family, with the inputs, builder and time its provenance names.
+    artifact, the sha256 and the family, with the inputs, builder and time its provenance names, and its
+    evidence (the C(.sig) and C(.intoto.jsonl) texts it was verified from).
   - A golden that already exists is judged again under today's O(trust_policy) by that record, not by
-    fetching its image again. A golden with no verified verdict recorded (imported before the policy, or
-    made by hand), signed by a key the policy no longer trusts for its family, imported unsigned under a
+    fetching its image again; the evidence it carries is verified again (the signature over the golden's
+    C(spec.source.http.checksum), which never changes, and the provenance naming its own image, by a key
+    the policy trusts for its schematic and version). A golden with no verified verdict recorded (imported
+    before the policy, or made by hand), a verified verdict with no evidence or evidence that does not
+    verify, signed by a key the policy no longer trusts for its family, imported unsigned under a
     relaxation since taken back, or recording the verdict of another image or of other bytes than its
     pinned checksum is refused, naming the golden, the key and the check; nothing is written. Move its
     pools away, delete it and import it again under the policy.
@@ -546,7 +550,7 @@ class Runner:
         if self.p.get("trust_policy") is None:
             return
         policy = provenance.normalize_policy(self.p["trust_policy"])
-        record = worker.refuse_unproven_golden(entry, live, policy, self.ns)
+        record = worker.refuse_unproven_golden(entry, live, policy, self.prove, self.ns)
         verdicts[entry["name"]] = {
             "verdict": record["verdict"],
             "key_id": record.get("key"),
@@ -556,6 +560,10 @@ class Runner:
             "message": "recorded when the golden was imported; it holds under the trust policy",
             "recorded": True,
         }
+
+    def prove(self, policy, record):
+        """What the policy's keys and public_keys prove about the evidence a recorded verdict carries."""
+        return signing.record_proof(policy, record, self.p["public_keys"])
 
     def _verify(self, entry, pinned, verdicts):
         """With trust_policy, the image the golden would import is verified (its .sig and .intoto.jsonl,
@@ -590,7 +598,7 @@ class Runner:
             "message": verdict["message"],
             "recorded": False,
         }
-        return worker.verdict_annotations(entry, pinned, verdict, found)
+        return worker.verdict_annotations(entry, pinned, verdict, found, texts)
 
     def _wait(self, entries, result):
         log = result.setdefault("progress_log", [])

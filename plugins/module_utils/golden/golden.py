@@ -442,18 +442,32 @@ def provenance_patch(existing, record, digest, where):
     return {"metadata": {"annotations": {PROVENANCE_ANNOTATION: value}}}
 
 
-def provenance_problem(record, policy_doc, family, where):
+def provenance_problem(record, policy_doc, family, where, digest, facts, prove):
     """Why the verdict ``record`` on the golden ``where`` does not hold under today's trust policy
     (stored form), as one line naming the golden, the key and the check; None when it holds.
 
-    The policy judges the family the verdict was made for (the source's), else the golden's ``family``.
+    ``provenance.recorded_verdict_problem`` judges it for the golden's own ``family`` (never the family the
+    record names), against its release ``digest`` (``sha256:<hex>``, None when none is recorded) and the
+    image ``facts`` recorded on it, from what ``prove`` (``_signing.record_proof``, the adapter's) proves
+    about the evidence the record carries.
     """
     try:
         policy = provenance.normalize_policy(policy_doc)
     except provenance.ProvenanceError as exc:
         raise GoldenError("option trust_policy: %s" % exc.msg) from None
-    found = provenance.record_problem(policy, record, where, (record or {}).get("family") or family)
+    proof = prove(policy, record) if (record or {}).get("verdict") == provenance.VERIFIED else None
+    found = provenance.recorded_verdict_problem(
+        policy, record, proof, where, family, digest=_digest_set(digest), facts=facts
+    )
     return "%s; %s" % found if found else None
+
+
+def _digest_set(digest):
+    """``{"sha256": hex}`` of a release digest; empty when there is none (nothing a verdict can bind)."""
+    try:
+        return {"sha256": normalize_digest(digest)[len("sha256:") :]} if digest else {}
+    except GoldenError:
+        return {}
 
 
 def facts_patch(existing, facts, where):

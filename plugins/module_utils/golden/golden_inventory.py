@@ -577,12 +577,21 @@ def condense(result, limit=None):
     )
 
 
-def judge_provenance(result, policy_doc):
+def judge_provenance(result, policy_doc, prove):
     """Each candidate of the report with ``provenance_verifies`` (whether the verdict recorded on it holds
-    under today's trust policy) and ``provenance_problem`` (why not, naming the key and the check)."""
+    under today's trust policy, its evidence verified again by ``prove``, ``_signing.record_proof``) and
+    ``provenance_problem`` (why not, naming the key and the check)."""
     for fam in result["families"]:
         for cand in fam["candidates"]:
             where = "golden %s/%s" % (cand["namespace"], cand["name"])
-            problem = golden.provenance_problem(cand.get("provenance"), policy_doc, fam["family"], where)
+            problem = golden.provenance_problem(
+                cand.get("provenance"),
+                policy_doc,
+                fam["family"],
+                where,
+                cand.get("digest"),
+                cand.get("image_facts"),
+                prove,
+            )
             cand.update(provenance_verifies=problem is None, provenance_problem=problem)
     return result

@@ -300,6 +300,22 @@ def evidence(ring, signature_text_found, envelope_text, sha256_hex):
     return signature, found
 
 
+def record_proof(policy, record, public_keys=()):
+    """What the keys of ``policy`` (and ``public_keys``, PEM texts or paths) prove about the evidence a
+    recorded verdict carries (``provenance.recorded_evidence``), as ``provenance.recorded_verdict_problem``
+    takes it: ``{"signature", "provenance", "keys"}`` (the pair ``evidence`` gives, over the digest the
+    record names, and the key ids tried); None when the record carries no evidence or names no digest."""
+    texts, sha256_hex = provenance.recorded_evidence(record), provenance.recorded_sha256(record)
+    if texts is None or sha256_hex is None:
+        return None
+    ring = keyring_of(public_keys, extra=provenance.public_keys(policy))
+    try:
+        signature, found = evidence(ring, texts[0], texts[1], sha256_hex)
+    except provenance.ProvenanceError as exc:  # a key signed a payload that is no statement
+        signature, found = evidence(ring, texts[0], None, sha256_hex)[0], {"key": None, "error": exc.msg}
+    return {"signature": signature, "provenance": found, "keys": sorted(ring)}
+
+
 def file_evidence(ring, path, signature_path=None, provenance_path=None, algorithms=("sha256",)):
     """``(digest, signature, provenance)`` of the file ``path`` and its ``.sig`` and ``.intoto.jsonl`` (or the
     paths given), as ``provenance.judge`` takes them; the file is read once, for SHA-256 and any other

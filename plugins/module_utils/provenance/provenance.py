@@ -907,10 +907,16 @@ def policy_document(policy):
 # --- the verdict a consumer records, judged again later -----------------------------------------------
 
 
-def verdict_record(verdict, artifact, sha256, family, doc=None):
+def verdict_record(verdict, artifact, sha256, family, doc=None, evidence=None):
     """What a consumer records of a verification on what it made (no key material): the verdict, the key
     and its policy name, the artifact and the digest verified, the family it was judged for, and the
-    inputs, builder and time the verified statement ``doc`` names."""
+    inputs, builder and time the verified statement ``doc`` names.
+
+    A verified record carries its ``evidence`` too: the ``.sig`` and ``.intoto.jsonl`` texts as read where
+    the artifact was verified (given as that pair, recorded as ``{"signature", "provenance"}``). The verdict
+    is only a claim, written as easily as any annotation; the evidence is what ``recorded_verdict_problem``
+    verifies again wherever what was made is used.
+    """
     record = {
         "verdict": verdict["verdict"],
         "key": verdict.get("key"),
@@ -924,7 +930,125 @@ def verdict_record(verdict, artifact, sha256, family, doc=None):
     if doc is not None and verdict["verdict"] == VERIFIED:
         found = summary(doc)
         record.update(inputs=found["inputs"], builder=found["builder"], time=found["time"])
+    if evidence and verdict["verdict"] == VERIFIED:
+        record[EVIDENCE] = {"signature": evidence[0], "provenance": evidence[1]}
     return record
+
+
+# The field of a record holding the texts verified, and its two entries.
+EVIDENCE = "evidence"
+EVIDENCE_FIELDS = ("signature", "provenance")
+
+
+def recorded_evidence(record):
+    """``(signature text, envelope text)`` the verified ``record`` carries (None for one it lacks), or None
+    when it carries neither: a record written before evidence was kept, or by hand."""
+    found = (record or {}).get(EVIDENCE)
+    if not isinstance(found, dict):
+        return None
+    texts = tuple(found.get(f) if isinstance(found.get(f), str) else None for f in EVIDENCE_FIELDS)
+    return texts if any(t is not None for t in texts) else None
+
+
+def recorded_sha256(record):
+    """The SHA-256 (hex, lowercased) a record names, or None when it names none that is one."""
+    value = str((record or {}).get("sha256") or "").lower()
+    return value if re.match(r"^[0-9a-f]{64}$", value) else None
+
+
+def recorded_verdict_problem(
+    policy, record, proof, what, family, stream=None, digest=None, facts=None, artifact=None, **wording
+):
+    """Why the verdict ``record`` recorded on ``what`` does not hold under ``policy`` today, as ``(problem,
+    move)``; None when it holds. The one rule every consumer of a golden applies (publishing, the promotion
+    gate, the report, a worker golden that exists).
+
+    A recorded verdict is a claim anyone who can write the annotation can write, so it is never taken on its
+    word. ``family`` and ``stream`` are those of what is used (the golden's), never the family the record
+    names; ``digest`` (``{algorithm: hex}``) the digest it is known by (the golden's release digest);
+    ``facts`` the image facts recorded on it (None when none are); ``artifact`` the name it must have been
+    verified under, when the consumer knows it (a worker image's Factory path); ``proof`` what the keys of
+    the policy prove about the evidence the record carries (``_signing.record_proof``, ``{"signature",
+    "provenance", "keys"}``), None when it carries none.
+
+    * ``verified``: the record names its artifact (``artifact``, when given) and a digest that is
+      ``digest``; its evidence verifies (the signature over that digest, by a key the policy trusts for
+      ``family`` and ``stream``; the envelope signed by a trusted key; its subject that artifact with that
+      digest); the key is the one the record names; the inputs, builder and time it records are the signed
+      statement's; and the image facts the statement names, when it names them, are ``facts``.
+    * anything else: the policy relaxes ``family`` (or ``stream``) today.
+
+    ``wording`` is ``record_problem``'s (``moves``, ``scope``, ``done``, ``policy_name``).
+    """
+    record = record or {}
+    found = record_problem(policy, record, what, family, stream, **wording)
+    if found or record.get("verdict") != VERIFIED:
+        return found
+    move = (wording.get("moves") or _RECORD_MOVES)[1]
+    key = record.get("key")
+    if not record.get("artifact") or not recorded_sha256(record):
+        return (
+            "%s records a signature verified by key %s naming no artifact or no sha256 digest, which cannot "
+            "be told from another artifact's verdict replayed on it" % (what, key),
+            move,
+        )
+    found = record_binding(record, artifact or record["artifact"], digest, what, move)
+    if found:
+        return ("%s (the verdict names key %s; binding check failed)" % (found[0], key), found[1])
+    if proof is None:
+        return (
+            "%s records a signature verified by key %s with no evidence (the signature and the provenance "
+            "read where it was verified), so nothing proves it: a recorded verdict alone is a claim anyone "
+            "who can write the annotation can make (evidence check failed)" % (what, key),
+            move,
+        )
+    artifact = {"name": record["artifact"], "digest": {"sha256": recorded_sha256(record)}}
+    judged = judge(artifact, family, stream, policy, proof.get("signature"), proof.get("provenance"))
+    if judged["verdict"] != VERIFIED:
+        return (
+            "%s records a signature verified by key %s, and the evidence it carries does not verify under "
+            "the trust policy (keys with a public key in it: %s): %s"
+            % (what, key, ", ".join(proof.get("keys") or []) or "none", judged["message"]),
+            move,
+        )
+    if judged["key"] != key:
+        return (
+            "%s records key %s, and the evidence it carries is signed by key %s (key check failed)"
+            % (what, key, judged["key"]),
+            move,
+        )
+    statement = proof["provenance"]["statement"]
+    signed = summary(statement)
+    differs = [f for f in ("inputs", "builder", "time") if record.get(f) != signed[f]]
+    if differs:
+        return (
+            "%s records %s other than the statement key %s signed names (statement check failed)"
+            % (what, ", ".join(differs), key),
+            move,
+        )
+    named = input_digest(statement, FACTS)
+    if named and facts is not None:
+        named = dict((a, str(v).lower()) for a, v in named.items())
+        if not digests_agree(named, facts_digest(facts)):
+            return (
+                "%s records image facts (sha256:%s) other than the ones the statement key %s signed names "
+                "(%s): the facts are not of the bytes that were signed (facts check failed)"
+                % (
+                    what,
+                    facts_digest(facts)["sha256"],
+                    key,
+                    ", ".join("%s:%s" % kv for kv in sorted(named.items())),
+                ),
+                "read the facts from the golden's own bytes again, or make the golden again from the signed "
+                "artifact",
+            )
+    return None
+
+
+_RECORD_MOVES = (
+    "make it again from an artifact signed by a trusted key, or trust the key again in the policy",
+    "make it again from a signed artifact, verified where it is imported",
+)
 
 
 def record_problem(policy, record, what, family, stream=None, **wording):
@@ -940,10 +1064,7 @@ def record_problem(policy, record, what, family, stream=None, **wording):
     record = record or {}
     scope = wording.get("scope") or "family %s" % family
     policy_name = wording.get("policy_name") or "the trust policy"
-    moves = wording.get("moves") or (
-        "make it again from an artifact signed by a trusted key, or trust the key again in the policy",
-        "make it again from a signed artifact, verified where it is imported",
-    )
+    moves = wording.get("moves") or _RECORD_MOVES
     if record.get("verdict") == VERIFIED:
         if trusted_rule(policy, record.get("key"), family, stream) is not None:
             return None

@@ -201,25 +201,38 @@ def import_verdict(entry, sha256, policy, signature, found):
     return verdict
 
 
-def verdict_annotations(entry, sha256, verdict, found):
-    """The annotation recording ``verdict`` (``import_verdict``'s) on the golden it lets import, so that
-    the verification is read where the golden is used again, not redone or taken on trust."""
+def verdict_annotations(entry, sha256, verdict, found, texts=None):
+    """The annotation recording ``verdict`` (``import_verdict``'s) on the golden it lets import, with the
+    ``.sig`` and ``.intoto.jsonl`` ``texts`` it was verified from (its evidence), so that the verification
+    is checked again where the golden is used, not taken on the annotation's word."""
     doc = (found or {}).get("statement")
-    record = provenance.verdict_record(verdict, signed_name(entry), sha256, signed_family(entry), doc)
+    record = provenance.verdict_record(verdict, signed_name(entry), sha256, signed_family(entry), doc, texts)
     return {golden.PROVENANCE_ANNOTATION: json.dumps(record, sort_keys=True, separators=(",", ":"))}
 
 
-def refuse_unproven_golden(entry, live, policy, namespace=NAMESPACE):
+def refuse_unproven_golden(entry, live, policy, prove, namespace=NAMESPACE):
     """A golden that exists is judged again under today's trust policy by the verdict recorded on it when
-    it was imported: none recorded (made before the policy, or by hand), a key the policy no longer trusts,
-    a relaxation taken back, or a verdict for another image or other bytes is refused."""
+    it was imported, its evidence verified again by ``prove`` (``_signing.record_proof``) for the entry's
+    family and version and over the checksum CDI imported (``spec.source.http.checksum``; a DataVolume's spec
+    never changes): none recorded (made before the policy, or by hand), a key the policy no longer trusts, a
+    relaxation taken back, no evidence or evidence that does not verify, or a verdict for another image or
+    other bytes is refused."""
     what = "the golden DataVolume %s/%s" % (namespace, entry["name"])
     record = golden.recorded_provenance(live)
     checksum = (_http(live).get("checksum") or "").partition(":")[2]
     move = "delete the golden after moving its pools away and import it again under the trust policy"
-    found = provenance.record_problem(
-        policy, record, what, signed_family(entry), entry["version"], moves=(move, move)
-    ) or provenance.record_binding(record, signed_name(entry), {"sha256": checksum}, what, move)
+    proof = prove(policy, record) if (record or {}).get("verdict") == provenance.VERIFIED else None
+    found = provenance.recorded_verdict_problem(
+        policy,
+        record,
+        proof,
+        what,
+        signed_family(entry),
+        entry["version"],
+        digest={"sha256": checksum},
+        artifact=signed_name(entry),
+        moves=(move, move),
+    )
     if found:
         raise Refusal(
             entry["subject"],

@@ -7,7 +7,9 @@ import json
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import mirror
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.golden import golden, golden_inventory
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -153,28 +155,184 @@ def test_a_golden_records_the_verdict_on_its_own_digest_once():
     assert golden.recorded_provenance(_golden({golden.PROVENANCE_ANNOTATION: "{"}))["verdict"] is None
 
 
+# Real keys: what a record carries is verified again, so the tests sign what they record.
+SIGNERS = [ec.generate_private_key(ec.SECP256R1()) for _ in range(3)]
+IDS = [signing.key_id(k) for k in SIGNERS]
+
+
+def _rule(index, *families):
+    return {
+        "public_key": signing.public_pem(SIGNERS[index]),
+        "name": "k%d" % index,
+        "families": list(families),
+    }
+
+
+def _signed(index, artifact=OBJECT, sha256=A, inputs=()):
+    """The statement key ``index`` signs for ``artifact`` at ``sha256``, and the texts written beside it."""
+    doc = provenance.statement(
+        {"name": artifact, "digest": {"sha256": sha256}}, list(inputs), {}, "2026-12-01T00:00:00Z"
+    )
+    key = SIGNERS[index]
+    texts = (
+        signing.signature_text(signing.sign_digest(key, sha256)),
+        provenance.envelope_line(signing.sign_envelope(key, provenance.serialize(doc))),
+    )
+    return doc, texts
+
+
+def _record(index, family="debian-12", artifact=OBJECT, sha256=A, inputs=()):
+    """The record os_mirror_verify makes of key ``index``'s signature: verdict, key, artifact, evidence."""
+    doc, texts = _signed(index, artifact, sha256, inputs)
+    verdict = {"verdict": provenance.VERIFIED, "key": IDS[index], "signer": "k%d" % index}
+    return provenance.verdict_record(verdict, artifact, sha256, family, doc, texts)
+
+
+def _problem(policy_doc, record, family="debian-12", digest=A, facts=None):
+    policy = provenance.normalize_policy(policy_doc)
+    proof = signing.record_proof(policy, record)
+    found = provenance.recorded_verdict_problem(
+        policy, record, proof, "golden g", family, digest={"sha256": digest} if digest else {}, facts=facts
+    )
+    return found and found[0]
+
+
+def test_a_verified_record_holds_only_with_evidence_a_trusted_key_made_for_the_goldens_own_digest():
+    policy = {"rules": [_rule(0, "debian-12")], "relaxed": [{"family": "lab-scratch", "reason": "lab"}]}
+    record = _record(0)
+    assert record["evidence"]["signature"] and record["evidence"]["provenance"]
+    assert _problem(policy, record) is None
+    # G1: a hand-written verified record naming the trusted key, with nothing that proves it.
+    forged = {"verdict": "verified", "key": IDS[0], "signer": "k0", "artifact": OBJECT, "sha256": A}
+    assert "with no evidence" in _problem(policy, forged) and IDS[0] in _problem(policy, forged)
+    # G2: another family's relaxation is no relaxation of the golden's family.
+    other = {
+        "verdict": "unsigned_allowed",
+        "artifact": "x",
+        "sha256": A,
+        "family": "lab-scratch",
+        "relaxed": "lab",
+    }
+    assert "relaxation of family debian-12" in _problem(policy, other)
+    # ... and a verdict verified for another family is judged for the golden's.
+    assert "no longer lets sign family debian-12" in _problem(
+        {"rules": [_rule(0, "lab-scratch")]}, _record(0, family="lab-scratch")
+    )
+    # G3: a verified record naming no artifact or no digest.
+    for field in ("artifact", "sha256"):
+        bare = dict(record)
+        bare.pop(field)
+        assert "naming no artifact or no sha256 digest" in _problem(policy, bare)
+    # G4: a record for other bytes than the golden's release digest, and a golden with none.
+    assert "the signature is of other bytes" in _problem(policy, record, digest=B)
+    assert "no digest recorded" in _problem(policy, record, digest=None)
+    # Evidence signed by another key, or for other bytes, while the record names the trusted key.
+    stolen = dict(record, evidence=_record(1)["evidence"])
+    found = _problem({"rules": [_rule(0, "debian-12"), _rule(1, "ubuntu")]}, stolen)
+    assert "does not verify" in found and "signature check failed" in found and IDS[0] in found, found
+    other_bytes = dict(_record(0, sha256=B), sha256=A)
+    assert "signature check failed" in _problem(policy, other_bytes)
+    # A key the policy names by id only cannot be checked: nothing verifies.
+    assert "keys with a public key in it: none" in _problem({"rules": [{"key": IDS[0]}]}, record)
+    # The record's own claims must be the signed statement's.
+    assert "records inputs other than" in _problem(policy, dict(record, inputs=[{"name": "upstream"}]))
+
+
+def test_image_facts_other_than_the_ones_the_statement_signed_are_refused():
+    facts = {"schema_version": 1, "os_family": "linux", "private_keys": []}
+    named = [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}]
+    policy = {"rules": [_rule(0, "debian-12")]}
+    record = _record(0, inputs=named)
+    assert _problem(policy, record, facts=facts) is None
+    assert _problem(policy, record, facts=None) is None
+    found = _problem(policy, record, facts=dict(facts, private_keys=["/etc/ssh/ssh_host_ed25519_key"]))
+    assert "facts check failed" in found and facts_hex(facts) in found, found
+
+
+def facts_hex(facts):
+    return provenance.facts_digest(facts)["sha256"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    family=st.sampled_from(["debian-12", "lab-scratch"]),
+    signer=st.sampled_from([0, 1, 2]),
+    signed_sha=st.sampled_from([A, B]),
+    signed_name=st.sampled_from([OBJECT, "other.qcow2"]),
+    verdict=st.sampled_from([provenance.VERIFIED, provenance.RELAXED, None]),
+    claimed_key=st.sampled_from([0, 1, 2]),
+    claimed_sha=st.sampled_from([A, B, None]),
+    claimed_name=st.sampled_from([OBJECT, "other.qcow2", None]),
+    claimed_family=st.sampled_from(["debian-12", "lab-scratch"]),
+    evidence=st.booleans(),
+    relax=st.booleans(),
+)
+def test_a_golden_passes_only_if_a_trusted_key_signed_its_own_digest_for_its_own_family(
+    family,
+    signer,
+    signed_sha,
+    signed_name,
+    verdict,
+    claimed_key,
+    claimed_sha,
+    claimed_name,
+    claimed_family,
+    evidence,
+    relax,
+):
+    """Whatever the annotation says (verdict, key, artifact, digest, family), a golden of ``family`` whose
+    release digest is A passes the gate only when the evidence it carries is a signature over A and a
+    statement naming its artifact at A, both by a key trusted for ``family``; or, with no verified verdict,
+    when ``family`` is relaxed today."""
+    policy = {
+        "rules": [_rule(0, "debian-12"), _rule(1, "lab-scratch")],
+        "relaxed": [{"family": "lab-scratch", "reason": "lab"}] if relax else [],
+    }
+    doc, texts = _signed(signer, signed_name, signed_sha)
+    claim = {"verdict": verdict, "key": IDS[claimed_key], "signer": "k%d" % claimed_key}
+    record = provenance.verdict_record(
+        claim, claimed_name, claimed_sha, claimed_family, doc, texts if evidence else None
+    )
+    trusted = {"debian-12": 0, "lab-scratch": 1}[family] == signer
+    if verdict == provenance.VERIFIED:
+        holds = (
+            evidence
+            and trusted
+            and signed_sha == A
+            and claimed_sha == A
+            and claimed_name is not None
+            and claimed_name == signed_name
+            and claimed_key == signer
+        )
+    else:
+        holds = family == "lab-scratch" and relax
+    assert (_problem(policy, record, family=family) is None) == holds
+
+
 def test_golden_info_says_whether_each_golden_still_verifies():
-    record = {"verdict": "verified", "key": KEY, "sha256": A, "family": "debian-12"}
+    record = _record(0)
     result = {
         "families": [
             {
                 "family": "debian-12",
                 "candidates": [
-                    {"name": "g1", "namespace": "n", "provenance": record},
-                    {"name": "g2", "namespace": "n", "provenance": None},
+                    {"name": "g1", "namespace": "n", "provenance": record, "digest": "sha256:" + A},
+                    {"name": "g2", "namespace": "n", "provenance": None, "digest": "sha256:" + A},
+                    {"name": "g3", "namespace": "n", "provenance": record, "digest": "sha256:" + B},
                 ],
             }
         ]
     }
-    golden_inventory.judge_provenance(result, {"rules": [{"key": KEY}]})
-    first, second = result["families"][0]["candidates"]
+    golden_inventory.judge_provenance(result, {"rules": [_rule(0, "debian-12")]}, signing.record_proof)
+    first, second, third = result["families"][0]["candidates"]
     assert first["provenance_verifies"] is True and first["provenance_problem"] is None
     assert (
         second["provenance_verifies"] is False
         and "golden n/g2 has no verified signature" in second["provenance_problem"]
     )
+    assert third["provenance_verifies"] is False and "other bytes" in third["provenance_problem"]
     with pytest.raises(golden.GoldenError, match="option trust_policy"):
-        golden.provenance_problem(record, {"rules": [{"key": "nope"}]}, "debian-12", "g")
+        golden.provenance_problem(record, {"rules": [{"key": "nope"}]}, "debian-12", "g", None, None, None)
 
 
 KEYS = ("1" * 64, "2" * 64, "3" * 64)

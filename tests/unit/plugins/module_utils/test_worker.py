@@ -1,7 +1,9 @@
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.workers import worker as w
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -817,30 +819,54 @@ def test_nothing_is_imported_unless_a_trusted_signature_binds_the_pinned_bytes_o
         assert allowed and verdict["ok"], verdict
 
 
+_REAL = [ec.generate_private_key(ec.SECP256R1()) for _ in range(2)]
+_REAL_POLICY = provenance.normalize_policy(
+    {"rules": [{"public_key": signing.public_pem(_REAL[0]), "name": "release", "families": ["talos-ab"]}]}
+)
+
+
+def _prove(policy, record):
+    return signing.record_proof(policy, record)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
-    key=st.sampled_from([_SIGNED_KEY, "2" * 64]),
+    signer=st.sampled_from([0, 1]),
     recorded=st.sampled_from(["v1.13.0", "v1.12.0", None]),
     checksum=st.sampled_from(["a" * 64, "b" * 64]),
+    forged=st.booleans(),
 )
-def test_an_existing_golden_serves_only_under_the_verdict_recorded_for_its_own_image(key, recorded, checksum):
-    """Import, then judge the golden again: it holds only while its recorded verdict names a key the policy
-    trusts, its own artifact and the checksum it was pinned to; the verdict of another version is refused."""
+def test_an_existing_golden_serves_only_under_the_verdict_recorded_for_its_own_image(
+    signer, recorded, checksum, forged
+):
+    """Import, then judge the golden again: it holds only while the evidence recorded with its verdict is a
+    signature by a key the policy trusts over the checksum it was pinned to, for its own artifact; the
+    verdict of another version, or one naming the trusted key with no evidence, is refused."""
     entry = dict(
         _ENTRY, name="talos-worker-ab-v1.13.0", url="https://f/image", storage="1Gi", storageClass=None
     )
     annotations = {}
     if recorded:
         other = dict(_ENTRY, version=recorded)
-        found = {"key": key, "statement": _statement(w.signed_name(other), "a" * 64)}
-        verdict = {"verdict": "verified", "key": key, "signer": "release"}
-        annotations = w.verdict_annotations(other, "a" * 64, verdict, found)
+        key = _REAL[signer]
+        doc = _statement(w.signed_name(other), "a" * 64)
+        texts = (
+            signing.signature_text(signing.sign_digest(key, "a" * 64)),
+            provenance.envelope_line(signing.sign_envelope(key, provenance.serialize(doc))),
+        )
+        verdict = {
+            "verdict": "verified",
+            "key": signing.key_id(_REAL[0] if forged else key),
+            "signer": "release",
+        }
+        found = {"key": verdict["key"], "statement": doc}
+        annotations = w.verdict_annotations(other, "a" * 64, verdict, found, None if forged else texts)
     live = w.render_golden(entry, checksum=checksum, annotations=annotations)
-    holds = key == _SIGNED_KEY and recorded == "v1.13.0" and checksum == "a" * 64
+    holds = signer == 0 and recorded == "v1.13.0" and checksum == "a" * 64 and not forged
     try:
-        record = w.refuse_unproven_golden(entry, live, _POLICY)
+        record = w.refuse_unproven_golden(entry, live, _REAL_POLICY, _prove)
     except Refusal as exc:
         assert not holds, exc.msg
         assert "talos-worker-ab-v1.13.0" in exc.msg and exc.msg.endswith("nothing was written"), exc.msg
     else:
-        assert holds and record["key"] == _SIGNED_KEY and record["inputs"] == []
+        assert holds and record["key"] == signing.key_id(_REAL[0]) and record["inputs"] == []
