@@ -36,7 +36,7 @@ from tests.integration.modules.test_clone_gate import (  # noqa: F401  pylint: d
     wait_ready,
 )
 from tests.lab.controllers.kubevirt import probe_template
-from tests.lab.controllers.realboot import ACCEL_NOTE, BOOT_SECONDS_NOTE, DEVICE, HOSTNAME_NOTE, QemuGuest
+from tests.lab.controllers.realboot import ACCEL_NOTE, BOOT_SECONDS_NOTE, DEVICE, HOSTNAME_NOTE
 from tests.lab.objects import ApiError
 
 pytestmark = [pytest.mark.lab_only, pytest.mark.slow]
@@ -281,12 +281,3 @@ def test_qemu_dies_with_the_lab_process_that_started_it(tmp_path, base_image):
         owner.wait()
     assert gone(pid, 10), "QEMU outlived the process that started it"
 
-
-def test_qemu_device_is_opt_in():
-    """Without the annotation every VM keeps the simulated boot."""
-    from tests.lab.controllers.realboot import wanted
-
-    assert not wanted({"metadata": {}})
-    assert not wanted({"metadata": {"annotations": {DEVICE: "false"}}})
-    assert wanted({"metadata": {"annotations": {DEVICE: "true"}}})
-    assert QemuGuest  # the class the owner test drives
