@@ -280,4 +280,3 @@ def test_qemu_dies_with_the_lab_process_that_started_it(tmp_path, base_image):
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
     assert gone(pid, 10), "QEMU outlived the process that started it"
-
