@@ -55,7 +55,7 @@ from .bootdisk import BootCheck, image_virtual_size, inspect
 from .console import ConsoleController
 from .guestagent import BOOT_NOTE, DISK_NOTE, LAB_PREFIX, VOLUME_NOTE, partition
 from .kit import condition, modify, record_event
-from .realboot import BOOT_SECONDS_NOTE, FILESYSTEMS_NOTE, HOSTNAME_NOTE, QemuDevice
+from .realboot import ACCEL_NOTE, BOOT_SECONDS_NOTE, FILESYSTEMS_NOTE, HOSTNAME_NOTE, QemuDevice
 from .realboot import wanted as wants_qemu
 from .storage import ensure_bound
 from .volumes import core_types, disk_image_path, parse_quantity
@@ -793,6 +793,7 @@ class VirtController(Controller):
             notes = {
                 BOOT_NOTE: "linux: booted under QEMU, the guest agent answers",
                 BOOT_SECONDS_NOTE: str(state["boot_seconds"]),
+                ACCEL_NOTE: guest.describe(),
                 HOSTNAME_NOTE: state["hostname"],
                 FILESYSTEMS_NOTE: json.dumps(state["filesystems"], sort_keys=True),
             }

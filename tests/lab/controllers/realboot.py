@@ -4,8 +4,9 @@ Every other VM of the lab keeps the simulated boot (kubevirt.py, bootdisk.py). A
 that carries `lab.goldenimage.io/device-qemu: "true"` is opted in: when its instance starts, the lab runs
 `qemu-system-x86_64` on the boot claim's own disk image (the bytes the claim holds, raw or qcow2) with
 
-- KVM when /dev/kvm opens, TCG otherwise; the VMI annotation `lab.goldenimage.io/qemu-accel` says which
-  (with the CPU model), as the domain XML of a real VMI would;
+- KVM when /dev/kvm opens, TCG otherwise, and TCG again when a nested KVM stops the guest ("KVM internal
+  error", as bench/boot_to_ready.py's probe finds on some hosts); the VMI annotation
+  `lab.goldenimage.io/qemu-accel` says which, with the CPU model and why;
 - the disk grown to what the guest sees (a raw Filesystem disk.img to the claim less CDI's overhead when
   ExpandDisks is on, as virt-launcher does);
 - a NoCloud seed (an ISO labelled `cidata`) made from the VMI's `cloudInitNoCloud` volume, with
@@ -181,26 +182,50 @@ class QemuGuest:
         return argv
 
     def start(self) -> None:
-        """Start QEMU (from the calling thread, which its parent-death signal follows)."""
+        """Start QEMU (from the calling thread: its parent-death signal follows it) and the agent reader."""
+        self._launch()
+        self.reader = threading.Thread(target=self._read_agent, name=f"lab-qga-{self.uid[:8]}", daemon=True)
+        self.reader.start()
+
+    def _launch(self) -> None:
         models = KVM_CPU_MODELS if self.accel == "kvm" else ("qemu64,-svm",)
         for model in models:
-            self.qga.unlink(missing_ok=True)
-            stderr = open(self.folder / "qemu.stderr", "wb")  # noqa: SIM115  (QEMU holds it)
-            try:
-                self.proc = subprocess.Popen(
-                    tied(self.argv(model)), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr
-                )
-            finally:
-                stderr.close()
-            self.started = time.monotonic()
-            self.cpu_model = model
+            with self.lock:
+                if self.stopping.is_set():
+                    return
+                self.qga.unlink(missing_ok=True)
+                stderr = open(self.folder / "qemu.stderr", "wb")  # noqa: SIM115  (QEMU holds it)
+                try:
+                    argv = tied(self.argv(model))
+                    self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
+                finally:
+                    stderr.close()
+                self.started = time.monotonic()
+                self.cpu_model = model
             try:
                 self.proc.wait(KVM_ABORT_SECONDS if self.accel == "kvm" else 0.5)
             except subprocess.TimeoutExpired:
                 break  # running
+            self.accel_why += "; -cpu %s: %s" % (model, self.failure())
         self._record()
-        self.reader = threading.Thread(target=self._read_agent, name=f"lab-qga-{self.uid[:8]}", daemon=True)
-        self.reader.start()
+
+    def _kvm_failed(self) -> bool:
+        """A nested KVM that cannot emulate an instruction stops the guest (QEMU runs on): TCG then."""
+        if self.accel != "kvm" or self.state:
+            return False
+        text = (self.folder / "qemu.stderr").read_text(errors="replace")
+        if "KVM internal error" not in text:
+            return False
+        first = text.strip().splitlines()[0]
+        self.proc.kill()
+        self.proc.wait()
+        self.accel = "tcg"
+        self.accel_why += "; the guest stopped %.0fs after start under KVM (%s)" % (
+            time.monotonic() - self.started,
+            first,
+        )
+        self._launch()
+        return True
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -213,6 +238,9 @@ class QemuGuest:
         agent = None
         while not self.stopping.is_set() and self.alive():
             try:
+                if self._kvm_failed() and agent is not None:
+                    agent.close()
+                    agent = None
                 if agent is None:
                     agent = GuestAgent(self.qga, 5, alive=self.alive)
                 if agent.sync(2.0):
@@ -253,8 +281,12 @@ class QemuGuest:
         }
         (self.folder / "boot.json").write_text(json.dumps(record, indent=1))
 
+    def describe(self) -> str:
+        return f"{self.accel} (-cpu {self.cpu_model}; {self.accel_why})"
+
     def stop(self) -> None:
-        self.stopping.set()
+        with self.lock:
+            self.stopping.set()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -295,7 +327,7 @@ class QemuDevice:
             with self.lock:
                 self.guests[uid] = guest
         return {
-            ACCEL_NOTE: f"{guest.accel} (-cpu {guest.cpu_model}; {guest.accel_why})",
+            ACCEL_NOTE: guest.describe(),
             LAB_PREFIX + "forwarded-%d" % GUEST_SSH_PORT: str(guest.ssh_port),
         }
 
