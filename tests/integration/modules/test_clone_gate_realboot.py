@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,6 +69,10 @@ def debian_golden() -> pathlib.Path:
     """The Debian 12 base image, built once per content key (progress on stderr)."""
     if os.geteuid() != 0:
         pytest.fail("the real-boot golden is built with debootstrap and a loop mount: run as root")
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.fail(
+            "qemu-system-x86_64 is missing: make e2e-deps (make slow runs it) installs qemu-system-x86"
+        )
     argv = [
         "timeout",
         "--kill-after=30",
