@@ -10,8 +10,9 @@ export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # Debian packages the tests and the demo use (program -> package).
-# Only the e2e tier boots VMs: make test does not need these.
-E2E_DEB_TOOLS := qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap lz4:lz4 umoci:umoci mkfs.ext4:e2fsprogs sfdisk:fdisk
+# Only the e2e tier and the slow tier's one real boot (tests/lab/controllers/realboot.py) boot VMs: make test
+# does not need these.
+E2E_DEB_TOOLS := qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap extlinux:extlinux lz4:lz4 umoci:umoci mkfs.ext4:e2fsprogs sfdisk:fdisk
 DEB_TOOLS := gcc:gcc qemu-img:qemu-utils qemu-io:qemu-utils packer:packer ssh-keygen:openssh-client sshd:openssh-server sgdisk:gdisk mkntfs:ntfs-3g ntfscp:ntfs-3g wimlib-imagex:wimtools mkfs.ext4:e2fsprogs xorriso:xorriso 7z:p7zip-full shellcheck:shellcheck rsync:rsync git:git kubectl:kubernetes-client debugfs:e2fsprogs sfdisk:fdisk setfattr:attr openssl:openssl docker-registry:docker-registry skopeo:skopeo umoci:umoci hivexsh:libhivex-bin gpg:gnupg gpgv:gpgv dpkg:dpkg mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.vfat:dosfstools cryptsetup:cryptsetup-bin mksquashfs:squashfs-tools mkfs.f2fs:f2fs-tools pvcreate:lvm2 losetup:mount
 
 # $(call install_debs,program:package ...): apt-get install what is missing (as root), else name it.
@@ -86,7 +87,7 @@ integration: setup
 
 # The integration tests make test leaves out (tests/integration/conftest.py): the module tests outside the
 # cross-cutting suites, and whole roles and playbooks; longer than make test, so on its own.
-slow: setup
+slow: setup e2e-deps
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "slow and not faults and not upstream" --durations=25 tests/integration
 
 # Playbooks under conflict 0.2 + error 0.1 + drop 0.05 + commit-then-drop 0.05: minutes, so on its own.

@@ -8,6 +8,8 @@
 # The image is cached as CACHE_DIR/debian-12-base-<key>.qcow2; the key hashes this script and the
 # mirror, so a re-run with the same inputs reuses it. Needs root (loop mount), debootstrap,
 # extlinux, sfdisk and qemu-img.
+# growpart (cloud-guest-utils) is there so that a clone on a larger disk grows its root partition at
+# first boot (cloud-init's growpart), which the clone gate's disk check needs (tests/lab/realboot.py).
 set -euo pipefail
 # shellcheck source=tests/e2e/chroot.sh
 . "$(dirname "$0")/chroot.sh"
@@ -20,7 +22,7 @@ PART_START_SECTOR=2048
 BOOTSTRAP_PACKAGES=(systemd-sysv udev dbus)
 PACKAGES=(
   linux-image-amd64 initramfs-tools iproute2 netbase openssh-server qemu-guest-agent cloud-init
-  sudo ca-certificates curl gpg less
+  sudo ca-certificates curl gpg less cloud-guest-utils
 )
 
 log() { printf '==> base image: %s\n' "$*" >&2; }

@@ -9,11 +9,15 @@ golden had it, and so does one on a disk image that was never grown (KubeVirt wi
 
 from __future__ import annotations
 
+import json
+
 LAB_PREFIX = "lab.goldenimage.io/"
 BOOT_NOTE = LAB_PREFIX + "boot"
 # What the guest's disk is as it boots: the OS volume ("offset,size,last") and the disk's size in bytes.
 VOLUME_NOTE = LAB_PREFIX + "os-volume"
 DISK_NOTE = LAB_PREFIX + "disk-bytes"
+# The filesystem list a real guest agent reported (realboot.py writes it).
+AGENT_FILESYSTEMS_NOTE = LAB_PREFIX + "agent-filesystems"
 GPT_TAIL = 2**20  # the backup GPT and alignment at the end of the disk
 MOUNTS = {
     "windows": {"diskName": "C:", "mountPoint": "C:\\", "fileSystemType": "NTFS"},
@@ -39,8 +43,11 @@ def partition(vmi: dict) -> tuple[int, int, int] | None:
 
 
 def filesystems(vmi: dict) -> list[dict]:
-    """The guest's filesystems as its agent reports them: the OS volume, extended when it can be."""
+    """The guest's filesystems as its agent reports them: the OS volume, extended when it can be; for a
+    guest booted under QEMU (realboot.py), what its real agent said."""
     notes = vmi["metadata"].get("annotations") or {}
+    if AGENT_FILESYSTEMS_NOTE in notes:
+        return json.loads(notes[AGENT_FILESYSTEMS_NOTE])
     guest = notes.get(BOOT_NOTE, "").split(":", 1)[0]
     found = partition(vmi)
     if guest not in MOUNTS or found is None:

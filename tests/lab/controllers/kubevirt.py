@@ -28,6 +28,9 @@ volume): without a datasource cloud-init makes no host keys and sshd does not st
 forward of port 22 serves an `SSH-2.0-` banner, or, when the VM names one in
 `lab.goldenimage.io/guest-ssh: "<port>"`, points at a real sshd on that loopback port.
 
+A VM carrying `lab.goldenimage.io/device-qemu: "true"` boots for real under QEMU instead (realboot.py):
+its agent, OS, filesystems and forwarded SSH port are the guest's own.
+
 Faults on `VirtualMachine/<ns>/<name>`: `stop-hangs` keeps the VMI Running when the VM is halted (its
 `Stopping` condition says the shutdown hangs) until the fault is cleared; `no-agent` keeps
 `AgentConnected` away from a guest that boots; `swap-conflict` answers 409 Conflict to every write that
@@ -36,6 +39,7 @@ changes the VM's spec other than its run strategy (a disk swap conflicts, stop a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -51,6 +55,8 @@ from .bootdisk import BootCheck, image_virtual_size, inspect
 from .console import ConsoleController
 from .guestagent import BOOT_NOTE, DISK_NOTE, LAB_PREFIX, VOLUME_NOTE, partition
 from .kit import condition, modify, record_event
+from .realboot import ACCEL_NOTE, BOOT_SECONDS_NOTE, FILESYSTEMS_NOTE, HOSTNAME_NOTE, QemuDevice
+from .realboot import wanted as wants_qemu
 from .storage import ensure_bound
 from .volumes import core_types, disk_image_path, parse_quantity
 from .winrm import PORT as WINRM_PORT
@@ -86,6 +92,7 @@ MIN_BOOT_MEMORY = {"windows": 2 * 2**30, "linux": 256 * 2**20}
 RUNNING_STRATEGIES = ("Always", "RerunOnFailure", "Once")
 LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.8.2"
 LAUNCHER_RETRY_SECONDS = 0.5  # virt-controller retries a refused pod create
+AGENT_POLL_SECONDS = 2.0  # virt-handler reads a real guest's agent again after this
 STOP_HANGS = "stopping hangs: the guest does not shut down (lab fault stop-hangs)"
 
 
@@ -293,6 +300,7 @@ class VirtController(Controller):
         self._listeners: dict[str, _Listener] = {}  # VMI uid -> listener
         self._running_since: dict[str, float] = {}  # VMI uid -> when the guest was powered on
         self._lock = threading.Lock()
+        self._qemu = QemuDevice(lab.state_dir)
         install_hooks(lab.store, GROUP, "virtualmachines", VMFaultHooks, faults=lab.faults)
 
     def types(self) -> tuple[ResourceType, ResourceType]:
@@ -686,6 +694,8 @@ class VirtController(Controller):
     def _start(self, vmi: dict) -> float | None:
         spec = vmi.get("spec") or {}
         namespace = vmi["metadata"]["namespace"]
+        if wants_qemu(vmi):
+            return self._start_qemu(vmi)
         boot, check, disk_bytes = self._boot_check(namespace, spec)
         memory = guest_memory(spec)
         status = {
@@ -716,25 +726,111 @@ class VirtController(Controller):
             record_event(self.lab.store, vmi, "Warning", "GuestNotBooting", boot, HANDLER)
         return self._agent_delay()
 
-    def _boot_check(self, namespace: str, spec: dict) -> tuple[str, BootCheck | None, int]:
-        """ "windows: ..." / "linux: ..." when the guest boots, else why not; the disk check and the
-        size of the disk the guest sees."""
+    def _start_qemu(self, vmi: dict) -> float | None:
+        """The lab device: QEMU boots the claim's disk; the guest's agent decides the rest."""
+        spec = vmi.get("spec") or {}
+        found = self._boot_image(vmi["metadata"]["namespace"], spec)
+        if isinstance(found, str):
+            return self._no_qemu(vmi, found)
+        pvc, image = found
+        try:
+            notes = self._qemu.start(vmi, image, self._guest_disk_bytes(pvc, image), guest_memory(spec))
+        except OSError as exc:  # QEMU or xorriso missing, the seed not written: said on the VMI
+            return self._no_qemu(vmi, f"no boot: QEMU could not start: {exc}")
+        notes[BOOT_NOTE] = "linux: booting under QEMU"
+        status = {
+            "nodeName": (vmi.get("status") or {}).get("nodeName") or NODE,
+            "interfaces": [
+                {
+                    "name": "default",
+                    "interfaceName": "eth0",
+                    "ipAddress": "127.0.0.1",
+                    "ipAddresses": ["127.0.0.1"],
+                    "infoSource": "domain",
+                }
+            ],
+        }
+        self._set_vmi(
+            vmi,
+            phase="Running",
+            conditions=[{"type": "Ready", "status": "True"}],
+            annotations=notes,
+            **status,
+        )
+        return 1.0
+
+    def _no_qemu(self, vmi: dict, why: str) -> None:
+        ready = {"type": "Ready", "status": "True"}
+        vmi = self._set_vmi(vmi, phase="Running", conditions=[ready], annotations={BOOT_NOTE: why})
+        record_event(self.lab.store, vmi, "Warning", "GuestNotBooting", why, HANDLER)
+
+    def _qemu_agent(self, vmi: dict) -> float | None:
+        """virt-handler's view of a real guest: the agent connected, its OS, hostname and filesystems."""
+        guest = self._qemu.guest(vmi["metadata"]["uid"])
+        if guest is None:
+            return None
+        if not guest.alive():
+            message = guest.failure()
+            if vmi["metadata"].get("annotations", {}).get(BOOT_NOTE) != message:
+                vmi = self._set_vmi(vmi, annotations={BOOT_NOTE: message})
+                record_event(self.lab.store, vmi, "Warning", "GuestNotBooting", message, HANDLER)
+            return None
+        state = guest.agent_state()
+        if state:
+            os_info = state["os"]
+            info = {
+                k: os_info.get(c, "")
+                for k, c in (
+                    ("id", "id"),
+                    ("name", "name"),
+                    ("prettyName", "pretty-name"),
+                    ("version", "version"),
+                    ("versionId", "version-id"),
+                    ("kernelRelease", "kernel-release"),
+                    ("machine", "machine"),
+                )
+            }
+            notes = {
+                BOOT_NOTE: "linux: booted under QEMU, the guest agent answers",
+                BOOT_SECONDS_NOTE: str(state["boot_seconds"]),
+                ACCEL_NOTE: guest.describe(),
+                HOSTNAME_NOTE: state["hostname"],
+                FILESYSTEMS_NOTE: json.dumps(state["filesystems"], sort_keys=True),
+            }
+            cond = {"type": "AgentConnected", "status": "True"}
+            if (condition(vmi, "AgentConnected") or {}).get("status") == "True":
+                self._set_vmi(vmi, guestOSInfo=info, annotations=notes)
+            else:
+                self._set_vmi(vmi, conditions=[cond], guestOSInfo=info, annotations=notes)
+        return AGENT_POLL_SECONDS
+
+    def _boot_image(self, namespace: str, spec: dict):
+        """(the boot claim, its disk image), or why there is no bootable device."""
         name = _boot_volume(spec)
         volume = next((v for v in spec.get("volumes") or [] if v.get("name") == name), None)
         claim = _claim_of(volume) if volume else None
         if not claim:
-            return "no bootable device: the boot disk is not a persistent volume", None, 0
+            return "no bootable device: the boot disk is not a persistent volume"
         try:
             pvc = self.lab.store.get(core_types(self.lab)["pvc"], namespace, claim)
             image = disk_image_path(self.lab, pvc)
         except ApiError as exc:
             if exc.code != 404:
                 raise  # a loaded API server's 5xx is no verdict on the disk: the runner comes back
-            return f"no bootable device: claim {claim}: {exc}", None, 0
+            return f"no bootable device: claim {claim}: {exc}"
         except ValueError as exc:
-            return f"no bootable device: claim {claim}: {exc}", None, 0
+            return f"no bootable device: claim {claim}: {exc}"
         if not image.exists() or image.is_dir():
-            return f"no bootable device: claim {claim} holds no disk image", None, 0
+            return f"no bootable device: claim {claim} holds no disk image"
+        return pvc, image
+
+    def _boot_check(self, namespace: str, spec: dict) -> tuple[str, BootCheck | None, int]:
+        """ "windows: ..." / "linux: ..." when the guest boots, else why not; the disk check and the
+        size of the disk the guest sees."""
+        found = self._boot_image(namespace, spec)
+        if isinstance(found, str):
+            return found, None, 0
+        pvc, image = found
         result = inspect(image)
         if not result.boots:
             return result.reason, result, 0
@@ -784,6 +880,8 @@ class VirtController(Controller):
 
     def _agent(self, vmi: dict) -> float | None:
         meta = vmi["metadata"]
+        if self._qemu.owns(meta["uid"]):
+            return self._qemu_agent(vmi)
         boot = (meta.get("annotations") or {}).get(BOOT_NOTE, "")
         guest = boot.split(":", 1)[0]
         if guest not in GUEST_PORTS:
@@ -853,6 +951,7 @@ class VirtController(Controller):
         with self._lock:
             listeners = [self._listeners.pop(k, None) for k in (uid, uid + "/winrm")]
             self._running_since.pop(uid, None)
+        self._qemu.stop(uid)  # the guest is powered off with its instance
         for listener in listeners:
             if listener is not None:
                 listener.close()
@@ -888,6 +987,7 @@ class VirtController(Controller):
             listeners, self._listeners = list(self._listeners.values()), {}
         for listener in listeners:
             listener.close()
+        self._qemu.stop_all()
 
     # --- store helpers --------------------------------------------------------------------------
 
