@@ -1,3 +1,7 @@
+# -*- coding: utf-8 -*-
+# Copyright: goldenimage.pipeline contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
 """Signing and verifying micro-VM images in a registry as cosign stores and reads them (an adapter: the
 registry I/O; what is kept, trusted or refused is decided in ``provenance`` and ``microvm``).
 
