@@ -35,11 +35,12 @@ ANNOTATION = "goldenimage.pipeline/provenance"
 LEAKY = dict(FACTS, private_keys=["/etc/ssh/ssh_host_ed25519_key"])
 
 
-def _record(key, family, sha256=HEX, signed_sha256=None, facts=FACTS):
+def _record(key, family, sha256=HEX, signed_sha256=None, facts=None):
     """The record os_mirror_verify makes of ``key``'s signature over ``signed_sha256`` (the recorded digest
     unless told), with the statement naming ``facts`` and the texts as its evidence."""
     signed_sha256 = signed_sha256 or sha256
     artifact = "%s/20260828/sha256-%s/disk.qcow2" % (family, signed_sha256)
+    facts = FACTS if facts is None else facts
     inputs = [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}]
     doc = provenance.statement(
         {"name": artifact, "digest": {"sha256": signed_sha256}}, inputs, {}, "2026-12-01T00:00:00Z"

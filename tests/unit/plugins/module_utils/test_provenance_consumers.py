@@ -156,7 +156,7 @@ def test_a_golden_records_the_verdict_on_its_own_digest_once():
 
 
 # Real keys: what a record carries is verified again, so the tests sign what they record.
-SIGNERS = [ec.generate_private_key(ec.SECP256R1()) for _ in range(3)]
+SIGNERS = [ec.generate_private_key(ec.SECP256R1()) for _i in range(3)]
 IDS = [signing.key_id(k) for k in SIGNERS]
 
 

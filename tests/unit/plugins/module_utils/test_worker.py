@@ -819,7 +819,7 @@ def test_nothing_is_imported_unless_a_trusted_signature_binds_the_pinned_bytes_o
         assert allowed and verdict["ok"], verdict
 
 
-_REAL = [ec.generate_private_key(ec.SECP256R1()) for _ in range(2)]
+_REAL = [ec.generate_private_key(ec.SECP256R1()) for _i in range(2)]
 _REAL_POLICY = provenance.normalize_policy(
     {"rules": [{"public_key": signing.public_pem(_REAL[0]), "name": "release", "families": ["talos-ab"]}]}
 )
