@@ -164,8 +164,11 @@ provenance:
   returned: when RV(verdict) is V(verified)
   type: dict
 record:
-  description: The verdict as a golden records it (V(verdict), V(key) (in a stored record, the key id),
-    V(signer), V(artifact), V(sha256), V(family)).
+  description:
+    - The verdict as a golden records it (V(verdict), V(key) (in a stored record, the key id), V(signer),
+      V(artifact), V(sha256), V(family)), and for a verified object V(evidence), the texts of its
+      C(.sig) (V(signature)) and C(.intoto.jsonl) (V(provenance)) as read, which every consumer of the
+      golden verifies again under its trust policy (a verdict without them proves nothing).
   returned: always
   type: dict
 trust_policy:
