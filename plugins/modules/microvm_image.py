@@ -122,6 +122,13 @@ options:
         C(/usr) volume is larger than its root); a tie is refused, and a choice among several is said in
         the result's C(warnings) with the others.
     type: str
+  boot_partition:
+    description:
+      - The separate C(/boot) partition, as its number or its label, for a disk whose root holds no
+        kernel. Omitted, the XBOOTLDR type is taken, then a partition named or labelled C(boot), then
+        another Linux type, the smallest; two such candidates are refused, naming them.
+      - A label that several partitions carry is refused (here and in O(partition)); give the number.
+    type: str
   kernel_version:
     description:
       - The kernel release to ship, the name of its C(/lib/modules/<version>) directory. Detected when
@@ -655,6 +662,7 @@ def argument_spec():
     return dict(
         src=dict(type="path", required=True),
         partition=dict(type="str"),
+        boot_partition=dict(type="str"),
         kernel_version=dict(type="raw"),
         hypervisor=dict(type="str", choices=["firecracker", "cloudhypervisor"], default="firecracker"),
         kernel_path=dict(type="str"),
@@ -890,7 +898,9 @@ class Runner:
         partition, when the root holds no kernel; else ``(tree, None)``."""
         if not microvm.needs_boot_partition(tree, self.params.get("kernel_path")):
             return tree, None
-        boot = microvm.choose_boot_partition(self.params["src"], parts, root)
+        boot = microvm.choose_boot_partition(
+            self.params["src"], parts, root, self.params.get("boot_partition")
+        )
         self.log("looking for the kernel in a separate /boot partition")
         self.boot_fs = self._tree(image, boot)
         kernel_tree = dict(tree)

@@ -376,6 +376,30 @@ def root_candidates(partitions):
     return [p for p in partitions if reads(p) and _root_rank(p)]
 
 
+def selected(src, partitions, selector, option):
+    """The partition the option ``option`` names by ``selector``, its number or its label (GPT partition
+    name or filesystem label); a label two partitions carry is refused, never taken as the first."""
+    listing = "; ".join(describe(p) for p in partitions) or "none"
+    text = str(selector)
+    if text.isdigit():
+        found = [p for p in partitions if p["number"] == int(text)]
+    else:
+        found = [p for p in partitions if text in (p.get("name"), p.get("label"))]
+    if not found:
+        raise Refusal(
+            "%s" % src,
+            "no partition numbered or labelled %r (partitions: %s)" % (text, listing),
+            "set %s to one of these numbers or labels" % option,
+        )
+    if len(found) > 1:
+        raise Refusal(
+            "%s" % src,
+            "%s %r names more than one partition: %s" % (option, text, "; ".join(describe(p) for p in found)),
+            "set %s to the partition's number" % option,
+        )
+    return found[0]
+
+
 def choose_partition(src, partitions, selector=None, rootlike=()):
     """The partition that holds the root filesystem.
 
@@ -392,18 +416,7 @@ def choose_partition(src, partitions, selector=None, rootlike=()):
             "%s" % src, "holds no partition table and no filesystem", "pass a raw or qcow2 disk image"
         )
     if selector not in (None, ""):
-        text = str(selector)
-        if text.isdigit():
-            found = [p for p in partitions if p["number"] == int(text)]
-        else:
-            found = [p for p in partitions if text in (p.get("name"), p.get("label"))]
-        if not found:
-            raise Refusal(
-                "%s" % src,
-                "no partition numbered or labelled %r (partitions: %s)" % (text, listing),
-                "set partition to one of these numbers or labels",
-            )
-        part = found[0]
+        part = selected(src, partitions, selector, "partition")
         if not reads(part):
             raise Refusal(
                 "%s %s" % (src, describe(part)),
@@ -521,11 +534,23 @@ def needs_boot_partition(tree, kernel_path=None):
     return not any(n.startswith(("vmlinuz", "vmlinux")) for n in boot_kernels(tree))
 
 
-def choose_boot_partition(src, partitions, root):
-    """The separate /boot partition of a disk whose root holds no kernel, chosen the way the root is:
-    the partitions other than ``root`` holding a filesystem this module reads, the XBOOTLDR type first,
-    then one named or labelled ``boot``, then the other Linux types, the smallest of them; a tie is
-    refused."""
+def choose_boot_partition(src, partitions, root, selector=None):
+    """The separate /boot partition of a disk whose root holds no kernel: the one ``selector`` names (the
+    boot_partition option: a number or label), else chosen the way the root is: the partitions other than
+    ``root`` holding a filesystem this module reads, the XBOOTLDR type first, then one named or labelled
+    ``boot``, then the other Linux types, the smallest of them; a tie is refused."""
+    if selector not in (None, ""):
+        part = selected(src, partitions, selector, "boot_partition")
+        if part["number"] == root["number"] or not reads(part):
+            raise Refusal(
+                "%s %s" % (src, describe(part)),
+                "boot_partition names %s; microvm_image reads a /boot of %s on a partition other than "
+                "the root"
+                % ("the root partition" if part["number"] == root["number"] else holds(part), READ_NAMES),
+                "set boot_partition to the partition that holds /boot, or kernel_path to the kernel in the "
+                "root",
+            )
+        return part
     candidates = [p for p in partitions if reads(p) and p["number"] != root["number"] and _boot_rank(p)]
     if not candidates:
         raise Refusal(
@@ -540,7 +565,7 @@ def choose_boot_partition(src, partitions, root):
         _boot_rank,
         min,
         "partition could be /boot",
-        "name the /boot partition's GPT entry or ext label boot",
+        "set boot_partition to the number of the partition that holds /boot",
     )
 
 

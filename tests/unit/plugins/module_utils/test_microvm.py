@@ -630,14 +630,42 @@ def test_the_boot_partition_is_chosen_by_type_then_name_then_size():
     assert microvm.choose_boot_partition("d.raw", [xbootldr, named, root, home, esp], root) is xbootldr
     assert microvm.choose_boot_partition("d.raw", [named, root, home, small], root) is named
     assert microvm.choose_boot_partition("d.raw", [root, home, small], root) is small
-    with pytest.raises(Refusal, match=r"more than one partition could be /boot"):
-        microvm.choose_boot_partition("d.raw", [root, home, part(5, size=300 * MIB)], root)
+    twin = part(5, size=300 * MIB)
+    with pytest.raises(
+        Refusal, match=r"more than one partition could be /boot.*set boot_partition to the number"
+    ):
+        microvm.choose_boot_partition("d.raw", [root, home, twin], root)
+    # The move the refusal names can be taken: boot_partition picks one of the twins.
+    assert microvm.choose_boot_partition("d.raw", [root, home, twin], root, "5") is twin
+    with pytest.raises(Refusal, match=r"boot_partition names the root partition"):
+        microvm.choose_boot_partition("d.raw", [root, home, twin], root, "3")
+    with pytest.raises(
+        Refusal, match=r"partition 6 .*: boot_partition names .*; microvm_image reads a /boot"
+    ):
+        microvm.choose_boot_partition("d.raw", [root, esp], root, "6")
     with pytest.raises(
         Refusal,
         match=r"d.raw partition 3 .*: holds no kernel in /boot and no other partition holds a filesystem "
         r"microvm_image reads",
     ):
         microvm.choose_boot_partition("d.raw", [root, esp], root)
+
+
+def test_a_label_two_partitions_carry_is_refused_not_taken_as_the_first():
+    parts = [
+        part(1, size=100 * MIB, name="boot"),
+        part(2, size=900 * MIB),
+        part(3, size=200 * MIB, name="boot"),
+    ]
+    for option, call in (
+        ("partition", lambda: microvm.choose_partition("d.raw", parts, "boot")),
+        ("boot_partition", lambda: microvm.choose_boot_partition("d.raw", parts, parts[1], "boot")),
+    ):
+        with pytest.raises(
+            Refusal, match=r"%s 'boot' names more than one partition: partition 1.*partition 3" % option
+        ):
+            call()
+    assert microvm.choose_boot_partition("d.raw", parts, parts[1], "3") is parts[2]
 
 
 def test_a_boot_partition_is_seen_mounted_with_its_own_inode_numbers():

@@ -294,6 +294,12 @@ def test_the_kernel_comes_from_a_separate_boot_partition(stock_kernel, whole_dis
     assert result["kernel"]["digest"] == alone["kernel"]["digest"]
     assert result["kernel_source"]["extracted"] == alone["kernel_source"]["extracted"]
     assert not [name for name in layer_files(tmp_path / "oci", result["rootfs"]) if name.startswith("boot/")]
+    # boot_partition names it (the move a tie of two /boot candidates gives); naming the root is refused.
+    named = build(src=str(disk), dest=str(tmp_path / "oci"), boot_partition="boot")
+    assert named["kernel"]["digest"] == result["kernel"]["digest"] and named["changed"] is False
+    with pytest.raises(Refusal, match=r"boot_partition names the root partition"):
+        build(src=str(disk), dest=str(tmp_path / "refused"), boot_partition="2")
+    assert not (tmp_path / "refused").exists()
 
 
 def test_an_initrd_becomes_an_image_and_the_layout_only_snippets_name_no_image(stock_kernel, tmp_path):
