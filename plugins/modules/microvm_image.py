@@ -888,7 +888,7 @@ class Runner:
                 view = self._tree(image, part).view
                 if view.exists("etc/fstab") or view.exists("sbin/init"):
                     found.add(part["number"])
-            except (PipelineError,) + READ_ERRORS:
+            except PROBE_ERRORS:
                 # Unreadable here, it is read (and refused naming why) only if chosen.
                 continue
         return found
@@ -1334,6 +1334,8 @@ def _read_errors():
 
 
 READ_ERRORS = _read_errors()
+# What probing a root candidate may raise: it is read (and refused naming why) only if chosen.
+PROBE_ERRORS = (PipelineError,) + READ_ERRORS
 
 # The member inode number that reads the vmlinux extracted from a bzImage (no inode has it), and the
 # device that tags the inode numbers of a separate /boot partition.
