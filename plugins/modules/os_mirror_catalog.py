@@ -236,14 +236,7 @@ def _sign(module, client, bucket, key, body, signing_key):
     found = {"key": name, "key_id": keyid, "changed": (proven or {}).get("key") != keyid}
     if found["changed"] and not module.check_mode:
         text = signing.signature_text(signing.sign_digest(signing_key, digest)).encode("ascii")
-        client.put_object(
-            Bucket=bucket,
-            Key=name,
-            Body=text,
-            ContentType="text/plain",
-            CacheControl="no-cache",
-            ChecksumSHA256=mirror.b64(hashlib.sha256(text).digest()),
-        )
+        transfer.put_small(client, bucket, name, text, CacheControl="no-cache")
     return found
 
 
@@ -279,14 +272,7 @@ def run(module):
             result["changed"] = True
             if not module.check_mode:
                 action = "write s3://%s/%s" % (bucket, key)
-                client.put_object(
-                    Bucket=bucket,
-                    Key=key,
-                    Body=body,
-                    ContentType="application/json",
-                    CacheControl="no-cache",
-                    ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
-                )
+                transfer.put_small(client, bucket, key, body, "application/json", CacheControl="no-cache")
         if signing_key is not None:
             action = "sign s3://%s/%s" % (bucket, key)
             result["signature"] = _sign(module, client, bucket, key, body, signing_key)

@@ -243,14 +243,16 @@ def hash_object(client, bucket, key, chunk=8 * 1024 * 1024):
     return digest.hexdigest()
 
 
-def put_small(client, bucket, key, body, content_type="text/plain"):
-    """Store a small object (a signature, a provenance envelope) in one PutObject with its sha256 checksum."""
+def put_small(client, bucket, key, body, content_type="text/plain", **extra):
+    """Store a small object (a signature, a provenance envelope, the catalog) in one PutObject with its
+    sha256 checksum; ``extra``: more PutObject fields (the catalog's CacheControl)."""
     client.put_object(
         Bucket=bucket,
         Key=key,
         Body=body,
         ContentType=content_type,
         ChecksumSHA256=mirror.b64(hashlib.sha256(body).digest()),
+        **extra,
     )
 
 

@@ -192,6 +192,22 @@ def _boot_volume(spec: dict) -> str | None:
     return chosen.get("name")
 
 
+def running_status(vmi: dict) -> dict:
+    """The status fields of a running instance: its node and the one interface the lab gives it."""
+    return {
+        "nodeName": (vmi.get("status") or {}).get("nodeName") or NODE,
+        "interfaces": [
+            {
+                "name": "default",
+                "interfaceName": "eth0",
+                "ipAddress": "127.0.0.1",
+                "ipAddresses": ["127.0.0.1"],
+                "infoSource": "domain",
+            }
+        ],
+    }
+
+
 class ChainedHooks(TypeHooks):
     """Hooks for a type that already may have some: the store keeps one per type, so they chain."""
 
@@ -698,23 +714,14 @@ class VirtController(Controller):
             return self._start_qemu(vmi)
         boot, check, disk_bytes = self._boot_check(namespace, spec)
         memory = guest_memory(spec)
-        status = {
-            "nodeName": (vmi.get("status") or {}).get("nodeName") or NODE,
-            "interfaces": [
-                {
-                    "name": "default",
-                    "interfaceName": "eth0",
-                    "ipAddress": "127.0.0.1",
-                    "ipAddresses": ["127.0.0.1"],
-                    "infoSource": "domain",
-                }
-            ],
-            "memory": {
+        status = dict(
+            running_status(vmi),
+            memory={
                 "guestRequested": str(memory),
                 "guestAtBoot": str(memory),
                 "guestCurrent": str(memory),
             },
-        }
+        )
         ready = {"type": "Ready", "status": "True"}
         notes = {BOOT_NOTE: boot}
         if check is not None and check.volume is not None:
@@ -738,24 +745,12 @@ class VirtController(Controller):
         except OSError as exc:  # QEMU or xorriso missing, the seed not written: said on the VMI
             return self._no_qemu(vmi, f"no boot: QEMU could not start: {exc}")
         notes[BOOT_NOTE] = "linux: booting under QEMU"
-        status = {
-            "nodeName": (vmi.get("status") or {}).get("nodeName") or NODE,
-            "interfaces": [
-                {
-                    "name": "default",
-                    "interfaceName": "eth0",
-                    "ipAddress": "127.0.0.1",
-                    "ipAddresses": ["127.0.0.1"],
-                    "infoSource": "domain",
-                }
-            ],
-        }
         self._set_vmi(
             vmi,
             phase="Running",
             conditions=[{"type": "Ready", "status": "True"}],
             annotations=notes,
-            **status,
+            **running_status(vmi),
         )
         return 1.0
 
