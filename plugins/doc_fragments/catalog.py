@@ -33,6 +33,17 @@ options:
       path:
         description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).
         type: path
+      trust:
+        description:
+          - The trust policy this run pins, in the shape of the catalog's C(trust) section (C(keys), each
+            C({name, public_key, streams, families}), and C(streams), each C({require_signature, reason})).
+          - The catalog keeps its policy beside the verdicts it judges, so whoever may write the catalog may
+            otherwise add a key of their own, relax a stream, or remove the section (then no signature is
+            checked). When given, a catalog whose trust section is not this one (or has none) is refused
+            before anything is read from it or written, naming the keys and streams that differ.
+          - Keep it where the catalog's writers cannot change it (the playbook's repository, an AWX credential
+            or survey the platform team owns).
+        type: dict
 """
 
     # The same option where the module needs it (goldenimage.pipeline.catalog.required).
@@ -59,4 +70,15 @@ options:
       path:
         description: A catalog YAML file instead of a ConfigMap (to keep the catalog in Git).
         type: path
+      trust:
+        description:
+          - The trust policy this run pins, in the shape of the catalog's C(trust) section (C(keys), each
+            C({name, public_key, streams, families}), and C(streams), each C({require_signature, reason})).
+          - The catalog keeps its policy beside the verdicts it judges, so whoever may write the catalog may
+            otherwise add a key of their own, relax a stream, or remove the section (then no signature is
+            checked). When given, a catalog whose trust section is not this one (or has none) is refused
+            before anything is read from it or written, naming the keys and streams that differ.
+          - Keep it where the catalog's writers cannot change it (the playbook's repository, an AWX credential
+            or survey the platform team owns).
+        type: dict
 """

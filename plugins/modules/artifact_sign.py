@@ -144,10 +144,10 @@ name:
   type: str
   sample: ubuntu-2404-postgres-v20261201-2404.qcow2
 digest:
-  description: The artifact's SHA-256.
+  description: The artifact's SHA-256 and SHA-512, both recorded in the provenance subject.
   returned: always
   type: dict
-  sample: {sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
+  sample: {sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, sha512: "0b8e...7a1c"}
 key_id:
   description:
     - The signing key's id, the SHA-256 (hex) of its DER SubjectPublicKeyInfo, as the trust policy names it.
@@ -247,7 +247,8 @@ def run(params, check_mode=False, now=_now):
     checks.require_file(path, os.path.isfile(path), "artifact %s" % path, "build it before signing it")
     key = signing.private_key_from(p)
     name = p["name"] or os.path.basename(path)
-    digest = signing.file_digests(path)
+    # Both digests: a consumer that serves the bytes by their SHA-512 (Harvester's checksum) finds it signed.
+    digest = signing.file_digests(path, ("sha256", "sha512"))
     wanted = provenance.statement(
         {"name": name, "digest": digest},
         _inputs(p["inputs"]),

@@ -68,9 +68,12 @@ description:
     provenance of other bytes, a provenance whose subject digest differs and another revision's signed
     artifact under this revision's name are each refused, naming the artifact, the key and the check that
     failed; nothing is written. On a stream whose C(require_signature) is false an unsigned artifact
-    registers and RV(signature) records the reason. A catalog without a trust policy checks no signature.
+    registers and RV(signature) records the reason. A catalog without a trust policy checks no signature;
+    O(catalog.trust) pins the policy, so a catalog whose writers removed or widened it is refused.
   - The catalog entry records the verdict (C(signature), with the key id, the signer's name and the
-    artifact's SHA-256; never key material).
+    artifact's SHA-256 and SHA-512; never key material) and its evidence (the C(.sig) and C(.intoto.jsonl)
+    texts), which is verified again wherever the revision is used; the signed provenance must name the
+    SHA-512 as well (M(goldenimage.pipeline.artifact_sign) records both).
   - When a write is refused half way (for example a token that may create images but not update the catalog
     ConfigMap), the failure says what exists (the image, whether the catalog was written) and which permission
     is missing; running the task again with the permission completes it.
@@ -367,9 +370,11 @@ signature:
       C(key) (the key id, null when unsigned), C(signer) (the policy's name of the key), C(relaxed) (the
       reason recorded), C(artifact) (the signed subject, the artifact's file name), C(sha256) and C(sha512)
       (the bytes verified; the SHA-512 is the checksum the revision registers), C(family), and for a
-      verified artifact the C(inputs), C(builder) and C(time) its provenance names, and C(message).
-    - A repave (M(goldenimage.pipeline.dbinstance_repave)) judges this record again before any step, and
-      refuses a revision whose record names another artifact or another checksum than its catalog entry.
+      verified artifact the C(inputs), C(builder) and C(time) its provenance names, C(evidence) (the
+      signature and provenance texts verified), and C(message).
+    - A repave (M(goldenimage.pipeline.dbinstance_repave)) judges this record again before any step, and its
+      evidence must verify again under today's policy, for its own artifact and the checksum of its catalog
+      entry.
     - On a refusal, C(verdict) is V(unsigned), V(untrusted_key), V(signature_mismatch),
       V(subject_digest_differs) or V(replayed_revision), with C(check) naming the check that failed.
   returned: when O(catalog) holds a trust policy and state is present
@@ -700,16 +705,20 @@ class BakedImage:
         path = p["artifact"] or p["src"]
         stream, family = self.os_version, catalog.family(self.os_version)
         name = catalog.signed_subject(p["name"], stream)
-        digest, signature, found = {}, None, None
+        digest, signature, found, texts = {}, None, None, None
         if path:
             ring = signing.keyring(provenance.public_keys(policy))
             digest, signature, found = signing.file_evidence(
                 ring, path, p["signature_path"], p["provenance_path"], ("sha256", "sha512")
             )
             self.digests.setdefault(path, digest["sha512"])  # the checksum, from the same read
-        artifact = {"name": name, "digest": {"sha256": digest["sha256"]} if digest else {}}
+            texts = signing.sidecar_texts(path, p["signature_path"], p["provenance_path"])
+        # Both digests: the statement's subject binds the SHA-512 Harvester downloads against as well.
+        artifact = {"name": name, "digest": {a: digest[a] for a in ("sha256", "sha512") if a in digest}}
         verdict = provenance.judge(artifact, family, stream, policy, signature, found)
-        record = catalog.signature_record(verdict, p["name"], stream, digest, (found or {}).get("statement"))
+        record = catalog.signature_record(
+            verdict, p["name"], stream, digest, (found or {}).get("statement"), texts
+        )
         self.result["signature"] = dict(record, message=verdict["message"], check=verdict["check"])
         if not verdict["ok"]:
             raise Refusal(

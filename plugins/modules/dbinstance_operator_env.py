@@ -274,6 +274,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._dbinstances import all_dbinstances
 
 API = "apps/v1"
@@ -358,7 +359,7 @@ class OperatorEnv(Wait):
             after, changed = self.module.patch(API, KIND, p["name"], p["namespace"], patch, before=before)
         env = {var: operator_env.env_value(after, container, var)[0] for var in VARS}
         held = self.copies(doc, nodes)
-        signed = operator_env.revision_provenance(doc) if doc else None
+        signed = operator_env.revision_provenance(doc, signing.record_proof) if doc else None
         result = {
             "changed": changed,
             "container": container,

@@ -35,9 +35,11 @@ description:
   - O(state=repaved) with O(strategy=operator) refuses, before writing anything, every instance whose
     stream is not validated (C(InvalidOSStream)), whose target's recorded signature the catalog's trust
     policy does not accept (C(UntrustedImage), for no verified signature recorded where the policy requires
-    one, a signing key the policy no longer trusts for the stream, or an unsigned registration under a
-    relaxation taken back), whose major was never recorded (C(EngineVersionUnknown)), whose target does not
-    carry its major or whose major is past end of life
+    one, a signing key the policy no longer trusts for the stream, an unsigned registration under a
+    relaxation taken back, or a verified verdict whose evidence (the signature and provenance texts the
+    registration recorded) does not verify again for the revision's artifact and the SHA-512 its checksum
+    names, since a verdict written into the catalog by hand proves nothing), whose major was never recorded
+    (C(EngineVersionUnknown)), whose target does not carry its major or whose major is past end of life
     (C(RepaveBlockedPGVersionEOL)), or that is not C(Available) (C(NotAvailable)); a refused instance gets no
     annotation. Then it sets the trigger annotation (O(trigger_annotation)=C(now))
     and waits until the operator reports phase C(Available), C(status.appliedSpec.imageRevision) equals the
@@ -734,6 +736,7 @@ from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors
     run_module,
 )
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_direct import DirectDriver
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave._repave_operator import (
@@ -1114,6 +1117,7 @@ class Repave:
             instances,
             self.doc,
             self.key,
+            signing.record_proof,
             p["revision"],
             p["strategy"] == "operator",
             self.today(),

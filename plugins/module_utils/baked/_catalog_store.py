@@ -37,6 +37,7 @@ def catalog_options(required=False):
             namespace=dict(type="str"),
             name=dict(type="str"),
             path=dict(type="path"),
+            trust=dict(type="dict"),
         ),
         mutually_exclusive=[("path", "name"), ("path", "namespace")],
         required_one_of=[("path", "name")],
@@ -97,8 +98,14 @@ class CatalogStore:
     def read(self):
         """The catalog document (empty when the ConfigMap or file does not exist yet)."""
         if self.spec.get("path"):
-            return catalog.load(self._read_file())
-        return catalog.load(self._configmap_text(self._get_configmap()))
+            return self._load(self._read_file())
+        return self._load(self._configmap_text(self._get_configmap()))
+
+    def _load(self, text):
+        """The stored catalog, refused unless its trust section is the one the caller pins."""
+        doc = catalog.load(text)
+        catalog.check_trust_pin(doc, self.spec.get("trust"), self.where)
+        return doc
 
     def _read_file(self):
         path = self.spec["path"]
@@ -150,7 +157,7 @@ class CatalogStore:
     def _apply(self, text, change):
         """``(before, after, changed)`` of ``change`` on the stored ``text``; a stored entry holding a
         secret makes it a change, said once per catalog in a warning."""
-        before = catalog.load(text)
+        before = self._load(text)
         after, changed = change(before)
         leaked = catalog.unstorable(text)
         if leaked and not self._warned:

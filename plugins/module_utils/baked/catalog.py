@@ -1166,6 +1166,66 @@ def set_trust(doc, section):
     return doc, True
 
 
+def check_trust_pin(doc, pinned, where):
+    """Refuse the catalog ``doc`` (at ``where``) unless its trust section is ``pinned``, the one the caller
+    holds (the ``catalog.trust`` option); nothing to check when the caller pins none.
+
+    The catalog keeps its trust policy beside the verdicts it judges, so whoever may write the catalog may
+    otherwise widen the policy (a key of their own, a stream relaxed) or remove it (no signature checked at
+    all). A run that pins the policy trusts what its caller holds, and a catalog that says otherwise is
+    refused before anything is read from it.
+    """
+    if pinned is None:
+        return
+    try:
+        wanted = normalize_trust(pinned)
+    except CatalogError as exc:
+        raise CatalogError("catalog.trust (the pinned trust policy): %s" % exc.msg) from None
+    held = normalize(doc).get(TRUST)
+    if held == wanted:
+        return
+    raise CatalogError(
+        "%s: its trust section is not the trust policy this run pins (catalog.trust): %s. Nothing was read "
+        "from it or written; restore the catalog's trust section from the pinned policy, or pin the "
+        "catalog's if its change was meant (review who changed it first)"
+        % (where, _trust_difference(held, wanted))
+    )
+
+
+def _trust_difference(held, wanted):
+    """What the catalog's trust section ``held`` has that the pinned ``wanted`` has not, and the reverse."""
+    if held is None:
+        return "the catalog has no trust section, so it would check no signature"
+
+    def keys(section):
+        return dict(
+            (provenance.pem_key_id(k["public_key"], "trust key %s" % k["name"]), k) for k in section["keys"]
+        )
+
+    held_keys, wanted_keys = keys(held), keys(wanted)
+    said = []
+    for keyid in sorted(set(held_keys) - set(wanted_keys)):
+        said.append("it trusts key %s (%s), which the pin does not" % (held_keys[keyid]["name"], keyid[:12]))
+    for keyid in sorted(set(wanted_keys) - set(held_keys)):
+        said.append("it lacks the pinned key %s (%s)" % (wanted_keys[keyid]["name"], keyid[:12]))
+    for keyid in sorted(set(held_keys) & set(wanted_keys)):
+        if held_keys[keyid] != wanted_keys[keyid]:
+            said.append("key %s may sign other streams, families or has another name" % keyid[:12])
+    for stream in sorted(set(held["streams"]) | set(wanted["streams"])):
+        if held["streams"].get(stream) != wanted["streams"].get(stream):
+            found = [_stream_words(section["streams"].get(stream)) for section in (held, wanted)]
+            said.append("stream %s: %s in the catalog, %s in the pin" % (stream, found[0], found[1]))
+    return "; ".join(said)
+
+
+def _stream_words(entry):
+    if entry is None:
+        return "no entry (signature required)"
+    if entry["require_signature"]:
+        return "signature required"
+    return "unsigned allowed (%s)" % entry.get("reason")
+
+
 def trust_policy(doc):
     """The catalog's trust policy as ``provenance.judge`` reads it, or None when the catalog has none."""
     section = normalize(doc).get(TRUST)
@@ -1198,51 +1258,51 @@ def signed_subject(name, os_stream):
     return revision.artifact_name(name, os_stream)
 
 
-def signature_record(verdict, name, os_stream, digest, doc=None):
+def signature_record(verdict, name, os_stream, digest, doc=None, evidence=None):
     """What a catalog entry records of its artifact's verification (no key material): the verdict, the key
-    and signer, the artifact and its SHA-256 and SHA-512 (the checksum Harvester downloads against), and
-    the inputs, builder and time the verified statement ``doc`` names."""
+    and signer, the artifact and its SHA-256 and SHA-512 (the checksum Harvester downloads against), the
+    inputs, builder and time the verified statement ``doc`` names, and the ``evidence`` (the signature and
+    envelope texts) it was verified from, which ``signature_problem`` verifies again where it is used."""
     digest = digest or {}
     record = provenance.verdict_record(
-        verdict, signed_subject(name, os_stream), digest.get("sha256"), family(os_stream), doc
+        verdict, signed_subject(name, os_stream), digest.get("sha256"), family(os_stream), doc, evidence
     )
     if digest.get("sha512"):
         record["sha512"] = digest["sha512"]
     return record
 
 
-def signature_problem(doc, name):
+def signature_problem(doc, name, prove):
     """Why revision ``name``'s recorded signature does not hold under the catalog's trust policy now, as
     ``(problem, move)``; None when it holds or the catalog has no policy.
 
-    The bytes are not at hand where a revision is used: what its registration proved (the verdict, the key)
-    is judged again by today's policy, so a key withdrawn from the policy, or a relaxation taken back, stops
-    the revision from reaching another disk.
+    The bytes are not at hand where a revision is used: what its registration proved is judged again by
+    today's policy (``provenance.recorded_verdict_problem``, the rule goldens and worker images follow), so
+    a key withdrawn from the policy, or a relaxation taken back, stops the revision from reaching another
+    disk. The verdict is never taken on its word: the evidence it carries is verified again (``prove``,
+    ``_signing.record_proof``) for this revision's artifact, over the SHA-512 its checksum makes Harvester
+    download, which the signed statement must name.
     """
     policy = trust_policy(doc)
     entry = normalize(doc)["images"].get(name)
     if policy is None or entry is None:
         return None
     stream = entry["os_version"]
-    found = provenance.record_problem(
+    record = entry.get(SIGNATURE)
+    return provenance.recorded_verdict_problem(
         policy,
-        entry.get(SIGNATURE),
+        record,
+        prove(policy, record) if record else None,
         "revision %s" % name,
         family(stream),
         stream,
+        digest={"sha512": entry.get("checksum")},
+        artifact=signed_subject(name, stream),
         scope="stream %s" % stream,
         done="registered",
         policy_name="the catalog's trust policy",
         moves=(
             "sign a new revision with a trusted key, or trust the key again in the catalog's trust section",
-            "register it again with goldenimage.pipeline.baked_image from its signed artifact",
+            "register it again with goldenimage.pipeline.baked_image from its own signed artifact",
         ),
-    )
-    # The verdict must be this revision's, over the bytes its checksum makes Harvester download.
-    return found or provenance.record_binding(
-        entry.get(SIGNATURE),
-        signed_subject(name, stream),
-        {"sha512": entry.get("checksum")},
-        "revision %s" % name,
-        "register it again with goldenimage.pipeline.baked_image from its own signed artifact",
     )

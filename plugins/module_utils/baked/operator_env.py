@@ -258,14 +258,15 @@ def drift(env_stream, catalog_default, env_replicas, nodes_count):
     return out
 
 
-def revision_provenance(doc):
+def revision_provenance(doc, prove):
     """Per registered revision of the catalog ``doc``: who signed it, from what inputs, whether the facts
     recorded now are the ones its signed statement names (``provenance.signed_report``, the rule golden_info
     reads as well), and ``holds``/``problem``: whether its recorded verdict holds under the catalog's trust
-    policy today and is bound to its own artifact and checksum (what a repave checks before any step)."""
+    policy today, its evidence verified again by ``prove`` (``_signing.record_proof``), and is bound to its
+    own artifact and checksum (what a repave checks before any step)."""
     rows = []
     for name, entry in sorted(catalog.normalize(doc)["images"].items()):
-        found = catalog.signature_problem(doc, name)
+        found = catalog.signature_problem(doc, name, prove)
         row = provenance.signed_report(entry.get(catalog.SIGNATURE), entry.get("facts"))
         row.update(
             revision=name,

@@ -321,13 +321,15 @@ def file_evidence(ring, path, signature_path=None, provenance_path=None, algorit
     paths given), as ``provenance.judge`` takes them; the file is read once, for SHA-256 and any other
     ``algorithms`` the caller needs as well."""
     digest = file_digests(path, tuple(sorted(set(algorithms) | {"sha256"})))
-    signature, found = evidence(
-        ring,
-        read_text(signature_path or path + ".sig"),
-        read_text(provenance_path or path + ".intoto.jsonl"),
-        digest["sha256"],
-    )
+    texts = sidecar_texts(path, signature_path, provenance_path)
+    signature, found = evidence(ring, texts[0], texts[1], digest["sha256"])
     return digest, signature, found
+
+
+def sidecar_texts(path, signature_path=None, provenance_path=None):
+    """``(signature text, envelope text)`` of the file ``path``: its ``.sig`` and ``.intoto.jsonl`` (or the
+    paths given), None for one that is missing; what a verdict record keeps as its evidence."""
+    return read_text(signature_path or path + ".sig"), read_text(provenance_path or path + ".intoto.jsonl")
 
 
 def on_disk(ring, signature_text_found, envelope_text, sha256_hex):

@@ -1002,7 +1002,9 @@ def recorded_verdict_problem(
             "who can write the annotation can make (evidence check failed)" % (what, key),
             move,
         )
-    artifact = {"name": record["artifact"], "digest": {"sha256": recorded_sha256(record)}}
+    # Every digest the record binds (the ones the consumer serves by) is judged against the signed subject.
+    recorded = dict((a, str(record[a]).lower()) for a in ALGORITHMS if record.get(a))
+    artifact = {"name": record["artifact"], "digest": dict(recorded, sha256=recorded_sha256(record))}
     judged = judge(artifact, family, stream, policy, proof.get("signature"), proof.get("provenance"))
     if judged["verdict"] != VERIFIED:
         return (
@@ -1018,6 +1020,15 @@ def recorded_verdict_problem(
             move,
         )
     statement = proof["provenance"]["statement"]
+    unsigned = _unsigned_digests(statement, record["artifact"], digest)
+    if unsigned:
+        return (
+            "%s is served by its %s digest, which the statement key %s signed does not name for %s, so "
+            "nothing signed binds the bytes served to the bytes signed (subject check failed)"
+            % (what, "/".join(unsigned), key, record["artifact"]),
+            "sign the artifact again with goldenimage.pipeline.artifact_sign (its subject names sha256 and "
+            "sha512), then %s" % move,
+        )
     signed = summary(statement)
     differs = [f for f in ("inputs", "builder", "time") if record.get(f) != signed[f]]
     if differs:
@@ -1043,6 +1054,16 @@ def recorded_verdict_problem(
                 "artifact",
             )
     return None
+
+
+def _unsigned_digests(statement, name, digest):
+    """The algorithms of ``digest`` (what a consumer serves by) that the statement's subject ``name`` does
+    not carry."""
+    carried = set()
+    for subject in statement.get("subject") or []:
+        if subject.get("name") == name:
+            carried.update(subject.get("digest") or {})
+    return sorted(a for a, v in (digest or {}).items() if v and a not in carried)
 
 
 _RECORD_MOVES = (

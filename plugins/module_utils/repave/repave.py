@@ -591,13 +591,14 @@ def operator_disagreement(verdict, operator_conditions):
 # --------------------------------------------------------------------------- preflight
 
 
-def preflight(instance, doc, target, today=None, eol_table=None):
+def preflight(instance, doc, target, prove, today=None, eol_table=None):
     """Refuse a repave before anything changes: ``InvalidOSStream`` (the target's stream is unknown or not
     validated), ``UntrustedImage`` (the target's recorded signature does not hold under the catalog's trust
     policy), ``RepaveBlockedPGVersionEOL`` (the target does not carry the engineVersion, or the major
-    is past EOL), ``NotAvailable`` (phase is not Available), in that order. ``target`` None: the tip."""
+    is past EOL), ``NotAvailable`` (phase is not Available), in that order. ``target`` None: the tip.
+    ``prove`` verifies the evidence a revision's recorded verdict carries (``catalog.signature_problem``)."""
     target = target_of(instance, doc, target["revision"] if target else None)
-    unsigned = catalog.signature_problem(doc, target["revision"])
+    unsigned = catalog.signature_problem(doc, target["revision"], prove)
     if unsigned:
         raise _refused(instance, UNTRUSTED_IMAGE, unsigned[0], unsigned[1])
     engine = engine_of(instance, doc, target, today, eol_table)
@@ -1004,7 +1005,7 @@ def empty_catalog(where):
     )
 
 
-def classify(instances, doc, key, revision=None, operator=False, today=None, vetoes=None):
+def classify(instances, doc, key, prove, revision=None, operator=False, today=None, vetoes=None):
     """What a repave run does with each instance, before anything is written.
 
     ``key(inst)`` names an instance in the result; an instance's ``in_flight`` (set by its driver) says an
@@ -1013,7 +1014,8 @@ def classify(instances, doc, key, revision=None, operator=False, today=None, vet
     refused, entries}``: ``targets`` key -> target, ``in_flight`` keys to wait on (never triggered again),
     ``candidates`` keys to repave, ``refused`` the ``RepaveRefused`` of each refused instance, and
     ``entries`` key -> the result fields to set (``result: current``, the target, or the refusal).
-    An explicit ``revision`` with the operator must be the tip (``require_tip``).
+    An explicit ``revision`` with the operator must be the tip (``require_tip``); ``prove`` is
+    ``preflight``'s.
     """
     found = {"targets": {}, "in_flight": [], "candidates": [], "refused": [], "entries": {}}
     vetoes = vetoes or {}
@@ -1040,7 +1042,7 @@ def classify(instances, doc, key, revision=None, operator=False, today=None, vet
                 found["targets"][name] = target
                 found["in_flight"].append(name)
                 continue
-            preflight(inst, doc, target, today)
+            preflight(inst, doc, target, prove, today)
             if vetoes.get(name) is not None:
                 raise vetoes[name]
         except RepaveRefused as exc:

@@ -95,6 +95,14 @@ def test_a_signed_revision_registers_and_the_tamper_table_is_refused_with_zero_w
         "sha512": entry["checksum"],  # bound to the bytes Harvester downloads, as a repave checks
     }
     assert recorded["builder"]["playbook"] == "publish.yml" and recorded["family"] == catalog.family("22.04")
+    # The record carries what it was verified from, so where the revision is used (a repave, the drift
+    # report) the verdict is proved again rather than taken on its word: it holds as recorded.
+    assert recorded["evidence"] == {
+        "signature": pathlib.Path(str(good) + ".sig").read_text(),
+        "provenance": pathlib.Path(str(good) + ".intoto.jsonl").read_text(),
+    }
+    held = catalog_of(kube_client, kube_namespace)
+    assert catalog.signature_problem(held, "v20261101", signing.record_proof) is None
 
     # The tamper table, one revision each.
     flipped = artifact_of(tmp_path / "flipped", source, "v20261102")

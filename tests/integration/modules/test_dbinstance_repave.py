@@ -425,21 +425,29 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
     for its own artifact and checksum, is a target."""
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
     from cryptography.hazmat.primitives.asymmetric import ec
     from kubernetes import client
 
-    key = ec.generate_private_key(ec.SECP256R1())
+    key, stranger = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     trust = {"keys": [{"name": "release", "public_key": signing.public_pem(key)}]}
     core = client.CoreV1Api(kube_client)
     checksum = "d" * 128
-    good = {
-        "verdict": "verified",
-        "key": signing.key_id(key),
-        "signer": "release",
-        "artifact": catalog.signed_subject(TIP, "22.04"),
-        "sha256": "c" * 64,
-        "sha512": checksum,
-    }
+
+    def record(signer):
+        """What baked_image records of ``signer``'s signature over the tip's artifact, evidence included."""
+        digest = {"sha256": "c" * 64, "sha512": checksum}
+        statement = provenance.statement(
+            {"name": catalog.signed_subject(TIP, "22.04"), "digest": digest}, [], {}, "2026-12-01T00:00:00Z"
+        )
+        texts = (
+            signing.signature_text(signing.sign_digest(signer, digest["sha256"])),
+            provenance.envelope_line(signing.sign_envelope(signer, provenance.serialize(statement))),
+        )
+        verdict = {"verdict": "verified", "key": signing.key_id(signer), "signer": "release"}
+        return catalog.signature_record(verdict, TIP, "22.04", digest, statement, texts)
+
+    good = record(key)
     refusals = {
         "unsigned": (None, "revision %s has no verified signature recorded" % TIP),
         "replayed": (
@@ -447,14 +455,25 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
             "verified for %s, not for its own artifact" % catalog.signed_subject(OLD, "22.04"),
         ),
         "otherbytes": (dict(good, sha512="e" * 128), "the signature is of other bytes"),
+        # A verdict written into the ConfigMap by hand: it names the trusted key, nothing proves it.
+        "forged": ({k: v for k, v in good.items() if k != "evidence"}, "with no evidence"),
+        # Evidence a key the policy does not hold made, under a record naming the trusted key.
+        "stolen": (dict(good, evidence=record(stranger)["evidence"]), "signature check failed"),
     }
-    for name, record in [(n, r) for n, (r, _words) in refusals.items()] + [("signed", good)]:
+    for name, found in [(n, r) for n, (r, _words) in refusals.items()] + [("signed", good)]:
         doc = catalog.set_trust(catalog.load(catalog_text(TIP)), trust)[0]
         doc["images"][TIP]["checksum"] = checksum
-        if record:
-            doc["images"][TIP]["signature"] = record
+        if found:
+            doc["images"][TIP]["signature"] = found
         body = {"metadata": {"name": name}, "data": {"catalog.yaml": catalog.dump(doc)}}
         core.create_namespaced_config_map(fleet.namespace, body)
+    # Whoever may write the catalog adds their own key and signs the tip with it; a run pinning the policy
+    # refuses the catalog before reading anything from it.
+    widened = dict(trust, keys=trust["keys"] + [{"name": "mine", "public_key": signing.public_pem(stranger)}])
+    doc = catalog.set_trust(catalog.load(catalog_text(TIP)), widened)[0]
+    doc["images"][TIP].update(checksum=checksum, signature=dict(record(stranger), signer="mine"))
+    body = {"metadata": {"name": "widened"}, "data": {"catalog.yaml": catalog.dump(doc)}}
+    core.create_namespaced_config_map(fleet.namespace, body)
     fleet.create("fine")
     fleet.settle(["fine"])
     lab.clear_audit()
@@ -466,6 +485,8 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
     tasks.append(
         task("signed", check=True, **fleet.args(state="repaved", catalog=dict(where, name="signed")))
     )
+    pinned = dict(where, name="widened", trust=trust)
+    tasks.append(task("widened", ignore_errors=True, **fleet.args(state="repaved", catalog=pinned)))
     run = run_playbook(play(*tasks), env=lab.env())
     assert fleet.writes() == [], fleet.writes()
     assert lab.mutating_requests() == [], lab.mutating_requests()
@@ -475,6 +496,9 @@ def test_a_target_whose_recorded_signature_the_trust_policy_refuses_is_not_repav
         assert entry["reason"] == "UntrustedImage", entry
         assert "%s/fine cannot be repaved (UntrustedImage)" % fleet.namespace in refused["msg"]
         assert words in refused["msg"], refused["msg"]
+    widened = failed(run, "widened")
+    assert "its trust section is not the trust policy this run pins" in widened["msg"], widened["msg"]
+    assert "it trusts key mine (%s)" % signing.key_id(stranger)[:12] in widened["msg"], widened["msg"]
     assert TRIGGER not in fleet.annotations("fine") and fleet.repaves("fine") == 0
     signed = run["signed"]
     assert by_name(signed)["fine"]["target"] == TIP and signed["changed"] is True, signed

@@ -205,14 +205,12 @@ def test_the_default_stream_is_the_operators_env_else_the_catalogs():
 def test_the_drift_report_says_per_revision_who_signed_it_and_which_records_no_longer_hold():
     """With a trust policy, each revision's row names the signer, the inputs and whether the facts still
     match; a revision whose record is another revision's (replayed) is drift, as a repave refuses it."""
-    import base64
-    import hashlib
-
+    from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import provenance
+    from cryptography.hazmat.primitives.asymmetric import ec
 
-    der = b"0Y0\x13\x06\x07*\x86H\xce=\x02\x01" + bytes(range(60))
-    pem = "-----BEGIN PUBLIC KEY-----\n%s\n-----END PUBLIC KEY-----\n" % base64.b64encode(der).decode()
-    key = hashlib.sha256(der).hexdigest()
+    signer = ec.generate_private_key(ec.SECP256R1())
+    pem, key = signing.public_pem(signer), signing.key_id(signer)
     facts = {"schema_version": 1, "os_family": "linux"}
     d = catalog.set_trust(
         doc(),
@@ -223,16 +221,21 @@ def test_the_drift_report_says_per_revision_who_signed_it_and_which_records_no_l
     )[0]
     entry = d["images"]["v20260615"]
     entry["facts"] = facts
-    entry["signature"] = {
-        "verdict": "verified",
-        "key": key,
-        "signer": "release",
-        "artifact": catalog.signed_subject("v20260615", "22.04"),
-        "sha512": "a" * 128,
-        "inputs": [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}],
-        "builder": {"playbook": "publish.yml"},
-    }
-    rows = {r["revision"]: r for r in operator_env.revision_provenance(d)}
+    artifact = catalog.signed_subject("v20260615", "22.04")
+    digest = {"sha256": "c" * 64, "sha512": "a" * 128}
+    statement = provenance.statement(
+        {"name": artifact, "digest": digest},
+        [{"name": provenance.FACTS, "digest": provenance.facts_digest(facts)}],
+        {"playbook": "publish.yml"},
+        "2026-12-01T00:00:00Z",
+    )
+    texts = (
+        signing.signature_text(signing.sign_digest(signer, digest["sha256"])),
+        provenance.envelope_line(signing.sign_envelope(signer, provenance.serialize(statement))),
+    )
+    verdict = {"verdict": "verified", "key": key, "signer": "release"}
+    entry["signature"] = catalog.signature_record(verdict, "v20260615", "22.04", digest, statement, texts)
+    rows = {r["revision"]: r for r in operator_env.revision_provenance(d, signing.record_proof)}
     signed = rows["v20260615"]
     assert (signed["signer"], signed["key"], signed["facts_match"], signed["holds"]) == (
         "release",
@@ -240,13 +243,15 @@ def test_the_drift_report_says_per_revision_who_signed_it_and_which_records_no_l
         True,
         True,
     )
-    assert signed["builder"] == {"playbook": "publish.yml"} and signed["problem"] is None
+    assert signed["builder"]["playbook"] == "publish.yml" and signed["problem"] is None
     assert rows["v20261201-2404"]["holds"] is True and rows["v20261201-2404"]["verdict"] is None
     assert operator_env.provenance_drift(list(rows.values())) == []
 
     entry["signature"]["artifact"] = catalog.signed_subject("v20260501", "22.04")
     entry["facts"] = dict(facts, os_family="windows")
-    (row,) = [r for r in operator_env.revision_provenance(d) if r["revision"] == "v20260615"]
+    (row,) = [
+        r for r in operator_env.revision_provenance(d, signing.record_proof) if r["revision"] == "v20260615"
+    ]
     assert row["holds"] is False and row["facts_match"] is False
     (found,) = operator_env.provenance_drift([row])
     assert found["what"] == "signature" and found["revision"] == "v20260615"

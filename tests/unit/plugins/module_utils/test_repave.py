@@ -4,6 +4,7 @@ import itertools
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.baked import catalog
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.common.errors import PipelineError, Refusal
+from ansible_collections.goldenimage.pipeline.plugins.module_utils.provenance import _signing as signing
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.repave import repave, rollout
 
 TODAY = "2026-12-20"
@@ -276,16 +277,19 @@ def test_operator_disagreement_says_both_sides():
 def refusal(instance, target=None, doc=None, today=TODAY, table=None):
     doc = doc or fleet_catalog()
     with pytest.raises(repave.RepaveRefused) as refused:
-        repave.preflight(instance, doc, target, today, table)
+        repave.preflight(instance, doc, target, signing.record_proof, today, table)
     return refused.value
 
 
 def test_preflight_passes_a_safe_repave_and_a_rollback():
     doc = fleet_catalog()
-    assert repave.preflight(db(), doc, repave.target_of(db(), doc), TODAY) is None
-    assert repave.preflight(db(), doc, None, TODAY) is None
+    assert repave.preflight(db(), doc, repave.target_of(db(), doc), signing.record_proof, TODAY) is None
+    assert repave.preflight(db(), doc, None, signing.record_proof, TODAY) is None
     rollback = repave.target_of(db(revision="v20261215"), doc, "v20260615")
-    assert repave.preflight(db(revision="v20261215", engine="15"), doc, rollback, TODAY) is None
+    assert (
+        repave.preflight(db(revision="v20261215", engine="15"), doc, rollback, signing.record_proof, TODAY)
+        is None
+    )
 
 
 def test_preflight_refuses_an_invalid_stream_first():
@@ -410,7 +414,9 @@ def test_an_instance_never_created_is_reported_as_such_not_as_a_migration():
         "again with engineVersion 16 or 17"
     )
     # A roll-out skips it without refusing the others.
-    found = repave.classify([never, db()], fleet_catalog(), lambda i: i["name"] + str(i["revision"]))
+    found = repave.classify(
+        [never, db()], fleet_catalog(), lambda i: i["name"] + str(i["revision"]), signing.record_proof
+    )
     assert [str(e) for e in found["refused"]] == [] and len(found["candidates"]) == 1
     assert found["entries"]["db-1None"]["result"] == "skipped"
     # Once it ran a revision, a failure is not a creation failure.
@@ -476,7 +482,7 @@ def test_preflight_refuses_exactly_what_a_new_database_is_refused(engine, today)
         allowed = False
     instance = db(engine=engine)
     try:
-        repave.preflight(instance, doc, None, today)
+        repave.preflight(instance, doc, None, signing.record_proof, today)
         repaved = True
     except repave.RepaveRefused as exc:
         assert exc.reason == "RepaveBlockedPGVersionEOL"

@@ -57,7 +57,11 @@ def test_signs_and_a_second_run_keeps_both_files(made):
     first = artifact_sign.run(sign_params(made), now=now)
     assert first["changed"] is True and first["signature_changed"] and first["provenance_changed"]
     assert first["key_id"] == signing.key_id(KEY)
-    assert first["digest"] == {"sha256": hashlib.sha256((made / "img-v2.qcow2").read_bytes()).hexdigest()}
+    data = (made / "img-v2.qcow2").read_bytes()
+    assert first["digest"] == {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha512": hashlib.sha512(data).hexdigest(),
+    }
     assert first["diff"]["before"] == {"signer": None, "provenance": None}
     written = files(made)
     envelope = json.loads(written["img-v2.qcow2.intoto.jsonl"])
