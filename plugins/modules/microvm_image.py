@@ -46,7 +46,9 @@ description:
     (setuid/setgid/sticky), symlinks, hard links (as tar links) and portable extended attributes.
   - A fourth image, C(initrd), holds C(boot/initrd.img) when the disk has an initrd for the kernel
     version (C(/boot/initrd.img-<version>), or C(/boot/initramfs-<version>.img)); the rootfs then
-    leaves that file out. The snippets name it as the C(initrd) flintlock and CAPMVM take.
+    leaves that file out. The snippets name it as the C(initrd) flintlock and CAPMVM take. The run's
+    progress names the initrd taken, or says none was found; one of those paths that is a link to nothing
+    or no regular file, or two different initrds under both names, is refused.
   - The kernel is the hypervisor's C(boot/vmlinux) (or O(kernel_path)) when the root filesystem has
     it, else the distribution's C(/boot/vmlinuz-<version>). A compressed x86 bzImage is turned into
     the ELF vmlinux the hypervisors boot the way the kernel's C(scripts/extract-vmlinux) does (the first
@@ -1015,6 +1017,13 @@ class Runner:
         if params["require_sealed"]:
             microvm.refuse_unsealed(params["src"], checks, sealed, failed)
 
+        initrd_real = microvm.locate_initrd(kernel_tree, version)
+        self.log(
+            "initrd: /%s" % initrd_real
+            if initrd_real
+            else "no initrd for kernel %s (/%s): the images boot without one"
+            % (version, ", /".join(p % version for p in microvm.INITRD_PATHS))
+        )
         parts_of = microvm.split(
             tree,
             version,
@@ -1024,7 +1033,7 @@ class Runner:
             settings["slim_groups"],
             tuple(params["keep_locales"]),
             kernel_tree,
-            microvm.locate_initrd(kernel_tree, version),
+            initrd_real,
         )
         images = microvm.images_of(parts_of)
         kernel_source = {"path": "/" + kernel_real, "partition": (boot or part)["number"], "extracted": None}

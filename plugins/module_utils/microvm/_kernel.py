@@ -43,6 +43,10 @@ ERRORS = (zlib.error, lzma.LZMAError, OSError, ValueError, EOFError, RuntimeErro
 )
 
 
+class Truncated(EOFError):
+    """A compressed stream whose data ends before its end marker."""
+
+
 class _Lz4Legacy:
     """The legacy LZ4 frame (``lz4 -l``, what the kernel's build writes): the magic, then blocks, each
     a little-endian compressed size and an LZ4 block of at most 8 MiB output; the kernel's build
@@ -109,7 +113,8 @@ STEP = 4 * 1024 * 1024
 def chunks(name, data):
     """The decompressed stream of format ``name`` at the start of ``data`` (bytes after it ignored), in
     pieces of at most ``STEP`` bytes (an LZ4 block at most 8 MiB). Raises one of ``ERRORS`` when the
-    data does not decompress; a stream cut short simply ends."""
+    data does not decompress, ``Truncated`` (one of them) when the data ends before the stream's end
+    marker (a legacy LZ4 frame has none, so its stream cut short simply ends)."""
     engine = _decompressor(name)
     if name == "lz4":
         yield from engine.blocks(data)
@@ -121,7 +126,7 @@ def chunks(name, data):
         while not engine.eof:
             if not pending:
                 if pos >= len(view):
-                    return
+                    raise Truncated("the gzip stream ends before its end marker")
                 pending, pos = view[pos : pos + FEED], pos + FEED
             out = engine.decompress(pending, STEP)
             pending = engine.unconsumed_tail
@@ -132,7 +137,7 @@ def chunks(name, data):
         feed = b""
         if engine.needs_input:
             if pos >= len(view):
-                return
+                raise Truncated("the %s stream ends before its end marker" % name)
             feed, pos = view[pos : pos + FEED], pos + FEED
         out = engine.decompress(feed, STEP)
         if out:
@@ -210,6 +215,10 @@ def _extract_one(name, data, out, path, limit):
             microvm.check_vmlinux_size(path, name, total, limit)
             out.write(piece)
             scan.feed(piece)
+    except Truncated:
+        if len(head) >= 64 and microvm.bootable(head):  # a kernel, cut short: never shipped as one
+            microvm.refuse_truncated_payload(path, name, total)
+        return None
     except ERRORS:
         return None
     if not microvm.bootable(head):

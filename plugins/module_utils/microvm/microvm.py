@@ -656,12 +656,40 @@ def stock_kernel(version):
 
 
 def locate_initrd(tree, version):
-    """The real path of the initrd of ``version`` (a regular file), or None when the disk has none."""
+    """The real path of the initrd of ``version`` (a regular file), or None when the disk has none.
+
+    Never chosen or dropped silently: a candidate that is there but is no regular file (a link to nothing,
+    a directory) is refused, and so are two different initrds of the version (Debian's and Fedora's names),
+    since the micro-VM would boot one the image's owner did not pick.
+    """
+    found = []
     for pattern in INITRD_PATHS:
-        real = resolve(tree, pattern % version)
-        if real and tree[real].kind == "file":
-            return real
-    return None
+        path = pattern % version
+        entry = tree.get(resolve(tree, path, follow_last=False) or "")
+        if entry is None:
+            continue
+        real = resolve(tree, path)
+        if real is None or tree[real].kind != "file":
+            raise Refusal(
+                "initrd /%s" % path,
+                "is %s, not a regular file, so the kernel %s would boot without the initrd the image names"
+                % (
+                    "a symlink to %s, which the filesystem does not have" % entry.link
+                    if real is None
+                    else "a %s" % tree[real].kind,
+                    version,
+                ),
+                "fix or remove /%s in the image" % path,
+            )
+        if real not in found:
+            found.append(real)
+    if len(found) > 1:
+        raise Refusal(
+            "kernel %s" % version,
+            "has two initrds, /%s and /%s, and a micro-VM boots one" % (found[0], found[1]),
+            "remove the one the kernel does not boot from the image",
+        )
+    return found[0] if found else None
 
 
 def locate_kernel(tree, kernel_path, hypervisor, version=None):
@@ -813,6 +841,16 @@ def check_kernel_format(path, head, hypervisor, architecture="amd64"):
         "kernel /%s" % path,
         "is %s; %s boots an uncompressed ELF vmlinux" % (what, hypervisor),
         "set kernel_path to the vmlinux or to a bzImage whose payload this module extracts",
+    )
+
+
+def refuse_truncated_payload(path, name, size):
+    """A compressed kernel whose payload starts as a kernel and ends before its stream does."""
+    raise Refusal(
+        "kernel /%s" % path,
+        "its %s payload decompresses to a kernel that ends after %d bytes, before the stream's end marker: "
+        "the file is truncated or damaged, and a cut kernel does not boot" % (name, size),
+        "install the kernel package in the image again (or copy the file whole) and rebuild",
     )
 
 

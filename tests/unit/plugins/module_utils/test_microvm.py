@@ -8,6 +8,7 @@ import bz2
 import gzip
 import io
 import lzma
+import random
 import re
 import struct
 
@@ -316,6 +317,31 @@ def test_the_vmlinux_is_extracted_from_each_payload_format(name, compress):
     assert (found, vmlinux) == (name, kernel)
     assert microvm.check_kernel_format("boot/vmlinux", vmlinux, "firecracker", "amd64") == "elf"
     assert microvm.banner_version(vmlinux) == V
+
+
+@pytest.mark.parametrize(
+    "name,compress",
+    [
+        ("gzip", lambda data: gzip.compress(data, mtime=0)),
+        ("xz", lambda data: lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32)),
+        ("lzma", lambda data: lzma.compress(data, format=lzma.FORMAT_ALONE, preset=9)),
+        ("bzip2", lambda data: bz2.compress(data, 1)),  # 100 kB blocks: the cut leaves whole ones before it
+        ("zstd", zstd.compress),
+    ],
+)
+def test_a_kernel_cut_short_is_refused_as_truncated_never_shipped(name, compress):
+    kernel = elf() + random.Random(7).randbytes(300_000)
+    packed = bzimage(compress(kernel))
+    whole = extract(packed, "boot/vmlinuz-5.10.77")
+    assert whole == (name, kernel)
+    cut = packed[: 0x4000 + (len(packed) - 0x4000) * 2 // 3]  # the file ends two thirds into its payload
+    with pytest.raises(Refusal) as refused:
+        extract(cut, "boot/vmlinuz-5.10.77")
+    words = str(refused.value)
+    assert words.startswith("kernel /boot/vmlinuz-5.10.77: its %s payload decompresses to a kernel" % name), (
+        words
+    )
+    assert "before the stream's end marker" in words and "install the kernel package" in words, words
 
 
 def test_payload_candidates_come_format_by_format_in_extract_vmlinux_order():
@@ -687,12 +713,38 @@ def test_the_initrd_of_the_kernel_version_ships_as_its_own_image():
     assert microvm.locate_initrd(tree, "5.15.65") is None
     rhel = tree_of({"boot": "dir", "boot/initramfs-5.10.77.img": "file:77"})
     assert microvm.locate_initrd(rhel, V) == "boot/initramfs-5.10.77.img"
+    # A name that links to the other is one initrd, not two.
+    linked = tree_of(
+        {
+            "boot": "dir",
+            "boot/initramfs-5.10.77.img": "file:77",
+            "boot/initrd.img-5.10.77": "->initramfs-5.10.77.img",
+        }
+    )
+    assert microvm.locate_initrd(linked, V) == "boot/initramfs-5.10.77.img"
     parts = microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux", initrd_real="boot/initrd.img-5.10.77")
     assert [(e.path, e.size) for e in parts["initrd"]] == [("boot", 0), ("boot/initrd.img", 3000)]
     assert "boot/initrd.img-5.10.77" not in [e.path for e in parts["rootfs"]]
     assert microvm.images_of(parts) == ("kernel", "modules", "rootfs", "initrd")
     assert microvm.images_of(microvm.split(tree, V, "boot/vmlinux", "boot/vmlinux")) == microvm.IMAGE_NAMES
     assert microvm.layout_tags({"initrd": "ramdisk"})["initrd"] == "ramdisk"
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"boot/initrd.img-5.10.77": "->initrd.img-5.10.77.gone"}, "is a symlink to initrd.img-5.10.77.gone"),
+        ({"boot/initramfs-5.10.77.img": "dir"}, "is a dir, not a regular file"),
+        (
+            {"boot/initrd.img-5.10.77": "file:5", "boot/initramfs-5.10.77.img": "file:7"},
+            "has two initrds, /boot/initrd.img-5.10.77 and /boot/initramfs-5.10.77.img",
+        ),
+    ],
+)
+def test_an_initrd_is_never_dropped_or_chosen_silently(spec, words):
+    with pytest.raises(Refusal) as refused:
+        microvm.locate_initrd(tree_of(dict({"boot": "dir"}, **spec)), V)
+    assert words in str(refused.value), str(refused.value)
 
 
 def test_without_a_registry_the_snippets_name_no_image_containerd_would_misread():
