@@ -151,7 +151,9 @@ families:
       description:
         - Every golden of the family, in API list order, with V(name), V(namespace), V(mode), V(date)
           (C(YYYYMMDD), from the versioned name, else the creation day), V(created), V(digest) (the release
-          digest recorded on the golden, else by a selection), V(digest_prefix), V(size)
+          digest recorded on the golden, else by a selection), V(own_digest) (the one recorded on the golden,
+          None when only a selection names one; the digest a recorded verdict must be bound to, so a golden
+          with none has no provenance that verifies), V(digest_prefix), V(size)
           (C(status.restoreSize)), V(ready), V(active), V(content), V(handle),
           V(selected) (a selection names it), V(serving), V(problems) (contract violations), V(clones)
           (how many PVCs and DataVolumes restore from it), V(image_facts) (the image-facts document

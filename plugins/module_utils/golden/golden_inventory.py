@@ -163,7 +163,8 @@ def candidate(obj, mode, handle, digests):
     status = obj.get("status") or {}
     family = golden.observed_family(obj)
     version = parse_version(meta.get("name"), family)
-    digest = golden.release_digest(obj) or digests.get(meta.get("name"))
+    own = golden.release_digest(obj)
+    digest = own or digests.get(meta.get("name"))
     prefix = version["digest_prefix"]
     if digest and not prefix:
         try:
@@ -179,6 +180,8 @@ def candidate(obj, mode, handle, digests):
         "date": version["date"] or _created_date(obj),
         "created": meta.get("creationTimestamp"),
         "digest": digest,
+        # The golden's own digest: a selection's word for it binds no recorded verdict (judge_provenance).
+        "own_digest": own,
         "digest_prefix": prefix,
         "size": status.get("restoreSize"),
         "ready": golden.is_ready(obj),
@@ -589,7 +592,7 @@ def judge_provenance(result, policy_doc, prove):
                 policy_doc,
                 fam["family"],
                 where,
-                cand.get("digest"),
+                cand.get("own_digest"),
                 cand.get("image_facts"),
                 prove,
             )

@@ -316,21 +316,24 @@ def test_golden_info_says_whether_each_golden_still_verifies():
             {
                 "family": "debian-12",
                 "candidates": [
-                    {"name": "g1", "namespace": "n", "provenance": record, "digest": "sha256:" + A},
-                    {"name": "g2", "namespace": "n", "provenance": None, "digest": "sha256:" + A},
-                    {"name": "g3", "namespace": "n", "provenance": record, "digest": "sha256:" + B},
+                    {"name": "g1", "namespace": "n", "provenance": record, "own_digest": "sha256:" + A},
+                    {"name": "g2", "namespace": "n", "provenance": None, "own_digest": "sha256:" + A},
+                    {"name": "g3", "namespace": "n", "provenance": record, "own_digest": "sha256:" + B},
+                    # Only a selection names its digest: the recorded verdict is bound to nothing of its own.
+                    {"name": "g4", "namespace": "n", "provenance": record, "digest": "sha256:" + A},
                 ],
             }
         ]
     }
     golden_inventory.judge_provenance(result, {"rules": [_rule(0, "debian-12")]}, signing.record_proof)
-    first, second, third = result["families"][0]["candidates"]
+    first, second, third, fourth = result["families"][0]["candidates"]
     assert first["provenance_verifies"] is True and first["provenance_problem"] is None
     assert (
         second["provenance_verifies"] is False
         and "golden n/g2 has no verified signature" in second["provenance_problem"]
     )
     assert third["provenance_verifies"] is False and "other bytes" in third["provenance_problem"]
+    assert fourth["provenance_verifies"] is False and "no digest recorded" in fourth["provenance_problem"]
     with pytest.raises(golden.GoldenError, match="option trust_policy"):
         golden.provenance_problem(record, {"rules": [{"key": "nope"}]}, "debian-12", "g", None, None, None)
 
