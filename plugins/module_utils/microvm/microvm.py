@@ -600,9 +600,24 @@ def norm(path):
 def resolve(tree, path, follow_last=True, max_hops=40):
     """The real path of ``path`` inside the filesystem, following its symlinks (never out of the root).
 
-    Returns None when a component does not exist. A symlink's absolute target is taken relative to
-    the filesystem root, as the guest would see it.
+    Returns None when a component does not exist, or when more than ``max_hops`` links are followed (a
+    loop, as the kernel's ELOOP: ``unresolved`` says which). A symlink's absolute target is taken relative
+    to the filesystem root, as the guest would see it.
     """
+    return _walk(tree, path, follow_last, max_hops)[0]
+
+
+def unresolved(tree, path):
+    """Why ``path`` (a symlink) leads nowhere, in words: a loop, or the target the filesystem lacks."""
+    link = tree.get(resolve(tree, path, follow_last=False) or "")
+    if _walk(tree, path, True, 40)[1] == "loop":
+        return "a symlink loop (more than 40 links followed from /%s)" % path
+    target = link.link if link is not None and link.kind == "symlink" else path
+    return "a symlink to %s, which the filesystem does not have" % target
+
+
+def _walk(tree, path, follow_last, max_hops):
+    """``(real path, None)``, or ``(None, "missing" | "loop")``: ``resolve`` and why it found nothing."""
     pending = [p for p in path.split("/") if p not in ("", ".")]
     done = []
     hops = 0
@@ -617,18 +632,18 @@ def resolve(tree, path, follow_last=True, max_hops=40):
         candidate = "/".join(done + [name])
         entry = tree.get(candidate)
         if entry is None:
-            return None
+            return None, "missing"
         if entry.kind == "symlink" and (pending or follow_last):
             hops += 1
             if hops > max_hops:
-                return None
+                return None, "loop"
             target = entry.link
             if target.startswith("/"):
                 done = []
             pending = [p for p in target.split("/") if p] + pending
             continue
         done.append(name)
-    return "/".join(done)
+    return "/".join(done), None
 
 
 def children(tree, path):
@@ -674,9 +689,7 @@ def locate_initrd(tree, version):
                 "initrd /%s" % path,
                 "is %s, not a regular file, so the kernel %s would boot without the initrd the image names"
                 % (
-                    "a symlink to %s, which the filesystem does not have" % entry.link
-                    if real is None
-                    else "a %s" % tree[real].kind,
+                    unresolved(tree, path) if real is None else "a %s" % tree[real].kind,
                     version,
                 ),
                 "fix or remove /%s in the image" % path,
@@ -711,7 +724,7 @@ def locate_kernel(tree, kernel_path, hypervisor, version=None):
         if link is not None and link.kind == "symlink" and resolve(tree, wanted) is None:
             raise Refusal(
                 "kernel /%s" % wanted,
-                "is a symlink to %s, which the root filesystem does not have%s" % (link.link, nor),
+                "is %s%s" % (unresolved(tree, wanted), nor),
                 "set kernel_path to the kernel file itself, or fix the link in the image",
             )
         raise Refusal(

@@ -32,7 +32,7 @@ def test_a_dangling_kernel_symlink_is_refused_naming_its_target(tmp_path):
     )
     with pytest.raises(
         Refusal,
-        match=r"kernel /boot/vmlinux: is a symlink to vmlinux-gone, which the root filesystem does not have",
+        match=r"kernel /boot/vmlinux: is a symlink to vmlinux-gone, which the filesystem does not have",
     ):
         run(src=str(src), dest=str(tmp_path / "oci"))
     assert not (tmp_path / "oci").exists()

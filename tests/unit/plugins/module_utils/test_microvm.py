@@ -255,6 +255,20 @@ def test_a_missing_kernel_is_refused_naming_what_boot_holds():
         microvm.locate_kernel(merged_usr(), None, "cloudhypervisor")
 
 
+def test_a_symlink_loop_is_named_as_one_not_as_a_missing_file():
+    tree = merged_usr({"boot/a": "->b", "boot/b": "->a", "boot/vmlinuz-5.10.77": "->a"})
+    del tree["boot/vmlinux"]
+    with pytest.raises(
+        Refusal, match=r"kernel /boot/a: is a symlink loop \(more than 40 links followed from /boot/a\)"
+    ):
+        microvm.locate_kernel(tree, "boot/a", "firecracker")
+    assert microvm.unresolved(tree, "boot/vmlinuz-5.10.77").startswith("a symlink loop")
+    gone = merged_usr({"boot/initrd.img-5.10.77": "->initrd.gone"})
+    assert microvm.unresolved(gone, "boot/initrd.img-5.10.77") == (
+        "a symlink to initrd.gone, which the filesystem does not have"
+    )
+
+
 def test_kernel_path_reaches_through_symlinks():
     tree = merged_usr({"vmlinux": "->boot/vmlinux"})
     assert microvm.locate_kernel(tree, "/vmlinux", "firecracker") == "boot/vmlinux"
