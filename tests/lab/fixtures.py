@@ -25,6 +25,8 @@ class RealCluster:
     kubeconfig: pathlib.Path
     is_lab: bool = False
     s3_env: dict[str, str] = field(default_factory=dict)
+    # Harvester's API when it is not the kubeconfig's server (HARVESTER_URL); None: the kubeconfig's.
+    harvester_url: str | None = field(default_factory=lambda: os.environ.get("HARVESTER_URL") or None)
     s3 = None  # the loopback S3 server exists only in the lab; use s3_env on a real cluster
 
     def env(self) -> dict[str, str]:

@@ -253,14 +253,16 @@ def test_upload_endpoint_and_delete_webhook(lab, kube_client, kube_namespace, qc
     http = urllib3.PoolManager(ca_certs=str(lab.ca_path))  # the lab serves HTTPS with its own CA
     answer = http.request(
         "POST",
-        f"{lab.url}{path}?action=upload",
+        f"{lab.harvester_url}{path}?action=upload",
         fields={"chunk": ("small.qcow2", qcow2.read_bytes(), "application/octet-stream")},
         headers=headers,
     )
     assert answer.status == 200, answer.data
     obj = custom.get_namespaced_custom_object(H, "v1beta1", kube_namespace, IMAGES, name)
     assert imported(obj) and obj["status"]["size"] == qcow2.stat().st_size
-    again = http.request("POST", f"{lab.url}{path}?action=upload", body=qcow2.read_bytes(), headers=headers)
+    again = http.request(
+        "POST", f"{lab.harvester_url}{path}?action=upload", body=qcow2.read_bytes(), headers=headers
+    )
     assert again.status == 409
     storage_class = obj["status"]["storageClassName"]
     pvc = {
