@@ -13,6 +13,7 @@ apistore.py is the controllers' API client.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import pathlib
 import shutil
@@ -93,6 +94,7 @@ class Lab:
         self.admin_token = self.tokens.admin_token
         self.kubeconfig = self.state_dir / "kubeconfig"  # kube-apiserver's own address
         self.fault_kubeconfig = self.state_dir / "kubeconfig-faults"  # through the fault proxy
+        self._env_faults = 0  # through_faults() blocks open
         self.s3_env_file = self.state_dir / "s3.env"
         self.s3 = None
         self.server = None
@@ -391,14 +393,26 @@ class Lab:
             return
         self.s3_env_file.write_text("".join(f"{k}={v}\n" for k, v in self.s3.env().items()))
 
-    def env(self, faults: bool = False) -> dict[str, str]:
+    def env(self, faults: bool | None = None) -> dict[str, str]:
         """Environment for subprocesses (ansible-playbook, molecule) that should talk to this lab; with
-        ``faults`` their requests go through the fault proxy."""
+        ``faults`` (by default: inside ``through_faults()``) their requests go through the fault proxy."""
+        if faults is None:
+            faults = self._env_faults > 0
         kubeconfig = str(self.fault_kubeconfig if faults else self.kubeconfig)
         env = {"K8S_AUTH_KUBECONFIG": kubeconfig, "KUBECONFIG": kubeconfig}
         if self.s3 is not None:
             env.update(self.s3.env())
         return env
+
+    @contextlib.contextmanager
+    def through_faults(self):
+        """Within the block ``env()`` names the fault proxy's kubeconfig: for helpers that build their
+        playbook's environment themselves, run under fault knobs."""
+        self._env_faults += 1
+        try:
+            yield self
+        finally:
+            self._env_faults -= 1
 
     def fault_use(self) -> tuple[int, int]:
         """``(times a request knob was armed, API requests through the fault proxy)`` so far."""
