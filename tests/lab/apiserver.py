@@ -432,10 +432,14 @@ class ApiServer:
             time.sleep(0.1)
 
     def _kubelet_node(self, store, node_name: str) -> None:
-        """The Node the lab's pods are bound to, its kubelet endpoint the lab's listener."""
+        """The Node the lab's pods are bound to, its kubelet endpoint the lab's listener. It is cordoned:
+        the lab binds its pods itself (pods/binding), and a node count the collection makes (replicas of
+        a backing image, BACKING_IMAGE_REPLICAS) sees only the Nodes a test makes, as before it existed."""
         nodes = store.resource("", "v1", "nodes")
         labels = {"kubernetes.io/hostname": node_name}
-        _apply(store, nodes, {"metadata": {"name": node_name, "labels": labels}})
+        _apply(
+            store, nodes, {"metadata": {"name": node_name, "labels": labels}, "spec": {"unschedulable": True}}
+        )
         node = store.get(nodes, None, node_name)
         port = self.front.port
         node["status"] = {
@@ -449,7 +453,7 @@ class ApiServer:
         node = store.update(nodes, node, subresource="status")
         # The API server taints a new Node not-ready (TaintNodesByCondition); the node lifecycle
         # controller, which the lab does not run, would lift it once the kubelet reports Ready.
-        node.setdefault("spec", {})["taints"] = []
+        node["spec"] = dict(node.get("spec") or {}, taints=[], unschedulable=True)
         store.update(nodes, node)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
