@@ -168,7 +168,8 @@ class Lab:
 
     # ---------------------------------------------------------------- bootstrap
     def _start_apiserver(self) -> None:
-        """kube-apiserver, etcd and kube-controller-manager, the front before them, then the fixtures."""
+        """kube-apiserver, etcd and kube-controller-manager, the lab's listener beside them, then the
+        fixtures."""
         from .apiserver import ApiServer
         from .tls import make_certificate
 

@@ -92,7 +92,7 @@ def _service_account_key(path: pathlib.Path) -> None:
 
 
 class ApiServer:
-    """The three processes, the lab's front before them and the files they share (``<state>/apiserver``).
+    """The three processes, the lab's listener beside them and the files they share (``<state>/apiserver``).
 
     Tokens: the admin and the controllers are static (a token file; both in system:masters); tokens the
     tests add (``Lab.add_token``) are authenticated by the front's token webhook and authorized by RBAC
@@ -508,7 +508,7 @@ class ApiServer:
 
     # ------------------------------------------------------------ identities
     def authenticate(self, authorization: str | None):
-        """The identity behind a bearer token, as the API server sees it (for the front's own routes)."""
+        """The identity behind a bearer token, as the API server sees it (for the listener's routes)."""
         from .front import RemoteIdentity
 
         if not authorization or not authorization.startswith("Bearer "):
@@ -676,7 +676,8 @@ class ApiServer:
 
     # ----------------------------------------------------------------- audit
     def audit_records(self) -> list[dict]:
-        """The API server's audit events as the lab's records, plus the front's injected faults."""
+        """The API server's audit events as the lab's records, plus what the listener answered itself
+        (injected faults, Harvester's routes)."""
         from urllib.parse import parse_qs, urlsplit
 
         with self.front._lock:
