@@ -130,7 +130,7 @@ e2e-microvm: setup e2e-deps
 # Each bench at the scale its goals name, ending with a ratio against its baseline and a verdict per goal.
 # SMOKE=1: each at a small scale, once (it runs; goals set at a larger scale are said not judged).
 # bench/boot_to_ready.py is not here: it boots VMs under QEMU from the e2e images, so make e2e runs it.
-# The fleet reports read kube-apiserver itself (--direct), not through the lab's front, a relay no cluster has.
+# The fleet reports read kube-apiserver itself (--direct; the lab's kubeconfig names it too), not the fault proxy.
 BENCH_SMOKE = $(if $(SMOKE),--smoke)
 bench: setup
 	$(PY) bench/golden_info.py --store --direct --no-naive --projects 500,5000,50000 --repeat 3 $(BENCH_SMOKE)

@@ -65,11 +65,17 @@ def _serve(conn, state, controllers):
     # Without controllers nothing is deleted or run, so kube-controller-manager stays off too: a bench
     # measures the API server answering, not it catching up with namespaces just seeded.
     with Lab(state, with_s3=False, controllers=classes, kube_controllers=bool(classes)) as lab:
-        # The API server itself, without the lab's front: the front is Python relaying every byte (its
-        # fault knobs and pod logs), a cost a real cluster does not add to a big list.
+        # The API server itself (lab.kubeconfig names it too); the fault proxy relays every byte in
+        # Python, a cost a real cluster does not add, so it is measured apart (bench/lab_front.py).
         direct = lab.apiserver.write_kubeconfig(pathlib.Path(state) / "direct.kubeconfig")
         conn.send(
-            {"kubeconfig": str(lab.kubeconfig), "direct": str(direct), "url": lab.url, "env": lab.env()}
+            {
+                "kubeconfig": str(lab.kubeconfig),
+                "direct": str(direct),
+                "faults": str(lab.fault_kubeconfig),
+                "url": lab.url,
+                "env": lab.env(),
+            }
         )
         while True:
             what, args = conn.recv()
@@ -107,6 +113,7 @@ class LabProcess:
         info = self._conn.recv()
         self.kubeconfig = pathlib.Path(info["kubeconfig"])
         self.direct_kubeconfig = pathlib.Path(info["direct"])
+        self.fault_kubeconfig = pathlib.Path(info["faults"])
         self.url = info["url"]
         self._env = info["env"]
         return self

@@ -4,16 +4,20 @@
     ...  # point the kubernetes client, kubernetes.core or our modules at lab.kubeconfig
     lab.stop()
 
-See tests/lab/README.md; apiserver.py starts the upstream processes, front.py is what the kubeconfig
-points at, apistore.py is the controllers' API client.
+See tests/lab/README.md; apiserver.py starts the upstream processes (``lab.kubeconfig`` points at
+kube-apiserver), front.py is the lab's listener (the fault proxy ``lab.fault_kubeconfig`` points at, and
+the servers beside the API server: KubeVirt's subresources, the kubelet's logs, Harvester's upload),
+apistore.py is the controllers' API client.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import pathlib
 import shutil
+import weakref
 
 import yaml
 
@@ -37,6 +41,8 @@ KUBEVIRT_FEATURE_GATES = ["ExpandDisks", "Snapshot"]
 # Who validates VirtualMachines and VMIs: "upstream" is KubeVirt v1.6.0's own admitters
 # (tools/kubevirt-admission, a child process behind a ValidatingWebhookConfiguration); "off" is none.
 KUBEVIRT_ADMISSIONS = ("upstream", "off")
+# The labs of this process that run (fixtures.py checks that a fault knob a test arms meets a request).
+RUNNING: weakref.WeakSet = weakref.WeakSet()
 
 
 class Lab:
@@ -86,7 +92,9 @@ class Lab:
         self.faults = Faults(seed=seed)
         self.tokens = Tokens()
         self.admin_token = self.tokens.admin_token
-        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.kubeconfig = self.state_dir / "kubeconfig"  # kube-apiserver's own address
+        self.fault_kubeconfig = self.state_dir / "kubeconfig-faults"  # through the fault proxy
+        self._env_faults = 0  # through_faults() blocks open
         self.s3_env_file = self.state_dir / "s3.env"
         self.s3 = None
         self.server = None
@@ -124,15 +132,19 @@ class Lab:
                 classes = _driver_side(classes)
             self.controller_manager = ControllerManager(lab_context, classes)
             self.apiserver.register_admission(self.store)
+            self._register_platform_endpoints()
             self.controller_manager.start()
             self.write_kubeconfig(self.kubeconfig)
+            self.write_kubeconfig(self.fault_kubeconfig, faults=True)
             self._write_s3_env()
         except BaseException:
             self.stop()
             raise
+        RUNNING.add(self)
         return self
 
     def stop(self) -> None:
+        RUNNING.discard(self)
         if self.controller_manager is not None:
             self.controller_manager.stop()
             self.controller_manager = None
@@ -156,7 +168,8 @@ class Lab:
 
     # ---------------------------------------------------------------- bootstrap
     def _start_apiserver(self) -> None:
-        """kube-apiserver, etcd and kube-controller-manager, the front before them, then the fixtures."""
+        """kube-apiserver, etcd and kube-controller-manager, the lab's listener beside them, then the
+        fixtures."""
         from .apiserver import ApiServer
         from .tls import make_certificate
 
@@ -190,6 +203,16 @@ class Lab:
         if self.kubevirt_admission == "upstream":
             self.apiserver.register_kubevirt_admission(self.store)
         self._apply_fixtures()
+
+    def _register_platform_endpoints(self) -> None:
+        """The lab's Node (its kubelet endpoint serves pod logs) and, when the lab's virt-api serves
+        screenshots (controllers/console.py), KubeVirt's APIService, both on the lab's listener."""
+        from .controllers.console import GROUP_VERSION
+        from .controllers.pods import NODE_NAME
+        from .extensions import route_for
+
+        aggregated = route_for(self.store, GROUP_VERSION) is not None
+        self.apiserver.register_platform_endpoints(self.store, NODE_NAME, aggregated=aggregated)
 
     @property
     def upstream_snapshots(self) -> bool:
@@ -289,9 +312,23 @@ class Lab:
     # ----------------------------------------------------------------- access
     @property
     def url(self) -> str:
+        """kube-apiserver's address: the server of ``kubeconfig``."""
+        if self.apiserver is None:
+            raise RuntimeError("the lab is not running")
+        return self.apiserver.url
+
+    @property
+    def front_url(self) -> str:
+        """The lab's listener: the fault proxy (``fault_kubeconfig``) and the lab's control endpoints."""
         if self.server is None:
             raise RuntimeError("the lab is not running")
         return self.server.url
+
+    @property
+    def harvester_url(self) -> str:
+        """Harvester's API (the upload action), a server of its own as on Harvester: baked_image's and
+        harvester_upload's ``harvester_url``."""
+        return self.front_url
 
     @property
     def ca_path(self) -> pathlib.Path | None:
@@ -304,12 +341,12 @@ class Lab:
 
         return ssl.create_default_context(cafile=str(self._ca_path))
 
-    def connection(self, timeout: float = 10):
-        """A raw HTTPS connection to the lab's URL, trusting its CA."""
+    def connection(self, timeout: float = 10, faults: bool = False):
+        """A raw HTTPS connection to kube-apiserver (or, with ``faults``, to the fault proxy)."""
         import http.client
         from urllib.parse import urlsplit
 
-        url = urlsplit(self.url)
+        url = urlsplit(self.front_url if faults else self.url)
         context = self.ssl_context()
         return http.client.HTTPSConnection(url.hostname, url.port, timeout=timeout, context=context)
 
@@ -325,11 +362,17 @@ class Lab:
         return token
 
     def write_kubeconfig(
-        self, path: pathlib.Path | str, token: str | None = None, user: str = "lab-admin"
+        self,
+        path: pathlib.Path | str,
+        token: str | None = None,
+        user: str = "lab-admin",
+        faults: bool = False,
     ) -> pathlib.Path:
+        """A kubeconfig for ``user``: kube-apiserver's own address, or with ``faults`` the fault proxy
+        (the only path the fault knobs act on)."""
         path = pathlib.Path(path)
         ca = base64.b64encode(self._ca_path.read_bytes()).decode()
-        cluster = {"server": self.url, "certificate-authority-data": ca}
+        cluster = {"server": self.front_url if faults else self.url, "certificate-authority-data": ca}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -351,12 +394,30 @@ class Lab:
             return
         self.s3_env_file.write_text("".join(f"{k}={v}\n" for k, v in self.s3.env().items()))
 
-    def env(self) -> dict[str, str]:
-        """Environment for subprocesses (ansible-playbook, molecule) that should talk to this lab."""
-        env = {"K8S_AUTH_KUBECONFIG": str(self.kubeconfig), "KUBECONFIG": str(self.kubeconfig)}
+    def env(self, faults: bool | None = None) -> dict[str, str]:
+        """Environment for subprocesses (ansible-playbook, molecule) that should talk to this lab; with
+        ``faults`` (by default: inside ``through_faults()``) their requests go through the fault proxy."""
+        if faults is None:
+            faults = self._env_faults > 0
+        kubeconfig = str(self.fault_kubeconfig if faults else self.kubeconfig)
+        env = {"K8S_AUTH_KUBECONFIG": kubeconfig, "KUBECONFIG": kubeconfig}
         if self.s3 is not None:
             env.update(self.s3.env())
         return env
+
+    @contextlib.contextmanager
+    def through_faults(self):
+        """Within the block ``env()`` names the fault proxy's kubeconfig: for helpers that build their
+        playbook's environment themselves, run under fault knobs."""
+        self._env_faults += 1
+        try:
+            yield self
+        finally:
+            self._env_faults -= 1
+
+    def fault_use(self) -> tuple[int, int]:
+        """``(times a request knob was armed, API requests through the fault proxy)`` so far."""
+        return self.faults.armed, self.server.forwarded if self.server is not None else 0
 
     def hold(self, keys: list[str], fault: str = "stuck") -> None:
         """Set an object fault on each key and return once no reconcile that began before is running."""
@@ -366,9 +427,10 @@ class Lab:
             self.controller_manager.settle()
 
     def wait_writes(self, quiet: float = 0.5, timeout: float = 60.0) -> None:
-        """Return once the front forwards no write and has forwarded none for `quiet` seconds."""
-        if self.apiserver is not None and self.apiserver.front is not None:
-            self.apiserver.front.wait_writes(quiet, timeout)
+        """Return once kube-apiserver (and the fault proxy) has no write in flight and none began or
+        ended for `quiet` seconds."""
+        if self.apiserver is not None:
+            self.apiserver.wait_writes(quiet, timeout)
 
     # ------------------------------------------------------------------ audit
     def audit(self) -> list[dict]:

@@ -37,6 +37,7 @@ def _paths(state_dir: pathlib.Path) -> dict[str, pathlib.Path]:
         "info": state_dir / "lab.json",
         "log": state_dir / "lab.log",
         "kubeconfig": state_dir / "kubeconfig",
+        "fault_kubeconfig": state_dir / "kubeconfig-faults",
         "s3env": state_dir / "s3.env",
     }
 
@@ -87,6 +88,12 @@ def _describe(state_dir: pathlib.Path, info: dict) -> str:
     paths = _paths(state_dir)
     lines = [f"lab running at {info['url']} (pid {info['pid']})", f"KUBECONFIG={paths['kubeconfig']}"]
     lines.append(f"K8S_AUTH_KUBECONFIG={paths['kubeconfig']}")
+    if info.get("front_url"):
+        lines.append(
+            f"# kube-apiserver's own address, no faults. The fault knobs (python -m tests.lab faults) act on "
+            f"{info['front_url']}, kubeconfig {paths['fault_kubeconfig']}; Harvester's API (harvester_url) "
+            f"is {info['front_url']}"
+        )
     if paths["s3env"].exists():
         lines.append(f"# S3 environment ({paths['s3env']}):")
         lines += paths["s3env"].read_text().splitlines()
@@ -195,12 +202,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     lab.start()
     info_path = _paths(lab.state_dir)["info"]
     try:
-        info = {"pid": os.getpid(), "url": lab.url, "port": lab.port, "token": lab.admin_token}
+        info = {
+            "pid": os.getpid(),
+            "url": lab.url,
+            "front_url": lab.front_url,
+            "port": lab.port,
+            "token": lab.admin_token,
+        }
         tmp = info_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(info))
         tmp.chmod(0o600)
         tmp.replace(info_path)
-        print(f"lab serving at {lab.url}; kubeconfig {lab.kubeconfig}", flush=True)
+        print(
+            f"lab serving at {lab.url}; kubeconfig {lab.kubeconfig}; fault proxy at {lab.front_url}, "
+            f"kubeconfig {lab.fault_kubeconfig}",
+            flush=True,
+        )
         while not done.wait(1.0):
             pass
     finally:
@@ -236,16 +253,23 @@ def cmd_faults(args: argparse.Namespace) -> int:
             "objects": {},
             **knobs,
         }
+    front = info.get("front_url", info["url"])
     request = urllib.request.Request(
-        info["url"] + "/lab/faults",
+        front + "/lab/faults",
         data=json.dumps(knobs).encode() if knobs else None,
         method="PUT" if knobs else "GET",
         headers={"Authorization": f"Bearer {info['token']}", "Content-Type": "application/json"},
     )
-    context = ssl._create_unverified_context() if info["url"].startswith("https") else None
+    context = ssl._create_unverified_context() if front.startswith("https") else None
     try:
         with urllib.request.urlopen(request, timeout=10, context=context) as resp:
             print(json.dumps(json.loads(resp.read()), indent=2, sort_keys=True))
+        print(
+            f"the knobs act on requests through the fault proxy {front} (kubeconfig "
+            f"{_paths(args.state_dir)['fault_kubeconfig']}); kube-apiserver's own address {info['url']} "
+            f"(kubeconfig {_paths(args.state_dir)['kubeconfig']}) has none",
+            file=sys.stderr,
+        )
     except urllib.error.HTTPError as exc:
         print(
             f"the lab refused the knobs: {json.loads(exc.read() or b'{}').get('message', exc)}",

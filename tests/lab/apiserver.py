@@ -39,11 +39,16 @@ SNAPSHOT_RETRY_MAX = "5s"
 KCM_CONTROLLERS = (
     "namespace,garbagecollector,serviceaccount,root-ca-cert-publisher,pvc-protection,pv-protection"
 )
+MUTATING = ["create", "update", "patch", "delete", "deletecollection"]
+# Writes are also logged when received, so a write still in flight is seen (ApiServer.wait_writes).
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
-    "omitStages": ["RequestReceived", "ResponseStarted"],
-    "rules": [{"level": "Metadata"}],
+    "omitStages": ["ResponseStarted"],
+    "rules": [
+        {"level": "Metadata", "verbs": MUTATING},
+        {"level": "Metadata", "omitStages": ["RequestReceived"]},
+    ],
 }
 
 
@@ -87,7 +92,7 @@ def _service_account_key(path: pathlib.Path) -> None:
 
 
 class ApiServer:
-    """The three processes, the lab's front before them and the files they share (``<state>/apiserver``).
+    """The three processes, the lab's listener beside them and the files they share (``<state>/apiserver``).
 
     Tokens: the admin and the controllers are static (a token file; both in system:masters); tokens the
     tests add (``Lab.add_token``) are authenticated by the front's token webhook and authorized by RBAC
@@ -125,13 +130,34 @@ class ApiServer:
     def url(self) -> str:
         return "https://127.0.0.1:%d" % self.port
 
+    def _client_certificates(self) -> dict[str, pathlib.Path]:
+        """The aggregator's front-proxy CA and client certificate, and the kubelet client certificate
+        kube-apiserver presents to the lab's kubelet endpoint (tls.py)."""
+        from .tls import FRONT_PROXY_CLIENT, KUBELET_CLIENT, issue_client_certificate, make_front_proxy_ca
+
+        front_proxy_ca = make_front_proxy_ca(self.dir)
+        proxy_cert, proxy_key = issue_client_certificate(
+            front_proxy_ca, self.dir, "front-proxy-client", FRONT_PROXY_CLIENT
+        )
+        kubelet_cert, kubelet_key = issue_client_certificate(
+            (self.ca_path, self.key_path), self.dir, "apiserver-kubelet-client", KUBELET_CLIENT
+        )
+        return {
+            "front_proxy_ca": front_proxy_ca[0],
+            "proxy_cert": proxy_cert,
+            "proxy_key": proxy_key,
+            "kubelet_cert": kubelet_cert,
+            "kubelet_key": kubelet_key,
+        }
+
     def start(self, timeout: float = 90.0) -> ApiServer:
         from .apistore import ApiStore
         from .front import FrontServer
-        from .tls import server_context
+        from .tls import FRONT_PROXY_CLIENT, listener_context
 
         self.bin_dir = bin_dir = binaries()
         self.dir.mkdir(parents=True, exist_ok=True)
+        certs = self._client_certificates()
         etcd_port, peer_port, self.port = free_port(), free_port(), free_port()
         self.store = ApiStore("https://127.0.0.1:%d" % self.port, self.controller_token, self.ca_path)
         self.front = FrontServer(
@@ -139,7 +165,7 @@ class ApiServer:
             self.faults,
             self.port,
             self.ca_path,
-            server_context(self.ca_path, self.key_path),
+            listener_context(self.ca_path, self.key_path, [self.ca_path, certs["front_proxy_ca"]]),
             self.authenticate,
             self.audit_records,
             self.clear_audit,
@@ -213,6 +239,19 @@ class ApiServer:
                 "--audit-log-format=json",
                 "--audit-log-mode=blocking",
                 "--audit-log-maxsize=0",
+                # The aggregation layer (KubeVirt's subresources.kubevirt.io APIService) and the kubelet
+                # client (pod logs), as a kubeadm cluster configures them; both reach the lab's listener.
+                "--requestheader-client-ca-file=%s" % certs["front_proxy_ca"],
+                "--requestheader-allowed-names=%s" % FRONT_PROXY_CLIENT,
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                "--proxy-client-cert-file=%s" % certs["proxy_cert"],
+                "--proxy-client-key-file=%s" % certs["proxy_key"],
+                "--kubelet-client-certificate=%s" % certs["kubelet_cert"],
+                "--kubelet-client-key=%s" % certs["kubelet_key"],
+                "--kubelet-certificate-authority=%s" % self.ca_path,
+                "--kubelet-preferred-address-types=InternalIP",
                 "--enable-priority-and-fairness=false",
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
@@ -324,6 +363,99 @@ class ApiServer:
         rt = store.resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
         _apply(store, rt, {"metadata": {"name": "kubevirt-admission"}, "webhooks": webhooks})
 
+    def register_platform_endpoints(
+        self, store, node_name: str, aggregated: bool = True, timeout: float = 60.0
+    ) -> None:
+        """Point kube-apiserver at the lab's listener for what a cluster's other servers answer.
+
+        - KubeVirt's subresources: the APIService ``v1.subresources.kubevirt.io`` as virt-operator creates
+          it, on the Service ``kubevirt/virt-api``. That Service is an ExternalName one naming the
+          listener's address: Endpoints and EndpointSlices refuse loopback addresses, but kube-apiserver
+          sends an ExternalName service to ``https://<externalName>:<APIService port>`` (ResolveCluster)
+          and checks no endpoints for it. The port is the listener's, not virt-api's 443, for the same
+          reason: an ExternalName service maps no ports.
+        - Pod logs: the Node the lab's pods are bound to, with the listener as its kubelet endpoint
+          (InternalIP 127.0.0.1, ``daemonEndpoints.kubeletEndpoint.Port``), Ready and untainted.
+        Returns once the APIService is Available (its discovery answered through the aggregator).
+        Without ``aggregated`` (no lab virt-api runs) only the Node is made.
+        """
+        from .tls import VIRT_API_HOST
+
+        self._kubelet_node(store, node_name)
+        if not aggregated:
+            return
+
+        namespace, service = VIRT_API_HOST.split(".")[1], VIRT_API_HOST.split(".")[0]
+        _ensure_namespace(store, namespace)
+        port = self.front.port
+        _apply(
+            store,
+            store.resource("", "v1", "services"),
+            {
+                "metadata": {"name": service, "namespace": namespace},
+                "spec": {
+                    "type": "ExternalName",
+                    "externalName": "127.0.0.1",
+                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                },
+            },
+        )
+        ca = base64.b64encode(self.ca_path.read_bytes()).decode()
+        group = "subresources.kubevirt.io"
+        rt = store.resource("apiregistration.k8s.io", "v1", "apiservices")
+        _apply(
+            store,
+            rt,
+            {
+                "metadata": {"name": "v1." + group, "labels": {"kubevirt.io": "virt-api-aggregator"}},
+                "spec": {
+                    "group": group,
+                    "version": "v1",
+                    "service": {"namespace": namespace, "name": service, "port": port},
+                    "caBundle": ca,
+                    # virt-operator's values (pkg/virt-operator/resource/generate/components/apiservices.go)
+                    "groupPriorityMinimum": 1000,
+                    "versionPriority": 15,
+                },
+            },
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            conditions = (store.get(rt, None, "v1." + group).get("status") or {}).get("conditions") or []
+            available = [c for c in conditions if c.get("type") == "Available"]
+            if available and available[0].get("status") == "True":
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    "APIService v1.%s not Available after %.0fs: %s" % (group, timeout, available)
+                )
+            time.sleep(0.1)
+
+    def _kubelet_node(self, store, node_name: str) -> None:
+        """The Node the lab's pods are bound to, its kubelet endpoint the lab's listener. It is cordoned:
+        the lab binds its pods itself (pods/binding), and a node count the collection makes (replicas of
+        a backing image, BACKING_IMAGE_REPLICAS) sees only the Nodes a test makes, as before it existed."""
+        nodes = store.resource("", "v1", "nodes")
+        labels = {"kubernetes.io/hostname": node_name}
+        _apply(
+            store, nodes, {"metadata": {"name": node_name, "labels": labels}, "spec": {"unschedulable": True}}
+        )
+        node = store.get(nodes, None, node_name)
+        port = self.front.port
+        node["status"] = {
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": node_name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        }
+        node = store.update(nodes, node, subresource="status")
+        # The API server taints a new Node not-ready (TaintNodesByCondition); the node lifecycle
+        # controller, which the lab does not run, would lift it once the kubelet reports Ready.
+        node["spec"] = dict(node.get("spec") or {}, taints=[], unschedulable=True)
+        store.update(nodes, node)
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         # A child dies with the process that started it (lifetime.py): a lab stopped by a kill -9 or a
         # time limit leaves nothing.
@@ -376,7 +508,7 @@ class ApiServer:
 
     # ------------------------------------------------------------ identities
     def authenticate(self, authorization: str | None):
-        """The identity behind a bearer token, as the API server sees it (for the front's own routes)."""
+        """The identity behind a bearer token, as the API server sees it (for the listener's routes)."""
         from .front import RemoteIdentity
 
         if not authorization or not authorization.startswith("Bearer "):
@@ -544,7 +676,8 @@ class ApiServer:
 
     # ----------------------------------------------------------------- audit
     def audit_records(self) -> list[dict]:
-        """The API server's audit events as the lab's records, plus the front's injected faults."""
+        """The API server's audit events as the lab's records, plus what the listener answered itself
+        (injected faults, Harvester's routes)."""
         from urllib.parse import parse_qs, urlsplit
 
         with self.front._lock:
@@ -587,6 +720,42 @@ class ApiServer:
         for seq, record in enumerate(merged, 1):
             record["seq"] = seq
         return merged
+
+    def wait_writes(self, quiet: float = 0.5, timeout: float = 60.0) -> None:
+        """Return once no write is in flight (received by kube-apiserver and not answered, or being
+        forwarded by the fault proxy) and none began or ended for ``quiet`` seconds: what a killed
+        client's last request commits is in the audit log then."""
+        pending: set[str] = set()
+        offset = 0
+        last_change = time.monotonic()
+        deadline = last_change + timeout
+        while True:
+            with open(self.audit_path, "rb") as log:
+                log.seek(offset)
+                lines = log.readlines()
+                if lines and not lines[-1].endswith(b"\n"):
+                    lines.pop()  # half written: read again next time
+                offset += sum(len(line) for line in lines)
+            for line in lines:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("verb") not in MUTATING:
+                    continue
+                last_change = time.monotonic()
+                if event.get("stage") == "RequestReceived":
+                    pending.add(event.get("auditID"))
+                else:
+                    pending.discard(event.get("auditID"))
+            now = time.monotonic()
+            if not pending and now - last_change >= quiet:
+                if self.front is not None:
+                    self.front.wait_writes(quiet, max(0.0, deadline - now))
+                return
+            if now >= deadline:
+                raise TimeoutError("%d write(s) still in flight after %.0f s" % (len(pending), timeout))
+            time.sleep(0.05)
 
     def clear_audit(self) -> None:
         self._audit_offset = self.audit_path.stat().st_size

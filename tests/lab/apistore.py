@@ -338,7 +338,7 @@ class ApiStore:
 
     # ------------------------------------------------------------------- logs
     def set_pod_log(self, namespace: str, name: str, text: str) -> None:
-        """Pods here have no kubelet: the lab's front serves what a container printed."""
+        """What a container printed: the lab's kubelet endpoint (front.py) serves it to kube-apiserver."""
         self._logs[(namespace, name)] = text
 
     def pod_log(self, namespace: str, name: str) -> str:

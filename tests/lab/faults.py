@@ -43,6 +43,9 @@ class Faults:
         self._rng = random.Random(seed)
         self._next_error = 500
         self.injected = {"conflict": 0, "error": 0, "drop": 0, "commit_drop": 0}
+        # How many times a request knob (a rate or the latency) was set above zero: the fault proxy sees
+        # only the clients given the fault kubeconfig, so a test that arms a knob must use one.
+        self.armed = 0
         for key, value in (objects or {}).items():
             self.set_object(key, value)
 
@@ -89,6 +92,8 @@ class Faults:
                 self.seed = data["seed"]
                 self._rng = random.Random(self.seed)
                 self._next_error = 500
+            if any(rates.values()) or data.get("latency_ms"):
+                self.armed += 1
 
     def reset(self) -> None:
         self.update(

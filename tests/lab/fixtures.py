@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from . import Lab
+from . import RUNNING, Lab
 from .s3 import S3Server
 
 
@@ -25,6 +25,8 @@ class RealCluster:
     kubeconfig: pathlib.Path
     is_lab: bool = False
     s3_env: dict[str, str] = field(default_factory=dict)
+    # Harvester's API when it is not the kubeconfig's server (HARVESTER_URL); None: the kubeconfig's.
+    harvester_url: str | None = field(default_factory=lambda: os.environ.get("HARVESTER_URL") or None)
     s3 = None  # the loopback S3 server exists only in the lab; use s3_env on a real cluster
 
     def env(self) -> dict[str, str]:
@@ -66,6 +68,31 @@ logging.getLogger("tests.lab").addHandler(TRACEBACKS)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lab_only: needs the embedded lab; deselected on a real cluster")
+    config.addinivalue_line(
+        "markers", "fault_knobs_only: sets fault knobs without sending requests (the knobs' own tests)"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _armed_faults_meet_requests(request):
+    """A test that arms a request fault knob (a rate, the latency) while no request of it went through
+    the fault proxy fails: its clients used kube-apiserver's own address (``lab.kubeconfig``), where no
+    fault applies, and it would pass without testing what it says. Give them ``lab.fault_kubeconfig``
+    (``lab.env(faults=True)``, ``lab.write_kubeconfig(..., faults=True)``)."""
+    before = {id(lab): lab.fault_use() for lab in list(RUNNING)}
+    yield
+    if request.node.get_closest_marker("fault_knobs_only"):
+        return
+    for lab in list(RUNNING):
+        armed, forwarded = lab.fault_use()
+        armed_before, forwarded_before = before.get(id(lab), (0, 0))
+        if armed > armed_before and forwarded == forwarded_before:
+            pytest.fail(
+                "this test armed a fault knob of the lab in %s, but no request went through the fault "
+                "proxy (%s): its clients bypassed the faults; give them lab.fault_kubeconfig "
+                "(lab.env(faults=True))" % (lab.state_dir, lab.front_url),
+                pytrace=False,
+            )
 
 
 @pytest.fixture(autouse=True)

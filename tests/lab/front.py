@@ -1,17 +1,23 @@
-"""The lab's front door to a real kube-apiserver: fault injection and the platform endpoints.
+"""The lab's listener: kube-apiserver's fault proxy, and the servers a cluster has beside its API server.
 
-Clients of the lab (modules, kubectl, tests) talk to this loopback HTTPS listener; it forwards every API
-request to kube-apiserver unchanged and streams the answer back (watches included). In between it does
-what the lab promises and a bare API server does not:
+kube-apiserver is what the default kubeconfig points at. This loopback HTTPS listener answers what a
+cluster's other servers answer, each reached the way the platform reaches it:
 
-- fault injection (409 on writes, 500/503, latency, connections dropped without an answer, and writes
-  committed by the API server whose answer is then dropped), from the same ``Faults`` knobs;
-- platform endpoints outside the Kubernetes API that controllers register (extensions.py: Harvester's
-  upload action, KubeVirt's VNC screenshot), after the API server authenticated the caller;
-- the lab's control endpoints (``/lab/faults``, ``/lab/audit``) for the admin.
+- as KubeVirt's virt-api behind the aggregation layer (the APIService ``v1.subresources.kubevirt.io``):
+  requests from kube-apiserver's aggregator, authenticated by its front-proxy client certificate, with
+  the user in X-Remote-User/X-Remote-Group (as an extension API server takes it);
+- as the kubelet of the lab's Node: ``/containerLogs/<ns>/<pod>/<container>``, for kube-apiserver's
+  kubelet client certificate only (kube-apiserver did RBAC for ``pods/log`` before it asked);
+- as Harvester's API: ``/v1/harvester/...`` (the upload action), bearer tokens authenticated by the
+  API server;
+- kube-apiserver's token and admission webhooks and the lab's control endpoints (``/lab/...``).
 
-The API server's own audit log is the record of what reached it; requests the front answered itself
-(an injected fault) are recorded here and merged into ``Lab.audit()``.
+Every other request is an API request from a client given the fault kubeconfig (``Lab.fault_kubeconfig``):
+it is forwarded to kube-apiserver unchanged and its answer streamed back (watches included), with the
+fault knobs in between (409 on writes, 500/503, latency, connections dropped without an answer, and
+writes committed by the API server whose answer is then dropped). The API server's own audit log is the
+record of what reached it; requests answered here (an injected fault, a Harvester route) are recorded
+here and merged into ``Lab.audit()``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .access import MUTATING_VERBS
 from .extensions import route_for
 from .faults import Faults
 from .objects import ApiError
+from .tls import FRONT_PROXY_CA_NAME, FRONT_PROXY_CLIENT, KUBELET_CLIENT, LAB_CA_NAME, peer_names
 
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
@@ -136,15 +143,21 @@ class _Handler(BaseHTTPRequestHandler):
             if parts[:1] == ["lab"]:
                 self._lab(method, parts, raw)
                 return
+            caller = peer_names(self.connection.getpeercert())
+            if caller == (FRONT_PROXY_CLIENT, FRONT_PROXY_CA_NAME):
+                self._aggregated(method, split.path, query, raw)
+                return
+            if parts[:1] == ["containerLogs"]:
+                self._container_logs(method, caller, parts, query)
+                return
             route = route_for(front.store, split.path)
-            if route is not None:
+            # Routes under /apis/ are an aggregated API's: a client reaches them through kube-apiserver.
+            if route is not None and not split.path.startswith("/apis/"):
                 self._route(route, method, split.path, query, raw)
                 return
+            front.count_forwarded()
             verb, ref = request_verb(method, split.path, query)
             if self._inject(method, verb, ref, raw):
-                return
-            if ref["resource"] == "pods" and ref["subresource"] == "log" and method == "GET":
-                self._pod_log(ref, query)
                 return
             commit_drop = (
                 verb in MUTATING_VERBS and "dryRun=" not in self.path and front.faults.should_commit_drop()
@@ -159,9 +172,41 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # an answer beats a connection closed without one
             self._status(500, "InternalError", "Internal error occurred: %r" % exc)
 
+    def _aggregated(self, method: str, path: str, query: dict, raw: bytes) -> None:
+        """A request kube-apiserver's aggregator proxied (its front-proxy certificate verified): the user
+        is the one it names in X-Remote-User and X-Remote-Group, as an extension API server takes it."""
+        user = self.headers.get("X-Remote-User")
+        route = route_for(self.server.store, path)
+        if not user:
+            self._status(401, "Unauthorized", "Unauthorized")
+            return
+        if route is None or not path.startswith("/apis/"):
+            self._status(404, "NotFound", "the server could not find the requested resource")
+            return
+        identity = RemoteIdentity(user, self.headers.get_all("X-Remote-Group") or [], self.server.store)
+        code, content_type, answer = route(method, path, query, self.headers, raw, identity)
+        self._reply(code, answer, content_type)
+
+    def _container_logs(self, method: str, caller: tuple[str, str], parts: list[str], query: dict) -> None:
+        """The kubelet's ``/containerLogs/<ns>/<pod>/<container>``, for kube-apiserver's kubelet client
+        certificate (the kubelet's x509 authentication); the log is what the lab's Job runner recorded."""
+        if caller != (KUBELET_CLIENT, LAB_CA_NAME):
+            self._reply(401, b"Unauthorized\n", "text/plain")
+            return
+        if method != "GET" or len(parts) != 4:
+            self._reply(404, b"404 page not found\n", "text/plain")
+            return
+        try:
+            text = container_log(self.server.store.pod_log(parts[1], parts[2]), parts[3], query)
+        except ValueError as exc:
+            self._reply(400, str(exc).encode(), "text/plain")
+            return
+        self._reply(200, text.encode(), "text/plain")
+
     def _route(self, route, method: str, path: str, query: dict, raw: bytes) -> None:
-        """A platform endpoint a controller registered (extensions.py): it fails like the rest of the
-        API (the fault knobs) and is audited (the API server never sees it), resource = its path."""
+        """Harvester's API (a server of its own beside the API server; extensions.py): it fails like the
+        API under the fault knobs and is audited here (the API server never sees it), resource = its path."""
+        self.server.count_forwarded()
         verb = ROUTE_VERBS.get(method, "get")
         ref = {"namespace": "", "group": "", "resource": path, "subresource": "", "name": ""}
         if self._inject(method, verb, ref, raw):
@@ -180,27 +225,6 @@ class _Handler(BaseHTTPRequestHandler):
             raise
         self.server.record(dict(record, code=code))
         self._reply(code, answer, content_type)
-
-    def _pod_log(self, ref: dict, query: dict) -> None:
-        """Pods in the lab have no kubelet to stream from: the front answers for it, after RBAC."""
-        identity = self.server.authenticate(self.headers.get("Authorization"))
-        if identity is None:
-            self._status(401, "Unauthorized", "Unauthorized")
-            return
-        if not identity.allows("get", "", "pods/log", ref["namespace"]):
-            self._status(
-                403,
-                "Forbidden",
-                'pods "%s" is forbidden: User "%s" cannot get resource "pods/log" '
-                'in API group "" in the namespace "%s"' % (ref["name"], identity.user, ref["namespace"]),
-            )
-            return
-        text = self.server.store.pod_log(ref["namespace"], ref["name"])
-        tail = query.get("tailLines")
-        if tail:  # the last N lines, as the kubelet answers tailLines
-            lines = text.splitlines(keepends=True)
-            text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
-        self._reply(200, text.encode(), "text/plain")
 
     def _inject(self, method: str, verb: str, ref: dict, raw: bytes) -> bool:
         """Answer with an injected fault, or return False to let the request through."""
@@ -325,6 +349,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._status(404, "NotFound", "the server could not find the requested resource")
 
 
+def container_log(text: str, container: str, query: dict) -> str:
+    """What a kubelet answers for a container's log with the query kube-apiserver passes on
+    (``tailLines``, ``limitBytes``, ``follow``); ValueError for what the lab does not keep."""
+    for unkept in ("timestamps", "sinceSeconds", "sinceTime"):
+        if query.get(unkept) not in (None, "", "false"):
+            raise ValueError("lab: container logs keep no time: %s is not supported" % unkept)
+    if query.get("previous") == "true":
+        raise ValueError('previous terminated container "%s" not found' % container)
+    if query.get("stream") not in (None, "", "All"):
+        raise ValueError("lab: container logs keep one stream: stream=%s is not supported" % query["stream"])
+    # follow: the log is whole once the lab recorded it, so it is answered and the stream ends.
+    tail = query.get("tailLines")
+    if tail:
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
+    limit = query.get("limitBytes")
+    if limit:
+        text = text.encode()[: int(limit)].decode(errors="ignore")
+    return text
+
+
 class RemoteIdentity:
     """Who called a front route, and what RBAC lets them do (a SubjectAccessReview per question)."""
 
@@ -388,6 +433,7 @@ class FrontServer(ThreadingHTTPServer):
         self.clear_audit = clear_audit
         self.tokens = tokens
         self.injected: list[dict] = []
+        self.forwarded = 0  # API requests that came through the fault proxy
         self._lock = threading.Lock()
         self._writes = 0  # writes being forwarded now
         self._last_write = 0.0  # monotonic time the last one began or ended
@@ -532,6 +578,10 @@ class FrontServer(ThreadingHTTPServer):
                 "status": {"code": exc.code, "reason": exc.reason, "message": exc.message},
             }
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+    def count_forwarded(self) -> None:
+        with self._lock:
+            self.forwarded += 1
 
     @contextlib.contextmanager
     def forwarding_write(self):

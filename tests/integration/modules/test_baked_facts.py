@@ -206,7 +206,16 @@ def test_baked_image_refuses_a_contradicting_artifact_before_anything_is_written
     def register(title, name, stream, artifact, src=None, **more):
         path = str(made[artifact])
         src = str(made[src]) if src else path
-        return task(title, name=name, os_version=stream, src=src, artifact=path, **common, **more)
+        return task(
+            title,
+            name=name,
+            os_version=stream,
+            src=src,
+            artifact=path,
+            harvester_url=lab.harvester_url,
+            **common,
+            **more,
+        )
 
     run = run_playbook(
         play(

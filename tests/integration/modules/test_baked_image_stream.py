@@ -72,11 +72,12 @@ def live_imported_image(kube_client, namespace, mirror, name="live"):
     raise AssertionError("the live image did not import: %s" % obj.get("status"))
 
 
-def smoke_test_run(lab, namespace, revision, where, **more):
-    """baked_image_stream recording the smoke test of ``revision`` on the test DBInstance ``smoke``."""
+def smoke_test_run(lab, namespace, revision, where, faults=False, **more):
+    """baked_image_stream recording the smoke test of ``revision`` on the test DBInstance ``smoke`` (with
+    ``faults``, through the lab's fault proxy)."""
     smoke = {"namespace": namespace, "name": "smoke"}
     body = dict(module=MODULE, os_version="22.04", revision=revision, smoke_test=smoke, catalog=where, **more)
-    return run_playbook(play(task("smoke test", **body)), env=lab.env())
+    return run_playbook(play(task("smoke test", **body)), env=lab.env(faults=faults))
 
 
 @pytest.mark.lab_only
@@ -107,7 +108,7 @@ def test_stream_moves_refusals_filter_and_conflicts(
     try:
         run = run_playbook(
             play(task("check", check=True, module=MODULE, **first), task("real", module=MODULE, **first)),
-            env=lab.env(),
+            env=lab.env(faults=True),
             diff=True,
         )
         conflicts = [
@@ -117,7 +118,7 @@ def test_stream_moves_refusals_filter_and_conflicts(
         ]
         # The same move again, alone, so the audit log holds only its requests.
         lab.clear_audit()
-        again = run_playbook(play(task("again", module=MODULE, **first)), env=lab.env(), diff=True)
+        again = run_playbook(play(task("again", module=MODULE, **first)), env=lab.env(faults=True), diff=True)
         again_writes = lab.mutating_requests()
         lab.clear_audit()
         rest = run_playbook(
@@ -173,7 +174,7 @@ def test_stream_moves_refusals_filter_and_conflicts(
                     catalog={"path": str(file_catalog)},
                 ),
             ),
-            env=lab.env(),
+            env=lab.env(faults=True),
             diff=True,
         )
         conflicts += [
@@ -412,7 +413,7 @@ def test_a_smoke_test_whose_reply_was_lost_is_recorded_once(lab, kube_client, ku
 
     lab.faults.update({"commit_drop_rate": 1.0, "seed": 3})
     try:
-        lost = smoke_test_run(lab, kube_namespace, "v20260615", where)
+        lost = smoke_test_run(lab, kube_namespace, "v20260615", where, faults=True)
     finally:
         lab.faults.update({"commit_drop_rate": 0.0})
     assert lost.ok and lost["smoke test"]["changed"] is True, lost.log

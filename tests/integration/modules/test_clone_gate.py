@@ -432,7 +432,9 @@ def swept(lab, goldens, kube_client, tmp_path_factory):
             {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.05, "seed": 11}
         )
         try:
-            story["faults"] = run_playbook(kube_play(task("under faults", **common)), env=lab.env())
+            story["faults"] = run_playbook(
+                kube_play(task("under faults", **common)), env=lab.env(faults=True)
+            )
         finally:
             lab.faults.reset()
         story["after faults"] = leftovers(lab, project)

@@ -210,7 +210,9 @@ def test_the_screenshot_rides_out_server_errors_and_lost_connections(lab, vms, k
     dest = tmp_path / "shot.png"
     lab.faults.update({"error_rate": 0.5, "drop_rate": 0.2, "seed": 7})
     try:
-        run = run_playbook(kube_play(shot("vm-text", kube_namespace, dest=str(dest))), env=lab.env())
+        run = run_playbook(
+            kube_play(shot("vm-text", kube_namespace, dest=str(dest))), env=lab.env(faults=True)
+        )
         injected = lab.faults.to_dict()["injected"]
     finally:
         lab.faults.reset()

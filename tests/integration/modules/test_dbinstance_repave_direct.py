@@ -94,7 +94,7 @@ def upload(lab, kube_client, namespace, name, data: pathlib.Path) -> str:
     while True:
         # The lab's serving certificate is self-signed: trust the CA its kubeconfig carries.
         http = urllib3.PoolManager(ca_certs=kube_client.configuration.ssl_ca_cert)
-        answer = http.request("POST", lab.url + path, body=data.read_bytes(), headers=headers)
+        answer = http.request("POST", lab.harvester_url + path, body=data.read_bytes(), headers=headers)
         if answer.status == 200 or time.monotonic() > end:
             break
         time.sleep(0.2)  # the controller initializes the image first

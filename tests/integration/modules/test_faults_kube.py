@@ -25,7 +25,8 @@ def kube(lab):
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.common import _retry
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
-    with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
+    # The fault knobs act on the fault proxy: every test here arms them.
+    with patch_module_args({"kubeconfig": str(lab.fault_kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)
         # The product's bound, shorter pauses for the suite.
         module.backoff = _retry.kubernetes(base=0.05, cap=0.5)

@@ -27,10 +27,11 @@ def _collection_path():
 
 
 @contextlib.contextmanager
-def module(lab, check=False, diff=False):
+def module(lab, check=False, diff=False, faults=False):
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeModule
 
-    args = {"kubeconfig": str(lab.kubeconfig), "_ansible_check_mode": check, "_ansible_diff": diff}
+    kubeconfig = lab.fault_kubeconfig if faults else lab.kubeconfig
+    args = {"kubeconfig": str(kubeconfig), "_ansible_check_mode": check, "_ansible_diff": diff}
     with patch_module_args(args):
         yield KubeModule(argument_spec={}, supports_check_mode=True)
 
@@ -151,7 +152,7 @@ def test_each_kind_is_discovered_once_per_run(lab, kube_namespace):
 
 @pytest.mark.lab_only
 def test_a_wait_rides_out_server_errors(lab, kube_namespace):
-    with module(lab) as m:
+    with module(lab, faults=True) as m:
         m.create(config_map(kube_namespace, "cm", {"a": "1"}))
         m.resource("v1", "ConfigMap")  # discovered before the faults start
         lab.clear_audit()

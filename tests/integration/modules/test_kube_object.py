@@ -338,7 +338,9 @@ def test_a_run_converges_under_faults_and_a_rerun_writes_nothing(lab, kube_names
     lab.clear_audit()
     lab.faults.update(dict(RATES, seed=909))
     try:
-        run = run_playbook(kube_play(apply("create", first), apply("update", second)), env=lab.env())
+        run = run_playbook(
+            kube_play(apply("create", first), apply("update", second)), env=lab.env(faults=True)
+        )
         injected = lab.faults.to_dict()["injected"]
     finally:
         lab.faults.reset()

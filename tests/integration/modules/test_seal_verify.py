@@ -447,7 +447,7 @@ def test_a_claim_is_verified_under_faults_and_nothing_is_left(
         {"conflict_rate": 0.2, "error_rate": 0.1, "drop_rate": 0.05, "commit_drop_rate": 0.1, "seed": 5}
     )
     try:
-        run = run_playbook(_claim_play(kube_namespace), env=lab.env())
+        run = run_playbook(_claim_play(kube_namespace), env=lab.env(faults=True))
         injected = lab.faults.to_dict()["injected"]
     finally:
         lab.faults.reset()

@@ -91,7 +91,8 @@ def test_a_409_adopts_only_this_requests_own_job(lab, kube_namespace):
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._kube import KubeError, KubeModule
     from ansible_collections.goldenimage.pipeline.plugins.module_utils.kube._volume_job import JobClient
 
-    with patch_module_args({"kubeconfig": str(lab.kubeconfig)}):
+    # Through the fault proxy: the last create loses its reply there.
+    with patch_module_args({"kubeconfig": str(lab.fault_kubeconfig)}):
         module = KubeModule(argument_spec={}, supports_check_mode=True)
         module.backoff = _retry.kubernetes(base=0.05, cap=0.5)
         client = JobClient(module)

@@ -89,7 +89,7 @@ def read_lab(state: pathlib.Path) -> dict:
     api, core, items = lab_api(state)
     lab = json.loads((state / "lab.json").read_text())
     answer = api.rest_client.pool_manager.request(
-        "GET", lab["url"] + "/lab/audit", headers={"Authorization": "Bearer " + lab["token"]}
+        "GET", lab["front_url"] + "/lab/audit", headers={"Authorization": "Bearer " + lab["token"]}
     )
     assert answer.status == 200, answer.data
     return {

@@ -47,7 +47,8 @@ def under_faults(lab, seed, playbook, capsys, start):
     """``start()``, a playbook run, under the suite's rates from ``seed``; prints the score line."""
     lab.faults.update(dict(RATES, seed=seed))
     try:
-        run = start()
+        with lab.through_faults():  # the helpers' playbooks go through the fault proxy
+            run = start()
         injected = lab.faults.to_dict()["injected"]
     finally:
         lab.faults.reset()

@@ -88,7 +88,7 @@ def test_one_run_converges_under_faults_and_lost_replies(lab, kube_client):
         lab.clear_audit()
         lab.faults.update(dict(FAULTS, seed=9))
         try:
-            first = run_playbook(play(fs, block), env=lab.env())
+            first = run_playbook(play(fs, block), env=lab.env(faults=True))
             injected = lab.faults.to_dict()["injected"]
         finally:
             lab.faults.reset()

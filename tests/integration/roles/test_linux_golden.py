@@ -601,7 +601,7 @@ def test_creates_survive_injected_conflicts(env):
     try:
         run = run_playbook(
             role_play(include("import", tasks_from="import", _linux_golden_item=item)),
-            env=env.lab.env(),
+            env=env.lab.env(faults=True),
             timeout=240,
         )
         injected = env.lab.faults.to_dict()["injected"]["conflict"]

@@ -1126,7 +1126,7 @@ def test_the_bake_objects_converge_in_one_run_under_faults(
     since = time.time()
     lab.faults.update(dict(FAULTS, seed=12))
     try:
-        run = run_playbook([play], env=lab.env())
+        run = run_playbook([play], env=lab.env(faults=True))
         injected = lab.faults.to_dict()["injected"]
     finally:
         lab.faults.reset()
@@ -1174,7 +1174,9 @@ def test_the_bake_objects_converge_in_one_run_under_faults(
     )
     lab.faults.update(dict(FAULTS, seed=78))
     try:
-        clean = run_playbook([bake_play(kube_namespace, tasks_from="cleanup_failed")], env=lab.env())
+        clean = run_playbook(
+            [bake_play(kube_namespace, tasks_from="cleanup_failed")], env=lab.env(faults=True)
+        )
     finally:
         lab.faults.reset()
     assert clean.ok, clean.log

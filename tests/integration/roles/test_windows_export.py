@@ -421,7 +421,8 @@ def test_export_and_import_converge_in_one_run_under_faults(env):
     env.lab.clear_audit()
     env.lab.faults.update(dict(FAULTS, seed=2031))
     try:
-        run = env.play(**role_vars)
+        with env.lab.through_faults():
+            run = env.play(**role_vars)
         injected = env.lab.faults.to_dict()["injected"]
     finally:
         env.lab.faults.reset()
@@ -463,7 +464,7 @@ def test_export_and_import_converge_in_one_run_under_faults(env):
                     ],
                 }
             ],
-            env=env.lab.env(),
+            env=env.lab.env(faults=True),
             timeout=300,
         )
     finally:

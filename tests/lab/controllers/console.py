@@ -1,5 +1,10 @@
 """KubeVirt's VNC screenshot subresource in the lab: a real PNG of what the guest's screen would show.
 
+Served as virt-api serves it, behind kube-apiserver's aggregation layer (the APIService
+``v1.subresources.kubevirt.io``, apiserver.py): the lab's listener answers the aggregator's requests
+(front.py), the caller named by it in X-Remote-User, and discovery for the group version so the
+APIService is Available.
+
     GET /apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}/vnc/screenshot
 
 answers as virt-api does: 404 NotFound when the VMI does not exist, 400 BadRequest "VMI is not running"
@@ -25,8 +30,23 @@ from ..objects import ApiError
 from . import Controller, LabContext
 from .guestagent import filesystems
 
-PREFIX = "/apis/subresources.kubevirt.io/v1/namespaces/"
 SUBRESOURCE_GROUP = "subresources.kubevirt.io"
+GROUP_VERSION = "/apis/subresources.kubevirt.io/v1"
+PREFIX = GROUP_VERSION + "/namespaces/"
+# What virt-api lists for the group version (the subresources the lab serves).
+DISCOVERY = {
+    "kind": "APIResourceList",
+    "apiVersion": "v1",
+    "groupVersion": "subresources.kubevirt.io/v1",
+    "resources": [
+        {"name": name, "singularName": "", "namespaced": True, "kind": kind, "verbs": ["get"]}
+        for name, kind in (
+            ("virtualmachineinstances/vnc", "VirtualMachineInstance"),
+            ("virtualmachineinstances/vnc/screenshot", "VirtualMachineInstance"),
+            ("virtualmachineinstances/filesystemlist", "VirtualMachineInstanceFileSystemList"),
+        )
+    ],
+}
 GROUP = "kubevirt.io"
 CONSOLE = "lab.goldenimage.io/console"
 SCREENS = ("blank", "text", "stop-error", "graphical")
@@ -114,9 +134,13 @@ class ConsoleController(Controller):
 
     def __init__(self, lab: LabContext):
         super().__init__(lab)
-        add_route(lab.store, PREFIX, self.screenshot)
+        add_route(lab.store, GROUP_VERSION, self.screenshot)
 
     def screenshot(self, method, path, query, headers, raw, identity) -> tuple[int, str, bytes]:
+        if path.rstrip("/") == GROUP_VERSION and method == "GET":
+            return 200, "application/json", json.dumps(DISCOVERY).encode()
+        if not path.startswith(PREFIX):
+            raise _not_found()
         parts = path[len(PREFIX) :].split("/")
         if len(parts) < 4 or parts[1] != "virtualmachineinstances":
             raise _not_found()

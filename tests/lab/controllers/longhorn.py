@@ -53,6 +53,9 @@ def _schedulable(node: dict) -> bool:
 def disks(store) -> dict[str, str]:
     """``{disk UUID: node}`` of the disks Longhorn may put copies on."""
     nodes, _ = store.list(store.resource(CORE, "v1", "nodes"))
+    # The lab's own Node (the kubelet endpoint of pod logs, cordoned) holds the one disk only when no
+    # test made Nodes of its own.
+    nodes = [n for n in nodes if n["metadata"]["name"] != NODE_NAME]
     names = sorted(n["metadata"]["name"] for n in nodes if _schedulable(n)) if nodes else [NODE_NAME]
     return {disk_uuid(name): name for name in names}
 

@@ -1,4 +1,7 @@
-"""Fault injection knobs: conflicts, 5xx answers, latency, dropped connections, determinism."""
+"""Fault injection knobs: conflicts, 5xx answers, latency, dropped connections, determinism.
+
+The knobs act on the fault proxy, the lab's listener that ``lab.fault_kubeconfig`` points at; the clients
+here use it."""
 
 from __future__ import annotations
 
@@ -22,10 +25,10 @@ def faults(lab):
 
 @pytest.fixture
 def no_retry_core(lab):
-    """A client that does not retry, so every injected fault reaches the test."""
+    """A client of the fault proxy that does not retry, so every injected fault reaches the test."""
     from kubernetes import config
 
-    api = config.new_client_from_config(str(lab.kubeconfig))
+    api = config.new_client_from_config(str(lab.fault_kubeconfig))
     api.configuration.retries = 0
     api.rest_client.pool_manager.connection_pool_kw["retries"] = False
     with api:
@@ -33,7 +36,7 @@ def no_retry_core(lab):
 
 
 def _http(lab, method, path, body=None):
-    conn = lab.connection()
+    conn = lab.connection(faults=True)
     headers = {"Authorization": f"Bearer {lab.admin_token}", "Content-Type": "application/json"}
     conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
     resp = conn.getresponse()
@@ -72,7 +75,7 @@ def test_latency(faults, no_retry_core):
 
 def test_dropped_connections(lab, faults):
     faults.update({"drop_rate": 1.0})
-    conn = lab.connection()
+    conn = lab.connection(faults=True)
     conn.request("GET", "/api/v1/namespaces", headers={"Authorization": f"Bearer {lab.admin_token}"})
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
         conn.getresponse()
@@ -95,6 +98,7 @@ def test_seeded_rates_are_deterministic(faults, no_retry_core):
     assert first == second and 200 in first and (500 in first or 503 in first)
 
 
+@pytest.mark.fault_knobs_only
 def test_faults_over_http_need_the_admin_token(lab, faults):
     status, body = _http(lab, "PUT", "/lab/faults", {"latency_ms": 5, "objects": {"Job/ns/j": "fail"}})
     assert status == 200 and body["latency_ms"] == 5
@@ -119,7 +123,7 @@ def test_audit_over_http(lab, faults, no_retry_core):
 def test_commit_then_drop_applies_the_write_and_loses_the_reply(lab, kube_namespace, faults):
     faults.update({"commit_drop_rate": 1.0})
     headers = {"Authorization": f"Bearer {lab.admin_token}", "Content-Type": "application/json"}
-    conn = lab.connection()
+    conn = lab.connection(faults=True)
     body = {"metadata": {"name": "lost-reply"}, "data": {"a": "1"}}
     conn.request("POST", f"/api/v1/namespaces/{kube_namespace}/configmaps", json.dumps(body), headers)
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
@@ -151,6 +155,7 @@ def test_commit_then_drop_spares_reads_dry_runs_and_refused_writes(
     assert faults.to_dict()["injected"]["commit_drop"] == 0
 
 
+@pytest.mark.fault_knobs_only
 def test_commit_drop_rate_is_a_knob_like_the_others(lab, faults):
     status, body = _http(lab, "PUT", "/lab/faults", {"commit_drop_rate": 0.05, "seed": 3})
     assert status == 200 and body["commit_drop_rate"] == 0.05 and body["injected"]["commit_drop"] == 0
@@ -160,6 +165,7 @@ def test_commit_drop_rate_is_a_knob_like_the_others(lab, faults):
     assert faults.to_dict()["commit_drop_rate"] == 0
 
 
+@pytest.mark.fault_knobs_only
 def test_the_faults_command_sets_and_shows_the_knobs(tmp_path):
     import subprocess
     import sys
@@ -172,6 +178,7 @@ def test_the_faults_command_sets_and_shows_the_knobs(tmp_path):
         info = {
             "pid": __import__("os").getpid(),
             "url": other.url,
+            "front_url": other.front_url,
             "port": other.port,
             "token": other.admin_token,
         }
@@ -182,6 +189,9 @@ def test_the_faults_command_sets_and_shows_the_knobs(tmp_path):
         )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["commit_drop_rate"] == 0.25
+        # It says where the knobs act: the fault proxy's address and kubeconfig, not kube-apiserver's.
+        assert other.front_url in proc.stderr and "kubeconfig-faults" in proc.stderr, proc.stderr
+        assert "own address %s" % other.url in proc.stderr and proc.stderr.rstrip().endswith("has none")
         assert other.faults.commit_drop_rate == 0.25 and other.faults.seed == 9
         proc = subprocess.run([*run, "--reset"], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 0 and other.faults.commit_drop_rate == 0

@@ -126,12 +126,16 @@ def test_dry_run_is_audited(lab, kube_client, kube_namespace):
     assert lab.mutating_requests() == []
 
 
-def test_pod_logs_come_from_the_front(lab, kube_client, kube_namespace):
-    """No kubelet: the front answers pods/log from what the lab's Job runner recorded (tailLines too)."""
+def test_pod_logs_come_from_the_lab_kubelet(lab, kube_client, kube_namespace):
+    """kube-apiserver asks the kubelet of the pod's Node, the lab's listener, for the log the lab's Job
+    runner recorded (tailLines too)."""
     from kubernetes import client
 
+    from tests.lab.controllers.pods import NODE_NAME
+
     core = client.CoreV1Api(kube_client)
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    spec = {"nodeName": NODE_NAME, "containers": [{"name": "c", "image": "busybox"}]}
+    pod = {"metadata": {"name": "p"}, "spec": spec}
     core.create_namespaced_pod(kube_namespace, pod)
     lab.store.set_pod_log(kube_namespace, "p", "line one\nline two\n")
     assert core.read_namespaced_pod_log("p", kube_namespace) == "line one\nline two\n"
@@ -155,6 +159,8 @@ def test_up_status_down(tmp_path):
     up = cli("up", "--no-s3")
     assert up.returncode == 0, up.stderr
     assert str(tmp_path / "kubeconfig") in up.stdout
+    # It says which address has the fault knobs: the fault proxy's, with a kubeconfig of its own.
+    assert str(tmp_path / "kubeconfig-faults") in up.stdout, up.stdout
     info = json.loads((tmp_path / "lab.json").read_text())
     assert cli("status").returncode == 0
     down = cli("down")

@@ -1,8 +1,8 @@
 """The lab on a real kube-apiserver: what the lab adds around it holds, and the server is the real one.
 
-One lab for the module: etcd, kube-apiserver and
-kube-controller-manager from tools/build-apiserver.sh, the front (faults, routes, webhooks), and the
-controllers as API clients.
+One lab for the module: etcd, kube-apiserver and kube-controller-manager from tools/build-apiserver.sh, the
+lab's listener (the fault proxy, the servers beside the API server, the webhooks), and the controllers as
+API clients. The kubeconfig points at kube-apiserver; the fault tests use the fault proxy's.
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ def real_lab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api(real_lab):
     with config.new_client_from_config(str(real_lab.kubeconfig)) as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="module")
+def fault_api(real_lab):
+    with config.new_client_from_config(str(real_lab.fault_kubeconfig)) as api_client:
         yield api_client
 
 
@@ -124,8 +130,8 @@ def _allowed(call):
     return True
 
 
-def test_injected_conflicts_come_from_the_front_and_are_audited(real_lab, api, namespace):
-    core = client.CoreV1Api(api)
+def test_injected_conflicts_come_from_the_front_and_are_audited(real_lab, fault_api, namespace):
+    core = client.CoreV1Api(fault_api)
     real_lab.clear_audit()
     real_lab.faults.update({"conflict_rate": 1.0})
     try:
@@ -183,9 +189,9 @@ def _exists(call):
     return True
 
 
-def test_a_committed_write_whose_answer_is_lost(real_lab, api, namespace):
-    core = client.CoreV1Api(api)
-    api.configuration.retries = 0
+def test_a_committed_write_whose_answer_is_lost(real_lab, fault_api, namespace):
+    core = client.CoreV1Api(fault_api)
+    fault_api.configuration.retries = 0
     real_lab.faults.update({"commit_drop_rate": 1.0})
     try:
         with pytest.raises(Exception):  # noqa: B017 - the connection closes without an answer
@@ -196,13 +202,13 @@ def test_a_committed_write_whose_answer_is_lost(real_lab, api, namespace):
     assert [r for r in real_lab.audit() if r.get("committed") and r["name"] == "lost"]
 
 
-def _answer(lab, base: str, method: str, path: str) -> tuple[int, str]:
+def _answer(lab, base: str, method: str, path: str, token: str | None = None) -> tuple[int, str]:
     """The code and the text of an answer (a Status's message)."""
     request = urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None)
-    request.add_header("Authorization", "Bearer " + lab.admin_token)
+    request.add_header("Authorization", "Bearer " + (token or lab.admin_token))
     try:
         with urllib.request.urlopen(request, timeout=30, context=lab.ssl_context()) as reply:
-            return reply.status, reply.read().decode()
+            return reply.status, reply.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         code, text = exc.code, exc.read().decode()
     try:
@@ -211,35 +217,60 @@ def _answer(lab, base: str, method: str, path: str) -> tuple[int, str]:
         return code, text
 
 
-def test_the_kubeconfig_address_serves_what_kube_apiserver_alone_does_not(real_lab, api, namespace):
-    """Why the kubeconfig points at the front with every fault knob at zero (README): pod logs, Harvester's
-    upload action and KubeVirt's screenshot are answered there, and kube-apiserver answers none of them."""
+def test_kube_apiservers_own_address_serves_logs_screenshots_and_harvesters_upload(real_lab, api, namespace):
+    """The kubeconfig names kube-apiserver itself, and it serves what a cluster serves through its other
+    servers: a pod's log from the kubelet of the pod's Node, KubeVirt's screenshot through the APIService
+    virt-api registers, and Harvester's upload on Harvester's own endpoint (``lab.harvester_url``)."""
+    kubeconfig = yaml.safe_load(real_lab.kubeconfig.read_text())
+    direct = real_lab.apiserver.url
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == real_lab.url == direct
+    faulty = yaml.safe_load(real_lab.fault_kubeconfig.read_text())
+    assert faulty["clusters"][0]["cluster"]["server"] == real_lab.front_url != direct
+
+    custom = client.CustomObjectsApi(api)
+    api_service = custom.get_cluster_custom_object(
+        "apiregistration.k8s.io", "v1", "apiservices", "v1.subresources.kubevirt.io"
+    )
+    assert api_service["spec"]["service"]["name"] == "virt-api"
+    assert api_service["spec"]["service"]["namespace"] == "kubevirt"
+    (available,) = [c for c in api_service["status"]["conditions"] if c["type"] == "Available"]
+    assert available["status"] == "True", available
+
+    core = client.CoreV1Api(api)
     pod = {
         "metadata": {"name": "p"},
         "spec": {"nodeName": NODE_NAME, "containers": [{"name": "c", "image": "busybox"}]},
     }
-    client.CoreV1Api(api).create_namespaced_pod(namespace, pod)
-    real_lab.store.set_pod_log(namespace, "p", "verdict: sealed\n")
-    kubeconfig = yaml.safe_load(real_lab.kubeconfig.read_text())
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == real_lab.url != real_lab.apiserver.url
-    log = ("GET", f"/api/v1/namespaces/{namespace}/pods/p/log")
-    upload = ("POST", f"/v1/harvester/harvesterhci.io.virtualmachineimages/{namespace}/gone?action=upload")
-    screenshot = (
-        "GET",
-        f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/gone/vnc/screenshot",
+    core.create_namespaced_pod(namespace, pod)
+    real_lab.store.set_pod_log(namespace, "p", "checking\nverdict: sealed\n")
+    node = core.read_node(NODE_NAME)
+    assert ("InternalIP", "127.0.0.1") in [(a.type, a.address) for a in node.status.addresses]
+    assert node.status.daemon_endpoints.kubelet_endpoint.port == real_lab.server.port
+
+    log = f"/api/v1/namespaces/{namespace}/pods/p/log"
+    assert _answer(real_lab, direct, "GET", log) == (200, "checking\nverdict: sealed\n")
+    assert _answer(real_lab, direct, "GET", log + "?tailLines=1") == (200, "verdict: sealed\n")
+    assert _answer(real_lab, direct, "GET", log + "?limitBytes=5") == (200, "check")
+    # kube-apiserver did RBAC for pods/log before it asked the kubelet: a token without it gets 403.
+    reader = real_lab.add_token("pod-reader", [{"verbs": ["get"], "resources": ["pods"]}])
+    assert eventually(
+        lambda: _answer(real_lab, direct, "GET", f"/api/v1/namespaces/{namespace}/pods/p", reader)[0] == 200,
+        10,
     )
+    code, body = _answer(real_lab, direct, "GET", log, reader)
+    assert code == 403 and 'cannot get resource "pods/log"' in body, body
+    # The kubelet endpoint answers kube-apiserver's kubelet client certificate only.
+    kubelet = f"/containerLogs/{namespace}/p/c"
+    assert _answer(real_lab, real_lab.server.url, "GET", kubelet)[0] == 401
 
-    assert _answer(real_lab, real_lab.url, *log) == (200, "verdict: sealed\n")
-    code, body = _answer(real_lab, real_lab.url, *upload)
-    assert code == 404 and 'virtualmachineimages.harvesterhci.io "gone" not found' in body, body
-    code, body = _answer(real_lab, real_lab.url, *screenshot)
+    screenshot = f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/"
+    code, body = _answer(real_lab, direct, "GET", screenshot + "gone/vnc/screenshot")
     assert code == 404 and 'virtualmachineinstance.kubevirt.io "gone" not found' in body, body
+    code, body = _answer(real_lab, direct, "GET", screenshot + "gone/vnc/screenshot", reader)
+    assert code == 403 and "subresources.kubevirt.io" in body, body
 
-    direct = real_lab.apiserver.url
-    code, body = _answer(real_lab, direct, *log)
-    # It looks up the pod's node to ask that node's kubelet for the log: the lab has neither.
-    assert code == 404 and "verdict" not in body, body
-    # Neither is a path it serves: no API group subresources.kubevirt.io is registered (virt-api's
-    # APIService on a cluster), and /v1/harvester is Harvester's API, not Kubernetes'.
-    for request in (upload, screenshot):
-        assert _answer(real_lab, direct, *request) == (404, "404 page not found\n")
+    upload = f"/v1/harvester/harvesterhci.io.virtualmachineimages/{namespace}/gone?action=upload"
+    code, body = _answer(real_lab, real_lab.harvester_url, "POST", upload)
+    assert code == 404 and 'virtualmachineimages.harvesterhci.io "gone" not found' in body, body
+    # Harvester's API is not kube-apiserver's: the path is not the API server's.
+    assert _answer(real_lab, direct, "POST", upload) == (404, "404 page not found\n")

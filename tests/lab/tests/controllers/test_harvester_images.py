@@ -253,14 +253,16 @@ def test_upload_endpoint_and_delete_webhook(lab, kube_client, kube_namespace, qc
     http = urllib3.PoolManager(ca_certs=str(lab.ca_path))  # the lab serves HTTPS with its own CA
     answer = http.request(
         "POST",
-        f"{lab.url}{path}?action=upload",
+        f"{lab.harvester_url}{path}?action=upload",
         fields={"chunk": ("small.qcow2", qcow2.read_bytes(), "application/octet-stream")},
         headers=headers,
     )
     assert answer.status == 200, answer.data
     obj = custom.get_namespaced_custom_object(H, "v1beta1", kube_namespace, IMAGES, name)
     assert imported(obj) and obj["status"]["size"] == qcow2.stat().st_size
-    again = http.request("POST", f"{lab.url}{path}?action=upload", body=qcow2.read_bytes(), headers=headers)
+    again = http.request(
+        "POST", f"{lab.harvester_url}{path}?action=upload", body=qcow2.read_bytes(), headers=headers
+    )
     assert again.status == 409
     storage_class = obj["status"]["storageClassName"]
     pvc = {
@@ -304,10 +306,12 @@ def test_backing_image_copies_follow_the_minimum_not_the_nodes(mini, qcow2, http
     many ready copies on the schedulable nodes' disks and none on a node added later, until the minimum
     is raised; a copy on a node gone reads unknown and is made again elsewhere."""
     from tests.lab.controllers.longhorn import NAMESPACE, disk_uuid
+    from tests.lab.controllers.pods import NODE_NAME
 
     core = mini.store.resource("", "v1", "nodes")
     for node in list(mini.store.list(core)[0]):
-        mini.store.delete(core, None, node["metadata"]["name"])
+        if node["metadata"]["name"] != NODE_NAME:  # the lab's own, cordoned: its kubelet serves pod logs
+            mini.store.delete(core, None, node["metadata"]["name"])
     names = [f"{mini.namespace}-{n}" for n in ("a", "b", "c", "d")]
 
     def add_node(name, ready="True", unschedulable=False):
