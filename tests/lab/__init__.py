@@ -25,17 +25,12 @@ from .access import Tokens
 from .faults import Faults
 from .objects import ResourceType
 
-PROVISIONER = "lab.goldenimage.io/hostpath"
 DEFAULT_SC_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DEFAULT_VSC_ANNOTATION = "snapshot.storage.kubernetes.io/is-default-class"
 KUBEVIRT_NAMESPACE = "kubevirt"
 PORT_ATTEMPTS = 3
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-CSI_PARAMETER = "lab.goldenimage.io/csi"  # controllers/storage.py: volumes with no path on their PV
 KUBEVIRT_VERSION = "v1.8.2"  # before ExpandDisks went GA (v1.9.0): the feature gate decides
-# Who runs VolumeSnapshots: "upstream" is external-snapshotter's snapshot controller (a child process) with
-# the lab's CSI driver side; "simulated" is controllers/snapshots.py's SnapshotController alone.
-SNAPSHOT_CONTROLLERS = ("upstream", "simulated")
 # The KubeVirt CR's feature gates; KubeVirt's admission (below) reads the same ones.
 KUBEVIRT_FEATURE_GATES = ["ExpandDisks", "Snapshot"]
 # Who validates VirtualMachines and VMIs: "upstream" is KubeVirt v1.6.0's own admitters
@@ -56,7 +51,6 @@ class Lab:
         controllers: list | None = None,
         seed: int | None = None,
         kube_controllers: bool = True,
-        snapshot_controller: str | None = None,
         kubedc_resync: float | None = None,
         kubevirt_admission: str | None = None,
     ):
@@ -66,18 +60,11 @@ class Lab:
         self.dbinstance_group = dbinstance_group or os.environ.get("LAB_DBINSTANCE_GROUP") or None
         self.dbinstance_version = dbinstance_version or os.environ.get("LAB_DBINSTANCE_VERSION") or None
         self._controller_classes = controllers
-        # kube-controller-manager (namespace finalization, garbage collection, a ServiceAccount and a
-        # kube-root-ca.crt ConfigMap in every namespace); a bench that deletes nothing runs without it,
-        # so two objects per seeded namespace are not still being written while it measures.
+        # The upstream controllers: kube-controller-manager (namespace finalization, garbage collection, a
+        # ServiceAccount and a kube-root-ca.crt ConfigMap in every namespace) and external-snapshotter's
+        # snapshot controller. A bench that deletes nothing runs without them, so nothing is still being
+        # written about the objects it seeded while it measures.
         self.kube_controllers = kube_controllers
-        self.snapshot_controller = (
-            snapshot_controller or os.environ.get("LAB_SNAPSHOT_CONTROLLER") or "simulated"
-        )
-        if self.snapshot_controller not in SNAPSHOT_CONTROLLERS:
-            raise ValueError(
-                "snapshot_controller %r: use one of %s (or LAB_SNAPSHOT_CONTROLLER)"
-                % (self.snapshot_controller, ", ".join(SNAPSHOT_CONTROLLERS))
-            )
         # Kube-DC's seeder resync in seconds (None: LAB_KUBEDC_RESYNC_SECONDS, else 15 min, the platform's).
         from .controllers.kubedc import resync_interval
 
@@ -122,14 +109,11 @@ class Lab:
                 store=self.store,
                 state_dir=self.state_dir,
                 faults=self.faults,
-                csi_volumes=self.upstream_snapshots,
                 kubedc_resync_seconds=self.kubedc_resync,
             )
             classes = (
                 self._controller_classes if self._controller_classes is not None else default_controllers()
             )
-            if self.upstream_snapshots:
-                classes = _driver_side(classes)
             self.controller_manager = ControllerManager(lab_context, classes)
             self.apiserver.register_admission(self.store)
             self._register_platform_endpoints()
@@ -198,7 +182,6 @@ class Lab:
         self.apiserver.wait_for_crds(self.store)
         if self.kube_controllers:
             self.apiserver.start_controller_manager()
-        if self.upstream_snapshots:
             self.apiserver.start_snapshot_controller()
         if self.kubevirt_admission == "upstream":
             self.apiserver.register_kubevirt_admission(self.store)
@@ -213,10 +196,6 @@ class Lab:
 
         aggregated = route_for(self.store, GROUP_VERSION) is not None
         self.apiserver.register_platform_endpoints(self.store, NODE_NAME, aggregated=aggregated)
-
-    @property
-    def upstream_snapshots(self) -> bool:
-        return self.snapshot_controller == "upstream"
 
     def _apply_crds(self) -> None:
         from .crdload import load_crds
@@ -241,9 +220,8 @@ class Lab:
             ("lab-rbd", "Immediate", False),
         ):
             annotations = {DEFAULT_SC_ANNOTATION: "true"} if default else {}
-            provisioner = PROVISIONER
-            if self.upstream_snapshots:  # CSI provisioners, named after their drivers
-                provisioner = RBD_CSI_DRIVER if name == "lab-rbd" else HOSTPATH_CSI_DRIVER
+            # CSI provisioners, named after their drivers (the snapshot controller snapshots only CSI volumes)
+            provisioner = RBD_CSI_DRIVER if name == "lab-rbd" else HOSTPATH_CSI_DRIVER
             storage_class = {
                 "metadata": {"name": name, "annotations": annotations},
                 "provisioner": provisioner,
@@ -251,15 +229,10 @@ class Lab:
                 "volumeBindingMode": binding,
                 "allowVolumeExpansion": True,
             }
-            if name == "lab-rbd":
-                storage_class["parameters"] = {CSI_PARAMETER: "true"}
             self.apply(sc_rt, storage_class)
         vsc_rt = self.store.resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses")
-        if self.upstream_snapshots:
-            # The upstream controller picks a default class by the volume's CSI driver: one per driver.
-            drivers = (("lab-snap", HOSTPATH_CSI_DRIVER), ("lab-snap-rbd", RBD_CSI_DRIVER))
-        else:
-            drivers = (("lab-snap", PROVISIONER),)
+        # The snapshot controller picks a default class by the volume's CSI driver: one per driver.
+        drivers = (("lab-snap", HOSTPATH_CSI_DRIVER), ("lab-snap-rbd", RBD_CSI_DRIVER))
         for name, driver in drivers:
             snapshot_class = {
                 "metadata": {"name": name, "annotations": {DEFAULT_VSC_ANNOTATION: "true"}},
@@ -448,10 +421,3 @@ class Lab:
 
 
 __all__ = ["Lab"]
-
-
-def _driver_side(classes: list) -> list:
-    """The controller classes with the simulated snapshot controller replaced by the CSI driver side."""
-    from .controllers.snapshots import CsiSnapshotDriver, SnapshotController
-
-    return [CsiSnapshotDriver if cls is SnapshotController else cls for cls in classes]

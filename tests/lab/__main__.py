@@ -108,8 +108,6 @@ def _serve_args(args: argparse.Namespace) -> list[str]:
         out += ["--dbinstance-group", args.dbinstance_group]
     if args.dbinstance_version:
         out += ["--dbinstance-version", args.dbinstance_version]
-    if args.snapshot_controller:
-        out += ["--snapshot-controller", args.snapshot_controller]
     if args.kubedc_resync is not None:
         out += ["--kubedc-resync", str(args.kubedc_resync)]
     return out
@@ -193,7 +191,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with_s3=not args.no_s3,
         dbinstance_group=args.dbinstance_group,
         dbinstance_version=args.dbinstance_version,
-        snapshot_controller=args.snapshot_controller,
         kubedc_resync=args.kubedc_resync,
     )
     done = threading.Event()
@@ -296,12 +293,6 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-s3", action="store_true", help="do not start the loopback S3 server")
             p.add_argument("--dbinstance-group", default=os.environ.get("LAB_DBINSTANCE_GROUP"))
             p.add_argument("--dbinstance-version", default=os.environ.get("LAB_DBINSTANCE_VERSION"))
-            p.add_argument(
-                "--snapshot-controller",
-                choices=("upstream", "simulated"),
-                default=os.environ.get("LAB_SNAPSHOT_CONTROLLER"),
-                help="who runs VolumeSnapshots: external-snapshotter's controller, or the lab's simulation",
-            )
             p.add_argument(
                 "--kubedc-resync",
                 type=float,

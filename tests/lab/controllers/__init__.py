@@ -52,9 +52,6 @@ class LabContext:
     state_dir: pathlib.Path
     faults: Faults
     allowed_commands: set[str] = field(default_factory=set)  # extra executables Jobs may run
-    # Provisioned volumes are CSI volumes (no path on the PersistentVolume), as the upstream snapshot
-    # controller needs; set when it runs.
-    csi_volumes: bool = False
     # Kube-DC's seeder resync in seconds (None: LAB_KUBEDC_RESYNC_SECONDS, else 15 min).
     kubedc_resync_seconds: float | None = None
 

@@ -84,6 +84,9 @@ def _carried_mode(obj: dict) -> str | None:
     return _mode(value)
 
 
+UNFINISHED_RETRY_SECONDS = 1.0
+
+
 class _Skip(Exception):
     """The family is not seeded this round; projects keep what they have."""
 
@@ -102,6 +105,9 @@ class GoldenSeeder(Controller):
         self._lock = threading.Lock()
         self._synced_rv = -1  # store resourceVersion the last full pass started from
         self._synced_at = 0.0
+        # A copy the last pass could not re-point because the old one was still being deleted (the
+        # snapshot controller and the driver release their finalizers first): the pass is retried soon.
+        self._unfinished = False
 
     # --- types
     def _rt(self, group: str, plural: str, version: str = "v1") -> ResourceType | None:
@@ -120,9 +126,10 @@ class GoldenSeeder(Controller):
         rv = int(meta.get("resourceVersion") or 0)
         with self._lock:
             fresh = rv <= self._synced_rv and time.monotonic() - self._synced_at < self.resync_seconds
+            fresh = fresh and not self._unfinished
         if not fresh:
             self.sync()
-        return None
+        return UNFINISHED_RETRY_SECONDS if self._unfinished else None
 
     def deleted(self, rt: ResourceType, obj: dict) -> None:
         if rt.plural != "namespaces" and obj["metadata"].get("namespace") in GOLDEN_NAMESPACES.values():
@@ -134,6 +141,7 @@ class GoldenSeeder(Controller):
         with self._lock:
             self._synced_rv = self.lab.store.resource_version
             self._synced_at = time.monotonic()
+            self._unfinished = False
             vs_rt = self._rt(SNAPSHOT_GROUP, "volumesnapshots")
             ns_rt = self._rt(CORE, "namespaces")
             if vs_rt is None or ns_rt is None:
@@ -282,6 +290,7 @@ class GoldenSeeder(Controller):
             except ApiError as exc:
                 if exc.code not in (404, 409):
                     raise
+                self._unfinished = self._unfinished or exc.code == 409
 
     def _seed(
         self, project: str, family: str, mode: str, golden: dict, golden_content: dict, handle: str

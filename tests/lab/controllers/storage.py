@@ -3,7 +3,8 @@
 Claims bind as Kubernetes binds them: to a matching static PersistentVolume, or through a dynamically
 provisioned one `pvc-<uid>` whose data is a real file or directory in the volume store (volumes.py).
 WaitForFirstConsumer classes wait for a Pod, a Job or any caller of `ensure_bound`. VolumeSnapshots are
-handled by snapshots.py; this module lists that controller too so the lab runs all storage controllers.
+run by the upstream snapshot controller with the CSI driver side of snapshots.py; this module lists that
+driver side too so the lab runs all storage controllers.
 
 A Longhorn class with `parameters.backingImage` (the `lh-...` class of a Harvester image) provisions
 from the image's file: a sparse raw copy (qcow2 is converted), so the volume reads as the raw disk
@@ -22,10 +23,9 @@ from dataclasses import dataclass
 from ..objects import ApiError, ResourceType
 from . import Controller, LabContext
 from .kit import CORE, SNAPSHOT_GROUP, condition, get_or_none, modify, record_event
-from .snapshots import SnapshotController
+from .snapshots import CsiSnapshotDriver
 from .volumes import (
     HOSTPATH_CSI_DRIVER,
-    RBD_CSI_DRIVER,
     copy_data,
     core_types,
     disk_image_path,
@@ -47,8 +47,6 @@ MODE_CHANGE_ANNOTATION = "snapshot.storage.kubernetes.io/allow-volume-mode-chang
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # What the API server accepts as a PersistentVolume's `spec.csi.driver` (ValidateCSIDriverName).
 _CSI_DRIVER_NAME = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9]$")
-# A StorageClass parameter: its volumes are CSI volumes with no path on the PersistentVolume (lab-rbd).
-CSI_PARAMETER = "lab.goldenimage.io/csi"
 LONGHORN = "driver.longhorn.io"
 IMAGE_ID_ANNOTATION = "harvesterhci.io/imageId"
 QCOW2_MAGIC = b"QFI\xfb"
@@ -342,21 +340,12 @@ def _provision(lab: LabContext, pvc: dict, sc: dict) -> dict:
                 "volumeMode": mode,
             },
         }
-        if (sc.get("parameters") or {}).get(CSI_PARAMETER) == "true":
-            # A CSI volume, as Ceph RBD's: nothing on the PersistentVolume says where its bytes are, so only
-            # a pod (here, the lab's kubelet) reaches them; the lab keeps them at the same path.
-            pv_body["spec"]["csi"] = {"driver": RBD_CSI_DRIVER, "volumeHandle": "lab-" + meta["uid"]}
-        elif lab.csi_volumes:
-            # The same place for the bytes, reached through a CSI driver the upstream snapshot controller
-            # can snapshot (it refuses any other volume): the class's provisioner, as a CSI provisioner
-            # names its driver, or the lab's hostpath driver for a name no CSI driver can have.
-            driver = provisioner if _CSI_DRIVER_NAME.match(provisioner) else HOSTPATH_CSI_DRIVER
-            pv_body["spec"]["csi"] = {"driver": driver, "volumeHandle": "lab-" + meta["uid"]}
-        else:
-            pv_body["spec"]["hostPath"] = {
-                "path": str(path),
-                "type": "File" if mode == "Block" else "Directory",
-            }
+        # A CSI volume, as an external-provisioner's: nothing on the PersistentVolume says where its bytes
+        # are, so only a pod (here, the lab's kubelet) reaches them; the lab keeps them in its volume store.
+        # The driver is the class's provisioner, as a CSI provisioner names its driver (lab-rbd's is the
+        # attachable rbd.lab.goldenimage.io), or the lab's hostpath driver for a name no CSI driver can have.
+        driver = provisioner if _CSI_DRIVER_NAME.match(provisioner) else HOSTPATH_CSI_DRIVER
+        pv_body["spec"]["csi"] = {"driver": driver, "volumeHandle": "lab-" + meta["uid"]}
         if sc.get("mountOptions"):
             pv_body["spec"]["mountOptions"] = list(sc["mountOptions"])
         pv = store.create(rts["pv"], pv_body)
@@ -675,12 +664,12 @@ class VolumeReclaimer(Controller):
         _drop_pv_data(self.lab, obj)
 
 
-CONTROLLERS = [ClaimBinder, VolumeReclaimer, SnapshotController]
+CONTROLLERS = [ClaimBinder, VolumeReclaimer, CsiSnapshotDriver]
 
 __all__ = [
     "CONTROLLERS",
     "ClaimBinder",
-    "SnapshotController",
+    "CsiSnapshotDriver",
     "VolumeReclaimer",
     "copy_data",
     "disk_image_path",

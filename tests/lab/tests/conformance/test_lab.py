@@ -34,13 +34,18 @@ def test_bootstrap_objects(kube_client):
     assert classes["lab-fs"].volume_binding_mode == "Immediate" and classes["lab-fs"].allow_volume_expansion
     assert classes["lab-wffc"].volume_binding_mode == "WaitForFirstConsumer"
     # Other tests on the shared lab add classes of their own (Harvester's Longhorn ones); the lab's are these.
-    assert {classes[n].provisioner for n in ("lab-fs", "lab-wffc")} == {"lab.goldenimage.io/hostpath"}
+    # CSI provisioners named after their drivers: the snapshot controller snapshots only CSI volumes.
+    assert {classes[n].provisioner for n in ("lab-fs", "lab-wffc")} == {"hostpath.lab.goldenimage.io"}
+    assert classes["lab-rbd"].provisioner == "rbd.lab.goldenimage.io"
 
     dyn = DynamicClient(kube_client)
     snapshot_classes = dyn.resources.get(api_version="snapshot.storage.k8s.io/v1", kind="VolumeSnapshotClass")
-    snap = dyn.get(snapshot_classes, name="lab-snap")
-    assert snap.driver == "lab.goldenimage.io/hostpath" and snap.deletionPolicy == "Delete"
-    assert snap.metadata.annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
+    # One default class per driver, as the snapshot controller picks a default by the volume's driver.
+    defaults = (("lab-snap", "hostpath.lab.goldenimage.io"), ("lab-snap-rbd", "rbd.lab.goldenimage.io"))
+    for name, driver in defaults:
+        snap = dyn.get(snapshot_classes, name=name)
+        assert snap.driver == driver and snap.deletionPolicy == "Delete"
+        assert snap.metadata.annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
     for api_version, kind in (
         ("kubevirt.io/v1", "VirtualMachine"),
         ("cdi.kubevirt.io/v1beta1", "DataVolume"),

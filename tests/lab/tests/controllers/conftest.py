@@ -17,10 +17,11 @@ import pytest
 from tests.lab import Lab
 from tests.lab.apistore import ApiStore
 from tests.lab.controllers import LabContext
+from tests.lab.controllers.volumes import HOSTPATH_CSI_DRIVER
 from tests.lab.faults import Faults
 from tests.lab.objects import ApiError, ResourceType
 
-PROVISIONER = "lab.goldenimage.io/hostpath"
+PROVISIONER = HOSTPATH_CSI_DRIVER  # lab-fs's and lab-wffc's provisioner, the driver of their volumes
 SNAP = "snapshot.storage.k8s.io"
 
 

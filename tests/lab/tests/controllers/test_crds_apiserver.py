@@ -23,8 +23,11 @@ NAMESPACES = ("golden-images", "default", "project-a", "kubevirt", "cozy-public"
 @pytest.fixture(scope="module")
 def real_lab(tmp_path_factory):
     binaries()
-    # No controllers: nothing but the API server acts on what the tests write.
-    lab = Lab(tmp_path_factory.mktemp("crd-lab"), with_s3=False, controllers=[]).start()
+    # No controllers, the upstream ones included (the snapshot controller would write the snapshots the CEL
+    # tests update): nothing but the API server acts on what the tests write.
+    lab = Lab(
+        tmp_path_factory.mktemp("crd-lab"), with_s3=False, controllers=[], kube_controllers=False
+    ).start()
     namespaces = lab.store.resource("", "v1", "namespaces")
     for name in NAMESPACES:
         if not lab.store.exists(namespaces, None, name):

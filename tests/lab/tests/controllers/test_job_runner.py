@@ -441,7 +441,9 @@ def test_qemu_img_job_through_the_api(lab, kube_client, kube_namespace):
 
     pvc = core.read_namespaced_persistent_volume_claim("scratch", ns)
     assert pvc.status.phase == "Bound"
-    image = pathlib.Path(core.read_persistent_volume(pvc.spec.volume_name).spec.host_path.path) / "disk.qcow2"
+    # A CSI volume: the lab's volume store has its bytes, the PersistentVolume does not say where.
+    pv = lab.store.get(lab.store.resource("", "v1", "persistentvolumes"), None, pvc.spec.volume_name)
+    image = volume_path(lab.controller_manager.lab, pv) / "disk.qcow2"
     info = subprocess.run(
         ["qemu-img", "info", "--output=json", str(image)], capture_output=True, text=True, check=True
     )

@@ -1,4 +1,4 @@
-"""The upstream snapshot controller (external-snapshotter v8.7.0) on the lab, with the lab's driver side.
+"""The lab's snapshot controller is external-snapshotter v8.7.0's own, with the lab's driver side.
 
 Binding, readiness, the Retain and Delete policies and the finalizers below are the upstream controller's
 behaviour; the lab only cuts the data and fills the contents' status as a CSI driver and its
@@ -11,33 +11,16 @@ import os
 
 import pytest
 
-from tests.lab import Lab
 from tests.lab.controllers.snapshots import BEING_CREATED, CONTENT_FINALIZER
 from tests.lab.controllers.volumes import HOSTPATH_CSI_DRIVER, snapshot_data, volume_path
 
-from .conftest import SNAP, install_classes, visit
+from .conftest import SNAP
 from .test_storage_controllers import MIB, bound, pvc_body, ready, snapshot_body, write_pattern
 
-pytestmark = [pytest.mark.lab_only, pytest.mark.upstream]
+pytestmark = pytest.mark.lab_only
 
 SNAPSHOT_BOUND_FINALIZER = "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection"
 CONTROLLER = "snapshot-controller"  # the field manager of the upstream binary's writes
-
-
-@pytest.fixture(scope="module")
-def upstream_lab(tmp_path_factory):
-    lab = Lab(tmp_path_factory.mktemp("snapshots"), with_s3=False, snapshot_controller="upstream").start()
-    try:
-        install_classes(lab.store)
-        yield lab
-    finally:
-        lab.stop()
-
-
-@pytest.fixture
-def mini(upstream_lab):
-    with visit(upstream_lab) as view:
-        yield view
 
 
 def managers(obj: dict, subresource: str = "") -> set[str]:
@@ -58,8 +41,8 @@ def dynamic_snapshot(mini, name: str, cls: str = "lab-snap") -> tuple[dict, dict
     return pvc, vs, data
 
 
-def test_the_controller_is_the_upstream_binary_and_volumes_are_csi(upstream_lab, mini):
-    log = (upstream_lab.apiserver.dir / "snapshot-controller.log").read_text()
+def test_the_controller_is_the_upstream_binary_and_volumes_are_csi(controller_lab, mini):
+    log = (controller_lab.apiserver.dir / "snapshot-controller.log").read_text()
     assert "v8.7.0" in log
     mini.create("", "persistentvolumeclaims", pvc_body("plain", sc="lab-fs"))
     pvc = mini.wait("", "persistentvolumeclaims", "plain", bound)
@@ -135,17 +118,6 @@ def test_a_pre_provisioned_retain_content_binds_and_survives_its_snapshot(mini):
     assert snapshot_data(mini.context, handle) is not None  # Retain: the data outlives its content
 
 
-def test_deleting_a_snapshot_with_delete_removes_its_content_and_data(mini):
-    _, vs, _ = dynamic_snapshot(mini, "doomed")
-    name = vs["status"]["boundVolumeSnapshotContentName"]
-    handle = mini.get(SNAP, "volumesnapshotcontents", name)["status"]["snapshotHandle"]
-    assert snapshot_data(mini.context, handle) is not None
-    mini.delete(SNAP, "volumesnapshots", "doomed")
-    mini.wait_gone(SNAP, "volumesnapshots", "doomed", timeout=30)
-    mini.wait_gone(SNAP, "volumesnapshotcontents", name, timeout=30)
-    assert snapshot_data(mini.context, handle) is None
-
-
 def test_a_failed_cut_reaches_the_snapshot_through_the_controller(mini):
     mini.create("", "persistentvolumeclaims", pvc_body("broken-disk", sc="lab-fs"))
     mini.wait("", "persistentvolumeclaims", "broken-disk", bound)
@@ -156,6 +128,9 @@ def test_a_failed_cut_reaches_the_snapshot_through_the_controller(mini):
     )
     assert "injected failure" in vs["status"]["error"]["message"]
     assert vs["status"]["readyToUse"] is False
+    # The driver side's Event is on the content, as the csi-snapshotter sidecar records it.
+    event = mini.events(vs["status"]["boundVolumeSnapshotContentName"], "SnapshotCreationFailed")[0]
+    assert event["type"] == "Warning" and event["source"]["component"] == "csi-snapshotter"
     # The driver side retries the cut as the sidecar does; once it succeeds the controller clears the error.
     mini.faults.set_object(f"VolumeSnapshot/{mini.namespace}/broken", None)
     vs = mini.wait(SNAP, "volumesnapshots", "broken", ready, timeout=30)
