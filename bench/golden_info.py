@@ -64,7 +64,7 @@ from bench.verdict import floor_lines, golden_info_cpu_lines, golden_info_lines 
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 FS_NS, BLOCK_NS = "golden-images", "golden-images-block"
 PROJECT_LABEL = "kube-dc.com/project"
-DRIVER = "lab.goldenimage.io/hostpath"
+DRIVER = "hostpath.lab.goldenimage.io"
 # family -> (versioned name suffixes, active index or None, selected index or None)
 FAMILIES = {
     "debian-12": (["20260101-0123456789ab", "20260828-f0dea74da9c5"], 1, None),

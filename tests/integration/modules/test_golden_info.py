@@ -179,7 +179,7 @@ class Arranged:
                 "metadata": {"name": content},
                 "spec": {
                     "deletionPolicy": "Retain",
-                    "driver": "lab.goldenimage.io/hostpath",
+                    "driver": "hostpath.lab.goldenimage.io",
                     "source": {"snapshotHandle": handle},
                     "volumeSnapshotRef": {"name": snap, "namespace": project},
                 },

@@ -651,7 +651,7 @@ def test_refusals_before_anything_is_written(lab, kube_client, kube_namespace):
     cluster.storage.create_storage_class(
         {
             "metadata": {"name": slow, "annotations": {"goldenimage.pipeline/slow": "true"}},
-            "provisioner": "lab.goldenimage.io/hostpath",
+            "provisioner": "hostpath.lab.goldenimage.io",
         }
     )
     try:
