@@ -28,6 +28,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,6 +37,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from http.server import ThreadingHTTPServer
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
@@ -361,6 +363,7 @@ VERSITYGW_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "buil
 HOP_HEADERS = ("connection", "keep-alive", "expect", "proxy-connection", "te", "upgrade")
 BLOCK_XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 BLOCK_ROOT = "PublicAccessBlockConfiguration"
+SIGNED_QUERY = {"X-Amz-Signature", "X-Amz-Credential", "X-Amz-Algorithm", "AWSAccessKeyId", "Signature"}
 NOT_IMPLEMENTED = "A header you provided implies functionality that is not implemented"
 
 
@@ -505,6 +508,42 @@ class RelayFront:
             )
         return None
 
+    @staticmethod
+    def anonymous(names: set, headers: dict) -> bool:
+        """Unsigned: no Authorization header, no presigned query (version 4, or version 2's)."""
+        return "authorization" not in headers and not names & SIGNED_QUERY
+
+    def policy_allows_read(self, bucket: str, key: str) -> bool:
+        """Whether the bucket policy lets anyone GetObject ``key``. versitygw has no object ACLs, so on S3
+        nothing else could serve the object to anyone; versitygw also serves it on the bucket's READ grant,
+        which on S3 lets anyone list the bucket, not read its objects."""
+        from botocore.exceptions import ClientError
+
+        try:
+            policy = self.owner_client().get_bucket_policy(Bucket=bucket)["Policy"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "NoSuchBucket":
+                return True  # versitygw answers NoSuchBucket, as S3 tells anyone
+            policy = None
+        arn = "arn:aws:s3:::%s/%s" % (bucket, key)
+        return s3access.policy_effect(policy, "s3:GetObject", arn) == "Allow"
+
+    def anonymous_may_list(self, bucket: str) -> bool:
+        """Whether an anonymous listing of ``bucket`` is served (versitygw decides, the block applies):
+        S3 tells a missing key (404) only to a caller who may list the bucket, anyone else gets 403;
+        versitygw tells it anyone allowed s3:GetObject."""
+        names = {"list-type", "max-keys"}
+        if self.refusal("GET", bucket, "", names, {}, b""):
+            return False
+        connection = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
+        try:
+            connection.request("GET", "/%s?list-type=2&max-keys=0" % urllib.parse.quote(bucket))
+            reply = connection.getresponse()
+            reply.read()
+            return 200 <= reply.status < 300
+        finally:
+            connection.close()
+
     def copy_onto_existing(self, method: str, bucket: str, key: str, headers: dict) -> bool:
         """A CopyObject that must not replace ``key`` (``If-None-Match: *``), which exists."""
         from botocore.exceptions import ClientError
@@ -524,7 +563,7 @@ class RelayFront:
         block = self.blocks.get(bucket)
         if block is None:
             return ""
-        anonymous = "authorization" not in headers and not names & {"X-Amz-Signature", "X-Amz-Credential"}
+        anonymous = self.anonymous(names, headers)
         if anonymous and (block.restrict_public_buckets or block.ignore_public_acls):
             policy = self.policy_of(bucket)
             if block.restrict_public_buckets and s3access.public_policy(policy):
@@ -621,9 +660,15 @@ def _relay_handler(front: RelayFront):
             small = bucket and (names & SMALL_BODIES or "x-amz-acl" in headers)
             body = self.read_body() if small else None
             refused = front.refusal(self.command, bucket, key, names, headers, body or b"")
+            object_read = key and self.command in ("GET", "HEAD") and front.anonymous(names, headers)
+            if not refused and object_read and not front.policy_allows_read(bucket, key):
+                refused = "Access Denied"
             if refused:
                 return self.answer(403, "AccessDenied", refused)
             reply = self.forward(body)
+            if object_read and reply.status == 404 and not front.anonymous_may_list(bucket):
+                reply.read()
+                return self.answer(403, "AccessDenied", "Access Denied")
             if "publicAccessBlock" in names and not key and reply.status == 501:
                 reply.read()
                 status, code, document = front.block_answer(self.command, bucket, body or b"")
@@ -738,6 +783,15 @@ def _relay_handler(front: RelayFront):
     return Relay
 
 
+class _RelayServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up (a poller stopped, a ranged read cut short) is not the lab's error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class VersityS3Server:
     """``start()`` serves the lab's S3 on 127.0.0.1 (``port``, default any free one): versitygw behind
     the RelayFront, and returns its ``S3Endpoint``. Each server keeps its buckets in its own directory
@@ -762,16 +816,13 @@ class VersityS3Server:
         self._thread = None
 
     def start(self) -> S3Endpoint:
-        from http.server import ThreadingHTTPServer
-
         if self._root is None:
             self._root = pathlib.Path(tempfile.mkdtemp(prefix="lab-s3-"))
         keys = self._keys
         self.gateway = VersityGW(self._root, keys.access_key, keys.secret_key, keys.region)
         upstream = self.gateway.start()
         self.front = RelayFront(upstream, keys)
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _relay_handler(self.front))
-        self._server.daemon_threads = True
+        self._server = _RelayServer(("127.0.0.1", self.port), _relay_handler(self.front))
         self._thread = threading.Thread(target=self._server.serve_forever, name="lab-s3", daemon=True)
         self._thread.start()
         host, port = self._server.server_address[:2]
@@ -795,7 +846,7 @@ class VersityS3Server:
 
 def S3Server(*args, **kwargs):
     """The lab's S3 server: versitygw (LAB_S3=versitygw) or moto behind the checking front (LAB_S3=moto)."""
-    backend = os.environ.get("LAB_S3", "moto")
+    backend = os.environ.get("LAB_S3", "versitygw")
     if backend == "versitygw":
         return VersityS3Server(*args, **kwargs)
     if backend == "moto":
