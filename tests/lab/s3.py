@@ -458,8 +458,11 @@ class RelayFront:
       and Signature Version 2 headers get S3's 400s (versitygw: 403 "AWS authentication requires a
       valid Date or x-amz-date header"); an access key it does not know gets S3's 403
       InvalidAccessKeyId (versitygw: 404 XAdminUserNotFound).
-    - The tests' knobs: ``faults`` (answers given instead of serving a request) and ``not_implemented``
-      (subresources answered 501, as some S3-compatible stores do).
+    - Anonymous object reads as S3 answers them: versitygw serves an object on the bucket's READ grant
+      (S3: only the policy or the object's ACL, which versitygw does not keep, serve it), and tells a
+      missing key 404 to a caller allowed s3:GetObject alone (S3: 403 unless it may list the bucket).
+    - The tests' knobs: ``faults`` (answers given instead of serving a request), ``not_implemented``
+      (subresources answered 501, as some S3-compatible stores do) and ``request_log``.
     """
 
     def __init__(self, upstream: str, endpoint_keys: S3Endpoint):
@@ -468,6 +471,9 @@ class RelayFront:
         self.not_implemented: set[str] = set()
         self.faults: list[Fault] = []
         self.blocks: dict[str, s3access.Block] = {}
+        # Every request the endpoint was sent, as (method, percent-decoded path with its query), from when
+        # a test sets it to a list (None: nothing kept).
+        self.request_log: list[tuple[str, str]] | None = None
         self._lock = threading.Lock()
         self._owner = None
 
@@ -637,6 +643,8 @@ def _relay_handler(front: RelayFront):
             pass
 
         def do_request(self):
+            if front.request_log is not None:
+                front.request_log.append((self.command, urllib.parse.unquote(self.path)))
             raw_path, _mark, query = self.path.partition("?")
             names = {name for name, _value in urllib.parse.parse_qsl(query, keep_blank_values=True)}
             headers = {name.lower(): value for name, value in self.headers.items()}
