@@ -95,6 +95,38 @@ def s3_client(env: dict[str, str]):
     )
 
 
+PUBLIC_SID = "LabPublicReads"
+
+
+def make_public(client, bucket: str, keys=None) -> None:
+    """What S3's public-read ACLs did, by the bucket's policy (versitygw keeps no object ACLs, and a new
+    bucket refuses ACLs, as on S3): anyone may GetObject ``keys``, added to those this made public before,
+    or, without keys, every object, and list the bucket."""
+    import json
+
+    from botocore.exceptions import ClientError
+
+    if keys is None:
+        resources = ["arn:aws:s3:::%s" % bucket, "arn:aws:s3:::%s/*" % bucket]
+        actions = ["s3:GetObject", "s3:ListBucket"]
+    else:
+        resources = ["arn:aws:s3:::%s/%s" % (bucket, key) for key in keys]
+        actions = ["s3:GetObject"]
+        try:
+            document = json.loads(client.get_bucket_policy(Bucket=bucket)["Policy"])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NoSuchBucketPolicy":
+                raise
+            document = {"Statement": []}
+        for statement in document["Statement"]:
+            if statement.get("Sid") == PUBLIC_SID:
+                listed = statement["Resource"]
+                resources = sorted(set(resources) | set([listed] if isinstance(listed, str) else listed))
+    statement = {"Sid": PUBLIC_SID, "Effect": "Allow", "Principal": "*", "Action": actions}
+    policy = {"Version": "2012-10-17", "Statement": [dict(statement, Resource=resources)]}
+    client.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+
+
 # ----------------------------------------------------------------------------------------------- versitygw
 VERSITYGW_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "build-versitygw.sh"
 HOP_HEADERS = ("connection", "keep-alive", "expect", "proxy-connection", "te", "upgrade")

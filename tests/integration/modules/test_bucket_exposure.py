@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from tests.integration.modules.test_exposure_before_upload import make_objects_public
 from tests.integration.support.runner import run_playbook
+from tests.lab.s3 import make_public
 
 MODULE = "goldenimage.pipeline.bucket_exposure"
 KEY = "windows/11/2026-08-27/windows11-x64-golden.qcow2"
@@ -42,7 +42,7 @@ def buckets(s3):
         client.create_bucket(Bucket=name)
     client.put_object(Bucket=names["private"], Key=KEY, Body=b"QFI\xfb licensed bytes")
     client.put_object(Bucket=names["objacl"], Key=KEY, Body=b"QFI\xfb")
-    make_objects_public(client, names["objacl"], [KEY])
+    make_public(client, names["objacl"], [KEY])
     client.put_object(Bucket=names["getpolicy"], Key="windows/11/2026-08-01/old.qcow2", Body=b"QFI\xfb old")
     client.put_object(Bucket=names["getpolicy"], Key=KEY, Body=b"QFI\xfb")
     client.put_bucket_policy(

@@ -39,13 +39,6 @@ def _policy(bucket, actions, resources):
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
-def make_objects_public(client, bucket, keys):
-    """What a public-read object ACL does, by the bucket policy (the lab's S3, versitygw, has no object
-    ACLs): anonymous s3:GetObject of exactly these keys, nothing else."""
-    resources = ["arn:aws:s3:::%s/%s" % (bucket, key) for key in keys]
-    client.put_bucket_policy(Bucket=bucket, Policy=_policy(bucket, "s3:GetObject", resources))
-
-
 def make_buckets(client, tag):
     names = {kind: "%s-%s" % (kind, tag) for kind in KINDS}
     for name in names.values():
