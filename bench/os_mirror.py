@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """os_mirror upload throughput against a loopback S3 server, compared with one plain put_object.
 
-Writes a file of random bytes (256 MiB by default), starts the lab's S3 (tests/lab/s3.py: moto behind
-the front that verifies every signature and body hash, as S3 does) in its own process on 127.0.0.1,
+Writes a file of random bytes (256 MiB by default), starts the lab's S3 (tests/lab/s3.py: versitygw, which
+verifies every signature, body hash and checksum, behind the lab's relay) in its own process on 127.0.0.1,
 then times, each --repeat times (the median is printed, the server emptied between runs):
 
   given    the os_mirror_object upload path with the sha256 given: the file is read once; parts
@@ -12,8 +12,8 @@ then times, each --repeat times (the median is printed, the server emptied betwe
   put      a single-stream boto3 put_object of the same file, nothing verified;
   skip     a second mirror run: a listing and a HEAD decide nothing needs moving.
 
-"complete" is the time of CompleteMultipartUpload alone: moto copies every part into one buffer and
-stores the object again, in Python (S3 itself completes without moving the bytes).
+"complete" is the time of CompleteMultipartUpload alone: versitygw's POSIX backend copies every part
+into the object file (S3 itself completes without moving the bytes).
 
 First, paired runs (one put_object, the upload adapter of --baseline, this one, in turn, each on its
 own client) on loopback and through a forwarder that caps each connection at --cap-mib MiB/s (the way

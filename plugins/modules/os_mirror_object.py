@@ -140,7 +140,7 @@ attributes:
 notes:
   - "Runs on the controller; use C(delegate_to: localhost) when the play targets other hosts."
   - C(If-None-Match) on PutObject and CompleteMultipartUpload is an S3 conditional write (AWS since 2024;
-    MinIO, Ceph RGW and moto support it). A server without it ignores the header. The race it closes is
+    MinIO, Ceph RGW and versitygw support it). A server without it ignores the header. The race it closes is
     another writer storing the same key between this module's HEAD and its completion; as the key names
     the sha256 verified before completion, such a write can only put the same bytes back.
   - A process killed outright cannot abort its upload. It leaves no object, only a pending multipart

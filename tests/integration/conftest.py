@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.modules.test_dbinstance_operator_env import nodes
 from tests.integration.modules.test_dbinstance_repave import operator_settings
-from tests.lab.s3 import s3_client
+from tests.lab.s3 import make_public, s3_client
 
 # Fixtures the AWX template tests share with the repave tests, and the publish playbook's tests with the
 # operator env tests (schedulable and unschedulable Nodes).
@@ -63,12 +63,13 @@ def mirror(lab, qcow2):
 
 
 def public_mirror(lab, path, prefix):
-    """``path`` in a new public-read bucket of the lab's S3: its ``url``, ``sha512`` and the ``base`` URL."""
+    """``path`` in a new public bucket of the lab's S3: its ``url``, ``sha512`` and the ``base`` URL."""
     env = lab.env()
     s3 = s3_client(env)
     bucket = prefix + uuid.uuid4().hex[:8]
-    s3.create_bucket(Bucket=bucket, ACL="public-read")
-    s3.put_object(Bucket=bucket, Key="baked/" + path.name, Body=path.read_bytes(), ACL="public-read")
+    s3.create_bucket(Bucket=bucket)
+    make_public(s3, bucket)
+    s3.put_object(Bucket=bucket, Key="baked/" + path.name, Body=path.read_bytes())
     return {
         "url": "%s/%s/baked/%s" % (env["AWS_ENDPOINT_URL"], bucket, path.name),
         "sha512": hashlib.sha512(path.read_bytes()).hexdigest(),

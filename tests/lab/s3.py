@@ -1,33 +1,21 @@
-"""The lab's S3: moto's store behind a front that authenticates and authorises as S3 does (LAB_S3=moto,
-the default), or versitygw behind a relay front for what it lacks (LAB_S3=versitygw, below).
+"""The lab's S3: versitygw (github.com/versity/versitygw v1.8.0, its POSIX backend) behind a relay front
+that keeps only what versitygw lacks (``RelayFront``, below; tests/lab/README.md "Its S3").
 
-moto keeps buckets, objects, ACLs, policies and public access blocks, but it checks no signature and
-serves a private bucket to anyone. Every request passes the front (``CheckingS3``) first:
-- ``Authorization: AWS4-HMAC-SHA256 ...``: the Signature Version 4 is verified (sigv4.py: signature,
-  access key, time within 15 minutes, every ``x-amz-*`` header signed) and so is the body against
-  the ``X-Amz-Content-SHA256`` it was signed with (400 XAmzContentSHA256Mismatch);
-- a presigned URL (``X-Amz-Signature`` in the query): signature, access key, ``X-Amz-Expires`` (at
-  most seven days) and expiry ("Request has expired");
-- any other ``Authorization`` (HTTP basic auth, which CDI sends for an http source's ``secretRef``)
-  gets S3's 400 InvalidArgument "Unsupported Authorization Type"; Signature Version 2 (``AWS`` header,
-  ``AWSAccessKeyId``/``Signature`` query) gets the 400 of a region that only takes version 4;
-- an unsigned request is anonymous: s3access.py decides it from the bucket's policy, ACLs and
-  public access block, and a refusal is 403 AccessDenied.
-A signed request is the owner's (the lab has one identity, ``S3Endpoint``'s keys), and the owner's
-writes meet the public access block (BlockPublicPolicy, BlockPublicAcls: 403 AccessDenied).
+versitygw checks Signature Version 4 (header and presigned, the body against the signed hash, the
+checksums), decides anonymous requests by bucket policy and bucket ACL, keeps multipart uploads and
+conditional writes. The endpoint's keys (``S3Endpoint``) are its root account, the one identity.
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.client
-import logging
 import os
 import pathlib
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,21 +24,13 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from urllib.parse import unquote
+from http.server import ThreadingHTTPServer
 from xml.etree import ElementTree
 
 from . import s3access
-from .sigv4 import ALGORITHM, Refused, SignedRequest, check_header, check_presigned, query_pairs
 
-HEADERS_KEY = "lab.s3.headers"  # the request's headers as sent, for the canonical request
-# moto picks the service from an Authorization header and checks no signature: an anonymous request
-# the front let through carries this one, so moto serves it as S3 and judges nothing itself.
-ANONYMOUS_AUTHORIZATION = (
-    "AWS4-HMAC-SHA256 Credential=anonymous/20260101/us-east-1/s3/aws4_request, "
-    "SignedHeaders=host, Signature=0"
-)
+ALGORITHM = "AWS4-HMAC-SHA256"
 V2_ONLY = "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
-SPOOL_IN_MEMORY = 8 * 1024 * 1024
 
 
 @dataclass
@@ -83,7 +63,7 @@ class S3Endpoint:
     access_key: str = "lab-access-key"
     secret_key: str = "lab-secret-key"
     region: str = "us-east-1"
-    # The server's CheckingS3 (its ``faults``), when this process serves it.
+    # The server's RelayFront (its ``faults``, ``request_log``), when this process serves it.
     front: object = field(default=None, repr=False, compare=False)
 
     def env(self) -> dict[str, str]:
@@ -115,245 +95,36 @@ def s3_client(env: dict[str, str]):
     )
 
 
-def error(environ, start_response, status: int, code: str, message: str):
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
-        % (code, message.replace("&", "&amp;").replace("<", "&lt;"))
-    ).encode()
-    reason = {
-        400: "Bad Request",
-        403: "Forbidden",
-        500: "Internal Server Error",
-        501: "Not Implemented",
-        503: "Slow Down",
-    }.get(status, "Error")
-    start_response(
-        "%d %s" % (status, reason), [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
-    )
-    return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else body]
+PUBLIC_SID = "LabPublicReads"
 
 
-def _spool_body(environ, wanted_sha256: str | None) -> bytes:
-    """Read the body into a spooled file that replaces ``wsgi.input``; check it against the signed hash.
+def make_public(client, bucket: str, keys=None) -> None:
+    """What S3's public-read ACLs did, by the bucket's policy (versitygw keeps no object ACLs, and a new
+    bucket refuses ACLs, as on S3): anyone may GetObject ``keys``, added to those this made public before,
+    or, without keys, every object, and list the bucket."""
+    import json
 
-    Returns the body's first bytes (an ACL or policy document is small) for the write checks."""
-    length = environ.get("CONTENT_LENGTH")
-    stream = environ["wsgi.input"]
-    # The app reads it as wsgi.input; an unlinked temporary file, freed with the request.
-    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115
-    digest = hashlib.sha256()
-    # No length: a chunked body (the server dechunks it, to its end), else none at all.
-    remaining = int(length) if length else (None if environ.get("wsgi.input_terminated") else 0)
-    while remaining is None or remaining > 0:
-        chunk = stream.read(1024 * 1024 if remaining is None else min(remaining, 1024 * 1024))
-        if not chunk:
-            break
-        digest.update(chunk)
-        spool.write(chunk)
-        if remaining is not None:
-            remaining -= len(chunk)
-    size = spool.tell()
-    spool.seek(0)
-    head = spool.read(256 * 1024)
-    spool.seek(0)
-    environ["wsgi.input"] = spool
-    environ["CONTENT_LENGTH"] = str(size)
-    environ.pop("HTTP_TRANSFER_ENCODING", None)
-    environ["wsgi.input_terminated"] = False
-    if wanted_sha256 is not None and digest.hexdigest() != wanted_sha256:
-        raise Refused(
-            "XAmzContentSHA256Mismatch",
-            "The provided 'x-amz-content-sha256' header does not match what was computed.",
-            400,
-        )
-    return head
+    from botocore.exceptions import ClientError
 
-
-class CheckingS3:
-    """WSGI front of moto's application: authentication, anonymous access, the public access block."""
-
-    def __init__(self, app, secrets: dict[str, str]):
-        self.app = app
-        self.secrets = secrets
-        # Subresources this server answers 501 NotImplemented, as some S3-compatible stores do for
-        # policyStatus or publicAccessBlock; empty: every one moto knows is answered, as AWS does.
-        self.not_implemented: set[str] = set()
-        # Answers given instead of serving the requests they select (a server that is briefly unwell).
-        self.faults: list[Fault] = []
-        self._faults_lock = threading.Lock()
-
-    def __call__(self, environ, start_response):
-        request = SignedRequest(
-            method=environ["REQUEST_METHOD"],
-            raw_path=(environ.get("RAW_URI") or environ.get("PATH_INFO") or "/").partition("?")[0],
-            query=environ.get("QUERY_STRING", ""),
-            headers=environ.get(HEADERS_KEY) or [],
-        )
-        names = {name for name, _value in query_pairs(request.query)}
-        authorization = request.header("authorization") or ""
-        headers = {name.lower(): value for name, value in request.headers}
-        with self._faults_lock:
-            fault = next(
-                (
-                    f
-                    for f in self.faults
-                    if f.answers(request.method, unquote(request.raw_path), names, headers)
-                ),
-                None,
-            )
-        if fault is not None:
-            _spool_body(environ, None)  # read, so the connection is ready for the retry
-            return error(environ, start_response, fault.status, fault.code, "injected by the lab")
+    if keys is None:
+        resources = ["arn:aws:s3:::%s" % bucket, "arn:aws:s3:::%s/*" % bucket]
+        actions = ["s3:GetObject", "s3:ListBucket"]
+    else:
+        resources = ["arn:aws:s3:::%s/%s" % (bucket, key) for key in keys]
+        actions = ["s3:GetObject"]
         try:
-            if names & self.not_implemented:
-                raise Refused(
-                    "NotImplemented",
-                    "A header you provided implies functionality that is not implemented",
-                    501,
-                )
-            if authorization.startswith("AWS ") or {"AWSAccessKeyId", "Signature"} <= names:
-                raise Refused("InvalidRequest", V2_ONLY, 400)
-            if authorization and not authorization.startswith(ALGORITHM + " "):
-                raise Refused("InvalidArgument", "Unsupported Authorization Type", 400)
-            presigned = bool({"X-Amz-Signature", "X-Amz-Algorithm", "X-Amz-Credential"} & names)
-            if authorization and presigned:
-                raise Refused(
-                    "InvalidArgument",
-                    "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature "
-                    "query string parameter or the Authorization header should be specified",
-                    400,
-                )
-            if authorization or presigned:
-                verified = (check_header if authorization else check_presigned)(request, self.secrets)
-                head = b""
-                if verified.payload_sha256 is not None or names & {"acl", "policy"}:
-                    head = _spool_body(environ, verified.payload_sha256)
-            else:
-                self._anonymous(environ, request, names)
-                return self.app(environ, start_response)
-            self._owner_write(request, names, head)
-        except Refused as exc:
-            return error(environ, start_response, exc.status, exc.code, exc.message)
-        return self.app(environ, start_response)
-
-    # ----------------------------------------------------------------- decisions
-    @staticmethod
-    def _split(request: SignedRequest) -> tuple[str, str]:
-        bucket, _slash, key = unquote(request.raw_path).lstrip("/").partition("/")
-        return bucket, key
-
-    def _anonymous(self, environ, request: SignedRequest, names: set) -> None:
-        bucket_name, key = self._split(request)
-        if not bucket_name:
-            raise Refused("AccessDenied", "Access Denied")  # ListBuckets needs a signature
-        bucket = _buckets().get(bucket_name)
-        if bucket is None:
-            if request.method in ("GET", "HEAD"):
-                return  # NoSuchBucket, as S3 tells anyone
-            raise Refused("AccessDenied", "Access Denied")  # CreateBucket and every write need a signature
-        obj = bucket.keys.get(key) if key else None
-        action = s3access.action_of(request.method, key, names - {"x-id"})
-        target = s3access.Target(
-            bucket=bucket_name,
-            key=key,
-            policy=bucket.policy,
-            bucket_grants=getattr(bucket.acl, "grants", None),
-            object_grants=getattr(obj.acl, "grants", None) if obj is not None else None,
-            block=_block(bucket),
-        )
-        if not s3access.anonymous_answer(target, action, obj is not None):
-            raise Refused("AccessDenied", "Access Denied")
-        environ["HTTP_AUTHORIZATION"] = ANONYMOUS_AUTHORIZATION
-
-    def _owner_write(self, request: SignedRequest, names: set, head: bytes) -> None:
-        if request.method not in ("PUT", "POST"):
-            return
-        bucket = _buckets().get(self._split(request)[0])
-        block = _block(bucket) if bucket is not None else s3access.Block()
-        headers = {name.lower(): value for name, value in request.headers}
-        if block.block_public_acls and s3access.grants_public_acl(headers, names, head):
-            raise Refused(
-                "AccessDenied", "Access Denied: the bucket's public access block refuses public ACLs"
-            )
-        if block.block_public_policy and "policy" in names and request.method == "PUT":
-            try:
-                public = s3access.public_policy(head)
-            except ValueError:
-                return  # moto answers MalformedPolicy
-            if public:
-                raise Refused(
-                    "AccessDenied", "Access Denied: the bucket's public access block refuses a public policy"
-                )
-
-
-def _buckets() -> dict:
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.s3.models import s3_backends
-
-    return s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets
-
-
-def _block(bucket) -> s3access.Block:
-    block = getattr(bucket, "public_access_block", None)
-    if block is None:
-        return s3access.Block()
-    return s3access.Block(
-        bool(block.block_public_acls),
-        bool(block.ignore_public_acls),
-        bool(block.block_public_policy),
-        bool(block.restrict_public_buckets),
-    )
-
-
-def _request_handler():
-    from moto.moto_server.werkzeug_app import MotoRequestHandler
-
-    class Handler(MotoRequestHandler):
-        """moto's handler, keeping the headers exactly as sent for the signature check."""
-
-        def make_environ(self):
-            environ = super().make_environ()
-            environ[HEADERS_KEY] = list(self.headers.items())
-            return environ
-
-    return Handler
-
-
-class MotoS3Server:
-    """``start()`` serves the lab's S3 on 127.0.0.1 (``port``, default any free one) and returns its
-    ``S3Endpoint``; the endpoint's keys (the lab's, unless given) are the only identity it accepts.
-    Servers in one process share moto's store. ``stop()`` closes it."""
-
-    def __init__(self, port: int = 0, access_key: str | None = None, secret_key: str | None = None):
-        self.port = port
-        lab = S3Endpoint("")
-        self._keys = S3Endpoint("", access_key or lab.access_key, secret_key or lab.secret_key)
-        self._server = None
-        self._thread = None
-        self.front: CheckingS3 | None = None
-        self.endpoint: S3Endpoint | None = None
-
-    def start(self) -> S3Endpoint:
-        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-        from werkzeug.serving import make_server
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per S3 request is noise
-        keys = self._keys
-        app = CheckingS3(DomainDispatcherApplication(create_backend_app), {keys.access_key: keys.secret_key})
-        self.front = app
-        self._server = make_server("127.0.0.1", self.port, app, True, request_handler=_request_handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="lab-s3", daemon=True)
-        self._thread.start()
-        host, port = self._server.server_address[:2]
-        self.endpoint = S3Endpoint("http://%s:%d" % (host, port), keys.access_key, keys.secret_key, front=app)
-        return self.endpoint
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=10)
-            self._server = None
+            document = json.loads(client.get_bucket_policy(Bucket=bucket)["Policy"])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NoSuchBucketPolicy":
+                raise
+            document = {"Statement": []}
+        for statement in document["Statement"]:
+            if statement.get("Sid") == PUBLIC_SID:
+                listed = statement["Resource"]
+                resources = sorted(set(resources) | set([listed] if isinstance(listed, str) else listed))
+    statement = {"Sid": PUBLIC_SID, "Effect": "Allow", "Principal": "*", "Action": actions}
+    policy = {"Version": "2012-10-17", "Statement": [dict(statement, Resource=resources)]}
+    client.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
 
 
 # ----------------------------------------------------------------------------------------------- versitygw
@@ -361,6 +132,7 @@ VERSITYGW_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "buil
 HOP_HEADERS = ("connection", "keep-alive", "expect", "proxy-connection", "te", "upgrade")
 BLOCK_XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 BLOCK_ROOT = "PublicAccessBlockConfiguration"
+SIGNED_QUERY = {"X-Amz-Signature", "X-Amz-Credential", "X-Amz-Algorithm", "AWSAccessKeyId", "Signature"}
 NOT_IMPLEMENTED = "A header you provided implies functionality that is not implemented"
 
 
@@ -455,8 +227,11 @@ class RelayFront:
       and Signature Version 2 headers get S3's 400s (versitygw: 403 "AWS authentication requires a
       valid Date or x-amz-date header"); an access key it does not know gets S3's 403
       InvalidAccessKeyId (versitygw: 404 XAdminUserNotFound).
-    - The tests' knobs: ``faults`` (answers given instead of serving a request) and ``not_implemented``
-      (subresources answered 501, as some S3-compatible stores do).
+    - Anonymous object reads as S3 answers them: versitygw serves an object on the bucket's READ grant
+      (S3: only the policy or the object's ACL, which versitygw does not keep, serve it), and tells a
+      missing key 404 to a caller allowed s3:GetObject alone (S3: 403 unless it may list the bucket).
+    - The tests' knobs: ``faults`` (answers given instead of serving a request), ``not_implemented``
+      (subresources answered 501, as some S3-compatible stores do) and ``request_log``.
     """
 
     def __init__(self, upstream: str, endpoint_keys: S3Endpoint):
@@ -465,6 +240,9 @@ class RelayFront:
         self.not_implemented: set[str] = set()
         self.faults: list[Fault] = []
         self.blocks: dict[str, s3access.Block] = {}
+        # Every request the endpoint was sent, as (method, percent-decoded path with its query), from when
+        # a test sets it to a list (None: nothing kept).
+        self.request_log: list[tuple[str, str]] | None = None
         self._lock = threading.Lock()
         self._owner = None
 
@@ -505,6 +283,42 @@ class RelayFront:
             )
         return None
 
+    @staticmethod
+    def anonymous(names: set, headers: dict) -> bool:
+        """Unsigned: no Authorization header, no presigned query (version 4, or version 2's)."""
+        return "authorization" not in headers and not names & SIGNED_QUERY
+
+    def policy_allows_read(self, bucket: str, key: str) -> bool:
+        """Whether the bucket policy lets anyone GetObject ``key``. versitygw has no object ACLs, so on S3
+        nothing else could serve the object to anyone; versitygw also serves it on the bucket's READ grant,
+        which on S3 lets anyone list the bucket, not read its objects."""
+        from botocore.exceptions import ClientError
+
+        try:
+            policy = self.owner_client().get_bucket_policy(Bucket=bucket)["Policy"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "NoSuchBucket":
+                return True  # versitygw answers NoSuchBucket, as S3 tells anyone
+            policy = None
+        arn = "arn:aws:s3:::%s/%s" % (bucket, key)
+        return s3access.policy_effect(policy, "s3:GetObject", arn) == "Allow"
+
+    def anonymous_may_list(self, bucket: str) -> bool:
+        """Whether an anonymous listing of ``bucket`` is served (versitygw decides, the block applies):
+        S3 tells a missing key (404) only to a caller who may list the bucket, anyone else gets 403;
+        versitygw tells it anyone allowed s3:GetObject."""
+        names = {"list-type", "max-keys"}
+        if self.refusal("GET", bucket, "", names, {}, b""):
+            return False
+        connection = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
+        try:
+            connection.request("GET", "/%s?list-type=2&max-keys=0" % urllib.parse.quote(bucket))
+            reply = connection.getresponse()
+            reply.read()
+            return 200 <= reply.status < 300
+        finally:
+            connection.close()
+
     def copy_onto_existing(self, method: str, bucket: str, key: str, headers: dict) -> bool:
         """A CopyObject that must not replace ``key`` (``If-None-Match: *``), which exists."""
         from botocore.exceptions import ClientError
@@ -524,7 +338,7 @@ class RelayFront:
         block = self.blocks.get(bucket)
         if block is None:
             return ""
-        anonymous = "authorization" not in headers and not names & {"X-Amz-Signature", "X-Amz-Credential"}
+        anonymous = self.anonymous(names, headers)
         if anonymous and (block.restrict_public_buckets or block.ignore_public_acls):
             policy = self.policy_of(bucket)
             if block.restrict_public_buckets and s3access.public_policy(policy):
@@ -598,6 +412,8 @@ def _relay_handler(front: RelayFront):
             pass
 
         def do_request(self):
+            if front.request_log is not None:
+                front.request_log.append((self.command, urllib.parse.unquote(self.path)))
             raw_path, _mark, query = self.path.partition("?")
             names = {name for name, _value in urllib.parse.parse_qsl(query, keep_blank_values=True)}
             headers = {name.lower(): value for name, value in self.headers.items()}
@@ -621,9 +437,15 @@ def _relay_handler(front: RelayFront):
             small = bucket and (names & SMALL_BODIES or "x-amz-acl" in headers)
             body = self.read_body() if small else None
             refused = front.refusal(self.command, bucket, key, names, headers, body or b"")
+            object_read = key and self.command in ("GET", "HEAD") and front.anonymous(names, headers)
+            if not refused and object_read and not front.policy_allows_read(bucket, key):
+                refused = "Access Denied"
             if refused:
                 return self.answer(403, "AccessDenied", refused)
             reply = self.forward(body)
+            if object_read and reply.status == 404 and not front.anonymous_may_list(bucket):
+                reply.read()
+                return self.answer(403, "AccessDenied", "Access Denied")
             if "publicAccessBlock" in names and not key and reply.status == 501:
                 reply.read()
                 status, code, document = front.block_answer(self.command, bucket, body or b"")
@@ -738,7 +560,16 @@ def _relay_handler(front: RelayFront):
     return Relay
 
 
-class VersityS3Server:
+class _RelayServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up (a poller stopped, a ranged read cut short) is not the lab's error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class S3Server:
     """``start()`` serves the lab's S3 on 127.0.0.1 (``port``, default any free one): versitygw behind
     the RelayFront, and returns its ``S3Endpoint``. Each server keeps its buckets in its own directory
     (``root``, default a temporary one removed by ``stop()``)."""
@@ -762,16 +593,13 @@ class VersityS3Server:
         self._thread = None
 
     def start(self) -> S3Endpoint:
-        from http.server import ThreadingHTTPServer
-
         if self._root is None:
             self._root = pathlib.Path(tempfile.mkdtemp(prefix="lab-s3-"))
         keys = self._keys
         self.gateway = VersityGW(self._root, keys.access_key, keys.secret_key, keys.region)
         upstream = self.gateway.start()
         self.front = RelayFront(upstream, keys)
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _relay_handler(self.front))
-        self._server.daemon_threads = True
+        self._server = _RelayServer(("127.0.0.1", self.port), _relay_handler(self.front))
         self._thread = threading.Thread(target=self._server.serve_forever, name="lab-s3", daemon=True)
         self._thread.start()
         host, port = self._server.server_address[:2]
@@ -791,13 +619,3 @@ class VersityS3Server:
         if self._own_root and self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
-
-
-def S3Server(*args, **kwargs):
-    """The lab's S3 server: versitygw (LAB_S3=versitygw) or moto behind the checking front (LAB_S3=moto)."""
-    backend = os.environ.get("LAB_S3", "moto")
-    if backend == "versitygw":
-        return VersityS3Server(*args, **kwargs)
-    if backend == "moto":
-        return MotoS3Server(*args, **kwargs)
-    raise ValueError("LAB_S3=%s: the lab's S3 is versitygw or moto" % backend)

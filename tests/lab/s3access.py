@@ -1,16 +1,14 @@
-"""Who may do what in the lab's S3: S3's rules for anonymous requests and its public access block.
+"""The part of S3's access rules the lab's relay front plays, because versitygw v1.8.0 lacks it: the
+public access block (versitygw answers its API 501; tests/lab/README.md "Its S3").
 
-An anonymous (unsigned) request is decided from the bucket's state as S3 decides it:
-- the action is named from the method, the key and the subresource (``GET /b/k`` is s3:GetObject,
-  ``GET /b`` s3:ListBucket, ``PUT /b/k?acl`` s3:PutObjectAcl, ...); one this module cannot name is refused;
-- a bucket policy statement for Principal ``*`` that matches the action and the resource decides
-  (an explicit Deny wins over any Allow), then the ACL grants to AllUsers (the bucket's ACL for
-  listing and writing objects, the object's for reading it);
-- the public access block: RestrictPublicBuckets makes a bucket whose policy is public refuse every
-  anonymous request, IgnorePublicAcls makes public grants count for nothing;
-- a missing key answers 404 only to a caller allowed s3:ListBucket (and not denied the read), else 403.
-The two other settings act on writes by the owner: BlockPublicPolicy refuses a public bucket policy,
-BlockPublicAcls a request that grants a public ACL (canned, ``x-amz-grant-*`` or an ACL document).
+- RestrictPublicBuckets: a bucket whose policy is public refuses every anonymous request;
+- IgnorePublicAcls: public grants count for nothing, so an anonymous request is served only when a
+  bucket policy statement for Principal ``*`` allows its action (an explicit Deny wins over any Allow);
+  the action is named from the method, the key and the subresource (``GET /b/k`` is s3:GetObject,
+  ``GET /b`` s3:ListBucket, ...), one this module cannot name is refused;
+- BlockPublicPolicy refuses the owner's public bucket policy, BlockPublicAcls a write that grants a
+  public ACL (canned, ``x-amz-grant-*`` or an ACL document).
+Everything else about anonymous requests (policies, bucket ACLs) is versitygw's own decision.
 
 Statements with a ``Condition`` are not evaluated: such an Allow grants nothing and such a Deny
 refuses nothing here, and a policy whose only public statements carry one is not public.
@@ -54,18 +52,6 @@ LIST_PARAMS = frozenset(
     ("list-type", "prefix", "delimiter", "marker", "max-keys", "continuation-token", "start-after")
     + ("fetch-owner", "encoding-type")
 )
-# What an ACL permission grants, on the bucket's ACL and on an object's.
-BUCKET_ACL = {
-    "READ": ("s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"),
-    "WRITE": ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"),
-    "READ_ACP": ("s3:GetBucketAcl",),
-    "WRITE_ACP": ("s3:PutBucketAcl",),
-}
-OBJECT_ACL = {
-    "READ": ("s3:GetObject", "s3:GetObjectVersion"),
-    "READ_ACP": ("s3:GetObjectAcl",),
-    "WRITE_ACP": ("s3:PutObjectAcl",),
-}
 
 
 @dataclass
@@ -122,22 +108,6 @@ def public_policy(policy) -> bool:
     )
 
 
-def public_grants(grants) -> set[str]:
-    """The permissions ``grants`` (moto's FakeGrant objects) give AllUsers."""
-    permissions = set()
-    for grant in grants or []:
-        if any(getattr(g, "uri", None) == ALL_USERS for g in grant.grantees):
-            permissions.update(grant.permissions)
-    return permissions
-
-
-def acl_allows(grants, action: str, table: dict) -> bool:
-    permissions = public_grants(grants)
-    if "FULL_CONTROL" in permissions:
-        return any(action in actions for actions in table.values())
-    return any(action in table.get(permission, ()) for permission in permissions)
-
-
 def grants_public_acl(headers: dict, subresources: set, body: bytes) -> bool:
     """Whether a write asks for a public ACL: a public canned ACL, a public ``x-amz-grant-*``, or (a PUT
     of ``?acl``) an ACL document granting to AllUsers or AuthenticatedUsers. ``headers``: lower-case."""
@@ -168,48 +138,3 @@ def action_of(method: str, key: str, subresources: set) -> str | None:
     if method == "DELETE":
         return "s3:AbortMultipartUpload" if "uploadId" in subresources else "s3:DeleteObject"
     return None
-
-
-@dataclass
-class Target:
-    """What an anonymous request acts on: the bucket's policy, ACL grants and block, and the object's
-    grants (None when the key does not exist or the request is on the bucket)."""
-
-    bucket: str
-    key: str
-    policy: bytes | None
-    bucket_grants: list
-    object_grants: list | None
-    block: Block
-
-
-def anonymous_allowed(target: Target, action: str | None) -> bool:
-    """Whether S3 serves an anonymous request for ``action`` on ``target`` (before a missing key)."""
-    if action is None:
-        return False
-    if target.block.restrict_public_buckets and public_policy(target.policy):
-        return False
-    arn = "arn:aws:s3:::%s" % target.bucket + ("/%s" % target.key if target.key else "")
-    effect = policy_effect(target.policy, action, arn)
-    if effect is not None:
-        return effect == "Allow"
-    if target.block.ignore_public_acls:
-        return False
-    on_object = target.key and action in {a for actions in OBJECT_ACL.values() for a in actions}
-    if on_object:
-        return target.object_grants is not None and acl_allows(target.object_grants, action, OBJECT_ACL)
-    return acl_allows(target.bucket_grants, action, BUCKET_ACL)
-
-
-def anonymous_answer(target: Target, action: str | None, exists: bool) -> bool:
-    """True when the request goes on to the store; False for S3's 403 AccessDenied.
-
-    A read of a missing key is decided by the listing: a caller who may list the bucket learns that the
-    key is missing (404), unless the policy denies the read; anyone else gets 403, as for a private key.
-    """
-    if target.key and not exists and action in ("s3:GetObject", "s3:GetObjectVersion"):
-        listing = Target(target.bucket, "", target.policy, target.bucket_grants, None, target.block)
-        arn = "arn:aws:s3:::%s/%s" % (target.bucket, target.key)
-        denied = policy_effect(target.policy, action, arn) == "Deny"
-        return anonymous_allowed(listing, "s3:ListBucket") and not denied
-    return anonymous_allowed(target, action)

@@ -526,11 +526,11 @@ class Upload:
         whole = self._upload_parts(source, first)
         digest = self._check_streamed(source, digest, whole.hexdigest())
         self.action = "complete the upload of s3://%s/%s" % (self.bucket, self.key)
+        # Each part's checksum as sent, whether or not the server answered one: S3 refuses to complete an
+        # upload created with a SHA256 checksum without them (InvalidRequest), and a server that keeps no
+        # flexible checksums ignores them.
         parts = [
-            dict(
-                {"PartNumber": p["number"], "ETag": p["etag"]},
-                **({"ChecksumSHA256": p["checksum"]} if p["checksum"] else {}),
-            )
+            {"PartNumber": p["number"], "ETag": p["etag"], "ChecksumSHA256": mirror.b64(p["sha256"])}
             for p in self.parts
         ]
         self.upload.complete(parts)

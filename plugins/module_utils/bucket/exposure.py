@@ -321,6 +321,20 @@ PUBLIC_GROUP_URIS = (
     "http://acs.amazonaws.com/groups/global/AllUsers",
     "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
 )
+# The one group grantee that is not the public: S3's log delivery. Any other grant to a Group counts as
+# public, whatever the server calls it: versitygw names AllUsers {"ID": "all-users", "Type": "Group"}
+# with no URI, and a reader that knew only the URIs would call its public-read bucket private.
+PRIVATE_GROUP_URIS = ("http://acs.amazonaws.com/groups/s3/LogDelivery",)
+
+
+def public_grantee(grantee, grantee_type=None):
+    """Whether an ACL grantee (its URI, or its ID when it has none) is the public: AllUsers or
+    AuthenticatedUsers by URI, or a Group by any other name than log delivery."""
+    if grantee in PUBLIC_GROUP_URIS:
+        return True
+    return grantee_type == "Group" and grantee not in PRIVATE_GROUP_URIS
+
+
 BLOCK_SETTINGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
 # S3 errors that answer a control read: there is no such configuration on the bucket.
 _NO_CONFIGURATION = {
@@ -440,9 +454,9 @@ def judge_control(name, status, code=None, value=None):
         out["detail"] = "IsPublic %s" % ("true" if value else "false")
     elif name == "acl":
         public = sorted(
-            "%s:%s" % (uri.rsplit("/", 1)[-1], permission)
-            for uri, permission in value or []
-            if uri in PUBLIC_GROUP_URIS
+            "%s:%s" % (grant[0].rsplit("/", 1)[-1], grant[1])
+            for grant in value or []
+            if public_grantee(grant[0], grant[2] if len(grant) > 2 else None)
         )
         out["public"] = bool(public)
         out["detail"] = (

@@ -279,14 +279,14 @@ def answer_of(call):
 
 def read_controls(signed, bucket):
     """The bucket's exposure controls as its owner reads them: name -> ``(status, code, value)`` for
-    ``exposure.prove_private`` (policy_status: IsPublic; acl: ``[(grantee URI or id, permission)]``;
-    public_access_block: the configuration)."""
+    ``exposure.prove_private`` (policy_status: IsPublic; acl: ``[(grantee URI or id, permission, grantee
+    type)]``; public_access_block: the configuration)."""
     status, code, found = answer_of(lambda: signed.get_bucket_policy_status(Bucket=bucket))
     controls = {"policy_status": (status, code, ((found or {}).get("PolicyStatus") or {}).get("IsPublic"))}
     status, code, found = answer_of(lambda: signed.get_bucket_acl(Bucket=bucket))
+    grantees = [(g.get("Grantee") or {}, g.get("Permission")) for g in (found or {}).get("Grants") or []]
     grants = [
-        ((g.get("Grantee") or {}).get("URI") or (g.get("Grantee") or {}).get("ID") or "", g.get("Permission"))
-        for g in (found or {}).get("Grants") or []
+        (who.get("URI") or who.get("ID") or "", permission, who.get("Type")) for who, permission in grantees
     ]
     controls["acl"] = (status, code, grants)
     status, code, found = answer_of(lambda: signed.get_public_access_block(Bucket=bucket))

@@ -1,7 +1,9 @@
 """bucket_exposure against the lab's S3, which answers anonymous requests as S3 does.
 
-The server is tests/lab/s3.py: buckets, objects, ACLs and policies are moto's, and unsigned requests
-are decided from them. Every case is one task of a single playbook, so the whole file costs one
+The server is tests/lab/s3.py: versitygw, which decides unsigned requests from the bucket's policy and
+ACL itself. bucket_exposure judges by anonymous probes, never by reading an object's ACL, so one object
+made public (an object ACL's exposure; versitygw has none) is made so by a policy on that one key.
+Every case is one task of a single playbook, so the whole file costs one
 ansible-playbook run (and one more for the BYOL refusals).
 """
 
@@ -13,6 +15,7 @@ import uuid
 import pytest
 
 from tests.integration.support.runner import run_playbook
+from tests.lab.s3 import make_public
 
 MODULE = "goldenimage.pipeline.bucket_exposure"
 KEY = "windows/11/2026-08-27/windows11-x64-golden.qcow2"
@@ -30,14 +33,16 @@ def _policy(bucket, actions, resources):
 
 @pytest.fixture(scope="module")
 def buckets(s3):
-    """private, an object with a public-read ACL, a GetObject policy, and a bucket public throughout."""
+    """private, one object public (a GetObject policy on that key alone, the exposure a public-read object
+    ACL gives), a GetObject policy, and a bucket public throughout."""
     client = s3[1]
     tag = uuid.uuid4().hex[:8]
     names = {kind: "%s-%s" % (kind, tag) for kind in ("private", "objacl", "getpolicy", "public")}
     for name in names.values():
         client.create_bucket(Bucket=name)
     client.put_object(Bucket=names["private"], Key=KEY, Body=b"QFI\xfb licensed bytes")
-    client.put_object(Bucket=names["objacl"], Key=KEY, Body=b"QFI\xfb", ACL="public-read")
+    client.put_object(Bucket=names["objacl"], Key=KEY, Body=b"QFI\xfb")
+    make_public(client, names["objacl"], [KEY])
     client.put_object(Bucket=names["getpolicy"], Key="windows/11/2026-08-01/old.qcow2", Body=b"QFI\xfb old")
     client.put_object(Bucket=names["getpolicy"], Key=KEY, Body=b"QFI\xfb")
     client.put_bucket_policy(

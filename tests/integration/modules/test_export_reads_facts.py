@@ -14,8 +14,13 @@ import uuid
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.windows import _export_cli as cli
 
-from tests.integration.modules.test_exposure_before_upload import Poller, _policy, export_object
+from tests.integration.modules.test_exposure_before_upload import (
+    Poller,
+    _policy,
+    export_object,
+)
 from tests.integration.support import disks
+from tests.lab.s3 import make_public
 
 PRODUCT_KEY = "VK7JG-NPHTM-C97JM-9MPGT-3V66T"
 ADMIN_PASSWORD = "Adm1n-Pa55-77e1"
@@ -156,7 +161,7 @@ def test_a_rerun_proves_the_sensitive_object_it_finds_still_private(lab_s3, made
     code, first, _poller, _log = _job_program(lab_s3, bucket, made["snakeoil"], tmp_path / "a")
     assert code == 0, first
     assert client.head_object(Bucket=bucket, Key=KEY)["Metadata"]["sensitive"] == "yes"
-    client.put_object_acl(Bucket=bucket, Key=KEY, ACL="public-read")
+    make_public(client, bucket, [KEY])
     code, again, _poller, _log = _job_program(lab_s3, bucket, made["snakeoil"], tmp_path / "b")
     assert code == 1 and again["code"] == "exposed", again
     assert "already holds these bytes, but anonymous reads of it are not refused" in again["error"]
@@ -174,8 +179,7 @@ def test_golden_export_object_proves_a_held_object_by_its_mark(lab_s3, made, pri
         assert run.ok, run.log
     marks = {key: client.head_object(Bucket=bucket, Key=key)["Metadata"]["sensitive"] for key in (KEY, other)}
     assert marks == {KEY: "no", other: "yes"}
-    for key in (KEY, other):
-        client.put_object_acl(Bucket=bucket, Key=key, ACL="public-read")
+    make_public(client, bucket, [KEY, other])
     clean_again = export_object(lab_s3, bucket, KEY, clean)
     keyed_again = export_object(lab_s3, bucket, other, keyed)
     assert clean_again["export"]["action"] == "skip" and [t["status"] for t in clean_again.tasks] == ["ok"]

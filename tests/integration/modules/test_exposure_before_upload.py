@@ -3,8 +3,9 @@ bytes proves its destination private first (exposure.prove_private), while an an
 destination key and lists its prefix the whole time.
 
 Four buckets on the lab's S3 (tests/lab/s3.py): private; a policy granting anonymous s3:GetObject but not
-s3:ListBucket (the bucket that fooled the old probe: a missing key answers 403 there); a public-read ACL;
-a policy public for reads and listing. The poller must count 0 anonymous reads of the licensed bytes on
+s3:ListBucket (the bucket that fooled the old probe: a missing key answers 403 there); a public-read ACL
+(after PutBucketOwnershipControls, which a bucket needs for ACLs on S3 since 2023 and on versitygw); a
+policy public for reads and listing. The poller must count 0 anonymous reads of the licensed bytes on
 all four; the three public ones are refused before anything is uploaded, naming the bucket, the probe
 that answered 2xx and the supported move (CDI's source.s3 with a secretRef).
 
@@ -45,6 +46,11 @@ def make_buckets(client, tag):
     client.put_bucket_policy(
         Bucket=names["getonly"],
         Policy=_policy(names["getonly"], "s3:GetObject", "arn:aws:s3:::%s/*" % names["getonly"]),
+    )
+    # A new bucket is BucketOwnerEnforced and refuses ACLs (AccessControlListNotSupported), as on S3.
+    client.put_bucket_ownership_controls(
+        Bucket=names["aclpublic"],
+        OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerPreferred"}]},
     )
     client.put_bucket_acl(Bucket=names["aclpublic"], ACL="public-read")
     # Anonymous reads of *.qcow2 only: a canary not named like the image would be refused here.
@@ -180,6 +186,9 @@ def test_golden_export_object_never_lets_an_anonymous_reader_see_licensed_bytes(
         assert entry["status"] == "ignored", (kind, entry["status"], result)
         _assert_refused(result["msg"], bucket, EXPECTED_PROBE[kind])
         assert result["exposure"]["verdict"] == "public"
+        if kind == "aclpublic":
+            # versitygw names AllUsers by an ID, not S3's URI: the ACL still reads as public.
+            assert "GetBucketAcl grants all-users:READ" in result["exposure"]["public_by"], result["exposure"]
         assert _keys(client, bucket) == [], "nothing is written, and the canary is deleted"
         assert client.list_multipart_uploads(Bucket=bucket).get("Uploads") is None
 

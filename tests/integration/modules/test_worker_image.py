@@ -23,7 +23,7 @@ import uuid
 import pytest
 
 from tests.integration.support.runner import kube_play, module_task, run_playbook
-from tests.lab.s3 import s3_client
+from tests.lab.s3 import make_public, s3_client
 
 pytestmark = pytest.mark.lab_only
 
@@ -117,13 +117,14 @@ class World:
         self.s3 = s3_client(env)
         self.bucket = "factory-" + self.tag
         self.s3.create_bucket(Bucket=self.bucket)
+        make_public(self.s3, self.bucket)  # the Image Factory serves anyone
         self.factory = "%s/%s/talos" % (env["AWS_ENDPOINT_URL"], self.bucket)
 
     def publish(self, schematic, version, body=None, recorded=None):
         """Put an image at the Factory's path; `recorded` is the sha256 metadata a mirror writes."""
         key = "talos/image/%s/%s/openstack-amd64.raw.xz" % (schematic, version)
         extra = {"Metadata": {"sha256": recorded}} if recorded else {}
-        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body or self.xz, ACL="public-read", **extra)
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body or self.xz, **extra)
         return "%s/image/%s/%s/openstack-amd64.raw.xz" % (self.factory, schematic, version)
 
     def entry(self, version, schematic=SCHEMATIC, **extra):

@@ -67,7 +67,6 @@ def serve(factory, version, data, files, recorded=True):
             Bucket=factory.bucket,
             Key=KEY % (SCHEMATIC, version) + suffix,
             Body=text.encode(),
-            ACL="public-read",
         )
 
 

@@ -31,6 +31,7 @@ from tests.integration.roles.test_windows_chain import key_of as windows_key
 from tests.integration.support import disks
 from tests.integration.support import microvm_parts as parts
 from tests.lab.controllers.kubevirt import probe_template
+from tests.lab.s3 import make_public
 
 pytestmark = pytest.mark.lab_only
 
@@ -118,7 +119,8 @@ def test_publish_linux_golden_hands_its_golden_to_the_gate(lab, kube_client, tmp
     bucket = "%s-mirror" % prefix
     s3.create_bucket(Bucket=bucket)
     key = "%s/1/sha256-%s/disk.qcow2" % (family, digest)
-    s3.upload_file(str(qcow2), bucket, key, ExtraArgs={"ACL": "public-read"})
+    s3.upload_file(str(qcow2), bucket, key)
+    make_public(s3, bucket, [key])
     url = "%s/%s/%s" % (lab.s3.endpoint_url, bucket, key)
     images = [
         {

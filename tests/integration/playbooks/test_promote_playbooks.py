@@ -20,6 +20,7 @@ import pytest
 from tests.integration.support import disks
 from tests.integration.support.runner import ROOT, run_playbook
 from tests.lab.controllers.kubevirt import probe_template
+from tests.lab.s3 import make_public
 
 pytestmark = pytest.mark.lab_only
 
@@ -93,11 +94,12 @@ class Stage:
         s3 = self.lab.s3.client()
         bucket = "%s-mirror" % self.prefix
         s3.create_bucket(Bucket=bucket)
+        make_public(s3, bucket)
         urls = {}
         for role, path in images.items():
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             key = "%s/sha256-%s/%s" % (self.family, digest, path.name)
-            s3.upload_file(str(path), bucket, key, ExtraArgs={"ACL": "public-read"})
+            s3.upload_file(str(path), bucket, key)
             urls[role] = ("%s/%s/%s" % (self.lab.s3.endpoint_url, bucket, key), digest)
         return urls
 

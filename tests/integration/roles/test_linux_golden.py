@@ -20,6 +20,7 @@ from tests.integration.support.runner import ROOT, run_playbook
 from tests.integration.support.secrets import cluster_traces, leaks, new_secret, run_traces, with_password
 from tests.lab.controllers.cdi import publish_container_disk
 from tests.lab.controllers.volumes import snapshot_data
+from tests.lab.s3 import make_public
 
 pytestmark = pytest.mark.lab_only
 
@@ -90,8 +91,9 @@ class Env:
 
     def upload(self, path: pathlib.Path, family: str, public: bool = True) -> tuple[str, str]:
         """(url, sha256 hex) of the object under the mirror's digest key; anonymously readable if public."""
-        extra = {"ACL": "public-read"} if public else {}
-        self.s3.upload_file(str(path), self.bucket, self.key(path, family), ExtraArgs=extra)
+        self.s3.upload_file(str(path), self.bucket, self.key(path, family))
+        if public:
+            make_public(self.s3, self.bucket, [self.key(path, family)])
         return self.url(path, family), sha256(path)
 
     def snapshot(self, namespace: str, name: str) -> dict | None:
@@ -355,7 +357,8 @@ def test_a_rerun_over_a_failed_import_refuses_it_or_replaces_it(env, tasks_from,
     url = env.url(qcow2, family)
     truncated = env.tmp / "truncated.qcow2"
     truncated.write_bytes(qcow2.read_bytes()[: qcow2.stat().st_size // 2])
-    env.s3.upload_file(str(truncated), env.bucket, env.key(qcow2, family), ExtraArgs={"ACL": "public-read"})
+    env.s3.upload_file(str(truncated), env.bucket, env.key(qcow2, family))
+    make_public(env.s3, env.bucket, [env.key(qcow2, family)])
     name = golden_name(family, digest)
     dv_name = name + suffix
     role_vars = {items: [image(env, family, {"http": {"url": url, "checksum": "sha256:" + digest}})]}
@@ -738,8 +741,8 @@ def _signed_upload(env, path, family, key=None):
 
     digest = sha256(path)
     object_key = env.key(path, family)
-    extra = {"ACL": "public-read", "Metadata": {"sha256": digest}}
-    env.s3.upload_file(str(path), env.bucket, object_key, ExtraArgs=extra)
+    env.s3.upload_file(str(path), env.bucket, object_key, ExtraArgs={"Metadata": {"sha256": digest}})
+    make_public(env.s3, env.bucket, [object_key])
     if key is not None:
         doc = mirror.mirrored_statement(
             object_key,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import pathlib
 import re
@@ -63,17 +64,27 @@ def images(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bucket(s3, images):
-    """Objects in a public-read bucket (anyone lists it and reads its objects) and in a private one;
-    returns their URLs, and a presigned one of the private object."""
+    """Objects in a public bucket (its policy lets anyone list it and read its objects; a canned
+    public-read ACL is refused on a new bucket, as on S3) and in a private one; returns their URLs, and a
+    presigned one of the private object."""
     client = s3.client()
     public, private = "os-images-" + uuid.uuid4().hex[:6], "private-images-" + uuid.uuid4().hex[:6]
-    client.create_bucket(Bucket=public, ACL="public-read")
+    client.create_bucket(Bucket=public)
+    statement = {
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": ["s3:GetObject", "s3:ListBucket"],
+        "Resource": ["arn:aws:s3:::%s" % public, "arn:aws:s3:::%s/*" % public],
+    }
+    client.put_bucket_policy(
+        Bucket=public, Policy=json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+    )
     client.create_bucket(Bucket=private)
     for key, path in (
         ("debian/12/disk.qcow2", images["qcow2"]),
         ("debian/12/disk-c.qcow2", images["compressed"]),
     ):
-        client.upload_file(str(path), public, key, ExtraArgs={"ACL": "public-read"})
+        client.upload_file(str(path), public, key)
     client.upload_file(str(images["qcow2"]), private, "windows/11/golden.qcow2")
     base = s3.endpoint_url
     return {

@@ -1,14 +1,12 @@
-"""The lab's S3 answers as S3 does: Signature Version 4 (header and presigned), anonymous requests by
-bucket policy, ACL and public access block, and S3's refusals for everything else.
-
-The signature checker is held to the examples AWS publishes for S3 (same keys, same expected
-signatures), then the running server (``lab_s3``) to what S3 answers over HTTP.
+"""The lab's S3 answers as S3 does: versitygw checks the signatures and decides anonymous requests by
+bucket policy and bucket ACL; the relay front adds the public access block (s3access.py), If-None-Match
+on CopyObject, anonymous object reads as S3 answers them and S3's refusals of other Authorization
+schemes (test_versitygw_probe.py holds what versitygw answers on its own).
 """
 
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import time
 import urllib.error
@@ -20,88 +18,8 @@ from botocore.exceptions import ClientError
 
 from tests.lab import s3access
 from tests.lab.s3 import S3Endpoint
-from tests.lab.sigv4 import Refused, SignedRequest, check_header, check_presigned
 
-# AWS's worked examples for S3 ("Signature Calculations for the Authorization Header: Transferring
-# Payload in a Single Chunk" and "Authenticating Requests: Using Query Parameters").
-EXAMPLE_KEYS = {"AKIAIOSFODNN7EXAMPLE": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
-EXAMPLE_NOW = datetime.datetime(2013, 5, 24, 0, 0, 30, tzinfo=datetime.UTC)
-EXAMPLE_HOST = ("host", "examplebucket.s3.amazonaws.com")
-EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-EXAMPLE_SCOPE = "AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request"
-
-
-def example_header_request(path, query, extra, signed, signature):
-    authorization = "AWS4-HMAC-SHA256 Credential=%s,SignedHeaders=%s,Signature=%s" % (
-        EXAMPLE_SCOPE,
-        signed,
-        signature,
-    )
-    headers = [EXAMPLE_HOST, *extra, ("x-amz-content-sha256", EMPTY_SHA256)]
-    headers += [("x-amz-date", "20130524T000000Z"), ("Authorization", authorization)]
-    return SignedRequest("GET", path, query, headers)
-
-
-def test_header_signatures_of_the_published_examples_verify():
-    get_object = example_header_request(
-        "/test.txt",
-        "",
-        [("Range", "bytes=0-9")],
-        "host;range;x-amz-content-sha256;x-amz-date",
-        "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41",
-    )
-    listing = example_header_request(
-        "/",
-        "max-keys=2&prefix=J",
-        [],
-        "host;x-amz-content-sha256;x-amz-date",
-        "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7",
-    )
-    for request in (get_object, listing):
-        verified = check_header(request, EXAMPLE_KEYS, now=EXAMPLE_NOW)
-        assert verified.access_key == "AKIAIOSFODNN7EXAMPLE" and verified.payload_sha256 == EMPTY_SHA256
-
-    # One byte of the range changed, the clock an hour on, an unknown key, an unsigned x-amz header.
-    changed = SignedRequest(
-        "GET", "/test.txt", "", [(k, "bytes=0-8" if k == "Range" else v) for k, v in get_object.headers]
-    )
-    cases = [
-        (changed, EXAMPLE_KEYS, EXAMPLE_NOW, "SignatureDoesNotMatch"),
-        (get_object, EXAMPLE_KEYS, EXAMPLE_NOW + datetime.timedelta(hours=1), "RequestTimeTooSkewed"),
-        (get_object, {"AKIAOTHER": "x"}, EXAMPLE_NOW, "InvalidAccessKeyId"),
-        (
-            SignedRequest("GET", "/test.txt", "", [*get_object.headers, ("x-amz-meta-note", "added")]),
-            EXAMPLE_KEYS,
-            EXAMPLE_NOW,
-            "AccessDenied",
-        ),
-    ]
-    for request, secrets, now, code in cases:
-        with pytest.raises(Refused) as refused:
-            check_header(request, secrets, now=now)
-        assert refused.value.code == code and refused.value.status == 403
-
-
-def test_the_presigned_example_verifies_until_it_expires():
-    query = (
-        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1"
-        "%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host"
-        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
-    )
-    request = SignedRequest("GET", "/test.txt", query, [EXAMPLE_HOST])
-    assert check_presigned(request, EXAMPLE_KEYS, now=EXAMPLE_NOW).access_key == "AKIAIOSFODNN7EXAMPLE"
-    with pytest.raises(Refused, match="Request has expired"):
-        check_presigned(request, EXAMPLE_KEYS, now=EXAMPLE_NOW + datetime.timedelta(days=1))
-    with pytest.raises(Refused, match="SignatureDoesNotMatch"):
-        check_presigned(
-            SignedRequest("GET", "/test2.txt", query, [EXAMPLE_HOST]), EXAMPLE_KEYS, now=EXAMPLE_NOW
-        )
-    week = query.replace("X-Amz-Expires=86400", "X-Amz-Expires=604801")
-    with pytest.raises(Refused, match="less than a week") as refused:
-        check_presigned(
-            SignedRequest("GET", "/test.txt", week, [EXAMPLE_HOST]), EXAMPLE_KEYS, now=EXAMPLE_NOW
-        )
-    assert refused.value.status == 400
+ALL_USERS_ID = {"ID": "all-users", "Type": "Group"}  # how versitygw names the AllUsers group in an ACL
 
 
 def test_policy_rules():
@@ -135,6 +53,11 @@ def test_policy_rules():
     assert s3access.action_of("GET", "", {"notification"}) is None
     assert s3access.action_of("PUT", "k", {"acl"}) == "s3:PutObjectAcl"
     assert s3access.action_of("DELETE", "k", {"uploadId"}) == "s3:AbortMultipartUpload"
+    # What BlockPublicAcls refuses: a public canned ACL, a public grant header, an ACL document for AllUsers.
+    assert s3access.grants_public_acl({"x-amz-acl": "public-read"}, set(), b"")
+    assert not s3access.grants_public_acl({"x-amz-acl": "private"}, set(), b"")
+    assert s3access.grants_public_acl({"x-amz-grant-read": 'uri="%s"' % s3access.ALL_USERS}, set(), b"")
+    assert s3access.grants_public_acl({}, {"acl"}, b"<URI>%s</URI>" % s3access.ALL_USERS.encode())
 
 
 # ---------------------------------------------------------------------------------- the running server
@@ -191,17 +114,34 @@ def test_anonymous_requests_to_a_private_bucket_are_refused(lab_s3, bucket):
     assert name + "-planted" not in [b["Name"] for b in client.list_buckets()["Buckets"]]
 
 
+def acls_allowed(client, name):
+    """A bucket takes ACLs only when its ownership is not BucketOwnerEnforced (S3's default since 2023)."""
+    rules = {"Rules": [{"ObjectOwnership": "BucketOwnerPreferred"}]}
+    client.put_bucket_ownership_controls(Bucket=name, OwnershipControls=rules)
+
+
 def test_a_public_read_policy_and_acls_answer_anonymous_reads(bucket):
     client, name, base = bucket
-    client.put_object(Bucket=name, Key="acl.qcow2", Body=b"by acl", ACL="public-read")
-    assert fetch(base + "/acl.qcow2") == (200, b"by acl")
-    assert fetch(base + "/disk%201%2B2.qcow2")[0] == 403  # the ACL is the object's alone
+    with pytest.raises(ClientError, match="AccessControlListNotSupported"):
+        client.put_bucket_acl(Bucket=name, ACL="public-read")
+    acls_allowed(client, name)
+    client.put_bucket_acl(Bucket=name, ACL="public-read")
+    assert fetch(base + "?list-type=2")[0] == 200
+    # The bucket's READ grant lets anyone list it, not read its objects (versitygw alone serves them);
+    # a missing key is 404 to a caller who may list.
+    assert fetch(base + "/disk%201%2B2.qcow2")[0] == 403
+    assert fetch(base + "/disk%201%2B2.qcow2", method="HEAD")[0] == 403
+    client.put_bucket_acl(Bucket=name, ACL="private")
+    assert fetch(base + "?list-type=2")[0] == 403
 
     client.put_bucket_policy(Bucket=name, Policy=public_read_policy(name))
     assert fetch(base + "/disk%201%2B2.qcow2") == (200, b"QFI\xfb private")
     assert fetch(base + "/disk%201%2B2.qcow2", method="HEAD")[0] == 200
-    # GetObject without ListBucket: a missing key is 403, the listing too.
-    assert fetch(base + "/absent.qcow2")[0] == 403 and fetch(base + "?list-type=2")[0] == 403
+    assert fetch(base + "?list-type=2")[0] == 403  # GetObject without ListBucket
+    # ... so a missing key is 403, as for a private one (versitygw alone tells it 404 NoSuchKey).
+    status, body = fetch(base + "/absent.qcow2")
+    assert (status, code_of(body)) == (403, "AccessDenied")
+    assert fetch(base + "/absent.qcow2", method="HEAD")[0] == 403
 
     listing = public_read_policy(
         name, ("s3:GetObject", "s3:ListBucket"), ["arn:aws:s3:::%s" % name, "arn:aws:s3:::%s/*" % name]
@@ -214,7 +154,8 @@ def test_a_public_read_policy_and_acls_answer_anonymous_reads(bucket):
 
 def test_the_public_access_block(bucket):
     client, name, base = bucket
-    client.put_object(Bucket=name, Key="acl.qcow2", Body=b"by acl", ACL="public-read")
+    acls_allowed(client, name)
+    client.put_bucket_acl(Bucket=name, ACL="public-read")
     client.put_bucket_policy(Bucket=name, Policy=public_read_policy(name))
 
     def block(**settings):
@@ -223,16 +164,17 @@ def test_the_public_access_block(bucket):
         client.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=config)
 
     block(RestrictPublicBuckets=True)  # the public policy no longer opens anything, nor does the ACL
-    assert fetch(base + "/disk%201%2B2.qcow2")[0] == 403 and fetch(base + "/acl.qcow2")[0] == 403
+    assert fetch(base + "/disk%201%2B2.qcow2")[0] == 403 and fetch(base + "?list-type=2")[0] == 403
     client.delete_bucket_policy(Bucket=name)
-    assert fetch(base + "/acl.qcow2")[0] == 200  # no public policy left: the ACL counts again
+    assert fetch(base + "?list-type=2")[0] == 200  # no public policy left: the ACL counts again
     block(IgnorePublicAcls=True)
-    assert fetch(base + "/acl.qcow2")[0] == 403
+    assert fetch(base + "?list-type=2")[0] == 403
 
+    client.put_bucket_acl(Bucket=name, ACL="private")
     block(BlockPublicAcls=True, BlockPublicPolicy=True)
     for write in (
         lambda: client.put_object(Bucket=name, Key="more.qcow2", Body=b"x", ACL="public-read"),
-        lambda: client.put_object_acl(Bucket=name, Key="disk 1+2.qcow2", ACL="public-read"),
+        lambda: client.put_bucket_acl(Bucket=name, ACL="public-read-write"),
         lambda: client.put_bucket_policy(Bucket=name, Policy=public_read_policy(name)),
     ):
         with pytest.raises(ClientError) as refused:
@@ -240,6 +182,22 @@ def test_the_public_access_block(bucket):
         assert refused.value.response["Error"]["Code"] == "AccessDenied"
     client.put_object(Bucket=name, Key="more.qcow2", Body=b"x")  # a private write goes on
     assert fetch(base + "/more.qcow2")[0] == 403
+    client.delete_public_access_block(Bucket=name)
+    with pytest.raises(ClientError, match="NoSuchPublicAccessBlockConfiguration"):
+        client.get_public_access_block(Bucket=name)
+
+
+def test_a_copy_never_replaces_a_key_when_asked_not_to(bucket):
+    """versitygw ignores If-None-Match on CopyObject; the front answers S3's 412 for an existing key."""
+    client, name, _base = bucket
+    client.put_object(Bucket=name, Key="source", Body=b"source")
+    source = {"Bucket": name, "Key": "source"}
+    with pytest.raises(ClientError) as refused:
+        client.copy_object(Bucket=name, Key="disk 1+2.qcow2", CopySource=source, IfNoneMatch="*")
+    assert refused.value.response["Error"]["Code"] == "PreconditionFailed"
+    assert client.get_object(Bucket=name, Key="disk 1+2.qcow2")["Body"].read() == b"QFI\xfb private"
+    client.copy_object(Bucket=name, Key="new", CopySource=source, IfNoneMatch="*")
+    assert client.get_object(Bucket=name, Key="new")["Body"].read() == b"source"
 
 
 def test_signatures_are_checked(lab_s3, bucket):
@@ -322,9 +280,9 @@ def test_the_owner_reads_policy_status_acl_and_public_access_block_as_on_aws(buc
 
     client.put_bucket_policy(Bucket=name, Policy=public_read_policy(name))
     assert client.get_bucket_policy_status(Bucket=name)["PolicyStatus"]["IsPublic"] is True
+    acls_allowed(client, name)
     client.put_bucket_acl(Bucket=name, ACL="public-read")
-    uris = [g["Grantee"].get("URI") for g in client.get_bucket_acl(Bucket=name)["Grants"]]
-    assert "http://acs.amazonaws.com/groups/global/AllUsers" in uris
+    assert ALL_USERS_ID in [g["Grantee"] for g in client.get_bucket_acl(Bucket=name)["Grants"]]
     block = {
         "BlockPublicAcls": False,
         "IgnorePublicAcls": True,
@@ -337,20 +295,14 @@ def test_the_owner_reads_policy_status_acl_and_public_access_block_as_on_aws(buc
     assert fetch(base + "/disk%201%2B2.qcow2")[0] == 403 and fetch(base + "?list-type=2")[0] == 403
 
 
-def test_a_store_can_leave_a_control_unanswered():
+def test_a_store_can_leave_a_control_unanswered(lab_s3, monkeypatch):
     """Some S3-compatible stores answer GetBucketPolicyStatus or GetPublicAccessBlock 501 NotImplemented."""
-    from tests.lab.s3 import S3Server
-
-    server = S3Server()
-    endpoint = server.start()
-    try:
-        server.front.not_implemented = {"policyStatus"}
-        client = endpoint.client()
-        client.create_bucket(Bucket="unanswered")
-        with pytest.raises(Exception) as err:
-            client.get_bucket_policy_status(Bucket="unanswered")
-        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 501
-        assert err.value.response["Error"]["Code"] == "NotImplemented"
-        assert client.get_bucket_acl(Bucket="unanswered")["Grants"]
-    finally:
-        server.stop()
+    monkeypatch.setattr(lab_s3.front, "not_implemented", {"policyStatus"})
+    client = lab_s3.client()
+    name = "unanswered-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=name)
+    with pytest.raises(ClientError) as err:
+        client.get_bucket_policy_status(Bucket=name)
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 501
+    assert err.value.response["Error"]["Code"] == "NotImplemented"
+    assert client.get_bucket_acl(Bucket=name)["Grants"]

@@ -23,9 +23,6 @@ from botocore.exceptions import ClientError
 
 from tests.lab.s3 import S3Endpoint, VersityGW
 
-# versitygw is built by make lab-upstream, not make setup (minutes of Go on a cold cache).
-pytestmark = pytest.mark.upstream
-
 KEYS = ("probe-access-key", "probe-secret-key")
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.goldenimage.pipeline.plugins.module_utils.bucket import exposure
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 OWNER = ("owner-id", "FULL_CONTROL")
@@ -148,3 +150,39 @@ def test_the_canary_sits_under_the_destination_prefix_and_ends_with_its_file_nam
     assert key.startswith("windows/11/2026-09-01/.goldenimage-exposure-canary-ab12")
     assert key.endswith("-windows11-x64-golden.qcow2")
     assert exposure.canary_key("top.qcow2", "t") == ".goldenimage-exposure-canary-t-top.qcow2"
+
+
+# GetBucketAcl of a public-read bucket as versitygw v1.8.0 answers it: AllUsers is a Group named by ID.
+VERSITYGW_ALL_USERS = ("all-users", "READ", "Group")
+
+
+def test_a_group_grant_named_by_id_is_public():
+    controls = dict(PRIVATE_CONTROLS, acl=(200, None, [OWNER + ("CanonicalUser",), VERSITYGW_ALL_USERS]))
+    proof = exposure.prove_private("b", "w/", controls, canary(), KMS)
+    assert proof["verdict"] == exposure.PUBLIC and proof["public_by"] == [
+        "GetBucketAcl grants all-users:READ"
+    ]
+
+
+def test_log_delivery_and_accounts_are_not_public():
+    log_delivery = ("http://acs.amazonaws.com/groups/s3/LogDelivery", "WRITE", "Group")
+    account = ("all-users", "READ", "CanonicalUser")  # an account that happens to be called so
+    controls = dict(PRIVATE_CONTROLS, acl=(200, None, [OWNER, log_delivery, account]))
+    proof = exposure.prove_private("b", "w/", controls, canary(), KMS)
+    assert proof["verdict"] == exposure.PRIVATE and proof["public_by"] == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    grantee=st.one_of(st.sampled_from(exposure.PUBLIC_GROUP_URIS + exposure.PRIVATE_GROUP_URIS), st.text()),
+    grantee_type=st.sampled_from([None, "Group", "CanonicalUser", "AmazonCustomerByEmail"]),
+    permission=st.sampled_from(["READ", "WRITE", "READ_ACP", "WRITE_ACP", "FULL_CONTROL"]),
+)
+def test_every_group_grant_but_log_delivery_is_public(grantee, grantee_type, permission):
+    """A grant is public when it names AllUsers or AuthenticatedUsers by URI, or any Group but log delivery
+    by any name: a server's own name for the public never reads as private."""
+    judged = exposure.judge_control("acl", 200, None, [OWNER, (grantee, permission, grantee_type)])
+    public = grantee in exposure.PUBLIC_GROUP_URIS or (
+        grantee_type == "Group" and grantee not in exposure.PRIVATE_GROUP_URIS
+    )
+    assert judged["public"] is public

@@ -1,4 +1,4 @@
-"""S3 adapter against the lab's S3 (moto behind a front that checks signatures) on loopback; the lab's
+"""S3 adapter against the lab's S3 (versitygw behind the lab's relay, tests/lab/s3.py) on loopback; the lab's
 faults play a store that lags behind a create."""
 
 import json
