@@ -185,6 +185,12 @@ def _gpt(read, source, disk_size, notes):
             raise PartitionTableError(message)
         if message:
             notes.append(message)
+        if which == "primary" and notes is not None:
+            backup = _gpt_header(read, disk_size - sector, sector)[0]
+            if backup is not None and _gpt_entries(read, sector, *backup) != _gpt_entries(
+                read, sector, *primary
+            ):
+                notes.append(seal.gpt_backup_differs(source, disk_size // sector - 1))
         return _gpt_entries(read, sector, *(primary if which == "primary" else backup))
     raise PartitionTableError("%s: a protective MBR but no GPT header at LBA 1 or at the last LBA" % source)
 
@@ -242,5 +248,9 @@ def read_partitions(disk, notes=None):
         return []
     if any(_mbr_slot(boot, i)[0] == PROTECTIVE_MBR for i in range(4)):
         found = _gpt(read, source, disk.virtual_size, notes)
-        return sorted(found, key=lambda p: (p["offset"], p["number"]))
-    return sorted(_mbr(read, source, boot), key=lambda p: (p["offset"], p["number"]))
+    else:
+        found = _mbr(read, source, boot)
+    problem = seal.overlap_problem(source, found)
+    if problem:
+        raise PartitionTableError(problem)
+    return sorted(found, key=lambda p: (p["offset"], p["number"]))

@@ -222,6 +222,40 @@ def gpt_header_choice(source, primary, backup, last_lba, backup_allowed=True):
     )
 
 
+def overlap_problem(source, partitions):
+    """None when no two partitions share a byte, else why the table cannot be trusted: two filesystems
+    written over each other, which ``sgdisk -v`` reports as a problem too, so neither is read."""
+    widest = None  # of the partitions before, the one reaching furthest
+    for part in sorted(partitions, key=lambda p: (p["offset"], p["number"])):
+        if widest is not None and part["offset"] < widest["offset"] + widest["size"]:
+            return (
+                "%s: partitions %d and %d overlap (bytes %d-%d and %d-%d), so what either holds may be the "
+                "other's; check the table with sgdisk -v and repair it (gdisk, sfdisk) before building"
+                % (
+                    source,
+                    widest["number"],
+                    part["number"],
+                    widest["offset"],
+                    widest["offset"] + widest["size"] - 1,
+                    part["offset"],
+                    part["offset"] + part["size"] - 1,
+                )
+            )
+        if widest is None or part["offset"] + part["size"] > widest["offset"] + widest["size"]:
+            widest = part
+    return None
+
+
+def gpt_backup_differs(source, last_lba):
+    """The note of a disk whose backup GPT lists other partitions than its valid primary: read by the
+    primary, as sgdisk does, and said rather than passed over."""
+    return (
+        "%s: the backup GPT header at LBA %d lists other partitions than the primary at LBA 1; the primary "
+        "was read, as sgdisk does (sgdisk -v shows both; sgdisk -e rewrites the backup from the primary)"
+        % (source, last_lba)
+    )
+
+
 def filesystem_fits(number, filesystem, filesystem_bytes, partition_bytes):
     """None when a filesystem's own size (its superblock's block count) lies within its partition, else
     why not: the blocks past the partition's end belong to whatever follows it (another partition, the

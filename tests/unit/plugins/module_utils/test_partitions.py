@@ -203,3 +203,51 @@ def test_a_damaged_table_names_the_disk_and_the_damage(tmp_path):
         _partitions.PartitionTableError, match=r"damaged \(no GPT header\) and so is the backup"
     ):
         read_noting(path)
+
+
+def test_a_backup_gpt_that_lists_other_partitions_is_said_and_the_primary_read(tmp_path):
+    """Both headers check out but disagree (a tool rewrote one of them): read by the primary, as sgdisk
+    does, and the note says so rather than passing over it."""
+    first, second = disk(tmp_path / "a.raw", 4), disk(tmp_path / "b.raw", 4)
+    for path, name in ((first, "root"), (second, "renamed")):
+        subprocess.run(
+            ["sgdisk", "-n", "1:2048:4095", "-t", "1:8300", "-c", "1:" + name, str(path)],
+            check=True,
+            capture_output=True,
+        )
+    parts, notes = read_noting(first)
+    assert notes == [] and parts[0]["name"] == "root"
+    with open(second, "rb") as src, open(first, "r+b") as dst:  # b's primary header and entries onto a
+        dst.seek(512)
+        dst.write(src.read(34 * 512)[512:])
+    parts, notes = read_noting(first)
+    assert parts[0]["name"] == "renamed"
+    assert notes == [
+        "%s: the backup GPT header at LBA %d lists other partitions than the primary at LBA 1; the primary "
+        "was read, as sgdisk does (sgdisk -v shows both; sgdisk -e rewrites the backup from the primary)"
+        % (first, 4 * MIB // 512 - 1)
+    ]
+    listing = subprocess.run(["sgdisk", "-p", str(first)], capture_output=True, text=True, check=False)
+    assert "renamed" in listing.stdout
+
+
+def test_overlapping_partitions_are_refused_naming_both(tmp_path):
+    path = disk(tmp_path / "mbr.raw", 8)
+    boot = bytearray(512)
+    for slot, (start, sectors) in enumerate(
+        ((2048, 8192), (6144, 4096))
+    ):  # the second starts inside the first
+        entry = 446 + 16 * slot
+        boot[entry + 4] = 0x83
+        boot[entry + 8 : entry + 16] = start.to_bytes(4, "little") + sectors.to_bytes(4, "little")
+    boot[510:512] = b"\x55\xaa"
+    with open(path, "r+b") as fh:
+        fh.write(bytes(boot))
+    with pytest.raises(
+        _partitions.PartitionTableError,
+        match=r"mbr\.raw: partitions 1 and 2 overlap \(bytes 1048576-5242879 and 3145728-5242879\)"
+        r".*sgdisk -v",
+    ):
+        read(path)
+    listing = subprocess.run(["sfdisk", "--verify", str(path)], capture_output=True, text=True, check=False)
+    assert "overlap" in (listing.stdout + listing.stderr).lower()
