@@ -42,7 +42,7 @@ SIGNALS = {
     "plugins/module_utils/kube/_kube_auth.py": {"NotRaw"},
     "plugins/module_utils/common/_retry.py": {"Again"},
     "plugins/module_utils/repave/_repave_direct.py": {"_Conflict"},
-    "plugins/module_utils/microvm/_kernel.py": {"NotCompressed"},  # caught by ERRORS
+    "plugins/module_utils/microvm/_kernel.py": {"NotCompressed", "Truncated"},  # caught by ERRORS
 }
 
 

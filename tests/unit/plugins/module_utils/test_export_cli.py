@@ -201,10 +201,11 @@ def test_a_part_answered_5xx_is_sent_again_by_botocore(run, lab_s3, monkeypatch)
     monkeypatch.setattr(lab_s3.front, "faults", [unwell])
     code, result, qcow2, _log = run("w/11/d.qcow2")
     assert code == 0 and result["parts"] == 3, result
-    assert unwell.hits == 2 and unwell.seen == 5  # three parts, two of them twice
+    assert unwell.hits == 2 and unwell.seen == 5  # three parts, five sends
     # botocore's retry loop sent them again, with the policy's attempt limit (amz-sdk-request).
     fields = [dict(f.strip().split("=", 1) for f in t.split(";")) for t in tries]
-    assert sorted(f["attempt"] for f in fields) == ["1", "1", "1", "2", "2"]
+    # Two parts failed once each, or one part twice when its retry overtook the next part's first try.
+    assert sorted(f["attempt"] for f in fields) in (["1", "1", "1", "2", "2"], ["1", "1", "1", "2", "3"])
     assert {f["max"] for f in fields} == {str(_s3.MAX_ATTEMPTS)}
     # Read back by a client of its own (the lab's), with the checksums the server keeps.
     reader = s3_client(lab_s3.env())
