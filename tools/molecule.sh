@@ -59,6 +59,10 @@ run_scenario() {
     echo "==> molecule: $role_dir: molecule test --scenario-name $name"
     "$python" -m tests.lab up --state-dir "$dir/lab" >/dev/null
     export K8S_AUTH_KUBECONFIG="$dir/lab/kubeconfig"
+    # Harvester's API is a server of its own (the upload action): scenarios that upload name it.
+    LAB_HARVESTER_URL=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["front_url"])' \
+      "$dir/lab/lab.json")
+    export LAB_HARVESTER_URL
     # Molecule's own state (e.g. "already prepared") starts empty on every run.
     export MOLECULE_EPHEMERAL_DIRECTORY="$dir/molecule"
     set -a

@@ -33,7 +33,11 @@ def main(namespace, name, disk, timeout):
     time.sleep(3)
     claim = core.read_namespaced_persistent_volume_claim(name + "-disk", namespace)
     volume = core.read_persistent_volume(claim.spec.volume_name)
-    path = pathlib.Path((volume.spec.host_path or volume.spec.local).path)
+    # A CSI volume says nothing of where its bytes are: the lab keeps them in its state directory (the
+    # kubeconfig's), as tests/lab/controllers/volumes.py names them; the guest writes there as a node would.
+    state = pathlib.Path(os.environ["K8S_AUTH_KUBECONFIG"]).parent
+    suffix = ".img" if volume.spec.volume_mode == "Block" else ""
+    path = state / "volumes" / (volume.metadata.name + suffix)
     target = path / "disk.img" if path.is_dir() else path
     subprocess.run(["cp", "--sparse=always", disk, str(target)], check=True)
     custom.patch_namespaced_custom_object(
