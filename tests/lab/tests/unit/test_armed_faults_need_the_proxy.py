@@ -4,17 +4,11 @@ the controllers, not on requests, and need no proxy."""
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.lab.faults import Faults
-
-ROOT = pathlib.Path(__file__).resolve().parents[4]
+from tests.lab.tests.unit.cases import run_cases
 
 CASES = """
 import pytest
@@ -63,29 +57,8 @@ def test_the_knobs_own_test():
 
 
 def test_a_test_whose_clients_bypass_the_armed_faults_fails(tmp_path):
-    (tmp_path / "test_cases.py").write_text(CASES)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "tests.lab.fixtures",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    out = proc.stdout
-    assert proc.returncode == 1, out
+    code, out = run_cases(tmp_path, CASES)
+    assert code == 1, out
     assert "4 passed, 1 error" in out, out  # the bypassing test errs at its teardown
     assert "ERROR at teardown of test_armed_but_bypassed" in out, out
     assert "no request went through the fault proxy (https://127.0.0.1:1)" in out, out
